@@ -1,0 +1,32 @@
+# Thin wrapper over CMake. Every target installs the Debian packages it needs
+# first (scripts/install-deps.sh is idempotent and quick when nothing is missing).
+BUILD ?= build
+JOBS ?= 2
+
+.PHONY: all deps build test demo bench asan clean
+
+all: build
+
+deps:
+	@./scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j 1
+
+demo: build
+	@./scripts/demo.sh $(BUILD)/batchscale
+
+bench: build
+	@./bench/run.sh $(BUILD)/batchscale
+
+asan: deps
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DBS_SANITIZE=ON >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+	cd build-asan && ctest --output-on-failure -j 1 -LE slow
+
+clean:
+	rm -rf $(BUILD) build-asan

@@ -1,0 +1,22 @@
+/* rng.h: a small seeded random number generator (xoshiro256**, seeded with
+ * splitmix64). Its whole state is four words, so it is saved in checkpoints
+ * and restored exactly. Not cryptographic. */
+#ifndef BS_CORE_RNG_H
+#define BS_CORE_RNG_H
+
+#include <stdint.h>
+
+typedef struct {
+    uint64_t s[4];
+} Rng;
+
+void rng_seed(Rng *rng, uint64_t seed);
+uint64_t rng_next(Rng *rng);
+/* Uniform in [0, 1) with 24 random bits. */
+float rng_uniform(Rng *rng);
+/* Uniform integer in [0, n), n > 0, without modulo bias. */
+uint64_t rng_below(Rng *rng, uint64_t n);
+/* Standard normal (Box-Muller, in double precision). */
+double rng_normal(Rng *rng);
+
+#endif

@@ -1,0 +1,37 @@
+/* vecmath.h: an exp for float that the compiler can vectorize.
+ *
+ * glibc's expf is accurate but is a call the loops cannot vectorize (its
+ * vector variants are only declared under -ffast-math, which we avoid so NaN
+ * checks keep working). bs_expf is Cephes' expf: range reduction by ln 2 in
+ * two parts, a degree-6 polynomial, and the exponent set by bit arithmetic;
+ * about 1 ulp on its range. Inputs are clamped to [-87, 88] so the result is
+ * always a normal number (exp(-87) = 1.6e-38 stands for 0, exp(88) = 1.7e38
+ * for overflow), which keeps softmax and GELU free of inf and NaN. */
+#ifndef BS_KERNELS_VECMATH_H
+#define BS_KERNELS_VECMATH_H
+
+#include <stdint.h>
+#include <string.h>
+
+#pragma omp declare simd notinbranch
+static inline float bs_expf(float x) {
+    x = x > 88.0f ? 88.0f : x;
+    x = x < -87.0f ? -87.0f : x;
+    float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+    float r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float r2 = r * r;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r2 + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+#endif

@@ -1,0 +1,127 @@
+/* gpt.h: the GPT-2 model: configuration, parameter layout, forward and
+ * backward over the kernels.
+ *
+ * Parameters live in one flat float buffer laid out block by block:
+ *   [embeddings: wte (Vp,C), wpe (maxT,C)] [layer 0] ... [layer L-1] [lnf w, b]
+ * and each layer block holds ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b
+ * fcw fcb fcprojw fcprojb. A block is one contiguous range, so a gradient
+ * bucket or a ZeRO shard is a range of this buffer. Gradients use the same
+ * layout. Linear weights are (out, in) as in PyTorch and llm.c. The output
+ * layer is tied to wte. Rows Vp > V of wte are padding: zero, never read by
+ * the loss, never updated. This file knows nothing about ranks. */
+#ifndef BS_MODEL_GPT_H
+#define BS_MODEL_GPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    int max_seq_len; /* T max (rows of wpe) */
+    int vocab_size;  /* V */
+    int padded_vocab_size; /* Vp: V rounded up to a multiple of 128 */
+    int num_layers;  /* L */
+    int num_heads;   /* H */
+    int channels;    /* C */
+} GPTConfig;
+
+/* Tensor kinds, in llm.c's model-file order. */
+typedef enum {
+    TK_WTE, TK_WPE,
+    TK_LN1W, TK_LN1B, TK_QKVW, TK_QKVB, TK_ATTPROJW, TK_ATTPROJB,
+    TK_LN2W, TK_LN2B, TK_FCW, TK_FCB, TK_FCPROJW, TK_FCPROJB,
+    TK_LNFW, TK_LNFB,
+    TK_COUNT
+} TensorKind;
+
+#define TK_FIRST_LAYER_KIND TK_LN1W
+#define TK_LAST_LAYER_KIND TK_FCPROJB
+
+int gpt_padded_vocab(int vocab_size);
+/* Fills padded_vocab_size and returns true if the config is valid; else
+ * writes a one-line reason naming the flag to change and returns false. */
+bool gpt_config_check(GPTConfig *cfg, char *why, size_t why_size);
+
+const char *gpt_tensor_name(TensorKind k);
+bool gpt_tensor_is_per_layer(TensorKind k);
+/* Weight decay applies to matrices and embeddings, not biases or LayerNorm. */
+bool gpt_tensor_decays(TensorKind k);
+size_t gpt_tensor_numel(const GPTConfig *cfg, TensorKind k); /* one layer's, for per-layer kinds */
+size_t gpt_tensor_offset(const GPTConfig *cfg, TensorKind k, int layer); /* layer ignored if not per-layer */
+size_t gpt_num_params(const GPTConfig *cfg); /* floats in the flat buffer, padding included */
+size_t gpt_num_trained_params(const GPTConfig *cfg); /* without the padded wte rows */
+
+/* Blocks: 0 = embeddings, 1..L = layers, L+1 = final LayerNorm. */
+int gpt_num_blocks(const GPTConfig *cfg);
+void gpt_block_range(const GPTConfig *cfg, int block, size_t *offset, size_t *count);
+
+/* A contiguous run of one tensor, for optimizers that treat tensors apart. */
+typedef struct {
+    size_t offset, count;
+    TensorKind kind;
+    int layer;
+} ParamSegment;
+/* Every tensor in buffer order; returns the count (at most gpt_max_segments). */
+int gpt_max_segments(const GPTConfig *cfg);
+int gpt_param_segments(const GPTConfig *cfg, ParamSegment *out, int capacity);
+
+/* Pointers to one layer's tensors inside a flat buffer (params or grads). */
+typedef struct {
+    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+    float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} LayerTensors;
+LayerTensors gpt_layer_tensors(const GPTConfig *cfg, float *base, int layer);
+
+typedef struct {
+    GPTConfig cfg;
+    size_t num_params;
+    float *params;
+    float *grads;
+} GPT;
+
+void gpt_create(GPT *model, const GPTConfig *cfg);
+void gpt_free(GPT *model);
+/* GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
+ * biases 0, LayerNorm weights 1; padded rows 0. */
+void gpt_init_weights(GPT *model, uint64_t seed);
+void gpt_zero_grads(GPT *model);
+
+/* Activations for a (B, T) batch shape, allocated once; forward may run any
+ * b <= B, t <= T. */
+typedef struct {
+    int B, T;
+    int scratch_slots;
+    float *memory;  /* all activations in one allocation */
+    size_t layer_stride;
+    float *encoded, *layers, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *proj_out;
+    float *grad_memory; /* backward scratch in one allocation */
+    float *dresidual, *dln, *datty, *dqkv, *dfch_gelu, *dfch, *att_scratch;
+} GPTActs;
+
+void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for_training);
+void gpt_acts_free(GPTActs *acts);
+size_t gpt_acts_bytes(const GPTConfig *cfg, int B, int T, bool for_training);
+
+/* Forward pass over tokens (b,t). With targets, the per-token losses are
+ * written to acts->losses and their sum is returned (double); with
+ * dloss != 0 the logits are replaced by their gradient for backward (dloss is
+ * d(total loss)/d(token loss), usually 1/tokens in the global batch).
+ * Without targets the logits are left for sampling and 0 is returned. */
+double gpt_forward(const GPT *model, GPTActs *acts, const int32_t *inputs, const int32_t *targets, int b, int t,
+                   float dloss);
+
+/* Called by backward as soon as a block's gradients are final for this
+ * micro-step (blocks finish in the order L+1, L, ..., 1, 0). */
+typedef struct {
+    void (*block_done)(void *ctx, int block);
+    void *ctx;
+} BackwardHooks;
+
+/* Backward after gpt_forward(..., dloss != 0); accumulates into model->grads. */
+void gpt_backward(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t, const BackwardHooks *hooks);
+
+/* FLOPs per trained token: 6 x params + 12 x L x C x T (attention counted in
+ * full, as in the PaLM/nanoGPT convention, though the kernel skips the masked half). */
+double gpt_flops_per_token(const GPTConfig *cfg, int seq_len);
+
+#endif

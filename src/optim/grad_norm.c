@@ -1,0 +1,27 @@
+/* grad_norm.c: deterministic sum of squares and the clipping coefficient.
+ * The range is cut into PARTS fixed parts (independent of the thread count),
+ * each summed in order in double, then the parts are added in order. */
+#include "optim/grad_norm.h"
+
+#define PARTS 64
+
+double sum_of_squares(const float *x, size_t n) {
+    double partial[PARTS];
+    size_t per = (n + PARTS - 1) / PARTS;
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < PARTS; p++) {
+        size_t begin = (size_t)p * per, end = begin + per < n ? begin + per : n;
+        double acc = 0.0;
+        for (size_t i = begin; i < end; i++) acc += (double)x[i] * x[i];
+        partial[p] = acc;
+    }
+    double total = 0.0;
+    for (int p = 0; p < PARTS; p++) total += partial[p];
+    return total;
+}
+
+float clip_coefficient(double norm, double max_norm) {
+    if (max_norm <= 0) return 1.0f;
+    double coef = max_norm / (norm + 1e-6);
+    return coef < 1.0 ? (float)coef : 1.0f;
+}

@@ -1,0 +1,14 @@
+/* grad_norm.h: sum of squares of a gradient range, in double, in fixed
+ * chunks summed in order, so the result does not depend on the thread count
+ * and ranks holding shards can add their parts. */
+#ifndef BS_OPTIM_GRAD_NORM_H
+#define BS_OPTIM_GRAD_NORM_H
+
+#include <stddef.h>
+
+double sum_of_squares(const float *x, size_t n);
+/* PyTorch's clip_grad_norm_ coefficient: min(1, max_norm / (norm + 1e-6));
+ * max_norm <= 0 disables clipping (returns 1). */
+float clip_coefficient(double norm, double max_norm);
+
+#endif

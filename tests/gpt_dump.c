@@ -1,0 +1,60 @@
+/* gpt_dump.c: test helper for the PyTorch reference check (ref_torch.py).
+ * Loads an llm.c model file and a batch, runs forward and backward, and
+ * writes logits (B,T,V), the mean loss, and every gradient in llm.c order
+ * (wte without its padded rows) as raw float32.
+ * usage: gpt_dump MODEL INPUTS TARGETS B T OUT   (INPUTS/TARGETS: raw int32) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/io.h"
+#include "model/gpt.h"
+#include "model/llmc_file.h"
+
+static int32_t *read_tokens(const char *path, size_t n) {
+    int32_t *t = bs_malloc(n * sizeof(int32_t));
+    FILE *f = bs_fopen(path, "rb");
+    bs_fread_exact(t, n * sizeof(int32_t), f, path);
+    fclose(f);
+    return t;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 7) bs_die("usage: gpt_dump MODEL INPUTS TARGETS B T OUT");
+    int B = atoi(argv[4]), T = atoi(argv[5]);
+    GPTConfig cfg;
+    llmc_model_read_config(argv[1], &cfg);
+    GPT model;
+    gpt_create(&model, &cfg);
+    llmc_model_read_params(argv[1], &model);
+    int32_t *inputs = read_tokens(argv[2], (size_t)B * T);
+    int32_t *targets = read_tokens(argv[3], (size_t)B * T);
+    GPTActs acts;
+    gpt_acts_create(&acts, &cfg, B, T, true);
+    FILE *out = bs_fopen(argv[6], "wb");
+
+    gpt_forward(&model, &acts, inputs, NULL, B, T, 0.0f);
+    for (size_t i = 0; i < (size_t)B * T; i++)
+        bs_fwrite_all(acts.logits + i * cfg.padded_vocab_size, (size_t)cfg.vocab_size * sizeof(float), out, argv[6]);
+    float dloss = 1.0f / (float)(B * T);
+    double loss_sum = gpt_forward(&model, &acts, inputs, targets, B, T, dloss);
+    float loss = (float)(loss_sum / (B * T));
+    bs_fwrite_all(&loss, sizeof loss, out, argv[6]);
+    gpt_zero_grads(&model);
+    gpt_backward(&model, &acts, inputs, B, T, NULL);
+    for (int k = 0; k < TK_COUNT; k++) {
+        TensorKind kind = (TensorKind)k;
+        int layers = gpt_tensor_is_per_layer(kind) ? cfg.num_layers : 1;
+        for (int l = 0; l < layers; l++) {
+            size_t n = kind == TK_WTE ? (size_t)cfg.vocab_size * cfg.channels : gpt_tensor_numel(&cfg, kind);
+            bs_fwrite_all(model.grads + gpt_tensor_offset(&cfg, kind, l), n * sizeof(float), out, argv[6]);
+        }
+    }
+    fclose(out);
+    gpt_acts_free(&acts);
+    gpt_free(&model);
+    free(inputs);
+    free(targets);
+    return 0;
+}

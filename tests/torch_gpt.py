@@ -1,0 +1,141 @@
+"""torch_gpt.py: an independent GPT-2 in PyTorch, and llm.c model-file I/O.
+
+Used as the reference by the tests (Debian's python3-torch) and as the peer
+by the benchmarks (any PyTorch). Written from the GPT-2 paper's description,
+not from batchscale's C code: pre-LayerNorm blocks, causal attention, tanh
+GELU, tied output embedding, learned positions.
+"""
+import math
+import struct
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+MODEL_MAGIC = 20240326
+
+# llm.c order of tensors; (name, per_layer, shape as a function of cfg)
+TENSORS = [
+    ("wte", False, lambda c: (c["V"], c["C"])),
+    ("wpe", False, lambda c: (c["maxT"], c["C"])),
+    ("ln1w", True, lambda c: (c["C"],)),
+    ("ln1b", True, lambda c: (c["C"],)),
+    ("qkvw", True, lambda c: (3 * c["C"], c["C"])),
+    ("qkvb", True, lambda c: (3 * c["C"],)),
+    ("attprojw", True, lambda c: (c["C"], c["C"])),
+    ("attprojb", True, lambda c: (c["C"],)),
+    ("ln2w", True, lambda c: (c["C"],)),
+    ("ln2b", True, lambda c: (c["C"],)),
+    ("fcw", True, lambda c: (4 * c["C"], c["C"])),
+    ("fcb", True, lambda c: (4 * c["C"],)),
+    ("fcprojw", True, lambda c: (c["C"], 4 * c["C"])),
+    ("fcprojb", True, lambda c: (c["C"],)),
+    ("lnfw", False, lambda c: (c["C"],)),
+    ("lnfb", False, lambda c: (c["C"],)),
+]
+
+
+def padded_vocab(V):
+    return (V + 127) // 128 * 128
+
+
+def init_params(cfg, seed):
+    """GPT-2 style random weights, with LayerNorm weights perturbed so that
+    the check exercises them. Returns {name: tensor} (per-layer tensors have a
+    leading L dimension)."""
+    g = torch.Generator().manual_seed(seed)
+    L = cfg["L"]
+    p = {}
+    for name, per_layer, shape in TENSORS:
+        s = shape(cfg)
+        full = (L,) + s if per_layer else s
+        if name.startswith("ln") and name.endswith("w"):
+            t = 1.0 + 0.1 * torch.randn(full, generator=g)
+        elif name.endswith("b"):
+            t = 0.02 * torch.randn(full, generator=g)
+        else:
+            std = 0.02 / math.sqrt(2 * L) if name in ("attprojw", "fcprojw") else 0.02
+            t = std * torch.randn(full, generator=g)
+        p[name] = t.float()
+    return p
+
+
+def write_model(path, cfg, p):
+    Vp = padded_vocab(cfg["V"])
+    header = np.zeros(256, dtype=np.int32)
+    header[:8] = [MODEL_MAGIC, 3, cfg["maxT"], cfg["V"], cfg["L"], cfg["H"], cfg["C"], Vp]
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        for name, _, _ in TENSORS:
+            t = p[name].detach().contiguous().numpy().astype(np.float32)
+            if name == "wte":
+                t = np.concatenate([t, np.zeros((Vp - cfg["V"], cfg["C"]), np.float32)])
+            f.write(t.tobytes())
+
+
+def read_model(path):
+    with open(path, "rb") as f:
+        header = np.frombuffer(f.read(1024), dtype=np.int32)
+        assert header[0] == MODEL_MAGIC and header[1] == 3, "not an llm.c fp32 model file"
+        cfg = dict(maxT=int(header[2]), V=int(header[3]), L=int(header[4]), H=int(header[5]), C=int(header[6]))
+        Vp = int(header[7])
+        p = {}
+        for name, per_layer, shape in TENSORS:
+            s = shape(cfg)
+            if name == "wte":
+                s = (Vp, cfg["C"])
+            full = (cfg["L"],) + s if per_layer else s
+            n = int(np.prod(full))
+            t = np.frombuffer(f.read(4 * n), dtype=np.float32).reshape(full)
+            if name == "wte":
+                t = t[: cfg["V"]]
+            p[name] = torch.tensor(t.copy())
+    return cfg, p
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
+
+
+def forward(cfg, p, idx, targets=None):
+    """idx, targets: (B, T) int64. Returns logits (B,T,V) and mean loss."""
+    B, T = idx.shape
+    C, H, L = cfg["C"], cfg["H"], cfg["L"]
+    hs = C // H
+    x = p["wte"][idx] + p["wpe"][:T]
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    for l in range(L):
+        h = F.layer_norm(x, (C,), p["ln1w"][l], p["ln1b"][l], 1e-5)
+        qkv = h @ p["qkvw"][l].t() + p["qkvb"][l]
+        q, k, v = qkv.split(C, dim=2)
+        q = q.view(B, T, H, hs).transpose(1, 2)
+        k = k.view(B, T, H, hs).transpose(1, 2)
+        v = v.view(B, T, H, hs).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ p["attprojw"][l].t() + p["attprojb"][l]
+        h = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], 1e-5)
+        h = gelu_tanh(h @ p["fcw"][l].t() + p["fcb"][l])
+        x = x + h @ p["fcprojw"][l].t() + p["fcprojb"][l]
+    x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], 1e-5)
+    logits = x @ p["wte"].t()
+    loss = None
+    if targets is not None:
+        loss = F.cross_entropy(logits.view(-1, cfg["V"]), targets.reshape(-1))
+    return logits, loss
+
+
+def param_groups(p, lr, weight_decay):
+    """AdamW groups: decay on matrices and embeddings, not biases or LayerNorm."""
+    decay = [t for n, t in p.items() if t.dim() >= 2 and not n.startswith("ln")]
+    keep = [t for n, t in p.items() if not (t.dim() >= 2 and not n.startswith("ln"))]
+    return [dict(params=decay, weight_decay=weight_decay), dict(params=keep, weight_decay=0.0)]
+
+
+def write_shard(path, tokens):
+    header = np.zeros(256, dtype=np.int32)
+    header[:3] = [20240520, 1, len(tokens)]
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
