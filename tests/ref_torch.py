@@ -8,11 +8,11 @@
    cosine decay gives the loss sequence and final weights of torch.optim.AdamW
    with clip_grad_norm_ and the same schedule.
 
-Tolerance: max |c - t| / max |t| per tensor <= 1e-5 (forward/backward). Both
-sides are float32 with different summation orders (BLAS blocking, fused
-softmax); over 10 optimizer steps Adam's division by sqrt(v) amplifies
-last-bit differences in small gradients, so the trained weights are compared
-at 1e-4 and the losses at 1e-5 relative.
+Tolerance: max |c - t| / max |t| per tensor <= 1e-5 (forward/backward), and
+1e-5 relative for the 10 losses. The trained weights are compared with a
+float64 PyTorch run at 1e-5, or at twice torch float32's own distance from
+float64 where float32 rounding alone exceeds 1e-5 (the key bias, whose exact
+gradient is zero: Adam turns its float noise into full-size steps).
 """
 import argparse
 import math
@@ -99,29 +99,32 @@ def check_training(batchscale, tmp):
     import json
     c_losses = [json.loads(line)["loss"] for line in open(metrics)]
 
-    params = {k: v.clone().requires_grad_(True) for k, v in p.items()}
-    opt = torch.optim.AdamW(tg.param_groups(params, lr, wd), lr=lr, betas=(0.9, 0.95), eps=1e-8)
-    t_losses, clipped = [], 0
-    for step in range(steps):
-        pos = step + 1
-        if pos <= warmup:
-            cur = lr * pos / warmup
-        else:
-            cur = min_lr + (lr - min_lr) * 0.5 * (1 + math.cos(math.pi * (pos - warmup) / (steps - warmup)))
-        for group in opt.param_groups:
-            group["lr"] = cur
-        chunk = stream[step * B * T: (step + 1) * B * T + 1]
-        # sequential order: sequence s is tokens [s*T, s*T + T + 1)
-        idx = torch.stack([stream[(step * B + b) * T:(step * B + b) * T + T] for b in range(B)])
-        tgt = torch.stack([stream[(step * B + b) * T + 1:(step * B + b) * T + T + 1] for b in range(B)])
-        del chunk
-        opt.zero_grad()
-        _, loss = tg.forward(cfg, params, idx, tgt)
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(list(params.values()), clip)
-        clipped += int(norm.item() > clip)
-        opt.step()
-        t_losses.append(loss.item())
+    def torch_run(dtype):
+        params = {k: v.clone().to(dtype).requires_grad_(True) for k, v in p.items()}
+        opt = torch.optim.AdamW(tg.param_groups(params, lr, wd), lr=lr, betas=(0.9, 0.95), eps=1e-8)
+        losses, clipped = [], 0
+        for step in range(steps):
+            pos = step + 1
+            if pos <= warmup:
+                cur = lr * pos / warmup
+            else:
+                cur = min_lr + (lr - min_lr) * 0.5 * (1 + math.cos(math.pi * (pos - warmup) / (steps - warmup)))
+            for group in opt.param_groups:
+                group["lr"] = cur
+            # sequential order: sequence s is tokens [s*T, s*T + T + 1)
+            idx = torch.stack([stream[(step * B + b) * T:(step * B + b) * T + T] for b in range(B)])
+            tgt = torch.stack([stream[(step * B + b) * T + 1:(step * B + b) * T + T + 1] for b in range(B)])
+            opt.zero_grad()
+            _, loss = tg.forward(cfg, params, idx, tgt)
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(list(params.values()), clip)
+            clipped += int(norm.item() > clip)
+            opt.step()
+            losses.append(loss.item())
+        return params, losses, clipped
+
+    params, t_losses, clipped = torch_run(torch.float32)
+    params64, t64_losses, _ = torch_run(torch.float64)
     print(f"  steps clipped: {clipped} of {steps}")
     if clipped == 0:
         failures.append("clipping never triggered; the check would not cover it")
@@ -130,7 +133,15 @@ def check_training(batchscale, tmp):
         failures.append(f"expected {steps} losses, got {len(c_losses)}")
     _, final_p = tg.read_model(final)
     for name, _, _ in tg.TENSORS:
-        check(f"trained {name}", rel_err(final_p[name].numpy(), params[name].detach().numpy()), 1e-4)
+        c_err = rel_err(final_p[name].numpy(), params64[name].detach().numpy())
+        t_err = rel_err(params[name].detach().numpy(), params64[name].detach().numpy())
+        ct_err = rel_err(final_p[name].numpy(), params[name].detach().numpy())
+        # float32 rounding alone moves torch32 away from float64 by t_err; the key
+        # bias (exactly zero gradient in exact arithmetic, so Adam amplifies its
+        # float noise) is the one tensor where that exceeds 1e-5.
+        tol = max(1e-5, 2 * t_err)
+        print(f"  {name}: C vs torch32 {ct_err:.2e}, torch32 vs f64 {t_err:.2e}")
+        check(f"trained {name} (vs float64)", c_err, tol)
 
 
 def main():

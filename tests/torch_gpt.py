@@ -128,8 +128,9 @@ def forward(cfg, p, idx, targets=None):
 
 def param_groups(p, lr, weight_decay):
     """AdamW groups: decay on matrices and embeddings, not biases or LayerNorm."""
-    decay = [t for n, t in p.items() if t.dim() >= 2 and not n.startswith("ln")]
-    keep = [t for n, t in p.items() if not (t.dim() >= 2 and not n.startswith("ln"))]
+    matrices = ("wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw")  # per-layer tensors are stacked, so test names
+    decay = [t for n, t in p.items() if n in matrices]
+    keep = [t for n, t in p.items() if n not in matrices]
     return [dict(params=decay, weight_decay=weight_decay), dict(params=keep, weight_decay=0.0)]
 
 

@@ -1,1 +1,36 @@
-int main(void){return 0;}
+/* main.c: `batchscale <command> [options]`: dispatches to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} Command;
+
+static const Command commands[] = {
+    {"train", cmd_train, "train a GPT (one process, or many under mpirun)"},
+    {"prepare", cmd_prepare, "turn text files into token shards (llm.c format)"},
+    {"sample", cmd_sample, "generate text from a checkpoint"},
+    {"bench", cmd_bench, "micro-benchmarks (gemm)"},
+};
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: batchscale <command> [options]   (batchscale <command> --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "batchscale: error: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

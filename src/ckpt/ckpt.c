@@ -1,0 +1,356 @@
+/* ckpt.c: checkpoint files, manifest, verification and range reads (see ckpt.h). */
+#define _GNU_SOURCE
+#include "ckpt/ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "core/error.h"
+#include "core/io.h"
+
+#define RANK_MAGIC "BSCKPT01"
+#define RANK_HEADER_BYTES 64
+
+void ckpt_step_dir(char *out, size_t n, const char *ckpt_dir, long step) {
+    snprintf(out, n, "%s/step_%08ld", ckpt_dir, step);
+}
+
+void ckpt_tmp_dir(char *out, size_t n, const char *ckpt_dir, long step) {
+    snprintf(out, n, "%s/.tmp-step_%08ld", ckpt_dir, step);
+}
+
+/* Writes and hashes at once. */
+typedef struct {
+    FILE *f;
+    const char *path;
+    XXH64_state_t *hash;
+    uint64_t bytes;
+} HashedWriter;
+
+static void hw_write(HashedWriter *w, const void *data, size_t n) {
+    bs_fwrite_all(data, n, w->f, w->path);
+    XXH64_update(w->hash, data, n);
+    w->bytes += n;
+}
+
+void ckpt_write_rank_file(const char *tmp_dir, int rank, size_t offset, size_t count, const float *params,
+                          const float *const *state, CkptFile *info) {
+    memset(info, 0, sizeof *info);
+    snprintf(info->name, sizeof info->name, "rank_%05d.bin", rank);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", tmp_dir, info->name);
+    HashedWriter w = {bs_fopen(path, "wb"), path, XXH64_createState(), 0};
+    XXH64_reset(w.hash, 0);
+    unsigned char header[RANK_HEADER_BYTES] = {0};
+    memcpy(header, RANK_MAGIC, 8);
+    uint64_t fields[3] = {offset, count, CKPT_STATE_ARRAYS};
+    memcpy(header + 8, fields, sizeof fields);
+    hw_write(&w, header, sizeof header);
+    hw_write(&w, params, count * sizeof(float));
+    float zeros[1024] = {0};
+    for (int a = 0; a < CKPT_STATE_ARRAYS; a++) {
+        if (state && state[a]) {
+            hw_write(&w, state[a], count * sizeof(float));
+        } else {
+            for (size_t done = 0; done < count; done += 1024)
+                hw_write(&w, zeros, (count - done < 1024 ? count - done : 1024) * sizeof(float));
+        }
+    }
+    bs_fclose_synced(w.f, path);
+    info->offset = offset;
+    info->count = count;
+    info->bytes = w.bytes;
+    info->xxh64 = XXH64_digest(w.hash);
+    XXH64_freeState(w.hash);
+}
+
+static json_t *u64_hex(uint64_t v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%016" PRIx64, v);
+    return json_string(buf);
+}
+
+static json_t *manifest_to_json(const CkptManifest *m) {
+    json_t *files = json_array();
+    for (int i = 0; i < m->num_files; i++) {
+        const CkptFile *f = &m->files[i];
+        json_array_append_new(files, json_pack("{s:s, s:I, s:I, s:I, s:o}", "name", f->name, "offset",
+                                               (json_int_t)f->offset, "count", (json_int_t)f->count, "bytes",
+                                               (json_int_t)f->bytes, "xxh64", u64_hex(f->xxh64)));
+    }
+    json_t *rng = json_array();
+    for (int i = 0; i < 4; i++) json_array_append_new(rng, u64_hex(m->sample_rng.s[i]));
+    return json_pack(
+        "{s:s, s:i, s:I, s:I, s:I, s:{s:i, s:i, s:i, s:i, s:i}, s:{s:i, s:i, s:i, s:i, s:i}, s:{s:s, s:I},"
+        " s:o, s:{s:o, s:b}, s:o}",
+        "format", "batchscale-checkpoint", "version", CKPT_FORMAT_VERSION, "step", (json_int_t)m->step,
+        "seqs_consumed", (json_int_t)m->seqs_consumed, "tokens_consumed", (json_int_t)m->tokens_consumed, "model",
+        "layers", m->model.num_layers, "heads", m->model.num_heads, "channels", m->model.channels, "seq_len",
+        m->model.max_seq_len, "vocab", m->model.vocab_size, "layout", "world", m->world, "dp", m->dp, "tp", m->tp,
+        "pp", m->pp, "zero", m->zero, "optimizer", "name", m->optimizer, "step", (json_int_t)m->optimizer_step,
+        "sample_rng", rng, "data", "seed", u64_hex(m->data_seed), "shuffle", m->data_shuffle, "files", files);
+}
+
+static void prune_old(const char *ckpt_dir, int keep_last) {
+    DIR *d = opendir(ckpt_dir);
+    if (!d) return;
+    long steps[4096];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 4096) {
+        long s;
+        char tail;
+        if (sscanf(e->d_name, "step_%ld%c", &s, &tail) == 1) steps[n++] = s;
+    }
+    closedir(d);
+    /* sort descending, drop everything past keep_last */
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (steps[j] > steps[i]) {
+                long t = steps[i];
+                steps[i] = steps[j];
+                steps[j] = t;
+            }
+    for (int i = keep_last; i < n; i++) {
+        char path[4096];
+        ckpt_step_dir(path, sizeof path, ckpt_dir, steps[i]);
+        bs_remove_tree(path);
+    }
+}
+
+void ckpt_commit(const char *ckpt_dir, const char *tmp_dir, const CkptManifest *m, int keep_last) {
+    json_t *j = manifest_to_json(m);
+    char *text = json_dumps(j, JSON_INDENT(2));
+    json_decref(j);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/manifest.json", tmp_dir);
+    FILE *f = bs_fopen(path, "wb");
+    bs_fwrite_all(text, strlen(text), f, path);
+    bs_fwrite_all("\n", 1, f, path);
+    bs_fclose_synced(f, path);
+    free(text);
+    bs_fsync_dir(tmp_dir);
+    char final_dir[4096], old_dir[4200];
+    ckpt_step_dir(final_dir, sizeof final_dir, ckpt_dir, m->step);
+    snprintf(old_dir, sizeof old_dir, "%s.old", final_dir);
+    bool replaced = bs_path_exists(final_dir);
+    if (replaced && rename(final_dir, old_dir) != 0)
+        bs_die("cannot move old checkpoint %s aside: %s", final_dir, strerror(errno));
+    if (rename(tmp_dir, final_dir) != 0) bs_die("cannot rename %s to %s: %s", tmp_dir, final_dir, strerror(errno));
+    bs_fsync_dir(ckpt_dir);
+    if (replaced) bs_remove_tree(old_dir);
+    if (keep_last > 0) prune_old(ckpt_dir, keep_last);
+}
+
+#define FAIL(...)                                                                                           \
+    do {                                                                                                    \
+        snprintf(why, why_size, __VA_ARGS__);                                                               \
+        json_decref(j);                                                                                     \
+        return false;                                                                                       \
+    } while (0)
+
+static bool parse_hex(json_t *v, uint64_t *out) {
+    const char *s = json_string_value(v);
+    char *end;
+    if (!s || !*s) return false;
+    errno = 0;
+    unsigned long long x = strtoull(s, &end, 16);
+    if (*end || errno) return false;
+    *out = x;
+    return true;
+}
+
+bool ckpt_try_read_manifest(const char *dir, CkptManifest *m, char *why, size_t why_size) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    json_t *j = NULL;
+    if (!bs_is_dir(dir)) FAIL("checkpoint %s does not exist or is not a directory", dir);
+    json_error_t err;
+    j = json_load_file(path, 0, &err);
+    if (!j) FAIL("%s is not a readable checkpoint manifest: %s (line %d)", path, err.text, err.line);
+    memset(m, 0, sizeof *m);
+    const char *format = NULL, *opt = NULL;
+    int version = 0, shuffle = 0;
+    json_int_t step = 0, seqs = 0, tokens = 0, ostep = 0;
+    json_t *rng = NULL, *files = NULL, *seed = NULL;
+    if (json_unpack_ex(j, &err, 0,
+                       "{s:s, s:i, s:I, s:I, s:I, s:{s:i, s:i, s:i, s:i, s:i}, s:{s:i, s:i, s:i, s:i, s:i},"
+                       " s:{s:s, s:I}, s:o, s:{s:o, s:b}, s:o}",
+                       "format", &format, "version", &version, "step", &step, "seqs_consumed", &seqs,
+                       "tokens_consumed", &tokens, "model", "layers", &m->model.num_layers, "heads",
+                       &m->model.num_heads, "channels", &m->model.channels, "seq_len", &m->model.max_seq_len, "vocab",
+                       &m->model.vocab_size, "layout", "world", &m->world, "dp", &m->dp, "tp", &m->tp, "pp", &m->pp,
+                       "zero", &m->zero, "optimizer", "name", &opt, "step", &ostep, "sample_rng", &rng, "data",
+                       "seed", &seed, "shuffle", &shuffle, "files", &files) != 0)
+        FAIL("%s is corrupt: %s", path, err.text);
+    if (strcmp(format, "batchscale-checkpoint") != 0) FAIL("%s is not a batchscale checkpoint manifest", path);
+    if (version != CKPT_FORMAT_VERSION)
+        FAIL("%s has checkpoint format version %d; this build reads version %d", path, version, CKPT_FORMAT_VERSION);
+    char shape_why[256];
+    if (!gpt_config_check(&m->model, shape_why, sizeof shape_why)) FAIL("%s: invalid model shape: %s", path, shape_why);
+    if (step < 0 || seqs < 0 || tokens < 0 || ostep < 0) FAIL("%s is corrupt: negative counters", path);
+    if (m->world < 1 || m->dp < 1 || m->tp < 1 || m->pp < 1 || m->zero < 0 || m->zero > 3)
+        FAIL("%s is corrupt: impossible layout", path);
+    m->step = (long)step;
+    m->seqs_consumed = (uint64_t)seqs;
+    m->tokens_consumed = (uint64_t)tokens;
+    m->optimizer_step = (long)ostep;
+    snprintf(m->optimizer, sizeof m->optimizer, "%s", opt);
+    if (!parse_hex(seed, &m->data_seed)) FAIL("%s is corrupt: data.seed is not a hex number", path);
+    m->data_shuffle = shuffle;
+    if (!json_is_array(rng) || json_array_size(rng) != 4) FAIL("%s is corrupt: sample_rng must hold 4 words", path);
+    for (int i = 0; i < 4; i++)
+        if (!parse_hex(json_array_get(rng, (size_t)i), &m->sample_rng.s[i]))
+            FAIL("%s is corrupt: sample_rng is not hex", path);
+    if (!json_is_array(files) || json_array_size(files) == 0 || json_array_size(files) > CKPT_MAX_FILES)
+        FAIL("%s is corrupt: 'files' must list 1 to %d files", path, CKPT_MAX_FILES);
+    m->num_files = (int)json_array_size(files);
+    for (int i = 0; i < m->num_files; i++) {
+        CkptFile *f = &m->files[i];
+        const char *name;
+        json_t *hash;
+        json_int_t off, cnt, bytes;
+        if (json_unpack_ex(json_array_get(files, (size_t)i), &err, 0, "{s:s, s:I, s:I, s:I, s:o}", "name", &name,
+                           "offset", &off, "count", &cnt, "bytes", &bytes, "xxh64", &hash) != 0)
+            FAIL("%s is corrupt: file entry %d: %s", path, i, err.text);
+        if (strlen(name) >= sizeof f->name || strchr(name, '/') || off < 0 || cnt < 0 || bytes < 0)
+            FAIL("%s is corrupt: bad file entry %d", path, i);
+        snprintf(f->name, sizeof f->name, "%s", name);
+        f->offset = (uint64_t)off;
+        f->count = (uint64_t)cnt;
+        f->bytes = (uint64_t)bytes;
+        if (!parse_hex(hash, &f->xxh64)) FAIL("%s is corrupt: checksum of %s is not hex", path, name);
+        if (f->bytes != RANK_HEADER_BYTES + (1 + CKPT_STATE_ARRAYS) * f->count * sizeof(float))
+            FAIL("%s is corrupt: file %s has an inconsistent size", path, name);
+        if (f->offset + f->count > gpt_num_params(&m->model))
+            FAIL("%s is corrupt: file %s covers a range outside the model", path, name);
+    }
+    json_decref(j);
+    return true;
+}
+
+void ckpt_read_manifest(const char *dir, CkptManifest *m) {
+    char why[600];
+    if (!ckpt_try_read_manifest(dir, m, why, sizeof why)) bs_die("%s", why);
+}
+
+bool ckpt_verify(const char *dir, const CkptManifest *m, char *why, size_t why_size) {
+    char *buf = bs_malloc(1 << 20);
+    bool ok = true;
+    for (int i = 0; i < m->num_files && ok; i++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, m->files[i].name);
+        long long size = bs_file_size(path);
+        if (size < 0) {
+            snprintf(why, why_size, "%s is missing", path);
+            ok = false;
+            break;
+        }
+        if ((uint64_t)size != m->files[i].bytes) {
+            snprintf(why, why_size, "%s is truncated or corrupt: %lld bytes, the manifest says %" PRIu64, path, size,
+                     m->files[i].bytes);
+            ok = false;
+            break;
+        }
+        FILE *f = fopen(path, "rb");
+        if (!f) {
+            snprintf(why, why_size, "cannot open %s: %s", path, strerror(errno));
+            ok = false;
+            break;
+        }
+        XXH64_state_t *h = XXH64_createState();
+        XXH64_reset(h, 0);
+        size_t got;
+        while ((got = fread(buf, 1, 1 << 20, f)) > 0) XXH64_update(h, buf, got);
+        fclose(f);
+        uint64_t digest = XXH64_digest(h);
+        XXH64_freeState(h);
+        if (digest != m->files[i].xxh64) {
+            snprintf(why, why_size, "%s is corrupt: checksum %016" PRIx64 " does not match the manifest's %016" PRIx64,
+                     path, digest, m->files[i].xxh64);
+            ok = false;
+        }
+    }
+    free(buf);
+    return ok;
+}
+
+void ckpt_read_range(const char *dir, const CkptManifest *m, size_t offset, size_t count, float *params,
+                     float *const *state) {
+    size_t covered = 0;
+    for (int i = 0; i < m->num_files; i++) {
+        const CkptFile *cf = &m->files[i];
+        size_t lo = offset > cf->offset ? offset : cf->offset;
+        size_t hi_a = offset + count, hi_b = cf->offset + cf->count;
+        size_t hi = hi_a < hi_b ? hi_a : hi_b;
+        if (lo >= hi) continue;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, cf->name);
+        FILE *f = bs_fopen(path, "rb");
+        char magic[8];
+        bs_fread_exact(magic, 8, f, path);
+        if (memcmp(magic, RANK_MAGIC, 8) != 0) bs_die("%s is not a batchscale checkpoint file (bad magic)", path);
+        for (int a = -1; a < CKPT_STATE_ARRAYS; a++) {
+            float *dst = a < 0 ? params : (state ? state[a] : NULL);
+            if (!dst) continue;
+            long long pos = RANK_HEADER_BYTES + (long long)(a + 1) * (long long)cf->count * 4 +
+                            (long long)(lo - cf->offset) * 4;
+            if (fseeko(f, pos, SEEK_SET) != 0) bs_die("cannot seek in %s", path);
+            bs_fread_exact(dst + (lo - offset), (hi - lo) * sizeof(float), f, path);
+        }
+        fclose(f);
+        covered += hi - lo;
+    }
+    if (covered != count)
+        bs_die("checkpoint %s does not cover parameters [%zu, %zu): its files hold %zu of them", dir, offset,
+               offset + count, covered);
+}
+
+void ckpt_resolve(const char *arg, const char *ckpt_dir, char *out, size_t n) {
+    if (strcmp(arg, "latest") != 0) {
+        snprintf(out, n, "%s", arg);
+        return;
+    }
+    if (!ckpt_dir || !*ckpt_dir) bs_die("--resume latest needs --ckpt-dir (or --out) to know where to look");
+    DIR *d = opendir(ckpt_dir);
+    if (!d) bs_die("--resume latest: cannot open checkpoint directory %s: %s", ckpt_dir, strerror(errno));
+    struct dirent *e;
+    long steps[4096];
+    int count = 0;
+    while ((e = readdir(d)) && count < 4096) {
+        long s;
+        char tail;
+        if (sscanf(e->d_name, "step_%ld%c", &s, &tail) == 1) steps[count++] = s;
+    }
+    closedir(d);
+    for (;;) {
+        int top = -1;
+        for (int i = 0; i < count; i++)
+            if (steps[i] >= 0 && (top < 0 || steps[i] > steps[top])) top = i;
+        if (top < 0) break;
+        char dir[4096];
+        ckpt_step_dir(dir, sizeof dir, ckpt_dir, steps[top]);
+        steps[top] = -1;
+        char manifest_path[4200], why[600];
+        snprintf(manifest_path, sizeof manifest_path, "%s/manifest.json", dir);
+        if (!bs_path_exists(manifest_path)) {
+            bs_warn("skipping %s: no manifest (incomplete checkpoint)", dir);
+            continue;
+        }
+        CkptManifest *m = bs_malloc(sizeof *m);
+        bool ok = ckpt_try_read_manifest(dir, m, why, sizeof why) && ckpt_verify(dir, m, why, sizeof why);
+        free(m);
+        if (ok) {
+            snprintf(out, n, "%s", dir);
+            return;
+        }
+        bs_warn("skipping %s: %s; falling back to an older checkpoint", dir, why);
+    }
+    bs_die("--resume latest: no complete checkpoint in %s", ckpt_dir);
+}

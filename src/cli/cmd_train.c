@@ -1,0 +1,54 @@
+/* cmd_train.c: `batchscale train`: flags -> TrainConfig -> train_run. */
+#include <stdio.h>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "train/trainer.h"
+
+int cmd_train(int argc, char **argv) {
+    TrainConfig c;
+    train_config_defaults(&c);
+    const OptionSpec specs[] = {
+        {"layers", OPT_INT, &c.layers, 1, 1000, "N", "transformer blocks"},
+        {"heads", OPT_INT, &c.heads, 1, 1024, "N", "attention heads (must divide --channels)"},
+        {"channels", OPT_INT, &c.channels, 1, 65536, "N", "model width"},
+        {"seq-len", OPT_INT, &c.seq_len, 1, 1 << 20, "TOKENS", "sequence length (and the model's maximum)"},
+        {"vocab-size", OPT_INT, &c.vocab_size, 2, 1 << 30, "N", "vocabulary size of the data's tokenizer"},
+        {"init-from", OPT_STRING, &c.init_from, OPT_NO_RANGE, "FILE", "start from an llm.c model file (sets the shape)"},
+        {"micro-batch", OPT_INT, &c.micro_batch, 1, 1 << 20, "SEQS", "sequences per micro-step per process"},
+        {"global-batch", OPT_INT, &c.global_batch, 0, 1 << 30, "SEQS", "sequences per optimizer step (0: micro-batch x dp)"},
+        {"steps", OPT_INT, &c.steps, 1, 1e9, "N", "optimizer steps"},
+        {"lr", OPT_DOUBLE, &c.lr, 0, 10, "RATE", "peak learning rate"},
+        {"min-lr", OPT_DOUBLE, &c.min_lr, 0, 10, "RATE", "learning rate at the end of the cosine decay"},
+        {"warmup", OPT_INT, &c.warmup, 0, 1e9, "STEPS", "linear warm-up steps"},
+        {"weight-decay", OPT_DOUBLE, &c.weight_decay, 0, 10, "X", "AdamW decoupled weight decay (matrices, embeddings)"},
+        {"grad-clip", OPT_DOUBLE, &c.grad_clip, 0, 1e9, "NORM", "clip the global gradient norm (0: off)"},
+        {"beta1", OPT_DOUBLE, &c.beta1, 0, 0.999999, "X", "AdamW beta1"},
+        {"beta2", OPT_DOUBLE, &c.beta2, 0, 0.999999999, "X", "AdamW beta2"},
+        {"eps", OPT_DOUBLE, &c.eps, 0, 1, "X", "AdamW epsilon"},
+        {"data", OPT_STRING, &c.data, OPT_NO_RANGE, "PATH", "training shards: a file, a directory or a glob"},
+        {"val-data", OPT_STRING, &c.val_data, OPT_NO_RANGE, "PATH", "validation shards"},
+        {"data-order", OPT_STRING, &c.data_order, OPT_NO_RANGE, "ORDER", "shuffled or sequential"},
+        {"seed", OPT_LONG, &c.seed, 0, 9.2e18, "N", "seed of initial weights, data order and sampling"},
+        {"eval-every", OPT_INT, &c.eval_every, 0, 1e9, "STEPS", "validation loss every N steps (0: off)"},
+        {"val-batches", OPT_INT, &c.val_batches, 0, 1e9, "N", "micro-batches per validation"},
+        {"sample-every", OPT_INT, &c.sample_every, 0, 1e9, "STEPS", "print a sample every N steps (0: only at the end)"},
+        {"sample-tokens", OPT_INT, &c.sample_tokens, 0, 1e6, "N", "tokens per sample (0: no samples)"},
+        {"temperature", OPT_DOUBLE, &c.temperature, 0, 100, "T", "sampling temperature (0: greedy)"},
+        {"top-k", OPT_INT, &c.top_k, 0, 1 << 30, "K", "sample among the K most likely tokens (0: all)"},
+        {"out", OPT_STRING, &c.out, OPT_NO_RANGE, "DIR", "run directory: final model.bin and ckpt/"},
+        {"metrics", OPT_STRING, &c.metrics, OPT_NO_RANGE, "FILE", "JSON-lines metrics, one object per step"},
+        {"save-model", OPT_STRING, &c.save_model, OPT_NO_RANGE, "FILE", "write the final llm.c model file"},
+        {"ckpt-dir", OPT_STRING, &c.ckpt_dir, OPT_NO_RANGE, "DIR", "checkpoint directory (default OUT/ckpt)"},
+        {"ckpt-every", OPT_INT, &c.ckpt_every, 0, 1e9, "STEPS", "checkpoint every N steps (0: only at the end)"},
+        {"keep-last", OPT_INT, &c.keep_last, 0, 1e6, "N", "checkpoints to keep (0: all)"},
+        {"resume", OPT_STRING, &c.resume, OPT_NO_RANGE, "DIR|latest", "continue from a checkpoint"},
+        {"threads", OPT_INT, &c.threads, 0, 1024, "N", "OpenMP/BLAS threads per process (0: OMP_NUM_THREADS or all)"},
+        {"log-every", OPT_INT, &c.log_every, 1, 1e9, "STEPS", "progress line interval when not on a terminal"},
+        {"quiet", OPT_FLAG, &c.quiet, OPT_NO_RANGE, "", "print nothing but errors"},
+    };
+    if (!options_parse(specs, (int)(sizeof specs / sizeof specs[0]), argc, argv,
+                       "usage: batchscale train [options]\n\nTrains a GPT-2 style model on token shards."))
+        return 0;
+    return train_run(&c);
+}

@@ -1,0 +1,40 @@
+/* options.h: a table-driven long-option parser over getopt_long.
+ *
+ * A command describes its options once (name, type, target field, range,
+ * unit, help); the same table drives parsing, range checks with one-line
+ * errors naming the flag, and `--help`, which prints each option with its
+ * current value as the default. */
+#ifndef BS_CLI_OPTIONS_H
+#define BS_CLI_OPTIONS_H
+
+#include <stdbool.h>
+
+typedef enum {
+    OPT_INT,    /* int; accepts K/M/G suffixes (powers of 1000) */
+    OPT_LONG,   /* long long; same suffixes */
+    OPT_DOUBLE, /* double */
+    OPT_FLOAT,  /* float */
+    OPT_STRING, /* const char * (points into argv) */
+    OPT_FLAG,   /* bool, no argument: sets true */
+} OptionType;
+
+typedef struct {
+    const char *name;
+    OptionType type;
+    void *target;
+    double min, max; /* inclusive range for numbers; ignored if min > max */
+    const char *unit; /* shown in --help, may be "" */
+    const char *help;
+} OptionSpec;
+
+#define OPT_NO_RANGE 1, 0
+
+/* Parses argv[first..]. Unknown options, missing or malformed values and
+ * out-of-range numbers die with one line. Returns false if --help was given
+ * (help already printed). Positional arguments are not accepted. */
+bool options_parse(const OptionSpec *specs, int count, int argc, char **argv, const char *usage);
+void options_print_help(const OptionSpec *specs, int count, const char *usage);
+/* Parses "12", "2.5M", "1G" (powers of 1000) into *out; false if malformed. */
+bool parse_count(const char *text, double *out);
+
+#endif

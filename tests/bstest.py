@@ -1,0 +1,80 @@
+"""bstest.py: shared helpers for the CLI tests: run batchscale, make a small
+corpus, read metrics and llm.c model files."""
+import json
+import os
+import random
+import subprocess
+import tempfile
+
+import numpy as np
+
+BATCHSCALE = os.environ.get("BATCHSCALE", "build/batchscale")
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+
+WORDS = ("the and of to in that he shall unto for his a lord they be is him not them it with all thou "
+         "thy was god which my me said but ye their have will").split()
+
+
+def run(args, check=True, env=None, timeout=600):
+    full_env = dict(os.environ, OMP_NUM_THREADS="1")
+    if env:
+        full_env.update(env)
+    p = subprocess.run([BATCHSCALE] + args, capture_output=True, text=True, env=full_env, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"batchscale {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def make_corpus(directory, nbytes=200_000, seed=0):
+    """A word-salad text corpus prepared into byte-level shards; returns the data dir."""
+    rng = random.Random(seed)
+    text = []
+    size = 0
+    while size < nbytes:
+        line = " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 14))) + ".\n"
+        text.append(line)
+        size += len(line)
+    src = os.path.join(directory, "corpus.txt")
+    with open(src, "w") as f:
+        f.write("".join(text))
+    out = os.path.join(directory, "data")
+    run(["prepare", "--in", src, "--out", out])
+    return out
+
+
+def read_metrics(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def read_model(path):
+    with open(path, "rb") as f:
+        header = np.frombuffer(f.read(1024), dtype=np.int32)
+        body = np.frombuffer(f.read(), dtype=np.float32)
+    return header, body
+
+
+def tiny_train_args(data_dir, steps=10, **overrides):
+    args = {
+        "layers": 2, "heads": 2, "channels": 32, "seq-len": 32, "micro-batch": 4, "steps": steps,
+        "lr": 3e-3, "warmup": 2, "eval-every": 0, "sample-tokens": 0, "threads": 1, "quiet": None,
+        "data": os.path.join(data_dir, "train_000000.bin"),
+    }
+    args.update(overrides)
+    out = ["train"]
+    for k, v in args.items():
+        if v is False:
+            continue
+        out.append("--" + k)
+        if v is not None:
+            out.append(str(v))
+    return out
+
+
+class TempDir:
+    def __enter__(self):
+        self.t = tempfile.TemporaryDirectory()
+        return self.t.name
+
+    def __exit__(self, *exc):
+        self.t.cleanup()
