@@ -21,6 +21,16 @@ static double uniform(void) { /* xorshift64, test-local */
     rng_state ^= rng_state << 17;
     return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
 }
+/* Every buffer of the test is kept here and freed at the end (for LeakSanitizer). */
+static void *owned[256];
+static int num_owned = 0;
+static void *keep(void *p) {
+    if (num_owned < 256) owned[num_owned++] = p;
+    return p;
+}
+#define malloc(n) keep(malloc(n))
+#define calloc(n, s) keep(calloc(n, s))
+
 static double *rand_vec(size_t n, double scale) {
     double *v = malloc(n * sizeof(double));
     for (size_t i = 0; i < n; i++) v[i] = scale * uniform();
@@ -200,6 +210,7 @@ int main(void) {
     check_gelu();
     check_softmax_xent();
     check_encoder();
+    for (int i = 0; i < num_owned; i++) free(owned[i]);
     if (failures) printf("%d gradient check(s) FAILED\n", failures);
     else printf("all gradient checks passed\n");
     return failures ? 1 : 0;

@@ -94,7 +94,17 @@ def read_model(path):
 
 
 def gelu_tanh(x):
-    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
+    return F.gelu(x, approximate="tanh")
+
+
+def causal_attention(q, k, v):
+    """(B,H,T,hs) each; PyTorch's fused kernel where it has one (2.x), else explicit."""
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    T, hs = q.shape[-2], q.shape[-1]
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+    return att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
 
 
 def forward(cfg, p, idx, targets=None):
@@ -103,7 +113,6 @@ def forward(cfg, p, idx, targets=None):
     C, H, L = cfg["C"], cfg["H"], cfg["L"]
     hs = C // H
     x = p["wte"][idx] + p["wpe"][:T]
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
     for l in range(L):
         h = F.layer_norm(x, (C,), p["ln1w"][l], p["ln1b"][l], 1e-5)
         qkv = h @ p["qkvw"][l].t() + p["qkvb"][l]
@@ -111,9 +120,7 @@ def forward(cfg, p, idx, targets=None):
         q = q.view(B, T, H, hs).transpose(1, 2)
         k = k.view(B, T, H, hs).transpose(1, 2)
         v = v.view(B, T, H, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        y = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
         x = x + y @ p["attprojw"][l].t() + p["attprojb"][l]
         h = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], 1e-5)
         h = gelu_tanh(h @ p["fcw"][l].t() + p["fcb"][l])

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "kernels/blas_cpu.h"
 
 typedef struct {
     const char *name;
@@ -24,6 +25,7 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+    blas_ensure_cpu_kernels(argv);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

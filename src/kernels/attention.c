@@ -18,6 +18,7 @@ static void softmax_causal_rows(real *att, int r0, int r1, int T) {
     for (int i = r0; i < r1; i++) {
         real *row = att + (size_t)i * T;
         real m = row[0];
+#pragma omp simd reduction(max : m)
         for (int j = 1; j <= i; j++) m = row[j] > m ? row[j] : m;
         real sum = 0;
 #pragma omp simd reduction(+ : sum)

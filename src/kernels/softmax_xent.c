@@ -12,6 +12,7 @@ double softmax_xent_forward_backward(real *logits, real *losses, const int32_t *
         real *row = logits + i * Vp;
         int target = targets[i];
         real m = row[0];
+#pragma omp simd reduction(max : m)
         for (int j = 1; j < V; j++) m = row[j] > m ? row[j] : m;
         real target_logit = row[target];
         real sum = 0;
