@@ -1,0 +1,256 @@
+/* comm.c: process groups: MPI set-up and tear-down, node detection (or
+ * emulation), partitions, small exact collectives, timeouts and accounting. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/comm_internal.h"
+#include "core/error.h"
+#include "core/timer.h"
+
+static void abort_unfinished(void) {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+void comm_check(int rc, const Comm *comm, const char *what) {
+    if (rc == MPI_SUCCESS) return;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    bs_warn("%s on the %s group failed: %s (a rank died?); aborting the job", what, comm->name, msg);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+void comm_timeout(Comm *comm, const char *what, size_t bytes, int waiting_on) {
+    char who[64] = "another rank";
+    if (waiting_on >= 0) snprintf(who, sizeof who, "rank %d", waiting_on);
+    bs_warn("%s (%s, %.1f MB) on the %s group timed out after %.0f s waiting for %s; aborting the job "
+            "(raise --comm-timeout if this rank is only slow)",
+            what, comm_algo_name(comm->algo), (double)bytes / 1e6, comm->name, comm->timeout_s, who);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+int comm_next_tag(Comm *comm) {
+    int slot = (int)(comm->op_sequence++ % OP_TAG_SLOTS);
+    return slot * RING_MAX_SEGMENTS;
+}
+
+bool comm_parse_algo(const char *name, CommAlgo *out) {
+    if (strcmp(name, "mpi") == 0) *out = COMM_ALGO_MPI;
+    else if (strcmp(name, "ring") == 0) *out = COMM_ALGO_RING;
+    else if (strcmp(name, "hierarchical") == 0) *out = COMM_ALGO_HIERARCHICAL;
+    else return false;
+    return true;
+}
+
+const char *comm_algo_name(CommAlgo algo) {
+    switch (algo) {
+    case COMM_ALGO_MPI: return "mpi";
+    case COMM_ALGO_RING: return "ring";
+    case COMM_ALGO_HIERARCHICAL: return "hierarchical";
+    }
+    return "?";
+}
+
+static Comm *wrap(MPI_Comm mpi, CommAlgo algo, double timeout_s, const char *name) {
+    Comm *c = bs_calloc(1, sizeof *c);
+    c->mpi = mpi;
+    MPI_Comm_set_errhandler(mpi, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(mpi, &c->rank);
+    MPI_Comm_size(mpi, &c->size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &c->world_rank);
+    c->algo = algo;
+    c->timeout_s = timeout_s;
+    snprintf(c->name, sizeof c->name, "%.60s", name);
+    return c;
+}
+
+/* Builds the node and cross groups of c (not recursively: they stay flat). */
+static void setup_nodes(Comm *c, int ranks_per_node) {
+    MPI_Comm node_mpi, cross_mpi;
+    if (ranks_per_node > 0) {
+        comm_check(MPI_Comm_split(c->mpi, c->rank / ranks_per_node, c->rank, &node_mpi), c, "node split");
+    } else {
+        comm_check(MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node_mpi), c,
+                   "node detection");
+    }
+    int local, lsize;
+    MPI_Comm_rank(node_mpi, &local);
+    MPI_Comm_size(node_mpi, &lsize);
+    /* node index: the order of the nodes' first ranks */
+    int leader = c->rank;
+    MPI_Bcast(&leader, 1, MPI_INT, 0, node_mpi);
+    int *leaders = bs_malloc(sizeof(int) * (size_t)c->size), *sizes = bs_malloc(sizeof(int) * (size_t)c->size);
+    MPI_Allgather(&leader, 1, MPI_INT, leaders, 1, MPI_INT, c->mpi);
+    MPI_Allgather(&lsize, 1, MPI_INT, sizes, 1, MPI_INT, c->mpi);
+    int index = 0, nodes = 0;
+    bool uniform = true;
+    for (int i = 0; i < c->size; i++) {
+        if (leaders[i] == i) { /* i leads a node */
+            if (i < leader) index++;
+            nodes++;
+        }
+        if (sizes[i] != lsize) uniform = false;
+    }
+    free(leaders);
+    free(sizes);
+    /* hierarchical part order: local index first, then node */
+    int coords[2] = {local, index};
+    int *all = bs_malloc(sizeof(int) * 2 * (size_t)c->size);
+    MPI_Allgather(coords, 2, MPI_INT, all, 2, MPI_INT, c->mpi);
+    c->hier_part = bs_malloc(sizeof(int) * (size_t)c->size);
+    c->rank_local = bs_malloc(sizeof(int) * (size_t)c->size);
+    c->rank_node = bs_malloc(sizeof(int) * (size_t)c->size);
+    for (int i = 0; i < c->size; i++) {
+        c->rank_local[i] = all[2 * i];
+        c->rank_node[i] = all[2 * i + 1];
+        c->hier_part[i] = all[2 * i] * nodes + all[2 * i + 1];
+    }
+    free(all);
+    comm_check(MPI_Comm_split(c->mpi, local, index, &cross_mpi), c, "cross-node split");
+    char name[sizeof c->name];
+    snprintf(name, sizeof name, "%.50s/node", c->name);
+    c->node = wrap(node_mpi, COMM_ALGO_RING, c->timeout_s, name);
+    snprintf(name, sizeof name, "%.50s/cross", c->name);
+    c->cross = wrap(cross_mpi, COMM_ALGO_RING, c->timeout_s, name);
+    c->node_index = index;
+    c->num_nodes = nodes;
+    c->local_index = local;
+    c->local_size = lsize;
+    c->uniform_nodes = uniform;
+    c->ranks_per_node = ranks_per_node;
+}
+
+Comm *comm_init(int *argc, char ***argv, CommAlgo algo, int ranks_per_node, double timeout_s, const char *name) {
+    int provided;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) bs_die("MPI_Init failed");
+    atexit(abort_unfinished);
+    Comm *world = wrap(MPI_COMM_WORLD, algo, timeout_s, name);
+    if (ranks_per_node > 0 && world->size % ranks_per_node != 0)
+        bs_die("--ranks-per-node %d does not divide the %d processes", ranks_per_node, world->size);
+    setup_nodes(world, ranks_per_node);
+    if (algo == COMM_ALGO_HIERARCHICAL && !world->uniform_nodes)
+        bs_die("hierarchical collectives need the same number of ranks on every node (use --ranks-per-node)");
+    return world;
+}
+
+Comm *comm_split(Comm *parent, int color, int key, const char *name) {
+    MPI_Comm sub;
+    comm_check(MPI_Comm_split(parent->mpi, color, key, &sub), parent, "group split");
+    Comm *c = wrap(sub, parent->algo, parent->timeout_s, name);
+    setup_nodes(c, parent->ranks_per_node);
+    return c;
+}
+
+static void free_flat(Comm *c) {
+    while (c->free_ops) {
+        CommOp *op = c->free_ops;
+        c->free_ops = op->next_free;
+        for (int p = 0; p < OP_MAX_PHASES; p++) ring_release(&op->phase[p]);
+        free(op->counts);
+        free(op->displs);
+        free(op);
+    }
+    if (c->mpi != MPI_COMM_WORLD) MPI_Comm_free(&c->mpi);
+    free(c->hier_part);
+    free(c->rank_local);
+    free(c->rank_node);
+    free(c);
+}
+
+void comm_free(Comm *comm) {
+    if (!comm) return;
+    if (comm->node) free_flat(comm->node);
+    if (comm->cross) free_flat(comm->cross);
+    free_flat(comm);
+}
+
+void comm_finalize(Comm *world) {
+    comm_barrier(world);
+    comm_free(world);
+    MPI_Finalize();
+}
+
+void comm_abort(Comm *comm, int code) {
+    (void)comm;
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+int comm_rank(const Comm *comm) { return comm->rank; }
+int comm_size(const Comm *comm) { return comm->size; }
+int comm_world_rank(const Comm *comm) { return comm->world_rank; }
+CommAlgo comm_algo(const Comm *comm) { return comm->algo; }
+int comm_num_nodes(const Comm *comm) { return comm->num_nodes; }
+
+void comm_set_algo(Comm *comm, CommAlgo algo) {
+    if (algo == COMM_ALGO_HIERARCHICAL && !comm->uniform_nodes)
+        bs_die("hierarchical collectives need the same number of ranks on every node (use --ranks-per-node)");
+    comm->algo = algo;
+}
+
+/* Part index of a group rank: rank order, or local index first (hierarchical). */
+static int part_index(const Comm *comm, int rank) {
+    return comm->algo == COMM_ALGO_HIERARCHICAL ? comm->hier_part[rank] : rank;
+}
+
+void part_range(size_t total, int parts, int q, size_t *offset, size_t *count) {
+    size_t base = total / (size_t)parts, extra = total % (size_t)parts;
+    *offset = (size_t)q * base + ((size_t)q < extra ? (size_t)q : extra);
+    *count = base + ((size_t)q < extra ? 1 : 0);
+}
+
+void comm_partition(const Comm *comm, size_t total, int rank, size_t *offset, size_t *count) {
+    part_range(total, comm->size, part_index(comm, rank), offset, count);
+}
+
+/* Waits for a single MPI request with the group's timeout. */
+static void wait_request(Comm *comm, MPI_Request *req, const char *what, size_t bytes) {
+    double t0 = bs_now();
+    int flag = 0;
+    for (;;) {
+        comm_check(MPI_Test(req, &flag, MPI_STATUS_IGNORE), comm, what);
+        if (flag) break;
+        if (bs_now() - t0 > comm->timeout_s) comm_timeout(comm, what, bytes, -1);
+    }
+    comm->stats.wait_seconds += bs_now() - t0;
+}
+
+void comm_allreduce_double(Comm *comm, double *values, int n) {
+    MPI_Request req;
+    comm_check(MPI_Iallreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, comm->mpi, &req), comm, "all-reduce");
+    wait_request(comm, &req, "all-reduce of statistics", (size_t)n * 8);
+}
+
+void comm_allreduce_max_double(Comm *comm, double *values, int n) {
+    MPI_Request req;
+    comm_check(MPI_Iallreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_MAX, comm->mpi, &req), comm, "all-reduce");
+    wait_request(comm, &req, "all-reduce (max) of statistics", (size_t)n * 8);
+}
+
+void comm_broadcast_bytes(Comm *comm, void *data, size_t bytes, int root) {
+    MPI_Request req;
+    comm_check(MPI_Ibcast(data, (int)bytes, MPI_BYTE, root, comm->mpi, &req), comm, "broadcast");
+    wait_request(comm, &req, "broadcast", bytes);
+}
+
+void comm_gather_bytes(Comm *comm, const void *data, size_t bytes, void *out, int root) {
+    MPI_Request req;
+    comm_check(MPI_Igather(data, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, root, comm->mpi, &req), comm,
+               "gather");
+    wait_request(comm, &req, "gather", bytes * (size_t)comm->size);
+}
+
+void comm_barrier(Comm *comm) {
+    MPI_Request req;
+    comm_check(MPI_Ibarrier(comm->mpi, &req), comm, "barrier");
+    wait_request(comm, &req, "barrier", 0);
+}
+
+CommStats comm_stats(const Comm *comm) { return comm->stats; }
+void comm_reset_stats(Comm *comm) { memset(&comm->stats, 0, sizeof comm->stats); }

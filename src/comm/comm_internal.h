@@ -1,0 +1,98 @@
+/* comm_internal.h: the structures behind comm.h, shared by the files of
+ * comm/ only (group set-up, the ring engine, the operation front end). */
+#ifndef BS_COMM_INTERNAL_H
+#define BS_COMM_INTERNAL_H
+
+#include <mpi.h>
+
+#include "comm/comm.h"
+
+#define RING_MAX_SEGMENTS 64
+#define RING_SEGMENT_BYTES (512 * 1024)
+#define OP_TAG_SLOTS 128 /* tags per group: slot * RING_MAX_SEGMENTS + segment */
+
+struct Comm {
+    MPI_Comm mpi;
+    int rank, size, world_rank;
+    CommAlgo algo;
+    double timeout_s;
+    char name[64];
+    /* nodes (real or emulated) for the hierarchical algorithm */
+    Comm *node;  /* the ranks of this rank's node */
+    Comm *cross; /* the ranks with this rank's local index, one per node */
+    int node_index, num_nodes, local_index, local_size;
+    bool uniform_nodes;
+    int *hier_part; /* part index of each group rank under the hierarchical order */
+    int *rank_local, *rank_node; /* local index and node index of each group rank */
+    int ranks_per_node; /* 0: detected */
+    unsigned op_sequence; /* operations started, for tags */
+    CommStats stats;
+    CommOp *free_ops; /* finished operations kept for reuse (with their buffers) */
+};
+
+/* One ring pass (reduce-scatter and/or all-gather, or a broadcast chain) on
+ * one group, segment by segment. */
+typedef struct {
+    int step; /* index of the step this segment is in */
+    MPI_Request send, recv;
+    bool send_active, recv_active, done;
+} RingSegment;
+
+typedef enum { RING_REDUCE_SCATTER, RING_ALLGATHER, RING_ALLREDUCE, RING_BROADCAST } RingKind;
+
+typedef struct {
+    Comm *comm;
+    RingKind kind;
+    float *buf;
+    size_t *chunk_offset, *chunk_length; /* per group rank, relative to buf */
+    size_t chunk_capacity;               /* allocated entries in the two arrays */
+    int root;                            /* broadcast */
+    int segments, steps, tag;
+    bool started, finished;
+    float *tmp; /* reduce-scatter receive buffer: segments x largest segment */
+    size_t tmp_capacity;
+    RingSegment seg[RING_MAX_SEGMENTS];
+    uint64_t bytes_sent;
+} RingPass;
+
+#define OP_MAX_PHASES 3
+
+struct CommOp {
+    Comm *comm;
+    const char *what; /* "all-reduce", ... */
+    double start_time;
+    size_t payload_bytes;
+    /* MPI's own algorithm */
+    bool uses_mpi;
+    MPI_Request request;
+    int *counts, *displs;
+    size_t counts_capacity;
+    float *move_from, *move_to; /* in-place reduce-scatter result to move into place */
+    size_t move_count;
+    uint64_t mpi_bytes; /* what a ring would send, for accounting */
+    /* ring phases */
+    RingPass phase[OP_MAX_PHASES];
+    int num_phases, current_phase;
+    CommOp *next_free;
+};
+
+/* ring.c */
+void ring_setup(RingPass *r, Comm *comm, RingKind kind, float *buf, int tag);
+void ring_set_chunk(RingPass *r, int group_rank, size_t offset, size_t length);
+void ring_set_even_chunks(RingPass *r, size_t n);
+/* Posts the first messages; call once the data in buf is ready. */
+void ring_start(RingPass *r);
+/* Advances; returns true when this rank's part is complete. */
+bool ring_progress(RingPass *r);
+/* World rank this pass is waiting on (for timeout messages), or -1. */
+int ring_waiting_on(const RingPass *r);
+void ring_release(RingPass *r);
+
+/* comm.c */
+void comm_check(int rc, const Comm *comm, const char *what);
+void comm_timeout(Comm *comm, const char *what, size_t bytes, int waiting_on);
+int comm_next_tag(Comm *comm);
+/* Part q of [0, total) cut into `parts` near-equal contiguous parts. */
+void part_range(size_t total, int parts, int q, size_t *offset, size_t *count);
+
+#endif
