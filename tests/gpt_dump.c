@@ -34,11 +34,11 @@ int main(int argc, char **argv) {
     gpt_acts_create(&acts, &cfg, B, T, true);
     FILE *out = bs_fopen(argv[6], "wb");
 
-    gpt_forward(&model, &acts, inputs, NULL, B, T, 0.0f);
+    gpt_forward(&model, &acts, inputs, NULL, B, T, 0.0f, NULL);
     for (size_t i = 0; i < (size_t)B * T; i++)
         bs_fwrite_all(acts.logits + i * cfg.padded_vocab_size, (size_t)cfg.vocab_size * sizeof(float), out, argv[6]);
     float dloss = 1.0f / (float)(B * T);
-    double loss_sum = gpt_forward(&model, &acts, inputs, targets, B, T, dloss);
+    double loss_sum = gpt_forward(&model, &acts, inputs, targets, B, T, dloss, NULL);
     float loss = (float)(loss_sum / (B * T));
     bs_fwrite_all(&loss, sizeof loss, out, argv[6]);
     gpt_zero_grads(&model);

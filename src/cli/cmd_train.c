@@ -3,6 +3,8 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "comm/comm.h"
+#include "core/error.h"
 #include "train/trainer.h"
 
 int cmd_train(int argc, char **argv) {
@@ -46,9 +48,25 @@ int cmd_train(int argc, char **argv) {
         {"threads", OPT_INT, &c.threads, 0, 1024, "N", "OpenMP/BLAS threads per process (0: OMP_NUM_THREADS or all)"},
         {"log-every", OPT_INT, &c.log_every, 1, 1e9, "STEPS", "progress line interval when not on a terminal"},
         {"quiet", OPT_FLAG, &c.quiet, OPT_NO_RANGE, "", "print nothing but errors"},
+        {"dp", OPT_INT, &c.dp, 0, 1 << 20, "N", "data-parallel ranks (0: the number of processes)"},
+        {"zero", OPT_INT, &c.zero, 0, 3, "STAGE", "ZeRO stage: 0 replicate, 1 shard optimizer, 2 +gradients, 3 +parameters"},
+        {"bucket-mb", OPT_DOUBLE, &c.bucket_mb, 0.001, 1024, "MB", "gradient bucket size"},
+        {"no-overlap", OPT_FLAG, &c.no_overlap, OPT_NO_RANGE, "", "reduce gradients after backward, not during it"},
+        {"comm-algo", OPT_STRING, &c.comm_algo, OPT_NO_RANGE, "ALGO", "collectives: mpi, ring or hierarchical"},
+        {"ranks-per-node", OPT_INT, &c.ranks_per_node, 0, 1 << 20, "N", "emulate nodes of N ranks (0: detect)"},
+        {"comm-timeout", OPT_DOUBLE, &c.comm_timeout, 0.1, 1e7, "SECONDS", "abort the job if a collective stalls this long"},
+        {"baseline-tokens-per-s", OPT_DOUBLE, &c.baseline_tokens_per_s, 0, 1e12, "RATE", "1-process rate, for scaling efficiency"},
+        {"trace", OPT_STRING, &c.trace, OPT_NO_RANGE, "FILE", "write a Chrome trace-event JSON (Perfetto)"},
+        {"inject-fault", OPT_STRING, &c.inject_fault, OPT_NO_RANGE, "SPEC", "testing: stall:RANK:STEP or exit:RANK:STEP"},
     };
     if (!options_parse(specs, (int)(sizeof specs / sizeof specs[0]), argc, argv,
                        "usage: batchscale train [options]\n\nTrains a GPT-2 style model on token shards."))
         return 0;
-    return train_run(&c);
+    CommAlgo algo;
+    if (!comm_parse_algo(c.comm_algo, &algo))
+        bs_die("--comm-algo must be mpi, ring or hierarchical (got '%s')", c.comm_algo);
+    Comm *world = comm_init(&argc, &argv, algo, c.ranks_per_node, c.comm_timeout, "data-parallel");
+    int status = train_run(&c, world);
+    comm_finalize(world);
+    return status;
 }

@@ -227,8 +227,10 @@ static void complete(CommOp *op) {
     uint64_t bytes = op->mpi_bytes;
     for (int p = 0; p < op->num_phases; p++) bytes += op->phase[p].bytes_sent;
     c->stats.bytes_sent += bytes;
-    c->stats.busy_seconds += bs_now() - op->start_time;
+    double now = bs_now();
+    c->stats.busy_seconds += now - op->start_time;
     c->stats.operations++;
+    trace_add(c->trace, op->what, "comm", op->start_time, now);
     op_recycle(op);
 }
 

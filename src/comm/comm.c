@@ -9,11 +9,16 @@
 #include "core/error.h"
 #include "core/timer.h"
 
+/* At exit before comm_finalize (an error): a lone process finalizes quietly;
+ * in a job, MPI_Abort ends every other rank instead of leaving it waiting. */
 static void abort_unfinished(void) {
-    int initialized = 0, finalized = 0;
+    int initialized = 0, finalized = 0, size = 1;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
-    if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (!initialized || finalized) return;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size == 1) MPI_Finalize();
+    else MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
 void comm_check(int rc, const Comm *comm, const char *what) {
@@ -21,14 +26,14 @@ void comm_check(int rc, const Comm *comm, const char *what) {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
-    bs_warn("%s on the %s group failed: %s (a rank died?); aborting the job", what, comm->name, msg);
+    bs_error("%s on the %s group failed: %s (a rank died?); aborting the job", what, comm->name, msg);
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
 void comm_timeout(Comm *comm, const char *what, size_t bytes, int waiting_on) {
     char who[64] = "another rank";
     if (waiting_on >= 0) snprintf(who, sizeof who, "rank %d", waiting_on);
-    bs_warn("%s (%s, %.1f MB) on the %s group timed out after %.0f s waiting for %s; aborting the job "
+    bs_error("%s (%s, %.1f MB) on the %s group timed out after %.0f s waiting for %s; aborting the job "
             "(raise --comm-timeout if this rank is only slow)",
             what, comm_algo_name(comm->algo), (double)bytes / 1e6, comm->name, comm->timeout_s, who);
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -250,6 +255,42 @@ void comm_barrier(Comm *comm) {
     MPI_Request req;
     comm_check(MPI_Ibarrier(comm->mpi, &req), comm, "barrier");
     wait_request(comm, &req, "barrier", 0);
+}
+
+char *comm_gather_text(Comm *comm, const char *text, const char *sep, int root) {
+    int len = (int)strlen(text);
+    int *lens = bs_malloc(sizeof(int) * (size_t)comm->size);
+    comm_gather_bytes(comm, &len, sizeof len, lens, root);
+    char *joined = NULL;
+    int *displs = NULL, *counts = NULL;
+    size_t seplen = strlen(sep), total = 0;
+    if (comm->rank == root) {
+        displs = bs_malloc(sizeof(int) * (size_t)comm->size);
+        counts = lens;
+        for (int i = 0; i < comm->size; i++) {
+            displs[i] = (int)total;
+            total += (size_t)lens[i] + seplen;
+        }
+        joined = bs_malloc(total + 1);
+    }
+    MPI_Request req;
+    comm_check(MPI_Igatherv(text, len, MPI_CHAR, joined, counts, displs, MPI_CHAR, root, comm->mpi, &req), comm,
+               "gather");
+    wait_request(comm, &req, "gather of text", (size_t)len);
+    if (joined) { /* close the gaps with separators */
+        for (int i = 0; i < comm->size - 1; i++) memcpy(joined + displs[i] + lens[i], sep, seplen);
+        size_t end = displs[comm->size - 1] + (size_t)lens[comm->size - 1];
+        joined[end] = '\0';
+    }
+    free(lens);
+    free(displs);
+    return joined;
+}
+
+void comm_set_trace(Comm *comm, Trace *trace) {
+    comm->trace = trace;
+    if (comm->node) comm->node->trace = NULL;
+    if (comm->cross) comm->cross->trace = NULL;
 }
 
 CommStats comm_stats(const Comm *comm) { return comm->stats; }

@@ -90,6 +90,13 @@ void comm_broadcast_bytes(Comm *comm, void *data, size_t bytes, int root);
 /* Gathers `bytes` from every rank into out (size * bytes) on root. */
 void comm_gather_bytes(Comm *comm, const void *data, size_t bytes, void *out, int root);
 void comm_barrier(Comm *comm);
+/* Concatenates every rank's text (in rank order, joined by `sep`) on root;
+ * returns it there (caller frees) and NULL elsewhere. */
+char *comm_gather_text(Comm *comm, const char *text, const char *sep, int root);
+
+/* Record each collective as an interval (NULL: stop recording). */
+typedef struct Trace Trace;
+void comm_set_trace(Comm *comm, Trace *trace);
 
 CommStats comm_stats(const Comm *comm);
 void comm_reset_stats(Comm *comm);

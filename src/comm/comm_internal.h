@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include "comm/comm.h"
+#include "core/trace.h"
 
 #define RING_MAX_SEGMENTS 64
 #define RING_SEGMENT_BYTES (512 * 1024)
@@ -28,6 +29,7 @@ struct Comm {
     unsigned op_sequence; /* operations started, for tags */
     CommStats stats;
     CommOp *free_ops; /* finished operations kept for reuse (with their buffers) */
+    Trace *trace;
 };
 
 /* One ring pass (reduce-scatter and/or all-gather, or a broadcast chain) on

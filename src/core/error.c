@@ -49,6 +49,13 @@ void bs_warn(const char *fmt, ...) {
     va_end(ap);
 }
 
+void bs_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vreport("error: ", fmt, ap);
+    va_end(ap);
+}
+
 void *bs_malloc(size_t bytes) {
     void *p = malloc(bytes ? bytes : 1);
     if (!p) bs_die("out of memory allocating %zu bytes", bytes);

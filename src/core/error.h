@@ -24,6 +24,8 @@ int bs_launcher_size(void);
 
 BS_NORETURN void bs_die(const char *fmt, ...) BS_PRINTF(1, 2);
 void bs_warn(const char *fmt, ...) BS_PRINTF(1, 2);
+/* Prints an error line without exiting (for callers that end the job otherwise). */
+void bs_error(const char *fmt, ...) BS_PRINTF(1, 2);
 
 /* malloc/calloc that die with the requested size on failure. */
 void *bs_malloc(size_t bytes);

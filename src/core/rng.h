@@ -16,7 +16,8 @@ uint64_t rng_next(Rng *rng);
 float rng_uniform(Rng *rng);
 /* Uniform integer in [0, n), n > 0, without modulo bias. */
 uint64_t rng_below(Rng *rng, uint64_t n);
-/* Standard normal (Box-Muller, in double precision). */
+/* Standard normal (Box-Muller, in double precision). Draws exactly two words,
+ * which gpt_init_range relies on to skip values it does not keep. */
 double rng_normal(Rng *rng);
 
 #endif

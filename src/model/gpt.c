@@ -132,8 +132,9 @@ int gpt_param_segments(const GPTConfig *cfg, ParamSegment *out, int capacity) {
     return n;
 }
 
-LayerTensors gpt_layer_tensors(const GPTConfig *cfg, float *base, int layer) {
-#define AT(kind) (base + gpt_tensor_offset(cfg, kind, layer))
+LayerTensors gpt_layer_tensors(const GPTConfig *cfg, float *block) {
+    const size_t start = gpt_tensor_offset(cfg, TK_FIRST_LAYER_KIND, 0);
+#define AT(kind) (block + (gpt_tensor_offset(cfg, kind, 0) - start))
     LayerTensors t = {
         .ln1w = AT(TK_LN1W), .ln1b = AT(TK_LN1B), .qkvw = AT(TK_QKVW), .qkvb = AT(TK_QKVB),
         .attprojw = AT(TK_ATTPROJW), .attprojb = AT(TK_ATTPROJB), .ln2w = AT(TK_LN2W), .ln2b = AT(TK_LN2B),
@@ -143,11 +144,13 @@ LayerTensors gpt_layer_tensors(const GPTConfig *cfg, float *base, int layer) {
     return t;
 }
 
-void gpt_create(GPT *model, const GPTConfig *cfg) {
+void gpt_create(GPT *model, const GPTConfig *cfg) { gpt_create_with(model, cfg, GPT_ALLOC_PARAMS | GPT_ALLOC_GRADS); }
+
+void gpt_create_with(GPT *model, const GPTConfig *cfg, int alloc) {
     model->cfg = *cfg;
     model->num_params = gpt_num_params(cfg);
-    model->params = bs_calloc(model->num_params, sizeof(float));
-    model->grads = bs_calloc(model->num_params, sizeof(float));
+    model->params = (alloc & GPT_ALLOC_PARAMS) ? bs_calloc(model->num_params, sizeof(float)) : NULL;
+    model->grads = (alloc & GPT_ALLOC_GRADS) ? bs_calloc(model->num_params, sizeof(float)) : NULL;
 }
 
 void gpt_free(GPT *model) {
@@ -156,32 +159,41 @@ void gpt_free(GPT *model) {
     model->params = model->grads = NULL;
 }
 
-void gpt_init_weights(GPT *model, uint64_t seed) {
-    const GPTConfig *cfg = &model->cfg;
+void gpt_init_range(const GPTConfig *cfg, uint64_t seed, float *dst, size_t offset, size_t count) {
     Rng rng;
     rng_seed(&rng, seed);
     int cap = gpt_max_segments(cfg);
-    ParamSegment *all = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
-    int n = gpt_param_segments(cfg, all, cap);
-    double residual_std = 0.02 / sqrt(2.0 * cfg->num_layers);
+    ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
+    int n = gpt_param_segments(cfg, segs, cap);
+    const double residual_std = 0.02 / sqrt(2.0 * cfg->num_layers);
+    const size_t end = offset + count;
     for (int i = 0; i < n; i++) {
-        float *p = model->params + all[i].offset;
-        size_t count = all[i].count;
-        TensorKind k = all[i].kind;
-        if (k == TK_LN1W || k == TK_LN2W || k == TK_LNFW) {
-            for (size_t j = 0; j < count; j++) p[j] = 1.0f;
-        } else if (gpt_tensor_decays(k)) {
-            double std = (k == TK_ATTPROJW || k == TK_FCPROJW) ? residual_std : 0.02;
-            if (k == TK_WTE) count = (size_t)cfg->vocab_size * cfg->channels; /* padded rows stay 0 */
-            for (size_t j = 0; j < count; j++) p[j] = (float)(std * rng_normal(&rng));
-        } else {
-            memset(p, 0, count * sizeof(float));
+        TensorKind k = segs[i].kind;
+        size_t lo = segs[i].offset, hi = segs[i].offset + segs[i].count;
+        size_t random = gpt_tensor_decays(k) ? segs[i].count : 0; /* values drawn for this tensor */
+        if (k == TK_WTE) random = (size_t)cfg->vocab_size * cfg->channels; /* padded rows stay 0 */
+        double std = (k == TK_ATTPROJW || k == TK_FCPROJW) ? residual_std : 0.02;
+        bool ones = k == TK_LN1W || k == TK_LN2W || k == TK_LNFW;
+        for (size_t j = lo; j < hi; j++) {
+            bool mine = j >= offset && j < end;
+            float v = ones ? 1.0f : 0.0f;
+            if (j - lo < random) {
+                if (mine) v = (float)(std * rng_normal(&rng));
+                else rng_next(&rng), rng_next(&rng); /* rng_normal draws two words */
+            }
+            if (mine) dst[j - offset] = v;
         }
     }
-    free(all);
+    free(segs);
 }
 
-void gpt_zero_grads(GPT *model) { memset(model->grads, 0, model->num_params * sizeof(float)); }
+void gpt_init_weights(GPT *model, uint64_t seed) {
+    gpt_init_range(&model->cfg, seed, model->params, 0, model->num_params);
+}
+
+void gpt_zero_grads(GPT *model) {
+    if (model->grads) memset(model->grads, 0, model->num_params * sizeof(float));
+}
 
 /* One layer's activations inside acts->layers. */
 typedef struct {
@@ -267,18 +279,41 @@ void gpt_acts_free(GPTActs *acts) {
     memset(acts, 0, sizeof *acts);
 }
 
+/* The model's own buffers, when no BlockAccess is given. */
+static float *block_start(const GPTConfig *cfg, float *base, int block) {
+    size_t off, count;
+    gpt_block_range(cfg, block, &off, &count);
+    return base + off;
+}
+
+static float *params_of(const GPT *model, const BlockAccess *a, int block) {
+    return a ? a->params(a->ctx, block) : block_start(&model->cfg, model->params, block);
+}
+
+static void params_done(const BlockAccess *a, int block) {
+    if (a && a->params_done) a->params_done(a->ctx, block);
+}
+
+static float *grads_of(const GPT *model, const BlockAccess *a, int block) {
+    return a ? a->grads(a->ctx, block) : block_start(&model->cfg, model->grads, block);
+}
+
+static void grads_done(const BlockAccess *a, int block) {
+    if (a && a->grads_done) a->grads_done(a->ctx, block);
+}
+
 double gpt_forward(const GPT *model, GPTActs *acts, const int32_t *inputs, const int32_t *targets, int b, int t,
-                   float dloss) {
+                   float dloss, const BlockAccess *access) {
     const GPTConfig *cfg = &model->cfg;
-    const int C = cfg->channels, H = cfg->num_heads;
+    const int C = cfg->channels, H = cfg->num_heads, L = cfg->num_layers;
     const size_t N = (size_t)b * t;
     if (b > acts->B || t > acts->T) bs_die("internal: batch %dx%d exceeds the activations' %dx%d", b, t, acts->B, acts->T);
-    float *params = model->params;
-    encoder_forward(acts->encoded, inputs, params + gpt_tensor_offset(cfg, TK_WTE, 0),
-                    params + gpt_tensor_offset(cfg, TK_WPE, 0), b, t, C);
+    float *emb = params_of(model, access, 0);
+    float *wte = emb, *wpe = emb + gpt_tensor_numel(cfg, TK_WTE);
+    encoder_forward(acts->encoded, inputs, wte, wpe, b, t, C);
     const float *residual = acts->encoded;
-    for (int l = 0; l < cfg->num_layers; l++) {
-        LayerTensors w = gpt_layer_tensors(cfg, params, l);
+    for (int l = 0; l < L; l++) {
+        LayerTensors w = gpt_layer_tensors(cfg, params_of(model, access, l + 1));
         LayerActs a = layer_acts(acts, cfg, l);
         layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
         matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, N, C, 3 * C);
@@ -291,40 +326,39 @@ double gpt_forward(const GPT *model, GPTActs *acts, const int32_t *inputs, const
         matmul_forward(acts->proj_out, a.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
         residual_forward(a.residual3, a.residual2, acts->proj_out, N * C);
         residual = a.residual3;
+        params_done(access, l + 1);
     }
-    layernorm_forward(acts->lnf, acts->lnf_mean, acts->lnf_rstd, residual, params + gpt_tensor_offset(cfg, TK_LNFW, 0),
-                      params + gpt_tensor_offset(cfg, TK_LNFB, 0), N, C);
-    matmul_forward(acts->logits, acts->lnf, params + gpt_tensor_offset(cfg, TK_WTE, 0), NULL, N, C,
-                   cfg->padded_vocab_size);
+    float *lnf = params_of(model, access, L + 1);
+    layernorm_forward(acts->lnf, acts->lnf_mean, acts->lnf_rstd, residual, lnf, lnf + C, N, C);
+    params_done(access, L + 1);
+    matmul_forward(acts->logits, acts->lnf, wte, NULL, N, C, cfg->padded_vocab_size);
+    params_done(access, 0);
     if (!targets) return 0;
     return softmax_xent_forward_backward(acts->logits, acts->losses, targets, N, cfg->vocab_size,
                                          cfg->padded_vocab_size, dloss);
 }
 
-static void notify(const BackwardHooks *hooks, int block) {
-    if (hooks && hooks->block_done) hooks->block_done(hooks->ctx, block);
-}
-
-void gpt_backward(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t, const BackwardHooks *hooks) {
+void gpt_backward(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t, const BlockAccess *access) {
     const GPTConfig *cfg = &model->cfg;
     const int C = cfg->channels, H = cfg->num_heads, L = cfg->num_layers;
     const size_t N = (size_t)b * t;
     if (!acts->grad_memory) bs_die("internal: activations were created without backward buffers");
-    float *params = model->params, *grads = model->grads;
-    size_t wte = gpt_tensor_offset(cfg, TK_WTE, 0);
+    const size_t wpe_offset = gpt_tensor_numel(cfg, TK_WTE);
+    float *demb = grads_of(model, access, 0); /* first: it marks the start of backward */
+    float *emb = params_of(model, access, 0);
 
     /* logits = lnf @ wte^T; acts->logits already holds dlogits */
-    matmul_backward(acts->dln, grads + wte, NULL, acts->logits, acts->lnf, params + wte, N, C, cfg->padded_vocab_size);
+    matmul_backward(acts->dln, demb, NULL, acts->logits, acts->lnf, emb, N, C, cfg->padded_vocab_size);
     memset(acts->dresidual, 0, N * C * sizeof(float));
     const float *last = L > 0 ? layer_acts(acts, cfg, L - 1).residual3 : acts->encoded;
-    size_t lnfw = gpt_tensor_offset(cfg, TK_LNFW, 0), lnfb = gpt_tensor_offset(cfg, TK_LNFB, 0);
-    layernorm_backward(acts->dresidual, grads + lnfw, grads + lnfb, acts->dln, last, params + lnfw, acts->lnf_mean,
-                       acts->lnf_rstd, N, C);
-    notify(hooks, L + 1);
+    float *lnf = params_of(model, access, L + 1), *dlnf = grads_of(model, access, L + 1);
+    layernorm_backward(acts->dresidual, dlnf, dlnf + C, acts->dln, last, lnf, acts->lnf_mean, acts->lnf_rstd, N, C);
+    grads_done(access, L + 1);
+    params_done(access, L + 1);
 
     for (int l = L - 1; l >= 0; l--) {
-        LayerTensors w = gpt_layer_tensors(cfg, params, l);
-        LayerTensors g = gpt_layer_tensors(cfg, grads, l);
+        LayerTensors w = gpt_layer_tensors(cfg, params_of(model, access, l + 1));
+        LayerTensors g = gpt_layer_tensors(cfg, grads_of(model, access, l + 1));
         LayerActs a = layer_acts(acts, cfg, l);
         const float *inp = l == 0 ? acts->encoded : layer_acts(acts, cfg, l - 1).residual3;
         /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))) */
@@ -338,10 +372,12 @@ void gpt_backward(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t
         attention_backward(acts->dqkv, acts->att_scratch, acts->scratch_slots, acts->datty, a.qkv, a.att, b, t, C, H);
         matmul_backward(acts->dln, g.qkvw, g.qkvb, acts->dqkv, a.ln1, w.qkvw, N, C, 3 * C);
         layernorm_backward(acts->dresidual, g.ln1w, g.ln1b, acts->dln, inp, w.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
-        notify(hooks, l + 1);
+        grads_done(access, l + 1);
+        params_done(access, l + 1);
     }
-    encoder_backward(grads + wte, grads + gpt_tensor_offset(cfg, TK_WPE, 0), acts->dresidual, inputs, b, t, C);
-    notify(hooks, 0);
+    encoder_backward(demb, demb + wpe_offset, acts->dresidual, inputs, b, t, C);
+    grads_done(access, 0);
+    params_done(access, 0);
 }
 
 double gpt_flops_per_token(const GPTConfig *cfg, int seq_len) {

@@ -65,25 +65,32 @@ typedef struct {
 int gpt_max_segments(const GPTConfig *cfg);
 int gpt_param_segments(const GPTConfig *cfg, ParamSegment *out, int capacity);
 
-/* Pointers to one layer's tensors inside a flat buffer (params or grads). */
+/* Pointers to one layer's tensors, from the start of its block (params or
+ * grads; every layer block has the same internal layout). */
 typedef struct {
     float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
     float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 } LayerTensors;
-LayerTensors gpt_layer_tensors(const GPTConfig *cfg, float *base, int layer);
+LayerTensors gpt_layer_tensors(const GPTConfig *cfg, float *block);
 
 typedef struct {
     GPTConfig cfg;
     size_t num_params;
-    float *params;
-    float *grads;
+    float *params; /* the full flat buffer, or NULL when another owner provides blocks (ZeRO-3) */
+    float *grads;  /* likewise (NULL under ZeRO-2/3) */
 } GPT;
 
+/* Allocates both flat buffers (zeroed). */
 void gpt_create(GPT *model, const GPTConfig *cfg);
+enum { GPT_ALLOC_PARAMS = 1, GPT_ALLOC_GRADS = 2 };
+/* Allocates only the buffers named in alloc (flags above). */
+void gpt_create_with(GPT *model, const GPTConfig *cfg, int alloc);
 void gpt_free(GPT *model);
 /* GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
  * biases 0, LayerNorm weights 1; padded rows 0. */
 void gpt_init_weights(GPT *model, uint64_t seed);
+/* The same values for [offset, offset+count) only, into dst (a ZeRO-3 shard). */
+void gpt_init_range(const GPTConfig *cfg, uint64_t seed, float *dst, size_t offset, size_t count);
 void gpt_zero_grads(GPT *model);
 
 /* Activations for a (B, T) batch shape, allocated once; forward may run any
@@ -102,23 +109,30 @@ void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for
 void gpt_acts_free(GPTActs *acts);
 size_t gpt_acts_bytes(const GPTConfig *cfg, int B, int T, bool for_training);
 
+/* Where forward and backward find each block's parameters and put its
+ * gradients. NULL means the model's own flat buffers. Data parallelism uses it
+ * to launch a bucket's reduction as soon as backward finishes the bucket's
+ * blocks, and ZeRO-3 to gather a block's parameters just before use.
+ * Forward uses blocks 0, 1..L, L+1 in that order; backward L+1, L, ..., 1, 0
+ * (block 0, the embeddings, also at its start: the output layer is tied). */
+typedef struct {
+    float *(*params)(void *ctx, int block);     /* the block's parameters, block layout */
+    void (*params_done)(void *ctx, int block);  /* not needed again in this pass */
+    float *(*grads)(void *ctx, int block);      /* where to accumulate its gradients */
+    void (*grads_done)(void *ctx, int block);   /* its gradients are final for this micro-step */
+    void *ctx;
+} BlockAccess;
+
 /* Forward pass over tokens (b,t). With targets, the per-token losses are
  * written to acts->losses and their sum is returned (double); with
  * dloss != 0 the logits are replaced by their gradient for backward (dloss is
  * d(total loss)/d(token loss), usually 1/tokens in the global batch).
  * Without targets the logits are left for sampling and 0 is returned. */
 double gpt_forward(const GPT *model, GPTActs *acts, const int32_t *inputs, const int32_t *targets, int b, int t,
-                   float dloss);
+                   float dloss, const BlockAccess *access);
 
-/* Called by backward as soon as a block's gradients are final for this
- * micro-step (blocks finish in the order L+1, L, ..., 1, 0). */
-typedef struct {
-    void (*block_done)(void *ctx, int block);
-    void *ctx;
-} BackwardHooks;
-
-/* Backward after gpt_forward(..., dloss != 0); accumulates into model->grads. */
-void gpt_backward(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t, const BackwardHooks *hooks);
+/* Backward after gpt_forward(..., dloss != 0); accumulates (+=) gradients. */
+void gpt_backward(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t, const BlockAccess *access);
 
 /* FLOPs per trained token: 6 x params + 12 x L x C x T (attention counted in
  * full, as in the PaLM/nanoGPT convention, though the kernel skips the masked half). */

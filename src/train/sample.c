@@ -61,7 +61,7 @@ int sample_generate(const GPT *model, GPTActs *acts, int32_t *tokens, int len, i
     for (int i = 0; i < n; i++) {
         int t = len < T ? len : T;
         const int32_t *context = tokens + (len - t);
-        gpt_forward(model, acts, context, NULL, 1, t, 0.0f);
+        gpt_forward(model, acts, context, NULL, 1, t, 0.0f, NULL);
         const float *row = acts->logits + (size_t)(t - 1) * cfg->padded_vocab_size;
         tokens[len++] = sample_next(row, cfg->vocab_size, p, rng, scratch);
     }

@@ -1,19 +1,23 @@
 /* trainer.c: the training job (see trainer.h): set-up, the step loop with
- * gradient accumulation, evaluation, sampling, metrics and checkpoints. */
+ * gradient accumulation over data-parallel ranks, evaluation, sampling,
+ * metrics, trace and checkpoints. Rank 0 prints and writes metrics. */
 #include "train/trainer.h"
 
 #include <jansson.h>
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt/ckpt.h"
 #include "core/error.h"
 #include "core/io.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "data/bytetok.h"
 #include "data/loader.h"
 #include "model/gpt.h"
@@ -21,8 +25,11 @@
 #include "optim/adamw.h"
 #include "optim/grad_norm.h"
 #include "optim/lr_schedule.h"
+#include "parallel/data_parallel.h"
 #include "train/progress.h"
 #include "train/sample.h"
+#include "train/train_ckpt.h"
+#include "train/trainer_state.h"
 
 void train_config_defaults(TrainConfig *c) {
     memset(c, 0, sizeof *c);
@@ -32,7 +39,6 @@ void train_config_defaults(TrainConfig *c) {
     c->seq_len = 128;
     c->vocab_size = BYTETOK_VOCAB;
     c->micro_batch = 8;
-    c->global_batch = 0;
     c->steps = 100;
     c->lr = 1e-3;
     c->min_lr = 1e-4;
@@ -48,149 +54,200 @@ void train_config_defaults(TrainConfig *c) {
     c->seed = 1337;
     c->eval_every = 50;
     c->val_batches = 8;
-    c->sample_every = 0;
     c->sample_tokens = 200;
     c->top_k = 40;
     c->temperature = 0.8;
-    c->out = "";
-    c->metrics = "";
-    c->save_model = "";
-    c->ckpt_dir = "";
-    c->resume = "";
-    c->ckpt_every = 0;
+    c->out = c->metrics = c->save_model = c->ckpt_dir = c->resume = c->init_from = "";
     c->keep_last = 3;
-    c->threads = 0;
     c->log_every = 10;
+    c->zero = 0;
+    c->bucket_mb = 8;
+    c->comm_algo = "ring";
+    c->comm_timeout = 300;
+    c->trace = c->inject_fault = "";
 }
-
-typedef struct {
-    TrainConfig cfg;
-    GPT model;
-    GPTActs acts;
-    DataLoader train_data, val_data;
-    bool has_val;
-    float *m, *v; /* AdamW moments over the parameters this rank updates */
-    ParamSegment *segments;
-    int num_segments;
-    int32_t *inputs, *targets;
-    int accum_steps;
-    long step;               /* optimizer steps done */
-    uint64_t seqs_consumed;  /* data position */
-    long optimizer_step;
-    Rng sample_rng;
-    LrSchedule lr;
-    FILE *metrics;
-    Progress progress;
-    char ckpt_dir[4096];
-} Trainer;
 
 static bool is_set(const char *s) { return s && *s; }
 
-/* Loads one micro-batch: sequences [first, first + micro_batch) of the data order. */
+/* ---- fault injection (tests) ---- */
+
+static void parse_fault(Trainer *tr) {
+    const char *spec = tr->cfg.inject_fault;
+    if (!is_set(spec)) return;
+    char kind[16];
+    int rank, step;
+    if (sscanf(spec, "%15[a-z]:%d:%d", kind, &rank, &step) != 3 || (strcmp(kind, "stall") && strcmp(kind, "exit")))
+        bs_die("--inject-fault must be stall:RANK:STEP or exit:RANK:STEP (got '%s')", spec);
+    tr->fault_kind = kind[0];
+    tr->fault_rank = rank;
+    tr->fault_step = step;
+}
+
+static void maybe_fault(Trainer *tr) {
+    if (!tr->fault_kind || tr->rank != tr->fault_rank || tr->step + 1 != tr->fault_step) return;
+    if (tr->fault_kind == 'e') raise(SIGKILL); /* dies like a lost machine: no message, no clean-up */
+    for (;;) pause();                          /* stalls forever */
+}
+
+/* Peak resident memory of this process (VmHWM), 0 if unknown. */
+static long long peak_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
+}
+
+/* ---- one optimizer step ---- */
+
 static void load_micro_batch(Trainer *tr, uint64_t first) {
     int T = tr->cfg.seq_len;
     for (int b = 0; b < tr->cfg.micro_batch; b++)
         loader_sequence(&tr->train_data, first + (uint64_t)b, tr->inputs + (size_t)b * T, tr->targets + (size_t)b * T);
 }
 
+static void optimizer_update(Trainer *tr, double lr, float grad_scale) {
+    const TrainConfig *c = &tr->cfg;
+    const size_t lo_range = tr->update_offset, hi_range = tr->update_offset + tr->update_count;
+    float *params = dp_update_params(tr->dp), *grads = dp_update_grads(tr->dp);
+    tr->optimizer_step++;
+    for (int i = 0; i < tr->num_segments; i++) {
+        const ParamSegment *s = &tr->segments[i];
+        size_t count = s->count;
+        if (s->kind == TK_WTE) count = (size_t)tr->model.cfg.vocab_size * tr->model.cfg.channels; /* not padding */
+        size_t lo = s->offset > lo_range ? s->offset : lo_range;
+        size_t hi = s->offset + count < hi_range ? s->offset + count : hi_range;
+        if (lo >= hi) continue;
+        AdamWStep as = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps,
+                        gpt_tensor_decays(s->kind) ? (float)c->weight_decay : 0.0f, grad_scale, tr->optimizer_step};
+        size_t at = lo - lo_range;
+        adamw_update(params + at, grads + at, tr->m + at, tr->v + at, hi - lo, &as);
+    }
+}
+
+static StepResult train_step(Trainer *tr) {
+    const TrainConfig *c = &tr->cfg;
+    const int B = c->micro_batch, T = c->seq_len;
+    const float dloss = 1.0f / ((float)c->global_batch * (float)T);
+    StepResult r = {0};
+    comm_reset_stats(tr->dpc);
+    double t_start = bs_now();
+    dp_begin_step(tr->dp);
+    double loss_sum = 0;
+    for (int micro = 0; micro < tr->accum_steps; micro++) {
+        const BlockAccess *access = dp_micro_access(tr->dp, micro == tr->accum_steps - 1);
+        load_micro_batch(tr, tr->seqs_consumed + ((uint64_t)micro * tr->dp_size + (uint64_t)tr->rank) * B);
+        double t0 = bs_now();
+        loss_sum += gpt_forward(&tr->model, &tr->acts, tr->inputs, tr->targets, B, T, dloss, access);
+        double t1 = bs_now();
+        gpt_backward(&tr->model, &tr->acts, tr->inputs, B, T, access);
+        dp_end_micro(tr->dp);
+        trace_add(&tr->trace, "forward", "compute", t0, t1);
+        trace_add(&tr->trace, "backward", "compute", t1, bs_now());
+    }
+    double t_opt = bs_now();
+    r.grad_norm = sqrt(dp_grad_sum_squares(tr->dp));
+    float scale = clip_coefficient(r.grad_norm, c->grad_clip);
+    r.lr = lr_at(&tr->lr, (double)(tr->step + 1));
+    optimizer_update(tr, r.lr, scale);
+    dp_after_update(tr->dp);
+    trace_add(&tr->trace, "optimizer", "compute", t_opt, bs_now());
+    /* statistics across ranks: loss sum; step time max and -min */
+    double dt = bs_now() - t_start;
+    double sums[1] = {loss_sum}, extremes[3] = {dt, -dt, (double)peak_rss_bytes()};
+    comm_allreduce_double(tr->dpc, sums, 1);
+    comm_allreduce_max_double(tr->dpc, extremes, 3);
+    CommStats cs = comm_stats(tr->dpc);
+    r.loss = sums[0] / ((double)c->global_batch * T);
+    r.seconds = bs_now() - t_start;
+    r.slowest = extremes[0];
+    r.fastest = -extremes[1];
+    r.peak_rss = extremes[2];
+    r.comm_bytes = cs.bytes_sent;
+    r.comm_exposed = cs.wait_seconds;
+    r.comm_busy = cs.busy_seconds;
+    tr->seqs_consumed += (uint64_t)c->global_batch;
+    tr->step++;
+    return r;
+}
+
+/* ---- evaluation and sampling ---- */
+
 static double evaluate(Trainer *tr) {
     if (!tr->has_val || tr->cfg.val_batches <= 0) return NAN;
-    int B = tr->cfg.micro_batch, T = tr->cfg.seq_len;
-    double sum = 0;
-    long tokens = 0;
-    for (int i = 0; i < tr->cfg.val_batches; i++) {
+    const int B = tr->cfg.micro_batch, T = tr->cfg.seq_len;
+    const int rounds = (tr->cfg.val_batches + tr->dp_size - 1) / tr->dp_size; /* same count on every rank */
+    double stats[2] = {0, 0};
+    for (int round = 0; round < rounds; round++) {
+        int i = round * tr->dp_size + tr->rank;
+        int batch = i < tr->cfg.val_batches ? i : 0;
         for (int b = 0; b < B; b++)
-            loader_sequence(&tr->val_data, (uint64_t)i * B + (uint64_t)b, tr->inputs + (size_t)b * T,
+            loader_sequence(&tr->val_data, (uint64_t)batch * B + (uint64_t)b, tr->inputs + (size_t)b * T,
                             tr->targets + (size_t)b * T);
-        sum += gpt_forward(&tr->model, &tr->acts, tr->inputs, tr->targets, B, T, 0.0f);
-        tokens += (long)B * T;
+        double loss = gpt_forward(&tr->model, &tr->acts, tr->inputs, tr->targets, B, T, 0.0f, dp_eval_access(tr->dp));
+        if (i < tr->cfg.val_batches) {
+            stats[0] += loss;
+            stats[1] += (double)B * T;
+        }
     }
-    return sum / (double)tokens;
+    comm_allreduce_double(tr->dpc, stats, 2);
+    return stats[0] / stats[1];
+}
+
+/* The full parameters on every rank, for sampling and export (a collective
+ * under ZeRO-3). Returns a model the caller frees with gpt_free. */
+static GPT full_model(Trainer *tr) {
+    GPT m;
+    gpt_create_with(&m, &tr->model.cfg, GPT_ALLOC_PARAMS);
+    dp_gather_params(tr->dp, m.params);
+    return m;
 }
 
 static void print_sample(Trainer *tr) {
-    if (tr->cfg.sample_tokens <= 0) return;
-    GPTActs acts;
-    gpt_acts_create(&acts, &tr->model.cfg, 1, tr->model.cfg.max_seq_len, false);
-    int n = tr->cfg.sample_tokens;
-    int32_t *tokens = bs_malloc((size_t)(n + 1) * sizeof(int32_t));
-    tokens[0] = BYTETOK_EOT;
-    SampleParams sp = {(float)tr->cfg.temperature, tr->cfg.top_k};
-    int len = sample_generate(&tr->model, &acts, tokens, 1, n, &sp, &tr->sample_rng);
-    unsigned char *text = bs_malloc((size_t)len + 1);
-    size_t bytes = bytetok_decode(tokens + 1, (size_t)len - 1, text);
-    text[bytes] = '\0';
-    progress_line(&tr->progress, "--- sample at step %ld (temperature %.2f, top-k %d) ---\n%s\n---", tr->step,
-                  tr->cfg.temperature, tr->cfg.top_k, (char *)text);
-    free(text);
-    free(tokens);
-    gpt_acts_free(&acts);
+    if (tr->cfg.sample_tokens <= 0 || tr->cfg.quiet) return;
+    GPT m = full_model(tr);
+    if (tr->rank == 0) {
+        GPTActs acts;
+        gpt_acts_create(&acts, &m.cfg, 1, m.cfg.max_seq_len, false);
+        int n = tr->cfg.sample_tokens;
+        int32_t *tokens = bs_malloc((size_t)(n + 1) * sizeof(int32_t));
+        tokens[0] = BYTETOK_EOT;
+        SampleParams sp = {(float)tr->cfg.temperature, tr->cfg.top_k};
+        int len = sample_generate(&m, &acts, tokens, 1, n, &sp, &tr->sample_rng);
+        unsigned char *text = bs_malloc((size_t)len + 1);
+        size_t bytes = bytetok_decode(tokens + 1, (size_t)len - 1, text);
+        text[bytes] = '\0';
+        progress_line(&tr->progress, "--- sample at step %ld (temperature %.2f, top-k %d) ---\n%s\n---", tr->step,
+                      tr->cfg.temperature, tr->cfg.top_k, (char *)text);
+        free(text);
+        free(tokens);
+        gpt_acts_free(&acts);
+    }
+    gpt_free(&m);
 }
 
-static void save_checkpoint(Trainer *tr) {
-    char tmp[4096];
-    ckpt_tmp_dir(tmp, sizeof tmp, tr->ckpt_dir, tr->step);
-    bs_remove_tree(tmp);
-    bs_mkdir_p(tmp);
-    CkptManifest *m = bs_calloc(1, sizeof *m);
-    const float *state[CKPT_STATE_ARRAYS] = {tr->m, tr->v};
-    ckpt_write_rank_file(tmp, 0, 0, tr->model.num_params, tr->model.params, state, &m->files[0]);
-    m->num_files = 1;
-    m->step = tr->step;
-    m->seqs_consumed = tr->seqs_consumed;
-    m->tokens_consumed = tr->seqs_consumed * (uint64_t)tr->cfg.seq_len;
-    m->model = tr->model.cfg;
-    m->sample_rng = tr->sample_rng;
-    m->data_seed = (uint64_t)tr->cfg.seed;
-    m->data_shuffle = tr->train_data.shuffle;
-    m->world = m->dp = m->tp = m->pp = 1;
-    m->zero = 0;
-    snprintf(m->optimizer, sizeof m->optimizer, "adamw");
-    m->optimizer_step = tr->optimizer_step;
-    ckpt_commit(tr->ckpt_dir, tmp, m, tr->cfg.keep_last);
-    free(m);
-    char dir[4096];
-    ckpt_step_dir(dir, sizeof dir, tr->ckpt_dir, tr->step);
-    if (!tr->cfg.quiet) progress_line(&tr->progress, "checkpoint written: %s", dir);
+static void export_models(Trainer *tr) {
+    const TrainConfig *c = &tr->cfg;
+    if (!is_set(c->save_model) && !is_set(c->out)) return;
+    GPT m = full_model(tr);
+    if (tr->rank == 0) {
+        if (is_set(c->save_model)) llmc_model_write(c->save_model, &m);
+        if (is_set(c->out)) {
+            char path[4200];
+            snprintf(path, sizeof path, "%s/model.bin", c->out);
+            llmc_model_write(path, &m);
+        }
+    }
+    gpt_free(&m);
 }
 
-static void resume_from(Trainer *tr, const char *dir) {
-    CkptManifest *m = bs_malloc(sizeof *m);
-    ckpt_read_manifest(dir, m);
-    char why[600];
-    if (!ckpt_verify(dir, m, why, sizeof why)) bs_die("cannot resume: %s", why);
-    const GPTConfig *a = &m->model, *b = &tr->model.cfg;
-    if (a->num_layers != b->num_layers || a->num_heads != b->num_heads || a->channels != b->channels ||
-        a->max_seq_len != b->max_seq_len || a->vocab_size != b->vocab_size)
-        bs_die("checkpoint %s holds a model of shape L=%d H=%d C=%d T=%d V=%d but the flags ask for L=%d H=%d C=%d "
-               "T=%d V=%d; pass the checkpoint's shape", dir, a->num_layers, a->num_heads, a->channels,
-               a->max_seq_len, a->vocab_size, b->num_layers, b->num_heads, b->channels, b->max_seq_len, b->vocab_size);
-    if (strcmp(m->optimizer, "adamw") != 0) bs_die("checkpoint %s was written by optimizer '%s', not adamw", dir, m->optimizer);
-    float *state[CKPT_STATE_ARRAYS] = {tr->m, tr->v};
-    ckpt_read_range(dir, m, 0, tr->model.num_params, tr->model.params, state);
-    tr->step = m->step;
-    tr->seqs_consumed = m->seqs_consumed;
-    tr->optimizer_step = m->optimizer_step;
-    tr->sample_rng = m->sample_rng;
-    if (m->data_seed != (uint64_t)tr->cfg.seed || m->data_shuffle != tr->train_data.shuffle)
-        bs_warn("resuming %s with another --seed or --data-order than it was written with: the data order changes",
-                dir);
-    free(m);
-}
+/* ---- set-up ---- */
 
-static void setup(Trainer *tr, const TrainConfig *cfg) {
-    memset(tr, 0, sizeof *tr);
-    tr->cfg = *cfg;
+static void setup_model(Trainer *tr) {
     TrainConfig *c = &tr->cfg;
-    if (c->threads > 0) omp_set_num_threads(c->threads);
-    if (c->global_batch == 0) c->global_batch = c->micro_batch;
-    if (c->global_batch % c->micro_batch != 0)
-        bs_die("--global-batch %d is not a multiple of --micro-batch %d", c->global_batch, c->micro_batch);
-    tr->accum_steps = c->global_batch / c->micro_batch;
-    if (strcmp(c->data_order, "shuffled") != 0 && strcmp(c->data_order, "sequential") != 0)
-        bs_die("--data-order must be 'shuffled' or 'sequential' (got '%s')", c->data_order);
-    if (c->min_lr > c->lr) bs_die("--min-lr %g is larger than --lr %g", c->min_lr, c->lr);
-
     GPTConfig mc = {.max_seq_len = c->seq_len, .vocab_size = c->vocab_size, .num_layers = c->layers,
                     .num_heads = c->heads, .channels = c->channels};
     if (is_set(c->init_from)) {
@@ -202,37 +259,77 @@ static void setup(Trainer *tr, const TrainConfig *cfg) {
     }
     char why[256];
     if (!gpt_config_check(&mc, why, sizeof why)) bs_die("%s", why);
-    gpt_create(&tr->model, &mc);
-    if (is_set(c->init_from)) llmc_model_read_params(c->init_from, &tr->model);
-    else gpt_init_weights(&tr->model, (uint64_t)c->seed);
-
-    bool shuffle = strcmp(c->data_order, "shuffled") == 0;
-    loader_open(&tr->train_data, c->data, c->seq_len, mc.vocab_size, (uint64_t)c->seed, shuffle);
-    if (is_set(c->val_data)) {
-        loader_open(&tr->val_data, c->val_data, c->seq_len, mc.vocab_size, 0, false);
-        tr->has_val = true;
+    tr->model.cfg = mc;
+    DPOptions opt = {c->zero, (size_t)(c->bucket_mb * 1024 * 1024 / sizeof(float)), !c->no_overlap};
+    tr->dp = dp_create(tr->dpc, &tr->model, &opt);
+    size_t shard_off, shard_cnt;
+    dp_shard_range(tr->dp, &shard_off, &shard_cnt);
+    if (is_set(c->init_from)) {
+        GPT file;
+        gpt_create_with(&file, &mc, GPT_ALLOC_PARAMS);
+        llmc_model_read_params(c->init_from, &file);
+        float *dst = dp_params_at(tr->dp, 0, tr->model.num_params);
+        if (dst) memcpy(dst, file.params, tr->model.num_params * sizeof(float));
+        else memcpy(dp_update_params(tr->dp), file.params + shard_off, shard_cnt * sizeof(float));
+        gpt_free(&file);
+    } else if (tr->model.params) {
+        gpt_init_weights(&tr->model, (uint64_t)c->seed);
+    } else {
+        gpt_init_range(&mc, (uint64_t)c->seed, dp_update_params(tr->dp), shard_off, shard_cnt);
     }
-    gpt_acts_create(&tr->acts, &mc, c->micro_batch, c->seq_len, true);
-    tr->inputs = bs_malloc((size_t)c->micro_batch * c->seq_len * sizeof(int32_t));
-    tr->targets = bs_malloc((size_t)c->micro_batch * c->seq_len * sizeof(int32_t));
-    tr->m = bs_calloc(tr->model.num_params, sizeof(float));
-    tr->v = bs_calloc(tr->model.num_params, sizeof(float));
+    dp_update_range(tr->dp, &tr->update_offset, &tr->update_count);
+    tr->m = bs_calloc(tr->update_count, sizeof(float));
+    tr->v = bs_calloc(tr->update_count, sizeof(float));
     tr->segments = bs_malloc(sizeof(ParamSegment) * (size_t)gpt_max_segments(&mc));
     tr->num_segments = gpt_param_segments(&mc, tr->segments, gpt_max_segments(&mc));
+}
+
+static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
+    memset(tr, 0, sizeof *tr);
+    tr->cfg = *cfg;
+    TrainConfig *c = &tr->cfg;
+    tr->world = world;
+    tr->dpc = world;
+    tr->rank = comm_rank(world);
+    tr->dp_size = comm_size(world);
+    if (c->dp != 0 && c->dp != tr->dp_size)
+        bs_die("--dp %d, but %d processes were launched (mpirun -np); the data-parallel size is the number of "
+               "processes", c->dp, tr->dp_size);
+    if (c->threads > 0) omp_set_num_threads(c->threads);
+    int per_step = c->micro_batch * tr->dp_size;
+    if (c->global_batch == 0) c->global_batch = per_step;
+    if (c->global_batch % per_step != 0)
+        bs_die("--global-batch %d is not a multiple of --micro-batch %d x %d data-parallel ranks", c->global_batch,
+               c->micro_batch, tr->dp_size);
+    tr->accum_steps = c->global_batch / per_step;
+    if (strcmp(c->data_order, "shuffled") != 0 && strcmp(c->data_order, "sequential") != 0)
+        bs_die("--data-order must be 'shuffled' or 'sequential' (got '%s')", c->data_order);
+    if (c->min_lr > c->lr) bs_die("--min-lr %g is larger than --lr %g", c->min_lr, c->lr);
+    parse_fault(tr);
+    trace_init(&tr->trace, is_set(c->trace));
+    comm_set_trace(tr->dpc, is_set(c->trace) ? &tr->trace : NULL);
+
+    setup_model(tr);
+    bool shuffle = strcmp(c->data_order, "shuffled") == 0;
+    loader_open(&tr->train_data, c->data, c->seq_len, tr->model.cfg.vocab_size, (uint64_t)c->seed, shuffle);
+    if (is_set(c->val_data)) {
+        loader_open(&tr->val_data, c->val_data, c->seq_len, tr->model.cfg.vocab_size, 0, false);
+        tr->has_val = true;
+    }
+    gpt_acts_create(&tr->acts, &tr->model.cfg, c->micro_batch, c->seq_len, true);
+    tr->inputs = bs_malloc((size_t)c->micro_batch * c->seq_len * sizeof(int32_t));
+    tr->targets = bs_malloc((size_t)c->micro_batch * c->seq_len * sizeof(int32_t));
     rng_seed(&tr->sample_rng, (uint64_t)c->seed ^ 0x5ca1ab1eULL);
     tr->lr = (LrSchedule){c->lr, c->min_lr, c->warmup, c->steps};
 
     if (is_set(c->ckpt_dir)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s", c->ckpt_dir);
     else if (is_set(c->out)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s/ckpt", c->out);
-    if (is_set(c->resume)) {
-        char dir[4096];
-        ckpt_resolve(c->resume, tr->ckpt_dir, dir, sizeof dir);
-        resume_from(tr, dir);
-        if (!c->quiet) printf("resumed from %s at step %ld\n", dir, tr->step);
+    if (is_set(c->resume)) train_resume(tr);
+    if (tr->rank == 0) {
+        if (tr->ckpt_dir[0]) bs_mkdir_p(tr->ckpt_dir);
+        if (is_set(c->out)) bs_mkdir_p(c->out);
+        if (is_set(c->metrics)) tr->metrics = bs_fopen(c->metrics, tr->step > 0 ? "ab" : "wb");
     }
-    if (tr->ckpt_dir[0]) bs_mkdir_p(tr->ckpt_dir);
-    if (is_set(c->out)) bs_mkdir_p(c->out);
-    if (is_set(c->metrics)) tr->metrics = bs_fopen(c->metrics, tr->step > 0 ? "ab" : "wb");
     progress_init(&tr->progress, c->log_every);
 }
 
@@ -241,7 +338,8 @@ static void teardown(Trainer *tr) {
     loader_close(&tr->train_data);
     if (tr->has_val) loader_close(&tr->val_data);
     gpt_acts_free(&tr->acts);
-    gpt_free(&tr->model);
+    dp_free(tr->dp);
+    trace_free(&tr->trace);
     free(tr->m);
     free(tr->v);
     free(tr->segments);
@@ -249,47 +347,50 @@ static void teardown(Trainer *tr) {
     free(tr->targets);
 }
 
-typedef struct {
-    double loss, grad_norm, lr;
-} StepResult;
+/* ---- reporting ---- */
 
-static StepResult train_step(Trainer *tr) {
+static void print_header(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
-    const int B = c->micro_batch, T = c->seq_len;
-    const float dloss = 1.0f / ((float)c->global_batch * (float)T);
-    StepResult r = {0};
-    gpt_zero_grads(&tr->model);
-    double loss_sum = 0;
-    for (int micro = 0; micro < tr->accum_steps; micro++) {
-        load_micro_batch(tr, tr->seqs_consumed + (uint64_t)micro * B);
-        loss_sum += gpt_forward(&tr->model, &tr->acts, tr->inputs, tr->targets, B, T, dloss);
-        gpt_backward(&tr->model, &tr->acts, tr->inputs, B, T, NULL);
+    const GPTConfig *mc = &tr->model.cfg;
+    if (tr->rank != 0 || c->quiet) return;
+    printf("model: L=%d H=%d C=%d T=%d V=%d (padded %d), %.2fM parameters, %.1f MFLOP/token\n", mc->num_layers,
+           mc->num_heads, mc->channels, mc->max_seq_len, mc->vocab_size, mc->padded_vocab_size,
+           gpt_num_trained_params(mc) / 1e6, gpt_flops_per_token(mc, c->seq_len) / 1e6);
+    printf("batch: global %d sequences = micro %d x accumulation %d x dp %d (%d tokens/step); %d threads/process\n",
+           c->global_batch, c->micro_batch, tr->accum_steps, tr->dp_size, c->global_batch * c->seq_len,
+           omp_get_max_threads());
+    if (tr->dp_size > 1 || c->zero > 0) {
+        DPMemory mem = dp_memory(tr->dp);
+        double P = (double)tr->model.num_params * 4, N = tr->dp_size;
+        double formula[4] = {16 * P, 8 * P + 8 * P / N, 4 * P + 12 * P / N, 16 * P / N};
+        double opt_bytes = (double)tr->update_count * 8;
+        printf("data parallel: %d ranks, ZeRO stage %d, %s collectives, buckets of %.1f MB%s\n", tr->dp_size, c->zero,
+               c->comm_algo, c->bucket_mb, c->no_overlap ? " (no overlap)" : "");
+        printf("per-rank state: params %.1f MB, grads %.1f MB, optimizer %.1f MB = %.1f MB (ZeRO formula %.1f MB) "
+               "+ buffers %.1f MB\n", mem.param_bytes / 1e6, mem.grad_bytes / 1e6, opt_bytes / 1e6,
+               (mem.param_bytes + mem.grad_bytes + opt_bytes) / 1e6, formula[c->zero] / 1e6, mem.buffer_bytes / 1e6);
     }
-    r.loss = loss_sum / ((double)c->global_batch * T);
-    r.grad_norm = sqrt(sum_of_squares(tr->model.grads, tr->model.num_params));
-    float scale = clip_coefficient(r.grad_norm, c->grad_clip);
-    r.lr = lr_at(&tr->lr, (double)(tr->step + 1));
-    tr->optimizer_step++;
-    for (int i = 0; i < tr->num_segments; i++) {
-        const ParamSegment *s = &tr->segments[i];
-        AdamWStep as = {(float)r.lr, (float)c->beta1, (float)c->beta2, (float)c->eps,
-                        gpt_tensor_decays(s->kind) ? (float)c->weight_decay : 0.0f, scale, tr->optimizer_step};
-        size_t count = s->count;
-        if (s->kind == TK_WTE) count = (size_t)tr->model.cfg.vocab_size * tr->model.cfg.channels; /* skip padding */
-        adamw_update(tr->model.params + s->offset, tr->model.grads + s->offset, tr->m + s->offset,
-                     tr->v + s->offset, count, &as);
-    }
-    tr->seqs_consumed += (uint64_t)c->global_batch;
-    tr->step++;
-    return r;
+    printf("data: %s (%zu tokens, %zu sequences, %s)\n", c->data, tr->train_data.num_tokens,
+           tr->train_data.num_windows, c->data_order);
 }
 
-static void write_metrics(Trainer *tr, const StepResult *r, double ms, double tokens_per_s, double val_loss) {
+static void write_metrics(Trainer *tr, const StepResult *r, double tokens_per_s, double val_loss) {
     if (!tr->metrics) return;
-    json_t *j = json_pack("{s:I, s:f, s:f, s:f, s:I, s:f, s:f}", "step", (json_int_t)tr->step, "loss", r->loss, "lr",
-                          r->lr, "grad_norm", r->grad_norm, "tokens",
-                          (json_int_t)(tr->seqs_consumed * (uint64_t)tr->cfg.seq_len), "ms", ms, "tokens_per_s",
-                          tokens_per_s);
+    json_t *j = json_pack("{s:I, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:I, s:f, s:f}", "step",
+                          (json_int_t)tr->step, "loss", r->loss, "lr", r->lr, "grad_norm", r->grad_norm, "tokens",
+                          (json_int_t)(tr->seqs_consumed * (uint64_t)tr->cfg.seq_len), "ms", r->seconds * 1e3,
+                          "tokens_per_s", tokens_per_s, "compute_ms", (r->seconds - r->comm_exposed) * 1e3,
+                          "comm_exposed_ms", r->comm_exposed * 1e3, "comm_busy_ms", r->comm_busy * 1e3, "comm_bytes",
+                          (json_int_t)r->comm_bytes, "step_ms_max", r->slowest * 1e3, "step_ms_min", r->fastest * 1e3);
+    json_object_set_new(j, "ranks", json_integer(tr->dp_size));
+    DPMemory mem = dp_memory(tr->dp);
+    json_object_set_new(j, "state_bytes", json_integer((json_int_t)(mem.param_bytes + mem.grad_bytes +
+                                                                     tr->update_count * 2 * sizeof(float))));
+    json_object_set_new(j, "buffer_bytes", json_integer((json_int_t)mem.buffer_bytes));
+    json_object_set_new(j, "peak_rss_bytes", json_integer((json_int_t)r->peak_rss));
+    if (tr->cfg.baseline_tokens_per_s > 0)
+        json_object_set_new(j, "scaling_efficiency",
+                            json_real(tokens_per_s / (tr->dp_size * tr->cfg.baseline_tokens_per_s)));
     if (!isnan(val_loss)) json_object_set_new(j, "val_loss", json_real(val_loss));
     char *line = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
     fprintf(tr->metrics, "%s\n", line);
@@ -298,70 +399,82 @@ static void write_metrics(Trainer *tr, const StepResult *r, double ms, double to
     json_decref(j);
 }
 
-int train_run(const TrainConfig *cfg) {
-    Trainer *tr = bs_calloc(1, sizeof *tr);
-    setup(tr, cfg);
-    const TrainConfig *c = &tr->cfg;
-    const GPTConfig *mc = &tr->model.cfg;
-    double flops_per_token = gpt_flops_per_token(mc, c->seq_len);
-    if (!c->quiet) {
-        printf("model: L=%d H=%d C=%d T=%d V=%d (padded %d), %.2fM parameters, %.1f MFLOP/token\n", mc->num_layers,
-               mc->num_heads, mc->channels, mc->max_seq_len, mc->vocab_size, mc->padded_vocab_size,
-               gpt_num_trained_params(mc) / 1e6, flops_per_token / 1e6);
-        printf("batch: global %d sequences = micro %d x accumulation %d x dp 1 (%d tokens/step); %d threads\n",
-               c->global_batch, c->micro_batch, tr->accum_steps, c->global_batch * c->seq_len, omp_get_max_threads());
-        printf("data: %s (%zu tokens, %zu sequences, %s)\n", c->data, tr->train_data.num_tokens,
-               tr->train_data.num_windows, c->data_order);
+static void write_trace(Trainer *tr, double origin) {
+    if (!is_set(tr->cfg.trace)) return;
+    char *mine = trace_events_json(&tr->trace, tr->rank, origin);
+    char *all = comm_gather_text(tr->dpc, mine, ",\n", 0);
+    free(mine);
+    if (tr->rank == 0) {
+        FILE *f = bs_fopen(tr->cfg.trace, "wb");
+        fprintf(f, "{\"traceEvents\":[\n%s\n],\"displayTimeUnit\":\"ms\"}\n", all);
+        bs_fclose_synced(f, tr->cfg.trace);
+        free(all);
     }
+}
+
+/* ---- the job ---- */
+
+int train_run(const TrainConfig *cfg, Comm *world) {
+    Trainer *tr = bs_calloc(1, sizeof *tr);
+    setup(tr, cfg, world);
+    const TrainConfig *c = &tr->cfg;
+    const bool talk = tr->rank == 0 && !c->quiet;
+    double flops_per_token = gpt_flops_per_token(&tr->model.cfg, c->seq_len);
+    print_header(tr);
+    double origin = bs_now();
     double first_val = NAN, last_val = NAN;
     if (tr->step == 0 && tr->has_val && c->eval_every > 0) {
         first_val = evaluate(tr);
-        if (!c->quiet) progress_line(&tr->progress, "step 0: val loss %.4f", first_val);
+        if (talk) progress_line(&tr->progress, "step 0: val loss %.4f", first_val);
     }
-    double time_sum = 0;
-    long timed_steps = 0;
-    long start_step = tr->step;
+    double time_sum = 0, exposed_sum = 0;
+    long timed_steps = 0, start_step = tr->step;
     while (tr->step < c->steps) {
-        double t0 = bs_now();
+        maybe_fault(tr);
         StepResult r = train_step(tr);
-        double dt = bs_now() - t0;
         if (!isfinite(r.loss)) bs_die("loss is %g at step %ld; lower --lr or check the data", r.loss, tr->step);
-        if (tr->step > start_step + 1 || c->steps - start_step == 1) time_sum += dt, timed_steps++;
-        double avg = timed_steps ? time_sum / timed_steps : dt;
-        double tokens_per_s = (double)c->global_batch * c->seq_len / dt;
+        if (tr->step > start_step + 1 || c->steps - start_step == 1) {
+            time_sum += r.slowest;
+            exposed_sum += r.comm_exposed;
+            timed_steps++;
+        }
+        double avg = timed_steps ? time_sum / timed_steps : r.seconds;
+        double tokens_per_s = (double)c->global_batch * c->seq_len / r.slowest;
         double val_loss = NAN;
         bool last = tr->step == c->steps;
         if (tr->has_val && c->eval_every > 0 && (tr->step % c->eval_every == 0 || last)) {
             val_loss = evaluate(tr);
             last_val = val_loss;
         }
-        write_metrics(tr, &r, dt * 1e3, tokens_per_s, val_loss);
-        if (!c->quiet) {
-            char extra[64] = "";
-            if (!isnan(val_loss)) snprintf(extra, sizeof extra, "val %.4f", val_loss);
-            progress_step(&tr->progress, tr->step, c->steps, r.loss, r.lr, tokens_per_s, dt * 1e3,
+        if (tr->rank == 0) write_metrics(tr, &r, tokens_per_s, val_loss);
+        if (talk) {
+            char extra[96] = "";
+            int n = 0;
+            if (tr->dp_size > 1)
+                n += snprintf(extra, sizeof extra, "comm %.0f%% exposed", 100 * r.comm_exposed / r.seconds);
+            if (!isnan(val_loss)) snprintf(extra + n, sizeof extra - (size_t)n, "%sval %.4f", n ? " | " : "", val_loss);
+            progress_step(&tr->progress, tr->step, c->steps, r.loss, r.lr, tokens_per_s, r.slowest * 1e3,
                           avg * (double)(c->steps - tr->step), extra);
         }
         if (c->sample_every > 0 && tr->step % c->sample_every == 0 && !last) print_sample(tr);
-        if (tr->ckpt_dir[0] && c->ckpt_every > 0 && tr->step % c->ckpt_every == 0 && !last) save_checkpoint(tr);
+        if (tr->ckpt_dir[0] && c->ckpt_every > 0 && tr->step % c->ckpt_every == 0 && !last) train_save(tr);
     }
-    if (!c->quiet) progress_finish(&tr->progress);
-    if (tr->ckpt_dir[0] && tr->step > start_step) save_checkpoint(tr);
-    if (is_set(c->save_model)) llmc_model_write(c->save_model, &tr->model);
-    if (is_set(c->out)) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/model.bin", c->out);
-        llmc_model_write(path, &tr->model);
+    if (talk) progress_finish(&tr->progress);
+    if (tr->ckpt_dir[0] && tr->step > start_step) train_save(tr);
+    export_models(tr);
+    write_trace(tr, origin);
+    if (talk && timed_steps > 0) {
+        double tps = (double)c->global_batch * c->seq_len * timed_steps / time_sum;
+        printf("done: %.0f tokens/s, %.1f GFLOP/s (%.1f ms/step)", tps, tps * flops_per_token / 1e9,
+               1e3 * time_sum / timed_steps);
+        if (tr->dp_size > 1) printf(", communication exposed %.1f%% of step time", 100 * exposed_sum / time_sum);
+        if (c->baseline_tokens_per_s > 0)
+            printf(", scaling efficiency %.1f%% vs %.0f tokens/s on one process",
+                   100 * tps / (tr->dp_size * c->baseline_tokens_per_s), c->baseline_tokens_per_s);
+        printf("\n");
     }
-    if (!c->quiet) {
-        if (timed_steps > 0) {
-            double tps = (double)c->global_batch * c->seq_len * timed_steps / time_sum;
-            printf("done: %.0f tokens/s, %.1f GFLOP/s (%.1f ms/step)\n", tps, tps * flops_per_token / 1e9,
-                   1e3 * time_sum / timed_steps);
-        }
-        if (!isnan(first_val) && !isnan(last_val)) printf("val loss: %.4f -> %.4f\n", first_val, last_val);
-    }
-    if (c->sample_tokens > 0 && !c->quiet) print_sample(tr);
+    if (talk && !isnan(first_val) && !isnan(last_val)) printf("val loss: %.4f -> %.4f\n", first_val, last_val);
+    if (c->sample_tokens > 0) print_sample(tr);
     teardown(tr);
     free(tr);
     return 0;

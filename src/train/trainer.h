@@ -9,6 +9,8 @@
 
 #include <stdbool.h>
 
+#include "comm/comm.h"
+
 typedef struct {
     /* model */
     int layers, heads, channels, seq_len, vocab_size;
@@ -33,10 +35,21 @@ typedef struct {
     int ckpt_every, keep_last;
     int threads, log_every;
     bool quiet;
+    /* data parallelism */
+    int dp;            /* 0: the number of processes */
+    int zero;          /* ZeRO stage 0..3 */
+    double bucket_mb;  /* gradient bucket size */
+    bool no_overlap;   /* reduce buckets after backward instead of during it */
+    const char *comm_algo;
+    int ranks_per_node;
+    double comm_timeout;
+    double baseline_tokens_per_s; /* 1-process rate for the scaling efficiency */
+    const char *trace;            /* Chrome trace-event JSON */
+    const char *inject_fault;     /* tests: stall:RANK:STEP or exit:RANK:STEP */
 } TrainConfig;
 
 void train_config_defaults(TrainConfig *cfg);
-/* Runs the whole job; returns the process exit status. */
-int train_run(const TrainConfig *cfg);
+/* Runs the whole job on the processes of `world`; returns the exit status. */
+int train_run(const TrainConfig *cfg, Comm *world);
 
 #endif

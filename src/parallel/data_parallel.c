@@ -1,0 +1,396 @@
+/* data_parallel.c: buckets, ZeRO shards and block access (see data_parallel.h). */
+#include "parallel/data_parallel.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "optim/grad_norm.h"
+
+#define MAX_INFLIGHT 256
+#define GRAD_POOL 2
+/* stage 3 parameter slots: embeddings, final LayerNorm, two rotating layer slots */
+enum { SLOT_EMB, SLOT_LNF, SLOT_LAYER_A, SLOT_LAYER_B, NUM_SLOTS };
+
+typedef struct {
+    int first_block, last_block; /* ascending; backward finishes last_block first */
+    size_t offset, count;        /* flat range */
+    int pending;                 /* blocks still to finish this micro-step */
+    float *buf;                  /* stage 2/3: where backward writes this bucket */
+    int pool_index;              /* -1: the dedicated embeddings buffer */
+    CommOp *op;
+} Bucket;
+
+typedef struct {
+    float *buf;
+    size_t capacity;
+    int block;   /* block held (or being gathered), -1 if none */
+    bool in_use; /* between params() and params_done() */
+    CommOp *op;  /* gather in flight */
+} ParamSlot;
+
+struct DataParallel {
+    Comm *comm;
+    GPT *model;
+    DPOptions opt;
+    int stage, num_blocks;
+    size_t total, shard_offset, shard_count;
+    float *shard_params, *shard_grads; /* stage 3 / stages 2-3 */
+    Bucket *buckets;
+    int num_buckets;
+    int *bucket_of_block;
+    float *emb_grad_buf;
+    float *grad_pool[GRAD_POOL];
+    bool pool_busy[GRAD_POOL];
+    size_t pool_floats;
+    int inflight[MAX_INFLIGHT]; /* bucket indices, in launch order */
+    int num_inflight;
+    ParamSlot slots[NUM_SLOTS];
+    bool last_micro, in_backward, communicate;
+    BlockAccess train_access, eval_access;
+    DPMemory memory;
+};
+
+static void block_range(const DataParallel *dp, int block, size_t *off, size_t *count) {
+    gpt_block_range(&dp->model->cfg, block, off, count);
+}
+
+/* ---- gradient buckets ---- */
+
+static void plan_buckets(DataParallel *dp) {
+    const int nb = dp->num_blocks;
+    dp->buckets = bs_calloc((size_t)nb, sizeof(Bucket));
+    dp->bucket_of_block = bs_malloc(sizeof(int) * (size_t)nb);
+    int k = -1;
+    size_t filled = 0;
+    for (int b = nb - 1; b >= 0; b--) { /* backward order */
+        size_t off, count;
+        block_range(dp, b, &off, &count);
+        bool new_bucket = k < 0 || b == 0 || filled >= dp->opt.bucket_floats;
+        if (new_bucket) {
+            k++;
+            dp->buckets[k].last_block = b;
+            dp->buckets[k].count = 0;
+            filled = 0;
+        }
+        Bucket *bk = &dp->buckets[k];
+        bk->first_block = b;
+        bk->offset = off;
+        bk->count += count;
+        filled += count;
+        dp->bucket_of_block[b] = k;
+    }
+    dp->num_buckets = k + 1;
+    for (int i = 0; i < dp->num_buckets; i++)
+        if (dp->buckets[i].first_block != 0 && dp->buckets[i].count > dp->pool_floats)
+            dp->pool_floats = dp->buckets[i].count;
+}
+
+/* A finished reduce-scatter: add this rank's part into the shard gradient. */
+static void absorb(DataParallel *dp, Bucket *bk) {
+    size_t lo = bk->offset > dp->shard_offset ? bk->offset : dp->shard_offset;
+    size_t hi_a = bk->offset + bk->count, hi_b = dp->shard_offset + dp->shard_count;
+    size_t hi = hi_a < hi_b ? hi_a : hi_b;
+    float *dst = dp->shard_grads + (lo - dp->shard_offset);
+    const float *src = bk->buf + (lo - bk->offset);
+    for (size_t i = 0; lo + i < hi; i++) dst[i] += src[i];
+    if (bk->pool_index >= 0) dp->pool_busy[bk->pool_index] = false;
+    bk->buf = NULL;
+}
+
+static void finish_bucket(DataParallel *dp, int k) {
+    Bucket *bk = &dp->buckets[k];
+    bk->op = NULL;
+    if (dp->stage >= 2) absorb(dp, bk);
+}
+
+static void remove_inflight(DataParallel *dp, int i) {
+    memmove(dp->inflight + i, dp->inflight + i + 1, sizeof(int) * (size_t)(dp->num_inflight - i - 1));
+    dp->num_inflight--;
+}
+
+/* Advances every operation in flight, absorbing the finished ones. */
+static void poll(DataParallel *dp) {
+    for (int i = 0; i < dp->num_inflight;) {
+        int k = dp->inflight[i];
+        if (comm_test(dp->buckets[k].op)) {
+            finish_bucket(dp, k);
+            remove_inflight(dp, i);
+        } else {
+            i++;
+        }
+    }
+    for (int s = 0; s < NUM_SLOTS; s++)
+        if (dp->slots[s].op && comm_test(dp->slots[s].op)) dp->slots[s].op = NULL;
+}
+
+static void wait_oldest(DataParallel *dp) {
+    int k = dp->inflight[0];
+    comm_wait(dp->buckets[k].op);
+    finish_bucket(dp, k);
+    remove_inflight(dp, 0);
+}
+
+static void launch_bucket(DataParallel *dp, int k) {
+    Bucket *bk = &dp->buckets[k];
+    if (dp->num_inflight == MAX_INFLIGHT) wait_oldest(dp);
+    if (dp->stage == 0)
+        bk->op = comm_start_allreduce(dp->comm, dp->model->grads + bk->offset, bk->count);
+    else if (dp->stage == 1)
+        bk->op = comm_start_reduce_scatter(dp->comm, dp->model->grads + bk->offset, bk->offset, bk->count, dp->total);
+    else
+        bk->op = comm_start_reduce_scatter(dp->comm, bk->buf, bk->offset, bk->count, dp->total);
+    dp->inflight[dp->num_inflight++] = k;
+}
+
+static float *acquire_grad_buffer(DataParallel *dp, Bucket *bk) {
+    if (bk->first_block == 0) {
+        bk->pool_index = -1;
+        return dp->emb_grad_buf;
+    }
+    for (;;) {
+        for (int i = 0; i < GRAD_POOL; i++)
+            if (!dp->pool_busy[i]) {
+                dp->pool_busy[i] = true;
+                bk->pool_index = i;
+                return dp->grad_pool[i];
+            }
+        if (dp->num_inflight == 0) bs_die("internal: no free gradient bucket buffer");
+        wait_oldest(dp);
+    }
+}
+
+static float *access_grads(void *ctx, int block) {
+    DataParallel *dp = ctx;
+    dp->in_backward = true;
+    size_t off, count;
+    block_range(dp, block, &off, &count);
+    if (dp->stage < 2) return dp->model->grads + off;
+    Bucket *bk = &dp->buckets[dp->bucket_of_block[block]];
+    if (!bk->buf) {
+        bk->buf = acquire_grad_buffer(dp, bk);
+        memset(bk->buf, 0, bk->count * sizeof(float));
+    }
+    return bk->buf + (off - bk->offset);
+}
+
+static void access_grads_done(void *ctx, int block) {
+    DataParallel *dp = ctx;
+    if (!dp->communicate) return;
+    int k = dp->bucket_of_block[block];
+    if (--dp->buckets[k].pending == 0 && dp->opt.overlap) launch_bucket(dp, k);
+    poll(dp);
+}
+
+/* ---- stage 3 parameter gathers ---- */
+
+static int slot_kind(const DataParallel *dp, int block) {
+    if (block == 0) return SLOT_EMB;
+    if (block == dp->num_blocks - 1) return SLOT_LNF;
+    return SLOT_LAYER_A;
+}
+
+/* The slot holding `block`, or a free slot for it (-1 if none is free). */
+static int find_slot(DataParallel *dp, int block) {
+    int kind = slot_kind(dp, block);
+    int candidates[2] = {kind, kind == SLOT_LAYER_A ? SLOT_LAYER_B : kind};
+    for (int i = 0; i < 2; i++)
+        if (dp->slots[candidates[i]].block == block) return candidates[i];
+    for (int i = 0; i < 2; i++)
+        if (!dp->slots[candidates[i]].in_use) return candidates[i];
+    return -1;
+}
+
+static void start_gather(DataParallel *dp, int s, int block) {
+    ParamSlot *slot = &dp->slots[s];
+    if (slot->op) comm_wait(slot->op);
+    size_t off, count;
+    block_range(dp, block, &off, &count);
+    size_t lo = off > dp->shard_offset ? off : dp->shard_offset;
+    size_t hi_a = off + count, hi_b = dp->shard_offset + dp->shard_count;
+    size_t hi = hi_a < hi_b ? hi_a : hi_b;
+    if (hi > lo) memcpy(slot->buf + (lo - off), dp->shard_params + (lo - dp->shard_offset), (hi - lo) * sizeof(float));
+    slot->block = block;
+    slot->op = comm_start_allgather(dp->comm, slot->buf, off, count, dp->total);
+}
+
+static void prefetch(DataParallel *dp, int block) {
+    if (block < 0 || block >= dp->num_blocks) return;
+    int s = find_slot(dp, block);
+    if (s < 0 || dp->slots[s].block == block) return;
+    start_gather(dp, s, block);
+}
+
+static float *access_params(void *ctx, int block) {
+    DataParallel *dp = ctx;
+    size_t off, count;
+    block_range(dp, block, &off, &count);
+    if (dp->stage < 3) return dp->model->params + off;
+    poll(dp);
+    int s = find_slot(dp, block);
+    if (s < 0) bs_die("internal: no free parameter slot for block %d", block);
+    ParamSlot *slot = &dp->slots[s];
+    if (slot->block != block) start_gather(dp, s, block);
+    if (slot->op) {
+        comm_wait(slot->op);
+        slot->op = NULL;
+    }
+    slot->in_use = true;
+    /* forward walks blocks up, backward down (starting from the embeddings) */
+    int L1 = dp->num_blocks - 1;
+    if (!dp->in_backward) prefetch(dp, block + 1);
+    else prefetch(dp, block == 0 ? L1 : (block >= 2 ? block - 1 : -1));
+    return slot->buf;
+}
+
+static void access_params_done(void *ctx, int block) {
+    DataParallel *dp = ctx;
+    if (dp->stage < 3) return;
+    for (int s = 0; s < NUM_SLOTS; s++)
+        if (dp->slots[s].block == block && dp->slots[s].in_use) {
+            dp->slots[s].in_use = false;
+            if (!dp->slots[s].op) dp->slots[s].block = -1; /* released: gathered again when needed */
+        }
+}
+
+/* ---- set-up ---- */
+
+static size_t alloc_tracked(float **p, size_t floats, size_t *account) {
+    *p = bs_calloc(floats ? floats : 1, sizeof(float));
+    *account += floats * sizeof(float);
+    return floats;
+}
+
+DataParallel *dp_create(Comm *comm, GPT *model, const DPOptions *opt) {
+    DataParallel *dp = bs_calloc(1, sizeof *dp);
+    dp->comm = comm;
+    dp->model = model;
+    dp->opt = *opt;
+    dp->stage = opt->zero_stage;
+    if (dp->stage < 0 || dp->stage > 3) bs_die("--zero must be 0, 1, 2 or 3 (got %d)", dp->stage);
+    if (dp->opt.bucket_floats == 0) dp->opt.bucket_floats = 1;
+    dp->num_blocks = gpt_num_blocks(&model->cfg);
+    dp->total = gpt_num_params(&model->cfg);
+    comm_partition(comm, dp->total, comm_rank(comm), &dp->shard_offset, &dp->shard_count);
+    DPMemory *mem = &dp->memory;
+    int alloc = (dp->stage < 3 ? GPT_ALLOC_PARAMS : 0) | (dp->stage < 2 ? GPT_ALLOC_GRADS : 0);
+    gpt_create_with(model, &model->cfg, alloc);
+    if (model->params) mem->param_bytes += dp->total * sizeof(float);
+    if (model->grads) mem->grad_bytes += dp->total * sizeof(float);
+    plan_buckets(dp);
+    if (dp->stage >= 2) {
+        alloc_tracked(&dp->shard_grads, dp->shard_count, &mem->grad_bytes);
+        size_t emb_off, emb_count;
+        block_range(dp, 0, &emb_off, &emb_count);
+        alloc_tracked(&dp->emb_grad_buf, dp->buckets[dp->bucket_of_block[0]].count, &mem->buffer_bytes);
+        for (int i = 0; i < GRAD_POOL; i++) alloc_tracked(&dp->grad_pool[i], dp->pool_floats, &mem->buffer_bytes);
+    }
+    for (int s = 0; s < NUM_SLOTS; s++) dp->slots[s].block = -1;
+    if (dp->stage == 3) {
+        alloc_tracked(&dp->shard_params, dp->shard_count, &mem->param_bytes);
+        size_t off, count, layer = 0;
+        block_range(dp, 0, &off, &count);
+        dp->slots[SLOT_EMB].capacity = alloc_tracked(&dp->slots[SLOT_EMB].buf, count, &mem->buffer_bytes);
+        block_range(dp, dp->num_blocks - 1, &off, &count);
+        dp->slots[SLOT_LNF].capacity = alloc_tracked(&dp->slots[SLOT_LNF].buf, count, &mem->buffer_bytes);
+        if (dp->num_blocks > 2) block_range(dp, 1, &off, &layer);
+        for (int s = SLOT_LAYER_A; s <= SLOT_LAYER_B; s++)
+            dp->slots[s].capacity = alloc_tracked(&dp->slots[s].buf, layer, &mem->buffer_bytes);
+    }
+    dp->train_access = (BlockAccess){access_params, access_params_done, access_grads, access_grads_done, dp};
+    dp->eval_access = (BlockAccess){access_params, access_params_done, NULL, NULL, dp};
+    return dp;
+}
+
+void dp_free(DataParallel *dp) {
+    if (!dp) return;
+    free(dp->buckets);
+    free(dp->bucket_of_block);
+    free(dp->shard_params);
+    free(dp->shard_grads);
+    free(dp->emb_grad_buf);
+    for (int i = 0; i < GRAD_POOL; i++) free(dp->grad_pool[i]);
+    for (int s = 0; s < NUM_SLOTS; s++) free(dp->slots[s].buf);
+    gpt_free(dp->model);
+    free(dp);
+}
+
+void dp_update_range(const DataParallel *dp, size_t *offset, size_t *count) {
+    *offset = dp->stage == 0 ? 0 : dp->shard_offset;
+    *count = dp->stage == 0 ? dp->total : dp->shard_count;
+}
+
+float *dp_update_params(DataParallel *dp) {
+    if (dp->stage == 3) return dp->shard_params;
+    return dp->model->params + (dp->stage == 0 ? 0 : dp->shard_offset);
+}
+
+float *dp_update_grads(DataParallel *dp) {
+    if (dp->stage >= 2) return dp->shard_grads;
+    return dp->model->grads + (dp->stage == 0 ? 0 : dp->shard_offset);
+}
+
+void dp_shard_range(const DataParallel *dp, size_t *offset, size_t *count) {
+    *offset = dp->shard_offset;
+    *count = dp->shard_count;
+}
+
+float *dp_params_at(DataParallel *dp, size_t offset, size_t count) {
+    if (dp->stage < 3) return dp->model->params + offset;
+    if (offset >= dp->shard_offset && offset + count <= dp->shard_offset + dp->shard_count)
+        return dp->shard_params + (offset - dp->shard_offset);
+    return NULL;
+}
+
+void dp_begin_step(DataParallel *dp) {
+    if (dp->stage < 2) gpt_zero_grads(dp->model);
+    else memset(dp->shard_grads, 0, dp->shard_count * sizeof(float));
+}
+
+const BlockAccess *dp_micro_access(DataParallel *dp, bool last_micro) {
+    dp->last_micro = last_micro;
+    dp->in_backward = false;
+    dp->communicate = comm_size(dp->comm) > 1 && (last_micro || dp->stage >= 2);
+    for (int k = 0; k < dp->num_buckets; k++)
+        dp->buckets[k].pending = dp->buckets[k].last_block - dp->buckets[k].first_block + 1;
+    if (dp->stage >= 2 && comm_size(dp->comm) == 1) dp->communicate = true; /* the shard is everything */
+    return &dp->train_access;
+}
+
+const BlockAccess *dp_eval_access(DataParallel *dp) {
+    dp->in_backward = false;
+    return &dp->eval_access;
+}
+
+void dp_end_micro(DataParallel *dp) {
+    if (dp->communicate && !dp->opt.overlap)
+        for (int k = 0; k < dp->num_buckets; k++) launch_bucket(dp, k);
+    while (dp->num_inflight > 0) wait_oldest(dp);
+    for (int s = 0; s < NUM_SLOTS; s++) {
+        if (dp->slots[s].op) comm_wait(dp->slots[s].op);
+        dp->slots[s] = (ParamSlot){dp->slots[s].buf, dp->slots[s].capacity, -1, false, NULL};
+    }
+}
+
+double dp_grad_sum_squares(DataParallel *dp) {
+    size_t off, count;
+    dp_update_range(dp, &off, &count);
+    double s = sum_of_squares(dp_update_grads(dp), count);
+    if (dp->stage >= 1) comm_allreduce_double(dp->comm, &s, 1);
+    return s;
+}
+
+void dp_after_update(DataParallel *dp) {
+    if (dp->stage == 1 || dp->stage == 2) comm_allgather(dp->comm, dp->model->params, 0, dp->total, dp->total);
+}
+
+void dp_gather_params(DataParallel *dp, float *out) {
+    if (dp->stage < 3) {
+        memcpy(out, dp->model->params, dp->total * sizeof(float));
+        return;
+    }
+    memcpy(out + dp->shard_offset, dp->shard_params, dp->shard_count * sizeof(float));
+    comm_allgather(dp->comm, out, 0, dp->total, dp->total);
+}
+
+DPMemory dp_memory(const DataParallel *dp) { return dp->memory; }

@@ -1,0 +1,72 @@
+/* data_parallel.h: data parallelism with ZeRO stages 0-3 over one group.
+ *
+ * Every rank runs the same model on its own slice of the global batch; the
+ * gradients are summed across the group in buckets (contiguous ranges of
+ * the flat layout, a few blocks each) launched as soon as backward finishes
+ * a bucket's blocks, so communication overlaps the rest of backward.
+ *   stage 0  all-reduce the gradients; every rank updates every parameter.
+ *   stage 1  reduce-scatter: each rank keeps the summed gradient of its part
+ *            of the parameters (its shard), updates only that part with the
+ *            optimizer state it alone holds, then all-gathers the parameters.
+ *   stage 2  as 1, and gradients exist only for the shard: backward writes a
+ *            bucket into a small reusable buffer that is reduce-scattered and
+ *            added to the shard's gradient (every micro-step).
+ *   stage 3  as 2, and parameters exist only for the shard: a block's
+ *            parameters are all-gathered into a buffer just before forward
+ *            and again before backward uses them, the next block's gather
+ *            prefetched while the current one computes, released after.
+ * Stages 0 and 1 communicate only on the last micro-step of an accumulation.
+ * The model sees all this through the BlockAccess interface (model/gpt.h).
+ * Shards follow the group's partition (comm_partition), so a checkpoint
+ * written under one stage or group size can be read under another. */
+#ifndef BS_PARALLEL_DATA_PARALLEL_H
+#define BS_PARALLEL_DATA_PARALLEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "comm/comm.h"
+#include "model/gpt.h"
+
+typedef struct {
+    int zero_stage;        /* 0..3 */
+    size_t bucket_floats;  /* target bucket size */
+    bool overlap;          /* launch buckets during backward (else after it) */
+} DPOptions;
+
+typedef struct DataParallel DataParallel;
+
+/* Takes a model with only cfg set and allocates what this stage keeps. */
+DataParallel *dp_create(Comm *comm, GPT *model, const DPOptions *opt);
+void dp_free(DataParallel *dp);
+
+/* The range of the flat layout this rank updates (all of it at stage 0),
+ * and pointers to its parameters and (after dp_finish_gradients) its summed
+ * gradients. */
+void dp_update_range(const DataParallel *dp, size_t *offset, size_t *count);
+float *dp_update_params(DataParallel *dp);
+float *dp_update_grads(DataParallel *dp);
+/* The shard under the group's partition (what a checkpoint file holds). */
+void dp_shard_range(const DataParallel *dp, size_t *offset, size_t *count);
+/* Parameters of [offset, offset+count) if this rank holds them, else NULL. */
+float *dp_params_at(DataParallel *dp, size_t offset, size_t count);
+
+void dp_begin_step(DataParallel *dp);
+/* Block access for one micro-step (training) or for evaluation. */
+const BlockAccess *dp_micro_access(DataParallel *dp, bool last_micro);
+const BlockAccess *dp_eval_access(DataParallel *dp);
+/* After each micro-step's backward. */
+void dp_end_micro(DataParallel *dp);
+/* Sum over all ranks of the squared summed gradient (for the global norm). */
+double dp_grad_sum_squares(DataParallel *dp);
+/* After the optimizer step: makes every rank's parameters current. */
+void dp_after_update(DataParallel *dp);
+/* All ranks: writes the full parameters into out (num_params floats). */
+void dp_gather_params(DataParallel *dp, float *out);
+
+typedef struct {
+    size_t param_bytes, grad_bytes, buffer_bytes; /* allocated by this rank */
+} DPMemory;
+DPMemory dp_memory(const DataParallel *dp);
+
+#endif
