@@ -6,7 +6,7 @@ set -eu
 
 PACKAGES="build-essential cmake pkg-config
 libopenblas-openmp-dev libopenmpi-dev openmpi-bin
-libjansson-dev libxxhash-dev
+libjansson-dev libxxhash-dev libutf8proc-dev libcairo2-dev
 python3 python3-torch python3-numpy
 bible-kjv"
 

@@ -8,5 +8,6 @@ int cmd_train(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_tokenizer(int argc, char **argv);
 
 #endif

@@ -16,6 +16,7 @@ static const Command commands[] = {
     {"prepare", cmd_prepare, "turn text files into token shards (llm.c format)"},
     {"sample", cmd_sample, "generate text from a checkpoint"},
     {"bench", cmd_bench, "micro-benchmarks (gemm)"},
+    {"tokenizer", cmd_tokenizer, "train a BPE tokenizer; encode and decode text"},
 };
 
 static void usage(FILE *out) {
