@@ -75,10 +75,9 @@ static void *rank_main(void *arg) {
 }
 
 static float *read_floats(const char *path, size_t n) {
-    float *x = bs_malloc(n * sizeof(float));
-    FILE *f = bs_fopen(path, "rb");
-    bs_fread_exact(x, n * sizeof(float), f, path);
-    fclose(f);
+    size_t bytes;
+    float *x = (float *)bs_read_file(path, &bytes);
+    if (bytes != n * sizeof(float)) bs_die("%s: %zu bytes, expected %zu", path, bytes, n * sizeof(float));
     return x;
 }
 
@@ -116,7 +115,8 @@ static void run_step(const char *spec_path) {
     for (int t = 0; t < num_tensors; t++) {
         json_t *e = json_array_get(jt, (size_t)t);
         tensors[t] = (OptimTensor){(size_t)json_integer_value(json_array_get(e, 0)),
-                                   (size_t)json_integer_value(json_array_get(e, 1)), json_is_true(json_array_get(e, 2))};
+                                   (size_t)json_integer_value(json_array_get(e, 1)),
+                                   json_is_true(json_array_get(e, 2))};
     }
     json_t *js = json_object_get(spec, "steps");
     int steps = (int)json_array_size(js);
@@ -228,8 +228,8 @@ int main(int argc, char **argv) {
         if (!optimizer_kind_parse(argv[2], &kind, why, sizeof why)) bs_die("%s", why);
         printf("%s %d\n", optimizer_kind_name(kind), optimizer_state_arrays(kind));
     } else {
-        bs_die("usage: opt_driver step SPEC | batch SCHEDULE FINAL BUDGET TOKENS... | run SCHEDULE FINAL BUDGET SEQ_LEN "
-               "GRANULE STRICT START STEPS | lr-scale RULE BATCH BASE | optimizer NAME");
+        bs_die("usage: opt_driver step SPEC | batch SCHEDULE FINAL BUDGET TOKENS... | run SCHEDULE FINAL BUDGET "
+               "SEQ_LEN GRANULE STRICT START STEPS | lr-scale RULE BATCH BASE | optimizer NAME");
     }
     return 0;
 }

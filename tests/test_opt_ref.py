@@ -115,7 +115,7 @@ def torch_reference(kind, cfg, problem):
         opt.step()
     out = [p.detach().numpy().ravel() for p in ps]
     if kind == "adamw":
-        state = [[opt.state[p]["exp_avg"].numpy().ravel() for p in ps], [opt.state[p]["exp_avg_sq"].numpy().ravel() for p in ps]]
+        state = [[opt.state[p][key].numpy().ravel() for p in ps] for key in ("exp_avg", "exp_avg_sq")]
     elif cfg["momentum"] != 0:
         state = [[opt.state[p]["momentum_buffer"].numpy().ravel() for p in ps]]
     else:

@@ -62,7 +62,8 @@ static bool parse_amount(const char *field, uint64_t *out, const char *text, cha
         if (u == 'B') u = 'G'; /* Megatron writes billions as B: "250B" */
         const char *at = strchr(units, u);
         if (!at || p[1] != '\0')
-            return fail(why, why_size, text, "unknown unit '%s' in '%s' (use K, M, G or B, T: powers of 1000)", p, field);
+            return fail(why, why_size, text, "unknown unit '%s' in '%s' (use K, M, G or B, T: powers of 1000)", p,
+                        field);
         for (long k = at - units; k >= 0; k--) scale *= 1000;
     }
     unsigned __int128 scaled = mantissa * scale;
@@ -78,13 +79,15 @@ static bool parse_batch(const char *field, long *out, const char *text, char *wh
     uint64_t v;
     if (!parse_amount(field, &v, text, why, why_size)) return false;
     if (v == 0) return fail(why, why_size, text, "batch '%s' must be at least 1 sequence", field);
-    if (v > (uint64_t)MAX_BATCH) return fail(why, why_size, text, "batch '%s' is larger than %ld sequences", field, MAX_BATCH);
+    if (v > (uint64_t)MAX_BATCH)
+        return fail(why, why_size, text, "batch '%s' is larger than %ld sequences", field, MAX_BATCH);
     *out = (long)v;
     return true;
 }
 
 /* A token count field; `positive` rejects 0. */
-static bool parse_tokens(const char *field, bool positive, uint64_t *out, const char *text, char *why, size_t why_size) {
+static bool parse_tokens(const char *field, bool positive, uint64_t *out, const char *text, char *why,
+                         size_t why_size) {
     if (!parse_amount(field, out, text, why, why_size)) return false;
     if (positive && *out == 0) return fail(why, why_size, text, "token count '%s' must be positive", field);
     return true;
@@ -119,7 +122,8 @@ static bool parse_stages(char *list, BatchSchedule *s, const char *text, char *w
         snprintf(copy, sizeof copy, "%s", stage);
         if (!split_fields(stage, fields, 2))
             return fail(why, why_size, text, "stage '%s' is not TOKENS:BATCH", copy);
-        if (s->num_stages == BATCH_MAX_STAGES) return fail(why, why_size, text, "more than %d stages", BATCH_MAX_STAGES);
+        if (s->num_stages == BATCH_MAX_STAGES)
+            return fail(why, why_size, text, "more than %d stages", BATCH_MAX_STAGES);
         BatchStage *st = &s->stages[s->num_stages];
         if (!parse_tokens(fields[0], false, &st->tokens, text, why, why_size)) return false;
         if (!parse_batch(fields[1], &st->batch, text, why, why_size)) return false;
@@ -152,13 +156,15 @@ bool batch_schedule_parse(const char *text, BatchSchedule *s, char *why, size_t 
     } else if (strcmp(buf, "ramp") == 0) {
         s->kind = BATCH_RAMP;
         if (!split_fields(rest, f, 3)) return fail(why, why_size, text, "expected ramp:START:INCREMENT:TOKENS");
-        if (!parse_batch(f[0], &s->start, text, why, why_size) || !parse_batch(f[1], &s->increment, text, why, why_size) ||
+        if (!parse_batch(f[0], &s->start, text, why, why_size) ||
+            !parse_batch(f[1], &s->increment, text, why, why_size) ||
             !parse_tokens(f[2], true, &s->tokens, text, why, why_size))
             return false;
     } else if (strcmp(buf, "exp") == 0) {
         s->kind = BATCH_EXP;
         if (!split_fields(rest, f, 2)) return fail(why, why_size, text, "expected exp:START:TOKENS");
-        if (!parse_batch(f[0], &s->start, text, why, why_size) || !parse_tokens(f[1], true, &s->tokens, text, why, why_size))
+        if (!parse_batch(f[0], &s->start, text, why, why_size) ||
+            !parse_tokens(f[1], true, &s->tokens, text, why, why_size))
             return false;
     } else if (strcmp(buf, "step") == 0) {
         s->kind = BATCH_STEP;
@@ -169,7 +175,8 @@ bool batch_schedule_parse(const char *text, BatchSchedule *s, char *why, size_t 
         if (!rest) return true;
         uint64_t *t = s->llama3_thresholds;
         if (!split_fields(rest, f, 2)) return fail(why, why_size, text, "expected llama3 or llama3:T1:T2");
-        if (!parse_tokens(f[0], true, &t[0], text, why, why_size) || !parse_tokens(f[1], true, &t[1], text, why, why_size))
+        if (!parse_tokens(f[0], true, &t[0], text, why, why_size) ||
+            !parse_tokens(f[1], true, &t[1], text, why, why_size))
             return false;
         if (t[1] <= t[0]) return fail(why, why_size, text, "T2 must be above T1; thresholds must increase");
     } else {
@@ -194,34 +201,39 @@ bool batch_schedule_prepare(BatchSchedule *s, long final_batch, uint64_t total_t
     case BATCH_CONSTANT: return true;
     case BATCH_RAMP:
         if (s->start >= final_batch)
-            return refuse(why, why_size, "--batch-schedule ramp: START %ld must be below --global-batch %ld", s->start,
-                            final_batch);
+            return refuse(why, why_size, "--batch-schedule ramp: START %ld must be below --global-batch %ld",
+                          s->start, final_batch);
         if ((final_batch - s->start) % s->increment != 0)
-            return refuse(why, why_size, "--batch-schedule ramp: --global-batch %ld minus START %ld is %ld, not a multiple "
-                            "of INCREMENT %ld (Megatron's rule); change one of them", final_batch, s->start,
-                            final_batch - s->start, s->increment);
+            return refuse(why, why_size,
+                          "--batch-schedule ramp: --global-batch %ld minus START %ld is %ld, not a multiple of "
+                          "INCREMENT %ld (Megatron's rule); change one of them",
+                          final_batch, s->start, final_batch - s->start, s->increment);
         return true;
     case BATCH_EXP:
         if (s->start > final_batch)
             return refuse(why, why_size, "--batch-schedule exp: START %ld is above --global-batch %ld", s->start,
-                            final_batch);
+                          final_batch);
         return true;
     case BATCH_STEP: {
         long last = s->stages[s->num_stages - 1].batch;
         if (last != final_batch)
-            return refuse(why, why_size, "--batch-schedule step ends at %ld sequences but --global-batch is %ld; make "
-                            "them equal", last, final_batch);
+            return refuse(why, why_size,
+                          "--batch-schedule step ends at %ld sequences but --global-batch is %ld; make them equal",
+                          last, final_batch);
         return true;
     }
     case BATCH_LLAMA3: {
         if (final_batch < 4)
-            return refuse(why, why_size, "--batch-schedule llama3 starts at --global-batch / 4, so it needs a global "
-                            "batch of at least 4 (got %ld)", final_batch);
+            return refuse(why, why_size,
+                          "--batch-schedule llama3 starts at --global-batch / 4, so it needs a global batch of at "
+                          "least 4 (got %ld)",
+                          final_batch);
         uint64_t t[2] = {s->llama3_thresholds[0], s->llama3_thresholds[1]};
         if (t[0] == 0) {
             if (total_tokens == 0)
-                return refuse(why, why_size, "--batch-schedule llama3 without thresholds needs the run's token budget; "
-                                "give llama3:T1:T2");
+                return refuse(why, why_size,
+                              "--batch-schedule llama3 without thresholds needs the run's token budget; give "
+                              "llama3:T1:T2");
             llama3_proportional(total_tokens, t);
         }
         s->num_stages = 3;
@@ -269,12 +281,14 @@ bool batch_round(long wanted, long granule, bool strict, long *realised, char *w
         if (why_size) why[0] = '\0';
         return true;
     }
-    if (strict) {
-        snprintf(why, why_size, "--strict-batch: the batch schedule asks for %ld sequences, not a multiple of "
-                 "--micro-batch x data-parallel ranks = %ld; change the schedule or drop --strict-batch", wanted, granule);
-        return false;
-    }
-    snprintf(why, why_size, "the batch schedule asks for %ld sequences, not a multiple of --micro-batch x data-parallel "
-             "ranks = %ld; using %ld (shown once; --strict-batch makes this an error)", wanted, granule, r);
+    if (strict)
+        return refuse(why, why_size,
+                      "--strict-batch: the batch schedule asks for %ld sequences, not a multiple of --micro-batch x "
+                      "data-parallel ranks = %ld; change the schedule or drop --strict-batch",
+                      wanted, granule);
+    snprintf(why, why_size,
+             "the batch schedule asks for %ld sequences, not a multiple of --micro-batch x data-parallel ranks = %ld; "
+             "using %ld (shown once; --strict-batch makes this an error)",
+             wanted, granule, r);
     return true;
 }

@@ -30,6 +30,10 @@ double noise_scale_simple(const NoiseScale *ns) {
     return ns->trace_ema / ns->grad_sq_ema; /* the bias corrections cancel */
 }
 
-double noise_scale_grad_sq(const NoiseScale *ns) { return ns->ema_weight > 0.0 ? ns->grad_sq_ema / ns->ema_weight : NAN; }
+static double bias_corrected(const NoiseScale *ns, double ema) {
+    return ns->ema_weight > 0.0 ? ema / ns->ema_weight : NAN;
+}
 
-double noise_scale_trace(const NoiseScale *ns) { return ns->ema_weight > 0.0 ? ns->trace_ema / ns->ema_weight : NAN; }
+double noise_scale_grad_sq(const NoiseScale *ns) { return bias_corrected(ns, ns->grad_sq_ema); }
+
+double noise_scale_trace(const NoiseScale *ns) { return bias_corrected(ns, ns->trace_ema); }

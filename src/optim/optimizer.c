@@ -117,7 +117,8 @@ void optimizer_update_phase(const Optimizer *opt, const OptimizerShard *shard, c
         }
         case OPTIM_LAMB: {
             LambStep s = lamb_step(opt, t, step);
-            lamb_apply(p, s0, shard->state[1] + at, n, &s, lamb_trust_ratio(sums[2 * i], sums[2 * i + 1], c->lamb_clamp));
+            double ratio = lamb_trust_ratio(sums[2 * i], sums[2 * i + 1], c->lamb_clamp);
+            lamb_apply(p, s0, shard->state[1] + at, n, &s, ratio);
             break;
         }
         case OPTIM_LARS: {
@@ -129,8 +130,8 @@ void optimizer_update_phase(const Optimizer *opt, const OptimizerShard *shard, c
     }
 }
 
-void optimizer_step(Optimizer *opt, const OptimizerShard *shard, const OptimizerStep *step, SumAcrossRanks sum_across_ranks,
-                    void *ctx) {
+void optimizer_step(Optimizer *opt, const OptimizerShard *shard, const OptimizerStep *step,
+                    SumAcrossRanks sum_across_ranks, void *ctx) {
     int n = optimizer_num_sums(opt);
     memset(opt->sums, 0, sizeof(double) * (size_t)n);
     optimizer_norms_phase(opt, shard, step, opt->sums);

@@ -31,7 +31,8 @@ typedef struct {
     OptimizerKind kind;
     float beta1, beta2;       /* adamw, lamb */
     float eps;                /* adamw, lamb; lars (in the trust ratio's denominator) */
-    float weight_decay;       /* for tensors that decay: decoupled (adamw), coupled (sgd), in u (lamb), in the step (lars) */
+    float weight_decay;       /* for tensors that decay: decoupled (adamw), coupled (sgd), in u (lamb), in the step
+                                 (lars) */
     float momentum;           /* sgd (0: plain SGD), lars */
     float dampening;          /* sgd */
     bool nesterov;            /* sgd */
@@ -91,8 +92,8 @@ int optimizer_num_sums(const Optimizer *opt);
 /* One update of the shard: the norms phase, then sum_across_ranks(ctx, sums,
  * optimizer_num_sums()) once if that count is not 0 and the callback is not
  * NULL (NULL: one process owns every element), then the update phase. */
-void optimizer_step(Optimizer *opt, const OptimizerShard *shard, const OptimizerStep *step, SumAcrossRanks sum_across_ranks,
-                    void *ctx);
+void optimizer_step(Optimizer *opt, const OptimizerShard *shard, const OptimizerStep *step,
+                    SumAcrossRanks sum_across_ranks, void *ctx);
 
 /* The two phases of optimizer_step, for callers that simulate several ranks
  * in one process. The norms phase ADDS this shard's partial sums into
