@@ -13,3 +13,7 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import torch, numpy" 
 fi
 mkdir -p build/bench
 /usr/bin/python3 bench/bench_engine.py "$BS" build/bench/engine.json "$VENV/bin/python"
+/usr/bin/python3 bench/bench_scaling.py "$BS" build/bench/scaling.json "$VENV/bin/python"
+echo "collectives, 2 ranks (batchscale bench comm):"
+mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 env OMP_NUM_THREADS=1 "$BS" bench comm \
+    --ops all-reduce,reduce-scatter,all-gather | tee build/bench/comm.txt

@@ -142,11 +142,16 @@ CommOp *comm_start_reduce_scatter(Comm *c, float *buf, size_t window_offset, siz
         mpi_window_counts(op, c, window_offset, n, total);
         op->uses_mpi = true;
         op->mpi_bytes = (uint64_t)((double)(c->size - 1) / c->size * (double)n * sizeof(float));
-        /* in place, MPI leaves this rank's result at the start of buf */
-        op->move_from = buf;
+        size_t mine = (size_t)op->counts[c->rank];
+        if (op->scratch_capacity < mine || !op->scratch) {
+            free(op->scratch);
+            op->scratch = bs_malloc((mine ? mine : 1) * sizeof(float));
+            op->scratch_capacity = mine;
+        }
+        op->move_from = op->scratch;
         op->move_to = buf + op->displs[c->rank];
-        op->move_count = (size_t)op->counts[c->rank];
-        comm_check(MPI_Ireduce_scatter(MPI_IN_PLACE, buf, op->counts, MPI_FLOAT, MPI_SUM, c->mpi, &op->request), c,
+        op->move_count = mine;
+        comm_check(MPI_Ireduce_scatter(buf, op->scratch, op->counts, MPI_FLOAT, MPI_SUM, c->mpi, &op->request), c,
                    "reduce-scatter");
         return op;
     }
@@ -222,8 +227,7 @@ CommOp *comm_start_broadcast(Comm *c, float *buf, size_t n, int root) {
 
 static void complete(CommOp *op) {
     Comm *c = op->comm;
-    if (op->move_count && op->move_from != op->move_to)
-        memmove(op->move_to, op->move_from, op->move_count * sizeof(float));
+    if (op->move_count) memcpy(op->move_to, op->move_from, op->move_count * sizeof(float));
     uint64_t bytes = op->mpi_bytes;
     for (int p = 0; p < op->num_phases; p++) bytes += op->phase[p].bytes_sent;
     c->stats.bytes_sent += bytes;

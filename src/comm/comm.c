@@ -158,6 +158,7 @@ static void free_flat(Comm *c) {
         for (int p = 0; p < OP_MAX_PHASES; p++) ring_release(&op->phase[p]);
         free(op->counts);
         free(op->displs);
+        free(op->scratch);
         free(op);
     }
     if (c->mpi != MPI_COMM_WORLD) MPI_Comm_free(&c->mpi);

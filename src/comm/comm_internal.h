@@ -69,8 +69,10 @@ struct CommOp {
     MPI_Request request;
     int *counts, *displs;
     size_t counts_capacity;
-    float *move_from, *move_to; /* in-place reduce-scatter result to move into place */
+    float *move_from, *move_to; /* reduce-scatter result to copy into place */
     size_t move_count;
+    float *scratch; /* MPI reduce-scatter receive buffer (MPI_IN_PLACE trips MPICH's memcpy checks) */
+    size_t scratch_capacity;
     uint64_t mpi_bytes; /* what a ring would send, for accounting */
     /* ring phases */
     RingPass phase[OP_MAX_PHASES];
