@@ -16,7 +16,8 @@ nobody here wrote, and the sharded path against the unsharded one.
    tensors, one empty), with the per-tensor sums added across ranks through
    the sum_across_ranks callback: AdamW and SGD bitwise equal to one range;
    LAMB and LARS within 1e-6 (their norms are summed in another order).
-Elements in the gap between tensors (like wte's padded rows) never change.
+Elements in the gap between tensors (like wte's padded rows) never change,
+and 1 and 3 OpenMP threads give bitwise the same result as the default.
 
 Tolerance: max |c - t| / max |t| per tensor <= 1e-6, for the weights and
 every state array.
@@ -81,7 +82,7 @@ def make_problem(seed):
     return layout, n, params, grads, lrs, scales, gap
 
 
-def run_driver(tmp, cfg, problem, cuts):
+def run_driver(tmp, cfg, problem, cuts, threads=None):
     layout, n, params, grads, lrs, scales, _ = problem
     params.tofile(os.path.join(tmp, "p.bin"))
     grads.tofile(os.path.join(tmp, "g.bin"))
@@ -90,7 +91,8 @@ def run_driver(tmp, cfg, problem, cuts):
                 grads=os.path.join(tmp, "g.bin"), out=os.path.join(tmp, "out.bin"))
     with open(os.path.join(tmp, "spec.json"), "w") as f:
         json.dump(spec, f)
-    subprocess.run([DRIVER, "step", os.path.join(tmp, "spec.json")], check=True, timeout=120)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads)) if threads else None
+    subprocess.run([DRIVER, "step", os.path.join(tmp, "spec.json")], check=True, timeout=120, env=env)
     out = np.fromfile(os.path.join(tmp, "out.bin"), dtype=np.float32)
     arrays = out.size // n
     return [out[k * n:(k + 1) * n] for k in range(arrays)]
@@ -227,6 +229,9 @@ def main():
             for k, name in enumerate(names):
                 worst = max(rel_err(got[k][o:o + c], ref[k][t]) for t, (o, c, _, _) in enumerate(layout))
                 check(f"{name} vs {who} (worst tensor)", worst, TOL)
+            for threads in (1, 3):
+                same = all(np.array_equal(a, b) for a, b in zip(run_driver(tmp, cfg, problem, [], threads), got))
+                check(f"{threads} thread(s) bitwise equal to the default (0 = yes)", 0.0 if same else 1.0, 0.0)
             untouched = np.array_equal(got[0][gap], params[gap]) and all(np.all(a[gap] == 0) for a in got[1:])
             check("gap between tensors untouched (0 = yes)", 0.0 if untouched else 1.0, 0.0)
             for cuts in cut_sets:
