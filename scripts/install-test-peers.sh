@@ -12,8 +12,8 @@ if [ ! -x "$VENV/bin/python" ]; then
     echo "install-test-peers: creating $VENV" >&2
     python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import tiktoken, tokenizers" 2>/dev/null; then
-    echo "install-test-peers: installing tiktoken and tokenizers into $VENV (once)" >&2
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check tiktoken tokenizers >&2
+if ! "$VENV/bin/python" -c "import tiktoken, tokenizers, numpy" 2>/dev/null; then
+    echo "install-test-peers: installing tiktoken, tokenizers and numpy into $VENV (once)" >&2
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check tiktoken tokenizers numpy >&2
 fi
 echo "$VENV/bin/python"

@@ -7,3 +7,17 @@ if(NOT TARGET PkgConfig::UTF8PROC)
   pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
   target_link_libraries(bscore PUBLIC PkgConfig::UTF8PROC)
 endif()
+
+set(GPT2_VOCAB_DIR ${PROJECT_SOURCE_DIR}/../shared/data/gpt2)
+
+add_executable(test_tok_unit test_tok_unit.c)
+target_link_libraries(test_tok_unit PRIVATE bscore)
+add_test(NAME tok_unit COMMAND test_tok_unit ${GPT2_VOCAB_DIR} ${CMAKE_CURRENT_BINARY_DIR})
+
+add_executable(test_tok_loader test_tok_loader.c)
+target_link_libraries(test_tok_loader PRIVATE bscore)
+
+foreach(t gpt2)
+  add_test(NAME tok_${t} COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_tok_${t}.py)
+  set_tests_properties(tok_${t} PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};TOK_LOADER=$<TARGET_FILE:test_tok_loader>")
+endforeach()

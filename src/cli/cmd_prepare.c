@@ -1,22 +1,39 @@
-/* cmd_prepare.c: `batchscale prepare`: text -> llm.c token shards with the
- * byte-level tokenizer. Each input file is one document, preceded by the
- * end-of-text token; the last --val-fraction of every document goes to the
- * validation shards. */
-#include <dirent.h>
+/* cmd_prepare.c: `batchscale prepare`: text files -> llm.c token shards.
+ *
+ * Each input file is one document, preceded by end-of-text. A file is read
+ * in spans that end where pre-tokenisation allows a cut (text_input.h);
+ * each span is split into chunks that all threads encode at once, and the
+ * tokens are written in order, so the shards are the same for any thread
+ * count and equal to encoding each document whole. The bytes of a document
+ * from --val-fraction before its end (moved to the next allowed cut) go to
+ * the validation shards. Tokens are stored as uint16 (llm.c's format); a
+ * vocabulary above 65,536 is refused. Shards of an earlier run in the
+ * output directory are removed first; OUT/prepare.json records the
+ * tokenizer and the counts. The progress line goes to stderr on a terminal
+ * (or with --progress); the summary to stdout. */
+#include <glob.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
 #include "core/io.h"
-#include "data/bytetok.h"
+#include "core/timer.h"
 #include "data/shard.h"
+#include "data/text_input.h"
+#include "data/tokenizer.h"
+
+#define CHUNK_BYTES (256 << 10)  /* text per parallel task */
+#define CHUNKS_PER_THREAD 16     /* chunks in flight per thread (one span) */
+#define MAX_UINT16_VOCAB 65536
 
 typedef struct {
     const char *dir, *prefix;
-    long long shard_tokens;
+    size_t shard_tokens;
     uint16_t *buf;
     size_t len;
     int index;
@@ -32,78 +49,170 @@ static void writer_flush(ShardWriter *w) {
     w->len = 0;
 }
 
-static void writer_put(ShardWriter *w, const uint16_t *tokens, size_t n) {
+/* Ids are known to be below MAX_UINT16_VOCAB. */
+static void writer_put(ShardWriter *w, const int32_t *tokens, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        w->buf[w->len++] = tokens[i];
-        if ((long long)w->len == w->shard_tokens) writer_flush(w);
+        w->buf[w->len++] = (uint16_t)tokens[i];
+        if (w->len == w->shard_tokens) writer_flush(w);
     }
 }
 
-static int compare_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+typedef struct {
+    bool on, tty;
+    double start, last;
+    long long total_bytes;
+} Progress;
+
+static void format_eta(double s, char *buf, size_t n) {
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, n, "%ldh%02ldm", t / 3600, (t % 3600) / 60);
+    else snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
+}
+
+static void progress_show(Progress *p, long long bytes, size_t tokens, bool final) {
+    double now = bs_now();
+    if (!p->on || (!final && now - p->last < (p->tty ? 0.1 : 1.0))) return;
+    p->last = now;
+    double elapsed = now - p->start > 1e-9 ? now - p->start : 1e-9;
+    double frac = p->total_bytes > 0 ? (double)bytes / (double)p->total_bytes : 1.0;
+    char eta[32];
+    format_eta(frac > 0 ? elapsed * (1 - frac) / frac : 0, eta, sizeof eta);
+    fprintf(stderr, "%sprepare %5.1f%% | %.1f/%.1f MB | %zu tokens | %.0f tok/s | %.1f MB/s | ETA %s%s",
+            p->tty ? "\r\033[K" : "", 100 * frac, (double)bytes / 1e6, (double)p->total_bytes / 1e6, tokens,
+            (double)tokens / elapsed, (double)bytes / 1e6 / elapsed, eta, p->tty && !final ? "" : "\n");
+    fflush(stderr);
+}
+
+static void remove_old_shards(const char *out) {
+    const char *prefixes[] = {"train", "val"};
+    for (int k = 0; k < 2; k++) {
+        char pattern[4200];
+        snprintf(pattern, sizeof pattern, "%s/%s_[0-9][0-9][0-9][0-9][0-9][0-9].bin", out, prefixes[k]);
+        glob_t g;
+        if (glob(pattern, 0, NULL, &g) == 0)
+            for (size_t i = 0; i < g.gl_pathc; i++)
+                if (remove(g.gl_pathv[i]) != 0) bs_die("cannot remove the old shard %s", g.gl_pathv[i]);
+        globfree(&g);
+    }
+}
+
+static void write_summary_json(const char *out, const Tokenizer *tok, int docs, long long bytes, const ShardWriter *train,
+                               const ShardWriter *val) {
+    json_t *j = json_pack("{s:s, s:i, s:i, s:i, s:I, s:I, s:i, s:I, s:i, s:I}", "tokenizer", tokenizer_spec(tok),
+                          "vocab_size", tokenizer_vocab_size(tok), "eot", (int)tokenizer_eot(tok), "documents", docs,
+                          "bytes", (json_int_t)bytes, "train_tokens", (json_int_t)train->total, "train_shards",
+                          train->index, "val_tokens", (json_int_t)val->total, "val_shards", val->index,
+                          "shard_tokens", (json_int_t)train->shard_tokens);
+    char *text = json_dumps(j, JSON_INDENT(2));
+    if (!text) bs_die("out of memory writing %s/prepare.json", out);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/prepare.json", out);
+    bs_write_file_atomic(path, text, strlen(text));
+    free(text);
+    json_decref(j);
+}
 
 int cmd_prepare(int argc, char **argv) {
-    const char *in = "", *out = "";
+    const char *in = "", *out = "", *name = "byte", *vocab_dir = "";
     double val_fraction = 0.05;
     long long shard_tokens = 100000000;
+    int threads = 0;
+    bool force_progress = false, quiet = false;
     const OptionSpec specs[] = {
-        {"in", OPT_STRING, &in, OPT_NO_RANGE, "PATH", "a text file, or a directory of text files (one document each)"},
+        {"in", OPT_STRING, &in, OPT_NO_RANGE, "PATH", "text: a file, a directory of files, or a glob (one document per file)"},
         {"out", OPT_STRING, &out, OPT_NO_RANGE, "DIR", "output directory for train_*.bin and val_*.bin"},
-        {"val-fraction", OPT_DOUBLE, &val_fraction, 0, 0.5, "X", "share of each document kept for validation"},
+        {"tokenizer", OPT_STRING, &name, OPT_NO_RANGE, "NAME", "byte, gpt2 (with --vocab-dir), or a tokenizer file"},
+        {"vocab-dir", OPT_STRING, &vocab_dir, OPT_NO_RANGE, "DIR", "GPT-2's encoder.json and vocab.bpe, for --tokenizer gpt2"},
+        {"val-fraction", OPT_DOUBLE, &val_fraction, 0, 0.5, "X", "share of each document (its end) kept for validation"},
         {"shard-tokens", OPT_LONG, &shard_tokens, 1024, 2147483647.0, "N", "tokens per shard file"},
+        {"threads", OPT_INT, &threads, 0, 1024, "N", "encoding threads (0: OMP_NUM_THREADS or all cores)"},
+        {"progress", OPT_FLAG, &force_progress, OPT_NO_RANGE, "", "show progress even when stderr is not a terminal"},
+        {"quiet", OPT_FLAG, &quiet, OPT_NO_RANGE, "", "no progress and no summary"},
     };
     if (!options_parse(specs, (int)(sizeof specs / sizeof specs[0]), argc, argv,
                        "usage: batchscale prepare --in PATH --out DIR [options]\n\n"
-                       "Tokenizes text byte by byte (vocabulary 257, end-of-text 256) into llm.c token shards."))
+                       "Tokenizes text into llm.c token shards (uint16), every file a document after an end-of-text\n"
+                       "token. Default tokenizer: bytes (vocabulary 257, end-of-text 256)."))
         return 0;
-    if (!*in) bs_die("--in is required (a text file or a directory of them)");
+    if (!*in) bs_die("--in is required (a text file, a directory of them, or a glob)");
     if (!*out) bs_die("--out is required (the directory for the shards)");
-    if (!bs_path_exists(in)) bs_die("--in %s does not exist", in);
-
-    char **files;
-    int nfiles = 0;
-    if (bs_is_dir(in)) {
-        DIR *d = opendir(in);
-        if (!d) bs_die("cannot open directory %s", in);
-        files = bs_malloc(sizeof(char *) * 65536);
-        struct dirent *e;
-        while ((e = readdir(d)) && nfiles < 65536) {
-            if (e->d_name[0] == '.') continue;
-            char path[4096];
-            snprintf(path, sizeof path, "%s/%s", in, e->d_name);
-            if (!bs_is_dir(path)) files[nfiles++] = strdup(path);
-        }
-        closedir(d);
-        qsort(files, (size_t)nfiles, sizeof(char *), compare_names);
-        if (nfiles == 0) bs_die("--in %s holds no files", in);
-    } else {
-        files = bs_malloc(sizeof(char *));
-        files[nfiles++] = strdup(in);
+    int nfiles;
+    char **files = text_inputs_list(in, "--in", &nfiles);
+    Tokenizer *tok = tokenizer_load(name, vocab_dir);
+    if (tokenizer_vocab_size(tok) > MAX_UINT16_VOCAB)
+        bs_die("--tokenizer %s has %d tokens; llm.c's token shards store uint16 ids (at most %d): train a smaller "
+               "vocabulary", name, tokenizer_vocab_size(tok), MAX_UINT16_VOCAB);
+    long long total_bytes = 0;
+    for (int i = 0; i < nfiles; i++) {
+        long long size = bs_file_size(files[i]);
+        if (size < 0 || access(files[i], R_OK) != 0) bs_die("--in: cannot read %s", files[i]);
+        total_bytes += size;
     }
     bs_mkdir_p(out);
-    ShardWriter train = {out, "train", shard_tokens, bs_malloc((size_t)shard_tokens * 2), 0, 0, 0};
-    ShardWriter val = {out, "val", shard_tokens, bs_malloc((size_t)shard_tokens * 2), 0, 0, 0};
-    size_t total_bytes = 0;
-    for (int i = 0; i < nfiles; i++) {
-        size_t n;
-        char *text = bs_read_file(files[i], &n);
-        uint16_t *tokens = bs_malloc((n + 1) * sizeof(uint16_t));
-        tokens[0] = BYTETOK_EOT;
-        bytetok_encode((const unsigned char *)text, n, tokens + 1);
-        size_t ntok = n + 1;
-        size_t nval = (size_t)((double)ntok * val_fraction);
-        writer_put(&train, tokens, ntok - nval);
-        writer_put(&val, tokens + (ntok - nval), nval);
-        total_bytes += n;
-        free(tokens);
-        free(text);
-        free(files[i]);
+    remove_old_shards(out);
+
+    TokenizerPool pool;
+    tokenizer_pool_init(&pool, tok, threads);
+    const size_t span_bytes = (size_t)pool.threads * CHUNKS_PER_THREAD * CHUNK_BYTES;
+    ShardWriter train = {out, "train", (size_t)shard_tokens, bs_malloc((size_t)shard_tokens * 2), 0, 0, 0};
+    ShardWriter val = {out, "val", (size_t)shard_tokens, bs_malloc((size_t)shard_tokens * 2), 0, 0, 0};
+    TokenList *lists = NULL;
+    size_t lists_cap = 0;
+    const int32_t eot = tokenizer_eot(tok);
+    Progress progress = {!quiet && (force_progress || isatty(STDERR_FILENO)), isatty(STDERR_FILENO), bs_now(), 0,
+                         total_bytes};
+    long long bytes_done = 0;
+    int docs = 0;
+    for (int f = 0; f < nfiles; f++) {
+        TextReader reader;
+        text_reader_open(&reader, files[f]);
+        const long long val_start = reader.size - (long long)((double)reader.size * val_fraction);
+        TextSpan span;
+        long long offset;
+        while (text_reader_next(&reader, span_bytes, val_start, &span, &offset)) {
+            ShardWriter *w = offset >= val_start ? &val : &train;
+            if (offset == 0) {
+                writer_put(w, &eot, 1);
+                docs++;
+            }
+            TextSpan *chunks;
+            size_t n = pretok_split(span.text, span.len, CHUNK_BYTES, &chunks);
+            if (n > lists_cap) {
+                lists = realloc(lists, n * sizeof(TokenList));
+                if (!lists) bs_die("out of memory preparing %s", files[f]);
+                memset(lists + lists_cap, 0, (n - lists_cap) * sizeof(TokenList));
+                lists_cap = n;
+            }
+            tokenizer_pool_encode(&pool, chunks, n, lists);
+            for (size_t i = 0; i < n; i++) writer_put(w, lists[i].ids, lists[i].len);
+            free(chunks);
+            bytes_done += (long long)span.len;
+            progress_show(&progress, bytes_done, train.total + train.len + val.total + val.len, false);
+        }
+        text_reader_close(&reader);
     }
-    free(files);
     writer_flush(&train);
     writer_flush(&val);
-    printf("prepared %d document(s), %zu bytes: %zu train tokens in %d shard(s), %zu val tokens in %d shard(s) -> %s\n",
-           nfiles, total_bytes, train.total, train.index, val.total, val.index, out);
+    progress_show(&progress, bytes_done, train.total + val.total, true);
+    write_summary_json(out, tok, docs, bytes_done, &train, &val);
+    if (val_fraction > 0 && val.total == 0)
+        bs_warn("no validation tokens: the documents are too short (or have no place to cut) for --val-fraction %g",
+                val_fraction);
+    size_t tokens = train.total + val.total;
+    double seconds = bs_now() - progress.start;
+    if (!quiet)
+        printf("prepared %d document(s), %.2f MB with %s: %zu tokens, %.3f bytes/token; train %zu tokens in %d "
+               "shard(s), val %zu tokens in %d shard(s) -> %s (%.2f s, %.1f MB/s, %d thread(s))\n",
+               docs, (double)bytes_done / 1e6, tokenizer_spec(tok), tokens,
+               tokens > (size_t)docs ? (double)bytes_done / (double)(tokens - (size_t)docs) : 0.0, train.total,
+               train.index, val.total, val.index, out, seconds, (double)bytes_done / 1e6 / (seconds > 0 ? seconds : 1e-9),
+               pool.threads);
+    for (size_t i = 0; i < lists_cap; i++) token_list_free(&lists[i]);
+    free(lists);
     free(train.buf);
     free(val.buf);
+    tokenizer_pool_free(&pool);
+    tokenizer_free(tok);
+    text_inputs_free(files, nfiles);
     return 0;
 }
