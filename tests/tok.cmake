@@ -21,3 +21,6 @@ foreach(t gpt2)
   add_test(NAME tok_${t} COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_tok_${t}.py)
   set_tests_properties(tok_${t} PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};TOK_LOADER=$<TARGET_FILE:test_tok_loader>")
 endforeach()
+
+add_test(NAME tok_data COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_tok_data.py)
+set_tests_properties(tok_data PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}")

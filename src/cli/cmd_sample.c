@@ -1,5 +1,6 @@
 /* cmd_sample.c: `batchscale sample`: text from a checkpoint or an llm.c
- * model file, decoded with the byte-level tokenizer. */
+ * model file. The prompt is encoded and the output decoded with --tokenizer
+ * (default: byte-level); the model's vocabulary must be the tokenizer's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,12 +10,12 @@
 #include "cli/options.h"
 #include "core/error.h"
 #include "core/io.h"
-#include "data/bytetok.h"
+#include "data/tokenizer.h"
 #include "model/llmc_file.h"
 #include "train/sample.h"
 
 int cmd_sample(int argc, char **argv) {
-    const char *ckpt = "", *model_file = "", *prompt = "";
+    const char *ckpt = "", *model_file = "", *prompt = "", *tokenizer = "", *vocab_dir = "";
     int tokens = 200, top_k = 40;
     double temperature = 0.8;
     long long seed = 42;
@@ -22,6 +23,8 @@ int cmd_sample(int argc, char **argv) {
         {"ckpt", OPT_STRING, &ckpt, OPT_NO_RANGE, "DIR", "a checkpoint, or a checkpoint directory (its newest)"},
         {"model", OPT_STRING, &model_file, OPT_NO_RANGE, "FILE", "an llm.c model file instead of a checkpoint"},
         {"prompt", OPT_STRING, &prompt, OPT_NO_RANGE, "TEXT", "text to continue (default: start of a document)"},
+        {"tokenizer", OPT_STRING, &tokenizer, OPT_NO_RANGE, "NAME", "byte, gpt2 (with --vocab-dir) or a file (default: the checkpoint's, else byte)"},
+        {"vocab-dir", OPT_STRING, &vocab_dir, OPT_NO_RANGE, "DIR", "GPT-2's encoder.json and vocab.bpe, for --tokenizer gpt2"},
         {"tokens", OPT_INT, &tokens, 1, 1e6, "N", "tokens to generate"},
         {"temperature", OPT_DOUBLE, &temperature, 0, 100, "T", "sampling temperature (0: greedy)"},
         {"top-k", OPT_INT, &top_k, 0, 1 << 30, "K", "sample among the K most likely tokens (0: all)"},
@@ -32,6 +35,7 @@ int cmd_sample(int argc, char **argv) {
         return 0;
     if (!*ckpt == !*model_file) bs_die("give exactly one of --ckpt DIR or --model FILE");
     GPT model;
+    char recorded[4200] = ""; /* the tokenizer a checkpoint's manifest names (once manifests record it) */
     if (*ckpt) {
         char dir[4096], manifest[4200];
         snprintf(manifest, sizeof manifest, "%s/manifest.json", ckpt);
@@ -50,24 +54,29 @@ int cmd_sample(int argc, char **argv) {
         gpt_create(&model, &cfg);
         llmc_model_read_params(model_file, &model);
     }
-    if (model.cfg.vocab_size != BYTETOK_VOCAB)
-        bs_die("this model has a vocabulary of %d; sampling decodes the byte-level tokenizer (257)", model.cfg.vocab_size);
-    size_t plen = strlen(prompt);
-    int32_t *seq = bs_malloc((plen + 1 + (size_t)tokens) * sizeof(int32_t));
-    seq[0] = BYTETOK_EOT;
-    for (size_t i = 0; i < plen; i++) seq[1 + i] = (unsigned char)prompt[i];
+    Tokenizer *tok = tokenizer_load(*tokenizer ? tokenizer : recorded, vocab_dir);
+    if (model.cfg.vocab_size != tokenizer_vocab_size(tok))
+        bs_die("the model has a vocabulary of %d but tokenizer %s has %d tokens; give the one it was trained with "
+               "(--tokenizer byte|gpt2|FILE)", model.cfg.vocab_size, tokenizer_spec(tok), tokenizer_vocab_size(tok));
+    TokenList seq = {0};
+    token_list_push(&seq, tokenizer_eot(tok));
+    TokenizerEncoder *enc = tokenizer_encoder_new(tok);
+    tokenizer_encode(enc, (const unsigned char *)prompt, strlen(prompt), &seq);
+    tokenizer_encoder_free(enc);
+    token_list_reserve(&seq, (size_t)tokens);
     GPTActs acts;
     gpt_acts_create(&acts, &model.cfg, 1, model.cfg.max_seq_len, false);
     Rng rng;
     rng_seed(&rng, (uint64_t)seed);
     SampleParams sp = {(float)temperature, top_k};
-    int len = sample_generate(&model, &acts, seq, (int)plen + 1, tokens, &sp, &rng);
-    unsigned char *text = bs_malloc((size_t)len);
-    size_t n = bytetok_decode(seq + 1, (size_t)len - 1, text);
+    int len = sample_generate(&model, &acts, seq.ids, (int)seq.len, tokens, &sp, &rng);
+    size_t n;
+    unsigned char *text = tokenizer_decode(tok, seq.ids + 1, (size_t)len - 1, &n);
     fwrite(text, 1, n, stdout);
     printf("\n");
     free(text);
-    free(seq);
+    token_list_free(&seq);
+    tokenizer_free(tok);
     gpt_acts_free(&acts);
     gpt_free(&model);
     return 0;
