@@ -84,9 +84,14 @@ static json_t *manifest_to_json(const CkptManifest *m) {
                                                (json_int_t)f->offset, "count", (json_int_t)f->count, "bytes",
                                                (json_int_t)f->bytes, "xxh64", u64_hex(f->xxh64)));
     }
-    json_t *rng = json_array();
+    json_t *rng = json_array(), *noise = json_array();
     for (int i = 0; i < 4; i++) json_array_append_new(rng, u64_hex(m->sample_rng.s[i]));
-    return json_pack(
+    for (int i = 0; i < 4; i++) {
+        uint64_t bits;
+        memcpy(&bits, &m->noise_scale[i], sizeof bits);
+        json_array_append_new(noise, u64_hex(bits));
+    }
+    json_t *j = json_pack(
         "{s:s, s:i, s:I, s:I, s:I, s:{s:i, s:i, s:i, s:i, s:i}, s:{s:i, s:i, s:i, s:i, s:i}, s:{s:s, s:I},"
         " s:o, s:{s:o, s:b}, s:o}",
         "format", "batchscale-checkpoint", "version", CKPT_FORMAT_VERSION, "step", (json_int_t)m->step,
@@ -95,6 +100,9 @@ static json_t *manifest_to_json(const CkptManifest *m) {
         m->model.max_seq_len, "vocab", m->model.vocab_size, "layout", "world", m->world, "dp", m->dp, "tp", m->tp,
         "pp", m->pp, "zero", m->zero, "optimizer", "name", m->optimizer, "step", (json_int_t)m->optimizer_step,
         "sample_rng", rng, "data", "seed", u64_hex(m->data_seed), "shuffle", m->data_shuffle, "files", files);
+    json_object_set_new(j, "schedule", json_pack("{s:s, s:I, s:o}", "batch", m->batch_schedule, "global_batch",
+                                                 (json_int_t)m->final_batch, "noise_scale", noise));
+    return j;
 }
 
 static void prune_old(const char *ckpt_dir, int keep_last) {
@@ -208,6 +216,21 @@ bool ckpt_try_read_manifest(const char *dir, CkptManifest *m, char *why, size_t 
     for (int i = 0; i < 4; i++)
         if (!parse_hex(json_array_get(rng, (size_t)i), &m->sample_rng.s[i]))
             FAIL("%s is corrupt: sample_rng is not hex", path);
+    const char *schedule = NULL;
+    json_int_t final_batch = 0;
+    json_t *noise = NULL;
+    if (json_unpack_ex(j, &err, 0, "{s:{s:s, s:I, s:o}}", "schedule", "batch", &schedule, "global_batch",
+                       &final_batch, "noise_scale", &noise) != 0)
+        FAIL("%s is corrupt: %s", path, err.text);
+    if (strlen(schedule) >= sizeof m->batch_schedule) FAIL("%s is corrupt: batch schedule too long", path);
+    snprintf(m->batch_schedule, sizeof m->batch_schedule, "%s", schedule);
+    m->final_batch = (long)final_batch;
+    if (!json_is_array(noise) || json_array_size(noise) != 4) FAIL("%s is corrupt: noise_scale must hold 4 words", path);
+    for (int i = 0; i < 4; i++) {
+        uint64_t bits;
+        if (!parse_hex(json_array_get(noise, (size_t)i), &bits)) FAIL("%s is corrupt: noise_scale is not hex", path);
+        memcpy(&m->noise_scale[i], &bits, sizeof bits);
+    }
     if (!json_is_array(files) || json_array_size(files) == 0 || json_array_size(files) > CKPT_MAX_FILES)
         FAIL("%s is corrupt: 'files' must list 1 to %d files", path, CKPT_MAX_FILES);
     m->num_files = (int)json_array_size(files);

@@ -45,6 +45,9 @@ typedef struct {
     int world, dp, tp, pp, zero; /* layout that wrote it */
     char optimizer[32];
     long optimizer_step;
+    char batch_schedule[256]; /* the --batch-schedule the run was started with */
+    long final_batch;         /* its --global-batch */
+    double noise_scale[4];    /* gradient noise scale estimator state (optim/noise_scale.h) */
     int num_files;
     CkptFile files[CKPT_MAX_FILES];
 } CkptManifest;

@@ -5,20 +5,28 @@
 
 #define PARTS 64
 
-double sum_of_squares(const float *x, size_t n) {
+/* b == NULL: sum of a^2; else sum of (a - b)^2. */
+static double squares(const float *a, const float *b, size_t n) {
     double partial[PARTS];
     size_t per = (n + PARTS - 1) / PARTS;
 #pragma omp parallel for schedule(static)
     for (int p = 0; p < PARTS; p++) {
         size_t begin = (size_t)p * per, end = begin + per < n ? begin + per : n;
         double acc = 0.0;
-        for (size_t i = begin; i < end; i++) acc += (double)x[i] * x[i];
+        for (size_t i = begin; i < end; i++) {
+            double d = b ? (double)a[i] - b[i] : (double)a[i];
+            acc += d * d;
+        }
         partial[p] = acc;
     }
     double total = 0.0;
     for (int p = 0; p < PARTS; p++) total += partial[p];
     return total;
 }
+
+double sum_of_squares(const float *x, size_t n) { return squares(x, NULL, n); }
+
+double sum_of_squared_differences(const float *a, const float *b, size_t n) { return squares(a, b, n); }
 
 float clip_coefficient(double norm, double max_norm) {
     if (max_norm <= 0) return 1.0f;

@@ -7,6 +7,8 @@
 #include <stddef.h>
 
 double sum_of_squares(const float *x, size_t n);
+/* Sum of (a[i] - b[i])^2, in the same fixed order. */
+double sum_of_squared_differences(const float *a, const float *b, size_t n);
 /* PyTorch's clip_grad_norm_ coefficient: min(1, max_norm / (norm + 1e-6));
  * max_norm <= 0 disables clipping (returns 1). */
 float clip_coefficient(double norm, double max_norm);

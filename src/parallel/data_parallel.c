@@ -47,6 +47,9 @@ struct DataParallel {
     int num_inflight;
     ParamSlot slots[NUM_SLOTS];
     bool last_micro, in_backward, communicate;
+    bool measure_micro;   /* gradient noise scale: per micro-step local norms */
+    float *grad_snapshot; /* stages 0-1: the accumulated gradient before this micro-step */
+    double micro_sumsq;
     BlockAccess train_access, eval_access;
     DPMemory memory;
 };
@@ -131,8 +134,17 @@ static void wait_oldest(DataParallel *dp) {
     remove_inflight(dp, 0);
 }
 
+/* This micro-step's own gradient over a bucket, before it is reduced. */
+static void measure_bucket(DataParallel *dp, const Bucket *bk) {
+    if (!dp->measure_micro) return;
+    if (dp->stage >= 2) dp->micro_sumsq += sum_of_squares(bk->buf, bk->count);
+    else dp->micro_sumsq += sum_of_squared_differences(dp->model->grads + bk->offset,
+                                                       dp->grad_snapshot + bk->offset, bk->count);
+}
+
 static void launch_bucket(DataParallel *dp, int k) {
     Bucket *bk = &dp->buckets[k];
+    measure_bucket(dp, bk);
     if (dp->num_inflight == MAX_INFLIGHT) wait_oldest(dp);
     if (dp->stage == 0)
         bk->op = comm_start_allreduce(dp->comm, dp->model->grads + bk->offset, bk->count);
@@ -309,6 +321,7 @@ void dp_free(DataParallel *dp) {
     free(dp->shard_params);
     free(dp->shard_grads);
     free(dp->emb_grad_buf);
+    free(dp->grad_snapshot);
     for (int i = 0; i < GRAD_POOL; i++) free(dp->grad_pool[i]);
     for (int s = 0; s < NUM_SLOTS; s++) free(dp->slots[s].buf);
     gpt_free(dp->model);
@@ -345,7 +358,17 @@ float *dp_params_at(DataParallel *dp, size_t offset, size_t count) {
 void dp_begin_step(DataParallel *dp) {
     if (dp->stage < 2) gpt_zero_grads(dp->model);
     else memset(dp->shard_grads, 0, dp->shard_count * sizeof(float));
+    dp->micro_sumsq = 0;
+    if (dp->grad_snapshot) memset(dp->grad_snapshot, 0, dp->total * sizeof(float));
 }
+
+void dp_measure_micro_norms(DataParallel *dp) {
+    dp->measure_micro = true;
+    if (dp->stage < 2 && !dp->grad_snapshot)
+        alloc_tracked(&dp->grad_snapshot, dp->total, &dp->memory.buffer_bytes);
+}
+
+double dp_micro_sum_squares(const DataParallel *dp) { return dp->micro_sumsq; }
 
 const BlockAccess *dp_micro_access(DataParallel *dp, bool last_micro) {
     dp->last_micro = last_micro;
@@ -365,6 +388,10 @@ const BlockAccess *dp_eval_access(DataParallel *dp) {
 void dp_end_micro(DataParallel *dp) {
     if (dp->communicate && !dp->opt.overlap)
         for (int k = 0; k < dp->num_buckets; k++) launch_bucket(dp, k);
+    if (dp->measure_micro && dp->stage < 2 && !dp->communicate) { /* no bucket was measured */
+        dp->micro_sumsq += sum_of_squared_differences(dp->model->grads, dp->grad_snapshot, dp->total);
+        memcpy(dp->grad_snapshot, dp->model->grads, dp->total * sizeof(float));
+    }
     while (dp->num_inflight > 0) wait_oldest(dp);
     for (int s = 0; s < NUM_SLOTS; s++) {
         if (dp->slots[s].op) comm_wait(dp->slots[s].op);

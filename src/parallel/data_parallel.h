@@ -64,6 +64,14 @@ void dp_after_update(DataParallel *dp);
 /* All ranks: writes the full parameters into out (num_params floats). */
 void dp_gather_params(DataParallel *dp, float *out);
 
+/* Measure, every micro-step, this rank's squared norm of the gradient of
+ * that micro-step alone (before any reduction): the small-batch norm of the
+ * gradient noise scale. Stages 2-3 take it from the bucket buffers; stages
+ * 0-1 keep a copy of the accumulated gradient (one more flat buffer). */
+void dp_measure_micro_norms(DataParallel *dp);
+/* Sum over this step's micro-steps of those squared norms (this rank). */
+double dp_micro_sum_squares(const DataParallel *dp);
+
 typedef struct {
     size_t param_bytes, grad_bytes, buffer_bytes; /* allocated by this rank */
 } DPMemory;

@@ -19,7 +19,9 @@ void train_save(Trainer *tr) {
     size_t off, count;
     dp_shard_range(tr->dp, &off, &count);
     size_t at = off - tr->update_offset; /* stage 0 updates everything; its file holds the shard */
-    const float *state[CKPT_STATE_ARRAYS] = {tr->m + at, tr->v + at};
+    const float *state[CKPT_STATE_ARRAYS] = {NULL, NULL};
+    for (int k = 0; k < CKPT_STATE_ARRAYS && k < OPTIMIZER_MAX_STATE; k++)
+        if (tr->state[k]) state[k] = tr->state[k] + at;
     CkptFile mine;
     ckpt_write_rank_file(tmp, tr->rank, off, count, dp_params_at(tr->dp, off, count), state, &mine);
     CkptManifest *m = tr->rank == 0 ? bs_calloc(1, sizeof *m) : NULL;
@@ -36,8 +38,13 @@ void train_save(Trainer *tr) {
         m->world = m->dp = tr->dp_size;
         m->tp = m->pp = 1;
         m->zero = tr->cfg.zero;
-        snprintf(m->optimizer, sizeof m->optimizer, "adamw");
+        snprintf(m->optimizer, sizeof m->optimizer, "%s", optimizer_kind_name(tr->opt.cfg.kind));
         m->optimizer_step = tr->optimizer_step;
+        snprintf(m->batch_schedule, sizeof m->batch_schedule, "%s", tr->cfg.batch_schedule);
+        m->final_batch = tr->cfg.global_batch;
+        const NoiseScale *ns = &tr->noise;
+        double noise[4] = {ns->ema_decay, ns->grad_sq_ema, ns->trace_ema, ns->ema_weight};
+        memcpy(m->noise_scale, noise, sizeof noise);
         ckpt_commit(tr->ckpt_dir, tmp, m, tr->cfg.keep_last);
         free(m);
         if (!tr->cfg.quiet) {
@@ -63,8 +70,13 @@ void train_resume(Trainer *tr) {
         bs_die("checkpoint %s holds a model of shape L=%d H=%d C=%d T=%d V=%d but the flags ask for L=%d H=%d C=%d "
                "T=%d V=%d; pass the checkpoint's shape", dir, a->num_layers, a->num_heads, a->channels,
                a->max_seq_len, a->vocab_size, b->num_layers, b->num_heads, b->channels, b->max_seq_len, b->vocab_size);
-    if (strcmp(m->optimizer, "adamw") != 0)
-        bs_die("checkpoint %s was written by optimizer '%s', not adamw", dir, m->optimizer);
+    const char *opt = optimizer_kind_name(tr->opt.cfg.kind);
+    if (strcmp(m->optimizer, opt) != 0)
+        bs_die("checkpoint %s was written with --optimizer %s, not %s; its optimizer state does not carry over", dir,
+               m->optimizer, opt);
+    if (strcmp(m->batch_schedule, tr->cfg.batch_schedule) != 0 || m->final_batch != tr->cfg.global_batch)
+        bs_die("checkpoint %s was written with --batch-schedule %s --global-batch %ld; resume with the same "
+               "(got %s, %d)", dir, m->batch_schedule, m->final_batch, tr->cfg.batch_schedule, tr->cfg.global_batch);
     size_t total = tr->model.num_params, off, count;
     float *params = dp_params_at(tr->dp, 0, total);
     if (params) {
@@ -73,12 +85,15 @@ void train_resume(Trainer *tr) {
         dp_shard_range(tr->dp, &off, &count);
         ckpt_read_range(dir, m, off, count, dp_params_at(tr->dp, off, count), NULL);
     }
-    float *state[CKPT_STATE_ARRAYS] = {tr->m, tr->v};
+    float *state[CKPT_STATE_ARRAYS] = {tr->state[0], tr->state[1]};
     ckpt_read_range(dir, m, tr->update_offset, tr->update_count, NULL, state);
     tr->step = m->step;
     tr->seqs_consumed = m->seqs_consumed;
     tr->optimizer_step = m->optimizer_step;
     tr->sample_rng = m->sample_rng;
+    tr->noise.grad_sq_ema = m->noise_scale[1];
+    tr->noise.trace_ema = m->noise_scale[2];
+    tr->noise.ema_weight = m->noise_scale[3];
     if (tr->rank == 0 && (m->data_seed != (uint64_t)tr->cfg.seed || m->data_shuffle != tr->train_data.shuffle))
         bs_warn("resuming %s with another --seed or --data-order than it was written with: the data order changes",
                 dir);

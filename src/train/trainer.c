@@ -22,9 +22,7 @@
 #include "data/loader.h"
 #include "model/gpt.h"
 #include "model/llmc_file.h"
-#include "optim/adamw.h"
 #include "optim/grad_norm.h"
-#include "optim/lr_schedule.h"
 #include "parallel/data_parallel.h"
 #include "train/progress.h"
 #include "train/sample.h"
@@ -65,6 +63,12 @@ void train_config_defaults(TrainConfig *c) {
     c->comm_algo = "ring";
     c->comm_timeout = 300;
     c->trace = c->inject_fault = "";
+    c->optimizer = "adamw";
+    c->momentum = 0.9;
+    c->lars_eta = 1e-3;
+    c->batch_schedule = "constant";
+    c->lr_scaling = "none";
+    c->noise_ema = 0.99;
 }
 
 static bool is_set(const char *s) { return s && *s; }
@@ -109,36 +113,41 @@ static void load_micro_batch(Trainer *tr, uint64_t first) {
         loader_sequence(&tr->train_data, first + (uint64_t)b, tr->inputs + (size_t)b * T, tr->targets + (size_t)b * T);
 }
 
+static void sum_over_dp(void *ctx, double *values, int n) { comm_allreduce_double(ctx, values, n); }
+
 static void optimizer_update(Trainer *tr, double lr, float grad_scale) {
-    const TrainConfig *c = &tr->cfg;
-    const size_t lo_range = tr->update_offset, hi_range = tr->update_offset + tr->update_count;
-    float *params = dp_update_params(tr->dp), *grads = dp_update_grads(tr->dp);
-    tr->optimizer_step++;
-    for (int i = 0; i < tr->num_segments; i++) {
-        const ParamSegment *s = &tr->segments[i];
-        size_t count = s->count;
-        if (s->kind == TK_WTE) count = (size_t)tr->model.cfg.vocab_size * tr->model.cfg.channels; /* not padding */
-        size_t lo = s->offset > lo_range ? s->offset : lo_range;
-        size_t hi = s->offset + count < hi_range ? s->offset + count : hi_range;
-        if (lo >= hi) continue;
-        AdamWStep as = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps,
-                        gpt_tensor_decays(s->kind) ? (float)c->weight_decay : 0.0f, grad_scale, tr->optimizer_step};
-        size_t at = lo - lo_range;
-        adamw_update(params + at, grads + at, tr->m + at, tr->v + at, hi - lo, &as);
-    }
+    OptimizerShard shard = {tr->update_offset, tr->update_count, dp_update_params(tr->dp), dp_update_grads(tr->dp),
+                            {tr->state[0], tr->state[1]}};
+    OptimizerStep step = {(float)lr, grad_scale, ++tr->optimizer_step};
+    /* per-tensor norms (LAMB, LARS) are summed over ranks only when ranks hold different parts */
+    bool sharded = tr->cfg.zero >= 1 && tr->dp_size > 1;
+    optimizer_step(&tr->opt, &shard, &step, sharded ? sum_over_dp : NULL, tr->dpc);
+}
+
+/* The global batch of the step starting now, rounded to whole micro-steps. */
+static long current_batch(Trainer *tr) {
+    char why[256] = "";
+    long realised, want = batch_at(&tr->batch_schedule, tr->seqs_consumed * (uint64_t)tr->cfg.seq_len);
+    if (!batch_round(want, (long)tr->cfg.micro_batch * tr->dp_size, tr->cfg.strict_batch, &realised, why, sizeof why))
+        bs_die("%s", why);
+    if (why[0] && !tr->batch_warned && tr->rank == 0) bs_warn("%s", why);
+    if (why[0]) tr->batch_warned = true;
+    return realised;
 }
 
 static StepResult train_step(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
     const int B = c->micro_batch, T = c->seq_len;
-    const float dloss = 1.0f / ((float)c->global_batch * (float)T);
     StepResult r = {0};
+    r.batch = current_batch(tr);
+    r.accum_steps = (int)(r.batch / ((long)B * tr->dp_size));
+    const float dloss = 1.0f / ((float)r.batch * (float)T);
     comm_reset_stats(tr->dpc);
     double t_start = bs_now();
     dp_begin_step(tr->dp);
     double loss_sum = 0;
-    for (int micro = 0; micro < tr->accum_steps; micro++) {
-        const BlockAccess *access = dp_micro_access(tr->dp, micro == tr->accum_steps - 1);
+    for (int micro = 0; micro < r.accum_steps; micro++) {
+        const BlockAccess *access = dp_micro_access(tr->dp, micro == r.accum_steps - 1);
         load_micro_batch(tr, tr->seqs_consumed + ((uint64_t)micro * tr->dp_size + (uint64_t)tr->rank) * B);
         double t0 = bs_now();
         loss_sum += gpt_forward(&tr->model, &tr->acts, tr->inputs, tr->targets, B, T, dloss, access);
@@ -149,19 +158,30 @@ static StepResult train_step(Trainer *tr) {
         trace_add(&tr->trace, "backward", "compute", t1, bs_now());
     }
     double t_opt = bs_now();
-    r.grad_norm = sqrt(dp_grad_sum_squares(tr->dp));
+    double grad_sq = dp_grad_sum_squares(tr->dp);
+    r.grad_norm = sqrt(grad_sq);
     float scale = clip_coefficient(r.grad_norm, c->grad_clip);
-    r.lr = lr_at(&tr->lr, (double)(tr->step + 1));
+    /* warm-up and decay on the token axis, so a changing batch does not distort them */
+    double tokens_after = (double)(tr->seqs_consumed + (uint64_t)r.batch) * T;
+    r.lr = lr_at(&tr->lr, tokens_after) * lr_scaling_factor(tr->lr_scaling, r.batch, tr->base_batch);
     optimizer_update(tr, r.lr, scale);
     dp_after_update(tr->dp);
     trace_add(&tr->trace, "optimizer", "compute", t_opt, bs_now());
     /* statistics across ranks: loss sum; step time max and -min */
     double dt = bs_now() - t_start;
-    double sums[1] = {loss_sum}, extremes[3] = {dt, -dt, (double)peak_rss_bytes()};
-    comm_allreduce_double(tr->dpc, sums, 1);
+    double sums[2] = {loss_sum, dp_micro_sum_squares(tr->dp)}, extremes[3] = {dt, -dt, (double)peak_rss_bytes()};
+    comm_allreduce_double(tr->dpc, sums, 2);
     comm_allreduce_max_double(tr->dpc, extremes, 3);
     CommStats cs = comm_stats(tr->dpc);
-    r.loss = sums[0] / ((double)c->global_batch * T);
+    r.loss = sums[0] / ((double)r.batch * T);
+    r.noise_scale = NAN;
+    if (c->noise_scale) {
+        /* micro-step gradients are of the loss scaled by 1/(batch T): rescale to mean-loss units */
+        double micro_batches = (double)r.batch / B;
+        double small_sq = sums[1] * micro_batches; /* mean over micro-batches of (M |g_m|)^2 */
+        noise_scale_update(&tr->noise, small_sq, B, grad_sq, (double)r.batch);
+        r.noise_scale = noise_scale_simple(&tr->noise);
+    }
     r.seconds = bs_now() - t_start;
     r.slowest = extremes[0];
     r.fastest = -extremes[1];
@@ -169,7 +189,7 @@ static StepResult train_step(Trainer *tr) {
     r.comm_bytes = cs.bytes_sent;
     r.comm_exposed = cs.wait_seconds;
     r.comm_busy = cs.busy_seconds;
-    tr->seqs_consumed += (uint64_t)c->global_batch;
+    tr->seqs_consumed += (uint64_t)r.batch;
     tr->step++;
     return r;
 }
@@ -246,6 +266,29 @@ static void export_models(Trainer *tr) {
 
 /* ---- set-up ---- */
 
+/* The optimizer sees each tensor's trained elements (not wte's padded rows). */
+static void setup_optimizer(Trainer *tr) {
+    const TrainConfig *c = &tr->cfg;
+    const GPTConfig *mc = &tr->model.cfg;
+    char why[256];
+    OptimizerKind kind;
+    if (!optimizer_kind_parse(c->optimizer, &kind, why, sizeof why)) bs_die("%s", why);
+    int cap = gpt_max_segments(mc);
+    ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
+    int n = gpt_param_segments(mc, segs, cap);
+    OptimTensor *tensors = bs_malloc(sizeof(OptimTensor) * (size_t)n);
+    for (int i = 0; i < n; i++)
+        tensors[i] = (OptimTensor){segs[i].offset,
+                                   segs[i].kind == TK_WTE ? (size_t)mc->vocab_size * mc->channels : segs[i].count,
+                                   gpt_tensor_decays(segs[i].kind)};
+    OptimizerConfig oc = {kind, (float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay,
+                          (float)c->momentum, 0.0f, c->nesterov, (float)c->lars_eta, c->lamb_clamp};
+    optimizer_init(&tr->opt, &oc, tensors, n);
+    free(tensors);
+    free(segs);
+    for (int k = 0; k < optimizer_state_arrays(kind); k++) tr->state[k] = bs_calloc(tr->update_count, sizeof(float));
+}
+
 static void setup_model(Trainer *tr) {
     TrainConfig *c = &tr->cfg;
     GPTConfig mc = {.max_seq_len = c->seq_len, .vocab_size = c->vocab_size, .num_layers = c->layers,
@@ -278,10 +321,35 @@ static void setup_model(Trainer *tr) {
         gpt_init_range(&mc, (uint64_t)c->seed, dp_update_params(tr->dp), shard_off, shard_cnt);
     }
     dp_update_range(tr->dp, &tr->update_offset, &tr->update_count);
-    tr->m = bs_calloc(tr->update_count, sizeof(float));
-    tr->v = bs_calloc(tr->update_count, sizeof(float));
-    tr->segments = bs_malloc(sizeof(ParamSegment) * (size_t)gpt_max_segments(&mc));
-    tr->num_segments = gpt_param_segments(&mc, tr->segments, gpt_max_segments(&mc));
+    setup_optimizer(tr);
+}
+
+/* Parses the batch schedule and plans the run's length in steps and tokens. */
+static void setup_batch_schedule(Trainer *tr) {
+    const TrainConfig *c = &tr->cfg;
+    char why[256];
+    uint64_t budget = c->train_tokens > 0 ? (uint64_t)c->train_tokens
+                                          : (uint64_t)c->steps * (uint64_t)c->global_batch * (uint64_t)c->seq_len;
+    if (!batch_schedule_parse(c->batch_schedule, &tr->batch_schedule, why, sizeof why)) bs_die("%s", why);
+    if (!batch_schedule_prepare(&tr->batch_schedule, c->global_batch, budget, why, sizeof why)) bs_die("%s", why);
+    if (!lr_scaling_parse(c->lr_scaling, &tr->lr_scaling, why, sizeof why)) bs_die("%s", why);
+    tr->base_batch = c->base_batch > 0 ? c->base_batch : c->global_batch;
+    if (c->train_tokens > 0) { /* count the steps the schedule takes to spend the budget */
+        uint64_t tokens = 0;
+        long steps = 0, granule = (long)c->micro_batch * tr->dp_size;
+        while (tokens < budget) {
+            long realised;
+            char ignore[256];
+            batch_round(batch_at(&tr->batch_schedule, tokens), granule, false, &realised, ignore, sizeof ignore);
+            tokens += (uint64_t)realised * (uint64_t)c->seq_len;
+            steps++;
+        }
+        tr->total_steps = steps;
+        tr->total_tokens = budget;
+    } else {
+        tr->total_steps = c->steps;
+        tr->total_tokens = budget;
+    }
 }
 
 static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
@@ -301,7 +369,7 @@ static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     if (c->global_batch % per_step != 0)
         bs_die("--global-batch %d is not a multiple of --micro-batch %d x %d data-parallel ranks", c->global_batch,
                c->micro_batch, tr->dp_size);
-    tr->accum_steps = c->global_batch / per_step;
+    setup_batch_schedule(tr);
     if (strcmp(c->data_order, "shuffled") != 0 && strcmp(c->data_order, "sequential") != 0)
         bs_die("--data-order must be 'shuffled' or 'sequential' (got '%s')", c->data_order);
     if (c->min_lr > c->lr) bs_die("--min-lr %g is larger than --lr %g", c->min_lr, c->lr);
@@ -320,7 +388,11 @@ static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     tr->inputs = bs_malloc((size_t)c->micro_batch * c->seq_len * sizeof(int32_t));
     tr->targets = bs_malloc((size_t)c->micro_batch * c->seq_len * sizeof(int32_t));
     rng_seed(&tr->sample_rng, (uint64_t)c->seed ^ 0x5ca1ab1eULL);
-    tr->lr = (LrSchedule){c->lr, c->min_lr, c->warmup, c->steps};
+    double step_tokens = (double)c->global_batch * c->seq_len; /* of the final batch */
+    double warmup = c->warmup_tokens > 0 ? (double)c->warmup_tokens : c->warmup * step_tokens;
+    tr->lr = (LrSchedule){c->lr, c->min_lr, warmup, (double)tr->total_tokens};
+    if (c->noise_scale) dp_measure_micro_norms(tr->dp);
+    noise_scale_init(&tr->noise, c->noise_ema);
 
     if (is_set(c->ckpt_dir)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s", c->ckpt_dir);
     else if (is_set(c->out)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s/ckpt", c->out);
@@ -340,9 +412,8 @@ static void teardown(Trainer *tr) {
     gpt_acts_free(&tr->acts);
     dp_free(tr->dp);
     trace_free(&tr->trace);
-    free(tr->m);
-    free(tr->v);
-    free(tr->segments);
+    for (int k = 0; k < OPTIMIZER_MAX_STATE; k++) free(tr->state[k]);
+    optimizer_free(&tr->opt);
     free(tr->inputs);
     free(tr->targets);
 }
@@ -357,13 +428,17 @@ static void print_header(Trainer *tr) {
            mc->num_heads, mc->channels, mc->max_seq_len, mc->vocab_size, mc->padded_vocab_size,
            gpt_num_trained_params(mc) / 1e6, gpt_flops_per_token(mc, c->seq_len) / 1e6);
     printf("batch: global %d sequences = micro %d x accumulation %d x dp %d (%d tokens/step); %d threads/process\n",
-           c->global_batch, c->micro_batch, tr->accum_steps, tr->dp_size, c->global_batch * c->seq_len,
-           omp_get_max_threads());
+           c->global_batch, c->micro_batch, c->global_batch / (c->micro_batch * tr->dp_size), tr->dp_size,
+           c->global_batch * c->seq_len, omp_get_max_threads());
+    if (strcmp(c->batch_schedule, "constant") != 0 || strcmp(c->lr_scaling, "none") != 0)
+        printf("schedule: batch %s, lr scaling %s (base batch %ld), %ld steps, %.3g tokens\n", c->batch_schedule,
+               c->lr_scaling, tr->base_batch, tr->total_steps, (double)tr->total_tokens);
+    printf("optimizer: %s\n", c->optimizer);
     if (tr->dp_size > 1 || c->zero > 0) {
         DPMemory mem = dp_memory(tr->dp);
         double P = (double)tr->model.num_params * 4, N = tr->dp_size;
         double formula[4] = {16 * P, 8 * P + 8 * P / N, 4 * P + 12 * P / N, 16 * P / N};
-        double opt_bytes = (double)tr->update_count * 8;
+        double opt_bytes = (double)tr->update_count * 4 * optimizer_state_arrays(tr->opt.cfg.kind);
         printf("data parallel: %d ranks, ZeRO stage %d, %s collectives, buckets of %.1f MB%s\n", tr->dp_size, c->zero,
                c->comm_algo, c->bucket_mb, c->no_overlap ? " (no overlap)" : "");
         printf("per-rank state: params %.1f MB, grads %.1f MB, optimizer %.1f MB = %.1f MB (ZeRO formula %.1f MB) "
@@ -383,9 +458,15 @@ static void write_metrics(Trainer *tr, const StepResult *r, double tokens_per_s,
                           "comm_exposed_ms", r->comm_exposed * 1e3, "comm_busy_ms", r->comm_busy * 1e3, "comm_bytes",
                           (json_int_t)r->comm_bytes, "step_ms_max", r->slowest * 1e3, "step_ms_min", r->fastest * 1e3);
     json_object_set_new(j, "ranks", json_integer(tr->dp_size));
+    json_object_set_new(j, "batch", json_integer(r->batch));
+    json_object_set_new(j, "accumulation", json_integer(r->accum_steps));
+    if (tr->cfg.noise_scale && !isnan(r->noise_scale)) {
+        json_object_set_new(j, "noise_scale", json_real(r->noise_scale));
+        json_object_set_new(j, "noise_scale_tokens", json_real(r->noise_scale * tr->cfg.seq_len));
+    }
     DPMemory mem = dp_memory(tr->dp);
-    json_object_set_new(j, "state_bytes", json_integer((json_int_t)(mem.param_bytes + mem.grad_bytes +
-                                                                     tr->update_count * 2 * sizeof(float))));
+    size_t opt_bytes = tr->update_count * sizeof(float) * (size_t)optimizer_state_arrays(tr->opt.cfg.kind);
+    json_object_set_new(j, "state_bytes", json_integer((json_int_t)(mem.param_bytes + mem.grad_bytes + opt_bytes)));
     json_object_set_new(j, "buffer_bytes", json_integer((json_int_t)mem.buffer_bytes));
     json_object_set_new(j, "peak_rss_bytes", json_integer((json_int_t)r->peak_rss));
     if (tr->cfg.baseline_tokens_per_s > 0)
@@ -427,21 +508,22 @@ int train_run(const TrainConfig *cfg, Comm *world) {
         first_val = evaluate(tr);
         if (talk) progress_line(&tr->progress, "step 0: val loss %.4f", first_val);
     }
-    double time_sum = 0, exposed_sum = 0;
+    double time_sum = 0, exposed_sum = 0, tokens_timed = 0;
     long timed_steps = 0, start_step = tr->step;
-    while (tr->step < c->steps) {
+    while (tr->step < tr->total_steps) {
         maybe_fault(tr);
         StepResult r = train_step(tr);
         if (!isfinite(r.loss)) bs_die("loss is %g at step %ld; lower --lr or check the data", r.loss, tr->step);
-        if (tr->step > start_step + 1 || c->steps - start_step == 1) {
+        if (tr->step > start_step + 1 || tr->total_steps - start_step == 1) {
+            tokens_timed += (double)r.batch * c->seq_len;
             time_sum += r.slowest;
             exposed_sum += r.comm_exposed;
             timed_steps++;
         }
         double avg = timed_steps ? time_sum / timed_steps : r.seconds;
-        double tokens_per_s = (double)c->global_batch * c->seq_len / r.slowest;
+        double tokens_per_s = (double)r.batch * c->seq_len / r.slowest;
         double val_loss = NAN;
-        bool last = tr->step == c->steps;
+        bool last = tr->step == tr->total_steps;
         if (tr->has_val && c->eval_every > 0 && (tr->step % c->eval_every == 0 || last)) {
             val_loss = evaluate(tr);
             last_val = val_loss;
@@ -453,8 +535,8 @@ int train_run(const TrainConfig *cfg, Comm *world) {
             if (tr->dp_size > 1)
                 n += snprintf(extra, sizeof extra, "comm %.0f%% exposed", 100 * r.comm_exposed / r.seconds);
             if (!isnan(val_loss)) snprintf(extra + n, sizeof extra - (size_t)n, "%sval %.4f", n ? " | " : "", val_loss);
-            progress_step(&tr->progress, tr->step, c->steps, r.loss, r.lr, tokens_per_s, r.slowest * 1e3,
-                          avg * (double)(c->steps - tr->step), extra);
+            progress_step(&tr->progress, tr->step, tr->total_steps, r.loss, r.lr, tokens_per_s, r.slowest * 1e3,
+                          avg * (double)(tr->total_steps - tr->step), extra);
         }
         if (c->sample_every > 0 && tr->step % c->sample_every == 0 && !last) print_sample(tr);
         if (tr->ckpt_dir[0] && c->ckpt_every > 0 && tr->step % c->ckpt_every == 0 && !last) train_save(tr);
@@ -464,7 +546,7 @@ int train_run(const TrainConfig *cfg, Comm *world) {
     export_models(tr);
     write_trace(tr, origin);
     if (talk && timed_steps > 0) {
-        double tps = (double)c->global_batch * c->seq_len * timed_steps / time_sum;
+        double tps = tokens_timed / time_sum;
         printf("done: %.0f tokens/s, %.1f GFLOP/s (%.1f ms/step)", tps, tps * flops_per_token / 1e9,
                1e3 * time_sum / timed_steps);
         if (tr->dp_size > 1) printf(", communication exposed %.1f%% of step time", 100 * exposed_sum / time_sum);

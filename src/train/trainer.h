@@ -46,6 +46,18 @@ typedef struct {
     double baseline_tokens_per_s; /* 1-process rate for the scaling efficiency */
     const char *trace;            /* Chrome trace-event JSON */
     const char *inject_fault;     /* tests: stall:RANK:STEP or exit:RANK:STEP */
+    /* batch-size scaling */
+    const char *optimizer;        /* adamw, sgd, lamb, lars */
+    double momentum, lars_eta;
+    bool nesterov, lamb_clamp;
+    const char *batch_schedule;   /* see optim/batch_schedule.h */
+    bool strict_batch;
+    const char *lr_scaling;       /* none, linear, sqrt */
+    int base_batch;               /* sequences; 0: the final global batch */
+    long long warmup_tokens;      /* 0: --warmup steps of the final batch */
+    long long train_tokens;       /* 0: --steps steps of the final batch */
+    bool noise_scale;             /* estimate the gradient noise scale */
+    double noise_ema;
 } TrainConfig;
 
 void train_config_defaults(TrainConfig *cfg);

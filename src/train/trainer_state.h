@@ -11,7 +11,11 @@
 #include "core/trace.h"
 #include "data/loader.h"
 #include "model/gpt.h"
+#include "optim/batch_schedule.h"
+#include "optim/lr_scaling.h"
 #include "optim/lr_schedule.h"
+#include "optim/noise_scale.h"
+#include "optim/optimizer.h"
 #include "parallel/data_parallel.h"
 #include "train/progress.h"
 #include "train/trainer.h"
@@ -26,11 +30,16 @@ typedef struct {
     DataLoader train_data, val_data;
     bool has_val;
     size_t update_offset, update_count; /* the range this rank's optimizer updates */
-    float *m, *v;                       /* AdamW moments of that range */
-    ParamSegment *segments;
-    int num_segments;
+    Optimizer opt;
+    float *state[OPTIMIZER_MAX_STATE];  /* the optimizer's per-parameter state over that range */
     int32_t *inputs, *targets;
-    int accum_steps;
+    BatchSchedule batch_schedule;
+    LrScaling lr_scaling;
+    long base_batch;
+    bool batch_warned;
+    long total_steps;       /* planned optimizer steps (from --steps or --train-tokens) */
+    uint64_t total_tokens;  /* planned tokens */
+    NoiseScale noise;
     long step;              /* optimizer steps done */
     uint64_t seqs_consumed; /* data position */
     long optimizer_step;
@@ -45,7 +54,10 @@ typedef struct {
 } Trainer;
 
 typedef struct {
+    long batch;      /* global batch of this step, sequences */
+    int accum_steps; /* micro-steps per rank */
     double loss, grad_norm, lr;
+    double noise_scale; /* B_simple in sequences, NaN until resolved */
     double seconds, slowest, fastest; /* this rank's step; max and min over ranks */
     double peak_rss;                  /* largest peak resident memory over ranks, bytes */
     double comm_exposed, comm_busy;   /* this rank's blocked time; operations' total time */

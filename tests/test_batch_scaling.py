@@ -1,0 +1,146 @@
+#!/usr/bin/python3
+"""test_batch_scaling.py: batch-size scaling through `batchscale train`.
+
+- SGD (Nesterov), LAMB and LARS under ZeRO 1, 2 and 3 on 2 and 4 ranks give
+  the single-process run (losses 1e-5 relative over 10 steps, parameters
+  max |a-b| / max |b| <= 1e-5); the per-tensor norms of LAMB and LARS are
+  summed across shards.
+- A ramp schedule realises Megatron's batch arithmetic step by step; a run
+  resumed mid-ramp continues the same batches and losses bit for bit.
+- --lr-scaling linear/sqrt multiply the rate by k or sqrt(k) at every batch
+  change; warm-up measured in tokens is unaffected by the changing batch.
+- The gradient noise scale is the same from 1 rank x accumulation 4 and from
+  4 ranks x accumulation 1.
+- Bad schedule, optimizer and scaling flags get one line naming the flag.
+"""
+import math
+import os
+import subprocess
+import sys
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bstest import BATCHSCALE, MPIRUN, TempDir, make_corpus, read_metrics, read_model, run  # noqa: E402
+
+T = 32
+
+
+def train(data, prefix, ranks=1, extra=(), steps=10, micro=2):
+    metrics, model = prefix + ".jsonl", prefix + ".bin"
+    args = [BATCHSCALE, "train", "--data", os.path.join(data, "train_000000.bin"), "--layers", "2", "--heads", "2",
+            "--channels", "32", "--seq-len", str(T), "--micro-batch", str(micro), "--steps", str(steps),
+            "--lr", "3e-3", "--warmup", "2", "--eval-every", "0", "--sample-tokens", "0", "--threads", "1", "--quiet",
+            "--metrics", metrics, "--save-model", model] + list(extra)
+    cmd = MPIRUN + ["-np", str(ranks)] + args if ranks > 1 else args
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if p.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
+    return read_metrics(metrics), read_model(model)[1]
+
+
+def megatron_batch(consumed_samples, start, inc, ramp_samples, final):
+    """Megatron-LM's RampupBatchsizeNumMicroBatches arithmetic (REFERENCES.md)."""
+    if consumed_samples > ramp_samples:
+        return final
+    increments = (final - start) // inc
+    per_increment = ramp_samples / increments
+    return start + int(consumed_samples / per_increment) * inc
+
+
+class BatchScalingTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = TempDir()
+        cls.dir = cls.tmp.__enter__()
+        cls.data = make_corpus(cls.dir)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.__exit__(None, None, None)
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def test_optimizers_under_zero_equal_one_process(self):
+        G = 8
+        for opt in (["--optimizer", "sgd", "--nesterov", "--lr", "0.05"], ["--optimizer", "lamb"],
+                    ["--optimizer", "lars", "--lr", "0.5"]):
+            name = opt[1]
+            o_m, o_p = train(self.data, self.path(f"{name}_oracle"), micro=G, extra=opt + ["--global-batch", str(G)])
+            self.assertLess(o_m[-1]["loss"], o_m[0]["loss"], f"{name} learns")
+            for ranks, zero in ((2, 1), (2, 3), (4, 2), (4, 1)):
+                m, p = train(self.data, self.path(f"{name}_{ranks}_{zero}"), ranks=ranks,
+                             extra=opt + ["--global-batch", str(G), "--zero", str(zero)])
+                for a, b in zip(m, o_m):
+                    self.assertLess(abs(a["loss"] - b["loss"]) / b["loss"], 1e-5, f"{name} N={ranks} zero={zero}")
+                err = np.max(np.abs(p.astype(np.float64) - o_p)) / np.max(np.abs(o_p))
+                self.assertLess(err, 1e-5, f"{name} N={ranks} zero={zero}")
+
+    def test_ramp_follows_megatron_and_resumes_mid_ramp(self):
+        # ramp from 4 to 16 sequences in steps of 4 over 40 sequences (1280 tokens), micro 2 x 2 ranks
+        sched = ["--batch-schedule", f"ramp:4:4:{40 * T}", "--global-batch", "16"]
+        ck = self.path("ramp_ck")
+        full, p_full = train(self.data, self.path("ramp_full"), ranks=2, steps=12,
+                             extra=sched + ["--ckpt-dir", ck, "--ckpt-every", "3", "--keep-last", "0"])
+        consumed = 0
+        for m in full:
+            self.assertEqual(m["batch"], megatron_batch(consumed, 4, 4, 40, 16), f"at {consumed} sequences")
+            consumed += m["batch"]
+        self.assertEqual([m["batch"] for m in full[:5]], [4, 4, 4, 4, 8])  # 40/3 sequences per increment
+        self.assertEqual(full[-1]["batch"], 16)
+        resumed, p_res = train(self.data, self.path("ramp_res"), ranks=2, steps=12,
+                               extra=sched + ["--resume", os.path.join(ck, "step_00000003"),
+                                              "--ckpt-dir", self.path("ramp_ck2")])
+        self.assertEqual([(m["batch"], m["loss"]) for m in resumed], [(m["batch"], m["loss"]) for m in full[3:]])
+        self.assertTrue(np.array_equal(p_full, p_res))
+
+    def test_lr_scaling_at_batch_changes(self):
+        for rule, f in (("linear", lambda k: k), ("sqrt", math.sqrt)):
+            m, _ = train(self.data, self.path(f"scale_{rule}"), steps=8,
+                         extra=["--batch-schedule", f"ramp:2:2:{12 * T}", "--global-batch", "8", "--lr-scaling", rule,
+                                "--base-batch", "8", "--warmup", "0", "--min-lr", "3e-3"])
+            batches = {x["batch"] for x in m}
+            self.assertGreater(len(batches), 2)
+            for x in m:
+                self.assertAlmostEqual(x["lr"], 3e-3 * f(x["batch"] / 8), delta=1e-12, msg=rule)
+
+    def test_token_warmup_unaffected_by_batch_changes(self):
+        warm = 20 * T
+        m, _ = train(self.data, self.path("warm"), steps=8,
+                     extra=["--batch-schedule", f"ramp:2:2:{12 * T}", "--global-batch", "8",
+                            "--warmup-tokens", str(warm), "--min-lr", "3e-3"])
+        for x in m:
+            tokens = x["tokens"]
+            want = 3e-3 * tokens / warm if tokens <= warm else 3e-3
+            self.assertAlmostEqual(x["lr"], want, delta=1e-12)
+
+    def test_noise_scale_same_for_accumulation_and_ranks(self):
+        a, _ = train(self.data, self.path("ns1"), steps=12, extra=["--global-batch", "8", "--noise-scale"])
+        b, _ = train(self.data, self.path("ns4"), ranks=4, steps=12, extra=["--global-batch", "8", "--noise-scale"])
+        va, vb = a[-1].get("noise_scale"), b[-1].get("noise_scale")
+        self.assertIsNotNone(va, "noise scale not resolved after 12 steps")
+        self.assertLess(abs(va - vb) / abs(va), 1e-4)  # float summation order only
+        self.assertAlmostEqual(a[-1]["noise_scale_tokens"], va * T, delta=1e-6 * abs(va) * T)
+
+    def test_bad_flags(self):
+        for flag, value in (("--batch-schedule", "ramp:4:3:100"), ("--batch-schedule", "step:\"0:8 0:16\""),
+                            ("--batch-schedule", "exp:0:100"), ("--batch-schedule", "step:\"0:4 10Q:8\""),
+                            ("--optimizer", "adagrad"), ("--lr-scaling", "cubic")):
+            p = run(["train", "--data", os.path.join(self.data, "train_000000.bin"), "--layers", "2", "--heads", "2",
+                     "--channels", "32", "--seq-len", "32", "--micro-batch", "2", "--global-batch", "8", "--steps",
+                     "2", "--quiet", flag, value], check=False)
+            self.assertNotEqual(p.returncode, 0, f"{flag} {value}")
+            lines = p.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 1, p.stderr)
+            self.assertIn(flag, lines[0])
+        p = run(["train", "--data", os.path.join(self.data, "train_000000.bin"), "--layers", "2", "--heads", "2",
+                 "--channels", "32", "--seq-len", "32", "--micro-batch", "4", "--global-batch", "8", "--steps", "2",
+                 "--quiet", "--batch-schedule", "ramp:6:2:1000", "--strict-batch"], check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("--strict-batch", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
