@@ -9,15 +9,8 @@
 set -eu
 BS=${1:-build/batchscale}
 DATA=data/kjv
-mkdir -p data runs/demo
-if [ ! -s data/kjv.txt ]; then
-    echo "demo: extracting the King James Bible (bible-kjv)"
-    bible -m 8192 Gen1:1-Rev22:21 > data/kjv.txt.tmp
-    mv data/kjv.txt.tmp data/kjv.txt
-fi
-if [ ! -s "$DATA/train_000000.bin" ]; then
-    "$BS" prepare --in data/kjv.txt --out "$DATA"
-fi
+mkdir -p runs/demo
+"$(dirname "$0")/demo-data.sh" "$BS"
 MPIRUN="mpirun --oversubscribe --bind-to none"
 [ "$(id -u)" -eq 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
 export OMP_NUM_THREADS=1

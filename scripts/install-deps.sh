@@ -8,7 +8,7 @@ PACKAGES="build-essential cmake pkg-config
 libopenblas-openmp-dev libopenmpi-dev openmpi-bin libmpich-dev mpich
 libjansson-dev libxxhash-dev libutf8proc-dev libcairo2-dev
 python3 python3-torch python3-numpy
-bible-kjv"
+bible-kjv gnuplot-nox"
 
 missing=""
 for p in $PACKAGES; do

@@ -10,7 +10,7 @@
 - --lr-scaling linear/sqrt multiply the rate by k or sqrt(k) at every batch
   change; warm-up measured in tokens is unaffected by the changing batch.
 - The gradient noise scale is the same from 1 rank x accumulation 4 and from
-  4 ranks x accumulation 1.
+  4 ranks x accumulation 1; the adaptive schedule follows it step by step.
 - Bad schedule, optimizer and scaling flags get one line naming the flag.
 """
 import math
@@ -123,6 +123,18 @@ class BatchScalingTest(unittest.TestCase):
         self.assertIsNotNone(va, "noise scale not resolved after 12 steps")
         self.assertLess(abs(va - vb) / abs(va), 1e-4)  # float summation order only
         self.assertAlmostEqual(a[-1]["noise_scale_tokens"], va * T, delta=1e-6 * abs(va) * T)
+
+    def test_adaptive_batch_follows_noise_scale(self):
+        m, _ = train(self.data, self.path("adaptive"), steps=1,
+                     extra=["--batch-schedule", "adaptive:4:12", "--train-tokens", str(300 * 4 * T)])
+        batch = 4
+        for prev, cur in zip(m, m[1:]):
+            ns = prev.get("noise_scale")
+            if ns is not None:
+                batch = min(12, max(batch, int(ns // 2) * 2))
+            self.assertEqual(cur["batch"], batch, f"step {cur['step']}")
+        self.assertGreater(m[-1]["batch"], 4, "the batch never grew")
+        self.assertGreaterEqual(m[-1]["tokens"], 300 * 4 * T)
 
     def test_bad_flags(self):
         for flag, value in (("--batch-schedule", "ramp:4:3:100"), ("--batch-schedule", "step:\"0:8 0:16\""),

@@ -100,8 +100,9 @@ static json_t *manifest_to_json(const CkptManifest *m) {
         m->model.max_seq_len, "vocab", m->model.vocab_size, "layout", "world", m->world, "dp", m->dp, "tp", m->tp,
         "pp", m->pp, "zero", m->zero, "optimizer", "name", m->optimizer, "step", (json_int_t)m->optimizer_step,
         "sample_rng", rng, "data", "seed", u64_hex(m->data_seed), "shuffle", m->data_shuffle, "files", files);
-    json_object_set_new(j, "schedule", json_pack("{s:s, s:I, s:o}", "batch", m->batch_schedule, "global_batch",
-                                                 (json_int_t)m->final_batch, "noise_scale", noise));
+    json_object_set_new(j, "schedule", json_pack("{s:s, s:I, s:I, s:o}", "batch", m->batch_schedule, "global_batch",
+                                                 (json_int_t)m->final_batch, "current_batch",
+                                                 (json_int_t)m->current_batch, "noise_scale", noise));
     return j;
 }
 
@@ -217,14 +218,15 @@ bool ckpt_try_read_manifest(const char *dir, CkptManifest *m, char *why, size_t 
         if (!parse_hex(json_array_get(rng, (size_t)i), &m->sample_rng.s[i]))
             FAIL("%s is corrupt: sample_rng is not hex", path);
     const char *schedule = NULL;
-    json_int_t final_batch = 0;
+    json_int_t final_batch = 0, current_batch = 0;
     json_t *noise = NULL;
-    if (json_unpack_ex(j, &err, 0, "{s:{s:s, s:I, s:o}}", "schedule", "batch", &schedule, "global_batch",
-                       &final_batch, "noise_scale", &noise) != 0)
+    if (json_unpack_ex(j, &err, 0, "{s:{s:s, s:I, s:I, s:o}}", "schedule", "batch", &schedule, "global_batch",
+                       &final_batch, "current_batch", &current_batch, "noise_scale", &noise) != 0)
         FAIL("%s is corrupt: %s", path, err.text);
     if (strlen(schedule) >= sizeof m->batch_schedule) FAIL("%s is corrupt: batch schedule too long", path);
     snprintf(m->batch_schedule, sizeof m->batch_schedule, "%s", schedule);
     m->final_batch = (long)final_batch;
+    m->current_batch = (long)current_batch;
     if (!json_is_array(noise) || json_array_size(noise) != 4) FAIL("%s is corrupt: noise_scale must hold 4 words", path);
     for (int i = 0; i < 4; i++) {
         uint64_t bits;

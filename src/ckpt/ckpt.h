@@ -47,6 +47,7 @@ typedef struct {
     long optimizer_step;
     char batch_schedule[256]; /* the --batch-schedule the run was started with */
     long final_batch;         /* its --global-batch */
+    long current_batch;       /* adaptive schedule: the batch reached (0 otherwise) */
     double noise_scale[4];    /* gradient noise scale estimator state (optim/noise_scale.h) */
     int num_files;
     CkptFile files[CKPT_MAX_FILES];

@@ -60,6 +60,7 @@ int cmd_train(int argc, char **argv) {
         {"inject-fault", OPT_STRING, &c.inject_fault, OPT_NO_RANGE, "SPEC", "testing: stall:RANK:STEP or exit:RANK:STEP"},
         {"optimizer", OPT_STRING, &c.optimizer, OPT_NO_RANGE, "NAME", "adamw, sgd, lamb or lars"},
         {"momentum", OPT_DOUBLE, &c.momentum, 0, 0.999999, "X", "SGD and LARS momentum"},
+        {"dampening", OPT_DOUBLE, &c.dampening, 0, 1, "X", "SGD momentum dampening"},
         {"nesterov", OPT_FLAG, &c.nesterov, OPT_NO_RANGE, "", "Nesterov momentum (SGD)"},
         {"lars-eta", OPT_DOUBLE, &c.lars_eta, 1e-9, 10, "X", "LARS trust coefficient"},
         {"lamb-clamp", OPT_FLAG, &c.lamb_clamp, OPT_NO_RANGE, "", "clamp LAMB's trust ratio to [0.01, 10] (DeepSpeed)"},
@@ -71,6 +72,7 @@ int cmd_train(int argc, char **argv) {
         {"warmup-tokens", OPT_LONG, &c.warmup_tokens, 0, 9e18, "TOKENS", "warm-up length in tokens (0: --warmup steps)"},
         {"train-tokens", OPT_LONG, &c.train_tokens, 0, 9e18, "TOKENS", "train this many tokens (0: --steps steps)"},
         {"noise-scale", OPT_FLAG, &c.noise_scale, OPT_NO_RANGE, "", "estimate the gradient noise scale (critical batch)"},
+        {"target-val-loss", OPT_DOUBLE, &c.target_val_loss, 0, 1e9, "LOSS", "stop when the validation loss reaches it (0: off)"},
         {"noise-ema", OPT_DOUBLE, &c.noise_ema, 0, 0.999999, "X", "smoothing of the noise-scale estimates"},
     };
     if (!options_parse(specs, (int)(sizeof specs / sizeof specs[0]), argc, argv,

@@ -42,6 +42,7 @@ void train_save(Trainer *tr) {
         m->optimizer_step = tr->optimizer_step;
         snprintf(m->batch_schedule, sizeof m->batch_schedule, "%s", tr->cfg.batch_schedule);
         m->final_batch = tr->cfg.global_batch;
+        m->current_batch = tr->adaptive ? tr->adaptive_batch : 0;
         const NoiseScale *ns = &tr->noise;
         double noise[4] = {ns->ema_decay, ns->grad_sq_ema, ns->trace_ema, ns->ema_weight};
         memcpy(m->noise_scale, noise, sizeof noise);
@@ -91,6 +92,7 @@ void train_resume(Trainer *tr) {
     tr->seqs_consumed = m->seqs_consumed;
     tr->optimizer_step = m->optimizer_step;
     tr->sample_rng = m->sample_rng;
+    if (tr->adaptive) tr->adaptive_batch = m->current_batch;
     tr->noise.grad_sq_ema = m->noise_scale[1];
     tr->noise.trace_ema = m->noise_scale[2];
     tr->noise.ema_weight = m->noise_scale[3];

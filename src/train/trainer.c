@@ -4,6 +4,7 @@
 #include "train/trainer.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
@@ -124,10 +125,21 @@ static void optimizer_update(Trainer *tr, double lr, float grad_scale) {
     optimizer_step(&tr->opt, &shard, &step, sharded ? sum_over_dp : NULL, tr->dpc);
 }
 
+/* Adaptive batch: grow toward the measured noise scale B_simple, at
+ * accumulation granularity, never shrinking, within [MIN, MAX]. */
+static void adapt_batch(Trainer *tr, double noise_scale) {
+    if (!tr->adaptive || isnan(noise_scale)) return;
+    long granule = (long)tr->cfg.micro_batch * tr->dp_size;
+    long target = (long)(noise_scale / granule) * granule;
+    if (target > tr->adaptive_max) target = tr->adaptive_max;
+    if (target > tr->adaptive_batch) tr->adaptive_batch = target;
+}
+
 /* The global batch of the step starting now, rounded to whole micro-steps. */
 static long current_batch(Trainer *tr) {
     char why[256] = "";
-    long realised, want = batch_at(&tr->batch_schedule, tr->seqs_consumed * (uint64_t)tr->cfg.seq_len);
+    long realised, want = tr->adaptive ? tr->adaptive_batch
+                                       : batch_at(&tr->batch_schedule, tr->seqs_consumed * (uint64_t)tr->cfg.seq_len);
     if (!batch_round(want, (long)tr->cfg.micro_batch * tr->dp_size, tr->cfg.strict_batch, &realised, why, sizeof why))
         bs_die("%s", why);
     if (why[0] && !tr->batch_warned && tr->rank == 0) bs_warn("%s", why);
@@ -181,6 +193,7 @@ static StepResult train_step(Trainer *tr) {
         double small_sq = sums[1] * micro_batches; /* mean over micro-batches of (M |g_m|)^2 */
         noise_scale_update(&tr->noise, small_sq, B, grad_sq, (double)r.batch);
         r.noise_scale = noise_scale_simple(&tr->noise);
+        adapt_batch(tr, r.noise_scale);
     }
     r.seconds = bs_now() - t_start;
     r.slowest = extremes[0];
@@ -282,7 +295,7 @@ static void setup_optimizer(Trainer *tr) {
                                    segs[i].kind == TK_WTE ? (size_t)mc->vocab_size * mc->channels : segs[i].count,
                                    gpt_tensor_decays(segs[i].kind)};
     OptimizerConfig oc = {kind, (float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay,
-                          (float)c->momentum, 0.0f, c->nesterov, (float)c->lars_eta, c->lamb_clamp};
+                          (float)c->momentum, (float)c->dampening, c->nesterov, (float)c->lars_eta, c->lamb_clamp};
     optimizer_init(&tr->opt, &oc, tensors, n);
     free(tensors);
     free(segs);
@@ -326,15 +339,34 @@ static void setup_model(Trainer *tr) {
 
 /* Parses the batch schedule and plans the run's length in steps and tokens. */
 static void setup_batch_schedule(Trainer *tr) {
-    const TrainConfig *c = &tr->cfg;
+    TrainConfig *c = &tr->cfg;
     char why[256];
     uint64_t budget = c->train_tokens > 0 ? (uint64_t)c->train_tokens
                                           : (uint64_t)c->steps * (uint64_t)c->global_batch * (uint64_t)c->seq_len;
-    if (!batch_schedule_parse(c->batch_schedule, &tr->batch_schedule, why, sizeof why)) bs_die("%s", why);
-    if (!batch_schedule_prepare(&tr->batch_schedule, c->global_batch, budget, why, sizeof why)) bs_die("%s", why);
+    if (strncmp(c->batch_schedule, "adaptive", 8) == 0) {
+        long lo, hi;
+        char tail;
+        if (sscanf(c->batch_schedule, "adaptive:%ld:%ld%c", &lo, &hi, &tail) != 2 || lo < 1 || hi < lo)
+            bs_die("--batch-schedule adaptive:MIN:MAX needs 1 <= MIN <= MAX sequences (got '%s')", c->batch_schedule);
+        if (lo < 2L * c->micro_batch)
+            bs_die("--batch-schedule adaptive:%ld:%ld: MIN must hold at least two micro-batches (%d) so the noise "
+                   "scale can be measured", lo, hi, 2 * c->micro_batch);
+        tr->adaptive = true;
+        tr->adaptive_batch = lo;
+        tr->adaptive_max = hi;
+        c->noise_scale = true; /* the policy follows the measured noise scale */
+        if (c->train_tokens == 0) bs_die("--batch-schedule adaptive needs --train-tokens (the number of steps is not known)");
+        tr->batch_schedule.kind = BATCH_CONSTANT; /* unused */
+    } else {
+        if (!batch_schedule_parse(c->batch_schedule, &tr->batch_schedule, why, sizeof why)) bs_die("%s", why);
+        if (!batch_schedule_prepare(&tr->batch_schedule, c->global_batch, budget, why, sizeof why)) bs_die("%s", why);
+    }
     if (!lr_scaling_parse(c->lr_scaling, &tr->lr_scaling, why, sizeof why)) bs_die("%s", why);
     tr->base_batch = c->base_batch > 0 ? c->base_batch : c->global_batch;
-    if (c->train_tokens > 0) { /* count the steps the schedule takes to spend the budget */
+    if (tr->adaptive) { /* steps unknown: stop on tokens */
+        tr->total_steps = LONG_MAX;
+        tr->total_tokens = budget;
+    } else if (c->train_tokens > 0) { /* count the steps the schedule takes to spend the budget */
         uint64_t tokens = 0;
         long steps = 0, granule = (long)c->micro_batch * tr->dp_size;
         while (tokens < budget) {
@@ -510,7 +542,7 @@ int train_run(const TrainConfig *cfg, Comm *world) {
     }
     double time_sum = 0, exposed_sum = 0, tokens_timed = 0;
     long timed_steps = 0, start_step = tr->step;
-    while (tr->step < tr->total_steps) {
+    while (tr->step < tr->total_steps && tr->seqs_consumed * (uint64_t)c->seq_len < tr->total_tokens) {
         maybe_fault(tr);
         StepResult r = train_step(tr);
         if (!isfinite(r.loss)) bs_die("loss is %g at step %ld; lower --lr or check the data", r.loss, tr->step);
@@ -523,20 +555,31 @@ int train_run(const TrainConfig *cfg, Comm *world) {
         double avg = timed_steps ? time_sum / timed_steps : r.seconds;
         double tokens_per_s = (double)r.batch * c->seq_len / r.slowest;
         double val_loss = NAN;
-        bool last = tr->step == tr->total_steps;
+        bool last = tr->step == tr->total_steps || tr->seqs_consumed * (uint64_t)c->seq_len >= tr->total_tokens;
         if (tr->has_val && c->eval_every > 0 && (tr->step % c->eval_every == 0 || last)) {
             val_loss = evaluate(tr);
             last_val = val_loss;
         }
         if (tr->rank == 0) write_metrics(tr, &r, tokens_per_s, val_loss);
         if (talk) {
-            char extra[96] = "";
+            char extra[160] = "";
             int n = 0;
             if (tr->dp_size > 1)
                 n += snprintf(extra, sizeof extra, "comm %.0f%% exposed", 100 * r.comm_exposed / r.seconds);
+            if (c->noise_scale && !isnan(r.noise_scale))
+                n += snprintf(extra + n, sizeof extra - (size_t)n, "%sB_noise %.0f seq, batch %ld", n ? " | " : "",
+                              r.noise_scale, r.batch);
             if (!isnan(val_loss)) snprintf(extra + n, sizeof extra - (size_t)n, "%sval %.4f", n ? " | " : "", val_loss);
-            progress_step(&tr->progress, tr->step, tr->total_steps, r.loss, r.lr, tokens_per_s, r.slowest * 1e3,
-                          avg * (double)(tr->total_steps - tr->step), extra);
+            long shown_total = tr->total_steps; /* adaptive: estimated from the tokens still to go */
+            if (tr->adaptive)
+                shown_total = (long)ceil(tr->step * (double)tr->total_tokens / ((double)tr->seqs_consumed * c->seq_len));
+            progress_step(&tr->progress, tr->step, shown_total, r.loss, r.lr, tokens_per_s, r.slowest * 1e3,
+                          avg * (double)(shown_total - tr->step), extra);
+        }
+        if (c->target_val_loss > 0 && !isnan(val_loss) && val_loss <= c->target_val_loss) {
+            if (talk) progress_line(&tr->progress, "target validation loss %.4f reached at step %ld (%.4g tokens)",
+                                    c->target_val_loss, tr->step, (double)tr->seqs_consumed * c->seq_len);
+            break;
         }
         if (c->sample_every > 0 && tr->step % c->sample_every == 0 && !last) print_sample(tr);
         if (tr->ckpt_dir[0] && c->ckpt_every > 0 && tr->step % c->ckpt_every == 0 && !last) train_save(tr);

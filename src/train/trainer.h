@@ -48,7 +48,7 @@ typedef struct {
     const char *inject_fault;     /* tests: stall:RANK:STEP or exit:RANK:STEP */
     /* batch-size scaling */
     const char *optimizer;        /* adamw, sgd, lamb, lars */
-    double momentum, lars_eta;
+    double momentum, dampening, lars_eta;
     bool nesterov, lamb_clamp;
     const char *batch_schedule;   /* see optim/batch_schedule.h */
     bool strict_batch;
@@ -57,6 +57,7 @@ typedef struct {
     long long warmup_tokens;      /* 0: --warmup steps of the final batch */
     long long train_tokens;       /* 0: --steps steps of the final batch */
     bool noise_scale;             /* estimate the gradient noise scale */
+    double target_val_loss;       /* stop once the validation loss reaches this (0: off) */
     double noise_ema;
 } TrainConfig;
 

@@ -40,6 +40,8 @@ typedef struct {
     long total_steps;       /* planned optimizer steps (from --steps or --train-tokens) */
     uint64_t total_tokens;  /* planned tokens */
     NoiseScale noise;
+    bool adaptive;                     /* --batch-schedule adaptive:MIN:MAX */
+    long adaptive_batch, adaptive_max; /* its current batch (saved in checkpoints) and bound */
     long step;              /* optimizer steps done */
     uint64_t seqs_consumed; /* data position */
     long optimizer_step;
