@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,19 @@
 #include "core/io.h"
 
 #define RANK_MAGIC "BSCKPT01"
+
+/* Fault injection for tests (SQLite style): BATCHSCALE_CKPT_FAULT=STAGE kills
+ * this process with SIGKILL when a checkpoint write reaches STAGE:
+ *   rank-file-half    half of a rank file's parameters written
+ *   rank-file-done    a rank file complete and synced, manifest not started
+ *   manifest-half     the manifest partly written
+ *   before-rename     everything synced, directory not yet renamed
+ *   after-rename      renamed, older checkpoints not yet pruned
+ * Unset in normal runs. */
+static void fault_point(const char *stage) {
+    const char *want = getenv("BATCHSCALE_CKPT_FAULT");
+    if (want && strcmp(want, stage) == 0) raise(SIGKILL);
+}
 #define RANK_HEADER_BYTES 64
 
 void ckpt_step_dir(char *out, size_t n, const char *ckpt_dir, long step) {
@@ -52,7 +66,10 @@ void ckpt_write_rank_file(const char *tmp_dir, int rank, size_t offset, size_t c
     uint64_t fields[3] = {offset, count, CKPT_STATE_ARRAYS};
     memcpy(header + 8, fields, sizeof fields);
     hw_write(&w, header, sizeof header);
-    hw_write(&w, params, count * sizeof(float));
+    hw_write(&w, params, count / 2 * sizeof(float));
+    fflush(w.f);
+    fault_point("rank-file-half");
+    hw_write(&w, params + count / 2, (count - count / 2) * sizeof(float));
     float zeros[1024] = {0};
     for (int a = 0; a < CKPT_STATE_ARRAYS; a++) {
         if (state && state[a]) {
@@ -63,6 +80,7 @@ void ckpt_write_rank_file(const char *tmp_dir, int rank, size_t offset, size_t c
         }
     }
     bs_fclose_synced(w.f, path);
+    fault_point("rank-file-done");
     info->offset = offset;
     info->count = count;
     info->bytes = w.bytes;
@@ -112,12 +130,18 @@ static void prune_old(const char *ckpt_dir, int keep_last) {
     long steps[4096];
     int n = 0;
     struct dirent *e;
+    char stale[64][300];
+    int nstale = 0;
     while ((e = readdir(d)) && n < 4096) {
         long s;
         char tail;
         if (sscanf(e->d_name, "step_%ld%c", &s, &tail) == 1) steps[n++] = s;
+        else if (strncmp(e->d_name, ".tmp-step_", 10) == 0 && nstale < 64) /* left by a crash: never complete */
+            snprintf(stale[nstale++], sizeof stale[0], "%s/%.250s", ckpt_dir, e->d_name);
     }
     closedir(d);
+    for (int i = 0; i < nstale; i++) bs_remove_tree(stale[i]);
+    if (keep_last <= 0) return;
     /* sort descending, drop everything past keep_last */
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++)
@@ -140,11 +164,16 @@ void ckpt_commit(const char *ckpt_dir, const char *tmp_dir, const CkptManifest *
     char path[4096];
     snprintf(path, sizeof path, "%s/manifest.json", tmp_dir);
     FILE *f = bs_fopen(path, "wb");
-    bs_fwrite_all(text, strlen(text), f, path);
+    size_t len = strlen(text);
+    bs_fwrite_all(text, len / 2, f, path);
+    fflush(f);
+    fault_point("manifest-half");
+    bs_fwrite_all(text + len / 2, len - len / 2, f, path);
     bs_fwrite_all("\n", 1, f, path);
     bs_fclose_synced(f, path);
     free(text);
     bs_fsync_dir(tmp_dir);
+    fault_point("before-rename");
     char final_dir[4096], old_dir[4200];
     ckpt_step_dir(final_dir, sizeof final_dir, ckpt_dir, m->step);
     snprintf(old_dir, sizeof old_dir, "%s.old", final_dir);
@@ -153,8 +182,9 @@ void ckpt_commit(const char *ckpt_dir, const char *tmp_dir, const CkptManifest *
         bs_die("cannot move old checkpoint %s aside: %s", final_dir, strerror(errno));
     if (rename(tmp_dir, final_dir) != 0) bs_die("cannot rename %s to %s: %s", tmp_dir, final_dir, strerror(errno));
     bs_fsync_dir(ckpt_dir);
+    fault_point("after-rename");
     if (replaced) bs_remove_tree(old_dir);
-    if (keep_last > 0) prune_old(ckpt_dir, keep_last);
+    prune_old(ckpt_dir, keep_last); /* also removes directories left by crashed writes */
 }
 
 #define FAIL(...)                                                                                           \
