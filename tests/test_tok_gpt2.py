@@ -17,6 +17,8 @@ Runs under the bench virtual environment (scripts/install-test-peers.sh
 installs the peers there; this script re-runs itself with that python).
 """
 import os
+import random
+import shutil
 import subprocess
 import sys
 import unittest
@@ -173,6 +175,25 @@ class Gpt2Test(unittest.TestCase):
         want = sum(([EOT] + self.tk.encode_ordinary(part) for part in reversed(parts)), [])
         self.assertSameTokens(got, want, "three documents")
         self.assertEqual(shards(out, "val"), [])
+
+    def test_reordered_merges_equal_hugging_face(self):
+        # Merges moved ahead of the merges that make their parts: a merge can then make a pair of
+        # lower rank than its own, which no trained vocabulary does. Hugging Face still merges the
+        # lowest rank first; so must we (tiktoken cannot load such files).
+        d = os.path.join(self.dir, "reordered")
+        os.makedirs(d)
+        shutil.copy(os.path.join(peers.GPT2_DIR, "encoder.json"), d)
+        with open(os.path.join(peers.GPT2_DIR, "vocab.bpe"), encoding="utf-8") as f:
+            lines = f.read().rstrip("\n").split("\n")
+        header, merges = lines[0], lines[1:]
+        rng = random.Random(5)
+        moved = sorted(rng.sample(range(1000, len(merges)), 3000))
+        early = [merges[i] for i in moved]
+        rest = [m for i, m in enumerate(merges) if i not in set(moved)]
+        with open(os.path.join(d, "vocab.bpe"), "w", encoding="utf-8") as f:
+            f.write("\n".join([header] + early + rest) + "\n")
+        self.assertSameTokens(self.encode(self.path, ["--tokenizer", "gpt2", "--vocab-dir", d]),
+                              peers.hf_bpe(d).encode(self.text).ids, "reordered merges vs Hugging Face")
 
     def test_trained_tokenizer_equals_hugging_face(self):
         corpus = os.path.join(self.dir, "kjv.txt")

@@ -3,8 +3,8 @@
  * The merge loop has two forms with one result. Short pieces (almost all)
  * keep the ranks of adjacent pairs in an array and scan it for the minimum,
  * as tiktoken does. Long pieces (a run of thousands of digits is one piece)
- * use a linked list and a heap of (rank, position), so they stay
- * O(n log n); both merge the lowest rank, leftmost first. */
+ * use a linked list and a heap of the ranks present (see merge_long), so
+ * they are never quadratic; both merge the lowest rank, leftmost first. */
 #include "data/bpe.h"
 
 #include <stdlib.h>
@@ -135,7 +135,11 @@ void bpe_encoder_free(BpeEncoder *e) {
     free(e->next);
     free(e->prev);
     free(e->rank);
-    free(e->heap);
+    free(e->batch);
+    free(e->rank_heap);
+    free(e->entry_pos);
+    free(e->entry_next);
+    free(e->rank_head);
     memset(e, 0, sizeof *e);
 }
 
@@ -154,7 +158,6 @@ static void ensure_scratch(BpeEncoder *e, size_t n) {
     e->next = grow(e->next, cap * sizeof(int32_t));
     e->prev = grow(e->prev, cap * sizeof(int32_t));
     e->rank = grow(e->rank, cap * sizeof(uint32_t));
-    e->heap = grow(e->heap, 3 * cap * sizeof(uint64_t));
     e->scratch_cap = cap;
 }
 
@@ -187,8 +190,8 @@ static size_t merge_short(const BpeModel *m, int32_t *sym, uint32_t *rank, int32
     return k;
 }
 
-/* Min-heap of rank << 32 | position. */
-static void heap_push(uint64_t *heap, size_t *n, uint64_t v) {
+/* Min-heap of ranks. */
+static void heap_push(uint32_t *heap, size_t *n, uint32_t v) {
     size_t i = (*n)++;
     while (i > 0 && heap[(i - 1) / 2] > v) {
         heap[i] = heap[(i - 1) / 2];
@@ -197,8 +200,8 @@ static void heap_push(uint64_t *heap, size_t *n, uint64_t v) {
     heap[i] = v;
 }
 
-static uint64_t heap_pop(uint64_t *heap, size_t *n) {
-    uint64_t top = heap[0], v = heap[--*n];
+static uint32_t heap_pop(uint32_t *heap, size_t *n) {
+    uint32_t top = heap[0], v = heap[--*n];
     size_t i = 0;
     for (;;) {
         size_t c = 2 * i + 1;
@@ -212,31 +215,93 @@ static uint64_t heap_pop(uint64_t *heap, size_t *n) {
     return top;
 }
 
-static void push_pair(const BpeModel *m, BpeEncoder *e, size_t *hn, int32_t i, int32_t j) {
-    int32_t unused;
-    uint32_t r = merge_rank(m, e->sym[i], e->sym[j], &unused);
-    if (r != NO_RANK) heap_push(e->heap, hn, ((uint64_t)r << 32) | (uint32_t)i);
+static int compare_positions(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
 }
 
-/* Merges e->sym[0..k) (k >= 2) through a linked list and a heap; returns the new length. */
+/* The work lists of merge_long: a heap of the ranks present, and for each
+ * rank a list of the positions where its pair was queued (entries come from
+ * a pool that only grows within one piece). */
+typedef struct {
+    size_t ranks, entries;
+} LongQueue;
+
+static void queue_position(BpeEncoder *e, LongQueue *q, uint32_t r, int32_t i) {
+    if (q->entries == e->entry_cap) {
+        e->entry_cap = e->entry_cap ? 2 * e->entry_cap : 1024;
+        e->entry_pos = grow(e->entry_pos, e->entry_cap * sizeof(int32_t));
+        e->entry_next = grow(e->entry_next, e->entry_cap * sizeof(int32_t));
+        e->rank_heap = grow(e->rank_heap, e->entry_cap * sizeof(uint32_t));
+    }
+    if (e->rank_head[r] < 0) heap_push(e->rank_heap, &q->ranks, r);
+    e->entry_pos[q->entries] = i;
+    e->entry_next[q->entries] = e->rank_head[r];
+    e->rank_head[r] = (int32_t)q->entries++;
+}
+
+/* Sets the rank and result of the pair that starts at node i, queues it and
+ * returns its rank. */
+static uint32_t queue_pair(const BpeModel *m, BpeEncoder *e, LongQueue *q, int32_t i) {
+    int32_t j = e->next[i];
+    uint32_t r = j < 0 ? NO_RANK : merge_rank(m, e->sym[i], e->sym[j], &e->result[i]);
+    e->rank[i] = r;
+    if (r != NO_RANK) queue_position(e, q, r, i);
+    return r;
+}
+
+/* Merges e->sym[0..k) (k >= 2) through a linked list; returns the new length.
+ * rank[i] and result[i] always describe the pair (i, next[i]). The lowest
+ * rank present comes from a heap of ranks, and its queued positions are
+ * merged left to right: the order of merging one pair at a time (lowest
+ * rank, leftmost first), since a merge never remakes its own pair. Should a
+ * merge make a pair of lower rank (vocabularies from training never do), the
+ * rest of the batch is queued again and that rank goes first. Long runs
+ * (digits, spaces, repeated symbols) hold few distinct pairs, so the heap
+ * stays small. */
 static size_t merge_long(const BpeModel *m, BpeEncoder *e, size_t k) {
     int32_t *sym = e->sym, *next = e->next, *prev = e->prev;
-    size_t hn = 0;
+    LongQueue q = {0, 0};
+    if (!e->rank_head) { /* one list head per merge rank, all empty between pieces */
+        e->rank_head = bs_malloc(((size_t)m->num_merges + 1) * sizeof(int32_t));
+        for (int r = 0; r <= m->num_merges; r++) e->rank_head[r] = -1;
+    }
     for (size_t i = 0; i < k; i++) {
         next[i] = i + 1 < k ? (int32_t)(i + 1) : -1;
         prev[i] = (int32_t)i - 1;
     }
-    for (size_t i = 0; i + 1 < k; i++) push_pair(m, e, &hn, (int32_t)i, (int32_t)(i + 1));
-    while (hn > 0) {
-        uint64_t top = heap_pop(e->heap, &hn);
-        int32_t i = (int32_t)(top & 0xFFFFFFFFu), j = next[i], result = -1;
-        if (sym[i] < 0 || j < 0 || merge_rank(m, sym[i], sym[j], &result) != (uint32_t)(top >> 32)) continue;
-        sym[i] = result; /* a stale entry of the same rank is the same pair: still valid */
-        sym[j] = -1;
-        next[i] = next[j];
-        if (next[j] >= 0) prev[next[j]] = i;
-        if (prev[i] >= 0) push_pair(m, e, &hn, prev[i], i);
-        if (next[i] >= 0) push_pair(m, e, &hn, i, next[i]);
+    for (size_t i = k; i-- > 0;) queue_pair(m, e, &q, (int32_t)i); /* lists are LIFO: they come out ascending */
+    while (q.ranks > 0) {
+        uint32_t r = heap_pop(e->rank_heap, &q.ranks);
+        if (e->batch_cap < q.entries) { /* a list is never longer than the pool */
+            e->batch_cap = e->entry_cap;
+            e->batch = grow(e->batch, e->batch_cap * sizeof(int32_t));
+        }
+        int32_t *batch = e->batch;
+        size_t count = 0;
+        bool sorted = true;
+        for (int32_t x = e->rank_head[r]; x >= 0; x = e->entry_next[x]) {
+            batch[count] = e->entry_pos[x];
+            if (count > 0 && batch[count] < batch[count - 1]) sorted = false;
+            count++;
+        }
+        e->rank_head[r] = -1;
+        if (!sorted) qsort(batch, count, sizeof *batch, compare_positions);
+        for (size_t b = 0; b < count; b++) {
+            int32_t i = batch[b];
+            if (sym[i] < 0 || e->rank[i] != r) continue; /* merged away, or its pair changed */
+            int32_t j = next[i];
+            sym[i] = e->result[i];
+            sym[j] = -1;
+            next[i] = next[j];
+            if (next[j] >= 0) prev[next[j]] = i;
+            uint32_t before = prev[i] >= 0 ? queue_pair(m, e, &q, prev[i]) : NO_RANK;
+            uint32_t after = queue_pair(m, e, &q, i);
+            if (before < r || after < r) { /* a lower rank appeared: it goes first */
+                for (size_t rest = b + 1; rest < count; rest++) queue_position(e, &q, r, batch[rest]);
+                break;
+            }
+        }
     }
     size_t count = 0; /* node 0 always survives: merges remove the right node */
     for (int32_t i = 0; i >= 0; i = next[i]) sym[count++] = sym[i];

@@ -40,8 +40,10 @@ typedef struct {
 /* Takes ownership of the arrays (bs_malloc'ed): token t is the bytes
  * token_bytes[token_offset[t] .. token_offset[t+1]); merges are given by
  * rank. Checks the model (every byte has a token of that one byte, every
- * merge's result is the concatenation of its parts, no pair twice) and dies
- * naming `source` on the first problem. */
+ * merge's result is the concatenation of its parts, no pair twice, and no
+ * merge uses a token before the first merge that makes it, as training
+ * guarantees; the encoder relies on it) and dies naming `source` on the
+ * first problem. */
 void bpe_model_build(BpeModel *m, int vocab_size, int32_t eot, uint32_t *token_offset, unsigned char *token_bytes,
                      int num_merges, int32_t *merge_left, int32_t *merge_right, int32_t *merge_result,
                      const char *source);
@@ -66,11 +68,15 @@ typedef struct {
     ByteMap cache;  /* piece -> offset in cached: [count, tokens...] */
     int32_t *cached;
     size_t cached_len, cached_cap;
-    /* merge-loop scratch, one entry per byte of the longest piece so far */
+    /* merge-loop scratch, sized by the longest piece so far */
     size_t scratch_cap;
     int32_t *sym, *result, *next, *prev;
     uint32_t *rank;
-    uint64_t *heap;
+    /* long pieces: per-rank lists of positions (see merge_long in bpe.c) */
+    size_t entry_cap, batch_cap;
+    int32_t *entry_pos, *entry_next, *batch;
+    uint32_t *rank_heap;
+    int32_t *rank_head; /* one per merge rank */
 } BpeEncoder;
 
 void bpe_encoder_init(BpeEncoder *e, const BpeModel *m);
