@@ -141,6 +141,7 @@ static int bench_comm(int argc, char **argv) {
 int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "gemm") == 0) return bench_gemm(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "comm") == 0) return bench_comm(argc - 1, argv + 1);
+    if (argc >= 2 && strncmp(argv[1], "--calibrate", 11) == 0) return cmd_calibrate(argc, argv);
     fprintf(stderr, "usage: batchscale bench gemm|comm [options]\n");
     return argc >= 2 && (strcmp(argv[1], "--help") == 0) ? 0 : 2;
 }

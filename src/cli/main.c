@@ -17,6 +17,7 @@ static const Command commands[] = {
     {"sample", cmd_sample, "generate text from a checkpoint"},
     {"bench", cmd_bench, "micro-benchmarks (gemm)"},
     {"tokenizer", cmd_tokenizer, "train a BPE tokenizer; encode and decode text"},
+    {"plan", cmd_plan, "size a training run on up to tens of thousands of GPUs"},
 };
 
 static void usage(FILE *out) {

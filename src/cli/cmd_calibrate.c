@@ -1,0 +1,141 @@
+/* cmd_calibrate.c: `batchscale bench --calibrate FILE`: measures this
+ * machine as the planner sees a GPU (one process with --threads threads)
+ * and writes a calibration file that `batchscale plan --calibrate FILE`
+ * reads: sgemm rates over a range of sizes (the achieved fraction of peak by
+ * matmul size), memory bandwidth (STREAM triad), cores and memory.
+ *
+ * Collective latency and bandwidth are not measured here yet: the file
+ * leaves room for a "collectives" object, {"ring": {"alpha_s": ...,
+ * "busbw_bytes_per_s": ...}, ...}, that an MPI measurement adds (see
+ * plan/calibration.h for the fit); without it the planner assumes shared
+ * memory at a quarter of the measured bandwidth and says so. */
+#include <cblas.h>
+#include <jansson.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "cli/plan_config.h"
+#include "core/error.h"
+#include "core/io.h"
+#include "core/timer.h"
+
+typedef struct {
+    int m, n, k;
+} Shape;
+
+/* Squares from tiny to large, then the engine's own shapes: tokens x width
+ * products of a 192- and a 768-wide GPT (QKV, projection, MLP up and down). */
+static const Shape SHAPES[] = {
+    {32, 32, 32},      {64, 64, 64},       {128, 128, 128},   {256, 256, 256},   {512, 512, 512},
+    {1024, 1024, 1024}, {2048, 2048, 2048}, {2048, 576, 192},  {2048, 192, 192},  {2048, 768, 192},
+    {2048, 192, 768},  {8192, 2304, 768},  {8192, 768, 768},  {8192, 3072, 768}, {8192, 768, 3072},
+};
+
+/* Median seconds of C = A B^T at this shape, repeating for about `budget` s. */
+static double time_sgemm(const Shape *s, double budget) {
+    size_t a_n = (size_t)s->m * s->k, b_n = (size_t)s->n * s->k, c_n = (size_t)s->m * s->n;
+    float *a = bs_malloc(a_n * sizeof(float)), *b = bs_malloc(b_n * sizeof(float)), *c = bs_malloc(c_n * sizeof(float));
+    for (size_t i = 0; i < a_n; i++) a[i] = (float)(i % 7) * 0.1f;
+    for (size_t i = 0; i < b_n; i++) b[i] = (float)(i % 5) * 0.1f;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->m, s->n, s->k, 1, a, s->k, b, s->k, 0, c, s->n);
+    double times[201];
+    int reps = 0;
+    double start = bs_now();
+    while (reps < 201 && (reps < 5 || bs_now() - start < budget)) {
+        double t0 = bs_now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->m, s->n, s->k, 1, a, s->k, b, s->k, 0, c, s->n);
+        times[reps++] = bs_now() - t0;
+    }
+    for (int i = 1; i < reps; i++) /* insertion sort for the median */
+        for (int j = i; j > 0 && times[j] < times[j - 1]; j--) {
+            double t = times[j];
+            times[j] = times[j - 1];
+            times[j - 1] = t;
+        }
+    double median = times[reps / 2];
+    free(a), free(b), free(c);
+    return median;
+}
+
+/* STREAM triad a = b + s c over arrays much larger than the caches: best
+ * bytes/s of `reps` passes, counting two reads and one write per element. */
+static double triad_bandwidth(size_t n, int reps) {
+    double *a = bs_malloc(n * sizeof(double)), *b = bs_malloc(n * sizeof(double)), *c = bs_malloc(n * sizeof(double));
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) a[i] = 0, b[i] = 1, c[i] = 2;
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = bs_now();
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) a[i] = b[i] + 3.0 * c[i];
+        double dt = bs_now() - t0;
+        double rate = 3.0 * n * sizeof(double) / dt;
+        if (rate > best) best = rate;
+    }
+    if (a[n / 2] != 7.0) bs_die("memory bandwidth check failed (triad gave %g)", a[n / 2]);
+    free(a), free(b), free(c);
+    return best;
+}
+
+int cmd_calibrate(int argc, char **argv) {
+    const char *path = NULL;
+    int threads = 1, ranks_per_node = 0;
+    bool quick = false;
+    const OptionSpec specs[] = {
+        {"calibrate", OPT_STRING, &path, OPT_NO_RANGE, "FILE", "where to write the calibration (JSON)"},
+        {"threads", OPT_INT, &threads, 1, 1024, "N", "threads per process (one process is one planner GPU)"},
+        {"ranks-per-node", OPT_INT, &ranks_per_node, 0, 4096, "N", "processes on this machine (0: cores / threads)"},
+        {"quick", OPT_FLAG, &quick, OPT_NO_RANGE, "", "short timings (tests), less accurate"},
+    };
+    if (!options_parse(specs, 4, argc, argv,
+                       "usage: batchscale bench --calibrate FILE [options]\n\n"
+                       "Measures sgemm by size and memory bandwidth for `batchscale plan --calibrate FILE`."))
+        return 0;
+    if (!path || !*path) bs_die("--calibrate needs a file name");
+    omp_set_num_threads(threads);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ranks_per_node == 0) ranks_per_node = cores / threads > 0 ? (int)(cores / threads) : 1;
+    double memory_bytes = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+
+    json_t *points = json_array();
+    size_t measured = 0;
+    double budget = quick ? 0.01 : 0.25;
+    for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
+        const Shape *s = &SHAPES[i];
+        if (quick && (double)s->m * s->n * s->k > 1.5e9) continue;
+        double sec = time_sgemm(s, budget);
+        double rate = 2.0 * s->m * s->n * s->k / sec;
+        json_array_append_new(points, json_pack("{s:i, s:i, s:i, s:f}", "m", s->m, "n", s->n, "k", s->k, "flops_per_s", rate));
+        measured++;
+    }
+    size_t n = quick ? (size_t)1 << 21 : (size_t)1 << 23; /* 3 x 16 or 3 x 64 MiB */
+    double bandwidth = triad_bandwidth(n, quick ? 3 : 10);
+
+    char host[64] = "this machine";
+    gethostname(host, sizeof host - 1);
+    char created[32];
+    time_t now = time(NULL);
+    strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    json_t *root = json_pack(
+        "{s:s, s:i, s:s, s:{s:s, s:I, s:i, s:i, s:f}, s:s, s:o, s:{s:f, s:s}}", "format", CALIBRATION_FORMAT, "version",
+        CALIBRATION_VERSION, "created", created, "machine", "name", host, "cores", (json_int_t)cores, "threads_per_rank",
+        threads, "ranks_per_node", ranks_per_node, "memory_bytes", memory_bytes, "precision", "fp32", "matmul", points,
+        "memory_bandwidth", "bytes_per_s", bandwidth, "method", "STREAM triad, best pass, 2 reads + 1 write per element");
+    if (!root) bs_die("internal error: could not build the calibration JSON");
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    size_t len = strlen(text);
+    text[len] = '\n';
+    bs_write_file_atomic(path, text, len + 1);
+    text[len] = '\0';
+    free(text);
+    json_decref(root);
+    printf("calibration written to %s: sgemm %zu sizes, memory %.1f GB/s, %d ranks x %d threads\n", path,
+           measured, bandwidth / 1e9, ranks_per_node, threads);
+    return 0;
+}

@@ -1,0 +1,544 @@
+/* cmd_plan.c: `batchscale plan`: flags (or a JSON config) -> the job, the
+ * fleet and a layout or a search -> the report (table, JSON, chart).
+ *
+ * This file only turns options into plan/ inputs and picks what to compute;
+ * the arithmetic is in src/plan, the printing in plan_report.c, plan_json.c
+ * and plan_plot.c. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "cli/plan_config.h"
+#include "cli/plan_report.h"
+#include "core/error.h"
+#include "core/timer.h"
+#include "plan/presets.h"
+
+typedef struct {
+    const char *model, *activation, *attention, *precision, *hardware, *calibrate;
+    int layers, hidden, heads, kv_heads, ffn, vocab, seq_len, experts, top_k;
+    bool dropout;
+    long long global_batch;
+    double batch_tokens, tokens;
+    const char *batch_schedule;
+    int gpus;
+    double peak_tflops, gemm_efficiency, hbm_gb, hbm_tbps, nvlink_gbps, net_gbps, net_latency_us;
+    int gpus_per_node;
+    int tp, pp, dp, cp, ep, zero, micro_batch, virtual_stages;
+    const char *recompute, *schedule, *sequence_parallel, *overlap;
+    bool search;
+    int top;
+    const char *rank_by;
+    double jitter, reserve_gb;
+    double mtbf_gpu_hours, ckpt_seconds, ckpt_write_gbps, restart_minutes, target_loss;
+    const char *usd, *gpu_price, *power, *on_demand, *spot;
+    double amortize_years, hours_per_year;
+    bool json, scaling;
+    const char *plot, *scaling_mode, *config;
+    int scaling_from, scaling_to;
+} PlanArgs;
+
+static PlanArgs plan_args_defaults(void) {
+    PlanArgs a = {0};
+    a.hardware = "h100-sxm";
+    a.precision = "bf16";
+    a.zero = -1;
+    a.top = 10;
+    a.rank_by = "time";
+    a.jitter = 0.01;
+    a.reserve_gb = -1;
+    a.mtbf_gpu_hours = LLAMA3_MTBF_GPU_HOURS;
+    a.ckpt_seconds = -1;
+    a.ckpt_write_gbps = 100;
+    a.restart_minutes = 10;
+    a.amortize_years = 4;
+    a.hours_per_year = 8766;
+    a.scaling_mode = "weak";
+    a.scaling_from = 8;
+    a.scaling_to = 16384;
+    a.overlap = "on";
+    a.sequence_parallel = "on";
+    return a;
+}
+
+static const char USAGE[] =
+    "usage: batchscale plan [options]\n\n"
+    "Sizes a training run before paying for it: memory per GPU, step time, MFU,\n"
+    "time and cost to train, failures, for an explicit layout or the best ones\n"
+    "(--search; also when no layout option is given). Model and hardware\n"
+    "presets, formulas and their sources: docs/PLANNER.md.\n\n"
+    "  batchscale plan --model llama3-405b --gpus 16384 --hardware h100-sxm --search\n"
+    "  batchscale plan --model gpt3-175b --gpus 1024 --tp 8 --pp 8 --recompute selective\n"
+    "  batchscale plan --model llama3-70b --hardware a100-80g:512,h100-sxm:512 --search\n"
+    "  batchscale plan --config job.json --json";
+
+/* A list of one number per fleet kind ("2.5" or "1.2,2.5"). */
+static void parse_per_kind(const char *flag, const char *text, int kinds, double *out) {
+    for (int k = 0; k < PLAN_MAX_KINDS; k++) out[k] = 0;
+    if (!text || !*text) return;
+    const char *p = text;
+    for (int k = 0; k < kinds; k++) {
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p || v < 0 || !isfinite(v)) bs_die("--%s '%s': expected a number per GPU kind (e.g. 2.5 or 1.2,2.5)", flag, text);
+        out[k] = v;
+        if (*end == ',') {
+            p = end + 1;
+            if (k == kinds - 1) bs_die("--%s '%s': %d values for %d GPU kinds", flag, text, k + 2, kinds);
+        } else if (*end == '\0') {
+            for (int j = k + 1; j < kinds; j++) out[j] = v; /* one value: the same for every kind */
+            return;
+        } else {
+            bs_die("--%s '%s': expected a number per GPU kind (e.g. 2.5 or 1.2,2.5)", flag, text);
+        }
+    }
+}
+
+static bool parse_on_off(const char *flag, const char *v) {
+    if (strcmp(v, "on") == 0) return true;
+    if (strcmp(v, "off") == 0) return false;
+    bs_die("--%s must be on or off (got '%s')", flag, v);
+}
+
+static ModelShape build_model(const PlanArgs *a, double *batch_tokens, double *train_tokens) {
+    ModelShape m = {0};
+    *batch_tokens = *train_tokens = 0;
+    if (a->model) {
+        ModelPreset p;
+        if (!model_preset(a->model, &p)) {
+            char names[512];
+            model_preset_names(names, sizeof names);
+            bs_die("--model '%s' is not a preset (%s); or give --layers, --hidden, --heads", a->model, names);
+        }
+        m = p.shape;
+        *batch_tokens = p.batch_tokens;
+        *train_tokens = p.train_tokens;
+    } else {
+        if (a->layers <= 0 || a->hidden <= 0 || a->heads <= 0)
+            bs_die("give --model NAME or an explicit shape: --layers, --hidden and --heads (see --help)");
+        bool swiglu = a->activation && strcmp(a->activation, "swiglu") == 0;
+        /* GELU shapes follow GPT-2/3 (biases, tied embeddings, learned positions),
+         * SwiGLU shapes follow Llama (no biases, untied, RMSNorm, rotary positions). */
+        m = (ModelShape){.vocab = 50257, .seq_len = 2048, .vocab_multiple = 1, .act = swiglu ? ACT_SWIGLU : ACT_GELU,
+                         .norm = swiglu ? NORM_RMSNORM : NORM_LAYERNORM, .bias = !swiglu, .tied_embeddings = !swiglu,
+                         .learned_positions = !swiglu};
+        snprintf(m.name, sizeof m.name, "custom");
+        m.ffn = swiglu ? (int)ceil(8.0 * a->hidden / 3.0 / 256.0) * 256 : 4 * a->hidden;
+    }
+    if (a->layers > 0) m.layers = a->layers;
+    if (a->hidden > 0) m.hidden = a->hidden;
+    if (a->heads > 0) m.heads = a->heads, m.kv_heads = a->heads;
+    if (!a->model && a->ffn <= 0 && a->hidden > 0 && m.act == ACT_GELU) m.ffn = 4 * m.hidden;
+    if (a->kv_heads > 0) m.kv_heads = a->kv_heads;
+    if (m.kv_heads <= 0) m.kv_heads = m.heads;
+    if (a->ffn > 0) m.ffn = a->ffn;
+    if (a->vocab > 0) m.vocab = a->vocab;
+    if (a->seq_len > 0) m.seq_len = a->seq_len;
+    if (a->experts > 0) m.experts = a->experts, m.top_k = a->top_k > 0 ? a->top_k : 2;
+    if (a->top_k > 0) m.top_k = a->top_k;
+    if (a->dropout) m.dropout = true;
+    if (a->activation) {
+        if (strcmp(a->activation, "gelu") == 0) m.act = ACT_GELU;
+        else if (strcmp(a->activation, "swiglu") == 0) m.act = ACT_SWIGLU;
+        else bs_die("--activation must be gelu or swiglu (got '%s')", a->activation);
+    }
+    char why[256];
+    if (!model_check(&m, why, sizeof why)) bs_die("%s", why);
+    return m;
+}
+
+static void apply_hardware_overrides(const PlanArgs *a, Fleet *f) {
+    bool any = a->peak_tflops > 0 || a->gemm_efficiency > 0 || a->hbm_gb > 0 || a->hbm_tbps > 0 || a->nvlink_gbps > 0 ||
+               a->net_gbps > 0 || a->net_latency_us > 0 || a->gpus_per_node > 0;
+    if (!any) return;
+    if (f->kinds > 1) bs_die("hardware overrides (--peak-tflops, --hbm-gb, ...) need a single --hardware kind");
+    Hardware *hw = &f->hw[0];
+    if (a->peak_tflops > 0) hw->peak_bf16 = hw->peak_fp32 = a->peak_tflops * 1e12, hw->peak_fp8 = 2 * a->peak_tflops * 1e12;
+    if (a->gemm_efficiency > 0) hw->gemm_efficiency = a->gemm_efficiency;
+    if (a->hbm_gb > 0) hw->hbm_bytes = a->hbm_gb * 1073741824.0;
+    if (a->hbm_tbps > 0) hw->hbm_bw = a->hbm_tbps * 1e12;
+    if (a->nvlink_gbps > 0) hw->nvlink_bw = a->nvlink_gbps * 1e9;
+    if (a->net_gbps > 0) hw->net_bw = a->net_gbps * 1e9;
+    if (a->net_latency_us > 0) hw->net_latency = a->net_latency_us * 1e-6;
+    if (a->gpus_per_node > 0) hw->gpus_per_node = a->gpus_per_node;
+    size_t len = strlen(hw->name); /* a star marks a preset with overrides */
+    if (len + 1 < sizeof hw->name) hw->name[len] = '*', hw->name[len + 1] = '\0';
+}
+
+/* "h100-sxm" (with --gpus) or "a100-80g:8192,h100-sxm:8192". */
+static Fleet build_fleet(const PlanArgs *a, char *note, size_t note_size) {
+    Fleet f = {0};
+    note[0] = '\0';
+    if (a->calibrate) {
+        calibration_read(a->calibrate, &f.hw[0], note, note_size);
+        f.kinds = 1;
+        f.count[0] = a->gpus > 0 ? a->gpus : f.hw[0].gpus_per_node;
+        apply_hardware_overrides(a, &f);
+        return f;
+    }
+    char spec[256];
+    snprintf(spec, sizeof spec, "%s", a->hardware);
+    char *save = NULL;
+    for (char *part = strtok_r(spec, ",", &save); part; part = strtok_r(NULL, ",", &save)) {
+        if (f.kinds == PLAN_MAX_KINDS) bs_die("--hardware '%s': at most %d GPU kinds", a->hardware, PLAN_MAX_KINDS);
+        char *colon = strchr(part, ':');
+        if (colon) *colon = '\0';
+        if (!hardware_preset(part, &f.hw[f.kinds])) {
+            char names[256];
+            hardware_preset_names(names, sizeof names);
+            bs_die("--hardware: unknown GPU '%s' (presets: %s; or --calibrate FILE)", part, names);
+        }
+        double count;
+        if (colon && (!parse_count(colon + 1, &count) || count < 1 || count != floor(count) || count > 1e7))
+            bs_die("--hardware '%s': '%s' is not a GPU count", a->hardware, colon + 1);
+        f.count[f.kinds] = colon ? (int)count : 0;
+        f.kinds++;
+    }
+    if (f.kinds == 0) bs_die("--hardware is empty");
+    if (f.kinds == 1 && f.count[0] == 0) f.count[0] = a->gpus > 0 ? a->gpus : f.hw[0].gpus_per_node;
+    for (int k = 0; k < f.kinds; k++)
+        if (f.count[k] == 0) bs_die("--hardware '%s': a mixed fleet needs a count per kind (e.g. a100-80g:8192,h100-sxm:8192)", a->hardware);
+    if (a->gpus > 0 && fleet_gpus(&f) != a->gpus)
+        bs_die("--gpus %d disagrees with --hardware '%s' (%d GPUs): drop one of them", a->gpus, a->hardware, fleet_gpus(&f));
+    apply_hardware_overrides(a, &f);
+    return f;
+}
+
+static bool layout_given(const PlanArgs *a) {
+    return a->tp > 0 || a->pp > 0 || a->dp > 0 || a->cp > 0 || a->ep > 0 || a->micro_batch > 0 || a->zero >= 0 ||
+           a->virtual_stages > 0 || a->recompute || a->schedule;
+}
+
+static Recompute parse_recompute(const char *s) {
+    Recompute r;
+    if (!recompute_parse(s, &r)) bs_die("--recompute must be none, selective or full (got '%s')", s);
+    return r;
+}
+
+static PipeSchedule parse_schedule(const char *s) {
+    PipeSchedule p;
+    if (!schedule_parse(s, &p)) bs_die("--schedule must be 1f1b, gpipe or interleaved (got '%s')", s);
+    return p;
+}
+
+static Layout explicit_layout(const PlanArgs *a, const PlanInput *in) {
+    Layout l = layout_default();
+    l.tp = a->tp > 0 ? a->tp : 1;
+    l.pp = a->pp > 0 ? a->pp : 1;
+    l.cp = a->cp > 0 ? a->cp : 1;
+    l.ep = a->ep > 0 ? a->ep : 1;
+    int gpus = fleet_gpus(&in->fleet), model_par = l.tp * l.pp * l.cp;
+    l.dp = a->dp > 0 ? a->dp : (gpus % model_par == 0 ? gpus / model_par : 0);
+    if (l.dp == 0)
+        bs_die("--tp %d x --cp %d x --pp %d = %d does not divide the fleet's %d GPUs: change --tp, --cp, --pp or --gpus", l.tp,
+               l.cp, l.pp, model_par, gpus);
+    l.micro_batch = a->micro_batch > 0 ? a->micro_batch : 1;
+    l.zero = a->zero >= 0 ? a->zero : (l.dp * l.cp > 1 ? 1 : 0);
+    if (a->recompute) l.recompute = parse_recompute(a->recompute);
+    l.virtual_stages = a->virtual_stages > 0 ? a->virtual_stages : 1;
+    l.schedule = a->schedule ? parse_schedule(a->schedule) : (l.virtual_stages > 1 ? SCHEDULE_INTERLEAVED : SCHEDULE_1F1B);
+    l.sequence_parallel = parse_on_off("sequence-parallel", a->sequence_parallel) && l.tp > 1;
+    l.overlap = parse_on_off("overlap", a->overlap);
+    return l;
+}
+
+static SearchSpace search_space(const PlanArgs *a) {
+    SearchSpace s = search_space_all(a->top);
+    s.tp = a->tp, s.pp = a->pp, s.dp = a->dp, s.cp = a->cp, s.ep = a->ep, s.micro_batch = a->micro_batch;
+    s.virtual_stages = a->virtual_stages;
+    s.zero = a->zero;
+    if (a->recompute) s.recompute = (int)parse_recompute(a->recompute);
+    if (a->schedule) s.schedule = (int)parse_schedule(a->schedule);
+    s.overlap = parse_on_off("overlap", a->overlap);
+    s.sequence_parallel = parse_on_off("sequence-parallel", a->sequence_parallel);
+    return s;
+}
+
+static void fill_reliability(PlanReport *r) {
+    r->reliability = reliability_estimate(&r->reliability_in, layout_gpus(&r->plan.layout), r->plan.train_seconds);
+    r->cost_usd = report_cost(r, &r->plan, &r->reliability);
+}
+
+static void die_fits_nowhere(const PlanReport *r) {
+    const PlanResult *lean = &r->stats.least_memory;
+    const Hardware *hw = &r->in.fleet.hw[lean->memory_kind];
+    int gpus = fleet_gpus(&r->in.fleet);
+    if (!r->stats.have_least_memory)
+        bs_die("no layout of %d GPUs can split this job (global batch, heads, layers): change --gpus or the batch", gpus);
+    char layout[128];
+    layout_format(&lean->layout, layout, sizeof layout);
+    double need = lean->memory.total - lean->memory.reserve, usable = lean->memory.capacity - lean->memory.reserve;
+    double factor = need / usable;
+    long suggest = 1;
+    while (suggest < (long)ceil(gpus * factor)) suggest *= 2;
+    bs_die("%s does not fit on %d x %s with any layout: the leanest (%s) needs %.1f GiB per GPU of %.1f GiB usable: use about %ld GPUs or more, GPUs with more memory, or a shorter --seq-len",
+           r->in.model.name, gpus, hw->name, layout, need / 1073741824.0, usable / 1073741824.0, suggest);
+}
+
+/* Cost ranking: the same job on 1, 2, 4, ... nodes up to the fleet. */
+static void search_by_cost(PlanReport *r, const SearchSpace *space) {
+    if (r->in.fleet.kinds > 1) bs_die("--rank-by cost needs one GPU kind (it varies the GPU count)");
+    int gpus = fleet_gpus(&r->in.fleet), node = r->in.fleet.hw[0].gpus_per_node;
+    PlanResult *found = bs_malloc(SEARCH_MAX_TOP * sizeof(PlanResult));
+    r->n_top = 0;
+    SearchSpace s = *space;
+    s.dp = 0;
+    for (int count = node < gpus ? node : gpus;; count = count * 2 < gpus ? count * 2 : gpus) {
+        PlanInput at = r->in;
+        at.fleet.count[0] = count;
+        SearchStats stats;
+        int n = plan_search(&at, &s, found, &stats);
+        if (count == gpus) r->stats = stats;
+        for (int i = 0; i < n; i++) {
+            Reliability rel = reliability_estimate(&r->reliability_in, count, found[i].train_seconds);
+            double cost = report_cost(r, &found[i], &rel);
+            int pos = r->n_top < space->top ? r->n_top : space->top;
+            while (pos > 0 && cost < r->top_cost[pos - 1]) pos--;
+            if (pos >= space->top) continue;
+            int last = r->n_top < space->top ? r->n_top : space->top - 1;
+            memmove(&r->top[pos + 1], &r->top[pos], (size_t)(last - pos) * sizeof(PlanResult));
+            memmove(&r->top_cost[pos + 1], &r->top_cost[pos], (size_t)(last - pos) * sizeof(double));
+            r->top[pos] = found[i], r->top_cost[pos] = cost;
+            if (r->n_top < space->top) r->n_top++;
+        }
+        if (count == gpus) break;
+    }
+    free(found);
+}
+
+/* Tokens/s per GPU against the smallest fleet of whole nodes that fits. */
+static void compare_with_one_node(PlanReport *r, const SearchSpace *space) {
+    if (r->in.fleet.kinds > 1) return;
+    int gpus = layout_gpus(&r->plan.layout), node = r->in.fleet.hw[0].gpus_per_node;
+    if (gpus <= node) return;
+    PlanInput at = r->in;
+    at.fleet.count[0] = gpus;
+    at.batch = r->in.batch;
+    ScalePoint pts[SCALING_MAX_POINTS];
+    int base;
+    for (int from = node; from < gpus; from *= 2) {
+        int n = scaling_sweep(&at, space, true, from, from, pts, &base);
+        if (n == 1 && base == 0) {
+            r->have_reference = true;
+            r->reference_gpus = from;
+            r->reference_efficiency = (r->plan.tokens_per_s / gpus) / (pts[0].best.tokens_per_s / from);
+            return;
+        }
+    }
+}
+
+/* Mixed fleet: each kind alone, at its own count and at the whole count. */
+static void compare_kinds_alone(PlanReport *r, const SearchSpace *space) {
+    if (r->in.fleet.kinds < 2) return;
+    int total = fleet_gpus(&r->in.fleet);
+    SearchSpace s = *space;
+    s.top = 1;
+    s.tp = s.pp = s.dp = s.cp = s.ep = 0;
+    for (int k = 0; k < r->in.fleet.kinds; k++)
+        for (int whole = 0; whole < 2; whole++) {
+            FleetAlternative *alt = &r->alone[r->n_alone++];
+            PlanInput at = r->in;
+            at.fleet.kinds = 1;
+            at.fleet.hw[0] = r->in.fleet.hw[k];
+            at.fleet.count[0] = whole ? total : r->in.fleet.count[k];
+            at.reserve_bytes = r->in.reserve_bytes;
+            alt->gpus = at.fleet.count[0];
+            snprintf(alt->label, sizeof alt->label, "%d x %s", alt->gpus, at.fleet.hw[0].name);
+            SearchStats stats;
+            alt->found = plan_search(&at, &s, &alt->best, &stats) > 0;
+            if (alt->found) {
+                PlanReport one = *r;
+                one.in = at;
+                one.money[0] = r->money[k];
+                Reliability rel = reliability_estimate(&r->reliability_in, alt->gpus, alt->best.train_seconds);
+                alt->cost_usd = report_cost(&one, &alt->best, &rel);
+            }
+        }
+}
+
+static void run(const PlanArgs *a) {
+    PlanReport *r = bs_calloc(1, sizeof *r);
+    PlanInput *in = &r->in;
+    double preset_batch, preset_tokens;
+    in->model = build_model(a, &preset_batch, &preset_tokens);
+    in->fleet = build_fleet(a, r->note, sizeof r->note);
+    if (!precision_parse(a->precision, &in->precision)) bs_die("--precision must be bf16, fp8 or fp32 (got '%s')", a->precision);
+    if (a->calibrate) in->precision = PREC_FP32;
+    for (int k = 0; k < in->fleet.kinds; k++)
+        if (hardware_peak(&in->fleet.hw[k], in->precision) <= 0)
+            bs_die("%s has no %s peak: use --precision bf16", in->fleet.hw[k].name, precision_name(in->precision));
+    in->attention = a->calibrate ? ATTN_CAUSAL : ATTN_FLASH;
+    if (a->attention && !attention_parse(a->attention, &in->attention))
+        bs_die("--attention must be full, causal or flash (got '%s')", a->attention);
+    in->jitter = a->jitter;
+    in->reserve_bytes = a->reserve_gb >= 0 ? a->reserve_gb * 1073741824.0 : -1;
+
+    /* the batch over training, and how long */
+    double seq = in->model.seq_len;
+    in->total_tokens = a->tokens > 0 ? a->tokens : preset_tokens > 0 ? preset_tokens : 20.0 * model_params(&in->model);
+    char why[512];
+    if (a->batch_schedule) {
+        if (a->global_batch > 0 || a->batch_tokens > 0) bs_die("give --batch-schedule or a fixed --global-batch / --batch-tokens, not both");
+        if (!plan_batch_parse(a->batch_schedule, &in->batch, why, sizeof why)) bs_die("%s", why);
+    } else {
+        double tokens = a->global_batch > 0 ? a->global_batch * seq : a->batch_tokens > 0 ? a->batch_tokens : 0;
+        if (a->global_batch > 0 && a->batch_tokens > 0) bs_die("give --global-batch (sequences) or --batch-tokens, not both");
+        if (tokens <= 0) tokens = fmax(1.0, round((preset_batch > 0 ? preset_batch : 4194304.0) / seq)) * seq;
+        in->batch = plan_batch_constant(tokens);
+    }
+
+    MoneyInput *money = r->money;
+    double rate[PLAN_MAX_KINDS], price[PLAN_MAX_KINDS], power[PLAN_MAX_KINDS], od[PLAN_MAX_KINDS], spot[PLAN_MAX_KINDS];
+    int kinds = in->fleet.kinds;
+    parse_per_kind("usd-per-gpu-hour", a->usd, kinds, rate);
+    parse_per_kind("gpu-price-usd", a->gpu_price, kinds, price);
+    parse_per_kind("power-usd-per-gpu-hour", a->power, kinds, power);
+    parse_per_kind("on-demand-usd-per-gpu-hour", a->on_demand, kinds, od);
+    parse_per_kind("spot-usd-per-gpu-hour", a->spot, kinds, spot);
+    for (int k = 0; k < kinds; k++)
+        money[k] = (MoneyInput){rate[k], price[k], a->amortize_years, a->hours_per_year, power[k], od[k], spot[k]};
+
+    StateBytes sb = state_bytes(in->precision);
+    r->reliability_in.mtbf_gpu_hours = a->mtbf_gpu_hours;
+    r->reliability_in.checkpoint_seconds =
+        a->ckpt_seconds >= 0 ? a->ckpt_seconds : model_params(&in->model) * (sb.weights + sb.optimizer) / (a->ckpt_write_gbps * 1e9);
+    r->reliability_in.restart_seconds = a->restart_minutes * 60.0;
+
+    double non_embedding = model_params(&in->model) - model_embedding_params(&in->model);
+    r->loss_given = a->target_loss > 0;
+    r->loss = r->loss_given ? a->target_loss : kaplan_loss(non_embedding, in->total_tokens);
+    r->critical_batch = critical_batch_tokens(r->loss);
+    r->rank_by = a->rank_by;
+    if (strcmp(a->rank_by, "time") != 0 && strcmp(a->rank_by, "cost") != 0) bs_die("--rank-by must be time or cost (got '%s')", a->rank_by);
+    if (strcmp(a->scaling_mode, "weak") != 0 && strcmp(a->scaling_mode, "strong") != 0)
+        bs_die("--scaling-mode must be weak or strong (got '%s')", a->scaling_mode);
+    r->weak = strcmp(a->scaling_mode, "weak") == 0;
+
+    SearchSpace space = search_space(a);
+    if (a->search || !layout_given(a)) {
+        r->searched = true;
+        double t0 = bs_now();
+        if (strcmp(a->rank_by, "cost") == 0) search_by_cost(r, &space);
+        else r->n_top = plan_search(in, &space, r->top, &r->stats);
+        r->search_seconds = bs_now() - t0;
+        if (r->n_top == 0) die_fits_nowhere(r);
+        r->plan = r->top[0];
+        if (strcmp(a->rank_by, "time") == 0)
+            for (int i = 0; i < r->n_top; i++) {
+                Reliability rel = reliability_estimate(&r->reliability_in, layout_gpus(&r->top[i].layout), r->top[i].train_seconds);
+                r->top_cost[i] = report_cost(r, &r->top[i], &rel);
+            }
+    } else {
+        Layout l = explicit_layout(a, in);
+        if (!layout_check(in, &l, why, sizeof why)) bs_die("%s", why);
+        plan_evaluate(in, &l, &r->plan);
+    }
+    if (r->searched && strcmp(a->rank_by, "cost") == 0) in->fleet.count[0] = layout_gpus(&r->plan.layout);
+    fill_reliability(r);
+    compare_with_one_node(r, &space);
+    compare_kinds_alone(r, &space);
+    if (a->scaling || a->plot) {
+        if (in->fleet.kinds > 1) bs_die("--scaling and --plot need a single GPU kind");
+        if (a->scaling_from < 1 || a->scaling_to < a->scaling_from) bs_die("--scaling-from must be >= 1 and <= --scaling-to");
+        r->n_points = scaling_sweep(in, &space, r->weak, a->scaling_from, a->scaling_to, r->points, &r->baseline);
+    }
+    if (a->json) report_print_json(r);
+    else report_print(r);
+    if (a->plot) report_plot(r, a->plot);
+    if (!r->plan.fits) {
+        const MemoryBreakdown *m = &r->plan.memory;
+        const double gib = 1073741824.0;
+        bs_die("this layout does not fit: it needs %.1f GiB per GPU (activations %.1f GiB), %.1f GiB usable on %s: try --recompute full, --zero 3, a larger --pp or --tp, or --search",
+               (m->total - m->reserve) / gib, m->activations / gib, (m->capacity - m->reserve) / gib,
+               in->fleet.hw[r->plan.memory_kind].name);
+    }
+    free(r);
+}
+
+int cmd_plan(int argc, char **argv) {
+    PlanArgs a = plan_args_defaults();
+    const OptionSpec specs[] = {
+        {"config", OPT_STRING, &a.config, OPT_NO_RANGE, "FILE", "JSON object of these options (keys without --); flags override it"},
+        {"model", OPT_STRING, &a.model, OPT_NO_RANGE, "NAME", "preset: gpt2-124m/350m/774m/1.5b, gpt3-175b, llama3-8b/70b/405b, mixtral-8x7b, demo"},
+        {"layers", OPT_INT, &a.layers, 0, 100000, "N", "transformer blocks (overrides the preset)"},
+        {"hidden", OPT_INT, &a.hidden, 0, 1 << 20, "N", "model width"},
+        {"heads", OPT_INT, &a.heads, 0, 1 << 16, "N", "attention heads"},
+        {"kv-heads", OPT_INT, &a.kv_heads, 0, 1 << 16, "N", "key/value heads (GQA; default: heads)"},
+        {"ffn", OPT_INT, &a.ffn, 0, 1 << 24, "N", "MLP width (default 4 x hidden; SwiGLU 8/3 x hidden)"},
+        {"activation", OPT_STRING, &a.activation, OPT_NO_RANGE, "gelu|swiglu", "MLP kind (explicit shapes: gelu = GPT style, swiglu = Llama style)"},
+        {"vocab", OPT_INT, &a.vocab, 0, 1 << 30, "N", "vocabulary size"},
+        {"seq-len", OPT_INT, &a.seq_len, 0, 1 << 24, "TOKENS", "sequence length"},
+        {"experts", OPT_INT, &a.experts, 0, 4096, "N", "MoE experts per layer (0: dense)"},
+        {"top-k", OPT_INT, &a.top_k, 0, 4096, "N", "MoE experts per token"},
+        {"dropout", OPT_FLAG, &a.dropout, OPT_NO_RANGE, "", "the model stores dropout masks (Megatron GPT)"},
+        {"attention", OPT_STRING, &a.attention, OPT_NO_RANGE, "full|causal|flash", "attention kernel (default flash; causal with --calibrate)"},
+        {"precision", OPT_STRING, &a.precision, OPT_NO_RANGE, "bf16|fp8|fp32", "matmul precision (fp32 with --calibrate)"},
+        {"global-batch", OPT_LONG, &a.global_batch, 0, 1e12, "SEQS", "global batch in sequences (default: the preset's, else 4M tokens)"},
+        {"batch-tokens", OPT_DOUBLE, &a.batch_tokens, 0, 1e15, "TOKENS", "global batch in tokens"},
+        {"batch-schedule", OPT_STRING, &a.batch_schedule, OPT_NO_RANGE, "0:4M,252M:8M", "batch in tokens from a token count on"},
+        {"tokens", OPT_DOUBLE, &a.tokens, 0, 1e18, "TOKENS", "tokens to train (default: the preset's, else 20 x parameters)"},
+        {"gpus", OPT_INT, &a.gpus, 0, 1e7, "N", "GPUs (default one node)"},
+        {"hardware", OPT_STRING, &a.hardware, OPT_NO_RANGE, "GPU[:N][,GPU:N]", "a100-40g, a100-80g, h100-sxm, h200, b200; two kinds make a mixed fleet"},
+        {"calibrate", OPT_STRING, &a.calibrate, OPT_NO_RANGE, "FILE", "this machine, from `batchscale bench --calibrate FILE`"},
+        {"peak-tflops", OPT_DOUBLE, &a.peak_tflops, 0, 1e6, "TFLOP/s", "override: dense peak at the precision"},
+        {"gemm-efficiency", OPT_DOUBLE, &a.gemm_efficiency, 0, 1, "X", "override: best fraction of peak for large matmuls"},
+        {"hbm-gb", OPT_DOUBLE, &a.hbm_gb, 0, 1e6, "GiB", "override: memory per GPU"},
+        {"hbm-tbps", OPT_DOUBLE, &a.hbm_tbps, 0, 1e3, "TB/s", "override: memory bandwidth"},
+        {"gpus-per-node", OPT_INT, &a.gpus_per_node, 0, 4096, "N", "override: GPUs in one NVLink domain"},
+        {"nvlink-gbps", OPT_DOUBLE, &a.nvlink_gbps, 0, 1e5, "GB/s", "override: NVLink per GPU per direction"},
+        {"net-gbps", OPT_DOUBLE, &a.net_gbps, 0, 1e5, "GB/s", "override: inter-node per GPU per direction"},
+        {"net-latency-us", OPT_DOUBLE, &a.net_latency_us, 0, 1e6, "US", "override: inter-node latency per step"},
+        {"tp", OPT_INT, &a.tp, 0, 1 << 20, "N", "tensor parallel (layout options pin a --search)"},
+        {"pp", OPT_INT, &a.pp, 0, 1 << 20, "N", "pipeline parallel"},
+        {"dp", OPT_INT, &a.dp, 0, 1 << 24, "N", "data parallel (default: GPUs / (tp x cp x pp))"},
+        {"cp", OPT_INT, &a.cp, 0, 1 << 20, "N", "context parallel"},
+        {"ep", OPT_INT, &a.ep, 0, 1 << 20, "N", "expert parallel (MoE)"},
+        {"zero", OPT_INT, &a.zero, -1, 3, "STAGE", "ZeRO stage over dp x cp (-1: 1 when dp > 1)"},
+        {"micro-batch", OPT_INT, &a.micro_batch, 0, 1 << 20, "SEQS", "sequences per micro-batch"},
+        {"recompute", OPT_STRING, &a.recompute, OPT_NO_RANGE, "none|selective|full", "activation recomputation (default none)"},
+        {"schedule", OPT_STRING, &a.schedule, OPT_NO_RANGE, "1f1b|gpipe|interleaved", "pipeline schedule"},
+        {"virtual-stages", OPT_INT, &a.virtual_stages, 0, 1024, "V", "model chunks per stage (interleaved)"},
+        {"sequence-parallel", OPT_STRING, &a.sequence_parallel, OPT_NO_RANGE, "on|off", "shard norms and dropout over tp"},
+        {"overlap", OPT_STRING, &a.overlap, OPT_NO_RANGE, "on|off", "overlap DP communication with compute"},
+        {"search", OPT_FLAG, &a.search, OPT_NO_RANGE, "", "search all layouts (layout options pin fields)"},
+        {"top", OPT_INT, &a.top, 1, SEARCH_MAX_TOP, "N", "layouts to list"},
+        {"rank-by", OPT_STRING, &a.rank_by, OPT_NO_RANGE, "time|cost", "cost also tries fewer nodes"},
+        {"jitter", OPT_DOUBLE, &a.jitter, 0, 1, "CV", "per-GPU step-time variation (stragglers)"},
+        {"memory-reserve-gb", OPT_DOUBLE, &a.reserve_gb, -1, 1e6, "GiB", "per GPU not usable (-1: 1 GiB + 5%)"},
+        {"mtbf-gpu-hours", OPT_DOUBLE, &a.mtbf_gpu_hours, 1, 1e12, "H", "mean time between failures per GPU (default: Llama 3)"},
+        {"ckpt-seconds", OPT_DOUBLE, &a.ckpt_seconds, -1, 1e9, "S", "checkpoint write stall (-1: size / --ckpt-write-gbps)"},
+        {"ckpt-write-gbps", OPT_DOUBLE, &a.ckpt_write_gbps, 1e-6, 1e9, "GB/s", "aggregate checkpoint write bandwidth"},
+        {"restart-minutes", OPT_DOUBLE, &a.restart_minutes, 0, 1e6, "MIN", "detect, reschedule and reload after a failure"},
+        {"target-loss", OPT_DOUBLE, &a.target_loss, 0, 100, "NATS", "loss for the critical batch (default Kaplan L(N, D))"},
+        {"usd-per-gpu-hour", OPT_STRING, &a.usd, OPT_NO_RANGE, "USD[,USD]", "rate to plan with (per GPU kind)"},
+        {"gpu-price-usd", OPT_STRING, &a.gpu_price, OPT_NO_RANGE, "USD[,USD]", "ownership: price per GPU (with its server share)"},
+        {"amortize-years", OPT_DOUBLE, &a.amortize_years, 0.01, 100, "Y", "ownership: years to amortize over"},
+        {"hours-per-year", OPT_DOUBLE, &a.hours_per_year, 1, 8784, "H", "ownership: hours of use per year"},
+        {"power-usd-per-gpu-hour", OPT_STRING, &a.power, OPT_NO_RANGE, "USD[,USD]", "ownership: power and cooling"},
+        {"on-demand-usd-per-gpu-hour", OPT_STRING, &a.on_demand, OPT_NO_RANGE, "USD[,USD]", "cloud on-demand rate, shown beside"},
+        {"spot-usd-per-gpu-hour", OPT_STRING, &a.spot, OPT_NO_RANGE, "USD[,USD]", "cloud spot rate, shown beside"},
+        {"json", OPT_FLAG, &a.json, OPT_NO_RANGE, "", "print JSON instead of the table"},
+        {"scaling", OPT_FLAG, &a.scaling, OPT_NO_RANGE, "", "also sweep GPU counts (--scaling-from .. --scaling-to)"},
+        {"scaling-mode", OPT_STRING, &a.scaling_mode, OPT_NO_RANGE, "weak|strong", "weak keeps tokens per GPU, strong the batch"},
+        {"scaling-from", OPT_INT, &a.scaling_from, 1, 1e7, "N", "first GPU count of the sweep"},
+        {"scaling-to", OPT_INT, &a.scaling_to, 1, 1e7, "N", "last GPU count of the sweep"},
+        {"plot", OPT_STRING, &a.plot, OPT_NO_RANGE, "FILE", "scaling chart (.png or .svg)"},
+    };
+    int n_specs = (int)(sizeof specs / sizeof specs[0]);
+    MergedArgs merged = plan_config_merge(specs, n_specs, argc, argv);
+    bool go = options_parse(specs, n_specs, merged.argc, merged.argv, USAGE);
+    if (go) {
+        if (a.plot) {
+            const char *dot = strrchr(a.plot, '.');
+            if (!dot || (strcasecmp(dot, ".png") != 0 && strcasecmp(dot, ".svg") != 0))
+                bs_die("--plot %s: the file name must end in .png or .svg", a.plot);
+        }
+        run(&a);
+    }
+    merged_args_free(&merged);
+    return 0;
+}

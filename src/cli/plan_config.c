@@ -1,0 +1,171 @@
+/* plan_config.c: JSON config and calibration files (jansson). */
+#include "cli/plan_config.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "plan/calibration.h"
+
+static json_t *load_json(const char *path, const char *what) {
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root) {
+        if (strstr(err.text, "unable to open"))
+            bs_die("%s %s: cannot be read (%s)", what, path, err.text);
+        bs_die("%s %s: not valid JSON at line %d: %s", what, path, err.line, err.text);
+    }
+    if (!json_is_object(root)) bs_die("%s %s: expected a JSON object at the top", what, path);
+    return root;
+}
+
+static const char *config_path(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--config") == 0) {
+            if (i + 1 >= argc) bs_die("option '--config' needs a value (see --help)");
+            return argv[i + 1];
+        }
+        if (strncmp(argv[i], "--config=", 9) == 0) return argv[i] + 9;
+    }
+    return NULL;
+}
+
+static const OptionSpec *find_spec(const OptionSpec *specs, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(specs[i].name, name) == 0) return &specs[i];
+    return NULL;
+}
+
+static char *owned(MergedArgs *m, const char *s) {
+    char *copy = bs_malloc(strlen(s) + 1);
+    strcpy(copy, s);
+    m->owned[m->n_owned++] = copy;
+    return copy;
+}
+
+MergedArgs plan_config_merge(const OptionSpec *specs, int n_specs, int argc, char **argv) {
+    MergedArgs m = {argc, argv, NULL, 0};
+    const char *path = config_path(argc, argv);
+    if (!path) return m;
+    json_t *root = load_json(path, "config");
+    size_t keys = json_object_size(root);
+    m.argv = bs_calloc(2 * keys + (size_t)argc + 1, sizeof(char *));
+    m.owned = bs_calloc(2 * keys + 1, sizeof(char *));
+    int n = 0;
+    m.argv[n++] = argv[0];
+    const char *key;
+    json_t *value;
+    json_object_foreach(root, key, value) {
+        const OptionSpec *s = find_spec(specs, n_specs, key);
+        if (!s || strcmp(key, "config") == 0)
+            bs_die("config %s: unknown key '%s' (keys are the options of `batchscale plan --help` without --)", path, key);
+        char text[64], flag[80];
+        const char *arg = NULL;
+        if (s->type == OPT_FLAG) {
+            if (!json_is_boolean(value)) bs_die("config %s: '%s' must be true or false", path, key);
+            if (json_is_false(value)) continue;
+        } else if (json_is_string(value)) {
+            arg = json_string_value(value);
+        } else if (json_is_integer(value)) {
+            snprintf(text, sizeof text, "%lld", (long long)json_integer_value(value));
+            arg = text;
+        } else if (json_is_real(value)) {
+            snprintf(text, sizeof text, "%.17g", json_real_value(value));
+            arg = text;
+        } else {
+            bs_die("config %s: '%s' must be a number or a string", path, key);
+        }
+        snprintf(flag, sizeof flag, "--%s", key);
+        m.argv[n++] = owned(&m, flag);
+        if (arg) m.argv[n++] = owned(&m, arg);
+    }
+    json_decref(root);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--config") == 0) {
+            i++;
+            continue;
+        }
+        if (strncmp(argv[i], "--config=", 9) == 0) continue;
+        m.argv[n++] = argv[i];
+    }
+    m.argc = n;
+    return m;
+}
+
+void merged_args_free(MergedArgs *m) {
+    if (!m->owned) return;
+    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    free(m->argv);
+}
+
+static double number_at(json_t *obj, const char *key, const char *path, const char *where) {
+    json_t *v = json_object_get(obj, key);
+    if (!json_is_number(v) || json_number_value(v) <= 0)
+        bs_die("calibration %s: %s needs a positive number '%s' (rerun `batchscale bench --calibrate`)", path, where, key);
+    return json_number_value(v);
+}
+
+static void read_collectives(json_t *coll, Hardware *hw, const char *path) {
+    const char *name;
+    json_t *fit;
+    json_object_foreach(coll, name, fit) {
+        if (strcmp(name, "ranks") == 0) continue;
+        CollectiveAlgo a;
+        if (!algo_parse(name, &a)) bs_die("calibration %s: unknown collective algorithm '%s' (ring, tree, hierarchical, mpi)", path, name);
+        if (!json_is_object(fit)) bs_die("calibration %s: collectives.%s must be an object", path, name);
+        hw->coll[a].present = true;
+        hw->coll[a].alpha = number_at(fit, "alpha_s", path, "a collective");
+        hw->coll[a].busbw = number_at(fit, "busbw_bytes_per_s", path, "a collective");
+    }
+}
+
+void calibration_read(const char *path, Hardware *hw, char *note, size_t note_size) {
+    json_t *root = load_json(path, "calibration");
+    json_t *format = json_object_get(root, "format"), *version = json_object_get(root, "version");
+    if (!json_is_string(format) || strcmp(json_string_value(format), CALIBRATION_FORMAT) != 0)
+        bs_die("calibration %s: not a batchscale calibration file (write one with `batchscale bench --calibrate FILE`)", path);
+    if (!json_is_integer(version) || json_integer_value(version) != CALIBRATION_VERSION)
+        bs_die("calibration %s: version %lld is not %d: rerun `batchscale bench --calibrate`", path,
+               json_is_integer(version) ? (long long)json_integer_value(version) : -1LL, CALIBRATION_VERSION);
+    memset(hw, 0, sizeof *hw);
+    json_t *machine = json_object_get(root, "machine");
+    if (!json_is_object(machine)) bs_die("calibration %s: missing 'machine'", path);
+    json_t *host = json_object_get(machine, "name");
+    snprintf(hw->name, sizeof hw->name, "%s", json_is_string(host) ? json_string_value(host) : "this machine");
+    hw->gpus_per_node = (int)number_at(machine, "ranks_per_node", path, "machine");
+    hw->hbm_bytes = number_at(machine, "memory_bytes", path, "machine") / hw->gpus_per_node;
+    hw->hbm_bw = number_at(json_object_get(root, "memory_bandwidth"), "bytes_per_s", path, "memory_bandwidth");
+    json_t *points = json_object_get(root, "matmul");
+    if (!json_is_array(points) || json_array_size(points) == 0)
+        bs_die("calibration %s: 'matmul' must be a non-empty array of measured sizes", path);
+    size_t i;
+    json_t *p;
+    json_array_foreach(points, i, p) {
+        if (hw->n_gemm == HW_MAX_GEMM_POINTS) break;
+        GemmPoint *g = &hw->gemm[hw->n_gemm++];
+        g->m = number_at(p, "m", path, "a matmul point");
+        g->n = number_at(p, "n", path, "a matmul point");
+        g->k = number_at(p, "k", path, "a matmul point");
+        g->flops_per_s = number_at(p, "flops_per_s", path, "a matmul point");
+        if (g->flops_per_s > hw->peak_fp32) hw->peak_fp32 = g->flops_per_s;
+    }
+    hw->peak_bf16 = hw->peak_fp8 = 0; /* the engine trains in fp32 */
+    hw->gemm_efficiency = 1.0;
+    hw->attention_efficiency = 1.0;
+    note[0] = '\0';
+    json_t *coll = json_object_get(root, "collectives");
+    if (json_is_object(coll)) {
+        read_collectives(coll, hw, path);
+    } else {
+        hw->coll[ALGO_RING] = assumed_shared_memory_fit(hw->hbm_bw);
+        snprintf(note, note_size, "calibration has no collectives: assumed a ring all-reduce at %.1f GB/s bus bandwidth, %.0f us per step",
+                 hw->coll[ALGO_RING].busbw / 1e9, hw->coll[ALGO_RING].alpha * 1e6);
+    }
+    /* one machine: "inter-node" links are the same shared memory */
+    hw->nvlink_bw = hw->net_bw = hw->coll[ALGO_RING].present ? hw->coll[ALGO_RING].busbw : hw->hbm_bw / 4.0;
+    hw->nvlink_latency = hw->net_latency = SHARED_MEMORY_ALPHA;
+    json_decref(root);
+}

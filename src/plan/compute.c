@@ -1,0 +1,95 @@
+/* compute.c: per-layer compute time (see compute.h).
+ *
+ * Matmuls of one block on one GPU, T = b s / cp local tokens, t = tp:
+ *   QKV    T x (h + 2 kv)/t x h        output  T x h x h/t
+ *   MLP    T x f/t x h (twice for SwiGLU's gate and up), then T x h x f/t,
+ *          with T x top-k tokens for MoE experts
+ *   scores per local head: T x s x d and T x d x s (FULL: all of it; CAUSAL:
+ *          half; FLASH: half the FLOPs at the fused kernel's efficiency).
+ * Backward is twice the forward (two matmuls per forward one). Selective
+ * recomputation repeats the score computation, full recomputation the whole
+ * forward. */
+#include "plan/compute.h"
+
+#include <math.h>
+
+#include "plan/memory.h"
+
+/* log of the harmonic mean of a matmul's dimensions: the size measure that
+ * measured rates are interpolated in. */
+static double log_size(double m, double n, double k) { return log(3.0 / (1.0 / m + 1.0 / n + 1.0 / k)); }
+static double point_log_size(const GemmPoint *g) { return log_size(g->m, g->n, g->k); }
+
+/* Measured rate at this size: log-linear interpolation between the nearest
+ * measured sizes, clamped at the measured ends. */
+static double measured_rate(const Hardware *hw, double m, double n, double k) {
+    double x = log_size(m, n, k);
+    int lo = -1, hi = -1;
+    for (int i = 0; i < hw->n_gemm; i++) {
+        double xi = point_log_size(&hw->gemm[i]);
+        if (xi <= x && (lo < 0 || xi > point_log_size(&hw->gemm[lo]))) lo = i;
+        if (xi >= x && (hi < 0 || xi < point_log_size(&hw->gemm[hi]))) hi = i;
+    }
+    if (lo < 0) return hw->gemm[hi].flops_per_s;
+    if (hi < 0 || hi == lo) return hw->gemm[lo].flops_per_s;
+    double x0 = point_log_size(&hw->gemm[lo]), x1 = point_log_size(&hw->gemm[hi]);
+    double w = x1 > x0 ? (x - x0) / (x1 - x0) : 0.0;
+    return exp((1 - w) * log(hw->gemm[lo].flops_per_s) + w * log(hw->gemm[hi].flops_per_s));
+}
+
+double gemm_time(const Hardware *hw, Precision p, double m, double n, double k, double count) {
+    if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return 0.0;
+    double flops = 2.0 * m * n * k * count;
+    if (hw->n_gemm > 0) return flops / measured_rate(hw, m, n, k);
+    double bytes = precision_operand_bytes(p) * (m * k + k * n + m * n) * count;
+    return flops / (hardware_peak(hw, p) * hw->gemm_efficiency * SUSTAINED_FRACTION) + bytes / hw->hbm_bw;
+}
+
+static double attention_time(const ModelShape *m, const Layout *l, const Hardware *hw, Precision p, AttentionImpl a) {
+    double T = (double)l->micro_batch * m->seq_len / l->cp, s = m->seq_len, d = model_head_dim(m);
+    double heads = (double)m->heads / l->tp;
+    double flops = 4.0 * T * s * d * heads;
+    if (a == ATTN_FLASH) {
+        double rate = hw->n_gemm > 0 ? measured_rate(hw, T, s, d)
+                                     : hardware_peak(hw, p) * hw->attention_efficiency * SUSTAINED_FRACTION;
+        return 0.5 * flops / rate;
+    }
+    double part = a == ATTN_CAUSAL ? 0.5 : 1.0;
+    return part * (gemm_time(hw, p, T, s, d, heads) + gemm_time(hw, p, T, d, s, heads));
+}
+
+LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware *hw, Precision p, AttentionImpl a) {
+    LayerCompute c = {0};
+    double T = (double)l->micro_batch * m->seq_len / l->cp, t = l->tp;
+    double h = m->hidden, kv = model_kv_dim(m), f = m->ffn;
+    double routed = model_is_moe(m) ? T * m->top_k : T;
+    double up = m->act == ACT_SWIGLU ? 2.0 : 1.0;
+    c.gemm = gemm_time(hw, p, T, (h + 2.0 * kv) / t, h, 1) + gemm_time(hw, p, T, h, h / t, 1) +
+             gemm_time(hw, p, routed, f / t, h, up) + gemm_time(hw, p, routed, h, f / t, 1);
+    if (model_is_moe(m)) c.gemm += gemm_time(hw, p, T, m->experts, h, 1);
+    c.attention = attention_time(m, l, hw, p, a);
+    double stored = activation_bytes_per_layer(m, l, a, p, RECOMPUTE_NONE);
+    c.elementwise = ELEMENTWISE_TRAFFIC * stored / hw->hbm_bw;
+    c.forward = c.gemm + c.attention + c.elementwise;
+    c.backward = 2.0 * c.forward;
+    if (l->recompute == RECOMPUTE_FULL) c.recompute = c.forward;
+    if (l->recompute == RECOMPUTE_SELECTIVE && a != ATTN_FLASH) {
+        double scores = stored - activation_bytes_per_layer(m, l, a, p, RECOMPUTE_SELECTIVE);
+        c.recompute = c.attention + ELEMENTWISE_TRAFFIC * scores / hw->hbm_bw;
+    }
+    return c;
+}
+
+double head_compute(const ModelShape *m, const Layout *l, const Hardware *hw, Precision p) {
+    double T = (double)l->micro_batch * m->seq_len / l->cp;
+    double V = model_padded_vocab(m) / (double)l->tp;
+    double logits_bytes = T * V * (precision_activation_bytes(p) + 4.0);
+    /* forward matmul, two backward matmuls, softmax + loss read and write the logits twice */
+    return 3.0 * gemm_time(hw, p, T, V, m->hidden, 1) + 4.0 * logits_bytes / hw->hbm_bw;
+}
+
+double optimizer_time(const Hardware *hw, Precision p, double params) {
+    /* read weights, gradient, master weights, two moments; write all but the gradient */
+    double bytes = p == PREC_FP32 ? 4.0 * (4 + 3) : 2 + 2 + 12 + 2 + 12;
+    return params * bytes / hw->hbm_bw;
+}

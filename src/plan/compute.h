@@ -1,0 +1,47 @@
+/* compute.h: how long one GPU computes one layer for one micro-batch, and
+ * what achieved fraction of peak that implies.
+ *
+ * A matmul takes flops / (peak x best GEMM efficiency) plus the time to move
+ * its operands through HBM (an additive roofline): small or thin matmuls
+ * reach a lower fraction of peak than large square ones, as measured GEMM
+ * curves do. Element-wise work (norms, activations, softmax, dropout,
+ * residuals) is memory-bound: its traffic is taken proportional to the
+ * activation bytes a layer stores (memory.h). Measured matmul rates from a
+ * calibration file replace the roofline. Communication is in comms.h. */
+#ifndef BS_PLAN_COMPUTE_H
+#define BS_PLAN_COMPUTE_H
+
+#include "plan/hardware.h"
+#include "plan/layout.h"
+#include "plan/model.h"
+
+/* Bytes of HBM traffic per stored activation byte in a forward pass (each
+ * is written once and read about once more by fused element-wise kernels);
+ * backward moves twice the forward traffic. One global constant, fitted once
+ * over the whole validation table of docs/PLANNER.md (never per row). */
+#define ELEMENTWISE_TRAFFIC 2.0
+
+/* Fraction of a GPU preset's best-shape matmul rate (gemm_efficiency, the
+ * measured MAMF) that a training framework's kernels sustain: clocks under
+ * sustained full-node power, shapes not tuned for the hardware, gaps between
+ * kernels. One global constant, fitted once over the whole validation table
+ * (never per row); measured calibration rates are used as they are. */
+#define SUSTAINED_FRACTION 0.85
+
+/* Seconds for `count` independent (m x k) by (k x n) products. */
+double gemm_time(const Hardware *hw, Precision p, double m, double n, double k, double count);
+
+typedef struct {
+    double gemm, attention, elementwise; /* forward parts */
+    double forward, backward, recompute; /* seconds per micro-batch */
+} LayerCompute;
+
+/* One transformer block on one GPU of the layout, one micro-batch. */
+LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware *hw, Precision p, AttentionImpl a);
+/* The output layer and loss (last stage), forward + backward. */
+double head_compute(const ModelShape *m, const Layout *l, const Hardware *hw, Precision p);
+/* The optimizer step over `params` parameters held by this GPU (memory-bound:
+ * reads and writes weights, gradients and Adam state). */
+double optimizer_time(const Hardware *hw, Precision p, double params);
+
+#endif

@@ -1,0 +1,57 @@
+/* hardware.h: what the planner knows about one kind of accelerator and the
+ * machines it sits in: peak FLOP/s per precision, memory size and
+ * bandwidth, the NVLink domain (GPUs per node, per-GPU bandwidth) and the
+ * inter-node network (per-GPU bandwidth and latency).
+ *
+ * Bandwidths are line rates per GPU per direction; comms.c applies the
+ * fraction that collectives reach. A calibration file (measured on the
+ * machine at hand by `batchscale bench --calibrate`) may add measured matmul
+ * rates by size and measured collectives, which then replace the models. */
+#ifndef BS_PLAN_HARDWARE_H
+#define BS_PLAN_HARDWARE_H
+
+#include <stdbool.h>
+
+typedef enum { PREC_BF16, PREC_FP8, PREC_FP32 } Precision;
+/* MPI: the library's own algorithm; only ever measured, never modelled. */
+typedef enum { ALGO_RING, ALGO_TREE, ALGO_HIERARCHICAL, ALGO_MPI, ALGO_COUNT } CollectiveAlgo;
+
+#define HW_MAX_GEMM_POINTS 32
+
+typedef struct {
+    double m, n, k;   /* C (m x n) = A (m x k) B (k x n) */
+    double flops_per_s;
+} GemmPoint;
+
+typedef struct {
+    bool present;
+    double alpha;     /* seconds per algorithm step */
+    double busbw;     /* bytes/s, nccl-tests convention */
+} CollectiveFit;
+
+typedef struct {
+    char name[48];
+    double peak_bf16, peak_fp8, peak_fp32; /* dense FLOP/s (0: not supported) */
+    double gemm_efficiency;      /* best fraction of peak that large GEMMs reach */
+    double attention_efficiency; /* fused (flash) attention, fraction of peak */
+    double hbm_bytes, hbm_bw;    /* capacity (bytes), bandwidth (bytes/s) */
+    int gpus_per_node;
+    double nvlink_bw, nvlink_latency; /* per GPU per direction (bytes/s), per step (s) */
+    double net_bw, net_latency;       /* inter-node, per GPU per direction */
+    /* calibration (optional) */
+    int n_gemm;
+    GemmPoint gemm[HW_MAX_GEMM_POINTS];
+    CollectiveFit coll[ALGO_COUNT];
+} Hardware;
+
+const char *precision_name(Precision p);
+bool precision_parse(const char *s, Precision *out);
+/* Peak FLOP/s at precision p (FP8 falls back to BF16 where absent). */
+double hardware_peak(const Hardware *hw, Precision p);
+/* Bytes per element of matmul operands and of stored activations. */
+int precision_operand_bytes(Precision p);
+int precision_activation_bytes(Precision p);
+const char *algo_name(CollectiveAlgo a);
+bool algo_parse(const char *s, CollectiveAlgo *out);
+
+#endif

@@ -1,0 +1,65 @@
+/* layout.c: names and defaults of a parallel layout (see layout.h). */
+#include "plan/layout.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *const RECOMPUTE_NAMES[] = {"none", "selective", "full"};
+static const char *const SCHEDULE_NAMES[] = {"1f1b", "gpipe", "interleaved"};
+static const char *const ATTENTION_NAMES[] = {"full", "causal", "flash"};
+
+Layout layout_default(void) {
+    Layout l = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .zero = 1, .micro_batch = 1,
+                .recompute = RECOMPUTE_NONE, .schedule = SCHEDULE_1F1B, .virtual_stages = 1,
+                .sequence_parallel = true, .overlap = true};
+    return l;
+}
+
+int layout_gpus(const Layout *l) { return l->tp * l->pp * l->dp * l->cp; }
+
+const char *recompute_name(Recompute r) { return RECOMPUTE_NAMES[r]; }
+const char *schedule_name(PipeSchedule s) { return SCHEDULE_NAMES[s]; }
+const char *attention_name(AttentionImpl a) { return ATTENTION_NAMES[a]; }
+
+static bool parse_name(const char *s, const char *const *names, int count, int *out) {
+    for (int i = 0; i < count; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = i;
+            return true;
+        }
+    return false;
+}
+
+bool recompute_parse(const char *s, Recompute *out) {
+    int i;
+    if (!parse_name(s, RECOMPUTE_NAMES, 3, &i)) return false;
+    *out = (Recompute)i;
+    return true;
+}
+
+bool schedule_parse(const char *s, PipeSchedule *out) {
+    int i;
+    if (!parse_name(s, SCHEDULE_NAMES, 3, &i)) return false;
+    *out = (PipeSchedule)i;
+    return true;
+}
+
+bool attention_parse(const char *s, AttentionImpl *out) {
+    int i;
+    if (!parse_name(s, ATTENTION_NAMES, 3, &i)) return false;
+    *out = (AttentionImpl)i;
+    return true;
+}
+
+void layout_format(const Layout *l, char *buf, size_t n) {
+    int w = snprintf(buf, n, "tp%d pp%d dp%d cp%d", l->tp, l->pp, l->dp, l->cp);
+    if (l->ep > 1 && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " ep%d", l->ep);
+    if (w >= 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, " mb%d z%d rc=%s", l->micro_batch, l->zero, recompute_name(l->recompute));
+    if (l->pp > 1 && w >= 0 && (size_t)w < n) {
+        if (l->schedule == SCHEDULE_INTERLEAVED)
+            snprintf(buf + w, n - (size_t)w, " v%d", l->virtual_stages);
+        else
+            snprintf(buf + w, n - (size_t)w, " %s", schedule_name(l->schedule));
+    }
+}

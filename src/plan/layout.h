@@ -1,0 +1,48 @@
+/* layout.h: how a training job is split over GPUs: tensor (tp), pipeline
+ * (pp), data (dp), context (cp) and expert (ep) parallelism, ZeRO stage,
+ * micro-batch, activation recomputation and pipeline schedule.
+ *
+ * Rank order (DESIGN.md): tp varies fastest, then cp, then pp, then dp, so a
+ * TP group sits inside one node. This file holds the vocabulary and the
+ * names; the checks that need the model live in plan.c. */
+#ifndef BS_PLAN_LAYOUT_H
+#define BS_PLAN_LAYOUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recompute;
+/* How attention runs: FULL materializes all s x s scores (Megatron 2021-22
+ * fused softmax), CAUSAL materializes only the lower triangle (this
+ * project's CPU kernel), FLASH is a fused kernel that stores no scores. */
+typedef enum { ATTN_FULL, ATTN_CAUSAL, ATTN_FLASH } AttentionImpl;
+typedef enum { SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED } PipeSchedule;
+
+typedef struct {
+    int tp, pp, dp, cp, ep;
+    int zero;             /* ZeRO stage 0..3, sharded over the dp x cp ranks */
+    int micro_batch;      /* sequences per micro-batch per pipeline */
+    Recompute recompute;
+    PipeSchedule schedule;
+    int virtual_stages;   /* v: model chunks per pipeline stage (interleaved) */
+    bool sequence_parallel; /* Korthikanti et al.: shard norms/dropout over tp */
+    bool overlap;         /* DP communication overlapped with compute */
+} Layout;
+
+/* tp = pp = dp = cp = ep = 1, ZeRO 1, micro-batch 1, no recomputation,
+ * 1F1B, sequence parallel and overlap on. */
+Layout layout_default(void);
+int layout_gpus(const Layout *l);
+
+const char *recompute_name(Recompute r);
+const char *schedule_name(PipeSchedule s);
+const char *attention_name(AttentionImpl a);
+/* Parse a name; false if unknown. */
+bool recompute_parse(const char *s, Recompute *out);
+bool schedule_parse(const char *s, PipeSchedule *out);
+bool attention_parse(const char *s, AttentionImpl *out);
+
+/* "tp8 pp16 dp128 cp1 mb1 z1 rc=none 1f1b" (ep and v only when > 1). */
+void layout_format(const Layout *l, char *buf, size_t n);
+
+#endif

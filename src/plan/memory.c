@@ -1,0 +1,104 @@
+/* memory.c: per-GPU memory of one pipeline stage (see memory.h).
+ *
+ * Activations per layer and micro-batch, with e bytes per element, T = b s /
+ * cp local tokens, t = tp, masks of one byte (Korthikanti et al. 2022, whose
+ * GPT case e = 2, kv = h, f = 4h gives s b h (34 + 5 a s / h)):
+ *   outside the TP regions (divided by t only with sequence parallelism):
+ *     inputs of the two norms, of the QKV and of the first MLP matmul 4 e T h,
+ *     plus two dropout masks 2 T h;
+ *   inside (divided by t): Q e T h, K and V 2 e T kv, attention output e T h,
+ *     MLP e T f per stored intermediate (2 for GELU: its input and output;
+ *     3 for SwiGLU: gate, up, product), times top-k for MoE;
+ *   scores, materialized kernels only: a/t heads x T x s (FULL) or half of
+ *     that (CAUSAL): softmax output e, with dropout also its mask and output.
+ * Selective recomputation drops the scores; full recomputation keeps only
+ * the layer input e T h (divided by t with sequence parallelism). */
+#include "plan/memory.h"
+
+#include <math.h>
+
+StateBytes state_bytes(Precision p) {
+    StateBytes b = {2, 2, 12};
+    if (p == PREC_FP32) b = (StateBytes){4, 4, 8};
+    return b;
+}
+
+void zero_states(double params, int shards, int stage, StateBytes b, double *weights, double *grads, double *optimizer) {
+    double n = shards > 0 ? shards : 1;
+    *weights = params * b.weights / (stage >= 3 ? n : 1.0);
+    *grads = params * b.grads / (stage >= 2 ? n : 1.0);
+    *optimizer = params * b.optimizer / (stage >= 1 ? n : 1.0);
+}
+
+double activation_bytes_per_layer(const ModelShape *m, const Layout *l, AttentionImpl a, Precision p, Recompute r) {
+    double e = precision_activation_bytes(p), t = l->tp;
+    double T = (double)l->micro_batch * m->seq_len / l->cp;
+    double h = m->hidden, kv = model_kv_dim(m), f = m->ffn;
+    double outside_divisor = l->sequence_parallel ? t : 1.0;
+    if (r == RECOMPUTE_FULL) return e * T * h / outside_divisor;
+    double outside = 4.0 * e * T * h + (m->dropout ? 2.0 * T * h : 0.0);
+    double experts = model_is_moe(m) ? m->top_k : 1.0;
+    double mlp = (m->act == ACT_SWIGLU ? 3.0 : 2.0) * e * T * f * experts;
+    double inside = e * T * h + 2.0 * e * T * kv + e * T * h + mlp;
+    double scores = 0.0;
+    if (a != ATTN_FLASH && r == RECOMPUTE_NONE) {
+        double elems = (m->heads * T * m->seq_len) * (a == ATTN_CAUSAL ? 0.5 : 1.0);
+        scores = elems * (m->dropout ? 2.0 * e + 1.0 : e);
+    }
+    if (a == ATTN_FLASH) scores = 4.0 * m->heads * T; /* fp32 log-sum-exp per row */
+    return outside / outside_divisor + (inside + scores) / t;
+}
+
+double in_flight_micro_batches(const Layout *l, int stage, int micro_batches) {
+    double p = l->pp, m = micro_batches;
+    if (l->pp == 1) return 1.0;
+    if (l->schedule == SCHEDULE_GPIPE) return m;
+    double held = p - stage;
+    if (l->schedule == SCHEDULE_INTERLEAVED && l->virtual_stages > 1) {
+        double v = l->virtual_stages;
+        held = (2.0 * (p - stage - 1) + (v - 1) * p + 1) / v;
+    }
+    return fmin(held, m);
+}
+
+void stage_params(const ModelShape *m, const Layout *l, const StageShape *s, double *dense, double *expert) {
+    double d = s->layers * model_layer_dense_params(m);
+    if (s->first) d += model_embedding_params(m);
+    if (s->last) {
+        d += model_head_params(m);
+        /* A tied output layer lives on the last stage too when it is not the first. */
+        if (m->tied_embeddings && !s->first) d += (double)m->vocab * m->hidden;
+    }
+    *dense = d / l->tp;
+    *expert = s->layers * model_layer_expert_params(m) / ((double)l->tp * (model_is_moe(m) ? l->ep : 1));
+}
+
+MemoryBreakdown stage_memory(const ModelShape *m, const Layout *l, AttentionImpl a, Precision p, const StageShape *s,
+                             double capacity, double reserve) {
+    MemoryBreakdown mb = {0};
+    StateBytes b = state_bytes(p);
+    double dense, expert, w, g, o;
+    stage_params(m, l, s, &dense, &expert);
+    int shards = l->dp * l->cp;
+    zero_states(dense, shards, l->zero, b, &mb.weights, &mb.grads, &mb.optimizer);
+    if (expert > 0) {
+        int expert_shards = model_is_moe(m) ? shards / l->ep : shards;
+        zero_states(expert, expert_shards > 0 ? expert_shards : 1, l->zero, b, &w, &g, &o);
+        mb.weights += w, mb.grads += g, mb.optimizer += o;
+    }
+    double kept = activation_bytes_per_layer(m, l, a, p, l->recompute);
+    mb.activations = s->in_flight * s->layers * kept;
+    if (l->recompute == RECOMPUTE_FULL && s->layers > 0) /* one layer re-materialized during backward */
+        mb.activations += activation_bytes_per_layer(m, l, a, p, RECOMPUTE_NONE);
+    if (s->last) {
+        double tokens = (double)l->micro_batch * m->seq_len / l->cp;
+        mb.logits = tokens * model_padded_vocab(m) / l->tp * (precision_activation_bytes(p) + 4.0);
+    }
+    if (l->zero >= 3 && s->layers > 0)
+        mb.transient = 2.0 * (model_layer_dense_params(m) + model_layer_expert_params(m) /
+                                                              (model_is_moe(m) ? l->ep : 1)) / l->tp * b.weights;
+    mb.reserve = reserve;
+    mb.capacity = capacity;
+    mb.total = mb.weights + mb.grads + mb.optimizer + mb.activations + mb.logits + mb.transient + mb.reserve;
+    return mb;
+}

@@ -1,0 +1,60 @@
+/* memory.h: bytes per GPU: model states under ZeRO (Rajbhandari et al.
+ * 2020) and activations per layer with tensor/sequence parallelism and
+ * recomputation (Korthikanti et al. 2022), for one pipeline stage.
+ *
+ * Units are bytes. This file does not decide whether a layout is fast, only
+ * what it holds at its peak (the start of the first backward). */
+#ifndef BS_PLAN_MEMORY_H
+#define BS_PLAN_MEMORY_H
+
+#include <stdbool.h>
+
+#include "plan/hardware.h"
+#include "plan/layout.h"
+#include "plan/model.h"
+
+/* Bytes per parameter for weights, gradients and Adam state. Mixed precision
+ * (BF16/FP8): 2 + 2 + 12 (fp32 master weights, momentum, variance), the
+ * ZeRO paper's K = 12. FP32: 4 + 4 + 8. */
+typedef struct {
+    double weights, grads, optimizer;
+} StateBytes;
+
+StateBytes state_bytes(Precision p);
+
+/* Model-state bytes per GPU for `params` parameters replicated over
+ * `shards` ranks at ZeRO `stage`: stage 0 keeps all three, 1 shards the
+ * optimizer state, 2 also the gradients, 3 also the weights. */
+void zero_states(double params, int shards, int stage, StateBytes b, double *weights, double *grads, double *optimizer);
+
+/* Activation bytes one layer keeps for backward, for one micro-batch on one
+ * GPU (Korthikanti et al. eq. 1-6, generalized to GQA, SwiGLU, MoE, context
+ * parallelism and any activation width). */
+double activation_bytes_per_layer(const ModelShape *m, const Layout *l, AttentionImpl a, Precision p, Recompute r);
+
+/* Micro-batches whose activations stage `stage` (0-based) holds at its peak:
+ * GPipe all m; 1F1B min(m, p - stage); interleaved counts Megatron's
+ * warm-up chunks, p + (p - 1)/v on the first stage. */
+double in_flight_micro_batches(const Layout *l, int stage, int micro_batches);
+
+typedef struct {
+    double weights, grads, optimizer; /* model states after ZeRO */
+    double activations;               /* kept for backward */
+    double logits;                    /* last stage: one micro-batch of logits */
+    double transient;                 /* ZeRO-3 gathered layers */
+    double reserve;                   /* runtime, allocator, buffers */
+    double total, capacity;
+} MemoryBreakdown;
+
+typedef struct {
+    int layers;        /* transformer blocks on this stage */
+    bool first, last;  /* holds the embedding / the output layer */
+    double in_flight;  /* micro-batches of activations held */
+} StageShape;
+
+/* Parameters a GPU of this stage holds (dense part, expert part). */
+void stage_params(const ModelShape *m, const Layout *l, const StageShape *s, double *dense, double *expert);
+MemoryBreakdown stage_memory(const ModelShape *m, const Layout *l, AttentionImpl a, Precision p, const StageShape *s,
+                             double capacity, double reserve);
+
+#endif

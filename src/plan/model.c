@@ -1,0 +1,104 @@
+/* model.c: parameter counts and FLOPs of a transformer shape (see model.h).
+ *
+ * Per block (hidden h, kv width k = kv_heads * head_dim, MLP width f):
+ *   attention  Q and output h*h each, K and V h*k each;
+ *   MLP        2 h f (GELU) or 3 h f (SwiGLU: gate, up, down), per expert;
+ *   norms      2 per block (LayerNorm: weight and bias, RMSNorm: weight);
+ *   biases     GPT-2 style: qkv (h + 2k), output h, MLP f + h per expert. */
+#include "plan/model.h"
+
+#include <stdio.h>
+
+int model_head_dim(const ModelShape *m) { return m->hidden / m->heads; }
+int model_kv_dim(const ModelShape *m) { return m->kv_heads * model_head_dim(m); }
+bool model_is_moe(const ModelShape *m) { return m->experts > 1; }
+
+int model_padded_vocab(const ModelShape *m) {
+    int q = m->vocab_multiple > 1 ? m->vocab_multiple : 1;
+    return (m->vocab + q - 1) / q * q;
+}
+
+bool model_check(const ModelShape *m, char *why, size_t n) {
+    if (m->layers < 1 || m->hidden < 1 || m->heads < 1 || m->vocab < 2 || m->seq_len < 1 || m->ffn < 1) {
+        snprintf(why, n, "the model needs --layers, --hidden, --heads, --ffn, --vocab and --seq-len >= 1 (or --model NAME)");
+        return false;
+    }
+    if (m->hidden % m->heads) {
+        snprintf(why, n, "--heads %d does not divide --hidden %d: choose heads that divide the width", m->heads, m->hidden);
+        return false;
+    }
+    if (m->kv_heads < 1 || m->heads % m->kv_heads) {
+        snprintf(why, n, "--kv-heads %d must divide --heads %d (grouped-query attention)", m->kv_heads, m->heads);
+        return false;
+    }
+    if (model_is_moe(m) && (m->top_k < 1 || m->top_k > m->experts)) {
+        snprintf(why, n, "--top-k %d must be between 1 and --experts %d", m->top_k, m->experts);
+        return false;
+    }
+    return true;
+}
+
+static int experts_or_one(const ModelShape *m) { return model_is_moe(m) ? m->experts : 1; }
+static int active_experts(const ModelShape *m) { return model_is_moe(m) ? m->top_k : 1; }
+static double norm_params(const ModelShape *m) { return m->norm == NORM_LAYERNORM ? 2.0 * m->hidden : m->hidden; }
+
+static double mlp_params_one_expert(const ModelShape *m) {
+    double h = m->hidden, f = m->ffn;
+    double w = (m->act == ACT_SWIGLU ? 3.0 : 2.0) * h * f;
+    return w + (m->bias ? f * (m->act == ACT_SWIGLU ? 2.0 : 1.0) + h : 0.0);
+}
+
+double model_layer_dense_params(const ModelShape *m) {
+    double h = m->hidden, k = model_kv_dim(m);
+    double attn = 2.0 * h * h + 2.0 * h * k + (m->bias ? h + 2.0 * k + h : 0.0);
+    double router = model_is_moe(m) ? h * m->experts : 0.0;
+    return attn + 2.0 * norm_params(m) + router;
+}
+
+double model_layer_expert_params(const ModelShape *m) { return experts_or_one(m) * mlp_params_one_expert(m); }
+
+double model_embedding_params(const ModelShape *m) {
+    return (double)m->vocab * m->hidden + (m->learned_positions ? (double)m->seq_len * m->hidden : 0.0);
+}
+
+double model_head_params(const ModelShape *m) {
+    return norm_params(m) + (m->tied_embeddings ? 0.0 : (double)m->vocab * m->hidden);
+}
+
+double model_params(const ModelShape *m) {
+    return m->layers * (model_layer_dense_params(m) + model_layer_expert_params(m)) + model_embedding_params(m) +
+           model_head_params(m);
+}
+
+double model_active_params(const ModelShape *m) {
+    return m->layers * (model_layer_dense_params(m) + active_experts(m) * mlp_params_one_expert(m)) +
+           model_embedding_params(m) + model_head_params(m);
+}
+
+double model_attention_core_flops(const ModelShape *m) { return 4.0 * m->seq_len * m->hidden; }
+
+double model_layer_flops(const ModelShape *m) {
+    double h = m->hidden, k = model_kv_dim(m), f = m->ffn;
+    double proj = 2.0 * (2.0 * h * h + 2.0 * h * k);
+    double mlp = 2.0 * (m->act == ACT_SWIGLU ? 3.0 : 2.0) * h * f * active_experts(m);
+    double router = model_is_moe(m) ? 2.0 * h * m->experts : 0.0;
+    return proj + mlp + router + model_attention_core_flops(m);
+}
+
+double model_head_flops(const ModelShape *m) { return 2.0 * m->hidden * (double)model_padded_vocab(m); }
+
+double model_train_flops_per_token(const ModelShape *m, Recompute r) {
+    double layer = model_layer_flops(m), per_token = 3.0 * (m->layers * layer + model_head_flops(m));
+    if (r == RECOMPUTE_FULL) per_token += m->layers * layer;
+    if (r == RECOMPUTE_SELECTIVE) per_token += m->layers * model_attention_core_flops(m);
+    return per_token;
+}
+
+double megatron_params(double l, double h, double V, double s) {
+    return 12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + (V + s) / (12.0 * l * h));
+}
+
+double megatron_flops_per_iteration(double B, double s, double l, double h, double V, bool recompute) {
+    if (recompute) return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
+    return 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
+}

@@ -1,0 +1,65 @@
+/* model.h: the shape of a decoder-only transformer to be planned (GPT-2,
+ * GPT-3, Llama style, optionally with mixture-of-experts MLPs), its
+ * parameter count and its FLOPs per token.
+ *
+ * FLOP convention, used everywhere in plan/: a multiply-add is 2 FLOPs and
+ * attention is counted in full (s x s scores, no causal halving), as in
+ * Narayanan et al. 2021 eq. 3, so MFU figures compare with published ones.
+ * Kernels that skip the masked half save time, not model FLOPs: compute.c
+ * accounts for that. This file knows nothing of devices or layouts. */
+#ifndef BS_PLAN_MODEL_H
+#define BS_PLAN_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "plan/layout.h"
+
+typedef enum { ACT_GELU, ACT_SWIGLU } Activation;
+typedef enum { NORM_LAYERNORM, NORM_RMSNORM } NormKind;
+
+typedef struct {
+    char name[32];
+    int layers, hidden, heads, kv_heads, ffn, vocab, seq_len;
+    int vocab_multiple;     /* logits are computed over vocab rounded up to this (1: none) */
+    Activation act;
+    NormKind norm;
+    bool bias;              /* linear layers have biases (GPT-2) */
+    bool tied_embeddings;   /* the output layer is the input embedding */
+    bool learned_positions; /* a (seq_len, hidden) position table */
+    bool dropout;           /* dropout masks are stored for backward */
+    int experts, top_k;     /* MoE: experts per layer and per token (experts <= 1: dense) */
+} ModelShape;
+
+int model_head_dim(const ModelShape *m);
+int model_kv_dim(const ModelShape *m);
+int model_padded_vocab(const ModelShape *m);
+bool model_is_moe(const ModelShape *m);
+/* One-line reason naming the flag to change, or true. */
+bool model_check(const ModelShape *m, char *why, size_t n);
+
+/* Parameters (counts, not bytes). */
+double model_layer_dense_params(const ModelShape *m);  /* attention, norms, router */
+double model_layer_expert_params(const ModelShape *m); /* MLP, all experts */
+double model_embedding_params(const ModelShape *m);    /* token (+ position) embedding */
+double model_head_params(const ModelShape *m);         /* final norm + untied output layer */
+double model_params(const ModelShape *m);
+/* Parameters a token passes through (MoE: top_k experts), for 6N-style rules. */
+double model_active_params(const ModelShape *m);
+
+/* Forward FLOPs per token. */
+double model_layer_flops(const ModelShape *m);          /* one block, attention in full */
+double model_attention_core_flops(const ModelShape *m); /* QK^T and AV: 4 s h */
+double model_head_flops(const ModelShape *m);           /* output layer: 2 h V */
+/* Training FLOPs per token: forward + backward (3x forward), plus the
+ * recomputed forward work when r is not NONE (hardware FLOPs). */
+double model_train_flops_per_token(const ModelShape *m, Recompute r);
+
+/* Narayanan et al. 2021 closed forms (GPT with tied embeddings, h = 4h MLP):
+ * eq. 2 parameters P = 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)), and FLOPs
+ * per iteration of B sequences: 72 B s l h^2 (1 + s/(6h) + V/(12 l h))
+ * without recomputation, 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) with. */
+double megatron_params(double l, double h, double V, double s);
+double megatron_flops_per_iteration(double B, double s, double l, double h, double V, bool recompute);
+
+#endif

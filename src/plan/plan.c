@@ -1,0 +1,443 @@
+/* plan.c: one layout of one job, evaluated (see plan.h).
+ *
+ * The step of a pipeline with m micro-batches and v virtual stages is
+ *   m x (slowest stage's time per micro-batch) + bubble
+ *   + exposed data-parallel communication + optimizer step,
+ * where bubble = (sum of all stage times - slowest) / v, which is the
+ * (p-1)/m and (p-1)/(v m) fractions of Narayanan et al. 2021 for balanced
+ * stages. A stage's time per micro-batch is its blocks' forward, backward and
+ * recomputation plus their exposed TP, CP and EP communication, plus its
+ * point-to-point sends (2 v per micro-batch) and, on the last stage, the
+ * output layer. Stragglers: a synchronous step waits for the slowest of N
+ * GPUs; with per-GPU step times of coefficient of variation c, the expected
+ * maximum of N normal draws is about c sqrt(2 ln N) above the mean. */
+#include "plan/plan.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#include "plan/comms.h"
+#include "plan/compute.h"
+
+#define GIB 1073741824.0
+
+int fleet_gpus(const Fleet *f) {
+    int n = 0;
+    for (int k = 0; k < f->kinds; k++) n += f->count[k];
+    return n;
+}
+
+double plan_reserve(const PlanInput *in, const Hardware *hw) {
+    return in->reserve_bytes >= 0 ? in->reserve_bytes : GIB + 0.05 * hw->hbm_bytes;
+}
+
+double usable_memory(const PlanInput *in, const Hardware *hw) { return hw->hbm_bytes - plan_reserve(in, hw); }
+
+static int micro_batches_at(const PlanInput *in, const Layout *l, double batch_tokens) {
+    return (int)llround(batch_tokens / in->model.seq_len / ((double)l->dp * l->micro_batch));
+}
+
+static bool batch_splits(const PlanInput *in, const Layout *l, double batch_tokens, char *why, size_t n) {
+    double seqs = batch_tokens / in->model.seq_len;
+    if (seqs < 1 || fabs(seqs - round(seqs)) > 1e-9 * seqs) {
+        snprintf(why, n, "a global batch of %.0f tokens is not a whole number of %d-token sequences: use a multiple of --seq-len",
+                 batch_tokens, in->model.seq_len);
+        return false;
+    }
+    double per = (double)l->dp * l->micro_batch;
+    if (fmod(round(seqs), per) != 0) {
+        snprintf(why, n, "a global batch of %.0f sequences does not split into --dp %d x --micro-batch %d: choose them so that dp x micro-batch divides %.0f",
+                 round(seqs), l->dp, l->micro_batch, round(seqs));
+        return false;
+    }
+    return true;
+}
+
+bool layout_check(const PlanInput *in, const Layout *l, char *why, size_t n) {
+    const ModelShape *m = &in->model;
+    int gpus = fleet_gpus(&in->fleet), model_par = l->tp * l->cp * l->pp;
+    if (l->tp < 1 || l->pp < 1 || l->dp < 1 || l->cp < 1 || l->ep < 1 || l->micro_batch < 1) {
+        snprintf(why, n, "--tp, --pp, --dp, --cp, --ep and --micro-batch must be >= 1");
+        return false;
+    }
+    if (layout_gpus(l) != gpus) {
+        if (gpus % model_par == 0)
+            snprintf(why, n, "--tp %d x --cp %d x --pp %d x --dp %d = %d GPUs, but the fleet has %d: use --dp %d or change --gpus",
+                     l->tp, l->cp, l->pp, l->dp, layout_gpus(l), gpus, gpus / model_par);
+        else
+            snprintf(why, n, "--tp %d x --cp %d x --pp %d = %d does not divide the fleet's %d GPUs: change --tp, --cp or --pp",
+                     l->tp, l->cp, l->pp, model_par, gpus);
+        return false;
+    }
+    if (m->heads % l->tp) {
+        snprintf(why, n, "--tp %d does not divide --heads %d: use a --tp that divides the number of heads", l->tp, m->heads);
+        return false;
+    }
+    if (m->kv_heads % l->tp && l->tp % m->kv_heads) {
+        snprintf(why, n, "--tp %d and --kv-heads %d: one must divide the other", l->tp, m->kv_heads);
+        return false;
+    }
+    if (m->ffn % l->tp) {
+        snprintf(why, n, "--tp %d does not divide --ffn %d: use a --tp that divides the MLP width", l->tp, m->ffn);
+        return false;
+    }
+    if (m->seq_len % l->cp) {
+        snprintf(why, n, "--cp %d does not divide --seq-len %d", l->cp, m->seq_len);
+        return false;
+    }
+    if (l->pp > m->layers) {
+        snprintf(why, n, "--pp %d exceeds --layers %d: every pipeline stage needs at least one layer", l->pp, m->layers);
+        return false;
+    }
+    if (l->zero < 0 || l->zero > 3) {
+        snprintf(why, n, "--zero must be 0, 1, 2 or 3");
+        return false;
+    }
+    if (l->ep > 1 && !model_is_moe(m)) {
+        snprintf(why, n, "--ep %d needs a mixture-of-experts model (--experts > 1)", l->ep);
+        return false;
+    }
+    if (l->ep > 1 && (m->experts % l->ep || (l->dp * l->cp) % l->ep)) {
+        snprintf(why, n, "--ep %d must divide --experts %d and dp x cp = %d", l->ep, m->experts, l->dp * l->cp);
+        return false;
+    }
+    for (int i = 0; i < in->batch.n; i++)
+        if (!batch_splits(in, l, in->batch.batch[i], why, n)) return false;
+    if (l->schedule == SCHEDULE_INTERLEAVED) {
+        if (l->pp < 2 || l->virtual_stages < 2) {
+            snprintf(why, n, "the interleaved schedule needs --pp >= 2 and --virtual-stages >= 2");
+            return false;
+        }
+        if (l->virtual_stages > m->layers / l->pp) {
+            snprintf(why, n, "--virtual-stages %d exceeds the %d layers per pipeline stage", l->virtual_stages,
+                     m->layers / l->pp);
+            return false;
+        }
+        for (int i = 0; i < in->batch.n; i++) {
+            int mb = micro_batches_at(in, l, in->batch.batch[i]);
+            if (mb % l->pp) {
+                snprintf(why, n, "interleaving needs the micro-batches per step (%d) to be a multiple of --pp %d: change --micro-batch or the batch",
+                         mb, l->pp);
+                return false;
+            }
+        }
+    }
+    if (in->fleet.kinds > 1)
+        for (int k = 0; k < in->fleet.kinds; k++)
+            if (((long long)l->pp * in->fleet.count[k]) % gpus) {
+                snprintf(why, n, "mixed fleet: --pp %d cannot give %s (%d of %d GPUs) whole pipeline stages: choose --pp so that pp x %d / %d is whole",
+                         l->pp, in->fleet.hw[k].name, in->fleet.count[k], gpus, in->fleet.count[k], gpus);
+                return false;
+            }
+    return true;
+}
+
+/* What one block costs on one kind of GPU, per micro-batch. */
+typedef struct {
+    double compute, tp, cp, ep; /* seconds: compute, exposed communication */
+    double forward, backward;   /* compute parts, for overlap windows */
+} BlockCost;
+
+static Group tp_group(const Layout *l, const Hardware *hw) { return group_of(l->tp, 1, hw->gpus_per_node); }
+
+static BlockCost block_cost(const PlanInput *in, const Layout *l, const Hardware *hw) {
+    const ModelShape *m = &in->model;
+    BlockCost b = {0};
+    LayerCompute c = layer_compute(m, l, hw, in->precision, in->attention);
+    b.compute = c.forward + c.backward + c.recompute;
+    b.forward = c.forward;
+    b.backward = c.backward + c.recompute;
+    double e = precision_activation_bytes(in->precision);
+    double T = (double)l->micro_batch * m->seq_len / l->cp;
+    /* TP: two all-reduces (or reduce-scatter + all-gather pairs) forward, two backward, two more when recomputing */
+    double rounds = 4.0 + (l->recompute == RECOMPUTE_FULL ? 2.0 : 0.0);
+    b.tp = rounds * collective_time(hw, COLL_ALLREDUCE, e * T * m->hidden, tp_group(l, hw), NULL);
+    if (l->cp > 1) { /* ring attention: cp-1 K/V blocks forward, K/V and their gradients backward, overlapped with attention */
+        double kv_bytes = 2.0 * e * T * model_kv_dim(m) / l->tp;
+        double hop = p2p_time(hw, kv_bytes, l->tp * l->cp <= hw->gpus_per_node);
+        double passes = 3.0 + (l->recompute == RECOMPUTE_FULL ? 1.0 : 0.0);
+        b.cp = passes * fmax(0.0, (l->cp - 1) * hop - c.attention);
+    }
+    if (l->ep > 1) { /* dispatch and combine all-to-all, forward and backward */
+        Group g = group_of(l->ep, l->tp * l->cp * l->pp, hw->gpus_per_node);
+        double a2a = collective_time(hw, COLL_ALLTOALL, e * T * m->top_k * m->hidden, g, NULL);
+        b.ep = (4.0 + (l->recompute == RECOMPUTE_FULL ? 2.0 : 0.0)) * a2a;
+    }
+    return b;
+}
+
+/* A pipeline stage role: the regular stages of one kind, or the last stage. */
+typedef struct {
+    int kind, count, position; /* fleet kind, how many such stages, pipeline position of the first */
+    bool first, last;
+    double per_layer, overhead; /* seconds per micro-batch: per block, fixed (p2p, output layer) */
+    int cap;                    /* most blocks that fit in memory (-1: not even the fixed part) */
+    int layers;                 /* assigned blocks on the fullest stage of this role */
+    int short_by_one;           /* stages of this role holding layers - 1 */
+} Role;
+
+static StageShape role_shape(const Layout *l, const Role *r, int layers, int micro_batches) {
+    StageShape s = {layers, r->first, r->last, in_flight_micro_batches(l, r->position, micro_batches)};
+    return s;
+}
+
+static double role_memory(const PlanInput *in, const Layout *l, const Role *r, int layers, int micro_batches) {
+    const Hardware *hw = &in->fleet.hw[r->kind];
+    StageShape s = role_shape(l, r, layers, micro_batches);
+    return stage_memory(&in->model, l, in->attention, in->precision, &s, hw->hbm_bytes, plan_reserve(in, hw)).total;
+}
+
+/* Memory grows linearly in blocks beyond the first (the first may add a
+ * recomputation working set), so two evaluations give the cap. */
+static int blocks_that_fit(const PlanInput *in, const Layout *l, const Role *r, int micro_batches) {
+    double cap = in->fleet.hw[r->kind].hbm_bytes;
+    double m0 = role_memory(in, l, r, 0, micro_batches), m1 = role_memory(in, l, r, 1, micro_batches);
+    double m2 = role_memory(in, l, r, 2, micro_batches);
+    if (m1 > cap) return m0 <= cap && r->last ? 0 : -1;
+    double slope = m2 - m1;
+    if (slope <= 0) return in->model.layers;
+    double extra = floor((cap - m1) / slope);
+    return extra + 1 > in->model.layers ? in->model.layers : (int)extra + 1;
+}
+
+static int role_blocks_within(const Role *r, double target, bool use_caps) {
+    double room = (target - r->overhead) / r->per_layer;
+    int j = room < 0 ? -1 : (int)floor(room + 1e-9);
+    if (use_caps && j > r->cap) j = r->cap;
+    return j;
+}
+
+/* Smallest slowest-stage time at which the roles hold all blocks; false if
+ * none (with caps: the model does not fit). Fills each role's layers. */
+static bool balance(Role *roles, int n_roles, int layers, bool use_caps) {
+    double best = INFINITY;
+    for (int i = 0; i < n_roles; i++)
+        for (int j = roles[i].last ? 0 : 1; j <= layers; j++) {
+            double target = j * roles[i].per_layer + roles[i].overhead;
+            if (target >= best) break;
+            long long held = 0;
+            bool ok = true;
+            for (int q = 0; q < n_roles && ok; q++) {
+                int b = role_blocks_within(&roles[q], target, use_caps);
+                ok = b >= (roles[q].last ? 0 : 1);
+                held += (long long)roles[q].count * b;
+            }
+            if (ok && held >= layers) best = target;
+        }
+    if (!isfinite(best)) return false;
+    long long held = 0;
+    for (int q = 0; q < n_roles; q++) {
+        roles[q].layers = role_blocks_within(&roles[q], best, use_caps);
+        roles[q].short_by_one = 0;
+        held += (long long)roles[q].count * roles[q].layers;
+    }
+    /* Give back the surplus: the last stage first, then one block at a time
+     * from the stages with the dearest blocks. */
+    long long surplus = held - layers;
+    for (int q = 0; q < n_roles && surplus > 0; q++)
+        if (roles[q].last) {
+            int give = surplus < roles[q].layers ? (int)surplus : roles[q].layers;
+            roles[q].layers -= give;
+            surplus -= give;
+        }
+    while (surplus > 0) {
+        int dear = -1;
+        for (int q = 0; q < n_roles; q++)
+            if (!roles[q].last && roles[q].layers > 1 && (dear < 0 || roles[q].per_layer > roles[dear].per_layer)) dear = q;
+        if (dear < 0) break;
+        long long room = roles[dear].count - roles[dear].short_by_one;
+        long long give = surplus < room ? surplus : room;
+        roles[dear].short_by_one += (int)give;
+        surplus -= give;
+        if (roles[dear].short_by_one == roles[dear].count) roles[dear].layers--, roles[dear].short_by_one = 0;
+    }
+    return true;
+}
+
+static double role_time(const Role *r) { return r->layers * r->per_layer + r->overhead; }
+
+static double dp_group_bytes_time(const PlanInput *in, const Layout *l, const Hardware *hw, double dense, double expert,
+                                  CollectiveAlgo *algo) {
+    double gb = state_bytes(in->precision).grads;
+    int gpn = hw->gpus_per_node;
+    int cp_in = l->cp < gpn / l->tp ? l->cp : (gpn / l->tp > 1 ? gpn / l->tp : 1);
+    int stride = l->tp * l->cp * l->pp, dp_in = stride >= gpn ? 1 : (l->dp < gpn / stride ? l->dp : gpn / stride);
+    Group g = {l->dp * l->cp, cp_in * dp_in};
+    double t = collective_time(hw, COLL_ALLREDUCE, dense * gb, g, algo);
+    if (expert > 0) {
+        int shards = model_is_moe(&in->model) ? l->dp * l->cp / l->ep : l->dp * l->cp;
+        Group ge = group_of(shards, stride * (model_is_moe(&in->model) ? l->ep : 1), gpn);
+        t += collective_time(hw, COLL_ALLREDUCE, expert * gb, ge, NULL);
+    }
+    return t;
+}
+
+typedef struct { /* what the step time at any micro-batch count is made of */
+    double slowest, bubble_sum, v;
+    double dp_fixed, zero3_per_mb, optimizer, straggle;
+} StepParts;
+
+static void step_at(const StepParts *sp, int micro_batches, StepTime *t, double compute_mb, double tp_mb, double cp_mb,
+                    double ep_mb, double pp_mb) {
+    double m = micro_batches;
+    t->compute = m * compute_mb;
+    t->tp_comm = m * tp_mb;
+    t->cp_comm = m * cp_mb;
+    t->ep_comm = m * ep_mb;
+    t->pp_comm = m * pp_mb;
+    t->bubble = sp->bubble_sum / sp->v;
+    t->dp_comm = sp->dp_fixed + m * sp->zero3_per_mb;
+    t->optimizer = sp->optimizer;
+    double base = t->compute + t->tp_comm + t->cp_comm + t->ep_comm + t->pp_comm + t->bubble + t->dp_comm + t->optimizer;
+    t->straggler = base * sp->straggle;
+    t->step = base + t->straggler;
+}
+
+void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
+    const ModelShape *m = &in->model;
+    const Fleet *f = &in->fleet;
+    int gpus = fleet_gpus(f);
+    *out = (PlanResult){0};
+    out->layout = *l;
+    double final_batch = plan_batch_final(&in->batch, in->total_tokens);
+    int micro_batches = micro_batches_at(in, l, final_batch);
+    double v = l->schedule == SCHEDULE_INTERLEAVED ? l->virtual_stages : 1;
+    double e = precision_activation_bytes(in->precision);
+    double T = (double)l->micro_batch * m->seq_len / l->cp;
+
+    BlockCost cost[PLAN_MAX_KINDS];
+    double head[PLAN_MAX_KINDS], head_tp[PLAN_MAX_KINDS], p2p[PLAN_MAX_KINDS];
+    for (int k = 0; k < f->kinds; k++) {
+        const Hardware *hw = &f->hw[k];
+        cost[k] = block_cost(in, l, hw);
+        head[k] = head_compute(m, l, hw, in->precision);
+        head_tp[k] = 2.0 * collective_time(hw, COLL_ALLREDUCE, e * T * m->hidden, tp_group(l, hw), NULL);
+        bool same_node = f->kinds == 1 && l->tp * l->cp * l->pp <= hw->gpus_per_node;
+        p2p[k] = l->pp > 1 ? 2.0 * v * p2p_time(hw, e * T * m->hidden / l->tp, same_node) : 0.0;
+    }
+
+    /* Roles in pipeline order: regular stages of each kind (the slower kind
+     * first, so the output layer sits on the faster one), then the last. */
+    int order[PLAN_MAX_KINDS] = {0, 1};
+    if (f->kinds == 2 && cost[1].compute > cost[0].compute) order[0] = 1, order[1] = 0;
+    /* Per kind: its first stage (the one holding most activations), the rest
+     * of its regular stages, and on the last kind the output stage. */
+    Role roles[2 * PLAN_MAX_KINDS + 1];
+    int n_roles = 0, position = 0;
+    for (int i = 0; i < f->kinds; i++) {
+        int k = order[i];
+        int stages = (int)((long long)l->pp * f->count[k] / gpus);
+        bool holds_last = i == f->kinds - 1;
+        int regular = stages - (holds_last ? 1 : 0);
+        out->kind[k].stages = stages;
+        Role base = {.kind = k, .per_layer = cost[k].compute + cost[k].tp + cost[k].cp + cost[k].ep, .overhead = p2p[k]};
+        if (regular >= 1) {
+            roles[n_roles] = base;
+            roles[n_roles].count = 1, roles[n_roles].position = position, roles[n_roles].first = position == 0;
+            n_roles++;
+        }
+        if (regular >= 2) {
+            roles[n_roles] = base;
+            roles[n_roles].count = regular - 1, roles[n_roles].position = position + 1;
+            n_roles++;
+        }
+        position += regular;
+        if (holds_last) {
+            roles[n_roles] = base;
+            roles[n_roles].count = 1, roles[n_roles].position = l->pp - 1, roles[n_roles].first = l->pp == 1;
+            roles[n_roles].last = true;
+            roles[n_roles].overhead += head[k] + head_tp[k];
+            n_roles++;
+        }
+    }
+    for (int q = 0; q < n_roles; q++) roles[q].cap = blocks_that_fit(in, l, &roles[q], micro_batches);
+    out->fits = balance(roles, n_roles, m->layers, true);
+    if (!out->fits) balance(roles, n_roles, m->layers, false);
+
+    /* Memory: the fullest GPU relative to its capacity. */
+    double worst = -1;
+    for (int q = 0; q < n_roles; q++) {
+        const Hardware *hw = &f->hw[roles[q].kind];
+        StageShape s = role_shape(l, &roles[q], roles[q].layers, micro_batches);
+        MemoryBreakdown mem = stage_memory(m, l, in->attention, in->precision, &s, hw->hbm_bytes, plan_reserve(in, hw));
+        if (mem.total / mem.capacity > worst) worst = mem.total / mem.capacity, out->memory = mem, out->memory_kind = roles[q].kind;
+        KindStages *ks = &out->kind[roles[q].kind];
+        if (roles[q].layers > ks->layers) ks->layers = roles[q].layers;
+        if (role_time(&roles[q]) > ks->stage_time) ks->stage_time = role_time(&roles[q]);
+        if (roles[q].last) out->last_stage_layers = roles[q].layers;
+    }
+    out->fits = out->fits && out->memory.total <= out->memory.capacity;
+
+    /* Pipeline: the slowest stage and the bubble. */
+    StepParts sp = {.v = v};
+    int slow = 0;
+    double sum = 0;
+    for (int q = 0; q < n_roles; q++) {
+        double blocks = (double)roles[q].count * roles[q].layers - roles[q].short_by_one;
+        sum += blocks * roles[q].per_layer + roles[q].count * roles[q].overhead;
+        if (role_time(&roles[q]) > role_time(&roles[slow])) slow = q;
+    }
+    sp.slowest = role_time(&roles[slow]);
+    sp.bubble_sum = l->pp > 1 ? sum - sp.slowest : 0.0;
+
+    /* Data parallelism: each role's gradients, after its last backward. */
+    double gb = state_bytes(in->precision).grads;
+    for (int q = 0; q < n_roles; q++) {
+        const Hardware *hw = &f->hw[roles[q].kind];
+        const BlockCost *c = &cost[roles[q].kind];
+        StageShape s = role_shape(l, &roles[q], roles[q].layers, micro_batches);
+        double dense, expert;
+        stage_params(m, l, &s, &dense, &expert);
+        CollectiveAlgo algo;
+        double sync = dp_group_bytes_time(in, l, hw, dense, expert, &algo);
+        double bwd = roles[q].layers * c->backward, fwd = roles[q].layers * c->forward;
+        double exposed;
+        if (l->zero >= 3) { /* gather weights twice and reduce-scatter gradients every micro-batch */
+            double per_mb = 1.5 * sync;
+            double hidden = l->overlap ? roles[q].layers * c->compute : 0.0;
+            exposed = 0.0;
+            if (fmax(0.0, per_mb - hidden) > sp.zero3_per_mb) sp.zero3_per_mb = fmax(0.0, per_mb - hidden);
+        } else {
+            /* stage i finishes its last backward i stages' backward before stage 0 */
+            double slack = roles[q].position * bwd / v;
+            double window = slack + (l->overlap ? bwd + (l->zero >= 1 ? fwd : 0.0) : 0.0);
+            exposed = fmax(0.0, sync - window);
+        }
+        sp.dp_fixed = fmax(sp.dp_fixed, exposed);
+        if (dense * gb > out->dp_bytes) out->dp_bytes = dense * gb, out->dp_algo = algo;
+        double opt_params = dense / (l->zero >= 1 ? (double)l->dp * l->cp : 1.0) +
+                            expert / (l->zero >= 1 ? (double)l->dp * l->cp / (model_is_moe(m) ? l->ep : 1) : 1.0);
+        double opt = optimizer_time(hw, in->precision, opt_params);
+        if (opt > sp.optimizer) sp.optimizer = opt;
+    }
+    sp.straggle = gpus > 1 ? in->jitter * sqrt(2.0 * log((double)gpus)) : 0.0;
+
+    /* Split the slowest stage's time per micro-batch into its parts. */
+    const Role *r = &roles[slow];
+    const BlockCost *c = &cost[r->kind];
+    double compute_mb = r->layers * c->compute + (r->last ? head[r->kind] : 0.0);
+    double tp_mb = r->layers * c->tp + (r->last ? head_tp[r->kind] : 0.0);
+    double pp_mb = p2p[r->kind];
+    step_at(&sp, micro_batches, &out->time, compute_mb, tp_mb, r->layers * c->cp, r->layers * c->ep, pp_mb);
+
+    /* Throughput and utilization at the final batch. */
+    out->micro_batches = micro_batches;
+    out->batch_tokens = final_batch;
+    out->tokens_per_s = final_batch / out->time.step;
+    double peak = 0;
+    for (int k = 0; k < f->kinds; k++) peak += f->count[k] * hardware_peak(&f->hw[k], in->precision);
+    out->mfu = model_train_flops_per_token(m, RECOMPUTE_NONE) * out->tokens_per_s / peak;
+    out->hfu = model_train_flops_per_token(m, l->recompute) * out->tokens_per_s / peak;
+    out->compute_fraction = out->time.compute / out->time.step;
+
+    /* The whole run: every segment of the batch schedule at its own step time. */
+    for (int i = 0; i < in->batch.n; i++) {
+        double tokens = plan_batch_segment_tokens(&in->batch, i, in->total_tokens);
+        if (tokens <= 0) continue;
+        StepTime st;
+        step_at(&sp, micro_batches_at(in, l, in->batch.batch[i]), &st, compute_mb, tp_mb, r->layers * c->cp,
+                r->layers * c->ep, pp_mb);
+        out->train_seconds += tokens / in->batch.batch[i] * st.step;
+    }
+    out->gpu_hours = out->train_seconds / 3600.0 * gpus;
+}

@@ -1,0 +1,12 @@
+# plan.cmake: tests of the planner (src/plan, `batchscale plan`,
+# `batchscale bench --calibrate`).
+#
+# The plot writer (src/cli/plan_plot.c) draws with cairo; its link line is
+# added here until the top-level CMakeLists.txt carries it (see the planner
+# report): the planner is the only user.
+pkg_check_modules(CAIRO REQUIRED IMPORTED_TARGET cairo)
+target_link_libraries(bscore PUBLIC PkgConfig::CAIRO)
+
+add_executable(test_plan_formulas ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_formulas.c)
+target_link_libraries(test_plan_formulas PRIVATE bscore)
+add_test(NAME plan_formulas COMMAND test_plan_formulas)

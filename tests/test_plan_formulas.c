@@ -1,0 +1,258 @@
+/* test_plan_formulas.c: the planner's formulas against published closed
+ * forms and numbers: the ZeRO paper's memory example, Megatron's parameter
+ * and FLOP formulas against Narayanan et al. 2021 Table 1, exact parameter
+ * counts of GPT-2 and Llama 3 (their released checkpoints), Korthikanti et
+ * al.'s activation memory, pipeline bubbles, nccl-tests bus bandwidth,
+ * Young/Daly against a numerical optimum, and the small parsers. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "plan/batch.h"
+#include "plan/calibration.h"
+#include "plan/comms.h"
+#include "plan/memory.h"
+#include "plan/plan.h"
+#include "plan/presets.h"
+#include "plan/reliability.h"
+
+static int failures = 0;
+
+#define CHECK(cond, ...)                                  \
+    do {                                                  \
+        if (!(cond)) {                                    \
+            failures++;                                   \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
+            printf(__VA_ARGS__);                          \
+            printf("\n");                                 \
+        }                                                 \
+    } while (0)
+
+static bool close_rel(double a, double b, double tol) { return fabs(a - b) <= tol * fmax(fabs(a), fabs(b)); }
+
+/* ZeRO paper (Rajbhandari et al. 2020, section 5): 7.5B parameters on 64
+ * GPUs need 120 / 31.4 / 16.6 / 1.9 GB of model states at stages 0-3. */
+static void test_zero_example(void) {
+    const double published[4] = {120, 31.4, 16.6, 1.9};
+    for (int stage = 0; stage <= 3; stage++) {
+        double w, g, o;
+        zero_states(7.5e9, 64, stage, state_bytes(PREC_BF16), &w, &g, &o);
+        double gb = (w + g + o) / 1e9;
+        CHECK(fabs(gb - published[stage]) < 0.05, "ZeRO stage %d: %.3f GB, published %.1f", stage, gb, published[stage]);
+    }
+}
+
+typedef struct {
+    double billions;
+    int heads, hidden, layers;
+} Table1Row;
+
+/* Narayanan et al. 2021 Table 1: V = 51200, s = 2048. */
+static const Table1Row TABLE1[] = {
+    {1.7, 24, 2304, 24},     {3.6, 32, 3072, 30},     {7.5, 32, 4096, 36},     {18.4, 48, 6144, 40},
+    {39.1, 64, 8192, 48},    {76.1, 80, 10240, 60},   {145.6, 96, 12288, 80},  {310.1, 128, 16384, 96},
+    {529.6, 128, 20480, 105}, {1008.0, 160, 25600, 128},
+};
+
+static ModelShape megatron_gpt(int layers, int hidden, int heads) {
+    ModelShape m = {.layers = layers, .hidden = hidden, .heads = heads, .kv_heads = heads, .ffn = 4 * hidden,
+                    .vocab = 51200, .seq_len = 2048, .vocab_multiple = 1, .act = ACT_GELU, .norm = NORM_LAYERNORM,
+                    .bias = true, .tied_embeddings = true, .learned_positions = true, .dropout = true};
+    snprintf(m.name, sizeof m.name, "gpt");
+    return m;
+}
+
+static void test_megatron_parameters(void) {
+    for (size_t i = 0; i < sizeof TABLE1 / sizeof TABLE1[0]; i++) {
+        const Table1Row *r = &TABLE1[i];
+        double p = megatron_params(r->layers, r->hidden, 51200, 2048);
+        /* published to 0.1B; 145.6B is 145.7 by the formula: allow half a unit of the last digit plus 0.1% */
+        CHECK(fabs(p / 1e9 - r->billions) <= 0.05 + 1e-3 * r->billions, "Table 1 row %zu: formula %.2fB, published %.1fB", i,
+              p / 1e9, r->billions);
+        /* the detailed count is the formula plus the final LayerNorm (2h), which eq. 2 leaves out */
+        ModelShape m = megatron_gpt(r->layers, r->hidden, r->heads);
+        CHECK(close_rel(model_params(&m), p + 2.0 * r->hidden, 1e-12), "row %zu: count %.0f vs formula %.0f + 2h", i,
+              model_params(&m), p);
+        /* FLOPs per iteration: eq. 3 (recomputation) and its no-recomputation form */
+        double B = 512;
+        CHECK(close_rel(B * m.seq_len * model_train_flops_per_token(&m, RECOMPUTE_FULL),
+                        megatron_flops_per_iteration(B, 2048, r->layers, r->hidden, 51200, true), 1e-12),
+              "row %zu: FLOPs with recomputation", i);
+        CHECK(close_rel(B * m.seq_len * model_train_flops_per_token(&m, RECOMPUTE_NONE),
+                        megatron_flops_per_iteration(B, 2048, r->layers, r->hidden, 51200, false), 1e-12),
+              "row %zu: FLOPs without recomputation", i);
+    }
+}
+
+/* Released checkpoints: GPT-2 124M (Hugging Face gpt2), Llama 3 8B, 70B,
+ * 405B (their model cards' exact counts). */
+static void test_exact_counts(void) {
+    const struct {
+        const char *name;
+        double params;
+    } known[] = {{"gpt2-124m", 124439808.0}, {"llama3-8b", 8030261248.0}, {"llama3-70b", 70553706496.0},
+                 {"llama3-405b", 405853388800.0}};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+        ModelPreset p;
+        CHECK(model_preset(known[i].name, &p), "preset %s missing", known[i].name);
+        CHECK(model_params(&p.shape) == known[i].params, "%s: %.0f parameters, released %.0f", known[i].name,
+              model_params(&p.shape), known[i].params);
+    }
+}
+
+/* Korthikanti et al. 2022, eq. 1-6, for the 530B shape (a = 128, h = 20480,
+ * s = 2048, b = 1, t = 8), 16-bit activations with dropout. */
+static void test_activation_memory(void) {
+    ModelShape m = megatron_gpt(105, 20480, 128);
+    double s = 2048, b = 1, h = 20480, a = 128, t = 8, sbh = s * b * h;
+    Layout l = layout_default();
+    l.micro_batch = 1;
+    l.sequence_parallel = false;
+    double none = activation_bytes_per_layer(&m, &l, ATTN_FULL, PREC_BF16, RECOMPUTE_NONE);
+    CHECK(close_rel(none, sbh * (34 + 5 * a * s / h), 1e-12), "no parallelism: %.0f", none);
+    l.tp = (int)t;
+    double tp = activation_bytes_per_layer(&m, &l, ATTN_FULL, PREC_BF16, RECOMPUTE_NONE);
+    CHECK(close_rel(tp, sbh * (10 + 24 / t + 5 * a * s / (h * t)), 1e-12), "tensor parallel: %.0f", tp);
+    l.sequence_parallel = true;
+    double sp = activation_bytes_per_layer(&m, &l, ATTN_FULL, PREC_BF16, RECOMPUTE_NONE);
+    CHECK(close_rel(sp, sbh / t * (34 + 5 * a * s / h), 1e-12), "tensor + sequence parallel: %.0f", sp);
+    double sel = activation_bytes_per_layer(&m, &l, ATTN_FULL, PREC_BF16, RECOMPUTE_SELECTIVE);
+    CHECK(close_rel(sel, sbh / t * 34, 1e-12), "selective recomputation: %.0f", sel);
+    l.sequence_parallel = false;
+    double full = activation_bytes_per_layer(&m, &l, ATTN_FULL, PREC_BF16, RECOMPUTE_FULL);
+    CHECK(close_rel(full, 2 * sbh, 1e-12), "full recomputation: %.0f", full);
+    /* first stage of 1F1B holds p micro-batches; interleaved p (1 + (p-1)/(p v)) */
+    l.pp = 8;
+    CHECK(in_flight_micro_batches(&l, 0, 64) == 8, "1F1B in flight");
+    l.schedule = SCHEDULE_INTERLEAVED, l.virtual_stages = 4;
+    CHECK(close_rel(in_flight_micro_batches(&l, 0, 64), 8 * (1 + 7.0 / 32), 1e-12), "interleaved in flight %.4f",
+          in_flight_micro_batches(&l, 0, 64));
+}
+
+static PlanInput small_job(int gpus) {
+    PlanInput in = {0};
+    in.model = megatron_gpt(16, 4096, 32);
+    in.model.vocab = 8; /* a negligible output layer, so stages are balanced */
+    in.fleet.kinds = 1;
+    hardware_preset("a100-80g", &in.fleet.hw[0]);
+    in.fleet.count[0] = gpus;
+    in.precision = PREC_BF16;
+    in.attention = ATTN_FULL;
+    in.batch = plan_batch_constant(64.0 * 2048);
+    in.total_tokens = 1e9;
+    in.reserve_bytes = -1;
+    return in;
+}
+
+/* Bubble (p-1)/m for 1F1B and GPipe, (p-1)/(v m) interleaved. */
+static void test_bubbles(void) {
+    PlanInput in = small_job(4);
+    const struct {
+        PipeSchedule schedule;
+        int v, mb;
+    } cases[] = {{SCHEDULE_1F1B, 1, 1}, {SCHEDULE_GPIPE, 1, 2}, {SCHEDULE_INTERLEAVED, 2, 1}, {SCHEDULE_INTERLEAVED, 4, 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Layout l = layout_default();
+        l.pp = 4, l.dp = 1, l.zero = 0, l.micro_batch = cases[i].mb;
+        l.schedule = cases[i].schedule, l.virtual_stages = cases[i].v;
+        char why[256];
+        CHECK(layout_check(&in, &l, why, sizeof why), "case %zu: %s", i, why);
+        PlanResult r;
+        plan_evaluate(&in, &l, &r);
+        int m = r.micro_batches;
+        double stage_time = r.kind[0].stage_time;
+        double measured = r.time.bubble / (m * stage_time), expected = 3.0 / (cases[i].v * m);
+        CHECK(close_rel(measured, expected, 0.01), "case %zu: bubble %.5f of the pipeline, expected (p-1)/(v m) = %.5f", i,
+              measured, expected);
+    }
+}
+
+/* nccl-tests: busbw = algbw x 2(n-1)/n reaches the link's bus bandwidth for
+ * large messages; the latency term is 2(n-1) alpha for a ring. */
+static void test_collectives(void) {
+    Hardware hw;
+    hardware_preset("h100-sxm", &hw);
+    Group node = {8, 8};
+    double S = 8.0 * 1073741824.0;
+    double t = collective_time(&hw, COLL_ALLREDUCE, S, node, NULL);
+    double busbw = S / t * 2.0 * 7 / 8;
+    CHECK(close_rel(busbw, 0.8 * 450e9, 0.01), "H100 NVLink all-reduce busbw %.1f GB/s, expected 360", busbw / 1e9);
+    /* tiny messages: the tree's 2 log2(n) steps beat the ring's 2 (n-1) */
+    CollectiveAlgo algo;
+    double tiny = collective_time(&hw, COLL_ALLREDUCE, 8, node, &algo);
+    CHECK(algo == ALGO_TREE && close_rel(tiny, 2.0 * 3 * hw.nvlink_latency, 0.01), "small all-reduce: %.2f us by %s",
+          tiny * 1e6, algo_name(algo));
+    /* one GPU per node (dp across nodes behind tp8): each GPU's own NIC */
+    Group across = group_of(128, 8, 8);
+    CHECK(across.per_node == 1, "stride 8 on 8-GPU nodes: %d per node", across.per_node);
+    double tx = collective_time(&hw, COLL_ALLREDUCE, S, across, NULL);
+    double bus_x = S / tx * 2.0 * 127 / 128;
+    CHECK(bus_x < 0.9 * 50e9 * 1.001 && bus_x > 0.8 * 0.9 * 50e9, "one GPU per node: busbw %.1f GB/s", bus_x / 1e9);
+    CHECK(close_rel(collective_time(&hw, COLL_REDUCE_SCATTER, S, node, NULL), t / 2, 1e-12), "reduce-scatter is half");
+}
+
+/* Daly's interval is within 1% of the numerical optimum of his wall-time
+ * model, Young's close to it when the checkpoint is cheap. */
+static void test_reliability(void) {
+    double delta = 60, M = 3.0 * 3600, R = 600, work = 1e6;
+    double best = INFINITY, best_tau = 0;
+    for (double tau = 60; tau < 20000; tau += 1) {
+        double w = daly_wall_time(work, tau, delta, R, M);
+        if (w < best) best = w, best_tau = tau;
+    }
+    double daly = daly_interval(delta, M);
+    CHECK(close_rel(daly, best_tau, 0.01), "Daly %.1f s vs numerical optimum %.1f s", daly, best_tau);
+    CHECK(close_rel(young_interval(delta, M), sqrt(2 * delta * M), 1e-12), "Young");
+    CHECK(daly_wall_time(work, daly, delta, R, M) <= daly_wall_time(work, young_interval(delta, M), delta, R, M) * 1.0001,
+          "Daly's interval wastes no more than Young's");
+    ReliabilityInput ri = {LLAMA3_MTBF_GPU_HOURS, delta, R};
+    Reliability r = reliability_estimate(&ri, 16384, 54 * 86400.0);
+    CHECK(close_rel(r.job_mtbf_s, 54 * 86400.0 / 419, 1e-12), "Llama 3 job MTBF");
+    CHECK(r.goodput > 0 && r.goodput < 1 && close_rel(r.interruptions, r.wall_s / r.job_mtbf_s, 1e-12), "goodput %.3f", r.goodput);
+}
+
+static void test_batch(void) {
+    PlanBatch s;
+    char why[256];
+    CHECK(plan_batch_parse("0:4M,252M:8M,2.87T:16M", &s, why, sizeof why), "%s", why);
+    CHECK(s.n == 3 && s.from[1] == 252e6 && s.batch[2] == 16e6 && close_rel(s.from[2], 2.87e12, 1e-12), "Llama 3 schedule");
+    CHECK(close_rel(plan_batch_segment_tokens(&s, 1, 15.6e12), 2.87e12 - 252e6, 1e-12), "segment tokens");
+    CHECK(plan_batch_final(&s, 1e9) == 8e6, "final batch of a short run");
+    CHECK(!plan_batch_parse("5:4M", &s, why, sizeof why), "must start at 0");
+    CHECK(!plan_batch_parse("0:4M,0:8M", &s, why, sizeof why), "starts must increase");
+    CHECK(!plan_batch_parse("0:4Q", &s, why, sizeof why), "bad suffix");
+    CHECK(close_rel(critical_batch_tokens(1.0), 2e8, 1e-12), "B* at L = 1");
+    CHECK(critical_batch_tokens(2.0) < critical_batch_tokens(1.9), "critical batch grows as the loss falls");
+    CHECK(data_inefficiency(1e6, 1e6) == 2.0, "E/E_min at B = B_crit");
+}
+
+static void test_fit(void) {
+    double bytes[6], secs[6], alpha = 7e-6, bus = 6e9;
+    int n = 4;
+    for (int i = 0; i < 6; i++) {
+        bytes[i] = 65536.0 * (1 << (2 * i));
+        secs[i] = 2.0 * (n - 1) * alpha + 2.0 * (n - 1) / n * bytes[i] / bus;
+    }
+    CollectiveFit f;
+    CHECK(fit_allreduce(bytes, secs, 6, n, &f), "fit failed");
+    CHECK(close_rel(f.alpha, alpha, 1e-6) && close_rel(f.busbw, bus, 1e-9), "fit alpha %g busbw %g", f.alpha, f.busbw);
+    CHECK(!fit_allreduce(bytes, secs, 1, n, &f), "one point cannot be fitted");
+}
+
+int main(void) {
+    test_zero_example();
+    test_megatron_parameters();
+    test_exact_counts();
+    test_activation_memory();
+    test_bubbles();
+    test_collectives();
+    test_reliability();
+    test_batch();
+    test_fit();
+    if (failures) {
+        printf("%d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("all planner formula checks passed\n");
+    return 0;
+}
