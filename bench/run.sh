@@ -18,3 +18,4 @@ echo "collectives, 2 ranks (batchscale bench comm):"
 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 env OMP_NUM_THREADS=1 "$BS" bench comm \
     --ops all-reduce,reduce-scatter,all-gather | tee build/bench/comm.txt
 /usr/bin/python3 bench/bench_batch_scaling.py "$BS" build/bench/batch_scaling
+/usr/bin/python3 bench/bench_tokenizer.py "$BS" build/bench/tokenizer.json

@@ -21,15 +21,9 @@
 void bpe_model_build(BpeModel *m, int vocab_size, int32_t eot, uint32_t *token_offset, unsigned char *token_bytes,
                      int num_merges, int32_t *merge_left, int32_t *merge_right, int32_t *merge_result,
                      const char *source) {
-    memset(m, 0, sizeof *m);
-    m->vocab_size = vocab_size;
-    m->eot = eot;
-    m->token_offset = token_offset;
-    m->token_bytes = token_bytes;
-    m->num_merges = num_merges;
-    m->merge_left = merge_left;
-    m->merge_right = merge_right;
-    m->merge_result = merge_result;
+    *m = (BpeModel){.vocab_size = vocab_size, .eot = eot, .num_merges = num_merges, .merge_left = merge_left,
+                    .merge_right = merge_right, .merge_result = merge_result, .token_offset = token_offset,
+                    .token_bytes = token_bytes};
     if (vocab_size < 257) bs_die("%s: a vocabulary of %d tokens cannot hold 256 bytes and end-of-text", source, vocab_size);
     if (eot < 0 || eot >= vocab_size) bs_die("%s: end-of-text id %d is outside the vocabulary (%d)", source, eot, vocab_size);
     for (int b = 0; b < 256; b++) m->byte_token[b] = -1;
