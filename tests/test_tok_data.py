@@ -137,6 +137,12 @@ class TokDataTest(unittest.TestCase):
         self.assertIn("bytes/token", p.stdout)
         for needle in ("MB", "tok/s", "ETA", "100.0%"):
             self.assertIn(needle, p.stderr)
+        # Several files by a glob: each a document, taken in name order.
+        for name, content in [("g2.txt", b"second"), ("g1.txt", b"first"), ("g3.dat", b"not matched")]:
+            self.path(name, content, "wb")
+        globbed = self.path("glob-out")
+        run(["prepare", "--in", os.path.join(self.dir, "g*.txt"), "--out", globbed, "--val-fraction", "0"])
+        self.assertEqual(shard_tokens(os.path.join(globbed, "train_000000.bin")), [256, *b"first", 256, *b"second"])
         # A second run with fewer shards leaves no stale shard behind.
         run(["prepare", "--in", src, "--out", out, "--shard-tokens", "1000000", "--val-fraction", "0"])
         self.assertEqual(sorted(n for n in os.listdir(out) if n.endswith(".bin")), ["train_000000.bin"])
