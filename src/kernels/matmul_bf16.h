@@ -1,0 +1,66 @@
+/* matmul_bf16.h: the linear layer with bf16 inputs and fp32 accumulation,
+ * through oneDNN's matmul primitive, forward and backward.
+ *
+ * Same shapes and semantics as matmul_forward/matmul_backward in kernels.h;
+ * only the operands of the products change precision:
+ *   forward   out (N,OC) = inp (N,IC) @ weight (OC,IC)^T + bias (OC)
+ *   backward  dinp (N,IC) = dout @ weight (written), dweight (OC,IC) +=
+ *             dout^T @ inp, dbias (OC) += column sums of dout
+ * inp and weight arrive in bf16; dout arrives in fp32 and is rounded to bf16
+ * here, once, for both of its products (it is used once, so nobody else
+ * needs a bf16 copy); dbias sums the fp32 dout in row order, as matmul.c
+ * does. Every product accumulates in fp32 and writes fp32.
+ *
+ * Why the caller converts inp and weight: each is converted once and then
+ * read twice (the weight copy by every forward and backward until the next
+ * update; the activation copy by forward and again by backward's dweight),
+ * so the caller that owns their lifetimes keeps the bf16 copies. See
+ * bf16.h for the conversions.
+ *
+ * A MatmulBF16 is the primitive cache: a oneDNN primitive per (product,
+ * shape, thread count) is created on first use and reused, with its memory
+ * objects; later calls only point them at the data and execute. It also
+ * owns the scratch the primitives and the conversions need. It is not
+ * thread-safe: one per thread that calls it. No globals.
+ *
+ * Two ways to compute, same numbers up to summation order:
+ *   MATMUL_BF16_ONEDNN  bf16 primitives (AMX or AVX512-BF16 dot products)
+ *   MATMUL_BF16_WIDEN   the bf16 operands widened to fp32 (exact) and fp32
+ *                       primitives: for CPUs without bf16 arithmetic, where
+ *                       oneDNN's emulated bf16 runs several times slower
+ *                       than fp32. Results are those of bf16 inputs with
+ *                       fp32 accumulation, exactly as on the native path.
+ *   MATMUL_BF16_AUTO    ONEDNN when oneDNN reports bf16 arithmetic on this
+ *                       CPU, else WIDEN. */
+#ifndef BS_KERNELS_MATMUL_BF16_H
+#define BS_KERNELS_MATMUL_BF16_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kernels/bf16.h"
+
+typedef enum { MATMUL_BF16_AUTO, MATMUL_BF16_ONEDNN, MATMUL_BF16_WIDEN } MatmulBF16Path;
+
+typedef struct MatmulBF16 MatmulBF16;
+
+MatmulBF16 *matmul_bf16_create(MatmulBF16Path path);
+void matmul_bf16_free(MatmulBF16 *mm);
+/* true when this CPU has bf16 arithmetic oneDNN uses (what AUTO decides on) */
+bool matmul_bf16_cpu_has_bf16(void);
+/* the path in use (ONEDNN or WIDEN) and a name for a path */
+MatmulBF16Path matmul_bf16_path(const MatmulBF16 *mm);
+const char *matmul_bf16_path_name(MatmulBF16Path path);
+/* oneDNN's name for the kernel of the last product run (e.g. "brg:avx512_core_amx") */
+const char *matmul_bf16_last_kernel(const MatmulBF16 *mm);
+/* primitives created so far (each shape's first call creates one) */
+int matmul_bf16_primitives_created(const MatmulBF16 *mm);
+
+/* out (N,OC) = inp (N,IC) @ weight (OC,IC)^T + bias (OC); bias may be NULL */
+void matmul_bf16_forward(MatmulBF16 *mm, float *out, const bf16 *inp, const bf16 *weight, const float *bias,
+                         size_t N, int IC, int OC);
+/* writes dinp (N,IC) (skipped if NULL); dweight (OC,IC) +=, dbias (OC) += (dbias may be NULL) */
+void matmul_bf16_backward(MatmulBF16 *mm, float *dinp, float *dweight, float *dbias, const float *dout,
+                          const bf16 *inp, const bf16 *weight, size_t N, int IC, int OC);
+
+#endif

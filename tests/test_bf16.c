@@ -1,0 +1,383 @@
+/* test_bf16.c: the bf16 kernels against independent references.
+ *
+ * 1. float -> bf16 rounding against a reference that rounds by comparing
+ *    distances in double (not by the bit trick the kernel uses), on every
+ *    sign/exponent/top-mantissa pattern with the low 16 bits at ties, near
+ *    ties, 0, extremes and random values (denormals, inf, NaN included);
+ *    with --exhaustive on all 2^32 float patterns. bf16 -> float -> bf16 is
+ *    the identity on every bf16 pattern.
+ * 2. The linear layer, forward and backward, on both paths (oneDNN bf16
+ *    primitives and widened fp32), on odd shapes, against
+ *    (a) the exact product of the bf16-rounded inputs (double): only fp32
+ *        accumulation may differ, |err| <= gamma(K+1) * sum|a b| (+|c0|),
+ *        gamma(n) = n u / (1 - n u), u = 2^-24 (Higham's bound for any
+ *        summation order);
+ *    (b) this project's fp32 path (matmul_forward/backward on the unrounded
+ *        inputs): rounding to 8 significant bits moves a value by at most
+ *        u = 2^-8 of itself (half the spacing 2^-7 between 1 and the next
+ *        bf16), so each product a'b' = ab (1 + d), |d| <= 2u + u^2 =
+ *        2^-7 + 2^-16, and |err| <= (2^-7 + 2^-16) sum|a b| plus both
+ *        accumulations; and the issue's figure, max|err| / max|fp32| <= 1e-2;
+ *    dbias must equal the fp32 path's bit for bit (same fp32 dout, same
+ *    order), dweight is accumulated (+=) into nonzero values.
+ * 3. The primitive cache: a shape's second call creates no primitive.
+ * 4. The same results bit for bit at 1 and 2 threads. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/bf16.h"
+#include "kernels/kernels.h"
+#include "kernels/matmul_bf16.h"
+
+static int failures = 0;
+#define EXPECT(cond, ...)                                                                                         \
+    do {                                                                                                          \
+        if (!(cond)) {                                                                                            \
+            failures++;                                                                                           \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                  \
+            fprintf(stderr, __VA_ARGS__);                                                                         \
+            fprintf(stderr, "\n");                                                                                \
+        }                                                                                                         \
+    } while (0)
+
+static unsigned long long rng_state = 0x9E3779B97F4A7C15ULL;
+static unsigned long long next_random(void) { /* xorshift64, test-local */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+static float uniform(void) { return (float)((double)(next_random() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+
+static float float_of(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* ---- 1. conversion ---- */
+
+/* The bf16 nearest to float bits u, ties to the even mantissa, found by
+ * comparing the distances to the two bf16 neighbours in double. NaN is
+ * returned as 0x7fc0 (callers compare NaN by class). */
+static bf16 reference_round(uint32_t u) {
+    float x = float_of(u);
+    if (isnan(x)) return 0x7fc0;
+    uint32_t below = u & 0xffff0000u; /* the neighbour toward zero */
+    if (below == u) return (bf16)(u >> 16);
+    double lo = fabs((double)float_of(below));
+    double hi = (below & 0x7fffffffu) == 0x7f7f0000u ? ldexp(1.0, 128) /* next after the largest bf16 */
+                                                      : fabs((double)float_of(below + 0x10000u));
+    double ax = fabs((double)x);
+    bool up = ax - lo > hi - ax || (ax - lo == hi - ax && ((below >> 16) & 1u));
+    return (bf16)((below + (up ? 0x10000u : 0)) >> 16);
+}
+
+static bool same_bf16(bf16 got, bf16 want) {
+    bool got_nan = (got & 0x7fffu) > 0x7f80u, want_nan = (want & 0x7fffu) > 0x7f80u;
+    return got_nan || want_nan ? got_nan == want_nan : got == want;
+}
+
+/* Checks bf16_from_floats on the patterns (high << 16) | low for every high
+ * and the given lows; returns the number checked. */
+static size_t check_rounding(const uint16_t *lows, int num_lows) {
+    const size_t n = (size_t)65536 * (size_t)num_lows;
+    uint32_t *bits = malloc(n * sizeof *bits);
+    bf16 *got = malloc(n * sizeof *got);
+    for (uint32_t high = 0; high < 65536; high++)
+        for (int l = 0; l < num_lows; l++) bits[(size_t)high * num_lows + l] = high << 16 | lows[l];
+    bf16_from_floats(got, (const float *)(const void *)bits, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!same_bf16(got[i], reference_round(bits[i]))) {
+            if (bad++ < 5) fprintf(stderr, "  %08x -> %04x, want %04x\n", bits[i], got[i], reference_round(bits[i]));
+        }
+    }
+    EXPECT(bad == 0, "%zu of %zu float patterns rounded wrongly", bad, n);
+    free(bits);
+    free(got);
+    return n;
+}
+
+static void test_conversion(bool exhaustive) {
+    uint16_t lows[32] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xfffe, 0xffff, 0x4000, 0xc000, 0x7ffe};
+    int num_lows = 10;
+    while (num_lows < 32) lows[num_lows++] = (uint16_t)next_random();
+    size_t checked = check_rounding(lows, num_lows);
+    if (exhaustive) { /* every float: 2^16 lows in chunks of 64 */
+        for (int l0 = 0; l0 < 65536; l0 += 64) {
+            uint16_t chunk[64];
+            for (int l = 0; l < 64; l++) chunk[l] = (uint16_t)(l0 + l);
+            checked += check_rounding(chunk, 64);
+        }
+    }
+    /* bf16 -> float is exact, so back to bf16 is the identity */
+    bf16 all[65536], back[65536];
+    float wide[65536];
+    for (int i = 0; i < 65536; i++) all[i] = (bf16)i;
+    bf16_to_floats(wide, all, 65536);
+    bf16_from_floats(back, wide, 65536);
+    int bad = 0;
+    for (int i = 0; i < 65536; i++) bad += !same_bf16(back[i], all[i]) || ((back[i] & 0x7fffu) > 0x7f80u && (back[i] >> 15) != (all[i] >> 15));
+    EXPECT(bad == 0, "%d bf16 patterns do not survive bf16 -> float -> bf16", bad);
+    /* ties to even both ways, and overflow past the largest bf16 (3.3895e38) */
+    float rounded[3] = {1.00390625f, 1.01171875f, -3.4e38f}, want[3] = {1.0f, 1.015625f, -INFINITY};
+    bf16_round_floats(rounded, rounded, 3);
+    for (int i = 0; i < 3; i++) EXPECT(rounded[i] == want[i], "bf16_round_floats[%d] = %g, want %g", i, rounded[i], want[i]);
+    printf("conversion: %zu float patterns rounded as the reference%s\n", checked, exhaustive ? " (all 2^32)" : "");
+}
+
+/* ---- 2. the linear layer ---- */
+
+typedef struct {
+    size_t N;
+    int IC, OC;
+} Shape;
+
+/* Random fp32 data and its bf16 copies. */
+typedef struct {
+    Shape s;
+    float *inp, *weight, *bias, *dout, *dweight0, *dbias0;
+    bf16 *inp16, *weight16;
+} Problem;
+
+static float *random_floats(size_t n) {
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = uniform();
+    return x;
+}
+
+static bf16 *to_bf16(const float *x, size_t n) {
+    bf16 *h = malloc(n * sizeof *h);
+    bf16_from_floats(h, x, n);
+    return h;
+}
+
+static Problem make_problem(Shape s) {
+    Problem p = {.s = s};
+    p.inp = random_floats(s.N * s.IC);
+    p.weight = random_floats((size_t)s.OC * s.IC);
+    p.bias = random_floats((size_t)s.OC);
+    p.dout = random_floats(s.N * s.OC);
+    p.dweight0 = random_floats((size_t)s.OC * s.IC);
+    p.dbias0 = random_floats((size_t)s.OC);
+    p.inp16 = to_bf16(p.inp, s.N * s.IC);
+    p.weight16 = to_bf16(p.weight, (size_t)s.OC * s.IC);
+    return p;
+}
+
+static void free_problem(Problem *p) {
+    void *all[] = {p->inp, p->weight, p->bias, p->dout, p->dweight0, p->dbias0, p->inp16, p->weight16};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
+
+typedef struct {
+    float *out, *dinp, *dweight, *dbias;
+} Results;
+
+static Results alloc_results(const Problem *p) {
+    Shape s = p->s;
+    Results r = {malloc(s.N * s.OC * sizeof(float)), malloc(s.N * s.IC * sizeof(float)),
+                 malloc((size_t)s.OC * s.IC * sizeof(float)), malloc((size_t)s.OC * sizeof(float))};
+    memcpy(r.dweight, p->dweight0, (size_t)s.OC * s.IC * sizeof(float));
+    memcpy(r.dbias, p->dbias0, (size_t)s.OC * sizeof(float));
+    return r;
+}
+
+static void free_results(Results *r) {
+    free(r->out);
+    free(r->dinp);
+    free(r->dweight);
+    free(r->dbias);
+}
+
+static void run_bf16(MatmulBF16 *mm, const Problem *p, Results *r) {
+    Shape s = p->s;
+    matmul_bf16_forward(mm, r->out, p->inp16, p->weight16, p->bias, s.N, s.IC, s.OC);
+    matmul_bf16_backward(mm, r->dinp, r->dweight, r->dbias, p->dout, p->inp16, p->weight16, s.N, s.IC, s.OC);
+}
+
+static void run_fp32(const Problem *p, Results *r) {
+    Shape s = p->s;
+    matmul_forward(r->out, p->inp, p->weight, p->bias, s.N, s.IC, s.OC);
+    matmul_backward(r->dinp, r->dweight, r->dbias, p->dout, p->inp, p->weight, s.N, s.IC, s.OC);
+}
+
+static double gamma_of(int n) {
+    double u = ldexp(1.0, -24);
+    return n * u / (1 - n * u);
+}
+
+/* One product's element: sum_k a[k] b[k] (+ c0) over a with stride sa and b
+ * with stride sb, in double, on the values as given and rounded to bf16. */
+typedef struct {
+    double exact, abs;         /* inputs as given */
+    double exact16, abs16;     /* inputs rounded to bf16 */
+} Dot;
+
+static float round16(float x) { return bf16_to_float(bf16_from_float(x)); }
+
+static Dot dot(const float *a, size_t sa, const float *b, size_t sb, size_t K, double c0) {
+    Dot d = {c0, fabs(c0), c0, fabs(c0)};
+    for (size_t k = 0; k < K; k++) {
+        double x = a[k * sa], y = b[k * sb];
+        double x16 = round16(a[k * sa]), y16 = round16(b[k * sb]);
+        d.exact += x * y;
+        d.abs += fabs(x * y);
+        d.exact16 += x16 * y16;
+        d.abs16 += fabs(x16 * y16);
+    }
+    return d;
+}
+
+/* Error statistics of one output tensor. */
+typedef struct {
+    const char *name;
+    int K; /* length of the dot products */
+    size_t violations16, violations32, count;
+    double max_err32, max_ref32;
+} Check;
+
+static void check_element(Check *c, float bf16_result, float fp32_result, Dot d) {
+    /* (a) bf16-rounded inputs, fp32 accumulation */
+    double tol16 = gamma_of(c->K + 1) * d.abs16 + ldexp(d.abs16, -40);
+    if (fabs(bf16_result - d.exact16) > tol16 && c->violations16++ < 3)
+        fprintf(stderr, "  %s: |%.9g - %.9g| > %.3g\n", c->name, bf16_result, d.exact16, tol16);
+    /* (b) against the fp32 path on the unrounded inputs */
+    double tol32 = (ldexp(1.0, -7) + ldexp(1.0, -16)) * d.abs + gamma_of(c->K + 1) * (d.abs + d.abs16);
+    double err32 = fabs((double)bf16_result - fp32_result);
+    if (err32 > tol32 && c->violations32++ < 3)
+        fprintf(stderr, "  %s: |%.9g - fp32 %.9g| > %.3g\n", c->name, bf16_result, fp32_result, tol32);
+    c->max_err32 = fmax(c->max_err32, err32);
+    c->max_ref32 = fmax(c->max_ref32, fabs(fp32_result));
+    c->count++;
+}
+
+static void report(const Check *c, Shape s, const char *path) {
+    double rel = c->max_ref32 > 0 ? c->max_err32 / c->max_ref32 : 0;
+    EXPECT(c->violations16 == 0, "%s %s %zux%dx%d: %zu of %zu beyond the fp32-accumulation bound", path, c->name,
+           s.N, s.IC, s.OC, c->violations16, c->count);
+    EXPECT(c->violations32 == 0, "%s %s %zux%dx%d: %zu of %zu beyond the bf16 rounding bound vs fp32", path,
+           c->name, s.N, s.IC, s.OC, c->violations32, c->count);
+    EXPECT(rel <= 1e-2, "%s %s %zux%dx%d: max|err| / max|fp32| = %.3g > 1e-2", path, c->name, s.N, s.IC, s.OC, rel);
+    printf("  %-8s max|bf16 - fp32| / max|fp32| = %.2e\n", c->name, rel);
+}
+
+static void test_layer(MatmulBF16Path path, Shape s) {
+    MatmulBF16 *mm = matmul_bf16_create(path);
+    Problem p = make_problem(s);
+    Results got = alloc_results(&p), ref = alloc_results(&p);
+    run_bf16(mm, &p, &got);
+    run_fp32(&p, &ref);
+    const char *name = matmul_bf16_path_name(matmul_bf16_path(mm));
+    printf("%s %zux%dx%d (%s):\n", name, s.N, s.IC, s.OC, matmul_bf16_last_kernel(mm));
+    const size_t IC = (size_t)s.IC, OC = (size_t)s.OC;
+
+    Check out = {.name = "out", .K = s.IC};
+    for (size_t i = 0; i < s.N; i++)
+        for (size_t o = 0; o < OC; o++)
+            check_element(&out, got.out[i * OC + o], ref.out[i * OC + o],
+                          dot(p.inp + i * IC, 1, p.weight + o * IC, 1, IC, p.bias[o]));
+    report(&out, s, name);
+
+    Check dinp = {.name = "dinp", .K = s.OC};
+    for (size_t i = 0; i < s.N; i++)
+        for (size_t c = 0; c < IC; c++)
+            check_element(&dinp, got.dinp[i * IC + c], ref.dinp[i * IC + c],
+                          dot(p.dout + i * OC, 1, p.weight + c, IC, OC, 0));
+    report(&dinp, s, name);
+
+    Check dweight = {.name = "dweight", .K = (int)s.N};
+    for (size_t o = 0; o < OC; o++)
+        for (size_t c = 0; c < IC; c++)
+            check_element(&dweight, got.dweight[o * IC + c], ref.dweight[o * IC + c],
+                          dot(p.dout + o, OC, p.inp + c, IC, s.N, p.dweight0[o * IC + c]));
+    report(&dweight, s, name);
+
+    EXPECT(memcmp(got.dbias, ref.dbias, OC * sizeof(float)) == 0, "%s dbias differs from the fp32 path", name);
+    free_results(&got);
+    free_results(&ref);
+    free_problem(&p);
+    matmul_bf16_free(mm);
+}
+
+/* ---- 3. the primitive cache ---- */
+
+static void test_cache(MatmulBF16Path path) {
+    MatmulBF16 *mm = matmul_bf16_create(path);
+    Shape a = {33, 40, 24}, b = {8, 24, 40};
+    Problem pa = make_problem(a), pb = make_problem(b);
+    Results ra = alloc_results(&pa), rb = alloc_results(&pb);
+    EXPECT(matmul_bf16_primitives_created(mm) == 0, "a new cache has primitives");
+    run_bf16(mm, &pa, &ra); /* forward, dinp, dweight */
+    EXPECT(matmul_bf16_primitives_created(mm) == 3, "first use: %d primitives", matmul_bf16_primitives_created(mm));
+    run_bf16(mm, &pa, &ra);
+    EXPECT(matmul_bf16_primitives_created(mm) == 3, "second use of a shape created %d",
+           matmul_bf16_primitives_created(mm) - 3);
+    run_bf16(mm, &pb, &rb);
+    EXPECT(matmul_bf16_primitives_created(mm) == 6, "a new shape: %d primitives", matmul_bf16_primitives_created(mm));
+    matmul_bf16_forward(mm, ra.out, pa.inp16, pa.weight16, NULL, a.N, a.IC, a.OC); /* no bias: another primitive */
+    matmul_bf16_backward(mm, NULL, ra.dweight, NULL, pa.dout, pa.inp16, pa.weight16, a.N, a.IC, a.OC); /* cached */
+    EXPECT(matmul_bf16_primitives_created(mm) == 7, "forward without bias then a cached backward: %d primitives",
+           matmul_bf16_primitives_created(mm));
+    omp_set_num_threads(1); /* a thread count is part of the key: oneDNN plans the split at creation */
+    run_bf16(mm, &pa, &ra);
+    run_bf16(mm, &pa, &ra);
+    EXPECT(matmul_bf16_primitives_created(mm) == 10, "another thread count: %d primitives", matmul_bf16_primitives_created(mm));
+    omp_set_num_threads(omp_get_num_procs());
+    printf("cache (%s): %d primitives for 2 shapes x 3 products, 1 without bias, 1 shape at another thread count\n",
+           matmul_bf16_path_name(matmul_bf16_path(mm)), matmul_bf16_primitives_created(mm));
+    free_results(&ra);
+    free_results(&rb);
+    free_problem(&pa);
+    free_problem(&pb);
+    matmul_bf16_free(mm);
+}
+
+/* ---- 4. thread counts ---- */
+
+static void test_threads(MatmulBF16Path path) {
+    if (omp_get_num_procs() < 2) return;
+    Shape s = {2048, 384, 1152}; /* the engine benchmark's qkv layer */
+    Problem p = make_problem(s);
+    Results r1 = alloc_results(&p), r2 = alloc_results(&p);
+    MatmulBF16 *mm = matmul_bf16_create(path);
+    omp_set_num_threads(1);
+    run_bf16(mm, &p, &r1);
+    omp_set_num_threads(2);
+    run_bf16(mm, &p, &r2);
+    omp_set_num_threads(omp_get_num_procs());
+    const char *name = matmul_bf16_path_name(matmul_bf16_path(mm));
+    EXPECT(memcmp(r1.out, r2.out, s.N * s.OC * sizeof(float)) == 0, "%s: out differs at 1 and 2 threads", name);
+    EXPECT(memcmp(r1.dinp, r2.dinp, s.N * s.IC * sizeof(float)) == 0, "%s: dinp differs at 1 and 2 threads", name);
+    EXPECT(memcmp(r1.dweight, r2.dweight, (size_t)s.OC * s.IC * sizeof(float)) == 0,
+           "%s: dweight differs at 1 and 2 threads", name);
+    printf("threads (%s): 1 and 2 threads give the same bits\n", name);
+    free_results(&r1);
+    free_results(&r2);
+    free_problem(&p);
+    matmul_bf16_free(mm);
+}
+
+int main(int argc, char **argv) {
+    bool exhaustive = argc > 1 && strcmp(argv[1], "--exhaustive") == 0;
+    test_conversion(exhaustive);
+    const Shape shapes[] = {{1, 1, 1}, {1, 64, 3}, {3, 1, 7}, {17, 31, 47}, {100, 129, 65}, {64, 1536, 100},
+                            {128, 384, 384}};
+    const MatmulBF16Path paths[] = {MATMUL_BF16_ONEDNN, MATMUL_BF16_WIDEN};
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) test_layer(paths[k], shapes[i]);
+        test_cache(paths[k]);
+        test_threads(paths[k]);
+    }
+    printf("cpu has bf16 arithmetic (oneDNN): %s\n", matmul_bf16_cpu_has_bf16() ? "yes" : "no");
+    if (failures) {
+        fprintf(stderr, "%d failures\n", failures);
+        return 1;
+    }
+    printf("all bf16 kernel checks passed\n");
+    return 0;
+}
