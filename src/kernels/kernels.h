@@ -16,10 +16,14 @@
 
 #include "kernels/real.h"
 
-/* out (B,T,C) = wte[tokens] + wpe[t] */
-void encoder_forward(real *out, const int32_t *tokens, const real *wte, const real *wpe, int B, int T, int C);
-/* dwte (Vp,C) +=, dwpe (maxT,C) += from dout (B,T,C) */
-void encoder_backward(real *dwte, real *dwpe, const real *dout, const int32_t *tokens, int B, int T, int C);
+/* out (B,T,C) = wte[token - v_begin] + wpe[t]. wte holds the rows of tokens
+ * [v_begin, v_end) (a vocabulary shard, or all of it); other tokens add 0.
+ * wpe may be NULL (positions added elsewhere). */
+void encoder_forward(real *out, const int32_t *tokens, const real *wte, const real *wpe, int v_begin, int v_end,
+                     int B, int T, int C);
+/* dwte (rows v_begin..v_end) +=, dwpe (maxT,C) += (if not NULL) from dout (B,T,C) */
+void encoder_backward(real *dwte, real *dwpe, const real *dout, const int32_t *tokens, int v_begin, int v_end,
+                      int B, int T, int C);
 
 /* out (N,C), mean (N), rstd (N) = layernorm(inp (N,C)) * weight (C) + bias (C), eps 1e-5 */
 void layernorm_forward(real *out, real *mean, real *rstd, const real *inp, const real *weight,
@@ -56,5 +60,22 @@ void residual_forward(real *out, const real *a, const real *b, size_t N);
  * (0 in the padded columns). Returns the sum of the N losses (in double). */
 double softmax_xent_forward_backward(real *logits, real *losses, const int32_t *targets, size_t N, int V,
                                      int Vp, real dloss);
+
+/* Vocabulary-parallel softmax cross-entropy (Megatron): each shard holds
+ * logits (N,Vl) for the vocabulary columns [v_begin, v_begin + Vl), of which
+ * the first V_valid are real tokens. Between the phases the caller takes the
+ * maximum of row_max, then the sum of row_sum and target_logit, over shards.
+ * Phase 1: row_max (N) = max of the valid local logits (-inf if none). */
+void xent_shard_max(const real *logits, double *row_max, size_t N, int V_valid, int Vl);
+/* Phase 2 (row_max global): logits become exp(logit - max); row_sum (N) their
+ * sum over valid columns; target_logit (N) = target's logit - max if this shard
+ * holds the target, else 0. */
+void xent_shard_exp(real *logits, const double *row_max, double *row_sum, double *target_logit,
+                    const int32_t *targets, int v_begin, size_t N, int V_valid, int Vl);
+/* Phase 3 (sums global): losses (N) = log(sum) - target_logit; with dloss != 0
+ * the logits become their gradient (softmax - onehot) x dloss, 0 in padding.
+ * Returns the sum of the N losses. */
+double xent_shard_finish(real *logits, real *losses, const double *row_sum, const double *target_logit,
+                         const int32_t *targets, int v_begin, size_t N, int V_valid, int Vl, real dloss);
 
 #endif

@@ -8,13 +8,29 @@
  * bucket or a ZeRO shard is a range of this buffer. Gradients use the same
  * layout. Linear weights are (out, in) as in PyTorch and llm.c. The output
  * layer is tied to wte. Rows Vp > V of wte are padding: zero, never read by
- * the loss, never updated. This file knows nothing about ranks. */
+ * the loss, never updated.
+ *
+ * A config can also describe one rank's part of the model (its "shard"):
+ * tensor parallelism (Megatron) splits attention heads, MLP columns and the
+ * vocabulary tp_size ways (qkv and fc column-parallel, attproj and fcproj
+ * row-parallel, LayerNorms and the row-parallel biases replicated); a
+ * pipeline stage holds a contiguous range of layers, the embeddings on the
+ * first stage and the final LayerNorm on the last. With more than one stage
+ * the last one reads the tied output weights from head_wte, a copy the caller
+ * keeps current, and accumulates their gradient into head_dwte, which the
+ * caller adds to the first stage's (extra_wte_grad). The local flat buffer then holds only the
+ * shard's tensors with their local shapes, block by block in the same order,
+ * and gpt_shard_runs maps it onto the whole model's ("logical") layout. The
+ * shard's forward and backward do the tensor-parallel all-reduces through
+ * the model's tp group; the pipeline's sends and receives are the caller's. */
 #ifndef BS_MODEL_GPT_H
 #define BS_MODEL_GPT_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "comm/comm.h"
 
 typedef struct {
     int max_seq_len; /* T max (rows of wpe) */
@@ -23,7 +39,26 @@ typedef struct {
     int num_layers;  /* L */
     int num_heads;   /* H */
     int channels;    /* C */
+    /* this rank's shard; all zero means the whole model */
+    int tp_size, tp_rank;  /* tensor parallel */
+    int pp_size, pp_rank;  /* pipeline stage */
+    int first_layer, stage_layers; /* the stage's layers: [first_layer, first_layer + stage_layers) */
 } GPTConfig;
+
+/* The shard's coordinates with defaults filled in. */
+int gpt_tp_size(const GPTConfig *cfg);
+int gpt_tp_rank(const GPTConfig *cfg);
+int gpt_first_layer(const GPTConfig *cfg);
+int gpt_stage_layers(const GPTConfig *cfg);
+bool gpt_has_encoder(const GPTConfig *cfg);    /* first pipeline stage */
+bool gpt_has_head(const GPTConfig *cfg);       /* last pipeline stage: final LayerNorm, logits, loss */
+bool gpt_has_embeddings(const GPTConfig *cfg); /* in the flat buffer: the first stage */
+/* The same model, whole (no shard). */
+GPTConfig gpt_logical_config(const GPTConfig *cfg);
+/* Sets the shard; false with a one-line reason if it is impossible (heads,
+ * channels or vocabulary not divisible by tp_size, a stage without layers). */
+bool gpt_set_shard(GPTConfig *cfg, int tp_size, int tp_rank, int pp_size, int pp_rank, int first_layer,
+                   int stage_layers, char *why, size_t why_size);
 
 /* Tensor kinds, in llm.c's model-file order. */
 typedef enum {
@@ -51,9 +86,24 @@ size_t gpt_tensor_offset(const GPTConfig *cfg, TensorKind k, int layer); /* laye
 size_t gpt_num_params(const GPTConfig *cfg); /* floats in the flat buffer, padding included */
 size_t gpt_num_trained_params(const GPTConfig *cfg); /* without the padded wte rows */
 
-/* Blocks: 0 = embeddings, 1..L = layers, L+1 = final LayerNorm. */
+/* Blocks: 0 = embeddings, 1..L = layers, L+1 = final LayerNorm (global
+ * numbers; a shard holds some of them, the others have count 0). */
 int gpt_num_blocks(const GPTConfig *cfg);
+bool gpt_block_present(const GPTConfig *cfg, int block);
 void gpt_block_range(const GPTConfig *cfg, int block, size_t *offset, size_t *count);
+
+/* A run of the local flat buffer and where it lies in the logical layout.
+ * `primary` marks the one copy of each logical element: tensors replicated
+ * over tensor-parallel ranks count on rank 0 only. */
+typedef struct {
+    size_t local, logical, count;
+    bool primary;
+} ShardRun;
+int gpt_max_shard_runs(const GPTConfig *cfg);
+/* Runs in increasing local (and logical) order, adjacent runs merged. */
+int gpt_shard_runs(const GPTConfig *cfg, ShardRun *out, int capacity);
+/* Whether this rank's copy of a tensor counts in global sums (norms). */
+bool gpt_tensor_primary(const GPTConfig *cfg, TensorKind k);
 
 /* A contiguous run of one tensor, for optimizers that treat tensors apart. */
 typedef struct {
@@ -78,6 +128,11 @@ typedef struct {
     size_t num_params;
     float *params; /* the full flat buffer, or NULL when another owner provides blocks (ZeRO-3) */
     float *grads;  /* likewise (NULL under ZeRO-2/3) */
+    Comm *tp;      /* the tensor-parallel group (NULL: none) */
+    /* last pipeline stage without the embeddings: the tied output weights */
+    float *head_wte, *head_dwte; /* (Vp/tp, C) */
+    /* first stage: a gradient for wte to add in the next backward (from the last stage) */
+    const float *extra_wte_grad;
 } GPT;
 
 /* Allocates both flat buffers (zeroed). */
@@ -89,7 +144,8 @@ void gpt_free(GPT *model);
 /* GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
  * biases 0, LayerNorm weights 1; padded rows 0. */
 void gpt_init_weights(GPT *model, uint64_t seed);
-/* The same values for [offset, offset+count) only, into dst (a ZeRO-3 shard). */
+/* The same values for the local range [offset, offset+count) only, into dst
+ * (a ZeRO-3 shard); a shard gets its elements of the whole model's values. */
 void gpt_init_range(const GPTConfig *cfg, uint64_t seed, float *dst, size_t offset, size_t count);
 void gpt_zero_grads(GPT *model);
 
@@ -102,7 +158,8 @@ typedef struct {
     size_t layer_stride;
     float *encoded, *layers, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *proj_out;
     float *grad_memory; /* backward scratch in one allocation */
-    float *dresidual, *dln, *datty, *dqkv, *dfch_gelu, *dfch, *att_scratch;
+    float *dresidual, *dln, *datty, *dqkv, *dfch, *att_scratch;
+    double *row_stats; /* tensor-parallel softmax: per-row max, sum, target logit */
 } GPTActs;
 
 void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for_training);
@@ -127,15 +184,27 @@ typedef struct {
  * written to acts->losses and their sum is returned (double); with
  * dloss != 0 the logits are replaced by their gradient for backward (dloss is
  * d(total loss)/d(token loss), usually 1/tokens in the global batch).
- * Without targets the logits are left for sampling and 0 is returned. */
+ * Without targets the logits are left for sampling and 0 is returned.
+ * A pipeline stage without the encoder reads its input from gpt_stage_input
+ * (inputs may then be NULL); a stage without the head leaves its output in
+ * gpt_stage_output and returns 0 (targets ignored). */
 double gpt_forward(const GPT *model, GPTActs *acts, const int32_t *inputs, const int32_t *targets, int b, int t,
                    float dloss, const BlockAccess *access);
+
+/* The pipeline stage's activation input (b,t,C) and output (b,t,C). */
+float *gpt_stage_input(const GPTConfig *cfg, GPTActs *acts);
+float *gpt_stage_output(const GPTConfig *cfg, GPTActs *acts);
+/* Gradient with respect to the stage's output (written by the caller before
+ * backward on a stage without the head) and, after backward, with respect to
+ * its input (to send to the previous stage). */
+float *gpt_stage_grad(GPTActs *acts);
 
 /* Backward after gpt_forward(..., dloss != 0); accumulates (+=) gradients. */
 void gpt_backward(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t, const BlockAccess *access);
 
-/* FLOPs per trained token: 6 x params + 12 x L x C x T (attention counted in
- * full, as in the PaLM/nanoGPT convention, though the kernel skips the masked half). */
+/* FLOPs per trained token of the whole model: 6 x params + 12 x L x C x T
+ * (attention counted in full, as in the PaLM/nanoGPT convention, though the
+ * kernel skips the masked half). */
 double gpt_flops_per_token(const GPTConfig *cfg, int seq_len);
 
 #endif

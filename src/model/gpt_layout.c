@@ -1,0 +1,334 @@
+/* gpt_layout.c: the GPT's parameter layout, whole or sharded (tensor and
+ * pipeline parallel), its map onto the whole model's layout, and the seeded
+ * initialisation that gives every shard its part of the same model. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/gpt.h"
+
+int gpt_padded_vocab(int vocab_size) { return (vocab_size + 127) / 128 * 128; }
+
+int gpt_tp_size(const GPTConfig *cfg) { return cfg->tp_size > 0 ? cfg->tp_size : 1; }
+int gpt_tp_rank(const GPTConfig *cfg) { return cfg->tp_size > 0 ? cfg->tp_rank : 0; }
+static int pp_size(const GPTConfig *cfg) { return cfg->pp_size > 0 ? cfg->pp_size : 1; }
+static int pp_rank(const GPTConfig *cfg) { return cfg->pp_size > 0 ? cfg->pp_rank : 0; }
+int gpt_first_layer(const GPTConfig *cfg) { return cfg->pp_size > 0 ? cfg->first_layer : 0; }
+int gpt_stage_layers(const GPTConfig *cfg) { return cfg->pp_size > 0 ? cfg->stage_layers : cfg->num_layers; }
+bool gpt_has_encoder(const GPTConfig *cfg) { return pp_rank(cfg) == 0; }
+bool gpt_has_head(const GPTConfig *cfg) { return pp_rank(cfg) == pp_size(cfg) - 1; }
+bool gpt_has_embeddings(const GPTConfig *cfg) { return gpt_has_encoder(cfg); }
+
+GPTConfig gpt_logical_config(const GPTConfig *cfg) {
+    GPTConfig whole = *cfg;
+    whole.tp_size = whole.tp_rank = whole.pp_size = whole.pp_rank = whole.first_layer = whole.stage_layers = 0;
+    return whole;
+}
+
+bool gpt_config_check(GPTConfig *cfg, char *why, size_t why_size) {
+    const char *fixed = NULL;
+    if (cfg->num_layers < 1) fixed = "--layers must be at least 1";
+    else if (cfg->num_heads < 1) fixed = "--heads must be at least 1";
+    else if (cfg->channels < 1) fixed = "--channels must be at least 1";
+    else if (cfg->max_seq_len < 1) fixed = "--seq-len must be at least 1";
+    else if (cfg->vocab_size < 2) fixed = "the vocabulary must have at least 2 tokens";
+    else if (cfg->vocab_size > (1 << 30) || cfg->channels > (1 << 16) || cfg->max_seq_len > (1 << 20))
+        fixed = "the model is too large for this engine (vocab > 2^30, channels > 65536 or seq-len > 2^20)";
+    if (fixed) {
+        snprintf(why, why_size, "%s", fixed);
+        return false;
+    }
+    if (cfg->channels % cfg->num_heads != 0) {
+        snprintf(why, why_size, "--heads %d does not divide --channels %d", cfg->num_heads, cfg->channels);
+        return false;
+    }
+    cfg->padded_vocab_size = gpt_padded_vocab(cfg->vocab_size);
+    return true;
+}
+
+bool gpt_set_shard(GPTConfig *cfg, int tp_size, int tp_rank, int pp_size_, int pp_rank_, int first_layer,
+                   int stage_layers, char *why, size_t why_size) {
+    if (cfg->num_heads % tp_size != 0) {
+        snprintf(why, why_size, "--tp %d does not divide --heads %d (tensor parallelism splits the heads)", tp_size,
+                 cfg->num_heads);
+        return false;
+    }
+    if (cfg->padded_vocab_size % tp_size != 0) {
+        snprintf(why, why_size, "--tp %d does not divide the padded vocabulary %d", tp_size, cfg->padded_vocab_size);
+        return false;
+    }
+    if (stage_layers < 1 || first_layer < 0 || first_layer + stage_layers > cfg->num_layers) {
+        snprintf(why, why_size, "pipeline stage %d would hold layers [%d, %d) of %d; every stage needs at least one",
+                 pp_rank_, first_layer, first_layer + stage_layers, cfg->num_layers);
+        return false;
+    }
+    cfg->tp_size = tp_size;
+    cfg->tp_rank = tp_rank;
+    cfg->pp_size = pp_size_;
+    cfg->pp_rank = pp_rank_;
+    cfg->first_layer = first_layer;
+    cfg->stage_layers = stage_layers;
+    return true;
+}
+
+static const char *const tensor_names[TK_COUNT] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb",
+};
+
+const char *gpt_tensor_name(TensorKind k) { return tensor_names[k]; }
+
+bool gpt_tensor_is_per_layer(TensorKind k) { return k >= TK_FIRST_LAYER_KIND && k <= TK_LAST_LAYER_KIND; }
+
+bool gpt_tensor_decays(TensorKind k) {
+    return k == TK_WTE || k == TK_WPE || k == TK_QKVW || k == TK_ATTPROJW || k == TK_FCW || k == TK_FCPROJW;
+}
+
+/* Tensors every tensor-parallel rank holds whole. */
+static bool tp_replicated(TensorKind k) {
+    return k == TK_WPE || k == TK_LN1W || k == TK_LN1B || k == TK_ATTPROJB || k == TK_LN2W || k == TK_LN2B ||
+           k == TK_FCPROJB || k == TK_LNFW || k == TK_LNFB;
+}
+
+bool gpt_tensor_primary(const GPTConfig *cfg, TensorKind k) { return !(tp_replicated(k) && gpt_tp_rank(cfg) != 0); }
+
+size_t gpt_tensor_numel(const GPTConfig *cfg, TensorKind k) {
+    size_t C = (size_t)cfg->channels, T = (size_t)gpt_tp_size(cfg);
+    switch (k) {
+    case TK_WTE: return (size_t)cfg->padded_vocab_size / T * C;
+    case TK_WPE: return (size_t)cfg->max_seq_len * C;
+    case TK_QKVW: return 3 * C / T * C;
+    case TK_QKVB: return 3 * C / T;
+    case TK_ATTPROJW: return C * (C / T);
+    case TK_FCW: return 4 * C / T * C;
+    case TK_FCB: return 4 * C / T;
+    case TK_FCPROJW: return C * (4 * C / T);
+    case TK_LN1W: case TK_LN1B: case TK_ATTPROJB: case TK_LN2W: case TK_LN2B:
+    case TK_FCPROJB: case TK_LNFW: case TK_LNFB: return C;
+    case TK_COUNT: break;
+    }
+    return 0;
+}
+
+static size_t layer_numel(const GPTConfig *cfg) {
+    size_t n = 0;
+    for (int k = TK_FIRST_LAYER_KIND; k <= TK_LAST_LAYER_KIND; k++) n += gpt_tensor_numel(cfg, (TensorKind)k);
+    return n;
+}
+
+static size_t embeddings_numel(const GPTConfig *cfg) {
+    return gpt_has_embeddings(cfg) ? gpt_tensor_numel(cfg, TK_WTE) + gpt_tensor_numel(cfg, TK_WPE) : 0;
+}
+
+size_t gpt_tensor_offset(const GPTConfig *cfg, TensorKind k, int layer) {
+    if (k == TK_WTE) return 0;
+    if (k == TK_WPE) return gpt_tensor_numel(cfg, TK_WTE);
+    size_t layers_start = embeddings_numel(cfg);
+    if (!gpt_tensor_is_per_layer(k)) {
+        size_t off = layers_start + (size_t)gpt_stage_layers(cfg) * layer_numel(cfg);
+        return k == TK_LNFW ? off : off + gpt_tensor_numel(cfg, TK_LNFW);
+    }
+    size_t off = layers_start + (size_t)(layer - gpt_first_layer(cfg)) * layer_numel(cfg);
+    for (int j = TK_FIRST_LAYER_KIND; j < (int)k; j++) off += gpt_tensor_numel(cfg, (TensorKind)j);
+    return off;
+}
+
+size_t gpt_num_params(const GPTConfig *cfg) {
+    return embeddings_numel(cfg) + (size_t)gpt_stage_layers(cfg) * layer_numel(cfg) +
+           (gpt_has_head(cfg) ? 2 * (size_t)cfg->channels : 0);
+}
+
+size_t gpt_num_trained_params(const GPTConfig *cfg) {
+    GPTConfig whole = gpt_logical_config(cfg);
+    return gpt_num_params(&whole) - (size_t)(whole.padded_vocab_size - whole.vocab_size) * whole.channels;
+}
+
+int gpt_num_blocks(const GPTConfig *cfg) { return cfg->num_layers + 2; }
+
+bool gpt_block_present(const GPTConfig *cfg, int block) {
+    if (block == 0) return gpt_has_embeddings(cfg);
+    if (block > cfg->num_layers) return gpt_has_head(cfg);
+    int layer = block - 1, first = gpt_first_layer(cfg);
+    return layer >= first && layer < first + gpt_stage_layers(cfg);
+}
+
+void gpt_block_range(const GPTConfig *cfg, int block, size_t *offset, size_t *count) {
+    *offset = 0;
+    *count = 0;
+    if (!gpt_block_present(cfg, block)) return;
+    if (block == 0) {
+        *count = embeddings_numel(cfg);
+    } else if (block <= cfg->num_layers) {
+        *offset = gpt_tensor_offset(cfg, TK_FIRST_LAYER_KIND, block - 1);
+        *count = layer_numel(cfg);
+    } else {
+        *offset = gpt_tensor_offset(cfg, TK_LNFW, 0);
+        *count = 2 * (size_t)cfg->channels;
+    }
+}
+
+int gpt_max_segments(const GPTConfig *cfg) { return TK_COUNT * (cfg->num_layers + 2); }
+
+int gpt_param_segments(const GPTConfig *cfg, ParamSegment *out, int capacity) {
+    int n = 0;
+    for (int block = 0; block < gpt_num_blocks(cfg); block++) {
+        if (!gpt_block_present(cfg, block)) continue;
+        int first, last, layer = block - 1;
+        if (block == 0) first = TK_WTE, last = TK_WPE;
+        else if (block <= cfg->num_layers) first = TK_FIRST_LAYER_KIND, last = TK_LAST_LAYER_KIND;
+        else first = TK_LNFW, last = TK_LNFB;
+        for (int k = first; k <= last; k++) {
+            if (n == capacity) bs_die("internal: too many parameter segments");
+            out[n].kind = (TensorKind)k;
+            out[n].layer = gpt_tensor_is_per_layer((TensorKind)k) ? layer : 0;
+            out[n].offset = gpt_tensor_offset(cfg, (TensorKind)k, out[n].layer);
+            out[n].count = gpt_tensor_numel(cfg, (TensorKind)k);
+            n++;
+        }
+    }
+    return n;
+}
+
+LayerTensors gpt_layer_tensors(const GPTConfig *cfg, float *block) {
+    const int first = gpt_first_layer(cfg);
+    const size_t start = gpt_tensor_offset(cfg, TK_FIRST_LAYER_KIND, first);
+#define AT(kind) (block + (gpt_tensor_offset(cfg, kind, first) - start))
+    LayerTensors t = {
+        .ln1w = AT(TK_LN1W), .ln1b = AT(TK_LN1B), .qkvw = AT(TK_QKVW), .qkvb = AT(TK_QKVB),
+        .attprojw = AT(TK_ATTPROJW), .attprojb = AT(TK_ATTPROJB), .ln2w = AT(TK_LN2W), .ln2b = AT(TK_LN2B),
+        .fcw = AT(TK_FCW), .fcb = AT(TK_FCB), .fcprojw = AT(TK_FCPROJW), .fcprojb = AT(TK_FCPROJB),
+    };
+#undef AT
+    return t;
+}
+
+/* ---- the map onto the whole model ---- */
+
+typedef struct {
+    ShardRun *out;
+    int n, capacity;
+} RunList;
+
+static void add_run(RunList *l, size_t local, size_t logical, size_t count, bool primary) {
+    if (count == 0) return;
+    if (l->n > 0) {
+        ShardRun *p = &l->out[l->n - 1];
+        if (p->local + p->count == local && p->logical + p->count == logical && p->primary == primary) {
+            p->count += count;
+            return;
+        }
+    }
+    if (l->n == l->capacity) bs_die("internal: too many shard runs");
+    l->out[l->n++] = (ShardRun){local, logical, count, primary};
+}
+
+int gpt_max_shard_runs(const GPTConfig *cfg) {
+    return (cfg->num_layers + 2) * (2 * cfg->channels + 2 * TK_COUNT) + 8;
+}
+
+/* The local tensor k of `layer` as runs of the logical tensor. */
+static void tensor_runs(RunList *l, const GPTConfig *cfg, const GPTConfig *whole, TensorKind k, int layer) {
+    const size_t C = (size_t)cfg->channels, T = (size_t)gpt_tp_size(cfg), r = (size_t)gpt_tp_rank(cfg);
+    const size_t local = gpt_tensor_offset(cfg, k, layer), logical = gpt_tensor_offset(whole, k, layer);
+    const bool primary = gpt_tensor_primary(cfg, k);
+    const size_t n = gpt_tensor_numel(cfg, k);
+    switch (k) {
+    case TK_QKVW: /* rows of q, k and v for this rank's heads */
+    case TK_QKVB: {
+        size_t part = n / 3, width = k == TK_QKVW ? C : 1;
+        for (size_t p = 0; p < 3; p++) add_run(l, local + p * part, logical + (p * C + r * (C / T)) * width, part, primary);
+        break;
+    }
+    case TK_ATTPROJW: /* this rank's column block of every row */
+    case TK_FCPROJW: {
+        size_t full = k == TK_ATTPROJW ? C : 4 * C, cols = full / T;
+        for (size_t row = 0; row < C; row++) add_run(l, local + row * cols, logical + row * full + r * cols, cols, primary);
+        break;
+    }
+    default: /* whole tensors, or a contiguous row block (wte, fcw, fcb) */
+        add_run(l, local, tp_replicated(k) ? logical : logical + r * n, n, primary);
+        break;
+    }
+}
+
+int gpt_shard_runs(const GPTConfig *cfg, ShardRun *out, int capacity) {
+    RunList l = {out, 0, capacity};
+    GPTConfig whole = gpt_logical_config(cfg);
+    for (int block = 0; block < gpt_num_blocks(cfg); block++) {
+        if (!gpt_block_present(cfg, block)) continue;
+        int first, last;
+        if (block == 0) first = TK_WTE, last = TK_WPE;
+        else if (block <= cfg->num_layers) first = TK_FIRST_LAYER_KIND, last = TK_LAST_LAYER_KIND;
+        else first = TK_LNFW, last = TK_LNFB;
+        for (int k = first; k <= last; k++) tensor_runs(&l, cfg, &whole, (TensorKind)k, block - 1);
+    }
+    return l.n;
+}
+
+/* ---- initialisation ---- */
+
+/* GPT-2's initial values of the whole model, walked in logical order. */
+typedef struct {
+    const GPTConfig *whole;
+    ParamSegment *segs;
+    int num_segs, seg;
+    size_t pos; /* next logical index */
+    Rng rng;
+    double residual_std;
+} InitStream;
+
+/* The next `count` values of the stream into dst (NULL: skip them). */
+static void init_stream_take(InitStream *s, size_t count, float *dst) {
+    while (count > 0) {
+        const ParamSegment *g = &s->segs[s->seg];
+        size_t end = g->offset + g->count;
+        if (s->pos >= end) {
+            s->seg++;
+            continue;
+        }
+        TensorKind k = g->kind;
+        size_t random = gpt_tensor_decays(k) ? g->count : 0; /* values drawn for this tensor */
+        if (k == TK_WTE) random = (size_t)s->whole->vocab_size * s->whole->channels; /* padded rows stay 0 */
+        double std = (k == TK_ATTPROJW || k == TK_FCPROJW) ? s->residual_std : 0.02;
+        float constant = (k == TK_LN1W || k == TK_LN2W || k == TK_LNFW) ? 1.0f : 0.0f;
+        for (; s->pos < end && count > 0; s->pos++, count--) {
+            float v = constant;
+            if (s->pos - g->offset < random) {
+                if (dst) v = (float)(std * rng_normal(&s->rng));
+                else rng_next(&s->rng), rng_next(&s->rng); /* rng_normal draws two words */
+            }
+            if (dst) *dst++ = v;
+        }
+    }
+}
+
+void gpt_init_range(const GPTConfig *cfg, uint64_t seed, float *dst, size_t offset, size_t count) {
+    GPTConfig whole = gpt_logical_config(cfg);
+    InitStream s = {.whole = &whole, .residual_std = 0.02 / sqrt(2.0 * cfg->num_layers)};
+    rng_seed(&s.rng, seed);
+    int cap = gpt_max_segments(&whole);
+    s.segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
+    s.num_segs = gpt_param_segments(&whole, s.segs, cap);
+    int run_cap = gpt_max_shard_runs(cfg);
+    ShardRun *runs = bs_malloc(sizeof(ShardRun) * (size_t)run_cap);
+    int nruns = gpt_shard_runs(cfg, runs, run_cap);
+    const size_t end = offset + count;
+    for (int i = 0; i < nruns; i++) { /* runs ascend in logical order too */
+        size_t lo = runs[i].local > offset ? runs[i].local : offset;
+        size_t hi = runs[i].local + runs[i].count < end ? runs[i].local + runs[i].count : end;
+        if (lo >= hi) continue;
+        size_t logical = runs[i].logical + (lo - runs[i].local);
+        if (logical < s.pos) { /* a replicated copy seen again: restart the stream (rare) */
+            rng_seed(&s.rng, seed);
+            s.pos = 0;
+            s.seg = 0;
+        }
+        init_stream_take(&s, logical - s.pos, NULL);
+        init_stream_take(&s, hi - lo, dst + (lo - offset));
+    }
+    free(runs);
+    free(s.segs);
+}
