@@ -10,3 +10,7 @@ set_target_properties(test_gradcheck PROPERTIES SOURCES "${GRADCHECK_SOURCES}")
 add_executable(test_bf16 test_bf16.c)
 target_link_libraries(test_bf16 PRIVATE bscore)
 add_test(NAME bf16_kernels COMMAND test_bf16)
+
+add_executable(bf16_driver test_bf16_driver.c)
+target_link_libraries(bf16_driver PRIVATE bscore)
+add_test(NAME bf16_torch COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_bf16_torch.py $<TARGET_FILE:bf16_driver>)
