@@ -225,6 +225,21 @@ CommOp *comm_start_broadcast(Comm *c, float *buf, size_t n, int root) {
     return op;
 }
 
+CommOp *comm_start_send(Comm *c, const float *buf, size_t n, int peer, int tag) {
+    CommOp *op = op_new(c, "send", n * sizeof(float));
+    op->uses_mpi = true;
+    op->mpi_bytes = n * sizeof(float);
+    comm_check(MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, c->mpi, &op->request), c, "send");
+    return op;
+}
+
+CommOp *comm_start_recv(Comm *c, float *buf, size_t n, int peer, int tag) {
+    CommOp *op = op_new(c, "receive", n * sizeof(float));
+    op->uses_mpi = true;
+    comm_check(MPI_Irecv(buf, (int)n, MPI_FLOAT, peer, tag, c->mpi, &op->request), c, "receive");
+    return op;
+}
+
 static void complete(CommOp *op) {
     Comm *c = op->comm;
     if (op->move_count) memcpy(op->move_to, op->move_from, op->move_count * sizeof(float));

@@ -78,7 +78,7 @@ static Comm *wrap(MPI_Comm mpi, CommAlgo algo, double timeout_s, const char *nam
 static void setup_nodes(Comm *c, int ranks_per_node) {
     MPI_Comm node_mpi, cross_mpi;
     if (ranks_per_node > 0) {
-        comm_check(MPI_Comm_split(c->mpi, c->rank / ranks_per_node, c->rank, &node_mpi), c, "node split");
+        comm_check(MPI_Comm_split(c->mpi, c->world_rank / ranks_per_node, c->rank, &node_mpi), c, "node split");
     } else {
         comm_check(MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node_mpi), c,
                    "node detection");
@@ -145,7 +145,8 @@ Comm *comm_init(int *argc, char ***argv, CommAlgo algo, int ranks_per_node, doub
 
 Comm *comm_split(Comm *parent, int color, int key, const char *name) {
     MPI_Comm sub;
-    comm_check(MPI_Comm_split(parent->mpi, color, key, &sub), parent, "group split");
+    comm_check(MPI_Comm_split(parent->mpi, color < 0 ? MPI_UNDEFINED : color, key, &sub), parent, "group split");
+    if (sub == MPI_COMM_NULL) return NULL;
     Comm *c = wrap(sub, parent->algo, parent->timeout_s, name);
     setup_nodes(c, parent->ranks_per_node);
     return c;
@@ -286,6 +287,27 @@ char *comm_gather_text(Comm *comm, const char *text, const char *sep, int root) 
     free(lens);
     free(displs);
     return joined;
+}
+
+void comm_gatherv_floats(Comm *comm, const float *data, size_t n, float *out, size_t *counts, int root) {
+    int mine = (int)n;
+    int *lens = bs_malloc(sizeof(int) * (size_t)comm->size), *displs = NULL;
+    comm_gather_bytes(comm, &mine, sizeof mine, lens, root);
+    if (comm->rank == root) {
+        displs = bs_malloc(sizeof(int) * (size_t)comm->size);
+        int total = 0;
+        for (int i = 0; i < comm->size; i++) {
+            displs[i] = total;
+            total += lens[i];
+            if (counts) counts[i] = (size_t)lens[i];
+        }
+    }
+    MPI_Request req;
+    comm_check(MPI_Igatherv(data, mine, MPI_FLOAT, out, lens, displs, MPI_FLOAT, root, comm->mpi, &req), comm,
+               "gather");
+    wait_request(comm, &req, "gather of parameters", n * sizeof(float));
+    free(lens);
+    free(displs);
 }
 
 void comm_set_trace(Comm *comm, Trace *trace) {

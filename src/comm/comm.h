@@ -44,7 +44,8 @@ typedef struct {
  * 0 detects them (MPI_Comm_split_type SHARED). Registers an exit hook that
  * aborts the whole job if this process exits before comm_finalize. */
 Comm *comm_init(int *argc, char ***argv, CommAlgo algo, int ranks_per_node, double timeout_s, const char *name);
-/* Sub-group of the ranks that pass the same color, ordered by key. */
+/* Sub-group of the ranks that pass the same color, ordered by key; every
+ * rank of the parent calls it; a negative color joins no group (NULL). */
 Comm *comm_split(Comm *parent, int color, int key, const char *name);
 void comm_free(Comm *comm);
 void comm_finalize(Comm *world);
@@ -73,6 +74,9 @@ CommOp *comm_start_reduce_scatter(Comm *comm, float *buf, size_t window_offset, 
 /* All-gather of the window: each rank's window ∩ own part is sent to all. */
 CommOp *comm_start_allgather(Comm *comm, float *buf, size_t window_offset, size_t n, size_t total);
 CommOp *comm_start_broadcast(Comm *comm, float *buf, size_t n, int root);
+/* Point-to-point (pipeline stages): n floats to / from group rank `peer`. */
+CommOp *comm_start_send(Comm *comm, const float *buf, size_t n, int peer, int tag);
+CommOp *comm_start_recv(Comm *comm, float *buf, size_t n, int peer, int tag);
 /* Advances the operation; true (and the operation is freed) when complete. */
 bool comm_test(CommOp *op);
 /* Blocks until complete (then frees it). `what` names it in a timeout message. */
@@ -90,6 +94,9 @@ void comm_broadcast_bytes(Comm *comm, void *data, size_t bytes, int root);
 /* Gathers `bytes` from every rank into out (size * bytes) on root. */
 void comm_gather_bytes(Comm *comm, const void *data, size_t bytes, void *out, int root);
 void comm_barrier(Comm *comm);
+/* Gathers n floats from every rank (n may differ) into out on root, in rank
+ * order; counts (size entries, may be NULL) receives each rank's n on root. */
+void comm_gatherv_floats(Comm *comm, const float *data, size_t n, float *out, size_t *counts, int root);
 /* Concatenates every rank's text (in rank order, joined by `sep`) on root;
  * returns it there (caller frees) and NULL elsewhere. */
 char *comm_gather_text(Comm *comm, const char *text, const char *sep, int root);

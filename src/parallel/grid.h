@@ -1,0 +1,32 @@
+/* grid.h: the 3D process grid: tensor (TP), pipeline (PP) and data (DP)
+ * parallel groups over the world.
+ *
+ *   rank = (dp_index * PP + pp_index) * TP + tp_index
+ *
+ * TP varies fastest, so a tensor-parallel group (the heaviest traffic, an
+ * all-reduce per sub-block) sits inside a node; PP next; DP outermost. Each
+ * rank belongs to one group of each kind, plus its model-parallel group
+ * (all TP x PP ranks of its data-parallel replica). Layers are split into PP
+ * contiguous stages, evenly or as --pp-split says. Impossible layouts are
+ * refused with a message saying what to change, before any work starts. */
+#ifndef BS_PARALLEL_GRID_H
+#define BS_PARALLEL_GRID_H
+
+#include "comm/comm.h"
+
+typedef struct {
+    int tp, pp, dp;                 /* sizes */
+    int tp_index, pp_index, dp_index;
+    Comm *world, *tp_group, *pp_group, *dp_group, *mp_group;
+    int *stage_first, *stage_layers; /* per stage */
+} Grid;
+
+/* tp, pp >= 1; dp 0 means world / (tp x pp). pp_split: "" (even) or a
+ * comma-separated count of layers per stage. Dies with one line if the
+ * layout cannot be built. */
+Grid *grid_create(Comm *world, int tp, int pp, int dp, const char *pp_split, int num_layers, int num_heads);
+void grid_free(Grid *g);
+/* World rank of the grid coordinate. */
+int grid_rank_of(const Grid *g, int dp_index, int pp_index, int tp_index);
+
+#endif
