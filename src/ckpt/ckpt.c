@@ -233,6 +233,8 @@ bool ckpt_try_read_manifest(const char *dir, CkptManifest *m, char *why, size_t 
         FAIL("%s has checkpoint format version %d; this build reads version %d", path, version, CKPT_FORMAT_VERSION);
     char shape_why[256];
     if (!gpt_config_check(&m->model, shape_why, sizeof shape_why)) FAIL("%s: invalid model shape: %s", path, shape_why);
+    if (m->model.num_layers > (1 << 20)) /* beyond this the parameter count could overflow */
+        FAIL("%s: invalid model shape: %d layers (at most 2^20)", path, m->model.num_layers);
     if (step < 0 || seqs < 0 || tokens < 0 || ostep < 0) FAIL("%s is corrupt: negative counters", path);
     if (m->world < 1 || m->dp < 1 || m->tp < 1 || m->pp < 1 || m->zero < 0 || m->zero > 3)
         FAIL("%s is corrupt: impossible layout", path);
@@ -285,6 +287,10 @@ bool ckpt_try_read_manifest(const char *dir, CkptManifest *m, char *why, size_t 
             FAIL("%s is corrupt: file %s has an inconsistent size", path, name);
         if (f->offset + f->count > gpt_num_params(&m->model))
             FAIL("%s is corrupt: file %s covers a range outside the model", path, name);
+        for (int k = 0; k < i; k++) /* overlaps would let a read count some parameters twice and miss others */
+            if (f->count && m->files[k].count && f->offset < m->files[k].offset + m->files[k].count &&
+                m->files[k].offset < f->offset + f->count)
+                FAIL("%s is corrupt: files %s and %s hold overlapping ranges", path, m->files[k].name, name);
     }
     json_decref(j);
     return true;

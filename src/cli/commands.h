@@ -9,5 +9,7 @@ int cmd_prepare(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
+int cmd_ckpt(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 
 #endif

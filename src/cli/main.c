@@ -17,6 +17,8 @@ static const Command commands[] = {
     {"sample", cmd_sample, "generate text from a checkpoint"},
     {"bench", cmd_bench, "micro-benchmarks (gemm)"},
     {"tokenizer", cmd_tokenizer, "train a BPE tokenizer; encode and decode text"},
+    {"ckpt", cmd_ckpt, "inspect and verify checkpoints; export/import llm.c model files"},
+    {"run", cmd_run, "run a job under mpirun, restarting it from its last checkpoint when a rank dies"},
     {"plan", cmd_plan, "size a training run on up to tens of thousands of GPUs"},
 };
 

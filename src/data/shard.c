@@ -14,43 +14,71 @@
 #include "core/error.h"
 #include "core/io.h"
 
-void shard_open(TokenShard *shard, const char *path, int vocab_size) {
+/* Every check of shard_open, returning the reason instead of dying; the
+ * file is unmapped again on failure. */
+bool shard_try_open(TokenShard *shard, const char *path, int vocab_size, char *why, size_t why_size) {
     memset(shard, 0, sizeof *shard);
     int fd = open(path, O_RDONLY);
-    if (fd < 0) bs_die("cannot open token shard %s: %s", path, strerror(errno));
+    if (fd < 0) {
+        snprintf(why, why_size, "cannot open token shard %s: %s", path, strerror(errno));
+        return false;
+    }
     struct stat st;
-    if (fstat(fd, &st) != 0) bs_die("cannot stat token shard %s: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        snprintf(why, why_size, "cannot stat token shard %s: %s", path, strerror(errno));
+        close(fd);
+        return false;
+    }
     size_t bytes = (size_t)st.st_size;
     const size_t header_bytes = SHARD_HEADER_INTS * sizeof(int32_t);
-    if (bytes < header_bytes)
-        bs_die("%s is not a token shard: %zu bytes, shorter than the 1024-byte header", path, bytes);
+    if (bytes < header_bytes) {
+        snprintf(why, why_size, "%s is not a token shard: %zu bytes, shorter than the 1024-byte header", path, bytes);
+        close(fd);
+        return false;
+    }
     void *map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
-    if (map == MAP_FAILED) bs_die("cannot map token shard %s: %s", path, strerror(errno));
+    if (map == MAP_FAILED) {
+        snprintf(why, why_size, "cannot map token shard %s: %s", path, strerror(errno));
+        return false;
+    }
     const int32_t *header = map;
-    if (header[0] != SHARD_MAGIC)
-        bs_die("%s is not a token shard: wrong magic %d (expected %d, llm.c's format)", path, header[0], SHARD_MAGIC);
-    if (header[1] != SHARD_VERSION)
-        bs_die("%s has token-shard version %d; this build reads version %d (uint16 tokens)", path, header[1],
-               SHARD_VERSION);
-    if (header[2] < 0) bs_die("%s is corrupt: negative token count %d", path, header[2]);
-    size_t count = (size_t)header[2];
-    if (bytes != header_bytes + 2 * count)
-        bs_die("%s is truncated or corrupt: its header says %zu tokens (%zu bytes) but the file has %zu bytes", path,
-               count, header_bytes + 2 * count, bytes);
     const uint16_t *tokens = (const uint16_t *)((const char *)map + header_bytes);
-    if (vocab_size > 0) {
-        for (size_t i = 0; i < count; i++) {
-            if (tokens[i] >= vocab_size)
-                bs_die("%s: token %u at position %zu is outside the vocabulary (size %d); was it prepared with "
-                       "another tokenizer?", path, tokens[i], i, vocab_size);
-        }
+    size_t count = header[2] < 0 ? 0 : (size_t)header[2];
+    if (header[0] != SHARD_MAGIC)
+        snprintf(why, why_size, "%s is not a token shard: wrong magic %d (expected %d, llm.c's format)", path,
+                 header[0], SHARD_MAGIC);
+    else if (header[1] != SHARD_VERSION)
+        snprintf(why, why_size, "%s has token-shard version %d; this build reads version %d (uint16 tokens)", path,
+                 header[1], SHARD_VERSION);
+    else if (header[2] < 0)
+        snprintf(why, why_size, "%s is corrupt: negative token count %d", path, header[2]);
+    else if (bytes != header_bytes + 2 * count)
+        snprintf(why, why_size,
+                 "%s is truncated or corrupt: its header says %zu tokens (%zu bytes) but the file has %zu bytes", path,
+                 count, header_bytes + 2 * count, bytes);
+    else
+        why[0] = '\0';
+    for (size_t i = 0; !why[0] && vocab_size > 0 && i < count; i++)
+        if (tokens[i] >= vocab_size)
+            snprintf(why, why_size,
+                     "%s: token %u at position %zu is outside the vocabulary (size %d); was it prepared with "
+                     "another tokenizer?", path, tokens[i], i, vocab_size);
+    if (why[0]) {
+        munmap(map, bytes);
+        return false;
     }
     shard->path = strdup(path);
     shard->map = map;
     shard->map_bytes = bytes;
     shard->tokens = tokens;
     shard->num_tokens = count;
+    return true;
+}
+
+void shard_open(TokenShard *shard, const char *path, int vocab_size) {
+    char why[4400];
+    if (!shard_try_open(shard, path, vocab_size, why, sizeof why)) bs_die("%s", why);
 }
 
 void shard_close(TokenShard *shard) {

@@ -1,0 +1,308 @@
+/* cmd_ckpt.c: `batchscale ckpt inspect|export|import`: look into checkpoints
+ * and convert between a checkpoint and an llm.c model file.
+ *
+ *   inspect DIR                 the manifest in readable form, every file's
+ *                               size and XXH64 checksum verified, and the
+ *                               files' ranges checked to cover the model once
+ *                               (DIR: one checkpoint, or a checkpoint
+ *                               directory: every step_* in it)
+ *   export --llmc FILE DIR      the parameters as an llm.c fp32 model file
+ *   import --llmc FILE --out DIR --global-batch N
+ *                               DIR/step_00000000: the parameters, zero
+ *                               optimizer state, step 0: `train --resume`
+ *                               starts from it as from --init-from FILE
+ *
+ * Deliberately not here: resharding (any layout reads any checkpoint
+ * directly) and editing a checkpoint's training state. */
+#include <dirent.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt.h"
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "core/error.h"
+#include "core/io.h"
+#include "model/llmc_file.h"
+#include "optim/noise_scale.h"
+#include "optim/optimizer.h"
+
+#define OPTION_COUNT(specs) ((int)(sizeof specs / sizeof specs[0]))
+
+/* Moves the positional words (neither an option nor an option's value) out
+ * of argv[1..] into pos, so options_parse sees only options. Returns their
+ * number; dies if there are more than max_pos. */
+static int take_positionals(const OptionSpec *specs, int count, int *argc, char **argv, char **pos, int max_pos,
+                            const char *command) {
+    int kept = 1, npos = 0;
+    for (int i = 1; i < *argc; i++) {
+        const char *a = argv[i];
+        bool is_option = a[0] == '-' && a[1] != '\0';
+        if (is_option) {
+            argv[kept++] = argv[i];
+            if (a[1] != '-' || strchr(a, '=')) continue;
+            for (int s = 0; s < count; s++)
+                if (strcmp(a + 2, specs[s].name) == 0 && specs[s].type != OPT_FLAG && i + 1 < *argc) {
+                    argv[kept++] = argv[++i]; /* the option's value */
+                    break;
+                }
+            continue;
+        }
+        if (npos == max_pos) bs_die("ckpt %s: unexpected argument '%s' (see --help)", command, a);
+        pos[npos++] = argv[i];
+    }
+    *argc = kept;
+    return npos;
+}
+
+/* A checkpoint given as DIR/step_N, or a checkpoint directory (its newest
+ * complete checkpoint, skipping damaged ones with a warning). */
+static void resolve_checkpoint(const char *arg, char *out, size_t n) {
+    char manifest[4200];
+    snprintf(manifest, sizeof manifest, "%s/manifest.json", arg);
+    if (bs_path_exists(manifest)) snprintf(out, n, "%s", arg);
+    else ckpt_resolve("latest", arg, out, n);
+}
+
+/* ---- inspect ---- */
+
+static int compare_by_offset(const void *a, const void *b) {
+    const CkptFile *x = a, *y = b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* The files' ranges must tile [0, params) exactly; false and a reason if not. */
+static bool check_coverage(const CkptManifest *m, char *why, size_t why_size) {
+    CkptFile *sorted = bs_malloc(sizeof(CkptFile) * (size_t)m->num_files);
+    memcpy(sorted, m->files, sizeof(CkptFile) * (size_t)m->num_files);
+    qsort(sorted, (size_t)m->num_files, sizeof(CkptFile), compare_by_offset);
+    uint64_t next = 0, total = gpt_num_params(&m->model);
+    bool ok = true;
+    for (int i = 0; i < m->num_files && ok; i++) {
+        if (sorted[i].offset != next) {
+            snprintf(why, why_size, "%s: its range starts at %" PRIu64 " but the files before end at %" PRIu64 " (%s)",
+                     sorted[i].name, sorted[i].offset, next, sorted[i].offset > next ? "a gap" : "an overlap");
+            ok = false;
+        }
+        next = sorted[i].offset + sorted[i].count;
+    }
+    if (ok && next != total) {
+        snprintf(why, why_size, "the files cover %" PRIu64 " of the model's %" PRIu64 " parameters", next, total);
+        ok = false;
+    }
+    free(sorted);
+    return ok;
+}
+
+static void print_manifest(const char *dir, const CkptManifest *m) {
+    const GPTConfig *g = &m->model;
+    printf("checkpoint %s\n", dir);
+    printf("  format       batchscale-checkpoint version %d\n", CKPT_FORMAT_VERSION);
+    printf("  step         %ld (optimizer step %ld)\n", m->step, m->optimizer_step);
+    printf("  consumed     %" PRIu64 " sequences, %" PRIu64 " tokens\n", m->seqs_consumed, m->tokens_consumed);
+    printf("  model        L=%d H=%d C=%d T=%d V=%d (padded %d): %zu floats\n", g->num_layers, g->num_heads,
+           g->channels, g->max_seq_len, g->vocab_size, g->padded_vocab_size, gpt_num_params(g));
+    printf("  layout       world %d: dp %d x tp %d x pp %d, ZeRO stage %d\n", m->world, m->dp, m->tp, m->pp, m->zero);
+    printf("  optimizer    %s\n", m->optimizer);
+    printf("  schedule     batch %s, global batch %ld, adaptive batch reached %ld\n", m->batch_schedule,
+           m->final_batch, m->current_batch);
+    printf("  noise scale  ema decay %g, |G|^2 ema %g, tr(Sigma) ema %g, ema weight %g\n", m->noise_scale[0],
+           m->noise_scale[1], m->noise_scale[2], m->noise_scale[3]);
+    printf("  data         seed %" PRIu64 ", %s\n", m->data_seed, m->data_shuffle ? "shuffled" : "sequential");
+    printf("  sample rng   %016" PRIx64 " %016" PRIx64 " %016" PRIx64 " %016" PRIx64 "\n", m->sample_rng.s[0],
+           m->sample_rng.s[1], m->sample_rng.s[2], m->sample_rng.s[3]);
+    printf("  files        %d\n", m->num_files);
+}
+
+/* Prints one checkpoint and verifies every file; true if all is well. */
+static bool inspect_one(const char *dir) {
+    CkptManifest *m = bs_malloc(sizeof *m), *one = bs_malloc(sizeof *one);
+    char why[600];
+    bool ok = ckpt_try_read_manifest(dir, m, why, sizeof why);
+    if (!ok) {
+        printf("checkpoint %s\n  CORRUPT: %s\n", dir, why);
+        bs_error("%s", why);
+    } else {
+        print_manifest(dir, m);
+        *one = *m;
+        one->num_files = 1;
+        for (int i = 0; i < m->num_files; i++) {
+            const CkptFile *f = &m->files[i];
+            one->files[0] = *f;
+            bool file_ok = ckpt_verify(dir, one, why, sizeof why);
+            printf("    %-16s [%" PRIu64 ", %" PRIu64 ")  %" PRIu64 " bytes  xxh64 %016" PRIx64 "  %s\n", f->name,
+                   f->offset, f->offset + f->count, f->bytes, f->xxh64, file_ok ? "ok" : "CORRUPT");
+            if (!file_ok) bs_error("%s", why);
+            ok = ok && file_ok;
+        }
+        if (!check_coverage(m, why, sizeof why)) {
+            printf("  CORRUPT: %s\n", why);
+            bs_error("checkpoint %s: %s", dir, why);
+            ok = false;
+        }
+        printf("  %s\n", ok ? "verified: every checksum matches and the files cover the model once" : "NOT VALID");
+    }
+    free(one);
+    free(m);
+    return ok;
+}
+
+static int compare_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Every step_* of a checkpoint directory, oldest first; leftovers of
+ * interrupted writes are listed as such. */
+static bool inspect_all(const char *root) {
+    DIR *d = opendir(root);
+    if (!d) bs_die("ckpt inspect: %s is neither a checkpoint (no manifest.json) nor a readable directory", root);
+    char *names[CKPT_MAX_FILES];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < CKPT_MAX_FILES) {
+        long step;
+        char tail;
+        if (sscanf(e->d_name, "step_%ld%c", &step, &tail) == 1) names[n++] = strdup(e->d_name);
+        else if (strncmp(e->d_name, ".tmp-step_", 10) == 0)
+            printf("%s/%s: an interrupted write, ignored (removed by the next checkpoint)\n", root, e->d_name);
+    }
+    closedir(d);
+    if (n == 0) bs_die("ckpt inspect: no checkpoint (step_*) in %s", root);
+    qsort(names, (size_t)n, sizeof names[0], compare_names);
+    bool ok = true;
+    for (int i = 0; i < n; i++) {
+        char dir[4400];
+        snprintf(dir, sizeof dir, "%s/%s", root, names[i]);
+        ok = inspect_one(dir) && ok;
+        free(names[i]);
+    }
+    return ok;
+}
+
+static int ckpt_inspect(int argc, char **argv) {
+    char *pos[1] = {NULL};
+    int npos = take_positionals(NULL, 0, &argc, argv, pos, 1, "inspect");
+    if (!options_parse(NULL, 0, argc, argv,
+                       "usage: batchscale ckpt inspect DIR\n\nPrints a checkpoint's manifest and verifies every file "
+                       "(DIR: a checkpoint, or a checkpoint directory: all of its checkpoints).\nExit status 1 if "
+                       "anything is corrupt, with a line naming the file."))
+        return 0;
+    if (npos != 1) bs_die("ckpt inspect: give the checkpoint directory (batchscale ckpt inspect DIR)");
+    char manifest[4200];
+    snprintf(manifest, sizeof manifest, "%s/manifest.json", pos[0]);
+    bool ok = bs_path_exists(manifest) || !bs_is_dir(pos[0]) ? inspect_one(pos[0]) : inspect_all(pos[0]);
+    return ok ? 0 : 1;
+}
+
+/* ---- export ---- */
+
+static int ckpt_export(int argc, char **argv) {
+    const char *llmc = "";
+    const OptionSpec specs[] = {
+        {"llmc", OPT_STRING, &llmc, OPT_NO_RANGE, "FILE", "llm.c model file to write"},
+    };
+    char *pos[1] = {NULL};
+    int npos = take_positionals(specs, OPTION_COUNT(specs), &argc, argv, pos, 1, "export");
+    if (!options_parse(specs, OPTION_COUNT(specs), argc, argv,
+                       "usage: batchscale ckpt export --llmc FILE DIR\n\nWrites a checkpoint's parameters as an llm.c "
+                       "fp32 model file (DIR: a checkpoint, or a checkpoint directory: its newest complete one)."))
+        return 0;
+    if (npos != 1) bs_die("ckpt export: give the checkpoint directory (batchscale ckpt export --llmc FILE DIR)");
+    if (!*llmc) bs_die("ckpt export: --llmc FILE is required (the llm.c model file to write)");
+    char dir[4096], why[600];
+    resolve_checkpoint(pos[0], dir, sizeof dir);
+    CkptManifest *m = bs_malloc(sizeof *m);
+    ckpt_read_manifest(dir, m);
+    if (!ckpt_verify(dir, m, why, sizeof why)) bs_die("%s", why);
+    GPT model;
+    gpt_create_with(&model, &m->model, GPT_ALLOC_PARAMS);
+    ckpt_read_range(dir, m, 0, model.num_params, model.params, NULL);
+    llmc_model_write(llmc, &model);
+    printf("exported %s (step %ld) to %s\n", dir, m->step, llmc);
+    gpt_free(&model);
+    free(m);
+    return 0;
+}
+
+/* ---- import ---- */
+
+static int ckpt_import(int argc, char **argv) {
+    const char *llmc = "", *out = "", *optimizer = "adamw", *batch_schedule = "constant", *data_order = "shuffled";
+    int global_batch = 0;
+    long long seed = 1337;
+    const OptionSpec specs[] = {
+        {"llmc", OPT_STRING, &llmc, OPT_NO_RANGE, "FILE", "llm.c model file to read"},
+        {"out", OPT_STRING, &out, OPT_NO_RANGE, "DIR", "checkpoint directory to create step_00000000 in"},
+        {"global-batch", OPT_INT, &global_batch, 1, 1 << 30, "SEQS", "the --global-batch of the run that resumes it (required)"},
+        {"optimizer", OPT_STRING, &optimizer, OPT_NO_RANGE, "NAME", "the --optimizer of that run"},
+        {"batch-schedule", OPT_STRING, &batch_schedule, OPT_NO_RANGE, "SPEC", "the --batch-schedule of that run"},
+        {"seed", OPT_LONG, &seed, 0, 9.2e18, "N", "the --seed of that run (data order and sampling)"},
+        {"data-order", OPT_STRING, &data_order, OPT_NO_RANGE, "ORDER", "the --data-order of that run"},
+    };
+    if (!options_parse(specs, OPTION_COUNT(specs), argc, argv,
+                       "usage: batchscale ckpt import --llmc FILE --out DIR --global-batch N\n\nMakes a step-0 "
+                       "checkpoint (zero optimizer state) from an llm.c model file; `train --resume` continues\nfrom "
+                       "it as `train --init-from FILE` would start. The run's flags below must match the resuming "
+                       "run's."))
+        return 0;
+    if (!*llmc || !*out) bs_die("ckpt import: --llmc FILE and --out DIR are required");
+    if (global_batch == 0) bs_die("ckpt import: --global-batch is required (train --resume checks it)");
+    OptimizerKind kind;
+    char why[256];
+    if (!optimizer_kind_parse(optimizer, &kind, why, sizeof why)) bs_die("%s", why);
+    if (strcmp(data_order, "shuffled") != 0 && strcmp(data_order, "sequential") != 0)
+        bs_die("--data-order must be 'shuffled' or 'sequential' (got '%s')", data_order);
+    GPTConfig cfg;
+    llmc_model_read_config(llmc, &cfg);
+    GPT model;
+    gpt_create_with(&model, &cfg, GPT_ALLOC_PARAMS);
+    llmc_model_read_params(llmc, &model);
+
+    CkptManifest *m = bs_calloc(1, sizeof *m);
+    if (strlen(batch_schedule) >= sizeof m->batch_schedule)
+        bs_die("--batch-schedule is too long for a checkpoint manifest");
+    char tmp[4096];
+    ckpt_tmp_dir(tmp, sizeof tmp, out, 0);
+    bs_remove_tree(tmp);
+    bs_mkdir_p(tmp);
+    ckpt_write_rank_file(tmp, 0, 0, model.num_params, model.params, NULL, &m->files[0]);
+    m->num_files = 1;
+    m->model = model.cfg;
+    rng_seed(&m->sample_rng, (uint64_t)seed ^ 0x5ca1ab1eULL); /* as train seeds its sampler (train/trainer.c) */
+    m->data_seed = (uint64_t)seed;
+    m->data_shuffle = strcmp(data_order, "shuffled") == 0;
+    m->world = m->dp = m->tp = m->pp = 1;
+    snprintf(m->optimizer, sizeof m->optimizer, "%s", optimizer_kind_name(kind));
+    snprintf(m->batch_schedule, sizeof m->batch_schedule, "%s", batch_schedule);
+    m->final_batch = global_batch;
+    NoiseScale fresh;
+    noise_scale_init(&fresh, 0.99);
+    double noise[4] = {fresh.ema_decay, fresh.grad_sq_ema, fresh.trace_ema, fresh.ema_weight};
+    memcpy(m->noise_scale, noise, sizeof noise);
+    ckpt_commit(out, tmp, m, 0);
+    char dir[4096];
+    ckpt_step_dir(dir, sizeof dir, out, 0);
+    printf("imported %s to %s (%zu floats, zero optimizer state, step 0)\n", llmc, dir, model.num_params);
+    free(m);
+    gpt_free(&model);
+    return 0;
+}
+
+/* ---- dispatch ---- */
+
+int cmd_ckpt(int argc, char **argv) {
+    static const char *const usage =
+        "usage: batchscale ckpt <inspect|export|import> [options]   (batchscale ckpt <sub> --help)\n\n"
+        "  inspect DIR                  print a checkpoint's manifest and verify every checksum\n"
+        "  export --llmc FILE DIR       write a checkpoint's parameters as an llm.c model file\n"
+        "  import --llmc FILE --out DIR --global-batch N\n"
+        "                               make a step-0 checkpoint that train --resume accepts\n";
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "inspect") == 0) return ckpt_inspect(argc - 1, argv + 1);
+    if (strcmp(argv[1], "export") == 0) return ckpt_export(argc - 1, argv + 1);
+    if (strcmp(argv[1], "import") == 0) return ckpt_import(argc - 1, argv + 1);
+    bs_die("ckpt: unknown subcommand '%s' (inspect, export or import)", argv[1]);
+}

@@ -1,0 +1,267 @@
+/* cmd_run.c: `batchscale run [options] -- COMMAND`: restarts a training job
+ * after a failure, on top of mpirun (no transport or launcher of its own).
+ *
+ * COMMAND is a normal job, `mpirun -np N ... batchscale train ... --ckpt-dir
+ * DIR` (or --out DIR, whose checkpoints are in DIR/ckpt). The launcher runs
+ * it and waits. A rank that dies makes mpirun end the others and exit
+ * non-zero; a rank that hangs makes the others time out (train
+ * --comm-timeout) and abort, so the launcher itself never needs a timer.
+ * After a failure it logs the time, the newest complete checkpoint and the
+ * work lost since it, and runs the command again with `--resume latest` (only
+ * once a checkpoint exists), up to --max-restarts times.
+ *
+ * Restarted commands differ from the first in three ways, all logged: they
+ * resume; they drop --inject-fault and the BATCHSCALE_CKPT_FAULT variable
+ * (a test's injected fault models a failure that happened once, and the
+ * restart models the repaired job); and they see BATCHSCALE_RESTART=<attempt>
+ * in their environment (0 on the first launch).
+ *
+ * Elastic rule (--elastic): an attempt that fails before writing a new
+ * complete checkpoint made no progress. After --shrink-after such failures
+ * in a row at the same size, a rank "cannot come back", and the next attempt
+ * runs on fewer processes: the largest count n < N, n >= --min-ranks, for
+ * which the global batch is a whole number of micro-batches
+ * (global % (micro x n) == 0). The trainer then accumulates
+ * global / (micro x n) micro-steps, so the global batch, the data order and
+ * the update are unchanged. That needs --global-batch and --micro-batch in
+ * the train command (without --global-batch the trainer would take micro x
+ * ranks, which changes with the size, and refuse the checkpoint).
+ *
+ * Deliberately not here: health checks of machines, growing a job again,
+ * and a watchdog of its own (the trainer's --comm-timeout is the one). */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "ckpt/ckpt.h"
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "cli/run_child.h"
+#include "cli/run_command.h"
+#include "cli/run_log.h"
+#include "core/error.h"
+#include "core/io.h"
+
+typedef struct {
+    int max_restarts, min_ranks, shrink_after;
+    bool elastic;
+    double restart_delay;
+    const char *log;
+} RunOptions;
+
+typedef struct {
+    long step;      /* -1: no complete checkpoint */
+    double written; /* Unix time its manifest was written */
+} CkptPoint;
+
+static double wall_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The newest checkpoint in ckpt_dir whose manifest reads and whose files
+ * verify: the one `--resume latest` takes. */
+static CkptPoint newest_checkpoint(const char *ckpt_dir) {
+    CkptPoint best = {-1, 0};
+    DIR *d = opendir(ckpt_dir);
+    if (!d) return best;
+    long steps[CKPT_MAX_FILES];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < CKPT_MAX_FILES) {
+        long s;
+        char tail;
+        if (sscanf(e->d_name, "step_%ld%c", &s, &tail) == 1) steps[n++] = s;
+    }
+    closedir(d);
+    CkptManifest *m = bs_malloc(sizeof *m);
+    for (;;) {
+        int top = -1;
+        for (int i = 0; i < n; i++)
+            if (steps[i] >= 0 && (top < 0 || steps[i] > steps[top])) top = i;
+        if (top < 0) break;
+        char dir[4096], manifest[4200], why[600];
+        ckpt_step_dir(dir, sizeof dir, ckpt_dir, steps[top]);
+        steps[top] = -1;
+        snprintf(manifest, sizeof manifest, "%s/manifest.json", dir);
+        struct stat st;
+        if (stat(manifest, &st) == 0 && ckpt_try_read_manifest(dir, m, why, sizeof why) &&
+            ckpt_verify(dir, m, why, sizeof why)) {
+            best.step = m->step;
+            best.written = (double)st.st_mtim.tv_sec + 1e-9 * (double)st.st_mtim.tv_nsec;
+            break;
+        }
+    }
+    free(m);
+    return best;
+}
+
+static json_t *step_json(long step) { return step >= 0 ? json_integer(step) : json_null(); }
+
+static const char *step_text(long step, char *buf, size_t n) {
+    if (step < 0) snprintf(buf, n, "none (starts over)");
+    else snprintf(buf, n, "step %ld", step);
+    return buf;
+}
+
+/* A train option holding a count, or 0 if absent or not a count. */
+static long command_count(const RunCommand *cmd, const char *name) {
+    const char *text = run_command_get(cmd, name);
+    double v;
+    return text && parse_count(text, &v) && v >= 1 ? (long)v : 0;
+}
+
+/* The elastic rule's next size (see the header comment); 0 if none. */
+static int smaller_size(const RunCommand *cmd, int ranks, int min_ranks) {
+    long global = command_count(cmd, "global-batch"), micro = command_count(cmd, "micro-batch");
+    for (int n = ranks - 1; n >= min_ranks && n >= 1; n--)
+        if (global % (micro * n) == 0) return n;
+    return 0;
+}
+
+static void check_command(const RunCommand *cmd, const RunOptions *o, char *ckpt_dir, size_t n) {
+    if (cmd->train_at < 0)
+        bs_die("run: the command must run `batchscale train` (no word 'train' after a batchscale executable in it)");
+    const char *dir = run_command_get(cmd, "ckpt-dir"), *out = run_command_get(cmd, "out");
+    if (dir && *dir) snprintf(ckpt_dir, n, "%s", dir);
+    else if (out && *out) snprintf(ckpt_dir, n, "%s/ckpt", out);
+    else bs_die("run: the train command needs --ckpt-dir DIR (or --out DIR) so that a restart can resume");
+    const char *every = run_command_get(cmd, "ckpt-every");
+    if (!every || atoi(every) == 0)
+        bs_warn("run: the train command has no --ckpt-every: it checkpoints only at its end, so a restart starts over");
+    if (!o->elastic) return;
+    int ranks = run_command_ranks(cmd);
+    if (ranks < 1) bs_die("run --elastic: the command must give mpirun a process count (-np N) to reduce");
+    if (o->min_ranks > ranks) bs_die("run: --min-ranks %d is more than the job's %d processes", o->min_ranks, ranks);
+    if (!command_count(cmd, "global-batch") || !command_count(cmd, "micro-batch"))
+        bs_die("run --elastic: give the train command --global-batch and --micro-batch explicitly: the global batch "
+               "must not change with the number of processes (the trainer accumulates to keep it)");
+}
+
+static int exit_code(int status) {
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+}
+
+/* Runs the job to success or until the restarts are spent; returns the exit status. */
+static int supervise(RunCommand *cmd, const RunOptions *o, const char *ckpt_dir, RunLog *log) {
+    int ranks = run_command_ranks(cmd), no_progress = 0;
+    double lost_total = 0;
+    CkptPoint before = newest_checkpoint(ckpt_dir);
+    char *text = run_command_text(cmd), at[64];
+    run_log_event(log, "start", json_pack("{s:i, s:o, s:s}", "ranks", ranks, "from_step", step_json(before.step),
+                                          "command", text),
+                  "%d ranks, checkpoint %s: %s", ranks, step_text(before.step, at, sizeof at), text);
+    free(text);
+    for (int attempt = 0;; attempt++) {
+        double started = wall_now();
+        ChildResult r = run_child(cmd->words, attempt, attempt > 0);
+        double ended = wall_now();
+        if (WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) {
+            run_log_event(log, "done",
+                          json_pack("{s:i, s:i, s:f}", "restarts", attempt, "ranks", ranks, "lost_s", lost_total),
+                          "the job finished after %d restart%s on %d ranks; %.1f s of work lost to failures", attempt,
+                          attempt == 1 ? "" : "s", ranks, lost_total);
+            return 0;
+        }
+        char how[128];
+        run_describe_status(r.status, how, sizeof how);
+        if (r.stop_signal) {
+            run_log_event(log, "interrupted", json_pack("{s:i, s:s}", "signal", r.stop_signal, "status", how),
+                          "stopped by signal %d (%s): not restarting", r.stop_signal, how);
+            return exit_code(r.status);
+        }
+        CkptPoint now = newest_checkpoint(ckpt_dir);
+        double since = now.step >= 0 && now.written > started ? now.written : started;
+        double lost = ended - since;
+        lost_total += lost;
+        no_progress = now.step > before.step ? 0 : no_progress + 1;
+        run_log_event(log, "failure",
+                      json_pack("{s:i, s:i, s:s, s:i, s:o, s:f, s:b}", "attempt", attempt, "ranks", ranks, "status",
+                                how, "exit_code", exit_code(r.status), "ckpt_step", step_json(now.step), "lost_s",
+                                lost, "progress", now.step > before.step),
+                      "attempt %d on %d ranks failed (%s); last complete checkpoint: %s; %.1f s of work lost since it",
+                      attempt, ranks, how, step_text(now.step, at, sizeof at), lost);
+        if (attempt == o->max_restarts) {
+            run_log_event(log, "give-up", json_pack("{s:i}", "restarts", attempt),
+                          "no restarts left (--max-restarts %d)", o->max_restarts);
+            return exit_code(r.status);
+        }
+        if (o->elastic && no_progress >= o->shrink_after) {
+            int next = smaller_size(cmd, ranks, o->min_ranks);
+            if (next == 0) {
+                run_log_event(log, "give-up", json_pack("{s:i, s:i}", "ranks", ranks, "min_ranks", o->min_ranks),
+                              "%d failures in a row without progress on %d ranks, and no smaller size from "
+                              "--min-ranks %d up keeps the global batch", no_progress, ranks, o->min_ranks);
+                return exit_code(r.status);
+            }
+            run_log_event(log, "shrink", json_pack("{s:i, s:i, s:i}", "from_ranks", ranks, "to_ranks", next,
+                                                   "failures_without_progress", no_progress),
+                          "%d failures in a row without a new checkpoint on %d ranks: continuing on %d", no_progress,
+                          ranks, next);
+            run_command_set_ranks(cmd, next);
+            if (run_command_get(cmd, "dp")) {
+                char value[16];
+                snprintf(value, sizeof value, "%d", next);
+                run_command_set(cmd, "dp", value);
+            }
+            ranks = next;
+            no_progress = 0;
+        }
+        if (now.step >= 0) run_command_set(cmd, "resume", "latest");
+        run_command_remove(cmd, "inject-fault");
+        text = run_command_text(cmd);
+        run_log_event(log, "restart",
+                      json_pack("{s:i, s:i, s:o, s:f, s:s}", "attempt", attempt + 1, "ranks", ranks, "from_step",
+                                step_json(now.step), "delay_s", o->restart_delay, "command", text),
+                      "attempt %d on %d ranks from checkpoint %s in %g s", attempt + 1, ranks,
+                      step_text(now.step, at, sizeof at), o->restart_delay);
+        free(text);
+        int sig = run_pause(o->restart_delay);
+        if (sig) {
+            run_log_event(log, "interrupted", json_pack("{s:i}", "signal", sig), "stopped by signal %d before the "
+                          "restart", sig);
+            return 128 + sig;
+        }
+        before = now;
+    }
+}
+
+int cmd_run(int argc, char **argv) {
+    RunOptions o = {3, 1, 2, false, 1.0, ""};
+    const OptionSpec specs[] = {
+        {"max-restarts", OPT_INT, &o.max_restarts, 0, 1e6, "K", "restarts after failures before giving up"},
+        {"elastic", OPT_FLAG, &o.elastic, OPT_NO_RANGE, "", "continue on fewer processes when a rank cannot come back"},
+        {"min-ranks", OPT_INT, &o.min_ranks, 1, 1 << 20, "N", "--elastic: never fewer processes than this"},
+        {"shrink-after", OPT_INT, &o.shrink_after, 1, 1e6, "N",
+         "--elastic: failures in a row without a new checkpoint before shrinking"},
+        {"restart-delay", OPT_DOUBLE, &o.restart_delay, 0, 86400, "SECONDS", "wait before each restart"},
+        {"log", OPT_STRING, &o.log, OPT_NO_RANGE, "FILE", "append every event as a JSON line to FILE"},
+    };
+    int split = 1;
+    while (split < argc && strcmp(argv[split], "--") != 0) split++;
+    if (!options_parse(specs, (int)(sizeof specs / sizeof specs[0]), split, argv,
+                       "usage: batchscale run [options] -- mpirun -np N ... batchscale train ... --ckpt-dir DIR "
+                       "--ckpt-every S\n\nRuns a training job and restarts it from its newest complete checkpoint "
+                       "when it fails\n(a rank killed or stalled), optionally on fewer processes (--elastic)."))
+        return 0;
+    if (split + 1 >= argc)
+        bs_die("run: give the job's command after --, e.g. batchscale run -- mpirun -np 2 batchscale train "
+               "--ckpt-dir DIR --ckpt-every 50 ...");
+    RunCommand cmd;
+    run_command_init(&cmd, argc - split - 1, argv + split + 1);
+    char ckpt_dir[4096];
+    check_command(&cmd, &o, ckpt_dir, sizeof ckpt_dir);
+    run_signals_block();
+    RunLog log;
+    run_log_open(&log, o.log);
+    int status = supervise(&cmd, &o, ckpt_dir, &log);
+    run_log_close(&log);
+    run_command_free(&cmd);
+    return status;
+}
