@@ -6,7 +6,7 @@ set -eu
 
 PACKAGES="build-essential cmake pkg-config
 libopenblas-openmp-dev libopenmpi-dev openmpi-bin libmpich-dev mpich
-libjansson-dev libxxhash-dev libutf8proc-dev libcairo2-dev libdnnl-dev
+libjansson-dev libxxhash-dev libutf8proc-dev libcairo2-dev libdnnl-dev clang-14 libclang-rt-14-dev
 python3 python3-torch python3-numpy
 bible-kjv gnuplot-nox"
 
