@@ -10,3 +10,11 @@ target_link_libraries(bscore PUBLIC PkgConfig::CAIRO)
 add_executable(test_plan_formulas ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_formulas.c)
 target_link_libraries(test_plan_formulas PRIVATE bscore)
 add_test(NAME plan_formulas COMMAND test_plan_formulas)
+
+# CLI behaviour, and the published-runs table of docs/PLANNER.md recomputed.
+# (tests/test_plan_reality.py measures wall-clock time on this machine: run by
+# hand, never registered.)
+foreach(t cli validation)
+  add_test(NAME plan_${t} COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_${t}.py)
+  set_tests_properties(plan_${t} PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};PLANNER_DOC=${PROJECT_SOURCE_DIR}/docs/PLANNER.md")
+endforeach()

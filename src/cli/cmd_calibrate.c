@@ -2,7 +2,9 @@
  * machine as the planner sees a GPU (one process with --threads threads)
  * and writes a calibration file that `batchscale plan --calibrate FILE`
  * reads: sgemm rates over a range of sizes (the achieved fraction of peak by
- * matmul size), memory bandwidth (STREAM triad), cores and memory.
+ * matmul size), memory bandwidth (STREAM triad), the rate of the engine's
+ * own element-wise kernels (on a CPU they are bound by arithmetic as much as
+ * by memory), cores and memory.
  *
  * Collective latency and bandwidth are not measured here yet: the file
  * leaves room for a "collectives" object, {"ring": {"alpha_s": ...,
@@ -24,6 +26,7 @@
 #include "core/error.h"
 #include "core/io.h"
 #include "core/timer.h"
+#include "kernels/kernels.h"
 
 typedef struct {
     int m, n, k;
@@ -83,6 +86,36 @@ static double triad_bandwidth(size_t n, int reps) {
     return best;
 }
 
+/* Bytes per second of the engine's element-wise kernels on a demo-sized
+ * block (N rows of C channels, MLP 4C): GELU and LayerNorm forward and
+ * backward and a residual add, counting each tensor read or written once.
+ * The best of `reps` passes. */
+static double elementwise_rate(size_t N, int C, int reps) {
+    size_t n = N * (size_t)C, wide = 4 * n;
+    float *x = bs_malloc(wide * sizeof(float)), *y = bs_malloc(wide * sizeof(float)), *g = bs_malloc(wide * sizeof(float));
+    float *w = bs_malloc((size_t)C * sizeof(float)), *b = bs_malloc((size_t)C * sizeof(float));
+    float *dw = bs_calloc((size_t)C, sizeof(float)), *db = bs_calloc((size_t)C, sizeof(float));
+    float *mean = bs_malloc(N * sizeof(float)), *rstd = bs_malloc(N * sizeof(float));
+    for (size_t i = 0; i < wide; i++) x[i] = (float)((i % 97) - 48) * 0.02f, g[i] = 0.01f;
+    for (int i = 0; i < C; i++) w[i] = 1.0f, b[i] = 0.0f;
+    double bytes = 4.0 * (2.0 * wide + 3.0 * wide) /* gelu: read, write; backward: read 2, write 1 */
+                   + 4.0 * (2.0 * n + 4.0 * n)     /* layernorm: read, write; backward: read 2, read+write 1 */
+                   + 4.0 * 3.0 * n;                /* residual: read 2, write 1 */
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = bs_now();
+        gelu_forward(y, x, wide);
+        gelu_backward(x, x, g, wide);
+        layernorm_forward(y, mean, rstd, x, w, b, N, C);
+        layernorm_backward(g, dw, db, y, x, w, mean, rstd, N, C);
+        residual_forward(y, x, g, n);
+        double rate = bytes / (bs_now() - t0);
+        if (rate > best) best = rate;
+    }
+    free(x), free(y), free(g), free(w), free(b), free(dw), free(db), free(mean), free(rstd);
+    return best;
+}
+
 int cmd_calibrate(int argc, char **argv) {
     const char *path = NULL;
     int threads = 1, ranks_per_node = 0;
@@ -116,6 +149,7 @@ int cmd_calibrate(int argc, char **argv) {
     }
     size_t n = quick ? (size_t)1 << 21 : (size_t)1 << 23; /* 3 x 16 or 3 x 64 MiB */
     double bandwidth = triad_bandwidth(n, quick ? 3 : 10);
+    double elementwise = elementwise_rate(2048, 192, quick ? 3 : 20);
 
     char host[64] = "this machine";
     gethostname(host, sizeof host - 1);
@@ -123,10 +157,11 @@ int cmd_calibrate(int argc, char **argv) {
     time_t now = time(NULL);
     strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     json_t *root = json_pack(
-        "{s:s, s:i, s:s, s:{s:s, s:I, s:i, s:i, s:f}, s:s, s:o, s:{s:f, s:s}}", "format", CALIBRATION_FORMAT, "version",
+        "{s:s, s:i, s:s, s:{s:s, s:I, s:i, s:i, s:f}, s:s, s:o, s:{s:f, s:s}, s:{s:f, s:s}}", "format", CALIBRATION_FORMAT, "version",
         CALIBRATION_VERSION, "created", created, "machine", "name", host, "cores", (json_int_t)cores, "threads_per_rank",
         threads, "ranks_per_node", ranks_per_node, "memory_bytes", memory_bytes, "precision", "fp32", "matmul", points,
-        "memory_bandwidth", "bytes_per_s", bandwidth, "method", "STREAM triad, best pass, 2 reads + 1 write per element");
+        "memory_bandwidth", "bytes_per_s", bandwidth, "method", "STREAM triad, best pass, 2 reads + 1 write per element",
+        "elementwise", "bytes_per_s", elementwise, "method", "engine GELU + LayerNorm forward/backward + residual, 2048 x 192");
     if (!root) bs_die("internal error: could not build the calibration JSON");
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
     size_t len = strlen(text);
@@ -135,7 +170,7 @@ int cmd_calibrate(int argc, char **argv) {
     text[len] = '\0';
     free(text);
     json_decref(root);
-    printf("calibration written to %s: sgemm %zu sizes, memory %.1f GB/s, %d ranks x %d threads\n", path,
-           measured, bandwidth / 1e9, ranks_per_node, threads);
+    printf("calibration written to %s: sgemm %zu sizes, memory %.1f GB/s, element-wise %.1f GB/s, %d ranks x %d threads\n",
+           path, measured, bandwidth / 1e9, elementwise / 1e9, ranks_per_node, threads);
     return 0;
 }

@@ -22,8 +22,7 @@ typedef struct {
     const char *model, *activation, *attention, *precision, *hardware, *calibrate;
     int layers, hidden, heads, kv_heads, ffn, vocab, seq_len, experts, top_k;
     bool dropout;
-    long long global_batch;
-    double batch_tokens, tokens;
+    long long global_batch, batch_tokens, tokens;
     const char *batch_schedule;
     int gpus;
     double peak_tflops, gemm_efficiency, hbm_gb, hbm_tbps, nvlink_gbps, net_gbps, net_latency_us;
@@ -379,13 +378,13 @@ static void run(const PlanArgs *a) {
 
     /* the batch over training, and how long */
     double seq = in->model.seq_len;
-    in->total_tokens = a->tokens > 0 ? a->tokens : preset_tokens > 0 ? preset_tokens : 20.0 * model_params(&in->model);
+    in->total_tokens = a->tokens > 0 ? (double)a->tokens : preset_tokens > 0 ? preset_tokens : 20.0 * model_params(&in->model);
     char why[512];
     if (a->batch_schedule) {
         if (a->global_batch > 0 || a->batch_tokens > 0) bs_die("give --batch-schedule or a fixed --global-batch / --batch-tokens, not both");
         if (!plan_batch_parse(a->batch_schedule, &in->batch, why, sizeof why)) bs_die("%s", why);
     } else {
-        double tokens = a->global_batch > 0 ? a->global_batch * seq : a->batch_tokens > 0 ? a->batch_tokens : 0;
+        double tokens = a->global_batch > 0 ? (double)a->global_batch * seq : (double)a->batch_tokens;
         if (a->global_batch > 0 && a->batch_tokens > 0) bs_die("give --global-batch (sequences) or --batch-tokens, not both");
         if (tokens <= 0) tokens = fmax(1.0, round((preset_batch > 0 ? preset_batch : 4194304.0) / seq)) * seq;
         in->batch = plan_batch_constant(tokens);
@@ -439,6 +438,10 @@ static void run(const PlanArgs *a) {
     }
     if (r->searched && strcmp(a->rank_by, "cost") == 0) in->fleet.count[0] = layout_gpus(&r->plan.layout);
     fill_reliability(r);
+    if (in->fleet.kinds == 1) {
+        r->ideal_gpu_tokens_per_s = ideal_single_gpu_tokens_per_s(in);
+        r->linear_efficiency = r->plan.tokens_per_s / layout_gpus(&r->plan.layout) / r->ideal_gpu_tokens_per_s;
+    }
     compare_with_one_node(r, &space);
     compare_kinds_alone(r, &space);
     if (a->scaling || a->plot) {
@@ -478,9 +481,9 @@ int cmd_plan(int argc, char **argv) {
         {"attention", OPT_STRING, &a.attention, OPT_NO_RANGE, "full|causal|flash", "attention kernel (default flash; causal with --calibrate)"},
         {"precision", OPT_STRING, &a.precision, OPT_NO_RANGE, "bf16|fp8|fp32", "matmul precision (fp32 with --calibrate)"},
         {"global-batch", OPT_LONG, &a.global_batch, 0, 1e12, "SEQS", "global batch in sequences (default: the preset's, else 4M tokens)"},
-        {"batch-tokens", OPT_DOUBLE, &a.batch_tokens, 0, 1e15, "TOKENS", "global batch in tokens"},
+        {"batch-tokens", OPT_LONG, &a.batch_tokens, 0, 1e15, "TOKENS", "global batch in tokens (k/M/G/T suffixes)"},
         {"batch-schedule", OPT_STRING, &a.batch_schedule, OPT_NO_RANGE, "0:4M,252M:8M", "batch in tokens from a token count on"},
-        {"tokens", OPT_DOUBLE, &a.tokens, 0, 1e18, "TOKENS", "tokens to train (default: the preset's, else 20 x parameters)"},
+        {"tokens", OPT_LONG, &a.tokens, 0, 1e18, "TOKENS", "tokens to train (default: the preset's, else 20 x parameters)"},
         {"gpus", OPT_INT, &a.gpus, 0, 1e7, "N", "GPUs (default one node)"},
         {"hardware", OPT_STRING, &a.hardware, OPT_NO_RANGE, "GPU[:N][,GPU:N]", "a100-40g, a100-80g, h100-sxm, h200, b200; two kinds make a mixed fleet"},
         {"calibrate", OPT_STRING, &a.calibrate, OPT_NO_RANGE, "FILE", "this machine, from `batchscale bench --calibrate FILE`"},

@@ -138,6 +138,7 @@ void calibration_read(const char *path, Hardware *hw, char *note, size_t note_si
     hw->gpus_per_node = (int)number_at(machine, "ranks_per_node", path, "machine");
     hw->hbm_bytes = number_at(machine, "memory_bytes", path, "machine") / hw->gpus_per_node;
     hw->hbm_bw = number_at(json_object_get(root, "memory_bandwidth"), "bytes_per_s", path, "memory_bandwidth");
+    hw->elementwise_bw = number_at(json_object_get(root, "elementwise"), "bytes_per_s", path, "elementwise");
     json_t *points = json_object_get(root, "matmul");
     if (!json_is_array(points) || json_array_size(points) == 0)
         bs_die("calibration %s: 'matmul' must be a non-empty array of measured sizes", path);

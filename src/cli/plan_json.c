@@ -96,6 +96,7 @@ void report_print_json(const PlanReport *r) {
     if (r->have_reference)
         json_object_set_new(root, "reference", json_pack("{s:i, s:f}", "gpus", r->reference_gpus, "efficiency", r->reference_efficiency));
     if (r->note[0]) json_object_set_new(root, "note", json_string(r->note));
+    if (r->linear_efficiency > 0) json_object_set_new(root, "linear_efficiency", json_real(r->linear_efficiency));
     if (r->searched) {
         json_t *layouts = json_array();
         for (int i = 0; i < r->n_top; i++) {
@@ -123,7 +124,8 @@ void report_print_json(const PlanReport *r) {
         json_t *pts = json_array();
         for (int i = 0; i < r->n_points; i++) {
             const ScalePoint *s = &r->points[i];
-            json_t *one = json_pack("{s:i, s:b, s:f}", "gpus", s->gpus, "found", s->found, "efficiency", s->efficiency);
+            json_t *one = json_pack("{s:i, s:b, s:f, s:f}", "gpus", s->gpus, "found", s->found, "efficiency", s->efficiency,
+                                    "linear_efficiency", s->linear);
             if (s->found) json_object_set_new(one, "plan", result_json(r, &s->best));
             json_array_append_new(pts, one);
         }
@@ -131,7 +133,7 @@ void report_print_json(const PlanReport *r) {
                                                        r->baseline >= 0 ? r->points[r->baseline].gpus : 0, "points", pts));
     }
     if (!root) bs_die("internal error: could not build the JSON report");
-    char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
     printf("%s\n", text);
     free(text);
     json_decref(root);

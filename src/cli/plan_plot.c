@@ -90,7 +90,7 @@ static void draw_series(cairo_t *cr, const Axes *a, const PlanReport *r, bool ef
             drawing = false;
             continue;
         }
-        double x = px(a, s->gpus), y = efficiency ? py_eff(a, s->efficiency) : py_tps(a, s->best.tokens_per_s);
+        double x = px(a, s->gpus), y = efficiency ? py_eff(a, s->linear) : py_tps(a, s->best.tokens_per_s);
         if (drawing) cairo_line_to(cr, x, y);
         else cairo_move_to(cr, x, y);
         drawing = true;
@@ -99,7 +99,7 @@ static void draw_series(cairo_t *cr, const Axes *a, const PlanReport *r, bool ef
     for (int i = 0; i < r->n_points; i++) {
         const ScalePoint *s = &r->points[i];
         if (!s->found) continue;
-        double x = px(a, s->gpus), y = efficiency ? py_eff(a, s->efficiency) : py_tps(a, s->best.tokens_per_s);
+        double x = px(a, s->gpus), y = efficiency ? py_eff(a, s->linear) : py_tps(a, s->best.tokens_per_s);
         if (efficiency) cairo_arc(cr, x, y, 4, 0, 2 * M_PI);
         else cairo_rectangle(cr, x - 3.5, y - 3.5, 7, 7);
         cairo_fill(cr);
@@ -113,7 +113,7 @@ static void draw(cairo_t *cr, const PlanReport *r) {
         if (r->points[i].found) {
             double t = log10(r->points[i].best.tokens_per_s);
             a.t0 = fmin(a.t0, floor(t)), a.t1 = fmax(a.t1, ceil(t));
-            a.y1 = fmax(a.y1, ceil(r->points[i].efficiency * 5.0) / 5.0);
+            a.y1 = fmax(a.y1, ceil(r->points[i].linear * 5.0) / 5.0);
         }
     if (!isfinite(a.t0)) a.t0 = 0, a.t1 = 1;
     if (a.t1 <= a.t0) a.t1 = a.t0 + 1;

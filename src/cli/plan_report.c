@@ -93,7 +93,11 @@ static size_t append(char *buf, size_t used, size_t n, const char *fmt, const ch
 /* What stops a neighbour of the winner from beating it. */
 static size_t neighbour(const PlanReport *r, Layout l, const char *what, char *buf, size_t used, size_t n) {
     char why[256], line[320], d[32];
-    if (!layout_check(&r->in, &l, why, sizeof why)) return used;
+    if (!layout_check(&r->in, &l, why, sizeof why)) {
+        if (l.schedule != SCHEDULE_INTERLEAVED) return used;
+        l.schedule = SCHEDULE_1F1B, l.virtual_stages = 1; /* interleaving needs m to be a multiple of p */
+        if (!layout_check(&r->in, &l, why, sizeof why)) return used;
+    }
     PlanResult res;
     plan_evaluate(&r->in, &l, &res);
     if (!res.fits) {
@@ -133,7 +137,6 @@ void report_why(const PlanReport *r, char *buf, size_t n) {
     if (l.pp > 1 && l.pp % 2 == 0) {
         Layout v = l;
         v.pp /= 2, v.dp *= 2;
-        if (v.schedule == SCHEDULE_INTERLEAVED && r->in.model.layers / v.pp % v.virtual_stages) v.schedule = SCHEDULE_1F1B, v.virtual_stages = 1;
         snprintf(what, sizeof what, "Half the pipeline (pp%d dp%d)", v.pp, v.dp);
         used = neighbour(r, v, what, buf, used, n);
     }
@@ -229,8 +232,11 @@ static void print_outcome(const PlanReport *r) {
            human(p->tokens_per_s, a, sizeof a), human(p->tokens_per_s / gpus, b, sizeof b), 100 * p->mfu, 100 * p->hfu,
            p->mfu * peak / gpus / 1e12);
     printf("scaling    %.0f%% of the step is compute", 100 * p->compute_fraction);
+    if (r->linear_efficiency > 0)
+        printf("; linear scaling efficiency %.1f%% (against %d x one GPU computing alone)", 100 * r->linear_efficiency,
+               layout_gpus(&p->layout));
     if (r->have_reference)
-        printf("; %.1f%% of the tokens/s per GPU on %d GPUs (linear scaling efficiency)", 100 * r->reference_efficiency, r->reference_gpus);
+        printf("; %.1f%% of the tokens/s per GPU on %d GPUs", 100 * r->reference_efficiency, r->reference_gpus);
     printf("\n");
     printf("time       %s to train without failures; %s GPU-hours\n", duration(p->train_seconds, a, sizeof a),
            human(p->gpu_hours, b, sizeof b));
@@ -303,8 +309,8 @@ static void print_sweep(const PlanReport *r) {
     char a[32], b[32], layout[128];
     printf("\nscaling (%s: %s), best layout at each size\n", r->weak ? "weak" : "strong",
            r->weak ? "the tokens per GPU per step of this plan" : "the global batch of this plan");
-    printf("  %6s  %-40s %10s %8s %7s %6s %8s  %s\n", "GPUs", "layout", "tokens/s", "per GPU", "effic.", "MFU", "compute",
-           "largest overhead");
+    printf("  %6s  %-40s %10s %8s %7s %8s %7s %6s %8s  %s\n", "GPUs", "layout", "tokens/s", "per GPU", "linear",
+           "+failures", "vs ref", "MFU", "compute", "largest overhead");
     for (int i = 0; i < r->n_points; i++) {
         const ScalePoint *s = &r->points[i];
         if (!s->found) {
@@ -316,11 +322,15 @@ static void print_sweep(const PlanReport *r) {
         int big = largest_part(&p->time, true);
         double parts[N_PARTS];
         parts_of(&p->time, parts);
-        printf("  %6d  %-40s %10s %8s %6.1f%% %5.1f%% %7.1f%%  %s %.1f%%\n", s->gpus, layout, human(p->tokens_per_s, a, sizeof a),
-               human(p->tokens_per_s / s->gpus, b, sizeof b), 100 * s->efficiency, 100 * p->mfu, 100 * p->compute_fraction,
+        Reliability rel = reliability_estimate(&r->reliability_in, s->gpus, p->train_seconds);
+        printf("  %6d  %-40s %10s %8s %6.1f%% %7.1f%% %6.1f%% %5.1f%% %7.1f%%  %s %.1f%%\n", s->gpus, layout,
+               human(p->tokens_per_s, a, sizeof a), human(p->tokens_per_s / s->gpus, b, sizeof b), 100 * s->linear,
+               100 * s->linear * rel.goodput, 100 * s->efficiency, 100 * p->mfu, 100 * p->compute_fraction,
                PART_NAMES[big], 100.0 * parts[big] / p->time.step);
     }
-    if (r->baseline >= 0) printf("  efficiency: tokens/s per GPU against %d GPUs\n", r->points[r->baseline].gpus);
+    printf("  linear: tokens/s against GPUs x one GPU computing alone; +failures: times goodput");
+    if (r->baseline >= 0) printf("; vs ref: tokens/s per GPU against %d GPUs", r->points[r->baseline].gpus);
+    printf("\n");
 }
 
 void report_print(const PlanReport *r) {

@@ -40,6 +40,8 @@ typedef struct {
     /* batch */
     double loss, critical_batch;
     bool loss_given;
+    /* linear scaling: against N x one GPU computing alone (0: mixed fleet) */
+    double ideal_gpu_tokens_per_s, linear_efficiency;
     /* scaling against one node */
     bool have_reference;
     int reference_gpus;

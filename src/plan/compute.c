@@ -50,8 +50,10 @@ static double attention_time(const ModelShape *m, const Layout *l, const Hardwar
     double heads = (double)m->heads / l->tp;
     double flops = 4.0 * T * s * d * heads;
     if (a == ATTN_FLASH) {
+        double block = s / l->cp;
         double rate = hw->n_gemm > 0 ? measured_rate(hw, T, s, d)
-                                     : hardware_peak(hw, p) * hw->attention_efficiency * SUSTAINED_FRACTION;
+                                     : hardware_peak(hw, p) * hw->attention_efficiency * SUSTAINED_FRACTION *
+                                           block / (block + FLASH_HALF_LENGTH);
         return 0.5 * flops / rate;
     }
     double part = a == ATTN_CAUSAL ? 0.5 : 1.0;
@@ -69,13 +71,14 @@ LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware 
     if (model_is_moe(m)) c.gemm += gemm_time(hw, p, T, m->experts, h, 1);
     c.attention = attention_time(m, l, hw, p, a);
     double stored = activation_bytes_per_layer(m, l, a, p, RECOMPUTE_NONE);
-    c.elementwise = ELEMENTWISE_TRAFFIC * stored / hw->hbm_bw;
+    double elementwise_bw = hw->elementwise_bw > 0 ? hw->elementwise_bw : hw->hbm_bw;
+    c.elementwise = ELEMENTWISE_TRAFFIC * stored / elementwise_bw;
     c.forward = c.gemm + c.attention + c.elementwise;
     c.backward = 2.0 * c.forward;
     if (l->recompute == RECOMPUTE_FULL) c.recompute = c.forward;
     if (l->recompute == RECOMPUTE_SELECTIVE && a != ATTN_FLASH) {
         double scores = stored - activation_bytes_per_layer(m, l, a, p, RECOMPUTE_SELECTIVE);
-        c.recompute = c.attention + ELEMENTWISE_TRAFFIC * scores / hw->hbm_bw;
+        c.recompute = c.attention + ELEMENTWISE_TRAFFIC * scores / elementwise_bw;
     }
     return c;
 }

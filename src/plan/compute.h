@@ -15,18 +15,27 @@
 #include "plan/layout.h"
 #include "plan/model.h"
 
-/* Bytes of HBM traffic per stored activation byte in a forward pass (each
- * is written once and read about once more by fused element-wise kernels);
- * backward moves twice the forward traffic. One global constant, fitted once
- * over the whole validation table of docs/PLANNER.md (never per row). */
+/* Bytes of HBM traffic per stored activation byte in a forward pass: each is
+ * written once and read about once more by fused element-wise kernels
+ * (Megatron's bias-GeLU, bias-dropout-add, scale-mask-softmax); backward
+ * moves twice the forward traffic. A physical estimate, not fitted. */
 #define ELEMENTWISE_TRAFFIC 2.0
 
 /* Fraction of a GPU preset's best-shape matmul rate (gemm_efficiency, the
  * measured MAMF) that a training framework's kernels sustain: clocks under
  * sustained full-node power, shapes not tuned for the hardware, gaps between
- * kernels. One global constant, fitted once over the whole validation table
- * (never per row); measured calibration rates are used as they are. */
+ * kernels. The planner's one fitted constant: the two-digit value that puts
+ * the median error of docs/PLANNER.md's validation table closest to zero
+ * (fitted once over all rows, never per row). Measured calibration rates
+ * are used as they are. */
 #define SUSTAINED_FRACTION 0.85
+
+/* Fused attention reaches less of its peak on short blocks: a fraction
+ * L / (L + FLASH_HALF_LENGTH) of it for blocks of L queries and keys, fitted
+ * to FlashAttention-3's published H100 forward rates at head dimension 128
+ * (430, 517, 566, 590, 614, 621 TFLOP/s at 512 ... 16K tokens, pytorch/
+ * benchmark D60117034). With context parallelism a block is s/cp long. */
+#define FLASH_HALF_LENGTH 220.0
 
 /* Seconds for `count` independent (m x k) by (k x n) products. */
 double gemm_time(const Hardware *hw, Precision p, double m, double n, double k, double count);

@@ -39,6 +39,7 @@ typedef struct {
     double nvlink_bw, nvlink_latency; /* per GPU per direction (bytes/s), per step (s) */
     double net_bw, net_latency;       /* inter-node, per GPU per direction */
     /* calibration (optional) */
+    double elementwise_bw;       /* bytes/s of element-wise kernels (0: use hbm_bw) */
     int n_gemm;
     GemmPoint gemm[HW_MAX_GEMM_POINTS];
     CollectiveFit coll[ALGO_COUNT];

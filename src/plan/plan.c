@@ -256,17 +256,19 @@ static bool balance(Role *roles, int n_roles, int layers, bool use_caps) {
 
 static double role_time(const Role *r) { return r->layers * r->per_layer + r->overhead; }
 
+/* Gradient synchronization of one stage's parameters over its data-parallel
+ * group (dp x cp ranks), and of MoE experts over their own smaller group. */
 static double dp_group_bytes_time(const PlanInput *in, const Layout *l, const Hardware *hw, double dense, double expert,
                                   CollectiveAlgo *algo) {
     double gb = state_bytes(in->precision).grads;
+    bool moe = model_is_moe(&in->model);
     int gpn = hw->gpus_per_node;
     int cp_in = l->cp < gpn / l->tp ? l->cp : (gpn / l->tp > 1 ? gpn / l->tp : 1);
     int stride = l->tp * l->cp * l->pp, dp_in = stride >= gpn ? 1 : (l->dp < gpn / stride ? l->dp : gpn / stride);
     Group g = {l->dp * l->cp, cp_in * dp_in};
-    double t = collective_time(hw, COLL_ALLREDUCE, dense * gb, g, algo);
-    if (expert > 0) {
-        int shards = model_is_moe(&in->model) ? l->dp * l->cp / l->ep : l->dp * l->cp;
-        Group ge = group_of(shards, stride * (model_is_moe(&in->model) ? l->ep : 1), gpn);
+    double t = collective_time(hw, COLL_ALLREDUCE, (moe ? dense : dense + expert) * gb, g, algo);
+    if (moe && expert > 0) {
+        Group ge = group_of(l->dp * l->cp / l->ep, stride * l->ep, gpn);
         t += collective_time(hw, COLL_ALLREDUCE, expert * gb, ge, NULL);
     }
     return t;
@@ -404,7 +406,7 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
             exposed = fmax(0.0, sync - window);
         }
         sp.dp_fixed = fmax(sp.dp_fixed, exposed);
-        if (dense * gb > out->dp_bytes) out->dp_bytes = dense * gb, out->dp_algo = algo;
+        if ((dense + expert) * gb > out->dp_bytes) out->dp_bytes = (dense + expert) * gb, out->dp_algo = algo;
         double opt_params = dense / (l->zero >= 1 ? (double)l->dp * l->cp : 1.0) +
                             expert / (l->zero >= 1 ? (double)l->dp * l->cp / (model_is_moe(m) ? l->ep : 1) : 1.0);
         double opt = optimizer_time(hw, in->precision, opt_params);

@@ -25,6 +25,30 @@ static bool better(const PlanResult *a, const PlanResult *b) {
     return a->memory.total < b->memory.total; /* equal speed: the one with more headroom */
 }
 
+/* Layouts that differ only in ZeRO stage or virtual stages count as one in
+ * the ranking (the best of them is kept), so the list shows distinct choices. */
+static bool same_grid(const Layout *a, const Layout *b) {
+    return a->tp == b->tp && a->pp == b->pp && a->dp == b->dp && a->cp == b->cp && a->ep == b->ep &&
+           a->micro_batch == b->micro_batch && a->recompute == b->recompute;
+}
+
+static void insert(Ranking *r, const PlanResult *res) {
+    for (int i = 0; i < r->kept; i++)
+        if (same_grid(&r->top[i].layout, &res->layout)) {
+            if (!better(res, &r->top[i])) return;
+            memmove(&r->top[i], &r->top[i + 1], (size_t)(r->kept - i - 1) * sizeof(PlanResult));
+            r->kept--;
+            break;
+        }
+    int pos = r->kept < r->limit ? r->kept : r->limit;
+    while (pos > 0 && better(res, &r->top[pos - 1])) pos--;
+    if (pos >= r->limit) return;
+    int last = r->kept < r->limit ? r->kept : r->limit - 1;
+    memmove(&r->top[pos + 1], &r->top[pos], (size_t)(last - pos) * sizeof(PlanResult));
+    r->top[pos] = *res;
+    if (r->kept < r->limit) r->kept++;
+}
+
 static void consider(Ranking *r, const Layout *l) {
     char why[256];
     if (!layout_check(r->in, l, why, sizeof why)) return;
@@ -40,13 +64,7 @@ static void consider(Ranking *r, const Layout *l) {
         return;
     }
     st->fitting++;
-    int pos = r->kept < r->limit ? r->kept : r->limit;
-    while (pos > 0 && better(&res, &r->top[pos - 1])) pos--;
-    if (pos >= r->limit) return;
-    int last = r->kept < r->limit ? r->kept : r->limit - 1;
-    memmove(&r->top[pos + 1], &r->top[pos], (size_t)(last - pos) * sizeof(PlanResult));
-    r->top[pos] = res;
-    if (r->kept < r->limit) r->kept++;
+    insert(r, &res);
 }
 
 static bool pinned_or(int pin, int value) { return pin <= 0 || pin == value; }

@@ -8,7 +8,9 @@
  * per data-parallel rank), 1F1B or interleaved with v dividing the layers
  * per stage, recomputation none/selective/full, ZeRO 0-3. Any field may be
  * pinned. GPipe is never faster than 1F1B (same bubble, more memory) and is
- * not searched; overlap and sequence parallelism are inputs. */
+ * not searched; overlap and sequence parallelism are inputs. The ranking
+ * keeps one entry per grid (tp, pp, dp, cp, ep, micro-batch, recomputation):
+ * the best ZeRO stage and virtual-stage count of it. */
 #ifndef BS_PLAN_SEARCH_H
 #define BS_PLAN_SEARCH_H
 

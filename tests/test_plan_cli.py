@@ -1,0 +1,260 @@
+#!/usr/bin/python3
+"""test_plan_cli.py: `batchscale plan` and `batchscale bench --calibrate` from
+the outside: bad input gets one line saying what to change; the JSON report
+is self-consistent (parts add up, MFU and cost recomputed here from their
+definitions); the search finds Llama 3's published 405B layout and the
+scaling sweep gives the commonly quoted efficiencies; mixed fleets, money,
+config files, charts and calibration files work end to end."""
+import json
+import math
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bstest import TempDir, run  # noqa: E402
+
+GIB = 1073741824.0
+
+
+def plan(*args, check=True):
+    return run(["plan"] + [str(a) for a in args], check=check, timeout=300)
+
+
+def plan_json(*args):
+    return json.loads(plan(*args, "--json").stdout)
+
+
+class BadInput(unittest.TestCase):
+    def fails(self, args, *needles):
+        p = plan(*args, check=False)
+        self.assertNotEqual(p.returncode, 0, f"expected failure: {args}\n{p.stdout}")
+        self.assertGreater(p.returncode, 0, "killed by a signal (crash)")
+        lines = p.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, f"expected one line, got:\n{p.stderr}")
+        self.assertTrue(lines[0].startswith("batchscale: error: "), lines[0])
+        for n in needles:
+            self.assertIn(n, lines[0])
+        return p
+
+    def test_layout_product_not_gpu_count(self):
+        self.fails(["--model", "gpt3-175b", "--gpus", 64, "--tp", 8, "--pp", 4, "--dp", 4], "= 128 GPUs", "--dp 2")
+
+    def test_model_parallel_not_dividing_gpus(self):
+        self.fails(["--model", "gpt3-175b", "--gpus", 64, "--tp", 8, "--pp", 3], "does not divide", "64")
+
+    def test_heads_not_divisible_by_tp(self):
+        self.fails(["--model", "gpt2-124m", "--gpus", 10, "--tp", 5], "--tp 5", "--heads 12")
+
+    def test_batch_does_not_split(self):
+        self.fails(["--model", "gpt2-124m", "--gpus", 8, "--tp", 1, "--global-batch", 12], "--dp 8", "--micro-batch 1")
+
+    def test_fits_nowhere(self):
+        self.fails(["--model", "llama3-405b", "--gpus", 8], "does not fit on 8 x h100-sxm", "GPUs or more")
+
+    def test_explicit_layout_that_does_not_fit(self):
+        p = self.fails(["--model", "llama3-70b", "--gpus", 8, "--tp", 8], "does not fit", "--recompute full")
+        self.assertIn("DOES NOT FIT", p.stdout, "the report is still printed to show the breakdown")
+
+    def test_unknown_names(self):
+        self.fails(["--model", "gpt5"], "--model 'gpt5'", "llama3-405b")
+        self.fails(["--model", "demo", "--hardware", "tpu-v9"], "tpu-v9", "h100-sxm")
+        self.fails(["--model", "demo", "--recompute", "some"], "--recompute")
+        self.fails(["--model", "demo", "--plot", "chart.pdf"], ".png or .svg")
+        self.fails(["--model", "demo", "--batch-schedule", "5:1M"], "--batch-schedule")
+        self.fails(["--model", "demo", "--hardware", "a100-80g:8,h100-sxm"], "count per kind")
+
+    def test_missing_shape(self):
+        self.fails(["--layers", 4], "--model NAME", "--hidden")
+
+    def test_bad_files(self):
+        with TempDir() as d:
+            self.fails(["--config", os.path.join(d, "none.json")], "none.json")
+            bad = os.path.join(d, "bad.json")
+            with open(bad, "w") as f:
+                f.write("{\"model\": \"demo\",")
+            self.fails(["--config", bad], bad, "not valid JSON")
+            with open(bad, "w") as f:
+                json.dump({"model": "demo", "gpu": 8}, f)
+            self.fails(["--config", bad], "unknown key 'gpu'")
+            with open(bad, "w") as f:
+                json.dump({"format": "something-else"}, f)
+            self.fails(["--model", "demo", "--calibrate", bad], "not a batchscale calibration")
+
+
+class Report(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.j = plan_json("--model", "gpt3-175b", "--hardware", "a100-80g", "--gpus", 1024, "--tp", 8, "--pp", 8,
+                          "--recompute", "selective", "--virtual-stages", 4, "--micro-batch", 1,
+                          "--usd-per-gpu-hour", 2, "--gpu-price-usd", 30000, "--power-usd-per-gpu-hour", 0.5)
+
+    def test_parts_add_up(self):
+        p = self.j["plan"]
+        t = p["step_time"]
+        self.assertAlmostEqual(sum(v for k, v in t.items() if k != "step"), t["step"], delta=1e-9 * t["step"])
+        m = p["memory"]
+        self.assertAlmostEqual(sum(v for k, v in m.items() if k not in ("total", "capacity")), m["total"],
+                               delta=1e-6 * m["total"])
+        self.assertTrue(p["fits"])
+        self.assertEqual(p["layout"]["dp"], 1024 // 64, "dp defaults to GPUs / (tp x cp x pp)")
+        self.assertEqual(p["layout"]["schedule"], "interleaved")
+
+    def test_mfu_from_its_definition(self):
+        p, m = self.j["plan"], self.j["model"]
+        # 72 B s l h^2 (1 + s/6h + V/12lh) per step of B sequences (Narayanan et al.), V padded to 128
+        B, s, l, h = p["batch_tokens"] / m["seq_len"], m["seq_len"], m["layers"], m["hidden"]
+        V = math.ceil(m["vocab"] / 128) * 128
+        flops = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
+        mfu = flops / p["step_time"]["step"] / (p["gpus"] * 312e12)
+        self.assertAlmostEqual(p["mfu"], mfu, delta=1e-9)
+        self.assertGreater(p["hfu"], p["mfu"], "selective recomputation does extra attention work")
+        self.assertAlmostEqual(p["tokens_per_s"], p["batch_tokens"] / p["step_time"]["step"], delta=1e-6)
+
+    def test_cost_and_reliability(self):
+        rel, p = self.j["reliability"], self.j["plan"]
+        # Young: sqrt(2 delta M); job MTBF = per-GPU MTBF / GPUs
+        M = rel["mtbf_gpu_hours"] * 3600 / p["gpus"]
+        self.assertAlmostEqual(rel["job_mtbf_s"], M, delta=1e-6 * M)
+        self.assertAlmostEqual(rel["young_interval_s"], math.sqrt(2 * rel["checkpoint_s"] * M), delta=1e-6 * M)
+        self.assertAlmostEqual(rel["mtbf_gpu_hours"], 54 * 24 * 16384 / 419, delta=1e-6, msg="Llama 3's rate")
+        self.assertLess(rel["goodput"], 1)
+        self.assertAlmostEqual(rel["wall_s"], p["train_seconds"] / rel["goodput"], delta=1e-6 * rel["wall_s"])
+        self.assertAlmostEqual(self.j["cost"]["usd"], 2 * p["gpus"] * rel["wall_s"] / 3600, delta=1e-3)
+        own = self.j["cost"]["rates"][0]["ownership_usd_per_gpu_hour"]
+        self.assertAlmostEqual(own, 30000 / (4 * 8766) + 0.5, delta=1e-9)
+
+    def test_critical_batch_warning(self):
+        j = plan_json("--model", "gpt2-124m", "--gpus", 8, "--batch-tokens", 64 * 1024 * 1024, "--target-loss", 3.0)
+        crit = 2e8 / 3.0 ** (1 / 0.21)
+        self.assertAlmostEqual(j["batch"]["critical_batch_tokens"], crit, delta=1e-6 * crit)
+        self.assertTrue(j["batch"]["warning"])
+        text = plan("--model", "gpt2-124m", "--gpus", 8, "--batch-tokens", 64 * 1024 * 1024, "--target-loss", 3.0).stdout
+        self.assertIn("warning", text)
+
+    def test_batch_schedule(self):
+        base = ["--model", "llama3-8b", "--gpus", 64, "--tp", 1, "--pp", 1, "--zero", 3, "--tokens", "10G"]
+        small = plan_json(*base, "--batch-tokens", "4194304")["plan"]["train_seconds"]
+        big = plan_json(*base, "--batch-tokens", "16777216")["plan"]["train_seconds"]
+        mixed = plan_json(*base, "--batch-schedule", "0:4194304,5G:16777216")["plan"]["train_seconds"]
+        self.assertLess(big, small, "a bigger batch has fewer optimizer steps")
+        self.assertAlmostEqual(mixed, (small + big) / 2, delta=1e-6 * mixed, msg="half the tokens at each batch")
+
+
+class Search(unittest.TestCase):
+    def test_llama3_405b_layout(self):
+        # Meta kept context parallelism for the 128K stage; at 8K the search over
+        # everything else must give their TP 8 x PP 16 x DP 128 on 16,384 H100
+        j = plan_json("--model", "llama3-405b", "--hardware", "h100-sxm", "--gpus", 16384, "--cp", 1, "--search")
+        best = j["search"]["layouts"][0]["layout"]
+        self.assertEqual((best["tp"], best["pp"], best["dp"]), (8, 16, 128), best["text"])
+        why = j["search"]["why"]
+        self.assertIn("would not fit", why, "the faster shorter pipelines run out of memory")
+        self.assertIn("Half the pipeline", why)
+        self.assertGreater(j["search"]["evaluated"], 100)
+        print(f"\n  search of {j['search']['evaluated']} layouts for 16,384 GPUs took {j['search']['seconds']:.3f} s")
+
+    def test_top_list_is_sorted_and_fits(self):
+        j = plan_json("--model", "llama3-70b", "--gpus", 512, "--search", "--top", 10)
+        layouts = j["search"]["layouts"]
+        self.assertEqual(len(layouts), 10)
+        times = [x["train_seconds"] for x in layouts]
+        self.assertEqual(times, sorted(times))
+        for x in layouts:
+            self.assertTrue(x["fits"])
+            self.assertLessEqual(x["memory"]["total"], x["memory"]["capacity"])
+        self.assertEqual(j["plan"]["layout"], layouts[0]["layout"])
+
+    def test_commonly_quoted_scaling_table(self):
+        # 95-99% linear scaling on one node: Llama 3 8B at its 16M-token batch
+        j = plan_json("--model", "llama3-8b", "--hardware", "h100-sxm", "--scaling", "--scaling-mode", "strong")
+        pts = {p["gpus"]: p for p in j["scaling"]["points"]}
+        self.assertTrue(0.95 <= pts[8]["linear_efficiency"] <= 0.99, pts[8]["linear_efficiency"])
+        effs = [pts[n]["linear_efficiency"] for n in sorted(pts)]
+        self.assertEqual(effs, sorted(effs, reverse=True), "efficiency falls with the GPU count")
+        # 60-75% on 16,384 GPUs: Llama 3 405B on its published layout
+        big = plan_json("--model", "llama3-405b", "--hardware", "h100-sxm", "--gpus", 16384, "--cp", 1, "--search")
+        self.assertTrue(0.60 <= big["linear_efficiency"] <= 0.75, big["linear_efficiency"])
+
+    def test_rank_by_cost_tries_fewer_gpus(self):
+        j = plan_json("--model", "llama3-8b", "--gpus", 1024, "--search", "--rank-by", "cost", "--usd-per-gpu-hour", 2)
+        costs = [x["cost_usd"] for x in j["search"]["layouts"]]
+        self.assertEqual(costs, sorted(costs))
+        self.assertLessEqual(j["search"]["layouts"][0]["gpus"], 1024)
+
+
+class MixedFleet(unittest.TestCase):
+    def test_mix_against_each_kind(self):
+        j = plan_json("--model", "llama3-70b", "--hardware", "a100-80g:256,h100-sxm:256", "--search",
+                      "--usd-per-gpu-hour", "1.2,2.5")
+        alts = {a["fleet"]: a for a in j["alternatives"]}
+        mix = j["plan"]["train_seconds"]
+        self.assertLess(mix, alts["512 x a100-80g"]["plan"]["train_seconds"])
+        self.assertGreater(mix, alts["512 x h100-sxm"]["plan"]["train_seconds"])
+        stages = {s["hardware"]: s for s in j["plan"]["stages"]}
+        self.assertEqual(stages["a100-80g"]["stages"], stages["h100-sxm"]["stages"], "half the stages on each kind")
+        self.assertGreater(stages["h100-sxm"]["max_layers"], stages["a100-80g"]["max_layers"],
+                           "faster GPUs get more layers")
+        rel = j["reliability"]
+        self.assertAlmostEqual(j["cost"]["usd"], (256 * 1.2 + 256 * 2.5) * rel["wall_s"] / 3600, delta=1e-3)
+
+
+class Files(unittest.TestCase):
+    def test_config_file_equals_flags_and_flags_override(self):
+        with TempDir() as d:
+            cfg = os.path.join(d, "job.json")
+            with open(cfg, "w") as f:
+                json.dump({"model": "gpt3-175b", "hardware": "a100-80g", "gpus": 512, "tp": 8, "pp": 8,
+                           "recompute": "selective", "jitter": 0.02, "json": True}, f)
+            a = json.loads(plan("--config", cfg).stdout)
+            b = plan_json("--model", "gpt3-175b", "--hardware", "a100-80g", "--gpus", 512, "--tp", 8, "--pp", 8,
+                          "--recompute", "selective", "--jitter", 0.02)
+            self.assertEqual(a["plan"], b["plan"])
+            c = json.loads(plan("--config", cfg, "--pp", 16).stdout)
+            self.assertEqual(c["plan"]["layout"]["pp"], 16)
+
+    def test_plot_png_and_svg(self):
+        with TempDir() as d:
+            png, svg = os.path.join(d, "s.png"), os.path.join(d, "s.svg")
+            plan("--model", "llama3-8b", "--plot", png, "--scaling-to", 1024)
+            with open(png, "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+            plan("--model", "llama3-8b", "--plot", svg, "--scaling-to", 1024)
+            with open(svg) as f:
+                text = f.read()
+            self.assertIn("<svg", text)
+            self.assertIn("</svg>", text)
+
+    def test_calibration_round_trip(self):
+        with TempDir() as d:
+            cal = os.path.join(d, "cal.json")
+            run(["bench", "--calibrate", cal, "--quick"])
+            with open(cal) as f:
+                c = json.load(f)
+            self.assertEqual(c["format"], "batchscale-calibration")
+            self.assertGreater(len(c["matmul"]), 5)
+            for p in c["matmul"]:
+                self.assertGreater(p["flops_per_s"], 1e8)
+            self.assertGreater(c["memory_bandwidth"]["bytes_per_s"], 1e8)
+            self.assertGreater(c["elementwise"]["bytes_per_s"], 1e7)
+            args = ["--calibrate", cal, "--model", "demo", "--gpus", 2, "--tp", 1, "--pp", 1, "--global-batch", 32,
+                    "--micro-batch", 16, "--zero", 0, "--overlap", "off"]
+            j = json.loads(plan(*args, "--json").stdout)
+            self.assertEqual(j["precision"], "fp32")
+            self.assertIn("no collectives", j["note"])
+            assumed = j["plan"]["step_time"]["dp_comm"]
+            # a measured collectives section replaces the assumption: 10x slower links, 10x the time
+            bw = c["memory_bandwidth"]["bytes_per_s"] / 4 / 10
+            c["collectives"] = {"ranks": 2, "ring": {"alpha_s": 5e-6, "busbw_bytes_per_s": bw}}
+            with open(cal, "w") as f:
+                json.dump(c, f)
+            j2 = json.loads(plan(*args, "--json").stdout)
+            self.assertNotIn("note", j2)
+            # one ring all-reduce of all gradients on 2 ranks: 2 alpha + bytes / busbw
+            self.assertAlmostEqual(j2["plan"]["step_time"]["dp_comm"] - 2 * 5e-6, 10 * (assumed - 2 * 5e-6),
+                                   delta=1e-9 * assumed)
+            self.assertAlmostEqual(assumed, 2 * 5e-6 + j["plan"]["dp_bytes"] / (10 * bw), delta=1e-9 * assumed)
+
+
+if __name__ == "__main__":
+    unittest.main()
