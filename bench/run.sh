@@ -19,3 +19,4 @@ mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 env OMP_NUM_THRE
     --ops all-reduce,reduce-scatter,all-gather | tee build/bench/comm.txt
 /usr/bin/python3 bench/bench_batch_scaling.py "$BS" build/bench/batch_scaling
 /usr/bin/python3 bench/bench_tokenizer.py "$BS" build/bench/tokenizer.json
+/usr/bin/python3 bench/bench_bf16.py "$BS" build/bench/bf16.json "$VENV/bin/python"

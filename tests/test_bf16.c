@@ -20,7 +20,8 @@
  *        accumulations; and the issue's figure, max|err| / max|fp32| <= 1e-2;
  *    dbias must equal the fp32 path's bit for bit (same fp32 dout, same
  *    order), dweight is accumulated (+=) into nonzero values.
- * 3. The primitive cache: a shape's second call creates no primitive.
+ * 3. The primitive cache: a shape's second call creates no primitive (and
+ *    the widened path creates none).
  * 4. The same results bit for bit at 1 and 2 threads. */
 #include <math.h>
 #include <omp.h>
@@ -308,25 +309,29 @@ static void test_layer(MatmulBF16Path path, Shape s) {
 
 static void test_cache(MatmulBF16Path path) {
     MatmulBF16 *mm = matmul_bf16_create(path);
+    const int per = matmul_bf16_path(mm) == MATMUL_BF16_ONEDNN; /* primitives per new product */
     Shape a = {33, 40, 24}, b = {8, 24, 40};
     Problem pa = make_problem(a), pb = make_problem(b);
     Results ra = alloc_results(&pa), rb = alloc_results(&pb);
-    EXPECT(matmul_bf16_primitives_created(mm) == 0, "a new cache has primitives");
-    run_bf16(mm, &pa, &ra); /* forward, dinp, dweight */
-    EXPECT(matmul_bf16_primitives_created(mm) == 3, "first use: %d primitives", matmul_bf16_primitives_created(mm));
+#define EXPECT_CREATED(n, what)                                                                                   \
+    EXPECT(matmul_bf16_primitives_created(mm) == (n) * per, "%s: %d primitives, want %d", what,                 \
+           matmul_bf16_primitives_created(mm), (n) * per)
+    EXPECT_CREATED(0, "a new cache");
     run_bf16(mm, &pa, &ra);
-    EXPECT(matmul_bf16_primitives_created(mm) == 3, "second use of a shape created %d",
-           matmul_bf16_primitives_created(mm) - 3);
+    EXPECT_CREATED(3, "first use of a shape (forward, dinp, dweight)");
+    run_bf16(mm, &pa, &ra);
+    EXPECT_CREATED(3, "second use of a shape");
     run_bf16(mm, &pb, &rb);
-    EXPECT(matmul_bf16_primitives_created(mm) == 6, "a new shape: %d primitives", matmul_bf16_primitives_created(mm));
-    matmul_bf16_forward(mm, ra.out, pa.inp16, pa.weight16, NULL, a.N, a.IC, a.OC); /* no bias: another primitive */
-    matmul_bf16_backward(mm, NULL, ra.dweight, NULL, pa.dout, pa.inp16, pa.weight16, a.N, a.IC, a.OC); /* cached */
-    EXPECT(matmul_bf16_primitives_created(mm) == 7, "forward without bias then a cached backward: %d primitives",
-           matmul_bf16_primitives_created(mm));
-    omp_set_num_threads(1); /* a thread count is part of the key: oneDNN plans the split at creation */
+    EXPECT_CREATED(6, "a second shape");
+    matmul_bf16_forward(mm, ra.out, pa.inp16, pa.weight16, NULL, a.N, a.IC, a.OC);
+    EXPECT_CREATED(7, "forward without bias");
+    matmul_bf16_backward(mm, NULL, ra.dweight, NULL, pa.dout, pa.inp16, pa.weight16, a.N, a.IC, a.OC);
+    EXPECT_CREATED(7, "backward without dinp and dbias");
+    omp_set_num_threads(1); /* the thread count is part of the key: oneDNN plans the split at creation */
     run_bf16(mm, &pa, &ra);
     run_bf16(mm, &pa, &ra);
-    EXPECT(matmul_bf16_primitives_created(mm) == 10, "another thread count: %d primitives", matmul_bf16_primitives_created(mm));
+    EXPECT_CREATED(10, "a shape at another thread count, twice");
+#undef EXPECT_CREATED
     omp_set_num_threads(omp_get_num_procs());
     printf("cache (%s): %d primitives for 2 shapes x 3 products, 1 without bias, 1 shape at another thread count\n",
            matmul_bf16_path_name(matmul_bf16_path(mm)), matmul_bf16_primitives_created(mm));

@@ -1,5 +1,6 @@
 /* matmul_bf16.c: bf16 linear layer through oneDNN matmul primitives, cached
- * per shape (see matmul_bf16.h).
+ * per shape (see matmul_bf16.h), or through the fp32 layer (matmul.c) on
+ * operands widened from bf16 where the CPU has no bf16 arithmetic.
  *
  * Each product is one oneDNN matmul  dst (M,N) = src (M,K) @ weights (K,N)
  * over plain row-major buffers; a transposed operand is the same buffer
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "kernels/kernels.h"
 
 #if DNNL_VERSION_MAJOR != 2
 #error "matmul_bf16.c is written for oneDNN 2.x (Debian bookworm's libdnnl-dev 2.6)"
@@ -29,7 +31,7 @@
 
 typedef enum { PRODUCT_FORWARD, PRODUCT_DINP, PRODUCT_DWEIGHT } Product;
 
-/* The operands' scratch: bf16 dout, or widened fp32 copies on the WIDEN path. */
+/* Scratch for the operands: bf16 dout, and on the WIDEN path fp32 copies. */
 enum { SLOT_SRC, SLOT_WEIGHTS, SLOT_DOUT, NUM_SLOTS };
 
 typedef struct {
@@ -108,7 +110,10 @@ const char *matmul_bf16_path_name(MatmulBF16Path path) {
 
 int matmul_bf16_primitives_created(const MatmulBF16 *mm) { return mm->created; }
 
-const char *matmul_bf16_last_kernel(const MatmulBF16 *mm) { return mm->last_kernel ? mm->last_kernel : "none"; }
+const char *matmul_bf16_last_kernel(const MatmulBF16 *mm) {
+    if (mm->path == MATMUL_BF16_WIDEN) return "matmul.c (OpenBLAS sgemm)";
+    return mm->last_kernel ? mm->last_kernel : "none";
+}
 
 /* A rows x cols matrix over a row-major buffer; transposed: the buffer holds
  * the cols x rows matrix whose transpose this is. */
@@ -132,20 +137,19 @@ static dnnl_memory_t memory_for(const MatmulBF16 *mm, const dnnl_memory_desc_t *
 
 static CachedMatmul create_matmul(MatmulBF16 *mm, Product product, bool has_bias, size_t N, int IC, int OC,
                                   int threads) {
-    const dnnl_data_type_t in = mm->path == MATMUL_BF16_ONEDNN ? dnnl_bf16 : dnnl_f32;
     const int64_t n = (int64_t)N;
     dnnl_memory_desc_t src, weights, dst, bias;
     if (product == PRODUCT_FORWARD) {
-        src = matrix_desc(n, IC, in, false);
-        weights = matrix_desc(IC, OC, in, true);
+        src = matrix_desc(n, IC, dnnl_bf16, false);
+        weights = matrix_desc(IC, OC, dnnl_bf16, true);
         dst = matrix_desc(n, OC, dnnl_f32, false);
     } else if (product == PRODUCT_DINP) {
-        src = matrix_desc(n, OC, in, false);
-        weights = matrix_desc(OC, IC, in, false);
+        src = matrix_desc(n, OC, dnnl_bf16, false);
+        weights = matrix_desc(OC, IC, dnnl_bf16, false);
         dst = matrix_desc(n, IC, dnnl_f32, false);
     } else {
-        src = matrix_desc(OC, n, in, true);
-        weights = matrix_desc(n, IC, in, false);
+        src = matrix_desc(OC, n, dnnl_bf16, true);
+        weights = matrix_desc(n, IC, dnnl_bf16, false);
         dst = matrix_desc(OC, IC, dnnl_f32, false);
     }
     if (has_bias) bias = matrix_desc(1, OC, dnnl_f32, false);
@@ -225,33 +229,22 @@ static void run(MatmulBF16 *mm, Product product, size_t N, int IC, int OC, const
     mm->last_kernel = c->kernel;
 }
 
-/* A bf16 operand as the primitives take it: itself (ONEDNN) or widened to
- * fp32 in a scratch slot (WIDEN). */
-static const void *operand(MatmulBF16 *mm, int slot, const bf16 *x, size_t n) {
-    if (mm->path == MATMUL_BF16_ONEDNN) return x;
+/* A bf16 operand widened to fp32 (exactly) in a scratch slot (WIDEN path). */
+static float *widened(MatmulBF16 *mm, int slot, const bf16 *x, size_t n) {
     float *wide = reserve(&mm->slot[slot], &mm->slot_bytes[slot], n * sizeof(float));
     bf16_to_floats(wide, x, n);
     return wide;
 }
 
-/* dout rounded to bf16: bf16 values (ONEDNN) or their fp32 widening (WIDEN). */
-static const void *dout_operand(MatmulBF16 *mm, const float *dout, size_t n) {
-    if (mm->path == MATMUL_BF16_ONEDNN) {
-        bf16 *d = reserve(&mm->slot[SLOT_DOUT], &mm->slot_bytes[SLOT_DOUT], n * sizeof(bf16));
-        bf16_from_floats(d, dout, n);
-        return d;
-    }
-    float *d = reserve(&mm->slot[SLOT_DOUT], &mm->slot_bytes[SLOT_DOUT], n * sizeof(float));
-    bf16_round_floats(d, dout, n);
-    return d;
-}
-
 void matmul_bf16_forward(MatmulBF16 *mm, float *out, const bf16 *inp, const bf16 *weight, const float *bias,
                          size_t N, int IC, int OC) {
     if (N == 0) return;
-    const void *src = operand(mm, SLOT_SRC, inp, N * (size_t)IC);
-    const void *w = operand(mm, SLOT_WEIGHTS, weight, (size_t)OC * IC);
-    run(mm, PRODUCT_FORWARD, N, IC, OC, src, w, bias, out);
+    if (mm->path == MATMUL_BF16_WIDEN) {
+        matmul_forward(out, widened(mm, SLOT_SRC, inp, N * (size_t)IC),
+                       widened(mm, SLOT_WEIGHTS, weight, (size_t)OC * IC), bias, N, IC, OC);
+        return;
+    }
+    run(mm, PRODUCT_FORWARD, N, IC, OC, inp, weight, bias, out);
 }
 
 /* dbias (OC) += column sums of dout (N,OC), each column summed in row order */
@@ -268,8 +261,17 @@ static void bias_backward(float *dbias, const float *dout, size_t N, int OC) {
 void matmul_bf16_backward(MatmulBF16 *mm, float *dinp, float *dweight, float *dbias, const float *dout,
                           const bf16 *inp, const bf16 *weight, size_t N, int IC, int OC) {
     if (N == 0) return;
-    const void *d = dout_operand(mm, dout, N * (size_t)OC);
-    if (dinp) run(mm, PRODUCT_DINP, N, IC, OC, d, operand(mm, SLOT_WEIGHTS, weight, (size_t)OC * IC), NULL, dinp);
-    run(mm, PRODUCT_DWEIGHT, N, IC, OC, d, operand(mm, SLOT_SRC, inp, N * (size_t)IC), NULL, dweight);
-    if (dbias) bias_backward(dbias, dout, N, OC);
+    const size_t n = N * (size_t)OC;
+    if (mm->path == MATMUL_BF16_WIDEN) {
+        float *d = reserve(&mm->slot[SLOT_DOUT], &mm->slot_bytes[SLOT_DOUT], n * sizeof(float));
+        bf16_round_floats(d, dout, n);
+        matmul_backward(dinp, dweight, NULL, d, widened(mm, SLOT_SRC, inp, N * (size_t)IC),
+                        widened(mm, SLOT_WEIGHTS, weight, (size_t)OC * IC), N, IC, OC);
+    } else {
+        bf16 *d = reserve(&mm->slot[SLOT_DOUT], &mm->slot_bytes[SLOT_DOUT], n * sizeof(bf16));
+        bf16_from_floats(d, dout, n);
+        if (dinp) run(mm, PRODUCT_DINP, N, IC, OC, d, weight, NULL, dinp);
+        run(mm, PRODUCT_DWEIGHT, N, IC, OC, d, inp, NULL, dweight);
+    }
+    if (dbias) bias_backward(dbias, dout, N, OC); /* from the fp32 dout */
 }

@@ -20,16 +20,18 @@
  * A MatmulBF16 is the primitive cache: a oneDNN primitive per (product,
  * shape, thread count) is created on first use and reused, with its memory
  * objects; later calls only point them at the data and execute. It also
- * owns the scratch the primitives and the conversions need. It is not
+ * owns the scratch the primitives and the conversions need (grown when a
+ * larger shape first appears, never in steady state). It is not
  * thread-safe: one per thread that calls it. No globals.
  *
- * Two ways to compute, same numbers up to summation order:
- *   MATMUL_BF16_ONEDNN  bf16 primitives (AMX or AVX512-BF16 dot products)
- *   MATMUL_BF16_WIDEN   the bf16 operands widened to fp32 (exact) and fp32
- *                       primitives: for CPUs without bf16 arithmetic, where
- *                       oneDNN's emulated bf16 runs several times slower
- *                       than fp32. Results are those of bf16 inputs with
- *                       fp32 accumulation, exactly as on the native path.
+ * Two ways to compute, the same numbers up to summation order:
+ *   MATMUL_BF16_ONEDNN  oneDNN bf16 primitives (AMX or AVX512-BF16 dot
+ *                       products where the CPU has them, else oneDNN's
+ *                       emulation, several times slower than fp32)
+ *   MATMUL_BF16_WIDEN   the bf16 operands widened to fp32 (exact) and the
+ *                       fp32 layer of matmul.c (OpenBLAS): bf16 inputs with
+ *                       fp32 accumulation at fp32 speed, for CPUs without
+ *                       bf16 arithmetic. Creates no primitives.
  *   MATMUL_BF16_AUTO    ONEDNN when oneDNN reports bf16 arithmetic on this
  *                       CPU, else WIDEN. */
 #ifndef BS_KERNELS_MATMUL_BF16_H
