@@ -35,6 +35,28 @@ def gpt(layers, hidden, heads, vocab=51200, seq=2048):
             "activation": "gelu", "dropout": None}
 
 
+# Nemotron-4 340B: squared-ReLU MLP (two matrices, modelled as GELU's), GQA
+NEMOTRON4 = {"layers": 96, "hidden": 18432, "heads": 96, "kv-heads": 8, "ffn": 73728, "vocab": 256000,
+             "seq-len": 4096, "activation": "gelu"}
+
+
+def nemotron_run(gpus, batch):
+    return {"hardware": "h100-sxm", "gpus": gpus, "tp": 8, "pp": 12, "cp": 1, "global-batch": batch, "micro-batch": 1}
+
+
+def llama3_run(gpus, cp, batch):
+    """Table 4: TP 8, PP 16 on H100; micro-batch 1 assumed."""
+    return {"hardware": "h100-sxm", "gpus": gpus, "tp": 8, "pp": 16, "cp": cp, "global-batch": batch, "micro-batch": 1}
+
+
+def megatron(gpus, tp, pp, batch, **more):
+    """A 2021-22 Megatron-LM run: A100 80GB, materialized attention, full
+    recomputation, no ZeRO, sequence parallelism or DP overlap (unless given)."""
+    run = dict(MEGATRON_2021, gpus=gpus, tp=tp, pp=pp, **{"global-batch": batch})
+    run.update(more)
+    return run
+
+
 MEGATRON_2021 = {"hardware": "a100-80g", "cp": 1, "attention": "full", "recompute": "full", "zero": 0,
                  "overlap": "off", "sequence-parallel": "off"}
 
@@ -45,79 +67,58 @@ MEGATRON_2021 = {"hardware": "a100-80g", "cp": 1, "attention": "full", "recomput
 # full attention), step_seconds (iteration time).
 ROWS = [
     ("narayanan-1.7b", "Narayanan et al. 2021, Table 1", gpt(24, 2304, 24),
-     dict(MEGATRON_2021, gpus=32, tp=1, pp=1, **{"global-batch": 512}), "megatron_tflops", 137),
+     megatron(32, 1, 1, 512), "megatron_tflops", 137),
     ("narayanan-3.6b", "Narayanan et al. 2021, Table 1", gpt(30, 3072, 32),
-     dict(MEGATRON_2021, gpus=64, tp=2, pp=1, **{"global-batch": 512}), "megatron_tflops", 138),
+     megatron(64, 2, 1, 512), "megatron_tflops", 138),
     ("narayanan-7.5b", "Narayanan et al. 2021, Table 1", gpt(36, 4096, 32),
-     dict(MEGATRON_2021, gpus=128, tp=4, pp=1, **{"global-batch": 512}), "megatron_tflops", 142),
+     megatron(128, 4, 1, 512), "megatron_tflops", 142),
     ("narayanan-18.4b", "Narayanan et al. 2021, Table 1", gpt(40, 6144, 48),
-     dict(MEGATRON_2021, gpus=256, tp=8, pp=1, **{"global-batch": 1024}), "megatron_tflops", 135),
+     megatron(256, 8, 1, 1024), "megatron_tflops", 135),
     ("narayanan-39.1b", "Narayanan et al. 2021, Table 1", gpt(48, 8192, 64),
-     dict(MEGATRON_2021, gpus=512, tp=8, pp=2, **{"global-batch": 1536}), "megatron_tflops", 138),
+     megatron(512, 8, 2, 1536), "megatron_tflops", 138),
     ("narayanan-76.1b", "Narayanan et al. 2021, Table 1", gpt(60, 10240, 80),
-     dict(MEGATRON_2021, gpus=1024, tp=8, pp=4, **{"global-batch": 1792}), "megatron_tflops", 140),
+     megatron(1024, 8, 4, 1792), "megatron_tflops", 140),
     ("narayanan-145.6b", "Narayanan et al. 2021, Table 1", gpt(80, 12288, 96),
-     dict(MEGATRON_2021, gpus=1536, tp=8, pp=8, **{"global-batch": 2304}), "megatron_tflops", 148),
+     megatron(1536, 8, 8, 2304), "megatron_tflops", 148),
     ("narayanan-310.1b", "Narayanan et al. 2021, Table 1", gpt(96, 16384, 128),
-     dict(MEGATRON_2021, gpus=1920, tp=8, pp=16, **{"global-batch": 2160}), "megatron_tflops", 155),
+     megatron(1920, 8, 16, 2160), "megatron_tflops", 155),
     ("narayanan-529.6b", "Narayanan et al. 2021, Table 1", gpt(105, 20480, 128),
-     dict(MEGATRON_2021, gpus=2520, tp=8, pp=35, **{"global-batch": 2520}), "megatron_tflops", 163),
+     megatron(2520, 8, 35, 2520), "megatron_tflops", 163),
     ("narayanan-1008b", "Narayanan et al. 2021, Table 1", gpt(128, 25600, 160),
-     dict(MEGATRON_2021, gpus=3072, tp=8, pp=64, **{"global-batch": 3072}), "megatron_tflops", 163),
+     megatron(3072, 8, 64, 3072), "megatron_tflops", 163),
     ("korthikanti-22b", "Korthikanti et al. 2022, Tables 3 and 5", gpt(48, 6144, 64),
-     dict(MEGATRON_2021, gpus=8, tp=8, pp=1, recompute="selective", **{"sequence-parallel": "on",
-          "global-batch": 4, "micro-batch": 4}), "megatron_mfu", 0.415),
+     megatron(8, 8, 1, 4, recompute="selective", **{"sequence-parallel": "on", "micro-batch": 4}), "megatron_mfu", 0.415),
     ("korthikanti-175b", "Korthikanti et al. 2022, Tables 3 and 5", gpt(96, 12288, 96),
-     dict(MEGATRON_2021, gpus=64, tp=8, pp=8, recompute="selective", **{"sequence-parallel": "on",
-          "global-batch": 64, "micro-batch": 1}), "megatron_mfu", 0.514),
+     megatron(64, 8, 8, 64, recompute="selective", **{"sequence-parallel": "on", "micro-batch": 1}), "megatron_mfu", 0.514),
     ("korthikanti-530b", "Korthikanti et al. 2022, Tables 3 and 5", gpt(105, 20480, 128),
-     dict(MEGATRON_2021, gpus=280, tp=8, pp=35, recompute="selective", **{"sequence-parallel": "on",
-          "global-batch": 280, "micro-batch": 1}), "megatron_mfu", 0.560),
+     megatron(280, 8, 35, 280, recompute="selective", **{"sequence-parallel": "on", "micro-batch": 1}), "megatron_mfu", 0.560),
     ("korthikanti-1t", "Korthikanti et al. 2022, Tables 3 and 5", gpt(128, 25600, 160),
-     dict(MEGATRON_2021, gpus=512, tp=8, pp=64, recompute="selective", **{"sequence-parallel": "on",
-          "global-batch": 512, "micro-batch": 1}), "megatron_mfu", 0.563),
+     megatron(512, 8, 64, 512, recompute="selective", **{"sequence-parallel": "on", "micro-batch": 1}), "megatron_mfu", 0.563),
     ("mtnlg-2240", "Smith et al. 2022 (MT-NLG), section 2.4", gpt(105, 20480, 128),
-     dict(MEGATRON_2021, gpus=2240, tp=8, pp=35, zero=1, **{"global-batch": 1920, "micro-batch": 1}),
+     megatron(2240, 8, 35, 1920, zero=1, **{"micro-batch": 1}),
      "megatron_tflops", 126),
     ("mtnlg-2800", "Smith et al. 2022 (MT-NLG), section 2.4", gpt(105, 20480, 128),
-     dict(MEGATRON_2021, gpus=2800, tp=8, pp=35, zero=1, **{"global-batch": 1920, "micro-batch": 1}),
+     megatron(2800, 8, 35, 1920, zero=1, **{"micro-batch": 1}),
      "megatron_tflops", 121),
     ("mtnlg-3360", "Smith et al. 2022 (MT-NLG), section 2.4", gpt(105, 20480, 128),
-     dict(MEGATRON_2021, gpus=3360, tp=8, pp=35, zero=1, **{"global-batch": 1920, "micro-batch": 1}),
+     megatron(3360, 8, 35, 1920, zero=1, **{"micro-batch": 1}),
      "megatron_tflops", 113),
     ("bloom-176b", "BigScience 2022 (BLOOM), model card and paper", gpt(70, 14336, 112, vocab=250880),
-     dict(MEGATRON_2021, gpus=384, tp=4, pp=12, zero=1, **{"global-batch": 2048, "micro-batch": 2,
-          "net-gbps": 6.25}), "megatron_tflops", 150),
-    ("llama3-405b-8k", "Llama 3 paper, Table 4", {"model": "llama3-405b"},
-     {"hardware": "h100-sxm", "gpus": 8192, "tp": 8, "pp": 16, "cp": 1, "global-batch": 2048, "micro-batch": 1},
+     megatron(384, 4, 12, 2048, zero=1, **{"micro-batch": 2, "net-gbps": 6.25}), "megatron_tflops", 150),
+    ("llama3-405b-8k", "Llama 3 paper, Table 4", {"model": "llama3-405b"}, llama3_run(8192, 1, 2048),
      "model_tflops", 430),
-    ("llama3-405b-16k", "Llama 3 paper, Table 4", {"model": "llama3-405b"},
-     {"hardware": "h100-sxm", "gpus": 16384, "tp": 8, "pp": 16, "cp": 1, "global-batch": 2048, "micro-batch": 1},
+    ("llama3-405b-16k", "Llama 3 paper, Table 4", {"model": "llama3-405b"}, llama3_run(16384, 1, 2048),
      "model_tflops", 400),
     ("llama3-405b-128k", "Llama 3 paper, Table 4", {"model": "llama3-405b", "seq-len": 131072},
-     {"hardware": "h100-sxm", "gpus": 16384, "tp": 8, "pp": 16, "cp": 16, "global-batch": 128, "micro-batch": 1},
-     "model_tflops", 380),
-    ("nemotron4-1536", "Nemotron-4 340B report, Table 2",
-     {"layers": 96, "hidden": 18432, "heads": 96, "kv-heads": 8, "ffn": 73728, "vocab": 256000, "seq-len": 4096,
-      "activation": "gelu"},
-     {"hardware": "h100-sxm", "gpus": 1536, "tp": 8, "pp": 12, "cp": 1, "global-batch": 768, "micro-batch": 1},
-     "step_seconds", 10.3),
-    ("nemotron4-3072", "Nemotron-4 340B report, Table 2",
-     {"layers": 96, "hidden": 18432, "heads": 96, "kv-heads": 8, "ffn": 73728, "vocab": 256000, "seq-len": 4096,
-      "activation": "gelu"},
-     {"hardware": "h100-sxm", "gpus": 3072, "tp": 8, "pp": 12, "cp": 1, "global-batch": 1536, "micro-batch": 1},
-     "step_seconds", 10.3),
-    ("nemotron4-6144", "Nemotron-4 340B report, Table 2",
-     {"layers": 96, "hidden": 18432, "heads": 96, "kv-heads": 8, "ffn": 73728, "vocab": 256000, "seq-len": 4096,
-      "activation": "gelu"},
-     {"hardware": "h100-sxm", "gpus": 6144, "tp": 8, "pp": 12, "cp": 1, "global-batch": 2304, "micro-batch": 1},
-     "step_seconds", 8.0),
-    ("nemotron4-dgxc-128", "NVIDIA DGX Cloud benchmark recipe, Nemotron4 340B 24.11",
-     {"layers": 96, "hidden": 18432, "heads": 96, "kv-heads": 8, "ffn": 73728, "vocab": 256000, "seq-len": 4096,
-      "activation": "gelu"},
-     {"hardware": "h100-sxm", "gpus": 128, "tp": 8, "pp": 8, "cp": 1, "global-batch": 32, "micro-batch": 1,
-      "schedule": "interleaved", "virtual-stages": 12},
-     "step_seconds", 4.77),
+     llama3_run(16384, 16, 128), "model_tflops", 380),
+    ("nemotron4-1536", "Nemotron-4 340B report, Table 2", NEMOTRON4,
+     nemotron_run(1536, 768), "step_seconds", 10.3),
+    ("nemotron4-3072", "Nemotron-4 340B report, Table 2", NEMOTRON4,
+     nemotron_run(3072, 1536), "step_seconds", 10.3),
+    ("nemotron4-6144", "Nemotron-4 340B report, Table 2", NEMOTRON4,
+     nemotron_run(6144, 2304), "step_seconds", 8.0),
+    ("nemotron4-dgxc-128", "NVIDIA DGX Cloud benchmark recipe, Nemotron4 340B 24.11", NEMOTRON4,
+     dict(nemotron_run(128, 32), pp=8, schedule="interleaved", **{"virtual-stages": 12}), "step_seconds", 4.77),
 ]
 
 UNITS = {"megatron_tflops": "TFLOP/s", "megatron_mfu": "MFU", "model_tflops": "TFLOP/s", "step_seconds": "s/step"}

@@ -40,6 +40,11 @@ static const Shape SHAPES[] = {
     {2048, 192, 768},  {8192, 2304, 768},  {8192, 768, 768},  {8192, 3072, 768}, {8192, 768, 3072},
 };
 
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 /* Median seconds of C = A B^T at this shape, repeating for about `budget` s. */
 static double time_sgemm(const Shape *s, double budget) {
     size_t a_n = (size_t)s->m * s->k, b_n = (size_t)s->n * s->k, c_n = (size_t)s->m * s->n;
@@ -55,12 +60,7 @@ static double time_sgemm(const Shape *s, double budget) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->m, s->n, s->k, 1, a, s->k, b, s->k, 0, c, s->n);
         times[reps++] = bs_now() - t0;
     }
-    for (int i = 1; i < reps; i++) /* insertion sort for the median */
-        for (int j = i; j > 0 && times[j] < times[j - 1]; j--) {
-            double t = times[j];
-            times[j] = times[j - 1];
-            times[j - 1] = t;
-        }
+    qsort(times, (size_t)reps, sizeof(double), compare_doubles);
     double median = times[reps / 2];
     free(a), free(b), free(c);
     return median;

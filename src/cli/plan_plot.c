@@ -4,6 +4,7 @@
  * serves both formats; only the surface differs. */
 #include <cairo-svg.h>
 #include <cairo.h>
+#include <fontconfig/fontconfig.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -139,5 +140,7 @@ void report_plot(const PlanReport *r, const char *path) {
     cairo_status_t status = svg ? (cairo_surface_finish(surface), cairo_surface_status(surface))
                                 : cairo_surface_write_to_png(surface, path);
     cairo_surface_destroy(surface);
+    cairo_debug_reset_static_data(); /* font caches: drawing is done */
+    FcFini();
     if (status != CAIRO_STATUS_SUCCESS) bs_die("--plot %s: cannot write (%s)", path, cairo_status_to_string(status));
 }
