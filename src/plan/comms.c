@@ -15,6 +15,11 @@
 
 #include <math.h>
 
+double overlapped_cost(double comm, double compute) {
+    double hidden = fmin(comm, fmax(compute, 0.0));
+    return comm - hidden + OVERLAP_INTERFERENCE * hidden;
+}
+
 double intra_node_busbw(const Hardware *hw) { return hw->nvlink_bw * NVLINK_EFFICIENCY; }
 double inter_node_busbw(const Hardware *hw) { return hw->net_bw * NETWORK_EFFICIENCY; }
 

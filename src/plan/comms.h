@@ -20,6 +20,15 @@ typedef enum { COLL_ALLREDUCE, COLL_REDUCE_SCATTER, COLL_ALLGATHER, COLL_ALLTOAL
 #define NVLINK_EFFICIENCY 0.80
 #define NETWORK_EFFICIENCY 0.90
 
+/* Communication hidden behind compute is not free: NCCL's kernels occupy
+ * streaming multiprocessors and HBM bandwidth while they run. The planner
+ * charges this fraction of every overlapped second to the step (an
+ * assumption of the planner, stated in docs/PLANNER.md; not fitted). */
+#define OVERLAP_INTERFERENCE 0.1
+
+/* Seconds of `comm` that cost the step when `compute` seconds run beside it. */
+double overlapped_cost(double comm, double compute);
+
 /* A group of n ranks with `per_node` of them in each node (per_node >= n:
  * the whole group is inside one node). */
 typedef struct {

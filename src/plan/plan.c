@@ -156,7 +156,7 @@ static BlockCost block_cost(const PlanInput *in, const Layout *l, const Hardware
         double kv_bytes = 2.0 * e * T * model_kv_dim(m) / l->tp;
         double hop = p2p_time(hw, kv_bytes, l->tp * l->cp <= hw->gpus_per_node);
         double passes = 3.0 + (l->recompute == RECOMPUTE_FULL ? 1.0 : 0.0);
-        b.cp = passes * fmax(0.0, (l->cp - 1) * hop - c.attention);
+        b.cp = passes * overlapped_cost((l->cp - 1) * hop, c.attention);
     }
     if (l->ep > 1) { /* dispatch and combine all-to-all, forward and backward */
         Group g = group_of(l->ep, l->tp * l->cp * l->pp, hw->gpus_per_node);
@@ -393,17 +393,16 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
         CollectiveAlgo algo;
         double sync = dp_group_bytes_time(in, l, hw, dense, expert, &algo);
         double bwd = roles[q].layers * c->backward, fwd = roles[q].layers * c->forward;
-        double exposed;
+        double exposed = 0.0;
         if (l->zero >= 3) { /* gather weights twice and reduce-scatter gradients every micro-batch */
-            double per_mb = 1.5 * sync;
-            double hidden = l->overlap ? roles[q].layers * c->compute : 0.0;
-            exposed = 0.0;
-            if (fmax(0.0, per_mb - hidden) > sp.zero3_per_mb) sp.zero3_per_mb = fmax(0.0, per_mb - hidden);
+            double per_mb = overlapped_cost(1.5 * sync, l->overlap ? roles[q].layers * c->compute : 0.0);
+            if (per_mb > sp.zero3_per_mb) sp.zero3_per_mb = per_mb;
         } else {
-            /* stage i finishes its last backward i stages' backward before stage 0 */
+            /* stage i finishes its last backward i stages' backward before stage 0:
+             * idle time, free for communication; then the overlap window */
             double slack = roles[q].position * bwd / v;
-            double window = slack + (l->overlap ? bwd + (l->zero >= 1 ? fwd : 0.0) : 0.0);
-            exposed = fmax(0.0, sync - window);
+            double window = l->overlap ? bwd + (l->zero >= 1 ? fwd : 0.0) : 0.0;
+            exposed = overlapped_cost(fmax(0.0, sync - slack), window);
         }
         sp.dp_fixed = fmax(sp.dp_fixed, exposed);
         if ((dense + expert) * gb > out->dp_bytes) out->dp_bytes = (dense + expert) * gb, out->dp_algo = algo;
