@@ -98,9 +98,9 @@ static json_t *manifest_to_json(const CkptManifest *m) {
     json_t *files = json_array();
     for (int i = 0; i < m->num_files; i++) {
         const CkptFile *f = &m->files[i];
-        json_array_append_new(files, json_pack("{s:s, s:I, s:I, s:I, s:o}", "name", f->name, "offset",
-                                               (json_int_t)f->offset, "count", (json_int_t)f->count, "bytes",
-                                               (json_int_t)f->bytes, "xxh64", u64_hex(f->xxh64)));
+        json_array_append_new(files, json_pack("{s:s, s:i, s:I, s:I, s:I, s:o}", "name", f->name, "shard", f->shard,
+                                               "offset", (json_int_t)f->offset, "count", (json_int_t)f->count,
+                                               "bytes", (json_int_t)f->bytes, "xxh64", u64_hex(f->xxh64)));
     }
     json_t *rng = json_array(), *noise = json_array();
     for (int i = 0; i < 4; i++) json_array_append_new(rng, u64_hex(m->sample_rng.s[i]));
@@ -118,6 +118,7 @@ static json_t *manifest_to_json(const CkptManifest *m) {
         m->model.max_seq_len, "vocab", m->model.vocab_size, "layout", "world", m->world, "dp", m->dp, "tp", m->tp,
         "pp", m->pp, "zero", m->zero, "optimizer", "name", m->optimizer, "step", (json_int_t)m->optimizer_step,
         "sample_rng", rng, "data", "seed", u64_hex(m->data_seed), "shuffle", m->data_shuffle, "files", files);
+    json_object_set_new(json_object_get(j, "layout"), "pp_split", json_string(m->pp_split));
     json_object_set_new(j, "schedule", json_pack("{s:s, s:I, s:I, s:o}", "batch", m->batch_schedule, "global_batch",
                                                  (json_int_t)m->final_batch, "current_batch",
                                                  (json_int_t)m->current_batch, "noise_scale", noise));
@@ -265,6 +266,9 @@ bool ckpt_try_read_manifest(const char *dir, CkptManifest *m, char *why, size_t 
         if (!parse_hex(json_array_get(noise, (size_t)i), &bits)) FAIL("%s is corrupt: noise_scale is not hex", path);
         memcpy(&m->noise_scale[i], &bits, sizeof bits);
     }
+    const char *split = json_string_value(json_object_get(json_object_get(j, "layout"), "pp_split"));
+    if (split && strlen(split) >= sizeof m->pp_split) FAIL("%s is corrupt: pp_split too long", path);
+    snprintf(m->pp_split, sizeof m->pp_split, "%s", split ? split : "");
     if (!json_is_array(files) || json_array_size(files) == 0 || json_array_size(files) > CKPT_MAX_FILES)
         FAIL("%s is corrupt: 'files' must list 1 to %d files", path, CKPT_MAX_FILES);
     m->num_files = (int)json_array_size(files);
@@ -273,9 +277,13 @@ bool ckpt_try_read_manifest(const char *dir, CkptManifest *m, char *why, size_t 
         const char *name;
         json_t *hash;
         json_int_t off, cnt, bytes;
-        if (json_unpack_ex(json_array_get(files, (size_t)i), &err, 0, "{s:s, s:I, s:I, s:I, s:o}", "name", &name,
-                           "offset", &off, "count", &cnt, "bytes", &bytes, "xxh64", &hash) != 0)
+        int shard = 0;
+        if (json_unpack_ex(json_array_get(files, (size_t)i), &err, 0, "{s:s, s?i, s:I, s:I, s:I, s:o}", "name",
+                           &name, "shard", &shard, "offset", &off, "count", &cnt, "bytes", &bytes, "xxh64",
+                           &hash) != 0)
             FAIL("%s is corrupt: file entry %d: %s", path, i, err.text);
+        if (shard < 0 || shard >= m->tp * m->pp) FAIL("%s is corrupt: file entry %d names shard %d", path, i, shard);
+        f->shard = shard;
         if (strlen(name) >= sizeof f->name || strchr(name, '/') || off < 0 || cnt < 0 || bytes < 0)
             FAIL("%s is corrupt: bad file entry %d", path, i);
         snprintf(f->name, sizeof f->name, "%s", name);
@@ -288,7 +296,8 @@ bool ckpt_try_read_manifest(const char *dir, CkptManifest *m, char *why, size_t 
         if (f->offset + f->count > gpt_num_params(&m->model))
             FAIL("%s is corrupt: file %s covers a range outside the model", path, name);
         for (int k = 0; k < i; k++) /* overlaps would let a read count some parameters twice and miss others */
-            if (f->count && m->files[k].count && f->offset < m->files[k].offset + m->files[k].count &&
+            if (f->shard == m->files[k].shard && f->count && m->files[k].count &&
+                f->offset < m->files[k].offset + m->files[k].count &&
                 m->files[k].offset < f->offset + f->count)
                 FAIL("%s is corrupt: files %s and %s hold overlapping ranges", path, m->files[k].name, name);
     }
@@ -344,9 +353,18 @@ bool ckpt_verify(const char *dir, const CkptManifest *m, char *why, size_t why_s
 
 void ckpt_read_range(const char *dir, const CkptManifest *m, size_t offset, size_t count, float *params,
                      float *const *state) {
+    if (m->tp * m->pp != 1)
+        bs_die("checkpoint %s holds a model split %d x %d (tensor x pipeline); read it through the trainer", dir,
+               m->tp, m->pp);
+    ckpt_read_shard_range(dir, m, 0, offset, count, params, state);
+}
+
+void ckpt_read_shard_range(const char *dir, const CkptManifest *m, int shard, size_t offset, size_t count,
+                           float *params, float *const *state) {
     size_t covered = 0;
     for (int i = 0; i < m->num_files; i++) {
         const CkptFile *cf = &m->files[i];
+        if (cf->shard != shard) continue;
         size_t lo = offset > cf->offset ? offset : cf->offset;
         size_t hi_a = offset + count, hi_b = cf->offset + cf->count;
         size_t hi = hi_a < hi_b ? hi_a : hi_b;

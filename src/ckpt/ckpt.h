@@ -29,7 +29,8 @@
 
 typedef struct {
     char name[32];
-    uint64_t offset, count; /* range of the flat layout */
+    int shard;              /* model shard: tp_index + pp_index * tp (0 without model parallelism) */
+    uint64_t offset, count; /* range of that shard's flat layout */
     uint64_t bytes;
     uint64_t xxh64;
 } CkptFile;
@@ -43,6 +44,7 @@ typedef struct {
     uint64_t data_seed;
     bool data_shuffle;
     int world, dp, tp, pp, zero; /* layout that wrote it */
+    char pp_split[256];          /* layers per pipeline stage, comma-separated */
     char optimizer[32];
     long optimizer_step;
     char batch_schedule[256]; /* the --batch-schedule the run was started with */
@@ -72,8 +74,11 @@ bool ckpt_try_read_manifest(const char *dir, CkptManifest *m, char *why, size_t 
 void ckpt_read_manifest(const char *dir, CkptManifest *m);
 /* Checks sizes and checksums of every file; returns false and a reason. */
 bool ckpt_verify(const char *dir, const CkptManifest *m, char *why, size_t why_size);
-/* Reads range [offset, offset+count) of params and state from whichever files
- * hold it (state may be NULL to skip it). */
+/* Reads range [offset, offset+count) of model shard `shard`'s params and
+ * state from whichever files hold it (params or state may be NULL to skip). */
+void ckpt_read_shard_range(const char *dir, const CkptManifest *m, int shard, size_t offset, size_t count,
+                           float *params, float *const *state);
+/* The same for a checkpoint of the whole model (one shard). */
 void ckpt_read_range(const char *dir, const CkptManifest *m, size_t offset, size_t count, float *params,
                      float *const *state);
 /* "latest" -> newest checkpoint in ckpt_dir that verifies (older complete

@@ -262,7 +262,7 @@ void gpt_backward(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t
     const Widths w = widths(cfg);
     const int C = w.C, L = cfg->num_layers, first = gpt_first_layer(cfg), nl = gpt_stage_layers(cfg);
     const size_t N = (size_t)b * t;
-    if (!acts->grad_memory) bs_die("internal: activations were created without backward buffers");
+    if (!acts->dresidual) bs_die("internal: activations were created without backward buffers");
     float *demb = NULL, *emb = NULL;
     if (gpt_has_head(cfg)) {
         float *dwte = model->head_dwte, *wte = model->head_wte;

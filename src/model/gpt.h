@@ -104,6 +104,9 @@ int gpt_max_shard_runs(const GPTConfig *cfg);
 int gpt_shard_runs(const GPTConfig *cfg, ShardRun *out, int capacity);
 /* Whether this rank's copy of a tensor counts in global sums (norms). */
 bool gpt_tensor_primary(const GPTConfig *cfg, TensorKind k);
+/* Elements of this shard's tensor that are trained: all of it, except wte,
+ * whose rows beyond the vocabulary are padding. */
+size_t gpt_tensor_trained(const GPTConfig *cfg, TensorKind k);
 
 /* A contiguous run of one tensor, for optimizers that treat tensors apart. */
 typedef struct {

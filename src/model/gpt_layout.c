@@ -113,6 +113,14 @@ size_t gpt_tensor_numel(const GPTConfig *cfg, TensorKind k) {
     return 0;
 }
 
+size_t gpt_tensor_trained(const GPTConfig *cfg, TensorKind k) {
+    if (k != TK_WTE) return gpt_tensor_numel(cfg, k);
+    long rows = cfg->padded_vocab_size / gpt_tp_size(cfg);
+    long valid = (long)cfg->vocab_size - (long)gpt_tp_rank(cfg) * rows;
+    valid = valid < 0 ? 0 : valid > rows ? rows : valid;
+    return (size_t)valid * (size_t)cfg->channels;
+}
+
 static size_t layer_numel(const GPTConfig *cfg) {
     size_t n = 0;
     for (int k = TK_FIRST_LAYER_KIND; k <= TK_LAST_LAYER_KIND; k++) n += gpt_tensor_numel(cfg, (TensorKind)k);

@@ -66,7 +66,9 @@ static void plan_buckets(DataParallel *dp) {
     dp->bucket_of_block = bs_malloc(sizeof(int) * (size_t)nb);
     int k = -1;
     size_t filled = 0;
-    for (int b = nb - 1; b >= 0; b--) { /* backward order */
+    for (int b = 0; b < nb; b++) dp->bucket_of_block[b] = -1;
+    for (int b = nb - 1; b >= 0; b--) { /* backward order; blocks of other pipeline stages are absent */
+        if (!gpt_block_present(&dp->model->cfg, b)) continue;
         size_t off, count;
         block_range(dp, b, &off, &count);
         bool new_bucket = k < 0 || b == 0 || filled >= dp->opt.bucket_floats;
@@ -227,7 +229,7 @@ static void start_gather(DataParallel *dp, int s, int block) {
 }
 
 static void prefetch(DataParallel *dp, int block) {
-    if (block < 0 || block >= dp->num_blocks) return;
+    if (block < 0 || block >= dp->num_blocks || !gpt_block_present(&dp->model->cfg, block)) return;
     int s = find_slot(dp, block);
     if (s < 0 || dp->slots[s].block == block) return;
     start_gather(dp, s, block);
@@ -292,9 +294,8 @@ DataParallel *dp_create(Comm *comm, GPT *model, const DPOptions *opt) {
     plan_buckets(dp);
     if (dp->stage >= 2) {
         alloc_tracked(&dp->shard_grads, dp->shard_count, &mem->grad_bytes);
-        size_t emb_off, emb_count;
-        block_range(dp, 0, &emb_off, &emb_count);
-        alloc_tracked(&dp->emb_grad_buf, dp->buckets[dp->bucket_of_block[0]].count, &mem->buffer_bytes);
+        if (dp->bucket_of_block[0] >= 0) /* the first stage: the embeddings bucket */
+            alloc_tracked(&dp->emb_grad_buf, dp->buckets[dp->bucket_of_block[0]].count, &mem->buffer_bytes);
         for (int i = 0; i < GRAD_POOL; i++) alloc_tracked(&dp->grad_pool[i], dp->pool_floats, &mem->buffer_bytes);
     }
     for (int s = 0; s < NUM_SLOTS; s++) dp->slots[s].block = -1;
@@ -305,7 +306,7 @@ DataParallel *dp_create(Comm *comm, GPT *model, const DPOptions *opt) {
         dp->slots[SLOT_EMB].capacity = alloc_tracked(&dp->slots[SLOT_EMB].buf, count, &mem->buffer_bytes);
         block_range(dp, dp->num_blocks - 1, &off, &count);
         dp->slots[SLOT_LNF].capacity = alloc_tracked(&dp->slots[SLOT_LNF].buf, count, &mem->buffer_bytes);
-        if (dp->num_blocks > 2) block_range(dp, 1, &off, &layer);
+        for (int b = 1; b < dp->num_blocks - 1 && layer == 0; b++) block_range(dp, b, &off, &layer);
         for (int s = SLOT_LAYER_A; s <= SLOT_LAYER_B; s++)
             dp->slots[s].capacity = alloc_tracked(&dp->slots[s].buf, layer, &mem->buffer_bytes);
     }

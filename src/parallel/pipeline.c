@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "core/trace.h"
 
 typedef struct {
     GPTActs acts;
@@ -29,7 +30,10 @@ struct Pipeline {
     int next_grad_buf;
     PipeStats stats;
     int live;
+    Trace *trace;
 };
+
+void pipeline_set_trace(Pipeline *p, Trace *trace) { p->trace = trace; }
 
 bool pipeline_parse_schedule(const char *name, PipeSchedule *out) {
     if (strcmp(name, "gpipe") == 0) *out = PIPE_GPIPE;
@@ -94,7 +98,9 @@ static int acquire_slot(Pipeline *p) {
 static void wait_timed(Pipeline *p, CommOp *op) {
     double t0 = bs_now();
     comm_wait(op);
-    p->stats.idle += bs_now() - t0;
+    double t1 = bs_now();
+    p->stats.idle += t1 - t0;
+    if (t1 - t0 > 1e-4) trace_add(p->trace, "pipeline wait", "idle", t0, t1);
 }
 
 static int tag_of(int micro, int gradient) { return (micro % 16384) * 2 + gradient; }
@@ -120,6 +126,7 @@ static void forward(Pipeline *p, int micro, float dloss, PipeLoad load, void *ct
     p->stats.loss_sum +=
         gpt_forward(p->model, &s->acts, s->inputs, s->targets, p->B, p->T, training ? dloss : 0.0f, access);
     p->stats.busy += bs_now() - t0;
+    trace_add(p->trace, training ? "forward" : "eval forward", "compute", t0, bs_now());
     if (p->stage < p->stages - 1)
         s->send = comm_start_send(p->grid->pp_group, gpt_stage_output(cfg, &s->acts), n, p->stage + 1,
                                   tag_of(micro, 0));
@@ -145,6 +152,7 @@ static void backward(Pipeline *p, int micro, bool last) {
     gpt_backward(p->model, &s->acts, s->inputs, p->B, p->T, access);
     dp_end_micro(p->dp);
     p->stats.busy += bs_now() - t0;
+    trace_add(p->trace, "backward", "compute", t0, bs_now());
     if (p->stage > 0) { /* the gradient of this stage's input goes back; copy it out of the shared scratch */
         int b = p->next_grad_buf;
         p->next_grad_buf ^= 1;
@@ -163,36 +171,47 @@ static void finish_sends(Pipeline *p) {
         }
 }
 
-PipeStats pipeline_train(Pipeline *p, int m, float dloss, PipeLoad load, void *ctx) {
+/* Backward of micro-batch i, with the hook before the last one. */
+static void backward_at(Pipeline *p, int i, int m, const PipeHooks *hooks) {
+    if (i == m - 1 && hooks && hooks->before_last_backward) hooks->before_last_backward(hooks->ctx);
+    backward(p, i, i == m - 1);
+    if (i == m - 1 && hooks && hooks->after_last_backward) hooks->after_last_backward(hooks->ctx);
+}
+
+PipeStats pipeline_train(Pipeline *p, int m, float dloss, PipeLoad load, void *ctx, const PipeHooks *hooks) {
     memset(&p->stats, 0, sizeof p->stats);
     p->live = 0;
-    if (p->schedule == PIPE_GPIPE || p->stages == 1) {
+    if (p->stages == 1) { /* plain accumulation: one activation set alive */
         for (int i = 0; i < m; i++) {
             forward(p, i, dloss, load, ctx, true);
-            if (p->stages == 1) backward(p, i, i == m - 1); /* plain accumulation: one set alive */
+            backward_at(p, i, m, hooks);
         }
-        if (p->stages > 1)
-            for (int i = 0; i < m; i++) backward(p, i, i == m - 1);
+    } else if (p->schedule == PIPE_GPIPE) {
+        for (int i = 0; i < m; i++) forward(p, i, dloss, load, ctx, true);
+        for (int i = 0; i < m; i++) backward_at(p, i, m, hooks);
     } else {
         int warmup = p->stages - p->stage - 1;
         if (warmup > m) warmup = m;
         for (int i = 0; i < warmup; i++) forward(p, i, dloss, load, ctx, true);
         for (int j = 0; j < m - warmup; j++) {
             forward(p, warmup + j, dloss, load, ctx, true);
-            backward(p, j, j == m - 1);
+            backward_at(p, j, m, hooks);
         }
-        for (int j = m - warmup; j < m; j++) backward(p, j, j == m - 1);
+        for (int j = m - warmup; j < m; j++) backward_at(p, j, m, hooks);
     }
     finish_sends(p);
     return p->stats;
 }
 
-double pipeline_eval(Pipeline *p, int m, PipeLoad load, void *ctx) {
+double pipeline_eval(Pipeline *p, int m, int counted, PipeLoad load, void *ctx) {
     memset(&p->stats, 0, sizeof p->stats);
     p->live = 0;
+    double loss = 0;
     for (int i = 0; i < m; i++) {
-        forward(p, i, 0.0f, load, ctx, false);
-        release_slot(p, i);
+        double before = p->stats.loss_sum;
+        forward(p, i < counted ? i : 0, 0.0f, load, ctx, false);
+        if (i < counted) loss += p->stats.loss_sum - before;
+        release_slot(p, i < counted ? i : 0);
     }
-    return p->stats.loss_sum;
+    return loss;
 }

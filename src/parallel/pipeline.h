@@ -35,10 +35,20 @@ typedef struct Pipeline Pipeline;
 
 Pipeline *pipeline_create(Grid *grid, GPT *model, DataParallel *dp, PipeSchedule schedule, int B, int T);
 void pipeline_free(Pipeline *p);
+/* Record forward, backward and waits as trace intervals (NULL: off). */
+typedef struct Trace Trace;
+void pipeline_set_trace(Pipeline *p, Trace *trace);
 bool pipeline_parse_schedule(const char *name, PipeSchedule *out);
+typedef struct {
+    void (*before_last_backward)(void *ctx); /* may be NULL */
+    void (*after_last_backward)(void *ctx);  /* before waiting for the step's sends; may be NULL */
+    void *ctx;
+} PipeHooks;
+
 /* One step's forward and backward over m micro-batches. */
-PipeStats pipeline_train(Pipeline *p, int m, float dloss, PipeLoad load, void *ctx);
-/* Forward only (validation): the loss sum over m micro-batches (last stage). */
-double pipeline_eval(Pipeline *p, int m, PipeLoad load, void *ctx);
+PipeStats pipeline_train(Pipeline *p, int m, float dloss, PipeLoad load, void *ctx, const PipeHooks *hooks);
+/* Forward only (validation) of m micro-batches, of which the first `counted`
+ * count: their loss sum (last stage; 0 elsewhere). */
+double pipeline_eval(Pipeline *p, int m, int counted, PipeLoad load, void *ctx);
 
 #endif

@@ -1,4 +1,12 @@
-/* train_ckpt.c: checkpoints of the trainer (see train_ckpt.h). */
+/* train_ckpt.c: checkpoints of the trainer (see train_ckpt.h).
+ *
+ * Every rank writes one file: its data-parallel shard of its model shard's
+ * flat layout (parameters and optimizer state), tagged with the model shard
+ * (tp_index + pp_index x tp). On resume each rank needs values for its own
+ * local ranges: with the same model split, it reads its shard's ranges
+ * directly (whatever the data-parallel size or ZeRO stage was); with another
+ * split (tensor or pipeline), each local run is mapped to the whole model's
+ * layout and from there to whichever old shard holds it. */
 #include "train/train_ckpt.h"
 
 #include <stdlib.h>
@@ -8,14 +16,21 @@
 #include "core/error.h"
 #include "core/io.h"
 
+static void format_split(const Grid *g, char *out, size_t n) {
+    size_t k = 0;
+    out[0] = '\0';
+    for (int s = 0; s < g->pp && k < n; s++) k += (size_t)snprintf(out + k, n - k, "%s%d", s ? "," : "", g->stage_layers[s]);
+}
+
 void train_save(Trainer *tr) {
+    const Grid *g = tr->grid;
     char tmp[4096];
     ckpt_tmp_dir(tmp, sizeof tmp, tr->ckpt_dir, tr->step);
     if (tr->rank == 0) {
         bs_remove_tree(tmp);
         bs_mkdir_p(tmp);
     }
-    comm_barrier(tr->dpc);
+    comm_barrier(tr->world);
     size_t off, count;
     dp_shard_range(tr->dp, &off, &count);
     size_t at = off - tr->update_offset; /* stage 0 updates everything; its file holds the shard */
@@ -24,19 +39,23 @@ void train_save(Trainer *tr) {
         if (tr->state[k]) state[k] = tr->state[k] + at;
     CkptFile mine;
     ckpt_write_rank_file(tmp, tr->rank, off, count, dp_params_at(tr->dp, off, count), state, &mine);
+    mine.shard = g->tp_index + g->pp_index * g->tp;
     CkptManifest *m = tr->rank == 0 ? bs_calloc(1, sizeof *m) : NULL;
-    comm_gather_bytes(tr->dpc, &mine, sizeof mine, m ? m->files : NULL, 0);
+    comm_gather_bytes(tr->world, &mine, sizeof mine, m ? m->files : NULL, 0);
     if (m) {
-        m->num_files = tr->dp_size;
+        m->num_files = comm_size(tr->world);
         m->step = tr->step;
         m->seqs_consumed = tr->seqs_consumed;
         m->tokens_consumed = tr->seqs_consumed * (uint64_t)tr->cfg.seq_len;
-        m->model = tr->model.cfg;
+        m->model = gpt_logical_config(&tr->model.cfg);
         m->sample_rng = tr->sample_rng;
         m->data_seed = (uint64_t)tr->cfg.seed;
         m->data_shuffle = tr->train_data.shuffle;
-        m->world = m->dp = tr->dp_size;
-        m->tp = m->pp = 1;
+        m->world = comm_size(tr->world);
+        m->dp = g->dp;
+        m->tp = g->tp;
+        m->pp = g->pp;
+        format_split(g, m->pp_split, sizeof m->pp_split);
         m->zero = tr->cfg.zero;
         snprintf(m->optimizer, sizeof m->optimizer, "%s", optimizer_kind_name(tr->opt.cfg.kind));
         m->optimizer_step = tr->optimizer_step;
@@ -54,13 +73,117 @@ void train_save(Trainer *tr) {
             progress_line(&tr->progress, "checkpoint written: %s", dir);
         }
     }
-    comm_barrier(tr->dpc);
+    comm_barrier(tr->world);
+}
+
+/* The checkpoint's model split: the shard config of old coordinates. */
+static GPTConfig old_shard(const CkptManifest *m, const GPTConfig *whole, int tp_index, int pp_index) {
+    int first = 0, layers = whole->num_layers / m->pp + (pp_index < whole->num_layers % m->pp ? 1 : 0);
+    if (m->pp_split[0]) { /* layers per stage as written */
+        const char *p = m->pp_split;
+        for (int s = 0; s <= pp_index; s++) {
+            char *end;
+            long n = strtol(p, &end, 10);
+            if (end == p) bs_die("checkpoint manifest has a malformed pp_split '%s'", m->pp_split);
+            if (s < pp_index) first += (int)n;
+            else layers = (int)n;
+            p = *end == ',' ? end + 1 : end;
+        }
+    } else {
+        for (int s = 0; s < pp_index; s++) first += whole->num_layers / m->pp + (s < whole->num_layers % m->pp ? 1 : 0);
+    }
+    GPTConfig c = gpt_logical_config(whole);
+    char why[256];
+    if (!gpt_set_shard(&c, m->tp, tp_index, m->pp, pp_index, first, layers, why, sizeof why))
+        bs_die("checkpoint layout cannot be read: %s", why);
+    return c;
+}
+
+typedef struct {
+    size_t logical, count, local;
+    int shard;
+} OldRun;
+
+static int by_logical(const void *a, const void *b) {
+    size_t x = ((const OldRun *)a)->logical, y = ((const OldRun *)b)->logical;
+    return x < y ? -1 : x > y;
+}
+
+/* Every logical element's primary home in the checkpoint, sorted by logical offset. */
+static OldRun *old_runs(const CkptManifest *m, const GPTConfig *whole, int *count) {
+    int n = 0, cap = 0;
+    OldRun *all = NULL;
+    for (int pp = 0; pp < m->pp; pp++)
+        for (int tp = 0; tp < m->tp; tp++) {
+            GPTConfig c = old_shard(m, whole, tp, pp);
+            int rcap = gpt_max_shard_runs(&c);
+            ShardRun *runs = bs_malloc(sizeof(ShardRun) * (size_t)rcap);
+            int k = gpt_shard_runs(&c, runs, rcap);
+            for (int i = 0; i < k; i++) {
+                if (!runs[i].primary) continue;
+                if (n == cap) {
+                    cap = cap ? 2 * cap : 1024;
+                    all = realloc(all, sizeof(OldRun) * (size_t)cap);
+                    if (!all) bs_die("out of memory reading a checkpoint");
+                }
+                all[n++] = (OldRun){runs[i].logical, runs[i].count, runs[i].local, tp + pp * m->tp};
+            }
+            free(runs);
+        }
+    qsort(all, (size_t)n, sizeof(OldRun), by_logical);
+    *count = n;
+    return all;
+}
+
+/* Reads this shard's local [offset, offset+count) into params and/or state. */
+static void read_local(const char *dir, const CkptManifest *m, const GPTConfig *cfg, const Grid *g, size_t offset,
+                       size_t count, float *params, float *const *state) {
+    const GPTConfig whole = gpt_logical_config(cfg);
+    bool same_split = m->tp == g->tp && m->pp == g->pp;
+    if (same_split) {
+        GPTConfig old = old_shard(m, &whole, g->tp_index, g->pp_index);
+        same_split = gpt_first_layer(&old) == gpt_first_layer(cfg) && gpt_stage_layers(&old) == gpt_stage_layers(cfg);
+    }
+    if (same_split) { /* the same model shard: its files hold these local ranges as they are */
+        ckpt_read_shard_range(dir, m, g->tp_index + g->pp_index * g->tp, offset, count, params, state);
+        return;
+    }
+    int nold;
+    OldRun *old = old_runs(m, &whole, &nold);
+    int cap = gpt_max_shard_runs(cfg);
+    ShardRun *runs = bs_malloc(sizeof(ShardRun) * (size_t)cap);
+    int n = gpt_shard_runs(cfg, runs, cap);
+    float *dst_state[CKPT_STATE_ARRAYS];
+    for (int i = 0; i < n; i++) {
+        size_t a = runs[i].local > offset ? runs[i].local : offset;
+        size_t b = runs[i].local + runs[i].count < offset + count ? runs[i].local + runs[i].count : offset + count;
+        while (a < b) {
+            size_t logical = runs[i].logical + (a - runs[i].local);
+            int lo = 0, hi = nold - 1; /* the old run holding `logical` */
+            while (lo < hi) {
+                int mid = (lo + hi + 1) / 2;
+                if (old[mid].logical <= logical) lo = mid;
+                else hi = mid - 1;
+            }
+            const OldRun *o = &old[lo];
+            if (nold == 0 || logical < o->logical || logical >= o->logical + o->count)
+                bs_die("checkpoint %s does not hold parameter %zu of the model", dir, logical);
+            size_t take = o->logical + o->count - logical;
+            if (take > b - a) take = b - a;
+            for (int k = 0; k < CKPT_STATE_ARRAYS; k++) dst_state[k] = state && state[k] ? state[k] + (a - offset) : NULL;
+            ckpt_read_shard_range(dir, m, o->shard, o->local + (logical - o->logical), take,
+                                  params ? params + (a - offset) : NULL, state ? dst_state : NULL);
+            a += take;
+        }
+    }
+    free(runs);
+    free(old);
 }
 
 void train_resume(Trainer *tr) {
     char dir[4096] = "";
     if (tr->rank == 0) ckpt_resolve(tr->cfg.resume, tr->ckpt_dir, dir, sizeof dir);
-    comm_broadcast_bytes(tr->dpc, dir, sizeof dir, 0);
+    comm_broadcast_bytes(tr->world, dir, sizeof dir, 0);
     CkptManifest *m = bs_malloc(sizeof *m);
     ckpt_read_manifest(dir, m);
     char why[600];
@@ -81,13 +204,14 @@ void train_resume(Trainer *tr) {
     size_t total = tr->model.num_params, off, count;
     float *params = dp_params_at(tr->dp, 0, total);
     if (params) {
-        ckpt_read_range(dir, m, 0, total, params, NULL);
+        read_local(dir, m, &tr->model.cfg, tr->grid, 0, total, params, NULL);
     } else {
         dp_shard_range(tr->dp, &off, &count);
-        ckpt_read_range(dir, m, off, count, dp_params_at(tr->dp, off, count), NULL);
+        read_local(dir, m, &tr->model.cfg, tr->grid, off, count, dp_params_at(tr->dp, off, count), NULL);
     }
     float *state[CKPT_STATE_ARRAYS] = {tr->state[0], tr->state[1]};
-    ckpt_read_range(dir, m, tr->update_offset, tr->update_count, NULL, state);
+    read_local(dir, m, &tr->model.cfg, tr->grid, tr->update_offset, tr->update_count, NULL, state);
+    mp_share_output_weights(tr->grid, &tr->model, tr->dp);
     tr->step = m->step;
     tr->seqs_consumed = m->seqs_consumed;
     tr->optimizer_step = m->optimizer_step;
@@ -100,6 +224,7 @@ void train_resume(Trainer *tr) {
         bs_warn("resuming %s with another --seed or --data-order than it was written with: the data order changes",
                 dir);
     if (tr->rank == 0 && !tr->cfg.quiet)
-        printf("resumed from %s at step %ld (written by %d ranks, ZeRO %d)\n", dir, tr->step, m->world, m->zero);
+        printf("resumed from %s at step %ld (written by %d ranks: tp %d x pp %d x dp %d, ZeRO %d)\n", dir, tr->step,
+               m->world, m->tp, m->pp, m->dp, m->zero);
     free(m);
 }

@@ -25,6 +25,9 @@
 #include "model/llmc_file.h"
 #include "optim/grad_norm.h"
 #include "parallel/data_parallel.h"
+#include "parallel/grid.h"
+#include "parallel/model_parallel.h"
+#include "parallel/pipeline.h"
 #include "train/progress.h"
 #include "train/sample.h"
 #include "train/train_ckpt.h"
@@ -70,6 +73,9 @@ void train_config_defaults(TrainConfig *c) {
     c->batch_schedule = "constant";
     c->lr_scaling = "none";
     c->noise_ema = 0.99;
+    c->tp = c->pp = 1;
+    c->pp_schedule = "1f1b";
+    c->pp_split = "";
 }
 
 static bool is_set(const char *s) { return s && *s; }
@@ -108,21 +114,51 @@ static long long peak_rss_bytes(void) {
 
 /* ---- one optimizer step ---- */
 
-static void load_micro_batch(Trainer *tr, uint64_t first) {
-    int T = tr->cfg.seq_len;
-    for (int b = 0; b < tr->cfg.micro_batch; b++)
-        loader_sequence(&tr->train_data, first + (uint64_t)b, tr->inputs + (size_t)b * T, tr->targets + (size_t)b * T);
+/* Micro-batch i of this data-parallel replica: sequences first + (i * dp + replica) * B + b. */
+typedef struct {
+    Trainer *tr;
+    DataLoader *loader;
+    uint64_t first;
+    int stride; /* data-parallel replicas (training) or 1 (validation batches are whole) */
+} MicroSource;
+
+static void load_micro(void *ctx, int micro, int32_t *inputs, int32_t *targets) {
+    const MicroSource *src = ctx;
+    const int B = src->tr->cfg.micro_batch, T = src->tr->cfg.seq_len;
+    uint64_t start = src->first + ((uint64_t)micro * (uint64_t)src->stride + (uint64_t)src->tr->dp_index) * (uint64_t)B;
+    for (int b = 0; b < B; b++)
+        loader_sequence(src->loader, start + (uint64_t)b, inputs + (size_t)b * T, targets + (size_t)b * T);
 }
 
-static void sum_over_dp(void *ctx, double *values, int n) { comm_allreduce_double(ctx, values, n); }
+/* LAMB and LARS sum per-tensor partial norms: over data-parallel shards
+ * (ZeRO >= 1) and tensor-parallel pieces; a tensor every tensor-parallel rank
+ * holds whole counts once (its other copies contribute 0). */
+static void sum_tensor_norms(void *ctx, double *values, int n) {
+    Trainer *tr = ctx;
+    if (tr->cfg.zero >= 1 && tr->dp_size > 1) comm_allreduce_double(tr->dpc, values, n);
+    if (tr->grid->tp > 1) {
+        for (int t = 0; t < tr->opt.num_tensors && 2 * t + 1 < n; t++)
+            if (!tr->tensor_primary[t]) values[2 * t] = values[2 * t + 1] = 0;
+        comm_allreduce_double(tr->grid->tp_group, values, n);
+    }
+}
 
 static void optimizer_update(Trainer *tr, double lr, float grad_scale) {
     OptimizerShard shard = {tr->update_offset, tr->update_count, dp_update_params(tr->dp), dp_update_grads(tr->dp),
                             {tr->state[0], tr->state[1]}};
     OptimizerStep step = {(float)lr, grad_scale, ++tr->optimizer_step};
-    /* per-tensor norms (LAMB, LARS) are summed over ranks only when ranks hold different parts */
-    bool sharded = tr->cfg.zero >= 1 && tr->dp_size > 1;
-    optimizer_step(&tr->opt, &shard, &step, sharded ? sum_over_dp : NULL, tr->dpc);
+    bool sharded = (tr->cfg.zero >= 1 && tr->dp_size > 1) || tr->grid->tp > 1;
+    optimizer_step(&tr->opt, &shard, &step, sharded ? sum_tensor_norms : NULL, tr);
+}
+
+static void before_last_backward(void *ctx) {
+    Trainer *tr = ctx;
+    mp_wait_tied_grads(&tr->model, &tr->tied);
+}
+
+static void after_last_backward(void *ctx) {
+    Trainer *tr = ctx;
+    mp_send_tied_grads(tr->grid, &tr->model, &tr->tied);
 }
 
 /* Adaptive batch: grow toward the measured noise scale B_simple, at
@@ -157,20 +193,19 @@ static StepResult train_step(Trainer *tr) {
     comm_reset_stats(tr->dpc);
     double t_start = bs_now();
     dp_begin_step(tr->dp);
-    double loss_sum = 0;
-    for (int micro = 0; micro < r.accum_steps; micro++) {
-        const BlockAccess *access = dp_micro_access(tr->dp, micro == r.accum_steps - 1);
-        load_micro_batch(tr, tr->seqs_consumed + ((uint64_t)micro * tr->dp_size + (uint64_t)tr->rank) * B);
-        double t0 = bs_now();
-        loss_sum += gpt_forward(&tr->model, &tr->acts, tr->inputs, tr->targets, B, T, dloss, access);
-        double t1 = bs_now();
-        gpt_backward(&tr->model, &tr->acts, tr->inputs, B, T, access);
-        dp_end_micro(tr->dp);
-        trace_add(&tr->trace, "forward", "compute", t0, t1);
-        trace_add(&tr->trace, "backward", "compute", t1, bs_now());
-    }
+    mp_start_tied_grads(tr->grid, &tr->model, &tr->tied);
+    MicroSource src = {tr, &tr->train_data, tr->seqs_consumed, tr->dp_size};
+    const Grid *g = tr->grid;
+    PipeHooks hooks = {g->pp > 1 && g->pp_index == 0 ? before_last_backward : NULL,
+                       g->pp > 1 && g->pp_index == g->pp - 1 ? after_last_backward : NULL, tr};
+    PipeStats ps = pipeline_train(tr->pipe, r.accum_steps, dloss, load_micro, &src, &hooks);
+    mp_finish_tied_grads(&tr->tied);
+    double loss_sum = tr->grid->tp_index == 0 ? ps.loss_sum : 0; /* tensor-parallel ranks share one loss */
+    r.pipe_busy = ps.busy;
+    r.pipe_idle = ps.idle;
+    r.max_live = ps.max_live;
     double t_opt = bs_now();
-    double grad_sq = dp_grad_sum_squares(tr->dp);
+    double grad_sq = mp_grad_sum_squares(tr->grid, &tr->model, tr->dp, c->zero);
     r.grad_norm = sqrt(grad_sq);
     float scale = clip_coefficient(r.grad_norm, c->grad_clip);
     /* warm-up and decay on the token axis, so a changing batch does not distort them */
@@ -178,12 +213,15 @@ static StepResult train_step(Trainer *tr) {
     r.lr = lr_at(&tr->lr, tokens_after) * lr_scaling_factor(tr->lr_scaling, r.batch, tr->base_batch);
     optimizer_update(tr, r.lr, scale);
     dp_after_update(tr->dp);
+    mp_share_output_weights(tr->grid, &tr->model, tr->dp);
     trace_add(&tr->trace, "optimizer", "compute", t_opt, bs_now());
     /* statistics across ranks: loss sum; step time max and -min */
     double dt = bs_now() - t_start;
-    double sums[2] = {loss_sum, dp_micro_sum_squares(tr->dp)}, extremes[3] = {dt, -dt, (double)peak_rss_bytes()};
-    comm_allreduce_double(tr->dpc, sums, 2);
-    comm_allreduce_max_double(tr->dpc, extremes, 3);
+    double sums[2] = {loss_sum, dp_micro_sum_squares(tr->dp)};
+    double extremes[4] = {dt, -dt, (double)peak_rss_bytes(), ps.busy + ps.idle > 0 ? ps.idle / (ps.busy + ps.idle) : 0};
+    comm_allreduce_double(tr->world, sums, 2);
+    comm_allreduce_max_double(tr->world, extremes, 4);
+    r.bubble = extremes[3];
     CommStats cs = comm_stats(tr->dpc);
     r.loss = sums[0] / ((double)r.batch * T);
     r.noise_scale = NAN;
@@ -209,33 +247,30 @@ static StepResult train_step(Trainer *tr) {
 
 /* ---- evaluation and sampling ---- */
 
+/* Validation batch i goes to replica i mod dp; every replica runs the same
+ * number of forwards (collectives under ZeRO-3 and pipelines need it) and
+ * counts only real batches. */
 static double evaluate(Trainer *tr) {
     if (!tr->has_val || tr->cfg.val_batches <= 0) return NAN;
     const int B = tr->cfg.micro_batch, T = tr->cfg.seq_len;
-    const int rounds = (tr->cfg.val_batches + tr->dp_size - 1) / tr->dp_size; /* same count on every rank */
-    double stats[2] = {0, 0};
-    for (int round = 0; round < rounds; round++) {
-        int i = round * tr->dp_size + tr->rank;
-        int batch = i < tr->cfg.val_batches ? i : 0;
-        for (int b = 0; b < B; b++)
-            loader_sequence(&tr->val_data, (uint64_t)batch * B + (uint64_t)b, tr->inputs + (size_t)b * T,
-                            tr->targets + (size_t)b * T);
-        double loss = gpt_forward(&tr->model, &tr->acts, tr->inputs, tr->targets, B, T, 0.0f, dp_eval_access(tr->dp));
-        if (i < tr->cfg.val_batches) {
-            stats[0] += loss;
-            stats[1] += (double)B * T;
-        }
-    }
-    comm_allreduce_double(tr->dpc, stats, 2);
+    const int rounds = (tr->cfg.val_batches + tr->dp_size - 1) / tr->dp_size;
+    const int mine = tr->cfg.val_batches / tr->dp_size + (tr->dp_index < tr->cfg.val_batches % tr->dp_size ? 1 : 0);
+    MicroSource src = {tr, &tr->val_data, 0, tr->dp_size};
+    double loss = pipeline_eval(tr->pipe, rounds, mine, load_micro, &src);
+    bool counts = tr->grid->tp_index == 0 && tr->grid->pp_index == tr->grid->pp - 1;
+    double stats[2] = {counts ? loss : 0, counts ? (double)mine * B * T : 0};
+    comm_allreduce_double(tr->world, stats, 2);
     return stats[0] / stats[1];
 }
 
-/* The full parameters on every rank, for sampling and export (a collective
- * under ZeRO-3). Returns a model the caller frees with gpt_free. */
+/* The whole model on rank 0, for sampling and export (a collective: every
+ * rank calls it). Returns a model the caller frees with gpt_free (params
+ * NULL on other ranks). */
 static GPT full_model(Trainer *tr) {
     GPT m;
-    gpt_create_with(&m, &tr->model.cfg, GPT_ALLOC_PARAMS);
-    dp_gather_params(tr->dp, m.params);
+    GPTConfig whole = gpt_logical_config(&tr->model.cfg);
+    gpt_create_with(&m, &whole, tr->rank == 0 ? GPT_ALLOC_PARAMS : 0);
+    mp_gather_logical(tr->grid, &tr->model, tr->dp, m.params);
     return m;
 }
 
@@ -291,12 +326,12 @@ static void setup_optimizer(Trainer *tr) {
     int n = gpt_param_segments(mc, segs, cap);
     OptimTensor *tensors = bs_malloc(sizeof(OptimTensor) * (size_t)n);
     for (int i = 0; i < n; i++)
-        tensors[i] = (OptimTensor){segs[i].offset,
-                                   segs[i].kind == TK_WTE ? (size_t)mc->vocab_size * mc->channels : segs[i].count,
-                                   gpt_tensor_decays(segs[i].kind)};
+        tensors[i] = (OptimTensor){segs[i].offset, gpt_tensor_trained(mc, segs[i].kind), gpt_tensor_decays(segs[i].kind)};
     OptimizerConfig oc = {kind, (float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay,
                           (float)c->momentum, (float)c->dampening, c->nesterov, (float)c->lars_eta, c->lamb_clamp};
     optimizer_init(&tr->opt, &oc, tensors, n);
+    tr->tensor_primary = bs_malloc(sizeof(bool) * (size_t)n);
+    for (int i = 0; i < n; i++) tr->tensor_primary[i] = gpt_tensor_primary(mc, segs[i].kind);
     free(tensors);
     free(segs);
     for (int k = 0; k < optimizer_state_arrays(kind); k++) tr->state[k] = bs_calloc(tr->update_count, sizeof(float));
@@ -315,18 +350,28 @@ static void setup_model(Trainer *tr) {
     }
     char why[256];
     if (!gpt_config_check(&mc, why, sizeof why)) bs_die("%s", why);
+    tr->grid = grid_create(tr->world, c->tp, c->pp, c->dp, c->pp_split, mc.num_layers, mc.num_heads);
+    const Grid *g = tr->grid;
+    if (mc.padded_vocab_size % g->tp != 0)
+        bs_die("--tp %d does not divide the padded vocabulary %d", g->tp, mc.padded_vocab_size);
+    tr->dpc = g->dp_group;
+    tr->dp_size = g->dp;
+    tr->dp_index = g->dp_index;
+    GPTConfig whole = mc;
+    mc = mp_shard_config(g, &whole, g->tp_index, g->pp_index);
     tr->model.cfg = mc;
     DPOptions opt = {c->zero, (size_t)(c->bucket_mb * 1024 * 1024 / sizeof(float)), !c->no_overlap};
     tr->dp = dp_create(tr->dpc, &tr->model, &opt);
     size_t shard_off, shard_cnt;
     dp_shard_range(tr->dp, &shard_off, &shard_cnt);
+    tr->model.tp = g->tp_group;
     if (is_set(c->init_from)) {
         GPT file;
-        gpt_create_with(&file, &mc, GPT_ALLOC_PARAMS);
+        gpt_create_with(&file, &whole, GPT_ALLOC_PARAMS);
         llmc_model_read_params(c->init_from, &file);
         float *dst = dp_params_at(tr->dp, 0, tr->model.num_params);
-        if (dst) memcpy(dst, file.params, tr->model.num_params * sizeof(float));
-        else memcpy(dp_update_params(tr->dp), file.params + shard_off, shard_cnt * sizeof(float));
+        if (dst) mp_copy_from_logical(&mc, file.params, dst, 0, tr->model.num_params);
+        else mp_copy_from_logical(&mc, file.params, dp_update_params(tr->dp), shard_off, shard_cnt);
         gpt_free(&file);
     } else if (tr->model.params) {
         gpt_init_weights(&tr->model, (uint64_t)c->seed);
@@ -335,6 +380,11 @@ static void setup_model(Trainer *tr) {
     }
     dp_update_range(tr->dp, &tr->update_offset, &tr->update_count);
     setup_optimizer(tr);
+    PipeSchedule schedule;
+    if (!pipeline_parse_schedule(c->pp_schedule, &schedule))
+        bs_die("--pp-schedule must be gpipe or 1f1b (got '%s')", c->pp_schedule);
+    tr->pipe = pipeline_create(tr->grid, &tr->model, tr->dp, schedule, c->micro_batch, c->seq_len);
+    mp_share_output_weights(tr->grid, &tr->model, tr->dp);
 }
 
 /* Parses the batch schedule and plans the run's length in steps and tokens. */
@@ -389,36 +439,29 @@ static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     tr->cfg = *cfg;
     TrainConfig *c = &tr->cfg;
     tr->world = world;
-    tr->dpc = world;
     tr->rank = comm_rank(world);
-    tr->dp_size = comm_size(world);
-    if (c->dp != 0 && c->dp != tr->dp_size)
-        bs_die("--dp %d, but %d processes were launched (mpirun -np); the data-parallel size is the number of "
-               "processes", c->dp, tr->dp_size);
     if (c->threads > 0) omp_set_num_threads(c->threads);
+    if (strcmp(c->data_order, "shuffled") != 0 && strcmp(c->data_order, "sequential") != 0)
+        bs_die("--data-order must be 'shuffled' or 'sequential' (got '%s')", c->data_order);
+    if (c->min_lr > c->lr) bs_die("--min-lr %g is larger than --lr %g", c->min_lr, c->lr);
+    parse_fault(tr);
+    setup_model(tr); /* builds the grid: the data-parallel size is known from here on */
     int per_step = c->micro_batch * tr->dp_size;
     if (c->global_batch == 0) c->global_batch = per_step;
     if (c->global_batch % per_step != 0)
         bs_die("--global-batch %d is not a multiple of --micro-batch %d x %d data-parallel ranks", c->global_batch,
                c->micro_batch, tr->dp_size);
     setup_batch_schedule(tr);
-    if (strcmp(c->data_order, "shuffled") != 0 && strcmp(c->data_order, "sequential") != 0)
-        bs_die("--data-order must be 'shuffled' or 'sequential' (got '%s')", c->data_order);
-    if (c->min_lr > c->lr) bs_die("--min-lr %g is larger than --lr %g", c->min_lr, c->lr);
-    parse_fault(tr);
     trace_init(&tr->trace, is_set(c->trace));
     comm_set_trace(tr->dpc, is_set(c->trace) ? &tr->trace : NULL);
-
-    setup_model(tr);
+    pipeline_set_trace(tr->pipe, is_set(c->trace) ? &tr->trace : NULL);
     bool shuffle = strcmp(c->data_order, "shuffled") == 0;
     loader_open(&tr->train_data, c->data, c->seq_len, tr->model.cfg.vocab_size, (uint64_t)c->seed, shuffle);
     if (is_set(c->val_data)) {
         loader_open(&tr->val_data, c->val_data, c->seq_len, tr->model.cfg.vocab_size, 0, false);
         tr->has_val = true;
     }
-    gpt_acts_create(&tr->acts, &tr->model.cfg, c->micro_batch, c->seq_len, true);
-    tr->inputs = bs_malloc((size_t)c->micro_batch * c->seq_len * sizeof(int32_t));
-    tr->targets = bs_malloc((size_t)c->micro_batch * c->seq_len * sizeof(int32_t));
+
     rng_seed(&tr->sample_rng, (uint64_t)c->seed ^ 0x5ca1ab1eULL);
     double step_tokens = (double)c->global_batch * c->seq_len; /* of the final batch */
     double warmup = c->warmup_tokens > 0 ? (double)c->warmup_tokens : c->warmup * step_tokens;
@@ -441,13 +484,14 @@ static void teardown(Trainer *tr) {
     if (tr->metrics) fclose(tr->metrics);
     loader_close(&tr->train_data);
     if (tr->has_val) loader_close(&tr->val_data);
-    gpt_acts_free(&tr->acts);
+    pipeline_free(tr->pipe);
     dp_free(tr->dp);
+    free(tr->tied.buf);
+    free(tr->tensor_primary);
     trace_free(&tr->trace);
     for (int k = 0; k < OPTIMIZER_MAX_STATE; k++) free(tr->state[k]);
     optimizer_free(&tr->opt);
-    free(tr->inputs);
-    free(tr->targets);
+    grid_free(tr->grid);
 }
 
 /* ---- reporting ---- */
@@ -455,7 +499,21 @@ static void teardown(Trainer *tr) {
 static void print_header(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
     const GPTConfig *mc = &tr->model.cfg;
-    if (tr->rank != 0 || c->quiet) return;
+    const Grid *g = tr->grid;
+    char mine[160];
+    snprintf(mine, sizeof mine, "  rank %d: dp %d, pp %d, tp %d: layers [%d, %d), %.2fM parameters here",
+             tr->rank, g->dp_index, g->pp_index, g->tp_index, gpt_first_layer(mc),
+             gpt_first_layer(mc) + gpt_stage_layers(mc), tr->model.num_params / 1e6);
+    char *all = (g->tp > 1 || g->pp > 1) ? comm_gather_text(tr->world, mine, "\n", 0) : NULL;
+    if (tr->rank != 0 || c->quiet) {
+        free(all);
+        return;
+    }
+    if (all) {
+        printf("layout: tp %d x pp %d x dp %d = %d processes, %s pipeline schedule\n%s\n", g->tp, g->pp, g->dp,
+               g->tp * g->pp * g->dp, c->pp_schedule, all);
+        free(all);
+    }
     printf("model: L=%d H=%d C=%d T=%d V=%d (padded %d), %.2fM parameters, %.1f MFLOP/token\n", mc->num_layers,
            mc->num_heads, mc->channels, mc->max_seq_len, mc->vocab_size, mc->padded_vocab_size,
            gpt_num_trained_params(mc) / 1e6, gpt_flops_per_token(mc, c->seq_len) / 1e6);
@@ -489,7 +547,14 @@ static void write_metrics(Trainer *tr, const StepResult *r, double tokens_per_s,
                           "tokens_per_s", tokens_per_s, "compute_ms", (r->seconds - r->comm_exposed) * 1e3,
                           "comm_exposed_ms", r->comm_exposed * 1e3, "comm_busy_ms", r->comm_busy * 1e3, "comm_bytes",
                           (json_int_t)r->comm_bytes, "step_ms_max", r->slowest * 1e3, "step_ms_min", r->fastest * 1e3);
-    json_object_set_new(j, "ranks", json_integer(tr->dp_size));
+    json_object_set_new(j, "ranks", json_integer(comm_size(tr->world)));
+    if (tr->grid->pp > 1) {
+        json_object_set_new(j, "bubble", json_real(r->bubble));
+        json_object_set_new(j, "bubble_theory", json_real((double)(tr->grid->pp - 1) / r->accum_steps));
+        json_object_set_new(j, "pipe_busy_ms", json_real(r->pipe_busy * 1e3));
+        json_object_set_new(j, "pipe_idle_ms", json_real(r->pipe_idle * 1e3));
+    }
+    json_object_set_new(j, "max_live_microbatches", json_integer(r->max_live));
     json_object_set_new(j, "batch", json_integer(r->batch));
     json_object_set_new(j, "accumulation", json_integer(r->accum_steps));
     if (tr->cfg.noise_scale && !isnan(r->noise_scale)) {

@@ -35,8 +35,10 @@ typedef struct {
     int ckpt_every, keep_last;
     int threads, log_every;
     bool quiet;
-    /* data parallelism */
-    int dp;            /* 0: the number of processes */
+    /* parallelism: tp x pp x dp = processes */
+    int tp, pp;        /* tensor and pipeline parallel sizes */
+    const char *pp_schedule, *pp_split;
+    int dp;            /* 0: processes / (tp x pp) */
     int zero;          /* ZeRO stage 0..3 */
     double bucket_mb;  /* gradient bucket size */
     bool no_overlap;   /* reduce buckets after backward instead of during it */

@@ -17,22 +17,27 @@
 #include "optim/noise_scale.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel.h"
+#include "parallel/grid.h"
+#include "parallel/model_parallel.h"
+#include "parallel/pipeline.h"
 #include "train/progress.h"
 #include "train/trainer.h"
 
 typedef struct {
     TrainConfig cfg;
     Comm *world, *dpc; /* dpc: the data-parallel group */
-    int rank, dp_size;
+    int rank, dp_size, dp_index; /* world rank; data-parallel replicas and this one's index */
+    Grid *grid;
     GPT model;
     DataParallel *dp;
-    GPTActs acts;
+    Pipeline *pipe;
+    TiedGrads tied;
+    bool *tensor_primary; /* per optimizer tensor: counted in norms on this rank */
     DataLoader train_data, val_data;
     bool has_val;
     size_t update_offset, update_count; /* the range this rank's optimizer updates */
     Optimizer opt;
     float *state[OPTIMIZER_MAX_STATE];  /* the optimizer's per-parameter state over that range */
-    int32_t *inputs, *targets;
     BatchSchedule batch_schedule;
     LrScaling lr_scaling;
     long base_batch;
@@ -62,6 +67,9 @@ typedef struct {
     double noise_scale; /* B_simple in sequences, NaN until resolved */
     double seconds, slowest, fastest; /* this rank's step; max and min over ranks */
     double peak_rss;                  /* largest peak resident memory over ranks, bytes */
+    double pipe_busy, pipe_idle;      /* this rank's pipeline compute and wait time */
+    double bubble;                    /* largest idle share of a step over ranks */
+    int max_live;                     /* activation sets alive at once on this rank */
     double comm_exposed, comm_busy;   /* this rank's blocked time; operations' total time */
     uint64_t comm_bytes;
 } StepResult;

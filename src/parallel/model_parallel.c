@@ -1,0 +1,161 @@
+/* model_parallel.c: tied weights across stages, global norms, the whole
+ * model to and from one rank (see model_parallel.h). */
+#include "parallel/model_parallel.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "optim/grad_norm.h"
+
+#define TAG_TIED_WEIGHTS 1000001
+#define TAG_TIED_GRADS 1000002
+
+GPTConfig mp_shard_config(const Grid *g, const GPTConfig *whole, int tp_index, int pp_index) {
+    GPTConfig c = gpt_logical_config(whole);
+    char why[256];
+    if (!gpt_set_shard(&c, g->tp, tp_index, g->pp, pp_index, g->stage_first[pp_index], g->stage_layers[pp_index], why,
+                       sizeof why))
+        bs_die("%s", why);
+    return c;
+}
+
+static size_t wte_numel(const GPT *model) { return gpt_tensor_numel(&model->cfg, TK_WTE); }
+
+void mp_share_output_weights(const Grid *g, GPT *model, DataParallel *dp) {
+    if (g->pp == 1) return;
+    const int last = g->pp - 1;
+    const size_t n = wte_numel(model);
+    if (g->pp_index == 0) {
+        float *wte = dp_params_at(dp, 0, n);
+        float *full = NULL;
+        if (!wte) { /* ZeRO-3: gather this stage's parameters first */
+            full = bs_malloc(model->num_params * sizeof(float));
+            dp_gather_params(dp, full);
+            wte = full;
+        }
+        comm_wait(comm_start_send(g->pp_group, wte, n, last, TAG_TIED_WEIGHTS));
+        free(full);
+    } else if (g->pp_index == last) {
+        comm_wait(comm_start_recv(g->pp_group, model->head_wte, n, 0, TAG_TIED_WEIGHTS));
+    }
+}
+
+void mp_start_tied_grads(const Grid *g, GPT *model, TiedGrads *t) {
+    t->op = NULL;
+    if (g->pp == 1) return;
+    const size_t n = wte_numel(model);
+    if (g->pp_index == 0) {
+        if (!t->buf) t->buf = bs_malloc(n * sizeof(float));
+        t->op = comm_start_recv(g->pp_group, t->buf, n, g->pp - 1, TAG_TIED_GRADS);
+    } else if (g->pp_index == g->pp - 1) {
+        memset(model->head_dwte, 0, n * sizeof(float));
+    }
+}
+
+void mp_send_tied_grads(const Grid *g, GPT *model, TiedGrads *t) {
+    if (g->pp == 1 || g->pp_index != g->pp - 1) return;
+    t->op = comm_start_send(g->pp_group, model->head_dwte, wte_numel(model), 0, TAG_TIED_GRADS);
+}
+
+void mp_wait_tied_grads(GPT *model, TiedGrads *t) {
+    if (!t->op || !t->buf) return;
+    comm_wait(t->op);
+    t->op = NULL;
+    model->extra_wte_grad = t->buf;
+}
+
+void mp_finish_tied_grads(TiedGrads *t) {
+    if (t->op) comm_wait(t->op);
+    t->op = NULL;
+}
+
+double mp_grad_sum_squares(const Grid *g, const GPT *model, DataParallel *dp, int zero) {
+    const GPTConfig *cfg = &model->cfg;
+    size_t lo, count;
+    dp_update_range(dp, &lo, &count);
+    const float *grads = dp_update_grads(dp);
+    int cap = gpt_max_segments(cfg);
+    ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
+    int n = gpt_param_segments(cfg, segs, cap);
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        if (!gpt_tensor_primary(cfg, segs[i].kind)) continue;
+        size_t a = segs[i].offset > lo ? segs[i].offset : lo;
+        size_t b = segs[i].offset + segs[i].count < lo + count ? segs[i].offset + segs[i].count : lo + count;
+        if (a < b) sum += sum_of_squares(grads + (a - lo), b - a);
+    }
+    free(segs);
+    comm_allreduce_double(zero >= 1 ? g->world : g->mp_group, &sum, 1);
+    return sum;
+}
+
+void mp_copy_from_logical(const GPTConfig *cfg, const float *logical, float *dst, size_t offset, size_t count) {
+    int cap = gpt_max_shard_runs(cfg);
+    ShardRun *runs = bs_malloc(sizeof(ShardRun) * (size_t)cap);
+    int n = gpt_shard_runs(cfg, runs, cap);
+    for (int i = 0; i < n; i++) {
+        size_t a = runs[i].local > offset ? runs[i].local : offset;
+        size_t b = runs[i].local + runs[i].count < offset + count ? runs[i].local + runs[i].count : offset + count;
+        if (a < b) memcpy(dst + (a - offset), logical + runs[i].logical + (a - runs[i].local), (b - a) * sizeof(float));
+    }
+    free(runs);
+}
+
+/* Packs this shard's primary runs (in run order) into out; returns floats written. */
+static size_t pack_primary(const GPTConfig *cfg, const float *local, float *out) {
+    int cap = gpt_max_shard_runs(cfg);
+    ShardRun *runs = bs_malloc(sizeof(ShardRun) * (size_t)cap);
+    int n = gpt_shard_runs(cfg, runs, cap);
+    size_t k = 0;
+    for (int i = 0; i < n; i++)
+        if (runs[i].primary) {
+            if (out) memcpy(out + k, local + runs[i].local, runs[i].count * sizeof(float));
+            k += runs[i].count;
+        }
+    free(runs);
+    return k;
+}
+
+static void unpack_primary(const GPTConfig *cfg, const float *packed, float *logical) {
+    int cap = gpt_max_shard_runs(cfg);
+    ShardRun *runs = bs_malloc(sizeof(ShardRun) * (size_t)cap);
+    int n = gpt_shard_runs(cfg, runs, cap);
+    size_t k = 0;
+    for (int i = 0; i < n; i++)
+        if (runs[i].primary) {
+            memcpy(logical + runs[i].logical, packed + k, runs[i].count * sizeof(float));
+            k += runs[i].count;
+        }
+    free(runs);
+}
+
+void mp_gather_logical(const Grid *g, GPT *model, DataParallel *dp, float *out) {
+    float *local = bs_malloc(model->num_params * sizeof(float));
+    dp_gather_params(dp, local); /* every data-parallel rank: its stage's whole shard */
+    bool sender = g->dp_index == 0;
+    size_t n = sender ? pack_primary(&model->cfg, local, NULL) : 0;
+    float *packed = bs_malloc((n ? n : 1) * sizeof(float));
+    if (sender) pack_primary(&model->cfg, local, packed);
+    free(local);
+    int world = comm_size(g->world), me = comm_rank(g->world);
+    GPTConfig whole = gpt_logical_config(&model->cfg);
+    size_t total = me == 0 ? gpt_num_params(&whole) : 0; /* the primary copies: each element once */
+    float *all = me == 0 ? bs_malloc((total ? total : 1) * sizeof(float)) : NULL;
+    size_t *counts = me == 0 ? bs_malloc(sizeof(size_t) * (size_t)world) : NULL;
+    comm_gatherv_floats(g->world, packed, n, all, counts, 0);
+    free(packed);
+    if (me == 0) {
+        memset(out, 0, gpt_num_params(&whole) * sizeof(float));
+        size_t at = 0;
+        for (int r = 0; r < world; r++) {
+            int tp_index = r % g->tp, pp_index = (r / g->tp) % g->pp;
+            if (counts[r] == 0) continue;
+            GPTConfig shard = mp_shard_config(g, &model->cfg, tp_index, pp_index);
+            unpack_primary(&shard, all + at, out);
+            at += counts[r];
+        }
+        free(all);
+        free(counts);
+    }
+}

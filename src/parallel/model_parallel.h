@@ -1,0 +1,45 @@
+/* model_parallel.h: what crosses tensor- and pipeline-parallel boundaries
+ * outside forward and backward: the tied output weights between the first
+ * and last pipeline stages, global gradient norms that count every logical
+ * parameter once, and moving the whole ("logical") model to and from one
+ * rank (sampling, export, --init-from). */
+#ifndef BS_PARALLEL_MODEL_PARALLEL_H
+#define BS_PARALLEL_MODEL_PARALLEL_H
+
+#include "model/gpt.h"
+#include "parallel/data_parallel.h"
+#include "parallel/grid.h"
+
+/* The shard config of any grid coordinate. */
+GPTConfig mp_shard_config(const Grid *g, const GPTConfig *whole, int tp_index, int pp_index);
+
+/* Tied embeddings with more than one stage: the first stage sends its wte
+ * (this tensor-parallel shard) to the last stage's head_wte (call on every
+ * rank after each update; a collective under ZeRO-3). */
+void mp_share_output_weights(const Grid *g, GPT *model, DataParallel *dp);
+/* The last stage's gradient of the tied weights goes to the first stage:
+ * mp_start_tied_grads on every rank at the start of a step (first stage:
+ * posts the receive); mp_send_tied_grads on the last stage after its
+ * backward passes; mp_wait_tied_grads on the first stage before its last
+ * backward (sets model->extra_wte_grad); mp_finish_tied_grads at the end. */
+typedef struct {
+    CommOp *op;
+    float *buf;
+} TiedGrads;
+void mp_start_tied_grads(const Grid *g, GPT *model, TiedGrads *t);
+void mp_send_tied_grads(const Grid *g, GPT *model, TiedGrads *t);
+void mp_wait_tied_grads(GPT *model, TiedGrads *t);
+void mp_finish_tied_grads(TiedGrads *t);
+
+/* Sum over the whole model of the squared summed gradient: this rank's
+ * update range counts only the primary copies, summed over the model-parallel
+ * group (ZeRO 0: data-parallel replicas are equal) or the world (ZeRO >= 1). */
+double mp_grad_sum_squares(const Grid *g, const GPT *model, DataParallel *dp, int zero);
+
+/* The whole model's parameters on world rank 0 (a collective over the world;
+ * out: gpt_num_params of the logical config, on rank 0 only). */
+void mp_gather_logical(const Grid *g, GPT *model, DataParallel *dp, float *out);
+/* Copies local [offset, offset+count) of this shard out of a logical buffer. */
+void mp_copy_from_logical(const GPTConfig *cfg, const float *logical, float *dst, size_t offset, size_t count);
+
+#endif
