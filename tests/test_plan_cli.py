@@ -49,6 +49,10 @@ class BadInput(unittest.TestCase):
     def test_batch_does_not_split(self):
         self.fails(["--model", "gpt2-124m", "--gpus", 8, "--tp", 1, "--global-batch", 12], "--dp 8", "--micro-batch 1")
 
+    def test_batch_not_whole_sequences(self):
+        self.fails(["--model", "llama3-8b", "--batch-schedule", "0:4M,1T:16M"], "--batch-schedule", "4000000 tokens",
+                   "8192")
+
     def test_fits_nowhere(self):
         self.fails(["--model", "llama3-405b", "--gpus", 8], "does not fit on 8 x h100-sxm", "GPUs or more")
 

@@ -266,8 +266,13 @@ static void die_fits_nowhere(const PlanReport *r) {
     const PlanResult *lean = &r->stats.least_memory;
     const Hardware *hw = &r->in.fleet.hw[lean->memory_kind];
     int gpus = fleet_gpus(&r->in.fleet);
-    if (!r->stats.have_least_memory)
+    if (!r->stats.have_least_memory) { /* nothing passed layout_check: say why for plain data parallelism */
+        char why[512];
+        Layout l = layout_default();
+        l.dp = gpus;
+        if (!layout_check(&r->in, &l, why, sizeof why)) bs_die("no layout of %d GPUs can run this job; data parallelism alone: %s", gpus, why);
         bs_die("no layout of %d GPUs can split this job (global batch, heads, layers): change --gpus or the batch", gpus);
+    }
     char layout[128];
     layout_format(&lean->layout, layout, sizeof layout);
     double need = lean->memory.total - lean->memory.reserve, usable = lean->memory.capacity - lean->memory.reserve;
@@ -388,6 +393,13 @@ static void run(const PlanArgs *a) {
         if (a->global_batch > 0 && a->batch_tokens > 0) bs_die("give --global-batch (sequences) or --batch-tokens, not both");
         if (tokens <= 0) tokens = fmax(1.0, round((preset_batch > 0 ? preset_batch : 4194304.0) / seq)) * seq;
         in->batch = plan_batch_constant(tokens);
+    }
+    for (int i = 0; i < in->batch.n; i++) {
+        double seqs = in->batch.batch[i] / seq;
+        if (seqs != floor(seqs))
+            bs_die("%s: %.0f tokens is not a whole number of %d-token sequences: use a multiple of %d (e.g. %.0f)",
+                   a->batch_schedule ? "--batch-schedule" : "--batch-tokens", in->batch.batch[i], (int)seq, (int)seq,
+                   fmax(1.0, round(seqs)) * seq);
     }
 
     MoneyInput *money = r->money;
