@@ -63,7 +63,8 @@ static void resolve_checkpoint(const char *arg, char *out, size_t n) {
     char manifest[4200];
     snprintf(manifest, sizeof manifest, "%s/manifest.json", arg);
     if (bs_path_exists(manifest)) snprintf(out, n, "%s", arg);
-    else ckpt_resolve("latest", arg, out, n);
+    else if (bs_is_dir(arg)) ckpt_resolve("latest", arg, out, n);
+    else bs_die("%s is neither a checkpoint nor a directory of checkpoints", arg);
 }
 
 /* ---- inspect ---- */
@@ -233,7 +234,8 @@ static int ckpt_import(int argc, char **argv) {
     const OptionSpec specs[] = {
         {"llmc", OPT_STRING, &llmc, OPT_NO_RANGE, "FILE", "llm.c model file to read"},
         {"out", OPT_STRING, &out, OPT_NO_RANGE, "DIR", "checkpoint directory to create step_00000000 in"},
-        {"global-batch", OPT_INT, &global_batch, 1, 1 << 30, "SEQS", "the --global-batch of the run that resumes it (required)"},
+        {"global-batch", OPT_INT, &global_batch, 1, 1 << 30, "SEQS",
+         "the --global-batch of the run that resumes it (required)"},
         {"optimizer", OPT_STRING, &optimizer, OPT_NO_RANGE, "NAME", "the --optimizer of that run"},
         {"batch-schedule", OPT_STRING, &batch_schedule, OPT_NO_RANGE, "SPEC", "the --batch-schedule of that run"},
         {"seed", OPT_LONG, &seed, 0, 9.2e18, "N", "the --seed of that run (data order and sampling)"},

@@ -34,8 +34,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             const CkptFile *f = &m->files[i];
             FUZZ_CHECK(memchr(f->name, '\0', sizeof f->name) && !strchr(f->name, '/'), "bad file name accepted");
             FUZZ_CHECK((unsigned __int128)f->offset + f->count <= params, "file %d outside the model", i);
-            FUZZ_CHECK((unsigned __int128)f->bytes == 64 + (unsigned __int128)((1 + CKPT_STATE_ARRAYS) * sizeof(float)) * f->count,
-                       "file %d: size does not match its count", i);
+            unsigned __int128 floats = (unsigned __int128)(1 + CKPT_STATE_ARRAYS) * f->count;
+            FUZZ_CHECK(f->bytes == 64 + 4 * floats, "file %d: size does not match its count", i);
             for (int j = 0; j < i; j++) {
                 const CkptFile *g = &m->files[j];
                 bool apart = f->offset + f->count <= g->offset || g->offset + g->count <= f->offset;
