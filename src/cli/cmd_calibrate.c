@@ -130,7 +130,7 @@ int cmd_calibrate(int argc, char **argv) {
                        "usage: batchscale bench --calibrate FILE [options]\n\n"
                        "Measures sgemm by size and memory bandwidth for `batchscale plan --calibrate FILE`."))
         return 0;
-    if (!path || !*path) bs_die("--calibrate needs a file name");
+    if (!path || !*path || path[0] == '-') bs_die("--calibrate needs a file name (got '%s')", path ? path : "");
     omp_set_num_threads(threads);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (ranks_per_node == 0) ranks_per_node = cores / threads > 0 ? (int)(cores / threads) : 1;
