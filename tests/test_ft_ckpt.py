@@ -216,6 +216,19 @@ class CheckpointTest(unittest.TestCase):
                                                                         "--save-model", b])))
         self.assertEqual(file_bytes(a), file_bytes(b))
 
+    def test_inspect_tensor_parallel_checkpoint(self):
+        ckpt = self.path("tp2")
+        run(job(2, train_args(self.data, ckpt, 1, extra=["--tp", "2", "--quiet"])))
+        p = self.inspect(ckpt)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("dp 1 x tp 2 x pp 1", p.stdout)
+        self.assertIn("rank_00001.bin   shard 1 [0, ", p.stdout)
+        self.assertIn("each model shard's files tile its layout", p.stdout)
+        cut(os.path.join(step_dir(ckpt, 1), "rank_00001.bin"), 100)
+        p = self.inspect(ckpt)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("rank_00001.bin is truncated", p.stderr)
+
     def test_tool_errors_are_one_line(self):
         ckpt = self.path("errors_ckpt")
         run(job(1, train_args(self.data, ckpt, 1, extra=["--quiet"])))

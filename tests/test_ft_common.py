@@ -46,8 +46,9 @@ def step_dir(ckpt_dir, step):
 
 
 def read_checkpoint(directory):
-    """(manifest, params, state) of a checkpoint, from its files: the flat
-    parameter layout and the optimizer's arrays, assembled from the ranges."""
+    """(manifest, params, state) of a checkpoint of the whole model (no tensor
+    or pipeline split), from its files: the flat parameter layout and the
+    optimizer's arrays, assembled from the ranges."""
     with open(os.path.join(directory, "manifest.json")) as f:
         manifest = json.load(f)
     m = manifest["model"]
@@ -57,6 +58,7 @@ def read_checkpoint(directory):
     params = np.full(total, np.nan, dtype=np.float32)
     state = np.full((STATE_ARRAYS, total), np.nan, dtype=np.float32)
     for entry in manifest["files"]:
+        assert entry.get("shard", 0) == 0, "a tensor- or pipeline-parallel checkpoint: ranges are per shard"
         with open(os.path.join(directory, entry["name"]), "rb") as f:
             raw = f.read()
         assert raw[:8] == b"BSCKPT01", entry["name"]

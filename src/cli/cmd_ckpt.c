@@ -69,29 +69,44 @@ static void resolve_checkpoint(const char *arg, char *out, size_t n) {
 
 /* ---- inspect ---- */
 
-static int compare_by_offset(const void *a, const void *b) {
+static int compare_by_shard_offset(const void *a, const void *b) {
     const CkptFile *x = a, *y = b;
+    if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-/* The files' ranges must tile [0, params) exactly; false and a reason if not. */
+/* Each model shard's files must tile its flat layout from 0 without gaps or
+ * overlaps; a checkpoint of the whole model (one shard) must end at the
+ * model's size. (The size of a tensor- or pipeline-parallel shard is not
+ * checked here: the trainer maps those layouts.) False and a reason if not. */
 static bool check_coverage(const CkptManifest *m, char *why, size_t why_size) {
     CkptFile *sorted = bs_malloc(sizeof(CkptFile) * (size_t)m->num_files);
     memcpy(sorted, m->files, sizeof(CkptFile) * (size_t)m->num_files);
-    qsort(sorted, (size_t)m->num_files, sizeof(CkptFile), compare_by_offset);
-    uint64_t next = 0, total = gpt_num_params(&m->model);
+    qsort(sorted, (size_t)m->num_files, sizeof(CkptFile), compare_by_shard_offset);
+    uint64_t next = 0;
     bool ok = true;
     for (int i = 0; i < m->num_files && ok; i++) {
+        if (i > 0 && sorted[i].shard != sorted[i - 1].shard) next = 0;
         if (sorted[i].offset != next) {
-            snprintf(why, why_size, "%s: its range starts at %" PRIu64 " but the files before end at %" PRIu64 " (%s)",
-                     sorted[i].name, sorted[i].offset, next, sorted[i].offset > next ? "a gap" : "an overlap");
+            snprintf(why, why_size, "%s: its range starts at %" PRIu64 " but the files before it in shard %d end at "
+                     "%" PRIu64 " (%s)", sorted[i].name, sorted[i].offset, sorted[i].shard, next,
+                     sorted[i].offset > next ? "a gap" : "an overlap");
             ok = false;
         }
         next = sorted[i].offset + sorted[i].count;
     }
-    if (ok && next != total) {
+    uint64_t total = gpt_num_params(&m->model);
+    if (ok && m->tp * m->pp == 1 && next != total) {
         snprintf(why, why_size, "the files cover %" PRIu64 " of the model's %" PRIu64 " parameters", next, total);
         ok = false;
+    }
+    for (int s = 0; ok && s < m->tp * m->pp; s++) {
+        bool present = false;
+        for (int i = 0; i < m->num_files; i++) present = present || m->files[i].shard == s;
+        if (!present) {
+            snprintf(why, why_size, "no file holds model shard %d of %d", s, m->tp * m->pp);
+            ok = false;
+        }
     }
     free(sorted);
     return ok;
@@ -105,7 +120,8 @@ static void print_manifest(const char *dir, const CkptManifest *m) {
     printf("  consumed     %" PRIu64 " sequences, %" PRIu64 " tokens\n", m->seqs_consumed, m->tokens_consumed);
     printf("  model        L=%d H=%d C=%d T=%d V=%d (padded %d): %zu floats\n", g->num_layers, g->num_heads,
            g->channels, g->max_seq_len, g->vocab_size, g->padded_vocab_size, gpt_num_params(g));
-    printf("  layout       world %d: dp %d x tp %d x pp %d, ZeRO stage %d\n", m->world, m->dp, m->tp, m->pp, m->zero);
+    printf("  layout       world %d: dp %d x tp %d x pp %d%s%s%s, ZeRO stage %d\n", m->world, m->dp, m->tp, m->pp,
+           m->pp_split[0] ? " (layers per stage " : "", m->pp_split, m->pp_split[0] ? ")" : "", m->zero);
     printf("  optimizer    %s\n", m->optimizer);
     printf("  schedule     batch %s, global batch %ld, adaptive batch reached %ld\n", m->batch_schedule,
            m->final_batch, m->current_batch);
@@ -133,8 +149,8 @@ static bool inspect_one(const char *dir) {
             const CkptFile *f = &m->files[i];
             one->files[0] = *f;
             bool file_ok = ckpt_verify(dir, one, why, sizeof why);
-            printf("    %-16s [%" PRIu64 ", %" PRIu64 ")  %" PRIu64 " bytes  xxh64 %016" PRIx64 "  %s\n", f->name,
-                   f->offset, f->offset + f->count, f->bytes, f->xxh64, file_ok ? "ok" : "CORRUPT");
+            printf("    %-16s shard %d [%" PRIu64 ", %" PRIu64 ")  %" PRIu64 " bytes  xxh64 %016" PRIx64 "  %s\n",
+                   f->name, f->shard, f->offset, f->offset + f->count, f->bytes, f->xxh64, file_ok ? "ok" : "CORRUPT");
             if (!file_ok) bs_error("%s", why);
             ok = ok && file_ok;
         }
@@ -143,7 +159,10 @@ static bool inspect_one(const char *dir) {
             bs_error("checkpoint %s: %s", dir, why);
             ok = false;
         }
-        printf("  %s\n", ok ? "verified: every checksum matches and the files cover the model once" : "NOT VALID");
+        const char *verdict = m->tp * m->pp == 1 ? "verified: every checksum matches and the files cover the model once"
+                                                 : "verified: every checksum matches and each model shard's files tile "
+                                                   "its layout";
+        printf("  %s\n", ok ? verdict : "NOT VALID");
     }
     free(one);
     free(m);

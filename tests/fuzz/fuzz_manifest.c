@@ -2,8 +2,9 @@
  * input is manifest.json. ckpt_try_read_manifest must refuse it with a
  * reason or accept a manifest that keeps the promises readers rely on:
  * 1 to CKPT_MAX_FILES files, each a range inside the model with the size its
- * count implies and a plain name, no two ranges overlapping, and a model
- * whose parameter count does not overflow. */
+ * count implies, a plain name and a model shard the layout has, no two ranges
+ * of one shard overlapping, and a model whose parameter count does not
+ * overflow. */
 #include <stdint.h>
 #include <string.h>
 
@@ -33,13 +34,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int i = 0; i < m->num_files; i++) {
             const CkptFile *f = &m->files[i];
             FUZZ_CHECK(memchr(f->name, '\0', sizeof f->name) && !strchr(f->name, '/'), "bad file name accepted");
+            FUZZ_CHECK(f->shard >= 0 && f->shard < m->tp * m->pp, "file %d: shard %d accepted", i, f->shard);
             FUZZ_CHECK((unsigned __int128)f->offset + f->count <= params, "file %d outside the model", i);
             unsigned __int128 floats = (unsigned __int128)(1 + CKPT_STATE_ARRAYS) * f->count;
             FUZZ_CHECK(f->bytes == 64 + 4 * floats, "file %d: size does not match its count", i);
             for (int j = 0; j < i; j++) {
                 const CkptFile *g = &m->files[j];
                 bool apart = f->offset + f->count <= g->offset || g->offset + g->count <= f->offset;
-                FUZZ_CHECK(apart || f->count == 0 || g->count == 0, "files %d and %d overlap", j, i);
+                FUZZ_CHECK(apart || f->shard != g->shard || f->count == 0 || g->count == 0,
+                           "files %d and %d of shard %d overlap", j, i, f->shard);
             }
         }
     } else {

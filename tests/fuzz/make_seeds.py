@@ -14,18 +14,22 @@ def params(layers, channels, seq_len, vocab):
     return padded * channels + seq_len * channels + layers * (12 * channels * channels + 13 * channels) + 2 * channels
 
 
-def manifest(files, layers=2, heads=2, channels=32, seq_len=32, vocab=257, world=None):
+def manifest(files, layers=2, heads=2, channels=32, seq_len=32, vocab=257, world=None, shards=1):
+    """A manifest whose files split the model (each of `shards` model shards,
+    sized like the whole here) in the given proportions."""
     total = params(layers, channels, seq_len, vocab)
-    n = len(files)
+    n = len(files) * shards
     entries = []
-    for i, share in enumerate(files):
-        lo, hi = int(total * sum(files[:i])), int(total * sum(files[:i + 1]))
-        entries.append({"name": f"rank_{i:05d}.bin", "offset": lo, "count": hi - lo, "bytes": 64 + 12 * (hi - lo),
-                        "xxh64": f"{random.getrandbits(64):016x}"})
+    for shard in range(shards):
+        for i in range(len(files)):
+            lo, hi = int(total * sum(files[:i])), int(total * sum(files[:i + 1]))
+            entries.append({"name": f"rank_{len(entries):05d}.bin", "shard": shard, "offset": lo, "count": hi - lo,
+                            "bytes": 64 + 12 * (hi - lo), "xxh64": f"{random.getrandbits(64):016x}"})
     return {
         "format": "batchscale-checkpoint", "version": 1, "step": 6, "seqs_consumed": 48, "tokens_consumed": 1536,
         "model": {"layers": layers, "heads": heads, "channels": channels, "seq_len": seq_len, "vocab": vocab},
-        "layout": {"world": world or n, "dp": world or n, "tp": 1, "pp": 1, "zero": 1},
+        "layout": {"world": world or n, "dp": (world or n) // shards, "tp": shards, "pp": 1, "zero": 1,
+                   "pp_split": ""},
         "optimizer": {"name": "adamw", "step": 6},
         "sample_rng": [f"{random.getrandbits(64):016x}" for _ in range(4)],
         "data": {"seed": "0000000000000539", "shuffle": True},
@@ -54,6 +58,7 @@ def main():
     write(d, "one_file.json", json.dumps(manifest([1.0]), indent=2))
     write(d, "two_files.json", json.dumps(manifest([0.5, 0.5]), indent=2))
     write(d, "four_files.json", json.dumps(manifest([0.25] * 4)))
+    write(d, "tp2.json", json.dumps(manifest([0.5, 0.5], shards=2)))
     write(d, "wide.json", json.dumps(manifest([0.3, 0.7], layers=1, heads=4, channels=64, seq_len=16, vocab=50257)))
     bad = manifest([0.5, 0.5])
     bad["files"][1]["offset"] -= 5  # overlapping ranges
