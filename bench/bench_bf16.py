@@ -28,7 +28,7 @@ L = 6
 SHAPES = {"qkv": (384, 1152), "attproj": (384, 384), "fc": (384, 1536), "fcproj": (1536, 384), "logits": (384, 8192)}
 PER_STEP = {"qkv": L, "attproj": L, "fc": L, "fcproj": L, "logits": 1}  # products per step of each shape
 MATMUL_FRACTION = 0.64  # of the fp32 step in sgemm (profile of the engine benchmark, issue 8)
-REPS = 5
+REPS = 7
 
 TORCH_PEER = r"""
 import json, sys, time, torch

@@ -8,7 +8,8 @@
  *       weight to bf16, runs forward then backward (dweight and dbias start
  *       from dweight0 and dbias0) and writes DIR/{out,dinp,dweight,dbias}.f32.
  *   bf16_driver bench PATH N IC OC REPS
- *       Times one layer at the current OMP_NUM_THREADS, median of REPS:
+ *       Times one layer at the current OMP_NUM_THREADS, median of REPS
+ *       rounds (each round runs every pass once, in turn):
  *       bf16 forward (converting inp to bf16, as the model will), bf16
  *       backward, and the fp32 matmul_forward/backward (OpenBLAS) on the same
  *       shape. Prints one JSON object.
@@ -137,19 +138,24 @@ static int compare_doubles(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* median milliseconds of reps runs after one warm-up */
-static double time_ms(Pass pass, Layer *l, int reps) {
-    double *ms = bs_malloc((size_t)reps * sizeof(double));
-    pass(l);
+/* Median milliseconds of each pass over reps rounds after one warm-up
+ * round; every round runs the passes in turn, so a change in the machine's
+ * load hits all of them alike. */
+static void time_passes(const Pass *passes, double *median_ms, int num_passes, Layer *l, int reps) {
+    double *ms = bs_malloc((size_t)reps * num_passes * sizeof(double));
+    for (int p = 0; p < num_passes; p++) passes[p](l);
     for (int r = 0; r < reps; r++) {
-        double t0 = bs_now();
-        pass(l);
-        ms[r] = (bs_now() - t0) * 1e3;
+        for (int p = 0; p < num_passes; p++) {
+            double t0 = bs_now();
+            passes[p](l);
+            ms[(size_t)p * reps + r] = (bs_now() - t0) * 1e3;
+        }
     }
-    qsort(ms, (size_t)reps, sizeof(double), compare_doubles);
-    double median = ms[reps / 2];
+    for (int p = 0; p < num_passes; p++) {
+        qsort(ms + (size_t)p * reps, (size_t)reps, sizeof(double), compare_doubles);
+        median_ms[p] = ms[(size_t)p * reps + reps / 2];
+    }
     free(ms);
-    return median;
 }
 
 static float *filled(size_t n, float scale) {
@@ -165,14 +171,14 @@ static int cmd_bench(MatmulBF16Path path, size_t N, int IC, int OC, int reps) {
     l.dout = filled(no, 0.01f), l.out = filled(no, 0), l.dinp = filled(ni, 0);
     l.dweight = filled(nw, 0), l.dbias = filled((size_t)OC, 0);
     l.inp16 = bf16_copy(l.inp, ni), l.weight16 = bf16_copy(l.weight, nw);
-    double f16 = time_ms(bf16_forward, &l, reps), b16 = time_ms(bf16_backward, &l, reps);
-    const char *kernel = matmul_bf16_last_kernel(l.mm);
-    double f32 = time_ms(fp32_forward, &l, reps), b32 = time_ms(fp32_backward, &l, reps);
+    const Pass passes[4] = {bf16_forward, bf16_backward, fp32_forward, fp32_backward};
+    double ms[4];
+    time_passes(passes, ms, 4, &l, reps);
     printf("{\"path\": \"%s\", \"kernel\": \"%s\", \"threads\": %d, \"N\": %zu, \"IC\": %d, \"OC\": %d, "
            "\"bf16_fwd_ms\": %.4f, \"bf16_bwd_ms\": %.4f, \"fp32_fwd_ms\": %.4f, \"fp32_bwd_ms\": %.4f, "
            "\"primitives\": %d}\n",
-           matmul_bf16_path_name(matmul_bf16_path(l.mm)), kernel, omp_get_max_threads(), N, IC, OC, f16, b16, f32,
-           b32, matmul_bf16_primitives_created(l.mm));
+           matmul_bf16_path_name(matmul_bf16_path(l.mm)), matmul_bf16_last_kernel(l.mm), omp_get_max_threads(), N, IC,
+           OC, ms[0], ms[1], ms[2], ms[3], matmul_bf16_primitives_created(l.mm));
     matmul_bf16_free(l.mm);
     void *all[] = {l.inp, l.weight, l.bias, l.dout, l.out, l.dinp, l.dweight, l.dbias, l.inp16, l.weight16};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
