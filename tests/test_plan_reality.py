@@ -3,13 +3,14 @@
 time on this machine? A measurement, not a CTest (tests never assert on
 wall-clock time); run it by hand on an otherwise idle machine:
 
-    tests/test_plan_reality.py [--ranks 1,2,4] [--zero 0,1] [--steps 12]
+    tests/test_plan_reality.py [--layouts 1x1x1,2x1x1z1,1x2x1,1x1x2] [--steps 12]
 
 1. `batchscale bench --calibrate` measures sgemm by size and memory bandwidth
    (one process, --threads threads, is one planner "GPU").
-2. For each rank count and ZeRO stage, `batchscale train` runs the demo model
-   (4 layers, 192 wide, 4 heads, seq 128, micro-batch 16) under mpirun and the
-   median step time after two warm-up steps is taken from its metrics.
+2. For each layout DPxTPxPP[zZERO], `batchscale train` runs the demo model
+   (4 layers, 192 wide, 4 heads, seq 128, micro-batch 16, global batch 16 x
+   dp x pp) under mpirun and the median step time after two warm-up steps is
+   taken from its metrics.
 3. `batchscale plan --calibrate FILE` predicts the same layout; the script
    prints measured and predicted times and the error, and exits 1 if any
    error exceeds the issue's 25% target.
@@ -32,12 +33,22 @@ from bstest import BATCHSCALE, MPIRUN, make_corpus  # noqa: E402
 MODEL = ["--layers", "4", "--heads", "4", "--channels", "192", "--seq-len", "128"]
 
 
-def measure(data, ranks, zero, steps, micro_batch, threads, workdir):
-    metrics = os.path.join(workdir, f"m_{ranks}_{zero}.jsonl")
+def parse_layout(text):
+    """'2x1x1z1' -> (dp, tp, pp, zero)."""
+    grid, _, zero = text.partition("z")
+    dp, tp, pp = (int(x) for x in grid.split("x"))
+    return dp, tp, pp, int(zero or 0)
+
+
+def measure(data, layout, steps, micro_batch, threads, workdir):
+    dp, tp, pp, zero = layout
+    ranks, name = dp * tp * pp, "_".join(str(x) for x in layout)
+    metrics = os.path.join(workdir, f"m_{name}.jsonl")
+    batch = micro_batch * dp * pp  # pp micro-batches per pipeline
     cmd = ([] if ranks == 1 else MPIRUN + ["-np", str(ranks)]) + [BATCHSCALE, "train", "--data", data] + MODEL + [
-        "--micro-batch", str(micro_batch), "--global-batch", str(micro_batch * ranks), "--steps", str(steps),
-        "--zero", str(zero), "--threads", str(threads), "--eval-every", "0", "--sample-tokens", "0", "--quiet",
-        "--metrics", metrics, "--out", os.path.join(workdir, f"run_{ranks}_{zero}")]
+        "--micro-batch", str(micro_batch), "--global-batch", str(batch), "--steps", str(steps), "--dp", str(dp),
+        "--tp", str(tp), "--pp", str(pp), "--zero", str(zero), "--threads", str(threads), "--eval-every", "0",
+        "--sample-tokens", "0", "--quiet", "--metrics", metrics, "--out", os.path.join(workdir, f"run_{name}")]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
     subprocess.run(cmd, check=True, env=env, capture_output=True, timeout=1800)
     with open(metrics) as f:
@@ -45,18 +56,18 @@ def measure(data, ranks, zero, steps, micro_batch, threads, workdir):
     return statistics.median(ms) / 1e3
 
 
-def predict(cal, ranks, zero, micro_batch):
-    args = [BATCHSCALE, "plan", "--calibrate", cal, "--model", "demo", "--gpus", str(ranks), "--tp", "1", "--pp", "1",
-            "--dp", str(ranks), "--zero", str(zero), "--micro-batch", str(micro_batch),
-            "--global-batch", str(micro_batch * ranks), "--jitter", "0", "--json"]
+def predict(cal, layout, micro_batch):
+    dp, tp, pp, zero = layout
+    args = [BATCHSCALE, "plan", "--calibrate", cal, "--model", "demo", "--gpus", str(dp * tp * pp), "--tp", str(tp),
+            "--pp", str(pp), "--dp", str(dp), "--zero", str(zero), "--micro-batch", str(micro_batch),
+            "--global-batch", str(micro_batch * dp * pp), "--jitter", "0", "--json"]
     p = subprocess.run(args, check=True, capture_output=True, text=True)
     return json.loads(p.stdout)["plan"]["step_time"]["step"]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ranks", default="1,2")
-    ap.add_argument("--zero", default="0,1")
+    ap.add_argument("--layouts", default="1x1x1,2x1x1,2x1x1z1,1x2x1,1x1x2", help="DPxTPxPP[zZERO], comma-separated")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--micro-batch", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1)
@@ -68,16 +79,14 @@ def main():
         if not a.calibration:
             subprocess.run([BATCHSCALE, "bench", "--calibrate", cal, "--threads", str(a.threads)], check=True)
         data = os.path.join(make_corpus(d, nbytes=400_000), "train_000000.bin")
-        print(f"{'ranks':>5} {'zero':>4} {'measured ms':>12} {'predicted ms':>13} {'error':>7}")
-        for ranks in (int(x) for x in a.ranks.split(",")):
-            for zero in (int(x) for x in a.zero.split(",")):
-                if ranks == 1 and zero > 0:
-                    continue
-                t = measure(data, ranks, zero, a.steps, a.micro_batch, a.threads, d)
-                p = predict(cal, ranks, zero, a.micro_batch)
-                err = p / t - 1
-                worst = max(worst, abs(err))
-                print(f"{ranks:>5} {zero:>4} {1e3 * t:>12.1f} {1e3 * p:>13.1f} {100 * err:>+6.1f}%")
+        print(f"{'layout':>8} {'measured ms':>12} {'predicted ms':>13} {'error':>7}")
+        for text in a.layouts.split(","):
+            layout = parse_layout(text)
+            t = measure(data, layout, a.steps, a.micro_batch, a.threads, d)
+            p = predict(cal, layout, a.micro_batch)
+            err = p / t - 1
+            worst = max(worst, abs(err))
+            print(f"{text:>8} {1e3 * t:>12.1f} {1e3 * p:>13.1f} {100 * err:>+6.1f}%")
     print(f"worst error {100 * worst:.1f}% (target 25%)")
     return 0 if worst <= 0.25 else 1
 
