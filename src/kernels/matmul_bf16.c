@@ -2,7 +2,8 @@
  * per shape (see matmul_bf16.h), or through the fp32 layer (matmul.c) on
  * operands widened from bf16 where the CPU has no bf16 arithmetic.
  *
- * Each product is one oneDNN matmul  dst (M,N) = src (M,K) @ weights (K,N)
+ * On the ONEDNN path each product is one oneDNN matmul
+ * dst (M,N) = src (M,K) @ weights (K,N)
  * over plain row-major buffers; a transposed operand is the same buffer
  * described with swapped strides, never a copy:
  *   forward  src inp (N,IC)       weights weight^T (IC,OC)  dst out (N,OC)  + bias
@@ -11,8 +12,9 @@
  * dweight += uses oneDNN's sum post-op (dst = product + 1.0 * dst; matmul
  * has no beta). The bias rides in the forward primitive. All primitives
  * share one user-mode scratchpad owned by the cache, since calls never
- * overlap. This file does not pick precisions for the model: that is the
- * caller's. */
+ * overlap. The WIDEN path widens the operands into the cache's scratch and
+ * calls matmul_forward/matmul_backward. This file does not pick precisions
+ * for the model: that is the caller's. */
 #include "kernels/matmul_bf16.h"
 
 #include <oneapi/dnnl/dnnl.h>
