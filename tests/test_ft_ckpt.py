@@ -30,9 +30,9 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import TempDir, make_corpus, read_model  # noqa: E402
-from test_ft_common import (BATCHSCALE, file_bytes, job, losses_by_step, read_checkpoint, run, step_dir,  # noqa: E402
-                            train_args)
+from bstest import read_model  # noqa: E402
+from test_ft_common import (BATCHSCALE, CorpusTest, file_bytes, job, losses_by_step,  # noqa: E402
+                            read_checkpoint, run, step_dir, train_args)
 
 STAGES = ["rank-file-half", "rank-file-done", "manifest-half", "before-rename", "after-rename"]
 
@@ -55,20 +55,13 @@ def llmc_order(params, C, L, T, Vp):
     return np.concatenate(parts)
 
 
-class CheckpointTest(unittest.TestCase):
+class CheckpointTest(CorpusTest):
+    CORPUS_BYTES = 60_000
+
     @classmethod
     def setUpClass(cls):
-        cls.tmp = TempDir()
-        cls.dir = cls.tmp.__enter__()
-        cls.data = make_corpus(cls.dir, nbytes=60_000)
+        super().setUpClass()
         cls.ref = {}
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.__exit__(None, None, None)
-
-    def path(self, name):
-        return os.path.join(self.dir, name)
 
     def reference(self, ranks, steps, zero=0):
         """An uninterrupted run's final checkpoint (manifest, params, state) and losses."""

@@ -28,9 +28,8 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import TempDir, make_corpus, read_metrics  # noqa: E402
-from test_ft_common import (BATCHSCALE, MPIRUN, job, losses_by_step, read_checkpoint, read_log, run,  # noqa: E402
-                            step_dir, train_args)
+from test_ft_common import (BATCHSCALE, MPIRUN, CorpusTest, job, losses_by_step, read_checkpoint,  # noqa: E402
+                            read_log, read_metrics, run, step_dir, train_args)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -63,19 +62,8 @@ def metric_lines(metrics):
         return 0
 
 
-class RestartTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = TempDir()
-        cls.dir = cls.tmp.__enter__()
-        cls.data = make_corpus(cls.dir, nbytes=100_000)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.__exit__(None, None, None)
-
-    def path(self, name):
-        return os.path.join(self.dir, name)
+class RestartTest(CorpusTest):
+    CORPUS_BYTES = 100_000
 
     def test_kill_random_ranks_is_bitwise_invisible(self):
         steps, kills = 30, 2

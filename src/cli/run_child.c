@@ -82,12 +82,13 @@ ChildResult run_child(char *const *words, int attempt, bool clear_fault) {
 int run_pause(double seconds) {
     sigset_t set = launcher_signals(false);
     double end = bs_now() + seconds;
-    for (double left = seconds; left > 0; left = end - bs_now()) {
+    for (double left = seconds;; left = end - bs_now()) { /* polls once even for 0 s: a pending signal counts */
+        if (left < 0) left = 0;
         struct timespec wait = {(time_t)left, (long)((left - floor(left)) * 1e9)};
         int sig = sigtimedwait(&set, NULL, &wait);
         if (sig > 0) return sig;
+        if (left == 0) return 0;
     }
-    return 0;
 }
 
 void run_describe_status(int status, char *out, unsigned n) {
