@@ -262,8 +262,10 @@ static void access_params_done(void *ctx, int block) {
     if (dp->stage < 3) return;
     for (int s = 0; s < NUM_SLOTS; s++)
         if (dp->slots[s].block == block && dp->slots[s].in_use) {
+            /* released: gathered again when needed. Never "keep it if the gather is still in flight": whether
+             * it is depends on timing, and every rank must start the same collectives in the same order */
             dp->slots[s].in_use = false;
-            if (!dp->slots[s].op) dp->slots[s].block = -1; /* released: gathered again when needed */
+            dp->slots[s].block = -1;
         }
 }
 

@@ -27,7 +27,9 @@ void mp_share_output_weights(const Grid *g, GPT *model, DataParallel *dp) {
     const int last = g->pp - 1;
     const size_t n = wte_numel(model);
     if (g->pp_index == 0) {
-        float *wte = dp_params_at(dp, 0, n);
+        /* decide on the whole buffer, not on wte alone: the gather is a collective, and whether wte falls in
+         * this rank's ZeRO-3 shard differs between ranks */
+        float *wte = dp_params_at(dp, 0, model->num_params);
         float *full = NULL;
         if (!wte) { /* ZeRO-3: gather this stage's parameters first */
             full = bs_malloc(model->num_params * sizeof(float));

@@ -501,9 +501,9 @@ static void print_header(Trainer *tr) {
     const GPTConfig *mc = &tr->model.cfg;
     const Grid *g = tr->grid;
     char mine[160];
-    snprintf(mine, sizeof mine, "  rank %d: dp %d, pp %d, tp %d: layers [%d, %d), %.2fM parameters here",
-             tr->rank, g->dp_index, g->pp_index, g->tp_index, gpt_first_layer(mc),
-             gpt_first_layer(mc) + gpt_stage_layers(mc), tr->model.num_params / 1e6);
+    snprintf(mine, sizeof mine, "  rank %d: dp %d, pp %d, tp %d: layers [%d, %d), %zu parameters here", tr->rank,
+             g->dp_index, g->pp_index, g->tp_index, gpt_first_layer(mc), gpt_first_layer(mc) + gpt_stage_layers(mc),
+             tr->model.num_params);
     char *all = (g->tp > 1 || g->pp > 1) ? comm_gather_text(tr->world, mine, "\n", 0) : NULL;
     if (tr->rank != 0 || c->quiet) {
         free(all);
