@@ -1,13 +1,6 @@
 # plan.cmake: tests of the planner (src/plan, `batchscale plan`,
 # `batchscale bench --calibrate`).
 #
-# The plot writer (src/cli/plan_plot.c) draws with cairo (and releases
-# fontconfig's caches so LeakSanitizer sees no leak); its link line is
-# added here until the top-level CMakeLists.txt carries it (see the planner
-# report): the planner is the only user.
-pkg_check_modules(CAIRO REQUIRED IMPORTED_TARGET cairo)
-pkg_check_modules(FONTCONFIG REQUIRED IMPORTED_TARGET fontconfig)
-target_link_libraries(bscore PUBLIC PkgConfig::CAIRO PkgConfig::FONTCONFIG)
 
 add_executable(test_plan_formulas ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_formulas.c)
 target_link_libraries(test_plan_formulas PRIVATE bscore)

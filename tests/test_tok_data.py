@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bstest import TempDir, run  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GPT2_DIR = os.path.join(os.path.dirname(ROOT), "shared", "data", "gpt2")
+GPT2_DIR = os.path.join(ROOT, "tests", "data", "gpt2")
 
 
 def read_merges(path):

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """test_tok_gpt2.py: our GPT-2 BPE (and BPE applied from a trained file) against
 encoders nobody here wrote, tiktoken and Hugging Face tokenizers, all built from
-the same local vocabulary files (../shared/data/gpt2; no download at run time).
+the same local vocabulary files (tests/data/gpt2; no download at run time).
 
-- the known vectors of ../shared/data/gpt2/README.md;
+- the known vectors of tests/data/gpt2/README.md;
 - 12,000 lines of varied text (words, contractions, numbers in several scripts,
   punctuation, letters of many scripts, combining marks, emoji sequences, every
   kind of Unicode whitespace, pieces hundreds of symbols long): ours equals both
@@ -92,7 +92,7 @@ class Gpt2Test(unittest.TestCase):
                   f"theirs {theirs[i:i + 6]}) near {context!r}")
 
     def test_known_vectors(self):
-        # From ../shared/data/gpt2/README.md.
+        # From tests/data/gpt2/README.md.
         known = {"hello world": [31373, 995],
                  "In the beginning God created the heaven and the earth.":
                      [818, 262, 3726, 1793, 2727, 262, 9538, 290, 262, 4534, 13]}

@@ -15,7 +15,7 @@ import sys
 import unicodedata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GPT2_DIR = os.environ.get("BS_GPT2_DIR", os.path.join(os.path.dirname(ROOT), "shared", "data", "gpt2"))
+GPT2_DIR = os.environ.get("BS_GPT2_DIR", os.path.join(ROOT, "tests", "data", "gpt2"))
 
 
 def peer_python():

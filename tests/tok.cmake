@@ -3,12 +3,8 @@
 # utf8proc (Unicode categories for GPT-2's pre-tokenisation) is linked into
 # bscore here until the top-level CMakeLists.txt does it; linking it twice
 # is harmless.
-if(NOT TARGET PkgConfig::UTF8PROC)
-  pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
-  target_link_libraries(bscore PUBLIC PkgConfig::UTF8PROC)
-endif()
 
-set(GPT2_VOCAB_DIR ${PROJECT_SOURCE_DIR}/../shared/data/gpt2)
+set(GPT2_VOCAB_DIR ${CMAKE_CURRENT_SOURCE_DIR}/data/gpt2)
 
 add_executable(test_tok_unit test_tok_unit.c)
 target_link_libraries(test_tok_unit PRIVATE bscore)

@@ -119,6 +119,7 @@ static json_t *manifest_to_json(const CkptManifest *m) {
         "pp", m->pp, "zero", m->zero, "optimizer", "name", m->optimizer, "step", (json_int_t)m->optimizer_step,
         "sample_rng", rng, "data", "seed", u64_hex(m->data_seed), "shuffle", m->data_shuffle, "files", files);
     json_object_set_new(json_object_get(j, "layout"), "pp_split", json_string(m->pp_split));
+    json_object_set_new(j, "tokenizer", json_string(m->tokenizer[0] ? m->tokenizer : "byte"));
     json_object_set_new(j, "schedule", json_pack("{s:s, s:I, s:I, s:o}", "batch", m->batch_schedule, "global_batch",
                                                  (json_int_t)m->final_batch, "current_batch",
                                                  (json_int_t)m->current_batch, "noise_scale", noise));
@@ -266,6 +267,9 @@ bool ckpt_try_read_manifest(const char *dir, CkptManifest *m, char *why, size_t 
         if (!parse_hex(json_array_get(noise, (size_t)i), &bits)) FAIL("%s is corrupt: noise_scale is not hex", path);
         memcpy(&m->noise_scale[i], &bits, sizeof bits);
     }
+    const char *tok = json_string_value(json_object_get(j, "tokenizer"));
+    if (tok && strlen(tok) >= sizeof m->tokenizer) FAIL("%s is corrupt: tokenizer name too long", path);
+    snprintf(m->tokenizer, sizeof m->tokenizer, "%s", tok ? tok : "byte");
     const char *split = json_string_value(json_object_get(json_object_get(j, "layout"), "pp_split"));
     if (split && strlen(split) >= sizeof m->pp_split) FAIL("%s is corrupt: pp_split too long", path);
     snprintf(m->pp_split, sizeof m->pp_split, "%s", split ? split : "");

@@ -35,7 +35,7 @@ typedef struct {
     uint64_t xxh64;
 } CkptFile;
 
-typedef struct {
+typedef struct CkptManifest {
     long step;                /* optimizer steps completed */
     uint64_t seqs_consumed;   /* data position: sequences consumed by all ranks */
     uint64_t tokens_consumed;
@@ -47,6 +47,7 @@ typedef struct {
     char pp_split[256];          /* layers per pipeline stage, comma-separated */
     char optimizer[32];
     long optimizer_step;
+    char tokenizer[1024];     /* tokenizer_spec() of the run ("" means byte) */
     char batch_schedule[256]; /* the --batch-schedule the run was started with */
     long final_batch;         /* its --global-batch */
     long current_batch;       /* adaptive schedule: the batch reached (0 otherwise) */

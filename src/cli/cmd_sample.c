@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt.h"
+#include "train/train_ckpt.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
@@ -35,7 +36,7 @@ int cmd_sample(int argc, char **argv) {
         return 0;
     if (!*ckpt == !*model_file) bs_die("give exactly one of --ckpt DIR or --model FILE");
     GPT model;
-    char recorded[4200] = ""; /* the tokenizer a checkpoint's manifest names (once manifests record it) */
+    char recorded[1024] = ""; /* the tokenizer a checkpoint's manifest names */
     if (*ckpt) {
         char dir[4096], manifest[4200];
         snprintf(manifest, sizeof manifest, "%s/manifest.json", ckpt);
@@ -46,7 +47,8 @@ int cmd_sample(int argc, char **argv) {
         char why[600];
         if (!ckpt_verify(dir, m, why, sizeof why)) bs_die("%s", why);
         gpt_create(&model, &m->model);
-        ckpt_read_range(dir, m, 0, model.num_params, model.params, NULL);
+        train_ckpt_read(dir, m, &model.cfg, 0, model.num_params, model.params, NULL);
+        snprintf(recorded, sizeof recorded, "%s", m->tokenizer);
         free(m);
     } else {
         GPTConfig cfg;

@@ -58,6 +58,7 @@ void train_save(Trainer *tr) {
         format_split(g, m->pp_split, sizeof m->pp_split);
         m->zero = tr->cfg.zero;
         snprintf(m->optimizer, sizeof m->optimizer, "%s", optimizer_kind_name(tr->opt.cfg.kind));
+        snprintf(m->tokenizer, sizeof m->tokenizer, "%s", tr->tok ? tokenizer_spec(tr->tok) : "");
         m->optimizer_step = tr->optimizer_step;
         snprintf(m->batch_schedule, sizeof m->batch_schedule, "%s", tr->cfg.batch_schedule);
         m->final_batch = tr->cfg.global_batch;
@@ -135,17 +136,18 @@ static OldRun *old_runs(const CkptManifest *m, const GPTConfig *whole, int *coun
     return all;
 }
 
-/* Reads this shard's local [offset, offset+count) into params and/or state. */
-static void read_local(const char *dir, const CkptManifest *m, const GPTConfig *cfg, const Grid *g, size_t offset,
-                       size_t count, float *params, float *const *state) {
+void train_ckpt_read(const char *dir, const CkptManifest *m, const GPTConfig *cfg, size_t offset, size_t count,
+                     float *params, float *const *state) {
     const GPTConfig whole = gpt_logical_config(cfg);
-    bool same_split = m->tp == g->tp && m->pp == g->pp;
+    const int tp = gpt_tp_size(cfg), pp = cfg->pp_size > 0 ? cfg->pp_size : 1;
+    const int tp_index = gpt_tp_rank(cfg), pp_index = cfg->pp_size > 0 ? cfg->pp_rank : 0;
+    bool same_split = m->tp == tp && m->pp == pp;
     if (same_split) {
-        GPTConfig old = old_shard(m, &whole, g->tp_index, g->pp_index);
+        GPTConfig old = old_shard(m, &whole, tp_index, pp_index);
         same_split = gpt_first_layer(&old) == gpt_first_layer(cfg) && gpt_stage_layers(&old) == gpt_stage_layers(cfg);
     }
     if (same_split) { /* the same model shard: its files hold these local ranges as they are */
-        ckpt_read_shard_range(dir, m, g->tp_index + g->pp_index * g->tp, offset, count, params, state);
+        ckpt_read_shard_range(dir, m, tp_index + pp_index * tp, offset, count, params, state);
         return;
     }
     int nold;
@@ -204,13 +206,13 @@ void train_resume(Trainer *tr) {
     size_t total = tr->model.num_params, off, count;
     float *params = dp_params_at(tr->dp, 0, total);
     if (params) {
-        read_local(dir, m, &tr->model.cfg, tr->grid, 0, total, params, NULL);
+        train_ckpt_read(dir, m, &tr->model.cfg, 0, total, params, NULL);
     } else {
         dp_shard_range(tr->dp, &off, &count);
-        read_local(dir, m, &tr->model.cfg, tr->grid, off, count, dp_params_at(tr->dp, off, count), NULL);
+        train_ckpt_read(dir, m, &tr->model.cfg, off, count, dp_params_at(tr->dp, off, count), NULL);
     }
     float *state[CKPT_STATE_ARRAYS] = {tr->state[0], tr->state[1]};
-    read_local(dir, m, &tr->model.cfg, tr->grid, tr->update_offset, tr->update_count, NULL, state);
+    train_ckpt_read(dir, m, &tr->model.cfg, tr->update_offset, tr->update_count, NULL, state);
     mp_share_output_weights(tr->grid, &tr->model, tr->dp);
     tr->step = m->step;
     tr->seqs_consumed = m->seqs_consumed;

@@ -9,4 +9,11 @@
 void train_save(Trainer *tr);
 void train_resume(Trainer *tr);
 
+/* Reads local [offset, offset+count) of the model shard `cfg` (the whole
+ * model: gpt_logical_config) into params and/or state from a checkpoint
+ * written under any layout. */
+typedef struct CkptManifest CkptManifest;
+void train_ckpt_read(const char *dir, const CkptManifest *m, const GPTConfig *cfg, size_t offset, size_t count,
+                     float *params, float *const *state);
+
 #endif

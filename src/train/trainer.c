@@ -19,7 +19,6 @@
 #include "core/rng.h"
 #include "core/timer.h"
 #include "core/trace.h"
-#include "data/bytetok.h"
 #include "data/loader.h"
 #include "model/gpt.h"
 #include "model/llmc_file.h"
@@ -39,7 +38,8 @@ void train_config_defaults(TrainConfig *c) {
     c->heads = 4;
     c->channels = 128;
     c->seq_len = 128;
-    c->vocab_size = BYTETOK_VOCAB;
+    c->vocab_size = 0;
+    c->tokenizer = c->vocab_dir = "";
     c->micro_batch = 8;
     c->steps = 100;
     c->lr = 1e-3;
@@ -275,19 +275,18 @@ static GPT full_model(Trainer *tr) {
 }
 
 static void print_sample(Trainer *tr) {
-    if (tr->cfg.sample_tokens <= 0 || tr->cfg.quiet) return;
+    if (tr->cfg.sample_tokens <= 0 || tr->cfg.quiet || !tr->tok) return;
     GPT m = full_model(tr);
     if (tr->rank == 0) {
         GPTActs acts;
         gpt_acts_create(&acts, &m.cfg, 1, m.cfg.max_seq_len, false);
         int n = tr->cfg.sample_tokens;
         int32_t *tokens = bs_malloc((size_t)(n + 1) * sizeof(int32_t));
-        tokens[0] = BYTETOK_EOT;
+        tokens[0] = tokenizer_eot(tr->tok);
         SampleParams sp = {(float)tr->cfg.temperature, tr->cfg.top_k};
         int len = sample_generate(&m, &acts, tokens, 1, n, &sp, &tr->sample_rng);
-        unsigned char *text = bs_malloc((size_t)len + 1);
-        size_t bytes = bytetok_decode(tokens + 1, (size_t)len - 1, text);
-        text[bytes] = '\0';
+        size_t bytes;
+        unsigned char *text = tokenizer_decode(tr->tok, tokens + 1, (size_t)len - 1, &bytes);
         progress_line(&tr->progress, "--- sample at step %ld (temperature %.2f, top-k %d) ---\n%s\n---", tr->step,
                       tr->cfg.temperature, tr->cfg.top_k, (char *)text);
         free(text);
@@ -337,9 +336,30 @@ static void setup_optimizer(Trainer *tr) {
     for (int k = 0; k < optimizer_state_arrays(kind); k++) tr->state[k] = bs_calloc(tr->update_count, sizeof(float));
 }
 
+/* The tokenizer: --tokenizer, else the one the data was prepared with
+ * (prepare.json beside the shards), else byte-level. */
+static Tokenizer *load_tokenizer(const TrainConfig *c) {
+    if (is_set(c->tokenizer)) return tokenizer_load(c->tokenizer, c->vocab_dir);
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s", c->data);
+    if (!bs_is_dir(dir)) {
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = '\0';
+        else snprintf(dir, sizeof dir, ".");
+    }
+    snprintf(path, sizeof path, "%s/prepare.json", dir);
+    json_t *j = bs_path_exists(path) ? json_load_file(path, 0, NULL) : NULL;
+    const char *name = j ? json_string_value(json_object_get(j, "tokenizer")) : NULL;
+    Tokenizer *t = tokenizer_load(name ? name : "byte", NULL);
+    json_decref(j);
+    return t;
+}
+
 static void setup_model(Trainer *tr) {
     TrainConfig *c = &tr->cfg;
-    GPTConfig mc = {.max_seq_len = c->seq_len, .vocab_size = c->vocab_size, .num_layers = c->layers,
+    tr->tok = load_tokenizer(c);
+    int vocab = c->vocab_size > 0 ? c->vocab_size : tokenizer_vocab_size(tr->tok);
+    GPTConfig mc = {.max_seq_len = c->seq_len, .vocab_size = vocab, .num_layers = c->layers,
                     .num_heads = c->heads, .channels = c->channels};
     if (is_set(c->init_from)) {
         llmc_model_read_config(c->init_from, &mc);
@@ -347,6 +367,10 @@ static void setup_model(Trainer *tr) {
             bs_die("--seq-len %d is longer than the model's maximum sequence length %d (from %s)", c->seq_len,
                    mc.max_seq_len, c->init_from);
         c->vocab_size = mc.vocab_size;
+    }
+    if (mc.vocab_size != tokenizer_vocab_size(tr->tok)) { /* e.g. random-token benchmarks: no text to show */
+        tokenizer_free(tr->tok);
+        tr->tok = NULL;
     }
     char why[256];
     if (!gpt_config_check(&mc, why, sizeof why)) bs_die("%s", why);
@@ -492,6 +516,7 @@ static void teardown(Trainer *tr) {
     for (int k = 0; k < OPTIMIZER_MAX_STATE; k++) free(tr->state[k]);
     optimizer_free(&tr->opt);
     grid_free(tr->grid);
+    if (tr->tok) tokenizer_free(tr->tok);
 }
 
 /* ---- reporting ---- */

@@ -13,7 +13,9 @@
 
 typedef struct {
     /* model */
-    int layers, heads, channels, seq_len, vocab_size;
+    int layers, heads, channels, seq_len;
+    int vocab_size;                    /* 0: the tokenizer's */
+    const char *tokenizer, *vocab_dir; /* "": the data's (prepare.json), else byte */
     const char *init_from; /* llm.c model file to start from */
     /* batch */
     int micro_batch;  /* sequences per micro-step per rank */

@@ -10,6 +10,7 @@
 #include "core/rng.h"
 #include "core/trace.h"
 #include "data/loader.h"
+#include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "optim/batch_schedule.h"
 #include "optim/lr_scaling.h"
@@ -28,6 +29,7 @@ typedef struct {
     Comm *world, *dpc; /* dpc: the data-parallel group */
     int rank, dp_size, dp_index; /* world rank; data-parallel replicas and this one's index */
     Grid *grid;
+    Tokenizer *tok; /* decodes samples; NULL if the vocabulary is not the tokenizer's */
     GPT model;
     DataParallel *dp;
     Pipeline *pipe;
