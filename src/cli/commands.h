@@ -11,5 +11,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
 
 #endif
