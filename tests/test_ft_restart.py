@@ -13,6 +13,8 @@
   launcher continues on 2 ranks (8 sequences = 2 x 2 accumulation x 2
   ranks: the global batch stays) and reaches the uninterrupted 4-rank run's
   losses within 1e-5 (only the summation order differs).
+- A stalled rank ends the attempt through the trainer's --comm-timeout and
+  the launcher restarts it (it has no timer of its own and never hangs).
 - SIGTERM to the launcher reaches the job and ends it without a restart;
   a job that keeps failing is given up after --max-restarts; bad usage gets
   one line.
@@ -154,6 +156,18 @@ class RestartTest(CorpusTest):
             self.assertLess(abs(got[step] - want[step]) / want[step], 1e-5, f"step {step}")
         last = read_metrics(metrics)[-1]
         self.assertEqual((last["ranks"], last["accumulation"], last["batch"]), (2, 2, 8))
+
+    def test_stalled_rank_is_restarted(self):
+        """A hung rank: the others time out (--comm-timeout), abort, and the launcher restarts."""
+        ckpt, log = self.path("stall_ckpt"), self.path("stall_log.jsonl")
+        args = train_args(self.data, ckpt, 8, extra=["--ckpt-every", "2", "--quiet", "--comm-timeout", "2",
+                                                     "--inject-fault", "stall:1:4"])
+        p = run([BATCHSCALE, "run", "--restart-delay", "0", "--log", log, "--"] + job(2, args), timeout=120)
+        self.assertIn("timed out after 2 s waiting for rank 1", p.stderr)
+        kinds = [e["event"] for e in read_log(log)]
+        self.assertEqual(kinds, ["start", "failure", "restart", "done"])
+        self.assertEqual(read_log(log)[1]["ckpt_step"], 2)
+        self.assertTrue(os.path.isdir(step_dir(ckpt, 8)))
 
     def test_sigterm_stops_without_restart(self):
         ckpt, log = self.path("term_ckpt"), self.path("term_log.jsonl")
