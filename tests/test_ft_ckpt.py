@@ -20,7 +20,9 @@
 - llm.c round trip: export -> import -> export is byte-exact; the export
   equals the trainer's own --save-model and, tensor by tensor, the rank
   files rearranged into llm.c's order here; `train --resume` of an imported
-  checkpoint equals `train --init-from` of the file, bitwise.
+  checkpoint equals `train --init-from` of the file, bitwise. A tensor-
+  parallel checkpoint inspects (per-shard files) and exports as the
+  trainer's own --save-model.
 """
 import os
 import shutil
@@ -209,9 +211,11 @@ class CheckpointTest(CorpusTest):
                                                                         "--save-model", b])))
         self.assertEqual(file_bytes(a), file_bytes(b))
 
-    def test_inspect_tensor_parallel_checkpoint(self):
-        ckpt = self.path("tp2")
-        run(job(2, train_args(self.data, ckpt, 1, extra=["--tp", "2", "--quiet"])))
+    def test_tensor_parallel_checkpoint_inspect_and_export(self):
+        ckpt, saved, exported = self.path("tp2"), self.path("tp2_saved.bin"), self.path("tp2_export.bin")
+        run(job(2, train_args(self.data, ckpt, 1, extra=["--tp", "2", "--quiet", "--save-model", saved])))
+        run([BATCHSCALE, "ckpt", "export", "--llmc", exported, ckpt])
+        self.assertEqual(file_bytes(exported), file_bytes(saved), "export of a tensor-parallel checkpoint")
         p = self.inspect(ckpt)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertIn("dp 1 x tp 2 x pp 1", p.stdout)

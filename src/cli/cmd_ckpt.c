@@ -7,6 +7,7 @@
  *                               (DIR: one checkpoint, or a checkpoint
  *                               directory: every step_* in it)
  *   export --llmc FILE DIR      the parameters as an llm.c fp32 model file
+ *                               (from a checkpoint of any layout)
  *   import --llmc FILE --out DIR --global-batch N
  *                               DIR/step_00000000: the parameters, zero
  *                               optimizer state, step 0: `train --resume`
@@ -28,6 +29,7 @@
 #include "model/llmc_file.h"
 #include "optim/noise_scale.h"
 #include "optim/optimizer.h"
+#include "train/train_ckpt.h"
 
 #define OPTION_COUNT(specs) ((int)(sizeof specs / sizeof specs[0]))
 
@@ -236,7 +238,7 @@ static int ckpt_export(int argc, char **argv) {
     if (!ckpt_verify(dir, m, why, sizeof why)) bs_die("%s", why);
     GPT model;
     gpt_create_with(&model, &m->model, GPT_ALLOC_PARAMS);
-    ckpt_read_range(dir, m, 0, model.num_params, model.params, NULL);
+    train_ckpt_read(dir, m, &model.cfg, 0, model.num_params, model.params, NULL); /* any layout */
     llmc_model_write(llmc, &model);
     printf("exported %s (step %ld) to %s\n", dir, m->step, llmc);
     gpt_free(&model);
@@ -248,6 +250,7 @@ static int ckpt_export(int argc, char **argv) {
 
 static int ckpt_import(int argc, char **argv) {
     const char *llmc = "", *out = "", *optimizer = "adamw", *batch_schedule = "constant", *data_order = "shuffled";
+    const char *tokenizer = "byte";
     int global_batch = 0;
     long long seed = 1337;
     const OptionSpec specs[] = {
@@ -259,6 +262,7 @@ static int ckpt_import(int argc, char **argv) {
         {"batch-schedule", OPT_STRING, &batch_schedule, OPT_NO_RANGE, "SPEC", "the --batch-schedule of that run"},
         {"seed", OPT_LONG, &seed, 0, 9.2e18, "N", "the --seed of that run (data order and sampling)"},
         {"data-order", OPT_STRING, &data_order, OPT_NO_RANGE, "ORDER", "the --data-order of that run"},
+        {"tokenizer", OPT_STRING, &tokenizer, OPT_NO_RANGE, "SPEC", "tokenizer recorded for sample: byte, gpt2 or a file"},
     };
     if (!options_parse(specs, OPTION_COUNT(specs), argc, argv,
                        "usage: batchscale ckpt import --llmc FILE --out DIR --global-batch N\n\nMakes a step-0 "
@@ -280,8 +284,8 @@ static int ckpt_import(int argc, char **argv) {
     llmc_model_read_params(llmc, &model);
 
     CkptManifest *m = bs_calloc(1, sizeof *m);
-    if (strlen(batch_schedule) >= sizeof m->batch_schedule)
-        bs_die("--batch-schedule is too long for a checkpoint manifest");
+    if (strlen(batch_schedule) >= sizeof m->batch_schedule || strlen(tokenizer) >= sizeof m->tokenizer)
+        bs_die("--batch-schedule or --tokenizer is too long for a checkpoint manifest");
     char tmp[4096];
     ckpt_tmp_dir(tmp, sizeof tmp, out, 0);
     bs_remove_tree(tmp);
@@ -295,6 +299,7 @@ static int ckpt_import(int argc, char **argv) {
     m->world = m->dp = m->tp = m->pp = 1;
     snprintf(m->optimizer, sizeof m->optimizer, "%s", optimizer_kind_name(kind));
     snprintf(m->batch_schedule, sizeof m->batch_schedule, "%s", batch_schedule);
+    snprintf(m->tokenizer, sizeof m->tokenizer, "%s", tokenizer);
     m->final_batch = global_batch;
     NoiseScale fresh;
     noise_scale_init(&fresh, 0.99);
