@@ -22,6 +22,7 @@ void gpt_create_with(GPT *model, const GPTConfig *cfg, int alloc) {
     model->tp = NULL;
     model->head_wte = model->head_dwte = NULL;
     model->extra_wte_grad = NULL;
+    model->first_nonfinite_layer = -1;
     if (gpt_has_head(cfg) && !gpt_has_encoder(cfg)) {
         model->head_wte = bs_calloc(gpt_tensor_numel(cfg, TK_WTE), sizeof(float));
         model->head_dwte = bs_calloc(gpt_tensor_numel(cfg, TK_WTE), sizeof(float));
@@ -210,7 +211,15 @@ static double loss_forward(const GPT *model, GPTActs *acts, const int32_t *targe
                              w.Vl, dloss);
 }
 
-double gpt_forward(const GPT *model, GPTActs *acts, const int32_t *inputs, const int32_t *targets, int b, int t,
+/* Whether x[0..n) holds only finite values (a NaN or inf makes the sum non-finite). */
+static bool all_finite(const float *x, size_t n) {
+    float sum = 0;
+#pragma omp parallel for simd reduction(+ : sum) schedule(static)
+    for (size_t i = 0; i < n; i++) sum += x[i] * 0.0f;
+    return sum == 0.0f;
+}
+
+double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32_t *targets, int b, int t,
                    float dloss, const BlockAccess *access) {
     const GPTConfig *cfg = &model->cfg;
     const Widths w = widths(cfg);
@@ -244,6 +253,7 @@ double gpt_forward(const GPT *model, GPTActs *acts, const int32_t *inputs, const
         tp_sum(model, acts->proj_out, N * C);
         residual_forward(a.residual3, a.residual2, acts->proj_out, N * C);
         residual = a.residual3;
+        if (model->first_nonfinite_layer < 0 && !all_finite(a.residual3, N * C)) model->first_nonfinite_layer = block - 1;
         params_done(access, block);
     }
     if (!gpt_has_head(cfg)) return 0;

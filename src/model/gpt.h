@@ -136,6 +136,9 @@ typedef struct {
     float *head_wte, *head_dwte; /* (Vp/tp, C) */
     /* first stage: a gradient for wte to add in the next backward (from the last stage) */
     const float *extra_wte_grad;
+    /* guard: the first layer (global index) whose output was not finite in a
+     * forward since the caller last set it to -1 */
+    int first_nonfinite_layer;
 } GPT;
 
 /* Allocates both flat buffers (zeroed). */
@@ -191,7 +194,7 @@ typedef struct {
  * A pipeline stage without the encoder reads its input from gpt_stage_input
  * (inputs may then be NULL); a stage without the head leaves its output in
  * gpt_stage_output and returns 0 (targets ignored). */
-double gpt_forward(const GPT *model, GPTActs *acts, const int32_t *inputs, const int32_t *targets, int b, int t,
+double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32_t *targets, int b, int t,
                    float dloss, const BlockAccess *access);
 
 /* The pipeline stage's activation input (b,t,C) and output (b,t,C). */

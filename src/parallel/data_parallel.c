@@ -1,6 +1,7 @@
 /* data_parallel.c: buckets, ZeRO shards and block access (see data_parallel.h). */
 #include "parallel/data_parallel.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +51,8 @@ struct DataParallel {
     bool measure_micro;   /* gradient noise scale: per micro-step local norms */
     float *grad_snapshot; /* stages 0-1: the accumulated gradient before this micro-step */
     double micro_sumsq;
+    int first_nonfinite_block; /* guard, this step */
+    int poison_block;          /* tests: -1 or the block to poison */
     BlockAccess train_access, eval_access;
     DPMemory memory;
 };
@@ -188,8 +191,43 @@ static float *access_grads(void *ctx, int block) {
     return bk->buf + (off - bk->offset);
 }
 
+/* The block's gradient as this micro-step leaves it (local, not yet reduced). */
+static float *block_grads(DataParallel *dp, int block) {
+    size_t off, count;
+    block_range(dp, block, &off, &count);
+    if (dp->stage < 2) return dp->model->grads + off;
+    const Bucket *bk = &dp->buckets[dp->bucket_of_block[block]];
+    return bk->buf + (off - bk->offset);
+}
+
+static bool all_finite(const float *x, size_t n) {
+    float sum = 0;
+#pragma omp parallel for simd reduction(+ : sum) schedule(static)
+    for (size_t i = 0; i < n; i++) sum += x[i] * 0.0f;
+    return sum == 0.0f;
+}
+
+/* Guard: checked on the micro-steps that reduce (stages 0-1: the last, where
+ * the accumulated gradient is whole; stages 2-3: each). */
+static void check_block(DataParallel *dp, int block) {
+    size_t off, count;
+    block_range(dp, block, &off, &count);
+    float *g = block_grads(dp, block);
+    if (dp->poison_block == block && count > 0) {
+        g[0] = NAN;
+        dp->poison_block = -1;
+    }
+    if ((dp->first_nonfinite_block < 0 || block < dp->first_nonfinite_block) && !all_finite(g, count))
+        dp->first_nonfinite_block = block;
+}
+
+int dp_first_nonfinite_block(const DataParallel *dp) { return dp->first_nonfinite_block; }
+
+void dp_inject_nan(DataParallel *dp, int block) { dp->poison_block = block; }
+
 static void access_grads_done(void *ctx, int block) {
     DataParallel *dp = ctx;
+    if (dp->last_micro || dp->stage >= 2) check_block(dp, block);
     if (!dp->communicate) return;
     int k = dp->bucket_of_block[block];
     if (--dp->buckets[k].pending == 0 && dp->opt.overlap) launch_bucket(dp, k);
@@ -301,6 +339,8 @@ DataParallel *dp_create(Comm *comm, GPT *model, const DPOptions *opt) {
         for (int i = 0; i < GRAD_POOL; i++) alloc_tracked(&dp->grad_pool[i], dp->pool_floats, &mem->buffer_bytes);
     }
     for (int s = 0; s < NUM_SLOTS; s++) dp->slots[s].block = -1;
+    dp->poison_block = -1;
+    dp->first_nonfinite_block = -1;
     if (dp->stage == 3) {
         alloc_tracked(&dp->shard_params, dp->shard_count, &mem->param_bytes);
         size_t off, count, layer = 0;
@@ -362,6 +402,7 @@ void dp_begin_step(DataParallel *dp) {
     if (dp->stage < 2) gpt_zero_grads(dp->model);
     else memset(dp->shard_grads, 0, dp->shard_count * sizeof(float));
     dp->micro_sumsq = 0;
+    dp->first_nonfinite_block = -1;
     if (dp->grad_snapshot) memset(dp->grad_snapshot, 0, dp->total * sizeof(float));
 }
 

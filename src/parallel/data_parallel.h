@@ -72,6 +72,13 @@ void dp_measure_micro_norms(DataParallel *dp);
 /* Sum over this step's micro-steps of those squared norms (this rank). */
 double dp_micro_sum_squares(const DataParallel *dp);
 
+/* Guard: the lowest block whose local gradient (this rank's, before any
+ * reduction) was not finite during this step, or -1. */
+int dp_first_nonfinite_block(const DataParallel *dp);
+/* Tests: poison this rank's local gradient of `block` with a NaN on the
+ * next micro-step that reduces it. */
+void dp_inject_nan(DataParallel *dp, int block);
+
 typedef struct {
     size_t param_bytes, grad_bytes, buffer_bytes; /* allocated by this rank */
 } DPMemory;

@@ -53,7 +53,7 @@ int32_t sample_next(const float *logits, int V, const SampleParams *p, Rng *rng,
     return best;
 }
 
-int sample_generate(const GPT *model, GPTActs *acts, int32_t *tokens, int len, int n, const SampleParams *p,
+int sample_generate(GPT *model, GPTActs *acts, int32_t *tokens, int len, int n, const SampleParams *p,
                     Rng *rng) {
     const GPTConfig *cfg = &model->cfg;
     const int T = cfg->max_seq_len;

@@ -18,7 +18,7 @@ int32_t sample_next(const float *logits, int V, const SampleParams *p, Rng *rng,
 /* Appends n tokens to tokens[0..len) (capacity len + n) and returns the new
  * length. acts must be created with B >= 1 and T = the model's max length;
  * the context is the last T tokens. */
-int sample_generate(const GPT *model, GPTActs *acts, int32_t *tokens, int len, int n, const SampleParams *p,
+int sample_generate(GPT *model, GPTActs *acts, int32_t *tokens, int len, int n, const SampleParams *p,
                     Rng *rng);
 
 #endif

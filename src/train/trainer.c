@@ -74,6 +74,9 @@ void train_config_defaults(TrainConfig *c) {
     c->lr_scaling = "none";
     c->noise_ema = 0.99;
     c->tp = c->pp = 1;
+    c->spike_window = 50;
+    c->max_skips = 10;
+    c->straggler_threshold = 0.2;
     c->pp_schedule = "1f1b";
     c->pp_split = "";
 }
@@ -86,16 +89,34 @@ static void parse_fault(Trainer *tr) {
     const char *spec = tr->cfg.inject_fault;
     if (!is_set(spec)) return;
     char kind[16];
-    int rank, step;
-    if (sscanf(spec, "%15[a-z]:%d:%d", kind, &rank, &step) != 3 || (strcmp(kind, "stall") && strcmp(kind, "exit")))
-        bs_die("--inject-fault must be stall:RANK:STEP or exit:RANK:STEP (got '%s')", spec);
-    tr->fault_kind = kind[0];
+    int rank;
+    double value;
+    if (sscanf(spec, "%15[a-z]:%d:%lf", kind, &rank, &value) != 3 ||
+        (strcmp(kind, "stall") && strcmp(kind, "exit") && strcmp(kind, "nan") && strcmp(kind, "nans") &&
+         strcmp(kind, "slow")))
+        bs_die("--inject-fault must be stall|exit|nan|nans:RANK:STEP or slow:RANK:FACTOR (got '%s')", spec);
+    /* 's'tall, 'e'xit, 'n'an once, 'N': a NaN every step from STEP on, slo'w' */
+    tr->fault_kind = strcmp(kind, "slow") == 0 ? 'w' : strcmp(kind, "nans") == 0 ? 'N' : kind[0];
     tr->fault_rank = rank;
-    tr->fault_step = step;
+    tr->fault_step = (int)value;
+    tr->fault_factor = value;
+}
+
+/* slow:RANK:FACTOR makes one rank FACTOR times slower (heterogeneous
+ * hardware, for --balance tests): it idles (FACTOR - 1) x its compute time.
+ * Returns the time added. */
+static double maybe_slow_down(Trainer *tr, double compute) {
+    if (tr->fault_kind != 'w' || tr->rank != tr->fault_rank || tr->fault_factor <= 1) return 0;
+    double extra = (tr->fault_factor - 1) * compute;
+    struct timespec ts = {(time_t)extra, (long)((extra - (double)(time_t)extra) * 1e9)};
+    nanosleep(&ts, NULL);
+    return extra;
 }
 
 static void maybe_fault(Trainer *tr) {
-    if (!tr->fault_kind || tr->rank != tr->fault_rank || tr->step + 1 != tr->fault_step) return;
+    if ((tr->fault_kind != 'e' && tr->fault_kind != 's') || tr->rank != tr->fault_rank ||
+        tr->step + 1 != tr->fault_step)
+        return;
     if (tr->fault_kind == 'e') raise(SIGKILL); /* dies like a lost machine: no message, no clean-up */
     for (;;) pause();                          /* stalls forever */
 }
@@ -119,13 +140,17 @@ typedef struct {
     Trainer *tr;
     DataLoader *loader;
     uint64_t first;
-    int stride; /* data-parallel replicas (training) or 1 (validation batches are whole) */
+    int stride;       /* data-parallel replicas */
+    int64_t replica_start; /* --balance: this replica's first sequence in the batch (-1: interleaved) */
 } MicroSource;
 
 static void load_micro(void *ctx, int micro, int32_t *inputs, int32_t *targets) {
     const MicroSource *src = ctx;
     const int B = src->tr->cfg.micro_batch, T = src->tr->cfg.seq_len;
-    uint64_t start = src->first + ((uint64_t)micro * (uint64_t)src->stride + (uint64_t)src->tr->dp_index) * (uint64_t)B;
+    uint64_t start = src->replica_start >= 0
+                         ? src->first + (uint64_t)src->replica_start + (uint64_t)micro * (uint64_t)B
+                         : src->first + ((uint64_t)micro * (uint64_t)src->stride + (uint64_t)src->tr->dp_index) *
+                                            (uint64_t)B;
     for (int b = 0; b < B; b++)
         loader_sequence(src->loader, start + (uint64_t)b, inputs + (size_t)b * T, targets + (size_t)b * T);
 }
@@ -183,49 +208,194 @@ static long current_batch(Trainer *tr) {
     return realised;
 }
 
+/* Micro-batches this data-parallel replica runs in a step of `batch`
+ * sequences: an equal share, or (--balance) its share by measured speed. */
+static int my_micro_batches(Trainer *tr, long batch) {
+    int total = (int)(batch / tr->cfg.micro_batch);
+    if (!tr->cfg.balance) return total / tr->dp_size;
+    if (tr->split_total != total) { /* a new batch size: start from equal shares */
+        for (int d = 0; d < tr->dp_size; d++) tr->split[d] = total / tr->dp_size + (d < total % tr->dp_size ? 1 : 0);
+        tr->split_total = total;
+    }
+    return tr->split[tr->dp_index];
+}
+
+/* --balance: replica d's sequences are contiguous, after those of replicas before it. */
+static int64_t my_first_sequence(Trainer *tr, long batch) {
+    (void)batch;
+    if (!tr->cfg.balance) return -1;
+    int64_t first = 0;
+    for (int d = 0; d < tr->dp_index; d++) first += (int64_t)tr->split[d] * tr->cfg.micro_batch;
+    return first;
+}
+
+/* Shares the next steps' micro-batches in proportion to each replica's speed
+ * (an average of its seconds per micro-batch), at least one each. Every rank
+ * computes the same split from the same all-reduced times. */
+static void balance_update(Trainer *tr, const double *rank_times) {
+    const Grid *g = tr->grid;
+    int D = tr->dp_size, total = tr->split_total;
+    if (total <= 0) return;
+    double speed_sum = 0;
+    for (int d = 0; d < D; d++) {
+        double t = 0; /* a replica is as slow as its slowest rank */
+        for (int k = 0; k < g->tp * g->pp; k++) {
+            double x = rank_times[d * g->tp * g->pp + k];
+            t = x > t ? x : t;
+        }
+        double per_micro = t / tr->split[d];
+        tr->micro_time[d] = tr->micro_time[d] > 0 ? 0.7 * tr->micro_time[d] + 0.3 * per_micro : per_micro;
+        speed_sum += 1 / tr->micro_time[d];
+    }
+    int assigned = 0;
+    for (int d = 0; d < D; d++) {
+        int m = (int)((double)total * (1 / tr->micro_time[d]) / speed_sum);
+        tr->split[d] = m < 1 ? 1 : m;
+        assigned += tr->split[d];
+    }
+    while (assigned < total) { /* hand the remainder to the fastest replicas */
+        int best = 0;
+        for (int d = 1; d < D; d++)
+            if (tr->micro_time[d] * (tr->split[d] + 1) < tr->micro_time[best] * (tr->split[best] + 1)) best = d;
+        tr->split[best]++, assigned++;
+    }
+    while (assigned > total) {
+        int worst = -1;
+        for (int d = 0; d < D; d++)
+            if (tr->split[d] > 1 && (worst < 0 || tr->micro_time[d] * tr->split[d] > tr->micro_time[worst] * tr->split[worst]))
+                worst = d;
+        tr->split[worst]--, assigned--;
+    }
+}
+
+/* Guard: whether this step's update must be skipped, and why (with the rank
+ * and layer where a non-finite value first appeared). Collective. */
+static bool guard_skip(Trainer *tr, StepResult *r, double grad_sq) {
+    const TrainConfig *c = &tr->cfg;
+    int block = dp_first_nonfinite_block(tr->dp);
+    int layer = tr->model.first_nonfinite_layer;                 /* forward: a layer's output */
+    if (layer < 0 && block >= 0) layer = block == 0 ? -1 : block - 1; /* backward: a block's gradient */
+    bool bad = layer >= 0 || block >= 0;
+    int world = comm_size(tr->world), L = tr->model.cfg.num_layers;
+    double who[2] = {bad ? world - tr->rank : 0, bad ? L + 1 - (layer < 0 ? -1 : layer) : 0};
+    comm_allreduce_max_double(tr->world, who, 2);
+    if (who[0] > 0 || !isfinite(r->loss) || !isfinite(grad_sq)) {
+        int rank = who[0] > 0 ? world - (int)who[0] : -1;
+        int at = who[0] > 0 ? L + 1 - (int)who[1] : -2;
+        if (rank >= 0 && at >= 0) snprintf(r->skip_reason, sizeof r->skip_reason, "non-finite value on rank %d at layer %d", rank, at);
+        else if (rank >= 0) snprintf(r->skip_reason, sizeof r->skip_reason, "non-finite value on rank %d in the embeddings", rank);
+        else snprintf(r->skip_reason, sizeof r->skip_reason, "non-finite loss or gradient");
+        return true;
+    }
+    if (c->skip_spikes > 0 && tr->loss_window_count >= 10) {
+        double mean = 0, var = 0;
+        int n = tr->loss_window_count;
+        for (int i = 0; i < n; i++) mean += tr->loss_window[i];
+        mean /= n;
+        for (int i = 0; i < n; i++) var += (tr->loss_window[i] - mean) * (tr->loss_window[i] - mean);
+        double sd = sqrt(var / (n - 1));
+        double z = sd > 0 ? (r->loss - mean) / sd : 0;
+        if (z > c->skip_spikes) {
+            snprintf(r->skip_reason, sizeof r->skip_reason, "loss spike: %.4f is %.1f standard deviations above the "
+                     "last %d steps' mean %.4f", r->loss, z, n, mean);
+            return true;
+        }
+    }
+    return false;
+}
+
+static void remember_loss(Trainer *tr, double loss) {
+    int w = tr->cfg.spike_window;
+    if (w <= 0) return;
+    tr->loss_window[tr->loss_window_next] = loss;
+    tr->loss_window_next = (tr->loss_window_next + 1) % w;
+    if (tr->loss_window_count < w) tr->loss_window_count++;
+}
+
+/* Stragglers: every rank's compute time; ranks slower than the median by
+ * more than the threshold are named, and with --balance the micro-batches of
+ * the next steps are shared in proportion to speed. Collective. */
+static void straggler_stats(Trainer *tr, StepResult *r, double compute) {
+    int world = comm_size(tr->world);
+    double *times = tr->rank_times;
+    memset(times, 0, sizeof(double) * (size_t)world);
+    times[tr->rank] = compute;
+    comm_allreduce_double(tr->world, times, world);
+    double *sorted = tr->rank_times_sorted;
+    memcpy(sorted, times, sizeof(double) * (size_t)world);
+    for (int i = 1; i < world; i++) /* insertion sort: worlds here are small */
+        for (int j = i; j > 0 && sorted[j] < sorted[j - 1]; j--) {
+            double t = sorted[j];
+            sorted[j] = sorted[j - 1];
+            sorted[j - 1] = t;
+        }
+    r->median_compute = sorted[(world - 1) / 2]; /* the lower median: with two ranks, the faster */
+    r->straggler = -1;
+    for (int i = 0; i < world; i++)
+        if (times[i] > r->median_compute * (1 + tr->cfg.straggler_threshold) &&
+            (r->straggler < 0 || times[i] > times[r->straggler]))
+            r->straggler = i;
+    if (tr->cfg.balance) balance_update(tr, times);
+}
+
 static StepResult train_step(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
     const int B = c->micro_batch, T = c->seq_len;
     StepResult r = {0};
     r.batch = current_batch(tr);
-    r.accum_steps = (int)(r.batch / ((long)B * tr->dp_size));
+    r.accum_steps = my_micro_batches(tr, r.batch);
     const float dloss = 1.0f / ((float)r.batch * (float)T);
     comm_reset_stats(tr->dpc);
     double t_start = bs_now();
     dp_begin_step(tr->dp);
+    tr->model.first_nonfinite_layer = -1;
+    if (((tr->fault_kind == 'n' && tr->step + 1 == tr->fault_step) ||
+         (tr->fault_kind == 'N' && tr->step + 1 >= tr->fault_step)) && tr->rank == tr->fault_rank)
+        dp_inject_nan(tr->dp, gpt_first_layer(&tr->model.cfg) + 1); /* the first local layer's gradient */
     mp_start_tied_grads(tr->grid, &tr->model, &tr->tied);
-    MicroSource src = {tr, &tr->train_data, tr->seqs_consumed, tr->dp_size};
+    MicroSource src = {tr, &tr->train_data, tr->seqs_consumed, tr->dp_size, my_first_sequence(tr, r.batch)};
+    r.my_micro = r.accum_steps;
     const Grid *g = tr->grid;
     PipeHooks hooks = {g->pp > 1 && g->pp_index == 0 ? before_last_backward : NULL,
                        g->pp > 1 && g->pp_index == g->pp - 1 ? after_last_backward : NULL, tr};
     PipeStats ps = pipeline_train(tr->pipe, r.accum_steps, dloss, load_micro, &src, &hooks);
     mp_finish_tied_grads(&tr->tied);
+    double compute = ps.busy + maybe_slow_down(tr, ps.busy);
     double loss_sum = tr->grid->tp_index == 0 ? ps.loss_sum : 0; /* tensor-parallel ranks share one loss */
     r.pipe_busy = ps.busy;
     r.pipe_idle = ps.idle;
     r.max_live = ps.max_live;
     double t_opt = bs_now();
     double grad_sq = mp_grad_sum_squares(tr->grid, &tr->model, tr->dp, c->zero);
+    double sums[2] = {loss_sum, dp_micro_sum_squares(tr->dp)};
+    comm_allreduce_double(tr->world, sums, 2);
+    r.loss = sums[0] / ((double)r.batch * T);
     r.grad_norm = sqrt(grad_sq);
-    float scale = clip_coefficient(r.grad_norm, c->grad_clip);
     /* warm-up and decay on the token axis, so a changing batch does not distort them */
     double tokens_after = (double)(tr->seqs_consumed + (uint64_t)r.batch) * T;
     r.lr = lr_at(&tr->lr, tokens_after) * lr_scaling_factor(tr->lr_scaling, r.batch, tr->base_batch);
-    optimizer_update(tr, r.lr, scale);
-    dp_after_update(tr->dp);
-    mp_share_output_weights(tr->grid, &tr->model, tr->dp);
+    r.skipped = guard_skip(tr, &r, grad_sq);
+    if (!r.skipped) {
+        float scale = clip_coefficient(r.grad_norm, c->grad_clip);
+        optimizer_update(tr, r.lr, scale);
+        dp_after_update(tr->dp);
+        mp_share_output_weights(tr->grid, &tr->model, tr->dp);
+        remember_loss(tr, r.loss);
+        tr->consecutive_skips = 0;
+    } else {
+        tr->skips++;
+        tr->consecutive_skips++;
+    }
     trace_add(&tr->trace, "optimizer", "compute", t_opt, bs_now());
-    /* statistics across ranks: loss sum; step time max and -min */
+    /* statistics across ranks: step time max and -min, memory, bubble */
     double dt = bs_now() - t_start;
-    double sums[2] = {loss_sum, dp_micro_sum_squares(tr->dp)};
     double extremes[4] = {dt, -dt, (double)peak_rss_bytes(), ps.busy + ps.idle > 0 ? ps.idle / (ps.busy + ps.idle) : 0};
-    comm_allreduce_double(tr->world, sums, 2);
     comm_allreduce_max_double(tr->world, extremes, 4);
+    straggler_stats(tr, &r, compute);
     r.bubble = extremes[3];
     CommStats cs = comm_stats(tr->dpc);
-    r.loss = sums[0] / ((double)r.batch * T);
     r.noise_scale = NAN;
-    if (c->noise_scale) {
+    if (c->noise_scale && !r.skipped) {
         /* micro-step gradients are of the loss scaled by 1/(batch T): rescale to mean-loss units */
         double micro_batches = (double)r.batch / B;
         double small_sq = sums[1] * micro_batches; /* mean over micro-batches of (M |g_m|)^2 */
@@ -255,7 +425,7 @@ static double evaluate(Trainer *tr) {
     const int B = tr->cfg.micro_batch, T = tr->cfg.seq_len;
     const int rounds = (tr->cfg.val_batches + tr->dp_size - 1) / tr->dp_size;
     const int mine = tr->cfg.val_batches / tr->dp_size + (tr->dp_index < tr->cfg.val_batches % tr->dp_size ? 1 : 0);
-    MicroSource src = {tr, &tr->val_data, 0, tr->dp_size};
+    MicroSource src = {tr, &tr->val_data, 0, tr->dp_size, -1};
     double loss = pipeline_eval(tr->pipe, rounds, mine, load_micro, &src);
     bool counts = tr->grid->tp_index == 0 && tr->grid->pp_index == tr->grid->pp - 1;
     double stats[2] = {counts ? loss : 0, counts ? (double)mine * B * T : 0};
@@ -476,6 +646,17 @@ static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
         bs_die("--global-batch %d is not a multiple of --micro-batch %d x %d data-parallel ranks", c->global_batch,
                c->micro_batch, tr->dp_size);
     setup_batch_schedule(tr);
+    if (c->balance && c->zero >= 2)
+        bs_die("--balance needs --zero 0 or 1: ZeRO 2 and 3 reduce every micro-step, so every replica must run the "
+               "same number");
+    if (c->balance && tr->adaptive) bs_die("--balance and --batch-schedule adaptive cannot be combined yet");
+    int processes = comm_size(tr->world);
+    tr->rank_times = bs_calloc((size_t)processes, sizeof(double));
+    tr->rank_times_sorted = bs_calloc((size_t)processes, sizeof(double));
+    tr->split = bs_calloc((size_t)tr->dp_size, sizeof(int));
+    tr->micro_time = bs_calloc((size_t)tr->dp_size, sizeof(double));
+    tr->loss_window = bs_calloc((size_t)(c->spike_window > 0 ? c->spike_window : 1), sizeof(double));
+    tr->last_straggler = -1;
     trace_init(&tr->trace, is_set(c->trace));
     comm_set_trace(tr->dpc, is_set(c->trace) ? &tr->trace : NULL);
     pipeline_set_trace(tr->pipe, is_set(c->trace) ? &tr->trace : NULL);
@@ -517,6 +698,11 @@ static void teardown(Trainer *tr) {
     optimizer_free(&tr->opt);
     grid_free(tr->grid);
     if (tr->tok) tokenizer_free(tr->tok);
+    free(tr->rank_times);
+    free(tr->rank_times_sorted);
+    free(tr->split);
+    free(tr->micro_time);
+    free(tr->loss_window);
 }
 
 /* ---- reporting ---- */
@@ -564,27 +750,47 @@ static void print_header(Trainer *tr) {
            tr->train_data.num_windows, c->data_order);
 }
 
+/* JSON has no NaN or infinity: such values are written as null. */
+static json_t *number(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
 static void write_metrics(Trainer *tr, const StepResult *r, double tokens_per_s, double val_loss) {
     if (!tr->metrics) return;
-    json_t *j = json_pack("{s:I, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:I, s:f, s:f}", "step",
-                          (json_int_t)tr->step, "loss", r->loss, "lr", r->lr, "grad_norm", r->grad_norm, "tokens",
-                          (json_int_t)(tr->seqs_consumed * (uint64_t)tr->cfg.seq_len), "ms", r->seconds * 1e3,
-                          "tokens_per_s", tokens_per_s, "compute_ms", (r->seconds - r->comm_exposed) * 1e3,
-                          "comm_exposed_ms", r->comm_exposed * 1e3, "comm_busy_ms", r->comm_busy * 1e3, "comm_bytes",
-                          (json_int_t)r->comm_bytes, "step_ms_max", r->slowest * 1e3, "step_ms_min", r->fastest * 1e3);
+    json_t *j = json_object();
+    json_object_set_new(j, "step", json_integer(tr->step));
+    json_object_set_new(j, "loss", number(r->loss));
+    json_object_set_new(j, "lr", number(r->lr));
+    json_object_set_new(j, "grad_norm", number(r->grad_norm));
+    json_object_set_new(j, "tokens", json_integer((json_int_t)(tr->seqs_consumed * (uint64_t)tr->cfg.seq_len)));
+    json_object_set_new(j, "ms", number(r->seconds * 1e3));
+    json_object_set_new(j, "tokens_per_s", number(tokens_per_s));
+    json_object_set_new(j, "compute_ms", number((r->seconds - r->comm_exposed) * 1e3));
+    json_object_set_new(j, "comm_exposed_ms", number(r->comm_exposed * 1e3));
+    json_object_set_new(j, "comm_busy_ms", number(r->comm_busy * 1e3));
+    json_object_set_new(j, "comm_bytes", json_integer((json_int_t)r->comm_bytes));
+    json_object_set_new(j, "step_ms_max", number(r->slowest * 1e3));
+    json_object_set_new(j, "step_ms_min", number(r->fastest * 1e3));
     json_object_set_new(j, "ranks", json_integer(comm_size(tr->world)));
     if (tr->grid->pp > 1) {
-        json_object_set_new(j, "bubble", json_real(r->bubble));
-        json_object_set_new(j, "bubble_theory", json_real((double)(tr->grid->pp - 1) / r->accum_steps));
-        json_object_set_new(j, "pipe_busy_ms", json_real(r->pipe_busy * 1e3));
-        json_object_set_new(j, "pipe_idle_ms", json_real(r->pipe_idle * 1e3));
+        json_object_set_new(j, "bubble", number(r->bubble));
+        json_object_set_new(j, "bubble_theory", number((double)(tr->grid->pp - 1) / r->accum_steps));
+        json_object_set_new(j, "pipe_busy_ms", number(r->pipe_busy * 1e3));
+        json_object_set_new(j, "pipe_idle_ms", number(r->pipe_idle * 1e3));
     }
     json_object_set_new(j, "max_live_microbatches", json_integer(r->max_live));
     json_object_set_new(j, "batch", json_integer(r->batch));
     json_object_set_new(j, "accumulation", json_integer(r->accum_steps));
+    if (tr->cfg.balance) {
+        json_t *split = json_array();
+        for (int d = 0; d < tr->dp_size; d++) json_array_append_new(split, json_integer(tr->split[d]));
+        json_object_set_new(j, "micro_batches_per_replica", split);
+    }
+    if (r->skipped) json_object_set_new(j, "skipped", json_string(r->skip_reason));
+    json_object_set_new(j, "skips", json_integer(tr->skips));
+    json_object_set_new(j, "compute_ms_median", number(r->median_compute * 1e3));
+    if (r->straggler >= 0) json_object_set_new(j, "straggler", json_integer(r->straggler));
     if (tr->cfg.noise_scale && !isnan(r->noise_scale)) {
-        json_object_set_new(j, "noise_scale", json_real(r->noise_scale));
-        json_object_set_new(j, "noise_scale_tokens", json_real(r->noise_scale * tr->cfg.seq_len));
+        json_object_set_new(j, "noise_scale", number(r->noise_scale));
+        json_object_set_new(j, "noise_scale_tokens", number(r->noise_scale * tr->cfg.seq_len));
     }
     DPMemory mem = dp_memory(tr->dp);
     size_t opt_bytes = tr->update_count * sizeof(float) * (size_t)optimizer_state_arrays(tr->opt.cfg.kind);
@@ -593,8 +799,8 @@ static void write_metrics(Trainer *tr, const StepResult *r, double tokens_per_s,
     json_object_set_new(j, "peak_rss_bytes", json_integer((json_int_t)r->peak_rss));
     if (tr->cfg.baseline_tokens_per_s > 0)
         json_object_set_new(j, "scaling_efficiency",
-                            json_real(tokens_per_s / (tr->dp_size * tr->cfg.baseline_tokens_per_s)));
-    if (!isnan(val_loss)) json_object_set_new(j, "val_loss", json_real(val_loss));
+                            number(tokens_per_s / (tr->dp_size * tr->cfg.baseline_tokens_per_s)));
+    if (!isnan(val_loss)) json_object_set_new(j, "val_loss", number(val_loss));
     char *line = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
     fprintf(tr->metrics, "%s\n", line);
     fflush(tr->metrics);
@@ -635,7 +841,13 @@ int train_run(const TrainConfig *cfg, Comm *world) {
     while (tr->step < tr->total_steps && tr->seqs_consumed * (uint64_t)c->seq_len < tr->total_tokens) {
         maybe_fault(tr);
         StepResult r = train_step(tr);
-        if (!isfinite(r.loss)) bs_die("loss is %g at step %ld; lower --lr or check the data", r.loss, tr->step);
+        if (r.skipped && talk)
+            progress_line(&tr->progress, "step %ld skipped (no update): %s", tr->step, r.skip_reason);
+        if (r.straggler >= 0 && talk && r.straggler != tr->last_straggler)
+            progress_line(&tr->progress, "rank %d is a straggler: %.1f ms of compute against a median of %.1f ms%s",
+                          r.straggler, tr->rank_times[r.straggler] * 1e3, r.median_compute * 1e3,
+                          c->balance ? " (rebalancing micro-batches)" : " (--balance shifts work away from it)");
+        tr->last_straggler = r.straggler;
         if (tr->step > start_step + 1 || tr->total_steps - start_step == 1) {
             tokens_timed += (double)r.batch * c->seq_len;
             time_sum += r.slowest;
@@ -651,6 +863,9 @@ int train_run(const TrainConfig *cfg, Comm *world) {
             last_val = val_loss;
         }
         if (tr->rank == 0) write_metrics(tr, &r, tokens_per_s, val_loss);
+        if (tr->consecutive_skips >= c->max_skips)
+            bs_die("%d steps in a row skipped (last, step %ld: %s); stopping: lower --lr, check the data, or raise "
+                   "--max-skips", tr->consecutive_skips, tr->step, r.skip_reason);
         if (talk) {
             char extra[160] = "";
             int n = 0;

@@ -62,6 +62,11 @@ typedef struct {
     long long train_tokens;       /* 0: --steps steps of the final batch */
     bool noise_scale;             /* estimate the gradient noise scale */
     double target_val_loss;       /* stop once the validation loss reaches this (0: off) */
+    /* guards and stragglers */
+    double skip_spikes;           /* skip a step whose loss is this many standard deviations high (0: off) */
+    int spike_window, max_skips;
+    double straggler_threshold;   /* a rank this much slower than the median is named */
+    bool balance;                 /* share micro-batches by measured speed */
     double noise_ema;
 } TrainConfig;
 

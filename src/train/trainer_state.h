@@ -58,11 +58,28 @@ typedef struct {
     Progress progress;
     Trace trace;
     char ckpt_dir[4096];
-    char fault_kind; /* 0, 's'tall or 'e'xit */
+    char fault_kind; /* 0, 's'tall, 'e'xit, 'n'an or slo'w' */
     int fault_rank, fault_step;
+    double fault_factor;
+    /* guards */
+    double *loss_window; /* the last accepted losses (--spike-window) */
+    int loss_window_next, loss_window_count;
+    long skips;
+    int consecutive_skips;
+    /* stragglers and --balance */
+    double *rank_times, *rank_times_sorted; /* this step's compute seconds per world rank */
+    int *split;          /* micro-batches per data-parallel replica */
+    int split_total;
+    double *micro_time;  /* average seconds per micro-batch per replica */
+    int last_straggler;
 } Trainer;
 
 typedef struct {
+    bool skipped;           /* the guard kept the update from happening */
+    char skip_reason[192];
+    double median_compute;  /* median over ranks of compute seconds */
+    int straggler;          /* the slowest rank beyond the threshold, or -1 */
+    int my_micro;           /* micro-batches this replica ran */
     long batch;      /* global batch of this step, sequences */
     int accum_steps; /* micro-steps per rank */
     double loss, grad_norm, lr;
