@@ -166,6 +166,19 @@ class DataParallelTest(unittest.TestCase):
                 if zero >= 2:
                     self.assertGreater(m["buffer_bytes"], 0)
 
+    def test_async_checkpoint_equals_sync(self):
+        sums = {}
+        for mode in ("sync", "async"):
+            ck = os.path.join(self.dir, f"ck_{mode}")
+            extra = ["--zero", "1", "--ckpt-dir", ck, "--ckpt-every", "2", "--keep-last", "0"]
+            train(self.data, os.path.join(self.dir, f"ckpt_{mode}"), ranks=2, steps=6,
+                  extra=extra + (["--async-ckpt"] if mode == "async" else []))
+            sums[mode] = {}
+            for step in (2, 4, 6):
+                with open(os.path.join(ck, f"step_{step:08d}", "manifest.json")) as f:
+                    sums[mode][step] = [x["xxh64"] for x in json.load(f)["files"]]
+        self.assertEqual(sums["sync"], sums["async"])
+
     def test_trace_has_a_track_per_rank(self):
         trace = os.path.join(self.dir, "trace.json")
         train(self.data, os.path.join(self.dir, "traced"), ranks=2, steps=2, extra=["--trace", trace])

@@ -46,6 +46,7 @@ int cmd_train(int argc, char **argv) {
         {"ckpt-dir", OPT_STRING, &c.ckpt_dir, OPT_NO_RANGE, "DIR", "checkpoint directory (default OUT/ckpt)"},
         {"ckpt-every", OPT_INT, &c.ckpt_every, 0, 1e9, "STEPS", "checkpoint every N steps (0: only at the end)"},
         {"keep-last", OPT_INT, &c.keep_last, 0, 1e6, "N", "checkpoints to keep (0: all)"},
+        {"async-ckpt", OPT_FLAG, &c.async_ckpt, OPT_NO_RANGE, "", "copy the state and write checkpoints in the background"},
         {"resume", OPT_STRING, &c.resume, OPT_NO_RANGE, "DIR|latest", "continue from a checkpoint"},
         {"threads", OPT_INT, &c.threads, 0, 1024, "N", "OpenMP/BLAS threads per process (0: OMP_NUM_THREADS or all)"},
         {"log-every", OPT_INT, &c.log_every, 1, 1e9, "STEPS", "progress line interval when not on a terminal"},

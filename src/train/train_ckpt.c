@@ -9,12 +9,14 @@
  * layout and from there to whichever old shard holds it. */
 #include "train/train_ckpt.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt/ckpt.h"
 #include "core/error.h"
 #include "core/io.h"
+#include "core/timer.h"
 
 static void format_split(const Grid *g, char *out, size_t n) {
     size_t k = 0;
@@ -22,7 +24,82 @@ static void format_split(const Grid *g, char *out, size_t n) {
     for (int s = 0; s < g->pp && k < n; s++) k += (size_t)snprintf(out + k, n - k, "%s%d", s ? "," : "", g->stage_layers[s]);
 }
 
-void train_save(Trainer *tr) {
+/* The manifest of the state as it is now (rank 0 fills in the files at commit). */
+static CkptManifest *snapshot_manifest(const Trainer *tr) {
+    const Grid *g = tr->grid;
+    CkptManifest *m = bs_calloc(1, sizeof *m);
+    m->num_files = comm_size(tr->world);
+    m->step = tr->step;
+    m->seqs_consumed = tr->seqs_consumed;
+    m->tokens_consumed = tr->seqs_consumed * (uint64_t)tr->cfg.seq_len;
+    m->model = gpt_logical_config(&tr->model.cfg);
+    m->sample_rng = tr->sample_rng;
+    m->data_seed = (uint64_t)tr->cfg.seed;
+    m->data_shuffle = tr->train_data.shuffle;
+    m->world = comm_size(tr->world);
+    m->dp = g->dp;
+    m->tp = g->tp;
+    m->pp = g->pp;
+    format_split(g, m->pp_split, sizeof m->pp_split);
+    m->zero = tr->cfg.zero;
+    snprintf(m->optimizer, sizeof m->optimizer, "%s", optimizer_kind_name(tr->opt.cfg.kind));
+    snprintf(m->tokenizer, sizeof m->tokenizer, "%s", tr->tok ? tokenizer_spec(tr->tok) : "");
+    m->optimizer_step = tr->optimizer_step;
+    snprintf(m->batch_schedule, sizeof m->batch_schedule, "%s", tr->cfg.batch_schedule);
+    m->final_batch = tr->cfg.global_batch;
+    m->current_batch = tr->adaptive ? tr->adaptive_batch : 0;
+    const NoiseScale *ns = &tr->noise;
+    double noise[4] = {ns->ema_decay, ns->grad_sq_ema, ns->trace_ema, ns->ema_weight};
+    memcpy(m->noise_scale, noise, sizeof noise);
+    return m;
+}
+
+/* After every rank's file is complete: rank 0 writes the manifest and makes
+ * the checkpoint visible. Collective. */
+static void commit(Trainer *tr, const char *tmp, CkptFile *mine, CkptManifest *m) {
+    comm_gather_bytes(tr->world, mine, sizeof *mine, m ? m->files : NULL, 0);
+    if (m) {
+        ckpt_commit(tr->ckpt_dir, tmp, m, tr->cfg.keep_last);
+        if (!tr->cfg.quiet) {
+            char dir[4096];
+            ckpt_step_dir(dir, sizeof dir, tr->ckpt_dir, m->step);
+            progress_line(&tr->progress, "checkpoint written: %s", dir);
+        }
+    }
+    comm_barrier(tr->world);
+}
+
+static void *async_writer(void *arg) {
+    AsyncCkpt *a = arg;
+    const float *state[CKPT_STATE_ARRAYS] = {a->state[0], a->state[1]};
+    ckpt_write_rank_file(a->tmp, a->rank, a->offset, a->count, a->params, state, &a->file);
+    a->file.shard = a->shard;
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+/* Waits for a background write (if any) and commits it. Collective. */
+void train_save_finish(Trainer *tr) {
+    AsyncCkpt *a = &tr->async;
+    if (!a->pending) return;
+    pthread_join(a->thread, NULL);
+    commit(tr, a->tmp, &a->file, a->manifest);
+    free(a->manifest);
+    a->manifest = NULL;
+    a->pending = false;
+}
+
+void train_save_poll(Trainer *tr) {
+    AsyncCkpt *a = &tr->async;
+    if (!a->pending) return;
+    double not_done = atomic_load(&a->done) ? 0 : 1;
+    comm_allreduce_max_double(tr->world, &not_done, 1); /* every rank agrees on when to commit */
+    if (not_done == 0) train_save_finish(tr);
+}
+
+double train_save(Trainer *tr) {
+    double t0 = bs_now();
+    train_save_finish(tr); /* one checkpoint in flight at a time */
     const Grid *g = tr->grid;
     char tmp[4096];
     ckpt_tmp_dir(tmp, sizeof tmp, tr->ckpt_dir, tr->step);
@@ -34,47 +111,48 @@ void train_save(Trainer *tr) {
     size_t off, count;
     dp_shard_range(tr->dp, &off, &count);
     size_t at = off - tr->update_offset; /* stage 0 updates everything; its file holds the shard */
+    const float *params = dp_params_at(tr->dp, off, count);
     const float *state[CKPT_STATE_ARRAYS] = {NULL, NULL};
     for (int k = 0; k < CKPT_STATE_ARRAYS && k < OPTIMIZER_MAX_STATE; k++)
         if (tr->state[k]) state[k] = tr->state[k] + at;
-    CkptFile mine;
-    ckpt_write_rank_file(tmp, tr->rank, off, count, dp_params_at(tr->dp, off, count), state, &mine);
-    mine.shard = g->tp_index + g->pp_index * g->tp;
-    CkptManifest *m = tr->rank == 0 ? bs_calloc(1, sizeof *m) : NULL;
-    comm_gather_bytes(tr->world, &mine, sizeof mine, m ? m->files : NULL, 0);
-    if (m) {
-        m->num_files = comm_size(tr->world);
-        m->step = tr->step;
-        m->seqs_consumed = tr->seqs_consumed;
-        m->tokens_consumed = tr->seqs_consumed * (uint64_t)tr->cfg.seq_len;
-        m->model = gpt_logical_config(&tr->model.cfg);
-        m->sample_rng = tr->sample_rng;
-        m->data_seed = (uint64_t)tr->cfg.seed;
-        m->data_shuffle = tr->train_data.shuffle;
-        m->world = comm_size(tr->world);
-        m->dp = g->dp;
-        m->tp = g->tp;
-        m->pp = g->pp;
-        format_split(g, m->pp_split, sizeof m->pp_split);
-        m->zero = tr->cfg.zero;
-        snprintf(m->optimizer, sizeof m->optimizer, "%s", optimizer_kind_name(tr->opt.cfg.kind));
-        snprintf(m->tokenizer, sizeof m->tokenizer, "%s", tr->tok ? tokenizer_spec(tr->tok) : "");
-        m->optimizer_step = tr->optimizer_step;
-        snprintf(m->batch_schedule, sizeof m->batch_schedule, "%s", tr->cfg.batch_schedule);
-        m->final_batch = tr->cfg.global_batch;
-        m->current_batch = tr->adaptive ? tr->adaptive_batch : 0;
-        const NoiseScale *ns = &tr->noise;
-        double noise[4] = {ns->ema_decay, ns->grad_sq_ema, ns->trace_ema, ns->ema_weight};
-        memcpy(m->noise_scale, noise, sizeof noise);
-        ckpt_commit(tr->ckpt_dir, tmp, m, tr->cfg.keep_last);
+    CkptManifest *m = tr->rank == 0 ? snapshot_manifest(tr) : NULL;
+    const int shard = g->tp_index + g->pp_index * g->tp;
+    if (!tr->cfg.async_ckpt) {
+        CkptFile mine;
+        ckpt_write_rank_file(tmp, tr->rank, off, count, params, state, &mine);
+        mine.shard = shard;
+        commit(tr, tmp, &mine, m);
         free(m);
-        if (!tr->cfg.quiet) {
-            char dir[4096];
-            ckpt_step_dir(dir, sizeof dir, tr->ckpt_dir, tr->step);
-            progress_line(&tr->progress, "checkpoint written: %s", dir);
-        }
+        return bs_now() - t0;
     }
-    comm_barrier(tr->world);
+    /* --async-ckpt: copy the state aside (the only stall) and write it from a thread */
+    AsyncCkpt *a = &tr->async;
+    if (a->capacity < count) {
+        for (int k = 0; k < 1 + CKPT_STATE_ARRAYS; k++) free(a->buffers[k]);
+        for (int k = 0; k < 1 + CKPT_STATE_ARRAYS; k++) a->buffers[k] = bs_malloc((count ? count : 1) * sizeof(float));
+        a->capacity = count;
+    }
+    memcpy(a->buffers[0], params, count * sizeof(float));
+    a->params = a->buffers[0];
+    for (int k = 0; k < CKPT_STATE_ARRAYS; k++) {
+        a->state[k] = state[k] ? a->buffers[1 + k] : NULL;
+        if (state[k]) memcpy(a->buffers[1 + k], state[k], count * sizeof(float));
+    }
+    snprintf(a->tmp, sizeof a->tmp, "%s", tmp);
+    a->rank = tr->rank;
+    a->offset = off;
+    a->count = count;
+    a->manifest = m;
+    memset(&a->file, 0, sizeof a->file);
+    a->shard = shard;
+    atomic_store(&a->done, 0);
+    if (pthread_create(&a->thread, NULL, async_writer, a) != 0) bs_die("cannot start the checkpoint writer thread");
+    a->pending = true;
+    return bs_now() - t0;
+}
+
+void train_save_free(Trainer *tr) {
+    for (int k = 0; k < 1 + CKPT_STATE_ARRAYS; k++) free(tr->async.buffers[k]);
 }
 
 /* The checkpoint's model split: the shard config of old coordinates. */

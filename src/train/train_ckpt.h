@@ -6,7 +6,14 @@
 
 #include "train/trainer_state.h"
 
-void train_save(Trainer *tr);
+/* Writes a checkpoint of the current state (collective); returns the seconds
+ * training stalled for it. With --async-ckpt the state is copied aside and
+ * written by a background thread; train_save_poll (every step) commits it
+ * once every rank's file is complete, train_save_finish waits for it. */
+double train_save(Trainer *tr);
+void train_save_poll(Trainer *tr);
+void train_save_finish(Trainer *tr);
+void train_save_free(Trainer *tr);
 void train_resume(Trainer *tr);
 
 /* Reads local [offset, offset+count) of the model shard `cfg` (the whole

@@ -703,6 +703,7 @@ static void teardown(Trainer *tr) {
     free(tr->split);
     free(tr->micro_time);
     free(tr->loss_window);
+    train_save_free(tr);
 }
 
 /* ---- reporting ---- */
@@ -786,6 +787,7 @@ static void write_metrics(Trainer *tr, const StepResult *r, double tokens_per_s,
     }
     if (r->skipped) json_object_set_new(j, "skipped", json_string(r->skip_reason));
     json_object_set_new(j, "skips", json_integer(tr->skips));
+    if (tr->last_ckpt_stall > 0) json_object_set_new(j, "ckpt_stall_ms", number(tr->last_ckpt_stall * 1e3));
     json_object_set_new(j, "compute_ms_median", number(r->median_compute * 1e3));
     if (r->straggler >= 0) json_object_set_new(j, "straggler", json_integer(r->straggler));
     if (tr->cfg.noise_scale && !isnan(r->noise_scale)) {
@@ -862,7 +864,15 @@ int train_run(const TrainConfig *cfg, Comm *world) {
             val_loss = evaluate(tr);
             last_val = val_loss;
         }
+        train_save_poll(tr);
+        if (tr->ckpt_dir[0] && c->ckpt_every > 0 && tr->step % c->ckpt_every == 0 && !last) {
+            double stall = train_save(tr);
+            if (talk) progress_line(&tr->progress, "checkpoint at step %ld: training stalled %.1f ms%s", tr->step,
+                                    stall * 1e3, c->async_ckpt ? " (copy; written in the background)" : "");
+            tr->last_ckpt_stall = stall;
+        }
         if (tr->rank == 0) write_metrics(tr, &r, tokens_per_s, val_loss);
+        tr->last_ckpt_stall = 0;
         if (tr->consecutive_skips >= c->max_skips)
             bs_die("%d steps in a row skipped (last, step %ld: %s); stopping: lower --lr, check the data, or raise "
                    "--max-skips", tr->consecutive_skips, tr->step, r.skip_reason);
@@ -887,10 +897,10 @@ int train_run(const TrainConfig *cfg, Comm *world) {
             break;
         }
         if (c->sample_every > 0 && tr->step % c->sample_every == 0 && !last) print_sample(tr);
-        if (tr->ckpt_dir[0] && c->ckpt_every > 0 && tr->step % c->ckpt_every == 0 && !last) train_save(tr);
     }
     if (talk) progress_finish(&tr->progress);
     if (tr->ckpt_dir[0] && tr->step > start_step) train_save(tr);
+    train_save_finish(tr);
     export_models(tr);
     write_trace(tr, origin);
     if (talk && timed_steps > 0) {

@@ -35,6 +35,7 @@ typedef struct {
     const char *out, *metrics, *save_model;
     const char *ckpt_dir, *resume;
     int ckpt_every, keep_last;
+    bool async_ckpt; /* write checkpoints from a background thread */
     int threads, log_every;
     bool quiet;
     /* parallelism: tp x pp x dp = processes */

@@ -3,10 +3,13 @@
 #ifndef BS_TRAIN_TRAINER_STATE_H
 #define BS_TRAIN_TRAINER_STATE_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "comm/comm.h"
+#include "ckpt/ckpt.h"
 #include "core/rng.h"
 #include "core/trace.h"
 #include "data/loader.h"
@@ -23,6 +26,21 @@
 #include "parallel/pipeline.h"
 #include "train/progress.h"
 #include "train/trainer.h"
+
+/* A checkpoint being written in the background (--async-ckpt). */
+typedef struct {
+    bool pending;
+    pthread_t thread;
+    atomic_int done;
+    float *buffers[1 + CKPT_STATE_ARRAYS]; /* the copied parameters and optimizer state */
+    size_t capacity;
+    const float *params, *state[CKPT_STATE_ARRAYS];
+    char tmp[4096];
+    int rank, shard;
+    size_t offset, count;
+    CkptFile file;
+    CkptManifest *manifest; /* rank 0: the state at the time of the copy */
+} AsyncCkpt;
 
 typedef struct {
     TrainConfig cfg;
@@ -72,6 +90,8 @@ typedef struct {
     int split_total;
     double *micro_time;  /* average seconds per micro-batch per replica */
     int last_straggler;
+    AsyncCkpt async;
+    double last_ckpt_stall; /* seconds, for the metrics of the step that wrote a checkpoint */
 } Trainer;
 
 typedef struct {
@@ -86,6 +106,7 @@ typedef struct {
     double noise_scale; /* B_simple in sequences, NaN until resolved */
     double seconds, slowest, fastest; /* this rank's step; max and min over ranks */
     double peak_rss;                  /* largest peak resident memory over ranks, bytes */
+    double ckpt_stall;                /* seconds training stopped for a checkpoint this step */
     double pipe_busy, pipe_idle;      /* this rank's pipeline compute and wait time */
     double bubble;                    /* largest idle share of a step over ranks */
     int max_live;                     /* activation sets alive at once on this rank */
