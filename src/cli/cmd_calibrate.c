@@ -22,6 +22,8 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "plan/calibration.h"
+#include "comm/comm.h"
 #include "cli/plan_config.h"
 #include "core/error.h"
 #include "core/io.h"
@@ -116,6 +118,50 @@ static double elementwise_rate(size_t N, int C, int reps) {
     return best;
 }
 
+/* Under mpirun: every rank times all-reduces of 4 KiB to 64 MiB with each
+ * algorithm (median of repetitions, slowest rank), and the alpha-beta fit
+ * goes into the file's "collectives" section. Collective. */
+static json_t *measure_collectives(Comm *c, bool quick) {
+    const int N = comm_size(c);
+    const int k_max = quick ? 5 : 9; /* sizes 4 KiB x 4^i */
+    double bytes[16], seconds[16];
+    size_t max_n = ((size_t)4096 << (2 * (k_max - 1))) / sizeof(float);
+    float *buf = bs_calloc(max_n, sizeof(float));
+    json_t *out = json_object();
+    json_object_set_new(out, "ranks", json_integer(N));
+    for (int a = COMM_ALGO_MPI; a <= COMM_ALGO_HIERARCHICAL; a++) {
+        comm_set_algo(c, (CommAlgo)a);
+        for (int i = 0; i < k_max; i++) {
+            size_t n = ((size_t)4096 << (2 * i)) / sizeof(float);
+            const int reps = quick ? 3 : 7;
+            double t[16];
+            comm_allreduce(c, buf, n); /* warm-up */
+            for (int r = 0; r < reps; r++) {
+                comm_barrier(c);
+                double t0 = bs_now();
+                comm_allreduce(c, buf, n);
+                double dt = bs_now() - t0;
+                comm_allreduce_max_double(c, &dt, 1);
+                t[r] = dt;
+            }
+            for (int x = 1; x < reps; x++) /* median */
+                for (int y = x; y > 0 && t[y] < t[y - 1]; y--) {
+                    double tmp = t[y];
+                    t[y] = t[y - 1];
+                    t[y - 1] = tmp;
+                }
+            bytes[i] = (double)n * sizeof(float);
+            seconds[i] = t[reps / 2];
+        }
+        CollectiveFit fit;
+        if (fit_allreduce(bytes, seconds, k_max, N, &fit))
+            json_object_set_new(out, comm_algo_name((CommAlgo)a),
+                                json_pack("{s:f, s:f}", "alpha_s", fit.alpha, "busbw_bytes_per_s", fit.busbw));
+    }
+    free(buf);
+    return out;
+}
+
 int cmd_calibrate(int argc, char **argv) {
     const char *path = NULL;
     int threads = 1, ranks_per_node = 0;
@@ -132,12 +178,22 @@ int cmd_calibrate(int argc, char **argv) {
         return 0;
     if (!path || !*path || path[0] == '-') bs_die("--calibrate needs a file name (got '%s')", path ? path : "");
     omp_set_num_threads(threads);
+    Comm *world = comm_init(&argc, &argv, COMM_ALGO_MPI, 0, 600, "calibration");
+    const bool lead = comm_rank(world) == 0; /* measures the machine while the others wait */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (ranks_per_node == 0) ranks_per_node = cores / threads > 0 ? (int)(cores / threads) : 1;
     double memory_bytes = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
 
     json_t *points = json_array();
     size_t measured = 0;
+    if (!lead) {
+        comm_barrier(world);
+        json_t *coll = comm_size(world) > 1 ? measure_collectives(world, quick) : NULL;
+        json_decref(coll);
+        json_decref(points);
+        comm_finalize(world);
+        return 0;
+    }
     double budget = quick ? 0.01 : 0.25;
     for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
         const Shape *s = &SHAPES[i];
@@ -163,6 +219,8 @@ int cmd_calibrate(int argc, char **argv) {
         "memory_bandwidth", "bytes_per_s", bandwidth, "method", "STREAM triad, best pass, 2 reads + 1 write per element",
         "elementwise", "bytes_per_s", elementwise, "method", "engine GELU + LayerNorm forward/backward + residual, 2048 x 192");
     if (!root) bs_die("internal error: could not build the calibration JSON");
+    comm_barrier(world); /* the other ranks join for the collectives */
+    if (comm_size(world) > 1) json_object_set_new(root, "collectives", measure_collectives(world, quick));
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
     size_t len = strlen(text);
     text[len] = '\n';
@@ -170,7 +228,9 @@ int cmd_calibrate(int argc, char **argv) {
     text[len] = '\0';
     free(text);
     json_decref(root);
-    printf("calibration written to %s: sgemm %zu sizes, memory %.1f GB/s, element-wise %.1f GB/s, %d ranks x %d threads\n",
-           path, measured, bandwidth / 1e9, elementwise / 1e9, ranks_per_node, threads);
+    printf("calibration written to %s: sgemm %zu sizes, memory %.1f GB/s, element-wise %.1f GB/s, %d ranks x %d threads%s\n",
+           path, measured, bandwidth / 1e9, elementwise / 1e9, ranks_per_node, threads,
+           comm_size(world) > 1 ? ", collectives measured" : " (run under mpirun to measure collectives)");
+    comm_finalize(world);
     return 0;
 }
