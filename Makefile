@@ -26,7 +26,8 @@ bench: build
 asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DBS_SANITIZE=ON >/dev/null
 	@cmake --build build-asan -j $(JOBS)
-	cd build-asan && ctest --output-on-failure -j 1 -LE slow
+	cd build-asan && ASAN_OPTIONS=fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
+		ctest --output-on-failure -j 1 -LE slow
 
 clean:
 	rm -rf $(BUILD) build-asan

@@ -35,8 +35,13 @@ bool gpt_config_check(GPTConfig *cfg, char *why, size_t why_size) {
     else if (cfg->channels < 1) fixed = "--channels must be at least 1";
     else if (cfg->max_seq_len < 1) fixed = "--seq-len must be at least 1";
     else if (cfg->vocab_size < 2) fixed = "the vocabulary must have at least 2 tokens";
-    else if (cfg->vocab_size > (1 << 30) || cfg->channels > (1 << 16) || cfg->max_seq_len > (1 << 20))
-        fixed = "the model is too large for this engine (vocab > 2^30, channels > 65536 or seq-len > 2^20)";
+    else if (cfg->vocab_size > (1 << 30) || cfg->channels > (1 << 16) || cfg->max_seq_len > (1 << 20) ||
+             cfg->num_layers > (1 << 20) || cfg->num_heads > (1 << 16))
+        fixed = "the model is too large for this engine (vocab > 2^30, channels > 65536, seq-len > 2^20, "
+                "layers > 2^20 or heads > 65536)";
+    else if ((double)cfg->num_layers * 12.0 * cfg->channels * cfg->channels +
+                 ((double)cfg->vocab_size + 128 + cfg->max_seq_len) * cfg->channels > 4e12)
+        fixed = "the model is too large for this engine (more than 4e12 parameters)";
     if (fixed) {
         snprintf(why, why_size, "%s", fixed);
         return false;

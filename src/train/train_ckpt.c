@@ -292,6 +292,7 @@ void train_resume(Trainer *tr) {
     float *state[CKPT_STATE_ARRAYS] = {tr->state[0], tr->state[1]};
     train_ckpt_read(dir, m, &tr->model.cfg, tr->update_offset, tr->update_count, NULL, state);
     mp_share_output_weights(tr->grid, &tr->model, tr->dp);
+    tr->resharded = m->tp != tr->grid->tp || m->pp != tr->grid->pp || m->dp != tr->grid->dp || m->zero != tr->cfg.zero;
     tr->step = m->step;
     tr->seqs_consumed = m->seqs_consumed;
     tr->optimizer_step = m->optimizer_step;

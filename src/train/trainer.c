@@ -483,6 +483,24 @@ static void export_models(Trainer *tr) {
 
 /* ---- set-up ---- */
 
+/* The metrics file; resuming at step k keeps its lines of steps <= k (a run
+ * that died after its last checkpoint wrote steps that are now done again). */
+static FILE *open_metrics(const char *path, long step) {
+    if (step == 0 || !bs_path_exists(path)) return bs_fopen(path, "wb");
+    size_t len;
+    char *text = bs_read_file(path, &len);
+    FILE *f = bs_fopen(path, "wb");
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        json_t *j = json_loads(line, 0, NULL);
+        json_t *s = j ? json_object_get(j, "step") : NULL;
+        if (json_is_integer(s) && json_integer_value(s) <= step) fprintf(f, "%s\n", line);
+        json_decref(j);
+    }
+    free(text);
+    fflush(f);
+    return f;
+}
+
 /* The optimizer sees each tensor's trained elements (not wte's padded rows). */
 static void setup_optimizer(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
@@ -680,7 +698,7 @@ static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     if (tr->rank == 0) {
         if (tr->ckpt_dir[0]) bs_mkdir_p(tr->ckpt_dir);
         if (is_set(c->out)) bs_mkdir_p(c->out);
-        if (is_set(c->metrics)) tr->metrics = bs_fopen(c->metrics, tr->step > 0 ? "ab" : "wb");
+        if (is_set(c->metrics)) tr->metrics = open_metrics(c->metrics, tr->step);
     }
     progress_init(&tr->progress, c->log_every);
 }
@@ -899,7 +917,7 @@ int train_run(const TrainConfig *cfg, Comm *world) {
         if (c->sample_every > 0 && tr->step % c->sample_every == 0 && !last) print_sample(tr);
     }
     if (talk) progress_finish(&tr->progress);
-    if (tr->ckpt_dir[0] && tr->step > start_step) train_save(tr);
+    if (tr->ckpt_dir[0] && (tr->step > start_step || tr->resharded)) train_save(tr); /* resharding is a plain run */
     train_save_finish(tr);
     export_models(tr);
     write_trace(tr, origin);

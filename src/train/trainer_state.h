@@ -92,6 +92,7 @@ typedef struct {
     int last_straggler;
     AsyncCkpt async;
     double last_ckpt_stall; /* seconds, for the metrics of the step that wrote a checkpoint */
+    bool resharded;         /* resumed from a checkpoint written under another layout */
 } Trainer;
 
 typedef struct {
