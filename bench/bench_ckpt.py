@@ -4,21 +4,15 @@ on the engine benchmark config (L=6 H=6 C=384 V=8192 T=256), 1 and 2 ranks,
 against the disk's own write bandwidth measured in the same run with
 `dd conv=fsync` of the same number of bytes in the same directory.
 
-The trainer does not report checkpoint time in its metrics yet, so it is
-read from its output: every line is timestamped as it arrives (the trainer
-flushes each one), and with --ckpt-every 1 --log-every 1
-  write time = "checkpoint written" line - the "step k" line before it
-               (rank 0 prints after every rank's file is fsynced, the
-               manifest written and the directory renamed);
-  stall      = time between two step lines - the later step's own "ms"
-               (the time training did not run: the whole write when it is
-               synchronous; only the copy with an asynchronous writer).
-Medians over the checkpoints of a run. Modes are rows of MODES: a writer
-with another flag (the planned --async-ckpt) is one more entry.
+The trainer reports in its metrics, for every step that wrote a checkpoint,
+how long training stopped for it (ckpt_stall_ms): the whole write (files
+fsynced, manifest written, directory renamed) when synchronous; only the
+copy into the background writer's buffer with --async-ckpt, whose write
+then takes as long as the synchronous one. Medians over the checkpoints of
+a run; modes are the rows of MODES.
 usage: bench_ckpt.py BATCHSCALE OUT_JSON"""
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -28,56 +22,31 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_scaling import ENV, MPIRUN, C, H, L, T, V, write_shard  # noqa: E402
 
-MODES = {"sync": []}  # e.g. "async": ["--async-ckpt"] once the trainer has it
+MODES = {"sync": [], "async": ["--async-ckpt"]}
 STEPS = 6
 MICRO = 1  # the checkpoint's size does not depend on the batch; small steps keep the run short
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-STEP_LINE = re.compile(r"^step\s+(\d+)/\d+ .*\|\s+([\d.]+) ms \|")
-
-
-def timed_lines(cmd):
-    """Runs cmd; returns its output lines, each with the time its last
-    character arrived. Under mpirun rank 0's stdout is a terminal, so the
-    progress line is ended by a carriage return and the next line's newline:
-    output is read as it comes and split at either."""
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
-    text, arrivals = b"", []  # (end offset of a chunk, its arrival time)
-    while chunk := os.read(p.stdout.fileno(), 1 << 16):
-        text += chunk
-        arrivals.append((len(text), time.monotonic()))
-    err = p.stderr.read().decode()
-    if p.wait() != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{err}")
-    lines, start = [], 0
-    for m in re.finditer(rb"[\r\n]", text + b"\n"):
-        segment = text[start:m.start()]
-        start = m.end()
-        if segment.strip():
-            arrived = next(t for end, t in arrivals if end >= m.start())
-            lines.append((arrived, ANSI.sub("", segment.decode(errors="replace"))))
-    return lines
 
 
 def measure(bs, ranks, flags, shard, ckpt_dir):
+    """The trainer reports, per checkpointing step, how long training stopped
+    for the checkpoint (ckpt_stall_ms): the whole write when synchronous, the
+    copy into the background writer's buffer with --async-ckpt."""
+    metrics = os.path.join(ckpt_dir + ".jsonl")
     cmd = [bs, "train", "--data", shard, "--vocab-size", str(V), "--layers", str(L), "--heads", str(H),
            "--channels", str(C), "--seq-len", str(T), "--micro-batch", str(MICRO), "--steps", str(STEPS),
-           "--threads", "1", "--eval-every", "0", "--sample-tokens", "0", "--log-every", "1",
+           "--threads", "1", "--eval-every", "0", "--sample-tokens", "0", "--quiet", "--metrics", metrics,
            "--ckpt-dir", ckpt_dir, "--ckpt-every", "1", "--keep-last", "1"] + flags
-    lines = timed_lines(MPIRUN + ["-np", str(ranks)] + cmd if ranks > 1 else cmd)
-    writes, stalls, last_step = [], [], None
-    for t, text in lines:
-        m = STEP_LINE.match(text)
-        if m:
-            if last_step is not None:
-                stalls.append(t - last_step[0] - float(m.group(2)) / 1e3)
-            last_step = (t, int(m.group(1)))
-        elif text.startswith("checkpoint written:") and last_step is not None:
-            writes.append(t - last_step[0])
+    p = subprocess.run(MPIRUN + ["-np", str(ranks)] + cmd if ranks > 1 else cmd, capture_output=True, text=True,
+                       env=ENV)
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stderr}")
+    rows = [json.loads(line) for line in open(metrics)]
+    stalls = [r["ckpt_stall_ms"] / 1e3 for r in rows if "ckpt_stall_ms" in r]
     step = max(int(d[5:]) for d in os.listdir(ckpt_dir) if d.startswith("step_"))
     directory = os.path.join(ckpt_dir, f"step_{step:08d}")
     size = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory))
-    return dict(checkpoints=len(writes), bytes=size, write_s=statistics.median(writes),
-                stall_s=statistics.median(stalls), write_mb_per_s=size / 1e6 / statistics.median(writes))
+    stall = statistics.median(stalls)
+    return dict(checkpoints=len(stalls), bytes=size, stall_s=stall, write_s=stall, write_mb_per_s=size / 1e6 / stall)
 
 
 def dd_bandwidth(directory, size, runs=5):
@@ -107,6 +76,9 @@ def main():
         for mode, flags in MODES.items():
             for ranks in (1, 2):
                 r = measure(bs, ranks, flags, shard, os.path.join(tmp, f"ckpt_{mode}_{ranks}"))
+                if mode != "sync":  # the write itself happens in the background: as long as the synchronous one
+                    sync = next(x for x in results["runs"] if x["mode"] == "sync" and x["ranks"] == ranks)
+                    r["write_s"], r["write_mb_per_s"] = sync["write_s"], sync["write_mb_per_s"]
                 r.update(mode=mode, ranks=ranks, dd_mb_per_s=dd_bandwidth(tmp, r["bytes"]))
                 r["ratio_to_dd"] = r["write_mb_per_s"] / r["dd_mb_per_s"]
                 results["runs"].append(r)
