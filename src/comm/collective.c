@@ -22,6 +22,9 @@ static CommOp *op_new(Comm *c, const char *what, size_t bytes) {
     op->mpi_bytes = 0;
     op->num_phases = op->current_phase = 0;
     op->next_free = NULL;
+    op->progress = NULL;
+    op->progress_state = NULL;
+    op->extra_bytes = op->uncompressed_bytes = 0;
     return op;
 }
 
@@ -69,6 +72,12 @@ static void start_first_phase(CommOp *op) {
     if (op->num_phases > 0) ring_start(&op->phase[0]);
 }
 
+CommOp *comm_op_new(Comm *c, const char *what, size_t bytes) { return op_new(c, what, bytes); }
+RingPass *comm_op_add_ring(CommOp *op, Comm *group, RingKind kind, float *buf, int tag) {
+    return add_phase(op, group, kind, buf, tag);
+}
+void comm_op_start_rings(CommOp *op) { start_first_phase(op); }
+
 CommOp *comm_start_allreduce(Comm *c, float *buf, size_t n) {
     CommOp *op = op_new(c, "all-reduce", n * sizeof(float));
     if (c->size == 1) return op;
@@ -101,6 +110,17 @@ static void set_window_chunks(RingPass *r, const Comm *c, size_t window_offset, 
         intersect(window_offset, n, off, cnt, &rel, &len);
         ring_set_chunk(r, i, rel, len);
     }
+}
+
+void comm_ring_window_chunks(RingPass *r, const Comm *c, size_t window_offset, size_t n, size_t total) {
+    set_window_chunks(r, c, window_offset, n, total);
+}
+
+void comm_window_part(const Comm *c, size_t window_offset, size_t n, size_t total, int rank, size_t *rel,
+                      size_t *count) {
+    size_t off, cnt;
+    comm_partition(c, total, rank, &off, &cnt);
+    intersect(window_offset, n, off, cnt, rel, count);
 }
 
 /* Hierarchical: node pass over local blocks, cross pass over the parts of
@@ -240,12 +260,22 @@ CommOp *comm_start_recv(Comm *c, float *buf, size_t n, int peer, int tag) {
     return op;
 }
 
+bool comm_op_advance_rings(CommOp *op) {
+    while (op->current_phase < op->num_phases) {
+        if (!ring_progress(&op->phase[op->current_phase])) return false;
+        op->current_phase++;
+        if (op->current_phase < op->num_phases) ring_start(&op->phase[op->current_phase]);
+    }
+    return true;
+}
+
 static void complete(CommOp *op) {
     Comm *c = op->comm;
     if (op->move_count) memcpy(op->move_to, op->move_from, op->move_count * sizeof(float));
-    uint64_t bytes = op->mpi_bytes;
+    uint64_t bytes = op->mpi_bytes + op->extra_bytes;
     for (int p = 0; p < op->num_phases; p++) bytes += op->phase[p].bytes_sent;
     c->stats.bytes_sent += bytes;
+    c->stats.uncompressed_bytes += op->uncompressed_bytes ? op->uncompressed_bytes : bytes;
     double now = bs_now();
     c->stats.busy_seconds += now - op->start_time;
     c->stats.operations++;
@@ -254,16 +284,14 @@ static void complete(CommOp *op) {
 }
 
 bool comm_test(CommOp *op) {
-    if (op->uses_mpi) {
+    if (op->progress) {
+        if (!op->progress(op)) return false;
+    } else if (op->uses_mpi) {
         int flag;
         comm_check(MPI_Test(&op->request, &flag, MPI_STATUS_IGNORE), op->comm, op->what);
         if (!flag) return false;
-    } else {
-        while (op->current_phase < op->num_phases) {
-            if (!ring_progress(&op->phase[op->current_phase])) return false;
-            op->current_phase++;
-            if (op->current_phase < op->num_phases) ring_start(&op->phase[op->current_phase]);
-        }
+    } else if (!comm_op_advance_rings(op)) {
+        return false;
     }
     complete(op);
     return true;

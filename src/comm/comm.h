@@ -34,6 +34,8 @@ typedef enum { COMM_ALGO_MPI, COMM_ALGO_RING, COMM_ALGO_HIERARCHICAL } CommAlgo;
 
 typedef struct {
     uint64_t bytes_sent;   /* by this rank, payload only */
+    uint64_t uncompressed_bytes; /* what the same operations would send as fp32 (compressed.h); = bytes_sent
+                                    when nothing is compressed */
     double wait_seconds;   /* time the caller spent blocked in comm_wait (exposed) */
     double busy_seconds;   /* sum over operations of start -> observed completion */
     uint64_t operations;

@@ -42,6 +42,13 @@ typedef struct {
 
 typedef enum { RING_REDUCE_SCATTER, RING_ALLGATHER, RING_ALLREDUCE, RING_BROADCAST } RingKind;
 
+/* A ring pass whose hops carry codec-encoded segments instead of floats
+ * (compressed_ring.c): reduce steps encode the partial sum (with error
+ * feedback), the first all-gather step encodes the owner's chunk and the
+ * owner keeps the decoded values, later all-gather steps forward the bytes
+ * received. Two byte buffers per segment, swapped when forwarding. */
+typedef struct RingCoding RingCoding;
+
 typedef struct {
     Comm *comm;
     RingKind kind;
@@ -55,6 +62,7 @@ typedef struct {
     size_t tmp_capacity;
     RingSegment seg[RING_MAX_SEGMENTS];
     uint64_t bytes_sent;
+    RingCoding *coding; /* NULL: floats move as floats */
 } RingPass;
 
 #define OP_MAX_PHASES 3
@@ -78,6 +86,12 @@ struct CommOp {
     RingPass phase[OP_MAX_PHASES];
     int num_phases, current_phase;
     CommOp *next_free;
+    /* compressed collectives (compressed*.c): when set, progress advances the
+     * operation instead of the above (true: complete) */
+    bool (*progress)(CommOp *op);
+    void *progress_state;
+    uint64_t extra_bytes;        /* sent by progress's own messages */
+    uint64_t uncompressed_bytes; /* what the fp32 ring would send (0: the bytes sent) */
 };
 
 /* ring.c */
@@ -91,6 +105,27 @@ bool ring_progress(RingPass *r);
 /* World rank this pass is waiting on (for timeout messages), or -1. */
 int ring_waiting_on(const RingPass *r);
 void ring_release(RingPass *r);
+/* Segments each chunk is cut into when the largest chunk has this many floats. */
+int ring_segment_count(size_t largest_chunk);
+
+/* ring.c calls these for a pass with coding set (compressed_ring.c) */
+void ring_coding_prepare(RingPass *r, size_t largest_segment);
+/* gather_step: -1 on a reduce step, else the index of the all-gather step */
+void ring_coding_post(RingPass *r, int j, int gather_step, size_t soff, size_t slen, size_t roff, size_t rlen,
+                      int left, int right, int tag);
+void ring_coding_received(RingPass *r, int j);
+
+/* collective.c, for the compressed collectives */
+CommOp *comm_op_new(Comm *comm, const char *what, size_t bytes);
+RingPass *comm_op_add_ring(CommOp *op, Comm *group, RingKind kind, float *buf, int tag);
+/* Chunk of group rank i = window ∩ its part of [0, total) (flat ring order). */
+void comm_ring_window_chunks(RingPass *r, const Comm *comm, size_t window_offset, size_t n, size_t total);
+/* window ∩ the part of group rank `rank`, relative to the window start. */
+void comm_window_part(const Comm *comm, size_t window_offset, size_t n, size_t total, int rank, size_t *rel,
+                      size_t *count);
+void comm_op_start_rings(CommOp *op);
+/* Advances the ring phases in order; true when the last one is complete. */
+bool comm_op_advance_rings(CommOp *op);
 
 /* comm.c */
 void comm_check(int rc, const Comm *comm, const char *what);

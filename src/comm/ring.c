@@ -36,6 +36,7 @@ void ring_setup(RingPass *r, Comm *comm, RingKind kind, float *buf, int tag) {
     r->root = 0;
     r->started = r->finished = false;
     r->bytes_sent = 0;
+    r->coding = NULL;
 }
 
 void ring_set_chunk(RingPass *r, int group_rank, size_t offset, size_t length) {
@@ -108,6 +109,11 @@ static void post_step(RingPass *r, int j) {
     }
     segment_of(r, send_chunk, j, &soff, &slen);
     segment_of(r, recv_chunk, j, &roff, &rlen);
+    if (r->coding) {
+        int gather_step = is_reduce_step(r, k) ? -1 : r->kind == RING_ALLREDUCE ? k - (N - 1) : k;
+        ring_coding_post(r, j, gather_step, soff, slen, roff, rlen, mod(me - 1, N), mod(me + 1, N), tag);
+        return;
+    }
     size_t max_seg = r->tmp_capacity / (size_t)r->segments;
     recv_to = is_reduce_step(r, k) ? r->tmp + (size_t)j * max_seg : r->buf + roff;
     comm_check(MPI_Irecv(recv_to, (int)rlen, MPI_FLOAT, mod(me - 1, N), tag, c->mpi, &s->recv), c, "ring receive");
@@ -117,6 +123,12 @@ static void post_step(RingPass *r, int j) {
     r->bytes_sent += slen * sizeof(float);
 }
 
+int ring_segment_count(size_t largest_chunk) {
+    size_t seg_floats = RING_SEGMENT_BYTES / sizeof(float);
+    size_t segments = (largest_chunk + seg_floats - 1) / seg_floats;
+    return segments < 1 ? 1 : segments > RING_MAX_SEGMENTS ? RING_MAX_SEGMENTS : (int)segments;
+}
+
 void ring_start(RingPass *r) {
     const int N = r->comm->size;
     r->started = true;
@@ -124,9 +136,7 @@ void ring_start(RingPass *r) {
     int nchunks = r->kind == RING_BROADCAST ? 1 : N;
     for (int c = 0; c < nchunks; c++)
         if (r->chunk_length[c] > largest) largest = r->chunk_length[c];
-    size_t seg_floats = RING_SEGMENT_BYTES / sizeof(float);
-    int segments = (int)((largest + seg_floats - 1) / seg_floats);
-    r->segments = segments < 1 ? 1 : segments > RING_MAX_SEGMENTS ? RING_MAX_SEGMENTS : segments;
+    r->segments = ring_segment_count(largest);
     if (r->kind == RING_BROADCAST) r->steps = 2;
     else if (r->kind == RING_ALLREDUCE) r->steps = 2 * (N - 1);
     else r->steps = N - 1;
@@ -134,7 +144,9 @@ void ring_start(RingPass *r) {
         r->finished = true;
         return;
     }
-    if (r->kind == RING_REDUCE_SCATTER || r->kind == RING_ALLREDUCE) {
+    if (r->coding) {
+        ring_coding_prepare(r, segment_length(largest, r->segments));
+    } else if (r->kind == RING_REDUCE_SCATTER || r->kind == RING_ALLREDUCE) {
         size_t need = (size_t)r->segments * segment_length(largest, r->segments);
         if (need > r->tmp_capacity) {
             free(r->tmp);
@@ -155,6 +167,10 @@ void ring_start(RingPass *r) {
 
 static void finish_receive(RingPass *r, int j) {
     RingSegment *s = &r->seg[j];
+    if (r->coding) {
+        ring_coding_received(r, j);
+        return;
+    }
     if (r->kind == RING_BROADCAST || !is_reduce_step(r, s->step)) return;
     const int N = r->comm->size;
     size_t off, len;

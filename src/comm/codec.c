@@ -1,0 +1,368 @@
+/* codec.c: the codecs of codec.h: fp16 and fp8 through one rounding routine
+ * for small float formats, bf16 from kernels/bf16.h, int8 and fp8 with a
+ * scale per block, top-k by a radix select on the magnitudes' bits, 1-bit
+ * signs with DeepSpeed's scale; and error feedback over any of them.
+ * Single-threaded: the collectives call it from their progress polls. */
+#include "comm/codec.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/bf16.h"
+
+/* ---- element formats ---- */
+
+static inline uint32_t float_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static inline float bits_float(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* A small binary float format: sign bit at sign_bit, then exponent, then
+ * man_bits of mantissa; magnitude codes above max_code are inf (the one
+ * equal to inf_code, if any) or NaN. */
+typedef struct {
+    int man_bits, bias, max_exp, sign_bit;
+    uint32_t max_code;      /* largest finite magnitude */
+    uint32_t overflow_code; /* what values beyond max_code round to: inf, or max_code (saturating) */
+    uint32_t nan_code;
+    uint32_t inf_code; /* 0: no inf */
+} MiniFormat;
+
+static const MiniFormat FP16_FORMAT = {10, 15, 15, 15, 0x7bff, 0x7c00, 0x7e00, 0x7c00};
+static const MiniFormat FP8_FORMAT = {3, 7, 8, 7, 0x7e, 0x7e, 0x7f, 0};
+
+/* Round to nearest even (F. Giesen's float_to_half_fast3_rtne, generalized). */
+static inline uint32_t mini_from_float(float x, const MiniFormat *f) {
+    uint32_t u = float_bits(x), a = u & 0x7fffffffu, o;
+    if (a > 0x7f800000u) {
+        o = f->nan_code;
+    } else if (a >= (uint32_t)(127 + f->max_exp + 1) << 23) {
+        o = f->overflow_code;
+    } else if (a < (uint32_t)(127 + 1 - f->bias) << 23) { /* below the smallest normal */
+        /* adding a power of two whose ulp is the smallest subnormal rounds there */
+        float magic = bits_float((uint32_t)(127 - f->bias + 23 - f->man_bits + 1) << 23);
+        o = float_bits(bits_float(a) + magic) - float_bits(magic);
+    } else {
+        uint32_t odd = (a >> (23 - f->man_bits)) & 1u;
+        a += ((uint32_t)(f->bias - 127) << 23) + (1u << (22 - f->man_bits)) - 1u + odd;
+        o = a >> (23 - f->man_bits);
+        if (o > f->max_code) o = f->overflow_code;
+    }
+    return o | (u >> 31) << f->sign_bit;
+}
+
+static inline float mini_to_float(uint32_t h, const MiniFormat *f) {
+    uint32_t mag = h & ((1u << f->sign_bit) - 1u);
+    uint32_t e = mag >> f->man_bits, m = mag & ((1u << f->man_bits) - 1u);
+    float v;
+    if (mag > f->max_code) v = (f->inf_code && mag == f->inf_code) ? INFINITY : NAN;
+    else if (e == 0) v = (float)m * bits_float((uint32_t)(127 + 1 - f->bias - f->man_bits) << 23);
+    else v = bits_float((e - (uint32_t)f->bias + 127u) << 23 | m << (23 - f->man_bits));
+    return (h >> f->sign_bit) & 1u ? -v : v;
+}
+
+uint16_t codec_fp16_from_float(float x) { return (uint16_t)mini_from_float(x, &FP16_FORMAT); }
+float codec_fp16_to_float(uint16_t h) { return mini_to_float(h, &FP16_FORMAT); }
+uint8_t codec_fp8_from_float(float x) { return (uint8_t)mini_from_float(x, &FP8_FORMAT); }
+float codec_fp8_to_float(uint8_t q) { return mini_to_float(q, &FP8_FORMAT); }
+
+/* ---- names, sizes, bounds ---- */
+
+static const char *const kind_names[] = {"none", "fp16", "bf16", "fp8", "int8", "topk", "onebit"};
+#define KIND_COUNT ((int)(sizeof kind_names / sizeof kind_names[0]))
+
+bool codec_parse(const char *spec, size_t block, Codec *codec, char *why, size_t why_size) {
+    if (block < 1) {
+        snprintf(why, why_size, "--compression-block must be at least 1 element per scale (got %zu)", block);
+        return false;
+    }
+    *codec = (Codec){CODEC_NONE, block, 1.0};
+    if (strncmp(spec, "topk:", 5) == 0) {
+        char *end;
+        double f = strtod(spec + 5, &end);
+        if (end == spec + 5 || *end != '\0' || !(f > 0.0 && f <= 1.0)) {
+            snprintf(why, why_size,
+                     "--grad-compression topk:FRACTION needs a FRACTION in (0, 1], e.g. topk:0.01 (got '%s')", spec);
+            return false;
+        }
+        codec->kind = CODEC_TOPK;
+        codec->fraction = f;
+        return true;
+    }
+    for (int k = 0; k < KIND_COUNT; k++)
+        if (k != CODEC_TOPK && strcmp(spec, kind_names[k]) == 0) {
+            codec->kind = (CodecKind)k;
+            return true;
+        }
+    snprintf(why, why_size, "--grad-compression must be none, fp16, bf16, fp8, int8, topk:FRACTION or onebit (got '%s')",
+             spec);
+    return false;
+}
+
+void codec_format(const Codec *codec, char *out, size_t out_size) {
+    if (codec->kind == CODEC_TOPK) snprintf(out, out_size, "topk:%g", codec->fraction);
+    else snprintf(out, out_size, "%s", kind_names[codec->kind]);
+}
+
+bool codec_is_elementwise(const Codec *codec) { return codec->kind != CODEC_TOPK && codec->kind != CODEC_ONEBIT; }
+
+size_t codec_topk_count(double fraction, size_t n) {
+    size_t k = (size_t)ceil(fraction * (double)n);
+    return k > n ? n : k;
+}
+
+static size_t round4(size_t bytes) { return (bytes + 3) & ~(size_t)3; }
+
+static size_t blocks_of(const Codec *codec, size_t n) { return (n + codec->block - 1) / codec->block; }
+
+size_t codec_encoded_bytes(const Codec *codec, size_t n) {
+    switch (codec->kind) {
+    case CODEC_NONE: return 4 * n;
+    case CODEC_FP16:
+    case CODEC_BF16: return round4(2 * n);
+    case CODEC_FP8:
+    case CODEC_INT8: return 4 * blocks_of(codec, n) + round4(n);
+    case CODEC_TOPK: return 8 * codec_topk_count(codec->fraction, n);
+    case CODEC_ONEBIT: return n ? 4 + round4((n + 7) / 8) : 0;
+    }
+    return 0;
+}
+
+/* Below this block amax the scale is 0 and the block decodes to zeros. */
+#define TINY_AMAX 0x1p-100f
+
+CodecBound codec_bound(const Codec *codec) {
+    const double u = 0x1p-24;
+    switch (codec->kind) {
+    case CODEC_NONE: return (CodecBound){0, 0, 0};
+    case CODEC_FP16: return (CodecBound){0x1p-11, 0, 0x1p-25};
+    case CODEC_BF16: return (CodecBound){0x1p-8, 0, 0x1p-134};
+    /* scaling by 1/s and back: three more roundings relative to x (margin 4u) */
+    case CODEC_FP8: return (CodecBound){0x1p-4 + 4 * u, 0x1p-10 / 448 * (1 + 2 * u), TINY_AMAX};
+    /* half a step of s = amax/127, plus |x| (<= amax) times the roundings */
+    case CODEC_INT8: return (CodecBound){0, 1.0 / 254 + 8 * u, TINY_AMAX};
+    default: return (CodecBound){0, 0, 0};
+    }
+}
+
+/* ---- block-scaled formats: int8 and fp8 ---- */
+
+/* Largest magnitude of x[0..n) as a float (NaN if any is NaN: compared as bits). */
+static float block_amax(const float *x, size_t n) {
+    uint32_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t a = float_bits(x[i]) & 0x7fffffffu;
+        m = a > m ? a : m;
+    }
+    return bits_float(m);
+}
+
+/* The stored scale of a block (amax / qmax) and the multiplier that maps the
+ * block onto [-qmax, qmax]; a non-finite block gets scale NaN and multiplier 0. */
+static void block_scale(float amax, float qmax, float *scale, float *inv) {
+    if (!isfinite(amax)) {
+        *scale = NAN;
+        *inv = 0;
+    } else if (amax < TINY_AMAX) {
+        *scale = *inv = 0;
+    } else {
+        *scale = amax / qmax;
+        *inv = qmax / amax;
+    }
+}
+
+/* Layout: the blocks' scales (floats), then one byte per element, padded. */
+static void encode_blocks(const Codec *codec, const float *x, size_t n, void *out) {
+    size_t nb = blocks_of(codec, n), B = codec->block;
+    float *scales = out;
+    uint8_t *q = (uint8_t *)out + 4 * nb;
+    bool fp8 = codec->kind == CODEC_FP8;
+    for (size_t b = 0; b < nb; b++) {
+        size_t begin = b * B, len = n - begin < B ? n - begin : B;
+        float inv;
+        block_scale(block_amax(x + begin, len), fp8 ? 448.0f : 127.0f, &scales[b], &inv);
+        if (inv == 0) { /* tiny or non-finite block: never convert NaN to an integer */
+            memset(q + begin, 0, len);
+        } else if (fp8) {
+            for (size_t i = begin; i < begin + len; i++) q[i] = codec_fp8_from_float(x[i] * inv);
+        } else {
+            for (size_t i = begin; i < begin + len; i++) {
+                float y = nearbyintf(x[i] * inv); /* |x * inv| <= 127 (1 + 2^-23): no clamp needed */
+                q[i] = (uint8_t)(int8_t)y;
+            }
+        }
+    }
+    memset(q + n, 0, round4(n) - n);
+}
+
+static void decode_blocks(const Codec *codec, const void *in, size_t n, float *out, bool add) {
+    size_t nb = blocks_of(codec, n), B = codec->block;
+    const float *scales = in;
+    const uint8_t *q = (const uint8_t *)in + 4 * nb;
+    bool fp8 = codec->kind == CODEC_FP8;
+    for (size_t b = 0; b < nb; b++) {
+        size_t begin = b * B, end = begin + B < n ? begin + B : n;
+        float s = scales[b];
+        for (size_t i = begin; i < end; i++) {
+            float v = (fp8 ? codec_fp8_to_float(q[i]) : (float)(int8_t)q[i]) * s;
+            out[i] = add ? out[i] + v : v;
+        }
+    }
+}
+
+/* ---- top-k ---- */
+
+#define RADIX_BITS 11
+#define RADIX_SIZE (1u << RADIX_BITS)
+
+/* The k-th largest magnitude key (|x| as bits: ordered like |x|, NaN above
+ * inf) of x[0..n), 1 <= k <= n, found digit by digit from the top (11, 11 and
+ * 10 bits); *take_equal: how many elements with exactly that key are among
+ * the k largest. */
+static uint32_t kth_largest_key(const float *x, size_t n, size_t k, size_t *take_equal) {
+    static const int shifts[3] = {21, 10, 0};
+    uint32_t prefix = 0, mask = 0;
+    size_t remaining = k, hist[RADIX_SIZE];
+    for (int pass = 0; pass < 3; pass++) {
+        int shift = shifts[pass];
+        memset(hist, 0, sizeof hist);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t key = float_bits(x[i]) & 0x7fffffffu;
+            if ((key & mask) == prefix) hist[(key >> shift) & (RADIX_SIZE - 1)]++;
+        }
+        uint32_t d = RADIX_SIZE - 1;
+        while (hist[d] < remaining) remaining -= hist[d--];
+        prefix |= d << shift;
+        mask |= (RADIX_SIZE - 1u) << shift;
+    }
+    *take_equal = remaining;
+    return prefix;
+}
+
+/* Layout: k indices (uint32, ascending), then the k values. */
+static void encode_topk(const Codec *codec, const float *x, size_t n, void *out) {
+    size_t k = codec_topk_count(codec->fraction, n);
+    if (k == 0) return;
+    if (n > UINT32_MAX) bs_die("internal: a top-k unit holds at most 2^32 - 1 floats (got %zu)", n);
+    uint32_t *idx = out;
+    float *val = (float *)out + k;
+    size_t equal;
+    uint32_t threshold = kth_largest_key(x, n, k, &equal), taken = 0;
+    for (size_t i = 0; i < n && taken < k; i++) {
+        uint32_t key = float_bits(x[i]) & 0x7fffffffu;
+        if (key > threshold || (key == threshold && equal > 0)) {
+            if (key == threshold) equal--;
+            idx[taken] = (uint32_t)i;
+            val[taken++] = x[i];
+        }
+    }
+}
+
+static void decode_topk(const Codec *codec, const void *in, size_t n, float *out, bool add) {
+    size_t k = codec_topk_count(codec->fraction, n);
+    const uint32_t *idx = in;
+    const float *val = (const float *)in + k;
+    if (!add) memset(out, 0, n * sizeof(float));
+    for (size_t j = 0; j < k; j++) out[idx[j]] += val[j];
+}
+
+/* ---- 1-bit ---- */
+
+/* Layout: the scale, then the signs, element i in bit i % 8 of byte i / 8
+ * (1: x >= 0, decoded +s; 0: decoded -s), padded. */
+static void encode_onebit(const float *x, size_t n, void *out) {
+    if (n == 0) return;
+    double sum_sq = 0;
+    for (size_t i = 0; i < n; i++) sum_sq += (double)x[i] * x[i];
+    float scale = (float)(sqrt(sum_sq) / sqrt((double)n));
+    memcpy(out, &scale, sizeof scale);
+    uint8_t *bits = (uint8_t *)out + 4;
+    size_t nbytes = (n + 7) / 8;
+    memset(bits, 0, round4(nbytes));
+    for (size_t i = 0; i < n; i++) bits[i / 8] |= (uint8_t)((x[i] >= 0.0f) << (i % 8));
+}
+
+static void decode_onebit(const void *in, size_t n, float *out, bool add) {
+    if (n == 0) return;
+    float scale;
+    memcpy(&scale, in, sizeof scale);
+    const uint8_t *bits = (const uint8_t *)in + 4;
+    for (size_t i = 0; i < n; i++) {
+        float v = (bits[i / 8] >> (i % 8)) & 1u ? scale : -scale;
+        out[i] = add ? out[i] + v : v;
+    }
+}
+
+/* ---- front door ---- */
+
+void codec_encode(const Codec *codec, const float *x, size_t n, void *out) {
+    switch (codec->kind) {
+    case CODEC_NONE: memcpy(out, x, n * sizeof(float)); break;
+    case CODEC_FP16: {
+        uint16_t *h = out;
+        for (size_t i = 0; i < n; i++) h[i] = codec_fp16_from_float(x[i]);
+        if (n % 2) h[n] = 0;
+        break;
+    }
+    case CODEC_BF16: {
+        uint16_t *h = out;
+        for (size_t i = 0; i < n; i++) h[i] = bf16_from_float(x[i]);
+        if (n % 2) h[n] = 0;
+        break;
+    }
+    case CODEC_FP8:
+    case CODEC_INT8: encode_blocks(codec, x, n, out); break;
+    case CODEC_TOPK: encode_topk(codec, x, n, out); break;
+    case CODEC_ONEBIT: encode_onebit(x, n, out); break;
+    }
+}
+
+static void decode_into(const Codec *codec, const void *in, size_t n, float *out, bool add) {
+    switch (codec->kind) {
+    case CODEC_NONE: {
+        const float *f = in;
+        for (size_t i = 0; i < n; i++) out[i] = add ? out[i] + f[i] : f[i];
+        break;
+    }
+    case CODEC_FP16: {
+        const uint16_t *h = in;
+        for (size_t i = 0; i < n; i++) out[i] = add ? out[i] + codec_fp16_to_float(h[i]) : codec_fp16_to_float(h[i]);
+        break;
+    }
+    case CODEC_BF16: {
+        const uint16_t *h = in;
+        for (size_t i = 0; i < n; i++) out[i] = add ? out[i] + bf16_to_float(h[i]) : bf16_to_float(h[i]);
+        break;
+    }
+    case CODEC_FP8:
+    case CODEC_INT8: decode_blocks(codec, in, n, out, add); break;
+    case CODEC_TOPK: decode_topk(codec, in, n, out, add); break;
+    case CODEC_ONEBIT: decode_onebit(in, n, out, add); break;
+    }
+}
+
+void codec_decode(const Codec *codec, const void *in, size_t n, float *out) { decode_into(codec, in, n, out, false); }
+
+void codec_decode_add(const Codec *codec, const void *in, size_t n, float *out) {
+    decode_into(codec, in, n, out, true);
+}
+
+void codec_encode_feedback(const Codec *codec, float *x, float *residual, size_t n, void *out) {
+    if (residual)
+        for (size_t i = 0; i < n; i++) x[i] += residual[i];
+    codec_encode(codec, x, n, out);
+    if (residual) memcpy(residual, x, n * sizeof(float));
+    codec_decode(codec, out, n, x);
+    if (residual)
+        for (size_t i = 0; i < n; i++) residual[i] -= x[i];
+}
