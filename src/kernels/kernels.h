@@ -38,6 +38,9 @@ void matmul_forward(real *out, const real *inp, const real *weight, const real *
 void matmul_backward(real *dinp, real *dweight, real *dbias, const real *dout, const real *inp,
                      const real *weight, size_t N, int IC, int OC);
 
+/* dbias (OC) += column sums of dout (N,OC), each column summed in row order */
+void bias_backward(real *dbias, const real *dout, size_t N, int OC);
+
 /* Causal multi-head self-attention. qkv (B,T,3C) holds q, k, v side by side.
  * out (B,T,C); att (B,H,T,T) keeps the softmax probabilities for backward
  * (entries above the diagonal are 0). */

@@ -21,15 +21,17 @@ void matmul_backward(real *dinp, real *dweight, real *dbias, const real *dout, c
         bs_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, IC, OC, 1, dout, OC, weight, IC, 0, dinp, IC);
     /* dweight (OC,IC) += dout^T (OC,N) @ inp (N,IC) */
     bs_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, (int)N, 1, dout, OC, inp, IC, 1, dweight, IC);
-    if (dbias) {
-        const int slice = 64;
+    if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
+void bias_backward(real *dbias, const real *dout, size_t N, int OC) {
+    const int slice = 64;
 #pragma omp parallel for schedule(static)
-        for (int o0 = 0; o0 < OC; o0 += slice) {
-            int o1 = o0 + slice < OC ? o0 + slice : OC;
-            for (size_t i = 0; i < N; i++) {
-                const real *d = dout + i * OC;
-                for (int o = o0; o < o1; o++) dbias[o] += d[o];
-            }
+    for (int o0 = 0; o0 < OC; o0 += slice) {
+        int o1 = o0 + slice < OC ? o0 + slice : OC;
+        for (size_t i = 0; i < N; i++) {
+            const real *d = dout + i * OC;
+            for (int o = o0; o < o1; o++) dbias[o] += d[o];
         }
     }
 }

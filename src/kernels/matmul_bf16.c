@@ -249,17 +249,6 @@ void matmul_bf16_forward(MatmulBF16 *mm, float *out, const bf16 *inp, const bf16
     run(mm, PRODUCT_FORWARD, N, IC, OC, inp, weight, bias, out);
 }
 
-/* dbias (OC) += column sums of dout (N,OC), each column summed in row order */
-static void bias_backward(float *dbias, const float *dout, size_t N, int OC) {
-    const int slice = 64;
-#pragma omp parallel for schedule(static)
-    for (int o0 = 0; o0 < OC; o0 += slice) {
-        int o1 = o0 + slice < OC ? o0 + slice : OC;
-        for (size_t i = 0; i < N; i++)
-            for (int o = o0; o < o1; o++) dbias[o] += dout[i * OC + o];
-    }
-}
-
 void matmul_bf16_backward(MatmulBF16 *mm, float *dinp, float *dweight, float *dbias, const float *dout,
                           const bf16 *inp, const bf16 *weight, size_t N, int IC, int OC) {
     if (N == 0) return;

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "kernels/bf16.h"
 #include "kernels/kernels.h"
 
 void gpt_create(GPT *model, const GPTConfig *cfg) { gpt_create_with(model, cfg, GPT_ALLOC_PARAMS | GPT_ALLOC_GRADS); }
@@ -23,6 +24,8 @@ void gpt_create_with(GPT *model, const GPTConfig *cfg, int alloc) {
     model->head_wte = model->head_dwte = NULL;
     model->extra_wte_grad = NULL;
     model->first_nonfinite_layer = -1;
+    model->bf16 = false;
+    model->bf16_params = NULL;
     if (gpt_has_head(cfg) && !gpt_has_encoder(cfg)) {
         model->head_wte = bs_calloc(gpt_tensor_numel(cfg, TK_WTE), sizeof(float));
         model->head_dwte = bs_calloc(gpt_tensor_numel(cfg, TK_WTE), sizeof(float));
@@ -30,6 +33,8 @@ void gpt_create_with(GPT *model, const GPTConfig *cfg, int alloc) {
 }
 
 void gpt_free(GPT *model) {
+    free(model->bf16_params);
+    model->bf16_params = NULL;
     free(model->params);
     free(model->grads);
     free(model->head_wte);
@@ -39,6 +44,38 @@ void gpt_free(GPT *model) {
 
 void gpt_init_weights(GPT *model, uint64_t seed) {
     gpt_init_range(&model->cfg, seed, model->params, 0, model->num_params);
+}
+
+void gpt_round_block_matrices(const GPTConfig *cfg, float *block_base, int block) {
+    if (!gpt_block_present(cfg, block)) return;
+    if (block == 0) {
+        bf16_round_floats(block_base, block_base, gpt_tensor_numel(cfg, TK_WTE));
+        return;
+    }
+    if (block > cfg->num_layers) return; /* the final LayerNorm has no matrix */
+    LayerTensors t = gpt_layer_tensors(cfg, block_base);
+    bf16_round_floats(t.qkvw, t.qkvw, gpt_tensor_numel(cfg, TK_QKVW));
+    bf16_round_floats(t.attprojw, t.attprojw, gpt_tensor_numel(cfg, TK_ATTPROJW));
+    bf16_round_floats(t.fcw, t.fcw, gpt_tensor_numel(cfg, TK_FCW));
+    bf16_round_floats(t.fcprojw, t.fcprojw, gpt_tensor_numel(cfg, TK_FCPROJW));
+}
+
+void gpt_enable_bf16(GPT *model) {
+    model->bf16 = true;
+    if (model->params && !model->bf16_params) model->bf16_params = bs_malloc(model->num_params * sizeof(float));
+    gpt_refresh_bf16(model);
+}
+
+void gpt_refresh_bf16(GPT *model) {
+    if (!model->bf16) return;
+    if (model->head_wte) bf16_round_floats(model->head_wte, model->head_wte, gpt_tensor_numel(&model->cfg, TK_WTE));
+    if (!model->bf16_params) return; /* ZeRO-3: gathered blocks are rounded as they arrive */
+    memcpy(model->bf16_params, model->params, model->num_params * sizeof(float));
+    for (int b = 0; b < gpt_num_blocks(&model->cfg); b++) {
+        size_t off, count;
+        gpt_block_range(&model->cfg, b, &off, &count);
+        gpt_round_block_matrices(&model->cfg, model->bf16_params + off, b);
+    }
 }
 
 void gpt_zero_grads(GPT *model) {
@@ -107,7 +144,7 @@ static size_t forward_numel(const GPTConfig *cfg, int B, int T) {
 static size_t backward_numel(const GPTConfig *cfg, int B, int T, int slots) {
     Widths w = widths(cfg);
     size_t BT = (size_t)B * T;
-    return BT * ((size_t)w.C * 2 + (size_t)w.Cl * 4 + (size_t)w.F) + (size_t)slots * T * T;
+    return BT * ((size_t)w.C * 3 + (size_t)w.Cl * 4 + (size_t)w.F) + (size_t)slots * T * T;
 }
 
 size_t gpt_acts_bytes(const GPTConfig *cfg, int B, int T, bool for_training) {
@@ -145,7 +182,16 @@ void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for
     acts->datty = p, p += BT * (size_t)w.Cl;
     acts->dqkv = p, p += 3 * BT * (size_t)w.Cl;
     acts->dfch = p, p += BT * (size_t)w.F;
+    acts->dround = p, p += BT * C;
     acts->att_scratch = p;
+}
+
+void gpt_acts_share_backward(GPTActs *dst, const GPTActs *src) {
+    free(dst->grad_memory);
+    dst->grad_memory = NULL; /* not owned */
+    dst->scratch_slots = src->scratch_slots;
+    dst->dresidual = src->dresidual, dst->dln = src->dln, dst->datty = src->datty;
+    dst->dqkv = src->dqkv, dst->dfch = src->dfch, dst->dround = src->dround, dst->att_scratch = src->att_scratch;
 }
 
 void gpt_acts_free(GPTActs *acts) {
@@ -174,8 +220,33 @@ static float *block_start(const GPTConfig *cfg, float *base, int block) {
     return base + off;
 }
 
+/* A block's parameters; in bf16 mode the copy whose matrices are rounded
+ * (a ZeRO-3 block arrives rounded from its gather). */
 static float *params_of(const GPT *model, const BlockAccess *a, int block) {
-    return a ? a->params(a->ctx, block) : block_start(&model->cfg, model->params, block);
+    float *p = a ? a->params(a->ctx, block) : block_start(&model->cfg, model->params, block);
+    if (model->bf16_params && model->params && p >= model->params && p < model->params + model->num_params)
+        return model->bf16_params + (p - model->params);
+    return p;
+}
+
+/* bf16 mode: a matmul input rounded in place (it is read by matmuls only). */
+static void round_input(const GPT *model, float *x, size_t n) {
+    if (model->bf16) bf16_round_floats(x, x, n);
+}
+
+/* matmul_backward, with bf16 gradients into the matmuls in bf16 mode (the
+ * bias gradient is summed from the fp32 dout). dout is rounded in place when
+ * nothing else reads it, else through acts->dround. */
+static void linear_backward(const GPT *model, GPTActs *acts, float *dinp, float *dweight, float *dbias, float *dout,
+                            bool dout_reused, const float *inp, const float *weight, size_t N, int IC, int OC) {
+    if (!model->bf16) {
+        matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+        return;
+    }
+    if (dbias) bias_backward(dbias, dout, N, OC);
+    float *d = dout_reused ? acts->dround : dout;
+    bf16_round_floats(d, dout, N * (size_t)OC);
+    matmul_backward(dinp, dweight, NULL, d, inp, weight, N, IC, OC);
 }
 
 static void params_done(const BlockAccess *a, int block) {
@@ -241,14 +312,18 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
         LayerTensors p = gpt_layer_tensors(cfg, params_of(model, access, block));
         LayerActs a = layer_acts(acts, cfg, i);
         layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
+        round_input(model, a.ln1, N * C);
         matmul_forward(a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * w.Cl);
         attention_forward(a.atty, a.att, a.qkv, b, t, w.Cl, w.Hl);
+        round_input(model, a.atty, N * w.Cl);
         matmul_forward(acts->proj_out, a.atty, p.attprojw, lead ? p.attprojb : NULL, N, w.Cl, C);
         tp_sum(model, acts->proj_out, N * C);
         residual_forward(a.residual2, residual, acts->proj_out, N * C);
         layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
+        round_input(model, a.ln2, N * C);
         matmul_forward(a.fch, a.ln2, p.fcw, p.fcb, N, C, w.F);
         gelu_forward(a.fch_gelu, a.fch, N * w.F);
+        round_input(model, a.fch_gelu, N * w.F);
         matmul_forward(acts->proj_out, a.fch_gelu, p.fcprojw, lead ? p.fcprojb : NULL, N, w.F, C);
         tp_sum(model, acts->proj_out, N * C);
         residual_forward(a.residual3, a.residual2, acts->proj_out, N * C);
@@ -259,6 +334,7 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
     if (!gpt_has_head(cfg)) return 0;
     float *lnf = params_of(model, access, L + 1);
     layernorm_forward(acts->lnf, acts->lnf_mean, acts->lnf_rstd, residual, lnf, lnf + C, N, C);
+    round_input(model, acts->lnf, N * C);
     params_done(access, L + 1);
     const float *wte = emb ? emb : model->head_wte;
     matmul_forward(acts->logits, acts->lnf, wte, NULL, N, C, w.Vl);
@@ -281,7 +357,7 @@ void gpt_backward(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t
             wte = emb = params_of(model, access, 0);
         }
         /* logits = lnf @ wte^T; acts->logits already holds dlogits */
-        matmul_backward(acts->dln, dwte, NULL, acts->logits, acts->lnf, wte, N, C, w.Vl);
+        linear_backward(model, acts, acts->dln, dwte, NULL, acts->logits, false, acts->lnf, wte, N, C, w.Vl);
         tp_sum(model, acts->dln, N * C);
         memset(acts->dresidual, 0, N * C * sizeof(float));
         const float *last = nl > 0 ? layer_acts(acts, cfg, nl - 1).residual3 : acts->encoded;
@@ -300,17 +376,19 @@ void gpt_backward(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t
         LayerActs a = layer_acts(acts, cfg, i);
         const float *inp = i == 0 ? acts->encoded : layer_acts(acts, cfg, i - 1).residual3;
         /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))) */
-        matmul_backward(acts->dfch, g.fcprojw, g.fcprojb, acts->dresidual, a.fch_gelu, p.fcprojw, N, w.F, C);
+        linear_backward(model, acts, acts->dfch, g.fcprojw, g.fcprojb, acts->dresidual, true, a.fch_gelu, p.fcprojw, N,
+                        w.F, C);
         gelu_backward(acts->dfch, a.fch, acts->dfch, N * w.F);
-        matmul_backward(acts->dln, g.fcw, g.fcb, acts->dfch, a.ln2, p.fcw, N, C, w.F);
+        linear_backward(model, acts, acts->dln, g.fcw, g.fcb, acts->dfch, false, a.ln2, p.fcw, N, C, w.F);
         tp_sum(model, acts->dln, N * C);
         layernorm_backward(acts->dresidual, g.ln2w, g.ln2b, acts->dln, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd,
                            N, C);
         /* attention: residual2 = inp + attproj(attention(qkv(ln1(inp)))) */
-        matmul_backward(acts->datty, g.attprojw, g.attprojb, acts->dresidual, a.atty, p.attprojw, N, w.Cl, C);
+        linear_backward(model, acts, acts->datty, g.attprojw, g.attprojb, acts->dresidual, true, a.atty, p.attprojw, N,
+                        w.Cl, C);
         attention_backward(acts->dqkv, acts->att_scratch, acts->scratch_slots, acts->datty, a.qkv, a.att, b, t, w.Cl,
                            w.Hl);
-        matmul_backward(acts->dln, g.qkvw, g.qkvb, acts->dqkv, a.ln1, p.qkvw, N, C, 3 * w.Cl);
+        linear_backward(model, acts, acts->dln, g.qkvw, g.qkvb, acts->dqkv, false, a.ln1, p.qkvw, N, C, 3 * w.Cl);
         tp_sum(model, acts->dln, N * C);
         layernorm_backward(acts->dresidual, g.ln1w, g.ln1b, acts->dln, inp, p.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
         grads_done(access, block);

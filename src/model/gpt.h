@@ -139,6 +139,11 @@ typedef struct {
     /* guard: the first layer (global index) whose output was not finite in a
      * forward since the caller last set it to -1 */
     int first_nonfinite_layer;
+    /* bf16 compute: every matmul takes bf16 weights and bf16 inputs and
+     * accumulates in fp32; LayerNorm, softmax, GELU, the loss, the master
+     * weights, gradients and optimizer state stay fp32 */
+    bool bf16;
+    float *bf16_params; /* the parameters with their matrices rounded to bf16 (gpt_refresh_bf16) */
 } GPT;
 
 /* Allocates both flat buffers (zeroed). */
@@ -154,6 +159,14 @@ void gpt_init_weights(GPT *model, uint64_t seed);
  * (a ZeRO-3 shard); a shard gets its elements of the whole model's values. */
 void gpt_init_range(const GPTConfig *cfg, uint64_t seed, float *dst, size_t offset, size_t count);
 void gpt_zero_grads(GPT *model);
+/* Rounds to bf16, in place, the matrices (wte, qkvw, attprojw, fcw, fcprojw)
+ * of one block of parameters laid out as the model's. */
+void gpt_round_block_matrices(const GPTConfig *cfg, float *block_base, int block);
+/* bf16 mode: turns it on (allocating the copy if the model holds its
+ * parameters) and refreshes the copy from the fp32 masters: call after every
+ * change of model->params (init, load, update) and of head_wte. */
+void gpt_enable_bf16(GPT *model);
+void gpt_refresh_bf16(GPT *model);
 
 /* Activations for a (B, T) batch shape, allocated once; forward may run any
  * b <= B, t <= T. */
@@ -166,10 +179,14 @@ typedef struct {
     float *grad_memory; /* backward scratch in one allocation */
     float *dresidual, *dln, *datty, *dqkv, *dfch, *att_scratch;
     double *row_stats; /* tensor-parallel softmax: per-row max, sum, target logit */
+    float *dround;     /* bf16 mode: a rounded copy of a gradient that also flows on in fp32 (N,C) */
 } GPTActs;
 
 void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for_training);
 void gpt_acts_free(GPTActs *acts);
+/* Makes dst use src's backward scratch (freeing its own): one backward runs
+ * at a time, so pipeline slots can share it. src must outlive dst. */
+void gpt_acts_share_backward(GPTActs *dst, const GPTActs *src);
 size_t gpt_acts_bytes(const GPTConfig *cfg, int B, int T, bool for_training);
 
 /* Where forward and backward find each block's parameters and put its

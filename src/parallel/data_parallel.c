@@ -26,8 +26,9 @@ typedef struct {
     float *buf;
     size_t capacity;
     int block;   /* block held (or being gathered), -1 if none */
-    bool in_use; /* between params() and params_done() */
-    CommOp *op;  /* gather in flight */
+    bool in_use;  /* between params() and params_done() */
+    bool rounded; /* bf16 mode: its matrices rounded since the gather */
+    CommOp *op;   /* gather in flight */
 } ParamSlot;
 
 struct DataParallel {
@@ -263,6 +264,7 @@ static void start_gather(DataParallel *dp, int s, int block) {
     size_t hi = hi_a < hi_b ? hi_a : hi_b;
     if (hi > lo) memcpy(slot->buf + (lo - off), dp->shard_params + (lo - dp->shard_offset), (hi - lo) * sizeof(float));
     slot->block = block;
+    slot->rounded = false;
     slot->op = comm_start_allgather(dp->comm, slot->buf, off, count, dp->total);
 }
 
@@ -286,6 +288,10 @@ static float *access_params(void *ctx, int block) {
     if (slot->op) {
         comm_wait(slot->op);
         slot->op = NULL;
+    }
+    if (dp->model->bf16 && !slot->rounded) { /* gathered in fp32, used as bf16 */
+        gpt_round_block_matrices(&dp->model->cfg, slot->buf, block);
+        slot->rounded = true;
     }
     slot->in_use = true;
     /* forward walks blocks up, backward down (starting from the embeddings) */
@@ -439,7 +445,7 @@ void dp_end_micro(DataParallel *dp) {
     while (dp->num_inflight > 0) wait_oldest(dp);
     for (int s = 0; s < NUM_SLOTS; s++) {
         if (dp->slots[s].op) comm_wait(dp->slots[s].op);
-        dp->slots[s] = (ParamSlot){dp->slots[s].buf, dp->slots[s].capacity, -1, false, NULL};
+        dp->slots[s] = (ParamSlot){dp->slots[s].buf, dp->slots[s].capacity, -1, false, false, NULL};
     }
 }
 

@@ -82,13 +82,7 @@ static int acquire_slot(Pipeline *p) {
     ActSlot *s = &p->slots[p->num_slots];
     memset(s, 0, sizeof *s);
     gpt_acts_create(&s->acts, &p->model->cfg, p->B, p->T, true);
-    if (p->num_slots > 0) { /* backward scratch is shared: one backward at a time */
-        free(s->acts.grad_memory);
-        GPTActs *first = &p->slots[0].acts;
-        s->acts.grad_memory = NULL;
-        s->acts.dresidual = first->dresidual, s->acts.dln = first->dln, s->acts.datty = first->datty;
-        s->acts.dqkv = first->dqkv, s->acts.dfch = first->dfch, s->acts.att_scratch = first->att_scratch;
-    }
+    if (p->num_slots > 0) gpt_acts_share_backward(&s->acts, &p->slots[0].acts); /* one backward at a time */
     s->inputs = bs_malloc((size_t)p->B * p->T * sizeof(int32_t));
     s->targets = bs_malloc((size_t)p->B * p->T * sizeof(int32_t));
     s->in_use = true;

@@ -40,6 +40,7 @@ void train_config_defaults(TrainConfig *c) {
     c->seq_len = 128;
     c->vocab_size = 0;
     c->tokenizer = c->vocab_dir = "";
+    c->precision = "fp32";
     c->micro_batch = 8;
     c->steps = 100;
     c->lr = 1e-3;
@@ -380,6 +381,7 @@ static StepResult train_step(Trainer *tr) {
         optimizer_update(tr, r.lr, scale);
         dp_after_update(tr->dp);
         mp_share_output_weights(tr->grid, &tr->model, tr->dp);
+        gpt_refresh_bf16(&tr->model);
         remember_loss(tr, r.loss);
         tr->consecutive_skips = 0;
     } else {
@@ -656,6 +658,8 @@ static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     if (strcmp(c->data_order, "shuffled") != 0 && strcmp(c->data_order, "sequential") != 0)
         bs_die("--data-order must be 'shuffled' or 'sequential' (got '%s')", c->data_order);
     if (c->min_lr > c->lr) bs_die("--min-lr %g is larger than --lr %g", c->min_lr, c->lr);
+    if (strcmp(c->precision, "fp32") != 0 && strcmp(c->precision, "bf16") != 0)
+        bs_die("--precision must be fp32 or bf16 (got '%s')", c->precision);
     parse_fault(tr);
     setup_model(tr); /* builds the grid: the data-parallel size is known from here on */
     int per_step = c->micro_batch * tr->dp_size;
@@ -695,6 +699,7 @@ static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     if (is_set(c->ckpt_dir)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s", c->ckpt_dir);
     else if (is_set(c->out)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s/ckpt", c->out);
     if (is_set(c->resume)) train_resume(tr);
+    if (strcmp(c->precision, "bf16") == 0) gpt_enable_bf16(&tr->model); /* after the masters are final */
     if (tr->rank == 0) {
         if (tr->ckpt_dir[0]) bs_mkdir_p(tr->ckpt_dir);
         if (is_set(c->out)) bs_mkdir_p(c->out);
