@@ -34,12 +34,12 @@ def env_for(threads):
                 MKL_NUM_THREADS=str(threads), OPENBLAS_CORETYPE=os.environ.get("OPENBLAS_CORETYPE", "SkylakeX"))
 
 
-def run_batchscale(bs, shard, threads, tmp):
-    metrics = os.path.join(tmp, f"m{threads}.jsonl")
+def run_batchscale(bs, shard, threads, tmp, extra=()):
+    metrics = os.path.join(tmp, f"m{threads}{len(extra)}.jsonl")
     subprocess.run([bs, "train", "--data", shard, "--vocab-size", str(V), "--layers", str(L), "--heads", str(H),
                     "--channels", str(C), "--seq-len", str(T), "--micro-batch", str(B), "--steps", str(STEPS),
                     "--eval-every", "0", "--sample-tokens", "0", "--threads", str(threads), "--metrics", metrics,
-                    "--quiet"], check=True, env=env_for(threads))
+                    "--quiet"] + list(extra), check=True, env=env_for(threads))
     ms = statistics.median(json.loads(line)["ms"] for line in list(open(metrics))[2:])
     return dict(tokens_per_s=B * T / ms * 1e3, ms_per_step=ms)
 
@@ -71,7 +71,8 @@ def main():
             f.write(header.tobytes())
             f.write(np.random.default_rng(0).integers(0, V, n).astype(np.uint16).tobytes())
         for threads in (1, 2):
-            row = {"batchscale": run_batchscale(bs, shard, threads, tmp), "sgemm_gflops": run_gemm(bs, threads)}
+            row = {"batchscale": run_batchscale(bs, shard, threads, tmp), "sgemm_gflops": run_gemm(bs, threads),
+                   "batchscale_bf16": run_batchscale(bs, shard, threads, tmp, ["--precision", "bf16"])}
             row["torch_debian"] = run_torch("/usr/bin/python3", threads)
             if venv_python:
                 row["torch_pypi"] = run_torch(venv_python, threads)
@@ -80,7 +81,7 @@ def main():
     print(f"{'threads':>7} {'system':<24} {'tokens/s':>9} {'GFLOP/s':>8} {'vs sgemm':>9} {'bs speed-up':>11}")
     for threads, row in results["threads"].items():
         ours = row["batchscale"]["tokens_per_s"]
-        entries = [("batchscale", row["batchscale"])]
+        entries = [("batchscale", row["batchscale"]), ("batchscale bf16", row["batchscale_bf16"])]
         entries += [(f"PyTorch {row[k]['version']}", row[k]) for k in ("torch_pypi", "torch_debian") if k in row]
         for name, e in entries:
             gf = e["tokens_per_s"] * fpt / 1e9
