@@ -19,3 +19,9 @@ foreach(n 1 2 3 4)
   add_test(NAME cc_onebit_adam_np${n} COMMAND ${CC_MPIRUN} -np ${n} $<TARGET_FILE:test_cc_onebit>)
   set_tests_properties(cc_onebit_adam_np${n} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 300)
 endforeach()
+
+# Codecs and the compressed all-reduce driven from Python: formats against
+# numpy and PyTorch (test_cc_formats.py), and bench/bench_compress.py.
+add_executable(cc_driver test_cc_driver.c)
+target_link_libraries(cc_driver PRIVATE bscore)
+add_test(NAME cc_formats COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_cc_formats.py $<TARGET_FILE:cc_driver>)

@@ -280,16 +280,31 @@ static void decode_topk(const Codec *codec, const void *in, size_t n, float *out
 
 /* Layout: the scale, then the signs, element i in bit i % 8 of byte i / 8
  * (1: x >= 0, decoded +s; 0: decoded -s), padded. */
+/* sum of x^2 in double, in 8 interleaved partial sums (so it vectorizes) */
+static double sum_squares(const float *x, size_t n) {
+    double part[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) part[k] += (double)x[i + k] * x[i + k];
+    for (; i < n; i++) part[0] += (double)x[i] * x[i];
+    double sum = 0;
+    for (int k = 0; k < 8; k++) sum += part[k];
+    return sum;
+}
+
 static void encode_onebit(const float *x, size_t n, void *out) {
     if (n == 0) return;
-    double sum_sq = 0;
-    for (size_t i = 0; i < n; i++) sum_sq += (double)x[i] * x[i];
-    float scale = (float)(sqrt(sum_sq) / sqrt((double)n));
+    float scale = (float)(sqrt(sum_squares(x, n)) / sqrt((double)n));
     memcpy(out, &scale, sizeof scale);
     uint8_t *bits = (uint8_t *)out + 4;
     size_t nbytes = (n + 7) / 8;
-    memset(bits, 0, round4(nbytes));
-    for (size_t i = 0; i < n; i++) bits[i / 8] |= (uint8_t)((x[i] >= 0.0f) << (i % 8));
+    memset(bits + nbytes, 0, round4(nbytes) - nbytes);
+    for (size_t j = 0; j < nbytes; j++) {
+        size_t begin = 8 * j, len = n - begin < 8 ? n - begin : 8;
+        unsigned b = 0;
+        for (size_t k = 0; k < len; k++) b |= (unsigned)(x[begin + k] >= 0.0f) << k;
+        bits[j] = (uint8_t)b;
+    }
 }
 
 static void decode_onebit(const void *in, size_t n, float *out, bool add) {
@@ -297,9 +312,12 @@ static void decode_onebit(const void *in, size_t n, float *out, bool add) {
     float scale;
     memcpy(&scale, in, sizeof scale);
     const uint8_t *bits = (const uint8_t *)in + 4;
-    for (size_t i = 0; i < n; i++) {
-        float v = (bits[i / 8] >> (i % 8)) & 1u ? scale : -scale;
-        out[i] = add ? out[i] + v : v;
+    for (size_t j = 0; j < (n + 7) / 8; j++) {
+        size_t begin = 8 * j, len = n - begin < 8 ? n - begin : 8;
+        for (size_t k = 0; k < len; k++) {
+            float v = (bits[j] >> k) & 1u ? scale : -scale;
+            out[begin + k] = add ? out[begin + k] + v : v;
+        }
     }
 }
 
@@ -358,11 +376,17 @@ void codec_decode_add(const Codec *codec, const void *in, size_t n, float *out) 
 }
 
 void codec_encode_feedback(const Codec *codec, float *x, float *residual, size_t n, void *out) {
-    if (residual)
-        for (size_t i = 0; i < n; i++) x[i] += residual[i];
+    if (!residual) {
+        codec_encode(codec, x, n, out);
+        codec_decode(codec, out, n, x);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) x[i] += residual[i];
     codec_encode(codec, x, n, out);
-    if (residual) memcpy(residual, x, n * sizeof(float));
-    codec_decode(codec, out, n, x);
-    if (residual)
-        for (size_t i = 0; i < n; i++) residual[i] -= x[i];
+    codec_decode(codec, out, n, residual); /* the residual's old values are in x already */
+    for (size_t i = 0; i < n; i++) {
+        float sent = residual[i];
+        residual[i] = x[i] - sent;
+        x[i] = sent;
+    }
 }
