@@ -15,7 +15,9 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_scaling import write_shard  # noqa: E402
 
 L, H, C, V, T, B = 6, 6, 384, 8192, 256, 8
 STEPS = 12
@@ -64,12 +66,7 @@ def main():
     results = {"config": dict(L=L, H=H, C=C, V=V, T=T, B=B, flops_per_token=fpt), "threads": {}}
     with tempfile.TemporaryDirectory() as tmp:
         shard = os.path.join(tmp, "rand.bin")
-        header = np.zeros(256, np.int32)
-        n = 1_000_000
-        header[:3] = [20240520, 1, n]
-        with open(shard, "wb") as f:
-            f.write(header.tobytes())
-            f.write(np.random.default_rng(0).integers(0, V, n).astype(np.uint16).tobytes())
+        write_shard(shard, V)
         for threads in (1, 2):
             row = {"batchscale": run_batchscale(bs, shard, threads, tmp), "sgemm_gflops": run_gemm(bs, threads),
                    "batchscale_bf16": run_batchscale(bs, shard, threads, tmp, ["--precision", "bf16"])}

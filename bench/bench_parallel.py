@@ -12,7 +12,9 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_scaling import write_shard  # noqa: E402
 
 L, H, C, V, T, B = 6, 6, 384, 8192, 256, 8
 G = 8 * B  # global batch: 8 micro-batches of 8 sequences
@@ -26,12 +28,7 @@ def main():
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         shard = os.path.join(tmp, "rand.bin")
-        header = np.zeros(256, np.int32)
-        n = 1_000_000
-        header[:3] = [20240520, 1, n]
-        with open(shard, "wb") as f:
-            f.write(header.tobytes())
-            f.write(np.random.default_rng(0).integers(0, V, n).astype(np.uint16).tobytes())
+        write_shard(shard, V)
         layouts = {"DP 2": ["--dp", "2"], "TP 2": ["--tp", "2"], "PP 2 (1F1B)": ["--pp", "2", "--pp-schedule", "1f1b"],
                    "PP 2 (GPipe)": ["--pp", "2", "--pp-schedule", "gpipe"]}
         for name, extra in layouts.items():
