@@ -22,3 +22,4 @@ mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 env OMP_NUM_THRE
 /usr/bin/python3 bench/bench_tokenizer.py "$BS" build/bench/tokenizer.json
 /usr/bin/python3 bench/bench_bf16.py "$BS" build/bench/bf16.json "$VENV/bin/python"
 /usr/bin/python3 bench/bench_ckpt.py "$BS" build/bench/ckpt.json
+/usr/bin/python3 bench/bench_compress.py "$BS" build/bench/compress.json

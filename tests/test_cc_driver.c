@@ -11,10 +11,13 @@
  *       all launched at once (as backward launches them), then waited;
  *       CASES: comma-separated codec specs, "fp32-ring" / "fp32-mpi" for the
  *       uncompressed collectives, "@exchange" after a spec for that scheme.
- *       Rank 0 prints one JSON line per case: median seconds per step (the
- *       slowest rank's), bytes sent per rank per step, and the error of one
- *       step against the exact sum (max |error| / max |sum|, and RMS error /
- *       RMS sum). */
+ *       Cases are timed in rounds (each round runs every case once), so a
+ *       change of load on the machine hits all of them alike. Rank 0 prints
+ *       one JSON line per case: median seconds per step (the slowest
+ *       rank's), bytes sent per rank per step (the most of any rank), and
+ *       errors against the exact sum (max |error| / max |sum|, RMS error /
+ *       RMS sum) of one step and of the running sum of 8 steps of the same
+ *       gradient with error feedback (what feedback recovers). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,10 +135,60 @@ static void fill(Step *s, int rank) {
         s->grad[i] = 1e-3f * sinf(0.001f * (float)i + (float)rank) * (1.0f + (float)(i % 7) / 7.0f);
 }
 
+static void reset(Step *s, int rank) {
+    memset(s->residual, 0, s->total * sizeof(float));
+    memset(s->server_residual, 0, s->total * sizeof(float));
+    fill(s, rank);
+}
+
+/* max |got - want| / max |want| and RMS(got - want) / RMS(want). */
+static void relative_errors(const double *got, const double *want, size_t n, double scale, double out[2]) {
+    double max_err = 0, max_want = 0, sq_err = 0, sq_want = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = got[i] - scale * want[i];
+        max_err = fmax(max_err, fabs(e));
+        max_want = fmax(max_want, fabs(scale * want[i]));
+        sq_err += e * e;
+        sq_want += scale * want[i] * scale * want[i];
+    }
+    out[0] = max_err / max_want;
+    out[1] = sqrt(sq_err / sq_want);
+}
+
+#define RUNNING_STEPS 8
+#define MAX_CASES 32
+
+/* Errors of one step and of the running sum of RUNNING_STEPS steps of the
+ * same gradient (error feedback carries what one step leaves out). */
+static void measure_errors(Step *s, const BenchCase *b, const double *exact, double one[2], double running[2]) {
+    int rank = comm_rank(s->comm);
+    double *sum = bs_calloc(s->total, sizeof(double));
+    reset(s, rank);
+    for (int t = 0; t < RUNNING_STEPS; t++) {
+        fill(s, rank);
+        run_step(s, b);
+        for (size_t i = 0; i < s->total; i++) sum[i] += s->grad[i];
+        if (t == 0) relative_errors(sum, exact, s->total, 1.0, one);
+    }
+    relative_errors(sum, exact, s->total, RUNNING_STEPS, running);
+    free(sum);
+}
+
+static void sort_doubles(double *v, int n) {
+    for (int i = 0; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+}
+
 static int bench_mode(int argc, char **argv) {
     Comm *c = comm_init(&argc, &argv, COMM_ALGO_RING, 0, 600.0, "bench");
+    const int rank = comm_rank(c);
     Step s = {c, NULL, NULL, NULL, (size_t)atol(argv[2]), (size_t)atol(argv[3]), 0, NULL, NULL};
     int reps = atoi(argv[4]);
+    if (reps < 1 || reps > 64) bs_die("REPS must be 1..64");
     s.buckets = (int)((s.total + s.bucket - 1) / s.bucket);
     s.grad = bs_malloc(s.total * sizeof(float));
     s.residual = bs_calloc(s.total, sizeof(float));
@@ -144,57 +197,44 @@ static int bench_mode(int argc, char **argv) {
     s.ops = bs_malloc(sizeof(CommOp *) * (size_t)s.buckets);
     for (int k = 0; k < s.buckets; k++) s.scratch[k] = compressed_scratch_new();
     double *exact = bs_malloc(s.total * sizeof(double));
-    fill(&s, comm_rank(c));
+    fill(&s, rank);
     for (size_t i = 0; i < s.total; i++) exact[i] = s.grad[i];
     for (size_t done = 0; done < s.total; done += 1 << 24) {
         size_t len = s.total - done < (1u << 24) ? s.total - done : (1u << 24);
         comm_allreduce_double(c, exact + done, (int)len);
     }
-    char *list = argv[5];
-    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
-        BenchCase b = parse_case(tok);
-        if (b.plain) comm_set_algo(c, b.algo);
-        memset(s.residual, 0, s.total * sizeof(float));
-        memset(s.server_residual, 0, s.total * sizeof(float));
-        fill(&s, comm_rank(c));
-        run_step(&s, &b); /* the first step: its error against the exact sum (and warm-up) */
-        double max_err = 0, max_sum = 0, sq_err = 0, sq_sum = 0;
-        for (size_t i = 0; i < s.total; i++) {
-            double e = (double)s.grad[i] - exact[i];
-            max_err = fmax(max_err, fabs(e));
-            max_sum = fmax(max_sum, fabs(exact[i]));
-            sq_err += e * e;
-            sq_sum += exact[i] * exact[i];
-        }
-        double times[64];
-        uint64_t bytes = 0;
-        for (int r = 0; r < reps && r < 64; r++) {
-            fill(&s, comm_rank(c));
+    BenchCase cases[MAX_CASES];
+    int num_cases = 0;
+    for (char *tok = strtok(argv[5], ","); tok && num_cases < MAX_CASES; tok = strtok(NULL, ","))
+        cases[num_cases++] = parse_case(tok);
+    double one[MAX_CASES][2], running[MAX_CASES][2], times[MAX_CASES][64], bytes[MAX_CASES];
+    for (int k = 0; k < num_cases; k++) { /* untimed: errors, and every buffer allocated */
+        comm_set_algo(c, cases[k].plain ? cases[k].algo : COMM_ALGO_RING);
+        measure_errors(&s, &cases[k], exact, one[k], running[k]);
+    }
+    for (int r = 0; r < reps; r++) /* rounds over all cases, so load changes hit every case alike */
+        for (int k = 0; k < num_cases; k++) {
+            comm_set_algo(c, cases[k].plain ? cases[k].algo : COMM_ALGO_RING);
+            reset(&s, rank);
             comm_barrier(c);
             CommStats before = comm_stats(c);
             double t0 = bs_now();
-            run_step(&s, &b);
+            run_step(&s, &cases[k]);
             double dt = bs_now() - t0;
-            bytes = comm_stats(c).bytes_sent - before.bytes_sent;
+            bytes[k] = (double)(comm_stats(c).bytes_sent - before.bytes_sent);
             comm_allreduce_max_double(c, &dt, 1);
-            times[r] = dt;
+            comm_allreduce_max_double(c, &bytes[k], 1);
+            times[k][r] = dt;
         }
-        for (int i = 0; i < reps; i++) /* insertion sort for the median */
-            for (int j = i; j > 0 && times[j] < times[j - 1]; j--) {
-                double t = times[j];
-                times[j] = times[j - 1];
-                times[j - 1] = t;
-            }
-        double worst_bytes = (double)bytes;
-        comm_allreduce_max_double(c, &worst_bytes, 1);
-        if (comm_rank(c) == 0)
-            printf("{\"case\": \"%s\", \"ranks\": %d, \"floats\": %zu, \"buckets\": %d, \"seconds\": %.6f, "
-                   "\"bytes_per_rank\": %.0f, \"max_rel_error\": %.3e, \"rms_rel_error\": %.3e}\n",
-                   b.name, comm_size(c), s.total, s.buckets, times[reps / 2], worst_bytes, max_err / max_sum,
-                   sqrt(sq_err / sq_sum));
-        fflush(stdout);
-        if (b.plain) comm_set_algo(c, COMM_ALGO_RING);
+    for (int k = 0; k < num_cases && rank == 0; k++) {
+        sort_doubles(times[k], reps);
+        printf("{\"case\": \"%s\", \"ranks\": %d, \"floats\": %zu, \"buckets\": %d, \"seconds\": %.6f, "
+               "\"bytes_per_rank\": %.0f, \"max_rel_error\": %.3e, \"rms_rel_error\": %.3e, "
+               "\"running_max_rel_error\": %.3e, \"running_rms_rel_error\": %.3e, \"running_steps\": %d}\n",
+               cases[k].name, comm_size(c), s.total, s.buckets, times[k][reps / 2], bytes[k], one[k][0], one[k][1],
+               running[k][0], running[k][1], RUNNING_STEPS);
     }
+    fflush(stdout);
     for (int k = 0; k < s.buckets; k++) compressed_scratch_free(s.scratch[k]);
     free(s.grad), free(s.residual), free(s.server_residual), free(s.scratch), free(s.ops), free(exact);
     comm_finalize(c);
