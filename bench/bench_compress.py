@@ -29,7 +29,8 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_scaling import write_shard  # noqa: E402
 
 L, H, C, V, T, B = 6, 6, 384, 8192, 256, 8
 FLOATS = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C  # 13,891,584 (llm.c's GPT-2 parameter count)
@@ -47,14 +48,6 @@ def collective_runs(driver, ranks, transport):
                                             ",".join(CASES)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=ENV).stdout
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-
-
-def write_shard(path, vocab, n=1_000_000):
-    header = np.zeros(256, np.int32)
-    header[:3] = [20240520, 1, n]
-    with open(path, "wb") as f:
-        f.write(header.tobytes())
-        f.write(np.random.default_rng(0).integers(0, vocab, n).astype(np.uint16).tobytes())
 
 
 def train_runs(bs):
