@@ -195,6 +195,8 @@ int comm_world_rank(const Comm *comm) { return comm->world_rank; }
 CommAlgo comm_algo(const Comm *comm) { return comm->algo; }
 int comm_num_nodes(const Comm *comm) { return comm->num_nodes; }
 
+Comm *comm_node_group(Comm *comm) { return comm->node; }
+
 void comm_set_algo(Comm *comm, CommAlgo algo) {
     if (algo == COMM_ALGO_HIERARCHICAL && !comm->uniform_nodes)
         bs_die("hierarchical collectives need the same number of ranks on every node (use --ranks-per-node)");

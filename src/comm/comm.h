@@ -60,6 +60,9 @@ int comm_world_rank(const Comm *comm);
 CommAlgo comm_algo(const Comm *comm);
 void comm_set_algo(Comm *comm, CommAlgo algo);
 int comm_num_nodes(const Comm *comm);
+/* The ranks of this rank's node (real or emulated), as a group of their own
+ * owned by comm (ZeRO++'s hpZ gathers inside it). */
+Comm *comm_node_group(Comm *comm);
 bool comm_parse_algo(const char *name, CommAlgo *out);
 const char *comm_algo_name(CommAlgo algo);
 

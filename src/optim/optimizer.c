@@ -12,8 +12,8 @@
 #include "optim/lars.h"
 #include "optim/sgd.h"
 
-static const char *const kind_names[OPTIM_KIND_COUNT] = {"adamw", "sgd", "lamb", "lars"};
-static const int kind_state_arrays[OPTIM_KIND_COUNT] = {2, 1, 2, 1};
+static const char *const kind_names[OPTIM_KIND_COUNT] = {"adamw", "sgd", "lamb", "lars", "onebit-adam"};
+static const int kind_state_arrays[OPTIM_KIND_COUNT] = {2, 1, 2, 1, 2};
 
 bool optimizer_kind_parse(const char *name, OptimizerKind *kind, char *why, size_t why_size) {
     for (int k = 0; k < OPTIM_KIND_COUNT; k++) {
@@ -22,7 +22,7 @@ bool optimizer_kind_parse(const char *name, OptimizerKind *kind, char *why, size
             return true;
         }
     }
-    snprintf(why, why_size, "--optimizer must be adamw, sgd, lamb or lars (got '%s')", name);
+    snprintf(why, why_size, "--optimizer must be adamw, sgd, lamb, lars or onebit-adam (got '%s')", name);
     return false;
 }
 
@@ -104,7 +104,8 @@ void optimizer_update_phase(const Optimizer *opt, const OptimizerShard *shard, c
         float *p = shard->params + at, *s0 = shard->state[0] + at;
         const float *g = shard->grads + at;
         switch (c->kind) {
-        case OPTIM_ADAMW: {
+        case OPTIM_ADAMW:
+        case OPTIM_ONEBIT_ADAM: { /* its warm-up */
             AdamWStep s = {step->lr, c->beta1, c->beta2, c->eps, decay_of(opt, t), step->grad_scale, step->step};
             adamw_update(p, g, s0, shard->state[1] + at, n, &s);
             break;

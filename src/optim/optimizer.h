@@ -21,8 +21,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef enum { OPTIM_ADAMW, OPTIM_SGD, OPTIM_LAMB, OPTIM_LARS } OptimizerKind;
-#define OPTIM_KIND_COUNT 4
+/* OPTIM_ONEBIT_ADAM: 1-bit Adam (optim/onebit_adam.h). Through this front door
+ * it is its warm-up, plain AdamW; the trainer runs its compression stage. */
+typedef enum { OPTIM_ADAMW, OPTIM_SGD, OPTIM_LAMB, OPTIM_LARS, OPTIM_ONEBIT_ADAM } OptimizerKind;
+#define OPTIM_KIND_COUNT 5
 
 /* Most float state arrays any optimizer keeps per parameter. */
 #define OPTIMIZER_MAX_STATE 2
@@ -75,12 +77,12 @@ typedef struct {
     double *sums; /* optimizer_num_sums() doubles: the per-tensor norms of a step */
 } Optimizer;
 
-/* "adamw", "sgd", "lamb" or "lars"; false with a one-line reason naming
+/* "adamw", "sgd", "lamb", "lars" or "onebit-adam"; false with a one-line reason naming
  * --optimizer otherwise. */
 bool optimizer_kind_parse(const char *name, OptimizerKind *kind, char *why, size_t why_size);
 const char *optimizer_kind_name(OptimizerKind kind);
 /* Floats of state per parameter: adamw 2 (m, v), sgd 1 (momentum buffer),
- * lamb 2 (m, v), lars 1 (velocity). */
+ * lamb 2 (m, v), lars 1 (velocity), onebit-adam 2 (m, v). */
 int optimizer_state_arrays(OptimizerKind kind);
 
 void optimizer_init(Optimizer *opt, const OptimizerConfig *cfg, const OptimTensor *tensors, int num_tensors);

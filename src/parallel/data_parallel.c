@@ -20,6 +20,8 @@ typedef struct {
     float *buf;                  /* stage 2/3: where backward writes this bucket */
     int pool_index;              /* -1: the dedicated embeddings buffer */
     CommOp *op;
+    CompressedScratch *scratch;  /* compressed gradients: this bucket's buffers */
+    size_t server_offset;        /* stage 0, exchange scheme: its server residual in dp->server_residual */
 } Bucket;
 
 typedef struct {
@@ -28,7 +30,9 @@ typedef struct {
     int block;   /* block held (or being gathered), -1 if none */
     bool in_use;  /* between params() and params_done() */
     bool rounded; /* bf16 mode: its matrices rounded since the gather */
-    CommOp *op;   /* gather in flight */
+    bool fill_secondary;        /* hpZ: copy the node's part into the secondary shard once gathered */
+    CommOp *op;                 /* gather in flight */
+    CompressedScratch *scratch; /* qwZ */
 } ParamSlot;
 
 struct DataParallel {
@@ -56,6 +60,13 @@ struct DataParallel {
     int poison_block;          /* tests: -1 or the block to poison */
     BlockAccess train_access, eval_access;
     DPMemory memory;
+    bool compress_grads, local;
+    float *residual;        /* worker error feedback, total floats */
+    float *server_residual; /* stage 0, exchange scheme: each bucket's own chunk */
+    size_t server_floats;
+    Comm *node;             /* hpZ: the node group and the secondary shard */
+    float *secondary;
+    size_t secondary_offset, secondary_count;
 };
 
 static void block_range(const DataParallel *dp, int block, size_t *off, size_t *count) {
@@ -148,16 +159,26 @@ static void measure_bucket(DataParallel *dp, const Bucket *bk) {
                                                        dp->grad_snapshot + bk->offset, bk->count);
 }
 
+/* Stage 0 all-reduces the bucket, the others reduce-scatter it; compressed
+ * with this rank's residuals of the bucket's range when a codec is set. */
+static CommOp *start_reduction(DataParallel *dp, Bucket *bk) {
+    float *buf = dp->stage >= 2 ? bk->buf : dp->model->grads + bk->offset;
+    bool whole = dp->stage == 0;
+    if (!dp->compress_grads)
+        return whole ? comm_start_allreduce(dp->comm, buf, bk->count)
+                     : comm_start_reduce_scatter(dp->comm, buf, bk->offset, bk->count, dp->total);
+    if (!bk->scratch) bk->scratch = compressed_scratch_new();
+    Compression z = {dp->opt.grad_codec, dp->opt.grad_scheme, false, dp->residual ? dp->residual + bk->offset : NULL,
+                     dp->server_residual ? dp->server_residual + bk->server_offset : NULL};
+    return whole ? comm_start_compressed_allreduce(dp->comm, bk->scratch, &z, buf, 0, bk->count, bk->count)
+                 : comm_start_compressed_reduce_scatter(dp->comm, bk->scratch, &z, buf, bk->offset, bk->count, dp->total);
+}
+
 static void launch_bucket(DataParallel *dp, int k) {
     Bucket *bk = &dp->buckets[k];
     measure_bucket(dp, bk);
     if (dp->num_inflight == MAX_INFLIGHT) wait_oldest(dp);
-    if (dp->stage == 0)
-        bk->op = comm_start_allreduce(dp->comm, dp->model->grads + bk->offset, bk->count);
-    else if (dp->stage == 1)
-        bk->op = comm_start_reduce_scatter(dp->comm, dp->model->grads + bk->offset, bk->offset, bk->count, dp->total);
-    else
-        bk->op = comm_start_reduce_scatter(dp->comm, bk->buf, bk->offset, bk->count, dp->total);
+    bk->op = start_reduction(dp, bk);
     dp->inflight[dp->num_inflight++] = k;
 }
 
@@ -254,18 +275,48 @@ static int find_slot(DataParallel *dp, int block) {
     return -1;
 }
 
+/* Copies [lo, hi) ∩ [a_off, +a_count) from array a to array b ([b_off, +b_count)). */
+static void copy_overlap(const float *a, size_t a_off, size_t a_count, float *b, size_t b_off, size_t b_count) {
+    size_t lo = a_off > b_off ? a_off : b_off;
+    size_t hi_a = a_off + a_count, hi_b = b_off + b_count;
+    size_t hi = hi_a < hi_b ? hi_a : hi_b;
+    if (hi > lo) memcpy(b + (lo - b_off), a + (lo - a_off), (hi - lo) * sizeof(float));
+}
+
+/* Waits for the slot's gather and, under hpZ, keeps the node's part of it. */
+static void settle_slot(DataParallel *dp, ParamSlot *slot) {
+    if (slot->op) {
+        comm_wait(slot->op);
+        slot->op = NULL;
+    }
+    if (!slot->fill_secondary) return;
+    size_t off, count;
+    block_range(dp, slot->block, &off, &count);
+    copy_overlap(slot->buf, off, count, dp->secondary, dp->secondary_offset, dp->secondary_count);
+    slot->fill_secondary = false;
+}
+
+/* Forward gathers over the whole group (int8 under qwZ) and, under hpZ, fill
+ * the secondary shard; backward gathers under hpZ stay inside the node. */
 static void start_gather(DataParallel *dp, int s, int block) {
     ParamSlot *slot = &dp->slots[s];
-    if (slot->op) comm_wait(slot->op);
+    settle_slot(dp, slot);
     size_t off, count;
     block_range(dp, block, &off, &count);
-    size_t lo = off > dp->shard_offset ? off : dp->shard_offset;
-    size_t hi_a = off + count, hi_b = dp->shard_offset + dp->shard_count;
-    size_t hi = hi_a < hi_b ? hi_a : hi_b;
-    if (hi > lo) memcpy(slot->buf + (lo - off), dp->shard_params + (lo - dp->shard_offset), (hi - lo) * sizeof(float));
+    bool in_node = dp->opt.hpz && dp->in_backward;
+    Comm *group = in_node ? dp->node : dp->comm;
+    if (in_node) copy_overlap(dp->secondary, dp->secondary_offset, dp->secondary_count, slot->buf, off, count);
+    else copy_overlap(dp->shard_params, dp->shard_offset, dp->shard_count, slot->buf, off, count);
     slot->block = block;
     slot->rounded = false;
-    slot->op = comm_start_allgather(dp->comm, slot->buf, off, count, dp->total);
+    slot->fill_secondary = dp->opt.hpz && !in_node;
+    if (dp->opt.quant_weights && !in_node) {
+        if (!slot->scratch) slot->scratch = compressed_scratch_new();
+        Codec int8 = {CODEC_INT8, dp->opt.quant_block, 0};
+        slot->op = comm_start_compressed_allgather(group, slot->scratch, &int8, slot->buf, off, count, dp->total);
+    } else {
+        slot->op = comm_start_allgather(group, slot->buf, off, count, dp->total);
+    }
 }
 
 static void prefetch(DataParallel *dp, int block) {
@@ -285,10 +336,7 @@ static float *access_params(void *ctx, int block) {
     if (s < 0) bs_die("internal: no free parameter slot for block %d", block);
     ParamSlot *slot = &dp->slots[s];
     if (slot->block != block) start_gather(dp, s, block);
-    if (slot->op) {
-        comm_wait(slot->op);
-        slot->op = NULL;
-    }
+    settle_slot(dp, slot); /* before bf16 rounding: the secondary keeps what was gathered */
     if (dp->model->bf16 && !slot->rounded) { /* gathered in fp32, used as bf16 */
         gpt_round_block_matrices(&dp->model->cfg, slot->buf, block);
         slot->rounded = true;
@@ -319,6 +367,33 @@ static size_t alloc_tracked(float **p, size_t floats, size_t *account) {
     *p = bs_calloc(floats ? floats : 1, sizeof(float));
     *account += floats * sizeof(float);
     return floats;
+}
+
+/* Residuals of compressed gradients; the hpZ node group and secondary shard. */
+static void setup_compression(DataParallel *dp) {
+    const DPOptions *o = &dp->opt;
+    DPMemory *mem = &dp->memory;
+    if ((o->quant_weights || o->hpz) && dp->stage != 3)
+        bs_die("internal: quantized or node-local parameter gathers need ZeRO stage 3 (got %d)", dp->stage);
+    dp->compress_grads = o->grad_codec.kind != CODEC_NONE && comm_size(dp->comm) > 1;
+    if (dp->compress_grads && o->grad_scheme == COMPRESSED_RING && !codec_is_elementwise(&o->grad_codec))
+        bs_die("internal: the ring cannot carry top-k or 1-bit encodings");
+    if (dp->compress_grads && o->error_feedback) {
+        alloc_tracked(&dp->residual, dp->total, &mem->buffer_bytes);
+        if (dp->stage == 0 && o->grad_scheme == COMPRESSED_EXCHANGE) {
+            for (int k = 0; k < dp->num_buckets; k++) {
+                Bucket *bk = &dp->buckets[k];
+                bk->server_offset = dp->server_floats;
+                dp->server_floats += compressed_server_floats(dp->comm, 0, bk->count, bk->count);
+            }
+            alloc_tracked(&dp->server_residual, dp->server_floats, &mem->buffer_bytes);
+        }
+    }
+    if (o->hpz) {
+        dp->node = comm_node_group(dp->comm);
+        comm_partition(dp->node, dp->total, comm_rank(dp->node), &dp->secondary_offset, &dp->secondary_count);
+        alloc_tracked(&dp->secondary, dp->secondary_count, &mem->buffer_bytes);
+    }
 }
 
 DataParallel *dp_create(Comm *comm, GPT *model, const DPOptions *opt) {
@@ -358,6 +433,7 @@ DataParallel *dp_create(Comm *comm, GPT *model, const DPOptions *opt) {
         for (int s = SLOT_LAYER_A; s <= SLOT_LAYER_B; s++)
             dp->slots[s].capacity = alloc_tracked(&dp->slots[s].buf, layer, &mem->buffer_bytes);
     }
+    setup_compression(dp);
     dp->train_access = (BlockAccess){access_params, access_params_done, access_grads, access_grads_done, dp};
     dp->eval_access = (BlockAccess){access_params, access_params_done, NULL, NULL, dp};
     return dp;
@@ -372,7 +448,14 @@ void dp_free(DataParallel *dp) {
     free(dp->emb_grad_buf);
     free(dp->grad_snapshot);
     for (int i = 0; i < GRAD_POOL; i++) free(dp->grad_pool[i]);
-    for (int s = 0; s < NUM_SLOTS; s++) free(dp->slots[s].buf);
+    for (int s = 0; s < NUM_SLOTS; s++) {
+        free(dp->slots[s].buf);
+        compressed_scratch_free(dp->slots[s].scratch);
+    }
+    for (int k = 0; k < dp->num_buckets; k++) compressed_scratch_free(dp->buckets[k].scratch);
+    free(dp->residual);
+    free(dp->server_residual);
+    free(dp->secondary);
     gpt_free(dp->model);
     free(dp);
 }
@@ -409,6 +492,7 @@ void dp_begin_step(DataParallel *dp) {
     else memset(dp->shard_grads, 0, dp->shard_count * sizeof(float));
     dp->micro_sumsq = 0;
     dp->first_nonfinite_block = -1;
+    if (dp->node) comm_reset_stats(dp->node);
     if (dp->grad_snapshot) memset(dp->grad_snapshot, 0, dp->total * sizeof(float));
 }
 
@@ -423,7 +507,7 @@ double dp_micro_sum_squares(const DataParallel *dp) { return dp->micro_sumsq; }
 const BlockAccess *dp_micro_access(DataParallel *dp, bool last_micro) {
     dp->last_micro = last_micro;
     dp->in_backward = false;
-    dp->communicate = comm_size(dp->comm) > 1 && (last_micro || dp->stage >= 2);
+    dp->communicate = comm_size(dp->comm) > 1 && (last_micro || dp->stage >= 2) && !dp->local;
     for (int k = 0; k < dp->num_buckets; k++)
         dp->buckets[k].pending = dp->buckets[k].last_block - dp->buckets[k].first_block + 1;
     if (dp->stage >= 2 && comm_size(dp->comm) == 1) dp->communicate = true; /* the shard is everything */
@@ -444,8 +528,10 @@ void dp_end_micro(DataParallel *dp) {
     }
     while (dp->num_inflight > 0) wait_oldest(dp);
     for (int s = 0; s < NUM_SLOTS; s++) {
-        if (dp->slots[s].op) comm_wait(dp->slots[s].op);
-        dp->slots[s] = (ParamSlot){dp->slots[s].buf, dp->slots[s].capacity, -1, false, false, NULL};
+        ParamSlot *slot = &dp->slots[s];
+        settle_slot(dp, slot);
+        slot->block = -1;
+        slot->in_use = slot->rounded = false;
     }
 }
 
@@ -470,4 +556,33 @@ void dp_gather_params(DataParallel *dp, float *out) {
     comm_allgather(dp->comm, out, 0, dp->total, dp->total);
 }
 
-DPMemory dp_memory(const DataParallel *dp) { return dp->memory; }
+DPMemory dp_memory(const DataParallel *dp) {
+    DPMemory m = dp->memory; /* plus the compression buffers, which grow to the largest message */
+    for (int k = 0; k < dp->num_buckets; k++)
+        if (dp->buckets[k].scratch) m.buffer_bytes += compressed_scratch_bytes(dp->buckets[k].scratch);
+    for (int s = 0; s < NUM_SLOTS; s++)
+        if (dp->slots[s].scratch) m.buffer_bytes += compressed_scratch_bytes(dp->slots[s].scratch);
+    return m;
+}
+
+void dp_residuals(DataParallel *dp, float **worker, size_t *worker_count, float **server, size_t *server_count) {
+    *worker = dp->residual;
+    *worker_count = dp->residual ? dp->total : 0;
+    *server = dp->server_residual;
+    *server_count = dp->server_residual ? dp->server_floats : 0;
+}
+
+void dp_reset_residuals(DataParallel *dp) {
+    if (dp->residual) memset(dp->residual, 0, dp->total * sizeof(float));
+    if (dp->server_residual) memset(dp->server_residual, 0, dp->server_floats * sizeof(float));
+}
+
+void dp_set_local_gradients(DataParallel *dp, bool local) {
+    if (local && dp->stage >= 2) bs_die("internal: local gradients need ZeRO stage 0 or 1");
+    dp->local = local;
+}
+
+CommStats dp_node_stats(DataParallel *dp) {
+    CommStats none = {0};
+    return dp->node ? comm_stats(dp->node) : none;
+}

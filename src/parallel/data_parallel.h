@@ -16,6 +16,20 @@
  *            and again before backward uses them, the next block's gather
  *            prefetched while the current one computes, released after.
  * Stages 0 and 1 communicate only on the last micro-step of an accumulation.
+ * Compressed communication (comm/compressed.h), all optional:
+ *   grad codec   gradient reductions carry encoded values (all-reduce at
+ *                stage 0, reduce-scatter above), with this rank's error
+ *                feedback residual over the whole flat buffer (plus the
+ *                server residuals of the exchange all-reduce at stage 0).
+ *   quant weights  stage 3 gathers parameters as block-wise int8 (ZeRO++
+ *                qwZ): every rank computes with the same decoded values,
+ *                the fp32 master shard stays exact.
+ *   hpz          stage 3 keeps a secondary copy of the parameters sharded
+ *                over the ranks of its node, filled by the forward gathers;
+ *                backward gathers only inside the node (ZeRO++ hpZ). The
+ *                values are the forward's, so results do not change.
+ *   local        stages 0-1: no gradient reduction at all (1-bit Adam's
+ *                compression stage reduces its momentum instead).
  * The model sees all this through the BlockAccess interface (model/gpt.h).
  * Shards follow the group's partition (comm_partition), so a checkpoint
  * written under one stage or group size can be read under another. */
@@ -25,13 +39,21 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "comm/codec.h"
 #include "comm/comm.h"
+#include "comm/compressed.h"
 #include "model/gpt.h"
 
 typedef struct {
     int zero_stage;        /* 0..3 */
     size_t bucket_floats;  /* target bucket size */
     bool overlap;          /* launch buckets during backward (else after it) */
+    Codec grad_codec;      /* CODEC_NONE: exact fp32 reductions */
+    CompressedScheme grad_scheme;
+    bool error_feedback;   /* lossy grad codecs keep residuals */
+    bool quant_weights;    /* stage 3: int8 parameter gathers (qwZ) */
+    size_t quant_block;    /* elements per int8 scale */
+    bool hpz;              /* stage 3: node-local secondary parameter shard (hpZ) */
 } DPOptions;
 
 typedef struct DataParallel DataParallel;
@@ -71,6 +93,17 @@ void dp_gather_params(DataParallel *dp, float *out);
 void dp_measure_micro_norms(DataParallel *dp);
 /* Sum over this step's micro-steps of those squared norms (this rank). */
 double dp_micro_sum_squares(const DataParallel *dp);
+
+/* Error feedback state of this rank: the worker residual (num_params
+ * floats, NULL if none) and the server residuals (NULL if none). */
+void dp_residuals(DataParallel *dp, float **worker, size_t *worker_count, float **server, size_t *server_count);
+/* Forget what the residuals hold (after a skipped step: they may hold NaN). */
+void dp_reset_residuals(DataParallel *dp);
+/* Stages 0-1: reduce no gradients from now on (true) or again (false). */
+void dp_set_local_gradients(DataParallel *dp, bool local);
+/* Traffic of this step inside the node group (hpZ gathers), which the
+ * data-parallel group's statistics do not include. */
+CommStats dp_node_stats(DataParallel *dp);
 
 /* Guard: the lowest block whose local gradient (this rank's, before any
  * reduction) was not finite during this step, or -1. */

@@ -14,9 +14,11 @@
 #include <string.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/ckpt_extra.h"
 #include "core/error.h"
 #include "core/io.h"
 #include "core/timer.h"
+#include "train/compression.h"
 
 static void format_split(const Grid *g, char *out, size_t n) {
     size_t k = 0;
@@ -74,6 +76,7 @@ static void *async_writer(void *arg) {
     const float *state[CKPT_STATE_ARRAYS] = {a->state[0], a->state[1]};
     ckpt_write_rank_file(a->tmp, a->rank, a->offset, a->count, a->params, state, &a->file);
     a->file.shard = a->shard;
+    if (a->num_extra > 0) ckpt_write_extra(a->tmp, a->rank, a->extra_label, a->extra, a->num_extra);
     atomic_store(&a->done, 1);
     return NULL;
 }
@@ -117,10 +120,14 @@ double train_save(Trainer *tr) {
         if (tr->state[k]) state[k] = tr->state[k] + at;
     CkptManifest *m = tr->rank == 0 ? snapshot_manifest(tr) : NULL;
     const int shard = g->tp_index + g->pp_index * g->tp;
+    CkptExtraArray extra[TRAIN_FEEDBACK_ARRAYS];
+    char label[CKPT_EXTRA_LABEL];
+    int num_extra = compression_feedback_arrays(tr, extra, label, sizeof label);
     if (!tr->cfg.async_ckpt) {
         CkptFile mine;
         ckpt_write_rank_file(tmp, tr->rank, off, count, params, state, &mine);
         mine.shard = shard;
+        if (num_extra > 0) ckpt_write_extra(tmp, tr->rank, label, extra, num_extra);
         commit(tr, tmp, &mine, m);
         free(m);
         return bs_now() - t0;
@@ -138,6 +145,19 @@ double train_save(Trainer *tr) {
         a->state[k] = state[k] ? a->buffers[1 + k] : NULL;
         if (state[k]) memcpy(a->buffers[1 + k], state[k], count * sizeof(float));
     }
+    size_t extra_floats = 0;
+    for (int i = 0; i < num_extra; i++) extra_floats += extra[i].count;
+    if (a->extra_capacity < extra_floats) {
+        free(a->extra_buffer);
+        a->extra_buffer = bs_malloc(extra_floats * sizeof(float));
+        a->extra_capacity = extra_floats;
+    }
+    for (int i = 0, at = 0; i < num_extra; at += (int)extra[i].count, i++) {
+        memcpy(a->extra_buffer + at, extra[i].data, extra[i].count * sizeof(float));
+        a->extra[i] = (CkptExtraArray){extra[i].name, a->extra_buffer + at, extra[i].count};
+    }
+    a->num_extra = num_extra;
+    snprintf(a->extra_label, sizeof a->extra_label, "%s", label);
     snprintf(a->tmp, sizeof a->tmp, "%s", tmp);
     a->rank = tr->rank;
     a->offset = off;
@@ -153,6 +173,7 @@ double train_save(Trainer *tr) {
 
 void train_save_free(Trainer *tr) {
     for (int k = 0; k < 1 + CKPT_STATE_ARRAYS; k++) free(tr->async.buffers[k]);
+    free(tr->async.extra_buffer);
 }
 
 /* The checkpoint's model split: the shard config of old coordinates. */
@@ -260,6 +281,23 @@ void train_ckpt_read(const char *dir, const CkptManifest *m, const GPTConfig *cf
     free(old);
 }
 
+/* Error-feedback residuals belong to one rank of one layout and codec: read
+ * back when the layout and codec are the same, else they start from zero
+ * (the run continues correctly, losing what was not yet sent) and rank 0
+ * says so once. */
+static void resume_feedback(Trainer *tr, const char *dir) {
+    CkptExtraArray extra[TRAIN_FEEDBACK_ARRAYS];
+    char label[CKPT_EXTRA_LABEL], why[512] = "";
+    int n = compression_feedback_arrays(tr, extra, label, sizeof label);
+    bool ok = n == 0 || ckpt_read_extra(dir, tr->rank, label, extra, n, why, sizeof why);
+    int world = comm_size(tr->world);
+    double first_failed = ok ? 0 : world - tr->rank; /* max: the lowest failing rank */
+    comm_allreduce_max_double(tr->world, &first_failed, 1); /* all ranks restore, or none (so all start equal) */
+    if (first_failed > 0) compression_reset_feedback(tr);
+    if (first_failed > 0 && world - (int)first_failed == tr->rank)
+        bs_warn("error-feedback residuals start from zero: %s", why);
+}
+
 void train_resume(Trainer *tr) {
     char dir[4096] = "";
     if (tr->rank == 0) ckpt_resolve(tr->cfg.resume, tr->ckpt_dir, dir, sizeof dir);
@@ -292,6 +330,7 @@ void train_resume(Trainer *tr) {
     float *state[CKPT_STATE_ARRAYS] = {tr->state[0], tr->state[1]};
     train_ckpt_read(dir, m, &tr->model.cfg, tr->update_offset, tr->update_count, NULL, state);
     mp_share_output_weights(tr->grid, &tr->model, tr->dp);
+    resume_feedback(tr, dir);
     tr->resharded = m->tp != tr->grid->tp || m->pp != tr->grid->pp || m->dp != tr->grid->dp || m->zero != tr->cfg.zero;
     tr->step = m->step;
     tr->seqs_consumed = m->seqs_consumed;

@@ -27,6 +27,7 @@
 #include "parallel/grid.h"
 #include "parallel/model_parallel.h"
 #include "parallel/pipeline.h"
+#include "train/compression.h"
 #include "train/progress.h"
 #include "train/sample.h"
 #include "train/train_ckpt.h"
@@ -80,6 +81,9 @@ void train_config_defaults(TrainConfig *c) {
     c->straggler_threshold = 0.2;
     c->pp_schedule = "1f1b";
     c->pp_split = "";
+    c->grad_compression = "none";
+    c->compression_block = CODEC_DEFAULT_BLOCK;
+    c->compression_scheme = "";
 }
 
 static bool is_set(const char *s) { return s && *s; }
@@ -348,6 +352,8 @@ static StepResult train_step(Trainer *tr) {
     const float dloss = 1.0f / ((float)r.batch * (float)T);
     comm_reset_stats(tr->dpc);
     double t_start = bs_now();
+    const bool onebit = onebit_compressing(tr);
+    dp_set_local_gradients(tr->dp, onebit); /* 1-bit Adam reduces its momentum, not the gradient */
     dp_begin_step(tr->dp);
     tr->model.first_nonfinite_layer = -1;
     if (((tr->fault_kind == 'n' && tr->step + 1 == tr->fault_step) ||
@@ -367,7 +373,7 @@ static StepResult train_step(Trainer *tr) {
     r.pipe_idle = ps.idle;
     r.max_live = ps.max_live;
     double t_opt = bs_now();
-    double grad_sq = mp_grad_sum_squares(tr->grid, &tr->model, tr->dp, c->zero);
+    double grad_sq = onebit ? onebit_grad_sum_squares(tr) : mp_grad_sum_squares(tr->grid, &tr->model, tr->dp, c->zero);
     double sums[2] = {loss_sum, dp_micro_sum_squares(tr->dp)};
     comm_allreduce_double(tr->world, sums, 2);
     r.loss = sums[0] / ((double)r.batch * T);
@@ -377,8 +383,8 @@ static StepResult train_step(Trainer *tr) {
     r.lr = lr_at(&tr->lr, tokens_after) * lr_scaling_factor(tr->lr_scaling, r.batch, tr->base_batch);
     r.skipped = guard_skip(tr, &r, grad_sq);
     if (!r.skipped) {
-        float scale = clip_coefficient(r.grad_norm, c->grad_clip);
-        optimizer_update(tr, r.lr, scale);
+        if (onebit) onebit_update(tr, r.lr);
+        else optimizer_update(tr, r.lr, clip_coefficient(r.grad_norm, c->grad_clip));
         dp_after_update(tr->dp);
         mp_share_output_weights(tr->grid, &tr->model, tr->dp);
         gpt_refresh_bf16(&tr->model);
@@ -387,6 +393,7 @@ static StepResult train_step(Trainer *tr) {
     } else {
         tr->skips++;
         tr->consecutive_skips++;
+        compression_reset_feedback(tr); /* what a bad step left unsent is not worth sending */
     }
     trace_add(&tr->trace, "optimizer", "compute", t_opt, bs_now());
     /* statistics across ranks: step time max and -min, memory, bubble */
@@ -395,7 +402,7 @@ static StepResult train_step(Trainer *tr) {
     comm_allreduce_max_double(tr->world, extremes, 4);
     straggler_stats(tr, &r, compute);
     r.bubble = extremes[3];
-    CommStats cs = comm_stats(tr->dpc);
+    CommStats cs = comm_stats(tr->dpc), node = dp_node_stats(tr->dp);
     r.noise_scale = NAN;
     if (c->noise_scale && !r.skipped) {
         /* micro-step gradients are of the loss scaled by 1/(batch T): rescale to mean-loss units */
@@ -409,9 +416,10 @@ static StepResult train_step(Trainer *tr) {
     r.slowest = extremes[0];
     r.fastest = -extremes[1];
     r.peak_rss = extremes[2];
-    r.comm_bytes = cs.bytes_sent;
-    r.comm_exposed = cs.wait_seconds;
-    r.comm_busy = cs.busy_seconds;
+    r.comm_bytes = cs.bytes_sent + node.bytes_sent;
+    r.comm_bytes_fp32 = cs.uncompressed_bytes + node.uncompressed_bytes;
+    r.comm_exposed = cs.wait_seconds + node.wait_seconds;
+    r.comm_busy = cs.busy_seconds + node.busy_seconds;
     tr->seqs_consumed += (uint64_t)r.batch;
     tr->step++;
     return r;
@@ -574,7 +582,9 @@ static void setup_model(Trainer *tr) {
     GPTConfig whole = mc;
     mc = mp_shard_config(g, &whole, g->tp_index, g->pp_index);
     tr->model.cfg = mc;
-    DPOptions opt = {c->zero, (size_t)(c->bucket_mb * 1024 * 1024 / sizeof(float)), !c->no_overlap};
+    DPOptions opt = {.zero_stage = c->zero, .bucket_floats = (size_t)(c->bucket_mb * 1024 * 1024 / sizeof(float)),
+                     .overlap = !c->no_overlap};
+    compression_dp_options(c, &opt);
     tr->dp = dp_create(tr->dpc, &tr->model, &opt);
     size_t shard_off, shard_cnt;
     dp_shard_range(tr->dp, &shard_off, &shard_cnt);
@@ -594,6 +604,7 @@ static void setup_model(Trainer *tr) {
     }
     dp_update_range(tr->dp, &tr->update_offset, &tr->update_count);
     setup_optimizer(tr);
+    onebit_setup(tr);
     PipeSchedule schedule;
     if (!pipeline_parse_schedule(c->pp_schedule, &schedule))
         bs_die("--pp-schedule must be gpipe or 1f1b (got '%s')", c->pp_schedule);
@@ -717,6 +728,7 @@ static void teardown(Trainer *tr) {
     free(tr->tied.buf);
     free(tr->tensor_primary);
     trace_free(&tr->trace);
+    compression_free(tr); /* before the optimizer state: its momentum may be state[0] */
     for (int k = 0; k < OPTIMIZER_MAX_STATE; k++) free(tr->state[k]);
     optimizer_free(&tr->opt);
     grid_free(tr->grid);
@@ -730,6 +742,20 @@ static void teardown(Trainer *tr) {
 }
 
 /* ---- reporting ---- */
+
+static void print_compression(const Trainer *tr) {
+    const TrainConfig *c = &tr->cfg;
+    if (strcmp(c->grad_compression, "none") != 0 || c->zero_quant_grads)
+        printf("compression: gradients %s (%s scheme, blocks of %d), %s\n", c->zero_quant_grads ? "int8 (qgZ)" :
+               c->grad_compression, is_set(c->compression_scheme) ? c->compression_scheme : "default",
+               c->compression_block, c->no_error_feedback ? "NO error feedback" : "error feedback");
+    if (c->zero_quant_weights || c->zero_hpz)
+        printf("compression: ZeRO++%s%s\n", c->zero_quant_weights ? " qwZ (int8 parameter gathers)" : "",
+               c->zero_hpz ? " hpZ (backward gathers inside the node)" : "");
+    if (tr->onebit.on)
+        printf("compression: 1-bit Adam, full precision for %d steps, then 1-bit momentum with error feedback\n",
+               c->freeze_step);
+}
 
 static void print_header(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
@@ -766,6 +792,7 @@ static void print_header(Trainer *tr) {
         double opt_bytes = (double)tr->update_count * 4 * optimizer_state_arrays(tr->opt.cfg.kind);
         printf("data parallel: %d ranks, ZeRO stage %d, %s collectives, buckets of %.1f MB%s\n", tr->dp_size, c->zero,
                c->comm_algo, c->bucket_mb, c->no_overlap ? " (no overlap)" : "");
+        print_compression(tr);
         printf("per-rank state: params %.1f MB, grads %.1f MB, optimizer %.1f MB = %.1f MB (ZeRO formula %.1f MB) "
                "+ buffers %.1f MB\n", mem.param_bytes / 1e6, mem.grad_bytes / 1e6, opt_bytes / 1e6,
                (mem.param_bytes + mem.grad_bytes + opt_bytes) / 1e6, formula[c->zero] / 1e6, mem.buffer_bytes / 1e6);
@@ -791,6 +818,9 @@ static void write_metrics(Trainer *tr, const StepResult *r, double tokens_per_s,
     json_object_set_new(j, "comm_exposed_ms", number(r->comm_exposed * 1e3));
     json_object_set_new(j, "comm_busy_ms", number(r->comm_busy * 1e3));
     json_object_set_new(j, "comm_bytes", json_integer((json_int_t)r->comm_bytes));
+    json_object_set_new(j, "comm_bytes_fp32", json_integer((json_int_t)r->comm_bytes_fp32));
+    if (r->comm_bytes > 0)
+        json_object_set_new(j, "compression_ratio", number((double)r->comm_bytes_fp32 / (double)r->comm_bytes));
     json_object_set_new(j, "step_ms_max", number(r->slowest * 1e3));
     json_object_set_new(j, "step_ms_min", number(r->fastest * 1e3));
     json_object_set_new(j, "ranks", json_integer(comm_size(tr->world)));
@@ -904,6 +934,9 @@ int train_run(const TrainConfig *cfg, Comm *world) {
             int n = 0;
             if (tr->dp_size > 1)
                 n += snprintf(extra, sizeof extra, "comm %.0f%% exposed", 100 * r.comm_exposed / r.seconds);
+            if (tr->dp_size > 1 && r.comm_bytes < r.comm_bytes_fp32)
+                n += snprintf(extra + n, sizeof extra - (size_t)n, ", %.1f MB sent = %.1f%% of fp32",
+                              (double)r.comm_bytes / 1e6, 100.0 * (double)r.comm_bytes / (double)r.comm_bytes_fp32);
             if (c->noise_scale && !isnan(r.noise_scale))
                 n += snprintf(extra + n, sizeof extra - (size_t)n, "%sB_noise %.0f seq, batch %ld", n ? " | " : "",
                               r.noise_scale, r.batch);

@@ -70,6 +70,15 @@ typedef struct {
     double straggler_threshold;   /* a rank this much slower than the median is named */
     bool balance;                 /* share micro-batches by measured speed */
     double noise_ema;
+    /* compressed communication (comm/codec.h, comm/compressed.h) */
+    const char *grad_compression;   /* none, fp16, bf16, fp8, int8, topk:FRACTION, onebit */
+    int compression_block;          /* elements per scale (fp8, int8) */
+    const char *compression_scheme; /* ring or exchange ("": the codec's default) */
+    bool no_error_feedback;         /* drop what a lossy codec did not send (to show why it is kept) */
+    bool zero_quant_weights;        /* ZeRO-3: int8 parameter gathers (qwZ) */
+    bool zero_quant_grads;          /* ZeRO >= 1: int8 gradient reduce-scatter (qgZ) */
+    bool zero_hpz;                  /* ZeRO-3: node-local secondary parameter shard (hpZ) */
+    int freeze_step;                /* 1-bit Adam: the last step of full-precision Adam */
 } TrainConfig;
 
 void train_config_defaults(TrainConfig *cfg);

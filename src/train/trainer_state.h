@@ -9,7 +9,9 @@
 #include <stdio.h>
 
 #include "comm/comm.h"
+#include "comm/compressed.h"
 #include "ckpt/ckpt.h"
+#include "ckpt/ckpt_extra.h"
 #include "core/rng.h"
 #include "core/trace.h"
 #include "data/loader.h"
@@ -27,6 +29,8 @@
 #include "train/progress.h"
 #include "train/trainer.h"
 
+#define TRAIN_FEEDBACK_ARRAYS 4 /* error-feedback arrays a rank may keep (train/compression.h) */
+
 /* A checkpoint being written in the background (--async-ckpt). */
 typedef struct {
     bool pending;
@@ -40,7 +44,23 @@ typedef struct {
     size_t offset, count;
     CkptFile file;
     CkptManifest *manifest; /* rank 0: the state at the time of the copy */
+    float *extra_buffer;    /* copied error-feedback residuals */
+    size_t extra_capacity;
+    CkptExtraArray extra[TRAIN_FEEDBACK_ARRAYS];
+    int num_extra;
+    char extra_label[CKPT_EXTRA_LABEL];
 } AsyncCkpt;
+
+/* 1-bit Adam's compression stage (train/compression.c). */
+typedef struct {
+    bool on;                 /* --optimizer onebit-adam */
+    float *momentum;         /* m over the whole flat buffer, the same on every rank (ZeRO-1: apart from the shard's state) */
+    bool momentum_current;   /* momentum holds m (else it is gathered from the optimizer state first) */
+    float *worker_residual;  /* num_params floats */
+    float *server_residual;  /* this rank's chunk */
+    size_t server_count;
+    CompressedScratch *scratch;
+} OnebitState;
 
 typedef struct {
     TrainConfig cfg;
@@ -93,6 +113,7 @@ typedef struct {
     AsyncCkpt async;
     double last_ckpt_stall; /* seconds, for the metrics of the step that wrote a checkpoint */
     bool resharded;         /* resumed from a checkpoint written under another layout */
+    OnebitState onebit;
 } Trainer;
 
 typedef struct {
@@ -113,6 +134,7 @@ typedef struct {
     int max_live;                     /* activation sets alive at once on this rank */
     double comm_exposed, comm_busy;   /* this rank's blocked time; operations' total time */
     uint64_t comm_bytes;
+    uint64_t comm_bytes_fp32;         /* what the same operations would send uncompressed */
 } StepResult;
 
 #endif
