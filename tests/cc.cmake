@@ -20,3 +20,14 @@ endforeach()
 add_executable(cc_driver test_cc_driver.c)
 target_link_libraries(cc_driver PRIVATE bscore)
 add_test(NAME cc_formats COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_cc_formats.py $<TARGET_FILE:cc_driver>)
+
+# Compressed communication in training: convergence on the shipped corpus
+# (2 and 4 ranks), bytes per step, checkpointed residuals, ZeRO++, 1-bit Adam
+# under ZeRO-1, bad flags.
+add_test(NAME cc_train_mechanics COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_cc_train.py mechanics)
+foreach(n 2 4)
+  add_test(NAME cc_train_convergence_np${n} COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_cc_train.py convergence ${n})
+  list(APPEND CC_TRAIN_TESTS cc_train_convergence_np${n})
+endforeach()
+set_tests_properties(cc_train_mechanics ${CC_TRAIN_TESTS} PROPERTIES
+  ENVIRONMENT "BATCHSCALE=$<TARGET_FILE:batchscale>" TIMEOUT 900)

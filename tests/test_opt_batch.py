@@ -245,7 +245,7 @@ class OptimizerNameTest(unittest.TestCase):
             self.assertEqual(drive("optimizer", name).stdout.split(), [name, str(arrays)])
         p = drive("optimizer", "adam", check=False)
         self.assertEqual(p.returncode, 1)
-        self.assertIn("--optimizer must be adamw, sgd, lamb or lars (got 'adam')", p.stderr)
+        self.assertIn("--optimizer must be adamw, sgd, lamb, lars or onebit-adam (got 'adam')", p.stderr)
 
 
 if __name__ == "__main__":
