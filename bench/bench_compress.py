@@ -17,10 +17,14 @@ feedback recovers: top-k and 1-bit lose most of one step). Also printed: what th
 10 Gb/s link (bytes / 1.25 GB/s, arithmetic, not measured), where
 compression pays.
 
-Tokens/s per codec needs `batchscale train --grad-compression` (the data-
-parallel integration); when `batchscale train --help` lists that flag, the
-script also trains the engine config for a few steps per codec on 2 ranks
-and prints tokens/s beside the uncompressed run (train_runs below).
+Then training itself: the engine config (micro-batch 8, 1 thread per rank)
+for 6 steps per codec (--grad-compression, and 1-bit Adam with
+--freeze-step 2), 2 and 4 ranks, shared memory and TCP: bytes per step,
+the reductions' time and the part of it the step waited for, step time and
+tokens/s against the uncompressed run of the same rank count and transport.
+And once more on 2 ranks over TCP with the loopback shaped to 100 Mb/s by a
+tc token bucket (as root; removed afterwards), where bandwidth, not the
+codec's arithmetic, is what a step waits for.
 usage: bench_compress.py BATCHSCALE OUT_JSON"""
 import json
 import os
@@ -39,6 +43,9 @@ REPS = 7
 CASES = ["fp32-mpi", "fp32-ring", "fp16", "bf16", "fp8", "int8", "int8@exchange", "topk:0.01", "onebit"]
 TRANSPORTS = {"shared memory": [], "tcp": ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self"]}
 LINK_BYTES_PER_S = 1.25e9  # 10 Gb/s
+SLOW_LINK = "100mbit"  # the loopback shaped with tc for the scarce-bandwidth runs
+SLOW_CASES = ["none", "fp16", "int8", "topk:0.01", "onebit", "onebit-adam"]
+TC_HANDLE = "7357:"
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 
@@ -50,25 +57,57 @@ def collective_runs(driver, ranks, transport):
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-def train_runs(bs):
-    """tokens/s per codec on 2 ranks, once the trainer takes --grad-compression."""
-    help_text = subprocess.run([bs, "train", "--help"], capture_output=True, text=True).stdout
-    if "--grad-compression" not in help_text:
-        return None
+TRAIN_CASES = ["none", "fp16", "bf16", "fp8", "int8", "topk:0.01", "onebit", "onebit-adam"]
+
+
+class ShapedLoopback:
+    """TCP over the loopback limited to SLOW_LINK by a tc token bucket while
+    in use (root only), and removed afterwards, also after a failure; a
+    leftover of an interrupted run (same handle) is removed first."""
+
+    def __enter__(self):
+        subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root", "handle", TC_HANDLE], capture_output=True)
+        p = subprocess.run(["tc", "qdisc", "add", "dev", "lo", "root", "handle", TC_HANDLE, "tbf", "rate", SLOW_LINK,
+                            "burst", "1mb", "latency", "200ms"], capture_output=True, text=True)
+        self.ok = p.returncode == 0
+        self.why = p.stderr.strip()
+        return self
+
+    def __exit__(self, *exc):
+        if self.ok:
+            subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root", "handle", TC_HANDLE], capture_output=True)
+
+
+def train_runs(bs, ranks, transport, shard, cases=TRAIN_CASES):
+    """The engine config trained for 6 steps per codec: median tokens/s, bytes, communication time."""
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        shard = os.path.join(tmp, "rand.bin")
-        write_shard(shard, V)
-        for spec in ["none"] + [c for c in CASES if not c.startswith("fp32") and "@" not in c]:
+        for spec in cases:
             metrics = os.path.join(tmp, "m.jsonl")
+            codec = (["--optimizer", "onebit-adam", "--freeze-step", "2"] if spec == "onebit-adam"
+                     else ["--grad-compression", spec])
             cmd = [bs, "train", "--data", shard, "--vocab-size", str(V), "--layers", str(L), "--heads", str(H),
-                   "--channels", str(C), "--seq-len", str(T), "--micro-batch", str(B), "--steps", "8",
+                   "--channels", str(C), "--seq-len", str(T), "--micro-batch", str(B), "--steps", "6",
                    "--metrics", metrics, "--quiet", "--threads", "1", "--eval-every", "0", "--sample-tokens", "0",
-                   "--grad-compression", spec]
-            subprocess.run(MPIRUN + ["-np", "2"] + cmd, check=True, env=ENV, capture_output=True)
-            rows = [json.loads(line) for line in open(metrics)]
-            results[spec] = statistics.median(r["tokens_per_s"] for r in rows[2:])
+                   ] + codec
+            subprocess.run(MPIRUN + TRANSPORTS[transport] + ["-np", str(ranks)] + cmd, check=True, env=ENV,
+                           capture_output=True)
+            rows = [json.loads(line) for line in open(metrics)][2:]  # 1-bit Adam compresses from step 3 on
+            results[spec] = {k: statistics.median(r[k] for r in rows)
+                             for k in ("tokens_per_s", "comm_bytes", "comm_bytes_fp32", "comm_busy_ms",
+                                       "comm_exposed_ms", "ms")}
     return results
+
+
+def print_train(rows, ranks, transport):
+    none = rows["none"]
+    print(f"\ntraining, engine config, {ranks} ranks, {transport} (median of steps 3-6; ratios to uncompressed):")
+    print(f"  {'codec':12s} {'MB/step':>8s} {'bytes':>6s} {'comm ms':>8s} {'exposed ms':>10s} {'step ms':>8s} "
+          f"{'tokens/s':>9s} {'speed':>6s}")
+    for spec, r in rows.items():
+        print(f"  {spec:12s} {r['comm_bytes'] / 1e6:8.2f} {r['comm_bytes'] / none['comm_bytes']:6.3f} "
+              f"{r['comm_busy_ms']:8.1f} {r['comm_exposed_ms']:10.1f} {r['ms']:8.1f} {r['tokens_per_s']:9.0f} "
+              f"{r['tokens_per_s'] / none['tokens_per_s']:6.2f}")
 
 
 def main():
@@ -94,13 +133,24 @@ def main():
     print("\n  (bytes, time: ratios to the fp32 ring; err: RMS error / RMS of the exact sum, of one step and of the"
           " running sum of 8 steps of one gradient with error feedback; ms@10Gb/s: bytes per rank / 1.25 GB/s,"
           " arithmetic)")
-    trained = train_runs(bs)
-    results["train_tokens_per_s"] = trained
-    if trained is None:
-        print("training per codec: skipped (batchscale train has no --grad-compression yet)")
-    else:
-        print("training, engine config, 2 ranks: tokens/s " +
-              ", ".join(f"{k} {v:.0f} ({v / trained['none']:.2f}x)" for k, v in trained.items()))
+    results["train"] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        shard = os.path.join(tmp, "rand.bin")
+        write_shard(shard, V)
+        for transport in TRANSPORTS:
+            for ranks in (2, 4):
+                rows = train_runs(bs, ranks, transport, shard)
+                results["train"][f"{transport}/{ranks}"] = rows
+                print_train(rows, ranks, transport)
+        with ShapedLoopback() as link:
+            if link.ok:
+                rows = train_runs(bs, 2, "tcp", shard, SLOW_CASES)
+                results["train"][f"tcp at {SLOW_LINK}/2"] = rows
+                print_train(rows, 2, f"tcp over the loopback shaped to {SLOW_LINK} by tc")
+            else:
+                print(f"\ntraining over a shaped link: skipped (tc: {link.why or 'not permitted'})")
+    print("  (comm ms: the reductions' start-to-finish time, overlapping backward; exposed: what the step waited;"
+          " 1-bit Adam's momentum exchange runs after backward, so all of it is exposed)")
     with open(out_json, "w") as f:
         json.dump(results, f, indent=2)
 

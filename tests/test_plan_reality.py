@@ -5,8 +5,9 @@ wall-clock time); run it by hand on an otherwise idle machine:
 
     tests/test_plan_reality.py [--layouts 1x1x1,2x1x1z1,1x2x1,1x1x2] [--steps 12]
 
-1. `batchscale bench --calibrate` measures sgemm by size and memory bandwidth
-   (one process, --threads threads, is one planner "GPU").
+1. `mpirun -np 2 batchscale bench --calibrate` measures sgemm by size and
+   memory bandwidth (one process, --threads threads, is one planner "GPU")
+   and the all-reduce of each algorithm between two processes.
 2. For each layout DPxTPxPP[zZERO], `batchscale train` runs the demo model
    (4 layers, 192 wide, 4 heads, seq 128, micro-batch 16, global batch 16 x
    dp x pp) under mpirun and the median step time after two warm-up steps is
@@ -77,7 +78,9 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         cal = a.calibration or os.path.join(d, "cal.json")
         if not a.calibration:
-            subprocess.run([BATCHSCALE, "bench", "--calibrate", cal, "--threads", str(a.threads)], check=True)
+            # under mpirun, so the calibration also measures the all-reduce (alpha and bus bandwidth per algorithm)
+            subprocess.run(MPIRUN + ["-np", "2", BATCHSCALE, "bench", "--calibrate", cal, "--threads", str(a.threads)],
+                           check=True, env=dict(os.environ, OMP_NUM_THREADS=str(a.threads)))
         data = os.path.join(make_corpus(d, nbytes=400_000), "train_000000.bin")
         print(f"{'layout':>8} {'measured ms':>12} {'predicted ms':>13} {'error':>7}")
         for text in a.layouts.split(","):
