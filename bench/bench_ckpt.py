@@ -4,8 +4,8 @@ on the engine benchmark config (L=6 H=6 C=384 V=8192 T=256), 1 and 2 ranks,
 against the disk's own write bandwidth measured in the same run with
 `dd conv=fsync` of the same number of bytes in the same directory.
 
-The trainer reports in its metrics, for every step that wrote a checkpoint,
-how long training stopped for it (ckpt_stall_ms): the whole write (files
+The trainer reports in its metrics, on the line of the step after each
+checkpoint, how long training stopped for it (ckpt_stall_ms): the whole write (files
 fsynced, manifest written, directory renamed) when synchronous; only the
 copy into the background writer's buffer with --async-ckpt, whose write
 then takes as long as the synchronous one. Medians over the checkpoints of

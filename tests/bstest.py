@@ -5,6 +5,7 @@ import os
 import random
 import subprocess
 import tempfile
+import unittest
 
 import numpy as np
 
@@ -78,3 +79,47 @@ class TempDir:
 
     def __exit__(self, *exc):
         self.t.cleanup()
+
+
+class CorpusTest(unittest.TestCase):
+    """A test class with a temporary directory and a word-salad corpus in it."""
+    CORPUS_BYTES = 200_000
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = TempDir()
+        cls.dir = cls.tmp.__enter__()
+        cls.data = cls.make_data(cls.dir)
+
+    @classmethod
+    def make_data(cls, directory):
+        return make_corpus(directory, nbytes=cls.CORPUS_BYTES)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.__exit__(None, None, None)
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+
+def launch(args, ranks):
+    """batchscale ARGS (a list starting with the command) on `ranks` processes (under mpirun if more than one);
+    raises with the output if it fails."""
+    cmd = [BATCHSCALE] + list(args)
+    if ranks > 1:
+        cmd = MPIRUN + ["-np", str(ranks)] + cmd
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if p.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def kjv_corpus(directory):
+    """The shipped corpus: the King James Bible from Debian's bible-kjv, prepared byte-level; returns the data dir."""
+    text = os.path.join(directory, "kjv.txt")
+    with open(text, "w") as f:
+        subprocess.run(["bible", "-m", "8192", "Gen1:1-Rev22:21"], stdout=f, check=True)
+    out = os.path.join(directory, "kjv")
+    run(["prepare", "--in", text, "--out", out])
+    return out

@@ -31,3 +31,5 @@ foreach(n 2 4)
 endforeach()
 set_tests_properties(cc_train_mechanics ${CC_TRAIN_TESTS} PROPERTIES
   ENVIRONMENT "BATCHSCALE=$<TARGET_FILE:batchscale>" TIMEOUT 900)
+# the convergence runs are long and exercise no code the mechanics test does not: `make asan` (-LE slow) skips them
+set_tests_properties(${CC_TRAIN_TESTS} PROPERTIES LABELS slow)

@@ -22,7 +22,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import BATCHSCALE, MPIRUN, TempDir, make_corpus, read_metrics, read_model, run  # noqa: E402
+from bstest import BATCHSCALE, MPIRUN, CorpusTest, read_metrics, read_model, run  # noqa: E402
 
 T = 32
 
@@ -49,20 +49,7 @@ def megatron_batch(consumed_samples, start, inc, ramp_samples, final):
     return start + int(consumed_samples / per_increment) * inc
 
 
-class BatchScalingTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = TempDir()
-        cls.dir = cls.tmp.__enter__()
-        cls.data = make_corpus(cls.dir)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.__exit__(None, None, None)
-
-    def path(self, name):
-        return os.path.join(self.dir, name)
-
+class BatchScalingTest(CorpusTest):
     def test_optimizers_under_zero_equal_one_process(self):
         G = 8
         for opt in (["--optimizer", "sgd", "--nesterov", "--lr", "0.05"], ["--optimizer", "lamb"],

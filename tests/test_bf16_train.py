@@ -16,19 +16,18 @@
   resumes in fp32.
 """
 import os
-import subprocess
 import sys
 import unittest
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import BATCHSCALE, MPIRUN, TempDir, make_corpus, read_metrics, read_model, run  # noqa: E402
+from bstest import CorpusTest, kjv_corpus, launch, read_metrics, read_model, run  # noqa: E402
 
 
 def train(data, prefix, ranks=1, extra=(), steps=10, micro=8, val=False):
     metrics, model = prefix + ".jsonl", prefix + ".bin"
-    args = [BATCHSCALE, "train", "--data", os.path.join(data, "train_000000.bin"), "--layers", "4", "--heads", "4",
+    args = ["train", "--data", os.path.join(data, "train_000000.bin"), "--layers", "4", "--heads", "4",
             "--channels", "64", "--seq-len", "64", "--micro-batch", str(micro), "--global-batch", "8", "--steps",
             str(steps), "--lr", "3e-3", "--warmup", "2", "--sample-tokens", "0", "--threads", "1", "--quiet",
             "--metrics", metrics, "--save-model", model] + list(extra)
@@ -36,34 +35,15 @@ def train(data, prefix, ranks=1, extra=(), steps=10, micro=8, val=False):
         args += ["--val-data", os.path.join(data, "val_000000.bin"), "--eval-every", str(steps), "--val-batches", "8"]
     else:
         args += ["--eval-every", "0"]
-    cmd = MPIRUN + ["-np", str(ranks)] + args if ranks > 1 else args
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    if p.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
+    launch(args, ranks)
     return read_metrics(metrics), read_model(model)[1]
 
 
-class Bf16TrainTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = TempDir()
-        cls.dir = cls.tmp.__enter__()
-        cls.data = make_corpus(cls.dir, nbytes=400_000)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.__exit__(None, None, None)
-
-    def path(self, name):
-        return os.path.join(self.dir, name)
+class Bf16TrainTest(CorpusTest):
+    CORPUS_BYTES = 400_000
 
     def test_300_steps_match_fp32(self):
-        # the shipped corpus: the King James Bible from Debian's bible-kjv, byte-level
-        kjv = self.path("kjv.txt")
-        with open(kjv, "w") as f:
-            subprocess.run(["bible", "-m", "8192", "Gen1:1-Rev22:21"], stdout=f, check=True)
-        data = self.path("kjv")
-        run(["prepare", "--in", kjv, "--out", data])
+        data = kjv_corpus(self.dir)
         small = ["--threads", "2", "--layers", "2", "--channels", "64"]
         m32, _ = train(data, self.path("t32"), steps=300, val=True, extra=small)
         m16, _ = train(data, self.path("t16"), steps=300, val=True, extra=small + ["--precision", "bf16"])

@@ -32,20 +32,19 @@ Mechanics (argv "mechanics", small corpus, 2 or 4 ranks, 10 steps):
 - bad values get one line naming the flag and a non-zero exit.
 """
 import os
-import subprocess
 import sys
 import unittest
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import BATCHSCALE, MPIRUN, TempDir, make_corpus, read_metrics, read_model, run  # noqa: E402
+from bstest import CorpusTest, kjv_corpus, launch, read_metrics, read_model, run  # noqa: E402
 
 
 def train(data, prefix, ranks, extra=(), steps=10, micro=4, batch=8, model=("2", "4", "64", "32"), val=0):
     metrics, out = prefix + ".jsonl", prefix + ".bin"
     L, H, C, T = model
-    args = [BATCHSCALE, "train", "--data", os.path.join(data, "train_000000.bin"), "--layers", L, "--heads", H,
+    args = ["train", "--data", os.path.join(data, "train_000000.bin"), "--layers", L, "--heads", H,
             "--channels", C, "--seq-len", T, "--micro-batch", str(micro), "--global-batch", str(batch), "--steps",
             str(steps), "--lr", "3e-3", "--warmup", "2", "--sample-tokens", "0", "--threads", "1", "--metrics",
             metrics, "--save-model", out] + list(extra)
@@ -54,10 +53,7 @@ def train(data, prefix, ranks, extra=(), steps=10, micro=4, batch=8, model=("2",
                  str(val)]
     else:
         args += ["--eval-every", "0"]
-    cmd = MPIRUN + ["-np", str(ranks)] + args if ranks > 1 else args
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    if p.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
+    p = launch(args, ranks)
     return read_metrics(metrics), read_model(out)[1], p.stderr
 
 
@@ -65,23 +61,13 @@ def byte_share(step):
     return step["comm_bytes"] / step["comm_bytes_fp32"]
 
 
-class Convergence(unittest.TestCase):
+class Convergence(CorpusTest):
     ranks = 2
+    runs = {}
 
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = TempDir()
-        cls.dir = cls.tmp.__enter__()
-        kjv = os.path.join(cls.dir, "kjv.txt")
-        with open(kjv, "w") as f:
-            subprocess.run(["bible", "-m", "8192", "Gen1:1-Rev22:21"], stdout=f, check=True)
-        cls.data = os.path.join(cls.dir, "kjv")
-        run(["prepare", "--in", kjv, "--out", cls.data])
-        cls.runs = {}
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.__exit__(None, None, None)
+    def make_data(cls, directory):
+        return kjv_corpus(directory)
 
     def result(self, name, extra):
         if name not in self.runs:
@@ -125,19 +111,7 @@ class Convergence(unittest.TestCase):
         self.assertLessEqual(byte_share(self.result("topk", [])[-1]), 0.03)
 
 
-class Mechanics(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = TempDir()
-        cls.dir = cls.tmp.__enter__()
-        cls.data = make_corpus(cls.dir, nbytes=200_000)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.__exit__(None, None, None)
-
-    def path(self, name):
-        return os.path.join(self.dir, name)
+class Mechanics(CorpusTest):
 
     def resume_case(self, name, extra, ranks=2):
         ck = self.path("ck_" + name)
@@ -211,6 +185,7 @@ class Mechanics(unittest.TestCase):
             (["--optimizer", "onebit-adam"], "--freeze-step"),
             (["--optimizer", "onebit-adam", "--freeze-step", "2", "--zero", "2"], "--zero 0 or 1"),
             (["--freeze-step", "3"], "--optimizer onebit-adam"),
+            (["--optimizer", "onebit-adam", "--freeze-step", "2", "--noise-scale"], "--noise-scale"),
         ]
         for extra, needle in cases:
             p = run(["train", "--data", data, "--layers", "1", "--channels", "32", "--heads", "2", "--seq-len", "16",

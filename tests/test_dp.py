@@ -26,7 +26,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import MPIRUN, BATCHSCALE, TempDir, make_corpus, read_metrics, read_model  # noqa: E402
+from bstest import BATCHSCALE, MPIRUN, TempDir, CorpusTest, make_corpus, read_metrics, read_model  # noqa: E402
 import subprocess  # noqa: E402
 
 STEPS = 20
@@ -68,17 +68,8 @@ def rel(a, b):
     return float(np.max(np.abs(a.astype(np.float64) - b)) / max(np.max(np.abs(b)), 1e-30))
 
 
-class DataParallelTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = TempDir()
-        cls.dir = cls.tmp.__enter__()
-        cls.data = make_corpus(cls.dir)
-        cls.oracles = {}
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.__exit__(None, None, None)
+class DataParallelTest(CorpusTest):
+    oracles = {}
 
     def oracle(self, global_batch):
         """One process on the whole batch, and the same with its sum reordered (accumulation)."""

@@ -6,34 +6,20 @@ import json
 import os
 import subprocess
 import sys
-import unittest
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import BATCHSCALE, MPIRUN, TempDir, make_corpus, read_metrics  # noqa: E402,F401
+import bstest  # noqa: E402
+from bstest import BATCHSCALE, MPIRUN, read_metrics  # noqa: E402,F401
 
 MODEL = ["--layers", "2", "--heads", "2", "--channels", "32", "--seq-len", "32"]
+
+
+class CorpusTest(bstest.CorpusTest):
+    CORPUS_BYTES = 100_000
 RANK_HEADER_BYTES = 64
 STATE_ARRAYS = 2
-
-
-class CorpusTest(unittest.TestCase):
-    """A test class with a temporary directory and a word-salad corpus in it."""
-    CORPUS_BYTES = 100_000
-
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = TempDir()
-        cls.dir = cls.tmp.__enter__()
-        cls.data = make_corpus(cls.dir, nbytes=cls.CORPUS_BYTES)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.__exit__(None, None, None)
-
-    def path(self, name):
-        return os.path.join(self.dir, name)
 
 
 def train_args(data, ckpt_dir, steps, micro=2, global_batch=8, extra=()):

@@ -19,7 +19,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import BATCHSCALE, MPIRUN, TempDir, make_corpus, read_metrics  # noqa: E402
+from bstest import BATCHSCALE, MPIRUN, CorpusTest, read_metrics  # noqa: E402
 
 
 def train(data, prefix, ranks=2, extra=(), steps=8, check=True, shard="train_000000.bin"):
@@ -35,20 +35,7 @@ def train(data, prefix, ranks=2, extra=(), steps=8, check=True, shard="train_000
     return (read_metrics(metrics) if os.path.exists(metrics) else []), p
 
 
-class GuardTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = TempDir()
-        cls.dir = cls.tmp.__enter__()
-        cls.data = make_corpus(cls.dir)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.__exit__(None, None, None)
-
-    def path(self, name):
-        return os.path.join(self.dir, name)
-
+class GuardTest(CorpusTest):
     def test_nan_skips_exactly_that_step(self):
         ck = self.path("ck_nan")
         m, p = train(self.data, self.path("nan"),

@@ -26,7 +26,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import BATCHSCALE, MPIRUN, TempDir, make_corpus, read_metrics, read_model  # noqa: E402
+from bstest import BATCHSCALE, MPIRUN, CorpusTest, read_metrics, read_model  # noqa: E402
 
 L, H, C, T, V = 4, 4, 32, 32, 257
 VP = 384
@@ -51,20 +51,11 @@ def rel(a, b):
     return float(np.max(np.abs(a.astype(np.float64) - b)) / np.max(np.abs(b)))
 
 
-class ModelParallelTest(unittest.TestCase):
+class ModelParallelTest(CorpusTest):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = TempDir()
-        cls.dir = cls.tmp.__enter__()
-        cls.data = make_corpus(cls.dir)
+        super().setUpClass()
         cls.oracle_m, cls.oracle_p, _ = train(cls.data, os.path.join(cls.dir, "oracle"), micro=8)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.__exit__(None, None, None)
-
-    def path(self, name):
-        return os.path.join(self.dir, name)
 
     def check_layout(self, tp, pp, dp, extra=()):
         label = f"tp {tp} pp {pp} dp {dp} {' '.join(extra)}"

@@ -54,6 +54,10 @@ void onebit_setup(Trainer *tr) {
     if (tr->grid->tp > 1 || tr->grid->pp > 1) bs_die("--optimizer onebit-adam needs --tp 1 --pp 1 (data parallelism only)");
     if (strcmp(c->grad_compression, "none") != 0 || c->zero_quant_grads)
         bs_die("--optimizer onebit-adam compresses the momentum itself: leave --grad-compression none");
+    if (c->noise_scale || c->balance)
+        bs_die("--optimizer onebit-adam cannot be combined with %s: after --freeze-step no rank sees the reduced "
+               "gradient, and each rank's gradient must be an equal share", c->balance ? "--balance" : "--noise-scale "
+               "(or an adaptive batch schedule)");
     size_t total = tr->model.num_params;
     if (tr->dp_size > 1) {
         o->worker_residual = bs_calloc(total ? total : 1, sizeof(float));

@@ -604,7 +604,6 @@ static void setup_model(Trainer *tr) {
     }
     dp_update_range(tr->dp, &tr->update_offset, &tr->update_count);
     setup_optimizer(tr);
-    onebit_setup(tr);
     PipeSchedule schedule;
     if (!pipeline_parse_schedule(c->pp_schedule, &schedule))
         bs_die("--pp-schedule must be gpipe or 1f1b (got '%s')", c->pp_schedule);
@@ -679,6 +678,7 @@ static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
         bs_die("--global-batch %d is not a multiple of --micro-batch %d x %d data-parallel ranks", c->global_batch,
                c->micro_batch, tr->dp_size);
     setup_batch_schedule(tr);
+    onebit_setup(tr); /* after the schedule: an adaptive one measures the noise scale */
     if (c->balance && c->zero >= 2)
         bs_die("--balance needs --zero 0 or 1: ZeRO 2 and 3 reduce every micro-step, so every replica must run the "
                "same number");
@@ -917,6 +917,11 @@ int train_run(const TrainConfig *cfg, Comm *world) {
             val_loss = evaluate(tr);
             last_val = val_loss;
         }
+        /* the step's metrics line before its checkpoint: a run killed between the two resumes from the
+         * checkpoint before, never past a line that was not written; so a checkpoint's stall is reported on the
+         * next step's line */
+        if (tr->rank == 0) write_metrics(tr, &r, tokens_per_s, val_loss);
+        tr->last_ckpt_stall = 0;
         train_save_poll(tr);
         if (tr->ckpt_dir[0] && c->ckpt_every > 0 && tr->step % c->ckpt_every == 0 && !last) {
             double stall = train_save(tr);
@@ -924,8 +929,6 @@ int train_run(const TrainConfig *cfg, Comm *world) {
                                     stall * 1e3, c->async_ckpt ? " (copy; written in the background)" : "");
             tr->last_ckpt_stall = stall;
         }
-        if (tr->rank == 0) write_metrics(tr, &r, tokens_per_s, val_loss);
-        tr->last_ckpt_stall = 0;
         if (tr->consecutive_skips >= c->max_skips)
             bs_die("%d steps in a row skipped (last, step %ld: %s); stopping: lower --lr, check the data, or raise "
                    "--max-skips", tr->consecutive_skips, tr->step, r.skip_reason);

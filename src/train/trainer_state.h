@@ -111,7 +111,7 @@ typedef struct {
     double *micro_time;  /* average seconds per micro-batch per replica */
     int last_straggler;
     AsyncCkpt async;
-    double last_ckpt_stall; /* seconds, for the metrics of the step that wrote a checkpoint */
+    double last_ckpt_stall; /* seconds, for the metrics of the step after the one that wrote a checkpoint */
     bool resharded;         /* resumed from a checkpoint written under another layout */
     OnebitState onebit;
 } Trainer;
