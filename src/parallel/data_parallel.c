@@ -441,6 +441,7 @@ DataParallel *dp_create(Comm *comm, GPT *model, const DPOptions *opt) {
 
 void dp_free(DataParallel *dp) {
     if (!dp) return;
+    for (int k = 0; k < dp->num_buckets; k++) compressed_scratch_free(dp->buckets[k].scratch);
     free(dp->buckets);
     free(dp->bucket_of_block);
     free(dp->shard_params);
@@ -452,7 +453,6 @@ void dp_free(DataParallel *dp) {
         free(dp->slots[s].buf);
         compressed_scratch_free(dp->slots[s].scratch);
     }
-    for (int k = 0; k < dp->num_buckets; k++) compressed_scratch_free(dp->buckets[k].scratch);
     free(dp->residual);
     free(dp->server_residual);
     free(dp->secondary);
