@@ -6,7 +6,10 @@ from one run, tokens/s and achieved GFLOP/s (6 x params + 12 x L x C x T per
 token) for batchscale, the current PyTorch (PyPI, in its own virtual
 environment) and Debian's PyTorch 1.13, at 1 and 2 threads, beside the
 OpenBLAS sgemm rate on the model's largest matmul (the logits: 2048 x 8192 x
-384). Ratios are printed; nothing is asserted. Results also go to a JSON file.
+384). Also --precision bf16 on the path this CPU gets (auto) and with oneDNN's
+bf16 primitives forced (--bf16-matmul onednn; emulated on a CPU without bf16
+arithmetic). Ratios are printed; nothing is asserted. Results also go to a
+JSON file.
 usage: bench_engine.py BATCHSCALE OUT_JSON [VENV_PYTHON]"""
 import json
 import os
@@ -69,7 +72,9 @@ def main():
         write_shard(shard, V)
         for threads in (1, 2):
             row = {"batchscale": run_batchscale(bs, shard, threads, tmp), "sgemm_gflops": run_gemm(bs, threads),
-                   "batchscale_bf16": run_batchscale(bs, shard, threads, tmp, ["--precision", "bf16"])}
+                   "batchscale_bf16": run_batchscale(bs, shard, threads, tmp, ["--precision", "bf16"]),
+                   "batchscale_bf16_onednn": run_batchscale(bs, shard, threads, tmp,
+                                                            ["--precision", "bf16", "--bf16-matmul", "onednn"])}
             row["torch_debian"] = run_torch("/usr/bin/python3", threads)
             if venv_python:
                 row["torch_pypi"] = run_torch(venv_python, threads)
@@ -78,7 +83,8 @@ def main():
     print(f"{'threads':>7} {'system':<24} {'tokens/s':>9} {'GFLOP/s':>8} {'vs sgemm':>9} {'bs speed-up':>11}")
     for threads, row in results["threads"].items():
         ours = row["batchscale"]["tokens_per_s"]
-        entries = [("batchscale", row["batchscale"]), ("batchscale bf16", row["batchscale_bf16"])]
+        entries = [("batchscale", row["batchscale"]), ("batchscale bf16 (auto)", row["batchscale_bf16"]),
+                   ("batchscale bf16 oneDNN", row["batchscale_bf16_onednn"])]
         entries += [(f"PyTorch {row[k]['version']}", row[k]) for k in ("torch_pypi", "torch_debian") if k in row]
         for name, e in entries:
             gf = e["tokens_per_s"] * fpt / 1e9

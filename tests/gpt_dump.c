@@ -2,7 +2,8 @@
  * Loads an llm.c model file and a batch, runs forward and backward, and
  * writes logits (B,T,V), the mean loss, and every gradient in llm.c order
  * (wte without its padded rows) as raw float32.
- * usage: gpt_dump MODEL INPUTS TARGETS B T OUT [bf16]   (INPUTS/TARGETS: raw int32) */
+ * usage: gpt_dump MODEL INPUTS TARGETS B T OUT [bf16|bf16-onednn|bf16-widen]
+ * (INPUTS/TARGETS: raw int32; bf16 picks the matmul path as the trainer's auto) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,14 +22,19 @@ static int32_t *read_tokens(const char *path, size_t n) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 7 && argc != 8) bs_die("usage: gpt_dump MODEL INPUTS TARGETS B T OUT [bf16]");
+    if (argc != 7 && argc != 8) bs_die("usage: gpt_dump MODEL INPUTS TARGETS B T OUT [bf16|bf16-onednn|bf16-widen]");
     int B = atoi(argv[4]), T = atoi(argv[5]);
     GPTConfig cfg;
     llmc_model_read_config(argv[1], &cfg);
     GPT model;
     gpt_create(&model, &cfg);
     llmc_model_read_params(argv[1], &model);
-    if (argc == 8 && strcmp(argv[7], "bf16") == 0) gpt_enable_bf16(&model);
+    if (argc == 8) {
+        if (strcmp(argv[7], "bf16") == 0) gpt_enable_bf16(&model, MATMUL_BF16_AUTO);
+        else if (strcmp(argv[7], "bf16-onednn") == 0) gpt_enable_bf16(&model, MATMUL_BF16_ONEDNN);
+        else if (strcmp(argv[7], "bf16-widen") == 0) gpt_enable_bf16(&model, MATMUL_BF16_WIDEN);
+        else bs_die("gpt_dump: unknown precision '%s'", argv[7]);
+    }
     int32_t *inputs = read_tokens(argv[2], (size_t)B * T);
     int32_t *targets = read_tokens(argv[3], (size_t)B * T);
     GPTActs acts;

@@ -12,6 +12,10 @@ between PyTorch's own bf16 autocast and its fp32 on the same inputs
 (printed beside ours). Autocast also runs attention's two matmuls in bf16,
 which this engine keeps in fp32, so the two bf16 results differ from each
 other by about as much as each differs from fp32.
+
+Both matmul paths run (--bf16-matmul onednn: oneDNN's bf16 primitives,
+emulated where the CPU lacks bf16 arithmetic; widen: fp32 sgemm on the bf16
+values): the same bf16 operands, so they differ only in fp32 summation order.
 """
 import argparse
 import os
@@ -27,6 +31,7 @@ import torch_gpt as tg  # noqa: E402
 
 torch.set_num_threads(1)
 TOL = 1e-2
+PATHS = ("onednn", "widen")
 failures = []
 
 
@@ -36,9 +41,10 @@ def rel(c, t):
 
 
 def dump(exe, tmp, model_path, B, T, bf16):
-    out = os.path.join(tmp, "out16.bin" if bf16 else "out32.bin")
+    """bf16: None (fp32), or the matmul path, onednn or widen."""
+    out = os.path.join(tmp, f"out-{bf16 or 'fp32'}.bin")
     args = [exe, model_path, os.path.join(tmp, "in.bin"), os.path.join(tmp, "tg.bin"), str(B), str(T), out]
-    subprocess.run(args + (["bf16"] if bf16 else []), check=True)
+    subprocess.run(args + ([f"bf16-{bf16}"] if bf16 else []), check=True)
     return np.fromfile(out, dtype=np.float32)
 
 
@@ -81,17 +87,19 @@ def main():
             idx, tgt = tokens[:, :-1], tokens[:, 1:]
             idx.numpy().astype(np.int32).tofile(os.path.join(tmp, "in.bin"))
             tgt.numpy().astype(np.int32).tofile(os.path.join(tmp, "tg.bin"))
-            c16 = split(dump(args.dump, tmp, model_path, B, T, True), cfg, B, T)
-            c32 = split(dump(args.dump, tmp, model_path, B, T, False), cfg, B, T)
+            c32 = split(dump(args.dump, tmp, model_path, B, T, None), cfg, B, T)
             t16 = split(torch_run(cfg, p, idx, tgt, True), cfg, B, T)
             t32 = split(torch_run(cfg, p, idx, tgt, False), cfg, B, T)
-            for name in c16:
-                a, b, own = rel(c16[name], c32[name]), rel(c16[name], t16[name]), rel(t16[name], t32[name])
-                ok = a <= TOL and b <= TOL and rel(c16[name], c32[name]) > 0
-                print(f"  {'ok  ' if ok else 'FAIL'} {name:14} bf16 vs fp32 {a:.1e}  vs torch bf16 {b:.1e}  "
-                      f"(torch bf16 vs fp32 {own:.1e})")
-                if not ok:
-                    failures.append(f"{name} (config {i})")
+            for path in PATHS:
+                c16 = split(dump(args.dump, tmp, model_path, B, T, path), cfg, B, T)
+                print(f" matmuls on {path}")
+                for name in c16:
+                    a, b, own = rel(c16[name], c32[name]), rel(c16[name], t16[name]), rel(t16[name], t32[name])
+                    ok = a <= TOL and b <= TOL and rel(c16[name], c32[name]) > 0
+                    print(f"  {'ok  ' if ok else 'FAIL'} {name:14} bf16 vs fp32 {a:.1e}  vs torch bf16 {b:.1e}  "
+                          f"(torch bf16 vs fp32 {own:.1e})")
+                    if not ok:
+                        failures.append(f"{name} (config {i}, {path})")
     if failures:
         print("FAILED:", ", ".join(failures))
         sys.exit(1)

@@ -33,7 +33,8 @@
 
 typedef enum { PRODUCT_FORWARD, PRODUCT_DINP, PRODUCT_DWEIGHT } Product;
 
-/* Scratch for the operands: bf16 dout, and on the WIDEN path fp32 copies. */
+/* Scratch for the operands: bf16 dout, on the WIDEN path fp32 copies, and
+ * for the _rounded calls on the ONEDNN path bf16 copies of all three. */
 enum { SLOT_SRC, SLOT_WEIGHTS, SLOT_DOUT, NUM_SLOTS };
 
 typedef struct {
@@ -265,4 +266,34 @@ void matmul_bf16_backward(MatmulBF16 *mm, float *dinp, float *dweight, float *db
         run(mm, PRODUCT_DWEIGHT, N, IC, OC, d, inp, NULL, dweight);
     }
     if (dbias) bias_backward(dbias, dout, N, OC); /* from the fp32 dout */
+}
+
+/* A float operand holding bf16 values narrowed to bf16 in a scratch slot. */
+static bf16 *narrowed(MatmulBF16 *mm, int slot, const float *x, size_t n) {
+    bf16 *narrow = reserve(&mm->slot[slot], &mm->slot_bytes[slot], n * sizeof(bf16));
+    bf16_from_floats(narrow, x, n);
+    return narrow;
+}
+
+void matmul_bf16_forward_rounded(MatmulBF16 *mm, float *out, const float *inp, const float *weight,
+                                 const float *bias, size_t N, int IC, int OC) {
+    if (N == 0) return;
+    if (mm->path == MATMUL_BF16_WIDEN) {
+        matmul_forward(out, inp, weight, bias, N, IC, OC);
+        return;
+    }
+    run(mm, PRODUCT_FORWARD, N, IC, OC, narrowed(mm, SLOT_SRC, inp, N * (size_t)IC),
+        narrowed(mm, SLOT_WEIGHTS, weight, (size_t)OC * IC), bias, out);
+}
+
+void matmul_bf16_backward_rounded(MatmulBF16 *mm, float *dinp, float *dweight, const float *dout,
+                                  const float *inp, const float *weight, size_t N, int IC, int OC) {
+    if (N == 0) return;
+    if (mm->path == MATMUL_BF16_WIDEN) {
+        matmul_backward(dinp, dweight, NULL, dout, inp, weight, N, IC, OC);
+        return;
+    }
+    const bf16 *d = narrowed(mm, SLOT_DOUT, dout, N * (size_t)OC);
+    if (dinp) run(mm, PRODUCT_DINP, N, IC, OC, d, narrowed(mm, SLOT_WEIGHTS, weight, (size_t)OC * IC), NULL, dinp);
+    run(mm, PRODUCT_DWEIGHT, N, IC, OC, d, narrowed(mm, SLOT_SRC, inp, N * (size_t)IC), NULL, dweight);
 }

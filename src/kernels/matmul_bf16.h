@@ -65,4 +65,21 @@ void matmul_bf16_forward(MatmulBF16 *mm, float *out, const bf16 *inp, const bf16
 void matmul_bf16_backward(MatmulBF16 *mm, float *dinp, float *dweight, float *dbias, const float *dout,
                           const bf16 *inp, const bf16 *weight, size_t N, int IC, int OC);
 
+/* The same products for a caller that keeps its bf16 values in floats
+ * (every float already a bf16 value, e.g. through bf16_round_floats: the
+ * model's layout, which keeps one set of fp32 kernels for both precisions).
+ * On the ONEDNN path the operands are narrowed to bf16 (exactly, as they are
+ * bf16 values) in the cache's scratch and the primitives run; on the WIDEN
+ * path this is matmul_forward/matmul_backward on the floats as given, with no
+ * copy. Given the same values, each gives the bits of the bf16-typed call
+ * above. The weight is narrowed on every call: OC x IC conversions beside
+ * N x OC x IC multiply-adds, 1/N of the product's work. The backward takes
+ * dout already rounded and leaves dbias to the caller (summed from the fp32
+ * dout, which only the caller still has). */
+void matmul_bf16_forward_rounded(MatmulBF16 *mm, float *out, const float *inp, const float *weight,
+                                 const float *bias, size_t N, int IC, int OC);
+/* writes dinp (N,IC) (skipped if NULL); dweight (OC,IC) += */
+void matmul_bf16_backward_rounded(MatmulBF16 *mm, float *dinp, float *dweight, const float *dout,
+                                  const float *inp, const float *weight, size_t N, int IC, int OC);
+
 #endif

@@ -26,6 +26,7 @@ void gpt_create_with(GPT *model, const GPTConfig *cfg, int alloc) {
     model->first_nonfinite_layer = -1;
     model->bf16 = false;
     model->bf16_params = NULL;
+    model->bf16_matmul = NULL;
     if (gpt_has_head(cfg) && !gpt_has_encoder(cfg)) {
         model->head_wte = bs_calloc(gpt_tensor_numel(cfg, TK_WTE), sizeof(float));
         model->head_dwte = bs_calloc(gpt_tensor_numel(cfg, TK_WTE), sizeof(float));
@@ -35,6 +36,8 @@ void gpt_create_with(GPT *model, const GPTConfig *cfg, int alloc) {
 void gpt_free(GPT *model) {
     free(model->bf16_params);
     model->bf16_params = NULL;
+    matmul_bf16_free(model->bf16_matmul);
+    model->bf16_matmul = NULL;
     free(model->params);
     free(model->grads);
     free(model->head_wte);
@@ -60,8 +63,9 @@ void gpt_round_block_matrices(const GPTConfig *cfg, float *block_base, int block
     bf16_round_floats(t.fcprojw, t.fcprojw, gpt_tensor_numel(cfg, TK_FCPROJW));
 }
 
-void gpt_enable_bf16(GPT *model) {
+void gpt_enable_bf16(GPT *model, MatmulBF16Path path) {
     model->bf16 = true;
+    if (!model->bf16_matmul) model->bf16_matmul = matmul_bf16_create(path);
     if (model->params && !model->bf16_params) model->bf16_params = bs_malloc(model->num_params * sizeof(float));
     gpt_refresh_bf16(model);
 }
@@ -234,6 +238,14 @@ static void round_input(const GPT *model, float *x, size_t n) {
     if (model->bf16) bf16_round_floats(x, x, n);
 }
 
+/* matmul_forward; in bf16 mode inp and weight hold bf16 values (rounded
+ * floats) and the product runs on bf16_matmul's path. */
+static void linear_forward(const GPT *model, float *out, const float *inp, const float *weight, const float *bias,
+                           size_t N, int IC, int OC) {
+    if (model->bf16) matmul_bf16_forward_rounded(model->bf16_matmul, out, inp, weight, bias, N, IC, OC);
+    else matmul_forward(out, inp, weight, bias, N, IC, OC);
+}
+
 /* matmul_backward, with bf16 gradients into the matmuls in bf16 mode (the
  * bias gradient is summed from the fp32 dout). dout is rounded in place when
  * nothing else reads it, else through acts->dround. */
@@ -246,7 +258,7 @@ static void linear_backward(const GPT *model, GPTActs *acts, float *dinp, float 
     if (dbias) bias_backward(dbias, dout, N, OC);
     float *d = dout_reused ? acts->dround : dout;
     bf16_round_floats(d, dout, N * (size_t)OC);
-    matmul_backward(dinp, dweight, NULL, d, inp, weight, N, IC, OC);
+    matmul_bf16_backward_rounded(model->bf16_matmul, dinp, dweight, d, inp, weight, N, IC, OC);
 }
 
 static void params_done(const BlockAccess *a, int block) {
@@ -313,18 +325,18 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
         LayerActs a = layer_acts(acts, cfg, i);
         layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
         round_input(model, a.ln1, N * C);
-        matmul_forward(a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * w.Cl);
+        linear_forward(model, a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * w.Cl);
         attention_forward(a.atty, a.att, a.qkv, b, t, w.Cl, w.Hl);
         round_input(model, a.atty, N * w.Cl);
-        matmul_forward(acts->proj_out, a.atty, p.attprojw, lead ? p.attprojb : NULL, N, w.Cl, C);
+        linear_forward(model, acts->proj_out, a.atty, p.attprojw, lead ? p.attprojb : NULL, N, w.Cl, C);
         tp_sum(model, acts->proj_out, N * C);
         residual_forward(a.residual2, residual, acts->proj_out, N * C);
         layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
         round_input(model, a.ln2, N * C);
-        matmul_forward(a.fch, a.ln2, p.fcw, p.fcb, N, C, w.F);
+        linear_forward(model, a.fch, a.ln2, p.fcw, p.fcb, N, C, w.F);
         gelu_forward(a.fch_gelu, a.fch, N * w.F);
         round_input(model, a.fch_gelu, N * w.F);
-        matmul_forward(acts->proj_out, a.fch_gelu, p.fcprojw, lead ? p.fcprojb : NULL, N, w.F, C);
+        linear_forward(model, acts->proj_out, a.fch_gelu, p.fcprojw, lead ? p.fcprojb : NULL, N, w.F, C);
         tp_sum(model, acts->proj_out, N * C);
         residual_forward(a.residual3, a.residual2, acts->proj_out, N * C);
         residual = a.residual3;
@@ -337,7 +349,7 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
     round_input(model, acts->lnf, N * C);
     params_done(access, L + 1);
     const float *wte = emb ? emb : model->head_wte;
-    matmul_forward(acts->logits, acts->lnf, wte, NULL, N, C, w.Vl);
+    linear_forward(model, acts->logits, acts->lnf, wte, NULL, N, C, w.Vl);
     if (emb) params_done(access, 0);
     if (!targets) return 0;
     return loss_forward(model, acts, targets, N, dloss);

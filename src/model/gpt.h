@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "kernels/matmul_bf16.h"
 
 typedef struct {
     int max_seq_len; /* T max (rows of wpe) */
@@ -144,6 +145,7 @@ typedef struct {
      * weights, gradients and optimizer state stay fp32 */
     bool bf16;
     float *bf16_params; /* the parameters with their matrices rounded to bf16 (gpt_refresh_bf16) */
+    MatmulBF16 *bf16_matmul; /* bf16 mode: the products (oneDNN primitives, or fp32 sgemm on the bf16 values) */
 } GPT;
 
 /* Allocates both flat buffers (zeroed). */
@@ -163,9 +165,9 @@ void gpt_zero_grads(GPT *model);
  * of one block of parameters laid out as the model's. */
 void gpt_round_block_matrices(const GPTConfig *cfg, float *block_base, int block);
 /* bf16 mode: turns it on (allocating the copy if the model holds its
- * parameters) and refreshes the copy from the fp32 masters: call after every
+ * parameters, and the matmuls on path: see matmul_bf16.h) and refreshes the copy from the fp32 masters: call after every
  * change of model->params (init, load, update) and of head_wte. */
-void gpt_enable_bf16(GPT *model);
+void gpt_enable_bf16(GPT *model, MatmulBF16Path path);
 void gpt_refresh_bf16(GPT *model);
 
 /* Activations for a (B, T) batch shape, allocated once; forward may run any

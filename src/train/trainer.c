@@ -42,6 +42,7 @@ void train_config_defaults(TrainConfig *c) {
     c->vocab_size = 0;
     c->tokenizer = c->vocab_dir = "";
     c->precision = "fp32";
+    c->bf16_matmul = "auto";
     c->micro_batch = 8;
     c->steps = 100;
     c->lr = 1e-3;
@@ -89,6 +90,14 @@ void train_config_defaults(TrainConfig *c) {
 static bool is_set(const char *s) { return s && *s; }
 
 /* ---- fault injection (tests) ---- */
+
+/* --bf16-matmul: where the bf16 products run (see kernels/matmul_bf16.h). */
+static MatmulBF16Path bf16_matmul_path(const char *name) {
+    if (strcmp(name, "auto") == 0) return MATMUL_BF16_AUTO;
+    if (strcmp(name, "onednn") == 0) return MATMUL_BF16_ONEDNN;
+    if (strcmp(name, "widen") == 0) return MATMUL_BF16_WIDEN;
+    bs_die("--bf16-matmul must be auto, onednn or widen (got '%s')", name);
+}
 
 static void parse_fault(Trainer *tr) {
     const char *spec = tr->cfg.inject_fault;
@@ -670,6 +679,7 @@ static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     if (c->min_lr > c->lr) bs_die("--min-lr %g is larger than --lr %g", c->min_lr, c->lr);
     if (strcmp(c->precision, "fp32") != 0 && strcmp(c->precision, "bf16") != 0)
         bs_die("--precision must be fp32 or bf16 (got '%s')", c->precision);
+    MatmulBF16Path bf16_path = bf16_matmul_path(c->bf16_matmul);
     parse_fault(tr);
     setup_model(tr); /* builds the grid: the data-parallel size is known from here on */
     int per_step = c->micro_batch * tr->dp_size;
@@ -710,7 +720,7 @@ static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     if (is_set(c->ckpt_dir)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s", c->ckpt_dir);
     else if (is_set(c->out)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s/ckpt", c->out);
     if (is_set(c->resume)) train_resume(tr);
-    if (strcmp(c->precision, "bf16") == 0) gpt_enable_bf16(&tr->model); /* after the masters are final */
+    if (strcmp(c->precision, "bf16") == 0) gpt_enable_bf16(&tr->model, bf16_path); /* after the masters are final */
     if (tr->rank == 0) {
         if (tr->ckpt_dir[0]) bs_mkdir_p(tr->ckpt_dir);
         if (is_set(c->out)) bs_mkdir_p(c->out);
@@ -785,6 +795,10 @@ static void print_header(Trainer *tr) {
         printf("schedule: batch %s, lr scaling %s (base batch %ld), %ld steps, %.3g tokens\n", c->batch_schedule,
                c->lr_scaling, tr->base_batch, tr->total_steps, (double)tr->total_tokens);
     printf("optimizer: %s\n", c->optimizer);
+    if (tr->model.bf16)
+        printf("precision: bf16 matmuls on %s (this CPU %s bf16 arithmetic), fp32 masters and accumulation\n",
+               matmul_bf16_path_name(matmul_bf16_path(tr->model.bf16_matmul)),
+               matmul_bf16_cpu_has_bf16() ? "has" : "lacks");
     if (tr->dp_size > 1 || c->zero > 0) {
         DPMemory mem = dp_memory(tr->dp);
         double P = (double)tr->model.num_params * 4, N = tr->dp_size;

@@ -15,6 +15,7 @@ typedef struct {
     /* model */
     int layers, heads, channels, seq_len;
     const char *precision; /* fp32 or bf16 (matmuls in bf16, fp32 accumulation and masters) */
+    const char *bf16_matmul; /* bf16: auto, onednn or widen (see kernels/matmul_bf16.h) */
     int vocab_size;                    /* 0: the tokenizer's */
     const char *tokenizer, *vocab_dir; /* "": the data's (prepare.json), else byte */
     const char *init_from; /* llm.c model file to start from */
