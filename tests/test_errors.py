@@ -82,6 +82,23 @@ class ErrorTest(unittest.TestCase):
         self.fails(tiny_train_args(self.data, steps=0), "--steps")
         self.fails(["train", "--no-such-flag"], "--no-such-flag")
 
+    def test_out_of_range_and_unknown_values(self):
+        """Each flag's bad value is named in the one line (a sweep over the option kinds: numbers, ranges, names,
+        layouts, schedules, codecs, paths)."""
+        cases = [("lr", "nan"), ("lr", "-1"), ("steps", "10x"), ("zero", "4"), ("pp-schedule", "foo"),
+                 ("comm-algo", "foo"), ("optimizer", "foo"), ("bucket-mb", "0"), ("data-order", "random"),
+                 ("lr-scaling", "cube"), ("grad-compression", "topk:0"), ("noise-ema", "2"), ("threads", "-1"),
+                 ("keep-last", "-1"), ("tokenizer", "/nonexistent"), ("warmup", "-5"), ("grad-clip", "-1"),
+                 ("tp", "3"), ("dp", "2"), ("batch-schedule", "ramp:0:2:100"), ("comm-timeout", "0"),
+                 ("precision", "fp16"), ("bf16-matmul", "amx")]
+        for flag, value in cases:
+            with self.subTest(flag=flag, value=value):
+                self.fails(tiny_train_args(self.data, **{flag: value}), "--" + flag)
+        self.fails(tiny_train_args(self.data, metrics="/nonexistent/dir/m.jsonl"), "/nonexistent/dir/m.jsonl")
+
+    def test_unknown_command(self):
+        self.fails(["nosuchcommand"], "nosuchcommand")
+
     def test_sequence_longer_than_model(self):
         model = os.path.join(self.dir, "short.bin")
         run(tiny_train_args(self.data, steps=1, **{"save-model": model}))

@@ -36,7 +36,6 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "batchscale: error: unknown command '%s'\n", argv[1]);
-    usage(stderr);
+    fprintf(stderr, "batchscale: error: unknown command '%s' (`batchscale --help` lists them)\n", argv[1]);
     return 2;
 }
