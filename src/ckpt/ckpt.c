@@ -402,7 +402,7 @@ void ckpt_resolve(const char *arg, const char *ckpt_dir, char *out, size_t n) {
     }
     if (!ckpt_dir || !*ckpt_dir) bs_die("--resume latest needs --ckpt-dir (or --out) to know where to look");
     DIR *d = opendir(ckpt_dir);
-    if (!d) bs_die("--resume latest: cannot open checkpoint directory %s: %s", ckpt_dir, strerror(errno));
+    if (!d) bs_die("cannot open checkpoint directory %s: %s", ckpt_dir, strerror(errno));
     struct dirent *e;
     long steps[4096];
     int count = 0;
@@ -435,5 +435,5 @@ void ckpt_resolve(const char *arg, const char *ckpt_dir, char *out, size_t n) {
         }
         bs_warn("skipping %s: %s; falling back to an older checkpoint", dir, why);
     }
-    bs_die("--resume latest: no complete checkpoint in %s", ckpt_dir);
+    bs_die("no complete checkpoint in %s", ckpt_dir);
 }
