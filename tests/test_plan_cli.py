@@ -259,6 +259,29 @@ class Files(unittest.TestCase):
                                    delta=1e-9 * assumed)
             self.assertAlmostEqual(assumed, 2 * 5e-6 + j["plan"]["dp_bytes"] / (10 * bw), delta=1e-9 * assumed)
 
+    def test_calibrated_cores_are_shared(self):
+        """Four processes of one thread placed on a calibrated 2-core node (--gpus-per-node 4) each run half the
+        time: every time of the step doubles against the same four as two nodes of two, and the note says why."""
+        with TempDir() as d:
+            cal = os.path.join(d, "cal.json")
+            run(["bench", "--calibrate", cal, "--quick"])
+            with open(cal) as f:
+                c = json.load(f)
+            c["machine"].update(cores=2, threads_per_rank=1, ranks_per_node=2)
+            c["collectives"] = {"ranks": 2, "ring": {"alpha_s": 5e-6, "busbw_bytes_per_s": 1e9}}
+            with open(cal, "w") as f:
+                json.dump(c, f)
+            args = ["--calibrate", cal, "--model", "demo", "--gpus", 4, "--dp", 4, "--tp", 1, "--pp", 1,
+                    "--global-batch", 64, "--micro-batch", 16, "--jitter", 0, "--json"]
+            apart = json.loads(plan(*args).stdout)
+            shared = json.loads(plan(*args, "--gpus-per-node", 4).stdout)
+            self.assertNotIn("note", apart)
+            self.assertIn("4 processes of 1 thread share 2 cores", shared["note"])
+            for part in ("compute", "optimizer", "step"):
+                a, b = apart["plan"]["step_time"][part], shared["plan"]["step_time"][part]
+                self.assertGreater(a, 0, part)
+                self.assertAlmostEqual(b, 2 * a, delta=1e-9 * a, msg=part)
+
 
 if __name__ == "__main__":
     unittest.main()

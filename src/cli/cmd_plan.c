@@ -176,7 +176,17 @@ static Fleet build_fleet(const PlanArgs *a, char *note, size_t note_size) {
         calibration_read(a->calibrate, &f.hw[0], note, note_size);
         f.kinds = 1;
         f.count[0] = a->gpus > 0 ? a->gpus : f.hw[0].gpus_per_node;
+        int calibrated_node = f.hw[0].gpus_per_node;
         apply_hardware_overrides(a, &f);
+        Hardware *hw = &f.hw[0];
+        if (a->hbm_gb <= 0) hw->hbm_bytes *= (double)calibrated_node / hw->gpus_per_node; /* the node's memory, split */
+        double share = hardware_share_cores(hw);
+        if (share < 1) {
+            size_t used = strlen(note);
+            snprintf(note + used, note_size - used, "%s%d processes of %d thread%s share %d cores: each runs %.0f%% of the time",
+                     used ? "; " : "", hw->gpus_per_node, hw->threads_per_gpu, hw->threads_per_gpu > 1 ? "s" : "",
+                     hw->cpu_cores, 100 * share);
+        }
         return f;
     }
     char spec[256];

@@ -136,6 +136,8 @@ void calibration_read(const char *path, Hardware *hw, char *note, size_t note_si
     json_t *host = json_object_get(machine, "name");
     snprintf(hw->name, sizeof hw->name, "%s", json_is_string(host) ? json_string_value(host) : "this machine");
     hw->gpus_per_node = (int)number_at(machine, "ranks_per_node", path, "machine");
+    hw->cpu_cores = (int)number_at(machine, "cores", path, "machine");
+    hw->threads_per_gpu = (int)number_at(machine, "threads_per_rank", path, "machine");
     hw->hbm_bytes = number_at(machine, "memory_bytes", path, "machine") / hw->gpus_per_node;
     hw->hbm_bw = number_at(json_object_get(root, "memory_bandwidth"), "bytes_per_s", path, "memory_bandwidth");
     hw->elementwise_bw = number_at(json_object_get(root, "elementwise"), "bytes_per_s", path, "elementwise");

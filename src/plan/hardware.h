@@ -43,6 +43,9 @@ typedef struct {
     int n_gemm;
     GemmPoint gemm[HW_MAX_GEMM_POINTS];
     CollectiveFit coll[ALGO_COUNT];
+    /* a calibrated CPU node: its cores, shared by gpus_per_node processes of
+     * threads_per_gpu threads each (0: a GPU, nothing shared) */
+    int cpu_cores, threads_per_gpu;
 } Hardware;
 
 const char *precision_name(Precision p);
@@ -52,6 +55,12 @@ double hardware_peak(const Hardware *hw, Precision p);
 /* Bytes per element of matmul operands and of stored activations. */
 int precision_operand_bytes(Precision p);
 int precision_activation_bytes(Precision p);
+/* A calibrated CPU node given more threads (processes x threads per
+ * process) than cores time-slices them: each process runs cores / threads of
+ * the time, so every rate it was calibrated at alone (matmul, memory,
+ * element-wise, collective bandwidth; latencies inversely) scales by that
+ * share. Applies it and returns the share (1: nothing shared). */
+double hardware_share_cores(Hardware *hw);
 const char *algo_name(CollectiveAlgo a);
 bool algo_parse(const char *s, CollectiveAlgo *out);
 
