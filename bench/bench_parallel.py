@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """bench_parallel.py: the three ways to use two processes on the engine
 benchmark config (L=6 H=6 C=384 V=8192 T=256): DP 2, TP 2 and PP 2 (1F1B and
-GPipe, m = 8 micro-batches; 1F1B also with the layers split 4 + 2, as the
-last stage carries the output layer), same global batch (8 micro-batches of
+GPipe, m = 8 micro-batches; 1F1B also with --pp-split auto, which moves a
+layer off the last stage as it carries the output layer: 4 + 2), same global batch (8 micro-batches of
 8 sequences), 1 thread per process. Prints tokens/s, the exposed communication
 share, and for PP the measured bubble beside the theoretical (P-1)/m.
 usage: bench_parallel.py BATCHSCALE OUT_JSON"""
@@ -32,8 +32,8 @@ def main():
         write_shard(shard, V)
         layouts = {"DP 2": ["--dp", "2"], "TP 2": ["--tp", "2"], "PP 2 (1F1B)": ["--pp", "2", "--pp-schedule", "1f1b"],
                    "PP 2 (GPipe)": ["--pp", "2", "--pp-schedule", "gpipe"],
-                   # the last stage also holds the 8192-wide output layer and the loss: move a layer off it
-                   "PP 2 (1F1B, 4+2)": ["--pp", "2", "--pp-schedule", "1f1b", "--pp-split", "4,2"]}
+                   # the last stage also holds the 8192-wide output layer and the loss: balanced by FLOPs (4 + 2)
+                   "PP 2 (1F1B, auto)": ["--pp", "2", "--pp-schedule", "1f1b", "--pp-split", "auto"]}
         for name, extra in layouts.items():
             metrics = os.path.join(tmp, "m.jsonl")
             subprocess.run(MPIRUN + [bs, "train", "--data", shard, "--vocab-size", str(V), "--layers", str(L),

@@ -14,6 +14,9 @@ the single-process oracle.
 - 1F1B keeps at most pp micro-batches of activations alive on the first
   stage, GPipe all m (the engine's own count).
 - Impossible layouts are refused before any work.
+- --pp-split auto balances the stages by FLOPs with the output layer on the
+  last stage (a Python transcription of the cost picks the split the
+  trainer prints) and, like any split, gives the one-process run.
 - A tp2 x pp2 checkpoint resumes on dp 4 (ZeRO 1) and on one process with
   bitwise the same parameters and the never-resharded run's losses (1e-5).
 """
@@ -110,6 +113,21 @@ class ModelParallelTest(CorpusTest):
         for x in m1:
             self.assertAlmostEqual(x["bubble_theory"], 1 / 4)
             self.assertTrue(0 <= x["bubble"] <= 1)
+
+    def test_auto_split_balances_flops(self):
+        # a narrow model whose output layer (6 C Vp per token) outweighs a layer (72 C^2 + 12 C T): the even
+        # split 2+2 would leave the last stage with 80k against 43k FLOP-units; auto moves a layer forward
+        narrow = ["--channels", "16", "--seq-len", "16"]
+        layer, head = 72 * 16 * 16 + 12 * 16 * 16, 6 * 16 * VP
+        best = min(range(1, L), key=lambda k: (max((L - k) * layer, k * layer + head), -k))  # last stage: k layers
+        self.assertEqual(best, 1)  # the split the cost model predicts: 3 + 1
+        om, op, _ = train(self.data, self.path("auto_oracle"), micro=8, extra=narrow)
+        m, p, out = train(self.data, self.path("auto"), ranks=2, extra=narrow + ["--pp", "2", "--pp-split", "auto"])
+        self.assertIn(f"layers [{L - best}, {L})", out)
+        self.assertEqual(len(m), len(om))
+        for a, b in zip(m, om):
+            self.assertLess(abs(a["loss"] - b["loss"]) / b["loss"], 1e-5, f"step {a['step']}")
+        self.assertLess(rel(p, op), 1e-5)
 
     def test_impossible_layouts(self):
         cases = [(4, ["--tp", "3"], "--tp 3"), (3, ["--tp", "3"], "--heads"), (8, ["--pp", "8"], "layers"),

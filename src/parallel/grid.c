@@ -79,3 +79,27 @@ void grid_free(Grid *g) {
     free(g->stage_layers);
     free(g);
 }
+
+void grid_balanced_split(int num_layers, int pp, double layer_cost, double last_cost, char *out, size_t out_size) {
+    /* Every stage but the last holds only layers, all of one cost, so for a
+     * last stage of k layers the rest split evenly is best; try every k,
+     * largest first, keeping the first best (see grid.h on ties). */
+    if (pp <= 1) {
+        snprintf(out, out_size, "%d", num_layers);
+        return;
+    }
+    int best_k = 1;
+    double best = -1;
+    for (int k = num_layers - (pp - 1); k >= 1; k--) {
+        int rest = num_layers - k, others = pp - 1;
+        double front = layer_cost * (rest / others + (rest % others ? 1 : 0));
+        double worst = front > k * layer_cost + last_cost ? front : k * layer_cost + last_cost;
+        if (best < 0 || worst < best) best = worst, best_k = k;
+    }
+    size_t used = 0;
+    int rest = num_layers - best_k;
+    for (int s = 0; s < pp && used < out_size; s++) {
+        int n = s == pp - 1 ? best_k : rest / (pp - 1) + (s < rest % (pp - 1) ? 1 : 0);
+        used += (size_t)snprintf(out + used, out_size - used, "%s%d", s ? "," : "", n);
+    }
+}

@@ -22,11 +22,17 @@ typedef struct {
 } Grid;
 
 /* tp, pp >= 1; dp 0 means world / (tp x pp). pp_split: "" (even) or a
- * comma-separated count of layers per stage. Dies with one line if the
+ * comma-separated count of layers per stage (see grid_balanced_split). Dies with one line if the
  * layout cannot be built. */
 Grid *grid_create(Comm *world, int tp, int pp, int dp, const char *pp_split, int num_layers, int num_heads);
 void grid_free(Grid *g);
 /* World rank of the grid coordinate. */
 int grid_rank_of(const Grid *g, int dp_index, int pp_index, int tp_index);
+/* The contiguous split of num_layers layers into pp stages whose largest
+ * cost is smallest, each layer costing layer_cost and the last stage also
+ * last_cost (the output layer and loss): written as "n0,n1,..." into out.
+ * Ties go to the split with more layers on the last stage (in 1F1B it
+ * keeps the fewest micro-batches' activations alive). */
+void grid_balanced_split(int num_layers, int pp, double layer_cost, double last_cost, char *out, size_t out_size);
 
 #endif

@@ -581,7 +581,13 @@ static void setup_model(Trainer *tr) {
     }
     char why[256];
     if (!gpt_config_check(&mc, why, sizeof why)) bs_die("%s", why);
-    tr->grid = grid_create(tr->world, c->tp, c->pp, c->dp, c->pp_split, mc.num_layers, mc.num_heads);
+    char split[256];
+    snprintf(split, sizeof split, "%s", c->pp_split);
+    if (strcmp(split, "auto") == 0) { /* per token, forward and backward: 6 x a layer's or the head's weights, + attention */
+        double C = mc.channels, layer = 6 * 12 * C * C + 12 * C * c->seq_len;
+        grid_balanced_split(mc.num_layers, c->pp, layer, 6 * C * gpt_padded_vocab(mc.vocab_size), split, sizeof split);
+    }
+    tr->grid = grid_create(tr->world, c->tp, c->pp, c->dp, split, mc.num_layers, mc.num_heads);
     const Grid *g = tr->grid;
     if (mc.padded_vocab_size % g->tp != 0)
         bs_die("--tp %d does not divide the padded vocabulary %d", g->tp, mc.padded_vocab_size);
