@@ -37,17 +37,7 @@
 #include "kernels/bf16.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul_bf16.h"
-
-static int failures = 0;
-#define EXPECT(cond, ...)                                                                                         \
-    do {                                                                                                          \
-        if (!(cond)) {                                                                                            \
-            failures++;                                                                                           \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                  \
-            fprintf(stderr, __VA_ARGS__);                                                                         \
-            fprintf(stderr, "\n");                                                                                \
-        }                                                                                                         \
-    } while (0)
+#include "check.h"
 
 static unsigned long long rng_state = 0x9E3779B97F4A7C15ULL;
 static unsigned long long next_random(void) { /* xorshift64, test-local */
@@ -102,7 +92,7 @@ static size_t check_rounding(const uint16_t *lows, int num_lows) {
             if (bad++ < 5) fprintf(stderr, "  %08x -> %04x, want %04x\n", bits[i], got[i], reference_round(bits[i]));
         }
     }
-    EXPECT(bad == 0, "%zu of %zu float patterns rounded wrongly", bad, n);
+    CHECK(bad == 0, "%zu of %zu float patterns rounded wrongly", bad, n);
     free(bits);
     free(got);
     return n;
@@ -128,11 +118,11 @@ static void test_conversion(bool exhaustive) {
     bf16_from_floats(back, wide, 65536);
     int bad = 0;
     for (int i = 0; i < 65536; i++) bad += !same_bf16(back[i], all[i]) || ((back[i] & 0x7fffu) > 0x7f80u && (back[i] >> 15) != (all[i] >> 15));
-    EXPECT(bad == 0, "%d bf16 patterns do not survive bf16 -> float -> bf16", bad);
+    CHECK(bad == 0, "%d bf16 patterns do not survive bf16 -> float -> bf16", bad);
     /* ties to even both ways, and overflow past the largest bf16 (3.3895e38) */
     float rounded[3] = {1.00390625f, 1.01171875f, -3.4e38f}, want[3] = {1.0f, 1.015625f, -INFINITY};
     bf16_round_floats(rounded, rounded, 3);
-    for (int i = 0; i < 3; i++) EXPECT(rounded[i] == want[i], "bf16_round_floats[%d] = %g, want %g", i, rounded[i], want[i]);
+    for (int i = 0; i < 3; i++) CHECK(rounded[i] == want[i], "bf16_round_floats[%d] = %g, want %g", i, rounded[i], want[i]);
     printf("conversion: %zu float patterns rounded as the reference%s\n", checked, exhaustive ? " (all 2^32)" : "");
 }
 
@@ -264,11 +254,11 @@ static void check_element(Check *c, float bf16_result, float fp32_result, Dot d)
 
 static void report(const Check *c, Shape s, const char *path) {
     double rel = c->max_terms > 0 ? c->max_err32 / c->max_terms : 0;
-    EXPECT(c->violations16 == 0, "%s %s %zux%dx%d: %zu of %zu beyond the fp32-accumulation bound", path, c->name,
+    CHECK(c->violations16 == 0, "%s %s %zux%dx%d: %zu of %zu beyond the fp32-accumulation bound", path, c->name,
            s.N, s.IC, s.OC, c->violations16, c->count);
-    EXPECT(c->violations32 == 0, "%s %s %zux%dx%d: %zu of %zu beyond the bf16 rounding bound vs fp32", path,
+    CHECK(c->violations32 == 0, "%s %s %zux%dx%d: %zu of %zu beyond the bf16 rounding bound vs fp32", path,
            c->name, s.N, s.IC, s.OC, c->violations32, c->count);
-    EXPECT(rel <= 1e-2, "%s %s %zux%dx%d: max|err| / max sum|ab| = %.3g > 1e-2", path, c->name, s.N, s.IC, s.OC,
+    CHECK(rel <= 1e-2, "%s %s %zux%dx%d: max|err| / max sum|ab| = %.3g > 1e-2", path, c->name, s.N, s.IC, s.OC,
            rel);
     printf("  %-8s max|bf16 - fp32| / max sum|ab| = %.2e\n", c->name, rel);
 }
@@ -304,7 +294,7 @@ static void test_layer(MatmulBF16Path path, Shape s) {
                           dot(p.dout + o, OC, p.inp + c, IC, s.N, p.dweight0[o * IC + c]));
     report(&dweight, s, name);
 
-    EXPECT(memcmp(got.dbias, ref.dbias, OC * sizeof(float)) == 0, "%s dbias differs from the fp32 path", name);
+    CHECK(memcmp(got.dbias, ref.dbias, OC * sizeof(float)) == 0, "%s dbias differs from the fp32 path", name);
     free_results(&got);
     free_results(&ref);
     free_problem(&p);
@@ -320,7 +310,7 @@ static void test_cache(MatmulBF16Path path) {
     Problem pa = make_problem(a), pb = make_problem(b);
     Results ra = alloc_results(&pa), rb = alloc_results(&pb);
 #define EXPECT_CREATED(n, what)                                                                                   \
-    EXPECT(matmul_bf16_primitives_created(mm) == (n) * per, "%s: %d primitives, want %d", what,                 \
+    CHECK(matmul_bf16_primitives_created(mm) == (n) * per, "%s: %d primitives, want %d", what,                 \
            matmul_bf16_primitives_created(mm), (n) * per)
     EXPECT_CREATED(0, "a new cache");
     run_bf16(mm, &pa, &ra);
@@ -362,9 +352,9 @@ static void test_threads(MatmulBF16Path path) {
     run_bf16(mm, &p, &r2);
     omp_set_num_threads(omp_get_num_procs());
     const char *name = matmul_bf16_path_name(matmul_bf16_path(mm));
-    EXPECT(memcmp(r1.out, r2.out, s.N * s.OC * sizeof(float)) == 0, "%s: out differs at 1 and 2 threads", name);
-    EXPECT(memcmp(r1.dinp, r2.dinp, s.N * s.IC * sizeof(float)) == 0, "%s: dinp differs at 1 and 2 threads", name);
-    EXPECT(memcmp(r1.dweight, r2.dweight, (size_t)s.OC * s.IC * sizeof(float)) == 0,
+    CHECK(memcmp(r1.out, r2.out, s.N * s.OC * sizeof(float)) == 0, "%s: out differs at 1 and 2 threads", name);
+    CHECK(memcmp(r1.dinp, r2.dinp, s.N * s.IC * sizeof(float)) == 0, "%s: dinp differs at 1 and 2 threads", name);
+    CHECK(memcmp(r1.dweight, r2.dweight, (size_t)s.OC * s.IC * sizeof(float)) == 0,
            "%s: dweight differs at 1 and 2 threads", name);
     printf("threads (%s): 1 and 2 threads give the same bits\n", name);
     free_results(&r1);
@@ -391,9 +381,9 @@ static void test_rounded(MatmulBF16Path path, Shape s) {
     matmul_bf16_forward_rounded(mm, floats.out, inp, weight, p.bias, s.N, s.IC, s.OC);
     matmul_bf16_backward_rounded(mm, floats.dinp, floats.dweight, dout, inp, weight, s.N, s.IC, s.OC);
     const char *name = matmul_bf16_path_name(matmul_bf16_path(mm));
-    EXPECT(memcmp(typed.out, floats.out, s.N * s.OC * sizeof(float)) == 0, "%s rounded: out differs", name);
-    EXPECT(memcmp(typed.dinp, floats.dinp, s.N * s.IC * sizeof(float)) == 0, "%s rounded: dinp differs", name);
-    EXPECT(memcmp(typed.dweight, floats.dweight, (size_t)s.OC * s.IC * sizeof(float)) == 0,
+    CHECK(memcmp(typed.out, floats.out, s.N * s.OC * sizeof(float)) == 0, "%s rounded: out differs", name);
+    CHECK(memcmp(typed.dinp, floats.dinp, s.N * s.IC * sizeof(float)) == 0, "%s rounded: dinp differs", name);
+    CHECK(memcmp(typed.dweight, floats.dweight, (size_t)s.OC * s.IC * sizeof(float)) == 0,
            "%s rounded: dweight differs", name);
     printf("rounded (%s) %zux%dx%d: the bits of the bf16-typed calls\n", name, s.N, s.IC, s.OC);
     free(inp);

@@ -28,18 +28,7 @@
 #include "comm/codec.h"
 #include "core/rng.h"
 #include "test_cc_common.h"
-
-static int failures = 0;
-
-#define CHECK(cond, ...)                                                                                              \
-    do {                                                                                                              \
-        if (!(cond)) {                                                                                                \
-            failures++;                                                                                               \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                               \
-            printf(__VA_ARGS__);                                                                                      \
-            printf("\n");                                                                                             \
-        }                                                                                                             \
-    } while (0)
+#include "check.h"
 
 static Codec codec_of(const char *spec, size_t block) {
     Codec c;

@@ -17,18 +17,7 @@
 #include "data/bytetok.h"
 #include "data/pretokenize.h"
 #include "data/tokenizer.h"
-
-static int failures = 0;
-
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (!(cond)) {                                  \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);               \
-            fprintf(stderr, "\n");                      \
-            failures++;                                 \
-        }                                               \
-    } while (0)
+#include "check.h"
 
 /* Pieces of text joined by '|' into out. */
 static void pieces(const char *text, size_t n, char *out) {
