@@ -32,6 +32,12 @@ void layernorm_forward(real *out, real *mean, real *rstd, const real *inp, const
 void layernorm_backward(real *dinp, real *dweight, real *dbias, const real *dout, const real *inp,
                         const real *weight, const real *mean, const real *rstd, size_t N, int C);
 
+/* The fixed work blocks of the linear layer (matmul.c): out and dinp in
+ * blocks of MATMUL_ROW_BLOCK rows, dweight in blocks of MATMUL_DWEIGHT_BLOCK
+ * output channels; each block is one single-threaded gemm, so the bits do
+ * not depend on the thread count. The bf16 layer uses the same blocks. */
+enum { MATMUL_ROW_BLOCK = 1024, MATMUL_DWEIGHT_BLOCK = 512 };
+
 /* out (N,OC) = inp (N,IC) @ weight (OC,IC)^T + bias (OC); bias may be NULL */
 void matmul_forward(real *out, const real *inp, const real *weight, const real *bias, size_t N, int IC, int OC);
 /* writes dinp (N,IC) (skipped if NULL); dweight (OC,IC) +=, dbias (OC) += (dbias may be NULL) */

@@ -1,26 +1,64 @@
 /* matmul.c: the linear layer y = x W^T + b through BLAS gemm, forward and
  * backward. No hand-written matmul: gemm does the FLOPs, the bias gradient
- * is a column sum done here in a fixed order. */
+ * is a column sum done here in a fixed order.
+ *
+ * Bitwise the same for any thread count, by construction: each product is
+ * cut into fixed blocks (MATMUL_ROW_BLOCK rows of out and dinp; for dweight
+ * MATMUL_DWEIGHT_BLOCK rows of dweight, i.e. output channels, the reduction
+ * over the N rows never split), and each block is one single-threaded gemm
+ * inside this file's OpenMP loop. A multi-threaded gemm is not enough:
+ * OpenBLAS partitions the matrix by the thread count, and its edge tiles sum
+ * K in another order than its inner tiles (OpenBLAS 0.3.21's Haswell kernel
+ * on AMD Zen: 1 vs 2 threads changed 2142 of 12288 elements of a
+ * 128x96x32 product). A gemm called inside an OpenMP parallel region runs
+ * single-threaded (Debian's OpenMP build of OpenBLAS); with one thread the
+ * region is not active but OpenBLAS then has one thread anyway. */
 #include "kernels/kernels.h"
 
+static size_t block_count(size_t n, size_t block) { return (n + block - 1) / block; }
+
 void matmul_forward(real *out, const real *inp, const real *weight, const real *bias, size_t N, int IC, int OC) {
-    real beta = 0;
-    if (bias) {
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < N; i++)
-            for (int o = 0; o < OC; o++) out[i * OC + o] = bias[o];
-        beta = 1;
+    const size_t blocks = block_count(N, MATMUL_ROW_BLOCK);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t b = 0; b < blocks; b++) {
+        const size_t r0 = b * MATMUL_ROW_BLOCK;
+        const size_t rows = N - r0 < MATMUL_ROW_BLOCK ? N - r0 : MATMUL_ROW_BLOCK;
+        real *o = out + r0 * OC;
+        real beta = 0;
+        if (bias) {
+            for (size_t i = 0; i < rows; i++)
+                for (int c = 0; c < OC; c++) o[i * OC + c] = bias[c];
+            beta = 1;
+        }
+        /* out[r0:r0+rows] (rows,OC) = inp[r0:r0+rows] (rows,IC) @ weight^T (IC,OC) */
+        bs_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, OC, IC, 1, inp + r0 * IC, IC, weight, IC, beta,
+                o, OC);
     }
-    bs_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, OC, IC, 1, inp, IC, weight, IC, beta, out, OC);
 }
 
 void matmul_backward(real *dinp, real *dweight, real *dbias, const real *dout, const real *inp,
                      const real *weight, size_t N, int IC, int OC) {
-    /* dinp (N,IC) = dout (N,OC) @ weight (OC,IC) */
-    if (dinp)
-        bs_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, IC, OC, 1, dout, OC, weight, IC, 0, dinp, IC);
-    /* dweight (OC,IC) += dout^T (OC,N) @ inp (N,IC) */
-    bs_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, (int)N, 1, dout, OC, inp, IC, 1, dweight, IC);
+    const size_t row_blocks = dinp ? block_count(N, MATMUL_ROW_BLOCK) : 0;
+    const size_t out_blocks = block_count((size_t)OC, MATMUL_DWEIGHT_BLOCK);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t i = 0; i < row_blocks + out_blocks; i++) {
+        /* dweight's blocks first: one is often the largest piece of work, and
+         * the dynamic schedule then fills the other threads with dinp's */
+        const size_t b = (i + row_blocks) % (row_blocks + out_blocks);
+        if (b < row_blocks) {
+            /* dinp[r0:r0+rows] (rows,IC) = dout[r0:r0+rows] (rows,OC) @ weight (OC,IC) */
+            const size_t r0 = b * MATMUL_ROW_BLOCK;
+            const size_t rows = N - r0 < MATMUL_ROW_BLOCK ? N - r0 : MATMUL_ROW_BLOCK;
+            bs_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, IC, OC, 1, dout + r0 * OC, OC, weight, IC,
+                    0, dinp + r0 * IC, IC);
+        } else {
+            /* dweight[o0:o0+n] (n,IC) += dout[:, o0:o0+n]^T (n,N) @ inp (N,IC) */
+            const size_t o0 = (b - row_blocks) * MATMUL_DWEIGHT_BLOCK;
+            const size_t n = (size_t)OC - o0 < MATMUL_DWEIGHT_BLOCK ? (size_t)OC - o0 : MATMUL_DWEIGHT_BLOCK;
+            bs_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, IC, (int)N, 1, dout + o0, OC, inp, IC, 1,
+                    dweight + o0 * IC, IC);
+        }
+    }
     if (dbias) bias_backward(dbias, dout, N, OC);
 }
 
