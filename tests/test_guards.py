@@ -4,6 +4,11 @@
 - A NaN injected into one rank's gradient skips exactly that step on every
   rank (parameters and optimizer state unchanged: the checkpoints before and
   after it are byte-identical), and the message names the rank and layer.
+  So in every layout, at a chosen rank and layer (a middle layer, the last
+  layer, a stage's non-first layer) of a 3-layer model: ZeRO-2, ZeRO-3,
+  tp 2, pp 2 and tp 2 x pp 2 (4 ranks); the run goes on, exits 0, every
+  other step's loss is finite. A target that does not exist (a rank, a layer,
+  a layer on another pipeline stage) is one line naming --inject-fault.
 - A run that keeps producing non-finite values stops after --max-skips
   skips in a row with a clear message instead of looping.
 - A loss spike beyond --skip-spikes standard deviations is skipped.
@@ -22,9 +27,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bstest import BATCHSCALE, MPIRUN, CorpusTest, read_metrics  # noqa: E402
 
 
-def train(data, prefix, ranks=2, extra=(), steps=8, check=True, shard="train_000000.bin"):
+def train(data, prefix, ranks=2, extra=(), steps=8, check=True, shard="train_000000.bin", layers=2):
     metrics = prefix + ".jsonl"
-    args = [BATCHSCALE, "train", "--data", os.path.join(data, shard), "--layers", "2", "--heads", "2",
+    args = [BATCHSCALE, "train", "--data", os.path.join(data, shard), "--layers", str(layers), "--heads", "2",
             "--channels", "32", "--seq-len", "32", "--micro-batch", "2", "--global-batch", "16", "--steps",
             str(steps), "--lr", "3e-3", "--warmup", "2", "--eval-every", "0", "--sample-tokens", "0", "--threads",
             "1", "--log-every", "1", "--metrics", metrics] + list(extra)
@@ -52,6 +57,42 @@ class GuardTest(CorpusTest):
         sums = [[f["xxh64"] for f in man["files"]] for man in manifests]
         self.assertEqual(sums[0], sums[1], "the skipped step changed parameters or optimizer state")
         self.assertNotEqual(sums[1], sums[2], "the next step should update again")
+
+    def test_nan_named_in_every_layout(self):
+        # (processes, layout, rank, layer); pp 2 splits the 3 layers 2,1; rank = pp_index x tp + tp_index
+        cases = [(2, ["--zero", "2"], 1, 1), (2, ["--zero", "3"], 0, 2), (2, ["--tp", "2"], 1, 2),
+                 (2, ["--pp", "2"], 0, 1), (2, ["--pp", "2"], 1, 2), (4, ["--tp", "2", "--pp", "2"], 2, 2)]
+        for ranks, layout, rank, layer in cases:
+            label = "_".join(layout).replace("-", "") + f"_r{rank}_l{layer}"
+            ck = self.path("ck_" + label)
+            m, p = train(self.data, self.path(label), ranks=ranks, steps=5, layers=3, check=False,
+                         extra=layout + ["--inject-fault", f"nan:{rank}:3:{layer}", "--ckpt-dir", ck,
+                                         "--ckpt-every", "1", "--keep-last", "0"])
+            self.assertEqual(p.returncode, 0, f"{label}: {p.stderr}")
+            reason = f"non-finite value on rank {rank} at layer {layer}"
+            self.assertEqual([(x["step"], x.get("skipped")) for x in m if "skipped" in x], [(3, reason)], label)
+            self.assertIn(f"step 3 skipped (no update): {reason}", p.stdout, label)
+            self.assertEqual([x["step"] for x in m], [1, 2, 3, 4, 5], label)
+            self.assertTrue(all(np.isfinite(x["loss"]) for x in m if x["step"] != 3), label)
+            sums = [[f["xxh64"] for f in read_manifest(ck, step)["files"]] for step in (2, 3, 4)]
+            self.assertEqual(len(sums[0]), ranks, label)
+            self.assertEqual(sums[0], sums[1], f"{label}: the skipped step changed parameters or optimizer state")
+            self.assertNotEqual(sums[1], sums[2], f"{label}: the next step should update again")
+
+    def test_nan_target_must_exist(self):
+        syntax = "error: --inject-fault must be stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER] or slow"
+        cases = [(1, [], "nan:0:3:3", "error: --inject-fault nan:0:3:3: layer 3 does not exist (3 layers)"),
+                 (2, [], "nan:2:3", "error: --inject-fault nan:2:3: rank 2 does not exist (2 processes)"),
+                 (2, ["--pp", "2"], "nan:0:3:2", "error: --inject-fault nan:0:3:2: rank 0 holds layers [0, 2), not "
+                                                 "layer 2"),
+                 (1, [], "nan:0:3:-1", syntax), (1, [], "exit:0:3:1", syntax)]
+        for ranks, layout, spec, message in cases:
+            _, p = train(self.data, self.path("bad_target"), ranks=ranks, steps=2, layers=3, check=False,
+                         extra=layout + ["--inject-fault", spec])
+            self.assertEqual(p.returncode, 1, spec)
+            self.assertIn(message, p.stderr, spec)
+            if ranks == 1:
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
 
     def test_consecutive_skips_stop_the_run(self):
         m, p = train(self.data, self.path("blowup"), steps=30, check=False,
@@ -96,6 +137,11 @@ class GuardTest(CorpusTest):
         _, p = train(self.data, self.path("bad"), check=False, extra=["--balance", "--zero", "2"])
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("--balance", p.stderr)
+
+
+def read_manifest(ckpt_dir, step):
+    with open(os.path.join(ckpt_dir, f"step_{step:08d}", "manifest.json")) as f:
+        return json.load(f)
 
 
 if __name__ == "__main__":

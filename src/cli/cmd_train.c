@@ -68,7 +68,7 @@ int cmd_train(int argc, char **argv) {
         {"comm-timeout", OPT_DOUBLE, &c.comm_timeout, 0.1, 1e7, "SECONDS", "abort the job if a collective stalls this long"},
         {"baseline-tokens-per-s", OPT_DOUBLE, &c.baseline_tokens_per_s, 0, 1e12, "RATE", "1-process rate, for scaling efficiency"},
         {"trace", OPT_STRING, &c.trace, OPT_NO_RANGE, "FILE", "write a Chrome trace-event JSON (Perfetto)"},
-        {"inject-fault", OPT_STRING, &c.inject_fault, OPT_NO_RANGE, "SPEC", "testing: stall|exit|nan:RANK:STEP or slow:RANK:FACTOR"},
+        {"inject-fault", OPT_STRING, &c.inject_fault, OPT_NO_RANGE, "SPEC", "testing: stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER] (a NaN in that layer's gradient) or slow:RANK:FACTOR"},
         {"optimizer", OPT_STRING, &c.optimizer, OPT_NO_RANGE, "NAME", "adamw, sgd, lamb, lars or onebit-adam (--freeze-step)"},
         {"momentum", OPT_DOUBLE, &c.momentum, 0, 0.999999, "X", "SGD and LARS momentum"},
         {"dampening", OPT_DOUBLE, &c.dampening, 0, 1, "X", "SGD momentum dampening"},

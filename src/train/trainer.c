@@ -99,21 +99,47 @@ static MatmulBF16Path bf16_matmul_path(const char *name) {
     bs_die("--bf16-matmul must be auto, onednn or widen (got '%s')", name);
 }
 
+/* nan and nans take an optional fourth field, the layer whose gradient gets the NaN. */
 static void parse_fault(Trainer *tr) {
     const char *spec = tr->cfg.inject_fault;
+    tr->fault_layer = -1;
     if (!is_set(spec)) return;
-    char kind[16];
-    int rank;
+    char kind[16], tail;
+    int rank, used = 0;
     double value;
-    if (sscanf(spec, "%15[a-z]:%d:%lf", kind, &rank, &value) != 3 ||
-        (strcmp(kind, "stall") && strcmp(kind, "exit") && strcmp(kind, "nan") && strcmp(kind, "nans") &&
-         strcmp(kind, "slow")))
-        bs_die("--inject-fault must be stall|exit|nan|nans:RANK:STEP or slow:RANK:FACTOR (got '%s')", spec);
+    bool ok = sscanf(spec, "%15[a-z]:%d:%lf%n", kind, &rank, &value, &used) == 3 &&
+              (!strcmp(kind, "stall") || !strcmp(kind, "exit") || !strcmp(kind, "nan") || !strcmp(kind, "nans") ||
+               !strcmp(kind, "slow"));
+    if (ok && spec[used] != '\0') /* :LAYER */
+        ok = (!strcmp(kind, "nan") || !strcmp(kind, "nans")) && sscanf(spec + used, ":%d%c", &tr->fault_layer, &tail) == 1 &&
+             tr->fault_layer >= 0;
+    if (!ok)
+        bs_die("--inject-fault must be stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER] or slow:RANK:FACTOR (got '%s')",
+               spec);
     /* 's'tall, 'e'xit, 'n'an once, 'N': a NaN every step from STEP on, slo'w' */
     tr->fault_kind = strcmp(kind, "slow") == 0 ? 'w' : strcmp(kind, "nans") == 0 ? 'N' : kind[0];
     tr->fault_rank = rank;
     tr->fault_step = (int)value;
     tr->fault_factor = value;
+}
+
+/* A NaN's target must exist: the rank in the world and, where a layer is
+ * named, the layer in the model and on that rank's pipeline stage (every rank
+ * checks, from the grid, so all stop with the same line). Without a layer it
+ * is the rank's first layer. Returns the gradient block to poison. */
+static int nan_target_block(Trainer *tr) {
+    const Grid *g = tr->grid;
+    const int world = comm_size(tr->world), L = tr->model.cfg.num_layers;
+    const char *spec = tr->cfg.inject_fault;
+    if (tr->fault_rank < 0 || tr->fault_rank >= world)
+        bs_die("--inject-fault %s: rank %d does not exist (%d processes)", spec, tr->fault_rank, world);
+    int stage = tr->fault_rank / g->tp % g->pp, first = g->stage_first[stage], n = g->stage_layers[stage];
+    if (tr->fault_layer < 0) return first + 1;
+    if (tr->fault_layer >= L) bs_die("--inject-fault %s: layer %d does not exist (%d layers)", spec, tr->fault_layer, L);
+    if (tr->fault_layer < first || tr->fault_layer >= first + n)
+        bs_die("--inject-fault %s: rank %d holds layers [%d, %d), not layer %d", spec, tr->fault_rank, first, first + n,
+               tr->fault_layer);
+    return tr->fault_layer + 1;
 }
 
 /* slow:RANK:FACTOR makes one rank FACTOR times slower (heterogeneous
@@ -367,7 +393,7 @@ static StepResult train_step(Trainer *tr) {
     tr->model.first_nonfinite_layer = -1;
     if (((tr->fault_kind == 'n' && tr->step + 1 == tr->fault_step) ||
          (tr->fault_kind == 'N' && tr->step + 1 >= tr->fault_step)) && tr->rank == tr->fault_rank)
-        dp_inject_nan(tr->dp, gpt_first_layer(&tr->model.cfg) + 1); /* the first local layer's gradient */
+        dp_inject_nan(tr->dp, tr->fault_block); /* a layer's gradient: block 0 is the embeddings */
     mp_start_tied_grads(tr->grid, &tr->model, &tr->tied);
     MicroSource src = {tr, &tr->train_data, tr->seqs_consumed, tr->dp_size, my_first_sequence(tr, r.batch)};
     r.my_micro = r.accum_steps;
@@ -688,6 +714,7 @@ static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     MatmulBF16Path bf16_path = bf16_matmul_path(c->bf16_matmul);
     parse_fault(tr);
     setup_model(tr); /* builds the grid: the data-parallel size is known from here on */
+    if (tr->fault_kind == 'n' || tr->fault_kind == 'N') tr->fault_block = nan_target_block(tr);
     int per_step = c->micro_batch * tr->dp_size;
     if (c->global_batch == 0) c->global_batch = per_step;
     if (c->global_batch % per_step != 0)

@@ -52,7 +52,7 @@ typedef struct {
     double comm_timeout;
     double baseline_tokens_per_s; /* 1-process rate for the scaling efficiency */
     const char *trace;            /* Chrome trace-event JSON */
-    const char *inject_fault;     /* tests: stall:RANK:STEP or exit:RANK:STEP */
+    const char *inject_fault;     /* tests: stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER], slow:RANK:FACTOR */
     /* batch-size scaling */
     const char *optimizer;        /* adamw, sgd, lamb, lars */
     double momentum, dampening, lars_eta;

@@ -98,6 +98,7 @@ typedef struct {
     char ckpt_dir[4096];
     char fault_kind; /* 0, 's'tall, 'e'xit, 'n'an or slo'w' */
     int fault_rank, fault_step;
+    int fault_layer, fault_block; /* nan, nans: the layer named (-1: the rank's first) and its gradient block */
     double fault_factor;
     /* guards */
     double *loss_window; /* the last accepted losses (--spike-window) */
