@@ -5,6 +5,14 @@
   write leaves the previous checkpoint loadable and verified by `ckpt
   inspect`; `--resume latest` continues from it (from the new one once it
   was renamed into place) and ends bitwise equal to an uninterrupted run.
+- One rank of a 2-rank job killed while checkpoint 6 is written (BATCHSCALE_
+  CKPT_FAULT=STAGE:RANK): rank 1 or rank 0 (the committing rank) with its
+  file half written, rank 1 with its file complete, and rank 1's background
+  writer of --async-ckpt half-way through. No step_6 appears, the killed
+  rank's file in the temporary directory is exactly half written, `ckpt
+  inspect` verifies checkpoint 4 (checksums) and names the interrupted write,
+  and `--resume latest` continues from 4 to end bitwise equal to an
+  uninterrupted run.
 - A flipped byte or a cut rank file, and a cut manifest, are found: `ckpt
   inspect` exits 1 with a line naming the file, and `--resume latest` falls
   back to the previous complete checkpoint with a warning naming what it
@@ -33,8 +41,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bstest import read_model  # noqa: E402
-from test_ft_common import (BATCHSCALE, CorpusTest, file_bytes, job, losses_by_step,  # noqa: E402
-                            read_checkpoint, run, step_dir, train_args)
+from test_ft_common import (BATCHSCALE, RANK_HEADER_BYTES, CorpusTest, file_bytes, job,  # noqa: E402
+                            losses_by_step, read_checkpoint, run, step_dir, train_args)
 
 STAGES = ["rank-file-half", "rank-file-done", "manifest-half", "before-rename", "after-rename"]
 
@@ -114,6 +122,38 @@ class CheckpointTest(CorpusTest):
             self.assertIn(f"resumed from {step_dir(ckpt, 6 if renamed else 4)} at step", p.stdout, stage)
             self.assertFalse(os.path.exists(os.path.join(ckpt, ".tmp-step_00000006")), "left-overs removed")
             self.assert_same_as_reference(ckpt, 1, 8, stage)
+
+    def test_one_rank_killed_while_writing(self):
+        source = self.path("rankkill_src")
+        self.run_until(2, source, 8, 4, extra=["--ckpt-every", "2"])  # checkpoints 2 and 4
+        counts = [f["count"] for f in read_checkpoint(step_dir(source, 4))[0]["files"]]
+        cases = [("rank-file-half:1", []), ("rank-file-half:0", []), ("rank-file-done:1", []),
+                 ("rank-file-half:1", ["--async-ckpt"])]
+        for fault, flags in cases:
+            label = fault + " " + " ".join(flags)
+            ckpt = self.path("rankkill_" + fault.replace(":", "_") + "".join(flags))
+            shutil.copytree(source, ckpt)
+            p = run(job(2, train_args(self.data, ckpt, 8, extra=["--ckpt-every", "2", "--resume", "latest", "--quiet"]
+                                      + flags)), env={"BATCHSCALE_CKPT_FAULT": fault}, check=False)
+            self.assertIn(p.returncode, (-9, 137), f"{label}: {p.stderr}")
+            self.assertFalse(os.path.exists(step_dir(ckpt, 6)), f"{label}: an incomplete checkpoint is visible")
+            tmp = os.path.join(ckpt, ".tmp-step_00000006")
+            self.assertFalse(os.path.exists(os.path.join(tmp, "manifest.json")), label)
+            stage, rank = fault.split(":")
+            size = os.path.getsize(os.path.join(tmp, f"rank_{int(rank):05d}.bin"))
+            count = counts[int(rank)]
+            full = RANK_HEADER_BYTES + 3 * 4 * count
+            self.assertEqual(size, RANK_HEADER_BYTES + count // 2 * 4 if stage == "rank-file-half" else full, label)
+            p = self.inspect(ckpt)
+            self.assertEqual(p.returncode, 0, f"{label}: {p.stdout}{p.stderr}")
+            self.assertIn(".tmp-step_00000006: an interrupted write, ignored", p.stdout, label)
+            p = self.inspect(step_dir(ckpt, 4))
+            self.assertEqual(p.returncode, 0, label)
+            self.assertIn("verified: every checksum matches", p.stdout, label)
+            p = run(job(2, train_args(self.data, ckpt, 8, extra=["--ckpt-every", "2", "--resume", "latest"] + flags)))
+            self.assertIn(f"resumed from {step_dir(ckpt, 4)} at step 4", p.stdout, label)
+            self.assertFalse(os.path.exists(tmp), f"{label}: left-overs removed")
+            self.assert_same_as_reference(ckpt, 2, 8, label)
 
     def test_corruption_is_detected_and_skipped(self):
         source = self.path("corrupt_src")

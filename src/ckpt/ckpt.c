@@ -18,16 +18,25 @@
 #define RANK_MAGIC "BSCKPT01"
 
 /* Fault injection for tests (SQLite style): BATCHSCALE_CKPT_FAULT=STAGE kills
- * this process with SIGKILL when a checkpoint write reaches STAGE:
+ * this process with SIGKILL when a checkpoint write reaches STAGE, and
+ * STAGE:RANK only the process writing rank RANK's file (so one rank of a
+ * job dies while the others write; the manifest stages are reached by the
+ * committing rank, 0):
  *   rank-file-half    half of a rank file's parameters written
  *   rank-file-done    a rank file complete and synced, manifest not started
  *   manifest-half     the manifest partly written
  *   before-rename     everything synced, directory not yet renamed
  *   after-rename      renamed, older checkpoints not yet pruned
  * Unset in normal runs. */
-static void fault_point(const char *stage) {
+static void fault_point(const char *stage, int rank) {
     const char *want = getenv("BATCHSCALE_CKPT_FAULT");
-    if (want && strcmp(want, stage) == 0) raise(SIGKILL);
+    size_t n = strlen(stage);
+    if (!want || strncmp(want, stage, n) != 0 || (want[n] != '\0' && want[n] != ':')) return;
+    char *end = NULL;
+    long only = want[n] == ':' ? strtol(want + n + 1, &end, 10) : -1;
+    if (end && (end == want + n + 1 || *end != '\0' || only < 0))
+        bs_die("BATCHSCALE_CKPT_FAULT must be STAGE or STAGE:RANK (got '%s')", want);
+    if (only < 0 || only == rank) raise(SIGKILL);
 }
 #define RANK_HEADER_BYTES 64
 
@@ -68,7 +77,7 @@ void ckpt_write_rank_file(const char *tmp_dir, int rank, size_t offset, size_t c
     hw_write(&w, header, sizeof header);
     hw_write(&w, params, count / 2 * sizeof(float));
     fflush(w.f);
-    fault_point("rank-file-half");
+    fault_point("rank-file-half", rank);
     hw_write(&w, params + count / 2, (count - count / 2) * sizeof(float));
     float zeros[1024] = {0};
     for (int a = 0; a < CKPT_STATE_ARRAYS; a++) {
@@ -80,7 +89,7 @@ void ckpt_write_rank_file(const char *tmp_dir, int rank, size_t offset, size_t c
         }
     }
     bs_fclose_synced(w.f, path);
-    fault_point("rank-file-done");
+    fault_point("rank-file-done", rank);
     info->offset = offset;
     info->count = count;
     info->bytes = w.bytes;
@@ -169,13 +178,13 @@ void ckpt_commit(const char *ckpt_dir, const char *tmp_dir, const CkptManifest *
     size_t len = strlen(text);
     bs_fwrite_all(text, len / 2, f, path);
     fflush(f);
-    fault_point("manifest-half");
+    fault_point("manifest-half", 0);
     bs_fwrite_all(text + len / 2, len - len / 2, f, path);
     bs_fwrite_all("\n", 1, f, path);
     bs_fclose_synced(f, path);
     free(text);
     bs_fsync_dir(tmp_dir);
-    fault_point("before-rename");
+    fault_point("before-rename", 0);
     char final_dir[4096], old_dir[4200];
     ckpt_step_dir(final_dir, sizeof final_dir, ckpt_dir, m->step);
     snprintf(old_dir, sizeof old_dir, "%s.old", final_dir);
@@ -184,7 +193,7 @@ void ckpt_commit(const char *ckpt_dir, const char *tmp_dir, const CkptManifest *
         bs_die("cannot move old checkpoint %s aside: %s", final_dir, strerror(errno));
     if (rename(tmp_dir, final_dir) != 0) bs_die("cannot rename %s to %s: %s", tmp_dir, final_dir, strerror(errno));
     bs_fsync_dir(ckpt_dir);
-    fault_point("after-rename");
+    fault_point("after-rename", 0);
     if (replaced) bs_remove_tree(old_dir);
     prune_old(ckpt_dir, keep_last); /* also removes directories left by crashed writes */
 }
