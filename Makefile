@@ -15,6 +15,7 @@ build: deps
 	@cmake --build $(BUILD) -j $(JOBS)
 
 test: build
+	@./scripts/test-venv.sh
 	cd $(BUILD) && ctest --output-on-failure -j 1
 
 demo: build

@@ -16,10 +16,21 @@ foreach(t collectives onebit)
 endforeach()
 
 # Codecs and the compressed all-reduce driven from Python: formats against
-# numpy and PyTorch (test_cc_formats.py), and bench/bench_compress.py.
+# numpy and PyTorch (test_cc_formats.py core), against ml_dtypes from the venv
+# scripts/test-venv.sh makes (... ml_dtypes: skipped, with the reason, where
+# it is missing), and bench/bench_compress.py.
 add_executable(cc_driver test_cc_driver.c)
 target_link_libraries(cc_driver PRIVATE bscore)
-add_test(NAME cc_formats COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_cc_formats.py $<TARGET_FILE:cc_driver>)
+if(DEFINED ENV{BS_TEST_VENV})
+  set(BS_TEST_VENV $ENV{BS_TEST_VENV})
+else()
+  set(BS_TEST_VENV $ENV{HOME}/.cache/batchscale/test-venv)
+endif()
+add_test(NAME cc_formats COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_cc_formats.py $<TARGET_FILE:cc_driver> core)
+add_test(NAME cc_formats_ml_dtypes
+         COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_cc_formats.py $<TARGET_FILE:cc_driver> ml_dtypes)
+set_tests_properties(cc_formats_ml_dtypes PROPERTIES ENVIRONMENT "BS_TEST_PYTHON=${BS_TEST_VENV}/bin/python"
+                     SKIP_RETURN_CODE 77)
 
 # Compressed communication in training: convergence on the shipped corpus
 # (2 and 4 ranks), bytes per step, checkpointed residuals, ZeRO++, 1-bit Adam
