@@ -210,19 +210,25 @@ bool ring_progress(RingPass *r) {
     return all_done;
 }
 
+static int world_rank_of(const Comm *c, int rank) {
+    int world;
+    MPI_Group g, wg;
+    MPI_Comm_group(c->mpi, &g);
+    MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    MPI_Group_translate_ranks(g, 1, &rank, wg, &world);
+    MPI_Group_free(&g);
+    MPI_Group_free(&wg);
+    return world;
+}
+
+/* A pending receive waits on the left neighbour; with none, a pending send
+ * (a large message needs its receiver) waits on the right one. */
 int ring_waiting_on(const RingPass *r) {
+    int rank = r->comm->rank, size = r->comm->size;
     for (int j = 0; j < r->segments; j++)
-        if (r->seg[j].recv_active) {
-            int left = mod(r->comm->rank - 1, r->comm->size);
-            int world;
-            MPI_Group g, wg;
-            MPI_Comm_group(r->comm->mpi, &g);
-            MPI_Comm_group(MPI_COMM_WORLD, &wg);
-            MPI_Group_translate_ranks(g, 1, &left, wg, &world);
-            MPI_Group_free(&g);
-            MPI_Group_free(&wg);
-            return world;
-        }
+        if (r->seg[j].recv_active) return world_rank_of(r->comm, mod(rank - 1, size));
+    for (int j = 0; j < r->segments; j++)
+        if (r->seg[j].send_active) return world_rank_of(r->comm, mod(rank + 1, size));
     return -1;
 }
 
