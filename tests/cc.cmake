@@ -1,5 +1,6 @@
 # cc.cmake: compressed communication (prefix cc_): codecs, compressed
-# collectives under mpirun with 1..4 ranks (oversubscribed), 1-bit Adam.
+# collectives under mpirun with 1..4 ranks (oversubscribed), qgZ on emulated
+# nodes, 1-bit Adam.
 set(CC_MPIRUN mpirun --allow-run-as-root --oversubscribe --bind-to none)
 
 add_executable(test_cc_codec test_cc_codec.c)
@@ -13,6 +14,18 @@ foreach(t collectives onebit)
     add_test(NAME cc_${t}_np${n} COMMAND ${CC_MPIRUN} -np ${n} $<TARGET_FILE:test_cc_${t}>)
     set_tests_properties(cc_${t}_np${n} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 300)
   endforeach()
+endforeach()
+
+# ZeRO++'s qgZ reduce-scatter: nodes x ranks per node emulated with --ranks-per-node
+add_executable(test_cc_qgz test_cc_qgz.c)
+target_link_libraries(test_cc_qgz PRIVATE bscore)
+foreach(layout 1x1 2x1 1x2 3x1 1x3 4x1 2x2 1x4)
+  string(REPLACE "x" ";" nodes_ranks ${layout})
+  list(GET nodes_ranks 0 nodes)
+  list(GET nodes_ranks 1 per_node)
+  math(EXPR n "${nodes} * ${per_node}")
+  add_test(NAME cc_qgz_${layout} COMMAND ${CC_MPIRUN} -np ${n} $<TARGET_FILE:test_cc_qgz> ${per_node})
+  set_tests_properties(cc_qgz_${layout} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 300)
 endforeach()
 
 # Codecs and the compressed all-reduce driven from Python: formats against

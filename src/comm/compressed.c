@@ -1,6 +1,7 @@
 /* compressed.c: the front door of compressed.h: checks the arguments,
- * hands the operation to the ring or exchange scheme, sets its accounting
- * (the fp32 ring's bytes beside the bytes sent) and owns the scratch. */
+ * hands the operation to the ring, exchange or qgZ scheme, sets its
+ * accounting (the fp32 ring's bytes beside the bytes sent) and owns the
+ * scratch. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,16 +14,24 @@ void compressed_scratch_free(CompressedScratch *s) {
     if (!s) return;
     compressed_ring_free(&s->ring);
     compressed_exchange_free(&s->exchange);
+    compressed_qgz_free(&s->qgz);
     free(s);
 }
 
 size_t compressed_scratch_bytes(const CompressedScratch *s) {
     const Exchange *x = &s->exchange;
     return s->ring.allocated + x->send_capacity + x->gather_capacity + x->recv_capacity +
-           x->dense_capacity * sizeof(float);
+           x->dense_capacity * sizeof(float) + compressed_qgz_scratch_bytes(&s->qgz);
 }
 
 void compressed_scratch_release(CompressedScratch *s) { s->busy = false; }
+
+void *compressed_grow(void *p, size_t *capacity, size_t need) {
+    if (p && need <= *capacity) return p;
+    free(p);
+    *capacity = need;
+    return bs_malloc(need ? need : 1);
+}
 
 CompressedScheme compressed_default_scheme(const Codec *codec) {
     return codec_is_elementwise(codec) ? COMPRESSED_RING : COMPRESSED_EXCHANGE;
@@ -35,7 +44,14 @@ bool compressed_parse_scheme(const char *name, CompressedScheme *out) {
     return true;
 }
 
-const char *compressed_scheme_name(CompressedScheme scheme) { return scheme == COMPRESSED_RING ? "ring" : "exchange"; }
+const char *compressed_scheme_name(CompressedScheme scheme) {
+    switch (scheme) {
+    case COMPRESSED_RING: return "ring";
+    case COMPRESSED_EXCHANGE: return "exchange";
+    case COMPRESSED_QGZ: return "qgz";
+    }
+    return "?";
+}
 
 void compressed_own_chunk(const Comm *c, size_t window_offset, size_t n, size_t total, size_t *rel_offset,
                           size_t *count) {
@@ -55,6 +71,7 @@ size_t compressed_bytes_per_op(const Comm *c, CompressedOpKind kind, const Codec
                                size_t window_offset, size_t n, size_t total) {
     if (c->size == 1) return 0;
     if (scheme == COMPRESSED_RING) return compressed_ring_bytes(c, ring_kinds[kind], codec, window_offset, n, total);
+    if (scheme == COMPRESSED_QGZ) return compressed_qgz_bytes(c, codec, window_offset, n, total);
     return compressed_exchange_bytes(c, kind == COMPRESSED_OP_ALLREDUCE, codec, window_offset, n, total);
 }
 
@@ -66,6 +83,9 @@ static CommOp *start(Comm *c, CompressedScratch *s, CompressedOpKind kind, const
         bs_die("internal: the ring cannot carry top-k or 1-bit encodings (use the exchange scheme)");
     if (kind == COMPRESSED_OP_ALLGATHER && z->scheme != COMPRESSED_RING)
         bs_die("internal: the compressed all-gather runs on the ring");
+    if (z->scheme == COMPRESSED_QGZ && (kind != COMPRESSED_OP_REDUCE_SCATTER || !codec_is_elementwise(&z->codec) ||
+                                        z->residual || z->server_residual))
+        bs_die("internal: qgZ is a reduce-scatter of an elementwise codec without error feedback");
     CommOp *op = comm_op_new(c, op_names[kind], n * sizeof(float));
     if (c->size == 1) return op;
     if (s->busy) bs_die("internal: a compressed collective's scratch is already in flight");
@@ -75,6 +95,7 @@ static CommOp *start(Comm *c, CompressedScratch *s, CompressedOpKind kind, const
     op->uncompressed_bytes = (uint64_t)(kind == COMPRESSED_OP_ALLREDUCE ? 2 * share : share);
     if (z->scheme == COMPRESSED_RING)
         compressed_ring_start(op, s, ring_kinds[kind], z, buf, window_offset, n, total);
+    else if (z->scheme == COMPRESSED_QGZ) compressed_qgz_start(op, s, z, buf, window_offset, n, total);
     else compressed_exchange_start(op, s, z, kind == COMPRESSED_OP_ALLREDUCE, buf, window_offset, n, total);
     return op;
 }

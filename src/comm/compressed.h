@@ -4,8 +4,8 @@
  * timeout, its bytes counted in CommStats (bytes_sent: what went on the
  * wire; uncompressed_bytes: what the fp32 ring would have sent).
  *
- * Two schemes (the group's algorithm, mpi/ring/hierarchical, is not used:
- * both run flat over the group, on MPI point-to-point):
+ * Three schemes (the group's algorithm, mpi/ring/hierarchical, is not used;
+ * all run on MPI point-to-point over the group):
  *
  *   ring      elementwise codecs (fp16, bf16, fp8, int8). The ring of comm.h
  *             (chunks cut into segments that move independently), each hop
@@ -34,6 +34,41 @@
  *             Bytes sent per rank: the encodings of the N-1 other chunks plus
  *             N-1 copies of the own chunk's: about 2 (N-1)/N of the encoded
  *             buffer (1-bit: 2 (N-1)/N (n/8 + 4 N); top-k f: 2 (N-1)/N 8 f n).
+ *   qgz       reduce-scatter only, elementwise codecs, no error feedback:
+ *             ZeRO++'s quantized gradients (Wang et al. 2023; DeepSpeed's
+ *             all_to_all_quant_reduce), hierarchical over the group's nodes
+ *             (M nodes of L ranks, the same L on every node; rank (b, l) is
+ *             node b's local index l and owns chunk C(b, l)):
+ *               (1) inside the node, an all-to-all: each rank encodes every
+ *                   chunk of its input and sends the M chunks C(*, l) to its
+ *                   node peer l ("tensor slice reordering": the send buffer
+ *                   is laid out by local index first, so each message is one
+ *                   contiguous byte range); it decodes and sums in fp32 the
+ *                   L encodings of its own local index's chunks it receives
+ *                   (its own included);
+ *               (2) across nodes, among the ranks of one local index, an
+ *                   all-to-all: each encodes the node sum of C(b, l) again
+ *                   and sends it to rank (b, l), which decodes and sums the
+ *                   M node sums of its chunk: exactly its ZeRO shard.
+ *             A step over one rank (L = 1 or M = 1) moves nothing and is
+ *             skipped, encoding included: every element is encoded twice
+ *             (once for a single node or nodes of one rank), whatever N.
+ *             Each chunk is its own codec unit in both steps, so both
+ *             encodings of an element use the same block. For int8 element
+ *             i of the result is within
+ *                 sum over nodes a of ( sum over a's ranks r of amax_r / 254
+ *                                       + amax(P_a) / 254 )
+ *             of the exact sum (plus codec_bound's float terms and the fp32
+ *             sums), amax over i's block, P_a node a's sum of the decoded
+ *             inputs (|P_a| <= sum_r amax_r (1 + 1/254)): at most about
+ *             2 sum_r amax_r / 254, where the ring's grows with N.
+ *             Bytes sent per rank: step 1 the encodings of the chunks of the
+ *             L-1 other local indices, step 2 those of its local index's
+ *             M-1 other chunks: (N-1)/N of the encoded buffer, as a flat
+ *             reduce-scatter, but only step 2 ((M-1)/N of it, one
+ *             encoding) crosses nodes. ZeRO++ keeps no residual (DeepSpeed's
+ *             qgZ has none; LoCo, a later variant, adds one); it uses int4
+ *             where the trainer here uses the int8 codec.
  *
  * Chunks follow the group's partition of an index space, as comm.h's
  * reduce-scatter: buf holds the window [window_offset, +n) of [0, total)
@@ -69,7 +104,7 @@
 #include "comm/codec.h"
 #include "comm/comm.h"
 
-typedef enum { COMPRESSED_RING, COMPRESSED_EXCHANGE } CompressedScheme;
+typedef enum { COMPRESSED_RING, COMPRESSED_EXCHANGE, COMPRESSED_QGZ } CompressedScheme;
 
 typedef struct {
     Codec codec;
@@ -88,7 +123,8 @@ size_t compressed_scratch_bytes(const CompressedScratch *scratch);
 
 /* ring for elementwise codecs, exchange for top-k and 1-bit. */
 CompressedScheme compressed_default_scheme(const Codec *codec);
-/* "ring" or "exchange"; false otherwise. */
+/* "ring" or "exchange" (--compression-scheme); false otherwise. qgz is not
+ * parsed here: the trainer selects it with --zero-quant-grads. */
 bool compressed_parse_scheme(const char *name, CompressedScheme *out);
 const char *compressed_scheme_name(CompressedScheme scheme);
 
@@ -99,7 +135,9 @@ CommOp *comm_start_compressed_allreduce(Comm *comm, CompressedScratch *scratch, 
 /* Afterwards buf holds the sum (or mean) of window ∩ own part at its place;
  * the rest of buf is unspecified. The exchange scheme's result there is the
  * exact sum of what the ranks sent (one encoding: the error does not grow
- * with N; ZeRO++'s qgZ with int8); the ring's re-encodes at each hop. */
+ * with N); qgz's encodes twice (node, then across nodes); the ring's
+ * re-encodes at each hop. qgz needs the same number of ranks on every node
+ * of the group (it dies with one line otherwise). */
 CommOp *comm_start_compressed_reduce_scatter(Comm *comm, CompressedScratch *scratch, const Compression *z, float *buf,
                                              size_t window_offset, size_t n, size_t total);
 /* Ring all-gather of window ∩ own part, encoded once by its owner (an

@@ -17,13 +17,6 @@
 #include "comm/compressed_internal.h"
 #include "core/error.h"
 
-static void grow_bytes(uint8_t **p, size_t *capacity, size_t need) {
-    if (need <= *capacity && *p) return;
-    free(*p);
-    *p = bs_malloc(need ? need : 1);
-    *capacity = need;
-}
-
 /* The chunk table of this window and the buffers it needs. */
 static void plan(Exchange *x, size_t window_offset, size_t n, size_t total) {
     const int N = x->comm->size;
@@ -44,9 +37,9 @@ static void plan(Exchange *x, size_t window_offset, size_t n, size_t total) {
         all += x->unit_bytes[p];
     }
     const int me = x->comm->rank;
-    grow_bytes(&x->send, &x->send_capacity, all);
-    grow_bytes(&x->gather, &x->gather_capacity, all);
-    grow_bytes(&x->recv, &x->recv_capacity, (size_t)N * x->unit_bytes[me]);
+    x->send = compressed_grow(x->send, &x->send_capacity, all);
+    x->gather = compressed_grow(x->gather, &x->gather_capacity, all);
+    x->recv = compressed_grow(x->recv, &x->recv_capacity, (size_t)N * x->unit_bytes[me]);
     if (x->dense_capacity < x->length[me] || !x->dense) {
         free(x->dense);
         x->dense = bs_malloc((x->length[me] ? x->length[me] : 1) * sizeof(float));

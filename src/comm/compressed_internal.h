@@ -1,6 +1,6 @@
 /* compressed_internal.h: the state behind compressed.h, shared by its
- * files only: the scratch of one operation, the ring's coding buffers and
- * the exchange's chunk table and buffers. */
+ * files only: the scratch of one operation, the ring's coding buffers, the
+ * exchange's chunk table and buffers, and the qgZ reduce-scatter's. */
 #ifndef BS_COMM_COMPRESSED_INTERNAL_H
 #define BS_COMM_COMPRESSED_INTERNAL_H
 
@@ -43,11 +43,39 @@ typedef struct {
     int num_requests;
 } Exchange;
 
+/* ZeRO++ qgZ reduce-scatter (compressed_qgz.c). The group is a grid of
+ * M nodes x L local indices; "slot" s = l * M + b names the rank at node b,
+ * local index l (the order the intra-node step sends in: the M slots of one
+ * local index are one contiguous message). */
+typedef struct {
+    Comm *comm;
+    const Codec *codec;
+    float *buf;
+    bool average;
+    int tag, phase;
+    int nodes, locals;  /* M, L */
+    int me;             /* this rank's slot */
+    int *rank_at;       /* per slot: its group rank */
+    size_t *offset, *length;            /* per slot: its final chunk, relative to buf */
+    size_t *unit_offset, *unit_bytes;   /* per slot: its unit in send1 (the reordered tensor) */
+    size_t *partial_offset;             /* per node b: chunk (b, my local index) in partial */
+    size_t row_bytes;   /* the units of my local index: what each node peer sends me */
+    uint8_t *send1;     /* round 1: every slot's unit of this rank's input, in slot order */
+    uint8_t *recv1;     /* L messages of row_bytes: the node peers' units of my local index */
+    float *partial;     /* the node's sums of my local index's M chunks */
+    uint8_t *send2;     /* round 2: those sums encoded, laid out as one message of row_bytes */
+    uint8_t *recv2;     /* M units of my own chunk, one per node */
+    size_t send1_capacity, recv1_capacity, send2_capacity, recv2_capacity, partial_capacity;
+    MPI_Request *requests;
+    int num_requests, ranks_capacity;
+} Qgz;
+
 struct CompressedScratch {
     Codec codec; /* the operation's own copy */
     bool busy;
     RingCoding ring;
     Exchange exchange;
+    Qgz qgz;
 };
 
 /* compressed_ring.c */
@@ -64,7 +92,17 @@ size_t compressed_exchange_bytes(const Comm *comm, bool allreduce, const Codec *
                                  size_t total);
 void compressed_exchange_free(Exchange *x);
 
+/* compressed_qgz.c */
+void compressed_qgz_start(CommOp *op, CompressedScratch *s, const Compression *z, float *buf, size_t window_offset,
+                          size_t n, size_t total);
+size_t compressed_qgz_bytes(const Comm *comm, const Codec *codec, size_t window_offset, size_t n, size_t total);
+size_t compressed_qgz_scratch_bytes(const Qgz *q);
+void compressed_qgz_free(Qgz *q);
+
 /* compressed.c: marks the scratch free again (called by the progress functions) */
 void compressed_scratch_release(CompressedScratch *s);
+/* p, or a new block in its place (its contents not kept) when it holds fewer
+ * than `need` bytes; never NULL. *capacity: the bytes it holds. */
+void *compressed_grow(void *p, size_t *capacity, size_t need);
 
 #endif
