@@ -1,8 +1,9 @@
 /* cmd_bench.c: `batchscale bench <what>`: micro-benchmarks that the
  * benchmark scripts compare against. `gemm` times OpenBLAS sgemm on one shape
- * (the machine's matmul limit for the engine's ratios); `comm` times every
- * collective and algorithm over a range of sizes under mpirun, with
- * nccl-tests' algbw and busbw, beside MPI's own in the same run. */
+ * (the machine's matmul limit for the engine's ratios), naming the OpenBLAS
+ * core that ran it; `comm` times every collective and algorithm over a range
+ * of sizes under mpirun, with nccl-tests' algbw and busbw, beside MPI's own
+ * in the same run; `cpu` says which kernels run here (bench_cpu.c). */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #include <cblas.h>
 
+#include "cli/bench_cpu.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "comm/comm.h"
@@ -45,8 +47,8 @@ static int bench_gemm(int argc, char **argv) {
             times[j - 1] = t;
         }
     double med = times[reps / 2];
-    printf("sgemm m=%d n=%d k=%d threads=%d: %.1f GFLOP/s (median of %d, %.2f ms)\n", m, n, k, omp_get_max_threads(),
-           2.0 * m * n * k / med / 1e9, reps, med * 1e3);
+    printf("sgemm m=%d n=%d k=%d threads=%d core=%s: %.1f GFLOP/s (median of %d, %.2f ms)\n", m, n, k,
+           omp_get_max_threads(), openblas_get_corename(), 2.0 * m * n * k / med / 1e9, reps, med * 1e3);
     free(a), free(b), free(c), free(times);
     return 0;
 }
@@ -141,7 +143,8 @@ static int bench_comm(int argc, char **argv) {
 int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "gemm") == 0) return bench_gemm(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "comm") == 0) return bench_comm(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "cpu") == 0) return bench_cpu(argc - 1, argv + 1);
     if (argc >= 2 && strncmp(argv[1], "--calibrate", 11) == 0) return cmd_calibrate(argc, argv);
-    fprintf(stderr, "usage: batchscale bench gemm|comm [options]\n");
+    fprintf(stderr, "usage: batchscale bench gemm|comm|cpu [options]\n");
     return argc >= 2 && (strcmp(argv[1], "--help") == 0) ? 0 : 2;
 }

@@ -1,0 +1,7 @@
+# `batchscale bench cpu` (the kernels the benchmarks record) against /proc/cpuinfo, Debian's OpenBLAS and a
+# forced lesser ISA; the forced case is skipped (77) on a CPU without AVX2.
+foreach(case default forced)
+  add_test(NAME bench_cpu_${case} COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/test_bench_cpu.py ${case})
+  set_tests_properties(bench_cpu_${case} PROPERTIES ENVIRONMENT "BATCHSCALE=$<TARGET_FILE:batchscale>"
+                       SKIP_RETURN_CODE 77 TIMEOUT 120)
+endforeach()
