@@ -1,10 +1,14 @@
 /* test_plan_formulas.c: the planner's formulas against published closed
- * forms and numbers: the ZeRO paper's memory example, Megatron's parameter
- * and FLOP formulas against Narayanan et al. 2021 Table 1, exact parameter
- * counts of GPT-2 and Llama 3 (their released checkpoints), Korthikanti et
- * al.'s activation memory, pipeline bubbles, nccl-tests bus bandwidth,
- * Young/Daly against a numerical optimum, and the small parsers. */
+ * forms and numbers, or against an independent derivation: the ZeRO paper's
+ * memory example, Megatron's parameter formula against Narayanan et al. 2021
+ * Table 1, FLOPs against a count of every matrix product and against that
+ * paper's published training times, exact parameter counts of GPT-2 and
+ * Llama 3 (their released checkpoints), Korthikanti et al.'s activation
+ * memory, pipeline bubbles, NVLink bus bandwidth against NCCL's measured
+ * figure, Young and Daly against the numerical optima of their models, goodput
+ * against a Monte Carlo of failures and restarts, and the small parsers. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -62,14 +66,77 @@ static void test_megatron_parameters(void) {
         ModelShape m = megatron_gpt(r->layers, r->hidden, r->heads);
         CHECK(close_rel(model_params(&m), p + 2.0 * r->hidden, 1e-12), "row %zu: count %.0f vs formula %.0f + 2h", i,
               model_params(&m), p);
-        /* FLOPs per iteration: eq. 3 (recomputation) and its no-recomputation form */
-        double B = 512;
-        CHECK(close_rel(B * m.seq_len * model_train_flops_per_token(&m, RECOMPUTE_FULL),
-                        megatron_flops_per_iteration(B, 2048, r->layers, r->hidden, 51200, true), 1e-12),
-              "row %zu: FLOPs with recomputation", i);
-        CHECK(close_rel(B * m.seq_len * model_train_flops_per_token(&m, RECOMPUTE_NONE),
-                        megatron_flops_per_iteration(B, 2048, r->layers, r->hidden, 51200, false), 1e-12),
-              "row %zu: FLOPs without recomputation", i);
+    }
+}
+
+/* FLOPs by brute force: every matrix product of a GPT block and the output
+ * layer for one sequence of s tokens, 2 m n k each (softmax, norms and GELU
+ * are not counted, as in Narayanan et al. and the planner). Training runs
+ * each product three times (forward; backward: one product per operand);
+ * recomputation runs the block's forward products once more (full) or only
+ * the two attention products (selective). Attention is counted in full. */
+typedef struct {
+    double m, n, k, count;
+    bool attention_core; /* both operands are activations: what selective recomputation recomputes */
+} Gemm;
+
+static double flops_by_gemm(int layers, int hidden, int heads, int vocab, int seq, Recompute r) {
+    double s = seq, h = hidden, d = (double)hidden / heads, V = vocab;
+    const Gemm block[] = {
+        {s, 3 * h, h, 1, false}, /* Q, K, V projections */
+        {s, s, d, heads, true},  /* scores Q K^T, per head */
+        {s, d, s, heads, true},  /* scores x V, per head */
+        {s, h, h, 1, false},     /* attention output projection */
+        {s, 4 * h, h, 1, false}, /* MLP up */
+        {s, h, 4 * h, 1, false}, /* MLP down */
+    };
+    double total = 3 * 2 * s * V * h; /* logits, never recomputed */
+    for (size_t i = 0; i < sizeof block / sizeof block[0]; i++) {
+        const Gemm *g = &block[i];
+        double forward = 2 * g->m * g->n * g->k * g->count;
+        double passes = 3 + (r == RECOMPUTE_FULL || (r == RECOMPUTE_SELECTIVE && g->attention_core));
+        total += layers * passes * forward;
+    }
+    return total / s; /* per token */
+}
+
+static void test_flops(void) {
+    const Recompute modes[] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL};
+    for (size_t i = 0; i < sizeof TABLE1 / sizeof TABLE1[0]; i++) {
+        const Table1Row *r = &TABLE1[i];
+        ModelShape m = megatron_gpt(r->layers, r->hidden, r->heads);
+        for (int j = 0; j < 3; j++) {
+            double planner = model_train_flops_per_token(&m, modes[j]);
+            double counted = flops_by_gemm(r->layers, r->hidden, r->heads, 51200, 2048, modes[j]);
+            CHECK(close_rel(planner, counted, 1e-12), "row %zu recompute %d: planner %.6e FLOP/token, GEMMs %.6e", i,
+                  j, planner, counted);
+        }
+        /* the closed forms of Narayanan et al. (eq. 3, and without recomputation) count the same products */
+        CHECK(close_rel(512.0 * 2048 * flops_by_gemm(r->layers, r->hidden, r->heads, 51200, 2048, RECOMPUTE_FULL),
+                        megatron_flops_per_iteration(512, 2048, r->layers, r->hidden, 51200, true), 1e-12),
+              "row %zu: eq. 3 against the GEMMs", i);
+        CHECK(close_rel(512.0 * 2048 * flops_by_gemm(r->layers, r->hidden, r->heads, 51200, 2048, RECOMPUTE_NONE),
+                        megatron_flops_per_iteration(512, 2048, r->layers, r->hidden, 51200, false), 1e-12),
+              "row %zu: 72 B s l h^2 (...) against the GEMMs", i);
+    }
+    /* Narayanan et al. 2021, section 5.1, from eq. 4 (time = 8 T P / (n X)): GPT-3 175B
+     * (96 layers, h 12288, 96 heads) on 300B tokens with 1024 GPUs at 140 TFLOP/s takes
+     * 34 days; the 1T model (Table 1's last row) on 450B tokens with 3072 GPUs at 163 TFLOP/s
+     * 84 days. Eq. 4 drops the attention (s/6h: 2.8% and 1.3%) and logit (V/16lh: 0.3% and
+     * 0.1%) terms the planner counts, and the days are rounded: ours must lie in
+     * [days - 0.5, (days + 0.5) x 1.035]. A missing recomputation pass (-25%) or a halved
+     * attention count fails it. */
+    const struct {
+        int layers, hidden, heads;
+        double tokens, gpus, tflops, days;
+    } runs[] = {{96, 12288, 96, 300e9, 1024, 140, 34}, {128, 25600, 160, 450e9, 3072, 163, 84}};
+    for (int i = 0; i < 2; i++) {
+        ModelShape m = megatron_gpt(runs[i].layers, runs[i].hidden, runs[i].heads);
+        double days = model_train_flops_per_token(&m, RECOMPUTE_FULL) * runs[i].tokens /
+                      (runs[i].gpus * runs[i].tflops * 1e12) / 86400;
+        CHECK(days >= runs[i].days - 0.5 && days <= (runs[i].days + 0.5) * 1.035,
+              "run %d: %.2f days, Narayanan et al. say %.0f", i, days, runs[i].days);
+        printf("training time by the planner's FLOPs: %.2f days (Narayanan et al.: %.0f)\n", days, runs[i].days);
     }
 }
 
@@ -165,7 +232,10 @@ static void test_collectives(void) {
     double S = 8.0 * 1073741824.0;
     double t = collective_time(&hw, COLL_ALLREDUCE, S, node, NULL);
     double busbw = S / t * 2.0 * 7 / 8;
-    CHECK(close_rel(busbw, 0.8 * 450e9, 0.01), "H100 NVLink all-reduce busbw %.1f GB/s, expected 360", busbw / 1e9);
+    /* NCCL's maintainer in nccl-tests issue 212: ring all-reduce busbw on 8 H100 SXM reaches
+     * about 370 GB/s (the ~20% protocol overhead on the 450 GB/s line rate). The planner's
+     * 0.80 x 450 gives 360 (-2.7%); 5% is a third of the planner's 15% target. */
+    CHECK(fabs(busbw / 370e9 - 1) <= 0.05, "H100 NVLink all-reduce busbw %.1f GB/s, measured about 370", busbw / 1e9);
     /* tiny messages: the tree's 2 log2(n) steps beat the ring's 2 (n-1) */
     CollectiveAlgo algo;
     double tiny = collective_time(&hw, COLL_ALLREDUCE, 8, node, &algo);
@@ -180,24 +250,97 @@ static void test_collectives(void) {
     CHECK(close_rel(collective_time(&hw, COLL_REDUCE_SCATTER, S, node, NULL), t / 2, 1e-12), "reduce-scatter is half");
 }
 
+/* Young 1974's first-order model: a checkpoint every tau costs delta / tau of
+ * the time and a failure loses half an interval on average, tau / (2 M) per
+ * unit of time. */
+static double young_waste(double tau, double delta, double M) { return delta / tau + tau / (2 * M); }
+
 /* Daly's interval is within 1% of the numerical optimum of his wall-time
- * model, Young's close to it when the checkpoint is cheap. */
+ * model, Young's at the numerical optimum of his own. */
 static void test_reliability(void) {
     double delta = 60, M = 3.0 * 3600, R = 600, work = 1e6;
-    double best = INFINITY, best_tau = 0;
+    double best = INFINITY, best_tau = 0, young_best = INFINITY, young_tau = 0;
     for (double tau = 60; tau < 20000; tau += 1) {
         double w = daly_wall_time(work, tau, delta, R, M);
         if (w < best) best = w, best_tau = tau;
     }
+    for (double tau = 60; tau < 20000; tau += 0.01) {
+        double w = young_waste(tau, delta, M);
+        if (w < young_best) young_best = w, young_tau = tau;
+    }
     double daly = daly_interval(delta, M);
     CHECK(close_rel(daly, best_tau, 0.01), "Daly %.1f s vs numerical optimum %.1f s", daly, best_tau);
-    CHECK(close_rel(young_interval(delta, M), sqrt(2 * delta * M), 1e-12), "Young");
+    CHECK(fabs(young_interval(delta, M) - young_tau) <= 0.01, "Young %.2f s vs the optimum of his model %.2f s",
+          young_interval(delta, M), young_tau);
     CHECK(daly_wall_time(work, daly, delta, R, M) <= daly_wall_time(work, young_interval(delta, M), delta, R, M) * 1.0001,
           "Daly's interval wastes no more than Young's");
-    ReliabilityInput ri = {LLAMA3_MTBF_GPU_HOURS, delta, R};
-    Reliability r = reliability_estimate(&ri, 16384, 54 * 86400.0);
-    CHECK(close_rel(r.job_mtbf_s, 54 * 86400.0 / 419, 1e-12), "Llama 3 job MTBF");
-    CHECK(r.goodput > 0 && r.goodput < 1 && close_rel(r.interruptions, r.wall_s / r.job_mtbf_s, 1e-12), "goodput %.3f", r.goodput);
+}
+
+/* splitmix64 (Steele, Lea and Flood 2014): the simulation's own random numbers. */
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+static double exponential(uint64_t *rng, double mean) {
+    double u = (double)((splitmix64(rng) >> 11) + 1) * 0x1p-53; /* (0, 1] */
+    return -mean * log(u);
+}
+
+/* The process Daly's model describes, simulated: `segments` intervals of tau
+ * seconds of work, each followed by a checkpoint of delta; a failure
+ * (exponential, mean M) loses the interval in progress and costs a restart
+ * of R seconds before the interval is redone (a failure during the restart
+ * starts it again). Returns the wall time; *failures counts them. */
+static double simulate_run(int segments, double tau, double delta, double R, double M, uint64_t *rng, long *failures) {
+    double wall = 0;
+    for (int i = 0; i < segments; i++) {
+        for (double need = tau + delta;; need = R + tau + delta) {
+            double t = exponential(rng, M);
+            if (t >= need) {
+                wall += need;
+                break;
+            }
+            wall += t;
+            (*failures)++;
+        }
+    }
+    return wall;
+}
+
+/* reliability_estimate for Llama 3 405B's fleet (16,384 GPUs at the per-GPU
+ * MTBF of its 419 interruptions in 54 days) against a Monte Carlo of the same
+ * run: wall time, goodput and the number of failures within 4 standard errors
+ * of the simulated means (a fixed seed: the result is the same every run; the
+ * standard error is measured from the runs and must be under 0.2%, so a
+ * model that is off by 1% fails). */
+static void test_reliability_simulated(void) {
+    enum { RUNS = 64, SEGMENTS = 4000 };
+    const int gpus = 16384;
+    ReliabilityInput ri = {LLAMA3_MTBF_GPU_HOURS, 60, 600};
+    double tau = reliability_estimate(&ri, gpus, 1.0).daly_s, work = SEGMENTS * tau;
+    Reliability r = reliability_estimate(&ri, gpus, work);
+    /* independent exponential GPUs: the first of them fails after an exponential time of mean MTBF / N */
+    double M = ri.mtbf_gpu_hours * 3600 / gpus;
+    uint64_t rng = 20240723;
+    double sum = 0, sum2 = 0, fsum = 0, fsum2 = 0;
+    for (int i = 0; i < RUNS; i++) {
+        long failures = 0;
+        double wall = simulate_run(SEGMENTS, tau, ri.checkpoint_seconds, ri.restart_seconds, M, &rng, &failures);
+        sum += wall, sum2 += wall * wall, fsum += (double)failures, fsum2 += (double)failures * failures;
+    }
+    double mean = sum / RUNS, se = sqrt((sum2 / RUNS - mean * mean) / (RUNS - 1));
+    double fmean = fsum / RUNS, fse = sqrt((fsum2 / RUNS - fmean * fmean) / (RUNS - 1));
+    printf("Llama 3 fleet: wall %.0f s (simulated %.0f +- %.0f), goodput %.4f (%.4f), interruptions %.1f (%.1f +- %.1f)\n",
+           r.wall_s, mean, se, r.goodput, work / mean, r.interruptions, fmean, fse);
+    CHECK(se < 0.002 * mean, "simulated wall time: standard error %.3f%% is too large to test anything", 100 * se / mean);
+    CHECK(fabs(r.wall_s - mean) <= 4 * se, "wall time %.0f s, simulated %.0f +- %.0f s", r.wall_s, mean, se);
+    CHECK(fabs(r.goodput - work / mean) <= 4 * se / mean * r.goodput, "goodput %.4f, simulated %.4f", r.goodput,
+          work / mean);
+    CHECK(fabs(r.interruptions - fmean) <= 4 * fse, "interruptions %.1f, simulated %.1f +- %.1f", r.interruptions, fmean,
+          fse);
 }
 
 static void test_batch(void) {
@@ -231,11 +374,13 @@ static void test_fit(void) {
 int main(void) {
     test_zero_example();
     test_megatron_parameters();
+    test_flops();
     test_exact_counts();
     test_activation_memory();
     test_bubbles();
     test_collectives();
     test_reliability();
+    test_reliability_simulated();
     test_batch();
     test_fit();
     if (failures) {
