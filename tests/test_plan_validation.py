@@ -12,8 +12,13 @@ over published throughput, minus one.
 
 Run as a test (CTest plan_validation): recomputes every row and checks that
 docs/PLANNER.md shows the same predictions and errors, so the document cannot
-go stale. `--markdown` prints the table for the document. The 15% target is
-not asserted per row: misses are reported in the table, not tuned away.
+go stale, and that the recomputed rows meet the accuracy the document claims
+(parsed from its prose, which `--markdown` does not regenerate): every row
+within the stated target ("Target: within 15% on each row") unless the
+"Where it misses" section names it, a named row within the figures its
+bullet states (rounded: +-0.5 of the last digit), and the summary's count
+within target and mean absolute error. `--markdown` prints the table for
+the document. Misses are reported and explained, not tuned away.
 """
 import json
 import os
@@ -207,11 +212,56 @@ def markdown(rows):
     return "\n".join(lines)
 
 
+def half_unit(figure):
+    """Half the last stated digit of a figure such as '+17' or '7.6'."""
+    return 0.5 * 10.0 ** -(len(figure.split(".")[1]) if "." in figure else 0)
+
+
+def doc_claims(doc, row_ids):
+    """The accuracy docs/PLANNER.md claims, from its prose: (target, {row id: (low, high)} for the rows its
+    'Where it misses' section names, (rows within target, rows, mean |error|) of its summary), errors as fractions."""
+    target = re.search(r"Target: within (\d+)% on each row", doc)
+    summary = re.search(r"^Within (\d+)%: (\d+) of (\d+) rows; mean absolute error (\d+(?:\.\d+)?)%\.$", doc, re.M)
+    section = re.search(r"^### Where it misses.*?$(.*?)^##", doc, re.M | re.S)
+    if not (target and summary and section):
+        raise AssertionError(f"{DOC}: cannot find the target, the summary line or 'Where it misses'")
+    named = {}
+    for heading in re.findall(r"^- \*\*(.+?)\*\*", section.group(1), re.M):
+        ids = [i for i in re.findall(r"[a-z0-9.]+(?:-[a-z0-9.]+)+", heading) if i in row_ids]
+        figures = re.findall(r"[+-]\d+(?:\.\d+)?(?=%)", heading)
+        if not ids or not figures:
+            raise AssertionError(f"{DOC}: the miss '{heading}' names no row id or no signed error figure")
+        low = min(float(f) - half_unit(f) for f in figures)
+        high = max(float(f) + half_unit(f) for f in figures)
+        named.update({i: (low / 100, high / 100) for i in ids})
+    mean = summary.group(4)
+    claimed = (int(summary.group(2)), int(summary.group(3)), (float(mean) + half_unit(mean)) / 100)
+    return int(target.group(1)) / 100, named, claimed
+
+
 class ValidationTest(unittest.TestCase):
-    def test_doc_matches_recomputed_predictions(self):
+    @classmethod
+    def setUpClass(cls):
         with open(DOC) as f:
-            doc = f.read()
-        rows = table_rows()
+            cls.doc = f.read()
+        cls.rows = table_rows()
+
+    def test_rows_meet_the_accuracy_the_doc_claims(self):
+        target, named, (within_claimed, total_claimed, mean_claimed) = doc_claims(self.doc, [r[0] for r in ROWS])
+        self.assertEqual(target, 0.15, "the target the issue set is 15% per row")
+        for r in self.rows:
+            low, high = named.get(r["id"], (-target, target))
+            self.assertTrue(low <= r["err"] <= high,
+                            f"{r['id']}: error {100 * r['err']:+.1f}% outside [{100 * low:+.1f}%, {100 * high:+.1f}%], "
+                            f"the bound {DOC} states for it")
+        within = sum(1 for r in self.rows if abs(r["err"]) <= target)
+        mean = sum(abs(r["err"]) for r in self.rows) / len(self.rows)
+        self.assertEqual(len(self.rows), total_claimed, "rows")
+        self.assertGreaterEqual(within, within_claimed, f"rows within {100 * target:.0f}%")
+        self.assertLessEqual(mean, mean_claimed, f"mean absolute error {100 * mean:.2f}%")
+
+    def test_doc_matches_recomputed_predictions(self):
+        doc, rows = self.doc, self.rows
         self.assertGreaterEqual(len(rows), 10, "the issue asks for at least ten published measurements")
         for r in rows:
             self.assertTrue(r["fits"], f"{r['id']}: the published layout does not fit in the planner's memory model")
