@@ -17,13 +17,18 @@ void compression_dp_options(const TrainConfig *c, DPOptions *opt) {
     if (!codec_parse(c->grad_compression, (size_t)c->compression_block, &opt->grad_codec, why, sizeof why))
         bs_die("%s", why);
     opt->grad_scheme = compressed_default_scheme(&opt->grad_codec);
-    if (c->zero_quant_grads) { /* ZeRO++'s qgZ: one int8 encoding per reduce-scatter, whatever the group size */
+    opt->error_feedback = !c->no_error_feedback;
+    if (c->zero_quant_grads) { /* ZeRO++'s qgZ: the hierarchical int8 all-to-all reduce-scatter, no residual */
         if (opt->grad_codec.kind != CODEC_NONE && opt->grad_codec.kind != CODEC_INT8)
             bs_die("--zero-quant-grads reduces gradients in int8: it cannot be combined with --grad-compression %s",
                    c->grad_compression);
         if (c->zero < 1) bs_die("--zero-quant-grads quantizes the gradient reduce-scatter: it needs --zero 1, 2 or 3");
+        if (is_set(c->compression_scheme))
+            bs_die("--compression-scheme does not apply to --zero-quant-grads (qgZ is its own scheme: int8 all-to-all "
+                   "inside the node, then across nodes)");
         opt->grad_codec = (Codec){CODEC_INT8, (size_t)c->compression_block, 0};
-        opt->grad_scheme = COMPRESSED_EXCHANGE;
+        opt->grad_scheme = COMPRESSED_QGZ;
+        opt->error_feedback = false; /* as ZeRO++ */
     }
     if (is_set(c->compression_scheme) && !compressed_parse_scheme(c->compression_scheme, &opt->grad_scheme))
         bs_die("--compression-scheme must be ring or exchange (got '%s')", c->compression_scheme);
@@ -31,7 +36,6 @@ void compression_dp_options(const TrainConfig *c, DPOptions *opt) {
         opt->grad_codec.kind != CODEC_NONE)
         bs_die("--compression-scheme ring cannot carry %s encodings (partial sums of them do not add); use exchange",
                c->grad_compression);
-    opt->error_feedback = !c->no_error_feedback;
     opt->quant_weights = c->zero_quant_weights;
     opt->quant_block = (size_t)c->compression_block;
     opt->hpz = c->zero_hpz;

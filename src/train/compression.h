@@ -5,6 +5,11 @@
  * (--optimizer onebit-adam --freeze-step S) and the error-feedback residuals
  * a checkpoint keeps.
  *
+ * qgZ (--zero-quant-grads, ZeRO 1-3) is ZeRO++'s quantized gradients: every
+ * gradient reduce-scatter runs the qgz scheme of comm/compressed.h (int8
+ * all-to-all inside the node, int8 all-to-all across nodes, blocks of
+ * --compression-block), with no error-feedback residual, as in ZeRO++.
+ *
  * 1-bit Adam here (Tang et al. 2021; DeepSpeed's OnebitAdam, extended to
  * ZeRO stage 1): steps 1..S are AdamW on the exactly all-reduced gradient
  * (the optimizer front door); from step S+1 no gradient is reduced: every

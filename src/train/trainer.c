@@ -790,8 +790,9 @@ static void print_compression(const Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
     if (strcmp(c->grad_compression, "none") != 0 || c->zero_quant_grads)
         printf("compression: gradients %s (%s scheme, blocks of %d), %s\n", c->zero_quant_grads ? "int8 (qgZ)" :
-               c->grad_compression, is_set(c->compression_scheme) ? c->compression_scheme : "default",
-               c->compression_block, c->no_error_feedback ? "NO error feedback" : "error feedback");
+               c->grad_compression, c->zero_quant_grads ? "hierarchical all-to-all" : is_set(c->compression_scheme) ?
+               c->compression_scheme : "default", c->compression_block, c->zero_quant_grads ? "no error feedback "
+               "(as ZeRO++)" : c->no_error_feedback ? "NO error feedback" : "error feedback");
     if (c->zero_quant_weights || c->zero_hpz)
         printf("compression: ZeRO++%s%s\n", c->zero_quant_weights ? " qwZ (int8 parameter gathers)" : "",
                c->zero_hpz ? " hpZ (backward gathers inside the node)" : "");
