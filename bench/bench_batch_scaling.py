@@ -7,7 +7,8 @@ at several global batch sizes until the validation loss reaches a target,
 records steps, tokens and wall time, measures the gradient noise scale
 B_noise on the way (--noise-scale), and fits (S/S_min - 1)(E/E_min - 1) = 1.
 The critical batch B_crit = E_min / S_min should be near B_noise. Writes a
-CSV and a PNG (gnuplot). usage: bench_batch_scaling.py BATCHSCALE OUT_DIR"""
+CSV and a PNG (gnuplot); the JSON's "machine" is `batchscale bench cpu` (the
+CPU model and kernels). usage: bench_batch_scaling.py BATCHSCALE OUT_DIR"""
 import csv
 import json
 import math
@@ -15,6 +16,9 @@ import os
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernel_report  # noqa: E402
 
 BATCHES = [4, 8, 16, 32, 64]  # sequences of 128 tokens
 TARGET = 2.45
@@ -97,7 +101,7 @@ plot '{csv_path}' using 2:3 skip 1 with points pt 7 ps 1.5 title 'measured (batc
 """
     subprocess.run(["gnuplot"], input=gp, text=True, check=True)
     with open(os.path.join(out_dir, "batch_scaling.json"), "w") as f:
-        json.dump(dict(points=points, s_min=s_min, e_min=e_min, b_crit_seq=b_crit, b_noise_seq=b_noise), f, indent=2)
+        json.dump(dict(machine=kernel_report.machine(bs), points=points, s_min=s_min, e_min=e_min, b_crit_seq=b_crit, b_noise_seq=b_noise), f, indent=2)
     print(f"wrote {csv_path} and {png}")
 
 

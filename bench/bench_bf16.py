@@ -16,12 +16,20 @@ threads, in one run:
 Prints GFLOP/s (2 N IC OC per product) and ratios, then what the matmul
 speed-up means for the whole model: with a fraction f of the fp32 step in
 these matmuls, step speed-up = 1 / ((1 - f) + f / r), r the FLOP-weighted
-matmul speed-up over one step's products. Nothing is asserted.
+matmul speed-up over one step's products. Nothing is asserted. The JSON
+records the kernels: "machine" (`batchscale bench cpu`: CPU, OpenBLAS core,
+oneDNN ISA), each shape's oneDNN kernel (the driver's "kernel"), and the
+PyTorch peer's report ("kernels", kernel_report.this_process, once per
+thread count).
 usage: bench_bf16.py BATCHSCALE OUT_JSON [VENV_PYTHON]"""
 import json
 import os
 import subprocess
 import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import kernel_report  # noqa: E402
 
 N = 2048
 L = 6
@@ -32,7 +40,9 @@ REPS = 7
 
 TORCH_PEER = r"""
 import json, sys, time, torch
-threads, n, ic, oc, reps = map(int, sys.argv[1:])
+sys.path.insert(0, sys.argv[6])
+import kernel_report
+threads, n, ic, oc, reps = map(int, sys.argv[1:6])
 torch.set_num_threads(threads)
 g = torch.Generator().manual_seed(0)
 x = torch.randn(n, ic, generator=g).bfloat16()
@@ -47,18 +57,26 @@ def median_ms(f):
 with torch.no_grad():
     fwd = median_ms(lambda: torch.matmul(x, w.t()))
     bwd = median_ms(lambda: (torch.matmul(d, w), torch.matmul(d.t(), x)))
-print(json.dumps({"version": torch.__version__, "fwd_ms": fwd, "bwd_ms": bwd}))
+report = kernel_report.this_process() if sys.argv[7] == "1" else None
+print(json.dumps({"version": torch.__version__, "fwd_ms": fwd, "bwd_ms": bwd, "kernels": report}))
 """
 
 
 def env_for(threads):
+    """Threads only: the driver applies batchscale's OpenBLAS rule itself (blas_ensure_cpu_kernels), PyPI's
+    PyTorch detects the CPU itself (MKL, oneDNN)."""
     return dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
-                MKL_NUM_THREADS=str(threads), OPENBLAS_CORETYPE=os.environ.get("OPENBLAS_CORETYPE", "SkylakeX"))
+                MKL_NUM_THREADS=str(threads))
 
 
-def run_json(cmd, threads):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env_for(threads)).stdout
-    return json.loads(out.strip().splitlines()[-1])
+def run_json(cmd, threads, may_refuse=False):
+    """The command's last line as JSON; with may_refuse, a failure is {"skipped": its last message line}."""
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env_for(threads))
+    if p.returncode != 0:
+        if may_refuse:
+            return {"skipped": (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]}
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stderr}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def sgemm_gflops(bs, threads, ic, oc):
@@ -76,17 +94,23 @@ def main():
     bs, out_json = sys.argv[1], sys.argv[2]
     venv_python = sys.argv[3] if len(sys.argv) > 3 else None
     driver = os.path.join(os.path.dirname(os.path.abspath(bs)), "tests", "bf16_driver")
-    results = {"N": N, "shapes": SHAPES, "threads": {}}
+    results = {"N": N, "shapes": SHAPES, "machine": kernel_report.machine(bs), "threads": {}}
+    print(kernel_report.summary(results["machine"]))
+    note = kernel_report.environment_note(results["machine"])
+    if note:
+        print(note)
     for threads in (1, 2):
         rows = {}
         for name, (ic, oc) in SHAPES.items():
             auto = run_json([driver, "bench", "auto", str(N), str(ic), str(oc), str(REPS)], threads)
             row = {"auto": auto, "sgemm_gflops": sgemm_gflops(bs, threads, ic, oc)}
             if auto["path"] != "onednn-bf16":
-                row["onednn"] = run_json([driver, "bench", "onednn", str(N), str(ic), str(oc), str(REPS)], threads)
+                row["onednn"] = run_json([driver, "bench", "onednn", str(N), str(ic), str(oc), str(REPS)], threads,
+                                         may_refuse=True)
             if venv_python:
+                first = "1" if not rows else "0"  # the peer's kernels, once per thread count
                 row["torch"] = run_json([venv_python, "-c", TORCH_PEER, str(threads), str(N), str(ic), str(oc),
-                                         str(REPS)], threads)
+                                         str(REPS), HERE, first], threads)
             rows[name] = row
         results["threads"][threads] = rows
     report(results)
@@ -98,10 +122,16 @@ def report(results):
     first = next(iter(results["threads"].values()))
     auto = next(iter(first.values()))["auto"]
     torch_version = next((r["torch"]["version"] for r in first.values() if "torch" in r), None)
+    refused = next((r["onednn"]["skipped"] for r in first.values() if "skipped" in r.get("onednn", {})), None)
     print(f"bf16 linear layer, N={N}: GFLOP/s (2*N*IC*OC per product; backward = dinp + dweight)")
     print(f"  bf16 = matmul_bf16 on path '{auto['path']}' (kernel: {auto['kernel']}), fp32 = matmul.c "
           f"(OpenBLAS), sgemm = batchscale bench gemm" + (f", torch = PyTorch {torch_version} bf16 matmul"
                                                             if torch_version else ""))
+    if refused:
+        print(f"  oneDNN bf16 forced: skipped ({refused})")
+    torch_kernels = next((r["torch"]["kernels"] for r in first.values() if r.get("torch", {}).get("kernels")), None)
+    if torch_kernels and "torch" in torch_kernels:
+        print(f"  torch kernels: oneDNN {torch_kernels['torch']['onednn_isa']}; MKL {torch_kernels['torch']['mkl_isa']}")
     header = f"{'thr':>3} {'layer':<8} {'IC':>5} {'OC':>5} {'pass':<4} {'bf16':>7} {'fp32':>7} {'sgemm':>7}"
     header += f" {'oneDNN bf16':>11} {'torch':>7} {'bf16/fp32':>9} {'bf16/sgemm':>10} {'bf16/torch':>10}"
     print(header)
@@ -114,7 +144,8 @@ def report(results):
                 g16 = gflops(a[f"bf16_{p}_ms"], products, ic, oc)
                 g32 = gflops(a[f"fp32_{p}_ms"], products, ic, oc)
                 sg = row["sgemm_gflops"] if p == "fwd" else None
-                native = gflops(row["onednn"][f"bf16_{p}_ms"], products, ic, oc) if "onednn" in row else None
+                native = (gflops(row["onednn"][f"bf16_{p}_ms"], products, ic, oc)
+                          if "onednn" in row and "skipped" not in row["onednn"] else None)
                 tg = gflops(row["torch"][f"{p}_ms"], products, ic, oc) if "torch" in row else None
                 fmt = lambda v, w=7: f"{v:>{w}.1f}" if v is not None else f"{'-':>{w}}"
                 ratio = lambda a_, b_, w: f"{a_ / b_:>{w - 1}.2f}x" if b_ else f"{'-':>{w}}"

@@ -9,7 +9,8 @@ checkpoint, how long training stopped for it (ckpt_stall_ms): the whole write (f
 fsynced, manifest written, directory renamed) when synchronous; only the
 copy into the background writer's buffer with --async-ckpt, whose write
 then takes as long as the synchronous one. Medians over the checkpoints of
-a run; modes are the rows of MODES.
+a run; modes are the rows of MODES. The JSON's "machine" is `batchscale bench
+cpu` (the CPU model and kernels).
 usage: bench_ckpt.py BATCHSCALE OUT_JSON"""
 import json
 import os
@@ -20,10 +21,11 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernel_report  # noqa: E402
 from bench_scaling import ENV, MPIRUN, C, H, L, T, V, write_shard  # noqa: E402
 
 MODES = {"sync": [], "async": ["--async-ckpt"]}
-STEPS = 6
+STEPS = int(os.environ.get("BS_BENCH_STEPS", 6))  # shorter for a smoke run (run.sh)
 MICRO = 1  # the checkpoint's size does not depend on the batch; small steps keep the run short
 
 
@@ -65,7 +67,9 @@ def dd_bandwidth(directory, size, runs=5):
 
 def main():
     bs, out_json = sys.argv[1], sys.argv[2]
-    results = {"config": dict(L=L, H=H, C=C, V=V, T=T, micro_batch=MICRO, steps=STEPS), "runs": []}
+    results = {"config": dict(L=L, H=H, C=C, V=V, T=T, micro_batch=MICRO, steps=STEPS),
+               "machine": kernel_report.machine(bs), "runs": []}
+    print(kernel_report.summary(results["machine"]))
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out_json))) as tmp:
         shard = os.path.join(tmp, "rand.bin")
         write_shard(shard, V, 200_000)

@@ -24,7 +24,8 @@ the reductions' time and the part of it the step waited for, step time and
 tokens/s against the uncompressed run of the same rank count and transport.
 And once more on 2 ranks over TCP with the loopback shaped to 100 Mb/s by a
 tc token bucket (as root; removed afterwards), where bandwidth, not the
-codec's arithmetic, is what a step waits for.
+codec's arithmetic, is what a step waits for. The JSON's "machine" is
+`batchscale bench cpu` (the CPU model and kernels).
 usage: bench_compress.py BATCHSCALE OUT_JSON"""
 import json
 import os
@@ -34,12 +35,14 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernel_report  # noqa: E402
 from bench_scaling import write_shard  # noqa: E402
 
 L, H, C, V, T, B = 6, 6, 384, 8192, 256, 8
 FLOATS = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C  # 13,891,584 (llm.c's GPT-2 parameter count)
 BUCKET = 8 * 1024 * 1024 // 4
 REPS = 7
+STEPS = int(os.environ.get("BS_BENCH_STEPS", 6))  # training steps per codec; shorter for a smoke run (run.sh)
 CASES = ["fp32-mpi", "fp32-ring", "fp16", "bf16", "fp8", "int8", "int8@exchange", "topk:0.01", "onebit"]
 TRANSPORTS = {"shared memory": [], "tcp": ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self"]}
 LINK_BYTES_PER_S = 1.25e9  # 10 Gb/s
@@ -87,7 +90,7 @@ def train_runs(bs, ranks, transport, shard, cases=TRAIN_CASES):
             codec = (["--optimizer", "onebit-adam", "--freeze-step", "2"] if spec == "onebit-adam"
                      else ["--grad-compression", spec])
             cmd = [bs, "train", "--data", shard, "--vocab-size", str(V), "--layers", str(L), "--heads", str(H),
-                   "--channels", str(C), "--seq-len", str(T), "--micro-batch", str(B), "--steps", "6",
+                   "--channels", str(C), "--seq-len", str(T), "--micro-batch", str(B), "--steps", str(STEPS),
                    "--metrics", metrics, "--quiet", "--threads", "1", "--eval-every", "0", "--sample-tokens", "0",
                    ] + codec
             subprocess.run(MPIRUN + TRANSPORTS[transport] + ["-np", str(ranks)] + cmd, check=True, env=ENV,
@@ -113,7 +116,8 @@ def print_train(rows, ranks, transport):
 def main():
     bs, out_json = sys.argv[1], sys.argv[2]
     driver = os.path.join(os.path.dirname(os.path.abspath(bs)), "tests", "cc_driver")
-    results = {"floats": FLOATS, "bucket_floats": BUCKET, "runs": {}}
+    results = {"floats": FLOATS, "bucket_floats": BUCKET, "machine": kernel_report.machine(bs), "runs": {}}
+    print(kernel_report.summary(results["machine"]))
     mb = FLOATS * 4 / 1e6
     print(f"compressed all-reduce of a {mb:.1f} MB gradient ({FLOATS} floats) in {BUCKET * 4 >> 20} MB buckets, "
           f"median of {REPS} steps, 1 thread per rank; ratios against the fp32 ring in the same run")

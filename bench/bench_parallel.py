@@ -4,7 +4,8 @@ benchmark config (L=6 H=6 C=384 V=8192 T=256): DP 2, TP 2 and PP 2 (1F1B and
 GPipe, m = 8 micro-batches; 1F1B also with --pp-split auto, which moves a
 layer off the last stage as it carries the output layer: 4 + 2), same global batch (8 micro-batches of
 8 sequences), 1 thread per process. Prints tokens/s, the exposed communication
-share, and for PP the measured bubble beside the theoretical (P-1)/m.
+share, and for PP the measured bubble beside the theoretical (P-1)/m. The
+JSON's "machine" is `batchscale bench cpu`: the CPU and the kernels the ranks ran.
 usage: bench_parallel.py BATCHSCALE OUT_JSON"""
 import json
 import os
@@ -15,17 +16,20 @@ import tempfile
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernel_report  # noqa: E402
 from bench_scaling import write_shard  # noqa: E402
 
 L, H, C, V, T, B = 6, 6, 384, 8192, 256, 8
 G = 8 * B  # global batch: 8 micro-batches of 8 sequences
-STEPS = 6
+STEPS = int(os.environ.get("BS_BENCH_STEPS", 6))  # shorter for a smoke run (run.sh)
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2"]
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 
 
 def main():
     bs, out_json = sys.argv[1], sys.argv[2]
+    machine = kernel_report.machine(bs)
+    print(kernel_report.summary(machine))
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         shard = os.path.join(tmp, "rand.bin")
@@ -54,7 +58,7 @@ def main():
         th = f"{r['bubble_theory']:.1%}" if r["bubble_theory"] is not None else "-"
         print(f"{name:<18} {r['tokens_per_s']:>9.0f} {r['exposed_comm']:>12.1%} {bub:>8} {th:>7}")
     with open(out_json, "w") as f:
-        json.dump(results, f, indent=2)
+        json.dump(dict(results, machine=machine), f, indent=2)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,11 @@ config (L=6 H=6 C=384 V=8192 T=256), for batchscale (ZeRO 0 and 1, ring
 collectives, bucketed overlap) and PyTorch DDP (gloo, the current release
 from PyPI), all in one run. Efficiency = tokens/s on 2 / (2 x tokens/s on 1).
 Also ZeRO-3 memory: peak resident memory per rank on 4 ranks, ZeRO-3 against
-ZeRO-0, for a model whose parameter state dominates memory.
+ZeRO-0, for a model whose parameter state dominates memory. The JSON records
+the kernels: "machine" (`batchscale bench cpu`, what batchscale's ranks ran)
+and each DDP run's "kernels" (rank 0's report, kernel_report.this_process).
+The PyTorch peer is torch_ddp_peer.py: per-layer parameters, DDP's default
+25 MB buckets, batchscale's AdamW and gradient clipping.
 usage: bench_scaling.py BATCHSCALE OUT_JSON [VENV_PYTHON]"""
 import json
 import os
@@ -16,16 +20,19 @@ import tempfile
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernel_report  # noqa: E402
+
 L, H, C, V, T, B = 6, 6, 384, 8192, 256, 8
-STEPS = 12
+STEPS = int(os.environ.get("BS_BENCH_STEPS", 12))  # shorter for a smoke run (run.sh)
 # ZeRO-3 memory: 24 layers of width 768 (170M parameters, 2.7 GB of state per rank at ZeRO-0), small vocabulary
 # and batch, so that state dominates; what is not state (activations, gathered blocks, bucket buffers, the
 # process itself: about 250 MB here) is the same under both stages
 MEM_L, MEM_H, MEM_C, MEM_V = 24, 12, 768, 2048
 HERE = os.path.dirname(os.path.abspath(__file__))
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
-ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-           OPENBLAS_CORETYPE=os.environ.get("OPENBLAS_CORETYPE", "SkylakeX"))
+# one thread per process; no OPENBLAS_CORETYPE: batchscale applies its own rule, the PyPI peer (MKL) detects the CPU
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 
 def write_shard(path, vocab, n=1_000_000):
@@ -50,7 +57,11 @@ def median_tokens_per_s(metrics):
 def main():
     bs, out_json = sys.argv[1], sys.argv[2]
     venv_python = sys.argv[3] if len(sys.argv) > 3 else None
-    results = {}
+    results = {"machine": kernel_report.machine(bs)}
+    print(kernel_report.summary(results["machine"]))
+    note = kernel_report.environment_note(results["machine"])
+    if note:
+        print(note)
     with tempfile.TemporaryDirectory() as tmp:
         shard = os.path.join(tmp, "rand.bin")
         write_shard(shard, V)
@@ -92,7 +103,8 @@ def main():
         t1, t2 = results["torch_ddp_1"], results["torch_ddp_2"]
         print(f"  PyTorch {t1['version']} 1 process:  {t1['tokens_per_s']:8.0f} tokens/s")
         print(f"  PyTorch DDP gloo 2 processes: {t2['tokens_per_s']:8.0f} tokens/s, efficiency "
-              f"{t2['tokens_per_s'] / (2 * t1['tokens_per_s']):.1%}")
+              f"{t2['tokens_per_s'] / (2 * t1['tokens_per_s']):.1%} (per-layer parameters, "
+              f"{t2['bucket_cap_mb']:.0f} MB buckets, gradient clipping; {t2['params']} parameters)")
     r0, r3 = results["zero0_4ranks_peak_rss_mb"], results["zero3_4ranks_peak_rss_mb"]
     print(f"ZeRO-3 memory, 4 ranks, L={MEM_L} C={MEM_C} V={MEM_V} ({results['zero0_4ranks_state_mb']:.0f} MB of state at "
           f"ZeRO-0): peak RSS per rank ZeRO-0 {r0:.0f} MB, ZeRO-3 {r3:.0f} MB = {r3 / r0:.1%}")

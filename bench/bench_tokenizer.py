@@ -9,6 +9,7 @@ in 64 KB chunks cut where GPT-2's pre-tokenisation allows (so the chunks give
 the tokens of the whole text) spread over the threads; each takes the best of 3 runs, timing encoding
 only (text already in memory; our word caches start empty each run). The
 three must agree on the token count. Ratios > 1 mean batchscale is faster.
+The JSON's "machine" is `batchscale bench cpu` (the CPU model).
 
 Usage: bench_tokenizer.py BATCHSCALE OUT.json
 """
@@ -23,6 +24,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 import test_tok_peers as peers  # noqa: E402
+
+sys.path.insert(0, HERE)
+import kernel_report  # noqa: E402
 
 REPEAT = 3
 CHUNK = 1 << 16
@@ -107,7 +111,7 @@ def main():
                       flush=True)
     os.makedirs(os.path.dirname(os.path.abspath(out_json)), exist_ok=True)
     with open(out_json, "w") as f:
-        json.dump({"benchmark": "tokenizer", "results": results}, f, indent=2)
+        json.dump({"benchmark": "tokenizer", "machine": kernel_report.machine(bs), "results": results}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,20 @@
 #!/bin/sh
 # run.sh: `make bench`. Sets up the current PyTorch from PyPI in its own
 # virtual environment (once; the peer, never a dependency of the product),
-# then runs each benchmark. Results: build/bench/*.json and stdout.
+# then runs each benchmark. Results: build/bench/*.json and stdout; each
+# JSON records the CPU and the kernels every process ran (kernel_report.py).
+# No OPENBLAS_CORETYPE is forced: batchscale sets it only where OpenBLAS
+# misdetects the CPU, and the benchmarks give Debian's OpenBLAS processes the
+# same rule (`batchscale bench cpu`). BS_BENCH_STEPS=N shortens the training
+# benchmarks (a smoke run: its numbers are not for the docs).
 set -eu
 BS=${1:-build/batchscale}
 VENV=${BS_BENCH_VENV:-$HOME/.cache/batchscale/bench-venv}
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import torch, numpy" 2>/dev/null; then
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import torch, numpy, threadpoolctl" 2>/dev/null; then
     echo "bench: installing the current PyTorch from PyPI into $VENV (once)"
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install -q --upgrade pip
-    "$VENV/bin/pip" install -q torch numpy
+    "$VENV/bin/pip" install -q torch numpy threadpoolctl
 fi
 mkdir -p build/bench
 /usr/bin/python3 bench/bench_engine.py "$BS" build/bench/engine.json "$VENV/bin/python"

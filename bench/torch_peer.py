@@ -2,16 +2,20 @@
 (tests/torch_gpt.py: fused tanh GELU, scaled_dot_product_attention where the
 version has it) trained with AdamW on random tokens. Prints one JSON line:
 {"version", "threads", "tokens_per_s", "ms_per_step"} (median over steps after
-the first two). usage: torch_peer.py THREADS STEPS L H C V T B"""
+the first two), and "kernels": what the process ran (kernel_report.this_process:
+OpenBLAS core, or MKL's and oneDNN's ISA, ATen's CPU capability).
+usage: torch_peer.py THREADS STEPS L H C V T B"""
 import json
 import os
 import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "tests")]
 import torch  # noqa: E402
 
+import kernel_report  # noqa: E402
 import torch_gpt as tg  # noqa: E402
 
 
@@ -33,7 +37,8 @@ def main():
         opt.step()
         times.append(time.perf_counter() - t0)
     ms = statistics.median(times[2:]) * 1e3
-    print(json.dumps(dict(version=torch.__version__, threads=threads, tokens_per_s=B * T / ms * 1e3, ms_per_step=ms)))
+    print(json.dumps(dict(version=torch.__version__, threads=threads, tokens_per_s=B * T / ms * 1e3, ms_per_step=ms,
+                     kernels=kernel_report.this_process())))
 
 
 if __name__ == "__main__":
