@@ -107,12 +107,11 @@ static void parse_fault(Trainer *tr) {
     char kind[16], tail;
     int rank, used = 0;
     double value;
-    bool ok = sscanf(spec, "%15[a-z]:%d:%lf%n", kind, &rank, &value, &used) == 3 &&
-              (!strcmp(kind, "stall") || !strcmp(kind, "exit") || !strcmp(kind, "nan") || !strcmp(kind, "nans") ||
-               !strcmp(kind, "slow"));
+    bool ok = sscanf(spec, "%15[a-z]:%d:%lf%n", kind, &rank, &value, &used) == 3;
+    bool nan_kind = ok && (!strcmp(kind, "nan") || !strcmp(kind, "nans"));
+    ok = ok && (nan_kind || !strcmp(kind, "stall") || !strcmp(kind, "exit") || !strcmp(kind, "slow"));
     if (ok && spec[used] != '\0') /* :LAYER */
-        ok = (!strcmp(kind, "nan") || !strcmp(kind, "nans")) && sscanf(spec + used, ":%d%c", &tr->fault_layer, &tail) == 1 &&
-             tr->fault_layer >= 0;
+        ok = nan_kind && sscanf(spec + used, ":%d%c", &tr->fault_layer, &tail) == 1 && tr->fault_layer >= 0;
     if (!ok)
         bs_die("--inject-fault must be stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER] or slow:RANK:FACTOR (got '%s')",
                spec);
