@@ -5,10 +5,10 @@
   write leaves the previous checkpoint loadable and verified by `ckpt
   inspect`; `--resume latest` continues from it (from the new one once it
   was renamed into place) and ends bitwise equal to an uninterrupted run.
-- One rank of a 2-rank job killed while checkpoint 6 is written (BATCHSCALE_
-  CKPT_FAULT=STAGE:RANK): rank 1 or rank 0 (the committing rank) with its
-  file half written, rank 1 with its file complete, and rank 1's background
-  writer of --async-ckpt half-way through. No step_6 appears, the killed
+- One rank of a 2-rank job killed while checkpoint 6 is written
+  (BATCHSCALE_CKPT_FAULT=STAGE:RANK): rank 1 or rank 0 (the committing rank)
+  with its file half written, rank 1 with its file complete, and rank 1's
+  background writer of --async-ckpt half-way through. No step_6 appears, the killed
   rank's file in the temporary directory is exactly half written, `ckpt
   inspect` verifies checkpoint 4 (checksums) and names the interrupted write,
   and `--resume latest` continues from 4 to end bitwise equal to an
