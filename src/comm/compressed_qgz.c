@@ -112,7 +112,8 @@ static void node_sum(Qgz *q) {
         memset(dst, 0, q->length[s] * sizeof(float));
         size_t within = q->unit_offset[s] - q->unit_offset[my_local * M]; /* the unit's place in a row message */
         for (int l = 0; l < q->locals; l++) {
-            const uint8_t *unit = l == my_local ? q->send1 + q->unit_offset[s] : q->recv1 + (size_t)l * q->row_bytes + within;
+            const uint8_t *unit =
+                l == my_local ? q->send1 + q->unit_offset[s] : q->recv1 + (size_t)l * q->row_bytes + within;
             codec_decode_add(q->codec, unit, q->length[s], dst);
         }
     }
