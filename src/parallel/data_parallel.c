@@ -239,8 +239,9 @@ static void check_block(DataParallel *dp, int block) {
         g[0] = NAN;
         dp->poison_block = -1;
     }
-    if ((dp->first_nonfinite_block < 0 || block < dp->first_nonfinite_block) && !all_finite(g, count))
-        dp->first_nonfinite_block = block;
+    /* the first block found bad is the origin: backward finishes blocks from
+     * the head down, and a bad gradient spreads to the blocks after it */
+    if (dp->first_nonfinite_block < 0 && !all_finite(g, count)) dp->first_nonfinite_block = block;
 }
 
 int dp_first_nonfinite_block(const DataParallel *dp) { return dp->first_nonfinite_block; }

@@ -307,23 +307,39 @@ static void balance_update(Trainer *tr, const double *rank_times) {
     }
 }
 
+/* Where a non-finite value first appeared, agreed by all ranks (collective),
+ * as one sortable key per direction so rank and layer come from the same
+ * rank. A forward value spreads to later layers: the lowest bad layer is the
+ * origin. A gradient spreads to earlier blocks (backward runs from the head
+ * down): the highest bad block is the origin. Among ranks sharing the place
+ * (tensor-parallel peers), the lowest rank. Writes the reason; false if
+ * every rank is finite. */
+static bool locate_nonfinite(Trainer *tr, char *reason, size_t size) {
+    const int world = comm_size(tr->world), L = tr->model.cfg.num_layers;
+    const int layer = tr->model.first_nonfinite_layer; /* forward: a layer's output */
+    const int block = dp_first_nonfinite_block(tr->dp); /* backward: a block's gradient */
+    double key[2] = {layer >= 0 ? (double)(L + 1 - layer) * world + (world - tr->rank) : 0,
+                     block >= 0 ? (double)(block + 1) * world + (world - tr->rank) : 0};
+    comm_allreduce_max_double(tr->world, key, 2);
+    const int k = key[0] > 0 ? 0 : 1;
+    if (key[k] <= 0) return false;
+    const long a = ((long)key[k] - 1) / world;
+    const int rank = world - (int)((long)key[k] - a * world);
+    const int at = k == 0 ? L + 1 - (int)a : (int)a - 1; /* a layer (forward) or a block (backward) */
+    if (k == 0 || (at >= 1 && at <= L))
+        snprintf(reason, size, "non-finite value on rank %d at layer %d", rank, k == 0 ? at : at - 1);
+    else
+        snprintf(reason, size, "non-finite value on rank %d in the %s", rank, at == 0 ? "embeddings" : "final layer norm");
+    return true;
+}
+
 /* Guard: whether this step's update must be skipped, and why (with the rank
  * and layer where a non-finite value first appeared). Collective. */
 static bool guard_skip(Trainer *tr, StepResult *r, double grad_sq) {
     const TrainConfig *c = &tr->cfg;
-    int block = dp_first_nonfinite_block(tr->dp);
-    int layer = tr->model.first_nonfinite_layer;                 /* forward: a layer's output */
-    if (layer < 0 && block >= 0) layer = block == 0 ? -1 : block - 1; /* backward: a block's gradient */
-    bool bad = layer >= 0 || block >= 0;
-    int world = comm_size(tr->world), L = tr->model.cfg.num_layers;
-    double who[2] = {bad ? world - tr->rank : 0, bad ? L + 1 - (layer < 0 ? -1 : layer) : 0};
-    comm_allreduce_max_double(tr->world, who, 2);
-    if (who[0] > 0 || !isfinite(r->loss) || !isfinite(grad_sq)) {
-        int rank = who[0] > 0 ? world - (int)who[0] : -1;
-        int at = who[0] > 0 ? L + 1 - (int)who[1] : -2;
-        if (rank >= 0 && at >= 0) snprintf(r->skip_reason, sizeof r->skip_reason, "non-finite value on rank %d at layer %d", rank, at);
-        else if (rank >= 0) snprintf(r->skip_reason, sizeof r->skip_reason, "non-finite value on rank %d in the embeddings", rank);
-        else snprintf(r->skip_reason, sizeof r->skip_reason, "non-finite loss or gradient");
+    if (locate_nonfinite(tr, r->skip_reason, sizeof r->skip_reason)) return true;
+    if (!isfinite(r->loss) || !isfinite(grad_sq)) {
+        snprintf(r->skip_reason, sizeof r->skip_reason, "non-finite loss or gradient");
         return true;
     }
     if (c->skip_spikes > 0 && tr->loss_window_count >= 10) {
