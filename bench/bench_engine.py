@@ -19,6 +19,7 @@ only where batchscale's rule sets it (kernel_report.openblas_env).
 usage: bench_engine.py BATCHSCALE OUT_JSON [VENV_PYTHON]"""
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -107,7 +108,9 @@ def peer_kernels(e):
     k = e.get("kernels", {})
     t = k.get("torch", {})
     if t.get("blas") == "mkl":
-        return f"MKL {t.get('aten_cpu_capability')}, oneDNN {t.get('onednn_isa')}"
+        isa = re.search(r"\(Intel\(R\) (AVX[^)]*)\)", t.get("mkl_isa") or "")
+        mkl = (isa.group(1) if isa else "?") + ("+AMX" if "AMX" in (t.get("mkl_isa") or "") else "")
+        return f"MKL {mkl}, ATen {t.get('aten_cpu_capability')}, oneDNN {t.get('onednn_isa')}"
     cores = ",".join(lib["core"] or "?" for lib in k.get("openblas", []))
     return f"OpenBLAS {cores}" + (f", ATen {t['aten_cpu_capability']}" if t else "")
 
