@@ -23,11 +23,21 @@
  *        1x1x1 product whose bias offsets it);
  *    dbias must equal the fp32 path's bit for bit (same fp32 dout, same
  *    order), dweight is accumulated (+=) into nonzero values.
- * 3. The primitive cache: a shape's second call creates no primitive (and
- *    the widened path creates none).
- * 4. The same results bit for bit at 1 and 2 threads.
+ * 3. The primitive cache: a oneDNN primitive per (product, block shape),
+ *    whatever the thread count; a shape's second call, a call at another
+ *    thread count and a layer whose blocks have shapes seen before create
+ *    none (and the widened path creates none).
+ * 4. The same results bit for bit at 1, 2 and 3 threads, on the model's
+ *    small shapes and the engine's, always (threads need not have cores).
  * 5. The _rounded calls (bf16 values kept in floats, the model's layout)
- *    give the bits of the bf16-typed calls on the same values. */
+ *    give the bits of the bf16-typed calls on the same values.
+ * 6. AUTO never picks oneDNN where the capability probe says it cannot run.
+ *
+ * usage: test_bf16 onednn|widen [--exhaustive]
+ * One path per run, so each is its own CTest test. The conversion checks
+ * run with widen. The onednn run exits with SKIP_CODE (CTest's
+ * SKIP_RETURN_CODE) and says why where oneDNN has no bf16 matmul (oneDNN 2.6
+ * below AVX-512, e.g. an AVX2-only AMD EPYC, or ONEDNN_MAX_CPU_ISA=AVX2). */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -38,6 +48,8 @@
 #include "kernels/kernels.h"
 #include "kernels/matmul_bf16.h"
 #include "check.h"
+
+enum { SKIP_CODE = 77 }; /* tests/bf16.cmake registers it as SKIP_RETURN_CODE */
 
 static unsigned long long rng_state = 0x9E3779B97F4A7C15ULL;
 static unsigned long long next_random(void) { /* xorshift64, test-local */
@@ -305,10 +317,15 @@ static void test_layer(MatmulBF16Path path, Shape s) {
 
 static void test_cache(MatmulBF16Path path) {
     MatmulBF16 *mm = matmul_bf16_create(path);
-    const int per = matmul_bf16_path(mm) == MATMUL_BF16_ONEDNN; /* primitives per new product */
-    Shape a = {33, 40, 24}, b = {8, 24, 40};
-    Problem pa = make_problem(a), pb = make_problem(b);
-    Results ra = alloc_results(&pa), rb = alloc_results(&pb);
+    const int per = matmul_bf16_path(mm) == MATMUL_BF16_ONEDNN; /* primitives per new block shape */
+    /* a and b fit in one block per product; c has full and tail blocks in all three products (2 row blocks + 44
+     * rows, 2 dweight blocks + 2 output channels: kernels.h); d's forward and dinp blocks are c's (3 row blocks +
+     * 44 rows, same IC and OC), its dweight blocks are not (their K is N) */
+    const size_t R = MATMUL_ROW_BLOCK;
+    const int D = MATMUL_DWEIGHT_BLOCK;
+    Shape a = {33, 40, 24}, b = {8, 24, 40}, c = {2 * R + 44, 40, 2 * D + 2}, d = {3 * R + 44, 40, 2 * D + 2};
+    Problem pa = make_problem(a), pb = make_problem(b), pc = make_problem(c), pd = make_problem(d);
+    Results ra = alloc_results(&pa), rb = alloc_results(&pb), rc = alloc_results(&pc), rd = alloc_results(&pd);
 #define EXPECT_CREATED(n, what)                                                                                   \
     CHECK(matmul_bf16_primitives_created(mm) == (n) * per, "%s: %d primitives, want %d", what,                 \
            matmul_bf16_primitives_created(mm), (n) * per)
@@ -323,43 +340,67 @@ static void test_cache(MatmulBF16Path path) {
     EXPECT_CREATED(7, "forward without bias");
     matmul_bf16_backward(mm, NULL, ra.dweight, NULL, pa.dout, pa.inp16, pa.weight16, a.N, a.IC, a.OC);
     EXPECT_CREATED(7, "backward without dinp and dbias");
-    omp_set_num_threads(1); /* the thread count is part of the key: oneDNN plans the split at creation */
+    omp_set_num_threads(1); /* not part of the key: every block is planned for one thread */
     run_bf16(mm, &pa, &ra);
+    omp_set_num_threads(3);
     run_bf16(mm, &pa, &ra);
-    EXPECT_CREATED(10, "a shape at another thread count, twice");
-#undef EXPECT_CREATED
+    EXPECT_CREATED(7, "a shape at 1 and 3 threads");
     omp_set_num_threads(omp_get_num_procs());
-    printf("cache (%s): %d primitives for 2 shapes x 3 products, 1 without bias, 1 shape at another thread count\n",
+    run_bf16(mm, &pc, &rc);
+    EXPECT_CREATED(13, "full and tail blocks of three products");
+    run_bf16(mm, &pd, &rd);
+    EXPECT_CREATED(15, "a shape sharing its forward and dinp blocks");
+#undef EXPECT_CREATED
+    printf("cache (%s): %d primitives for 4 shapes x 3 products (2 with tail blocks), 1 without bias, 1 shape at "
+           "other thread counts\n",
            matmul_bf16_path_name(matmul_bf16_path(mm)), matmul_bf16_primitives_created(mm));
-    free_results(&ra);
-    free_results(&rb);
-    free_problem(&pa);
-    free_problem(&pb);
+    Results *all[] = {&ra, &rb, &rc, &rd};
+    Problem *problems[] = {&pa, &pb, &pc, &pd};
+    for (int i = 0; i < 4; i++) {
+        free_results(all[i]);
+        free_problem(problems[i]);
+    }
     matmul_bf16_free(mm);
 }
 
 /* ---- 4. thread counts ---- */
 
-static void test_threads(MatmulBF16Path path) {
-    if (omp_get_num_procs() < 2) return;
-    Shape s = {2048, 384, 1152}; /* the engine benchmark's qkv layer */
+/* One shape at 1 thread, then at 2 and 3 (more threads than cores is fine:
+ * the claim is about the thread count, not the cores), from the same start. */
+static void test_threads_shape(MatmulBF16 *mm, Shape s) {
     Problem p = make_problem(s);
-    Results r1 = alloc_results(&p), r2 = alloc_results(&p);
-    MatmulBF16 *mm = matmul_bf16_create(path);
-    omp_set_num_threads(1);
-    run_bf16(mm, &p, &r1);
-    omp_set_num_threads(2);
-    run_bf16(mm, &p, &r2);
+    Results r[3] = {alloc_results(&p), alloc_results(&p), alloc_results(&p)};
+    for (int t = 0; t < 3; t++) {
+        omp_set_num_threads(t + 1);
+        run_bf16(mm, &p, &r[t]);
+    }
     omp_set_num_threads(omp_get_num_procs());
     const char *name = matmul_bf16_path_name(matmul_bf16_path(mm));
-    CHECK(memcmp(r1.out, r2.out, s.N * s.OC * sizeof(float)) == 0, "%s: out differs at 1 and 2 threads", name);
-    CHECK(memcmp(r1.dinp, r2.dinp, s.N * s.IC * sizeof(float)) == 0, "%s: dinp differs at 1 and 2 threads", name);
-    CHECK(memcmp(r1.dweight, r2.dweight, (size_t)s.OC * s.IC * sizeof(float)) == 0,
-           "%s: dweight differs at 1 and 2 threads", name);
-    printf("threads (%s): 1 and 2 threads give the same bits\n", name);
-    free_results(&r1);
-    free_results(&r2);
+    for (int t = 1; t < 3; t++) {
+        CHECK(memcmp(r[0].out, r[t].out, s.N * s.OC * sizeof(float)) == 0, "%s %zux%dx%d: out differs at 1 and %d "
+              "threads", name, s.N, s.IC, s.OC, t + 1);
+        CHECK(memcmp(r[0].dinp, r[t].dinp, s.N * s.IC * sizeof(float)) == 0, "%s %zux%dx%d: dinp differs at 1 and %d "
+              "threads", name, s.N, s.IC, s.OC, t + 1);
+        CHECK(memcmp(r[0].dweight, r[t].dweight, (size_t)s.OC * s.IC * sizeof(float)) == 0,
+              "%s %zux%dx%d: dweight differs at 1 and %d threads", name, s.N, s.IC, s.OC, t + 1);
+        CHECK(memcmp(r[0].dbias, r[t].dbias, (size_t)s.OC * sizeof(float)) == 0,
+              "%s %zux%dx%d: dbias differs at 1 and %d threads", name, s.N, s.IC, s.OC, t + 1);
+    }
+    printf("threads (%s) %zux%dx%d: 1, 2 and 3 threads give the same bits\n", name, s.N, s.IC, s.OC);
+    for (int t = 0; t < 3; t++) free_results(&r[t]);
     free_problem(&p);
+}
+
+static void test_threads(MatmulBF16Path path) {
+    /* the model's small shapes, one with full and tail blocks in every product, and the engine benchmark's qkv
+     * layer */
+    const Shape shapes[] = {{17, 31, 47},
+                            {64, 1536, 100},
+                            {512, 64, 192},
+                            {MATMUL_ROW_BLOCK + 44, 40, MATMUL_DWEIGHT_BLOCK + 2},
+                            {2048, 384, 1152}};
+    MatmulBF16 *mm = matmul_bf16_create(path);
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) test_threads_shape(mm, shapes[i]);
     matmul_bf16_free(mm);
 }
 
@@ -395,24 +436,51 @@ static void test_rounded(MatmulBF16Path path, Shape s) {
     matmul_bf16_free(mm);
 }
 
+/* ---- 6. AUTO ---- */
+
+static void test_auto(bool onednn_available) {
+    MatmulBF16 *mm = matmul_bf16_create(MATMUL_BF16_AUTO);
+    MatmulBF16Path picked = matmul_bf16_path(mm);
+    CHECK(onednn_available || picked == MATMUL_BF16_WIDEN, "auto picked %s where oneDNN has no bf16 matmul",
+          matmul_bf16_path_name(picked));
+    printf("auto: %s (oneDNN ISA %s: bf16 matmul %s, bf16 arithmetic %s)\n", matmul_bf16_path_name(picked),
+           matmul_bf16_cpu_isa(), onednn_available ? "available" : "unavailable",
+           matmul_bf16_cpu_has_bf16() ? "yes" : "no");
+    matmul_bf16_free(mm);
+}
+
 int main(int argc, char **argv) {
-    bool exhaustive = argc > 1 && strcmp(argv[1], "--exhaustive") == 0;
-    test_conversion(exhaustive);
-    const Shape shapes[] = {{1, 1, 1}, {1, 64, 3}, {3, 1, 7}, {17, 31, 47}, {100, 129, 65}, {64, 1536, 100},
-                            {128, 384, 384}, {512, 64, 192}, {512, 256, 64}, {512, 64, 320}};
-    const MatmulBF16Path paths[] = {MATMUL_BF16_ONEDNN, MATMUL_BF16_WIDEN};
-    for (int k = 0; k < 2; k++) {
-        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) test_layer(paths[k], shapes[i]);
-        test_cache(paths[k]);
-        test_threads(paths[k]);
-        test_rounded(paths[k], shapes[3]);
-        test_rounded(paths[k], shapes[6]);
+    const bool onednn = argc > 1 && strcmp(argv[1], "onednn") == 0, widen = argc > 1 && strcmp(argv[1], "widen") == 0;
+    const bool exhaustive = argc > 2 && strcmp(argv[2], "--exhaustive") == 0;
+    if ((!onednn && !widen) || argc > 3 || (argc == 3 && !exhaustive)) {
+        fprintf(stderr, "usage: test_bf16 onednn|widen [--exhaustive]\n");
+        return 2;
     }
-    printf("cpu has bf16 arithmetic (oneDNN): %s\n", matmul_bf16_cpu_has_bf16() ? "yes" : "no");
+    const bool available = matmul_bf16_onednn_available();
+    if (onednn && !available) {
+        printf("SKIP: oneDNN (effective ISA %s) has no bf16 matmul below AVX-512: the onednn path cannot run on "
+               "this CPU; the widen path is tested by bf16_kernels\n",
+               matmul_bf16_cpu_isa());
+        return SKIP_CODE;
+    }
+    const MatmulBF16Path path = onednn ? MATMUL_BF16_ONEDNN : MATMUL_BF16_WIDEN;
+    if (widen) {
+        test_conversion(exhaustive);
+        test_auto(available);
+    }
+    const Shape shapes[] = {{1, 1, 1}, {1, 64, 3}, {3, 1, 7}, {17, 31, 47}, {100, 129, 65}, {64, 1536, 100},
+                            {128, 384, 384}, {512, 64, 192}, {512, 256, 64}, {512, 64, 320},
+                            {MATMUL_ROW_BLOCK + 44, 40, MATMUL_DWEIGHT_BLOCK + 2}}; /* the last: full and tail blocks */
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) test_layer(path, shapes[i]);
+    test_cache(path);
+    test_threads(path);
+    test_rounded(path, shapes[3]);
+    test_rounded(path, shapes[6]);
+    test_rounded(path, shapes[10]);
     if (failures) {
         fprintf(stderr, "%d failures\n", failures);
         return 1;
     }
-    printf("all bf16 kernel checks passed\n");
+    printf("all bf16 kernel checks on the %s path passed\n", matmul_bf16_path_name(path));
     return 0;
 }

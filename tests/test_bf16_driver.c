@@ -1,6 +1,10 @@
 /* test_bf16_driver.c: runs the bf16 kernels on files for test_bf16_torch.py
  * and times them for bench/bench_bf16.py; it checks nothing itself.
  *
+ *   bf16_driver probe
+ *       Prints "available|unavailable ISA AUTO": whether oneDNN can run bf16
+ *       matmuls here (matmul_bf16_onednn_available), its effective ISA and
+ *       the path auto picks, for the tests (tests/bf16_probe.py).
  *   bf16_driver convert IN OUT
  *       OUT (uint16 bf16) = the raw float32 array IN rounded to bf16.
  *   bf16_driver layer PATH N IC OC DIR
@@ -29,7 +33,12 @@
 
 static MatmulBF16Path parse_path(const char *s) {
     if (strcmp(s, "auto") == 0) return MATMUL_BF16_AUTO;
-    if (strcmp(s, "onednn") == 0) return MATMUL_BF16_ONEDNN;
+    if (strcmp(s, "onednn") == 0) {
+        if (!matmul_bf16_onednn_available())
+            bs_die("path onednn: oneDNN has no bf16 matmul on this CPU (ISA %s); use auto or widen",
+                   matmul_bf16_cpu_isa());
+        return MATMUL_BF16_ONEDNN;
+    }
     if (strcmp(s, "widen") == 0) return MATMUL_BF16_WIDEN;
     bs_die("path '%s': use auto, onednn or widen", s);
 }
@@ -187,6 +196,13 @@ static int cmd_bench(MatmulBF16Path path, size_t N, int IC, int OC, int reps) {
 
 int main(int argc, char **argv) {
     blas_ensure_cpu_kernels(argv);
+    if (argc == 2 && strcmp(argv[1], "probe") == 0) {
+        MatmulBF16 *mm = matmul_bf16_create(MATMUL_BF16_AUTO);
+        printf("%s %s %s\n", matmul_bf16_onednn_available() ? "available" : "unavailable", matmul_bf16_cpu_isa(),
+               matmul_bf16_path_name(matmul_bf16_path(mm)));
+        matmul_bf16_free(mm);
+        return 0;
+    }
     if (argc == 4 && strcmp(argv[1], "convert") == 0) return cmd_convert(argv[2], argv[3]);
     if (argc == 7 && strcmp(argv[1], "layer") == 0)
         return cmd_layer(parse_path(argv[2]), (size_t)positive(argv[3], "N"), (int)positive(argv[4], "IC"),
@@ -194,6 +210,6 @@ int main(int argc, char **argv) {
     if (argc == 7 && strcmp(argv[1], "bench") == 0)
         return cmd_bench(parse_path(argv[2]), (size_t)positive(argv[3], "N"), (int)positive(argv[4], "IC"),
                          (int)positive(argv[5], "OC"), (int)positive(argv[6], "REPS"));
-    fprintf(stderr, "usage: bf16_driver convert IN OUT | layer PATH N IC OC DIR | bench PATH N IC OC REPS\n");
+    fprintf(stderr, "usage: bf16_driver probe | convert IN OUT | layer PATH N IC OC DIR | bench PATH N IC OC REPS\n");
     return 2;
 }

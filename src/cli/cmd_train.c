@@ -17,7 +17,7 @@ int cmd_train(int argc, char **argv) {
         {"seq-len", OPT_INT, &c.seq_len, 1, 1 << 20, "TOKENS", "sequence length (and the model's maximum)"},
         {"precision", OPT_STRING, &c.precision, OPT_NO_RANGE, "P", "fp32, or bf16 (matmuls in bf16, fp32 masters)"},
         {"bf16-matmul", OPT_STRING, &c.bf16_matmul, OPT_NO_RANGE, "PATH",
-         "bf16 products: auto (oneDNN where the CPU has bf16 arithmetic), onednn, or widen (fp32 sgemm)"},
+         "bf16 products: auto (oneDNN where the CPU has bf16 arithmetic), onednn (AVX-512 only), or widen (fp32 sgemm)"},
         {"vocab-size", OPT_INT, &c.vocab_size, 0, 1 << 30, "N", "vocabulary size (0: the tokenizer's)"},
         {"tokenizer", OPT_STRING, &c.tokenizer, OPT_NO_RANGE, "NAME", "byte, gpt2 or a trained FILE (default: the data's)"},
         {"vocab-dir", OPT_STRING, &c.vocab_dir, OPT_NO_RANGE, "DIR", "GPT-2's encoder.json and vocab.bpe (--tokenizer gpt2)"},

@@ -7,9 +7,9 @@
  *   backward  dinp (N,IC) = dout @ weight (written), dweight (OC,IC) +=
  *             dout^T @ inp, dbias (OC) += column sums of dout
  * inp and weight arrive in bf16; dout arrives in fp32 and is rounded to bf16
- * here, once, for both of its products (it is used once, so nobody else
- * needs a bf16 copy); dbias sums the fp32 dout in row order, as matmul.c
- * does. Every product accumulates in fp32 and writes fp32.
+ * here, block by block by the thread that runs the block (it is used once,
+ * so nobody else needs a bf16 copy); dbias sums the fp32 dout in row order,
+ * as matmul.c does. Every product accumulates in fp32 and writes fp32.
  *
  * Why the caller converts inp and weight: each is converted once and then
  * read twice (the weight copy by every forward and backward until the next
@@ -17,23 +17,30 @@
  * so the caller that owns their lifetimes keeps the bf16 copies. See
  * bf16.h for the conversions.
  *
- * A MatmulBF16 is the primitive cache: a oneDNN primitive per (product,
- * shape, thread count) is created on first use and reused, with its memory
- * objects; later calls only point them at the data and execute. It also
- * owns the scratch the primitives and the conversions need (grown when a
- * larger shape first appears, never in steady state). It is not
- * thread-safe: one per thread that calls it. No globals.
+ * A MatmulBF16 is the primitive cache: each product is cut into the fixed
+ * blocks of matmul.c (kernels.h), and a oneDNN primitive per (product, block
+ * shape), planned for one thread, is created on first use and reused with
+ * its memory objects; later calls only point them at the data and execute.
+ * The blocks run in the caller's OpenMP threads, so the results are the
+ * same bits at any thread count, on both paths, and the thread count is not
+ * part of the cache key. It also owns the scratch the primitives and the
+ * conversions need (grown when a larger shape or thread count first
+ * appears, never in steady state). It is not thread-safe: one per thread
+ * that calls it. No globals.
  *
  * Two ways to compute, the same numbers up to summation order:
- *   MATMUL_BF16_ONEDNN  oneDNN bf16 primitives (AMX or AVX512-BF16 dot
- *                       products where the CPU has them, else oneDNN's
- *                       emulation, several times slower than fp32)
+ *   MATMUL_BF16_ONEDNN  oneDNN bf16 primitives: AMX or AVX512-BF16 dot
+ *                       products where the CPU has them; on AVX-512 without
+ *                       them oneDNN emulates bf16 (its gemm:jit, several
+ *                       times slower than fp32); below AVX-512 (an AVX2-only
+ *                       AMD EPYC) oneDNN 2.6 has no bf16 matmul at all and
+ *                       this path cannot run (matmul_bf16_onednn_available).
  *   MATMUL_BF16_WIDEN   the bf16 operands widened to fp32 (exact) and the
  *                       fp32 layer of matmul.c (OpenBLAS): bf16 inputs with
- *                       fp32 accumulation at fp32 speed, for CPUs without
- *                       bf16 arithmetic. Creates no primitives.
+ *                       fp32 accumulation at fp32 speed, on every CPU.
+ *                       Creates no primitives.
  *   MATMUL_BF16_AUTO    ONEDNN when oneDNN reports bf16 arithmetic on this
- *                       CPU, else WIDEN. */
+ *                       CPU and can run the primitives, else WIDEN. */
 #ifndef BS_KERNELS_MATMUL_BF16_H
 #define BS_KERNELS_MATMUL_BF16_H
 
@@ -46,16 +53,30 @@ typedef enum { MATMUL_BF16_AUTO, MATMUL_BF16_ONEDNN, MATMUL_BF16_WIDEN } MatmulB
 
 typedef struct MatmulBF16 MatmulBF16;
 
-MatmulBF16 *matmul_bf16_create(MatmulBF16Path path);
-void matmul_bf16_free(MatmulBF16 *mm);
+/* The capability probe: whether oneDNN can run bf16 matmuls on this CPU.
+ * Creates one tiny bf16 matmul primitive and reports whether oneDNN
+ * implements it (oneDNN 2.6 has none below AVX-512; ONEDNN_MAX_CPU_ISA=AVX2
+ * shows the same here). Each call probes again (about a millisecond): call
+ * it once and keep the answer. */
+bool matmul_bf16_onednn_available(void);
+/* oneDNN's effective CPU ISA as it names it, e.g. "avx2", "avx512_core_amx"
+ * (after ONEDNN_MAX_CPU_ISA) */
+const char *matmul_bf16_cpu_isa(void);
 /* true when this CPU has bf16 arithmetic oneDNN uses (what AUTO decides on) */
 bool matmul_bf16_cpu_has_bf16(void);
+
+/* A cache for path; AUTO resolves here (probing once). ONEDNN where
+ * matmul_bf16_onednn_available() is false is a caller's error (it dies):
+ * check first and tell the user. */
+MatmulBF16 *matmul_bf16_create(MatmulBF16Path path);
+void matmul_bf16_free(MatmulBF16 *mm);
 /* the path in use (ONEDNN or WIDEN) and a name for a path */
 MatmulBF16Path matmul_bf16_path(const MatmulBF16 *mm);
 const char *matmul_bf16_path_name(MatmulBF16Path path);
 /* oneDNN's name for the kernel of the last product run (e.g. "brg:avx512_core_amx") */
 const char *matmul_bf16_last_kernel(const MatmulBF16 *mm);
-/* primitives created so far (each shape's first call creates one) */
+/* primitives created so far: each new block shape of a product creates one
+ * (a product with a tail block has two shapes); no other call creates any */
 int matmul_bf16_primitives_created(const MatmulBF16 *mm);
 
 /* out (N,OC) = inp (N,IC) @ weight (OC,IC)^T + bias (OC); bias may be NULL */

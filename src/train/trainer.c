@@ -91,12 +91,18 @@ static bool is_set(const char *s) { return s && *s; }
 
 /* ---- fault injection (tests) ---- */
 
-/* --bf16-matmul: where the bf16 products run (see kernels/matmul_bf16.h). */
-static MatmulBF16Path bf16_matmul_path(const char *name) {
+/* --bf16-matmul: where the bf16 products run (see kernels/matmul_bf16.h). onednn
+ * in a bf16 run where oneDNN has no bf16 matmul (oneDNN 2.6 below AVX-512) is a
+ * usage error, found here before any training work. */
+static MatmulBF16Path bf16_matmul_path(const char *name, bool bf16) {
     if (strcmp(name, "auto") == 0) return MATMUL_BF16_AUTO;
-    if (strcmp(name, "onednn") == 0) return MATMUL_BF16_ONEDNN;
     if (strcmp(name, "widen") == 0) return MATMUL_BF16_WIDEN;
-    bs_die("--bf16-matmul must be auto, onednn or widen (got '%s')", name);
+    if (strcmp(name, "onednn") != 0) bs_die("--bf16-matmul must be auto, onednn or widen (got '%s')", name);
+    if (bf16 && !matmul_bf16_onednn_available())
+        bs_die("--bf16-matmul onednn: oneDNN has no bf16 matmul on this CPU (its ISA: %s; it needs AVX-512): use auto "
+               "or widen",
+               matmul_bf16_cpu_isa());
+    return MATMUL_BF16_ONEDNN;
 }
 
 /* nan and nans take an optional fourth field, the layer whose gradient gets the NaN. */
@@ -726,7 +732,7 @@ static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     if (c->min_lr > c->lr) bs_die("--min-lr %g is larger than --lr %g", c->min_lr, c->lr);
     if (strcmp(c->precision, "fp32") != 0 && strcmp(c->precision, "bf16") != 0)
         bs_die("--precision must be fp32 or bf16 (got '%s')", c->precision);
-    MatmulBF16Path bf16_path = bf16_matmul_path(c->bf16_matmul);
+    MatmulBF16Path bf16_path = bf16_matmul_path(c->bf16_matmul, strcmp(c->precision, "bf16") == 0);
     parse_fault(tr);
     setup_model(tr); /* builds the grid: the data-parallel size is known from here on */
     if (tr->fault_kind == 'n' || tr->fault_kind == 'N') tr->fault_block = nan_target_block(tr);
