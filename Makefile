@@ -28,7 +28,7 @@ asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DBS_SANITIZE=ON >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
-		ctest --output-on-failure -j 1 -LE slow
+		ctest --output-on-failure -j 1 -LE "slow|isa-avx2"
 
 clean:
 	rm -rf $(BUILD) build-asan

@@ -5,7 +5,8 @@ set(CC_MPIRUN mpirun --allow-run-as-root --oversubscribe --bind-to none)
 
 add_executable(test_cc_codec test_cc_codec.c)
 target_link_libraries(test_cc_codec PRIVATE bscore)
-add_test(NAME cc_codec COMMAND test_cc_codec)
+# codecs: vectorized encoders (their bits must not depend on the ISA: also the isa-avx2 pass)
+bs_isa_test(NAME cc_codec COMMAND $<TARGET_FILE:test_cc_codec>)
 
 foreach(t collectives onebit)
   add_executable(test_cc_${t} test_cc_${t}.c)
@@ -39,11 +40,10 @@ if(DEFINED ENV{BS_TEST_VENV})
 else()
   set(BS_TEST_VENV $ENV{HOME}/.cache/batchscale/test-venv)
 endif()
-add_test(NAME cc_formats COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_cc_formats.py $<TARGET_FILE:cc_driver> core)
-add_test(NAME cc_formats_ml_dtypes
-         COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_cc_formats.py $<TARGET_FILE:cc_driver> ml_dtypes)
-set_tests_properties(cc_formats_ml_dtypes PROPERTIES ENVIRONMENT "BS_TEST_PYTHON=${BS_TEST_VENV}/bin/python"
-                     SKIP_RETURN_CODE 77)
+bs_isa_test(NAME cc_formats COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_cc_formats.py $<TARGET_FILE:cc_driver> core)
+bs_isa_test(NAME cc_formats_ml_dtypes
+            COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_cc_formats.py $<TARGET_FILE:cc_driver> ml_dtypes
+            ENVIRONMENT "BS_TEST_PYTHON=${BS_TEST_VENV}/bin/python")
 
 # Compressed communication in training: convergence on the shipped corpus
 # (2 and 4 ranks), bytes per step, checkpointed residuals, ZeRO++, 1-bit Adam
