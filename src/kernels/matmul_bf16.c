@@ -15,12 +15,13 @@
  *   dinp     src dout rows (M,OC)       weights weight (OC,IC)    dst dinp rows
  *   dweight  src dout^T rows (M,N)      weights inp (N,IC)        dst dweight rows, sum post-op
  * A transposed weight is the buffer described with swapped strides, never a
- * copy. The src of a block is narrowed to bf16 by the thread that runs it,
- * into its own panel (dout for dinp and dweight; inp on the _rounded
- * forward), while the block's data is hot: for dweight the panel holds the
- * block's dout columns (N,M), read by oneDNN as the transposed (M,N); a
- * column slice of the whole dout would send oneDNN to its slow gemm:jit
- * instead of brgemm. The weights stay plain: pre-packing them once per call
+ * copy. dout is narrowed to bf16 once per call; a dinp block reads its rows
+ * in place, a dweight block copies its columns (N,M) into the running
+ * thread's own panel, read by oneDNN as the transposed (M,N) (a column slice
+ * of the whole dout, strides (1,OC), would send oneDNN to its slow gemm:jit
+ * instead of brgemm), unless the block is all of dout's columns. On the
+ * _rounded forward each block narrows its rows of inp into the panel. The
+ * weights stay plain: pre-packing them once per call
  * into the layout oneDNN prefers ("any") made the blocks about 2x slower
  * (measured on this CPU), and each block's own copy is cheap beside it.
  * dweight += uses oneDNN's sum post-op (matmul has no beta).
@@ -76,7 +77,7 @@ typedef struct {
     dnnl_stream_t stream;
     void *scratchpad;
     size_t scratchpad_bytes;
-    void *panel; /* the block's src narrowed to bf16 */
+    void *panel; /* the block's src in bf16, where it is not in place */
     size_t panel_bytes;
 } Worker;
 
@@ -93,12 +94,12 @@ struct MatmulBF16 {
 };
 
 /* One product of a call, cut into blocks of `block` rows of its M (full
- * blocks, then one shorter tail). The src of block rows r0.. is src16 + r0 K
- * in place, or narrowed from src32: rows r0.. of (M,K) (forward, dinp), or
- * for dweight columns r0.. of the row-major (K,ld) array dout. */
+ * blocks, then one shorter tail). The src of the block of rows r0.. is, in
+ * src16, rows r0.. of (M,K) (forward, dinp) or for dweight columns r0.. of
+ * dout (K,M); or rows r0.. of src32 (M,K) narrowed (the _rounded forward). */
 typedef struct {
     BlockMatmul *full, *tail; /* NULL where there is none */
-    size_t M, block, K, ld;
+    size_t M, block, K;
     const bf16 *src16;
     const float *src32;
     const void *weights;
@@ -282,6 +283,11 @@ static Job make_job(MatmulBF16 *mm, Product product, bool has_bias, size_t M, si
 
 static size_t job_blocks(const Job *job) { return (job->M + job->block - 1) / job->block; }
 
+/* Whether a block of this shape copies or narrows its src into the panel. */
+static bool needs_panel(const Job *job, const BlockMatmul *c) {
+    return job->src32 || (c->product == PRODUCT_DWEIGHT && c->M != job->M);
+}
+
 /* Workers for `threads` threads, each with a panel and scratchpad large
  * enough for every block of the jobs, and memory objects for their
  * primitives: all allocation happens here, before the block loop. */
@@ -311,7 +317,7 @@ static void prepare_workers(MatmulBF16 *mm, const Job *jobs, int num_jobs, int t
             for (int w = 0; w < threads; w++) {
                 Worker *wk = &mm->workers[w];
                 reserve(&wk->scratchpad, &wk->scratchpad_bytes, c->scratchpad_bytes);
-                if (!jobs[j].src16) reserve(&wk->panel, &wk->panel_bytes, c->M * c->K * sizeof(bf16));
+                if (needs_panel(&jobs[j], c)) reserve(&wk->panel, &wk->panel_bytes, c->M * c->K * sizeof(bf16));
                 for (int a = 0; a < NUM_ARGS; a++)
                     if (!c->mem[w][a] && (a != ARG_BIAS || c->has_bias))
                         check(dnnl_memory_create(&c->mem[w][a], &c->md[a], mm->engine, DNNL_MEMORY_NONE), "memory");
@@ -320,14 +326,9 @@ static void prepare_workers(MatmulBF16 *mm, const Job *jobs, int num_jobs, int t
     }
 }
 
-/* panel (K,width) = bf16 of columns c0..c0+width of x (K,ld) */
-static void narrow_columns(bf16 *panel, const float *x, size_t K, size_t ld, size_t c0, size_t width) {
-    for (size_t k = 0; k < K; k++) {
-        const float *row = x + k * ld + c0;
-        bf16 *out = panel + k * width;
-#pragma omp simd
-        for (size_t j = 0; j < width; j++) out[j] = bf16_from_float(row[j]);
-    }
+/* panel (K,width) = columns c0..c0+width of x (K,ld) */
+static void copy_columns(bf16 *panel, const bf16 *x, size_t K, size_t ld, size_t c0, size_t width) {
+    for (size_t k = 0; k < K; k++) memcpy(panel + k * width, x + k * ld + c0, width * sizeof(bf16));
 }
 
 static void set_handle(dnnl_memory_t m, const void *data) {
@@ -340,11 +341,10 @@ static void run_block(const MatmulBF16 *mm, const Job *job, size_t b, int w) {
     BlockMatmul *c = r0 + job->block <= job->M ? job->full : job->tail;
     const Worker *wk = &mm->workers[w];
     bf16 *panel = wk->panel;
-    const bf16 *src = job->src16 ? job->src16 + r0 * c->K : panel;
-    if (!job->src16) {
-        if (c->product == PRODUCT_DWEIGHT) narrow_columns(panel, job->src32, c->K, job->ld, r0, c->M);
-        else bf16_from_floats(panel, job->src32 + r0 * c->K, c->M * c->K);
-    }
+    const bf16 *src = panel;
+    if (!needs_panel(job, c)) src = c->product == PRODUCT_DWEIGHT ? job->src16 : job->src16 + r0 * c->K;
+    else if (job->src32) bf16_from_floats(panel, job->src32 + r0 * c->K, c->M * c->K);
+    else copy_columns(panel, job->src16, c->K, job->M, r0, c->M); /* dweight: the block's columns of dout */
     dnnl_memory_t *mem = c->mem[w];
     const void *data[NUM_ARGS] = {src, job->weights, job->bias, job->dst + r0 * c->n, wk->scratchpad};
     dnnl_exec_arg_t args[NUM_ARGS];
@@ -405,19 +405,20 @@ static void onednn_forward(MatmulBF16 *mm, float *out, const bf16 *inp16, const 
     run_jobs(mm, &job, 1);
 }
 
-/* ONEDNN backward: dout (fp32, or bf16 values in floats) narrowed per block. */
-static void onednn_backward(MatmulBF16 *mm, float *dinp, float *dweight, const float *dout, const bf16 *inp,
+/* ONEDNN backward: dout (fp32, or bf16 values in floats) narrowed once. */
+static void onednn_backward(MatmulBF16 *mm, float *dinp, float *dweight, const float *dout32, const bf16 *inp,
                             const bf16 *weight, size_t N, int IC, int OC) {
+    const bf16 *dout = narrowed(mm, SLOT_DOUT, dout32, N * (size_t)OC);
     Job jobs[2];
     int num_jobs = 0;
     if (dinp) {
         Job *j = &jobs[num_jobs++];
         *j = make_job(mm, PRODUCT_DINP, false, N, MATMUL_ROW_BLOCK, (size_t)OC, (size_t)IC);
-        j->src32 = dout, j->weights = weight, j->dst = dinp;
+        j->src16 = dout, j->weights = weight, j->dst = dinp;
     }
     Job *j = &jobs[num_jobs++];
     *j = make_job(mm, PRODUCT_DWEIGHT, false, (size_t)OC, MATMUL_DWEIGHT_BLOCK, N, (size_t)IC);
-    j->src32 = dout, j->ld = (size_t)OC, j->weights = inp, j->dst = dweight;
+    j->src16 = dout, j->weights = inp, j->dst = dweight;
     run_jobs(mm, jobs, num_jobs);
 }
 
