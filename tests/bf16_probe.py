@@ -2,8 +2,8 @@
 `bf16_driver probe` (matmul_bf16_onednn_available, oneDNN's effective ISA
 and the path --bf16-matmul auto picks), and the visible skip of a oneDNN
 case where oneDNN has no bf16 matmul (oneDNN 2.6 below AVX-512: an AVX2-only
-AMD EPYC, or ONEDNN_MAX_CPU_ISA=AVX2): the reason printed, exit SKIP_CODE,
-which tests/bf16.cmake registers as CTest's SKIP_RETURN_CODE."""
+AMD EPYC, or ONEDNN_MAX_CPU_ISA=AVX2): the reason printed, exit SKIP_CODE
+(BS_SKIP in tests/CMakeLists.txt, CTest's SKIP_RETURN_CODE)."""
 import subprocess
 import sys
 

@@ -6,8 +6,9 @@
  *    ties, 0, extremes and random values (denormals, inf, NaN included);
  *    with --exhaustive on all 2^32 float patterns. bf16 -> float -> bf16 is
  *    the identity on every bf16 pattern.
- * 2. The linear layer, forward and backward, on both paths (oneDNN bf16
- *    primitives and widened fp32), on odd shapes, against
+ * 2. The linear layer, forward and backward, on the run's path (oneDNN bf16
+ *    primitives or widened fp32), on odd shapes and across block edges
+ *    (kernels.h's blocks), against
  *    (a) the exact product of the bf16-rounded inputs (double): only fp32
  *        accumulation may differ, |err| <= gamma(K+1) * sum|a b| (+|c0|),
  *        gamma(n) = n u / (1 - n u), u = 2^-24 (Higham's bound for any
@@ -49,7 +50,7 @@
 #include "kernels/matmul_bf16.h"
 #include "check.h"
 
-enum { SKIP_CODE = 77 }; /* tests/bf16.cmake registers it as SKIP_RETURN_CODE */
+enum { SKIP_CODE = 77 }; /* BS_SKIP in tests/CMakeLists.txt: CTest counts it as skipped */
 
 static unsigned long long rng_state = 0x9E3779B97F4A7C15ULL;
 static unsigned long long next_random(void) { /* xorshift64, test-local */

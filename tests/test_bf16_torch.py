@@ -136,7 +136,8 @@ def test_layer(path, N, IC, OC, tmp):
     tol_db = gamma(N + 1) * (np.abs(dout).sum(0) + np.abs(data["dbias0"]))
     expect(np.all(np.abs(dbias - exact_db) <= tol_db), f"{tag} dbias beyond the fp32 summation bound")
     compared = [r for r in rel if r is not None]
-    expect(all(r <= 1e-2 for r in compared), f"{tag}: max|ours - torch bf16| / max|torch| = {max(compared, default=0):.3g} > 1e-2")
+    expect(all(r <= 1e-2 for r in compared),
+           f"{tag}: max|ours - torch bf16| / max|torch| = {max(compared, default=0):.3g} > 1e-2")
     shown = " ".join(f"{n} {r:.2e}" if r is not None else f"{n} -" for n, r in zip(("out", "dinp", "dweight"), rel))
     print(f"{tag}: max|ours - torch bf16| / max|torch|: {shown}")
     return len(compared)

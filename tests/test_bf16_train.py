@@ -14,7 +14,9 @@ layouts (CTest bf16_train, and again under the AVX2 kernels, bf16_train_isa_avx2
       E = |one process bf16 - one process fp32|, measured here, is u times the accumulated magnitudes of this
       pass. The layout's bf16 pass rounds the same values, which agree with the one process's to fp32 summation
       order, F = |layout fp32 - one process fp32| (measured here; the fp32 layout tests hold it under 1e-5); so
-      |layout bf16 - one process bf16| <= (layout bf16 - layout fp32) + F + (one process fp32 - bf16) <= 2E + F.
+      |layout bf16 - one process bf16| <= |layout bf16 - layout fp32| + F + |one process fp32 - bf16|, where the
+      first term is E's size (the same values round alike, but for the few within F of a bf16 rounding boundary):
+      <= 2E + F. E and F are taken per gradient tensor (its largest element difference).
       A wrongly wired layout (a missing reduction, a micro-batch counted twice, a stale shard) moves the gradient
       by a part of itself, far beyond 2E (E is about 2.5e-3 of the gradient's largest element).
   (b) Ten steps of AdamW against a noise floor measured here: the one-process run against itself with its sums
@@ -189,8 +191,8 @@ class Bf16LayoutTest(CorpusTest):
 
     def test_resume_bf16_and_in_fp32(self):
         ck = self.path("ck16")
-        full, p_full, _ = train(self.data, self.path("r_full"), steps=10, extra=["--precision", "bf16", "--ckpt-dir", ck,
-                                                                             "--ckpt-every", "5", "--keep-last", "0"])
+        full, p_full, _ = train(self.data, self.path("r_full"), steps=10,
+                                extra=["--precision", "bf16", "--ckpt-dir", ck, "--ckpt-every", "5", "--keep-last", "0"])
         at5 = os.path.join(ck, "step_00000005")
         res, p_res, _ = train(self.data, self.path("r_res"), steps=10,
                               extra=["--precision", "bf16", "--resume", at5, "--ckpt-dir", self.path("ck16b")])

@@ -21,9 +21,9 @@
  * of the whole dout, strides (1,OC), would send oneDNN to its slow gemm:jit
  * instead of brgemm), unless the block is all of dout's columns. On the
  * _rounded forward each block narrows its rows of inp into the panel. The
- * weights stay plain: pre-packing them once per call
- * into the layout oneDNN prefers ("any") made the blocks about 2x slower
- * (measured on this CPU), and each block's own copy is cheap beside it.
+ * weights stay plain: pre-packing them once per call into the layout oneDNN
+ * prefers ("any") made the blocks about 2x slower (oneDNN 2.6's AMX kernels,
+ * measured), and each block's own copy of them is cheap beside the product.
  * dweight += uses oneDNN's sum post-op (matmul has no beta).
  *
  * oneDNN plans for omp_get_max_threads() at creation, so a primitive is
@@ -360,8 +360,9 @@ static void run_block(const MatmulBF16 *mm, const Job *job, size_t b, int w) {
 
 /* Every block of the jobs, in one OpenMP loop (blocks of different jobs
  * write different outputs). Each thread's own count is set to 1 inside the
- * region, so any oneDNN implementation that asks at execution how many
- * threads it has (its gemm:jit does) also plans for one. */
+ * region, so an implementation that asked at execution how many threads it
+ * has would plan for one too: a guard, not a fix (the brgemm and gemm:jit
+ * kernels measured gave the same bits at 1-3 threads without it). */
 static void run_jobs(MatmulBF16 *mm, const Job *jobs, int num_jobs) {
     size_t first[3], total = 0;
     for (int j = 0; j < num_jobs; j++) {
