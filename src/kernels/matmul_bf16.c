@@ -358,13 +358,27 @@ static void run_block(const MatmulBF16 *mm, const Job *job, size_t b, int w) {
     check(dnnl_stream_wait(wk->stream), "stream wait");
 }
 
-/* Every block of the jobs, in one OpenMP loop (blocks of different jobs
- * write different outputs). Each thread's own count is set to 1 inside the
- * region, so an implementation that asked at execution how many threads it
- * has would plan for one too: a guard, not a fix (the brgemm and gemm:jit
- * kernels measured gave the same bits at 1-3 threads without it). */
-static void run_jobs(MatmulBF16 *mm, const Job *jobs, int num_jobs) {
-    size_t first[3], total = 0;
+/* Multiply-adds of a job's largest block. */
+static double block_work(const Job *job) {
+    const BlockMatmul *c = job->full ? job->full : job->tail;
+    return (double)c->M * (double)c->K * (double)c->n;
+}
+
+/* Every block of the one or two jobs, in one OpenMP loop (blocks of
+ * different jobs write different outputs), handed out in order, the job with
+ * the larger blocks first: at 2 threads one large dweight block then runs
+ * beside the two dinp blocks instead of after them. Each thread's own count
+ * is set to 1 inside the region, so an implementation that asked at
+ * execution how many threads it has would plan for one too: a guard, not a
+ * fix (the brgemm and gemm:jit kernels measured gave the same bits at 1-3
+ * threads without it). */
+static void run_jobs(MatmulBF16 *mm, const Job *given, int num_jobs) {
+    Job jobs[2] = {given[0], given[num_jobs - 1]};
+    if (num_jobs == 2 && block_work(&given[1]) > block_work(&given[0])) {
+        jobs[0] = given[1];
+        jobs[1] = given[0];
+    }
+    size_t first[2], total = 0;
     for (int j = 0; j < num_jobs; j++) {
         first[j] = total;
         total += job_blocks(&jobs[j]);
