@@ -33,6 +33,7 @@ layouts (CTest bf16_train, and again under the AVX2 kernels, bf16_train_isa_avx2
 - --bf16-matmul onednn where oneDNN has no bf16 matmul (ONEDNN_MAX_CPU_ISA=AVX2 makes this CPU such a CPU, as an
   AVX2-only AMD EPYC is): one line naming the flag and the ISA, non-zero exit, before any training work; and auto
   picks the widen path there.
+- Training in bf16 gives the same bits at 1, 2 and 3 threads (3 steps: losses and parameters).
 - A bf16 run resumes bit for bit in bf16, and its checkpoint (fp32 masters) resumes in fp32.
 onednn (bf16_train_onednn; skipped, with the reason, where oneDNN has no bf16 matmul):
 - --bf16-matmul onednn against widen: the same bf16 operands, only the fp32 summation order differs: one pass at
@@ -171,6 +172,17 @@ class Bf16LayoutTest(CorpusTest):
                   f"{pg / floor_param:.2f} x floor", flush=True)
             self.assertLessEqual(lg, K * floor_loss, f"{name}: loss gap {lg:.3g} > {K} x floor {floor_loss:.3g}")
             self.assertLessEqual(pg, K * floor_param, f"{name}: parameter gap {pg:.3g} > {K} x floor {floor_param:.3g}")
+
+    def test_same_bits_at_1_2_and_3_threads(self):
+        """On the path auto picks (oneDNN's blocks on AMX here, OpenBLAS's in the AVX2 pass); threads need no cores.
+        One layer of the engine benchmark's width and rows (2048 x 384 -> 1152 products), where oneDNN's own
+        threading changed dinp and dweight between 1 and 2 threads before the products were cut into blocks."""
+        engine = ["--precision", "bf16", "--layers", "1", "--heads", "6", "--channels", "384", "--seq-len", "256"]
+        runs = [train(self.data, self.path(f"threads{t}"), steps=3, extra=engine + ["--threads", str(t)])
+                for t in (1, 2, 3)]
+        for t, (m, p, _) in zip((2, 3), runs[1:]):
+            self.assertEqual([x["loss"] for x in m], [x["loss"] for x in runs[0][0]], f"losses at 1 and {t} threads")
+            self.assertTrue(np.array_equal(p, runs[0][1]), f"parameters differ at 1 and {t} threads")
 
     def test_onednn_where_it_cannot_run(self):
         """As on an AVX2-only CPU: oneDNN capped at AVX2 has no bf16 matmul."""
