@@ -36,7 +36,10 @@ void layernorm_backward(real *dinp, real *dweight, real *dbias, const real *dout
  * blocks of MATMUL_ROW_BLOCK rows, dweight in blocks of MATMUL_DWEIGHT_BLOCK
  * output channels; each block is one single-threaded gemm, so the bits do
  * not depend on the thread count. The bf16 layer uses the same blocks. */
-enum { MATMUL_ROW_BLOCK = 1024, MATMUL_DWEIGHT_BLOCK = 512 };
+/* Sizes measured on the engine benchmark (2048 rows, C = 384): each block
+ * repacks the other operand, so smaller blocks cost more at 1 thread, and
+ * fewer blocks balance worse at 2 (docs/PERFORMANCE.md, Determinism). */
+enum { MATMUL_ROW_BLOCK = 1024, MATMUL_DWEIGHT_BLOCK = 384 };
 
 /* out (N,OC) = inp (N,IC) @ weight (OC,IC)^T + bias (OC); bias may be NULL */
 void matmul_forward(real *out, const real *inp, const real *weight, const real *bias, size_t N, int IC, int OC);

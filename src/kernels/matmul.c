@@ -13,6 +13,8 @@
  * 128x96x32 product). A gemm called inside an OpenMP parallel region runs
  * single-threaded (Debian's OpenMP build of OpenBLAS); with one thread the
  * region is not active but OpenBLAS then has one thread anyway. */
+#include <stdbool.h>
+
 #include "kernels/kernels.h"
 
 static size_t block_count(size_t n, size_t block) { return (n + block - 1) / block; }
@@ -40,11 +42,14 @@ void matmul_backward(real *dinp, real *dweight, real *dbias, const real *dout, c
                      const real *weight, size_t N, int IC, int OC) {
     const size_t row_blocks = dinp ? block_count(N, MATMUL_ROW_BLOCK) : 0;
     const size_t out_blocks = block_count((size_t)OC, MATMUL_DWEIGHT_BLOCK);
+    /* a dinp block is ROW_BLOCK x IC x OC multiply-adds, a dweight block DWEIGHT_BLOCK x IC x N */
+    const bool dinp_first = (double)MATMUL_ROW_BLOCK * OC >= (double)MATMUL_DWEIGHT_BLOCK * N;
 #pragma omp parallel for schedule(dynamic, 1)
     for (size_t i = 0; i < row_blocks + out_blocks; i++) {
-        /* dweight's blocks first: one is often the largest piece of work, and
-         * the dynamic schedule then fills the other threads with dinp's */
-        const size_t b = (i + row_blocks) % (row_blocks + out_blocks);
+        /* the kind with the larger blocks first, so the dynamic schedule ends
+         * on small pieces (a GPT MLP at 2 threads: 2 dinp blocks beside 4
+         * dweight blocks of half their size come out even) */
+        const size_t b = dinp_first ? i : (i + row_blocks) % (row_blocks + out_blocks);
         if (b < row_blocks) {
             /* dinp[r0:r0+rows] (rows,IC) = dout[r0:r0+rows] (rows,OC) @ weight (OC,IC) */
             const size_t r0 = b * MATMUL_ROW_BLOCK;
