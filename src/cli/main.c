@@ -15,7 +15,7 @@ static const Command commands[] = {
     {"train", cmd_train, "train a GPT (one process, or many under mpirun)"},
     {"prepare", cmd_prepare, "turn text files into token shards (llm.c format)"},
     {"sample", cmd_sample, "generate text from a checkpoint"},
-    {"bench", cmd_bench, "micro-benchmarks (gemm)"},
+    {"bench", cmd_bench, "micro-benchmarks (gemm, comm, cpu, --calibrate)"},
     {"tokenizer", cmd_tokenizer, "train a BPE tokenizer; encode and decode text"},
     {"ckpt", cmd_ckpt, "inspect and verify checkpoints; export/import llm.c model files"},
     {"run", cmd_run, "run a job under mpirun, restarting it from its last checkpoint when a rank dies"},
