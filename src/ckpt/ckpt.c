@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/io.h"
+#include "core/range.h"
 
 #define RANK_MAGIC "BSCKPT01"
 
@@ -378,10 +379,9 @@ void ckpt_read_shard_range(const char *dir, const CkptManifest *m, int shard, si
     for (int i = 0; i < m->num_files; i++) {
         const CkptFile *cf = &m->files[i];
         if (cf->shard != shard) continue;
-        size_t lo = offset > cf->offset ? offset : cf->offset;
-        size_t hi_a = offset + count, hi_b = cf->offset + cf->count;
-        size_t hi = hi_a < hi_b ? hi_a : hi_b;
-        if (lo >= hi) continue;
+        const Range wanted = range_make(offset, count), file = range_make(cf->offset, cf->count);
+        const Range part = range_intersect(wanted, file);
+        if (range_empty(part)) continue;
         char path[4200];
         snprintf(path, sizeof path, "%s/%s", dir, cf->name);
         FILE *f = bs_fopen(path, "rb");
@@ -392,12 +392,12 @@ void ckpt_read_shard_range(const char *dir, const CkptManifest *m, int shard, si
             float *dst = a < 0 ? params : (state ? state[a] : NULL);
             if (!dst) continue;
             long long pos = RANK_HEADER_BYTES + (long long)(a + 1) * (long long)cf->count * 4 +
-                            (long long)(lo - cf->offset) * 4;
+                            (long long)range_offset_in(part, file) * 4;
             if (fseeko(f, pos, SEEK_SET) != 0) bs_die("cannot seek in %s", path);
-            bs_fread_exact(dst + (lo - offset), (hi - lo) * sizeof(float), f, path);
+            bs_fread_exact(dst + range_offset_in(part, wanted), part.count * sizeof(float), f, path);
         }
         fclose(f);
-        covered += hi - lo;
+        covered += part.count;
     }
     if (covered != count)
         bs_die("checkpoint %s does not cover parameters [%zu, %zu): its files hold %zu of them", dir, offset,

@@ -7,6 +7,7 @@
 
 #include "comm/comm_internal.h"
 #include "core/error.h"
+#include "core/range.h"
 #include "core/timer.h"
 
 static CommOp *op_new(Comm *c, const char *what, size_t bytes) {
@@ -49,14 +50,11 @@ static RingPass *add_phase(CommOp *op, Comm *group, RingKind kind, float *buf, i
     return r;
 }
 
-/* window ∩ [a, a+len) relative to the window start. */
+/* window ∩ [a, a+len) relative to the window start (0 when empty). */
 static void intersect(size_t window_offset, size_t n, size_t a, size_t len, size_t *rel, size_t *count) {
-    size_t lo = a > window_offset ? a : window_offset;
-    size_t hi_a = a + len, hi_w = window_offset + n;
-    size_t hi = hi_a < hi_w ? hi_a : hi_w;
-    *rel = lo - window_offset;
-    *count = hi > lo ? hi - lo : 0;
-    if (*count == 0) *rel = 0;
+    const Range window = range_make(window_offset, n), part = range_intersect(window, range_make(a, len));
+    *rel = range_empty(part) ? 0 : range_offset_in(part, window);
+    *count = part.count;
 }
 
 /* The block of parts of local index l: parts l*nodes .. l*nodes + nodes-1. */

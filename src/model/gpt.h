@@ -103,6 +103,8 @@ typedef struct {
 int gpt_max_shard_runs(const GPTConfig *cfg);
 /* Runs in increasing local (and logical) order, adjacent runs merged. */
 int gpt_shard_runs(const GPTConfig *cfg, ShardRun *out, int capacity);
+/* The same runs in a new array (the caller frees it); *n gets their number. */
+ShardRun *gpt_shard_runs_alloc(const GPTConfig *cfg, int *n);
 /* Whether this rank's copy of a tensor counts in global sums (norms). */
 bool gpt_tensor_primary(const GPTConfig *cfg, TensorKind k);
 /* Elements of this shard's tensor that are trained: all of it, except wte,

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/range.h"
 #include "core/rng.h"
 #include "model/gpt.h"
 
@@ -281,6 +282,13 @@ int gpt_shard_runs(const GPTConfig *cfg, ShardRun *out, int capacity) {
     return l.n;
 }
 
+ShardRun *gpt_shard_runs_alloc(const GPTConfig *cfg, int *n) {
+    int cap = gpt_max_shard_runs(cfg);
+    ShardRun *runs = bs_malloc(sizeof(ShardRun) * (size_t)cap);
+    *n = gpt_shard_runs(cfg, runs, cap);
+    return runs;
+}
+
 /* ---- initialisation ---- */
 
 /* GPT-2's initial values of the whole model, walked in logical order. */
@@ -325,22 +333,20 @@ void gpt_init_range(const GPTConfig *cfg, uint64_t seed, float *dst, size_t offs
     int cap = gpt_max_segments(&whole);
     s.segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
     s.num_segs = gpt_param_segments(&whole, s.segs, cap);
-    int run_cap = gpt_max_shard_runs(cfg);
-    ShardRun *runs = bs_malloc(sizeof(ShardRun) * (size_t)run_cap);
-    int nruns = gpt_shard_runs(cfg, runs, run_cap);
-    const size_t end = offset + count;
+    int nruns;
+    ShardRun *runs = gpt_shard_runs_alloc(cfg, &nruns);
+    const Range wanted = range_make(offset, count);
     for (int i = 0; i < nruns; i++) { /* runs ascend in logical order too */
-        size_t lo = runs[i].local > offset ? runs[i].local : offset;
-        size_t hi = runs[i].local + runs[i].count < end ? runs[i].local + runs[i].count : end;
-        if (lo >= hi) continue;
-        size_t logical = runs[i].logical + (lo - runs[i].local);
+        Range run = range_make(runs[i].local, runs[i].count), part = range_intersect(run, wanted);
+        if (range_empty(part)) continue;
+        size_t logical = runs[i].logical + range_offset_in(part, run);
         if (logical < s.pos) { /* a replicated copy seen again: restart the stream (rare) */
             rng_seed(&s.rng, seed);
             s.pos = 0;
             s.seg = 0;
         }
         init_stream_take(&s, logical - s.pos, NULL);
-        init_stream_take(&s, hi - lo, dst + (lo - offset));
+        init_stream_take(&s, part.count, dst + range_offset_in(part, wanted));
     }
     free(runs);
     free(s.segs);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/range.h"
 #include "optim/adamw.h"
 #include "optim/lamb.h"
 #include "optim/lars.h"
@@ -55,12 +56,11 @@ int optimizer_num_sums(const Optimizer *opt) {
 /* The part of tensor t inside the shard as [*local, *local + *count) of the
  * shard's arrays; false if they do not meet. */
 static bool shard_piece(const OptimTensor *t, const OptimizerShard *shard, size_t *local, size_t *count) {
-    size_t begin = t->offset > shard->offset ? t->offset : shard->offset;
-    size_t t_end = t->offset + t->count, s_end = shard->offset + shard->count;
-    size_t end = t_end < s_end ? t_end : s_end;
-    if (begin >= end) return false;
-    *local = begin - shard->offset;
-    *count = end - begin;
+    Range mine = range_make(shard->offset, shard->count);
+    Range piece = range_intersect(range_make(t->offset, t->count), mine);
+    if (range_empty(piece)) return false;
+    *local = range_offset_in(piece, mine);
+    *count = piece.count;
     return true;
 }
 

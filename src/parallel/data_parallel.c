@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/range.h"
 #include "optim/grad_norm.h"
 
 #define MAX_INFLIGHT 256
@@ -40,7 +41,8 @@ struct DataParallel {
     GPT *model;
     DPOptions opt;
     int stage, num_blocks;
-    size_t total, shard_offset, shard_count;
+    size_t total;
+    Range shard; /* this rank's part under the group's partition */
     float *shard_params, *shard_grads; /* stage 3 / stages 2-3 */
     Bucket *buckets;
     int num_buckets;
@@ -66,7 +68,7 @@ struct DataParallel {
     size_t server_floats;
     Comm *node;             /* hpZ: the node group and the secondary shard */
     float *secondary;
-    size_t secondary_offset, secondary_count;
+    Range secondary_range;
 };
 
 static void block_range(const DataParallel *dp, int block, size_t *off, size_t *count) {
@@ -108,12 +110,12 @@ static void plan_buckets(DataParallel *dp) {
 
 /* A finished reduce-scatter: add this rank's part into the shard gradient. */
 static void absorb(DataParallel *dp, Bucket *bk) {
-    size_t lo = bk->offset > dp->shard_offset ? bk->offset : dp->shard_offset;
-    size_t hi_a = bk->offset + bk->count, hi_b = dp->shard_offset + dp->shard_count;
-    size_t hi = hi_a < hi_b ? hi_a : hi_b;
-    float *dst = dp->shard_grads + (lo - dp->shard_offset);
-    const float *src = bk->buf + (lo - bk->offset);
-    for (size_t i = 0; lo + i < hi; i++) dst[i] += src[i];
+    Range bucket = range_make(bk->offset, bk->count), mine = range_intersect(bucket, dp->shard);
+    if (!range_empty(mine)) {
+        float *dst = dp->shard_grads + range_offset_in(mine, dp->shard);
+        const float *src = bk->buf + range_offset_in(mine, bucket);
+        for (size_t i = 0; i < mine.count; i++) dst[i] += src[i];
+    }
     if (bk->pool_index >= 0) dp->pool_busy[bk->pool_index] = false;
     bk->buf = NULL;
 }
@@ -276,12 +278,12 @@ static int find_slot(DataParallel *dp, int block) {
     return -1;
 }
 
-/* Copies [lo, hi) ∩ [a_off, +a_count) from array a to array b ([b_off, +b_count)). */
-static void copy_overlap(const float *a, size_t a_off, size_t a_count, float *b, size_t b_off, size_t b_count) {
-    size_t lo = a_off > b_off ? a_off : b_off;
-    size_t hi_a = a_off + a_count, hi_b = b_off + b_count;
-    size_t hi = hi_a < hi_b ? hi_a : hi_b;
-    if (hi > lo) memcpy(b + (lo - b_off), a + (lo - a_off), (hi - lo) * sizeof(float));
+/* Copies the elements of range_a ∩ range_b from array a (holding range_a) to
+ * array b (holding range_b). */
+static void copy_overlap(const float *a, Range range_a, float *b, Range range_b) {
+    Range both = range_intersect(range_a, range_b);
+    if (!range_empty(both))
+        memcpy(b + range_offset_in(both, range_b), a + range_offset_in(both, range_a), both.count * sizeof(float));
 }
 
 /* Waits for the slot's gather and, under hpZ, keeps the node's part of it. */
@@ -293,7 +295,7 @@ static void settle_slot(DataParallel *dp, ParamSlot *slot) {
     if (!slot->fill_secondary) return;
     size_t off, count;
     block_range(dp, slot->block, &off, &count);
-    copy_overlap(slot->buf, off, count, dp->secondary, dp->secondary_offset, dp->secondary_count);
+    copy_overlap(slot->buf, range_make(off, count), dp->secondary, dp->secondary_range);
     slot->fill_secondary = false;
 }
 
@@ -306,8 +308,8 @@ static void start_gather(DataParallel *dp, int s, int block) {
     block_range(dp, block, &off, &count);
     bool in_node = dp->opt.hpz && dp->in_backward;
     Comm *group = in_node ? dp->node : dp->comm;
-    if (in_node) copy_overlap(dp->secondary, dp->secondary_offset, dp->secondary_count, slot->buf, off, count);
-    else copy_overlap(dp->shard_params, dp->shard_offset, dp->shard_count, slot->buf, off, count);
+    if (in_node) copy_overlap(dp->secondary, dp->secondary_range, slot->buf, range_make(off, count));
+    else copy_overlap(dp->shard_params, dp->shard, slot->buf, range_make(off, count));
     slot->block = block;
     slot->rounded = false;
     slot->fill_secondary = dp->opt.hpz && !in_node;
@@ -392,8 +394,8 @@ static void setup_compression(DataParallel *dp) {
     }
     if (o->hpz) {
         dp->node = comm_node_group(dp->comm);
-        comm_partition(dp->node, dp->total, comm_rank(dp->node), &dp->secondary_offset, &dp->secondary_count);
-        alloc_tracked(&dp->secondary, dp->secondary_count, &mem->buffer_bytes);
+        comm_partition(dp->node, dp->total, comm_rank(dp->node), &dp->secondary_range.offset, &dp->secondary_range.count);
+        alloc_tracked(&dp->secondary, dp->secondary_range.count, &mem->buffer_bytes);
     }
 }
 
@@ -407,7 +409,7 @@ DataParallel *dp_create(Comm *comm, GPT *model, const DPOptions *opt) {
     if (dp->opt.bucket_floats == 0) dp->opt.bucket_floats = 1;
     dp->num_blocks = gpt_num_blocks(&model->cfg);
     dp->total = gpt_num_params(&model->cfg);
-    comm_partition(comm, dp->total, comm_rank(comm), &dp->shard_offset, &dp->shard_count);
+    comm_partition(comm, dp->total, comm_rank(comm), &dp->shard.offset, &dp->shard.count);
     DPMemory *mem = &dp->memory;
     int alloc = (dp->stage < 3 ? GPT_ALLOC_PARAMS : 0) | (dp->stage < 2 ? GPT_ALLOC_GRADS : 0);
     gpt_create_with(model, &model->cfg, alloc);
@@ -415,7 +417,7 @@ DataParallel *dp_create(Comm *comm, GPT *model, const DPOptions *opt) {
     if (model->grads) mem->grad_bytes += dp->total * sizeof(float);
     plan_buckets(dp);
     if (dp->stage >= 2) {
-        alloc_tracked(&dp->shard_grads, dp->shard_count, &mem->grad_bytes);
+        alloc_tracked(&dp->shard_grads, dp->shard.count, &mem->grad_bytes);
         if (dp->bucket_of_block[0] >= 0) /* the first stage: the embeddings bucket */
             alloc_tracked(&dp->emb_grad_buf, dp->buckets[dp->bucket_of_block[0]].count, &mem->buffer_bytes);
         for (int i = 0; i < GRAD_POOL; i++) alloc_tracked(&dp->grad_pool[i], dp->pool_floats, &mem->buffer_bytes);
@@ -424,7 +426,7 @@ DataParallel *dp_create(Comm *comm, GPT *model, const DPOptions *opt) {
     dp->poison_block = -1;
     dp->first_nonfinite_block = -1;
     if (dp->stage == 3) {
-        alloc_tracked(&dp->shard_params, dp->shard_count, &mem->param_bytes);
+        alloc_tracked(&dp->shard_params, dp->shard.count, &mem->param_bytes);
         size_t off, count, layer = 0;
         block_range(dp, 0, &off, &count);
         dp->slots[SLOT_EMB].capacity = alloc_tracked(&dp->slots[SLOT_EMB].buf, count, &mem->buffer_bytes);
@@ -462,35 +464,35 @@ void dp_free(DataParallel *dp) {
 }
 
 void dp_update_range(const DataParallel *dp, size_t *offset, size_t *count) {
-    *offset = dp->stage == 0 ? 0 : dp->shard_offset;
-    *count = dp->stage == 0 ? dp->total : dp->shard_count;
+    *offset = dp->stage == 0 ? 0 : dp->shard.offset;
+    *count = dp->stage == 0 ? dp->total : dp->shard.count;
 }
 
 float *dp_update_params(DataParallel *dp) {
     if (dp->stage == 3) return dp->shard_params;
-    return dp->model->params + (dp->stage == 0 ? 0 : dp->shard_offset);
+    return dp->model->params + (dp->stage == 0 ? 0 : dp->shard.offset);
 }
 
 float *dp_update_grads(DataParallel *dp) {
     if (dp->stage >= 2) return dp->shard_grads;
-    return dp->model->grads + (dp->stage == 0 ? 0 : dp->shard_offset);
+    return dp->model->grads + (dp->stage == 0 ? 0 : dp->shard.offset);
 }
 
 void dp_shard_range(const DataParallel *dp, size_t *offset, size_t *count) {
-    *offset = dp->shard_offset;
-    *count = dp->shard_count;
+    *offset = dp->shard.offset;
+    *count = dp->shard.count;
 }
 
 float *dp_params_at(DataParallel *dp, size_t offset, size_t count) {
     if (dp->stage < 3) return dp->model->params + offset;
-    if (offset >= dp->shard_offset && offset + count <= dp->shard_offset + dp->shard_count)
-        return dp->shard_params + (offset - dp->shard_offset);
+    Range wanted = range_make(offset, count);
+    if (range_contains(dp->shard, wanted)) return dp->shard_params + range_offset_in(wanted, dp->shard);
     return NULL;
 }
 
 void dp_begin_step(DataParallel *dp) {
     if (dp->stage < 2) gpt_zero_grads(dp->model);
-    else memset(dp->shard_grads, 0, dp->shard_count * sizeof(float));
+    else memset(dp->shard_grads, 0, dp->shard.count * sizeof(float));
     dp->micro_sumsq = 0;
     dp->first_nonfinite_block = -1;
     if (dp->node) comm_reset_stats(dp->node);
@@ -553,7 +555,7 @@ void dp_gather_params(DataParallel *dp, float *out) {
         memcpy(out, dp->model->params, dp->total * sizeof(float));
         return;
     }
-    memcpy(out + dp->shard_offset, dp->shard_params, dp->shard_count * sizeof(float));
+    memcpy(out + dp->shard.offset, dp->shard_params, dp->shard.count * sizeof(float));
     comm_allgather(dp->comm, out, 0, dp->total, dp->total);
 }
 

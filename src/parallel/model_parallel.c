@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/range.h"
 #include "optim/grad_norm.h"
 
 #define TAG_TIED_WEIGHTS 1000001
@@ -74,8 +75,8 @@ void mp_finish_tied_grads(TiedGrads *t) {
 
 double mp_grad_sum_squares(const Grid *g, const GPT *model, DataParallel *dp, int zero) {
     const GPTConfig *cfg = &model->cfg;
-    size_t lo, count;
-    dp_update_range(dp, &lo, &count);
+    Range mine;
+    dp_update_range(dp, &mine.offset, &mine.count);
     const float *grads = dp_update_grads(dp);
     int cap = gpt_max_segments(cfg);
     ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
@@ -83,9 +84,8 @@ double mp_grad_sum_squares(const Grid *g, const GPT *model, DataParallel *dp, in
     double sum = 0;
     for (int i = 0; i < n; i++) {
         if (!gpt_tensor_primary(cfg, segs[i].kind)) continue;
-        size_t a = segs[i].offset > lo ? segs[i].offset : lo;
-        size_t b = segs[i].offset + segs[i].count < lo + count ? segs[i].offset + segs[i].count : lo + count;
-        if (a < b) sum += sum_of_squares(grads + (a - lo), b - a);
+        Range part = range_intersect(range_make(segs[i].offset, segs[i].count), mine);
+        if (!range_empty(part)) sum += sum_of_squares(grads + range_offset_in(part, mine), part.count);
     }
     free(segs);
     comm_allreduce_double(zero >= 1 ? g->world : g->mp_group, &sum, 1);
@@ -93,22 +93,22 @@ double mp_grad_sum_squares(const Grid *g, const GPT *model, DataParallel *dp, in
 }
 
 void mp_copy_from_logical(const GPTConfig *cfg, const float *logical, float *dst, size_t offset, size_t count) {
-    int cap = gpt_max_shard_runs(cfg);
-    ShardRun *runs = bs_malloc(sizeof(ShardRun) * (size_t)cap);
-    int n = gpt_shard_runs(cfg, runs, cap);
+    int n;
+    ShardRun *runs = gpt_shard_runs_alloc(cfg, &n);
+    const Range wanted = range_make(offset, count);
     for (int i = 0; i < n; i++) {
-        size_t a = runs[i].local > offset ? runs[i].local : offset;
-        size_t b = runs[i].local + runs[i].count < offset + count ? runs[i].local + runs[i].count : offset + count;
-        if (a < b) memcpy(dst + (a - offset), logical + runs[i].logical + (a - runs[i].local), (b - a) * sizeof(float));
+        Range run = range_make(runs[i].local, runs[i].count), part = range_intersect(run, wanted);
+        if (!range_empty(part))
+            memcpy(dst + range_offset_in(part, wanted), logical + runs[i].logical + range_offset_in(part, run),
+                   part.count * sizeof(float));
     }
     free(runs);
 }
 
 /* Packs this shard's primary runs (in run order) into out; returns floats written. */
 static size_t pack_primary(const GPTConfig *cfg, const float *local, float *out) {
-    int cap = gpt_max_shard_runs(cfg);
-    ShardRun *runs = bs_malloc(sizeof(ShardRun) * (size_t)cap);
-    int n = gpt_shard_runs(cfg, runs, cap);
+    int n;
+    ShardRun *runs = gpt_shard_runs_alloc(cfg, &n);
     size_t k = 0;
     for (int i = 0; i < n; i++)
         if (runs[i].primary) {
@@ -120,9 +120,8 @@ static size_t pack_primary(const GPTConfig *cfg, const float *local, float *out)
 }
 
 static void unpack_primary(const GPTConfig *cfg, const float *packed, float *logical) {
-    int cap = gpt_max_shard_runs(cfg);
-    ShardRun *runs = bs_malloc(sizeof(ShardRun) * (size_t)cap);
-    int n = gpt_shard_runs(cfg, runs, cap);
+    int n;
+    ShardRun *runs = gpt_shard_runs_alloc(cfg, &n);
     size_t k = 0;
     for (int i = 0; i < n; i++)
         if (runs[i].primary) {

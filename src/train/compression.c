@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/range.h"
 #include "optim/grad_norm.h"
 #include "optim/onebit_adam.h"
 
@@ -110,14 +111,15 @@ void onebit_update(Trainer *tr, double lr) {
     long step = ++tr->optimizer_step;
     float *params = dp_update_params(tr->dp);
     const float *v = tr->state[1];
-    size_t lo = tr->update_offset, hi = tr->update_offset + tr->update_count;
+    const Range mine = range_make(tr->update_offset, tr->update_count);
     for (int i = 0; i < tr->opt.num_tensors; i++) { /* tensor by tensor: decay or not; wte's padding untouched */
         const OptimTensor *t = &tr->opt.tensors[i];
-        size_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->count < hi ? t->offset + t->count : hi;
-        if (a >= b) continue;
+        const Range part = range_intersect(range_make(t->offset, t->count), mine);
+        if (range_empty(part)) continue;
         OnebitAdamStep s = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps,
                             t->decays ? (float)c->weight_decay : 0.0f, 1.0f, step, c->freeze_step};
-        onebit_adam_apply(params + (a - lo), o->momentum + a, v + (a - lo), b - a, &s);
+        size_t at = range_offset_in(part, mine);
+        onebit_adam_apply(params + at, o->momentum + part.offset, v + at, part.count, &s);
     }
     if (o->momentum != tr->state[0]) /* what checkpoints hold */
         memcpy(tr->state[0], o->momentum + tr->update_offset, tr->update_count * sizeof(float));
