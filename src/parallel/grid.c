@@ -1,6 +1,7 @@
 /* grid.c: the process grid (see grid.h). */
 #include "parallel/grid.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,38 +12,102 @@ int grid_rank_of(const Grid *g, int dp_index, int pp_index, int tp_index) {
     return (dp_index * g->pp + pp_index) * g->tp + tp_index;
 }
 
-static void split_layers(Grid *g, const char *pp_split, int num_layers) {
-    g->stage_first = bs_calloc((size_t)g->pp, sizeof(int));
-    g->stage_layers = bs_calloc((size_t)g->pp, sizeof(int));
-    if (!pp_split || !*pp_split) {
-        for (int s = 0; s < g->pp; s++) {
-            g->stage_layers[s] = num_layers / g->pp + (s < num_layers % g->pp ? 1 : 0);
-            g->stage_first[s] = s == 0 ? 0 : g->stage_first[s - 1] + g->stage_layers[s - 1];
-        }
-        return;
+/* ---- splitting layers over stages ---- */
+
+void grid_even_split(int num_layers, int stages, int *layers_per_stage) {
+    for (int s = 0; s < stages; s++) layers_per_stage[s] = num_layers / stages + (s < num_layers % stages ? 1 : 0);
+}
+
+bool grid_parse_split(const char *spec, int num_layers, int stages, int *layers_per_stage, char *why,
+                      size_t why_size) {
+    if (stages < 1 || num_layers < stages) {
+        snprintf(why, why_size, "'%s': %d stages need at least %d layers (the model has %d)", spec ? spec : "",
+                 stages, stages > 1 ? stages : 1, num_layers);
+        return false;
     }
-    const char *p = pp_split;
-    int total = 0;
-    for (int s = 0; s < g->pp; s++) {
+    if (!spec || !*spec) {
+        grid_even_split(num_layers, stages, layers_per_stage);
+        return true;
+    }
+    const char *p = spec;
+    long total = 0;
+    for (int s = 0; s < stages; s++) {
         char *end;
+        errno = 0;
         long n = strtol(p, &end, 10);
-        if (end == p || n < 1) bs_die("--pp-split '%s': stage %d needs a layer count of at least 1", pp_split, s);
-        g->stage_first[s] = total;
-        g->stage_layers[s] = (int)n;
-        total += (int)n;
+        if (end == p) {
+            snprintf(why, why_size, "'%s': stage %d's layer count is not a number", spec, s);
+            return false;
+        }
+        if (n < 1) {
+            snprintf(why, why_size, "'%s': stage %d needs a layer count of at least 1", spec, s);
+            return false;
+        }
+        if (n > num_layers || errno == ERANGE) {
+            snprintf(why, why_size, "'%s': stage %d cannot hold more than the model's %d layers", spec, s, num_layers);
+            return false;
+        }
+        layers_per_stage[s] = (int)n;
+        total += n;
         p = end;
-        if (s < g->pp - 1) {
-            if (*p != ',') bs_die("--pp-split '%s' must list %d comma-separated layer counts (one per stage)", pp_split,
-                                  g->pp);
+        if (s < stages - 1) {
+            if (*p != ',') {
+                snprintf(why, why_size, "'%s' must list %d comma-separated layer counts (one per stage)", spec, stages);
+                return false;
+            }
             p++;
         }
     }
-    if (*p) bs_die("--pp-split '%s' must list exactly %d layer counts (one per stage)", pp_split, g->pp);
-    if (total != num_layers)
-        bs_die("--pp-split '%s' adds up to %d layers, but the model has %d", pp_split, total, num_layers);
+    if (*p) {
+        snprintf(why, why_size, "'%s' must list exactly %d layer counts (one per stage)", spec, stages);
+        return false;
+    }
+    if (total != num_layers) {
+        snprintf(why, why_size, "'%s' adds up to %ld layers, but the model has %d", spec, total, num_layers);
+        return false;
+    }
+    return true;
 }
 
-Grid *grid_create(Comm *world, int tp, int pp, int dp, const char *pp_split, int num_layers, int num_heads) {
+void grid_format_split(const int *layers_per_stage, int stages, char *out, size_t out_size) {
+    size_t used = 0;
+    if (out_size) out[0] = '\0';
+    for (int s = 0; s < stages && used < out_size; s++)
+        used += (size_t)snprintf(out + used, out_size - used, "%s%d", s ? "," : "", layers_per_stage[s]);
+}
+
+void grid_balanced_layers(int num_layers, int pp, double layer_cost, double last_cost, int *layers_per_stage) {
+    /* Every stage but the last holds only layers, all of one cost, so for a
+     * last stage of k layers the rest split evenly is best; try every k,
+     * largest first, keeping the first best (see grid.h on ties). */
+    if (pp <= 1) {
+        layers_per_stage[0] = num_layers;
+        return;
+    }
+    int best_k = 1;
+    double best = -1;
+    for (int k = num_layers - (pp - 1); k >= 1; k--) {
+        int rest = num_layers - k, others = pp - 1;
+        double front = layer_cost * (rest / others + (rest % others ? 1 : 0));
+        double worst = front > k * layer_cost + last_cost ? front : k * layer_cost + last_cost;
+        if (best < 0 || worst < best) best = worst, best_k = k;
+    }
+    grid_even_split(num_layers - best_k, pp - 1, layers_per_stage);
+    layers_per_stage[pp - 1] = best_k;
+}
+
+void grid_balanced_split(int num_layers, int pp, double layer_cost, double last_cost, char *out, size_t out_size) {
+    int stages = pp > 1 ? pp : 1;
+    int *layers = bs_malloc(sizeof(int) * (size_t)stages);
+    grid_balanced_layers(num_layers, stages, layer_cost, last_cost, layers);
+    grid_format_split(layers, stages, out, out_size);
+    free(layers);
+}
+
+/* ---- the grid ---- */
+
+/* Dies with one line if the sizes cannot form a grid; returns dp. */
+static int check_layout(const Comm *world, int tp, int pp, int dp, int num_layers, int num_heads) {
     int size = comm_size(world);
     if (tp < 1 || pp < 1) bs_die("--tp and --pp must be at least 1");
     if (size % (tp * pp) != 0)
@@ -54,8 +119,25 @@ Grid *grid_create(Comm *world, int tp, int pp, int dp, const char *pp_split, int
     if (num_heads % tp != 0)
         bs_die("--tp %d does not divide --heads %d (tensor parallelism splits the attention heads)", tp, num_heads);
     if (num_layers < pp) bs_die("--pp %d stages need at least %d layers (the model has %d)", pp, pp, num_layers);
+    return dp;
+}
+
+Grid *grid_create_split(Comm *world, int tp, int pp, int dp, const int *layers_per_stage, int num_layers,
+                        int num_heads) {
+    dp = check_layout(world, tp, pp, dp, num_layers, num_heads);
     Grid *g = bs_calloc(1, sizeof *g);
     g->tp = tp, g->pp = pp, g->dp = dp;
+    g->stage_first = bs_calloc((size_t)pp, sizeof(int));
+    g->stage_layers = bs_calloc((size_t)pp, sizeof(int));
+    if (layers_per_stage) memcpy(g->stage_layers, layers_per_stage, sizeof(int) * (size_t)pp);
+    else grid_even_split(num_layers, pp, g->stage_layers);
+    int total = 0;
+    for (int s = 0; s < pp; s++) {
+        if (g->stage_layers[s] < 1) bs_die("internal: pipeline stage %d given %d layers", s, g->stage_layers[s]);
+        g->stage_first[s] = total;
+        total += g->stage_layers[s];
+    }
+    if (total != num_layers) bs_die("internal: the stages hold %d layers, the model %d", total, num_layers);
     int r = comm_rank(world);
     g->tp_index = r % tp;
     g->pp_index = (r / tp) % pp;
@@ -65,7 +147,16 @@ Grid *grid_create(Comm *world, int tp, int pp, int dp, const char *pp_split, int
     g->pp_group = comm_split(world, g->dp_index * tp + g->tp_index, g->pp_index, "pipeline");
     g->dp_group = comm_split(world, g->pp_index * tp + g->tp_index, g->dp_index, "data-parallel");
     g->mp_group = comm_split(world, g->dp_index, r, "model-parallel");
-    split_layers(g, pp_split, num_layers);
+    return g;
+}
+
+Grid *grid_create(Comm *world, int tp, int pp, int dp, const char *pp_split, int num_layers, int num_heads) {
+    check_layout(world, tp, pp, dp, num_layers, num_heads); /* its errors first, as before the split is read */
+    int *layers = bs_malloc(sizeof(int) * (size_t)pp);
+    char why[768];
+    if (!grid_parse_split(pp_split, num_layers, pp, layers, why, sizeof why)) bs_die("--pp-split %s", why);
+    Grid *g = grid_create_split(world, tp, pp, dp, layers, num_layers, num_heads);
+    free(layers);
     return g;
 }
 
@@ -78,28 +169,4 @@ void grid_free(Grid *g) {
     free(g->stage_first);
     free(g->stage_layers);
     free(g);
-}
-
-void grid_balanced_split(int num_layers, int pp, double layer_cost, double last_cost, char *out, size_t out_size) {
-    /* Every stage but the last holds only layers, all of one cost, so for a
-     * last stage of k layers the rest split evenly is best; try every k,
-     * largest first, keeping the first best (see grid.h on ties). */
-    if (pp <= 1) {
-        snprintf(out, out_size, "%d", num_layers);
-        return;
-    }
-    int best_k = 1;
-    double best = -1;
-    for (int k = num_layers - (pp - 1); k >= 1; k--) {
-        int rest = num_layers - k, others = pp - 1;
-        double front = layer_cost * (rest / others + (rest % others ? 1 : 0));
-        double worst = front > k * layer_cost + last_cost ? front : k * layer_cost + last_cost;
-        if (best < 0 || worst < best) best = worst, best_k = k;
-    }
-    size_t used = 0;
-    int rest = num_layers - best_k;
-    for (int s = 0; s < pp && used < out_size; s++) {
-        int n = s == pp - 1 ? best_k : rest / (pp - 1) + (s < rest % (pp - 1) ? 1 : 0);
-        used += (size_t)snprintf(out + used, out_size - used, "%s%d", s ? "," : "", n);
-    }
 }

@@ -17,14 +17,9 @@
 #include "ckpt/ckpt_extra.h"
 #include "core/error.h"
 #include "core/io.h"
+#include "core/range.h"
 #include "core/timer.h"
 #include "train/compression.h"
-
-static void format_split(const Grid *g, char *out, size_t n) {
-    size_t k = 0;
-    out[0] = '\0';
-    for (int s = 0; s < g->pp && k < n; s++) k += (size_t)snprintf(out + k, n - k, "%s%d", s ? "," : "", g->stage_layers[s]);
-}
 
 /* The manifest of the state as it is now (rank 0 fills in the files at commit). */
 static CkptManifest *snapshot_manifest(const Trainer *tr) {
@@ -42,7 +37,7 @@ static CkptManifest *snapshot_manifest(const Trainer *tr) {
     m->dp = g->dp;
     m->tp = g->tp;
     m->pp = g->pp;
-    format_split(g, m->pp_split, sizeof m->pp_split);
+    grid_format_split(g->stage_layers, g->pp, m->pp_split, sizeof m->pp_split);
     m->zero = tr->cfg.zero;
     snprintf(m->optimizer, sizeof m->optimizer, "%s", optimizer_kind_name(tr->opt.cfg.kind));
     snprintf(m->tokenizer, sizeof m->tokenizer, "%s", tr->tok ? tokenizer_spec(tr->tok) : "");
@@ -178,23 +173,16 @@ void train_save_free(Trainer *tr) {
 
 /* The checkpoint's model split: the shard config of old coordinates. */
 static GPTConfig old_shard(const CkptManifest *m, const GPTConfig *whole, int tp_index, int pp_index) {
-    int first = 0, layers = whole->num_layers / m->pp + (pp_index < whole->num_layers % m->pp ? 1 : 0);
-    if (m->pp_split[0]) { /* layers per stage as written */
-        const char *p = m->pp_split;
-        for (int s = 0; s <= pp_index; s++) {
-            char *end;
-            long n = strtol(p, &end, 10);
-            if (end == p) bs_die("checkpoint manifest has a malformed pp_split '%s'", m->pp_split);
-            if (s < pp_index) first += (int)n;
-            else layers = (int)n;
-            p = *end == ',' ? end + 1 : end;
-        }
-    } else {
-        for (int s = 0; s < pp_index; s++) first += whole->num_layers / m->pp + (s < whole->num_layers % m->pp ? 1 : 0);
-    }
+    int *layers = bs_malloc(sizeof(int) * (size_t)m->pp);
+    char why[768];
+    if (!grid_parse_split(m->pp_split, whole->num_layers, m->pp, layers, why, sizeof why)) /* as written, "" = even */
+        bs_die("checkpoint manifest's pp_split %s", why);
+    int first = 0;
+    for (int s = 0; s < pp_index; s++) first += layers[s];
+    int stage_layers = layers[pp_index];
+    free(layers);
     GPTConfig c = gpt_logical_config(whole);
-    char why[256];
-    if (!gpt_set_shard(&c, m->tp, tp_index, m->pp, pp_index, first, layers, why, sizeof why))
+    if (!gpt_set_shard(&c, m->tp, tp_index, m->pp, pp_index, first, stage_layers, why, sizeof why))
         bs_die("checkpoint layout cannot be read: %s", why);
     return c;
 }
@@ -216,9 +204,8 @@ static OldRun *old_runs(const CkptManifest *m, const GPTConfig *whole, int *coun
     for (int pp = 0; pp < m->pp; pp++)
         for (int tp = 0; tp < m->tp; tp++) {
             GPTConfig c = old_shard(m, whole, tp, pp);
-            int rcap = gpt_max_shard_runs(&c);
-            ShardRun *runs = bs_malloc(sizeof(ShardRun) * (size_t)rcap);
-            int k = gpt_shard_runs(&c, runs, rcap);
+            int k;
+            ShardRun *runs = gpt_shard_runs_alloc(&c, &k);
             for (int i = 0; i < k; i++) {
                 if (!runs[i].primary) continue;
                 if (n == cap) {
@@ -233,6 +220,19 @@ static OldRun *old_runs(const CkptManifest *m, const GPTConfig *whole, int *coun
     qsort(all, (size_t)n, sizeof(OldRun), by_logical);
     *count = n;
     return all;
+}
+
+/* The old run holding logical element `logical` (old sorted by logical
+ * offset), or NULL if none does. */
+static const OldRun *old_run_holding(const OldRun *old, int nold, size_t logical) {
+    if (nold == 0) return NULL;
+    int lo = 0, hi = nold - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (old[mid].logical <= logical) lo = mid;
+        else hi = mid - 1;
+    }
+    return range_has(range_make(old[lo].logical, old[lo].count), logical) ? &old[lo] : NULL;
 }
 
 void train_ckpt_read(const char *dir, const CkptManifest *m, const GPTConfig *cfg, size_t offset, size_t count,
@@ -251,29 +251,22 @@ void train_ckpt_read(const char *dir, const CkptManifest *m, const GPTConfig *cf
     }
     int nold;
     OldRun *old = old_runs(m, &whole, &nold);
-    int cap = gpt_max_shard_runs(cfg);
-    ShardRun *runs = bs_malloc(sizeof(ShardRun) * (size_t)cap);
-    int n = gpt_shard_runs(cfg, runs, cap);
+    int n;
+    ShardRun *runs = gpt_shard_runs_alloc(cfg, &n);
+    const Range wanted = range_make(offset, count);
     float *dst_state[CKPT_STATE_ARRAYS];
     for (int i = 0; i < n; i++) {
-        size_t a = runs[i].local > offset ? runs[i].local : offset;
-        size_t b = runs[i].local + runs[i].count < offset + count ? runs[i].local + runs[i].count : offset + count;
-        while (a < b) {
-            size_t logical = runs[i].logical + (a - runs[i].local);
-            int lo = 0, hi = nold - 1; /* the old run holding `logical` */
-            while (lo < hi) {
-                int mid = (lo + hi + 1) / 2;
-                if (old[mid].logical <= logical) lo = mid;
-                else hi = mid - 1;
-            }
-            const OldRun *o = &old[lo];
-            if (nold == 0 || logical < o->logical || logical >= o->logical + o->count)
-                bs_die("checkpoint %s does not hold parameter %zu of the model", dir, logical);
+        const Range run = range_make(runs[i].local, runs[i].count), part = range_intersect(run, wanted);
+        for (size_t a = part.offset; a < range_end(part);) {
+            size_t logical = runs[i].logical + (a - run.offset);
+            const OldRun *o = old_run_holding(old, nold, logical);
+            if (!o) bs_die("checkpoint %s does not hold parameter %zu of the model", dir, logical);
             size_t take = o->logical + o->count - logical;
-            if (take > b - a) take = b - a;
-            for (int k = 0; k < CKPT_STATE_ARRAYS; k++) dst_state[k] = state && state[k] ? state[k] + (a - offset) : NULL;
-            ckpt_read_shard_range(dir, m, o->shard, o->local + (logical - o->logical), take,
-                                  params ? params + (a - offset) : NULL, state ? dst_state : NULL);
+            if (take > range_end(part) - a) take = range_end(part) - a;
+            size_t at = a - wanted.offset;
+            for (int k = 0; k < CKPT_STATE_ARRAYS; k++) dst_state[k] = state && state[k] ? state[k] + at : NULL;
+            ckpt_read_shard_range(dir, m, o->shard, o->local + (logical - o->logical), take, params ? params + at : NULL,
+                                  state ? dst_state : NULL);
             a += take;
         }
     }
