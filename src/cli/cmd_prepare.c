@@ -26,6 +26,7 @@
 #include "data/shard.h"
 #include "data/text_input.h"
 #include "data/tokenizer.h"
+#include "train/progress.h"
 
 #define CHUNK_BYTES (256 << 10)  /* text per parallel task */
 #define CHUNKS_PER_THREAD 16     /* chunks in flight per thread (one span) */
@@ -57,30 +58,27 @@ static void writer_put(ShardWriter *w, const int32_t *tokens, size_t n) {
     }
 }
 
+/* The progress line: the share of the input bytes done, redrawn at most every
+ * 0.1 s on a terminal and every second otherwise. */
 typedef struct {
-    bool on, tty;
+    bool on;
     double start, last;
     long long total_bytes;
-} Progress;
+    Progress line;
+} PrepareProgress;
 
-static void format_eta(double s, char *buf, size_t n) {
-    long t = (long)(s + 0.5);
-    if (t >= 3600) snprintf(buf, n, "%ldh%02ldm", t / 3600, (t % 3600) / 60);
-    else snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
-}
-
-static void progress_show(Progress *p, long long bytes, size_t tokens, bool final) {
+static void show_progress(PrepareProgress *p, long long bytes, size_t tokens, bool final) {
     double now = bs_now();
-    if (!p->on || (!final && now - p->last < (p->tty ? 0.1 : 1.0))) return;
+    if (!p->on || (!final && now - p->last < (p->line.tty ? 0.1 : 1.0))) return;
     p->last = now;
     double elapsed = now - p->start > 1e-9 ? now - p->start : 1e-9;
     double frac = p->total_bytes > 0 ? (double)bytes / (double)p->total_bytes : 1.0;
     char eta[32];
-    format_eta(frac > 0 ? elapsed * (1 - frac) / frac : 0, eta, sizeof eta);
-    fprintf(stderr, "%sprepare %5.1f%% | %.1f/%.1f MB | %zu tokens | %.0f tok/s | %.1f MB/s | ETA %s%s",
-            p->tty ? "\r\033[K" : "", 100 * frac, (double)bytes / 1e6, (double)p->total_bytes / 1e6, tokens,
-            (double)tokens / elapsed, (double)bytes / 1e6 / elapsed, eta, p->tty && !final ? "" : "\n");
-    fflush(stderr);
+    progress_format_eta(frac > 0 ? elapsed * (1 - frac) / frac : 0, eta, sizeof eta);
+    progress_show(&p->line, "prepare %5.1f%% | %.1f/%.1f MB | %zu tokens | %.0f tok/s | %.1f MB/s | ETA %s", 100 * frac,
+                  (double)bytes / 1e6, (double)p->total_bytes / 1e6, tokens, (double)tokens / elapsed,
+                  (double)bytes / 1e6 / elapsed, eta);
+    if (final) progress_finish(&p->line);
 }
 
 static void remove_old_shards(const char *out) {
@@ -159,8 +157,8 @@ int cmd_prepare(int argc, char **argv) {
     TokenList *lists = NULL;
     size_t lists_cap = 0;
     const int32_t eot = tokenizer_eot(tok);
-    Progress progress = {!quiet && (force_progress || isatty(STDERR_FILENO)), isatty(STDERR_FILENO), bs_now(), 0,
-                         total_bytes};
+    PrepareProgress progress = {!quiet && (force_progress || isatty(STDERR_FILENO)), bs_now(), 0, total_bytes, {0}};
+    progress_init(&progress.line, stderr, 1);
     long long bytes_done = 0;
     int docs = 0;
     for (int f = 0; f < nfiles; f++) {
@@ -187,13 +185,13 @@ int cmd_prepare(int argc, char **argv) {
             for (size_t i = 0; i < n; i++) writer_put(w, lists[i].ids, lists[i].len);
             free(chunks);
             bytes_done += (long long)span.len;
-            progress_show(&progress, bytes_done, train.total + train.len + val.total + val.len, false);
+            show_progress(&progress, bytes_done, train.total + train.len + val.total + val.len, false);
         }
         text_reader_close(&reader);
     }
     writer_flush(&train);
     writer_flush(&val);
-    progress_show(&progress, bytes_done, train.total + val.total, true);
+    show_progress(&progress, bytes_done, train.total + val.total, true);
     write_summary_json(out, tok, docs, bytes_done, &train, &val);
     if (val_fraction > 0 && val.total == 0)
         bs_warn("no validation tokens: the documents are too short (or have no place to cut) for --val-fraction %g",

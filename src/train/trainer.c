@@ -780,7 +780,7 @@ static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
         if (is_set(c->out)) bs_mkdir_p(c->out);
         if (is_set(c->metrics)) tr->metrics = open_metrics(c->metrics, tr->step);
     }
-    progress_init(&tr->progress, c->log_every);
+    progress_init(&tr->progress, stdout, c->log_every);
 }
 
 static void teardown(Trainer *tr) {
