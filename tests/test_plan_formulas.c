@@ -204,7 +204,7 @@ static PlanInput small_job(int gpus) {
 static void test_bubbles(void) {
     PlanInput in = small_job(4);
     const struct {
-        PipeSchedule schedule;
+        PlanSchedule schedule;
         int v, mb;
     } cases[] = {{SCHEDULE_1F1B, 1, 1}, {SCHEDULE_GPIPE, 1, 2}, {SCHEDULE_INTERLEAVED, 2, 1}, {SCHEDULE_INTERLEAVED, 4, 2}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

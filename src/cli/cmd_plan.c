@@ -228,9 +228,9 @@ static Recompute parse_recompute(const char *s) {
     return r;
 }
 
-static PipeSchedule parse_schedule(const char *s) {
-    PipeSchedule p;
-    if (!schedule_parse(s, &p)) bs_die("--schedule must be 1f1b, gpipe or interleaved (got '%s')", s);
+static PlanSchedule parse_schedule(const char *s) {
+    PlanSchedule p;
+    if (!plan_schedule_parse(s, &p)) bs_die("--schedule must be 1f1b, gpipe or interleaved (got '%s')", s);
     return p;
 }
 

@@ -18,7 +18,7 @@ Layout layout_default(void) {
 int layout_gpus(const Layout *l) { return l->tp * l->pp * l->dp * l->cp; }
 
 const char *recompute_name(Recompute r) { return RECOMPUTE_NAMES[r]; }
-const char *schedule_name(PipeSchedule s) { return SCHEDULE_NAMES[s]; }
+const char *plan_schedule_name(PlanSchedule s) { return SCHEDULE_NAMES[s]; }
 const char *attention_name(AttentionImpl a) { return ATTENTION_NAMES[a]; }
 
 static bool parse_name(const char *s, const char *const *names, int count, int *out) {
@@ -37,10 +37,10 @@ bool recompute_parse(const char *s, Recompute *out) {
     return true;
 }
 
-bool schedule_parse(const char *s, PipeSchedule *out) {
+bool plan_schedule_parse(const char *s, PlanSchedule *out) {
     int i;
     if (!parse_name(s, SCHEDULE_NAMES, 3, &i)) return false;
-    *out = (PipeSchedule)i;
+    *out = (PlanSchedule)i;
     return true;
 }
 
@@ -60,6 +60,6 @@ void layout_format(const Layout *l, char *buf, size_t n) {
         if (l->schedule == SCHEDULE_INTERLEAVED)
             snprintf(buf + w, n - (size_t)w, " v%d", l->virtual_stages);
         else
-            snprintf(buf + w, n - (size_t)w, " %s", schedule_name(l->schedule));
+            snprintf(buf + w, n - (size_t)w, " %s", plan_schedule_name(l->schedule));
     }
 }

@@ -16,14 +16,16 @@ typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recompute;
  * fused softmax), CAUSAL materializes only the lower triangle (this
  * project's CPU kernel), FLASH is a fused kernel that stores no scores. */
 typedef enum { ATTN_FULL, ATTN_CAUSAL, ATTN_FLASH } AttentionImpl;
-typedef enum { SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED } PipeSchedule;
+/* The schedules the cost model prices. Its own enum, not parallel/schedule.h's
+ * PipeSchedule, because plan/ depends on nothing but core/. */
+typedef enum { SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED } PlanSchedule;
 
 typedef struct {
     int tp, pp, dp, cp, ep;
     int zero;             /* ZeRO stage 0..3, sharded over the dp x cp ranks */
     int micro_batch;      /* sequences per micro-batch per pipeline */
     Recompute recompute;
-    PipeSchedule schedule;
+    PlanSchedule schedule;
     int virtual_stages;   /* v: model chunks per pipeline stage (interleaved) */
     bool sequence_parallel; /* Korthikanti et al.: shard norms/dropout over tp */
     bool overlap;         /* DP communication overlapped with compute */
@@ -35,11 +37,11 @@ Layout layout_default(void);
 int layout_gpus(const Layout *l);
 
 const char *recompute_name(Recompute r);
-const char *schedule_name(PipeSchedule s);
+const char *plan_schedule_name(PlanSchedule s);
 const char *attention_name(AttentionImpl a);
 /* Parse a name; false if unknown. */
 bool recompute_parse(const char *s, Recompute *out);
-bool schedule_parse(const char *s, PipeSchedule *out);
+bool plan_schedule_parse(const char *s, PlanSchedule *out);
 bool attention_parse(const char *s, AttentionImpl *out);
 
 /* "tp8 pp16 dp128 cp1 mb1 z1 rc=none 1f1b" (ep and v only when > 1). */

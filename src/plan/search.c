@@ -85,7 +85,7 @@ static void try_rest(Ranking *r, Layout l) {
             for (int sched = SCHEDULE_1F1B; sched <= SCHEDULE_INTERLEAVED; sched++) {
                 if (s->schedule >= 0 ? s->schedule != sched : sched == SCHEDULE_GPIPE) continue;
                 if (sched != SCHEDULE_1F1B && l.pp == 1) continue;
-                l.schedule = (PipeSchedule)sched;
+                l.schedule = (PlanSchedule)sched;
                 if (sched != SCHEDULE_INTERLEAVED) {
                     l.virtual_stages = 1;
                     consider(r, &l);
