@@ -191,8 +191,8 @@ static void test_interleaved_against_megatron_table(void) {
             for (int i = 0; i < l.count; i++) {
                 const Action *a = &l.items[i];
                 if (a->kind == ACT_FORWARD) {
-                    CHECK(a->micro == micro[nf] && a->chunk == chunk[nf], "p=%d v=%d m=%d stage %d: forward %d is %d/%d",
-                          p, v, m, r, nf, a->micro, a->chunk);
+                    CHECK(a->micro == micro[nf] && a->chunk == chunk[nf],
+                          "p=%d v=%d m=%d stage %d: forward %d is %d/%d", p, v, m, r, nf, a->micro, a->chunk);
                     nf++;
                 } else if (a->kind == ACT_BACKWARD) {
                     CHECK(a->micro == micro[nb] && a->chunk == v - 1 - chunk[nb],
@@ -219,7 +219,8 @@ static void test_interleaved_against_megatron_table(void) {
  * ZB-H1 closed form is exact when w <= min(f, b) and a lower bound of these
  * lists otherwise (a W longer than an F or a B stalls the B chain). */
 static void test_unequal_costs(void) {
-    const double costs[][3] = {{1, 2, 1}, {2, 1, 0.5}, {1, 1, 0.25}, {1.5, 3, 1.5}, {0.5, 1, 1}, {1, 0.5, 1}, {1, 1, 3}};
+    const double costs[][3] = {{1, 2, 1},   {2, 1, 0.5}, {1, 1, 0.25}, {1.5, 3, 1.5},
+                               {0.5, 1, 1}, {1, 0.5, 1}, {1, 1, 3}};
     Step st = {0};
     int exact = 0, bounded = 0;
     for (size_t ci = 0; ci < sizeof costs / sizeof costs[0]; ci++)
@@ -238,8 +239,8 @@ static void test_unequal_costs(void) {
                     double theory = schedule_bubble_theory(&st.shape, f, b, w), got = sim[0].idle / sim[0].makespan;
                     bool must_equal = SCHEDULES[si] != PIPE_ZBH1 || w <= fmin(f, b);
                     CHECK(must_equal ? near(got, theory) : got >= theory - 1e-12,
-                          "%s p=%d m=%d f=%g b=%g w=%g: simulated %.12f, theory %.12f", pipe_schedule_name(SCHEDULES[si]),
-                          p, m, f, b, w, got, theory);
+                          "%s p=%d m=%d f=%g b=%g w=%g: simulated %.12f, theory %.12f",
+                          pipe_schedule_name(SCHEDULES[si]), p, m, f, b, w, got, theory);
                     exact += must_equal, bounded += !must_equal;
                 }
     free_step(&st);
@@ -306,7 +307,8 @@ static void expect_rejected(const Step *st, const char *what, const char *expect
     printf("rejected (%s): %s\n", what, why);
 }
 
-static void test_validator_rejects(void) {
+/* The messages the issue names: order, a missing W, unmatched messages, a deadlock. */
+static void test_validator_rejects_order_and_messages(void) {
     Step st = {0};
     ActionList *l;
 
@@ -317,7 +319,8 @@ static void test_validator_rejects(void) {
 
     build_step(&st, PIPE_ZBH1, 2, 1, 4);
     remove_at(&st.lists[0], find(&st.lists[0], ACT_BACKWARD_WEIGHT, 0, 2));
-    expect_rejected(&st, "a missing W", "stage 0: count of compute actions 11, expected 3mv=12: W of micro 2 chunk 0 missing");
+    expect_rejected(&st, "a missing W",
+                    "stage 0: count of compute actions 11, expected 3mv=12: W of micro 2 chunk 0 missing");
 
     build_step(&st, PIPE_ZBH1, 3, 1, 4);
     l = &st.lists[2];
@@ -326,11 +329,13 @@ static void test_validator_rejects(void) {
 
     build_step(&st, PIPE_1F1B, 3, 1, 4);
     remove_at(&st.lists[2], find(&st.lists[2], ACT_RECV_ACTIVATION, 0, 0));
-    expect_rejected(&st, "a send without its receive", "stage 1 sends activation of micro 0 chunk 0 that stage 2 never receives");
+    expect_rejected(&st, "a send without its receive",
+                    "stage 1 sends activation of micro 0 chunk 0 that stage 2 never receives");
 
     build_step(&st, PIPE_1F1B, 3, 1, 4);
     remove_at(&st.lists[1], find(&st.lists[1], ACT_SEND_GRAD, 0, 1));
-    expect_rejected(&st, "a receive without its send", "stage 0 receives gradient of micro 1 chunk 0 that stage 1 never sends");
+    expect_rejected(&st, "a receive without its send",
+                    "stage 0 receives gradient of micro 1 chunk 0 that stage 1 never sends");
 
     build_step(&st, PIPE_INTERLEAVED, 2, 2, 4);
     remove_at(&st.lists[0], find(&st.lists[0], ACT_SEND_ACTIVATION, 1, 2));
@@ -342,8 +347,15 @@ static void test_validator_rejects(void) {
     l = &st.lists[0];
     move(l, find(l, ACT_SEND_ACTIVATION, 0, 0), find(l, ACT_BACKWARD, 0, 0));
     expect_rejected(&st, "deadlock",
-                    "deadlock: stage 0 waits for gradient of micro 0 chunk 0 from stage 1, stage 1 waits for activation of "
-                    "micro 0 chunk 0 from stage 0");
+                    "deadlock: stage 0 waits for gradient of micro 0 chunk 0 from stage 1, "
+                    "stage 1 waits for activation of micro 0 chunk 0 from stage 0");
+    free_step(&st);
+}
+
+/* Malformed actions: live count, misplaced receive, peers, duplicates, kinds, ranges. */
+static void test_validator_rejects_fields(void) {
+    Step st = {0};
+    ActionList *l;
 
     build_step(&st, PIPE_1F1B, 2, 1, 3);
     l = &st.lists[1];
@@ -353,7 +365,8 @@ static void test_validator_rejects(void) {
     build_step(&st, PIPE_1F1B, 2, 1, 3);
     l = &st.lists[1];
     move(l, find(l, ACT_RECV_ACTIVATION, 0, 1), find(l, ACT_SEND_GRAD, 0, 1) + 1);
-    expect_rejected(&st, "a receive after its F", "stage 1: recv activation of micro 1 chunk 0 after the compute that needs it");
+    expect_rejected(&st, "a receive after its F",
+                    "stage 1: recv activation of micro 1 chunk 0 after the compute that needs it");
 
     build_step(&st, PIPE_GPIPE, 3, 1, 2);
     st.lists[1].items[find(&st.lists[1], ACT_SEND_ACTIVATION, 0, 1)].peer = 0;
@@ -458,7 +471,8 @@ int main(void) {
     test_interleaved_against_megatron_table();
     test_unequal_costs();
     test_published_forms();
-    test_validator_rejects();
+    test_validator_rejects_order_and_messages();
+    test_validator_rejects_fields();
     test_check_rejects();
     test_names_and_reuse();
     print_table();

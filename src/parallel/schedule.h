@@ -115,9 +115,10 @@ typedef struct {
     double finish;   /* when its own last action ends */
 } StageSim;
 
-/* Event simulation: every stage starts at 0; F costs f, B b, W w, BW b + w;
- * sends are free and never block; a receive waits until its send. false if
- * the lists deadlock (or a receive has no send). out[stages]. */
+/* Event simulation: every stage starts at 0 and runs its list in order; F
+ * costs f, B b, W w, BW b + w; sends are free and never block; a receive
+ * waits until its send. false (out untouched) if the lists do not pass
+ * schedule_validate. out[stages]. */
 bool schedule_simulate(const ScheduleShape *s, const ActionList *lists, double f, double b, double w, StageSim *out);
 
 /* Idle share of a step, idle / (busy + idle), in theory, with per-action

@@ -77,7 +77,8 @@ BS_PRINTF(2, 3) static bool fail(const Checker *c, const char *fmt, ...) {
 /* Range, kind, peer and duplicates of one action. */
 static bool check_fields(const Checker *c, int stage, int index, const Action *a) {
     const ScheduleShape *s = c->shape;
-    if ((unsigned)a->kind >= ACT_KIND_COUNT) return fail(c, "stage %d: action %d has unknown kind %d", stage, index, a->kind);
+    if ((unsigned)a->kind >= ACT_KIND_COUNT)
+        return fail(c, "stage %d: action %d has unknown kind %d", stage, index, a->kind);
     const char *name = action_kind_name(a->kind);
     if (a->chunk < 0 || a->chunk >= s->chunks || a->micro < 0 || a->micro >= s->micro)
         return fail(c, "stage %d: action %d (%s) has chunk %d micro %d, outside %d chunks x %d micro-batches", stage,
@@ -150,7 +151,8 @@ static bool check_list(const Checker *c, int stage) {
             const char *missing = !(seen & HAS_FORWARD) ? "F" : !(seen & HAS_BACKWARD) ? (per_item == 3 ? "B" : "BW")
                                   : per_item == 3 && !(seen & HAS_WEIGHT) ? "W" : NULL;
             if (missing)
-                return fail(c, "stage %d: count of compute actions %d, expected %dmv=%d: %s of micro %d chunk %d missing",
+                return fail(c,
+                            "stage %d: count of compute actions %d, expected %dmv=%d: %s of micro %d chunk %d missing",
                             stage, compute, per_item, expected, missing, micro, chunk);
         }
     return fail(c, "stage %d: count of compute actions %d, expected %dmv=%d", stage, compute, per_item, expected);
@@ -197,9 +199,11 @@ static bool check_messages_complete(const Checker *c) {
                 int seen = *seen_at(c, stage, chunk, micro), k = vstage_of(s, stage, chunk);
                 bool first = k == 0, last = k == last_vstage(s);
                 if (!first && !(seen & HAS_RECV_ACT))
-                    return fail(c, "stage %d: F of micro %d chunk %d has no recv activation before it", stage, micro, chunk);
+                    return fail(c, "stage %d: F of micro %d chunk %d has no recv activation before it", stage, micro,
+                                chunk);
                 if (!last && !(seen & HAS_SEND_ACT))
-                    return fail(c, "stage %d: F of micro %d chunk %d has no send activation after it", stage, micro, chunk);
+                    return fail(c, "stage %d: F of micro %d chunk %d has no send activation after it", stage, micro,
+                                chunk);
                 if (!last && !(seen & HAS_RECV_GRAD))
                     return fail(c, "stage %d: %s of micro %d chunk %d has no recv gradient before it", stage, backward,
                                 micro, chunk);
