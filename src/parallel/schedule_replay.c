@@ -53,6 +53,14 @@ static unsigned char *seen_at(const Checker *c, int stage, int chunk, int micro)
     return &c->seen[((size_t)stage * s->chunks + chunk) * s->micro + micro];
 }
 
+/* zbh1 runs B and W; the others BW. (zbh1 needs p > 1: schedule_check.) */
+static bool splits_backward(const ScheduleShape *s) { return s->schedule == PIPE_ZBH1; }
+
+/* Live activation sets: one from an F until its W or BW. */
+static int live_change(ActionKind k) {
+    return k == ACT_FORWARD ? 1 : (k == ACT_BACKWARD || k == ACT_BACKWARD_WEIGHT) ? -1 : 0;
+}
+
 static int vstage_of(const ScheduleShape *s, int stage, int chunk) { return chunk * s->stages + stage; }
 static int last_vstage(const ScheduleShape *s) { return s->stages * s->chunks - 1; }
 
@@ -83,7 +91,7 @@ static bool check_fields(const Checker *c, int stage, int index, const Action *a
     if (a->chunk < 0 || a->chunk >= s->chunks || a->micro < 0 || a->micro >= s->micro)
         return fail(c, "stage %d: action %d (%s) has chunk %d micro %d, outside %d chunks x %d micro-batches", stage,
                     index, name, a->chunk, a->micro, s->chunks, s->micro);
-    bool zbh1 = s->schedule == PIPE_ZBH1 && s->stages > 1;
+    bool zbh1 = splits_backward(s);
     if (a->kind == ACT_BACKWARD && zbh1)
         return fail(c, "stage %d: BW of micro %d chunk %d is fused, but zbh1 splits every backward into B and W", stage,
                     a->micro, a->chunk);
@@ -128,21 +136,21 @@ static bool check_list(const Checker *c, int stage) {
         if (!check_fields(c, stage, i, a)) return false;
         unsigned char *seen = seen_at(c, stage, a->chunk, a->micro);
         const char *name = action_kind_name(a->kind);
-        live += a->kind == ACT_FORWARD ? 1 : (a->kind == ACT_BACKWARD || a->kind == ACT_BACKWARD_WEIGHT) ? -1 : 0;
+        live += live_change(a->kind);
         if (live < 0)
             return fail(c, "stage %d: live activations negative at action %d (%s of micro %d chunk %d)", stage, i, name,
                         a->micro, a->chunk);
         int need = required_before(a->kind), forbid = forbidden_before(a->kind);
         if (need && !(*seen & need))
             return fail(c, "stage %d: %s of micro %d chunk %d before its %s", stage, name, a->micro, a->chunk,
-                        need == HAS_FORWARD ? "F" : s->schedule == PIPE_ZBH1 ? "B" : "BW");
+                        need == HAS_FORWARD ? "F" : splits_backward(s) ? "B" : "BW");
         if (forbid && (*seen & forbid))
             return fail(c, "stage %d: %s of micro %d chunk %d after the compute that needs it", stage, name, a->micro,
                         a->chunk);
         *seen |= (unsigned char)bit_of(a->kind);
         compute += action_is_compute(a->kind);
     }
-    int per_item = s->schedule == PIPE_ZBH1 && s->stages > 1 ? 3 : 2;
+    int per_item = splits_backward(s) ? 3 : 2;
     int expected = per_item * s->micro * s->chunks;
     if (compute == expected) return true;
     for (int chunk = 0; chunk < s->chunks; chunk++)
@@ -192,7 +200,7 @@ static bool check_messages_matched(const Checker *c) {
 /* Each list: every F and backward has the messages its virtual stage needs. */
 static bool check_messages_complete(const Checker *c) {
     const ScheduleShape *s = c->shape;
-    const char *backward = s->schedule == PIPE_ZBH1 && s->stages > 1 ? "B" : "BW";
+    const char *backward = splits_backward(s) ? "B" : "BW";
     for (int stage = 0; stage < s->stages; stage++)
         for (int chunk = 0; chunk < s->chunks; chunk++)
             for (int micro = 0; micro < s->micro; micro++) {
@@ -245,7 +253,7 @@ static bool advance(const ScheduleShape *s, const ActionList *l, int stage, cons
         } else {
             st->finish += cost[a->kind];
             st->busy += cost[a->kind];
-            *live += a->kind == ACT_FORWARD ? 1 : a->kind == ACT_BACKWARD_INPUT ? 0 : -1;
+            *live += live_change(a->kind);
             if (*live > st->max_live) st->max_live = *live;
         }
         next[stage]++;
