@@ -28,6 +28,7 @@
 #include "parallel/model_parallel.h"
 #include "parallel/pipeline.h"
 #include "train/compression.h"
+#include "train/fault.h"
 #include "train/progress.h"
 #include "train/sample.h"
 #include "train/train_ckpt.h"
@@ -89,8 +90,6 @@ void train_config_defaults(TrainConfig *c) {
 
 static bool is_set(const char *s) { return s && *s; }
 
-/* ---- fault injection (tests) ---- */
-
 /* --bf16-matmul: where the bf16 products run (see kernels/matmul_bf16.h). onednn
  * in a bf16 run where oneDNN has no bf16 matmul (oneDNN 2.6 below AVX-512) is a
  * usage error, found here before any training work. */
@@ -103,67 +102,6 @@ static MatmulBF16Path bf16_matmul_path(const char *name, bool bf16) {
                "or widen",
                matmul_bf16_cpu_isa());
     return MATMUL_BF16_ONEDNN;
-}
-
-/* nan and nans take an optional fourth field, the layer whose gradient gets the NaN. */
-static void parse_fault(Trainer *tr) {
-    const char *spec = tr->cfg.inject_fault;
-    tr->fault_layer = -1;
-    if (!is_set(spec)) return;
-    char kind[16], tail;
-    int rank, used = 0;
-    double value;
-    bool ok = sscanf(spec, "%15[a-z]:%d:%lf%n", kind, &rank, &value, &used) == 3;
-    bool nan_kind = ok && (!strcmp(kind, "nan") || !strcmp(kind, "nans"));
-    ok = ok && (nan_kind || !strcmp(kind, "stall") || !strcmp(kind, "exit") || !strcmp(kind, "slow"));
-    if (ok && spec[used] != '\0') /* :LAYER */
-        ok = nan_kind && sscanf(spec + used, ":%d%c", &tr->fault_layer, &tail) == 1 && tr->fault_layer >= 0;
-    if (!ok)
-        bs_die("--inject-fault must be stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER] or slow:RANK:FACTOR (got '%s')",
-               spec);
-    /* 's'tall, 'e'xit, 'n'an once, 'N': a NaN every step from STEP on, slo'w' */
-    tr->fault_kind = strcmp(kind, "slow") == 0 ? 'w' : strcmp(kind, "nans") == 0 ? 'N' : kind[0];
-    tr->fault_rank = rank;
-    tr->fault_step = (int)value;
-    tr->fault_factor = value;
-}
-
-/* A NaN's target must exist: the rank in the world and, where a layer is
- * named, the layer in the model and on that rank's pipeline stage (every rank
- * checks, from the grid, so all stop with the same line). Without a layer it
- * is the rank's first layer. Returns the gradient block to poison. */
-static int nan_target_block(Trainer *tr) {
-    const Grid *g = tr->grid;
-    const int world = comm_size(tr->world), L = tr->model.cfg.num_layers;
-    const char *spec = tr->cfg.inject_fault;
-    if (tr->fault_rank < 0 || tr->fault_rank >= world)
-        bs_die("--inject-fault %s: rank %d does not exist (%d processes)", spec, tr->fault_rank, world);
-    int stage = tr->fault_rank / g->tp % g->pp, first = g->stage_first[stage], n = g->stage_layers[stage];
-    if (tr->fault_layer < 0) return first + 1;
-    if (tr->fault_layer >= L) bs_die("--inject-fault %s: layer %d does not exist (%d layers)", spec, tr->fault_layer, L);
-    if (tr->fault_layer < first || tr->fault_layer >= first + n)
-        bs_die("--inject-fault %s: rank %d holds layers [%d, %d), not layer %d", spec, tr->fault_rank, first, first + n,
-               tr->fault_layer);
-    return tr->fault_layer + 1;
-}
-
-/* slow:RANK:FACTOR makes one rank FACTOR times slower (heterogeneous
- * hardware, for --balance tests): it idles (FACTOR - 1) x its compute time.
- * Returns the time added. */
-static double maybe_slow_down(Trainer *tr, double compute) {
-    if (tr->fault_kind != 'w' || tr->rank != tr->fault_rank || tr->fault_factor <= 1) return 0;
-    double extra = (tr->fault_factor - 1) * compute;
-    struct timespec ts = {(time_t)extra, (long)((extra - (double)(time_t)extra) * 1e9)};
-    nanosleep(&ts, NULL);
-    return extra;
-}
-
-static void maybe_fault(Trainer *tr) {
-    if ((tr->fault_kind != 'e' && tr->fault_kind != 's') || tr->rank != tr->fault_rank ||
-        tr->step + 1 != tr->fault_step)
-        return;
-    if (tr->fault_kind == 'e') raise(SIGKILL); /* dies like a lost machine: no message, no clean-up */
-    for (;;) pause();                          /* stalls forever */
 }
 
 /* Peak resident memory of this process (VmHWM), 0 if unknown. */
@@ -412,9 +350,8 @@ static StepResult train_step(Trainer *tr) {
     dp_set_local_gradients(tr->dp, onebit); /* 1-bit Adam reduces its momentum, not the gradient */
     dp_begin_step(tr->dp);
     tr->model.first_nonfinite_layer = -1;
-    if (((tr->fault_kind == 'n' && tr->step + 1 == tr->fault_step) ||
-         (tr->fault_kind == 'N' && tr->step + 1 >= tr->fault_step)) && tr->rank == tr->fault_rank)
-        dp_inject_nan(tr->dp, tr->fault_block); /* a layer's gradient: block 0 is the embeddings */
+    if (fault_nan_now(&tr->fault, tr->rank, tr->step + 1))
+        dp_inject_nan(tr->dp, tr->fault.block); /* a layer's gradient: block 0 is the embeddings */
     mp_start_tied_grads(tr->grid, &tr->model, &tr->tied);
     MicroSource src = {tr, &tr->train_data, tr->seqs_consumed, tr->dp_size, my_first_sequence(tr, r.batch)};
     r.my_micro = r.accum_steps;
@@ -423,7 +360,7 @@ static StepResult train_step(Trainer *tr) {
                        g->pp > 1 && g->pp_index == g->pp - 1 ? after_last_backward : NULL, tr};
     PipeStats ps = pipeline_train(tr->pipe, r.accum_steps, dloss, load_micro, &src, &hooks);
     mp_finish_tied_grads(&tr->tied);
-    double compute = ps.busy + maybe_slow_down(tr, ps.busy);
+    double compute = ps.busy + fault_slow_down(&tr->fault, tr->rank, ps.busy);
     double loss_sum = tr->grid->tp_index == 0 ? ps.loss_sum : 0; /* tensor-parallel ranks share one loss */
     r.pipe_busy = ps.busy;
     r.pipe_idle = ps.idle;
@@ -733,9 +670,13 @@ static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     if (strcmp(c->precision, "fp32") != 0 && strcmp(c->precision, "bf16") != 0)
         bs_die("--precision must be fp32 or bf16 (got '%s')", c->precision);
     MatmulBF16Path bf16_path = bf16_matmul_path(c->bf16_matmul, strcmp(c->precision, "bf16") == 0);
-    parse_fault(tr);
+    fault_parse(&tr->fault, c->inject_fault);
     setup_model(tr); /* builds the grid: the data-parallel size is known from here on */
-    if (tr->fault_kind == 'n' || tr->fault_kind == 'N') tr->fault_block = nan_target_block(tr);
+    if (tr->fault.kind == FAULT_NAN || tr->fault.kind == FAULT_NANS) {
+        const Grid *g = tr->grid;
+        FaultLayout layout = {comm_size(world), tr->model.cfg.num_layers, g->tp, g->pp, g->stage_first, g->stage_layers};
+        fault_target_nan(&tr->fault, &layout);
+    }
     int per_step = c->micro_batch * tr->dp_size;
     if (c->global_batch == 0) c->global_batch = per_step;
     if (c->global_batch % per_step != 0)
@@ -963,7 +904,7 @@ int train_run(const TrainConfig *cfg, Comm *world) {
     double time_sum = 0, exposed_sum = 0, tokens_timed = 0;
     long timed_steps = 0, start_step = tr->step;
     while (tr->step < tr->total_steps && tr->seqs_consumed * (uint64_t)c->seq_len < tr->total_tokens) {
-        maybe_fault(tr);
+        fault_maybe_stop(&tr->fault, tr->rank, tr->step + 1);
         StepResult r = train_step(tr);
         if (r.skipped && talk)
             progress_line(&tr->progress, "step %ld skipped (no update): %s", tr->step, r.skip_reason);

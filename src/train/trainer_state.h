@@ -26,6 +26,7 @@
 #include "parallel/grid.h"
 #include "parallel/model_parallel.h"
 #include "parallel/pipeline.h"
+#include "train/fault.h"
 #include "train/progress.h"
 #include "train/trainer.h"
 
@@ -96,10 +97,7 @@ typedef struct {
     Progress progress;
     Trace trace;
     char ckpt_dir[4096];
-    char fault_kind; /* 0, 's'tall, 'e'xit, 'n'an or slo'w' */
-    int fault_rank, fault_step;
-    int fault_layer, fault_block; /* nan, nans: the layer named (-1: the rank's first) and its gradient block */
-    double fault_factor;
+    FaultPlan fault; /* --inject-fault */
     /* guards */
     double *loss_window; /* the last accepted losses (--spike-window) */
     int loss_window_next, loss_window_count;
