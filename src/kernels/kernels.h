@@ -31,6 +31,13 @@ void layernorm_forward(real *out, real *mean, real *rstd, const real *inp, const
 /* dinp (N,C) +=, dweight (C) +=, dbias (C) += */
 void layernorm_backward(real *dinp, real *dweight, real *dbias, const real *dout, const real *inp,
                         const real *weight, const real *mean, const real *rstd, size_t N, int C);
+/* layernorm_backward in two parts, the same bits as the whole: the input
+ * gradient dinp (N,C) +=, and the parameter gradients dweight (C) +=,
+ * dbias (C) += (which need no weight) */
+void layernorm_backward_input(real *dinp, const real *dout, const real *inp, const real *weight, const real *mean,
+                              const real *rstd, size_t N, int C);
+void layernorm_backward_params(real *dweight, real *dbias, const real *dout, const real *inp, const real *mean,
+                               const real *rstd, size_t N, int C);
 
 /* The fixed work blocks of the linear layer (matmul.c): out and dinp in
  * blocks of MATMUL_ROW_BLOCK rows, dweight in blocks of MATMUL_DWEIGHT_BLOCK
@@ -43,7 +50,10 @@ enum { MATMUL_ROW_BLOCK = 1024, MATMUL_DWEIGHT_BLOCK = 384 };
 
 /* out (N,OC) = inp (N,IC) @ weight (OC,IC)^T + bias (OC); bias may be NULL */
 void matmul_forward(real *out, const real *inp, const real *weight, const real *bias, size_t N, int IC, int OC);
-/* writes dinp (N,IC) (skipped if NULL); dweight (OC,IC) +=, dbias (OC) += (dbias may be NULL) */
+/* writes dinp (N,IC); dweight (OC,IC) +=, dbias (OC) +=. Each of the three
+ * may be NULL (skipped), so the input and weight gradients can be computed
+ * by separate calls, with the same bits as one call (weight is read only for
+ * dinp, inp only for dweight) */
 void matmul_backward(real *dinp, real *dweight, real *dbias, const real *dout, const real *inp,
                      const real *weight, size_t N, int IC, int OC);
 

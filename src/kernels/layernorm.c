@@ -1,5 +1,6 @@
 /* layernorm.c: LayerNorm over the channel dimension (eps 1e-5), forward and
- * backward. Weight and bias gradients are summed per column in row order. */
+ * backward (whole, or its input and parameter parts apart). Weight and bias
+ * gradients are summed per column in row order. */
 #include "kernels/kernels.h"
 
 #define LN_EPS 1e-5
@@ -26,9 +27,9 @@ void layernorm_forward(real *out, real *mean, real *rstd, const real *inp, const
     }
 }
 
-void layernorm_backward(real *dinp, real *dweight, real *dbias, const real *dout, const real *inp,
-                        const real *weight, const real *mean, const real *rstd, size_t N, int C) {
-    /* input gradient: rows are independent */
+/* dinp (N,C) += the input gradient; rows are independent */
+void layernorm_backward_input(real *dinp, const real *dout, const real *inp, const real *weight, const real *mean,
+                              const real *rstd, size_t N, int C) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < N; i++) {
         const real *d = dout + i * C;
@@ -50,7 +51,11 @@ void layernorm_backward(real *dinp, real *dweight, real *dbias, const real *dout
             dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
         }
     }
-    /* parameter gradients: columns are independent, rows summed in order */
+}
+
+/* dweight (C) +=, dbias (C) +=; columns are independent, rows summed in order */
+void layernorm_backward_params(real *dweight, real *dbias, const real *dout, const real *inp, const real *mean,
+                               const real *rstd, size_t N, int C) {
     const int slice = 32;
 #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < C; c0 += slice) {
@@ -65,4 +70,10 @@ void layernorm_backward(real *dinp, real *dweight, real *dbias, const real *dout
             }
         }
     }
+}
+
+void layernorm_backward(real *dinp, real *dweight, real *dbias, const real *dout, const real *inp,
+                        const real *weight, const real *mean, const real *rstd, size_t N, int C) {
+    layernorm_backward_input(dinp, dout, inp, weight, mean, rstd, N, C);
+    layernorm_backward_params(dweight, dbias, dout, inp, mean, rstd, N, C);
 }

@@ -41,7 +41,7 @@ void matmul_forward(real *out, const real *inp, const real *weight, const real *
 void matmul_backward(real *dinp, real *dweight, real *dbias, const real *dout, const real *inp,
                      const real *weight, size_t N, int IC, int OC) {
     const size_t row_blocks = dinp ? block_count(N, MATMUL_ROW_BLOCK) : 0;
-    const size_t out_blocks = block_count((size_t)OC, MATMUL_DWEIGHT_BLOCK);
+    const size_t out_blocks = dweight ? block_count((size_t)OC, MATMUL_DWEIGHT_BLOCK) : 0;
     /* a dinp block is ROW_BLOCK x IC x OC multiply-adds, a dweight block DWEIGHT_BLOCK x IC x N */
     const bool dinp_first = (double)MATMUL_ROW_BLOCK * OC >= (double)MATMUL_DWEIGHT_BLOCK * N;
 #pragma omp parallel for schedule(dynamic, 1)

@@ -420,9 +420,11 @@ static void onednn_forward(MatmulBF16 *mm, float *out, const bf16 *inp16, const 
     run_jobs(mm, &job, 1);
 }
 
-/* ONEDNN backward: dout (fp32, or bf16 values in floats) narrowed once. */
+/* ONEDNN backward: dout (fp32, or bf16 values in floats) narrowed once;
+ * dinp or dweight may be NULL (that product skipped). */
 static void onednn_backward(MatmulBF16 *mm, float *dinp, float *dweight, const float *dout32, const bf16 *inp,
                             const bf16 *weight, size_t N, int IC, int OC) {
+    if (!dinp && !dweight) return;
     const bf16 *dout = narrowed(mm, SLOT_DOUT, dout32, N * (size_t)OC);
     Job jobs[2];
     int num_jobs = 0;
@@ -431,9 +433,11 @@ static void onednn_backward(MatmulBF16 *mm, float *dinp, float *dweight, const f
         *j = make_job(mm, PRODUCT_DINP, false, N, MATMUL_ROW_BLOCK, (size_t)OC, (size_t)IC);
         j->src16 = dout, j->weights = weight, j->dst = dinp;
     }
-    Job *j = &jobs[num_jobs++];
-    *j = make_job(mm, PRODUCT_DWEIGHT, false, (size_t)OC, MATMUL_DWEIGHT_BLOCK, N, (size_t)IC);
-    j->src16 = dout, j->weights = inp, j->dst = dweight;
+    if (dweight) {
+        Job *j = &jobs[num_jobs++];
+        *j = make_job(mm, PRODUCT_DWEIGHT, false, (size_t)OC, MATMUL_DWEIGHT_BLOCK, N, (size_t)IC);
+        j->src16 = dout, j->weights = inp, j->dst = dweight;
+    }
     run_jobs(mm, jobs, num_jobs);
 }
 
@@ -455,8 +459,8 @@ void matmul_bf16_backward(MatmulBF16 *mm, float *dinp, float *dweight, float *db
         const size_t n = N * (size_t)OC;
         float *d = reserve(&mm->slot[SLOT_DOUT], &mm->slot_bytes[SLOT_DOUT], n * sizeof(float));
         bf16_round_floats(d, dout, n);
-        matmul_backward(dinp, dweight, NULL, d, widened(mm, SLOT_SRC, inp, N * (size_t)IC),
-                        widened(mm, SLOT_WEIGHTS, weight, (size_t)OC * IC), N, IC, OC);
+        matmul_backward(dinp, dweight, NULL, d, dweight ? widened(mm, SLOT_SRC, inp, N * (size_t)IC) : NULL,
+                        dinp ? widened(mm, SLOT_WEIGHTS, weight, (size_t)OC * IC) : NULL, N, IC, OC);
     } else {
         onednn_backward(mm, dinp, dweight, dout, inp, weight, N, IC, OC);
     }
@@ -481,5 +485,6 @@ void matmul_bf16_backward_rounded(MatmulBF16 *mm, float *dinp, float *dweight, c
         return;
     }
     const bf16 *w = dinp ? narrowed(mm, SLOT_WEIGHTS, weight, (size_t)OC * IC) : NULL;
-    onednn_backward(mm, dinp, dweight, dout, narrowed(mm, SLOT_SRC, inp, N * (size_t)IC), w, N, IC, OC);
+    const bf16 *x = dweight ? narrowed(mm, SLOT_SRC, inp, N * (size_t)IC) : NULL;
+    onednn_backward(mm, dinp, dweight, dout, x, w, N, IC, OC);
 }

@@ -82,7 +82,10 @@ int matmul_bf16_primitives_created(const MatmulBF16 *mm);
 /* out (N,OC) = inp (N,IC) @ weight (OC,IC)^T + bias (OC); bias may be NULL */
 void matmul_bf16_forward(MatmulBF16 *mm, float *out, const bf16 *inp, const bf16 *weight, const float *bias,
                          size_t N, int IC, int OC);
-/* writes dinp (N,IC) (skipped if NULL); dweight (OC,IC) +=, dbias (OC) += (dbias may be NULL) */
+/* writes dinp (N,IC); dweight (OC,IC) +=, dbias (OC) +=; each may be NULL
+ * (skipped, and then weight, resp. inp, is not read): the input and weight
+ * gradients by separate calls give the bits of one call (each block is the
+ * same primitive on the same operands) */
 void matmul_bf16_backward(MatmulBF16 *mm, float *dinp, float *dweight, float *dbias, const float *dout,
                           const bf16 *inp, const bf16 *weight, size_t N, int IC, int OC);
 
@@ -99,7 +102,8 @@ void matmul_bf16_backward(MatmulBF16 *mm, float *dinp, float *dweight, float *db
  * dout, which only the caller still has). */
 void matmul_bf16_forward_rounded(MatmulBF16 *mm, float *out, const float *inp, const float *weight,
                                  const float *bias, size_t N, int IC, int OC);
-/* writes dinp (N,IC) (skipped if NULL); dweight (OC,IC) += */
+/* writes dinp (N,IC); dweight (OC,IC) +=; either may be NULL (skipped, as
+ * matmul_bf16_backward) */
 void matmul_bf16_backward_rounded(MatmulBF16 *mm, float *dinp, float *dweight, const float *dout,
                                   const float *inp, const float *weight, size_t N, int IC, int OC);
 
