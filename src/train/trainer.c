@@ -29,6 +29,7 @@
 #include "parallel/pipeline.h"
 #include "train/compression.h"
 #include "train/fault.h"
+#include "train/guard.h"
 #include "train/progress.h"
 #include "train/sample.h"
 #include "train/train_ckpt.h"
@@ -251,64 +252,13 @@ static void balance_update(Trainer *tr, const double *rank_times) {
     }
 }
 
-/* Where a non-finite value first appeared, agreed by all ranks (collective),
- * as one sortable key per direction so rank and layer come from the same
- * rank. A forward value spreads to later layers: the lowest bad layer is the
- * origin. A gradient spreads to earlier blocks (backward runs from the head
- * down): the highest bad block is the origin. Among ranks sharing the place
- * (tensor-parallel peers), the lowest rank. Writes the reason; false if
- * every rank is finite. */
+/* Where a non-finite value first appeared, agreed by all ranks (collective). */
 static bool locate_nonfinite(Trainer *tr, char *reason, size_t size) {
     const int world = comm_size(tr->world), L = tr->model.cfg.num_layers;
-    const int layer = tr->model.first_nonfinite_layer; /* forward: a layer's output */
-    const int block = dp_first_nonfinite_block(tr->dp); /* backward: a block's gradient */
-    double key[2] = {layer >= 0 ? (double)(L + 1 - layer) * world + (world - tr->rank) : 0,
-                     block >= 0 ? (double)(block + 1) * world + (world - tr->rank) : 0};
+    double key[2];
+    guard_nonfinite_keys(tr->rank, world, L, tr->model.first_nonfinite_layer, dp_first_nonfinite_block(tr->dp), key);
     comm_allreduce_max_double(tr->world, key, 2);
-    const int k = key[0] > 0 ? 0 : 1;
-    if (key[k] <= 0) return false;
-    const long a = ((long)key[k] - 1) / world;
-    const int rank = world - (int)((long)key[k] - a * world);
-    const int at = k == 0 ? L + 1 - (int)a : (int)a - 1; /* a layer (forward) or a block (backward) */
-    if (k == 0 || (at >= 1 && at <= L))
-        snprintf(reason, size, "non-finite value on rank %d at layer %d", rank, k == 0 ? at : at - 1);
-    else
-        snprintf(reason, size, "non-finite value on rank %d in the %s", rank, at == 0 ? "embeddings" : "final layer norm");
-    return true;
-}
-
-/* Guard: whether this step's update must be skipped, and why (with the rank
- * and layer where a non-finite value first appeared). Collective. */
-static bool guard_skip(Trainer *tr, StepResult *r, double grad_sq) {
-    const TrainConfig *c = &tr->cfg;
-    if (locate_nonfinite(tr, r->skip_reason, sizeof r->skip_reason)) return true;
-    if (!isfinite(r->loss) || !isfinite(grad_sq)) {
-        snprintf(r->skip_reason, sizeof r->skip_reason, "non-finite loss or gradient");
-        return true;
-    }
-    if (c->skip_spikes > 0 && tr->loss_window_count >= 10) {
-        double mean = 0, var = 0;
-        int n = tr->loss_window_count;
-        for (int i = 0; i < n; i++) mean += tr->loss_window[i];
-        mean /= n;
-        for (int i = 0; i < n; i++) var += (tr->loss_window[i] - mean) * (tr->loss_window[i] - mean);
-        double sd = sqrt(var / (n - 1));
-        double z = sd > 0 ? (r->loss - mean) / sd : 0;
-        if (z > c->skip_spikes) {
-            snprintf(r->skip_reason, sizeof r->skip_reason, "loss spike: %.4f is %.1f standard deviations above the "
-                     "last %d steps' mean %.4f", r->loss, z, n, mean);
-            return true;
-        }
-    }
-    return false;
-}
-
-static void remember_loss(Trainer *tr, double loss) {
-    int w = tr->cfg.spike_window;
-    if (w <= 0) return;
-    tr->loss_window[tr->loss_window_next] = loss;
-    tr->loss_window_next = (tr->loss_window_next + 1) % w;
-    if (tr->loss_window_count < w) tr->loss_window_count++;
+    return guard_nonfinite_reason(key, world, L, reason, size);
 }
 
 /* Stragglers: every rank's compute time; ranks slower than the median by
@@ -374,18 +324,17 @@ static StepResult train_step(Trainer *tr) {
     /* warm-up and decay on the token axis, so a changing batch does not distort them */
     double tokens_after = (double)(tr->seqs_consumed + (uint64_t)r.batch) * T;
     r.lr = lr_at(&tr->lr, tokens_after) * lr_scaling_factor(tr->lr_scaling, r.batch, tr->base_batch);
-    r.skipped = guard_skip(tr, &r, grad_sq);
+    r.skipped = locate_nonfinite(tr, r.skip_reason, sizeof r.skip_reason) ||
+                guard_skip(&tr->guard, r.loss, grad_sq, r.skip_reason, sizeof r.skip_reason);
     if (!r.skipped) {
         if (onebit) onebit_update(tr, r.lr);
         else optimizer_update(tr, r.lr, clip_coefficient(r.grad_norm, c->grad_clip));
         dp_after_update(tr->dp);
         mp_share_output_weights(tr->grid, &tr->model, tr->dp);
         gpt_refresh_bf16(&tr->model);
-        remember_loss(tr, r.loss);
-        tr->consecutive_skips = 0;
+        guard_accept(&tr->guard, r.loss);
     } else {
-        tr->skips++;
-        tr->consecutive_skips++;
+        guard_reject(&tr->guard);
         compression_reset_feedback(tr); /* what a bad step left unsent is not worth sending */
     }
     trace_add(&tr->trace, "optimizer", "compute", t_opt, bs_now());
@@ -693,7 +642,7 @@ static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     tr->rank_times_sorted = bs_calloc((size_t)processes, sizeof(double));
     tr->split = bs_calloc((size_t)tr->dp_size, sizeof(int));
     tr->micro_time = bs_calloc((size_t)tr->dp_size, sizeof(double));
-    tr->loss_window = bs_calloc((size_t)(c->spike_window > 0 ? c->spike_window : 1), sizeof(double));
+    guard_init(&tr->guard, c->skip_spikes, c->spike_window, c->max_skips);
     tr->last_straggler = -1;
     trace_init(&tr->trace, is_set(c->trace));
     comm_set_trace(tr->dpc, is_set(c->trace) ? &tr->trace : NULL);
@@ -742,7 +691,7 @@ static void teardown(Trainer *tr) {
     free(tr->rank_times_sorted);
     free(tr->split);
     free(tr->micro_time);
-    free(tr->loss_window);
+    guard_free(&tr->guard);
     train_save_free(tr);
 }
 
@@ -849,7 +798,7 @@ static void write_metrics(Trainer *tr, const StepResult *r, double tokens_per_s,
         json_object_set_new(j, "micro_batches_per_replica", split);
     }
     if (r->skipped) json_object_set_new(j, "skipped", json_string(r->skip_reason));
-    json_object_set_new(j, "skips", json_integer(tr->skips));
+    json_object_set_new(j, "skips", json_integer(tr->guard.skips));
     if (tr->last_ckpt_stall > 0) json_object_set_new(j, "ckpt_stall_ms", number(tr->last_ckpt_stall * 1e3));
     json_object_set_new(j, "compute_ms_median", number(r->median_compute * 1e3));
     if (r->straggler >= 0) json_object_set_new(j, "straggler", json_integer(r->straggler));
@@ -939,9 +888,7 @@ int train_run(const TrainConfig *cfg, Comm *world) {
                                     stall * 1e3, c->async_ckpt ? " (copy; written in the background)" : "");
             tr->last_ckpt_stall = stall;
         }
-        if (tr->consecutive_skips >= c->max_skips)
-            bs_die("%d steps in a row skipped (last, step %ld: %s); stopping: lower --lr, check the data, or raise "
-                   "--max-skips", tr->consecutive_skips, tr->step, r.skip_reason);
+        guard_stop_if_stuck(&tr->guard, tr->step, r.skip_reason);
         if (talk) {
             char extra[160] = "";
             int n = 0;

@@ -27,6 +27,7 @@
 #include "parallel/model_parallel.h"
 #include "parallel/pipeline.h"
 #include "train/fault.h"
+#include "train/guard.h"
 #include "train/progress.h"
 #include "train/trainer.h"
 
@@ -98,11 +99,7 @@ typedef struct {
     Trace trace;
     char ckpt_dir[4096];
     FaultPlan fault; /* --inject-fault */
-    /* guards */
-    double *loss_window; /* the last accepted losses (--spike-window) */
-    int loss_window_next, loss_window_count;
-    long skips;
-    int consecutive_skips;
+    Guard guard;     /* skips a step's update on a non-finite value or a loss spike */
     /* stragglers and --balance */
     double *rank_times, *rank_times_sorted; /* this step's compute seconds per world rank */
     int *split;          /* micro-batches per data-parallel replica */
