@@ -1,5 +1,11 @@
 /* gpt.c: the GPT's buffers, activations, forward and backward, whole or as a
- * tensor-parallel / pipeline shard (see gpt.h; the layout is gpt_layout.c). */
+ * tensor-parallel / pipeline shard (see gpt.h; the layout is gpt_layout.c).
+ * Backward runs fused (gpt_backward) or split in two passes: B, the chain of
+ * activation gradients, which keeps each op's output gradient in the
+ * activation set's stash, and W, every parameter gradient from that stash.
+ * Fused and B are one walk over the ops (backward_chain); each op's helper
+ * either computes its parameter gradients at once or keeps what W needs, so
+ * both run the same kernels on the same values and give the same bits. */
 #include "model/gpt.h"
 
 #include <math.h>
@@ -12,6 +18,7 @@
 #include "core/rng.h"
 #include "kernels/bf16.h"
 #include "kernels/kernels.h"
+#include "kernels/vecmath.h"
 
 void gpt_create(GPT *model, const GPTConfig *cfg) { gpt_create_with(model, cfg, GPT_ALLOC_PARAMS | GPT_ALLOC_GRADS); }
 
@@ -151,6 +158,50 @@ static size_t backward_numel(const GPTConfig *cfg, int B, int T, int slots) {
     return BT * ((size_t)w.C * 3 + (size_t)w.Cl * 4 + (size_t)w.F) + (size_t)slots * T * T;
 }
 
+/* What W needs from B for one layer (split sets): the fp32 output gradient
+ * of each linear layer and LayerNorm, at the shard's widths. */
+typedef struct {
+    float *dfcproj, *dfch, *dln2, *dattproj, *dqkv, *dln1;
+} LayerStash;
+
+static size_t layer_stash_numel(const GPTConfig *cfg, int B, int T) {
+    Widths w = widths(cfg);
+    return (size_t)B * T * ((size_t)w.C * 4 + (size_t)w.F + 3 * (size_t)w.Cl);
+}
+
+/* The layers' stashes, then the final LayerNorm's output gradient (head)
+ * and the residual gradient at the encoder (first stage); the head's dlogits
+ * stay in acts->logits. */
+static size_t stash_numel(const GPTConfig *cfg, int B, int T) {
+    size_t BT_C = (size_t)B * T * (size_t)cfg->channels;
+    return (size_t)gpt_stage_layers(cfg) * layer_stash_numel(cfg, B, T) + (gpt_has_head(cfg) ? BT_C : 0) +
+           (gpt_has_encoder(cfg) ? BT_C : 0);
+}
+
+static LayerStash layer_stash(const GPTActs *acts, const GPTConfig *cfg, int local_layer) {
+    Widths w = widths(cfg);
+    size_t BT = (size_t)acts->B * acts->T;
+    float *p = acts->stash + (size_t)local_layer * layer_stash_numel(cfg, acts->B, acts->T);
+    LayerStash s;
+    s.dfcproj = p, p += BT * w.C;
+    s.dfch = p, p += BT * w.F;
+    s.dln2 = p, p += BT * w.C;
+    s.dattproj = p, p += BT * w.C;
+    s.dqkv = p, p += 3 * BT * w.Cl;
+    s.dln1 = p;
+    return s;
+}
+
+static float *stash_dlnf(const GPTActs *acts, const GPTConfig *cfg) {
+    return acts->stash + (size_t)gpt_stage_layers(cfg) * layer_stash_numel(cfg, acts->B, acts->T);
+}
+
+static float *stash_dencoded(const GPTActs *acts, const GPTConfig *cfg) {
+    return stash_dlnf(acts, cfg) + (gpt_has_head(cfg) ? (size_t)acts->B * acts->T * cfg->channels : 0);
+}
+
+size_t gpt_acts_stash_bytes(const GPTConfig *cfg, int B, int T) { return stash_numel(cfg, B, T) * sizeof(float); }
+
 size_t gpt_acts_bytes(const GPTConfig *cfg, int B, int T, bool for_training) {
     size_t n = forward_numel(cfg, B, T);
     if (for_training) n += backward_numel(cfg, B, T, omp_get_max_threads());
@@ -190,6 +241,11 @@ void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for
     acts->att_scratch = p;
 }
 
+void gpt_acts_create_split(GPTActs *acts, const GPTConfig *cfg, int B, int T) {
+    gpt_acts_create(acts, cfg, B, T, true);
+    acts->stash = bs_malloc(stash_numel(cfg, B, T) * sizeof(float));
+}
+
 void gpt_acts_share_backward(GPTActs *dst, const GPTActs *src) {
     free(dst->grad_memory);
     dst->grad_memory = NULL; /* not owned */
@@ -202,6 +258,7 @@ void gpt_acts_free(GPTActs *acts) {
     free(acts->memory);
     free(acts->grad_memory);
     free(acts->row_stats);
+    free(acts->stash);
     memset(acts, 0, sizeof *acts);
 }
 
@@ -246,21 +303,6 @@ static void linear_forward(const GPT *model, float *out, const float *inp, const
     else matmul_forward(out, inp, weight, bias, N, IC, OC);
 }
 
-/* matmul_backward, with bf16 gradients into the matmuls in bf16 mode (the
- * bias gradient is summed from the fp32 dout). dout is rounded in place when
- * nothing else reads it, else through acts->dround. */
-static void linear_backward(const GPT *model, GPTActs *acts, float *dinp, float *dweight, float *dbias, float *dout,
-                            bool dout_reused, const float *inp, const float *weight, size_t N, int IC, int OC) {
-    if (!model->bf16) {
-        matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
-        return;
-    }
-    if (dbias) bias_backward(dbias, dout, N, OC);
-    float *d = dout_reused ? acts->dround : dout;
-    bf16_round_floats(d, dout, N * (size_t)OC);
-    matmul_bf16_backward_rounded(model->bf16_matmul, dinp, dweight, d, inp, weight, N, IC, OC);
-}
-
 static void params_done(const BlockAccess *a, int block) {
     if (a && a->params_done) a->params_done(a->ctx, block);
 }
@@ -292,14 +334,6 @@ static double loss_forward(const GPT *model, GPTActs *acts, const int32_t *targe
     comm_allreduce_double(model->tp, row_sum, (int)(2 * N)); /* row_sum and target_logit are adjacent */
     return xent_shard_finish(acts->logits, acts->losses, row_sum, target_logit, targets, w.v_begin, N, w.V_valid,
                              w.Vl, dloss);
-}
-
-/* Whether x[0..n) holds only finite values (a NaN or inf makes the sum non-finite). */
-static bool all_finite(const float *x, size_t n) {
-    float sum = 0;
-#pragma omp parallel for simd reduction(+ : sum) schedule(static)
-    for (size_t i = 0; i < n; i++) sum += x[i] * 0.0f;
-    return sum == 0.0f;
 }
 
 double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32_t *targets, int b, int t,
@@ -340,7 +374,7 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
         tp_sum(model, acts->proj_out, N * C);
         residual_forward(a.residual3, a.residual2, acts->proj_out, N * C);
         residual = a.residual3;
-        if (model->first_nonfinite_layer < 0 && !all_finite(a.residual3, N * C)) model->first_nonfinite_layer = block - 1;
+        if (model->first_nonfinite_layer < 0 && !floats_all_finite(a.residual3, N * C)) model->first_nonfinite_layer = block - 1;
         params_done(access, block);
     }
     if (!gpt_has_head(cfg)) return 0;
@@ -355,68 +389,250 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
     return loss_forward(model, acts, targets, N, dloss);
 }
 
-void gpt_backward(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t, const BlockAccess *access) {
-    const GPTConfig *cfg = &model->cfg;
-    const Widths w = widths(cfg);
-    const int C = w.C, L = cfg->num_layers, first = gpt_first_layer(cfg), nl = gpt_stage_layers(cfg);
-    const size_t N = (size_t)b * t;
+/* ---- backward ---- */
+
+/* What every op of one backward pass reads. A split pass (B) touches no
+ * gradient buffer: where the fused pass accumulates an op's parameter
+ * gradients, B keeps the op's output gradient in the set's stash for W. */
+typedef struct {
+    GPT *model;
+    GPTActs *acts;
+    const BlockAccess *access;
+    Widths w;
+    size_t N;
+    int b, t;
+    bool split;
+} Pass;
+
+static Pass begin_pass(GPT *model, GPTActs *acts, int b, int t, const BlockAccess *access, bool split) {
     if (!acts->dresidual) bs_die("internal: activations were created without backward buffers");
+    if (split && !acts->stash) bs_die("internal: split backward needs activations from gpt_acts_create_split");
+    return (Pass){model, acts, access, widths(&model->cfg), (size_t)b * t, b, t, split};
+}
+
+/* A block's gradients in the fused pass; NULL in B (which never asks). */
+static float *pass_grads(const Pass *x, int block) {
+    return x->split ? NULL : grads_of(x->model, x->access, block);
+}
+
+static void pass_grads_done(const Pass *x, int block) {
+    if (!x->split) grads_done(x->access, block);
+}
+
+/* One linear layer in backward: out (N,OC) = inp (N,IC) @ weight^T + bias. */
+typedef struct {
+    float *dout;      /* the gradient of out (fp32) */
+    bool dout_reused; /* read again after this op, so not rounded in place in bf16 mode */
+    const float *inp, *weight;
+    float *dweight, *dbias; /* fused: accumulated here (dbias may be NULL) */
+    float *stash;           /* B: dout kept here for W (dout itself when nothing overwrites it before W) */
+    int IC, OC;
+} Linear;
+
+/* dinp (written), and fused the parameter gradients, else dout kept. In bf16
+ * mode the matmuls take dout rounded (in place unless reused, else through
+ * acts->dround) and the bias gradient sums the fp32 dout. */
+static void linear_pass(const Pass *x, float *dinp, const Linear *op) {
+    const GPT *model = x->model;
+    const size_t N = x->N, n = N * (size_t)op->OC;
+    if (x->split && op->stash != op->dout) memcpy(op->stash, op->dout, n * sizeof(float));
+    float *dweight = x->split ? NULL : op->dweight, *dbias = x->split ? NULL : op->dbias;
+    if (!model->bf16) {
+        matmul_backward(dinp, dweight, dbias, op->dout, op->inp, op->weight, N, op->IC, op->OC);
+        return;
+    }
+    if (dbias) bias_backward(dbias, op->dout, N, op->OC);
+    float *d = op->dout_reused ? x->acts->dround : op->dout;
+    bf16_round_floats(d, op->dout, n);
+    matmul_bf16_backward_rounded(model->bf16_matmul, dinp, dweight, d, op->inp, op->weight, N, op->IC, op->OC);
+}
+
+/* W of a linear layer: dweight, dbias (may be NULL) += from the fp32 dout B
+ * kept, rounded here in place after the bias as the fused pass rounds it
+ * (rounding a value that is already bf16 leaves it as it is). */
+static void linear_weight(const GPT *model, float *dweight, float *dbias, float *dout, const float *inp, size_t N,
+                          int IC, int OC) {
+    if (!model->bf16) {
+        matmul_backward(NULL, dweight, dbias, dout, inp, NULL, N, IC, OC);
+        return;
+    }
+    if (dbias) bias_backward(dbias, dout, N, OC);
+    bf16_round_floats(dout, dout, N * (size_t)OC);
+    matmul_bf16_backward_rounded(model->bf16_matmul, NULL, dweight, dout, inp, NULL, N, IC, OC);
+}
+
+/* One LayerNorm in backward: out = layernorm(inp) * weight + bias. */
+typedef struct {
+    const float *dout, *inp, *weight, *mean, *rstd;
+    float *dweight, *dbias; /* fused */
+    float *stash;           /* B */
+} Norm;
+
+/* dinp (+=), and fused the parameter gradients, else dout kept. */
+static void layernorm_pass(const Pass *x, float *dinp, const Norm *op) {
+    const size_t N = x->N;
+    const int C = x->w.C;
+    if (!x->split) {
+        layernorm_backward(dinp, op->dweight, op->dbias, op->dout, op->inp, op->weight, op->mean, op->rstd, N, C);
+        return;
+    }
+    memcpy(op->stash, op->dout, N * C * sizeof(float));
+    layernorm_backward_input(dinp, op->dout, op->inp, op->weight, op->mean, op->rstd, N, C);
+}
+
+/* The output layer and the final LayerNorm, from acts->logits (which holds
+ * dlogits, and keeps them for W) to acts->dresidual. */
+static void head_pass(const Pass *x, const float *wte, float *dwte) {
+    GPTActs *acts = x->acts;
+    const GPTConfig *cfg = &x->model->cfg;
+    const int C = x->w.C, L = cfg->num_layers;
+    const size_t N = x->N;
+    /* logits = lnf @ wte^T */
+    linear_pass(x, acts->dln, &(Linear){.dout = acts->logits, .inp = acts->lnf, .weight = wte, .dweight = dwte,
+                                        .stash = acts->logits, .IC = C, .OC = x->w.Vl});
+    tp_sum(x->model, acts->dln, N * C);
+    memset(acts->dresidual, 0, N * C * sizeof(float));
+    float *dlnf = pass_grads(x, L + 1);
+    float *lnf = params_of(x->model, x->access, L + 1);
+    layernorm_pass(x, acts->dresidual,
+                   &(Norm){.dout = acts->dln, .inp = gpt_stage_output(cfg, acts), .weight = lnf,
+                           .mean = acts->lnf_mean, .rstd = acts->lnf_rstd, .dweight = dlnf,
+                           .dbias = dlnf ? dlnf + C : NULL, .stash = x->split ? stash_dlnf(acts, cfg) : NULL});
+}
+
+/* One layer, from acts->dresidual (the gradient of its output) to the
+ * gradient of its input, in place. g: its gradients (fused); s: its stash (B). */
+static void layer_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, LayerStash s) {
+    GPTActs *acts = x->acts;
+    const GPTConfig *cfg = &x->model->cfg;
+    const Widths w = x->w;
+    const int C = w.C;
+    const size_t N = x->N;
+    LayerActs a = layer_acts(acts, cfg, i);
+    const float *inp = i == 0 ? acts->encoded : layer_acts(acts, cfg, i - 1).residual3;
+    /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))) */
+    linear_pass(x, acts->dfch, &(Linear){acts->dresidual, true, a.fch_gelu, p.fcprojw, g.fcprojw, g.fcprojb,
+                                         s.dfcproj, w.F, C});
+    gelu_backward(acts->dfch, a.fch, acts->dfch, N * w.F);
+    linear_pass(x, acts->dln, &(Linear){acts->dfch, false, a.ln2, p.fcw, g.fcw, g.fcb, s.dfch, C, w.F});
+    tp_sum(x->model, acts->dln, N * C);
+    layernorm_pass(x, acts->dresidual,
+                   &(Norm){acts->dln, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, g.ln2w, g.ln2b, s.dln2});
+    /* attention: residual2 = inp + attproj(attention(qkv(ln1(inp)))) */
+    linear_pass(x, acts->datty, &(Linear){acts->dresidual, true, a.atty, p.attprojw, g.attprojw, g.attprojb,
+                                          s.dattproj, w.Cl, C});
+    attention_backward(acts->dqkv, acts->att_scratch, acts->scratch_slots, acts->datty, a.qkv, a.att, x->b, x->t,
+                       w.Cl, w.Hl);
+    linear_pass(x, acts->dln, &(Linear){acts->dqkv, false, a.ln1, p.qkvw, g.qkvw, g.qkvb, s.dqkv, C, 3 * w.Cl});
+    tp_sum(x->model, acts->dln, N * C);
+    layernorm_pass(x, acts->dresidual, &(Norm){acts->dln, inp, p.ln1w, a.ln1_mean, a.ln1_rstd, g.ln1w, g.ln1b, s.dln1});
+}
+
+/* W of one layer: its parameter gradients g from its stash s, in the order
+ * of layer_pass. */
+static void layer_weight(const Pass *x, int i, LayerTensors g, LayerStash s) {
+    const GPT *model = x->model;
+    const Widths w = x->w;
+    const int C = w.C;
+    const size_t N = x->N;
+    LayerActs a = layer_acts(x->acts, &model->cfg, i);
+    const float *inp = i == 0 ? x->acts->encoded : layer_acts(x->acts, &model->cfg, i - 1).residual3;
+    linear_weight(model, g.fcprojw, g.fcprojb, s.dfcproj, a.fch_gelu, N, w.F, C);
+    linear_weight(model, g.fcw, g.fcb, s.dfch, a.ln2, N, C, w.F);
+    layernorm_backward_params(g.ln2w, g.ln2b, s.dln2, a.residual2, a.ln2_mean, a.ln2_rstd, N, C);
+    linear_weight(model, g.attprojw, g.attprojb, s.dattproj, a.atty, N, w.Cl, C);
+    linear_weight(model, g.qkvw, g.qkvb, s.dqkv, a.ln1, N, C, 3 * w.Cl);
+    layernorm_backward_params(g.ln1w, g.ln1b, s.dln1, inp, a.ln1_mean, a.ln1_rstd, N, C);
+}
+
+/* The embeddings' gradients from dout, the gradient of the encoder's output,
+ * then the last pipeline stage's share of the tied weights' gradient. */
+static void encoder_grads(const Pass *x, float *demb, const float *dout, const int32_t *inputs) {
+    GPT *model = x->model;
+    const size_t n = gpt_tensor_numel(&model->cfg, TK_WTE);
+    encoder_backward(demb, demb + n, dout, inputs, x->w.v_begin, x->w.v_begin + x->w.Vl, x->b, x->t, x->w.C);
+    if (model->extra_wte_grad) {
+        for (size_t i = 0; i < n; i++) demb[i] += model->extra_wte_grad[i];
+        model->extra_wte_grad = NULL;
+    }
+}
+
+/* The fused pass or B: blocks L+1, L, ..., 1, 0 (block 0 also first when
+ * the output layer is tied to it). */
+static void backward_chain(const Pass *x, const int32_t *inputs) {
+    GPT *model = x->model;
+    GPTActs *acts = x->acts;
+    const GPTConfig *cfg = &model->cfg;
+    const int L = cfg->num_layers, first = gpt_first_layer(cfg), nl = gpt_stage_layers(cfg);
     float *demb = NULL, *emb = NULL;
     if (gpt_has_head(cfg)) {
         float *dwte = model->head_dwte, *wte = model->head_wte;
         if (gpt_has_encoder(cfg)) {
-            dwte = demb = grads_of(model, access, 0); /* first: it marks the start of backward */
-            wte = emb = params_of(model, access, 0);
+            dwte = demb = pass_grads(x, 0); /* first: it marks the start of backward */
+            wte = emb = params_of(model, x->access, 0);
         }
-        /* logits = lnf @ wte^T; acts->logits already holds dlogits */
-        linear_backward(model, acts, acts->dln, dwte, NULL, acts->logits, false, acts->lnf, wte, N, C, w.Vl);
-        tp_sum(model, acts->dln, N * C);
-        memset(acts->dresidual, 0, N * C * sizeof(float));
-        const float *last = nl > 0 ? layer_acts(acts, cfg, nl - 1).residual3 : acts->encoded;
-        float *dlnf = grads_of(model, access, L + 1);
-        float *lnf = params_of(model, access, L + 1);
-        layernorm_backward(acts->dresidual, dlnf, dlnf + C, acts->dln, last, lnf, acts->lnf_mean, acts->lnf_rstd, N,
-                           C);
-        grads_done(access, L + 1);
-        params_done(access, L + 1);
+        head_pass(x, wte, dwte);
+        pass_grads_done(x, L + 1);
+        params_done(x->access, L + 1);
     } /* else the caller wrote the gradient of the stage's output into acts->dresidual */
-
     for (int i = nl - 1; i >= 0; i--) {
         int block = first + i + 1;
-        LayerTensors g = gpt_layer_tensors(cfg, grads_of(model, access, block));
-        LayerTensors p = gpt_layer_tensors(cfg, params_of(model, access, block));
-        LayerActs a = layer_acts(acts, cfg, i);
-        const float *inp = i == 0 ? acts->encoded : layer_acts(acts, cfg, i - 1).residual3;
-        /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))) */
-        linear_backward(model, acts, acts->dfch, g.fcprojw, g.fcprojb, acts->dresidual, true, a.fch_gelu, p.fcprojw, N,
-                        w.F, C);
-        gelu_backward(acts->dfch, a.fch, acts->dfch, N * w.F);
-        linear_backward(model, acts, acts->dln, g.fcw, g.fcb, acts->dfch, false, a.ln2, p.fcw, N, C, w.F);
-        tp_sum(model, acts->dln, N * C);
-        layernorm_backward(acts->dresidual, g.ln2w, g.ln2b, acts->dln, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd,
-                           N, C);
-        /* attention: residual2 = inp + attproj(attention(qkv(ln1(inp)))) */
-        linear_backward(model, acts, acts->datty, g.attprojw, g.attprojb, acts->dresidual, true, a.atty, p.attprojw, N,
-                        w.Cl, C);
-        attention_backward(acts->dqkv, acts->att_scratch, acts->scratch_slots, acts->datty, a.qkv, a.att, b, t, w.Cl,
-                           w.Hl);
-        linear_backward(model, acts, acts->dln, g.qkvw, g.qkvb, acts->dqkv, false, a.ln1, p.qkvw, N, C, 3 * w.Cl);
-        tp_sum(model, acts->dln, N * C);
-        layernorm_backward(acts->dresidual, g.ln1w, g.ln1b, acts->dln, inp, p.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+        float *grads = pass_grads(x, block);
+        LayerTensors g = grads ? gpt_layer_tensors(cfg, grads) : (LayerTensors){0};
+        LayerTensors p = gpt_layer_tensors(cfg, params_of(model, x->access, block));
+        layer_pass(x, i, p, g, x->split ? layer_stash(acts, cfg, i) : (LayerStash){0});
+        pass_grads_done(x, block);
+        params_done(x->access, block);
+    }
+    if (gpt_has_encoder(cfg)) {
+        if (x->split) {
+            memcpy(stash_dencoded(acts, cfg), acts->dresidual, x->N * x->w.C * sizeof(float));
+        } else {
+            if (!demb) demb = grads_of(model, x->access, 0);
+            encoder_grads(x, demb, acts->dresidual, inputs);
+            grads_done(x->access, 0);
+        }
+        if (emb) params_done(x->access, 0);
+    }
+}
+
+void gpt_backward(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t, const BlockAccess *access) {
+    Pass x = begin_pass(model, acts, b, t, access, false);
+    backward_chain(&x, inputs);
+}
+
+void gpt_backward_input(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t, const BlockAccess *access) {
+    Pass x = begin_pass(model, acts, b, t, access, true);
+    backward_chain(&x, inputs);
+    acts->stashed_rows = x.N;
+}
+
+void gpt_backward_weight(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t, const BlockAccess *access) {
+    Pass x = begin_pass(model, acts, b, t, access, true);
+    if (acts->stashed_rows != x.N)
+        bs_die("internal: gpt_backward_weight without a gpt_backward_input of %dx%d on these activations", b, t);
+    acts->stashed_rows = 0;
+    const GPTConfig *cfg = &model->cfg;
+    const int C = x.w.C, L = cfg->num_layers, first = gpt_first_layer(cfg), nl = gpt_stage_layers(cfg);
+    float *demb = NULL;
+    if (gpt_has_head(cfg)) {
+        float *dwte = model->head_dwte;
+        if (gpt_has_encoder(cfg)) dwte = demb = grads_of(model, access, 0);
+        linear_weight(model, dwte, NULL, acts->logits, acts->lnf, x.N, C, x.w.Vl);
+        float *dlnf = grads_of(model, access, L + 1);
+        layernorm_backward_params(dlnf, dlnf + C, stash_dlnf(acts, cfg), gpt_stage_output(cfg, acts), acts->lnf_mean,
+                                  acts->lnf_rstd, x.N, C);
+        grads_done(access, L + 1);
+    }
+    for (int i = nl - 1; i >= 0; i--) {
+        int block = first + i + 1;
+        layer_weight(&x, i, gpt_layer_tensors(cfg, grads_of(model, access, block)), layer_stash(acts, cfg, i));
         grads_done(access, block);
-        params_done(access, block);
     }
     if (gpt_has_encoder(cfg)) {
         if (!demb) demb = grads_of(model, access, 0);
-        encoder_backward(demb, demb + gpt_tensor_numel(cfg, TK_WTE), acts->dresidual, inputs, w.v_begin,
-                         w.v_begin + w.Vl, b, t, C);
-        if (model->extra_wte_grad) { /* the last pipeline stage's share of the tied weights' gradient */
-            const size_t n = gpt_tensor_numel(cfg, TK_WTE);
-            for (size_t i = 0; i < n; i++) demb[i] += model->extra_wte_grad[i];
-            model->extra_wte_grad = NULL;
-        }
+        encoder_grads(&x, demb, stash_dencoded(acts, cfg), inputs);
         grads_done(access, 0);
-        if (emb) params_done(access, 0);
     }
 }
 

@@ -184,6 +184,8 @@ typedef struct {
     float *dresidual, *dln, *datty, *dqkv, *dfch, *att_scratch;
     double *row_stats; /* tensor-parallel softmax: per-row max, sum, target logit */
     float *dround;     /* bf16 mode: a rounded copy of a gradient that also flows on in fp32 (N,C) */
+    float *stash;        /* split sets only: what gpt_backward_weight needs from gpt_backward_input */
+    size_t stashed_rows; /* rows gpt_backward_input kept for gpt_backward_weight (0: none pending) */
 } GPTActs;
 
 void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for_training);
@@ -192,6 +194,17 @@ void gpt_acts_free(GPTActs *acts);
  * at a time, so pipeline slots can share it. src must outlive dst. */
 void gpt_acts_share_backward(GPTActs *dst, const GPTActs *src);
 size_t gpt_acts_bytes(const GPTConfig *cfg, int B, int T, bool for_training);
+/* A training set for the split backward (gpt_backward_input, later
+ * gpt_backward_weight) with its stash: the fp32 output gradient of every
+ * linear layer and LayerNorm of the stage (6 per layer, the final LayerNorm's)
+ * and the residual gradient at the encoder; the head's dlogits stay in the
+ * logits. The stash is the set's own (gpt_acts_share_backward leaves it), so B
+ * of other micro-batches may run between this set's B and its W. */
+void gpt_acts_create_split(GPTActs *acts, const GPTConfig *cfg, int B, int T);
+/* What a split set adds to gpt_acts_bytes(cfg, B, T, true): its stash, per
+ * layer B*T*(4C + 4C/tp + 3C/tp) floats, plus B*T*C for the head and for the
+ * encoder where the stage has them. */
+size_t gpt_acts_stash_bytes(const GPTConfig *cfg, int B, int T);
 
 /* Where forward and backward find each block's parameters and put its
  * gradients. NULL means the model's own flat buffers. Data parallelism uses it
@@ -228,6 +241,21 @@ float *gpt_stage_grad(GPTActs *acts);
 
 /* Backward after gpt_forward(..., dloss != 0); accumulates (+=) gradients. */
 void gpt_backward(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t, const BlockAccess *access);
+
+/* gpt_backward in two passes, for schedules that defer the weight gradients
+ * (ZB-H1), on a set from gpt_acts_create_split. B: the activation gradients
+ * only, through access->params/params_done and the tensor-parallel
+ * all-reduces, down to gpt_stage_grad (valid until the next B on a set that
+ * shares this one's scratch); it never calls access->grads and touches no
+ * gradient buffer. W, later, on the same set (its activations untouched
+ * since, inputs the same tokens) with the same (b,t): every parameter
+ * gradient of that micro-batch from what B kept, blocks L+1,
+ * L..1, 0 through access->grads/grads_done (block 0 also first when the
+ * output layer is tied), extra_wte_grad as gpt_backward takes it; it reads
+ * no parameters and communicates nothing. B then W accumulates the bits of
+ * gpt_backward, and B(m0) B(m1) W(m0) W(m1) those of backward m0 then m1. */
+void gpt_backward_input(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t, const BlockAccess *access);
+void gpt_backward_weight(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t, const BlockAccess *access);
 
 /* FLOPs per trained token of the whole model: 6 x params + 12 x L x C x T
  * (attention counted in full, as in the PaLM/nanoGPT convention, though the
