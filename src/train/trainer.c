@@ -27,6 +27,7 @@
 #include "parallel/grid.h"
 #include "parallel/model_parallel.h"
 #include "parallel/pipeline.h"
+#include "train/balance.h"
 #include "train/compression.h"
 #include "train/fault.h"
 #include "train/guard.h"
@@ -192,66 +193,6 @@ static long current_batch(Trainer *tr) {
     return realised;
 }
 
-/* Micro-batches this data-parallel replica runs in a step of `batch`
- * sequences: an equal share, or (--balance) its share by measured speed. */
-static int my_micro_batches(Trainer *tr, long batch) {
-    int total = (int)(batch / tr->cfg.micro_batch);
-    if (!tr->cfg.balance) return total / tr->dp_size;
-    if (tr->split_total != total) { /* a new batch size: start from equal shares */
-        for (int d = 0; d < tr->dp_size; d++) tr->split[d] = total / tr->dp_size + (d < total % tr->dp_size ? 1 : 0);
-        tr->split_total = total;
-    }
-    return tr->split[tr->dp_index];
-}
-
-/* --balance: replica d's sequences are contiguous, after those of replicas before it. */
-static int64_t my_first_sequence(Trainer *tr, long batch) {
-    (void)batch;
-    if (!tr->cfg.balance) return -1;
-    int64_t first = 0;
-    for (int d = 0; d < tr->dp_index; d++) first += (int64_t)tr->split[d] * tr->cfg.micro_batch;
-    return first;
-}
-
-/* Shares the next steps' micro-batches in proportion to each replica's speed
- * (an average of its seconds per micro-batch), at least one each. Every rank
- * computes the same split from the same all-reduced times. */
-static void balance_update(Trainer *tr, const double *rank_times) {
-    const Grid *g = tr->grid;
-    int D = tr->dp_size, total = tr->split_total;
-    if (total <= 0) return;
-    double speed_sum = 0;
-    for (int d = 0; d < D; d++) {
-        double t = 0; /* a replica is as slow as its slowest rank */
-        for (int k = 0; k < g->tp * g->pp; k++) {
-            double x = rank_times[d * g->tp * g->pp + k];
-            t = x > t ? x : t;
-        }
-        double per_micro = t / tr->split[d];
-        tr->micro_time[d] = tr->micro_time[d] > 0 ? 0.7 * tr->micro_time[d] + 0.3 * per_micro : per_micro;
-        speed_sum += 1 / tr->micro_time[d];
-    }
-    int assigned = 0;
-    for (int d = 0; d < D; d++) {
-        int m = (int)((double)total * (1 / tr->micro_time[d]) / speed_sum);
-        tr->split[d] = m < 1 ? 1 : m;
-        assigned += tr->split[d];
-    }
-    while (assigned < total) { /* hand the remainder to the fastest replicas */
-        int best = 0;
-        for (int d = 1; d < D; d++)
-            if (tr->micro_time[d] * (tr->split[d] + 1) < tr->micro_time[best] * (tr->split[best] + 1)) best = d;
-        tr->split[best]++, assigned++;
-    }
-    while (assigned > total) {
-        int worst = -1;
-        for (int d = 0; d < D; d++)
-            if (tr->split[d] > 1 && (worst < 0 || tr->micro_time[d] * tr->split[d] > tr->micro_time[worst] * tr->split[worst]))
-                worst = d;
-        tr->split[worst]--, assigned--;
-    }
-}
-
 /* Where a non-finite value first appeared, agreed by all ranks (collective). */
 static bool locate_nonfinite(Trainer *tr, char *reason, size_t size) {
     const int world = comm_size(tr->world), L = tr->model.cfg.num_layers;
@@ -284,7 +225,7 @@ static void straggler_stats(Trainer *tr, StepResult *r, double compute) {
         if (times[i] > r->median_compute * (1 + tr->cfg.straggler_threshold) &&
             (r->straggler < 0 || times[i] > times[r->straggler]))
             r->straggler = i;
-    if (tr->cfg.balance) balance_update(tr, times);
+    balance_update(&tr->balance, times);
 }
 
 static StepResult train_step(Trainer *tr) {
@@ -292,7 +233,7 @@ static StepResult train_step(Trainer *tr) {
     const int B = c->micro_batch, T = c->seq_len;
     StepResult r = {0};
     r.batch = current_batch(tr);
-    r.accum_steps = my_micro_batches(tr, r.batch);
+    r.accum_steps = balance_micro_batches(&tr->balance, r.batch);
     const float dloss = 1.0f / ((float)r.batch * (float)T);
     comm_reset_stats(tr->dpc);
     double t_start = bs_now();
@@ -303,7 +244,7 @@ static StepResult train_step(Trainer *tr) {
     if (fault_nan_now(&tr->fault, tr->rank, tr->step + 1))
         dp_inject_nan(tr->dp, tr->fault.block); /* a layer's gradient: block 0 is the embeddings */
     mp_start_tied_grads(tr->grid, &tr->model, &tr->tied);
-    MicroSource src = {tr, &tr->train_data, tr->seqs_consumed, tr->dp_size, my_first_sequence(tr, r.batch)};
+    MicroSource src = {tr, &tr->train_data, tr->seqs_consumed, tr->dp_size, balance_first_sequence(&tr->balance)};
     r.my_micro = r.accum_steps;
     const Grid *g = tr->grid;
     PipeHooks hooks = {g->pp > 1 && g->pp_index == 0 ? before_last_backward : NULL,
@@ -640,8 +581,7 @@ static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     int processes = comm_size(tr->world);
     tr->rank_times = bs_calloc((size_t)processes, sizeof(double));
     tr->rank_times_sorted = bs_calloc((size_t)processes, sizeof(double));
-    tr->split = bs_calloc((size_t)tr->dp_size, sizeof(int));
-    tr->micro_time = bs_calloc((size_t)tr->dp_size, sizeof(double));
+    balance_init(&tr->balance, c->balance, tr->dp_size, tr->dp_index, tr->grid->tp * tr->grid->pp, c->micro_batch);
     guard_init(&tr->guard, c->skip_spikes, c->spike_window, c->max_skips);
     tr->last_straggler = -1;
     trace_init(&tr->trace, is_set(c->trace));
@@ -689,8 +629,7 @@ static void teardown(Trainer *tr) {
     if (tr->tok) tokenizer_free(tr->tok);
     free(tr->rank_times);
     free(tr->rank_times_sorted);
-    free(tr->split);
-    free(tr->micro_time);
+    balance_free(&tr->balance);
     guard_free(&tr->guard);
     train_save_free(tr);
 }
@@ -794,7 +733,7 @@ static void write_metrics(Trainer *tr, const StepResult *r, double tokens_per_s,
     json_object_set_new(j, "accumulation", json_integer(r->accum_steps));
     if (tr->cfg.balance) {
         json_t *split = json_array();
-        for (int d = 0; d < tr->dp_size; d++) json_array_append_new(split, json_integer(tr->split[d]));
+        for (int d = 0; d < tr->dp_size; d++) json_array_append_new(split, json_integer(tr->balance.split[d]));
         json_object_set_new(j, "micro_batches_per_replica", split);
     }
     if (r->skipped) json_object_set_new(j, "skipped", json_string(r->skip_reason));

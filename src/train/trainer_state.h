@@ -26,6 +26,7 @@
 #include "parallel/grid.h"
 #include "parallel/model_parallel.h"
 #include "parallel/pipeline.h"
+#include "train/balance.h"
 #include "train/fault.h"
 #include "train/guard.h"
 #include "train/progress.h"
@@ -102,9 +103,7 @@ typedef struct {
     Guard guard;     /* skips a step's update on a non-finite value or a loss spike */
     /* stragglers and --balance */
     double *rank_times, *rank_times_sorted; /* this step's compute seconds per world rank */
-    int *split;          /* micro-batches per data-parallel replica */
-    int split_total;
-    double *micro_time;  /* average seconds per micro-batch per replica */
+    Balance balance;     /* --balance: micro-batches per replica by measured speed */
     int last_straggler;
     AsyncCkpt async;
     double last_ckpt_stall; /* seconds, for the metrics of the step after the one that wrote a checkpoint */
