@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/range.h"
+#include "kernels/vecmath.h"
 #include "optim/grad_norm.h"
 
 #define MAX_INFLIGHT 256
@@ -224,13 +225,6 @@ static float *block_grads(DataParallel *dp, int block) {
     return bk->buf + (off - bk->offset);
 }
 
-static bool all_finite(const float *x, size_t n) {
-    float sum = 0;
-#pragma omp parallel for simd reduction(+ : sum) schedule(static)
-    for (size_t i = 0; i < n; i++) sum += x[i] * 0.0f;
-    return sum == 0.0f;
-}
-
 /* Guard: checked on the micro-steps that reduce (stages 0-1: the last, where
  * the accumulated gradient is whole; stages 2-3: each). */
 static void check_block(DataParallel *dp, int block) {
@@ -243,7 +237,7 @@ static void check_block(DataParallel *dp, int block) {
     }
     /* the first block found bad is the origin: backward finishes blocks from
      * the head down, and a bad gradient spreads to the blocks after it */
-    if (dp->first_nonfinite_block < 0 && !all_finite(g, count)) dp->first_nonfinite_block = block;
+    if (dp->first_nonfinite_block < 0 && !floats_all_finite(g, count)) dp->first_nonfinite_block = block;
 }
 
 int dp_first_nonfinite_block(const DataParallel *dp) { return dp->first_nonfinite_block; }
