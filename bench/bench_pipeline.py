@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""bench_pipeline.py: the pipeline schedules side by side (issue 15): PP 2
+and PP 4 (4 processes on this 2-core machine: oversubscribed), m = 8
+micro-batches of 2 sequences (global batch 16, dp 1), 1 thread per process,
+gpipe, 1f1b, interleaved (--virtual-stages 2) and zbh1 in one run. Per row:
+tokens/s, the measured bubble (the largest idle share of a step over ranks:
+time waiting for a neighbour / (busy + waiting)), the engine's analytic
+figure (bubble_theory: the schedule's closed form with rank 0's measured
+seconds per action), measured / theory, and for each PP zbh1's measured
+bubble / 1f1b's. Targets (issue 15): measured within 20% of theory, zbh1 at
+most half of 1f1b; each is printed PASS or MISS, nothing fails.
+
+Model: the engine benchmark's width (H=6 C=384 V=8192 T=256) at a depth that
+gives equal work per stage with every stage's layer count even (interleaved
+v=2 splits each stage's layers into 2 chunks). The last stage also carries
+the 8192-wide output layer and the loss, about two layers' work (the
+engine's FLOP count agrees: --pp-split auto puts 4 + 2 of 6 layers), so it
+gets two layers fewer: PP 2 is the engine model itself, 6 layers as 4,2; PP 4
+has 14 layers as 4,4,4,2. An even split (8 layers as 4,4 or 2,2,2,2) leaves
+the last stage 1.4x or 1.9x the others' work: that idles the other stages
+beyond any schedule's bubble (1f1b on 8 layers: well above its theory at
+4,4, at it at 5,3), so the table would measure the split, not the schedule.
+
+Waiting: a pipeline wait (comm_wait) polls MPI_Test without sleeping. On 4
+processes over 2 cores a polling rank takes CPU time from a computing one,
+which then looks busy longer, and the bubble is no longer the schedule's.
+Every run gets OpenMPI's mpi_yield_when_idle=1 (OpenMPI's own default when
+it sees more processes than cores; set for PP 2 as well so both PPs wait the
+same way): an MPI_Test that finds nothing to progress calls sched_yield,
+which hands the core to a runnable computing rank (on PP 4 1f1b here,
+without it rank 0's busy seconds per step about doubled and tokens/s
+halved). The wait is still counted in full as idle time.
+
+A schedule this batchscale does not offer (`train --help`, --pp-schedule)
+is printed and recorded as skipped with that reason. The first step is a
+warm-up and dropped; figures are the median of the rest. The JSON's
+"machine" is `batchscale bench cpu`: the CPU and the kernels the ranks ran.
+usage: bench_pipeline.py BATCHSCALE OUT_JSON"""
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernel_report  # noqa: E402
+from bench_scaling import write_shard  # noqa: E402
+
+H, C, V, T, B, M = 6, 384, 8192, 256, 2, 8
+LAYOUTS = {2: (6, "4,2"), 4: (14, "4,4,4,2")}  # pp: (layers, layers per stage); see the header
+SCHEDULES = {"gpipe": [], "1f1b": [], "interleaved": ["--virtual-stages", "2"], "zbh1": []}
+STEPS = int(os.environ.get("BS_BENCH_STEPS", 4))  # the first is dropped as warm-up
+BUBBLE_TOLERANCE, ZBH1_TARGET = 0.20, 0.5
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle",
+          "1"]
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+
+
+def offered_schedules(bs):
+    """The --pp-schedule names and whether --virtual-stages exists, from `train --help`."""
+    text = subprocess.run([bs, "train", "--help"], capture_output=True, text=True).stdout
+    line = next((ln for ln in text.splitlines() if ln.strip().startswith("--pp-schedule")), "")
+    return set(re.findall(r"\b(?:gpipe|1f1b|interleaved|zbh1)\b", line)), "--virtual-stages" in text
+
+
+def skip_reason(name, offered, has_virtual):
+    if name not in offered:
+        return f"this batchscale has no --pp-schedule {name} (it offers {', '.join(sorted(offered)) or 'none'})"
+    if SCHEDULES[name] and not has_virtual:
+        return "this batchscale has no --virtual-stages"
+    return None
+
+
+def closed_form(name, p, v=2):
+    """The cost-free closed forms (schedule.h) as a cross-check of the engine's figure; zbh1 needs the costs."""
+    if name in ("gpipe", "1f1b"):
+        return (p - 1) / (M + p - 1)
+    return (p - 1) / (v * M + p - 1) if name == "interleaved" else None
+
+
+def run(bs, shard, pp, name, tmp):
+    layers, split = LAYOUTS[pp]
+    metrics = os.path.join(tmp, f"pp{pp}-{name}.jsonl")
+    cmd = MPIRUN + ["-np", str(pp), bs, "train", "--data", shard, "--vocab-size", str(V), "--layers", str(layers),
+                    "--heads", str(H), "--channels", str(C), "--seq-len", str(T), "--micro-batch", str(B),
+                    "--global-batch", str(M * B), "--steps", str(STEPS), "--eval-every", "0", "--sample-tokens",
+                    "0", "--threads", "1", "--quiet", "--metrics", metrics, "--pp", str(pp), "--pp-split", split,
+                    "--pp-schedule", name] + SCHEDULES[name]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
+    if p.returncode != 0:
+        raise SystemExit(f"bench_pipeline: PP {pp} {name} failed (exit {p.returncode}):\n{p.stderr}")
+    rows = [json.loads(line) for line in open(metrics)][1:]
+
+    def median(key):
+        return statistics.median(r[key] for r in rows)
+    r = {k: median(k) for k in ("tokens_per_s", "bubble", "bubble_theory", "pipe_busy_ms", "pipe_idle_ms")}
+    r.update(max_live_microbatches=max(x["max_live_microbatches"] for x in rows), layers=layers, split=split,
+             closed_form=closed_form(name, pp), steps_timed=len(rows))
+    r["ratio"] = r["bubble"] / r["bubble_theory"] if r["bubble_theory"] > 0 else None
+    return r
+
+
+def verdict(ok):
+    return "PASS" if ok else "MISS"
+
+
+def print_table(results):
+    print(f"pipeline schedules: H={H} C={C} V={V} T={T}, m={M} micro-batches of {B} sequences, 1 thread per rank")
+    print(f"{'layout':<6} {'schedule':<15} {'tokens/s':>8} {'bubble':>7} {'theory':>7} {'ratio':>6} {'target':>6} "
+          f"{'busy ms':>8} {'idle ms':>8} {'live':>4}")
+    for pp, rows in results.items():
+        layers, split = LAYOUTS[pp]
+        for name, r in rows.items():
+            label = name + (" v=2" if SCHEDULES[name] else "")
+            if "skipped" in r:
+                print(f"PP {pp:<3} {label:<15} skipped: {r['skipped']}")
+                continue
+            ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
+            ok = r["ratio"] is not None and abs(r["ratio"] - 1) <= BUBBLE_TOLERANCE
+            print(f"PP {pp:<3} {label:<15} {r['tokens_per_s']:>8.0f} {r['bubble']:>7.1%} {r['bubble_theory']:>7.1%} "
+                  f"{ratio:>6} {verdict(ok):>6} {r['pipe_busy_ms']:>8.0f} {r['pipe_idle_ms']:>8.0f} "
+                  f"{r['max_live_microbatches']:>4}")
+        print(f"       ({layers} layers as {split}; busy, idle, live: rank 0)")
+    print_checks(results)
+
+
+def print_checks(results):
+    """zbh1 against 1f1b, and the engine's theory against the cost-free closed forms."""
+    for pp, rows in results.items():
+        zb, one = rows.get("zbh1", {}), rows.get("1f1b", {})
+        if "bubble" in zb and "bubble" in one and one["bubble"] > 0:
+            share = zb["bubble"] / one["bubble"]
+            print(f"PP {pp}: zbh1 / 1f1b measured bubble {share:.2f} (target <= {ZBH1_TARGET}): "
+                  f"{verdict(share <= ZBH1_TARGET)}")
+        for name, r in rows.items():
+            if r.get("closed_form") is not None and abs(r["bubble_theory"] - r["closed_form"]) > 1e-6:
+                print(f"note: PP {pp} {name}: the engine's bubble_theory {r['bubble_theory']:.4f} is not the closed "
+                      f"form {r['closed_form']:.4f} (idle / (busy + idle)); the ratio uses the engine's")
+
+
+def main():
+    bs, out_json = sys.argv[1], sys.argv[2]
+    machine = kernel_report.machine(bs)
+    print(kernel_report.summary(machine))
+    note = kernel_report.environment_note(machine)
+    if note:
+        print(note)
+    offered, has_virtual = offered_schedules(bs)
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        shard = os.path.join(tmp, "rand.bin")
+        write_shard(shard, V)
+        for pp in LAYOUTS:
+            results[pp] = {}
+            for name in SCHEDULES:
+                reason = skip_reason(name, offered, has_virtual)
+                results[pp][name] = dict(skipped=reason) if reason else run(bs, shard, pp, name, tmp)
+    print_table(results)
+    config = dict(heads=H, channels=C, vocab=V, seq_len=T, micro_batch=B, micro_batches=M, steps=STEPS,
+                  layouts={f"PP {pp}": dict(layers=lay, split=s) for pp, (lay, s) in LAYOUTS.items()},
+                  mpirun=MPIRUN, targets=dict(bubble_within=BUBBLE_TOLERANCE, zbh1_over_1f1b=ZBH1_TARGET))
+    with open(out_json, "w") as f:
+        json.dump(dict(config=config, results={f"PP {pp}": rows for pp, rows in results.items()}, machine=machine),
+                  f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
