@@ -255,6 +255,13 @@ void comm_gather_bytes(Comm *comm, const void *data, size_t bytes, void *out, in
     wait_request(comm, &req, "gather", bytes * (size_t)comm->size);
 }
 
+void comm_allgather_bytes(Comm *comm, const void *data, size_t bytes, void *out) {
+    MPI_Request req;
+    comm_check(MPI_Iallgather(data, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, comm->mpi, &req), comm,
+               "all-gather");
+    wait_request(comm, &req, "all-gather of statistics", bytes * (size_t)comm->size);
+}
+
 void comm_barrier(Comm *comm) {
     MPI_Request req;
     comm_check(MPI_Ibarrier(comm->mpi, &req), comm, "barrier");

@@ -98,6 +98,8 @@ void comm_allreduce_max_double(Comm *comm, double *values, int n);
 void comm_broadcast_bytes(Comm *comm, void *data, size_t bytes, int root);
 /* Gathers `bytes` from every rank into out (size * bytes) on root. */
 void comm_gather_bytes(Comm *comm, const void *data, size_t bytes, void *out, int root);
+/* Gathers `bytes` from every rank into out (size * bytes) on every rank, in rank order. */
+void comm_allgather_bytes(Comm *comm, const void *data, size_t bytes, void *out);
 void comm_barrier(Comm *comm);
 /* Gathers n floats from every rank (n may differ) into out on root, in rank
  * order; counts (size entries, may be NULL) receives each rank's n on root. */

@@ -1,17 +1,18 @@
 /* trainer.c: the training job (see trainer.h): set-up, the step loop with
  * gradient accumulation over data-parallel ranks, evaluation, sampling,
- * metrics, trace and checkpoints. Rank 0 prints and writes metrics. */
+ * trace and checkpoints. The policies it applies live in their own files:
+ * the guard (guard.h), --balance (balance.h), the step's statistics across
+ * ranks (step_stats.h), injected faults (fault.h); what rank 0 prints and
+ * writes is banner.h's, report.h's and metrics.h's. */
 #include "train/trainer.h"
 
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "ckpt/ckpt.h"
 #include "core/error.h"
@@ -28,11 +29,15 @@
 #include "parallel/model_parallel.h"
 #include "parallel/pipeline.h"
 #include "train/balance.h"
+#include "train/banner.h"
 #include "train/compression.h"
 #include "train/fault.h"
 #include "train/guard.h"
+#include "train/metrics.h"
 #include "train/progress.h"
+#include "train/report.h"
 #include "train/sample.h"
+#include "train/step_stats.h"
 #include "train/train_ckpt.h"
 #include "train/trainer_state.h"
 
@@ -90,8 +95,6 @@ void train_config_defaults(TrainConfig *c) {
     c->compression_scheme = "";
 }
 
-static bool is_set(const char *s) { return s && *s; }
-
 /* --bf16-matmul: where the bf16 products run (see kernels/matmul_bf16.h). onednn
  * in a bf16 run where oneDNN has no bf16 matmul (oneDNN 2.6 below AVX-512) is a
  * usage error, found here before any training work. */
@@ -104,18 +107,6 @@ static MatmulBF16Path bf16_matmul_path(const char *name, bool bf16) {
                "or widen",
                matmul_bf16_cpu_isa());
     return MATMUL_BF16_ONEDNN;
-}
-
-/* Peak resident memory of this process (VmHWM), 0 if unknown. */
-static long long peak_rss_bytes(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return 0;
-    char line[256];
-    long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
-    fclose(f);
-    return kb * 1024;
 }
 
 /* ---- one optimizer step ---- */
@@ -193,51 +184,11 @@ static long current_batch(Trainer *tr) {
     return realised;
 }
 
-/* Where a non-finite value first appeared, agreed by all ranks (collective). */
-static bool locate_nonfinite(Trainer *tr, char *reason, size_t size) {
-    const int world = comm_size(tr->world), L = tr->model.cfg.num_layers;
-    double key[2];
-    guard_nonfinite_keys(tr->rank, world, L, tr->model.first_nonfinite_layer, dp_first_nonfinite_block(tr->dp), key);
-    comm_allreduce_max_double(tr->world, key, 2);
-    return guard_nonfinite_reason(key, world, L, reason, size);
-}
-
-/* Stragglers: every rank's compute time; ranks slower than the median by
- * more than the threshold are named, and with --balance the micro-batches of
- * the next steps are shared in proportion to speed. Collective. */
-static void straggler_stats(Trainer *tr, StepResult *r, double compute) {
-    int world = comm_size(tr->world);
-    double *times = tr->rank_times;
-    memset(times, 0, sizeof(double) * (size_t)world);
-    times[tr->rank] = compute;
-    comm_allreduce_double(tr->world, times, world);
-    double *sorted = tr->rank_times_sorted;
-    memcpy(sorted, times, sizeof(double) * (size_t)world);
-    for (int i = 1; i < world; i++) /* insertion sort: worlds here are small */
-        for (int j = i; j > 0 && sorted[j] < sorted[j - 1]; j--) {
-            double t = sorted[j];
-            sorted[j] = sorted[j - 1];
-            sorted[j - 1] = t;
-        }
-    r->median_compute = sorted[(world - 1) / 2]; /* the lower median: with two ranks, the faster */
-    r->straggler = -1;
-    for (int i = 0; i < world; i++)
-        if (times[i] > r->median_compute * (1 + tr->cfg.straggler_threshold) &&
-            (r->straggler < 0 || times[i] > times[r->straggler]))
-            r->straggler = i;
-    balance_update(&tr->balance, times);
-}
-
-static StepResult train_step(Trainer *tr) {
-    const TrainConfig *c = &tr->cfg;
-    const int B = c->micro_batch, T = c->seq_len;
-    StepResult r = {0};
-    r.batch = current_batch(tr);
-    r.accum_steps = balance_micro_batches(&tr->balance, r.batch);
-    const float dloss = 1.0f / ((float)r.batch * (float)T);
-    comm_reset_stats(tr->dpc);
-    double t_start = bs_now();
-    const bool onebit = onebit_compressing(tr);
+/* Forward and backward over this replica's micro-batches (the pipeline),
+ * the tied-weight gradients exchanged around the last backward. */
+static PipeStats forward_backward(Trainer *tr, const StepResult *r, bool onebit) {
+    const Grid *g = tr->grid;
+    const float dloss = 1.0f / ((float)r->batch * (float)tr->cfg.seq_len);
     dp_set_local_gradients(tr->dp, onebit); /* 1-bit Adam reduces its momentum, not the gradient */
     dp_begin_step(tr->dp);
     tr->model.first_nonfinite_layer = -1;
@@ -245,64 +196,104 @@ static StepResult train_step(Trainer *tr) {
         dp_inject_nan(tr->dp, tr->fault.block); /* a layer's gradient: block 0 is the embeddings */
     mp_start_tied_grads(tr->grid, &tr->model, &tr->tied);
     MicroSource src = {tr, &tr->train_data, tr->seqs_consumed, tr->dp_size, balance_first_sequence(&tr->balance)};
-    r.my_micro = r.accum_steps;
-    const Grid *g = tr->grid;
     PipeHooks hooks = {g->pp > 1 && g->pp_index == 0 ? before_last_backward : NULL,
                        g->pp > 1 && g->pp_index == g->pp - 1 ? after_last_backward : NULL, tr};
-    PipeStats ps = pipeline_train(tr->pipe, r.accum_steps, dloss, load_micro, &src, &hooks);
+    PipeStats ps = pipeline_train(tr->pipe, r->accum_steps, dloss, load_micro, &src, &hooks);
     mp_finish_tied_grads(&tr->tied);
+    return ps;
+}
+
+/* This rank's record of the step, exchanged with every rank's (collective). */
+static StepStats exchange_stats(Trainer *tr, const PipeStats *ps, double compute, double seconds) {
+    StepRecord mine = {.loss_sum = tr->grid->tp_index == 0 ? ps->loss_sum : 0, /* tensor-parallel ranks share one loss */
+                       .micro_sq = dp_micro_sum_squares(tr->dp), .compute = compute, .seconds = seconds,
+                       .pipe_busy = ps->busy, .pipe_idle = ps->idle};
+    guard_nonfinite_keys(tr->rank, comm_size(tr->world), tr->model.cfg.num_layers, tr->model.first_nonfinite_layer,
+                         dp_first_nonfinite_block(tr->dp), mine.nonfinite);
+    return step_stats_exchange(&tr->stats, &mine);
+}
+
+/* The guard's decision: a non-finite value on any rank (named), a non-finite
+ * loss or gradient, a loss spike. */
+static bool skip_update(Trainer *tr, StepResult *r, const StepStats *st, double grad_sq) {
+    return guard_nonfinite_reason(st->nonfinite, comm_size(tr->world), tr->model.cfg.num_layers, r->skip_reason,
+                                  sizeof r->skip_reason) ||
+           guard_skip(&tr->guard, r->loss, grad_sq, r->skip_reason, sizeof r->skip_reason);
+}
+
+static void apply_update(Trainer *tr, const StepResult *r, bool onebit) {
+    if (onebit) onebit_update(tr, r->lr);
+    else optimizer_update(tr, r->lr, clip_coefficient(r->grad_norm, tr->cfg.grad_clip));
+    dp_after_update(tr->dp);
+    mp_share_output_weights(tr->grid, &tr->model, tr->dp);
+    gpt_refresh_bf16(&tr->model);
+}
+
+/* The gradient noise scale B_simple from this step (NaN when off or skipped);
+ * an adaptive batch follows it. */
+static double measure_noise(Trainer *tr, const StepResult *r, double micro_sq, double grad_sq) {
+    const int B = tr->cfg.micro_batch;
+    if (!tr->cfg.noise_scale || r->skipped) return NAN;
+    /* micro-step gradients are of the loss scaled by 1/(batch T): rescale to mean-loss units */
+    double micro_batches = (double)r->batch / B;
+    double small_sq = micro_sq * micro_batches; /* mean over micro-batches of (M |g_m|)^2 */
+    noise_scale_update(&tr->noise, small_sq, B, grad_sq, (double)r->batch);
+    double b_simple = noise_scale_simple(&tr->noise);
+    adapt_batch(tr, b_simple);
+    return b_simple;
+}
+
+/* The step's statistics into its result; `after`: this rank's seconds since the exchange. */
+static void record_stats(Trainer *tr, StepResult *r, const StepStats *st, const PipeStats *ps, double after) {
+    r->pipe_busy = ps->busy;
+    r->pipe_idle = ps->idle;
+    r->max_live = ps->max_live;
+    r->bubble = st->bubble;
+    r->median_compute = st->median_compute;
+    r->straggler = st->straggler;
+    r->straggler_compute = st->straggler >= 0 ? st->compute[st->straggler] : 0;
+    r->slowest = st->slowest + after;
+    r->fastest = st->fastest + after;
+    r->peak_rss = st->peak_rss;
+    CommStats cs = comm_stats(tr->dpc), node = dp_node_stats(tr->dp);
+    r->comm_bytes = cs.bytes_sent + node.bytes_sent;
+    r->comm_bytes_fp32 = cs.uncompressed_bytes + node.uncompressed_bytes;
+    r->comm_exposed = cs.wait_seconds + node.wait_seconds;
+    r->comm_busy = cs.busy_seconds + node.busy_seconds;
+}
+
+static StepResult train_step(Trainer *tr) {
+    const TrainConfig *c = &tr->cfg;
+    StepResult r = {0};
+    r.batch = current_batch(tr);
+    r.accum_steps = balance_micro_batches(&tr->balance, r.batch);
+    comm_reset_stats(tr->dpc);
+    double t_start = bs_now();
+    const bool onebit = onebit_compressing(tr);
+    PipeStats ps = forward_backward(tr, &r, onebit);
     double compute = ps.busy + fault_slow_down(&tr->fault, tr->rank, ps.busy);
-    double loss_sum = tr->grid->tp_index == 0 ? ps.loss_sum : 0; /* tensor-parallel ranks share one loss */
-    r.pipe_busy = ps.busy;
-    r.pipe_idle = ps.idle;
-    r.max_live = ps.max_live;
     double t_opt = bs_now();
     double grad_sq = onebit ? onebit_grad_sum_squares(tr) : mp_grad_sum_squares(tr->grid, &tr->model, tr->dp, c->zero);
-    double sums[2] = {loss_sum, dp_micro_sum_squares(tr->dp)};
-    comm_allreduce_double(tr->world, sums, 2);
-    r.loss = sums[0] / ((double)r.batch * T);
+    StepStats st = exchange_stats(tr, &ps, compute, bs_now() - t_start);
+    double t_exchanged = bs_now();
+    r.loss = st.loss_sum / ((double)r.batch * c->seq_len);
     r.grad_norm = sqrt(grad_sq);
     /* warm-up and decay on the token axis, so a changing batch does not distort them */
-    double tokens_after = (double)(tr->seqs_consumed + (uint64_t)r.batch) * T;
+    double tokens_after = (double)(tr->seqs_consumed + (uint64_t)r.batch) * c->seq_len;
     r.lr = lr_at(&tr->lr, tokens_after) * lr_scaling_factor(tr->lr_scaling, r.batch, tr->base_batch);
-    r.skipped = locate_nonfinite(tr, r.skip_reason, sizeof r.skip_reason) ||
-                guard_skip(&tr->guard, r.loss, grad_sq, r.skip_reason, sizeof r.skip_reason);
+    r.skipped = skip_update(tr, &r, &st, grad_sq);
     if (!r.skipped) {
-        if (onebit) onebit_update(tr, r.lr);
-        else optimizer_update(tr, r.lr, clip_coefficient(r.grad_norm, c->grad_clip));
-        dp_after_update(tr->dp);
-        mp_share_output_weights(tr->grid, &tr->model, tr->dp);
-        gpt_refresh_bf16(&tr->model);
+        apply_update(tr, &r, onebit);
         guard_accept(&tr->guard, r.loss);
     } else {
         guard_reject(&tr->guard);
         compression_reset_feedback(tr); /* what a bad step left unsent is not worth sending */
     }
     trace_add(&tr->trace, "optimizer", "compute", t_opt, bs_now());
-    /* statistics across ranks: step time max and -min, memory, bubble */
-    double dt = bs_now() - t_start;
-    double extremes[4] = {dt, -dt, (double)peak_rss_bytes(), ps.busy + ps.idle > 0 ? ps.idle / (ps.busy + ps.idle) : 0};
-    comm_allreduce_max_double(tr->world, extremes, 4);
-    straggler_stats(tr, &r, compute);
-    r.bubble = extremes[3];
-    CommStats cs = comm_stats(tr->dpc), node = dp_node_stats(tr->dp);
-    r.noise_scale = NAN;
-    if (c->noise_scale && !r.skipped) {
-        /* micro-step gradients are of the loss scaled by 1/(batch T): rescale to mean-loss units */
-        double micro_batches = (double)r.batch / B;
-        double small_sq = sums[1] * micro_batches; /* mean over micro-batches of (M |g_m|)^2 */
-        noise_scale_update(&tr->noise, small_sq, B, grad_sq, (double)r.batch);
-        r.noise_scale = noise_scale_simple(&tr->noise);
-        adapt_batch(tr, r.noise_scale);
-    }
+    record_stats(tr, &r, &st, &ps, bs_now() - t_exchanged);
+    balance_update(&tr->balance, st.compute);
+    r.noise_scale = measure_noise(tr, &r, st.micro_sq, grad_sq);
     r.seconds = bs_now() - t_start;
-    r.slowest = extremes[0];
-    r.fastest = -extremes[1];
-    r.peak_rss = extremes[2];
-    r.comm_bytes = cs.bytes_sent + node.bytes_sent;
-    r.comm_bytes_fp32 = cs.uncompressed_bytes + node.uncompressed_bytes;
-    r.comm_exposed = cs.wait_seconds + node.wait_seconds;
-    r.comm_busy = cs.busy_seconds + node.busy_seconds;
     tr->seqs_consumed += (uint64_t)r.batch;
     tr->step++;
     return r;
@@ -361,11 +352,11 @@ static void print_sample(Trainer *tr) {
 
 static void export_models(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
-    if (!is_set(c->save_model) && !is_set(c->out)) return;
+    if (!option_given(c->save_model) && !option_given(c->out)) return;
     GPT m = full_model(tr);
     if (tr->rank == 0) {
-        if (is_set(c->save_model)) llmc_model_write(c->save_model, &m);
-        if (is_set(c->out)) {
+        if (option_given(c->save_model)) llmc_model_write(c->save_model, &m);
+        if (option_given(c->out)) {
             char path[4200];
             snprintf(path, sizeof path, "%s/model.bin", c->out);
             llmc_model_write(path, &m);
@@ -375,24 +366,6 @@ static void export_models(Trainer *tr) {
 }
 
 /* ---- set-up ---- */
-
-/* The metrics file; resuming at step k keeps its lines of steps <= k (a run
- * that died after its last checkpoint wrote steps that are now done again). */
-static FILE *open_metrics(const char *path, long step) {
-    if (step == 0 || !bs_path_exists(path)) return bs_fopen(path, "wb");
-    size_t len;
-    char *text = bs_read_file(path, &len);
-    FILE *f = bs_fopen(path, "wb");
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        json_t *j = json_loads(line, 0, NULL);
-        json_t *s = j ? json_object_get(j, "step") : NULL;
-        if (json_is_integer(s) && json_integer_value(s) <= step) fprintf(f, "%s\n", line);
-        json_decref(j);
-    }
-    free(text);
-    fflush(f);
-    return f;
-}
 
 /* The optimizer sees each tensor's trained elements (not wte's padded rows). */
 static void setup_optimizer(Trainer *tr) {
@@ -420,7 +393,7 @@ static void setup_optimizer(Trainer *tr) {
 /* The tokenizer: --tokenizer, else the one the data was prepared with
  * (prepare.json beside the shards), else byte-level. */
 static Tokenizer *load_tokenizer(const TrainConfig *c) {
-    if (is_set(c->tokenizer)) return tokenizer_load(c->tokenizer, c->vocab_dir);
+    if (option_given(c->tokenizer)) return tokenizer_load(c->tokenizer, c->vocab_dir);
     char dir[4096], path[4200];
     snprintf(dir, sizeof dir, "%s", c->data);
     if (!bs_is_dir(dir)) {
@@ -442,7 +415,7 @@ static void setup_model(Trainer *tr) {
     int vocab = c->vocab_size > 0 ? c->vocab_size : tokenizer_vocab_size(tr->tok);
     GPTConfig mc = {.max_seq_len = c->seq_len, .vocab_size = vocab, .num_layers = c->layers,
                     .num_heads = c->heads, .channels = c->channels};
-    if (is_set(c->init_from)) {
+    if (option_given(c->init_from)) {
         llmc_model_read_config(c->init_from, &mc);
         if (c->seq_len > mc.max_seq_len)
             bs_die("--seq-len %d is longer than the model's maximum sequence length %d (from %s)", c->seq_len,
@@ -478,7 +451,7 @@ static void setup_model(Trainer *tr) {
     size_t shard_off, shard_cnt;
     dp_shard_range(tr->dp, &shard_off, &shard_cnt);
     tr->model.tp = g->tp_group;
-    if (is_set(c->init_from)) {
+    if (option_given(c->init_from)) {
         GPT file;
         gpt_create_with(&file, &whole, GPT_ALLOC_PARAMS);
         llmc_model_read_params(c->init_from, &file);
@@ -578,18 +551,15 @@ static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
         bs_die("--balance needs --zero 0 or 1: ZeRO 2 and 3 reduce every micro-step, so every replica must run the "
                "same number");
     if (c->balance && tr->adaptive) bs_die("--balance and --batch-schedule adaptive cannot be combined yet");
-    int processes = comm_size(tr->world);
-    tr->rank_times = bs_calloc((size_t)processes, sizeof(double));
-    tr->rank_times_sorted = bs_calloc((size_t)processes, sizeof(double));
+    step_stats_init(&tr->stats, tr->world, c->straggler_threshold);
     balance_init(&tr->balance, c->balance, tr->dp_size, tr->dp_index, tr->grid->tp * tr->grid->pp, c->micro_batch);
     guard_init(&tr->guard, c->skip_spikes, c->spike_window, c->max_skips);
-    tr->last_straggler = -1;
-    trace_init(&tr->trace, is_set(c->trace));
-    comm_set_trace(tr->dpc, is_set(c->trace) ? &tr->trace : NULL);
-    pipeline_set_trace(tr->pipe, is_set(c->trace) ? &tr->trace : NULL);
+    trace_init(&tr->trace, option_given(c->trace));
+    comm_set_trace(tr->dpc, option_given(c->trace) ? &tr->trace : NULL);
+    pipeline_set_trace(tr->pipe, option_given(c->trace) ? &tr->trace : NULL);
     bool shuffle = strcmp(c->data_order, "shuffled") == 0;
     loader_open(&tr->train_data, c->data, c->seq_len, tr->model.cfg.vocab_size, (uint64_t)c->seed, shuffle);
-    if (is_set(c->val_data)) {
+    if (option_given(c->val_data)) {
         loader_open(&tr->val_data, c->val_data, c->seq_len, tr->model.cfg.vocab_size, 0, false);
         tr->has_val = true;
     }
@@ -601,20 +571,22 @@ static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     if (c->noise_scale) dp_measure_micro_norms(tr->dp);
     noise_scale_init(&tr->noise, c->noise_ema);
 
-    if (is_set(c->ckpt_dir)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s", c->ckpt_dir);
-    else if (is_set(c->out)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s/ckpt", c->out);
-    if (is_set(c->resume)) train_resume(tr);
+    if (option_given(c->ckpt_dir)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s", c->ckpt_dir);
+    else if (option_given(c->out)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s/ckpt", c->out);
+    if (option_given(c->resume)) train_resume(tr);
     if (strcmp(c->precision, "bf16") == 0) gpt_enable_bf16(&tr->model, bf16_path); /* after the masters are final */
+    tr->metrics = (Metrics){NULL, c->seq_len, comm_size(world), tr->grid->pp, tr->dp_size, c->balance, c->noise_scale,
+                            c->baseline_tokens_per_s};
     if (tr->rank == 0) {
         if (tr->ckpt_dir[0]) bs_mkdir_p(tr->ckpt_dir);
-        if (is_set(c->out)) bs_mkdir_p(c->out);
-        if (is_set(c->metrics)) tr->metrics = open_metrics(c->metrics, tr->step);
+        if (option_given(c->out)) bs_mkdir_p(c->out);
+        if (option_given(c->metrics)) tr->metrics.file = metrics_open(c->metrics, tr->step);
     }
     progress_init(&tr->progress, stdout, c->log_every);
 }
 
 static void teardown(Trainer *tr) {
-    if (tr->metrics) fclose(tr->metrics);
+    metrics_close(&tr->metrics);
     loader_close(&tr->train_data);
     if (tr->has_val) loader_close(&tr->val_data);
     pipeline_free(tr->pipe);
@@ -627,8 +599,7 @@ static void teardown(Trainer *tr) {
     optimizer_free(&tr->opt);
     grid_free(tr->grid);
     if (tr->tok) tokenizer_free(tr->tok);
-    free(tr->rank_times);
-    free(tr->rank_times_sorted);
+    step_stats_free(&tr->stats);
     balance_free(&tr->balance);
     guard_free(&tr->guard);
     train_save_free(tr);
@@ -636,133 +607,19 @@ static void teardown(Trainer *tr) {
 
 /* ---- reporting ---- */
 
-static void print_compression(const Trainer *tr) {
-    const TrainConfig *c = &tr->cfg;
-    if (strcmp(c->grad_compression, "none") != 0 || c->zero_quant_grads)
-        printf("compression: gradients %s (%s scheme, blocks of %d), %s\n", c->zero_quant_grads ? "int8 (qgZ)" :
-               c->grad_compression, c->zero_quant_grads ? "hierarchical all-to-all" : is_set(c->compression_scheme) ?
-               c->compression_scheme : "default", c->compression_block, c->zero_quant_grads ? "no error feedback "
-               "(as ZeRO++)" : c->no_error_feedback ? "NO error feedback" : "error feedback");
-    if (c->zero_quant_weights || c->zero_hpz)
-        printf("compression: ZeRO++%s%s\n", c->zero_quant_weights ? " qwZ (int8 parameter gathers)" : "",
-               c->zero_hpz ? " hpZ (backward gathers inside the node)" : "");
-    if (tr->onebit.on)
-        printf("compression: 1-bit Adam, full precision for %d steps, then 1-bit momentum with error feedback\n",
-               c->freeze_step);
-}
-
-static void print_header(Trainer *tr) {
-    const TrainConfig *c = &tr->cfg;
-    const GPTConfig *mc = &tr->model.cfg;
-    const Grid *g = tr->grid;
-    char mine[160];
-    snprintf(mine, sizeof mine, "  rank %d: dp %d, pp %d, tp %d: layers [%d, %d), %zu parameters here", tr->rank,
-             g->dp_index, g->pp_index, g->tp_index, gpt_first_layer(mc), gpt_first_layer(mc) + gpt_stage_layers(mc),
-             tr->model.num_params);
-    char *all = (g->tp > 1 || g->pp > 1) ? comm_gather_text(tr->world, mine, "\n", 0) : NULL;
-    if (tr->rank != 0 || c->quiet) {
-        free(all);
-        return;
-    }
-    if (all) {
-        printf("layout: tp %d x pp %d x dp %d = %d processes, %s pipeline schedule\n%s\n", g->tp, g->pp, g->dp,
-               g->tp * g->pp * g->dp, c->pp_schedule, all);
-        free(all);
-    }
-    printf("model: L=%d H=%d C=%d T=%d V=%d (padded %d), %.2fM parameters, %.1f MFLOP/token\n", mc->num_layers,
-           mc->num_heads, mc->channels, mc->max_seq_len, mc->vocab_size, mc->padded_vocab_size,
-           gpt_num_trained_params(mc) / 1e6, gpt_flops_per_token(mc, c->seq_len) / 1e6);
-    printf("batch: global %d sequences = micro %d x accumulation %d x dp %d (%d tokens/step); %d threads/process\n",
-           c->global_batch, c->micro_batch, c->global_batch / (c->micro_batch * tr->dp_size), tr->dp_size,
-           c->global_batch * c->seq_len, omp_get_max_threads());
-    if (strcmp(c->batch_schedule, "constant") != 0 || strcmp(c->lr_scaling, "none") != 0)
-        printf("schedule: batch %s, lr scaling %s (base batch %ld), %ld steps, %.3g tokens\n", c->batch_schedule,
-               c->lr_scaling, tr->base_batch, tr->total_steps, (double)tr->total_tokens);
-    printf("optimizer: %s\n", c->optimizer);
-    if (tr->model.bf16)
-        printf("precision: bf16 matmuls on %s (this CPU %s bf16 arithmetic), fp32 masters and accumulation\n",
-               matmul_bf16_path_name(matmul_bf16_path(tr->model.bf16_matmul)),
-               matmul_bf16_cpu_has_bf16() ? "has" : "lacks");
-    if (tr->dp_size > 1 || c->zero > 0) {
-        DPMemory mem = dp_memory(tr->dp);
-        double P = (double)tr->model.num_params * 4, N = tr->dp_size;
-        double formula[4] = {16 * P, 8 * P + 8 * P / N, 4 * P + 12 * P / N, 16 * P / N};
-        double opt_bytes = (double)tr->update_count * 4 * optimizer_state_arrays(tr->opt.cfg.kind);
-        printf("data parallel: %d ranks, ZeRO stage %d, %s collectives, buckets of %.1f MB%s\n", tr->dp_size, c->zero,
-               c->comm_algo, c->bucket_mb, c->no_overlap ? " (no overlap)" : "");
-        print_compression(tr);
-        printf("per-rank state: params %.1f MB, grads %.1f MB, optimizer %.1f MB = %.1f MB (ZeRO formula %.1f MB) "
-               "+ buffers %.1f MB\n", mem.param_bytes / 1e6, mem.grad_bytes / 1e6, opt_bytes / 1e6,
-               (mem.param_bytes + mem.grad_bytes + opt_bytes) / 1e6, formula[c->zero] / 1e6, mem.buffer_bytes / 1e6);
-    }
-    printf("data: %s (%zu tokens, %zu sequences, %s)\n", c->data, tr->train_data.num_tokens,
-           tr->train_data.num_windows, c->data_order);
-}
-
-/* JSON has no NaN or infinity: such values are written as null. */
-static json_t *number(double x) { return isfinite(x) ? json_real(x) : json_null(); }
-
-static void write_metrics(Trainer *tr, const StepResult *r, double tokens_per_s, double val_loss) {
-    if (!tr->metrics) return;
-    json_t *j = json_object();
-    json_object_set_new(j, "step", json_integer(tr->step));
-    json_object_set_new(j, "loss", number(r->loss));
-    json_object_set_new(j, "lr", number(r->lr));
-    json_object_set_new(j, "grad_norm", number(r->grad_norm));
-    json_object_set_new(j, "tokens", json_integer((json_int_t)(tr->seqs_consumed * (uint64_t)tr->cfg.seq_len)));
-    json_object_set_new(j, "ms", number(r->seconds * 1e3));
-    json_object_set_new(j, "tokens_per_s", number(tokens_per_s));
-    json_object_set_new(j, "compute_ms", number((r->seconds - r->comm_exposed) * 1e3));
-    json_object_set_new(j, "comm_exposed_ms", number(r->comm_exposed * 1e3));
-    json_object_set_new(j, "comm_busy_ms", number(r->comm_busy * 1e3));
-    json_object_set_new(j, "comm_bytes", json_integer((json_int_t)r->comm_bytes));
-    json_object_set_new(j, "comm_bytes_fp32", json_integer((json_int_t)r->comm_bytes_fp32));
-    if (r->comm_bytes > 0)
-        json_object_set_new(j, "compression_ratio", number((double)r->comm_bytes_fp32 / (double)r->comm_bytes));
-    json_object_set_new(j, "step_ms_max", number(r->slowest * 1e3));
-    json_object_set_new(j, "step_ms_min", number(r->fastest * 1e3));
-    json_object_set_new(j, "ranks", json_integer(comm_size(tr->world)));
-    if (tr->grid->pp > 1) {
-        json_object_set_new(j, "bubble", number(r->bubble));
-        json_object_set_new(j, "bubble_theory", number((double)(tr->grid->pp - 1) / r->accum_steps));
-        json_object_set_new(j, "pipe_busy_ms", number(r->pipe_busy * 1e3));
-        json_object_set_new(j, "pipe_idle_ms", number(r->pipe_idle * 1e3));
-    }
-    json_object_set_new(j, "max_live_microbatches", json_integer(r->max_live));
-    json_object_set_new(j, "batch", json_integer(r->batch));
-    json_object_set_new(j, "accumulation", json_integer(r->accum_steps));
-    if (tr->cfg.balance) {
-        json_t *split = json_array();
-        for (int d = 0; d < tr->dp_size; d++) json_array_append_new(split, json_integer(tr->balance.split[d]));
-        json_object_set_new(j, "micro_batches_per_replica", split);
-    }
-    if (r->skipped) json_object_set_new(j, "skipped", json_string(r->skip_reason));
-    json_object_set_new(j, "skips", json_integer(tr->guard.skips));
-    if (tr->last_ckpt_stall > 0) json_object_set_new(j, "ckpt_stall_ms", number(tr->last_ckpt_stall * 1e3));
-    json_object_set_new(j, "compute_ms_median", number(r->median_compute * 1e3));
-    if (r->straggler >= 0) json_object_set_new(j, "straggler", json_integer(r->straggler));
-    if (tr->cfg.noise_scale && !isnan(r->noise_scale)) {
-        json_object_set_new(j, "noise_scale", number(r->noise_scale));
-        json_object_set_new(j, "noise_scale_tokens", number(r->noise_scale * tr->cfg.seq_len));
-    }
+/* The step's metrics line (rank 0, with --metrics). */
+static void write_step_metrics(Trainer *tr, const StepResult *r, double val_loss) {
+    if (!tr->metrics.file) return;
     DPMemory mem = dp_memory(tr->dp);
     size_t opt_bytes = tr->update_count * sizeof(float) * (size_t)optimizer_state_arrays(tr->opt.cfg.kind);
-    json_object_set_new(j, "state_bytes", json_integer((json_int_t)(mem.param_bytes + mem.grad_bytes + opt_bytes)));
-    json_object_set_new(j, "buffer_bytes", json_integer((json_int_t)mem.buffer_bytes));
-    json_object_set_new(j, "peak_rss_bytes", json_integer((json_int_t)r->peak_rss));
-    if (tr->cfg.baseline_tokens_per_s > 0)
-        json_object_set_new(j, "scaling_efficiency",
-                            number(tokens_per_s / (tr->dp_size * tr->cfg.baseline_tokens_per_s)));
-    if (!isnan(val_loss)) json_object_set_new(j, "val_loss", number(val_loss));
-    char *line = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
-    fprintf(tr->metrics, "%s\n", line);
-    fflush(tr->metrics);
-    free(line);
-    json_decref(j);
+    MetricsStep s = {tr->step, tr->seqs_consumed * (uint64_t)tr->cfg.seq_len, tr->guard.skips, val_loss,
+                     tr->last_ckpt_stall, tr->balance.split, mem.param_bytes + mem.grad_bytes + opt_bytes,
+                     mem.buffer_bytes};
+    metrics_write(&tr->metrics, r, &s);
 }
 
 static void write_trace(Trainer *tr, double origin) {
-    if (!is_set(tr->cfg.trace)) return;
+    if (!option_given(tr->cfg.trace)) return;
     char *mine = trace_events_json(&tr->trace, tr->rank, origin);
     char *all = comm_gather_text(tr->dpc, mine, ",\n", 0);
     free(mine);
@@ -776,99 +633,67 @@ static void write_trace(Trainer *tr, double origin) {
 
 /* ---- the job ---- */
 
+static bool run_done(const Trainer *tr) {
+    return tr->step >= tr->total_steps || tr->seqs_consumed * (uint64_t)tr->cfg.seq_len >= tr->total_tokens;
+}
+
+/* The steps the progress line shows: planned, or (adaptive) estimated from the tokens still to go. */
+static long shown_total(const Trainer *tr) {
+    if (!tr->adaptive) return tr->total_steps;
+    return (long)ceil(tr->step * (double)tr->total_tokens / ((double)tr->seqs_consumed * tr->cfg.seq_len));
+}
+
+/* Between two steps: evaluation, metrics, checkpoint, the guard's patience,
+ * the progress line, sampling. Returns false once the target validation loss
+ * is reached. */
+static bool after_step(Trainer *tr, Report *rp, const StepResult *r, long start_step) {
+    const TrainConfig *c = &tr->cfg;
+    report_events(rp, r, tr->step);
+    const bool last = run_done(tr);
+    const bool evaluated = tr->has_val && c->eval_every > 0 && (tr->step % c->eval_every == 0 || last);
+    const double val_loss = evaluated ? evaluate(tr) : NAN;
+    /* the step's metrics line before its checkpoint: a run killed between the two resumes from the checkpoint
+     * before, never past a line that was not written; so a checkpoint's stall is reported on the next step's line */
+    write_step_metrics(tr, r, val_loss);
+    tr->last_ckpt_stall = 0;
+    train_save_poll(tr);
+    if (tr->ckpt_dir[0] && c->ckpt_every > 0 && tr->step % c->ckpt_every == 0 && !last) {
+        tr->last_ckpt_stall = train_save(tr);
+        report_checkpoint(rp, tr->step, tr->last_ckpt_stall, c->async_ckpt);
+    }
+    guard_stop_if_stuck(&tr->guard, tr->step, r->skip_reason);
+    bool timed = tr->step > start_step + 1 || tr->total_steps - start_step == 1;
+    report_step(rp, r, &(ReportStep){tr->step, shown_total(tr), timed, evaluated, val_loss});
+    if (c->target_val_loss > 0 && !isnan(val_loss) && val_loss <= c->target_val_loss) {
+        report_target_reached(rp, c->target_val_loss, tr->step, (double)tr->seqs_consumed * c->seq_len);
+        return false;
+    }
+    if (c->sample_every > 0 && tr->step % c->sample_every == 0 && !last) print_sample(tr);
+    return true;
+}
+
 int train_run(const TrainConfig *cfg, Comm *world) {
     Trainer *tr = bs_calloc(1, sizeof *tr);
     setup(tr, cfg, world);
     const TrainConfig *c = &tr->cfg;
-    const bool talk = tr->rank == 0 && !c->quiet;
-    double flops_per_token = gpt_flops_per_token(&tr->model.cfg, c->seq_len);
-    print_header(tr);
+    banner_print(tr);
     double origin = bs_now();
-    double first_val = NAN, last_val = NAN;
-    if (tr->step == 0 && tr->has_val && c->eval_every > 0) {
-        first_val = evaluate(tr);
-        if (talk) progress_line(&tr->progress, "step 0: val loss %.4f", first_val);
-    }
-    double time_sum = 0, exposed_sum = 0, tokens_timed = 0;
-    long timed_steps = 0, start_step = tr->step;
-    while (tr->step < tr->total_steps && tr->seqs_consumed * (uint64_t)c->seq_len < tr->total_tokens) {
+    Report rp;
+    report_init(&rp, &tr->progress, tr->rank == 0 && !c->quiet, c, tr->dp_size,
+                gpt_flops_per_token(&tr->model.cfg, c->seq_len));
+    if (tr->step == 0 && tr->has_val && c->eval_every > 0) report_first_val(&rp, evaluate(tr));
+    const long start_step = tr->step;
+    while (!run_done(tr)) {
         fault_maybe_stop(&tr->fault, tr->rank, tr->step + 1);
         StepResult r = train_step(tr);
-        if (r.skipped && talk)
-            progress_line(&tr->progress, "step %ld skipped (no update): %s", tr->step, r.skip_reason);
-        if (r.straggler >= 0 && talk && r.straggler != tr->last_straggler)
-            progress_line(&tr->progress, "rank %d is a straggler: %.1f ms of compute against a median of %.1f ms%s",
-                          r.straggler, tr->rank_times[r.straggler] * 1e3, r.median_compute * 1e3,
-                          c->balance ? " (rebalancing micro-batches)" : " (--balance shifts work away from it)");
-        tr->last_straggler = r.straggler;
-        if (tr->step > start_step + 1 || tr->total_steps - start_step == 1) {
-            tokens_timed += (double)r.batch * c->seq_len;
-            time_sum += r.slowest;
-            exposed_sum += r.comm_exposed;
-            timed_steps++;
-        }
-        double avg = timed_steps ? time_sum / timed_steps : r.seconds;
-        double tokens_per_s = (double)r.batch * c->seq_len / r.slowest;
-        double val_loss = NAN;
-        bool last = tr->step == tr->total_steps || tr->seqs_consumed * (uint64_t)c->seq_len >= tr->total_tokens;
-        if (tr->has_val && c->eval_every > 0 && (tr->step % c->eval_every == 0 || last)) {
-            val_loss = evaluate(tr);
-            last_val = val_loss;
-        }
-        /* the step's metrics line before its checkpoint: a run killed between the two resumes from the
-         * checkpoint before, never past a line that was not written; so a checkpoint's stall is reported on the
-         * next step's line */
-        if (tr->rank == 0) write_metrics(tr, &r, tokens_per_s, val_loss);
-        tr->last_ckpt_stall = 0;
-        train_save_poll(tr);
-        if (tr->ckpt_dir[0] && c->ckpt_every > 0 && tr->step % c->ckpt_every == 0 && !last) {
-            double stall = train_save(tr);
-            if (talk) progress_line(&tr->progress, "checkpoint at step %ld: training stalled %.1f ms%s", tr->step,
-                                    stall * 1e3, c->async_ckpt ? " (copy; written in the background)" : "");
-            tr->last_ckpt_stall = stall;
-        }
-        guard_stop_if_stuck(&tr->guard, tr->step, r.skip_reason);
-        if (talk) {
-            char extra[160] = "";
-            int n = 0;
-            if (tr->dp_size > 1)
-                n += snprintf(extra, sizeof extra, "comm %.0f%% exposed", 100 * r.comm_exposed / r.seconds);
-            if (tr->dp_size > 1 && r.comm_bytes < r.comm_bytes_fp32)
-                n += snprintf(extra + n, sizeof extra - (size_t)n, ", %.1f MB sent = %.1f%% of fp32",
-                              (double)r.comm_bytes / 1e6, 100.0 * (double)r.comm_bytes / (double)r.comm_bytes_fp32);
-            if (c->noise_scale && !isnan(r.noise_scale))
-                n += snprintf(extra + n, sizeof extra - (size_t)n, "%sB_noise %.0f seq, batch %ld", n ? " | " : "",
-                              r.noise_scale, r.batch);
-            if (!isnan(val_loss)) snprintf(extra + n, sizeof extra - (size_t)n, "%sval %.4f", n ? " | " : "", val_loss);
-            long shown_total = tr->total_steps; /* adaptive: estimated from the tokens still to go */
-            if (tr->adaptive)
-                shown_total = (long)ceil(tr->step * (double)tr->total_tokens / ((double)tr->seqs_consumed * c->seq_len));
-            progress_step(&tr->progress, tr->step, shown_total, r.loss, r.lr, tokens_per_s, r.slowest * 1e3,
-                          avg * (double)(shown_total - tr->step), extra);
-        }
-        if (c->target_val_loss > 0 && !isnan(val_loss) && val_loss <= c->target_val_loss) {
-            if (talk) progress_line(&tr->progress, "target validation loss %.4f reached at step %ld (%.4g tokens)",
-                                    c->target_val_loss, tr->step, (double)tr->seqs_consumed * c->seq_len);
-            break;
-        }
-        if (c->sample_every > 0 && tr->step % c->sample_every == 0 && !last) print_sample(tr);
+        if (!after_step(tr, &rp, &r, start_step)) break;
     }
-    if (talk) progress_finish(&tr->progress);
+    report_end_steps(&rp);
     if (tr->ckpt_dir[0] && (tr->step > start_step || tr->resharded)) train_save(tr); /* resharding is a plain run */
     train_save_finish(tr);
     export_models(tr);
     write_trace(tr, origin);
-    if (talk && timed_steps > 0) {
-        double tps = tokens_timed / time_sum;
-        printf("done: %.0f tokens/s, %.1f GFLOP/s (%.1f ms/step)", tps, tps * flops_per_token / 1e9,
-               1e3 * time_sum / timed_steps);
-        if (tr->dp_size > 1) printf(", communication exposed %.1f%% of step time", 100 * exposed_sum / time_sum);
-        if (c->baseline_tokens_per_s > 0)
-            printf(", scaling efficiency %.1f%% vs %.0f tokens/s on one process",
-                   100 * tps / (tr->dp_size * c->baseline_tokens_per_s), c->baseline_tokens_per_s);
-        printf("\n");
-    }
-    if (talk && !isnan(first_val) && !isnan(last_val)) printf("val loss: %.4f -> %.4f\n", first_val, last_val);
+    report_summary(&rp);
     if (c->sample_tokens > 0) print_sample(tr);
     teardown(tr);
     free(tr);

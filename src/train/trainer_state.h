@@ -29,8 +29,14 @@
 #include "train/balance.h"
 #include "train/fault.h"
 #include "train/guard.h"
+#include "train/metrics.h"
 #include "train/progress.h"
+#include "train/step_result.h"
+#include "train/step_stats.h"
 #include "train/trainer.h"
+
+/* A text option was given (not NULL or empty). */
+static inline bool option_given(const char *value) { return value && *value; }
 
 #define TRAIN_FEEDBACK_ARRAYS 4 /* error-feedback arrays a rank may keep (train/compression.h) */
 
@@ -95,41 +101,18 @@ typedef struct {
     long optimizer_step;
     Rng sample_rng;
     LrSchedule lr;
-    FILE *metrics;
+    Metrics metrics; /* rank 0, --metrics */
     Progress progress;
     Trace trace;
     char ckpt_dir[4096];
     FaultPlan fault; /* --inject-fault */
     Guard guard;     /* skips a step's update on a non-finite value or a loss spike */
-    /* stragglers and --balance */
-    double *rank_times, *rank_times_sorted; /* this step's compute seconds per world rank */
+    StepStatsExchange stats; /* the step's statistics across ranks, one collective */
     Balance balance;     /* --balance: micro-batches per replica by measured speed */
-    int last_straggler;
     AsyncCkpt async;
     double last_ckpt_stall; /* seconds, for the metrics of the step after the one that wrote a checkpoint */
     bool resharded;         /* resumed from a checkpoint written under another layout */
     OnebitState onebit;
 } Trainer;
-
-typedef struct {
-    bool skipped;           /* the guard kept the update from happening */
-    char skip_reason[192];
-    double median_compute;  /* median over ranks of compute seconds */
-    int straggler;          /* the slowest rank beyond the threshold, or -1 */
-    int my_micro;           /* micro-batches this replica ran */
-    long batch;      /* global batch of this step, sequences */
-    int accum_steps; /* micro-steps per rank */
-    double loss, grad_norm, lr;
-    double noise_scale; /* B_simple in sequences, NaN until resolved */
-    double seconds, slowest, fastest; /* this rank's step; max and min over ranks */
-    double peak_rss;                  /* largest peak resident memory over ranks, bytes */
-    double ckpt_stall;                /* seconds training stopped for a checkpoint this step */
-    double pipe_busy, pipe_idle;      /* this rank's pipeline compute and wait time */
-    double bubble;                    /* largest idle share of a step over ranks */
-    int max_live;                     /* activation sets alive at once on this rank */
-    double comm_exposed, comm_busy;   /* this rank's blocked time; operations' total time */
-    uint64_t comm_bytes;
-    uint64_t comm_bytes_fp32;         /* what the same operations would send uncompressed */
-} StepResult;
 
 #endif

@@ -1,0 +1,100 @@
+/* metrics.c: the metrics file (see metrics.h). */
+#include "train/metrics.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/io.h"
+
+FILE *metrics_open(const char *path, long step) {
+    if (step == 0 || !bs_path_exists(path)) return bs_fopen(path, "wb");
+    size_t len;
+    char *text = bs_read_file(path, &len);
+    FILE *f = bs_fopen(path, "wb");
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        json_t *j = json_loads(line, 0, NULL);
+        json_t *s = j ? json_object_get(j, "step") : NULL;
+        if (json_is_integer(s) && json_integer_value(s) <= step) fprintf(f, "%s\n", line);
+        json_decref(j);
+    }
+    free(text);
+    fflush(f);
+    return f;
+}
+
+void metrics_close(Metrics *m) {
+    if (m->file) fclose(m->file);
+    m->file = NULL;
+}
+
+static json_t *number(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
+static void set(json_t *j, const char *key, json_t *value) { json_object_set_new(j, key, value); }
+
+/* Time, throughput and communication. */
+static void set_timing(json_t *j, const Metrics *m, const StepResult *r, double tokens_per_s) {
+    set(j, "ms", number(r->seconds * 1e3));
+    set(j, "tokens_per_s", number(tokens_per_s));
+    set(j, "compute_ms", number((r->seconds - r->comm_exposed) * 1e3));
+    set(j, "comm_exposed_ms", number(r->comm_exposed * 1e3));
+    set(j, "comm_busy_ms", number(r->comm_busy * 1e3));
+    set(j, "comm_bytes", json_integer((json_int_t)r->comm_bytes));
+    set(j, "comm_bytes_fp32", json_integer((json_int_t)r->comm_bytes_fp32));
+    if (r->comm_bytes > 0) set(j, "compression_ratio", number((double)r->comm_bytes_fp32 / (double)r->comm_bytes));
+    set(j, "step_ms_max", number(r->slowest * 1e3));
+    set(j, "step_ms_min", number(r->fastest * 1e3));
+    set(j, "ranks", json_integer(m->ranks));
+    if (m->pp > 1) {
+        set(j, "bubble", number(r->bubble));
+        set(j, "bubble_theory", number((double)(m->pp - 1) / r->accum_steps));
+        set(j, "pipe_busy_ms", number(r->pipe_busy * 1e3));
+        set(j, "pipe_idle_ms", number(r->pipe_idle * 1e3));
+    }
+}
+
+/* The batch, the guard, stragglers and the noise scale. */
+static void set_policy(json_t *j, const Metrics *m, const StepResult *r, const MetricsStep *s) {
+    set(j, "max_live_microbatches", json_integer(r->max_live));
+    set(j, "batch", json_integer(r->batch));
+    set(j, "accumulation", json_integer(r->accum_steps));
+    if (m->balance) {
+        json_t *split = json_array();
+        for (int d = 0; d < m->replicas; d++) json_array_append_new(split, json_integer(s->split[d]));
+        set(j, "micro_batches_per_replica", split);
+    }
+    if (r->skipped) set(j, "skipped", json_string(r->skip_reason));
+    set(j, "skips", json_integer(s->skips));
+    if (s->ckpt_stall > 0) set(j, "ckpt_stall_ms", number(s->ckpt_stall * 1e3));
+    set(j, "compute_ms_median", number(r->median_compute * 1e3));
+    if (r->straggler >= 0) set(j, "straggler", json_integer(r->straggler));
+    if (m->noise_scale && !isnan(r->noise_scale)) {
+        set(j, "noise_scale", number(r->noise_scale));
+        set(j, "noise_scale_tokens", number(r->noise_scale * m->seq_len));
+    }
+}
+
+void metrics_write(const Metrics *m, const StepResult *r, const MetricsStep *s) {
+    if (!m->file) return;
+    const double tokens_per_s = step_tokens_per_s(r, m->seq_len);
+    json_t *j = json_object();
+    set(j, "step", json_integer(s->step));
+    set(j, "loss", number(r->loss));
+    set(j, "lr", number(r->lr));
+    set(j, "grad_norm", number(r->grad_norm));
+    set(j, "tokens", json_integer((json_int_t)s->tokens));
+    set_timing(j, m, r, tokens_per_s);
+    set_policy(j, m, r, s);
+    set(j, "state_bytes", json_integer((json_int_t)s->state_bytes));
+    set(j, "buffer_bytes", json_integer((json_int_t)s->buffer_bytes));
+    set(j, "peak_rss_bytes", json_integer((json_int_t)r->peak_rss));
+    if (m->baseline_tokens_per_s > 0)
+        set(j, "scaling_efficiency", number(tokens_per_s / (m->replicas * m->baseline_tokens_per_s)));
+    if (!isnan(s->val_loss)) set(j, "val_loss", number(s->val_loss));
+    char *line = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    fprintf(m->file, "%s\n", line);
+    fflush(m->file);
+    free(line);
+    json_decref(j);
+}

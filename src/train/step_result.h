@@ -1,0 +1,34 @@
+/* step_result.h: what one optimizer step did, as the trainer returns it to
+ * the loop that reports it (train/report.h) and writes it (train/metrics.h). */
+#ifndef BS_TRAIN_STEP_RESULT_H
+#define BS_TRAIN_STEP_RESULT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+    bool skipped;           /* the guard kept the update from happening */
+    char skip_reason[192];
+    double median_compute;  /* median over ranks of compute seconds */
+    int straggler;          /* the slowest rank beyond the threshold, or -1 */
+    double straggler_compute; /* its compute seconds */
+    long batch;      /* global batch of this step, sequences */
+    int accum_steps; /* micro-steps per rank */
+    double loss, grad_norm, lr;
+    double noise_scale; /* B_simple in sequences, NaN until resolved */
+    double seconds, slowest, fastest; /* this rank's step; max and min over ranks (train/step_stats.h) */
+    double peak_rss;                  /* largest peak resident memory over ranks, bytes */
+    double pipe_busy, pipe_idle;      /* this rank's pipeline compute and wait time */
+    double bubble;                    /* largest idle share of a step over ranks */
+    int max_live;                     /* activation sets alive at once on this rank */
+    double comm_exposed, comm_busy;   /* this rank's blocked time; operations' total time */
+    uint64_t comm_bytes;
+    uint64_t comm_bytes_fp32;         /* what the same operations would send uncompressed */
+} StepResult;
+
+/* Tokens per second of the step, timed by its slowest rank. */
+static inline double step_tokens_per_s(const StepResult *r, int seq_len) {
+    return (double)r->batch * seq_len / r->slowest;
+}
+
+#endif
