@@ -520,6 +520,22 @@ static void setup_batch_schedule(Trainer *tr) {
     }
 }
 
+/* A NaN's target must exist: the rank, and a layer on that rank's pipeline stage. */
+static void target_nan_fault(Trainer *tr) {
+    const Grid *g = tr->grid;
+    FaultLayout layout = {comm_size(tr->world), tr->model.cfg.num_layers, g->tp, g->pp, g->stage_first,
+                          g->stage_layers};
+    fault_target_nan(&tr->fault, &layout);
+}
+
+/* The step's statistics across ranks, --balance, the guard. */
+static void setup_policies(Trainer *tr) {
+    const TrainConfig *c = &tr->cfg;
+    step_stats_init(&tr->stats, tr->world, c->straggler_threshold);
+    balance_init(&tr->balance, c->balance, tr->dp_size, tr->dp_index, tr->grid->tp * tr->grid->pp, c->micro_batch);
+    guard_init(&tr->guard, c->skip_spikes, c->spike_window, c->max_skips);
+}
+
 static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = *cfg;
@@ -535,11 +551,7 @@ static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     MatmulBF16Path bf16_path = bf16_matmul_path(c->bf16_matmul, strcmp(c->precision, "bf16") == 0);
     fault_parse(&tr->fault, c->inject_fault);
     setup_model(tr); /* builds the grid: the data-parallel size is known from here on */
-    if (tr->fault.kind == FAULT_NAN || tr->fault.kind == FAULT_NANS) {
-        const Grid *g = tr->grid;
-        FaultLayout layout = {comm_size(world), tr->model.cfg.num_layers, g->tp, g->pp, g->stage_first, g->stage_layers};
-        fault_target_nan(&tr->fault, &layout);
-    }
+    if (tr->fault.kind == FAULT_NAN || tr->fault.kind == FAULT_NANS) target_nan_fault(tr);
     int per_step = c->micro_batch * tr->dp_size;
     if (c->global_batch == 0) c->global_batch = per_step;
     if (c->global_batch % per_step != 0)
@@ -551,9 +563,7 @@ static void setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
         bs_die("--balance needs --zero 0 or 1: ZeRO 2 and 3 reduce every micro-step, so every replica must run the "
                "same number");
     if (c->balance && tr->adaptive) bs_die("--balance and --batch-schedule adaptive cannot be combined yet");
-    step_stats_init(&tr->stats, tr->world, c->straggler_threshold);
-    balance_init(&tr->balance, c->balance, tr->dp_size, tr->dp_index, tr->grid->tp * tr->grid->pp, c->micro_batch);
-    guard_init(&tr->guard, c->skip_spikes, c->spike_window, c->max_skips);
+    setup_policies(tr);
     trace_init(&tr->trace, option_given(c->trace));
     comm_set_trace(tr->dpc, option_given(c->trace) ? &tr->trace : NULL);
     pipeline_set_trace(tr->pipe, option_given(c->trace) ? &tr->trace : NULL);
@@ -605,7 +615,7 @@ static void teardown(Trainer *tr) {
     train_save_free(tr);
 }
 
-/* ---- reporting ---- */
+/* ---- metrics and trace ---- */
 
 /* The step's metrics line (rank 0, with --metrics). */
 static void write_step_metrics(Trainer *tr, const StepResult *r, double val_loss) {

@@ -1,5 +1,8 @@
 /* trainer_state.h: the trainer's state, shared by the files of train/ that
- * run the job (trainer.c) and save or restore it (train_ckpt.c). */
+ * run the job (trainer.c), save or restore it (train_ckpt.c), compress its
+ * communication (compression.c) and describe it (banner.c). The policy
+ * pieces (guard, balance, fault, step statistics, metrics) keep their state
+ * in small structs of their own and never see this one. */
 #ifndef BS_TRAIN_TRAINER_STATE_H
 #define BS_TRAIN_TRAINER_STATE_H
 
