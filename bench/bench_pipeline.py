@@ -95,6 +95,9 @@ def run(bs, shard, pp, name, tmp):
     if p.returncode != 0:
         raise SystemExit(f"bench_pipeline: PP {pp} {name} failed (exit {p.returncode}):\n{p.stderr}")
     rows = [json.loads(line) for line in open(metrics)][1:]
+    missing = [k for k in ("bubble", "bubble_theory", "max_live_microbatches") if k not in rows[0]]
+    if missing:
+        raise SystemExit(f"bench_pipeline: PP {pp} {name}: the metrics ({metrics}) have no {', '.join(missing)}")
 
     def median(key):
         return statistics.median(r[key] for r in rows)
@@ -145,6 +148,8 @@ def print_checks(results):
 
 def main():
     bs, out_json = sys.argv[1], sys.argv[2]
+    if STEPS < 2:
+        raise SystemExit(f"bench_pipeline: BS_BENCH_STEPS={STEPS}: at least 2 (the first step is a warm-up)")
     machine = kernel_report.machine(bs)
     print(kernel_report.summary(machine))
     note = kernel_report.environment_note(machine)
