@@ -150,7 +150,7 @@ int bench_cpu(int argc, char **argv) {
     bool detected_only = false;
     const OptionSpec specs[] = {
         {"openblas-detected", OPT_FLAG, &detected_only, OPT_NO_RANGE, "",
-         "print only the core OpenBLAS detects when OPENBLAS_CORETYPE is unset"},
+         "print only the core OpenBLAS detects when OPENBLAS_CORETYPE is unset", NULL, NULL},
     };
     if (!options_parse(specs, 1, argc, argv,
                        "usage: batchscale bench cpu [options]\n\n"

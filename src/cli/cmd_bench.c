@@ -21,11 +21,11 @@
 static int bench_gemm(int argc, char **argv) {
     int m = 2048, n = 8192, k = 384, reps = 10, threads = 0;
     const OptionSpec specs[] = {
-        {"m", OPT_INT, &m, 1, 1 << 20, "N", "rows of the output"},
-        {"n", OPT_INT, &n, 1, 1 << 20, "N", "columns of the output"},
-        {"k", OPT_INT, &k, 1, 1 << 20, "N", "inner dimension"},
-        {"reps", OPT_INT, &reps, 1, 1e6, "N", "timed repetitions (median reported)"},
-        {"threads", OPT_INT, &threads, 0, 1024, "N", "BLAS threads (0: OMP_NUM_THREADS or all)"},
+        {"m", OPT_INT, &m, 1, 1 << 20, "N", "rows of the output", NULL, NULL},
+        {"n", OPT_INT, &n, 1, 1 << 20, "N", "columns of the output", NULL, NULL},
+        {"k", OPT_INT, &k, 1, 1 << 20, "N", "inner dimension", NULL, NULL},
+        {"reps", OPT_INT, &reps, 1, 1e6, "N", "timed repetitions (median reported)", NULL, NULL},
+        {"threads", OPT_INT, &threads, 0, 1024, "N", "BLAS threads (0: OMP_NUM_THREADS or all)", NULL, NULL},
     };
     if (!options_parse(specs, 5, argc, argv, "usage: batchscale bench gemm [options]\n\nTimes C = A B^T (sgemm)."))
         return 0;
@@ -98,11 +98,11 @@ static int bench_comm(int argc, char **argv) {
     int ranks_per_node = 0, reps = 9;
     const char *ops = "all-reduce,reduce-scatter,all-gather,broadcast";
     const OptionSpec specs[] = {
-        {"min-kib", OPT_DOUBLE, &min_kib, 0.001, 1e9, "KIB", "smallest message"},
-        {"max-mib", OPT_DOUBLE, &max_mib, 0.001, 1e6, "MIB", "largest message"},
-        {"reps", OPT_INT, &reps, 1, 64, "N", "timed repetitions per point (median)"},
-        {"ops", OPT_STRING, &ops, OPT_NO_RANGE, "LIST", "comma-separated collectives"},
-        {"ranks-per-node", OPT_INT, &ranks_per_node, 0, 1 << 20, "N", "emulate nodes of N ranks (0: detect)"},
+        {"min-kib", OPT_DOUBLE, &min_kib, 0.001, 1e9, "KIB", "smallest message", NULL, NULL},
+        {"max-mib", OPT_DOUBLE, &max_mib, 0.001, 1e6, "MIB", "largest message", NULL, NULL},
+        {"reps", OPT_INT, &reps, 1, 64, "N", "timed repetitions per point (median)", NULL, NULL},
+        {"ops", OPT_STRING, &ops, OPT_NO_RANGE, "LIST", "comma-separated collectives", NULL, NULL},
+        {"ranks-per-node", OPT_INT, &ranks_per_node, 0, 1 << 20, "N", "emulate nodes of N ranks (0: detect)", NULL, NULL},
     };
     if (!options_parse(specs, 5, argc, argv,
                        "usage: mpirun -np N batchscale bench comm [options]\n\n"

@@ -167,10 +167,10 @@ int cmd_calibrate(int argc, char **argv) {
     int threads = 1, ranks_per_node = 0;
     bool quick = false;
     const OptionSpec specs[] = {
-        {"calibrate", OPT_STRING, &path, OPT_NO_RANGE, "FILE", "where to write the calibration (JSON)"},
-        {"threads", OPT_INT, &threads, 1, 1024, "N", "threads per process (one process is one planner GPU)"},
-        {"ranks-per-node", OPT_INT, &ranks_per_node, 0, 4096, "N", "processes on this machine (0: cores / threads)"},
-        {"quick", OPT_FLAG, &quick, OPT_NO_RANGE, "", "short timings (tests), less accurate"},
+        {"calibrate", OPT_STRING, &path, OPT_NO_RANGE, "FILE", "where to write the calibration (JSON)", NULL, NULL},
+        {"threads", OPT_INT, &threads, 1, 1024, "N", "threads per process (one process is one planner GPU)", NULL, NULL},
+        {"ranks-per-node", OPT_INT, &ranks_per_node, 0, 4096, "N", "processes on this machine (0: cores / threads)", NULL, NULL},
+        {"quick", OPT_FLAG, &quick, OPT_NO_RANGE, "", "short timings (tests), less accurate", NULL, NULL},
     };
     if (!options_parse(specs, 4, argc, argv,
                        "usage: batchscale bench --calibrate FILE [options]\n\n"

@@ -117,15 +117,15 @@ int cmd_prepare(int argc, char **argv) {
     int threads = 0;
     bool force_progress = false, quiet = false;
     const OptionSpec specs[] = {
-        {"in", OPT_STRING, &in, OPT_NO_RANGE, "PATH", "text: a file, a directory of files, or a glob (one document per file)"},
-        {"out", OPT_STRING, &out, OPT_NO_RANGE, "DIR", "output directory for train_*.bin and val_*.bin"},
-        {"tokenizer", OPT_STRING, &name, OPT_NO_RANGE, "NAME", "byte, gpt2 (with --vocab-dir), or a tokenizer file"},
-        {"vocab-dir", OPT_STRING, &vocab_dir, OPT_NO_RANGE, "DIR", "GPT-2's encoder.json and vocab.bpe, for --tokenizer gpt2"},
-        {"val-fraction", OPT_DOUBLE, &val_fraction, 0, 0.5, "X", "share of each document (its end) kept for validation"},
-        {"shard-tokens", OPT_LONG, &shard_tokens, 1024, 2147483647.0, "N", "tokens per shard file"},
-        {"threads", OPT_INT, &threads, 0, 1024, "N", "encoding threads (0: OMP_NUM_THREADS or all cores)"},
-        {"progress", OPT_FLAG, &force_progress, OPT_NO_RANGE, "", "show progress even when stderr is not a terminal"},
-        {"quiet", OPT_FLAG, &quiet, OPT_NO_RANGE, "", "no progress and no summary"},
+        {"in", OPT_STRING, &in, OPT_NO_RANGE, "PATH", "text: a file, a directory of files, or a glob (one document per file)", NULL, NULL},
+        {"out", OPT_STRING, &out, OPT_NO_RANGE, "DIR", "output directory for train_*.bin and val_*.bin", NULL, NULL},
+        {"tokenizer", OPT_STRING, &name, OPT_NO_RANGE, "NAME", "byte, gpt2 (with --vocab-dir), or a tokenizer file", NULL, NULL},
+        {"vocab-dir", OPT_STRING, &vocab_dir, OPT_NO_RANGE, "DIR", "GPT-2's encoder.json and vocab.bpe, for --tokenizer gpt2", NULL, NULL},
+        {"val-fraction", OPT_DOUBLE, &val_fraction, 0, 0.5, "X", "share of each document (its end) kept for validation", NULL, NULL},
+        {"shard-tokens", OPT_LONG, &shard_tokens, 1024, 2147483647.0, "N", "tokens per shard file", NULL, NULL},
+        {"threads", OPT_INT, &threads, 0, 1024, "N", "encoding threads (0: OMP_NUM_THREADS or all cores)", NULL, NULL},
+        {"progress", OPT_FLAG, &force_progress, OPT_NO_RANGE, "", "show progress even when stderr is not a terminal", NULL, NULL},
+        {"quiet", OPT_FLAG, &quiet, OPT_NO_RANGE, "", "no progress and no summary", NULL, NULL},
     };
     if (!options_parse(specs, (int)(sizeof specs / sizeof specs[0]), argc, argv,
                        "usage: batchscale prepare --in PATH --out DIR [options]\n\n"

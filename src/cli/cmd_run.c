@@ -235,13 +235,13 @@ static int supervise(RunCommand *cmd, const RunOptions *o, const char *ckpt_dir,
 int cmd_run(int argc, char **argv) {
     RunOptions o = {3, 1, 2, false, 1.0, ""};
     const OptionSpec specs[] = {
-        {"max-restarts", OPT_INT, &o.max_restarts, 0, 1e6, "K", "restarts after failures before giving up"},
-        {"elastic", OPT_FLAG, &o.elastic, OPT_NO_RANGE, "", "continue on fewer processes when a rank cannot come back"},
-        {"min-ranks", OPT_INT, &o.min_ranks, 1, 1 << 20, "N", "--elastic: never fewer processes than this"},
+        {"max-restarts", OPT_INT, &o.max_restarts, 0, 1e6, "K", "restarts after failures before giving up", NULL, NULL},
+        {"elastic", OPT_FLAG, &o.elastic, OPT_NO_RANGE, "", "continue on fewer processes when a rank cannot come back", NULL, NULL},
+        {"min-ranks", OPT_INT, &o.min_ranks, 1, 1 << 20, "N", "--elastic: never fewer processes than this", NULL, NULL},
         {"shrink-after", OPT_INT, &o.shrink_after, 1, 1e6, "N",
-         "--elastic: failures in a row without a new checkpoint before shrinking"},
-        {"restart-delay", OPT_DOUBLE, &o.restart_delay, 0, 86400, "SECONDS", "wait before each restart"},
-        {"log", OPT_STRING, &o.log, OPT_NO_RANGE, "FILE", "append every event as a JSON line to FILE"},
+         "--elastic: failures in a row without a new checkpoint before shrinking", NULL, NULL},
+        {"restart-delay", OPT_DOUBLE, &o.restart_delay, 0, 86400, "SECONDS", "wait before each restart", NULL, NULL},
+        {"log", OPT_STRING, &o.log, OPT_NO_RANGE, "FILE", "append every event as a JSON line to FILE", NULL, NULL},
     };
     int split = 1;
     while (split < argc && strcmp(argv[split], "--") != 0) split++;

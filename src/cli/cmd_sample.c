@@ -21,15 +21,15 @@ int cmd_sample(int argc, char **argv) {
     double temperature = 0.8;
     long long seed = 42;
     const OptionSpec specs[] = {
-        {"ckpt", OPT_STRING, &ckpt, OPT_NO_RANGE, "DIR", "a checkpoint, or a checkpoint directory (its newest)"},
-        {"model", OPT_STRING, &model_file, OPT_NO_RANGE, "FILE", "an llm.c model file instead of a checkpoint"},
-        {"prompt", OPT_STRING, &prompt, OPT_NO_RANGE, "TEXT", "text to continue (default: start of a document)"},
-        {"tokenizer", OPT_STRING, &tokenizer, OPT_NO_RANGE, "NAME", "byte, gpt2 (with --vocab-dir) or a file (default: the checkpoint's, else byte)"},
-        {"vocab-dir", OPT_STRING, &vocab_dir, OPT_NO_RANGE, "DIR", "GPT-2's encoder.json and vocab.bpe, for --tokenizer gpt2"},
-        {"tokens", OPT_INT, &tokens, 1, 1e6, "N", "tokens to generate"},
-        {"temperature", OPT_DOUBLE, &temperature, 0, 100, "T", "sampling temperature (0: greedy)"},
-        {"top-k", OPT_INT, &top_k, 0, 1 << 30, "K", "sample among the K most likely tokens (0: all)"},
-        {"seed", OPT_LONG, &seed, 0, 9.2e18, "N", "sampling seed"},
+        {"ckpt", OPT_STRING, &ckpt, OPT_NO_RANGE, "DIR", "a checkpoint, or a checkpoint directory (its newest)", NULL, NULL},
+        {"model", OPT_STRING, &model_file, OPT_NO_RANGE, "FILE", "an llm.c model file instead of a checkpoint", NULL, NULL},
+        {"prompt", OPT_STRING, &prompt, OPT_NO_RANGE, "TEXT", "text to continue (default: start of a document)", NULL, NULL},
+        {"tokenizer", OPT_STRING, &tokenizer, OPT_NO_RANGE, "NAME", "byte, gpt2 (with --vocab-dir) or a file (default: the checkpoint's, else byte)", NULL, NULL},
+        {"vocab-dir", OPT_STRING, &vocab_dir, OPT_NO_RANGE, "DIR", "GPT-2's encoder.json and vocab.bpe, for --tokenizer gpt2", NULL, NULL},
+        {"tokens", OPT_INT, &tokens, 1, 1e6, "N", "tokens to generate", NULL, NULL},
+        {"temperature", OPT_DOUBLE, &temperature, 0, 100, "T", "sampling temperature (0: greedy)", NULL, NULL},
+        {"top-k", OPT_INT, &top_k, 0, 1 << 30, "K", "sample among the K most likely tokens (0: all)", NULL, NULL},
+        {"seed", OPT_LONG, &seed, 0, 9.2e18, "N", "sampling seed", NULL, NULL},
     };
     if (!options_parse(specs, (int)(sizeof specs / sizeof specs[0]), argc, argv,
                        "usage: batchscale sample (--ckpt DIR | --model FILE) [options]\n\nGenerates text."))

@@ -20,16 +20,16 @@
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define TOKENIZER_OPTIONS(name, dir)                                                                              \
-    {"tokenizer", OPT_STRING, &(name), OPT_NO_RANGE, "NAME", "byte, gpt2 (with --vocab-dir), or a tokenizer file"}, \
-    {"vocab-dir", OPT_STRING, &(dir), OPT_NO_RANGE, "DIR", "GPT-2's encoder.json and vocab.bpe, for --tokenizer gpt2"}
+    {"tokenizer", OPT_STRING, &(name), OPT_NO_RANGE, "NAME", "byte, gpt2 (with --vocab-dir), or a tokenizer file", NULL, NULL}, \
+    {"vocab-dir", OPT_STRING, &(dir), OPT_NO_RANGE, "DIR", "GPT-2's encoder.json and vocab.bpe, for --tokenizer gpt2", NULL, NULL}
 
 static int tokenizer_train(int argc, char **argv) {
     const char *in = "", *out = "";
     int vocab_size = 8192;
     const OptionSpec specs[] = {
-        {"in", OPT_STRING, &in, OPT_NO_RANGE, "PATH", "text: a file, a directory of files, or a glob"},
-        {"vocab-size", OPT_INT, &vocab_size, 257, 1 << 24, "N", "tokens wanted: 256 bytes + merges + end-of-text"},
-        {"out", OPT_STRING, &out, OPT_NO_RANGE, "FILE", "the tokenizer file to write"},
+        {"in", OPT_STRING, &in, OPT_NO_RANGE, "PATH", "text: a file, a directory of files, or a glob", NULL, NULL},
+        {"vocab-size", OPT_INT, &vocab_size, 257, 1 << 24, "N", "tokens wanted: 256 bytes + merges + end-of-text", NULL, NULL},
+        {"out", OPT_STRING, &out, OPT_NO_RANGE, "FILE", "the tokenizer file to write", NULL, NULL},
     };
     if (!options_parse(specs, COUNT(specs), argc, argv,
                        "usage: batchscale tokenizer train --in PATH --vocab-size N --out FILE\n\n"
@@ -83,11 +83,11 @@ static int tokenizer_encode_cmd(int argc, char **argv) {
     bool quiet = false;
     const OptionSpec specs[] = {
         TOKENIZER_OPTIONS(name, dir),
-        {"in", OPT_STRING, &in, OPT_NO_RANGE, "FILE", "text to encode"},
-        {"out", OPT_STRING, &out, OPT_NO_RANGE, "FILE", "token ids, space-separated (default: stdout)"},
-        {"threads", OPT_INT, &threads, 0, 1024, "N", "threads (0: OMP_NUM_THREADS or all cores)"},
-        {"repeat", OPT_INT, &repeat, 1, 1000, "N", "encode N times and report the fastest (benchmarks)"},
-        {"quiet", OPT_FLAG, &quiet, OPT_NO_RANGE, "", "no timing line on stderr"},
+        {"in", OPT_STRING, &in, OPT_NO_RANGE, "FILE", "text to encode", NULL, NULL},
+        {"out", OPT_STRING, &out, OPT_NO_RANGE, "FILE", "token ids, space-separated (default: stdout)", NULL, NULL},
+        {"threads", OPT_INT, &threads, 0, 1024, "N", "threads (0: OMP_NUM_THREADS or all cores)", NULL, NULL},
+        {"repeat", OPT_INT, &repeat, 1, 1000, "N", "encode N times and report the fastest (benchmarks)", NULL, NULL},
+        {"quiet", OPT_FLAG, &quiet, OPT_NO_RANGE, "", "no timing line on stderr", NULL, NULL},
     };
     if (!options_parse(specs, COUNT(specs), argc, argv,
                        "usage: batchscale tokenizer encode --tokenizer NAME --in FILE [options]\n\n"
@@ -136,8 +136,8 @@ static int tokenizer_decode_cmd(int argc, char **argv) {
     const char *name = "byte", *dir = "", *in = "", *out = "";
     const OptionSpec specs[] = {
         TOKENIZER_OPTIONS(name, dir),
-        {"in", OPT_STRING, &in, OPT_NO_RANGE, "FILE", "token ids separated by white space"},
-        {"out", OPT_STRING, &out, OPT_NO_RANGE, "FILE", "the bytes (default: stdout)"},
+        {"in", OPT_STRING, &in, OPT_NO_RANGE, "FILE", "token ids separated by white space", NULL, NULL},
+        {"out", OPT_STRING, &out, OPT_NO_RANGE, "FILE", "the bytes (default: stdout)", NULL, NULL},
     };
     if (!options_parse(specs, COUNT(specs), argc, argv,
                        "usage: batchscale tokenizer decode --tokenizer NAME --in FILE [--out FILE]\n\n"
@@ -176,7 +176,7 @@ static int tokenizer_export(int argc, char **argv) {
     const char *name = "", *dir = "", *out = "";
     const OptionSpec specs[] = {
         TOKENIZER_OPTIONS(name, dir),
-        {"out", OPT_STRING, &out, OPT_NO_RANGE, "DIR", "directory for encoder.json and vocab.bpe"},
+        {"out", OPT_STRING, &out, OPT_NO_RANGE, "DIR", "directory for encoder.json and vocab.bpe", NULL, NULL},
     };
     if (!options_parse(specs, COUNT(specs), argc, argv,
                        "usage: batchscale tokenizer export --tokenizer FILE --out DIR\n\n"

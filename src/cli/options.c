@@ -44,6 +44,7 @@ static void format_value(const OptionSpec *s, char *buf, size_t n) {
         break;
     }
     case OPT_FLAG: snprintf(buf, n, "%s", *(bool *)s->target ? "on" : "off"); break;
+    case OPT_ENUM: snprintf(buf, n, "%s", s->words[*(int *)s->target]); break;
     }
 }
 
@@ -60,9 +61,36 @@ void options_print_help(const OptionSpec *specs, int count, const char *usage) {
     printf("  %-30s %s\n", "--help", "show this help");
 }
 
+/* "a, b or c" */
+static void list_words(const char *const *words, char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int i = 0; words[i] && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%s", i == 0 ? "" : words[i + 1] ? ", " : " or ", words[i]);
+}
+
+static void set_enum(const OptionSpec *s, const char *arg) {
+    for (int i = 0; s->words[i]; i++)
+        if (strcmp(s->words[i], arg) == 0) {
+            *(int *)s->target = i;
+            return;
+        }
+    char allowed[512];
+    list_words(s->words, allowed, sizeof allowed);
+    bs_die("--%s must be %s (got '%s')", s->name, allowed, arg);
+}
+
 static void set_value(const OptionSpec *s, const char *arg) {
     if (s->type == OPT_STRING) {
         *(const char **)s->target = arg;
+        return;
+    }
+    if (s->type == OPT_ENUM) {
+        set_enum(s, arg);
+        return;
+    }
+    if (s->type == OPT_FLAG) { /* only as a default */
+        *(bool *)s->target = strcmp(arg, "on") == 0;
         return;
     }
     double v;
@@ -91,6 +119,8 @@ static void set_value(const OptionSpec *s, const char *arg) {
 }
 
 bool options_parse(const OptionSpec *specs, int count, int argc, char **argv, const char *usage) {
+    for (int i = 0; i < count; i++)
+        if (specs[i].def) set_value(&specs[i], specs[i].def);
     struct option *longopts = bs_calloc((size_t)count + 2, sizeof(struct option));
     for (int i = 0; i < count; i++) {
         longopts[i].name = specs[i].name;

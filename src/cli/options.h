@@ -1,9 +1,10 @@
 /* options.h: a table-driven long-option parser over getopt_long.
  *
  * A command describes its options once (name, type, target field, range,
- * unit, help); the same table drives parsing, range checks with one-line
+ * unit, help, default, and for enumerations the allowed words); the same
+ * table sets the defaults, drives parsing, range checks with one-line
  * errors naming the flag, and `--help`, which prints each option with its
- * current value as the default. */
+ * default. */
 #ifndef BS_CLI_OPTIONS_H
 #define BS_CLI_OPTIONS_H
 
@@ -16,6 +17,7 @@ typedef enum {
     OPT_FLOAT,  /* float */
     OPT_STRING, /* const char * (points into argv) */
     OPT_FLAG,   /* bool, no argument: sets true */
+    OPT_ENUM,   /* int: the index of the word given among `words` */
 } OptionType;
 
 typedef struct {
@@ -25,11 +27,13 @@ typedef struct {
     double min, max; /* inclusive range for numbers; ignored if min > max */
     const char *unit; /* shown in --help, may be "" */
     const char *help;
+    const char *def;          /* the default, written as on the command line (NULL: the target as it is) */
+    const char *const *words; /* OPT_ENUM: the allowed words, NULL-terminated, in the enum's order */
 } OptionSpec;
 
 #define OPT_NO_RANGE 1, 0
 
-/* Parses argv[first..]. Unknown options, missing or malformed values and
+/* Sets every option's default, then parses argv[1..]. Unknown options, missing or malformed values and
  * out-of-range numbers die with one line. Returns false if --help was given
  * (help already printed). Positional arguments are not accepted. */
 bool options_parse(const OptionSpec *specs, int count, int argc, char **argv, const char *usage);
