@@ -129,6 +129,8 @@ static json_t *manifest_to_json(const CkptManifest *m) {
         "pp", m->pp, "zero", m->zero, "optimizer", "name", m->optimizer, "step", (json_int_t)m->optimizer_step,
         "sample_rng", rng, "data", "seed", u64_hex(m->data_seed), "shuffle", m->data_shuffle, "files", files);
     json_object_set_new(json_object_get(j, "layout"), "pp_split", json_string(m->pp_split));
+    if (m->virtual_stages > 1)
+        json_object_set_new(json_object_get(j, "layout"), "virtual_stages", json_integer(m->virtual_stages));
     json_object_set_new(j, "tokenizer", json_string(m->tokenizer[0] ? m->tokenizer : "byte"));
     json_object_set_new(j, "schedule", json_pack("{s:s, s:I, s:I, s:o}", "batch", m->batch_schedule, "global_batch",
                                                  (json_int_t)m->final_batch, "current_batch",
@@ -283,6 +285,10 @@ bool ckpt_try_read_manifest(const char *dir, CkptManifest *m, char *why, size_t 
     const char *split = json_string_value(json_object_get(json_object_get(j, "layout"), "pp_split"));
     if (split && strlen(split) >= sizeof m->pp_split) FAIL("%s is corrupt: pp_split too long", path);
     snprintf(m->pp_split, sizeof m->pp_split, "%s", split ? split : "");
+    json_t *virtual_stages = json_object_get(json_object_get(j, "layout"), "virtual_stages");
+    m->virtual_stages = virtual_stages ? (int)json_integer_value(virtual_stages) : 1;
+    if (m->virtual_stages < 1 || m->pp % m->virtual_stages != 0)
+        FAIL("%s is corrupt: virtual_stages must be at least 1 and divide pp", path);
     if (!json_is_array(files) || json_array_size(files) == 0 || json_array_size(files) > CKPT_MAX_FILES)
         FAIL("%s is corrupt: 'files' must list 1 to %d files", path, CKPT_MAX_FILES);
     m->num_files = (int)json_array_size(files);

@@ -29,7 +29,7 @@
 
 typedef struct {
     char name[32];
-    int shard;              /* model shard: tp_index + pp_index * tp (0 without model parallelism) */
+    int shard;              /* model shard: tp_index + model stage * tp (0 without model parallelism) */
     uint64_t offset, count; /* range of that shard's flat layout */
     uint64_t bytes;
     uint64_t xxh64;
@@ -43,8 +43,9 @@ typedef struct CkptManifest {
     Rng sample_rng;
     uint64_t data_seed;
     bool data_shuffle;
-    int world, dp, tp, pp, zero; /* layout that wrote it */
-    char pp_split[256];          /* layers per pipeline stage, comma-separated */
+    int world, dp, tp, pp, zero; /* layout that wrote it; pp counts model stages: pipeline ranks x virtual stages */
+    int virtual_stages;          /* model stages per pipeline rank (1 unless interleaved) */
+    char pp_split[256];          /* layers per model stage, comma-separated */
     char optimizer[32];
     long optimizer_step;
     char tokenizer[1024];     /* tokenizer_spec() of the run ("" means byte) */

@@ -122,8 +122,12 @@ static void print_manifest(const char *dir, const CkptManifest *m) {
     printf("  consumed     %" PRIu64 " sequences, %" PRIu64 " tokens\n", m->seqs_consumed, m->tokens_consumed);
     printf("  model        L=%d H=%d C=%d T=%d V=%d (padded %d): %zu floats\n", g->num_layers, g->num_heads,
            g->channels, g->max_seq_len, g->vocab_size, g->padded_vocab_size, gpt_num_params(g));
-    printf("  layout       world %d: dp %d x tp %d x pp %d%s%s%s, ZeRO stage %d\n", m->world, m->dp, m->tp, m->pp,
-           m->pp_split[0] ? " (layers per stage " : "", m->pp_split, m->pp_split[0] ? ")" : "", m->zero);
+    char stages[64] = "";
+    if (m->virtual_stages > 1)
+        snprintf(stages, sizeof stages, " (x %d virtual stages = %d model stages)", m->virtual_stages, m->pp);
+    printf("  layout       world %d: dp %d x tp %d x pp %d%s%s%s%s, ZeRO stage %d\n", m->world, m->dp, m->tp,
+           m->pp / m->virtual_stages, stages, m->pp_split[0] ? " (layers per stage " : "", m->pp_split,
+           m->pp_split[0] ? ")" : "", m->zero);
     printf("  optimizer    %s\n", m->optimizer);
     printf("  schedule     batch %s, global batch %ld, adaptive batch reached %ld\n", m->batch_schedule,
            m->final_batch, m->current_batch);
@@ -221,7 +225,7 @@ static int ckpt_inspect(int argc, char **argv) {
 static int ckpt_export(int argc, char **argv) {
     const char *llmc = "";
     const OptionSpec specs[] = {
-        {"llmc", OPT_STRING, &llmc, OPT_NO_RANGE, "FILE", "llm.c model file to write"},
+        {"llmc", OPT_STRING, &llmc, OPT_NO_RANGE, "FILE", "llm.c model file to write", NULL, NULL},
     };
     char *pos[1] = {NULL};
     int npos = take_positionals(specs, OPTION_COUNT(specs), &argc, argv, pos, 1, "export");
@@ -254,15 +258,15 @@ static int ckpt_import(int argc, char **argv) {
     int global_batch = 0;
     long long seed = 1337;
     const OptionSpec specs[] = {
-        {"llmc", OPT_STRING, &llmc, OPT_NO_RANGE, "FILE", "llm.c model file to read"},
-        {"out", OPT_STRING, &out, OPT_NO_RANGE, "DIR", "checkpoint directory to create step_00000000 in"},
+        {"llmc", OPT_STRING, &llmc, OPT_NO_RANGE, "FILE", "llm.c model file to read", NULL, NULL},
+        {"out", OPT_STRING, &out, OPT_NO_RANGE, "DIR", "checkpoint directory to create step_00000000 in", NULL, NULL},
         {"global-batch", OPT_INT, &global_batch, 1, 1 << 30, "SEQS",
-         "the --global-batch of the run that resumes it (required)"},
-        {"optimizer", OPT_STRING, &optimizer, OPT_NO_RANGE, "NAME", "the --optimizer of that run"},
-        {"batch-schedule", OPT_STRING, &batch_schedule, OPT_NO_RANGE, "SPEC", "the --batch-schedule of that run"},
-        {"seed", OPT_LONG, &seed, 0, 9.2e18, "N", "the --seed of that run (data order and sampling)"},
-        {"data-order", OPT_STRING, &data_order, OPT_NO_RANGE, "ORDER", "the --data-order of that run"},
-        {"tokenizer", OPT_STRING, &tokenizer, OPT_NO_RANGE, "SPEC", "tokenizer recorded for sample: byte, gpt2 or a file"},
+         "the --global-batch of the run that resumes it (required)", NULL, NULL},
+        {"optimizer", OPT_STRING, &optimizer, OPT_NO_RANGE, "NAME", "the --optimizer of that run", NULL, NULL},
+        {"batch-schedule", OPT_STRING, &batch_schedule, OPT_NO_RANGE, "SPEC", "the --batch-schedule of that run", NULL, NULL},
+        {"seed", OPT_LONG, &seed, 0, 9.2e18, "N", "the --seed of that run (data order and sampling)", NULL, NULL},
+        {"data-order", OPT_STRING, &data_order, OPT_NO_RANGE, "ORDER", "the --data-order of that run", NULL, NULL},
+        {"tokenizer", OPT_STRING, &tokenizer, OPT_NO_RANGE, "SPEC", "tokenizer recorded for sample: byte, gpt2 or a file", NULL, NULL},
     };
     if (!options_parse(specs, OPTION_COUNT(specs), argc, argv,
                        "usage: batchscale ckpt import --llmc FILE --out DIR --global-batch N\n\nMakes a step-0 "
@@ -296,7 +300,7 @@ static int ckpt_import(int argc, char **argv) {
     rng_seed(&m->sample_rng, (uint64_t)seed ^ 0x5ca1ab1eULL); /* as train seeds its sampler (train/trainer.c) */
     m->data_seed = (uint64_t)seed;
     m->data_shuffle = strcmp(data_order, "shuffled") == 0;
-    m->world = m->dp = m->tp = m->pp = 1;
+    m->world = m->dp = m->tp = m->pp = m->virtual_stages = 1;
     snprintf(m->optimizer, sizeof m->optimizer, "%s", optimizer_kind_name(kind));
     snprintf(m->batch_schedule, sizeof m->batch_schedule, "%s", batch_schedule);
     snprintf(m->tokenizer, sizeof m->tokenizer, "%s", tokenizer);

@@ -516,6 +516,16 @@ const BlockAccess *dp_eval_access(DataParallel *dp) {
     return &dp->eval_access;
 }
 
+/* Stage 3: every gathered block settled and given back (the next pass gathers again). */
+static void release_param_slots(DataParallel *dp) {
+    for (int s = 0; s < NUM_SLOTS; s++) {
+        ParamSlot *slot = &dp->slots[s];
+        settle_slot(dp, slot);
+        slot->block = -1;
+        slot->in_use = slot->rounded = false;
+    }
+}
+
 void dp_end_micro(DataParallel *dp) {
     if (dp->communicate && !dp->opt.overlap)
         for (int k = 0; k < dp->num_buckets; k++) launch_bucket(dp, k);
@@ -524,13 +534,16 @@ void dp_end_micro(DataParallel *dp) {
         memcpy(dp->grad_snapshot, dp->model->grads, dp->total * sizeof(float));
     }
     while (dp->num_inflight > 0) wait_oldest(dp);
-    for (int s = 0; s < NUM_SLOTS; s++) {
-        ParamSlot *slot = &dp->slots[s];
-        settle_slot(dp, slot);
-        slot->block = -1;
-        slot->in_use = slot->rounded = false;
-    }
+    release_param_slots(dp);
 }
+
+const BlockAccess *dp_input_access(DataParallel *dp) {
+    dp->in_backward = true; /* gathers walk down, inside the node under hpZ */
+    dp->communicate = false;
+    return &dp->train_access;
+}
+
+void dp_end_input(DataParallel *dp) { release_param_slots(dp); }
 
 double dp_grad_sum_squares(DataParallel *dp) {
     size_t off, count;

@@ -79,6 +79,11 @@ const BlockAccess *dp_micro_access(DataParallel *dp, bool last_micro);
 const BlockAccess *dp_eval_access(DataParallel *dp);
 /* After each micro-step's backward. */
 void dp_end_micro(DataParallel *dp);
+/* A split backward's input half (B): parameters only (stage 3 gathers them
+ * in backward order), no gradient touched; then dp_end_input. Its weight
+ * half (W) is an ordinary micro-step: dp_micro_access, dp_end_micro. */
+const BlockAccess *dp_input_access(DataParallel *dp);
+void dp_end_input(DataParallel *dp);
 /* Sum over all ranks of the squared summed gradient (for the global norm). */
 double dp_grad_sum_squares(DataParallel *dp);
 /* After the optimizer step: makes every rank's parameters current. */

@@ -96,14 +96,6 @@ void grid_balanced_layers(int num_layers, int pp, double layer_cost, double last
     layers_per_stage[pp - 1] = best_k;
 }
 
-void grid_balanced_split(int num_layers, int pp, double layer_cost, double last_cost, char *out, size_t out_size) {
-    int stages = pp > 1 ? pp : 1;
-    int *layers = bs_malloc(sizeof(int) * (size_t)stages);
-    grid_balanced_layers(num_layers, stages, layer_cost, last_cost, layers);
-    grid_format_split(layers, stages, out, out_size);
-    free(layers);
-}
-
 /* ---- the grid ---- */
 
 /* Dies with one line if the sizes cannot form a grid; returns dp. */
@@ -147,16 +139,6 @@ Grid *grid_create_split(Comm *world, int tp, int pp, int dp, const int *layers_p
     g->pp_group = comm_split(world, g->dp_index * tp + g->tp_index, g->pp_index, "pipeline");
     g->dp_group = comm_split(world, g->pp_index * tp + g->tp_index, g->dp_index, "data-parallel");
     g->mp_group = comm_split(world, g->dp_index, r, "model-parallel");
-    return g;
-}
-
-Grid *grid_create(Comm *world, int tp, int pp, int dp, const char *pp_split, int num_layers, int num_heads) {
-    check_layout(world, tp, pp, dp, num_layers, num_heads); /* its errors first, as before the split is read */
-    int *layers = bs_malloc(sizeof(int) * (size_t)pp);
-    char why[768];
-    if (!grid_parse_split(pp_split, num_layers, pp, layers, why, sizeof why)) bs_die("--pp-split %s", why);
-    Grid *g = grid_create_split(world, tp, pp, dp, layers, num_layers, num_heads);
-    free(layers);
     return g;
 }
 

@@ -29,9 +29,6 @@ typedef struct {
  * the even split. Dies with one line if the layout cannot be built. */
 Grid *grid_create_split(Comm *world, int tp, int pp, int dp, const int *layers_per_stage, int num_layers,
                         int num_heads);
-/* The same with the split as --pp-split's text: "" (even) or "n0,n1,...";
- * a bad one dies naming --pp-split. */
-Grid *grid_create(Comm *world, int tp, int pp, int dp, const char *pp_split, int num_layers, int num_heads);
 void grid_free(Grid *g);
 /* World rank of the grid coordinate. */
 int grid_rank_of(const Grid *g, int dp_index, int pp_index, int tp_index);
@@ -54,8 +51,5 @@ void grid_format_split(const int *layers_per_stage, int stages, char *out, size_
  * layers on the last stage (in 1F1B it keeps the fewest micro-batches'
  * activations alive). */
 void grid_balanced_layers(int num_layers, int pp, double layer_cost, double last_cost, int *layers_per_stage);
-/* grid_balanced_layers written as "n0,n1,..." (the form trainer.c passes to
- * grid_create; goes once it passes the counts to grid_create_split). */
-void grid_balanced_split(int num_layers, int pp, double layer_cost, double last_cost, char *out, size_t out_size);
 
 #endif

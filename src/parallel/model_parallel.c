@@ -12,15 +12,6 @@
 #define TAG_TIED_WEIGHTS 1000001
 #define TAG_TIED_GRADS 1000002
 
-GPTConfig mp_shard_config(const Grid *g, const GPTConfig *whole, int tp_index, int pp_index) {
-    GPTConfig c = gpt_logical_config(whole);
-    char why[256];
-    if (!gpt_set_shard(&c, g->tp, tp_index, g->pp, pp_index, g->stage_first[pp_index], g->stage_layers[pp_index], why,
-                       sizeof why))
-        bs_die("%s", why);
-    return c;
-}
-
 static size_t wte_numel(const GPT *model) { return gpt_tensor_numel(&model->cfg, TK_WTE); }
 
 void mp_share_output_weights(const Grid *g, GPT *model, DataParallel *dp) {
@@ -73,7 +64,7 @@ void mp_finish_tied_grads(TiedGrads *t) {
     t->op = NULL;
 }
 
-double mp_grad_sum_squares(const Grid *g, const GPT *model, DataParallel *dp, int zero) {
+double mp_local_grad_sum_squares(const GPT *model, DataParallel *dp) {
     const GPTConfig *cfg = &model->cfg;
     Range mine;
     dp_update_range(dp, &mine.offset, &mine.count);
@@ -88,7 +79,6 @@ double mp_grad_sum_squares(const Grid *g, const GPT *model, DataParallel *dp, in
         if (!range_empty(part)) sum += sum_of_squares(grads + range_offset_in(part, mine), part.count);
     }
     free(segs);
-    comm_allreduce_double(zero >= 1 ? g->world : g->mp_group, &sum, 1);
     return sum;
 }
 
@@ -131,7 +121,7 @@ static void unpack_primary(const GPTConfig *cfg, const float *packed, float *log
     free(runs);
 }
 
-void mp_gather_logical(const Grid *g, GPT *model, DataParallel *dp, float *out) {
+void mp_gather_logical(const Grid *g, GPT *model, DataParallel *dp, const GPTConfig *rank_shards, float *out) {
     float *local = bs_malloc(model->num_params * sizeof(float));
     dp_gather_params(dp, local); /* every data-parallel rank: its stage's whole shard */
     bool sender = g->dp_index == 0;
@@ -147,13 +137,10 @@ void mp_gather_logical(const Grid *g, GPT *model, DataParallel *dp, float *out) 
     comm_gatherv_floats(g->world, packed, n, all, counts, 0);
     free(packed);
     if (me == 0) {
-        memset(out, 0, gpt_num_params(&whole) * sizeof(float));
         size_t at = 0;
         for (int r = 0; r < world; r++) {
-            int tp_index = r % g->tp, pp_index = (r / g->tp) % g->pp;
             if (counts[r] == 0) continue;
-            GPTConfig shard = mp_shard_config(g, &model->cfg, tp_index, pp_index);
-            unpack_primary(&shard, all + at, out);
+            unpack_primary(&rank_shards[r], all + at, out);
             at += counts[r];
         }
         free(all);

@@ -10,9 +10,6 @@
 #include "parallel/data_parallel.h"
 #include "parallel/grid.h"
 
-/* The shard config of any grid coordinate. */
-GPTConfig mp_shard_config(const Grid *g, const GPTConfig *whole, int tp_index, int pp_index);
-
 /* Tied embeddings with more than one stage: the first stage sends its wte
  * (this tensor-parallel shard) to the last stage's head_wte (call on every
  * rank after each update; a collective under ZeRO-3). */
@@ -31,14 +28,17 @@ void mp_send_tied_grads(const Grid *g, GPT *model, TiedGrads *t);
 void mp_wait_tied_grads(GPT *model, TiedGrads *t);
 void mp_finish_tied_grads(TiedGrads *t);
 
-/* Sum over the whole model of the squared summed gradient: this rank's
- * update range counts only the primary copies, summed over the model-parallel
- * group (ZeRO 0: data-parallel replicas are equal) or the world (ZeRO >= 1). */
-double mp_grad_sum_squares(const Grid *g, const GPT *model, DataParallel *dp, int zero);
+/* This rank's part of the squared global gradient norm: its update range,
+ * primary copies only (replicated tensors count on tensor-parallel rank 0);
+ * the caller sums it over the model-parallel group (ZeRO 0: replicas are
+ * equal) or the world (ZeRO >= 1). */
+double mp_local_grad_sum_squares(const GPT *model, DataParallel *dp);
 
-/* The whole model's parameters on world rank 0 (a collective over the world;
- * out: gpt_num_params of the logical config, on rank 0 only). */
-void mp_gather_logical(const Grid *g, GPT *model, DataParallel *dp, float *out);
+/* One shard of every rank written into the whole model's parameters on world
+ * rank 0 (a collective over the world; out: gpt_num_params of the logical
+ * config on rank 0 only, which the caller zeroes first; rank_shards: the
+ * shard config of each world rank's piece, read on rank 0). */
+void mp_gather_logical(const Grid *g, GPT *model, DataParallel *dp, const GPTConfig *rank_shards, float *out);
 /* Copies local [offset, offset+count) of this shard out of a logical buffer. */
 void mp_copy_from_logical(const GPTConfig *cfg, const float *logical, float *dst, size_t offset, size_t count);
 

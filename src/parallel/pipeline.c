@@ -1,4 +1,4 @@
-/* pipeline.c: GPipe and 1F1B schedules over point-to-point messages (see pipeline.h). */
+/* pipeline.c: the executor of pipeline action lists (see pipeline.h). */
 #include "parallel/pipeline.h"
 
 #include <stdlib.h>
@@ -8,26 +8,33 @@
 #include "core/timer.h"
 #include "core/trace.h"
 
+enum { KIND_FORWARD, KIND_BACKWARD, KIND_INPUT, KIND_WEIGHT };
+#define MAX_CHUNKS 8 /* message tags carry the chunk in 3 bits */
+
 typedef struct {
     GPTActs acts;
     int32_t *inputs, *targets;
-    CommOp *send; /* the forward send of its output, in flight */
-    bool in_use;
+    float *grad_out;     /* the gradient of the set's input, kept for its send */
+    CommOp *send, *grad_send;
+    int micro;
+    bool in_use, grads_done, grad_sent;
 } ActSlot;
 
-struct Pipeline {
-    Grid *grid;
-    GPT *model;
-    DataParallel *dp;
-    PipeSchedule schedule;
-    int B, T, stage, stages;
+typedef struct {
+    PipeChunk chunk;
+    int virtual_stage;
     ActSlot *slots;
     int num_slots;
-    int *slot_of; /* micro-batch -> slot */
-    int slot_of_capacity;
-    float *grad_send[2]; /* gradients to the previous stage, in flight */
-    CommOp *grad_op[2];
-    int next_grad_buf;
+    int last_grad_action; /* index in the step's list of the chunk's last gradient-producing action */
+} ChunkState;
+
+struct Pipeline {
+    Comm *group;
+    int stage, stages, num_chunks, virtual_stages;
+    ChunkState chunks[MAX_CHUNKS];
+    ScheduleShape shape;
+    ActionList list;
+    int B, T;
     PipeStats stats;
     int live;
     Trace *trace;
@@ -35,58 +42,43 @@ struct Pipeline {
 
 void pipeline_set_trace(Pipeline *p, Trace *trace) { p->trace = trace; }
 
-bool pipeline_parse_schedule(const char *name, PipeSchedule *out) {
-    if (strcmp(name, "gpipe") == 0) *out = PIPE_GPIPE;
-    else if (strcmp(name, "1f1b") == 0) *out = PIPE_1F1B;
-    else return false;
-    return true;
-}
-
-Pipeline *pipeline_create(Grid *grid, GPT *model, DataParallel *dp, PipeSchedule schedule, int B, int T) {
+Pipeline *pipeline_create(Comm *pp_group, int stage, int stages, const PipeChunk *chunks, int num_chunks,
+                          PipeSchedule schedule, int B, int T) {
+    if (num_chunks < 1 || num_chunks > MAX_CHUNKS) bs_die("--virtual-stages must be 1..%d", MAX_CHUNKS);
     Pipeline *p = bs_calloc(1, sizeof *p);
-    p->grid = grid;
-    p->model = model;
-    p->dp = dp;
-    p->schedule = schedule;
+    p->group = pp_group;
+    p->stage = stage;
+    p->stages = stages;
+    p->num_chunks = num_chunks;
+    p->virtual_stages = stages * num_chunks;
+    for (int c = 0; c < num_chunks; c++) {
+        p->chunks[c].chunk = chunks[c];
+        p->chunks[c].virtual_stage = c * stages + stage;
+    }
+    p->shape = (ScheduleShape){schedule, stages, num_chunks, 0};
     p->B = B;
     p->T = T;
-    p->stage = grid->pp_index;
-    p->stages = grid->pp;
-    size_t n = (size_t)B * T * (size_t)model->cfg.channels;
-    for (int i = 0; i < 2; i++) p->grad_send[i] = bs_malloc(n * sizeof(float));
     return p;
 }
 
 void pipeline_free(Pipeline *p) {
     if (!p) return;
-    for (int i = 0; i < p->num_slots; i++) {
-        gpt_acts_free(&p->slots[i].acts);
-        free(p->slots[i].inputs);
-        free(p->slots[i].targets);
+    for (int c = 0; c < p->num_chunks; c++) {
+        ChunkState *cs = &p->chunks[c];
+        for (int i = 0; i < cs->num_slots; i++) {
+            gpt_acts_free(&cs->slots[i].acts);
+            free(cs->slots[i].inputs);
+            free(cs->slots[i].targets);
+            free(cs->slots[i].grad_out);
+        }
+        free(cs->slots);
     }
-    free(p->slots);
-    free(p->slot_of);
-    for (int i = 0; i < 2; i++) free(p->grad_send[i]);
+    action_list_free(&p->list);
     free(p);
 }
 
-/* Activation sets are made on first need and kept (one allocation per shape). */
-static int acquire_slot(Pipeline *p) {
-    for (int i = 0; i < p->num_slots; i++)
-        if (!p->slots[i].in_use) {
-            p->slots[i].in_use = true;
-            return i;
-        }
-    p->slots = realloc(p->slots, sizeof(ActSlot) * (size_t)(p->num_slots + 1));
-    if (!p->slots) bs_die("out of memory for pipeline activations");
-    ActSlot *s = &p->slots[p->num_slots];
-    memset(s, 0, sizeof *s);
-    gpt_acts_create(&s->acts, &p->model->cfg, p->B, p->T, true);
-    if (p->num_slots > 0) gpt_acts_share_backward(&s->acts, &p->slots[0].acts); /* one backward at a time */
-    s->inputs = bs_malloc((size_t)p->B * p->T * sizeof(int32_t));
-    s->targets = bs_malloc((size_t)p->B * p->T * sizeof(int32_t));
-    s->in_use = true;
-    return p->num_slots++;
+static size_t stage_floats(const Pipeline *p, int chunk) {
+    return (size_t)p->B * p->T * (size_t)p->chunks[chunk].chunk.model->cfg.channels;
 }
 
 static void wait_timed(Pipeline *p, CommOp *op) {
@@ -97,115 +89,219 @@ static void wait_timed(Pipeline *p, CommOp *op) {
     if (t1 - t0 > 1e-4) trace_add(p->trace, "pipeline wait", "idle", t0, t1);
 }
 
-static int tag_of(int micro, int gradient) { return (micro % 16384) * 2 + gradient; }
-
-static void forward(Pipeline *p, int micro, float dloss, PipeLoad load, void *ctx, bool training) {
-    const GPTConfig *cfg = &p->model->cfg;
-    const size_t n = (size_t)p->B * p->T * (size_t)cfg->channels;
-    int k = acquire_slot(p);
-    ActSlot *s = &p->slots[k];
-    if (micro >= p->slot_of_capacity) {
-        p->slot_of_capacity = 2 * micro + 16;
-        p->slot_of = realloc(p->slot_of, sizeof(int) * (size_t)p->slot_of_capacity);
-        if (!p->slot_of) bs_die("out of memory");
+/* A fresh activation set for (chunk, micro); sets of one chunk share one
+ * backward scratch (one backward runs at a time; what a split backward's W
+ * needs lives in the set itself). */
+static ActSlot *acquire_slot(Pipeline *p, int chunk, int micro, bool split) {
+    ChunkState *cs = &p->chunks[chunk];
+    ActSlot *s = NULL;
+    for (int i = 0; i < cs->num_slots && !s; i++)
+        if (!cs->slots[i].in_use) s = &cs->slots[i];
+    if (!s) {
+        cs->slots = realloc(cs->slots, sizeof(ActSlot) * (size_t)(cs->num_slots + 1));
+        if (!cs->slots) bs_die("out of memory for pipeline activations");
+        s = &cs->slots[cs->num_slots];
+        memset(s, 0, sizeof *s);
+        const GPTConfig *cfg = &cs->chunk.model->cfg;
+        if (split) gpt_acts_create_split(&s->acts, cfg, p->B, p->T);
+        else gpt_acts_create(&s->acts, cfg, p->B, p->T, true);
+        if (cs->num_slots > 0) gpt_acts_share_backward(&s->acts, &cs->slots[0].acts);
+        s->inputs = bs_malloc((size_t)p->B * p->T * sizeof(int32_t));
+        s->targets = bs_malloc((size_t)p->B * p->T * sizeof(int32_t));
+        s->grad_out = bs_malloc(stage_floats(p, chunk) * sizeof(float));
+        cs->num_slots++;
     }
-    p->slot_of[micro] = k;
+    if (s->grad_send) wait_timed(p, s->grad_send);
+    s->grad_send = NULL;
+    s->micro = micro;
+    s->in_use = true;
+    s->grads_done = s->grad_sent = false;
     if (++p->live > p->stats.max_live) p->stats.max_live = p->live;
-    load(ctx, micro, s->inputs, s->targets);
-    if (p->stage > 0)
-        wait_timed(p, comm_start_recv(p->grid->pp_group, gpt_stage_input(cfg, &s->acts), n, p->stage - 1,
-                                      tag_of(micro, 0)));
-    const BlockAccess *access = training ? dp_micro_access(p->dp, false) : dp_eval_access(p->dp);
-    double t0 = bs_now();
-    p->stats.loss_sum +=
-        gpt_forward(p->model, &s->acts, s->inputs, s->targets, p->B, p->T, training ? dloss : 0.0f, access);
-    p->stats.busy += bs_now() - t0;
-    trace_add(p->trace, training ? "forward" : "eval forward", "compute", t0, bs_now());
-    if (p->stage < p->stages - 1)
-        s->send = comm_start_send(p->grid->pp_group, gpt_stage_output(cfg, &s->acts), n, p->stage + 1,
-                                  tag_of(micro, 0));
+    return s;
 }
 
-static void release_slot(Pipeline *p, int micro) {
-    ActSlot *s = &p->slots[p->slot_of[micro]];
+static ActSlot *slot_of(Pipeline *p, int chunk, int micro) {
+    ChunkState *cs = &p->chunks[chunk];
+    for (int i = 0; i < cs->num_slots; i++)
+        if (cs->slots[i].in_use && cs->slots[i].micro == micro) return &cs->slots[i];
+    return NULL;
+}
+
+/* Given back once its gradients are done and the input gradient has left
+ * (the forward send is waited for here; the gradient send at the next use). */
+static void maybe_release(Pipeline *p, int chunk, ActSlot *s) {
+    bool first = p->chunks[chunk].virtual_stage == 0;
+    if (!s->grads_done || (!first && !s->grad_sent)) return;
     if (s->send) wait_timed(p, s->send);
     s->send = NULL;
     s->in_use = false;
     p->live--;
 }
 
-static void backward(Pipeline *p, int micro, bool last) {
-    const GPTConfig *cfg = &p->model->cfg;
-    const size_t n = (size_t)p->B * p->T * (size_t)cfg->channels;
-    ActSlot *s = &p->slots[p->slot_of[micro]];
-    if (p->stage < p->stages - 1)
-        wait_timed(p, comm_start_recv(p->grid->pp_group, gpt_stage_grad(&s->acts), n, p->stage + 1,
-                                      tag_of(micro, 1)));
-    const BlockAccess *access = dp_micro_access(p->dp, last);
+/* A message is named by its micro-batch, direction and the chunk that receives it (both sides know it: the
+ * neighbour of virtual stage k is k + 1 forward, k - 1 backward). */
+static int tag_of(int micro, int receiving_chunk, int gradient) {
+    return ((micro % 2048) * MAX_CHUNKS + receiving_chunk) * 2 + gradient;
+}
+
+static int chunk_of_stage(const Pipeline *p, int virtual_stage) { return virtual_stage / p->stages; }
+
+static void load_tokens(ActSlot *s, PipeLoad load, void *ctx) { load(ctx, s->micro, s->inputs, s->targets); }
+
+static void forward(Pipeline *p, const Action *a, float dloss, PipeLoad load, void *ctx, bool training) {
+    ActSlot *s = slot_of(p, a->chunk, a->micro);
+    if (!s) s = acquire_slot(p, a->chunk, a->micro, p->shape.schedule == PIPE_ZBH1);
+    PipeChunk *ch = &p->chunks[a->chunk].chunk;
+    load_tokens(s, load, ctx);
+    const BlockAccess *access = training ? dp_micro_access(ch->dp, false) : dp_eval_access(ch->dp);
     double t0 = bs_now();
-    gpt_backward(p->model, &s->acts, s->inputs, p->B, p->T, access);
-    dp_end_micro(p->dp);
-    p->stats.busy += bs_now() - t0;
-    trace_add(p->trace, "backward", "compute", t0, bs_now());
-    if (p->stage > 0) { /* the gradient of this stage's input goes back; copy it out of the shared scratch */
-        int b = p->next_grad_buf;
-        p->next_grad_buf ^= 1;
-        if (p->grad_op[b]) wait_timed(p, p->grad_op[b]);
-        memcpy(p->grad_send[b], gpt_stage_grad(&s->acts), n * sizeof(float));
-        p->grad_op[b] = comm_start_send(p->grid->pp_group, p->grad_send[b], n, p->stage - 1, tag_of(micro, 1));
+    p->stats.loss_sum +=
+        gpt_forward(ch->model, &s->acts, s->inputs, s->targets, p->B, p->T, training ? dloss : 0.0f, access);
+    double t1 = bs_now();
+    p->stats.busy += t1 - t0;
+    p->stats.seconds[KIND_FORWARD] += t1 - t0;
+    p->stats.count[KIND_FORWARD]++;
+    trace_add(p->trace, training ? "forward" : "eval forward", "compute", t0, t1);
+}
+
+/* Fused backward, its input half (B) or its weight half (W). */
+static void backward(Pipeline *p, const Action *a, int index, const PipeHooks *hooks) {
+    ActSlot *s = slot_of(p, a->chunk, a->micro);
+    if (!s) bs_die("internal: pipeline backward of micro-batch %d chunk %d without its forward", a->micro, a->chunk);
+    PipeChunk *ch = &p->chunks[a->chunk].chunk;
+    const bool last = index == p->chunks[a->chunk].last_grad_action;
+    const int kind = a->kind == ACT_BACKWARD ? KIND_BACKWARD : a->kind == ACT_BACKWARD_INPUT ? KIND_INPUT : KIND_WEIGHT;
+    if (kind != KIND_INPUT && last && hooks && hooks->before_last_grads) hooks->before_last_grads(hooks->ctx, a->chunk);
+    double t0 = bs_now();
+    if (kind == KIND_INPUT) {
+        gpt_backward_input(ch->model, &s->acts, s->inputs, p->B, p->T, dp_input_access(ch->dp));
+        dp_end_input(ch->dp);
+    } else {
+        const BlockAccess *access = dp_micro_access(ch->dp, last);
+        if (kind == KIND_BACKWARD) gpt_backward(ch->model, &s->acts, s->inputs, p->B, p->T, access);
+        else gpt_backward_weight(ch->model, &s->acts, s->inputs, p->B, p->T, access);
+        dp_end_micro(ch->dp);
     }
-    release_slot(p, micro);
+    double t1 = bs_now();
+    p->stats.busy += t1 - t0;
+    p->stats.seconds[kind] += t1 - t0;
+    p->stats.count[kind]++;
+    trace_add(p->trace, kind == KIND_BACKWARD ? "backward" : kind == KIND_INPUT ? "backward B" : "backward W", "compute",
+              t0, t1);
+    if (kind != KIND_WEIGHT && p->chunks[a->chunk].virtual_stage > 0) /* out of the shared scratch, for its send */
+        memcpy(s->grad_out, gpt_stage_grad(&s->acts), stage_floats(p, a->chunk) * sizeof(float));
+    if (kind != KIND_INPUT) {
+        if (last && hooks && hooks->after_last_grads) hooks->after_last_grads(hooks->ctx, a->chunk);
+        s->grads_done = true;
+        maybe_release(p, a->chunk, s);
+    }
+}
+
+static void communicate(Pipeline *p, const Action *a) {
+    const size_t n = stage_floats(p, a->chunk);
+    ActSlot *s = slot_of(p, a->chunk, a->micro);
+    const GPTConfig *cfg = &p->chunks[a->chunk].chunk.model->cfg;
+    const int vs = p->chunks[a->chunk].virtual_stage;
+    switch (a->kind) {
+    case ACT_RECV_ACTIVATION:
+        if (!s) s = acquire_slot(p, a->chunk, a->micro, p->shape.schedule == PIPE_ZBH1);
+        wait_timed(p, comm_start_recv(p->group, gpt_stage_input(cfg, &s->acts), n, a->peer, tag_of(a->micro, a->chunk, 0)));
+        break;
+    case ACT_SEND_ACTIVATION:
+        s->send = comm_start_send(p->group, gpt_stage_output(cfg, &s->acts), n, a->peer,
+                                  tag_of(a->micro, chunk_of_stage(p, vs + 1), 0));
+        break;
+    case ACT_RECV_GRAD: /* into the shared scratch the backward that follows reads */
+        wait_timed(p, comm_start_recv(p->group, gpt_stage_grad(&s->acts), n, a->peer, tag_of(a->micro, a->chunk, 1)));
+        break;
+    case ACT_SEND_GRAD:
+        s->grad_send = comm_start_send(p->group, s->grad_out, n, a->peer, tag_of(a->micro, chunk_of_stage(p, vs - 1), 1));
+        s->grad_sent = true;
+        maybe_release(p, a->chunk, s);
+        break;
+    default:
+        break;
+    }
+}
+
+/* The list for m micro-batches, built and validated when m changes (the
+ * validation runs every rank's list: a schedule that could deadlock or
+ * lose a message never starts). */
+static void prepare_list(Pipeline *p, int m) {
+    if (p->shape.micro == m && p->list.count > 0) return;
+    ScheduleShape shape = p->shape;
+    shape.micro = m;
+    char why[256];
+    if (!schedule_check(&shape, why, sizeof why)) bs_die("%s", why);
+    ActionList *all = bs_calloc((size_t)p->stages, sizeof(ActionList));
+    for (int s = 0; s < p->stages; s++) schedule_build(&shape, s, &all[s]);
+    bool ok = schedule_validate(&shape, all, why, sizeof why);
+    for (int s = 0; s < p->stages; s++) {
+        if (s == p->stage) {
+            action_list_free(&p->list);
+            p->list = all[s];
+        } else {
+            action_list_free(&all[s]);
+        }
+    }
+    free(all);
+    if (!ok) bs_die("internal: the %s schedule for %d micro-batches is invalid: %s", pipe_schedule_name(shape.schedule), m,
+                    why);
+    p->shape = shape;
+    for (int c = 0; c < p->num_chunks; c++) p->chunks[c].last_grad_action = -1;
+    for (int i = 0; i < p->list.count; i++) {
+        const Action *a = &p->list.items[i];
+        if (a->kind == ACT_BACKWARD || a->kind == ACT_BACKWARD_WEIGHT) p->chunks[a->chunk].last_grad_action = i;
+    }
 }
 
 static void finish_sends(Pipeline *p) {
-    for (int b = 0; b < 2; b++)
-        if (p->grad_op[b]) {
-            wait_timed(p, p->grad_op[b]);
-            p->grad_op[b] = NULL;
+    for (int c = 0; c < p->num_chunks; c++)
+        for (int i = 0; i < p->chunks[c].num_slots; i++) {
+            ActSlot *s = &p->chunks[c].slots[i];
+            if (s->grad_send) wait_timed(p, s->grad_send);
+            if (s->send) wait_timed(p, s->send);
+            s->grad_send = s->send = NULL;
         }
-}
-
-/* Backward of micro-batch i, with the hook before the last one. */
-static void backward_at(Pipeline *p, int i, int m, const PipeHooks *hooks) {
-    if (i == m - 1 && hooks && hooks->before_last_backward) hooks->before_last_backward(hooks->ctx);
-    backward(p, i, i == m - 1);
-    if (i == m - 1 && hooks && hooks->after_last_backward) hooks->after_last_backward(hooks->ctx);
 }
 
 PipeStats pipeline_train(Pipeline *p, int m, float dloss, PipeLoad load, void *ctx, const PipeHooks *hooks) {
     memset(&p->stats, 0, sizeof p->stats);
     p->live = 0;
-    if (p->stages == 1) { /* plain accumulation: one activation set alive */
-        for (int i = 0; i < m; i++) {
-            forward(p, i, dloss, load, ctx, true);
-            backward_at(p, i, m, hooks);
-        }
-    } else if (p->schedule == PIPE_GPIPE) {
-        for (int i = 0; i < m; i++) forward(p, i, dloss, load, ctx, true);
-        for (int i = 0; i < m; i++) backward_at(p, i, m, hooks);
-    } else {
-        int warmup = p->stages - p->stage - 1;
-        if (warmup > m) warmup = m;
-        for (int i = 0; i < warmup; i++) forward(p, i, dloss, load, ctx, true);
-        for (int j = 0; j < m - warmup; j++) {
-            forward(p, warmup + j, dloss, load, ctx, true);
-            backward_at(p, j, m, hooks);
-        }
-        for (int j = m - warmup; j < m; j++) backward_at(p, j, m, hooks);
+    prepare_list(p, m);
+    for (int i = 0; i < p->list.count; i++) {
+        const Action *a = &p->list.items[i];
+        if (a->kind == ACT_FORWARD) forward(p, a, dloss, load, ctx, true);
+        else if (a->kind == ACT_BACKWARD || a->kind == ACT_BACKWARD_INPUT || a->kind == ACT_BACKWARD_WEIGHT)
+            backward(p, a, i, hooks);
+        else communicate(p, a);
     }
     finish_sends(p);
     return p->stats;
 }
 
+/* Evaluation: for each micro-batch, the chunks in order, each receiving its
+ * input, running forward and passing its output on. */
 double pipeline_eval(Pipeline *p, int m, int counted, PipeLoad load, void *ctx) {
     memset(&p->stats, 0, sizeof p->stats);
     p->live = 0;
     double loss = 0;
-    for (int i = 0; i < m; i++) {
-        double before = p->stats.loss_sum;
-        forward(p, i < counted ? i : 0, 0.0f, load, ctx, false);
-        if (i < counted) loss += p->stats.loss_sum - before;
-        release_slot(p, i < counted ? i : 0);
-    }
+    const int prev = (p->stage + p->stages - 1) % p->stages, next = (p->stage + 1) % p->stages;
+    for (int i = 0; i < m; i++)
+        for (int c = 0; c < p->num_chunks; c++) {
+            const int micro = i < counted ? i : 0, vs = p->chunks[c].virtual_stage;
+            Action a = {ACT_RECV_ACTIVATION, c, micro, prev};
+            if (vs > 0) communicate(p, &a);
+            double before = p->stats.loss_sum;
+            a.kind = ACT_FORWARD;
+            forward(p, &a, 0.0f, load, ctx, false);
+            if (i < counted) loss += p->stats.loss_sum - before;
+            a.kind = ACT_SEND_ACTIVATION;
+            a.peer = next;
+            if (vs < p->virtual_stages - 1) communicate(p, &a);
+            ActSlot *s = slot_of(p, c, micro);
+            s->grads_done = s->grad_sent = true;
+            maybe_release(p, c, s);
+        }
     return loss;
 }

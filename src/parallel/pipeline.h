@@ -1,16 +1,21 @@
-/* pipeline.h: pipeline-parallel execution of one training step (or one
- * evaluation) on this rank's stage, over m micro-batches.
+/* pipeline.h: executes one training step (or one evaluation) of this rank's
+ * pipeline stage as an ordered list of actions (parallel/schedule.h): the
+ * forward F, the backward (whole, or split into B for input gradients and
+ * W for weight gradients), and the sends and receives between neighbours.
+ * The executor hard-codes no schedule: gpipe, 1f1b, interleaved and zbh1
+ * are lists the generator emits, validated before the first step.
  *
- * Schedules: GPipe (all forwards, then all backwards: m micro-batches of
- * activations alive at once) and 1F1B (PipeDream-Flush: after P - s - 1
- * warm-up forwards, stage s alternates one forward and one backward, so at
- * most P - s are alive). Activations go forward and their gradients backward
- * by MPI point-to-point, non-blocking: a send overlaps the next compute. With
- * one stage this is plain gradient accumulation. Gradients reach the
- * data-parallel layer through its BlockAccess; the last micro-batch's
- * backward is the one that launches the reduction. Measured per step: busy
- * (compute) and idle (waiting for a neighbour) time, and the most activation
- * sets alive at once. */
+ * The rank holds one or more model chunks (virtual stages). An activation
+ * set per (chunk, micro-batch) is taken at its forward and given back when
+ * its gradients are done (and its sends have left); sets are made on first
+ * need and kept (one allocation per shape). Messages are MPI
+ * point-to-point: sends non-blocking, a receive waited where it stands in
+ * the list (that wait is the rank's idle time). Gradients reach the
+ * data-parallel layer through its BlockAccess; a chunk's last
+ * gradient-producing action of the step is the one that launches its
+ * reduction. With one stage and one chunk this is plain gradient
+ * accumulation. Measured per step: busy and idle time, seconds per action
+ * kind, and the most activation sets alive at once. */
 #ifndef BS_PARALLEL_PIPELINE_H
 #define BS_PARALLEL_PIPELINE_H
 
@@ -18,37 +23,50 @@
 
 #include "model/gpt.h"
 #include "parallel/data_parallel.h"
-#include "parallel/grid.h"
-
-typedef enum { PIPE_GPIPE, PIPE_1F1B } PipeSchedule;
+#include "parallel/schedule.h"
 
 /* Fills micro-batch i's tokens (B*T inputs and targets). */
 typedef void (*PipeLoad)(void *ctx, int micro, int32_t *inputs, int32_t *targets);
 
 typedef struct {
-    double loss_sum;      /* over this stage's tokens (last stage only) */
-    double busy, idle;    /* seconds computing / waiting for a neighbour */
-    int max_live;         /* activation sets alive at once */
+    double loss_sum;       /* over this rank's loss-computing chunk's tokens (last virtual stage only) */
+    double busy, idle;     /* seconds computing / waiting for a neighbour */
+    int max_live;          /* activation sets alive at once */
+    double seconds[4];     /* per compute kind: forward, backward, backward-input, backward-weight */
+    int count[4];
 } PipeStats;
 
-typedef struct Pipeline Pipeline;
-
-Pipeline *pipeline_create(Grid *grid, GPT *model, DataParallel *dp, PipeSchedule schedule, int B, int T);
-void pipeline_free(Pipeline *p);
-/* Record forward, backward and waits as trace intervals (NULL: off). */
-typedef struct Trace Trace;
-void pipeline_set_trace(Pipeline *p, Trace *trace);
-bool pipeline_parse_schedule(const char *name, PipeSchedule *out);
+/* A model chunk as the pipeline sees it. */
 typedef struct {
-    void (*before_last_backward)(void *ctx); /* may be NULL */
-    void (*after_last_backward)(void *ctx);  /* before waiting for the step's sends; may be NULL */
+    GPT *model;
+    DataParallel *dp;
+} PipeChunk;
+
+/* Called around a chunk's last gradient-producing action of a step: before
+ * (e.g. to hand the model the tied weights' gradient from the last stage)
+ * and after it (e.g. to send the head's share of it). Either may be NULL. */
+typedef struct {
+    void (*before_last_grads)(void *ctx, int chunk);
+    void (*after_last_grads)(void *ctx, int chunk);
     void *ctx;
 } PipeHooks;
 
-/* One step's forward and backward over m micro-batches. */
+typedef struct Pipeline Pipeline;
+typedef struct Trace Trace;
+
+/* stage / stages: this rank's pipeline index and the pipeline's size;
+ * chunks[c] is virtual stage c * stages + stage. */
+Pipeline *pipeline_create(Comm *pp_group, int stage, int stages, const PipeChunk *chunks, int num_chunks,
+                          PipeSchedule schedule, int B, int T);
+void pipeline_free(Pipeline *p);
+/* Record forward, backward and waits as trace intervals (NULL: off). */
+void pipeline_set_trace(Pipeline *p, Trace *trace);
+
+/* One step's forward and backward over m micro-batches (dies with the
+ * validator's line if the schedule cannot run m). */
 PipeStats pipeline_train(Pipeline *p, int m, float dloss, PipeLoad load, void *ctx, const PipeHooks *hooks);
 /* Forward only (validation) of m micro-batches, of which the first `counted`
- * count: their loss sum (last stage; 0 elsewhere). */
+ * count: their loss sum (last virtual stage; 0 elsewhere). */
 double pipeline_eval(Pipeline *p, int m, int counted, PipeLoad load, void *ctx);
 
 #endif

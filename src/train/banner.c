@@ -21,22 +21,47 @@ static void print_compression(const Trainer *tr) {
                c->freeze_step);
 }
 
+/* This rank's place: grid coordinates, its chunks' layers, its parameter count. */
+static void rank_line(const Trainer *tr, char *out, size_t n) {
+    Engine *e = tr->engine;
+    const Grid *g = engine_grid(e);
+    size_t k = (size_t)snprintf(out, n, "  rank %d: dp %d, pp %d, tp %d: layers", tr->rank, g->dp_index, g->pp_index,
+                                g->tp_index), params = 0;
+    for (int c = 0; c < engine_num_chunks(e) && k < n; c++) {
+        const GPTConfig *mc = &engine_chunk(e, c)->model.cfg;
+        k += (size_t)snprintf(out + k, n - k, " [%d, %d)", gpt_first_layer(mc), gpt_first_layer(mc) + gpt_stage_layers(mc));
+        params += engine_chunk(e, c)->model.num_params;
+    }
+    if (k < n) snprintf(out + k, n - k, ", %zu parameters here", params);
+}
+
+/* This rank's parameters and optimizer-state floats over its chunks. */
+static void rank_sizes(const Trainer *tr, double *params, double *updated) {
+    *params = *updated = 0;
+    for (int c = 0; c < engine_num_chunks(tr->engine); c++) {
+        *params += (double)engine_chunk(tr->engine, c)->model.num_params;
+        *updated += (double)engine_chunk(tr->engine, c)->update_count;
+    }
+}
+
 void banner_print(const Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
-    const GPTConfig *mc = &tr->model.cfg;
-    const Grid *g = tr->grid;
-    char mine[160];
-    snprintf(mine, sizeof mine, "  rank %d: dp %d, pp %d, tp %d: layers [%d, %d), %zu parameters here", tr->rank,
-             g->dp_index, g->pp_index, g->tp_index, gpt_first_layer(mc), gpt_first_layer(mc) + gpt_stage_layers(mc),
-             tr->model.num_params);
+    const GPTConfig *mc = &tr->model;
+    const Grid *g = engine_grid(tr->engine);
+    const GPT *first = &engine_chunk(tr->engine, 0)->model;
+    char mine[400];
+    rank_line(tr, mine, sizeof mine);
     char *all = (g->tp > 1 || g->pp > 1) ? comm_gather_text(tr->world, mine, "\n", 0) : NULL;
     if (tr->rank != 0 || c->quiet) {
         free(all);
         return;
     }
     if (all) {
-        printf("layout: tp %d x pp %d x dp %d = %d processes, %s pipeline schedule\n%s\n", g->tp, g->pp, g->dp,
-               g->tp * g->pp * g->dp, c->pp_schedule, all);
+        char chunks[64] = "";
+        if (engine_num_chunks(tr->engine) > 1) snprintf(chunks, sizeof chunks, " (%d virtual stages per rank)",
+                                                        engine_num_chunks(tr->engine));
+        printf("layout: tp %d x pp %d x dp %d = %d processes, %s pipeline schedule%s\n%s\n", g->tp, g->pp, g->dp,
+               g->tp * g->pp * g->dp, TRAIN_PP_SCHEDULE_WORDS[c->pp_schedule], chunks, all);
         free(all);
     }
     printf("model: L=%d H=%d C=%d T=%d V=%d (padded %d), %.2fM parameters, %.1f MFLOP/token\n", mc->num_layers,
@@ -45,26 +70,28 @@ void banner_print(const Trainer *tr) {
     printf("batch: global %d sequences = micro %d x accumulation %d x dp %d (%d tokens/step); %d threads/process\n",
            c->global_batch, c->micro_batch, c->global_batch / (c->micro_batch * tr->dp_size), tr->dp_size,
            c->global_batch * c->seq_len, omp_get_max_threads());
-    if (strcmp(c->batch_schedule, "constant") != 0 || strcmp(c->lr_scaling, "none") != 0)
+    if (strcmp(c->batch_schedule, "constant") != 0 || c->lr_scaling != LR_SCALING_NONE)
         printf("schedule: batch %s, lr scaling %s (base batch %ld), %ld steps, %.3g tokens\n", c->batch_schedule,
-               c->lr_scaling, tr->base_batch, tr->total_steps, (double)tr->total_tokens);
-    printf("optimizer: %s\n", c->optimizer);
-    if (tr->model.bf16)
+               TRAIN_LR_SCALING_WORDS[c->lr_scaling], tr->base_batch, tr->total_steps, (double)tr->total_tokens);
+    printf("optimizer: %s\n", TRAIN_OPTIMIZER_WORDS[c->optimizer]);
+    if (first->bf16)
         printf("precision: bf16 matmuls on %s (this CPU %s bf16 arithmetic), fp32 masters and accumulation\n",
-               matmul_bf16_path_name(matmul_bf16_path(tr->model.bf16_matmul)),
+               matmul_bf16_path_name(matmul_bf16_path(first->bf16_matmul)),
                matmul_bf16_cpu_has_bf16() ? "has" : "lacks");
     if (tr->dp_size > 1 || c->zero > 0) {
-        DPMemory mem = dp_memory(tr->dp);
-        double P = (double)tr->model.num_params * 4, N = tr->dp_size;
+        DPMemory mem = engine_memory(tr->engine);
+        double params, updated;
+        rank_sizes(tr, &params, &updated);
+        double P = params * 4, N = tr->dp_size;
         double formula[4] = {16 * P, 8 * P + 8 * P / N, 4 * P + 12 * P / N, 16 * P / N};
-        double opt_bytes = (double)tr->update_count * 4 * optimizer_state_arrays(tr->opt.cfg.kind);
+        double opt_bytes = updated * 4 * optimizer_state_arrays(c->optimizer);
         printf("data parallel: %d ranks, ZeRO stage %d, %s collectives, buckets of %.1f MB%s\n", tr->dp_size, c->zero,
-               c->comm_algo, c->bucket_mb, c->no_overlap ? " (no overlap)" : "");
+               TRAIN_COMM_ALGO_WORDS[c->comm_algo], c->bucket_mb, c->no_overlap ? " (no overlap)" : "");
         print_compression(tr);
         printf("per-rank state: params %.1f MB, grads %.1f MB, optimizer %.1f MB = %.1f MB (ZeRO formula %.1f MB) "
                "+ buffers %.1f MB\n", mem.param_bytes / 1e6, mem.grad_bytes / 1e6, opt_bytes / 1e6,
                (mem.param_bytes + mem.grad_bytes + opt_bytes) / 1e6, formula[c->zero] / 1e6, mem.buffer_bytes / 1e6);
     }
     printf("data: %s (%zu tokens, %zu sequences, %s)\n", c->data, tr->train_data.num_tokens,
-           tr->train_data.num_windows, c->data_order);
+           tr->train_data.num_windows, TRAIN_DATA_ORDER_WORDS[c->data_order]);
 }

@@ -10,7 +10,9 @@
 #include "optim/grad_norm.h"
 #include "optim/onebit_adam.h"
 
-static bool is_set(const char *s) { return s && *s; }
+/* 1-bit Adam and the residuals of compressed reductions run with one model
+ * chunk per rank (the configuration check refuses virtual stages with them). */
+static EngineChunk *only_chunk(Trainer *tr) { return engine_chunk(tr->engine, 0); }
 
 void compression_dp_options(const TrainConfig *c, DPOptions *opt) {
     char why[256];
@@ -24,14 +26,14 @@ void compression_dp_options(const TrainConfig *c, DPOptions *opt) {
             bs_die("--zero-quant-grads reduces gradients in int8: it cannot be combined with --grad-compression %s",
                    c->grad_compression);
         if (c->zero < 1) bs_die("--zero-quant-grads quantizes the gradient reduce-scatter: it needs --zero 1, 2 or 3");
-        if (is_set(c->compression_scheme))
+        if (option_given(c->compression_scheme))
             bs_die("--compression-scheme does not apply to --zero-quant-grads (qgZ is its own scheme: int8 all-to-all "
                    "inside the node, then across nodes)");
         opt->grad_codec = (Codec){CODEC_INT8, (size_t)c->compression_block, 0};
         opt->grad_scheme = COMPRESSED_QGZ;
         opt->error_feedback = false; /* as ZeRO++ */
     }
-    if (is_set(c->compression_scheme) && !compressed_parse_scheme(c->compression_scheme, &opt->grad_scheme))
+    if (option_given(c->compression_scheme) && !compressed_parse_scheme(c->compression_scheme, &opt->grad_scheme))
         bs_die("--compression-scheme must be ring or exchange (got '%s')", c->compression_scheme);
     if (opt->grad_scheme == COMPRESSED_RING && !codec_is_elementwise(&opt->grad_codec) &&
         opt->grad_codec.kind != CODEC_NONE)
@@ -47,7 +49,7 @@ void compression_dp_options(const TrainConfig *c, DPOptions *opt) {
 void onebit_setup(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
     OnebitState *o = &tr->onebit;
-    o->on = tr->opt.cfg.kind == OPTIM_ONEBIT_ADAM;
+    o->on = c->optimizer == OPTIM_ONEBIT_ADAM;
     if (!o->on) {
         if (c->freeze_step > 0) bs_die("--freeze-step is 1-bit Adam's: it needs --optimizer onebit-adam");
         return;
@@ -56,27 +58,29 @@ void onebit_setup(Trainer *tr) {
         bs_die("--optimizer onebit-adam needs --freeze-step S >= 1: the steps of full-precision Adam before the "
                "variance is frozen (about 15-25%% of the run)");
     if (c->zero > 1) bs_die("--optimizer onebit-adam needs --zero 0 or 1 (every rank keeps the whole momentum)");
-    if (tr->grid->tp > 1 || tr->grid->pp > 1) bs_die("--optimizer onebit-adam needs --tp 1 --pp 1 (data parallelism only)");
+    const Grid *g = engine_grid(tr->engine);
+    EngineChunk *ch = only_chunk(tr);
+    if (g->tp > 1 || g->pp > 1) bs_die("--optimizer onebit-adam needs --tp 1 --pp 1 (data parallelism only)");
     if (strcmp(c->grad_compression, "none") != 0 || c->zero_quant_grads)
         bs_die("--optimizer onebit-adam compresses the momentum itself: leave --grad-compression none");
     if (c->noise_scale || c->balance)
         bs_die("--optimizer onebit-adam cannot be combined with %s: after --freeze-step no rank sees the reduced "
                "gradient, and each rank's gradient must be an equal share", c->balance ? "--balance" : "--noise-scale "
                "(or an adaptive batch schedule)");
-    size_t total = tr->model.num_params;
+    size_t total = ch->model.num_params;
     if (tr->dp_size > 1) {
         o->worker_residual = bs_calloc(total ? total : 1, sizeof(float));
-        o->server_count = compressed_server_floats(tr->dpc, 0, total, total);
+        o->server_count = compressed_server_floats(g->dp_group, 0, total, total);
         o->server_residual = bs_calloc(o->server_count ? o->server_count : 1, sizeof(float));
         o->scratch = compressed_scratch_new();
     }
     /* stage 0: the optimizer's m is already the whole buffer */
-    o->momentum = tr->update_count == total ? tr->state[0] : bs_calloc(total ? total : 1, sizeof(float));
+    o->momentum = ch->update_count == total ? ch->state[0] : bs_calloc(total ? total : 1, sizeof(float));
 }
 
 void compression_free(Trainer *tr) {
     OnebitState *o = &tr->onebit;
-    if (o->momentum != tr->state[0]) free(o->momentum);
+    if (o->on && o->momentum != only_chunk(tr)->state[0]) free(o->momentum);
     free(o->worker_residual);
     free(o->server_residual);
     compressed_scratch_free(o->scratch);
@@ -84,36 +88,40 @@ void compression_free(Trainer *tr) {
 }
 
 bool onebit_compressing(const Trainer *tr) {
-    return tr->onebit.on && tr->optimizer_step + 1 > tr->cfg.freeze_step;
+    return tr->onebit.on && engine_optimizer_step(tr->engine) + 1 > tr->cfg.freeze_step;
 }
 
 double onebit_grad_sum_squares(Trainer *tr) {
     double n = tr->dp_size;
-    double s = sum_of_squares(tr->model.grads, tr->model.num_params) * n * n;
-    comm_allreduce_double(tr->dpc, &s, 1);
+    const GPT *model = &only_chunk(tr)->model;
+    double s = sum_of_squares(model->grads, model->num_params) * n * n;
+    comm_allreduce_double(engine_grid(tr->engine)->dp_group, &s, 1);
     return s / n;
 }
 
 void onebit_update(Trainer *tr, double lr) {
     OnebitState *o = &tr->onebit;
     const TrainConfig *c = &tr->cfg;
-    size_t total = tr->model.num_params;
-    if (!o->momentum_current && o->momentum != tr->state[0]) { /* ZeRO-1: the whole m from the shards */
-        memcpy(o->momentum + tr->update_offset, tr->state[0], tr->update_count * sizeof(float));
-        comm_allgather(tr->dpc, o->momentum, 0, total, total);
+    EngineChunk *ch = only_chunk(tr);
+    Comm *dpc = engine_grid(tr->engine)->dp_group;
+    size_t total = ch->model.num_params;
+    if (!o->momentum_current && o->momentum != ch->state[0]) { /* ZeRO-1: the whole m from the shards */
+        memcpy(o->momentum + ch->update_offset, ch->state[0], ch->update_count * sizeof(float));
+        comm_allgather(dpc, o->momentum, 0, total, total);
     }
     o->momentum_current = true;
-    onebit_adam_local_momentum(o->momentum, tr->model.grads, total, (float)c->beta1, (float)tr->dp_size);
+    onebit_adam_local_momentum(o->momentum, ch->model.grads, total, (float)c->beta1, (float)tr->dp_size);
     if (tr->dp_size > 1) {
         Compression z = {{CODEC_ONEBIT, 0, 0}, COMPRESSED_EXCHANGE, true, o->worker_residual, o->server_residual};
-        comm_wait(comm_start_compressed_allreduce(tr->dpc, o->scratch, &z, o->momentum, 0, total, total));
+        comm_wait(comm_start_compressed_allreduce(dpc, o->scratch, &z, o->momentum, 0, total, total));
     }
-    long step = ++tr->optimizer_step;
-    float *params = dp_update_params(tr->dp);
-    const float *v = tr->state[1];
-    const Range mine = range_make(tr->update_offset, tr->update_count);
-    for (int i = 0; i < tr->opt.num_tensors; i++) { /* tensor by tensor: decay or not; wte's padding untouched */
-        const OptimTensor *t = &tr->opt.tensors[i];
+    long step = engine_optimizer_step(tr->engine) + 1;
+    engine_set_optimizer_step(tr->engine, step);
+    float *params = dp_update_params(ch->dp);
+    const float *v = ch->state[1];
+    const Range mine = range_make(ch->update_offset, ch->update_count);
+    for (int i = 0; i < ch->opt.num_tensors; i++) { /* tensor by tensor: decay or not; wte's padding untouched */
+        const OptimTensor *t = &ch->opt.tensors[i];
         const Range part = range_intersect(range_make(t->offset, t->count), mine);
         if (range_empty(part)) continue;
         OnebitAdamStep s = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps,
@@ -121,8 +129,8 @@ void onebit_update(Trainer *tr, double lr) {
         size_t at = range_offset_in(part, mine);
         onebit_adam_apply(params + at, o->momentum + part.offset, v + at, part.count, &s);
     }
-    if (o->momentum != tr->state[0]) /* what checkpoints hold */
-        memcpy(tr->state[0], o->momentum + tr->update_offset, tr->update_count * sizeof(float));
+    if (o->momentum != ch->state[0]) /* what checkpoints hold */
+        memcpy(ch->state[0], o->momentum + ch->update_offset, ch->update_count * sizeof(float));
 }
 
 int compression_feedback_arrays(Trainer *tr, CkptExtraArray *arrays, char *label, size_t label_size) {
@@ -130,22 +138,23 @@ int compression_feedback_arrays(Trainer *tr, CkptExtraArray *arrays, char *label
     int n = 0;
     float *worker, *server;
     size_t worker_count, server_count;
-    dp_residuals(tr->dp, &worker, &worker_count, &server, &server_count);
+    dp_residuals(only_chunk(tr)->dp, &worker, &worker_count, &server, &server_count);
     if (worker) arrays[n++] = (CkptExtraArray){"grad_worker", worker, worker_count};
     if (server) arrays[n++] = (CkptExtraArray){"grad_server", server, server_count};
     if (tr->onebit.worker_residual) {
-        arrays[n++] = (CkptExtraArray){"onebit_worker", tr->onebit.worker_residual, tr->model.num_params};
+        arrays[n++] = (CkptExtraArray){"onebit_worker", tr->onebit.worker_residual,
+                                        only_chunk(tr)->model.num_params};
         arrays[n++] = (CkptExtraArray){"onebit_server", tr->onebit.server_residual, tr->onebit.server_count};
     }
     snprintf(label, label_size, "grad %s/%d%s%s, dp %d of %d, zero %d, %s", c->grad_compression,
-             c->compression_block, is_set(c->compression_scheme) ? "/" : "", c->compression_scheme, tr->dp_index,
-             tr->dp_size, c->zero, c->zero_quant_grads ? "qgZ" : tr->opt.cfg.kind == OPTIM_ONEBIT_ADAM ? "1-bit Adam" : "-");
+             c->compression_block, option_given(c->compression_scheme) ? "/" : "", c->compression_scheme, tr->dp_index,
+             tr->dp_size, c->zero, c->zero_quant_grads ? "qgZ" : c->optimizer == OPTIM_ONEBIT_ADAM ? "1-bit Adam" : "-");
     return n;
 }
 
 void compression_reset_feedback(Trainer *tr) {
-    dp_reset_residuals(tr->dp);
+    dp_reset_residuals(only_chunk(tr)->dp);
     OnebitState *o = &tr->onebit;
-    if (o->worker_residual) memset(o->worker_residual, 0, tr->model.num_params * sizeof(float));
+    if (o->worker_residual) memset(o->worker_residual, 0, only_chunk(tr)->model.num_params * sizeof(float));
     if (o->server_residual) memset(o->server_residual, 0, o->server_count * sizeof(float));
 }

@@ -48,7 +48,10 @@ static void set_timing(json_t *j, const Metrics *m, const StepResult *r, double 
     set(j, "ranks", json_integer(m->ranks));
     if (m->pp > 1) {
         set(j, "bubble", number(r->bubble));
-        set(j, "bubble_theory", number((double)(m->pp - 1) / r->accum_steps));
+        /* theory, two conventions: idle over busy time (Megatron's (p-1)/m), and the idle share of the step,
+         * the measured bubble's convention ((p-1)/(m+p-1)) */
+        set(j, "bubble_theory", number(r->bubble_theory / (1 - r->bubble_theory)));
+        set(j, "bubble_theory_share", number(r->bubble_theory));
         set(j, "pipe_busy_ms", number(r->pipe_busy * 1e3));
         set(j, "pipe_idle_ms", number(r->pipe_idle * 1e3));
     }

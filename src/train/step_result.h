@@ -20,6 +20,8 @@ typedef struct {
     double peak_rss;                  /* largest peak resident memory over ranks, bytes */
     double pipe_busy, pipe_idle;      /* this rank's pipeline compute and wait time */
     double bubble;                    /* largest idle share of a step over ranks */
+    double bubble_theory;             /* the schedule's idle share of a step in theory (parallel/schedule.h), with
+                                         this rank's measured seconds per action */
     int max_live;                     /* activation sets alive at once on this rank */
     double comm_exposed, comm_busy;   /* this rank's blocked time; operations' total time */
     uint64_t comm_bytes;

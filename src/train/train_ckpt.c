@@ -1,8 +1,9 @@
 /* train_ckpt.c: checkpoints of the trainer (see train_ckpt.h).
  *
- * Every rank writes one file: its data-parallel shard of its model shard's
- * flat layout (parameters and optimizer state), tagged with the model shard
- * (tp_index + pp_index x tp). On resume each rank needs values for its own
+ * Every rank writes one file per model chunk: its data-parallel shard of the
+ * chunk's flat layout (parameters and optimizer state), tagged with the
+ * model shard (tp_index + model stage x tp; a chunk is a model stage of its
+ * own). On resume each rank needs values for its own
  * local ranges: with the same model split, it reads its shard's ranges
  * directly (whatever the data-parallel size or ZeRO stage was); with another
  * split (tensor or pipeline), each local run is mapped to the whole model's
@@ -21,27 +22,34 @@
 #include "core/timer.h"
 #include "train/compression.h"
 
-/* The manifest of the state as it is now (rank 0 fills in the files at commit). */
+/* The manifest of the state as it is now (rank 0 fills in the files at
+ * commit). Its pipeline split counts model stages: pipeline ranks x
+ * virtual stages, each a model shard of its own. */
 static CkptManifest *snapshot_manifest(const Trainer *tr) {
-    const Grid *g = tr->grid;
+    const Grid *g = engine_grid(tr->engine);
+    const int v = engine_num_chunks(tr->engine), stages = engine_virtual_stages(tr->engine);
     CkptManifest *m = bs_calloc(1, sizeof *m);
-    m->num_files = comm_size(tr->world);
+    m->num_files = comm_size(tr->world) * v;
     m->step = tr->step;
     m->seqs_consumed = tr->seqs_consumed;
     m->tokens_consumed = tr->seqs_consumed * (uint64_t)tr->cfg.seq_len;
-    m->model = gpt_logical_config(&tr->model.cfg);
+    m->model = tr->model;
     m->sample_rng = tr->sample_rng;
     m->data_seed = (uint64_t)tr->cfg.seed;
     m->data_shuffle = tr->train_data.shuffle;
     m->world = comm_size(tr->world);
     m->dp = g->dp;
     m->tp = g->tp;
-    m->pp = g->pp;
-    grid_format_split(g->stage_layers, g->pp, m->pp_split, sizeof m->pp_split);
+    m->pp = stages;
+    m->virtual_stages = v;
+    int *layers = bs_malloc(sizeof(int) * (size_t)stages);
+    for (int vs = 0, first; vs < stages; vs++) engine_stage_layers(tr->engine, vs, &first, &layers[vs]);
+    grid_format_split(layers, stages, m->pp_split, sizeof m->pp_split);
+    free(layers);
     m->zero = tr->cfg.zero;
-    snprintf(m->optimizer, sizeof m->optimizer, "%s", optimizer_kind_name(tr->opt.cfg.kind));
+    snprintf(m->optimizer, sizeof m->optimizer, "%s", optimizer_kind_name(tr->cfg.optimizer));
     snprintf(m->tokenizer, sizeof m->tokenizer, "%s", tr->tok ? tokenizer_spec(tr->tok) : "");
-    m->optimizer_step = tr->optimizer_step;
+    m->optimizer_step = engine_optimizer_step(tr->engine);
     snprintf(m->batch_schedule, sizeof m->batch_schedule, "%s", tr->cfg.batch_schedule);
     m->final_batch = tr->cfg.global_batch;
     m->current_batch = tr->adaptive ? tr->adaptive_batch : 0;
@@ -51,10 +59,12 @@ static CkptManifest *snapshot_manifest(const Trainer *tr) {
     return m;
 }
 
-/* After every rank's file is complete: rank 0 writes the manifest and makes
- * the checkpoint visible. Collective. */
-static void commit(Trainer *tr, const char *tmp, CkptFile *mine, CkptManifest *m) {
-    comm_gather_bytes(tr->world, mine, sizeof *mine, m ? m->files : NULL, 0);
+/* After every rank's files are complete: rank 0 writes the manifest and
+ * makes the checkpoint visible. Collective. */
+static void commit(Trainer *tr, const char *tmp, const AsyncCkpt *a, CkptManifest *m) {
+    CkptFile mine[TRAIN_MAX_CHUNKS];
+    for (int c = 0; c < a->num_pieces; c++) mine[c] = a->pieces[c].file;
+    comm_gather_bytes(tr->world, mine, sizeof(CkptFile) * (size_t)a->num_pieces, m ? m->files : NULL, 0);
     if (m) {
         ckpt_commit(tr->ckpt_dir, tmp, m, tr->cfg.keep_last);
         if (!tr->cfg.quiet) {
@@ -66,12 +76,20 @@ static void commit(Trainer *tr, const char *tmp, CkptFile *mine, CkptManifest *m
     comm_barrier(tr->world);
 }
 
+/* One file per chunk (named by rank x chunks + chunk), and the rank's error-feedback residuals. */
+static void write_pieces(AsyncCkpt *a) {
+    for (int c = 0; c < a->num_pieces; c++) {
+        CkptPiece *p = &a->pieces[c];
+        const float *state[CKPT_STATE_ARRAYS] = {p->state[0], p->state[1]};
+        ckpt_write_rank_file(a->tmp, a->rank * a->num_pieces + c, p->offset, p->count, p->params, state, &p->file);
+        p->file.shard = p->shard;
+    }
+    if (a->num_extra > 0) ckpt_write_extra(a->tmp, a->rank, a->extra_label, a->extra, a->num_extra);
+}
+
 static void *async_writer(void *arg) {
     AsyncCkpt *a = arg;
-    const float *state[CKPT_STATE_ARRAYS] = {a->state[0], a->state[1]};
-    ckpt_write_rank_file(a->tmp, a->rank, a->offset, a->count, a->params, state, &a->file);
-    a->file.shard = a->shard;
-    if (a->num_extra > 0) ckpt_write_extra(a->tmp, a->rank, a->extra_label, a->extra, a->num_extra);
+    write_pieces(a);
     atomic_store(&a->done, 1);
     return NULL;
 }
@@ -81,7 +99,7 @@ void train_save_finish(Trainer *tr) {
     AsyncCkpt *a = &tr->async;
     if (!a->pending) return;
     pthread_join(a->thread, NULL);
-    commit(tr, a->tmp, &a->file, a->manifest);
+    commit(tr, a->tmp, a, a->manifest);
     free(a->manifest);
     a->manifest = NULL;
     a->pending = false;
@@ -95,71 +113,70 @@ void train_save_poll(Trainer *tr) {
     if (not_done == 0) train_save_finish(tr);
 }
 
-double train_save(Trainer *tr) {
-    double t0 = bs_now();
-    train_save_finish(tr); /* one checkpoint in flight at a time */
-    const Grid *g = tr->grid;
-    char tmp[4096];
-    ckpt_tmp_dir(tmp, sizeof tmp, tr->ckpt_dir, tr->step);
-    if (tr->rank == 0) {
-        bs_remove_tree(tmp);
-        bs_mkdir_p(tmp);
-    }
-    comm_barrier(tr->world);
-    size_t off, count;
-    dp_shard_range(tr->dp, &off, &count);
-    size_t at = off - tr->update_offset; /* stage 0 updates everything; its file holds the shard */
-    const float *params = dp_params_at(tr->dp, off, count);
-    const float *state[CKPT_STATE_ARRAYS] = {NULL, NULL};
-    for (int k = 0; k < CKPT_STATE_ARRAYS && k < OPTIMIZER_MAX_STATE; k++)
-        if (tr->state[k]) state[k] = tr->state[k] + at;
-    CkptManifest *m = tr->rank == 0 ? snapshot_manifest(tr) : NULL;
-    const int shard = g->tp_index + g->pp_index * g->tp;
-    CkptExtraArray extra[TRAIN_FEEDBACK_ARRAYS];
-    char label[CKPT_EXTRA_LABEL];
-    int num_extra = compression_feedback_arrays(tr, extra, label, sizeof label);
-    if (!tr->cfg.async_ckpt) {
-        CkptFile mine;
-        ckpt_write_rank_file(tmp, tr->rank, off, count, params, state, &mine);
-        mine.shard = shard;
-        if (num_extra > 0) ckpt_write_extra(tmp, tr->rank, label, extra, num_extra);
-        commit(tr, tmp, &mine, m);
-        free(m);
-        return bs_now() - t0;
-    }
-    /* --async-ckpt: copy the state aside (the only stall) and write it from a thread */
-    AsyncCkpt *a = &tr->async;
-    if (a->capacity < count) {
-        for (int k = 0; k < 1 + CKPT_STATE_ARRAYS; k++) free(a->buffers[k]);
-        for (int k = 0; k < 1 + CKPT_STATE_ARRAYS; k++) a->buffers[k] = bs_malloc((count ? count : 1) * sizeof(float));
-        a->capacity = count;
-    }
-    memcpy(a->buffers[0], params, count * sizeof(float));
-    a->params = a->buffers[0];
-    for (int k = 0; k < CKPT_STATE_ARRAYS; k++) {
-        a->state[k] = state[k] ? a->buffers[1 + k] : NULL;
-        if (state[k]) memcpy(a->buffers[1 + k], state[k], count * sizeof(float));
+/* Chunk c's file: its data-parallel shard of parameters and optimizer state
+ * (stage 0 updates everything; its file holds the shard). */
+static void describe_piece(Trainer *tr, int c, CkptPiece *p) {
+    const Grid *g = engine_grid(tr->engine);
+    EngineChunk *ch = engine_chunk(tr->engine, c);
+    dp_shard_range(ch->dp, &p->offset, &p->count);
+    size_t at = p->offset - ch->update_offset;
+    p->params = dp_params_at(ch->dp, p->offset, p->count);
+    for (int k = 0; k < CKPT_STATE_ARRAYS; k++)
+        p->state[k] = k < OPTIMIZER_MAX_STATE && ch->state[k] ? ch->state[k] + at : NULL;
+    p->shard = g->tp_index + ch->virtual_stage * g->tp;
+}
+
+/* --async-ckpt: the pieces and residuals copied aside (the only stall). */
+static void copy_aside(AsyncCkpt *a) {
+    for (int c = 0; c < a->num_pieces; c++) {
+        CkptPiece *p = &a->pieces[c];
+        if (p->capacity < p->count) {
+            for (int k = 0; k < 1 + CKPT_STATE_ARRAYS; k++) free(p->buffers[k]);
+            for (int k = 0; k < 1 + CKPT_STATE_ARRAYS; k++)
+                p->buffers[k] = bs_malloc((p->count ? p->count : 1) * sizeof(float));
+            p->capacity = p->count;
+        }
+        memcpy(p->buffers[0], p->params, p->count * sizeof(float));
+        p->params = p->buffers[0];
+        for (int k = 0; k < CKPT_STATE_ARRAYS; k++)
+            if (p->state[k]) p->state[k] = memcpy(p->buffers[1 + k], p->state[k], p->count * sizeof(float));
     }
     size_t extra_floats = 0;
-    for (int i = 0; i < num_extra; i++) extra_floats += extra[i].count;
+    for (int i = 0; i < a->num_extra; i++) extra_floats += a->extra[i].count;
     if (a->extra_capacity < extra_floats) {
         free(a->extra_buffer);
         a->extra_buffer = bs_malloc(extra_floats * sizeof(float));
         a->extra_capacity = extra_floats;
     }
-    for (int i = 0, at = 0; i < num_extra; at += (int)extra[i].count, i++) {
-        memcpy(a->extra_buffer + at, extra[i].data, extra[i].count * sizeof(float));
-        a->extra[i] = (CkptExtraArray){extra[i].name, a->extra_buffer + at, extra[i].count};
+    for (int i = 0, at = 0; i < a->num_extra; at += (int)a->extra[i].count, i++) {
+        memcpy(a->extra_buffer + at, a->extra[i].data, a->extra[i].count * sizeof(float));
+        a->extra[i].data = a->extra_buffer + at;
     }
-    a->num_extra = num_extra;
-    snprintf(a->extra_label, sizeof a->extra_label, "%s", label);
-    snprintf(a->tmp, sizeof a->tmp, "%s", tmp);
+}
+
+double train_save(Trainer *tr) {
+    double t0 = bs_now();
+    train_save_finish(tr); /* one checkpoint in flight at a time */
+    AsyncCkpt *a = &tr->async;
+    ckpt_tmp_dir(a->tmp, sizeof a->tmp, tr->ckpt_dir, tr->step);
+    if (tr->rank == 0) {
+        bs_remove_tree(a->tmp);
+        bs_mkdir_p(a->tmp);
+    }
+    comm_barrier(tr->world);
     a->rank = tr->rank;
-    a->offset = off;
-    a->count = count;
-    a->manifest = m;
-    memset(&a->file, 0, sizeof a->file);
-    a->shard = shard;
+    a->num_pieces = engine_num_chunks(tr->engine);
+    for (int c = 0; c < a->num_pieces; c++) describe_piece(tr, c, &a->pieces[c]);
+    a->num_extra = compression_feedback_arrays(tr, a->extra, a->extra_label, sizeof a->extra_label);
+    a->manifest = tr->rank == 0 ? snapshot_manifest(tr) : NULL;
+    if (!tr->cfg.async_ckpt) {
+        write_pieces(a);
+        commit(tr, a->tmp, a, a->manifest);
+        free(a->manifest);
+        a->manifest = NULL;
+        return bs_now() - t0;
+    }
+    copy_aside(a); /* written from a thread while training goes on */
     atomic_store(&a->done, 0);
     if (pthread_create(&a->thread, NULL, async_writer, a) != 0) bs_die("cannot start the checkpoint writer thread");
     a->pending = true;
@@ -167,7 +184,8 @@ double train_save(Trainer *tr) {
 }
 
 void train_save_free(Trainer *tr) {
-    for (int k = 0; k < 1 + CKPT_STATE_ARRAYS; k++) free(tr->async.buffers[k]);
+    for (int c = 0; c < TRAIN_MAX_CHUNKS; c++)
+        for (int k = 0; k < 1 + CKPT_STATE_ARRAYS; k++) free(tr->async.pieces[c].buffers[k]);
     free(tr->async.extra_buffer);
 }
 
@@ -291,6 +309,20 @@ static void resume_feedback(Trainer *tr, const char *dir) {
         bs_warn("error-feedback residuals start from zero: %s", why);
 }
 
+/* A chunk's parameters (all it holds, or its ZeRO-3 shard) and optimizer state. */
+static void read_chunk(EngineChunk *ch, const char *dir, const CkptManifest *m) {
+    size_t total = ch->model.num_params, off, count;
+    float *params = dp_params_at(ch->dp, 0, total);
+    if (params) {
+        train_ckpt_read(dir, m, &ch->model.cfg, 0, total, params, NULL);
+    } else {
+        dp_shard_range(ch->dp, &off, &count);
+        train_ckpt_read(dir, m, &ch->model.cfg, off, count, dp_params_at(ch->dp, off, count), NULL);
+    }
+    float *state[CKPT_STATE_ARRAYS] = {ch->state[0], ch->state[1]};
+    train_ckpt_read(dir, m, &ch->model.cfg, ch->update_offset, ch->update_count, NULL, state);
+}
+
 void train_resume(Trainer *tr) {
     char dir[4096] = "";
     if (tr->rank == 0) ckpt_resolve(tr->cfg.resume, tr->ckpt_dir, dir, sizeof dir);
@@ -299,35 +331,28 @@ void train_resume(Trainer *tr) {
     ckpt_read_manifest(dir, m);
     char why[600];
     if (tr->rank == 0 && !ckpt_verify(dir, m, why, sizeof why)) bs_die("cannot resume: %s", why);
-    const GPTConfig *a = &m->model, *b = &tr->model.cfg;
+    const GPTConfig *a = &m->model, *b = &tr->model;
     if (a->num_layers != b->num_layers || a->num_heads != b->num_heads || a->channels != b->channels ||
         a->max_seq_len != b->max_seq_len || a->vocab_size != b->vocab_size)
         bs_die("checkpoint %s holds a model of shape L=%d H=%d C=%d T=%d V=%d but the flags ask for L=%d H=%d C=%d "
                "T=%d V=%d; pass the checkpoint's shape", dir, a->num_layers, a->num_heads, a->channels,
                a->max_seq_len, a->vocab_size, b->num_layers, b->num_heads, b->channels, b->max_seq_len, b->vocab_size);
-    const char *opt = optimizer_kind_name(tr->opt.cfg.kind);
+    const char *opt = optimizer_kind_name(tr->cfg.optimizer);
     if (strcmp(m->optimizer, opt) != 0)
         bs_die("checkpoint %s was written with --optimizer %s, not %s; its optimizer state does not carry over", dir,
                m->optimizer, opt);
     if (strcmp(m->batch_schedule, tr->cfg.batch_schedule) != 0 || m->final_batch != tr->cfg.global_batch)
         bs_die("checkpoint %s was written with --batch-schedule %s --global-batch %ld; resume with the same "
                "(got %s, %d)", dir, m->batch_schedule, m->final_batch, tr->cfg.batch_schedule, tr->cfg.global_batch);
-    size_t total = tr->model.num_params, off, count;
-    float *params = dp_params_at(tr->dp, 0, total);
-    if (params) {
-        train_ckpt_read(dir, m, &tr->model.cfg, 0, total, params, NULL);
-    } else {
-        dp_shard_range(tr->dp, &off, &count);
-        train_ckpt_read(dir, m, &tr->model.cfg, off, count, dp_params_at(tr->dp, off, count), NULL);
-    }
-    float *state[CKPT_STATE_ARRAYS] = {tr->state[0], tr->state[1]};
-    train_ckpt_read(dir, m, &tr->model.cfg, tr->update_offset, tr->update_count, NULL, state);
-    mp_share_output_weights(tr->grid, &tr->model, tr->dp);
+    for (int c = 0; c < engine_num_chunks(tr->engine); c++) read_chunk(engine_chunk(tr->engine, c), dir, m);
+    engine_share_output_weights(tr->engine);
     resume_feedback(tr, dir);
-    tr->resharded = m->tp != tr->grid->tp || m->pp != tr->grid->pp || m->dp != tr->grid->dp || m->zero != tr->cfg.zero;
+    const Grid *g = engine_grid(tr->engine);
+    tr->resharded = m->tp != g->tp || m->pp != engine_virtual_stages(tr->engine) || m->dp != g->dp ||
+                    m->zero != tr->cfg.zero;
     tr->step = m->step;
     tr->seqs_consumed = m->seqs_consumed;
-    tr->optimizer_step = m->optimizer_step;
+    engine_set_optimizer_step(tr->engine, m->optimizer_step);
     tr->sample_rng = m->sample_rng;
     if (tr->adaptive) tr->adaptive_batch = m->current_batch;
     tr->noise.grad_sq_ema = m->noise_scale[1];
@@ -337,7 +362,8 @@ void train_resume(Trainer *tr) {
         bs_warn("resuming %s with another --seed or --data-order than it was written with: the data order changes",
                 dir);
     if (tr->rank == 0 && !tr->cfg.quiet)
-        printf("resumed from %s at step %ld (written by %d ranks: tp %d x pp %d x dp %d, ZeRO %d)\n", dir, tr->step,
-               m->world, m->tp, m->pp, m->dp, m->zero);
+        printf("resumed from %s at step %ld (written by %d ranks: tp %d x pp %d x dp %d%s, ZeRO %d)\n", dir, tr->step,
+               m->world, m->tp, m->pp / m->virtual_stages, m->dp, m->virtual_stages > 1 ? " with virtual stages" : "",
+               m->zero);
     free(m);
 }

@@ -25,10 +25,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/noise_scale.h"
 #include "optim/optimizer.h"
-#include "parallel/data_parallel.h"
-#include "parallel/grid.h"
-#include "parallel/model_parallel.h"
-#include "parallel/pipeline.h"
+#include "parallel/engine.h"
 #include "train/balance.h"
 #include "train/fault.h"
 #include "train/guard.h"
@@ -43,18 +40,26 @@ static inline bool option_given(const char *value) { return value && *value; }
 
 #define TRAIN_FEEDBACK_ARRAYS 4 /* error-feedback arrays a rank may keep (train/compression.h) */
 
-/* A checkpoint being written in the background (--async-ckpt). */
+#define TRAIN_MAX_CHUNKS 8 /* model chunks per rank (engine.h) */
+
+/* One chunk's file of a checkpoint: what it holds, and (--async-ckpt) the copies. */
+typedef struct {
+    size_t offset, count;
+    const float *params, *state[CKPT_STATE_ARRAYS];
+    int shard;
+    CkptFile file;
+    float *buffers[1 + CKPT_STATE_ARRAYS]; /* --async-ckpt: the copied parameters and optimizer state */
+    size_t capacity;
+} CkptPiece;
+
+/* A checkpoint being written (in the background with --async-ckpt). */
 typedef struct {
     bool pending;
     pthread_t thread;
     atomic_int done;
-    float *buffers[1 + CKPT_STATE_ARRAYS]; /* the copied parameters and optimizer state */
-    size_t capacity;
-    const float *params, *state[CKPT_STATE_ARRAYS];
     char tmp[4096];
-    int rank, shard;
-    size_t offset, count;
-    CkptFile file;
+    int rank, num_pieces;
+    CkptPiece pieces[TRAIN_MAX_CHUNKS];
     CkptManifest *manifest; /* rank 0: the state at the time of the copy */
     float *extra_buffer;    /* copied error-feedback residuals */
     size_t extra_capacity;
@@ -76,20 +81,13 @@ typedef struct {
 
 typedef struct {
     TrainConfig cfg;
-    Comm *world, *dpc; /* dpc: the data-parallel group */
+    Comm *world;
     int rank, dp_size, dp_index; /* world rank; data-parallel replicas and this one's index */
-    Grid *grid;
+    Engine *engine;              /* the grid, this rank's model chunks, their optimizer state, the pipeline */
+    GPTConfig model;             /* the whole model */
     Tokenizer *tok; /* decodes samples; NULL if the vocabulary is not the tokenizer's */
-    GPT model;
-    DataParallel *dp;
-    Pipeline *pipe;
-    TiedGrads tied;
-    bool *tensor_primary; /* per optimizer tensor: counted in norms on this rank */
     DataLoader train_data, val_data;
     bool has_val;
-    size_t update_offset, update_count; /* the range this rank's optimizer updates */
-    Optimizer opt;
-    float *state[OPTIMIZER_MAX_STATE];  /* the optimizer's per-parameter state over that range */
     BatchSchedule batch_schedule;
     LrScaling lr_scaling;
     long base_batch;
@@ -101,7 +99,6 @@ typedef struct {
     long adaptive_batch, adaptive_max; /* its current batch (saved in checkpoints) and bound */
     long step;              /* optimizer steps done */
     uint64_t seqs_consumed; /* data position */
-    long optimizer_step;
     Rng sample_rng;
     LrSchedule lr;
     Metrics metrics; /* rank 0, --metrics */

@@ -1,0 +1,351 @@
+/* engine.c: the parallel engine (see engine.h). */
+#include "parallel/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "model/llmc_file.h"
+#include "parallel/model_parallel.h"
+
+/* What the optimizer's per-tensor norm callback needs of one chunk. */
+typedef struct {
+    struct Engine *engine;
+    int chunk;
+} NormContext;
+
+struct Engine {
+    EngineConfig cfg;
+    Grid *grid;
+    int num_chunks, virtual_stages;
+    EngineChunk *chunks;
+    Comm **chunk_comm;   /* the data-parallel group of each chunk (chunk 0: the grid's) */
+    NormContext *norm_ctx;
+    int *vs_first, *vs_layers; /* per virtual stage */
+    Pipeline *pipe;
+    TiedGrads tied;
+    long optimizer_step;
+};
+
+const Grid *engine_grid(const Engine *e) { return e->grid; }
+int engine_num_chunks(const Engine *e) { return e->num_chunks; }
+EngineChunk *engine_chunk(Engine *e, int c) { return &e->chunks[c]; }
+int engine_virtual_stages(const Engine *e) { return e->virtual_stages; }
+long engine_optimizer_step(const Engine *e) { return e->optimizer_step; }
+void engine_set_optimizer_step(Engine *e, long step) { e->optimizer_step = step; }
+
+void engine_stage_layers(const Engine *e, int vs, int *first, int *count) {
+    *first = e->vs_first[vs];
+    *count = e->vs_layers[vs];
+}
+
+/* Virtual stage c p + s holds 1/v of pipeline stage s's layers, in
+ * virtual-stage order along the model. */
+static void split_virtual_stages(Engine *e) {
+    const Grid *g = e->grid;
+    const int p = g->pp, v = e->num_chunks;
+    e->virtual_stages = p * v;
+    e->vs_first = bs_calloc((size_t)(p * v), sizeof(int));
+    e->vs_layers = bs_calloc((size_t)(p * v), sizeof(int));
+    for (int s = 0; s < p; s++)
+        if (g->stage_layers[s] % v != 0)
+            bs_die("--virtual-stages %d does not divide the %d layers of pipeline stage %d (each stage's layers are "
+                   "split into %d equal chunks)", v, g->stage_layers[s], s, v);
+    for (int vs = 0, first = 0; vs < p * v; vs++) {
+        e->vs_first[vs] = first;
+        e->vs_layers[vs] = g->stage_layers[vs % p] / v;
+        first += e->vs_layers[vs];
+    }
+}
+
+/* The shard config of (tp_index, virtual stage vs). */
+static GPTConfig chunk_config(const Engine *e, const GPTConfig *whole, int tp_index, int vs) {
+    GPTConfig c = gpt_logical_config(whole);
+    char why[256];
+    if (!gpt_set_shard(&c, e->grid->tp, tp_index, e->virtual_stages, vs, e->vs_first[vs], e->vs_layers[vs], why,
+                       sizeof why))
+        bs_die("%s", why);
+    return c;
+}
+
+/* Parameters from the llm.c file, the seeded initialisation, or (ZeRO-3)
+ * the seeded values of this rank's shard only. */
+static void init_chunk(Engine *e, EngineChunk *ch, const GPTConfig *whole) {
+    const GPTConfig *mc = &ch->model.cfg;
+    size_t shard_off, shard_cnt;
+    dp_shard_range(ch->dp, &shard_off, &shard_cnt);
+    if (e->cfg.init_from) {
+        GPT file;
+        gpt_create_with(&file, whole, GPT_ALLOC_PARAMS);
+        llmc_model_read_params(e->cfg.init_from, &file);
+        float *dst = dp_params_at(ch->dp, 0, ch->model.num_params);
+        if (dst) mp_copy_from_logical(mc, file.params, dst, 0, ch->model.num_params);
+        else mp_copy_from_logical(mc, file.params, dp_update_params(ch->dp), shard_off, shard_cnt);
+        gpt_free(&file);
+    } else if (ch->model.params) {
+        gpt_init_weights(&ch->model, e->cfg.seed);
+    } else {
+        gpt_init_range(mc, e->cfg.seed, dp_update_params(ch->dp), shard_off, shard_cnt);
+    }
+}
+
+/* The optimizer sees each tensor's trained elements (not wte's padded rows). */
+static void setup_optimizer(Engine *e, EngineChunk *ch) {
+    const GPTConfig *mc = &ch->model.cfg;
+    int cap = gpt_max_segments(mc);
+    ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
+    int n = gpt_param_segments(mc, segs, cap);
+    OptimTensor *tensors = bs_malloc(sizeof(OptimTensor) * (size_t)n);
+    ch->tensor_primary = bs_malloc(sizeof(bool) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        tensors[i] = (OptimTensor){segs[i].offset, gpt_tensor_trained(mc, segs[i].kind), gpt_tensor_decays(segs[i].kind)};
+        ch->tensor_primary[i] = gpt_tensor_primary(mc, segs[i].kind);
+    }
+    optimizer_init(&ch->opt, &e->cfg.optimizer, tensors, n);
+    free(tensors);
+    free(segs);
+    dp_update_range(ch->dp, &ch->update_offset, &ch->update_count);
+    for (int k = 0; k < optimizer_state_arrays(e->cfg.optimizer.kind); k++)
+        ch->state[k] = bs_calloc(ch->update_count, sizeof(float));
+}
+
+static void setup_chunk(Engine *e, int c, const GPTConfig *whole) {
+    const Grid *g = e->grid;
+    EngineChunk *ch = &e->chunks[c];
+    ch->virtual_stage = c * g->pp + g->pp_index;
+    ch->model.cfg = chunk_config(e, whole, g->tp_index, ch->virtual_stage);
+    e->chunk_comm[c] = c == 0 ? g->dp_group : comm_split(g->dp_group, 0, g->dp_index, "data-parallel chunk");
+    ch->dp = dp_create(e->chunk_comm[c], &ch->model, &e->cfg.data_parallel);
+    ch->model.tp = g->tp_group;
+    init_chunk(e, ch, whole);
+    setup_optimizer(e, ch);
+    if (e->cfg.measure_micro_norms) dp_measure_micro_norms(ch->dp);
+    if (e->cfg.bf16) gpt_enable_bf16(&ch->model, e->cfg.bf16_path);
+}
+
+/* The chunks holding the tied weights: the embeddings (virtual stage 0) and the head (the last one). */
+static EngineChunk *embedding_chunk(Engine *e) { return e->grid->pp_index == 0 ? &e->chunks[0] : NULL; }
+static EngineChunk *head_chunk(Engine *e) {
+    return e->grid->pp_index == e->grid->pp - 1 ? &e->chunks[e->num_chunks - 1] : NULL;
+}
+static EngineChunk *tied_chunk(Engine *e) {
+    EngineChunk *ch = embedding_chunk(e);
+    return ch ? ch : head_chunk(e) ? head_chunk(e) : &e->chunks[0];
+}
+
+void engine_share_output_weights(Engine *e) {
+    EngineChunk *ch = tied_chunk(e);
+    mp_share_output_weights(e->grid, &ch->model, ch->dp);
+    for (int c = 0; c < e->num_chunks; c++) gpt_refresh_bf16(&e->chunks[c].model);
+}
+
+Engine *engine_create(Comm *world, const GPTConfig *whole, const EngineConfig *cfg) {
+    Engine *e = bs_calloc(1, sizeof *e);
+    e->cfg = *cfg;
+    e->grid = grid_create_split(world, cfg->tp, cfg->pp, cfg->dp, cfg->stage_layers, whole->num_layers,
+                                whole->num_heads);
+    const Grid *g = e->grid;
+    if (whole->padded_vocab_size % g->tp != 0)
+        bs_die("--tp %d does not divide the padded vocabulary %d", g->tp, whole->padded_vocab_size);
+    e->num_chunks = cfg->virtual_stages > 0 ? cfg->virtual_stages : 1;
+    split_virtual_stages(e);
+    e->chunks = bs_calloc((size_t)e->num_chunks, sizeof(EngineChunk));
+    e->chunk_comm = bs_calloc((size_t)e->num_chunks, sizeof(Comm *));
+    e->norm_ctx = bs_calloc((size_t)e->num_chunks, sizeof(NormContext));
+    PipeChunk pipe_chunks[8];
+    if (e->num_chunks > 8) bs_die("--virtual-stages %d: at most 8", e->num_chunks);
+    for (int c = 0; c < e->num_chunks; c++) {
+        setup_chunk(e, c, whole);
+        e->norm_ctx[c] = (NormContext){e, c};
+        pipe_chunks[c] = (PipeChunk){&e->chunks[c].model, e->chunks[c].dp};
+    }
+    e->pipe = pipeline_create(g->pp_group, g->pp_index, g->pp, pipe_chunks, e->num_chunks, cfg->schedule,
+                              cfg->micro_batch, cfg->seq_len);
+    engine_share_output_weights(e);
+    return e;
+}
+
+void engine_free(Engine *e) {
+    if (!e) return;
+    pipeline_free(e->pipe);
+    for (int c = 0; c < e->num_chunks; c++) {
+        EngineChunk *ch = &e->chunks[c];
+        dp_free(ch->dp);
+        free(ch->tensor_primary);
+        for (int k = 0; k < OPTIMIZER_MAX_STATE; k++) free(ch->state[k]);
+        optimizer_free(&ch->opt);
+        if (c > 0) comm_free(e->chunk_comm[c]);
+    }
+    free(e->tied.buf);
+    free(e->chunks);
+    free(e->chunk_comm);
+    free(e->norm_ctx);
+    free(e->vs_first);
+    free(e->vs_layers);
+    grid_free(e->grid);
+    free(e);
+}
+
+/* ---- the step ---- */
+
+/* Tied weights: the head's gradient reaches the embeddings' chunk before its last gradient pass. */
+static void before_last_grads(void *ctx, int chunk) {
+    Engine *e = ctx;
+    EngineChunk *ch = embedding_chunk(e);
+    if (e->grid->pp > 1 && ch && chunk == 0) mp_wait_tied_grads(&ch->model, &e->tied);
+}
+
+static void after_last_grads(void *ctx, int chunk) {
+    Engine *e = ctx;
+    EngineChunk *ch = head_chunk(e);
+    if (e->grid->pp > 1 && ch && chunk == e->num_chunks - 1) mp_send_tied_grads(e->grid, &ch->model, &e->tied);
+}
+
+static double mean(const PipeStats *ps, int kind) {
+    return ps->count[kind] > 0 ? ps->seconds[kind] / ps->count[kind] : 0;
+}
+
+/* The schedule's idle share in theory, with this rank's measured seconds per
+ * action (only zbh1's depends on them: B and W apart). */
+static double bubble_theory(const Engine *e, int m, const PipeStats *ps) {
+    ScheduleShape shape = {e->cfg.schedule, e->grid->pp, e->num_chunks, m};
+    double f = mean(ps, 0), fused = mean(ps, 1), b = mean(ps, 2), w = mean(ps, 3);
+    return schedule_bubble_theory(&shape, f, fused > 0 ? fused : b, fused > 0 ? 0 : w);
+}
+
+EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad load, void *ctx) {
+    for (int c = 0; c < e->num_chunks; c++) {
+        comm_reset_stats(e->chunk_comm[c]);
+        dp_begin_step(e->chunks[c].dp);
+        e->chunks[c].model.first_nonfinite_layer = -1;
+    }
+    EngineChunk *tied = tied_chunk(e);
+    mp_start_tied_grads(e->grid, &tied->model, &e->tied);
+    PipeHooks hooks = {before_last_grads, after_last_grads, e};
+    PipeStats ps = pipeline_train(e->pipe, m, dloss, load, ctx, &hooks);
+    mp_finish_tied_grads(&e->tied);
+    EngineStepStats st = {e->grid->tp_index == 0 ? ps.loss_sum : 0, ps.busy, ps.idle, ps.max_live, 0,
+                          bubble_theory(e, m, &ps)};
+    for (int c = 0; c < e->num_chunks; c++) st.micro_sum_squares += dp_micro_sum_squares(e->chunks[c].dp);
+    return st;
+}
+
+double engine_grad_sum_squares(Engine *e) {
+    double sum = 0;
+    for (int c = 0; c < e->num_chunks; c++) sum += mp_local_grad_sum_squares(&e->chunks[c].model, e->chunks[c].dp);
+    comm_allreduce_double(e->cfg.data_parallel.zero_stage >= 1 ? e->grid->world : e->grid->mp_group, &sum, 1);
+    return sum;
+}
+
+/* LAMB and LARS sum per-tensor partial norms: over data-parallel shards
+ * (ZeRO >= 1) and tensor-parallel pieces; a tensor every tensor-parallel rank
+ * holds whole counts once (its other copies contribute 0). */
+static void sum_tensor_norms(void *ctx, double *values, int n) {
+    const NormContext *nc = ctx;
+    Engine *e = nc->engine;
+    const EngineChunk *ch = &e->chunks[nc->chunk];
+    if (e->cfg.data_parallel.zero_stage >= 1 && e->grid->dp > 1) comm_allreduce_double(e->chunk_comm[nc->chunk], values, n);
+    if (e->grid->tp > 1) {
+        for (int t = 0; t < ch->opt.num_tensors && 2 * t + 1 < n; t++)
+            if (!ch->tensor_primary[t]) values[2 * t] = values[2 * t + 1] = 0;
+        comm_allreduce_double(e->grid->tp_group, values, n);
+    }
+}
+
+void engine_after_update(Engine *e) {
+    for (int c = 0; c < e->num_chunks; c++) dp_after_update(e->chunks[c].dp);
+    engine_share_output_weights(e);
+}
+
+void engine_update(Engine *e, double lr, float grad_scale) {
+    const bool sharded = (e->cfg.data_parallel.zero_stage >= 1 && e->grid->dp > 1) || e->grid->tp > 1;
+    OptimizerStep step = {(float)lr, grad_scale, ++e->optimizer_step};
+    for (int c = 0; c < e->num_chunks; c++) {
+        EngineChunk *ch = &e->chunks[c];
+        OptimizerShard shard = {ch->update_offset, ch->update_count, dp_update_params(ch->dp),
+                                dp_update_grads(ch->dp), {ch->state[0], ch->state[1]}};
+        optimizer_step(&ch->opt, &shard, &step, sharded ? sum_tensor_norms : NULL, &e->norm_ctx[c]);
+    }
+    engine_after_update(e);
+}
+
+double engine_evaluate(Engine *e, int m, int counted, PipeLoad load, void *ctx) {
+    double loss = pipeline_eval(e->pipe, m, counted, load, ctx);
+    return e->grid->tp_index == 0 ? loss : 0;
+}
+
+/* Chunk by chunk: every rank's chunk c, unpacked on rank 0 by its shard config. */
+void engine_gather_model(Engine *e, float *out) {
+    const Grid *g = e->grid;
+    const int world = comm_size(g->world);
+    GPTConfig whole = gpt_logical_config(&e->chunks[0].model.cfg);
+    GPTConfig *shards = bs_malloc(sizeof(GPTConfig) * (size_t)world);
+    if (comm_rank(g->world) == 0) memset(out, 0, gpt_num_params(&whole) * sizeof(float));
+    for (int c = 0; c < e->num_chunks; c++) {
+        for (int r = 0; r < world; r++) shards[r] = chunk_config(e, &whole, r % g->tp, c * g->pp + (r / g->tp) % g->pp);
+        mp_gather_logical(g, &e->chunks[c].model, e->chunks[c].dp, shards, out);
+    }
+    free(shards);
+}
+
+/* ---- what the layers above read ---- */
+
+int engine_first_nonfinite_layer(const Engine *e) {
+    int layer = -1;
+    for (int c = 0; c < e->num_chunks; c++) {
+        int l = e->chunks[c].model.first_nonfinite_layer;
+        if (l >= 0 && (layer < 0 || l < layer)) layer = l;
+    }
+    return layer;
+}
+
+int engine_first_nonfinite_block(const Engine *e) {
+    int block = -1; /* backward runs from the head down: the highest bad block is the origin */
+    for (int c = 0; c < e->num_chunks; c++) {
+        int b = dp_first_nonfinite_block(e->chunks[c].dp);
+        if (b > block) block = b;
+    }
+    return block;
+}
+
+void engine_inject_nan(Engine *e, int block) {
+    for (int c = 0; c < e->num_chunks; c++)
+        if (gpt_block_present(&e->chunks[c].model.cfg, block)) dp_inject_nan(e->chunks[c].dp, block);
+}
+
+DPMemory engine_memory(const Engine *e) {
+    DPMemory total = {0, 0, 0};
+    for (int c = 0; c < e->num_chunks; c++) {
+        DPMemory m = dp_memory(e->chunks[c].dp);
+        total.param_bytes += m.param_bytes;
+        total.grad_bytes += m.grad_bytes;
+        total.buffer_bytes += m.buffer_bytes;
+    }
+    return total;
+}
+
+static void add_stats(CommStats *a, CommStats b) {
+    a->bytes_sent += b.bytes_sent;
+    a->uncompressed_bytes += b.uncompressed_bytes;
+    a->wait_seconds += b.wait_seconds;
+    a->busy_seconds += b.busy_seconds;
+}
+
+CommStats engine_comm_stats(const Engine *e) {
+    CommStats total;
+    memset(&total, 0, sizeof total);
+    for (int c = 0; c < e->num_chunks; c++) {
+        add_stats(&total, comm_stats(e->chunk_comm[c]));
+        add_stats(&total, dp_node_stats(e->chunks[c].dp));
+    }
+    return total;
+}
+
+void engine_set_trace(Engine *e, Trace *trace) {
+    for (int c = 0; c < e->num_chunks; c++) comm_set_trace(e->chunk_comm[c], trace);
+    pipeline_set_trace(e->pipe, trace);
+}
+
+void engine_set_local_gradients(Engine *e, bool local) {
+    for (int c = 0; c < e->num_chunks; c++) dp_set_local_gradients(e->chunks[c].dp, local);
+}

@@ -1,0 +1,120 @@
+/* engine.h: the parallel engine: one model trained over the process grid
+ * (tensor x pipeline x data parallelism, ZeRO 0-3, virtual pipeline
+ * stages) behind five calls:
+ *
+ *   engine_create            grid, this rank's model chunks (each a block of
+ *                            the flat layout with its own data-parallel
+ *                            shard), initialisation, optimizer state,
+ *                            tied weights, bf16 copies
+ *   engine_forward_backward  one step's micro-batches through the pipeline
+ *                            schedule (an action list per rank), gradients
+ *                            reduced as backward finishes each bucket
+ *   engine_grad_norm         the global gradient norm, each logical
+ *                            parameter counted once
+ *   engine_update            the optimizer on this rank's ranges, then every
+ *                            rank's parameters made current (ZeRO gathers,
+ *                            tied output weights, bf16 copies)
+ *   engine_gather_model      the whole model on rank 0 (sampling, export)
+ *
+ * A rank owns `chunks` groups of layers: with v virtual stages, pipeline
+ * rank r holds virtual stages r, r + p, ..., r + (v-1)p (Megatron's
+ * interleaving); chunk c is virtual stage c p + r, a model shard of a
+ * p v -stage split. Everything above the engine (checkpoints, guards,
+ * reports) sees chunks only as (model config, flat range, state) triples. */
+#ifndef BS_PARALLEL_ENGINE_H
+#define BS_PARALLEL_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "model/gpt.h"
+#include "optim/optimizer.h"
+#include "parallel/data_parallel.h"
+#include "parallel/grid.h"
+#include "parallel/pipeline.h"
+
+typedef struct {
+    int tp, pp, dp;            /* dp 0: world / (tp pp) */
+    int virtual_stages;        /* v >= 1: layer groups per pipeline rank */
+    const int *stage_layers;   /* layers per pipeline stage (pp entries), NULL: even */
+    PipeSchedule schedule;
+    int micro_batch, seq_len;
+    DPOptions data_parallel;   /* ZeRO stage, buckets, compression */
+    OptimizerConfig optimizer;
+    uint64_t seed;             /* initialisation */
+    const char *init_from;     /* an llm.c model file to start from, or NULL */
+    bool bf16;
+    MatmulBF16Path bf16_path;
+    bool measure_micro_norms;  /* noise scale: every micro-step's local gradient norm */
+} EngineConfig;
+
+/* One model chunk of this rank: a shard of the flat layout with its own
+ * data-parallel shard, optimizer and state over the range it updates. */
+typedef struct {
+    GPT model;
+    DataParallel *dp;
+    int virtual_stage;
+    size_t update_offset, update_count;
+    Optimizer opt;
+    float *state[OPTIMIZER_MAX_STATE];
+    bool *tensor_primary; /* per optimizer tensor: counted in norms on this rank */
+} EngineChunk;
+
+typedef struct Engine Engine;
+
+/* Dies with one line naming the flag if the layout is impossible. */
+Engine *engine_create(Comm *world, const GPTConfig *whole, const EngineConfig *cfg);
+void engine_free(Engine *e);
+
+typedef struct {
+    double loss_sum;           /* this rank's share of the step's token losses (0 off the loss ranks) */
+    double busy, idle;         /* seconds computing / waiting for a pipeline neighbour */
+    int max_live;              /* activation sets alive at once */
+    double micro_sum_squares;  /* noise scale: sum of the micro-steps' squared local gradient norms */
+    double bubble_theory;      /* the schedule's idle share in theory, from this rank's seconds per action */
+} EngineStepStats;
+
+/* One step: m micro-batches of this replica through the pipeline schedule;
+ * dloss is d(mean loss)/d(token loss). Gradients end reduced (summed over
+ * data-parallel replicas) in each chunk's update range. Collective. */
+EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad load, void *ctx);
+/* The squared global gradient norm (every rank gets the same value). Collective. */
+double engine_grad_sum_squares(Engine *e);
+/* The optimizer step on every chunk's range with learning rate lr, the
+ * gradients scaled by grad_scale (clipping), then parameters made current
+ * everywhere. Collective. */
+void engine_update(Engine *e, double lr, float grad_scale);
+/* After an update made elsewhere (1-bit Adam): parameters current everywhere. */
+void engine_after_update(Engine *e);
+/* The whole model's parameters on world rank 0 (out: gpt_num_params of the
+ * logical config, rank 0 only). Collective. */
+void engine_gather_model(Engine *e, float *out);
+/* Forward only of m micro-batches of which the first `counted` count: this
+ * rank's loss sum (0 off the loss ranks). Collective. */
+double engine_evaluate(Engine *e, int m, int counted, PipeLoad load, void *ctx);
+
+/* What the layers above read. */
+const Grid *engine_grid(const Engine *e);
+int engine_num_chunks(const Engine *e);
+EngineChunk *engine_chunk(Engine *e, int c);
+/* The logical layers [first, first + count) of virtual stage vs (p v of them). */
+void engine_stage_layers(const Engine *e, int vs, int *first, int *count);
+int engine_virtual_stages(const Engine *e); /* p v */
+long engine_optimizer_step(const Engine *e);
+void engine_set_optimizer_step(Engine *e, long step);
+/* Guard: the first non-finite forward layer and gradient block (global
+ * numbers, -1: none) this rank saw in the last step. */
+int engine_first_nonfinite_layer(const Engine *e);
+int engine_first_nonfinite_block(const Engine *e);
+/* Tests: a NaN into the local gradient of a global block on this rank's next step. */
+void engine_inject_nan(Engine *e, int block);
+DPMemory engine_memory(const Engine *e);
+CommStats engine_comm_stats(const Engine *e); /* this step's data-parallel traffic */
+void engine_set_trace(Engine *e, Trace *trace);
+/* 1-bit Adam's compression stage: no gradient reduction (true) or again (false). */
+void engine_set_local_gradients(Engine *e, bool local);
+/* Tied output weights: after parameters were replaced (resume). Collective. */
+void engine_share_output_weights(Engine *e);
+
+#endif

@@ -1,0 +1,71 @@
+/* train_config.c: the configuration's words and its checks before any
+ * process group exists (see train_config.h). */
+#include "train/train_config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const char *const TRAIN_PRECISION_WORDS[] = {"fp32", "bf16", NULL};
+const char *const TRAIN_BF16_MATMUL_WORDS[] = {"auto", "onednn", "widen", NULL};
+const char *const TRAIN_DATA_ORDER_WORDS[] = {"shuffled", "sequential", NULL};
+const char *const TRAIN_OPTIMIZER_WORDS[] = {"adamw", "sgd", "lamb", "lars", "onebit-adam", NULL};
+const char *const TRAIN_LR_SCALING_WORDS[] = {"none", "linear", "sqrt", NULL};
+const char *const TRAIN_PP_SCHEDULE_WORDS[] = {"gpipe", "1f1b", "interleaved", "zbh1", NULL};
+const char *const TRAIN_COMM_ALGO_WORDS[] = {"mpi", "ring", "hierarchical", NULL};
+
+/* The pipeline flags as far as they are known without the process count. */
+static bool check_pipeline(const TrainConfig *c, char *why, size_t n) {
+    const char *name = TRAIN_PP_SCHEDULE_WORDS[c->pp_schedule];
+    if ((c->pp_schedule == PIPE_ZBH1 || c->pp_schedule == PIPE_INTERLEAVED) && c->pp == 1) {
+        snprintf(why, n, "--pp-schedule %s needs --pp 2 or more (with one stage there is no pipeline to schedule)",
+                 name);
+        return false;
+    }
+    if (c->virtual_stages > 1 && c->pp_schedule != PIPE_INTERLEAVED) {
+        snprintf(why, n, "--virtual-stages %d needs --pp-schedule interleaved (got %s)", c->virtual_stages, name);
+        return false;
+    }
+    if (c->pp_schedule == PIPE_INTERLEAVED && c->virtual_stages < 2) {
+        snprintf(why, n, "--pp-schedule interleaved needs --virtual-stages 2 or more");
+        return false;
+    }
+    if (c->virtual_stages > 1 && !c->pp_split[0] && c->layers % (c->pp * c->virtual_stages) != 0) {
+        snprintf(why, n, "--virtual-stages %d does not divide the layers of each pipeline stage (--layers %d over "
+                 "--pp %d: each stage's layers are split into %d equal chunks)", c->virtual_stages, c->layers, c->pp,
+                 c->virtual_stages);
+        return false;
+    }
+    return true;
+}
+
+/* What the layers below need of each other's flags. */
+static bool check_combinations(const TrainConfig *c, char *why, size_t n) {
+    if (c->min_lr > c->lr) {
+        snprintf(why, n, "--min-lr %g is larger than --lr %g", c->min_lr, c->lr);
+        return false;
+    }
+    if (c->precision == PRECISION_BF16 && c->bf16_matmul == MATMUL_BF16_ONEDNN && !matmul_bf16_onednn_available()) {
+        snprintf(why, n, "--bf16-matmul onednn: oneDNN has no bf16 matmul on this CPU (its ISA: %s; it needs "
+                 "AVX-512): use auto or widen", matmul_bf16_cpu_isa());
+        return false;
+    }
+    if (c->balance && c->zero >= 2) {
+        snprintf(why, n, "--balance needs --zero 0 or 1: ZeRO 2 and 3 reduce every micro-step, so every replica must "
+                 "run the same number");
+        return false;
+    }
+    if (c->balance && strncmp(c->batch_schedule, "adaptive", 8) == 0) {
+        snprintf(why, n, "--balance and --batch-schedule adaptive cannot be combined yet");
+        return false;
+    }
+    if (c->virtual_stages > 1 && (strcmp(c->grad_compression, "none") != 0 || c->zero_quant_grads)) {
+        snprintf(why, n, "--virtual-stages with --grad-compression or --zero-quant-grads is not supported yet (the "
+                 "error-feedback residuals are per chunk)");
+        return false;
+    }
+    return true;
+}
+
+bool train_config_check(const TrainConfig *c, char *why, size_t why_size) {
+    return check_combinations(c, why, why_size) && check_pipeline(c, why, why_size);
+}

@@ -1,0 +1,110 @@
+/* train_config.h: the training job's configuration, typed: enumerations
+ * are C enums (the command line's words for each are the tables below, in
+ * enum order), and train_config_check validates the whole configuration
+ * before any process group exists, each error one line naming the flag.
+ * The defaults live with the flags, in the option table of cli/cmd_train.c. */
+#ifndef BS_TRAIN_TRAIN_CONFIG_H
+#define BS_TRAIN_TRAIN_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "comm/comm.h"
+#include "kernels/matmul_bf16.h"
+#include "optim/lr_scaling.h"
+#include "optim/optimizer.h"
+#include "parallel/schedule.h"
+
+typedef enum { PRECISION_FP32, PRECISION_BF16 } Precision;
+typedef enum { DATA_SHUFFLED, DATA_SEQUENTIAL } DataOrder;
+
+/* The words of each enumeration, NULL-terminated, in enum order. */
+extern const char *const TRAIN_PRECISION_WORDS[];
+extern const char *const TRAIN_BF16_MATMUL_WORDS[];
+extern const char *const TRAIN_DATA_ORDER_WORDS[];
+extern const char *const TRAIN_OPTIMIZER_WORDS[];
+extern const char *const TRAIN_LR_SCALING_WORDS[];
+extern const char *const TRAIN_PP_SCHEDULE_WORDS[];
+extern const char *const TRAIN_COMM_ALGO_WORDS[];
+
+typedef struct {
+    /* model */
+    int layers, heads, channels, seq_len;
+    Precision precision;     /* fp32 or bf16 (matmuls in bf16, fp32 accumulation and masters) */
+    MatmulBF16Path bf16_matmul; /* bf16: auto, onednn or widen (see kernels/matmul_bf16.h) */
+    int vocab_size;                    /* 0: the tokenizer's */
+    const char *tokenizer, *vocab_dir; /* "": the data's (prepare.json), else byte */
+    const char *init_from; /* llm.c model file to start from */
+    /* batch */
+    int micro_batch;  /* sequences per micro-step per rank */
+    int global_batch; /* sequences per optimizer step; 0: micro_batch x dp */
+    /* optimizer and schedule */
+    int steps;
+    double lr, min_lr;
+    int warmup; /* steps */
+    double weight_decay, grad_clip, beta1, beta2, eps;
+    /* data */
+    const char *data, *val_data;
+    DataOrder data_order;
+    long long seed;
+    /* evaluation, sampling */
+    int eval_every, val_batches, sample_every, sample_tokens, top_k;
+    double temperature;
+    /* output */
+    const char *out, *metrics, *save_model;
+    const char *ckpt_dir, *resume;
+    int ckpt_every, keep_last;
+    bool async_ckpt; /* write checkpoints from a background thread */
+    int threads, log_every;
+    bool quiet;
+    /* parallelism: tp x pp x dp = processes */
+    int tp, pp;        /* tensor and pipeline parallel sizes */
+    PipeSchedule pp_schedule;
+    int virtual_stages; /* layer groups per pipeline rank (interleaved) */
+    const char *pp_split; /* "", "auto" or layers per stage "n0,n1,..." */
+    int dp;            /* 0: processes / (tp x pp) */
+    int zero;          /* ZeRO stage 0..3 */
+    double bucket_mb;  /* gradient bucket size */
+    bool no_overlap;   /* reduce buckets after backward instead of during it */
+    CommAlgo comm_algo;
+    int ranks_per_node;
+    double comm_timeout;
+    double baseline_tokens_per_s; /* 1-process rate for the scaling efficiency */
+    const char *trace;            /* Chrome trace-event JSON */
+    const char *inject_fault;     /* tests: stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER], slow:RANK:FACTOR */
+    /* batch-size scaling */
+    OptimizerKind optimizer;
+    double momentum, dampening, lars_eta;
+    bool nesterov, lamb_clamp;
+    const char *batch_schedule;   /* see optim/batch_schedule.h */
+    bool strict_batch;
+    LrScaling lr_scaling;
+    int base_batch;               /* sequences; 0: the final global batch */
+    long long warmup_tokens;      /* 0: --warmup steps of the final batch */
+    long long train_tokens;       /* 0: --steps steps of the final batch */
+    bool noise_scale;             /* estimate the gradient noise scale */
+    double target_val_loss;       /* stop once the validation loss reaches this (0: off) */
+    /* guards and stragglers */
+    double skip_spikes;           /* skip a step whose loss is this many standard deviations high (0: off) */
+    int spike_window, max_skips;
+    double straggler_threshold;   /* a rank this much slower than the median is named */
+    bool balance;                 /* share micro-batches by measured speed */
+    double noise_ema;
+    /* compressed communication (comm/codec.h, comm/compressed.h) */
+    const char *grad_compression;   /* none, fp16, bf16, fp8, int8, topk:FRACTION, onebit */
+    int compression_block;          /* elements per scale (fp8, int8) */
+    const char *compression_scheme; /* ring or exchange ("": the codec's default) */
+    bool no_error_feedback;         /* drop what a lossy codec did not send (to show why it is kept) */
+    bool zero_quant_weights;        /* ZeRO-3: int8 parameter gathers (qwZ) */
+    bool zero_quant_grads;          /* ZeRO >= 1: int8 gradient reduce-scatter (qgZ) */
+    bool zero_hpz;                  /* ZeRO-3: node-local secondary parameter shard (hpZ) */
+    int freeze_step;                /* 1-bit Adam: the last step of full-precision Adam */
+} TrainConfig;
+
+/* Everything that can be checked without the process group: flag
+ * combinations, enumerations' preconditions (bf16 matmuls on this CPU),
+ * the fault and batch-schedule specs, the pipeline schedule's shape as far
+ * as the flags fix it. False with one line naming the flag. */
+bool train_config_check(const TrainConfig *c, char *why, size_t why_size);
+
+#endif

@@ -1,0 +1,243 @@
+/* train_setup.c: the training job's set-up and tear-down (see
+ * train_setup.h): the tokenizer, the model's shape and layer split, the
+ * engine, the batch plan, the policies, data, schedules and outputs. */
+#include "train/train_setup.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/io.h"
+#include "model/llmc_file.h"
+#include "parallel/grid.h"
+#include "train/compression.h"
+#include "train/train_ckpt.h"
+
+
+/* The tokenizer: --tokenizer, else the one the data was prepared with
+ * (prepare.json beside the shards), else byte-level. */
+static Tokenizer *load_tokenizer(const TrainConfig *c) {
+    if (option_given(c->tokenizer)) return tokenizer_load(c->tokenizer, c->vocab_dir);
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s", c->data);
+    if (!bs_is_dir(dir)) {
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = '\0';
+        else snprintf(dir, sizeof dir, ".");
+    }
+    snprintf(path, sizeof path, "%s/prepare.json", dir);
+    json_t *j = bs_path_exists(path) ? json_load_file(path, 0, NULL) : NULL;
+    const char *name = j ? json_string_value(json_object_get(j, "tokenizer")) : NULL;
+    Tokenizer *t = tokenizer_load(name ? name : "byte", NULL);
+    json_decref(j);
+    return t;
+}
+
+/* The whole model's shape: from the flags, or from --init-from's file. */
+static GPTConfig model_shape(Trainer *tr) {
+    TrainConfig *c = &tr->cfg;
+    tr->tok = load_tokenizer(c);
+    int vocab = c->vocab_size > 0 ? c->vocab_size : tokenizer_vocab_size(tr->tok);
+    GPTConfig mc = {.max_seq_len = c->seq_len, .vocab_size = vocab, .num_layers = c->layers,
+                    .num_heads = c->heads, .channels = c->channels};
+    if (option_given(c->init_from)) {
+        llmc_model_read_config(c->init_from, &mc);
+        if (c->seq_len > mc.max_seq_len)
+            bs_die("--seq-len %d is longer than the model's maximum sequence length %d (from %s)", c->seq_len,
+                   mc.max_seq_len, c->init_from);
+        c->vocab_size = mc.vocab_size;
+    }
+    if (mc.vocab_size != tokenizer_vocab_size(tr->tok)) { /* e.g. random-token benchmarks: no text to show */
+        tokenizer_free(tr->tok);
+        tr->tok = NULL;
+    }
+    char why[256];
+    if (!gpt_config_check(&mc, why, sizeof why)) bs_die("%s", why);
+    return mc;
+}
+
+/* Layers per pipeline stage: --pp-split as given, even, or balanced by FLOPs
+ * (per token, forward and backward: 6 x a layer's or the head's weights, +
+ * attention; the output layer counted on the last stage). */
+static int *stage_layers(const TrainConfig *c, const GPTConfig *mc) {
+    int *layers = bs_malloc(sizeof(int) * (size_t)c->pp);
+    char why[512];
+    if (strcmp(c->pp_split, "auto") == 0) {
+        double C = mc->channels, layer = 6 * 12 * C * C + 12 * C * c->seq_len;
+        grid_balanced_layers(mc->num_layers, c->pp, layer, 6 * C * gpt_padded_vocab(mc->vocab_size), layers);
+    } else if (!grid_parse_split(c->pp_split, mc->num_layers, c->pp, layers, why, sizeof why)) {
+        bs_die("--pp-split %s", why);
+    }
+    return layers;
+}
+
+/* The engine: grid, model chunks, their data-parallel shards and optimizer state, the pipeline. */
+static void setup_engine(Trainer *tr) {
+    const TrainConfig *c = &tr->cfg;
+    tr->model = model_shape(tr);
+    int *layers = stage_layers(c, &tr->model);
+    EngineConfig ec = {.tp = c->tp, .pp = c->pp, .dp = c->dp, .virtual_stages = c->virtual_stages,
+                       .stage_layers = layers, .schedule = c->pp_schedule, .micro_batch = c->micro_batch,
+                       .seq_len = c->seq_len, .seed = (uint64_t)c->seed,
+                       .init_from = option_given(c->init_from) ? c->init_from : NULL,
+                       .bf16 = c->precision == PRECISION_BF16, .bf16_path = c->bf16_matmul,
+                       .measure_micro_norms = c->noise_scale};
+    ec.data_parallel = (DPOptions){.zero_stage = c->zero, .bucket_floats = (size_t)(c->bucket_mb * 1024 * 1024 / sizeof(float)),
+                        .overlap = !c->no_overlap};
+    compression_dp_options(c, &ec.data_parallel);
+    ec.optimizer = (OptimizerConfig){c->optimizer, (float)c->beta1, (float)c->beta2, (float)c->eps,
+                                     (float)c->weight_decay, (float)c->momentum, (float)c->dampening, c->nesterov,
+                                     (float)c->lars_eta, c->lamb_clamp};
+    tr->engine = engine_create(tr->world, &tr->model, &ec);
+    free(layers);
+    const Grid *g = engine_grid(tr->engine);
+    tr->dp_size = g->dp;
+    tr->dp_index = g->dp_index;
+}
+
+/* Parses the batch schedule and plans the run's length in steps and tokens. */
+static void setup_batch_schedule(Trainer *tr) {
+    TrainConfig *c = &tr->cfg;
+    char why[256];
+    uint64_t budget = c->train_tokens > 0 ? (uint64_t)c->train_tokens
+                                          : (uint64_t)c->steps * (uint64_t)c->global_batch * (uint64_t)c->seq_len;
+    if (strncmp(c->batch_schedule, "adaptive", 8) == 0) {
+        long lo, hi;
+        char tail;
+        if (sscanf(c->batch_schedule, "adaptive:%ld:%ld%c", &lo, &hi, &tail) != 2 || lo < 1 || hi < lo)
+            bs_die("--batch-schedule adaptive:MIN:MAX needs 1 <= MIN <= MAX sequences (got '%s')", c->batch_schedule);
+        if (lo < 2L * c->micro_batch)
+            bs_die("--batch-schedule adaptive:%ld:%ld: MIN must hold at least two micro-batches (%d) so the noise "
+                   "scale can be measured", lo, hi, 2 * c->micro_batch);
+        tr->adaptive = true;
+        tr->adaptive_batch = lo;
+        tr->adaptive_max = hi;
+        c->noise_scale = true; /* the policy follows the measured noise scale */
+        if (c->train_tokens == 0) bs_die("--batch-schedule adaptive needs --train-tokens (the number of steps is not known)");
+        tr->batch_schedule.kind = BATCH_CONSTANT; /* unused */
+    } else {
+        if (!batch_schedule_parse(c->batch_schedule, &tr->batch_schedule, why, sizeof why)) bs_die("%s", why);
+        if (!batch_schedule_prepare(&tr->batch_schedule, c->global_batch, budget, why, sizeof why)) bs_die("%s", why);
+    }
+    tr->base_batch = c->base_batch > 0 ? c->base_batch : c->global_batch;
+    if (tr->adaptive) { /* steps unknown: stop on tokens */
+        tr->total_steps = LONG_MAX;
+        tr->total_tokens = budget;
+    } else if (c->train_tokens > 0) { /* count the steps the schedule takes to spend the budget */
+        uint64_t tokens = 0;
+        long steps = 0, granule = (long)c->micro_batch * tr->dp_size;
+        while (tokens < budget) {
+            long realised;
+            char ignore[256];
+            batch_round(batch_at(&tr->batch_schedule, tokens), granule, false, &realised, ignore, sizeof ignore);
+            tokens += (uint64_t)realised * (uint64_t)c->seq_len;
+            steps++;
+        }
+        tr->total_steps = steps;
+        tr->total_tokens = budget;
+    } else {
+        tr->total_steps = c->steps;
+        tr->total_tokens = budget;
+    }
+}
+
+/* A NaN's target must exist: the rank, and a layer on that rank's pipeline
+ * stage (with virtual stages, in the stage's first chunk). */
+static void target_nan_fault(Trainer *tr) {
+    const Grid *g = engine_grid(tr->engine);
+    int *first = bs_malloc(sizeof(int) * (size_t)g->pp), *count = bs_malloc(sizeof(int) * (size_t)g->pp);
+    for (int s = 0; s < g->pp; s++) engine_stage_layers(tr->engine, s, &first[s], &count[s]);
+    FaultLayout layout = {comm_size(tr->world), tr->model.num_layers, g->tp, g->pp, first, count};
+    fault_target_nan(&tr->fault, &layout);
+    free(first);
+    free(count);
+}
+
+/* The pipeline schedule must run the step's micro-batches (interleaved: a
+ * multiple of the stages): checked with the final batch, before any work. */
+static void check_schedule(Trainer *tr) {
+    const TrainConfig *c = &tr->cfg;
+    const Grid *g = engine_grid(tr->engine);
+    ScheduleShape shape = {c->pp_schedule, g->pp, engine_num_chunks(tr->engine),
+                           c->global_batch / (c->micro_batch * tr->dp_size)};
+    char why[256];
+    if (!schedule_check(&shape, why, sizeof why)) bs_die("%s", why);
+}
+
+/* The step's statistics across ranks, --balance, the guard. */
+static void setup_policies(Trainer *tr) {
+    const TrainConfig *c = &tr->cfg;
+    step_stats_init(&tr->stats, tr->world, c->straggler_threshold);
+    const Grid *g = engine_grid(tr->engine);
+    balance_init(&tr->balance, c->balance, tr->dp_size, tr->dp_index, g->tp * g->pp, c->micro_batch);
+    guard_init(&tr->guard, c->skip_spikes, c->spike_window, c->max_skips);
+}
+
+void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
+    memset(tr, 0, sizeof *tr);
+    tr->cfg = *cfg;
+    TrainConfig *c = &tr->cfg;
+    tr->world = world;
+    tr->rank = comm_rank(world);
+    if (c->threads > 0) omp_set_num_threads(c->threads);
+    char why[512];
+    if (!train_config_check(c, why, sizeof why)) bs_die("%s", why); /* callers other than the command line */
+    fault_parse(&tr->fault, c->inject_fault);
+    if (strncmp(c->batch_schedule, "adaptive", 8) == 0) c->noise_scale = true; /* the policy follows the noise scale */
+    setup_engine(tr); /* builds the grid: the data-parallel size is known from here on */
+    if (tr->fault.kind == FAULT_NAN || tr->fault.kind == FAULT_NANS) target_nan_fault(tr);
+    int per_step = c->micro_batch * tr->dp_size;
+    if (c->global_batch == 0) c->global_batch = per_step;
+    if (c->global_batch % per_step != 0)
+        bs_die("--global-batch %d is not a multiple of --micro-batch %d x %d data-parallel ranks", c->global_batch,
+               c->micro_batch, tr->dp_size);
+    setup_batch_schedule(tr);
+    check_schedule(tr);
+    onebit_setup(tr); /* after the schedule: an adaptive one measures the noise scale */
+    setup_policies(tr);
+    trace_init(&tr->trace, option_given(c->trace));
+    engine_set_trace(tr->engine, option_given(c->trace) ? &tr->trace : NULL);
+    bool shuffle = c->data_order == DATA_SHUFFLED;
+    loader_open(&tr->train_data, c->data, c->seq_len, tr->model.vocab_size, (uint64_t)c->seed, shuffle);
+    if (option_given(c->val_data)) {
+        loader_open(&tr->val_data, c->val_data, c->seq_len, tr->model.vocab_size, 0, false);
+        tr->has_val = true;
+    }
+
+    rng_seed(&tr->sample_rng, (uint64_t)c->seed ^ 0x5ca1ab1eULL);
+    double step_tokens = (double)c->global_batch * c->seq_len; /* of the final batch */
+    double warmup = c->warmup_tokens > 0 ? (double)c->warmup_tokens : c->warmup * step_tokens;
+    tr->lr = (LrSchedule){c->lr, c->min_lr, warmup, (double)tr->total_tokens};
+    noise_scale_init(&tr->noise, c->noise_ema);
+
+    if (option_given(c->ckpt_dir)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s", c->ckpt_dir);
+    else if (option_given(c->out)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s/ckpt", c->out);
+    if (option_given(c->resume)) train_resume(tr);
+    tr->metrics = (Metrics){NULL, c->seq_len, comm_size(world), engine_grid(tr->engine)->pp, tr->dp_size, c->balance,
+                            c->noise_scale, c->baseline_tokens_per_s};
+    if (tr->rank == 0) {
+        if (tr->ckpt_dir[0]) bs_mkdir_p(tr->ckpt_dir);
+        if (option_given(c->out)) bs_mkdir_p(c->out);
+        if (option_given(c->metrics)) tr->metrics.file = metrics_open(c->metrics, tr->step);
+    }
+    progress_init(&tr->progress, stdout, c->log_every);
+}
+
+void train_teardown(Trainer *tr) {
+    metrics_close(&tr->metrics);
+    loader_close(&tr->train_data);
+    if (tr->has_val) loader_close(&tr->val_data);
+    trace_free(&tr->trace);
+    compression_free(tr); /* before the optimizer state: its momentum may be state[0] */
+    engine_free(tr->engine);
+    if (tr->tok) tokenizer_free(tr->tok);
+    step_stats_free(&tr->stats);
+    balance_free(&tr->balance);
+    guard_free(&tr->guard);
+    train_save_free(tr);
+}
+
