@@ -12,7 +12,8 @@ backward split into B and W) against the single-process oracle.
 - The engine's own count of live activation sets: 1f1b at most p on the
   first stage (gpipe m); zbh1 at most p (ZB-H1 keeps 1F1B's peak);
   interleaved reports its measured bubble beside the theory.
-- Resharding: a checkpoint written with pp 2 x 2 virtual stages resumes
+- Resharding: a checkpoint written with pp 2 x 2 virtual stages exports
+  (ckpt export) the parameters the writing layout holds, bitwise, and resumes
   with 1 virtual stage, whose checkpoint resumes on one process; each reads
   back bitwise the parameters the writing layout holds and continues with
   the losses of the uninterrupted run (1e-5; summation order differs).
@@ -27,7 +28,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import CorpusTest  # noqa: E402
+from bstest import CorpusTest, read_model, run  # noqa: E402
 from test_model_parallel import rel, train as train_model  # noqa: E402
 
 L = 8
@@ -91,6 +92,10 @@ class PipelineScheduleTest(CorpusTest):
         _, q4, _ = train(self.data, self.path("v1_read"), ranks=2, steps=4,
                          extra=["--pp", "2", "--resume", at4, "--ckpt-dir", self.path("ck_v1_read")])
         self.assertTrue(np.array_equal(q4, p4), "v=2 -> v=1: parameters read back differ")
+        exported = self.path("v2_export.bin")  # ckpt export and inspect read the chunks' files as model stages
+        run(["ckpt", "export", "--llmc", exported, at4])
+        self.assertTrue(np.array_equal(read_model(exported)[1], p4), "ckpt export of a v=2 checkpoint differs")
+        self.assertIn("2 virtual stages", run(["ckpt", "inspect", at4]).stdout)
         m1, _, _ = train(self.data, self.path("v1_cont"), ranks=2,
                          extra=["--pp", "2", "--resume", at4, "--ckpt-dir", ck1, "--ckpt-every", "7",
                                 "--keep-last", "0"])

@@ -19,6 +19,7 @@
 #include "comm/comm.h"
 #include "train/balance.h"
 #include "train/guard.h"
+#include "train/train_config.h"
 #include "train/step_stats.h"
 #include "train/straggler.h"
 
@@ -215,6 +216,32 @@ static void test_step_stats_exchange(Comm *world) {
     step_stats_free(&x);
 }
 
+/* The configuration's words name the enums' values in their order (the
+ * option table stores an index into them): the same as the names the lower
+ * layers print and write into checkpoints. */
+static void test_config_words(void) {
+    for (int k = 0; k < OPTIM_KIND_COUNT; k++)
+        CHECK(TRAIN_OPTIMIZER_WORDS[k] && strcmp(TRAIN_OPTIMIZER_WORDS[k], optimizer_kind_name((OptimizerKind)k)) == 0,
+              "optimizer %d: '%s' against '%s'", k, TRAIN_OPTIMIZER_WORDS[k], optimizer_kind_name((OptimizerKind)k));
+    CHECK(!TRAIN_OPTIMIZER_WORDS[OPTIM_KIND_COUNT], "optimizer words end after %d", OPTIM_KIND_COUNT);
+    for (int k = 0; k < PIPE_SCHEDULE_COUNT; k++)
+        CHECK(TRAIN_PP_SCHEDULE_WORDS[k] && strcmp(TRAIN_PP_SCHEDULE_WORDS[k], pipe_schedule_name((PipeSchedule)k)) == 0,
+              "schedule %d: '%s'", k, TRAIN_PP_SCHEDULE_WORDS[k]);
+    CHECK(!TRAIN_PP_SCHEDULE_WORDS[PIPE_SCHEDULE_COUNT], "schedule words end after %d", PIPE_SCHEDULE_COUNT);
+    const CommAlgo algos[] = {COMM_ALGO_MPI, COMM_ALGO_RING, COMM_ALGO_HIERARCHICAL};
+    for (int k = 0; k < 3; k++)
+        CHECK((int)algos[k] == k && strcmp(TRAIN_COMM_ALGO_WORDS[k], comm_algo_name(algos[k])) == 0, "comm algo %d", k);
+    const LrScaling rules[] = {LR_SCALING_NONE, LR_SCALING_LINEAR, LR_SCALING_SQRT};
+    for (int k = 0; k < 3; k++) {
+        LrScaling got;
+        char why[128];
+        CHECK(lr_scaling_parse(TRAIN_LR_SCALING_WORDS[k], &got, why, sizeof why) && got == rules[k] && (int)got == k,
+              "lr scaling %d", k);
+    }
+    const MatmulBF16Path paths[] = {MATMUL_BF16_AUTO, MATMUL_BF16_ONEDNN, MATMUL_BF16_WIDEN};
+    for (int k = 0; k < 3; k++) CHECK((int)paths[k] == k && TRAIN_BF16_MATMUL_WORDS[k], "bf16 path %d", k);
+}
+
 int main(int argc, char **argv) {
     Comm *world = comm_init(&argc, &argv, COMM_ALGO_MPI, 0, 60.0, "test");
     if (comm_rank(world) == 0) {
@@ -225,6 +252,7 @@ int main(int argc, char **argv) {
         test_straggler();
         test_balance();
         test_step_stats_reduce();
+        test_config_words();
     }
     test_step_stats_exchange(world);
     double bad = failures;

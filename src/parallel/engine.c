@@ -201,16 +201,37 @@ static void after_last_grads(void *ctx, int chunk) {
     if (e->grid->pp > 1 && ch && chunk == e->num_chunks - 1) mp_send_tied_grads(e->grid, &ch->model, &e->tied);
 }
 
-static double mean(const PipeStats *ps, int kind) {
-    return ps->count[kind] > 0 ? ps->seconds[kind] / ps->count[kind] : 0;
+/* Mean seconds per action of chunk c and compute kind k (0 if none ran). */
+static double mean(const PipeStats *ps, int c, int k) { return ps->count[c][k] > 0 ? ps->seconds[c][k] / ps->count[c][k] : 0; }
+
+/* The schedule's closed-form idle share with this rank's mean seconds per
+ * action over its chunks (only zbh1's depends on them: B and W apart). */
+static double bubble_theory(const Engine *e, int m, const PipeStats *ps) {
+    double sum[PIPE_COMPUTE_KINDS] = {0};
+    int count[PIPE_COMPUTE_KINDS] = {0};
+    for (int c = 0; c < e->num_chunks; c++)
+        for (int k = 0; k < PIPE_COMPUTE_KINDS; k++) sum[k] += ps->seconds[c][k], count[k] += ps->count[c][k];
+    double f = count[PIPE_FORWARD] ? sum[PIPE_FORWARD] / count[PIPE_FORWARD] : 0;
+    double fused = count[PIPE_BACKWARD] ? sum[PIPE_BACKWARD] / count[PIPE_BACKWARD] : 0;
+    double b = count[PIPE_BACKWARD_INPUT] ? sum[PIPE_BACKWARD_INPUT] / count[PIPE_BACKWARD_INPUT] : 0;
+    double w = count[PIPE_BACKWARD_WEIGHT] ? sum[PIPE_BACKWARD_WEIGHT] / count[PIPE_BACKWARD_WEIGHT] : 0;
+    ScheduleShape shape = {e->cfg.schedule, e->grid->pp, e->num_chunks, m};
+    return schedule_bubble_theory(&shape, f, fused > 0 ? fused : b, fused > 0 ? 0 : w);
 }
 
-/* The schedule's idle share in theory, with this rank's measured seconds per
- * action (only zbh1's depends on them: B and W apart). */
-static double bubble_theory(const Engine *e, int m, const PipeStats *ps) {
-    ScheduleShape shape = {e->cfg.schedule, e->grid->pp, e->num_chunks, m};
-    double f = mean(ps, 0), fused = mean(ps, 1), b = mean(ps, 2), w = mean(ps, 3);
-    return schedule_bubble_theory(&shape, f, fused > 0 ? fused : b, fused > 0 ? 0 : w);
+/* The schedule replayed with every stage's measured seconds per action of
+ * each chunk (one all-gather over the pipeline group): the idle share the
+ * schedule itself predicts on these stages, unequal ones included. */
+static double bubble_simulated(Engine *e, const PipeStats *ps) {
+    const int p = e->grid->pp, v = e->num_chunks, per_rank = v * PIPE_COMPUTE_KINDS;
+    double mine[PIPE_MAX_CHUNKS * PIPE_COMPUTE_KINDS];
+    for (int c = 0; c < v; c++)
+        for (int k = 0; k < PIPE_COMPUTE_KINDS; k++) mine[c * PIPE_COMPUTE_KINDS + k] = mean(ps, c, k);
+    double *all = bs_malloc(sizeof(double) * (size_t)(p * per_rank));
+    comm_allgather_bytes(e->grid->pp_group, mine, sizeof(double) * (size_t)per_rank, all);
+    double share = pipeline_simulated_bubble(e->pipe, all);
+    free(all);
+    return share;
 }
 
 EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad load, void *ctx) {
@@ -225,7 +246,7 @@ EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad 
     PipeStats ps = pipeline_train(e->pipe, m, dloss, load, ctx, &hooks);
     mp_finish_tied_grads(&e->tied);
     EngineStepStats st = {e->grid->tp_index == 0 ? ps.loss_sum : 0, ps.busy, ps.idle, ps.max_live, 0,
-                          bubble_theory(e, m, &ps)};
+                          bubble_theory(e, m, &ps), e->grid->pp > 1 ? bubble_simulated(e, &ps) : 0};
     for (int c = 0; c < e->num_chunks; c++) st.micro_sum_squares += dp_micro_sum_squares(e->chunks[c].dp);
     return st;
 }

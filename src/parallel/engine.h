@@ -72,7 +72,8 @@ typedef struct {
     double busy, idle;         /* seconds computing / waiting for a pipeline neighbour */
     int max_live;              /* activation sets alive at once */
     double micro_sum_squares;  /* noise scale: sum of the micro-steps' squared local gradient norms */
-    double bubble_theory;      /* the schedule's idle share in theory, from this rank's seconds per action */
+    double bubble_theory;      /* the schedule's closed-form idle share, from this rank's seconds per action */
+    double bubble_simulated;   /* the worst stage's idle share with each stage's measured seconds per action */
 } EngineStepStats;
 
 /* One step: m micro-batches of this replica through the pipeline schedule;

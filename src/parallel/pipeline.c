@@ -8,8 +8,9 @@
 #include "core/timer.h"
 #include "core/trace.h"
 
-enum { KIND_FORWARD, KIND_BACKWARD, KIND_INPUT, KIND_WEIGHT };
-#define MAX_CHUNKS 8 /* message tags carry the chunk in 3 bits */
+enum { KIND_FORWARD = PIPE_FORWARD, KIND_BACKWARD = PIPE_BACKWARD, KIND_INPUT = PIPE_BACKWARD_INPUT,
+       KIND_WEIGHT = PIPE_BACKWARD_WEIGHT };
+#define MAX_CHUNKS PIPE_MAX_CHUNKS
 
 typedef struct {
     GPTActs acts;
@@ -33,7 +34,8 @@ struct Pipeline {
     int stage, stages, num_chunks, virtual_stages;
     ChunkState chunks[MAX_CHUNKS];
     ScheduleShape shape;
-    ActionList list;
+    ActionList *lists; /* every stage's, for the simulation; this rank's is lists[stage] */
+    const ActionList *list; /* = &lists[stage] */
     int B, T;
     PipeStats stats;
     int live;
@@ -61,6 +63,13 @@ Pipeline *pipeline_create(Comm *pp_group, int stage, int stages, const PipeChunk
     return p;
 }
 
+static void free_lists(Pipeline *p) {
+    if (p->lists)
+        for (int s = 0; s < p->stages; s++) action_list_free(&p->lists[s]);
+    free(p->lists);
+    p->lists = NULL;
+}
+
 void pipeline_free(Pipeline *p) {
     if (!p) return;
     for (int c = 0; c < p->num_chunks; c++) {
@@ -73,7 +82,7 @@ void pipeline_free(Pipeline *p) {
         }
         free(cs->slots);
     }
-    action_list_free(&p->list);
+    free_lists(p);
     free(p);
 }
 
@@ -159,8 +168,8 @@ static void forward(Pipeline *p, const Action *a, float dloss, PipeLoad load, vo
         gpt_forward(ch->model, &s->acts, s->inputs, s->targets, p->B, p->T, training ? dloss : 0.0f, access);
     double t1 = bs_now();
     p->stats.busy += t1 - t0;
-    p->stats.seconds[KIND_FORWARD] += t1 - t0;
-    p->stats.count[KIND_FORWARD]++;
+    p->stats.seconds[a->chunk][KIND_FORWARD] += t1 - t0;
+    p->stats.count[a->chunk][KIND_FORWARD]++;
     trace_add(p->trace, training ? "forward" : "eval forward", "compute", t0, t1);
 }
 
@@ -184,8 +193,8 @@ static void backward(Pipeline *p, const Action *a, int index, const PipeHooks *h
     }
     double t1 = bs_now();
     p->stats.busy += t1 - t0;
-    p->stats.seconds[kind] += t1 - t0;
-    p->stats.count[kind]++;
+    p->stats.seconds[a->chunk][kind] += t1 - t0;
+    p->stats.count[a->chunk][kind]++;
     trace_add(p->trace, kind == KIND_BACKWARD ? "backward" : kind == KIND_INPUT ? "backward B" : "backward W", "compute",
               t0, t1);
     if (kind != KIND_WEIGHT && p->chunks[a->chunk].virtual_stage > 0) /* out of the shared scratch, for its send */
@@ -228,31 +237,50 @@ static void communicate(Pipeline *p, const Action *a) {
  * validation runs every rank's list: a schedule that could deadlock or
  * lose a message never starts). */
 static void prepare_list(Pipeline *p, int m) {
-    if (p->shape.micro == m && p->list.count > 0) return;
+    if (p->shape.micro == m && p->lists) return;
     ScheduleShape shape = p->shape;
     shape.micro = m;
     char why[256];
     if (!schedule_check(&shape, why, sizeof why)) bs_die("%s", why);
-    ActionList *all = bs_calloc((size_t)p->stages, sizeof(ActionList));
-    for (int s = 0; s < p->stages; s++) schedule_build(&shape, s, &all[s]);
-    bool ok = schedule_validate(&shape, all, why, sizeof why);
-    for (int s = 0; s < p->stages; s++) {
-        if (s == p->stage) {
-            action_list_free(&p->list);
-            p->list = all[s];
-        } else {
-            action_list_free(&all[s]);
-        }
-    }
-    free(all);
-    if (!ok) bs_die("internal: the %s schedule for %d micro-batches is invalid: %s", pipe_schedule_name(shape.schedule), m,
-                    why);
+    free_lists(p);
+    p->lists = bs_calloc((size_t)p->stages, sizeof(ActionList));
+    for (int s = 0; s < p->stages; s++) schedule_build(&shape, s, &p->lists[s]);
+    if (!schedule_validate(&shape, p->lists, why, sizeof why))
+        bs_die("internal: the %s schedule for %d micro-batches is invalid: %s", pipe_schedule_name(shape.schedule), m,
+               why);
     p->shape = shape;
+    p->list = &p->lists[p->stage];
     for (int c = 0; c < p->num_chunks; c++) p->chunks[c].last_grad_action = -1;
-    for (int i = 0; i < p->list.count; i++) {
-        const Action *a = &p->list.items[i];
+    for (int i = 0; i < p->list->count; i++) {
+        const Action *a = &p->list->items[i];
         if (a->kind == ACT_BACKWARD || a->kind == ACT_BACKWARD_WEIGHT) p->chunks[a->chunk].last_grad_action = i;
     }
+}
+
+double pipeline_simulated_bubble(const Pipeline *p, const double *means) {
+    if (!p->lists) return -1;
+    const int v = p->num_chunks;
+    double *costs = bs_calloc((size_t)p->stages * (size_t)v * ACT_KIND_COUNT, sizeof(double));
+    for (int s = 0; s < p->stages; s++)
+        for (int c = 0; c < v; c++) {
+            const double *m = means + ((size_t)s * v + c) * PIPE_COMPUTE_KINDS;
+            double *k = costs + ((size_t)s * v + c) * ACT_KIND_COUNT;
+            k[ACT_FORWARD] = m[PIPE_FORWARD];
+            k[ACT_BACKWARD] = m[PIPE_BACKWARD];
+            k[ACT_BACKWARD_INPUT] = m[PIPE_BACKWARD_INPUT];
+            k[ACT_BACKWARD_WEIGHT] = m[PIPE_BACKWARD_WEIGHT];
+        }
+    StageSim *sim = bs_calloc((size_t)p->stages, sizeof(StageSim));
+    double worst = -1;
+    if (schedule_simulate_costs(&p->shape, p->lists, costs, sim))
+        for (int s = 0; s < p->stages; s++) {
+            double total = sim[s].busy + sim[s].waiting;
+            double share = total > 0 ? sim[s].waiting / total : 0;
+            if (share > worst) worst = share;
+        }
+    free(sim);
+    free(costs);
+    return worst;
 }
 
 static void finish_sends(Pipeline *p) {
@@ -269,8 +297,8 @@ PipeStats pipeline_train(Pipeline *p, int m, float dloss, PipeLoad load, void *c
     memset(&p->stats, 0, sizeof p->stats);
     p->live = 0;
     prepare_list(p, m);
-    for (int i = 0; i < p->list.count; i++) {
-        const Action *a = &p->list.items[i];
+    for (int i = 0; i < p->list->count; i++) {
+        const Action *a = &p->list->items[i];
         if (a->kind == ACT_FORWARD) forward(p, a, dloss, load, ctx, true);
         else if (a->kind == ACT_BACKWARD || a->kind == ACT_BACKWARD_INPUT || a->kind == ACT_BACKWARD_WEIGHT)
             backward(p, a, i, hooks);

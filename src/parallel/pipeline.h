@@ -28,12 +28,15 @@
 /* Fills micro-batch i's tokens (B*T inputs and targets). */
 typedef void (*PipeLoad)(void *ctx, int micro, int32_t *inputs, int32_t *targets);
 
+#define PIPE_MAX_CHUNKS 8 /* message tags carry the chunk in 3 bits */
+enum { PIPE_FORWARD, PIPE_BACKWARD, PIPE_BACKWARD_INPUT, PIPE_BACKWARD_WEIGHT, PIPE_COMPUTE_KINDS };
+
 typedef struct {
     double loss_sum;       /* over this rank's loss-computing chunk's tokens (last virtual stage only) */
     double busy, idle;     /* seconds computing / waiting for a neighbour */
     int max_live;          /* activation sets alive at once */
-    double seconds[4];     /* per compute kind: forward, backward, backward-input, backward-weight */
-    int count[4];
+    double seconds[PIPE_MAX_CHUNKS][PIPE_COMPUTE_KINDS]; /* per chunk and compute kind */
+    int count[PIPE_MAX_CHUNKS][PIPE_COMPUTE_KINDS];
 } PipeStats;
 
 /* A model chunk as the pipeline sees it. */
@@ -65,6 +68,12 @@ void pipeline_set_trace(Pipeline *p, Trace *trace);
 /* One step's forward and backward over m micro-batches (dies with the
  * validator's line if the schedule cannot run m). */
 PipeStats pipeline_train(Pipeline *p, int m, float dloss, PipeLoad load, void *ctx, const PipeHooks *hooks);
+/* The step's idle share on the stage that idles most, in theory: every
+ * stage's action list replayed with the seconds per action given
+ * (means[stage][chunk][PIPE_COMPUTE_KINDS], e.g. as each rank measured them in
+ * the last step), a wait counted as this executor counts it (time blocked
+ * inside the list). -1 before the first step. */
+double pipeline_simulated_bubble(const Pipeline *p, const double *means);
 /* Forward only (validation) of m micro-batches, of which the first `counted`
  * count: their loss sum (last virtual stage; 0 elsewhere). */
 double pipeline_eval(Pipeline *p, int m, int counted, PipeLoad load, void *ctx);

@@ -120,6 +120,9 @@ typedef struct {
  * waits until its send. false (out untouched) if the lists do not pass
  * schedule_validate. out[stages]. */
 bool schedule_simulate(const ScheduleShape *s, const ActionList *lists, double f, double b, double w, StageSim *out);
+/* The same with a cost per stage, chunk and action kind (seconds, e.g. as
+ * measured): costs[(stage * chunks + chunk) * ACT_KIND_COUNT + kind]. */
+bool schedule_simulate_costs(const ScheduleShape *s, const ActionList *lists, const double *costs, StageSim *out);
 
 /* Idle share of a step, idle / (busy + idle), in theory, with per-action
  * costs f, b, w (a fused backward costs b + w):

@@ -251,8 +251,9 @@ static bool advance(const ScheduleShape *s, const ActionList *l, int stage, cons
         } else if (a->kind == ACT_SEND_ACTIVATION || a->kind == ACT_SEND_GRAD) {
             sent[message_of(s, stage, a)] = st->finish;
         } else {
-            st->finish += cost[a->kind];
-            st->busy += cost[a->kind];
+            double c = cost[((size_t)stage * (size_t)s->chunks + (size_t)a->chunk) * ACT_KIND_COUNT + a->kind];
+            st->finish += c;
+            st->busy += c;
             *live += live_change(a->kind);
             if (*live > st->max_live) st->max_live = *live;
         }
@@ -310,20 +311,30 @@ bool schedule_validate(const ScheduleShape *s, const ActionList *lists, char *wh
     ok = ok && check_messages_matched(&c) && check_messages_complete(&c);
     free(c.seen);
     if (!ok) return false;
-    const double no_cost[ACT_KIND_COUNT] = {0};
+    double *no_cost = bs_calloc((size_t)s->stages * s->chunks * ACT_KIND_COUNT, sizeof(double));
     StageSim *sim = bs_calloc((size_t)s->stages, sizeof(StageSim));
     ok = replay(s, lists, no_cost, sim, why, why_size);
     free(sim);
+    free(no_cost);
     return ok;
 }
 
-bool schedule_simulate(const ScheduleShape *s, const ActionList *lists, double f, double b, double w, StageSim *out) {
+bool schedule_simulate_costs(const ScheduleShape *s, const ActionList *lists, const double *costs, StageSim *out) {
     char why[256];
-    if (!schedule_validate(s, lists, why, sizeof why)) return false;
-    double cost[ACT_KIND_COUNT] = {0};
-    cost[ACT_FORWARD] = f;
-    cost[ACT_BACKWARD] = b + w;
-    cost[ACT_BACKWARD_INPUT] = b;
-    cost[ACT_BACKWARD_WEIGHT] = w;
-    return replay(s, lists, cost, out, why, sizeof why);
+    return schedule_validate(s, lists, why, sizeof why) && replay(s, lists, costs, out, why, sizeof why);
+}
+
+bool schedule_simulate(const ScheduleShape *s, const ActionList *lists, double f, double b, double w, StageSim *out) {
+    const size_t n = (size_t)s->stages * (size_t)(s->chunks > 0 ? s->chunks : 1);
+    double *costs = bs_calloc(n * ACT_KIND_COUNT, sizeof(double));
+    for (size_t i = 0; i < n; i++) {
+        double *c = costs + i * ACT_KIND_COUNT;
+        c[ACT_FORWARD] = f;
+        c[ACT_BACKWARD] = b + w;
+        c[ACT_BACKWARD_INPUT] = b;
+        c[ACT_BACKWARD_WEIGHT] = w;
+    }
+    bool ok = schedule_simulate_costs(s, lists, costs, out);
+    free(costs);
+    return ok;
 }

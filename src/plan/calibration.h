@@ -21,8 +21,8 @@ bool fit_allreduce(const double *bytes, const double *seconds, int k, int ranks,
 /* Processes on one machine talk through shared memory: without measured
  * collectives, assume a ring all-reduce at a quarter of the measured memory
  * bandwidth (each byte is read and written on both sides) with 5 us steps,
- * close to what MPI reaches on this project's 2-core machine (DESIGN.md:
- * 5-7 GB/s for 256 KiB-16 MiB). */
+ * close to what MPI reaches on this project's 2-core machines (MPI_Allreduce
+ * on 2 ranks, measured: 5-7 GB/s for 256 KiB-16 MiB). */
 #define SHARED_MEMORY_ALPHA 5e-6
 CollectiveFit assumed_shared_memory_fit(double memory_bandwidth);
 

@@ -2,7 +2,7 @@
  * (pp), data (dp), context (cp) and expert (ep) parallelism, ZeRO stage,
  * micro-batch, activation recomputation and pipeline schedule.
  *
- * Rank order (DESIGN.md): tp varies fastest, then cp, then pp, then dp, so a
+ * Rank order (as the engine's grid, parallel/grid.h): tp varies fastest, then cp, then pp, then dp, so a
  * TP group sits inside one node. This file holds the vocabulary and the
  * names; the checks that need the model live in plan.c. */
 #ifndef BS_PLAN_LAYOUT_H

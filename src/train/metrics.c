@@ -52,6 +52,7 @@ static void set_timing(json_t *j, const Metrics *m, const StepResult *r, double 
          * the measured bubble's convention ((p-1)/(m+p-1)) */
         set(j, "bubble_theory", number(r->bubble_theory / (1 - r->bubble_theory)));
         set(j, "bubble_theory_share", number(r->bubble_theory));
+        set(j, "bubble_simulated", number(r->bubble_simulated));
         set(j, "pipe_busy_ms", number(r->pipe_busy * 1e3));
         set(j, "pipe_idle_ms", number(r->pipe_idle * 1e3));
     }

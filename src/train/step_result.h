@@ -22,6 +22,8 @@ typedef struct {
     double bubble;                    /* largest idle share of a step over ranks */
     double bubble_theory;             /* the schedule's idle share of a step in theory (parallel/schedule.h), with
                                          this rank's measured seconds per action */
+    double bubble_simulated;          /* the worst stage's idle share with each stage's measured seconds per action
+                                         (the schedule replayed on these stages, unequal ones included) */
     int max_live;                     /* activation sets alive at once on this rank */
     double comm_exposed, comm_busy;   /* this rank's blocked time; operations' total time */
     uint64_t comm_bytes;

@@ -135,6 +135,7 @@ static void record_stats(Trainer *tr, StepResult *r, const StepStats *st, const 
     r->max_live = es->max_live;
     r->bubble = st->bubble;
     r->bubble_theory = es->bubble_theory;
+    r->bubble_simulated = es->bubble_simulated;
     r->median_compute = st->median_compute;
     r->straggler = st->straggler;
     r->straggler_compute = st->straggler >= 0 ? st->compute[st->straggler] : 0;
