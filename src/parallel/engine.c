@@ -148,12 +148,12 @@ Engine *engine_create(Comm *world, const GPTConfig *whole, const EngineConfig *c
     if (whole->padded_vocab_size % g->tp != 0)
         bs_die("--tp %d does not divide the padded vocabulary %d", g->tp, whole->padded_vocab_size);
     e->num_chunks = cfg->virtual_stages > 0 ? cfg->virtual_stages : 1;
+    if (e->num_chunks > PIPE_MAX_CHUNKS) bs_die("--virtual-stages %d: at most %d", e->num_chunks, PIPE_MAX_CHUNKS);
     split_virtual_stages(e);
     e->chunks = bs_calloc((size_t)e->num_chunks, sizeof(EngineChunk));
     e->chunk_comm = bs_calloc((size_t)e->num_chunks, sizeof(Comm *));
     e->norm_ctx = bs_calloc((size_t)e->num_chunks, sizeof(NormContext));
-    PipeChunk pipe_chunks[8];
-    if (e->num_chunks > 8) bs_die("--virtual-stages %d: at most 8", e->num_chunks);
+    PipeChunk pipe_chunks[PIPE_MAX_CHUNKS];
     for (int c = 0; c < e->num_chunks; c++) {
         setup_chunk(e, c, whole);
         e->norm_ctx[c] = (NormContext){e, c};

@@ -40,7 +40,7 @@ static inline bool option_given(const char *value) { return value && *value; }
 
 #define TRAIN_FEEDBACK_ARRAYS 4 /* error-feedback arrays a rank may keep (train/compression.h) */
 
-#define TRAIN_MAX_CHUNKS 8 /* model chunks per rank (engine.h) */
+#define TRAIN_MAX_CHUNKS PIPE_MAX_CHUNKS /* model chunks per rank (parallel/pipeline.h) */
 
 /* One chunk's file of a checkpoint: what it holds, and (--async-ckpt) the copies. */
 typedef struct {
