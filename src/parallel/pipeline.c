@@ -98,14 +98,21 @@ static void wait_timed(Pipeline *p, CommOp *op) {
     if (t1 - t0 > 1e-4) trace_add(p->trace, "pipeline wait", "idle", t0, t1);
 }
 
-/* A fresh activation set for (chunk, micro); sets of one chunk share one
+/* A fresh activation set for (chunk, micro): a free one whose input
+ * gradient has been received (the previous stage may take it only much
+ * later in its list: waiting for it here would stall this stage where the
+ * schedule has it compute), else a new one. Sets of one chunk share one
  * backward scratch (one backward runs at a time; what a split backward's W
  * needs lives in the set itself). */
 static ActSlot *acquire_slot(Pipeline *p, int chunk, int micro, bool split) {
     ChunkState *cs = &p->chunks[chunk];
     ActSlot *s = NULL;
-    for (int i = 0; i < cs->num_slots && !s; i++)
-        if (!cs->slots[i].in_use) s = &cs->slots[i];
+    for (int i = 0; i < cs->num_slots && !s; i++) { /* a free set whose gradient has left: never wait for one */
+        ActSlot *free_set = &cs->slots[i];
+        if (free_set->in_use) continue;
+        if (free_set->grad_send && comm_test(free_set->grad_send)) free_set->grad_send = NULL;
+        if (!free_set->grad_send) s = free_set;
+    }
     if (!s) {
         cs->slots = realloc(cs->slots, sizeof(ActSlot) * (size_t)(cs->num_slots + 1));
         if (!cs->slots) bs_die("out of memory for pipeline activations");
@@ -120,8 +127,6 @@ static ActSlot *acquire_slot(Pipeline *p, int chunk, int micro, bool split) {
         s->grad_out = bs_malloc(stage_floats(p, chunk) * sizeof(float));
         cs->num_slots++;
     }
-    if (s->grad_send) wait_timed(p, s->grad_send);
-    s->grad_send = NULL;
     s->micro = micro;
     s->in_use = true;
     s->grads_done = s->grad_sent = false;
