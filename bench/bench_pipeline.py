@@ -14,7 +14,11 @@ part of the prediction; the closed form assumes equal ones), measured / theory, 
 bubble / 1f1b's. Targets (issue 15): measured within 20% of theory, zbh1 at
 most half of 1f1b; each is printed PASS or MISS, nothing fails.
 
-Model: the engine benchmark's width (H=6 C=384 V=8192 T=256) at depths
+Two models. "balanced": the engine benchmark's width with a 256-token
+vocabulary, 8 layers split evenly (4,4 and 2,2,2,2): the head costs about as
+much as a layer's fraction, so the stages are as equal as the closed forms
+assume, and the schedules' own properties show. "engine": the engine
+benchmark's width (H=6 C=384 V=8192 T=256) at depths
 whose stages are as equal in work as an even layer count per stage allows
 (interleaved v=2 splits each stage's layers into 2 chunks). The last stage
 also carries the 8192-wide output layer and the loss, between one and two
@@ -55,8 +59,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kernel_report  # noqa: E402
 from bench_scaling import write_shard  # noqa: E402
 
-H, C, V, T, B, M = 6, 384, 8192, 256, 2, 8
-LAYOUTS = {2: (6, "4,2"), 4: (14, "4,4,4,2")}  # pp: (layers, layers per stage); see the header
+H, C, T, B, M = 6, 384, 256, 2, 8
+# name: (vocabulary, {pp: (layers, layers per stage)}); see the header
+MODELS = {"engine": (8192, {2: (6, "4,2"), 4: (14, "4,4,4,2")}),
+          "balanced": (256, {2: (8, "4,4"), 4: (8, "2,2,2,2")})}
 SCHEDULES = {"gpipe": [], "1f1b": [], "interleaved": ["--virtual-stages", "2"], "zbh1": []}
 STEPS = int(os.environ.get("BS_BENCH_STEPS", 4))  # the first is dropped as warm-up
 BUBBLE_TOLERANCE, ZBH1_TARGET = 0.20, 0.5
@@ -87,9 +93,11 @@ def closed_form(name, p, v=2):
     return (p - 1) / (v * M + p - 1) if name == "interleaved" else None
 
 
-def run(bs, shard, pp, name, tmp):
-    layers, split = LAYOUTS[pp]
-    metrics = os.path.join(tmp, f"pp{pp}-{name}.jsonl")
+def run(bs, shards, model, pp, name, tmp):
+    V, layouts = MODELS[model]
+    shard = shards[model]
+    layers, split = layouts[pp]
+    metrics = os.path.join(tmp, f"{model}-pp{pp}-{name}.jsonl")
     cmd = MPIRUN + ["-np", str(pp), bs, "train", "--data", shard, "--vocab-size", str(V), "--layers", str(layers),
                     "--heads", str(H), "--channels", str(C), "--seq-len", str(T), "--micro-batch", str(B),
                     "--global-batch", str(M * B), "--steps", str(STEPS), "--eval-every", "0", "--sample-tokens",
@@ -97,7 +105,7 @@ def run(bs, shard, pp, name, tmp):
                     "--pp-schedule", name] + SCHEDULES[name]
     p = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
     if p.returncode != 0:
-        raise SystemExit(f"bench_pipeline: PP {pp} {name} failed (exit {p.returncode}):\n{p.stderr}")
+        raise SystemExit(f"bench_pipeline: {model} PP {pp} {name} failed (exit {p.returncode}):\n{p.stderr}")
     rows = [json.loads(line) for line in open(metrics)][1:]
     missing = [k for k in ("bubble", "bubble_theory_share", "bubble_simulated", "max_live_microbatches")
                if k not in rows[0]]
@@ -120,12 +128,14 @@ def verdict(ok):
     return "PASS" if ok else "MISS"
 
 
-def print_table(results):
-    print(f"pipeline schedules: H={H} C={C} V={V} T={T}, m={M} micro-batches of {B} sequences, 1 thread per rank")
+def print_table(model, results):
+    V, layouts = MODELS[model]
+    print(f"pipeline schedules, {model} model: H={H} C={C} V={V} T={T}, m={M} micro-batches of {B} sequences, "
+          "1 thread per rank")
     print(f"{'layout':<6} {'schedule':<15} {'tokens/s':>8} {'bubble':>7} {'theory':>7} {'ratio':>6} {'target':>6} "
           f"{'replay':>7} {'ratio':>6} {'target':>6} {'busy ms':>8} {'idle ms':>8} {'live':>4}")
     for pp, rows in results.items():
-        layers, split = LAYOUTS[pp]
+        layers, split = layouts[pp]
         for name, r in rows.items():
             label = name + (" v=2" if SCHEDULES[name] else "")
             if "skipped" in r:
@@ -166,22 +176,29 @@ def main():
     if note:
         print(note)
     offered, has_virtual = offered_schedules(bs)
-    results = {}
+    results = {model: {} for model in MODELS}
     with tempfile.TemporaryDirectory() as tmp:
-        shard = os.path.join(tmp, "rand.bin")
-        write_shard(shard, V)
-        for pp in LAYOUTS:
-            results[pp] = {}
-            for name in SCHEDULES:
-                reason = skip_reason(name, offered, has_virtual)
-                results[pp][name] = dict(skipped=reason) if reason else run(bs, shard, pp, name, tmp)
-    print_table(results)
-    config = dict(heads=H, channels=C, vocab=V, seq_len=T, micro_batch=B, micro_batches=M, steps=STEPS,
-                  layouts={f"PP {pp}": dict(layers=lay, split=s) for pp, (lay, s) in LAYOUTS.items()},
+        shards = {}
+        for model, (vocab, _) in MODELS.items():
+            shards[model] = os.path.join(tmp, f"rand{vocab}.bin")
+            write_shard(shards[model], vocab)
+        for model, (_, layouts) in MODELS.items():
+            for pp in layouts:
+                results[model][pp] = {}
+                for name in SCHEDULES:
+                    reason = skip_reason(name, offered, has_virtual)
+                    results[model][pp][name] = (dict(skipped=reason) if reason
+                                                else run(bs, shards, model, pp, name, tmp))
+    for model in MODELS:
+        print_table(model, results[model])
+    config = dict(heads=H, channels=C, seq_len=T, micro_batch=B, micro_batches=M, steps=STEPS,
+                  models={m: dict(vocab=v, layouts={f"PP {pp}": dict(layers=lay, split=sp)
+                                                    for pp, (lay, sp) in lay_map.items()})
+                          for m, (v, lay_map) in MODELS.items()},
                   mpirun=MPIRUN, targets=dict(bubble_within=BUBBLE_TOLERANCE, zbh1_over_1f1b=ZBH1_TARGET))
     with open(out_json, "w") as f:
-        json.dump(dict(config=config, results={f"PP {pp}": rows for pp, rows in results.items()}, machine=machine),
-                  f, indent=2)
+        json.dump(dict(config=config, results={m: {f"PP {pp}": rows for pp, rows in res.items()}
+                                               for m, res in results.items()}, machine=machine), f, indent=2)
 
 
 if __name__ == "__main__":

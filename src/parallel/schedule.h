@@ -111,7 +111,8 @@ typedef struct {
     double idle;     /* makespan - busy */
     double makespan; /* the step: when the last stage finishes (the same on all stages) */
     int max_live;    /* most activation sets live at once (F until its W or BW) */
-    double waiting;  /* time blocked on receives inside its own list */
+    double waiting;  /* time blocked on receives inside its own list, and after it until its own messages are
+                        received (what an executor that waits for its sends before the step ends measures) */
     double finish;   /* when its own last action ends */
 } StageSim;
 

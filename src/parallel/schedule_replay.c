@@ -239,8 +239,8 @@ static size_t message_of(const ScheduleShape *s, int stage, const Action *a) {
 
 /* Runs one stage as far as its receives allow; true if it moved. sent[] is
  * when each message was sent (< 0: not yet). */
-static bool advance(const ScheduleShape *s, const ActionList *l, int stage, const double *cost, double *sent, int *next,
-                    int *live, StageSim *st) {
+static bool advance(const ScheduleShape *s, const ActionList *l, int stage, const double *cost, double *sent,
+                    double *received, int *next, int *live, StageSim *st) {
     bool moved = false;
     while (next[stage] < l->count) {
         const Action *a = &l->items[next[stage]];
@@ -248,6 +248,7 @@ static bool advance(const ScheduleShape *s, const ActionList *l, int stage, cons
             double t = sent[message_of(s, stage, a)];
             if (t < 0) break; /* its send has not run yet */
             if (t > st->finish) st->waiting += t - st->finish, st->finish = t;
+            received[message_of(s, stage, a)] = st->finish;
         } else if (a->kind == ACT_SEND_ACTIVATION || a->kind == ACT_SEND_GRAD) {
             sent[message_of(s, stage, a)] = st->finish;
         } else {
@@ -276,12 +277,29 @@ static void describe_deadlock(const ScheduleShape *s, const ActionList *lists, c
     }
 }
 
+/* A stage's step ends when its own messages have been received (an
+ * executor waits for its sends before the step is over): the time after its
+ * last action until then counts as waiting, as the executor measures it. */
+static void wait_for_deliveries(const ScheduleShape *s, const ActionList *lists, const double *received,
+                                StageSim *out) {
+    for (int r = 0; r < s->stages; r++) {
+        double end = out[r].finish;
+        for (int i = 0; i < lists[r].count; i++) {
+            const Action *a = &lists[r].items[i];
+            if (a->kind != ACT_SEND_ACTIVATION && a->kind != ACT_SEND_GRAD) continue;
+            double t = received[message_of(s, r, a)];
+            end = t > end ? t : end;
+        }
+        out[r].waiting += end - out[r].finish;
+    }
+}
+
 /* Replays lists that passed the checks above; false (and why) on a deadlock. */
 static bool replay(const ScheduleShape *s, const ActionList *lists, const double *cost, StageSim *out, char *why,
                    size_t n) {
     const int p = s->stages;
     size_t messages = message_index(s, true, last_vstage(s), s->micro - 1) + 1;
-    double *sent = bs_malloc(messages * sizeof(double));
+    double *sent = bs_malloc(messages * sizeof(double)), *received = bs_calloc(messages, sizeof(double));
     int *next = bs_calloc((size_t)p, sizeof(int)), *live = bs_calloc((size_t)p, sizeof(int));
     for (size_t i = 0; i < messages; i++) sent[i] = -1.0;
     for (int r = 0; r < p; r++) out[r] = (StageSim){0};
@@ -289,15 +307,17 @@ static bool replay(const ScheduleShape *s, const ActionList *lists, const double
     while (!done && moved) {
         done = true, moved = false;
         for (int r = 0; r < p; r++) {
-            moved |= advance(s, &lists[r], r, cost, sent, next, &live[r], &out[r]);
+            moved |= advance(s, &lists[r], r, cost, sent, received, next, &live[r], &out[r]);
             done &= next[r] == lists[r].count;
         }
     }
     if (!done) describe_deadlock(s, lists, next, why, n);
+    if (done) wait_for_deliveries(s, lists, received, out);
     double makespan = 0;
     for (int r = 0; r < p; r++) makespan = out[r].finish > makespan ? out[r].finish : makespan;
     for (int r = 0; r < p; r++) out[r].makespan = makespan, out[r].idle = makespan - out[r].busy;
     free(sent);
+    free(received);
     free(next);
     free(live);
     return done;
