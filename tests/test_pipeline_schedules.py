@@ -19,7 +19,9 @@ backward split into B and W) against the single-process oracle.
   the losses of the uninterrupted run (1e-5; summation order differs).
 - Bad input, one line each before any work: --virtual-stages not dividing
   a stage's layers, interleaved with fewer micro-batches than stages, zbh1
-  or interleaved with --pp 1, --virtual-stages without interleaved.
+  or interleaved with --pp 1, --virtual-stages without interleaved, a batch
+  a --batch-schedule reaches on the way that interleaving cannot split,
+  --balance with interleaved.
 """
 import os
 import sys
@@ -131,6 +133,11 @@ class PipelineScheduleTest(CorpusTest):
         self.refused(1, ["--pp-schedule", "zbh1"], ["zbh1", "--pp"])
         self.refused(1, ["--pp-schedule", "interleaved", "--virtual-stages", "2"], ["interleaved", "--pp"])
         self.refused(2, ["--pp", "2", "--virtual-stages", "2"], ["--virtual-stages", "interleaved"])
+        # a batch the ramp reaches on the way (6 sequences = 3 micro-batches on 2 stages), found before the first step
+        self.refused(2, ["--pp", "2", "--pp-schedule", "interleaved", "--virtual-stages", "2", "--batch-schedule",
+                         "ramp:4:2:2048"], ["a batch of 6 sequences", "ramp:4:2:2048"])
+        self.refused(2, ["--pp", "2", "--pp-schedule", "interleaved", "--virtual-stages", "2", "--balance"],
+                     ["--balance", "interleaved"])
 
 
 if __name__ == "__main__":

@@ -58,6 +58,11 @@ static bool check_combinations(const TrainConfig *c, char *why, size_t n) {
         snprintf(why, n, "--balance and --batch-schedule adaptive cannot be combined yet");
         return false;
     }
+    if (c->balance && c->pp_schedule == PIPE_INTERLEAVED) {
+        snprintf(why, n, "--balance and --pp-schedule interleaved cannot be combined: --balance changes each "
+                 "replica's micro-batches with its measured speed, and interleaving needs a multiple of --pp");
+        return false;
+    }
     if (c->virtual_stages > 1 && (strcmp(c->grad_compression, "none") != 0 || c->zero_quant_grads)) {
         snprintf(why, n, "--virtual-stages with --grad-compression or --zero-quant-grads is not supported yet (the "
                  "error-feedback residuals are per chunk)");

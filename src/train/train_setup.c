@@ -157,15 +157,41 @@ static void target_nan_fault(Trainer *tr) {
     free(count);
 }
 
-/* The pipeline schedule must run the step's micro-batches (interleaved: a
- * multiple of the stages): checked with the final batch, before any work. */
+/* The pipeline schedule must run every step's micro-batches (interleaved:
+ * a multiple of the stages): checked before any work for every batch size
+ * the run can reach (the schedule's, step by step; an adaptive one's every
+ * whole number of micro-steps between its bounds). */
+static void check_schedule_at(Trainer *tr, long batch) {
+    const Grid *g = engine_grid(tr->engine);
+    ScheduleShape shape = {tr->cfg.pp_schedule, g->pp, engine_num_chunks(tr->engine),
+                           (int)(batch / ((long)tr->cfg.micro_batch * tr->dp_size))};
+    char why[256];
+    if (!schedule_check(&shape, why, sizeof why)) {
+        if (batch == tr->cfg.global_batch) bs_die("%s", why);
+        bs_die("%s (at a batch of %ld sequences, which --batch-schedule %s reaches)", why, batch, tr->cfg.batch_schedule);
+    }
+}
+
 static void check_schedule(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
-    const Grid *g = engine_grid(tr->engine);
-    ScheduleShape shape = {c->pp_schedule, g->pp, engine_num_chunks(tr->engine),
-                           c->global_batch / (c->micro_batch * tr->dp_size)};
-    char why[256];
-    if (!schedule_check(&shape, why, sizeof why)) bs_die("%s", why);
+    check_schedule_at(tr, c->global_batch);
+    if (c->pp_schedule != PIPE_INTERLEAVED) return; /* the others run any number of micro-batches */
+    const long granule = (long)c->micro_batch * tr->dp_size;
+    char ignore[256];
+    long realised;
+    if (tr->adaptive) { /* MIN, then whole micro-steps up to MAX */
+        batch_round(tr->adaptive_batch, granule, false, &realised, ignore, sizeof ignore);
+        check_schedule_at(tr, realised);
+        for (long b = (tr->adaptive_batch + granule - 1) / granule * granule; b <= tr->adaptive_max; b += granule)
+            check_schedule_at(tr, b);
+        return;
+    }
+    uint64_t tokens = 0;
+    for (long step = 0; step < tr->total_steps && tokens < tr->total_tokens && step < 10000000; step++) {
+        batch_round(batch_at(&tr->batch_schedule, tokens), granule, false, &realised, ignore, sizeof ignore);
+        check_schedule_at(tr, realised);
+        tokens += (uint64_t)realised * (uint64_t)c->seq_len;
+    }
 }
 
 /* The step's statistics across ranks, --balance, the guard. */
