@@ -202,19 +202,21 @@ static void after_last_grads(void *ctx, int chunk) {
 }
 
 /* Mean seconds per action of chunk c and compute kind k (0 if none ran). */
-static double mean(const PipeStats *ps, int c, int k) { return ps->count[c][k] > 0 ? ps->seconds[c][k] / ps->count[c][k] : 0; }
+static double mean(const PipeStats *ps, int c, int k) {
+    return ps->count[c][k] > 0 ? ps->seconds[c][k] / ps->count[c][k] : 0;
+}
 
 /* The schedule's closed-form idle share with this rank's mean seconds per
  * action over its chunks (only zbh1's depends on them: B and W apart). */
 static double bubble_theory(const Engine *e, int m, const PipeStats *ps) {
-    double sum[PIPE_COMPUTE_KINDS] = {0};
-    int count[PIPE_COMPUTE_KINDS] = {0};
+    PipeStats all = {0}; /* every chunk's actions as chunk 0's */
     for (int c = 0; c < e->num_chunks; c++)
-        for (int k = 0; k < PIPE_COMPUTE_KINDS; k++) sum[k] += ps->seconds[c][k], count[k] += ps->count[c][k];
-    double f = count[PIPE_FORWARD] ? sum[PIPE_FORWARD] / count[PIPE_FORWARD] : 0;
-    double fused = count[PIPE_BACKWARD] ? sum[PIPE_BACKWARD] / count[PIPE_BACKWARD] : 0;
-    double b = count[PIPE_BACKWARD_INPUT] ? sum[PIPE_BACKWARD_INPUT] / count[PIPE_BACKWARD_INPUT] : 0;
-    double w = count[PIPE_BACKWARD_WEIGHT] ? sum[PIPE_BACKWARD_WEIGHT] / count[PIPE_BACKWARD_WEIGHT] : 0;
+        for (int k = 0; k < PIPE_COMPUTE_KINDS; k++) {
+            all.seconds[0][k] += ps->seconds[c][k];
+            all.count[0][k] += ps->count[c][k];
+        }
+    double f = mean(&all, 0, PIPE_FORWARD), fused = mean(&all, 0, PIPE_BACKWARD);
+    double b = mean(&all, 0, PIPE_BACKWARD_INPUT), w = mean(&all, 0, PIPE_BACKWARD_WEIGHT);
     ScheduleShape shape = {e->cfg.schedule, e->grid->pp, e->num_chunks, m};
     return schedule_bubble_theory(&shape, f, fused > 0 ? fused : b, fused > 0 ? 0 : w);
 }
