@@ -2,11 +2,44 @@
 #include "train/progress.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
+
+/* Started by an MPI launcher: OpenMPI's mpirun, or a PMI one (MPICH's
+ * Hydra, srun). Not PMIX_RANK: OpenMPI sets it in a process of its own too
+ * (a singleton, no mpirun). */
+static bool under_mpi_launcher(void) { return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_RANK"); }
+
+/* The parent process's descriptor fd is a terminal: a path under /dev/pts
+ * or a /dev/tty* (read from /proc; false where /proc cannot tell). */
+static bool parent_fd_is_terminal(int fd) {
+    char link[64], target[256];
+    snprintf(link, sizeof link, "/proc/%ld/fd/%d", (long)getppid(), fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0) return false;
+    target[n] = '\0';
+    return strncmp(target, "/dev/pts/", 9) == 0 || strncmp(target, "/dev/tty", 8) == 0;
+}
+
+/* Whether the reader of `out` is a terminal. OpenMPI gives every rank a
+ * pseudo-terminal as its standard output whatever mpirun's own output is
+ * (`mpirun ... > log` still shows isatty true in the rank), so under a
+ * launcher the terminal must be the launcher's too: the parent's descriptor
+ * (mpirun itself for ranks on mpirun's host; on other hosts the parent is a
+ * daemon that is not on a terminal, so those print plain lines). TERM=dumb
+ * is no terminal for redrawing. */
+static bool output_is_terminal(FILE *out) {
+    int fd = fileno(out);
+    if (!isatty(fd)) return false;
+    const char *term = getenv("TERM");
+    if (term && strcmp(term, "dumb") == 0) return false;
+    return !under_mpi_launcher() || parent_fd_is_terminal(fd);
+}
 
 void progress_init(Progress *p, FILE *out, int every) {
     p->out = out;
-    p->tty = isatty(fileno(out));
+    p->tty = output_is_terminal(out);
     p->open_line = false;
     p->every = every > 0 ? every : 1;
 }

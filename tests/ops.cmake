@@ -1,0 +1,5 @@
+# ops.cmake: operations tests (prefix ops_, issue 20): logs off a terminal,
+# preemption under `batchscale run`, the network-namespace test hosts and the
+# multi-host runs on them, configuration files.
+add_test(NAME ops_logs COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_logs.py)
+set_tests_properties(ops_logs PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" TIMEOUT 300)
