@@ -126,6 +126,20 @@ ROWS = [
      dict(nemotron_run(128, 32), pp=8, schedule="interleaved", **{"virtual-stages": 12}), "step_seconds", 4.77),
 ]
 
+# Held-out discipline (issue 22): the rows alternate between a calibration
+# half (even positions in ROWS: 0, 2, 4, ...) and a held-out half (odd
+# positions), fixed by position before the model was changed; new rows are
+# appended and take the next position. The model is changed looking only at
+# the calibration half (`--markdown --half calibration`); the held-out half
+# is evaluated once at the end, and both are reported.
+HALVES = ("calibration", "held-out")
+TARGET = 0.15  # the per-row bound docs/PLANNER.md states
+
+
+def half_of(index):
+    return HALVES[index % 2]
+
+
 UNITS = {"megatron_tflops": "TFLOP/s", "megatron_mfu": "MFU", "model_tflops": "TFLOP/s", "step_seconds": "s/step"}
 
 
@@ -185,31 +199,39 @@ def describe(model, run):
     return shape
 
 
-def table_rows():
+def table_rows(only_half=None):
     out = []
-    for row in ROWS:
+    for index, row in enumerate(ROWS):
+        if only_half and half_of(index) != only_half:
+            continue
         rid, source, model, run, metric, published = row
         value, layout, fits = predict(row)
         err = error(metric, value, published)
         out.append({"id": rid, "source": source, "shape": describe(model, run), "hardware": run["hardware"],
                     "gpus": run["gpus"], "batch": run["global-batch"], "layout": layout, "metric": UNITS[metric],
                     "published": fmt(metric, published), "predicted": fmt(metric, value),
-                    "error": f"{100 * err:+.1f}%", "err": err, "fits": fits})
+                    "error": f"{100 * err:+.1f}%", "err": err, "fits": fits, "half": half_of(index)})
     return out
 
 
 def markdown(rows):
-    lines = ["| id | source | model | hardware | GPUs | batch (seqs) | layout (planner's choices for open fields) | "
+    lines = ["| id | half | source | model | hardware | GPUs | batch (seqs) | layout (planner's choices for open fields) | "
              "quantity | published | predicted | error |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['id']} | {r['source']} | {r['shape']} | {r['hardware']} | {r['gpus']} | {r['batch']} | "
-                     f"{r['layout']} | {r['metric']} | {r['published']} | {r['predicted']} | {r['error']} |")
-    within = sum(1 for r in rows if abs(r["err"]) <= 0.15)
+        lines.append(f"| {r['id']} | {r['half']} | {r['source']} | {r['shape']} | {r['hardware']} | {r['gpus']} | "
+                     f"{r['batch']} | {r['layout']} | {r['metric']} | {r['published']} | {r['predicted']} | {r['error']} |")
     lines.append("")
-    lines.append(f"Within 15%: {within} of {len(rows)} rows; mean absolute error "
-                 f"{100 * sum(abs(r['err']) for r in rows) / len(rows):.1f}%.")
+    lines.append(f"Within {100 * TARGET:.0f}%: {summary(rows)}.")
+    halves = [(h, [r for r in rows if r["half"] == h]) for h in HALVES]
+    lines.append("; ".join(f"{h} half: {summary(part)}" for h, part in halves if part).capitalize() + ".")
     return "\n".join(lines)
+
+
+def summary(rows):
+    within = sum(1 for r in rows if abs(r["err"]) <= TARGET)
+    return (f"{within} of {len(rows)} rows; mean absolute error "
+            f"{100 * sum(abs(r['err']) for r in rows) / len(rows):.1f}%")
 
 
 def half_unit(figure):
@@ -248,7 +270,7 @@ class ValidationTest(unittest.TestCase):
 
     def test_rows_meet_the_accuracy_the_doc_claims(self):
         target, named, (within_claimed, total_claimed, mean_claimed) = doc_claims(self.doc, [r[0] for r in ROWS])
-        self.assertEqual(target, 0.15, "the target the issue set is 15% per row")
+        self.assertEqual(target, TARGET, "the per-row target")
         for r in self.rows:
             low, high = named.get(r["id"], (-target, target))
             self.assertTrue(low <= r["err"] <= high,
@@ -272,13 +294,17 @@ class ValidationTest(unittest.TestCase):
                              f"{r['id']}: the document says {cells[-4:-1]}, the planner now gives "
                              f"{[r['published'], r['predicted'], r['error']]}: regenerate the table with "
                              f"tests/test_plan_validation.py --markdown")
-            self.assertEqual(cells[5], r["layout"], f"{r['id']}: layout changed")
-        summary = markdown(rows).splitlines()[-1]
-        self.assertIn(summary, doc, "the summary line under the table is stale")
+            self.assertEqual(cells[0], r["half"], f"{r['id']}: the document puts it in another half")
+            self.assertEqual(cells[6], r["layout"], f"{r['id']}: layout changed")
+        for line in markdown(rows).splitlines()[-2:]:
+            self.assertIn(line, doc, "the summary lines under the table are stale")
 
 
 if __name__ == "__main__":
     if "--markdown" in sys.argv:
-        print(markdown(table_rows()))
+        half = sys.argv[sys.argv.index("--half") + 1] if "--half" in sys.argv else None
+        if half is not None and half not in HALVES:
+            sys.exit(f"--half must be one of {', '.join(HALVES)}")
+        print(markdown(table_rows(half)))
     else:
         unittest.main()
