@@ -183,7 +183,7 @@ static void check_softmax_xent(void) {
 typedef struct { int B, T, C; int32_t *tokens; double *wte, *wpe, *out, *dout; } EncCtx;
 static double enc_loss(void *p) {
     EncCtx *c = p;
-    encoder_forward(c->out, c->tokens, c->wte, c->wpe, 0, 4, c->B, c->T, c->C);
+    encoder_forward(c->out, c->tokens, c->wte, c->wpe, NULL, 0, 4, c->B, c->T, c->C);
     return dot(c->out, c->dout, (size_t)c->B * c->T * c->C);
 }
 static void check_encoder(void) {
@@ -194,7 +194,7 @@ static void check_encoder(void) {
     c.wte = rand_vec((size_t)V * c.C, 1), c.wpe = rand_vec((size_t)c.T * c.C, 1);
     c.dout = rand_vec(30, 1), c.out = malloc(30 * 8);
     double *dwte = calloc((size_t)V * c.C, 8), *dwpe = calloc((size_t)c.T * c.C, 8), *num = malloc(64 * 8);
-    encoder_backward(dwte, dwpe, c.dout, c.tokens, 0, V, c.B, c.T, c.C);
+    encoder_backward(dwte, dwpe, c.dout, c.tokens, NULL, 0, V, c.B, c.T, c.C);
     numeric_grad(enc_loss, &c, c.wte, (size_t)3 * c.C, num); /* rows of used tokens */
     compare("encoder dwte", dwte, num, (size_t)3 * c.C);
     numeric_grad(enc_loss, &c, c.wpe, (size_t)c.T * c.C, num);

@@ -258,6 +258,26 @@ CommOp *comm_start_recv(Comm *c, float *buf, size_t n, int peer, int tag) {
     return op;
 }
 
+/* Blocks of n floats, one per rank: MPI's own all-gather and reduce-scatter
+ * (context parallelism's key/value exchange). */
+CommOp *comm_start_allgather_blocks(Comm *c, const float *block, size_t n, float *all) {
+    CommOp *op = op_new(c, "all-gather", n * sizeof(float) * (size_t)c->size);
+    op->uses_mpi = true;
+    op->mpi_bytes = n * sizeof(float) * (size_t)(c->size - 1);
+    comm_check(MPI_Iallgather(block, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, c->mpi, &op->request), c,
+               "all-gather");
+    return op;
+}
+
+CommOp *comm_start_reduce_scatter_blocks(Comm *c, const float *all, float *block, size_t n) {
+    CommOp *op = op_new(c, "reduce-scatter", n * sizeof(float) * (size_t)c->size);
+    op->uses_mpi = true;
+    op->mpi_bytes = n * sizeof(float) * (size_t)(c->size - 1);
+    comm_check(MPI_Ireduce_scatter_block(all, block, (int)n, MPI_FLOAT, MPI_SUM, c->mpi, &op->request), c,
+               "reduce-scatter");
+    return op;
+}
+
 bool comm_op_advance_rings(CommOp *op) {
     while (op->current_phase < op->num_phases) {
         if (!ring_progress(&op->phase[op->current_phase])) return false;

@@ -82,6 +82,11 @@ CommOp *comm_start_broadcast(Comm *comm, float *buf, size_t n, int root);
 /* Point-to-point (pipeline stages): n floats to / from group rank `peer`. */
 CommOp *comm_start_send(Comm *comm, const float *buf, size_t n, int peer, int tag);
 CommOp *comm_start_recv(Comm *comm, float *buf, size_t n, int peer, int tag);
+/* MPI's own all-gather of one block of n floats per rank into all (size * n,
+ * rank order), and reduce-scatter of all (size * n) leaving the sum of every
+ * rank's block `rank` in block. */
+CommOp *comm_start_allgather_blocks(Comm *comm, const float *block, size_t n, float *all);
+CommOp *comm_start_reduce_scatter_blocks(Comm *comm, const float *all, float *block, size_t n);
 /* Advances the operation; true (and the operation is freed) when complete. */
 bool comm_test(CommOp *op);
 /* Blocks until complete (then frees it). `what` names it in a timeout message. */

@@ -12,7 +12,7 @@
 #include "kernels/kernels.h"
 #include "kernels/vecmath.h"
 
-#define ATT_BLOCK 64
+#define ATT_BLOCK ATTENTION_ROW_BLOCK
 
 static void softmax_causal_rows(real *att, int r0, int r1, int T) {
     for (int i = r0; i < r1; i++) {

@@ -4,14 +4,14 @@
 
 #include "kernels/kernels.h"
 
-void encoder_forward(real *out, const int32_t *tokens, const real *wte, const real *wpe, int v_begin, int v_end,
-                     int B, int T, int C) {
+void encoder_forward(real *out, const int32_t *tokens, const real *wte, const real *wpe, const int32_t *positions,
+                     int v_begin, int v_end, int B, int T, int C) {
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             real *o = out + ((size_t)b * T + t) * C;
             int token = tokens[b * T + t];
-            const real *pe = wpe ? wpe + (size_t)t * C : NULL;
+            const real *pe = wpe ? wpe + (size_t)(positions ? positions[t] : t) * C : NULL;
             if (token >= v_begin && token < v_end) {
                 const real *we = wte + (size_t)(token - v_begin) * C;
                 if (pe) for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
@@ -27,8 +27,8 @@ void encoder_forward(real *out, const int32_t *tokens, const real *wte, const re
 /* Parallel over channel slices: each thread owns whole columns and sums the
  * rows in order, so two tokens hitting the same row never race and the
  * result does not depend on the thread count. */
-void encoder_backward(real *dwte, real *dwpe, const real *dout, const int32_t *tokens, int v_begin, int v_end,
-                      int B, int T, int C) {
+void encoder_backward(real *dwte, real *dwpe, const real *dout, const int32_t *tokens, const int32_t *positions,
+                      int v_begin, int v_end, int B, int T, int C) {
     const int slice = 16;
 #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < C; c0 += slice) {
@@ -42,7 +42,7 @@ void encoder_backward(real *dwte, real *dwpe, const real *dout, const int32_t *t
                     for (int c = c0; c < c1; c++) we[c] += d[c];
                 }
                 if (dwpe) {
-                    real *pe = dwpe + (size_t)t * C;
+                    real *pe = dwpe + (size_t)(positions ? positions[t] : t) * C;
                     for (int c = c0; c < c1; c++) pe[c] += d[c];
                 }
             }

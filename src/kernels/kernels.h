@@ -16,14 +16,16 @@
 
 #include "kernels/real.h"
 
-/* out (B,T,C) = wte[token - v_begin] + wpe[t]. wte holds the rows of tokens
- * [v_begin, v_end) (a vocabulary shard, or all of it); other tokens add 0.
- * wpe may be NULL (positions added elsewhere). */
-void encoder_forward(real *out, const int32_t *tokens, const real *wte, const real *wpe, int v_begin, int v_end,
-                     int B, int T, int C);
+/* out (B,T,C) = wte[token - v_begin] + wpe[pos(t)], pos(t) = positions[t]
+ * (T entries: a context-parallel rank's tokens keep their true positions) or
+ * t when positions is NULL. wte holds the rows of tokens [v_begin, v_end) (a
+ * vocabulary shard, or all of it); other tokens add 0. wpe may be NULL
+ * (positions added elsewhere). */
+void encoder_forward(real *out, const int32_t *tokens, const real *wte, const real *wpe, const int32_t *positions,
+                     int v_begin, int v_end, int B, int T, int C);
 /* dwte (rows v_begin..v_end) +=, dwpe (maxT,C) += (if not NULL) from dout (B,T,C) */
-void encoder_backward(real *dwte, real *dwpe, const real *dout, const int32_t *tokens, int v_begin, int v_end,
-                      int B, int T, int C);
+void encoder_backward(real *dwte, real *dwpe, const real *dout, const int32_t *tokens, const int32_t *positions,
+                      int v_begin, int v_end, int B, int T, int C);
 
 /* out (N,C), mean (N), rstd (N) = layernorm(inp (N,C)) * weight (C) + bias (C), eps 1e-5 */
 void layernorm_forward(real *out, real *mean, real *rstd, const real *inp, const real *weight,
@@ -68,6 +70,33 @@ void attention_forward(real *out, real *att, const real *qkv, int B, int T, int 
  * reals; at most scratch_slots threads work at once, one slot each. */
 void attention_backward(real *dqkv, real *scratch, int scratch_slots, const real *dout, const real *qkv,
                         const real *att, int B, int T, int C, int H);
+
+/* Attention of a rank's rows of the sequence against one block of keys and
+ * values at a time (context parallelism; attention_blocks.c). The sequence of
+ * T tokens is cut into chunks of t/2 rows; the rank's t rows are chunks
+ * q_chunks[0] < q_chunks[1] (global chunk numbers), a key/value block kv
+ * (B,t,2C: k then v per row) holds another rank's two chunks kv_chunks[0] <
+ * kv_chunks[1]. Forward: begin, one forward per block (any order), finish;
+ * att (B,H,t,T) then holds the probabilities at their global key positions
+ * (0 above the diagonal). Backward: delta (B,H,t) = rowsum(dout * out) once,
+ * then per block dqkv's q part (+=) and the block's dkv (+=). row_max,
+ * row_sum (B,H,t) are the running statistics; scratch holds slots *
+ * attention_blocks_scratch_floats reals, one slot per working thread. */
+enum { ATTENTION_ROW_BLOCK = 64 };
+typedef struct {
+    int B, t, C, H; /* batch, local rows, channels and heads of this shard */
+    int T;          /* the whole sequence: att's columns */
+    int q_chunks[2];
+} AttentionRows;
+size_t attention_blocks_scratch_floats(int t, int C, int H);
+void attention_blocks_begin(real *out, real *row_max, real *row_sum, const AttentionRows *r);
+void attention_blocks_forward(real *out, real *row_max, real *row_sum, real *att, const real *qkv, const real *kv,
+                              const int kv_chunks[2], const AttentionRows *r, real *scratch, int slots);
+void attention_blocks_finish(real *out, const real *row_max, const real *row_sum, real *att, const AttentionRows *r);
+void attention_blocks_delta(real *delta, const real *dout, const real *out, const AttentionRows *r);
+void attention_blocks_backward(real *dqkv, real *dkv, const real *dout, const real *qkv, const real *kv,
+                               const real *att, const real *delta, const int kv_chunks[2], const AttentionRows *r,
+                               real *scratch, int slots);
 
 /* out (N) = gelu(inp) with the tanh approximation; backward writes dinp */
 void gelu_forward(real *out, const real *inp, size_t N);

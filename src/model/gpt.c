@@ -114,10 +114,16 @@ static Widths widths(const GPTConfig *cfg) {
     return w;
 }
 
+/* The local tokens' true positions (context parallelism), NULL for 0..t-1. */
+static const int32_t *positions_of(const GPT *model) {
+    return model->context ? context_attention_positions(model->context) : NULL;
+}
+
 static size_t layer_acts_numel(const GPTConfig *cfg, int B, int T) {
     Widths w = widths(cfg);
     size_t BT = (size_t)B * T;
-    return BT * ((size_t)w.C * 5 + (size_t)w.Cl * 4 + (size_t)w.F * 2) + BT * 4 + (size_t)B * w.Hl * T * T;
+    return BT * ((size_t)w.C * 5 + (size_t)w.Cl * 4 + (size_t)w.F * 2) + BT * 4 +
+           (size_t)B * w.Hl * T * T * (size_t)gpt_cp_size(cfg);
 }
 
 static LayerActs layer_acts(const GPTActs *acts, const GPTConfig *cfg, int local_layer) {
@@ -131,7 +137,7 @@ static LayerActs layer_acts(const GPTActs *acts, const GPTConfig *cfg, int local
     TAKE(ln1_rstd, BT);
     TAKE(qkv, 3 * BT * w.Cl);
     TAKE(atty, BT * w.Cl);
-    TAKE(att, (size_t)acts->B * w.Hl * acts->T * acts->T);
+    TAKE(att, (size_t)acts->B * w.Hl * acts->T * acts->T * (size_t)gpt_cp_size(cfg));
     TAKE(residual2, BT * w.C);
     TAKE(ln2, BT * w.C);
     TAKE(ln2_mean, BT);
@@ -155,7 +161,8 @@ static size_t forward_numel(const GPTConfig *cfg, int B, int T) {
 static size_t backward_numel(const GPTConfig *cfg, int B, int T, int slots) {
     Widths w = widths(cfg);
     size_t BT = (size_t)B * T;
-    return BT * ((size_t)w.C * 3 + (size_t)w.Cl * 4 + (size_t)w.F) + (size_t)slots * T * T;
+    size_t att_scratch = gpt_cp_size(cfg) > 1 ? 0 : (size_t)slots * T * T; /* context attention has its own */
+    return BT * ((size_t)w.C * 3 + (size_t)w.Cl * 4 + (size_t)w.F) + att_scratch;
 }
 
 /* What W needs from B for one layer (split sets): the fp32 output gradient
@@ -347,8 +354,8 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
     float *emb = NULL;
     if (gpt_has_encoder(cfg)) {
         emb = params_of(model, access, 0);
-        encoder_forward(acts->encoded, inputs, emb, lead ? emb + gpt_tensor_numel(cfg, TK_WTE) : NULL, w.v_begin,
-                        w.v_begin + w.Vl, b, t, C);
+        encoder_forward(acts->encoded, inputs, emb, lead ? emb + gpt_tensor_numel(cfg, TK_WTE) : NULL,
+                        positions_of(model), w.v_begin, w.v_begin + w.Vl, b, t, C);
         tp_sum(model, acts->encoded, N * C);
         if (!gpt_has_head(cfg)) params_done(access, 0);
     }
@@ -360,7 +367,8 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
         layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
         round_input(model, a.ln1, N * C);
         linear_forward(model, a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * w.Cl);
-        attention_forward(a.atty, a.att, a.qkv, b, t, w.Cl, w.Hl);
+        if (model->context) context_attention_forward(model->context, a.atty, a.att, a.qkv, b, t);
+        else attention_forward(a.atty, a.att, a.qkv, b, t, w.Cl, w.Hl);
         round_input(model, a.atty, N * w.Cl);
         linear_forward(model, acts->proj_out, a.atty, p.attprojw, lead ? p.attprojb : NULL, N, w.Cl, C);
         tp_sum(model, acts->proj_out, N * C);
@@ -521,8 +529,11 @@ static void layer_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, Lay
     /* attention: residual2 = inp + attproj(attention(qkv(ln1(inp)))) */
     linear_pass(x, acts->datty, &(Linear){acts->dresidual, true, a.atty, p.attprojw, g.attprojw, g.attprojb,
                                           s.dattproj, w.Cl, C});
-    attention_backward(acts->dqkv, acts->att_scratch, acts->scratch_slots, acts->datty, a.qkv, a.att, x->b, x->t,
-                       w.Cl, w.Hl);
+    if (x->model->context)
+        context_attention_backward(x->model->context, acts->dqkv, acts->datty, a.qkv, a.atty, a.att, x->b, x->t);
+    else
+        attention_backward(acts->dqkv, acts->att_scratch, acts->scratch_slots, acts->datty, a.qkv, a.att, x->b, x->t,
+                           w.Cl, w.Hl);
     linear_pass(x, acts->dln, &(Linear){acts->dqkv, false, a.ln1, p.qkvw, g.qkvw, g.qkvb, s.dqkv, C, 3 * w.Cl});
     tp_sum(x->model, acts->dln, N * C);
     layernorm_pass(x, acts->dresidual, &(Norm){acts->dln, inp, p.ln1w, a.ln1_mean, a.ln1_rstd, g.ln1w, g.ln1b, s.dln1});
@@ -550,7 +561,8 @@ static void layer_weight(const Pass *x, int i, LayerTensors g, LayerStash s) {
 static void encoder_grads(const Pass *x, float *demb, const float *dout, const int32_t *inputs) {
     GPT *model = x->model;
     const size_t n = gpt_tensor_numel(&model->cfg, TK_WTE);
-    encoder_backward(demb, demb + n, dout, inputs, x->w.v_begin, x->w.v_begin + x->w.Vl, x->b, x->t, x->w.C);
+    encoder_backward(demb, demb + n, dout, inputs, positions_of(model), x->w.v_begin, x->w.v_begin + x->w.Vl, x->b,
+                     x->t, x->w.C);
     if (model->extra_wte_grad) {
         for (size_t i = 0; i < n; i++) demb[i] += model->extra_wte_grad[i];
         model->extra_wte_grad = NULL;

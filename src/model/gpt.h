@@ -32,6 +32,7 @@
 
 #include "comm/comm.h"
 #include "kernels/matmul_bf16.h"
+#include "model/context_attention.h"
 
 typedef struct {
     int max_seq_len; /* T max (rows of wpe) */
@@ -44,6 +45,7 @@ typedef struct {
     int tp_size, tp_rank;  /* tensor parallel */
     int pp_size, pp_rank;  /* pipeline stage */
     int first_layer, stage_layers; /* the stage's layers: [first_layer, first_layer + stage_layers) */
+    int cp_size;           /* context parallel: each sequence split this many ways (0 or 1: not) */
 } GPTConfig;
 
 /* The shard's coordinates with defaults filled in. */
@@ -51,6 +53,7 @@ int gpt_tp_size(const GPTConfig *cfg);
 int gpt_tp_rank(const GPTConfig *cfg);
 int gpt_first_layer(const GPTConfig *cfg);
 int gpt_stage_layers(const GPTConfig *cfg);
+int gpt_cp_size(const GPTConfig *cfg);
 bool gpt_has_encoder(const GPTConfig *cfg);    /* first pipeline stage */
 bool gpt_has_head(const GPTConfig *cfg);       /* last pipeline stage: final LayerNorm, logits, loss */
 bool gpt_has_embeddings(const GPTConfig *cfg); /* in the flat buffer: the first stage */
@@ -135,6 +138,10 @@ typedef struct {
     float *params; /* the full flat buffer, or NULL when another owner provides blocks (ZeRO-3) */
     float *grads;  /* likewise (NULL under ZeRO-2/3) */
     Comm *tp;      /* the tensor-parallel group (NULL: none) */
+    /* context parallelism (cfg.cp_size > 1): attention over the group's
+     * split sequence, and the local tokens' true positions; forward and
+     * backward take t = the local rows (seq_len / cp_size) */
+    ContextAttention *context;
     /* last pipeline stage without the embeddings: the tied output weights */
     float *head_wte, *head_dwte; /* (Vp/tp, C) */
     /* first stage: a gradient for wte to add in the next backward (from the last stage) */
@@ -173,7 +180,8 @@ void gpt_enable_bf16(GPT *model, MatmulBF16Path path);
 void gpt_refresh_bf16(GPT *model);
 
 /* Activations for a (B, T) batch shape, allocated once; forward may run any
- * b <= B, t <= T. */
+ * b <= B, t <= T. With context parallelism T is the local rows and each
+ * layer's attention probabilities span the whole sequence (T x cp_size). */
 typedef struct {
     int B, T;
     int scratch_slots;

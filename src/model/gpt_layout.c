@@ -19,6 +19,7 @@ static int pp_size(const GPTConfig *cfg) { return cfg->pp_size > 0 ? cfg->pp_siz
 static int pp_rank(const GPTConfig *cfg) { return cfg->pp_size > 0 ? cfg->pp_rank : 0; }
 int gpt_first_layer(const GPTConfig *cfg) { return cfg->pp_size > 0 ? cfg->first_layer : 0; }
 int gpt_stage_layers(const GPTConfig *cfg) { return cfg->pp_size > 0 ? cfg->stage_layers : cfg->num_layers; }
+int gpt_cp_size(const GPTConfig *cfg) { return cfg->cp_size > 1 ? cfg->cp_size : 1; }
 bool gpt_has_encoder(const GPTConfig *cfg) { return pp_rank(cfg) == 0; }
 bool gpt_has_head(const GPTConfig *cfg) { return pp_rank(cfg) == pp_size(cfg) - 1; }
 bool gpt_has_embeddings(const GPTConfig *cfg) { return gpt_has_encoder(cfg); }
@@ -26,6 +27,7 @@ bool gpt_has_embeddings(const GPTConfig *cfg) { return gpt_has_encoder(cfg); }
 GPTConfig gpt_logical_config(const GPTConfig *cfg) {
     GPTConfig whole = *cfg;
     whole.tp_size = whole.tp_rank = whole.pp_size = whole.pp_rank = whole.first_layer = whole.stage_layers = 0;
+    whole.cp_size = 0;
     return whole;
 }
 
