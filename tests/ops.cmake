@@ -3,3 +3,5 @@
 # multi-host runs on them, configuration files.
 add_test(NAME ops_logs COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_logs.py)
 set_tests_properties(ops_logs PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" TIMEOUT 300)
+add_test(NAME ops_preempt COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_preempt.py)
+set_tests_properties(ops_preempt PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" TIMEOUT 300)

@@ -27,6 +27,17 @@
  * the train command (without --global-batch the trainer would take micro x
  * ranks, which changes with the size, and refuse the checkpoint).
  *
+ * Preemption (train/preempt.h): a job whose ranks were asked to stop
+ * finishes its step, checkpoints and exits 75 (PREEMPT_EXIT_CODE). When
+ * that happens without the launcher being signalled (a scheduler signalled
+ * the ranks), the launcher resumes it from that checkpoint at once, and it
+ * counts as no failure (not against --max-restarts). A SIGTERM, SIGINT or
+ * SIGUSR1 sent to the launcher itself is passed on (to mpirun as SIGUSR1,
+ * see run_child.h); the job checkpoints and ends, and the launcher exits
+ * with its status (75) without restarting, so that the scheduler can requeue
+ * it. A launch that finds a complete checkpoint already (a requeued job, a
+ * repeated command) resumes from it: --resume latest is added.
+ *
  * Deliberately not here: health checks of machines, growing a job again,
  * and a watchdog of its own (the trainer's --comm-timeout is the one). */
 #include <dirent.h>
@@ -45,6 +56,7 @@
 #include "cli/run_log.h"
 #include "core/error.h"
 #include "core/io.h"
+#include "train/preempt.h"
 
 typedef struct {
     int max_restarts, min_ranks, shrink_after;
@@ -148,87 +160,131 @@ static int exit_code(int status) {
     return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
 }
 
+/* The job's course across attempts. */
+typedef struct {
+    int ranks;       /* mpirun's process count (0: not an mpirun command) */
+    int failures;    /* attempts that failed (a preemption that checkpointed is none) */
+    int no_progress; /* failures in a row without a new checkpoint */
+    double lost_total;
+    CkptPoint before; /* the newest checkpoint when the attempt started */
+} RunState;
+
+static bool preempted(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == PREEMPT_EXIT_CODE; }
+
+/* The launcher itself was told to stop: the job has been passed the signal
+ * and has ended; no restart. */
+static int stop_requested(const ChildResult *r, CkptPoint now, RunLog *log) {
+    char how[128], at[64];
+    run_describe_status(r->status, how, sizeof how);
+    bool clean = preempted(r->status);
+    run_log_event(log, "interrupted",
+                  json_pack("{s:i, s:s, s:b, s:o}", "signal", r->stop_signal, "status", how, "preempted", clean,
+                            "ckpt_step", step_json(now.step)),
+                  "stopped by signal %d (%s)%s; last complete checkpoint: %s; not restarting", r->stop_signal, how,
+                  clean ? ": the job finished its step and checkpointed" : "", step_text(now.step, at, sizeof at));
+    return exit_code(r->status);
+}
+
+/* A failed attempt: logs it; returns -1 to restart (on fewer ranks after the
+ * elastic rule's failures), else the exit status to give up with. */
+static int after_failure(RunCommand *cmd, const RunOptions *o, RunState *s, int attempt, const ChildResult *r,
+                         CkptPoint now, double started, RunLog *log) {
+    char how[128], at[64];
+    run_describe_status(r->status, how, sizeof how);
+    double since = now.step >= 0 && now.written > started ? now.written : started;
+    double lost = wall_now() - since;
+    bool progress = now.step > s->before.step;
+    s->lost_total += lost;
+    s->no_progress = progress ? 0 : s->no_progress + 1;
+    run_log_event(log, "failure",
+                  json_pack("{s:i, s:i, s:s, s:i, s:o, s:f, s:b}", "attempt", attempt, "ranks", s->ranks, "status",
+                            how, "exit_code", exit_code(r->status), "ckpt_step", step_json(now.step), "lost_s", lost,
+                            "progress", progress),
+                  "attempt %d on %d ranks failed (%s); last complete checkpoint: %s; %.1f s of work lost since it",
+                  attempt, s->ranks, how, step_text(now.step, at, sizeof at), lost);
+    if (s->failures++ == o->max_restarts) {
+        run_log_event(log, "give-up", json_pack("{s:i}", "restarts", attempt), "no restarts left (--max-restarts %d)",
+                      o->max_restarts);
+        return exit_code(r->status);
+    }
+    if (!o->elastic || s->no_progress < o->shrink_after) return -1;
+    int next = smaller_size(cmd, s->ranks, o->min_ranks);
+    if (next == 0) {
+        run_log_event(log, "give-up", json_pack("{s:i, s:i}", "ranks", s->ranks, "min_ranks", o->min_ranks),
+                      "%d failures in a row without progress on %d ranks, and no smaller size from --min-ranks %d up "
+                      "keeps the global batch", s->no_progress, s->ranks, o->min_ranks);
+        return exit_code(r->status);
+    }
+    run_log_event(log, "shrink", json_pack("{s:i, s:i, s:i}", "from_ranks", s->ranks, "to_ranks", next,
+                                           "failures_without_progress", s->no_progress),
+                  "%d failures in a row without a new checkpoint on %d ranks: continuing on %d", s->no_progress,
+                  s->ranks, next);
+    run_command_set_ranks(cmd, next);
+    if (run_command_get(cmd, "dp")) {
+        char value[16];
+        snprintf(value, sizeof value, "%d", next);
+        run_command_set(cmd, "dp", value);
+    }
+    s->ranks = next;
+    s->no_progress = 0;
+    return -1;
+}
+
+/* The next attempt's command: resumes from the newest checkpoint, without the injected fault. */
+static void prepare_restart(RunCommand *cmd, const RunOptions *o, const RunState *s, int attempt, CkptPoint now,
+                            RunLog *log) {
+    char at[64];
+    if (now.step >= 0) run_command_set(cmd, "resume", "latest");
+    run_command_remove(cmd, "inject-fault");
+    char *text = run_command_text(cmd);
+    run_log_event(log, "restart",
+                  json_pack("{s:i, s:i, s:o, s:f, s:s}", "attempt", attempt + 1, "ranks", s->ranks, "from_step",
+                            step_json(now.step), "delay_s", o->restart_delay, "command", text),
+                  "attempt %d on %d ranks from checkpoint %s in %g s", attempt + 1, s->ranks,
+                  step_text(now.step, at, sizeof at), o->restart_delay);
+    free(text);
+}
+
 /* Runs the job to success or until the restarts are spent; returns the exit status. */
 static int supervise(RunCommand *cmd, const RunOptions *o, const char *ckpt_dir, RunLog *log) {
-    int ranks = run_command_ranks(cmd), no_progress = 0;
-    double lost_total = 0;
-    CkptPoint before = newest_checkpoint(ckpt_dir);
+    RunState s = {run_command_ranks(cmd), 0, 0, 0, newest_checkpoint(ckpt_dir)};
+    if (s.before.step >= 0 && !run_command_get(cmd, "resume"))
+        run_command_set(cmd, "resume", "latest"); /* a requeued or repeated job continues */
     char *text = run_command_text(cmd), at[64];
-    run_log_event(log, "start", json_pack("{s:i, s:o, s:s}", "ranks", ranks, "from_step", step_json(before.step),
-                                          "command", text),
-                  "%d ranks, checkpoint %s: %s", ranks, step_text(before.step, at, sizeof at), text);
+    run_log_event(log, "start", json_pack("{s:i, s:o, s:s}", "ranks", s.ranks, "from_step",
+                                          step_json(s.before.step), "command", text),
+                  "%d ranks, checkpoint %s: %s", s.ranks, step_text(s.before.step, at, sizeof at), text);
     free(text);
     for (int attempt = 0;; attempt++) {
         double started = wall_now();
-        ChildResult r = run_child(cmd->words, attempt, attempt > 0);
-        double ended = wall_now();
+        ChildResult r = run_child(cmd->words, attempt, attempt > 0, s.ranks > 0);
         if (WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) {
             run_log_event(log, "done",
-                          json_pack("{s:i, s:i, s:f}", "restarts", attempt, "ranks", ranks, "lost_s", lost_total),
+                          json_pack("{s:i, s:i, s:f}", "restarts", attempt, "ranks", s.ranks, "lost_s", s.lost_total),
                           "the job finished after %d restart%s on %d ranks; %.1f s of work lost to failures", attempt,
-                          attempt == 1 ? "" : "s", ranks, lost_total);
+                          attempt == 1 ? "" : "s", s.ranks, s.lost_total);
             return 0;
         }
-        char how[128];
-        run_describe_status(r.status, how, sizeof how);
-        if (r.stop_signal) {
-            run_log_event(log, "interrupted", json_pack("{s:i, s:s}", "signal", r.stop_signal, "status", how),
-                          "stopped by signal %d (%s): not restarting", r.stop_signal, how);
-            return exit_code(r.status);
-        }
         CkptPoint now = newest_checkpoint(ckpt_dir);
-        double since = now.step >= 0 && now.written > started ? now.written : started;
-        double lost = ended - since;
-        lost_total += lost;
-        no_progress = now.step > before.step ? 0 : no_progress + 1;
-        run_log_event(log, "failure",
-                      json_pack("{s:i, s:i, s:s, s:i, s:o, s:f, s:b}", "attempt", attempt, "ranks", ranks, "status",
-                                how, "exit_code", exit_code(r.status), "ckpt_step", step_json(now.step), "lost_s",
-                                lost, "progress", now.step > before.step),
-                      "attempt %d on %d ranks failed (%s); last complete checkpoint: %s; %.1f s of work lost since it",
-                      attempt, ranks, how, step_text(now.step, at, sizeof at), lost);
-        if (attempt == o->max_restarts) {
-            run_log_event(log, "give-up", json_pack("{s:i}", "restarts", attempt),
-                          "no restarts left (--max-restarts %d)", o->max_restarts);
-            return exit_code(r.status);
+        if (r.stop_signal) return stop_requested(&r, now, log);
+        if (preempted(r.status) && now.step > s.before.step) {
+            run_log_event(log, "preempted", json_pack("{s:i, s:i, s:o}", "attempt", attempt, "exit_code",
+                                                      PREEMPT_EXIT_CODE, "ckpt_step", step_json(now.step)),
+                          "attempt %d was preempted (exit %d) and checkpointed at %s: resuming", attempt,
+                          PREEMPT_EXIT_CODE, step_text(now.step, at, sizeof at));
+            s.no_progress = 0;
+        } else {
+            int status = after_failure(cmd, o, &s, attempt, &r, now, started, log);
+            if (status >= 0) return status;
         }
-        if (o->elastic && no_progress >= o->shrink_after) {
-            int next = smaller_size(cmd, ranks, o->min_ranks);
-            if (next == 0) {
-                run_log_event(log, "give-up", json_pack("{s:i, s:i}", "ranks", ranks, "min_ranks", o->min_ranks),
-                              "%d failures in a row without progress on %d ranks, and no smaller size from "
-                              "--min-ranks %d up keeps the global batch", no_progress, ranks, o->min_ranks);
-                return exit_code(r.status);
-            }
-            run_log_event(log, "shrink", json_pack("{s:i, s:i, s:i}", "from_ranks", ranks, "to_ranks", next,
-                                                   "failures_without_progress", no_progress),
-                          "%d failures in a row without a new checkpoint on %d ranks: continuing on %d", no_progress,
-                          ranks, next);
-            run_command_set_ranks(cmd, next);
-            if (run_command_get(cmd, "dp")) {
-                char value[16];
-                snprintf(value, sizeof value, "%d", next);
-                run_command_set(cmd, "dp", value);
-            }
-            ranks = next;
-            no_progress = 0;
-        }
-        if (now.step >= 0) run_command_set(cmd, "resume", "latest");
-        run_command_remove(cmd, "inject-fault");
-        text = run_command_text(cmd);
-        run_log_event(log, "restart",
-                      json_pack("{s:i, s:i, s:o, s:f, s:s}", "attempt", attempt + 1, "ranks", ranks, "from_step",
-                                step_json(now.step), "delay_s", o->restart_delay, "command", text),
-                      "attempt %d on %d ranks from checkpoint %s in %g s", attempt + 1, ranks,
-                      step_text(now.step, at, sizeof at), o->restart_delay);
-        free(text);
+        prepare_restart(cmd, o, &s, attempt, now, log);
         int sig = run_pause(o->restart_delay);
         if (sig) {
             run_log_event(log, "interrupted", json_pack("{s:i}", "signal", sig), "stopped by signal %d before the "
                           "restart", sig);
             return 128 + sig;
         }
-        before = now;
+        s.before = now;
     }
 }
 

@@ -21,6 +21,7 @@ static sigset_t launcher_signals(bool with_child) {
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);
     if (with_child) sigaddset(&set, SIGCHLD);
     return set;
 }
@@ -46,7 +47,12 @@ static void become_child(char *const *words, int attempt, bool clear_fault, int 
     _exit(127);
 }
 
-ChildResult run_child(char *const *words, int attempt, bool clear_fault) {
+/* The signal that passes `sig` on to the child (see run_child.h). */
+static int forwarded(int sig, bool first, bool mpi_launcher) {
+    return first && mpi_launcher && (sig == SIGTERM || sig == SIGINT) ? SIGUSR1 : sig;
+}
+
+ChildResult run_child(char *const *words, int attempt, bool clear_fault, bool mpi_launcher) {
     int report[2];
     if (pipe2(report, O_CLOEXEC) != 0) bs_die("cannot create a pipe: %s", strerror(errno));
     fflush(NULL);
@@ -74,8 +80,9 @@ ChildResult run_child(char *const *words, int attempt, bool clear_fault) {
             if (waitpid(pid, &r.status, WNOHANG) == pid) return r;
             continue;
         }
-        r.stop_signal = sig;
-        if (info.si_code != SI_KERNEL) kill(pid, sig); /* a terminal's signal reached the child already */
+        bool first = r.stop_signal == 0;
+        if (first) r.stop_signal = sig;
+        if (info.si_code != SI_KERNEL) kill(pid, forwarded(sig, first, mpi_launcher)); /* a terminal's reached it */
     }
 }
 

@@ -28,6 +28,7 @@ typedef struct {
     double comm_exposed, comm_busy;   /* this rank's blocked time; operations' total time */
     uint64_t comm_bytes;
     uint64_t comm_bytes_fp32;         /* what the same operations would send uncompressed */
+    int stop_signal;                  /* a rank was asked to stop (train/preempt.h): the job ends after this step */
 } StepResult;
 
 /* Tokens per second of the step, timed by its slowest rank. */

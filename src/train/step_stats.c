@@ -53,6 +53,7 @@ StepStats step_stats_reduce(StepStatsExchange *x) {
         s.peak_rss = larger(s.peak_rss, r->peak_rss);
         double cycle = r->pipe_busy + r->pipe_idle;
         s.bubble = larger(s.bubble, cycle > 0 ? r->pipe_idle / cycle : 0);
+        s.stop_signal = (int)larger(s.stop_signal, r->stop_signal);
         x->compute[i] = r->compute;
     }
     s.median_compute = straggler_median(x->compute, x->ranks, x->scratch);

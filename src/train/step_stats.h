@@ -1,9 +1,10 @@
 /* step_stats.h: a step's statistics across ranks from ONE collective. Each
  * rank packs a small record (its share of the loss, its micro-batch gradient
  * norms, where it saw a non-finite value, its compute time, the step's time
- * so far, its peak memory, its pipeline busy and idle time); one all-gather
- * over the world gives every rank every record, and each computes the same
- * sums, maxima, minimum, median and straggler from them.
+ * so far, its peak memory, its pipeline busy and idle time, a stop signal it
+ * received); one all-gather over the world gives every rank every record,
+ * and each computes the same sums, maxima, minimum, median, straggler and
+ * decision to stop from them.
  *
  * It runs after backward and the gradient norm, before the guard decides
  * whether to update, so the step time it sees is the time up to that point:
@@ -26,6 +27,7 @@ typedef struct {
     double seconds;      /* the step so far */
     double peak_rss;     /* peak resident bytes (filled by step_stats_exchange) */
     double pipe_busy, pipe_idle; /* seconds */
+    double stop_signal;  /* a stop signal this rank received (train/preempt.h), else 0 */
 } StepRecord;
 
 /* What every rank knows after the exchange. */
@@ -35,6 +37,7 @@ typedef struct {
     double slowest, fastest;   /* the step so far: maximum and minimum over ranks */
     double peak_rss;           /* maximum over ranks */
     double bubble;             /* largest idle share (idle / (busy + idle)) over ranks */
+    int stop_signal;           /* largest stop signal over ranks: every rank stops after this step (0: none) */
     double median_compute;     /* lower median over ranks (straggler.h) */
     int straggler;             /* the slowest rank beyond the threshold, or -1 */
     const double *compute;     /* compute seconds per world rank, until the next exchange */

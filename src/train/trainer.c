@@ -26,6 +26,7 @@
 #include "train/fault.h"
 #include "train/guard.h"
 #include "train/metrics.h"
+#include "train/preempt.h"
 #include "train/report.h"
 #include "train/sample.h"
 #include "train/step_stats.h"
@@ -90,7 +91,8 @@ static EngineStepStats forward_backward(Trainer *tr, const StepResult *r, bool o
 /* This rank's record of the step, exchanged with every rank's (collective). */
 static StepStats exchange_stats(Trainer *tr, const EngineStepStats *es, double compute, double seconds) {
     StepRecord mine = {.loss_sum = es->loss_sum, .micro_sq = es->micro_sum_squares, .compute = compute,
-                       .seconds = seconds, .pipe_busy = es->busy, .pipe_idle = es->idle};
+                       .seconds = seconds, .pipe_busy = es->busy, .pipe_idle = es->idle,
+                       .stop_signal = preempt_signal()};
     guard_nonfinite_keys(tr->rank, comm_size(tr->world), tr->model.num_layers,
                          engine_first_nonfinite_layer(tr->engine), engine_first_nonfinite_block(tr->engine),
                          mine.nonfinite);
@@ -134,6 +136,7 @@ static void record_stats(Trainer *tr, StepResult *r, const StepStats *st, const 
     r->pipe_idle = es->idle;
     r->max_live = es->max_live;
     r->bubble = st->bubble;
+    r->stop_signal = st->stop_signal;
     r->bubble_theory = es->bubble_theory;
     r->bubble_simulated = es->bubble_simulated;
     r->median_compute = st->median_compute;
@@ -199,7 +202,7 @@ static double evaluate(Trainer *tr) {
     double loss = engine_evaluate(tr->engine, rounds, mine, load_micro, &src);
     const Grid *g = engine_grid(tr->engine);
     bool counts = g->tp_index == 0 && g->pp_index == g->pp - 1;
-    double stats[2] = {counts ? loss : 0, counts ? (double)mine * B * T : 0};
+    double stats[2] = {counts ? loss : 0, counts ? (double)mine * B * (T / g->cp) : 0}; /* this rank's tokens */
     comm_allreduce_double(tr->world, stats, 2);
     return stats[0] / stats[1];
 }
@@ -292,6 +295,12 @@ static long shown_total(const Trainer *tr) {
     return (long)ceil(tr->step * (double)tr->total_tokens / ((double)tr->seqs_consumed * tr->cfg.seq_len));
 }
 
+/* A periodic checkpoint is due after the step just done (the last step's is the end's). */
+static bool checkpoint_due(const Trainer *tr) {
+    const TrainConfig *c = &tr->cfg;
+    return tr->ckpt_dir[0] && c->ckpt_every > 0 && tr->step % c->ckpt_every == 0 && !run_done(tr);
+}
+
 /* Between two steps: evaluation, metrics, checkpoint, the guard's patience,
  * the progress line, sampling. Returns false once the target validation loss
  * is reached. */
@@ -306,7 +315,7 @@ static bool after_step(Trainer *tr, Report *rp, const StepResult *r, long start_
     write_step_metrics(tr, r, val_loss);
     tr->last_ckpt_stall = 0;
     train_save_poll(tr);
-    if (tr->ckpt_dir[0] && c->ckpt_every > 0 && tr->step % c->ckpt_every == 0 && !last) {
+    if (checkpoint_due(tr)) {
         tr->last_ckpt_stall = train_save(tr);
         report_checkpoint(rp, tr->step, tr->last_ckpt_stall, c->async_ckpt);
     }
@@ -321,8 +330,22 @@ static bool after_step(Trainer *tr, Report *rp, const StepResult *r, long start_
     return true;
 }
 
+/* The one line of a preempted job (rank 0, on stderr, even with --quiet). */
+static void report_preempted(const Trainer *tr, int sig) {
+    if (tr->rank != 0) return;
+    char name[32], where[4200];
+    if (tr->ckpt_dir[0]) ckpt_step_dir(where, sizeof where, tr->ckpt_dir, tr->step);
+    fprintf(stderr, "preempted: %s; stopped after step %ld of %ld, %s%s; exit %d (resume: --resume latest, or "
+                    "under batchscale run)\n",
+            preempt_signal_name(sig, name, sizeof name), tr->step, tr->total_steps,
+            tr->ckpt_dir[0] ? "checkpoint " : "no checkpoint (no --ckpt-dir or --out)", tr->ckpt_dir[0] ? where : "",
+            PREEMPT_EXIT_CODE);
+    fflush(stderr);
+}
+
 int train_run(const TrainConfig *cfg, Comm *world) {
     Trainer *tr = bs_calloc(1, sizeof *tr);
+    preempt_catch(); /* a signal during set-up stops the job after its first step */
     train_setup(tr, cfg, world);
     const TrainConfig *c = &tr->cfg;
     banner_print(tr);
@@ -332,19 +355,26 @@ int train_run(const TrainConfig *cfg, Comm *world) {
                 gpt_flops_per_token(&tr->model, c->seq_len));
     if (tr->step == 0 && tr->has_val && c->eval_every > 0) report_first_val(&rp, evaluate(tr));
     const long start_step = tr->step;
-    while (!run_done(tr)) {
+    int stopped_by = 0;  /* the stop signal every rank agreed on */
+    long saved_at = -1;  /* the step of the last periodic checkpoint */
+    while (!run_done(tr) && !stopped_by) {
         fault_maybe_stop(&tr->fault, tr->rank, tr->step + 1);
         StepResult r = train_step(tr);
+        if (checkpoint_due(tr)) saved_at = tr->step; /* after_step writes it */
         if (!after_step(tr, &rp, &r, start_step)) break;
+        stopped_by = r.stop_signal;
     }
     report_end_steps(&rp);
-    if (tr->ckpt_dir[0] && (tr->step > start_step || tr->resharded)) train_save(tr); /* resharding is a plain run */
+    if (tr->ckpt_dir[0] && (tr->step > start_step || tr->resharded) && saved_at != tr->step)
+        train_save(tr); /* resharding is a plain run */
     train_save_finish(tr);
-    export_models(tr);
+    if (stopped_by) report_preempted(tr, stopped_by);
+    else export_models(tr);
     write_trace(tr, origin);
-    report_summary(&rp);
-    if (c->sample_tokens > 0) print_sample(tr);
+    if (!stopped_by) report_summary(&rp);
+    if (c->sample_tokens > 0 && !stopped_by) print_sample(tr);
     train_teardown(tr);
+    preempt_release();
     free(tr);
-    return 0;
+    return stopped_by ? PREEMPT_EXIT_CODE : 0;
 }
