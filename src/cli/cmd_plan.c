@@ -20,7 +20,7 @@
 
 typedef struct {
     const char *model, *activation, *attention, *precision, *hardware, *calibrate;
-    int layers, hidden, heads, kv_heads, ffn, vocab, seq_len, experts, top_k;
+    int layers, hidden, heads, kv_heads, head_dim, ffn, vocab, seq_len, experts, top_k;
     bool dropout;
     long long global_batch, batch_tokens, tokens;
     const char *batch_schedule;
@@ -28,7 +28,7 @@ typedef struct {
     double peak_tflops, gemm_efficiency, hbm_gb, hbm_tbps, nvlink_gbps, net_gbps, net_latency_us;
     int gpus_per_node;
     int tp, pp, dp, cp, ep, zero, micro_batch, virtual_stages;
-    const char *recompute, *schedule, *sequence_parallel, *overlap;
+    const char *recompute, *schedule, *sequence_parallel, *overlap, *cp_algo;
     bool search;
     int top;
     const char *rank_by;
@@ -61,6 +61,7 @@ static PlanArgs plan_args_defaults(void) {
     a.scaling_to = 16384;
     a.overlap = "on";
     a.sequence_parallel = "on";
+    a.cp_algo = "ring";
     return a;
 }
 
@@ -133,6 +134,7 @@ static ModelShape build_model(const PlanArgs *a, double *batch_tokens, double *t
     if (a->heads > 0) m.heads = a->heads, m.kv_heads = a->heads;
     if (!a->model && a->ffn <= 0 && a->hidden > 0 && m.act == ACT_GELU) m.ffn = 4 * m.hidden;
     if (a->kv_heads > 0) m.kv_heads = a->kv_heads;
+    if (a->head_dim > 0) m.head_dim = a->head_dim;
     if (m.kv_heads <= 0) m.kv_heads = m.heads;
     if (a->ffn > 0) m.ffn = a->ffn;
     if (a->vocab > 0) m.vocab = a->vocab;
@@ -234,6 +236,12 @@ static PlanSchedule parse_schedule(const char *s) {
     return p;
 }
 
+static CpAlgo parse_cp_algo(const char *s) {
+    CpAlgo c;
+    if (!cp_algo_parse(s, &c)) bs_die("--cp-algo must be ring or allgather (got '%s')", s);
+    return c;
+}
+
 static Layout explicit_layout(const PlanArgs *a, const PlanInput *in) {
     Layout l = layout_default();
     l.tp = a->tp > 0 ? a->tp : 1;
@@ -252,6 +260,7 @@ static Layout explicit_layout(const PlanArgs *a, const PlanInput *in) {
     l.schedule = a->schedule ? parse_schedule(a->schedule) : (l.virtual_stages > 1 ? SCHEDULE_INTERLEAVED : SCHEDULE_1F1B);
     l.sequence_parallel = parse_on_off("sequence-parallel", a->sequence_parallel) && l.tp > 1;
     l.overlap = parse_on_off("overlap", a->overlap);
+    l.cp_algo = parse_cp_algo(a->cp_algo);
     return l;
 }
 
@@ -264,6 +273,7 @@ static SearchSpace search_space(const PlanArgs *a) {
     if (a->schedule) s.schedule = (int)parse_schedule(a->schedule);
     s.overlap = parse_on_off("overlap", a->overlap);
     s.sequence_parallel = parse_on_off("sequence-parallel", a->sequence_parallel);
+    s.cp_algo = parse_cp_algo(a->cp_algo);
     return s;
 }
 
@@ -493,6 +503,7 @@ int cmd_plan(int argc, char **argv) {
         {"hidden", OPT_INT, &a.hidden, 0, 1 << 20, "N", "model width", NULL, NULL},
         {"heads", OPT_INT, &a.heads, 0, 1 << 16, "N", "attention heads", NULL, NULL},
         {"kv-heads", OPT_INT, &a.kv_heads, 0, 1 << 16, "N", "key/value heads (GQA; default: heads)", NULL, NULL},
+        {"head-dim", OPT_INT, &a.head_dim, 0, 1 << 16, "N", "dimension per head (default hidden / heads)", NULL, NULL},
         {"ffn", OPT_INT, &a.ffn, 0, 1 << 24, "N", "MLP width (default 4 x hidden; SwiGLU 8/3 x hidden)", NULL, NULL},
         {"activation", OPT_STRING, &a.activation, OPT_NO_RANGE, "gelu|swiglu", "MLP kind (explicit shapes: gelu = GPT style, swiglu = Llama style)", NULL, NULL},
         {"vocab", OPT_INT, &a.vocab, 0, 1 << 30, "N", "vocabulary size", NULL, NULL},
@@ -521,6 +532,7 @@ int cmd_plan(int argc, char **argv) {
         {"pp", OPT_INT, &a.pp, 0, 1 << 20, "N", "pipeline parallel", NULL, NULL},
         {"dp", OPT_INT, &a.dp, 0, 1 << 24, "N", "data parallel (default: GPUs / (tp x cp x pp))", NULL, NULL},
         {"cp", OPT_INT, &a.cp, 0, 1 << 20, "N", "context parallel", NULL, NULL},
+        {"cp-algo", OPT_STRING, &a.cp_algo, OPT_NO_RANGE, "ring|allgather", "context parallelism: ring (overlapped) or all-gather of K/V (exposed; Llama 3)", NULL, NULL},
         {"ep", OPT_INT, &a.ep, 0, 1 << 20, "N", "expert parallel (MoE)", NULL, NULL},
         {"zero", OPT_INT, &a.zero, -1, 3, "STAGE", "ZeRO stage over dp x cp (-1: 1 when dp > 1)", NULL, NULL},
         {"micro-batch", OPT_INT, &a.micro_batch, 0, 1 << 20, "SEQS", "sequences per micro-batch", NULL, NULL},

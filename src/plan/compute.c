@@ -1,12 +1,13 @@
 /* compute.c: per-layer compute time (see compute.h).
  *
  * Matmuls of one block on one GPU, T = b s / cp local tokens, t = tp:
- *   QKV    T x (h + 2 kv)/t x h        output  T x h x h/t
- *   MLP    T x f/t x h (twice for SwiGLU's gate and up), then T x h x f/t,
- *          with T x top-k tokens for MoE experts
+ *   QKV    T x (q + 2 kv)/t x h        output  T x h x q/t   (q = heads x head dim)
+ *   MLP    T x f/t x h (twice for SwiGLU's gate and up), then T x h x f/t;
+ *          MoE: per local expert (experts/ep of them), T top-k ep / experts rows
  *   scores per local head: T x s x d and T x d x s (FULL: all of it; CAUSAL:
  *          half; FLASH: half the FLOPs at the fused kernel's efficiency).
- * Backward is twice the forward (two matmuls per forward one). Selective
+ * Backward is twice the forward (two matmuls per forward one), fused
+ * attention's 2.5 / 0.87 of its forward (compute.h). Selective
  * recomputation repeats the score computation, full recomputation the whole
  * forward. */
 #include "plan/compute.h"
@@ -45,12 +46,17 @@ double gemm_time(const Hardware *hw, Precision p, double m, double n, double k, 
     return flops / (hardware_peak(hw, p) * hw->gemm_efficiency * SUSTAINED_FRACTION) + bytes / hw->hbm_bw;
 }
 
-static double attention_time(const ModelShape *m, const Layout *l, const Hardware *hw, Precision p, AttentionImpl a) {
+/* FP8 training (Transformer Engine's default recipes) runs the linear layers
+ * in FP8 and the attention core in BF16. */
+static double attention_time(const ModelShape *m, const Layout *l, const Hardware *hw, Precision matmul, AttentionImpl a) {
+    Precision p = matmul == PREC_FP8 ? PREC_BF16 : matmul;
     double T = (double)l->micro_batch * m->seq_len / l->cp, s = m->seq_len, d = model_head_dim(m);
     double heads = (double)m->heads / l->tp;
     double flops = 4.0 * T * s * d * heads;
     if (a == ATTN_FLASH) {
-        double block = s / l->cp;
+        /* with context parallelism the zigzag split leaves each rank two
+         * chunks of s / (2 cp) queries: the kernel runs on blocks that long */
+        double block = l->cp > 1 ? s / (2.0 * l->cp) : s;
         double rate = hw->n_gemm > 0 ? measured_rate(hw, T, s, d)
                                      : hardware_peak(hw, p) * hw->attention_efficiency * SUSTAINED_FRACTION *
                                            block / (block + FLASH_HALF_LENGTH);
@@ -63,18 +69,22 @@ static double attention_time(const ModelShape *m, const Layout *l, const Hardwar
 LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware *hw, Precision p, AttentionImpl a) {
     LayerCompute c = {0};
     double T = (double)l->micro_batch * m->seq_len / l->cp, t = l->tp;
-    double h = m->hidden, kv = model_kv_dim(m), f = m->ffn;
-    double routed = model_is_moe(m) ? T * m->top_k : T;
+    double h = m->hidden, q = model_q_dim(m), kv = model_kv_dim(m), f = m->ffn;
+    /* MoE: the T x top-k routed tokens spread over the experts/ep experts this
+     * GPU holds, one product per expert of T x top-k x ep / experts rows */
+    double local_experts = model_is_moe(m) ? (double)m->experts / l->ep : 1.0;
+    double rows = (model_is_moe(m) ? T * m->top_k : T) / local_experts;
     double up = m->act == ACT_SWIGLU ? 2.0 : 1.0;
-    c.gemm = gemm_time(hw, p, T, (h + 2.0 * kv) / t, h, 1) + gemm_time(hw, p, T, h, h / t, 1) +
-             gemm_time(hw, p, routed, f / t, h, up) + gemm_time(hw, p, routed, h, f / t, 1);
+    c.gemm = gemm_time(hw, p, T, (q + 2.0 * kv) / t, h, 1) + gemm_time(hw, p, T, h, q / t, 1) +
+             gemm_time(hw, p, rows, f / t, h, up * local_experts) + gemm_time(hw, p, rows, h, f / t, local_experts);
     if (model_is_moe(m)) c.gemm += gemm_time(hw, p, T, m->experts, h, 1);
     c.attention = attention_time(m, l, hw, p, a);
     double stored = activation_bytes_per_layer(m, l, a, p, RECOMPUTE_NONE);
     double elementwise_bw = hw->elementwise_bw > 0 ? hw->elementwise_bw : hw->hbm_bw;
     c.elementwise = ELEMENTWISE_TRAFFIC * stored / elementwise_bw;
     c.forward = c.gemm + c.attention + c.elementwise;
-    c.backward = 2.0 * c.forward;
+    c.attention_backward = (a == ATTN_FLASH ? FLASH_BACKWARD_FLOPS / FLASH_BACKWARD_RATE : 2.0) * c.attention;
+    c.backward = 2.0 * (c.gemm + c.elementwise) + c.attention_backward;
     if (l->recompute == RECOMPUTE_FULL) c.recompute = c.forward;
     if (l->recompute == RECOMPUTE_SELECTIVE && a != ATTN_FLASH) {
         double scores = stored - activation_bytes_per_layer(m, l, a, p, RECOMPUTE_SELECTIVE);

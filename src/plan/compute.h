@@ -28,7 +28,7 @@
  * the median error of docs/PLANNER.md's validation table closest to zero
  * (fitted once over all rows, never per row). Measured calibration rates
  * are used as they are. */
-#define SUSTAINED_FRACTION 0.85
+#define SUSTAINED_FRACTION 0.81
 
 /* Fused attention reaches less of its peak on short blocks: a fraction
  * L / (L + FLASH_HALF_LENGTH) of it for blocks of L queries and keys, fitted
@@ -37,11 +37,23 @@
  * benchmark D60117034). With context parallelism a block is s/cp long. */
 #define FLASH_HALF_LENGTH 220.0
 
+/* A fused attention backward runs 2.5 times the forward FLOPs (five
+ * matmuls against two: the scores are recomputed) at 0.87 of the forward
+ * rate: FlashAttention-2, cuDNN and FlashAttention-3 all show that ratio on
+ * H100 at head dimension 128 and 16K tokens (backward 322, 516, 561
+ * against forward 370, 595, 648 TFLOP/s; Shah et al. 2024, FlashAttention-3,
+ * figures 5 and 6, which count backward FLOPs as 2.5 x forward). So the
+ * backward of fused attention takes 2.5 / 0.87 of its forward time, not the
+ * 2 x of a matmul. Materialized attention keeps its scores: 2 x. */
+#define FLASH_BACKWARD_FLOPS 2.5
+#define FLASH_BACKWARD_RATE 0.87
+
 /* Seconds for `count` independent (m x k) by (k x n) products. */
 double gemm_time(const Hardware *hw, Precision p, double m, double n, double k, double count);
 
 typedef struct {
     double gemm, attention, elementwise; /* forward parts */
+    double attention_backward;           /* the attention core's backward */
     double forward, backward, recompute; /* seconds per micro-batch */
 } LayerCompute;
 

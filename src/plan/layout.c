@@ -7,6 +7,7 @@
 static const char *const RECOMPUTE_NAMES[] = {"none", "selective", "full"};
 static const char *const SCHEDULE_NAMES[] = {"1f1b", "gpipe", "interleaved"};
 static const char *const ATTENTION_NAMES[] = {"full", "causal", "flash"};
+static const char *const CP_ALGO_NAMES[] = {"ring", "allgather"};
 
 Layout layout_default(void) {
     Layout l = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .zero = 1, .micro_batch = 1,
@@ -20,6 +21,7 @@ int layout_gpus(const Layout *l) { return l->tp * l->pp * l->dp * l->cp; }
 const char *recompute_name(Recompute r) { return RECOMPUTE_NAMES[r]; }
 const char *plan_schedule_name(PlanSchedule s) { return SCHEDULE_NAMES[s]; }
 const char *attention_name(AttentionImpl a) { return ATTENTION_NAMES[a]; }
+const char *cp_algo_name(CpAlgo c) { return CP_ALGO_NAMES[c]; }
 
 static bool parse_name(const char *s, const char *const *names, int count, int *out) {
     for (int i = 0; i < count; i++)
@@ -51,8 +53,17 @@ bool attention_parse(const char *s, AttentionImpl *out) {
     return true;
 }
 
+bool cp_algo_parse(const char *s, CpAlgo *out) {
+    int i;
+    if (!parse_name(s, CP_ALGO_NAMES, 2, &i)) return false;
+    *out = (CpAlgo)i;
+    return true;
+}
+
 void layout_format(const Layout *l, char *buf, size_t n) {
     int w = snprintf(buf, n, "tp%d pp%d dp%d cp%d", l->tp, l->pp, l->dp, l->cp);
+    if (l->cp > 1 && l->cp_algo == CP_ALLGATHER && w >= 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, " %s", cp_algo_name(l->cp_algo));
     if (l->ep > 1 && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " ep%d", l->ep);
     if (w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, " mb%d z%d rc=%s", l->micro_batch, l->zero, recompute_name(l->recompute));

@@ -19,6 +19,11 @@ typedef enum { ATTN_FULL, ATTN_CAUSAL, ATTN_FLASH } AttentionImpl;
 /* The schedules the cost model prices. Its own enum, not parallel/schedule.h's
  * PipeSchedule, because plan/ depends on nothing but core/. */
 typedef enum { SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED } PlanSchedule;
+/* How context parallelism moves keys and values: RING passes one K/V block
+ * to the next rank per step, overlapped with the attention of the block in
+ * hand; ALLGATHER gathers the whole sequence's K and V before attention and
+ * reduce-scatters their gradients after it, exposed (Llama 3, section 3.3.2). */
+typedef enum { CP_RING, CP_ALLGATHER } CpAlgo;
 
 typedef struct {
     int tp, pp, dp, cp, ep;
@@ -29,6 +34,7 @@ typedef struct {
     int virtual_stages;   /* v: model chunks per pipeline stage (interleaved) */
     bool sequence_parallel; /* Korthikanti et al.: shard norms/dropout over tp */
     bool overlap;         /* DP communication overlapped with compute */
+    CpAlgo cp_algo;       /* context parallelism's K/V exchange (cp > 1) */
 } Layout;
 
 /* tp = pp = dp = cp = ep = 1, ZeRO 1, micro-batch 1, no recomputation,
@@ -39,12 +45,15 @@ int layout_gpus(const Layout *l);
 const char *recompute_name(Recompute r);
 const char *plan_schedule_name(PlanSchedule s);
 const char *attention_name(AttentionImpl a);
+const char *cp_algo_name(CpAlgo c);
 /* Parse a name; false if unknown. */
 bool recompute_parse(const char *s, Recompute *out);
 bool plan_schedule_parse(const char *s, PlanSchedule *out);
 bool attention_parse(const char *s, AttentionImpl *out);
+bool cp_algo_parse(const char *s, CpAlgo *out);
 
-/* "tp8 pp16 dp128 cp1 mb1 z1 rc=none 1f1b" (ep and v only when > 1). */
+/* "tp8 pp16 dp128 cp1 mb1 z1 rc=none 1f1b" (ep and v only when > 1; "cp16
+ * allgather" for the all-gather exchange). */
 void layout_format(const Layout *l, char *buf, size_t n);
 
 #endif

@@ -6,7 +6,8 @@
  *   outside the TP regions (divided by t only with sequence parallelism):
  *     inputs of the two norms, of the QKV and of the first MLP matmul 4 e T h,
  *     plus two dropout masks 2 T h;
- *   inside (divided by t): Q e T h, K and V 2 e T kv, attention output e T h,
+ *   inside (divided by t): Q e T q, K and V 2 e T kv, attention output e T q
+ *     (q = heads x head dim, h unless the model says otherwise),
  *     MLP e T f per stored intermediate (2 for GELU: its input and output;
  *     3 for SwiGLU: gate, up, product), times top-k for MoE;
  *   scores, materialized kernels only: a/t heads x T x s (FULL) or half of
@@ -33,13 +34,13 @@ void zero_states(double params, int shards, int stage, StateBytes b, double *wei
 double activation_bytes_per_layer(const ModelShape *m, const Layout *l, AttentionImpl a, Precision p, Recompute r) {
     double e = precision_activation_bytes(p), t = l->tp;
     double T = (double)l->micro_batch * m->seq_len / l->cp;
-    double h = m->hidden, kv = model_kv_dim(m), f = m->ffn;
+    double h = m->hidden, q = model_q_dim(m), kv = model_kv_dim(m), f = m->ffn;
     double outside_divisor = l->sequence_parallel ? t : 1.0;
     if (r == RECOMPUTE_FULL) return e * T * h / outside_divisor;
     double outside = 4.0 * e * T * h + (m->dropout ? 2.0 * T * h : 0.0);
     double experts = model_is_moe(m) ? m->top_k : 1.0;
     double mlp = (m->act == ACT_SWIGLU ? 3.0 : 2.0) * e * T * f * experts;
-    double inside = e * T * h + 2.0 * e * T * kv + e * T * h + mlp;
+    double inside = e * T * q + 2.0 * e * T * kv + e * T * q + mlp;
     double scores = 0.0;
     if (a != ATTN_FLASH && r == RECOMPUTE_NONE) {
         double elems = (m->heads * T * m->seq_len) * (a == ATTN_CAUSAL ? 0.5 : 1.0);

@@ -1,15 +1,17 @@
 /* model.c: parameter counts and FLOPs of a transformer shape (see model.h).
  *
- * Per block (hidden h, kv width k = kv_heads * head_dim, MLP width f):
- *   attention  Q and output h*h each, K and V h*k each;
+ * Per block (hidden h, query width q = heads * head_dim, kv width k =
+ * kv_heads * head_dim, MLP width f; q = h unless the head dimension is given):
+ *   attention  Q and output h*q each, K and V h*k each;
  *   MLP        2 h f (GELU) or 3 h f (SwiGLU: gate, up, down), per expert;
  *   norms      2 per block (LayerNorm: weight and bias, RMSNorm: weight);
- *   biases     GPT-2 style: qkv (h + 2k), output h, MLP f + h per expert. */
+ *   biases     GPT-2 style: qkv (q + 2k), output h, MLP f + h per expert. */
 #include "plan/model.h"
 
 #include <stdio.h>
 
-int model_head_dim(const ModelShape *m) { return m->hidden / m->heads; }
+int model_head_dim(const ModelShape *m) { return m->head_dim > 0 ? m->head_dim : m->hidden / m->heads; }
+int model_q_dim(const ModelShape *m) { return m->heads * model_head_dim(m); }
 int model_kv_dim(const ModelShape *m) { return m->kv_heads * model_head_dim(m); }
 bool model_is_moe(const ModelShape *m) { return m->experts > 1; }
 
@@ -23,7 +25,7 @@ bool model_check(const ModelShape *m, char *why, size_t n) {
         snprintf(why, n, "the model needs --layers, --hidden, --heads, --ffn, --vocab and --seq-len >= 1 (or --model NAME)");
         return false;
     }
-    if (m->hidden % m->heads) {
+    if (m->head_dim <= 0 && m->hidden % m->heads) {
         snprintf(why, n, "--heads %d does not divide --hidden %d: choose heads that divide the width", m->heads, m->hidden);
         return false;
     }
@@ -49,8 +51,8 @@ static double mlp_params_one_expert(const ModelShape *m) {
 }
 
 double model_layer_dense_params(const ModelShape *m) {
-    double h = m->hidden, k = model_kv_dim(m);
-    double attn = 2.0 * h * h + 2.0 * h * k + (m->bias ? h + 2.0 * k + h : 0.0);
+    double h = m->hidden, q = model_q_dim(m), k = model_kv_dim(m);
+    double attn = 2.0 * h * q + 2.0 * h * k + (m->bias ? q + 2.0 * k + h : 0.0);
     double router = model_is_moe(m) ? h * m->experts : 0.0;
     return attn + 2.0 * norm_params(m) + router;
 }
@@ -75,11 +77,11 @@ double model_active_params(const ModelShape *m) {
            model_embedding_params(m) + model_head_params(m);
 }
 
-double model_attention_core_flops(const ModelShape *m) { return 4.0 * m->seq_len * m->hidden; }
+double model_attention_core_flops(const ModelShape *m) { return 4.0 * m->seq_len * (double)model_q_dim(m); }
 
 double model_layer_flops(const ModelShape *m) {
-    double h = m->hidden, k = model_kv_dim(m), f = m->ffn;
-    double proj = 2.0 * (2.0 * h * h + 2.0 * h * k);
+    double h = m->hidden, q = model_q_dim(m), k = model_kv_dim(m), f = m->ffn;
+    double proj = 2.0 * (2.0 * h * q + 2.0 * h * k);
     double mlp = 2.0 * (m->act == ACT_SWIGLU ? 3.0 : 2.0) * h * f * active_experts(m);
     double router = model_is_moe(m) ? 2.0 * h * m->experts : 0.0;
     return proj + mlp + router + model_attention_core_flops(m);

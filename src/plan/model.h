@@ -29,10 +29,12 @@ typedef struct {
     bool learned_positions; /* a (seq_len, hidden) position table */
     bool dropout;           /* dropout masks are stored for backward */
     int experts, top_k;     /* MoE: experts per layer and per token (experts <= 1: dense) */
+    int head_dim;           /* per head (0: hidden / heads); Qwen3 has heads x head_dim != hidden */
 } ModelShape;
 
 int model_head_dim(const ModelShape *m);
 int model_kv_dim(const ModelShape *m);
+int model_q_dim(const ModelShape *m); /* heads x head_dim: the width of Q and of the attention output */
 int model_padded_vocab(const ModelShape *m);
 bool model_is_moe(const ModelShape *m);
 /* One-line reason naming the flag to change, or true. */
@@ -49,7 +51,7 @@ double model_active_params(const ModelShape *m);
 
 /* Forward FLOPs per token. */
 double model_layer_flops(const ModelShape *m);          /* one block, attention in full */
-double model_attention_core_flops(const ModelShape *m); /* QK^T and AV: 4 s h */
+double model_attention_core_flops(const ModelShape *m); /* QK^T and AV: 4 s q (q = h unless head_dim says) */
 double model_head_flops(const ModelShape *m);           /* output layer: 2 h V */
 /* Training FLOPs per token: forward + backward (3x forward), plus the
  * recomputed forward work when r is not NONE (hardware FLOPs). */

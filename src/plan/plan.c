@@ -140,6 +140,38 @@ typedef struct {
 
 static Group tp_group(const Layout *l, const Hardware *hw) { return group_of(l->tp, 1, hw->gpus_per_node); }
 
+/* Exposed context-parallel time of one block per micro-batch. The local K
+ * and V (2 e T kv / t bytes) go to every rank of the CP group.
+ *   ring: cp steps, each the attention of the local queries against one K/V
+ *     block (1/cp of the layer's attention: the zigzag split gives every step
+ *     the same causal work) while the next block is in flight, so a step
+ *     takes max(compute of one block, transfer of one K/V block); exposed is
+ *     (cp - 1) x max(0, transfer - compute) plus the interference of the
+ *     hidden part. Backward carries K/V and their gradients (twice the bytes)
+ *     against the backward attention; full recomputation repeats the forward.
+ *   allgather: the K/V all-gather before attention, and in backward the
+ *     all-gather again and the reduce-scatter of dK/dV, all exposed. */
+static double ring_exposed(int cp, double transfer, double step_compute) {
+    double hidden = fmin(transfer, step_compute);
+    return (cp - 1) * (transfer - hidden + OVERLAP_INTERFERENCE * hidden);
+}
+
+static double cp_exposed(const PlanInput *in, const Layout *l, const Hardware *hw, const LayerCompute *c) {
+    const ModelShape *m = &in->model;
+    double e = precision_activation_bytes(in->precision);
+    double T = (double)l->micro_batch * m->seq_len / l->cp;
+    double kv_bytes = 2.0 * e * T * model_kv_dim(m) / l->tp;
+    double forwards = l->recompute == RECOMPUTE_FULL ? 2.0 : 1.0;
+    if (l->cp_algo == CP_ALLGATHER) {
+        Group g = group_of(l->cp, l->tp, hw->gpus_per_node);
+        double gather = collective_time(hw, COLL_ALLGATHER, l->cp * kv_bytes, g, NULL);
+        return (forwards + 2.0) * gather;
+    }
+    double hop = p2p_time(hw, kv_bytes, l->tp * l->cp <= hw->gpus_per_node);
+    return forwards * ring_exposed(l->cp, hop, c->attention / l->cp) +
+           ring_exposed(l->cp, 2.0 * hop, c->attention_backward / l->cp);
+}
+
 static BlockCost block_cost(const PlanInput *in, const Layout *l, const Hardware *hw) {
     const ModelShape *m = &in->model;
     BlockCost b = {0};
@@ -152,12 +184,7 @@ static BlockCost block_cost(const PlanInput *in, const Layout *l, const Hardware
     /* TP: two all-reduces (or reduce-scatter + all-gather pairs) forward, two backward, two more when recomputing */
     double rounds = 4.0 + (l->recompute == RECOMPUTE_FULL ? 2.0 : 0.0);
     b.tp = rounds * collective_time(hw, COLL_ALLREDUCE, e * T * m->hidden, tp_group(l, hw), NULL);
-    if (l->cp > 1) { /* ring attention: cp-1 K/V blocks forward, K/V and their gradients backward, overlapped with attention */
-        double kv_bytes = 2.0 * e * T * model_kv_dim(m) / l->tp;
-        double hop = p2p_time(hw, kv_bytes, l->tp * l->cp <= hw->gpus_per_node);
-        double passes = 3.0 + (l->recompute == RECOMPUTE_FULL ? 1.0 : 0.0);
-        b.cp = passes * overlapped_cost((l->cp - 1) * hop, c.attention);
-    }
+    if (l->cp > 1) b.cp = cp_exposed(in, l, hw, &c);
     if (l->ep > 1) { /* dispatch and combine all-to-all, forward and backward */
         Group g = group_of(l->ep, l->tp * l->cp * l->pp, hw->gpus_per_node);
         double a2a = collective_time(hw, COLL_ALLTOALL, e * T * m->top_k * m->hidden, g, NULL);

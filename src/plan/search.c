@@ -95,7 +95,7 @@ static void try_rest(Ranking *r, Layout l) {
                  * uneven stages (Llama 3) take any v up to MAX_VIRTUAL */
                 int per_stage = m->layers / l.pp;
                 bool even = m->layers % l.pp == 0;
-                for (int v = 2; v <= per_stage && v <= MAX_VIRTUAL; v++)
+                for (int v = 2; v <= per_stage && (v <= MAX_VIRTUAL || v == s->virtual_stages); v++)
                     if ((!even || per_stage % v == 0) && pinned_or(s->virtual_stages, v)) {
                         l.virtual_stages = v;
                         consider(r, &l);
@@ -133,6 +133,7 @@ int plan_search(const PlanInput *in, const SearchSpace *space, PlanResult *top, 
         if (in->fleet.hw[k].gpus_per_node < node) node = in->fleet.hw[k].gpus_per_node;
     Layout l = layout_default();
     l.overlap = space->overlap;
+    l.cp_algo = space->cp_algo;
     for (int tp = 1; tp <= node || tp == space->tp; tp *= 2) {
         if (!pinned_or(space->tp, tp) || m->heads % tp || m->ffn % tp || gpus % tp) continue;
         l.tp = tp;

@@ -8,7 +8,7 @@
  * per data-parallel rank), 1F1B or interleaved with v dividing the layers
  * per stage, recomputation none/selective/full, ZeRO 0-3. Any field may be
  * pinned. GPipe is never faster than 1F1B (same bubble, more memory) and is
- * not searched; overlap and sequence parallelism are inputs. The ranking
+ * not searched; overlap, sequence parallelism and the CP algorithm are inputs. The ranking
  * keeps one entry per grid (tp, pp, dp, cp, ep, micro-batch, recomputation):
  * the best ZeRO stage and virtual-stage count of it. */
 #ifndef BS_PLAN_SEARCH_H
@@ -25,6 +25,7 @@ typedef struct {
     int tp, pp, dp, cp, ep, micro_batch, virtual_stages;
     int zero, recompute, schedule;
     bool overlap, sequence_parallel;
+    CpAlgo cp_algo; /* an input, as overlap is */
     int top; /* layouts to keep, <= SEARCH_MAX_TOP */
 } SearchSpace;
 
