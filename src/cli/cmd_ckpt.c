@@ -125,8 +125,8 @@ static void print_manifest(const char *dir, const CkptManifest *m) {
     char stages[64] = "";
     if (m->virtual_stages > 1)
         snprintf(stages, sizeof stages, " (x %d virtual stages = %d model stages)", m->virtual_stages, m->pp);
-    printf("  layout       world %d: dp %d x tp %d x pp %d%s%s%s%s, ZeRO stage %d\n", m->world, m->dp, m->tp,
-           m->pp / m->virtual_stages, stages, m->pp_split[0] ? " (layers per stage " : "", m->pp_split,
+    printf("  layout       world %d: dp %d x cp %d x tp %d x pp %d%s%s%s%s, ZeRO stage %d\n", m->world, m->dp, m->cp,
+           m->tp, m->pp / m->virtual_stages, stages, m->pp_split[0] ? " (layers per stage " : "", m->pp_split,
            m->pp_split[0] ? ")" : "", m->zero);
     printf("  optimizer    %s\n", m->optimizer);
     printf("  schedule     batch %s, global batch %ld, adaptive batch reached %ld\n", m->batch_schedule,
@@ -300,7 +300,7 @@ static int ckpt_import(int argc, char **argv) {
     rng_seed(&m->sample_rng, (uint64_t)seed ^ 0x5ca1ab1eULL); /* as train seeds its sampler (train/trainer.c) */
     m->data_seed = (uint64_t)seed;
     m->data_shuffle = strcmp(data_order, "shuffled") == 0;
-    m->world = m->dp = m->tp = m->pp = m->virtual_stages = 1;
+    m->world = m->dp = m->tp = m->pp = m->virtual_stages = m->cp = 1;
     snprintf(m->optimizer, sizeof m->optimizer, "%s", optimizer_kind_name(kind));
     snprintf(m->batch_schedule, sizeof m->batch_schedule, "%s", batch_schedule);
     snprintf(m->tokenizer, sizeof m->tokenizer, "%s", tokenizer);

@@ -16,8 +16,9 @@
  * Forward keeps the running row max m and sum l of exp(s - m) and merges each
  * block's partial output by log-sum-exp (exact, in any block order). The raw
  * scores land in att (B,H,t,T) at their global key positions; the finish
- * turns them into the softmax probabilities P = exp(s - m - log l), 0 above
- * the diagonal, as attention_forward keeps them. Backward then needs no
+ * turns them into the softmax probabilities P, 0 above
+ * the diagonal, as attention_forward keeps them: exp(s - m) / l with the
+ * row's final max and sum, rounded as the single-process kernel rounds. Backward then needs no
  * recomputation: with D = rowsum(dout * out), dS = P * (dout V^T - D). */
 #include <math.h>
 #include <omp.h>
@@ -151,12 +152,12 @@ void attention_blocks_finish(real *out, const real *row_max, const real *row_sum
         for (int h = 0; h < r->H; h++)
             for (int i = 0; i < r->t; i++) {
                 size_t at = ((size_t)b * r->H + h) * r->t + (size_t)i;
-                real lse = row_max[at] + real_log(row_sum[at]), inv = 1 / row_sum[at];
+                real m = row_max[at], inv = 1 / row_sum[at]; /* exp(s - m) / l: attention_forward's rounding */
                 real *orow = out + ((size_t)b * r->t + i) * r->C + h * hs;
                 for (int d = 0; d < hs; d++) orow[d] *= inv;
                 real *arow = att + at * (size_t)r->T;
                 int pos = position_of(r, i);
-                for (int j = 0; j <= pos; j++) arow[j] = real_exp(arow[j] - lse);
+                for (int j = 0; j <= pos; j++) arow[j] = real_exp(arow[j] - m) * inv;
                 memset(arow + pos + 1, 0, sizeof(real) * (size_t)(r->T - pos - 1));
             }
 }

@@ -8,6 +8,22 @@
 #include "model/llmc_file.h"
 #include "parallel/model_parallel.h"
 
+/* Context parallelism: the caller's loader fills whole sequences, this rank keeps its chunks. */
+typedef struct {
+    PipeLoad whole;
+    void *ctx;
+    int B, T, cp_size, cp_rank;
+    CpSplit split;
+    int32_t *inputs, *targets; /* (B, T) */
+} ContextLoad;
+
+static void load_local(void *ctx, int micro, int32_t *inputs, int32_t *targets) {
+    const ContextLoad *cl = ctx;
+    cl->whole(cl->ctx, micro, cl->inputs, cl->targets);
+    context_take_rows(cl->cp_size, cl->cp_rank, cl->split, cl->inputs, inputs, cl->B, cl->T);
+    context_take_rows(cl->cp_size, cl->cp_rank, cl->split, cl->targets, targets, cl->B, cl->T);
+}
+
 /* What the optimizer's per-tensor norm callback needs of one chunk. */
 typedef struct {
     struct Engine *engine;
@@ -25,6 +41,7 @@ struct Engine {
     Pipeline *pipe;
     TiedGrads tied;
     long optimizer_step;
+    ContextLoad context_load; /* cp > 1: whole sequences in, this rank's chunks out */
 };
 
 const Grid *engine_grid(const Engine *e) { return e->grid; }
@@ -117,6 +134,12 @@ static void setup_chunk(Engine *e, int c, const GPTConfig *whole) {
     e->chunk_comm[c] = c == 0 ? g->dp_group : comm_split(g->dp_group, 0, g->dp_index, "data-parallel chunk");
     ch->dp = dp_create(e->chunk_comm[c], &ch->model, &e->cfg.data_parallel);
     ch->model.tp = g->tp_group;
+    if (g->cp > 1) {
+        ch->model.cfg.cp_size = g->cp;
+        ch->model.context = context_attention_create(g->cp_group, e->cfg.cp_algo, e->cfg.cp_split, e->cfg.micro_batch,
+                                                     e->cfg.seq_len / g->cp, whole->channels / g->tp,
+                                                     whole->num_heads / g->tp);
+    }
     init_chunk(e, ch, whole);
     setup_optimizer(e, ch);
     if (e->cfg.measure_micro_norms) dp_measure_micro_norms(ch->dp);
@@ -142,9 +165,12 @@ void engine_share_output_weights(Engine *e) {
 Engine *engine_create(Comm *world, const GPTConfig *whole, const EngineConfig *cfg) {
     Engine *e = bs_calloc(1, sizeof *e);
     e->cfg = *cfg;
-    e->grid = grid_create_split(world, cfg->tp, cfg->pp, cfg->dp, cfg->stage_layers, whole->num_layers,
-                                whole->num_heads);
+    GridShape shape = {cfg->tp, cfg->cp > 1 ? cfg->cp : 1, cfg->pp, cfg->dp};
+    e->grid = grid_create_split(world, shape, cfg->stage_layers, whole->num_layers, whole->num_heads);
     const Grid *g = e->grid;
+    if (cfg->seq_len % (2 * g->cp) != 0)
+        bs_die("--seq-len %d is not a multiple of 2 x --cp %d (each sequence is cut into 2 cp chunks)", cfg->seq_len,
+               g->cp);
     if (whole->padded_vocab_size % g->tp != 0)
         bs_die("--tp %d does not divide the padded vocabulary %d", g->tp, whole->padded_vocab_size);
     e->num_chunks = cfg->virtual_stages > 0 ? cfg->virtual_stages : 1;
@@ -160,7 +186,13 @@ Engine *engine_create(Comm *world, const GPTConfig *whole, const EngineConfig *c
         pipe_chunks[c] = (PipeChunk){&e->chunks[c].model, e->chunks[c].dp};
     }
     e->pipe = pipeline_create(g->pp_group, g->pp_index, g->pp, pipe_chunks, e->num_chunks, cfg->schedule,
-                              cfg->micro_batch, cfg->seq_len);
+                              cfg->micro_batch, cfg->seq_len / g->cp);
+    if (g->cp > 1) {
+        size_t tokens = (size_t)cfg->micro_batch * cfg->seq_len;
+        e->context_load = (ContextLoad){NULL, NULL, cfg->micro_batch, cfg->seq_len, g->cp, g->cp_index,
+                                        cfg->cp_split, bs_malloc(tokens * sizeof(int32_t)),
+                                        bs_malloc(tokens * sizeof(int32_t))};
+    }
     engine_share_output_weights(e);
     return e;
 }
@@ -171,12 +203,15 @@ void engine_free(Engine *e) {
     for (int c = 0; c < e->num_chunks; c++) {
         EngineChunk *ch = &e->chunks[c];
         dp_free(ch->dp);
+        context_attention_free(ch->model.context);
         free(ch->tensor_primary);
         for (int k = 0; k < OPTIMIZER_MAX_STATE; k++) free(ch->state[k]);
         optimizer_free(&ch->opt);
         if (c > 0) comm_free(e->chunk_comm[c]);
     }
     free(e->tied.buf);
+    free(e->context_load.inputs);
+    free(e->context_load.targets);
     free(e->chunks);
     free(e->chunk_comm);
     free(e->norm_ctx);
@@ -187,6 +222,18 @@ void engine_free(Engine *e) {
 }
 
 /* ---- the step ---- */
+
+/* The loader the pipeline calls: the caller's, or (cp > 1) the one that keeps this rank's chunks. */
+static PipeLoad local_loader(Engine *e, PipeLoad load, void *ctx, void **local_ctx) {
+    if (e->grid->cp == 1) {
+        *local_ctx = ctx;
+        return load;
+    }
+    e->context_load.whole = load;
+    e->context_load.ctx = ctx;
+    *local_ctx = &e->context_load;
+    return load_local;
+}
 
 /* Tied weights: the head's gradient reaches the embeddings' chunk before its last gradient pass. */
 static void before_last_grads(void *ctx, int chunk) {
@@ -242,10 +289,13 @@ EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad 
         dp_begin_step(e->chunks[c].dp);
         e->chunks[c].model.first_nonfinite_layer = -1;
     }
+    comm_reset_stats(e->grid->cp_group);
     EngineChunk *tied = tied_chunk(e);
     mp_start_tied_grads(e->grid, &tied->model, &e->tied);
     PipeHooks hooks = {before_last_grads, after_last_grads, e};
-    PipeStats ps = pipeline_train(e->pipe, m, dloss, load, ctx, &hooks);
+    void *local_ctx;
+    PipeLoad local = local_loader(e, load, ctx, &local_ctx);
+    PipeStats ps = pipeline_train(e->pipe, m, dloss, local, local_ctx, &hooks);
     mp_finish_tied_grads(&e->tied);
     EngineStepStats st = {e->grid->tp_index == 0 ? ps.loss_sum : 0, ps.busy, ps.idle, ps.max_live, 0,
                           bubble_theory(e, m, &ps), e->grid->pp > 1 ? bubble_simulated(e, &ps) : 0};
@@ -260,6 +310,11 @@ double engine_grad_sum_squares(Engine *e) {
     return sum;
 }
 
+/* ZeRO >= 1 over more than one rank: each holds a part of the update range. */
+static bool sharded_over_data(const Engine *e) {
+    return e->cfg.data_parallel.zero_stage >= 1 && comm_size(e->grid->dp_group) > 1;
+}
+
 /* LAMB and LARS sum per-tensor partial norms: over data-parallel shards
  * (ZeRO >= 1) and tensor-parallel pieces; a tensor every tensor-parallel rank
  * holds whole counts once (its other copies contribute 0). */
@@ -267,7 +322,7 @@ static void sum_tensor_norms(void *ctx, double *values, int n) {
     const NormContext *nc = ctx;
     Engine *e = nc->engine;
     const EngineChunk *ch = &e->chunks[nc->chunk];
-    if (e->cfg.data_parallel.zero_stage >= 1 && e->grid->dp > 1) comm_allreduce_double(e->chunk_comm[nc->chunk], values, n);
+    if (sharded_over_data(e)) comm_allreduce_double(e->chunk_comm[nc->chunk], values, n);
     if (e->grid->tp > 1) {
         for (int t = 0; t < ch->opt.num_tensors && 2 * t + 1 < n; t++)
             if (!ch->tensor_primary[t]) values[2 * t] = values[2 * t + 1] = 0;
@@ -281,7 +336,7 @@ void engine_after_update(Engine *e) {
 }
 
 void engine_update(Engine *e, double lr, float grad_scale) {
-    const bool sharded = (e->cfg.data_parallel.zero_stage >= 1 && e->grid->dp > 1) || e->grid->tp > 1;
+    const bool sharded = sharded_over_data(e) || e->grid->tp > 1;
     OptimizerStep step = {(float)lr, grad_scale, ++e->optimizer_step};
     for (int c = 0; c < e->num_chunks; c++) {
         EngineChunk *ch = &e->chunks[c];
@@ -293,7 +348,9 @@ void engine_update(Engine *e, double lr, float grad_scale) {
 }
 
 double engine_evaluate(Engine *e, int m, int counted, PipeLoad load, void *ctx) {
-    double loss = pipeline_eval(e->pipe, m, counted, load, ctx);
+    void *local_ctx;
+    PipeLoad local = local_loader(e, load, ctx, &local_ctx);
+    double loss = pipeline_eval(e->pipe, m, counted, local, local_ctx);
     return e->grid->tp_index == 0 ? loss : 0;
 }
 
@@ -305,7 +362,10 @@ void engine_gather_model(Engine *e, float *out) {
     GPTConfig *shards = bs_malloc(sizeof(GPTConfig) * (size_t)world);
     if (comm_rank(g->world) == 0) memset(out, 0, gpt_num_params(&whole) * sizeof(float));
     for (int c = 0; c < e->num_chunks; c++) {
-        for (int r = 0; r < world; r++) shards[r] = chunk_config(e, &whole, r % g->tp, c * g->pp + (r / g->tp) % g->pp);
+        for (int r = 0; r < world; r++) {
+            GridCoord at = grid_coord_of(g, r);
+            shards[r] = chunk_config(e, &whole, at.tp, c * g->pp + at.pp);
+        }
         mp_gather_logical(g, &e->chunks[c].model, e->chunks[c].dp, shards, out);
     }
     free(shards);
@@ -363,6 +423,8 @@ CommStats engine_comm_stats(const Engine *e) {
     }
     return total;
 }
+
+CommStats engine_context_stats(const Engine *e) { return comm_stats(e->grid->cp_group); }
 
 void engine_set_trace(Engine *e, Trace *trace) {
     for (int c = 0; c < e->num_chunks; c++) comm_set_trace(e->chunk_comm[c], trace);

@@ -1,6 +1,6 @@
 /* engine.h: the parallel engine: one model trained over the process grid
- * (tensor x pipeline x data parallelism, ZeRO 0-3, virtual pipeline
- * stages) behind five calls:
+ * (tensor x context x pipeline x data parallelism, ZeRO 0-3, virtual
+ * pipeline stages) behind five calls:
  *
  *   engine_create            grid, this rank's model chunks (each a block of
  *                            the flat layout with its own data-parallel
@@ -20,7 +20,12 @@
  * rank r holds virtual stages r, r + p, ..., r + (v-1)p (Megatron's
  * interleaving); chunk c is virtual stage c p + r, a model shard of a
  * p v -stage split. Everything above the engine (checkpoints, guards,
- * reports) sees chunks only as (model config, flat range, state) triples. */
+ * reports) sees chunks only as (model config, flat range, state) triples.
+ *
+ * Context parallelism (cp > 1) splits each sequence over the cp ranks of a
+ * replica: the engine loads whole sequences through the caller's PipeLoad
+ * and keeps this rank's chunks of them (context_attention.h); the loss sum it
+ * returns is over this rank's tokens. */
 #ifndef BS_PARALLEL_ENGINE_H
 #define BS_PARALLEL_ENGINE_H
 
@@ -35,7 +40,10 @@
 #include "parallel/pipeline.h"
 
 typedef struct {
-    int tp, pp, dp;            /* dp 0: world / (tp pp) */
+    int tp, pp, dp;            /* dp 0: world / (tp cp pp) */
+    int cp;                    /* context parallel ranks per replica (0 or 1: none) */
+    CpAlgo cp_algo;
+    CpSplit cp_split;
     int virtual_stages;        /* v >= 1: layer groups per pipeline rank */
     const int *stage_layers;   /* layers per pipeline stage (pp entries), NULL: even */
     PipeSchedule schedule;
@@ -112,6 +120,7 @@ int engine_first_nonfinite_block(const Engine *e);
 void engine_inject_nan(Engine *e, int block);
 DPMemory engine_memory(const Engine *e);
 CommStats engine_comm_stats(const Engine *e); /* this step's data-parallel traffic */
+CommStats engine_context_stats(const Engine *e); /* this step's context-parallel traffic (zero without cp) */
 void engine_set_trace(Engine *e, Trace *trace);
 /* 1-bit Adam's compression stage: no gradient reduction (true) or again (false). */
 void engine_set_local_gradients(Engine *e, bool local);

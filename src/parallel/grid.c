@@ -8,8 +8,9 @@
 
 #include "core/error.h"
 
-int grid_rank_of(const Grid *g, int dp_index, int pp_index, int tp_index) {
-    return (dp_index * g->pp + pp_index) * g->tp + tp_index;
+GridCoord grid_coord_of(const Grid *g, int rank) {
+    return (GridCoord){rank / (g->tp * g->cp * g->pp), (rank / (g->tp * g->cp)) % g->pp, (rank / g->tp) % g->cp,
+                       rank % g->tp};
 }
 
 /* ---- splitting layers over stages ---- */
@@ -99,26 +100,26 @@ void grid_balanced_layers(int num_layers, int pp, double layer_cost, double last
 /* ---- the grid ---- */
 
 /* Dies with one line if the sizes cannot form a grid; returns dp. */
-static int check_layout(const Comm *world, int tp, int pp, int dp, int num_layers, int num_heads) {
-    int size = comm_size(world);
-    if (tp < 1 || pp < 1) bs_die("--tp and --pp must be at least 1");
-    if (size % (tp * pp) != 0)
-        bs_die("--tp %d x --pp %d = %d does not divide the %d processes launched (mpirun -np)", tp, pp, tp * pp, size);
-    if (dp == 0) dp = size / (tp * pp);
-    if (tp * pp * dp != size)
-        bs_die("--tp %d x --pp %d x --dp %d = %d, but %d processes were launched (mpirun -np)", tp, pp, dp,
-               tp * pp * dp, size);
-    if (num_heads % tp != 0)
-        bs_die("--tp %d does not divide --heads %d (tensor parallelism splits the attention heads)", tp, num_heads);
-    if (num_layers < pp) bs_die("--pp %d stages need at least %d layers (the model has %d)", pp, pp, num_layers);
+static int check_layout(const Comm *world, GridShape sh, int num_layers, int num_heads) {
+    int size = comm_size(world), model = sh.tp * sh.cp * sh.pp;
+    if (sh.tp < 1 || sh.pp < 1 || sh.cp < 1) bs_die("--tp, --cp and --pp must be at least 1");
+    if (size % model != 0)
+        bs_die("--tp %d x --cp %d x --pp %d = %d does not divide the %d processes launched (mpirun -np)", sh.tp, sh.cp,
+               sh.pp, model, size);
+    int dp = sh.dp == 0 ? size / model : sh.dp;
+    if (model * dp != size)
+        bs_die("--tp %d x --cp %d x --pp %d x --dp %d = %d, but %d processes were launched (mpirun -np)", sh.tp,
+               sh.cp, sh.pp, dp, model * dp, size);
+    if (num_heads % sh.tp != 0)
+        bs_die("--tp %d does not divide --heads %d (tensor parallelism splits the attention heads)", sh.tp, num_heads);
+    if (num_layers < sh.pp) bs_die("--pp %d stages need at least %d layers (the model has %d)", sh.pp, sh.pp, num_layers);
     return dp;
 }
 
-Grid *grid_create_split(Comm *world, int tp, int pp, int dp, const int *layers_per_stage, int num_layers,
-                        int num_heads) {
-    dp = check_layout(world, tp, pp, dp, num_layers, num_heads);
+Grid *grid_create_split(Comm *world, GridShape shape, const int *layers_per_stage, int num_layers, int num_heads) {
+    const int dp = check_layout(world, shape, num_layers, num_heads), tp = shape.tp, cp = shape.cp, pp = shape.pp;
     Grid *g = bs_calloc(1, sizeof *g);
-    g->tp = tp, g->pp = pp, g->dp = dp;
+    g->tp = tp, g->cp = cp, g->pp = pp, g->dp = dp;
     g->stage_first = bs_calloc((size_t)pp, sizeof(int));
     g->stage_layers = bs_calloc((size_t)pp, sizeof(int));
     if (layers_per_stage) memcpy(g->stage_layers, layers_per_stage, sizeof(int) * (size_t)pp);
@@ -131,20 +132,22 @@ Grid *grid_create_split(Comm *world, int tp, int pp, int dp, const int *layers_p
     }
     if (total != num_layers) bs_die("internal: the stages hold %d layers, the model %d", total, num_layers);
     int r = comm_rank(world);
-    g->tp_index = r % tp;
-    g->pp_index = (r / tp) % pp;
-    g->dp_index = r / (tp * pp);
+    GridCoord at = grid_coord_of(g, r);
+    g->tp_index = at.tp, g->cp_index = at.cp, g->pp_index = at.pp, g->dp_index = at.dp;
     g->world = world;
-    g->tp_group = comm_split(world, g->dp_index * pp + g->pp_index, g->tp_index, "tensor-parallel");
-    g->pp_group = comm_split(world, g->dp_index * tp + g->tp_index, g->pp_index, "pipeline");
-    g->dp_group = comm_split(world, g->pp_index * tp + g->tp_index, g->dp_index, "data-parallel");
-    g->mp_group = comm_split(world, g->dp_index, r, "model-parallel");
+    /* each split's colour: the coordinates the group shares, in one number */
+    g->tp_group = comm_split(world, (at.dp * pp + at.pp) * cp + at.cp, at.tp, "tensor-parallel");
+    g->cp_group = comm_split(world, (at.dp * pp + at.pp) * tp + at.tp, at.cp, "context-parallel");
+    g->pp_group = comm_split(world, (at.dp * cp + at.cp) * tp + at.tp, at.pp, "pipeline");
+    g->dp_group = comm_split(world, at.pp * tp + at.tp, at.dp * cp + at.cp, "data-parallel");
+    g->mp_group = comm_split(world, at.dp * cp + at.cp, r, "model-parallel");
     return g;
 }
 
 void grid_free(Grid *g) {
     if (!g) return;
     comm_free(g->tp_group);
+    comm_free(g->cp_group);
     comm_free(g->pp_group);
     comm_free(g->dp_group);
     comm_free(g->mp_group);

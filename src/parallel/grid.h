@@ -1,12 +1,15 @@
-/* grid.h: the 3D process grid: tensor (TP), pipeline (PP) and data (DP)
- * parallel groups over the world.
+/* grid.h: the process grid: tensor (TP), context (CP), pipeline (PP) and
+ * data (DP) parallel groups over the world.
  *
- *   rank = (dp_index * PP + pp_index) * TP + tp_index
+ *   rank = ((dp_index * PP + pp_index) * CP + cp_index) * TP + tp_index
  *
  * TP varies fastest, so a tensor-parallel group (the heaviest traffic, an
- * all-reduce per sub-block) sits inside a node; PP next; DP outermost. Each
- * rank belongs to one group of each kind, plus its model-parallel group
- * (all TP x PP ranks of its data-parallel replica). Layers are split into PP
+ * all-reduce per sub-block) sits inside a node; then CP (ring attention's
+ * neighbour traffic); then PP; DP outermost. The CP ranks of a replica hold
+ * the same parameters and split each sequence, so gradients are reduced, and
+ * ZeRO shards, over the dp x cp ranks of a (pipeline, tensor) position: that
+ * is dp_group. Each rank also has its model-parallel group (the TP x PP
+ * ranks of its replica with its cp_index). Layers are split into PP
  * contiguous stages, evenly or as --pp-split says. Impossible layouts are
  * refused with a message saying what to change, before any work starts. */
 #ifndef BS_PARALLEL_GRID_H
@@ -18,20 +21,28 @@
 #include "comm/comm.h"
 
 typedef struct {
-    int tp, pp, dp;                 /* sizes */
-    int tp_index, pp_index, dp_index;
-    Comm *world, *tp_group, *pp_group, *dp_group, *mp_group;
+    int tp, cp, pp, dp;             /* sizes: dp counts data replicas (each cp ranks) */
+    int tp_index, cp_index, pp_index, dp_index;
+    Comm *world, *tp_group, *cp_group, *pp_group, *mp_group;
+    Comm *dp_group;                 /* gradient reduction and ZeRO: the dp x cp ranks */
     int *stage_first, *stage_layers; /* per stage */
 } Grid;
 
-/* tp, pp >= 1; dp 0 means world / (tp x pp). layers_per_stage: pp counts
- * (from grid_parse_split, grid_even_split or grid_balanced_layers), NULL for
- * the even split. Dies with one line if the layout cannot be built. */
-Grid *grid_create_split(Comm *world, int tp, int pp, int dp, const int *layers_per_stage, int num_layers,
-                        int num_heads);
+/* The sizes of a layout; dp 0 means world / (tp x cp x pp). */
+typedef struct {
+    int tp, cp, pp, dp;
+} GridShape;
+
+/* tp, cp, pp >= 1. layers_per_stage: pp counts (from grid_parse_split,
+ * grid_even_split or grid_balanced_layers), NULL for the even split. Dies
+ * with one line if the layout cannot be built. */
+Grid *grid_create_split(Comm *world, GridShape shape, const int *layers_per_stage, int num_layers, int num_heads);
 void grid_free(Grid *g);
-/* World rank of the grid coordinate. */
-int grid_rank_of(const Grid *g, int dp_index, int pp_index, int tp_index);
+/* Grid coordinates of a world rank. */
+typedef struct {
+    int dp, pp, cp, tp;
+} GridCoord;
+GridCoord grid_coord_of(const Grid *g, int rank);
 
 /* ---- splitting layers over pipeline stages (no communication) ---- */
 

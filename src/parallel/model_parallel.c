@@ -124,7 +124,7 @@ static void unpack_primary(const GPTConfig *cfg, const float *packed, float *log
 void mp_gather_logical(const Grid *g, GPT *model, DataParallel *dp, const GPTConfig *rank_shards, float *out) {
     float *local = bs_malloc(model->num_params * sizeof(float));
     dp_gather_params(dp, local); /* every data-parallel rank: its stage's whole shard */
-    bool sender = g->dp_index == 0;
+    bool sender = g->dp_index == 0 && g->cp_index == 0; /* one copy of each shard */
     size_t n = sender ? pack_primary(&model->cfg, local, NULL) : 0;
     float *packed = bs_malloc((n ? n : 1) * sizeof(float));
     if (sender) pack_primary(&model->cfg, local, packed);

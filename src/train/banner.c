@@ -25,8 +25,8 @@ static void print_compression(const Trainer *tr) {
 static void rank_line(const Trainer *tr, char *out, size_t n) {
     Engine *e = tr->engine;
     const Grid *g = engine_grid(e);
-    size_t k = (size_t)snprintf(out, n, "  rank %d: dp %d, pp %d, tp %d: layers", tr->rank, g->dp_index, g->pp_index,
-                                g->tp_index), params = 0;
+    size_t k = (size_t)snprintf(out, n, "  rank %d: dp %d, pp %d, cp %d, tp %d: layers", tr->rank, g->dp_index,
+                                g->pp_index, g->cp_index, g->tp_index), params = 0;
     for (int c = 0; c < engine_num_chunks(e) && k < n; c++) {
         const GPTConfig *mc = &engine_chunk(e, c)->model.cfg;
         k += (size_t)snprintf(out + k, n - k, " [%d, %d)", gpt_first_layer(mc), gpt_first_layer(mc) + gpt_stage_layers(mc));
@@ -51,7 +51,7 @@ void banner_print(const Trainer *tr) {
     const GPT *first = &engine_chunk(tr->engine, 0)->model;
     char mine[400];
     rank_line(tr, mine, sizeof mine);
-    char *all = (g->tp > 1 || g->pp > 1) ? comm_gather_text(tr->world, mine, "\n", 0) : NULL;
+    char *all = (g->tp > 1 || g->pp > 1 || g->cp > 1) ? comm_gather_text(tr->world, mine, "\n", 0) : NULL;
     if (tr->rank != 0 || c->quiet) {
         free(all);
         return;
@@ -60,8 +60,12 @@ void banner_print(const Trainer *tr) {
         char chunks[64] = "";
         if (engine_num_chunks(tr->engine) > 1) snprintf(chunks, sizeof chunks, " (%d virtual stages per rank)",
                                                         engine_num_chunks(tr->engine));
-        printf("layout: tp %d x pp %d x dp %d = %d processes, %s pipeline schedule%s\n%s\n", g->tp, g->pp, g->dp,
-               g->tp * g->pp * g->dp, TRAIN_PP_SCHEDULE_WORDS[c->pp_schedule], chunks, all);
+        char context[96] = "";
+        if (g->cp > 1) snprintf(context, sizeof context, ", %s context attention over %s chunks of %d tokens",
+                                TRAIN_CP_ALGO_WORDS[c->cp_algo], TRAIN_CP_SPLIT_WORDS[c->cp_split], c->seq_len / (2 * g->cp));
+        printf("layout: tp %d x cp %d x pp %d x dp %d = %d processes (tp varies fastest, then cp, pp, dp), %s "
+               "pipeline schedule%s%s\n%s\n", g->tp, g->cp, g->pp, g->dp, g->tp * g->cp * g->pp * g->dp,
+               TRAIN_PP_SCHEDULE_WORDS[c->pp_schedule], chunks, context, all);
         free(all);
     }
     printf("model: L=%d H=%d C=%d T=%d V=%d (padded %d), %.2fM parameters, %.1f MFLOP/token\n", mc->num_layers,
@@ -78,15 +82,17 @@ void banner_print(const Trainer *tr) {
         printf("precision: bf16 matmuls on %s (this CPU %s bf16 arithmetic), fp32 masters and accumulation\n",
                matmul_bf16_path_name(matmul_bf16_path(first->bf16_matmul)),
                matmul_bf16_cpu_has_bf16() ? "has" : "lacks");
-    if (tr->dp_size > 1 || c->zero > 0) {
+    const int reducing = comm_size(g->dp_group); /* dp x cp ranks: gradients reduced and ZeRO shards over them */
+    if (reducing > 1 || c->zero > 0) {
         DPMemory mem = engine_memory(tr->engine);
         double params, updated;
         rank_sizes(tr, &params, &updated);
-        double P = params * 4, N = tr->dp_size;
+        double P = params * 4, N = reducing;
         double formula[4] = {16 * P, 8 * P + 8 * P / N, 4 * P + 12 * P / N, 16 * P / N};
         double opt_bytes = updated * 4 * optimizer_state_arrays(c->optimizer);
-        printf("data parallel: %d ranks, ZeRO stage %d, %s collectives, buckets of %.1f MB%s\n", tr->dp_size, c->zero,
-               TRAIN_COMM_ALGO_WORDS[c->comm_algo], c->bucket_mb, c->no_overlap ? " (no overlap)" : "");
+        printf("data parallel: %d ranks%s, ZeRO stage %d, %s collectives, buckets of %.1f MB%s\n", reducing,
+               g->cp > 1 ? " (dp x cp)" : "", c->zero, TRAIN_COMM_ALGO_WORDS[c->comm_algo], c->bucket_mb,
+               c->no_overlap ? " (no overlap)" : "");
         print_compression(tr);
         printf("per-rank state: params %.1f MB, grads %.1f MB, optimizer %.1f MB = %.1f MB (ZeRO formula %.1f MB) "
                "+ buffers %.1f MB\n", mem.param_bytes / 1e6, mem.grad_bytes / 1e6, opt_bytes / 1e6,

@@ -39,6 +39,7 @@ static CkptManifest *snapshot_manifest(const Trainer *tr) {
     m->data_shuffle = tr->train_data.shuffle;
     m->world = comm_size(tr->world);
     m->dp = g->dp;
+    m->cp = g->cp;
     m->tp = g->tp;
     m->pp = stages;
     m->virtual_stages = v;
@@ -348,7 +349,7 @@ void train_resume(Trainer *tr) {
     engine_share_output_weights(tr->engine);
     resume_feedback(tr, dir);
     const Grid *g = engine_grid(tr->engine);
-    tr->resharded = m->tp != g->tp || m->pp != engine_virtual_stages(tr->engine) || m->dp != g->dp ||
+    tr->resharded = m->tp != g->tp || m->pp != engine_virtual_stages(tr->engine) || m->dp != g->dp || m->cp != g->cp ||
                     m->zero != tr->cfg.zero;
     tr->step = m->step;
     tr->seqs_consumed = m->seqs_consumed;
@@ -362,8 +363,8 @@ void train_resume(Trainer *tr) {
         bs_warn("resuming %s with another --seed or --data-order than it was written with: the data order changes",
                 dir);
     if (tr->rank == 0 && !tr->cfg.quiet)
-        printf("resumed from %s at step %ld (written by %d ranks: tp %d x pp %d x dp %d%s, ZeRO %d)\n", dir, tr->step,
-               m->world, m->tp, m->pp / m->virtual_stages, m->dp, m->virtual_stages > 1 ? " with virtual stages" : "",
-               m->zero);
+        printf("resumed from %s at step %ld (written by %d ranks: tp %d x cp %d x pp %d x dp %d%s, ZeRO %d)\n", dir,
+               tr->step, m->world, m->tp, m->cp, m->pp / m->virtual_stages, m->dp,
+               m->virtual_stages > 1 ? " with virtual stages" : "", m->zero);
     free(m);
 }

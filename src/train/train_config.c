@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
+
 const char *const TRAIN_PRECISION_WORDS[] = {"fp32", "bf16", NULL};
 const char *const TRAIN_BF16_MATMUL_WORDS[] = {"auto", "onednn", "widen", NULL};
 const char *const TRAIN_DATA_ORDER_WORDS[] = {"shuffled", "sequential", NULL};
@@ -12,6 +14,30 @@ const char *const TRAIN_OPTIMIZER_WORDS[] = {"adamw", "sgd", "lamb", "lars", "on
 const char *const TRAIN_LR_SCALING_WORDS[] = {"none", "linear", "sqrt", NULL};
 const char *const TRAIN_PP_SCHEDULE_WORDS[] = {"gpipe", "1f1b", "interleaved", "zbh1", NULL};
 const char *const TRAIN_COMM_ALGO_WORDS[] = {"mpi", "ring", "hierarchical", NULL};
+const char *const TRAIN_CP_ALGO_WORDS[] = {"ring", "allgather", NULL};
+const char *const TRAIN_CP_SPLIT_WORDS[] = {"zigzag", "contiguous", NULL};
+
+/* Context parallelism: the sequence's chunks, and what does not compose with it yet. */
+static bool check_context(const TrainConfig *c, char *why, size_t n) {
+    if (c->cp <= 1) return true;
+    const int chunk = c->seq_len / (2 * c->cp);
+    const char *refused = c->balance ? "--balance"
+                          : strcmp(c->grad_compression, "none") != 0 || c->zero_quant_grads ? "--grad-compression"
+                          : c->optimizer == OPTIM_ONEBIT_ADAM ? "--optimizer onebit-adam"
+                          : c->noise_scale || strncmp(c->batch_schedule, "adaptive", 8) == 0 ? "--noise-scale"
+                          : NULL;
+    if (c->seq_len % (2 * c->cp) != 0)
+        snprintf(why, n, "--seq-len %d is not a multiple of 2 x --cp %d (each sequence is cut into 2 cp chunks)",
+                 c->seq_len, c->cp);
+    else if (chunk < ATTENTION_ROW_BLOCK)
+        snprintf(why, n, "--cp %d cuts --seq-len %d into chunks of %d tokens, shorter than one attention row block "
+                 "(%d): use --seq-len %d or more, or a smaller --cp", c->cp, c->seq_len, chunk, ATTENTION_ROW_BLOCK,
+                 2 * c->cp * ATTENTION_ROW_BLOCK);
+    else if (refused)
+        snprintf(why, n, "%s with --cp is not supported yet (its statistics are per rank, and context-parallel ranks "
+                 "hold parts of one sequence)", refused);
+    return why[0] == 0;
+}
 
 /* The pipeline flags as far as they are known without the process count. */
 static bool check_pipeline(const TrainConfig *c, char *why, size_t n) {
@@ -72,5 +98,7 @@ static bool check_combinations(const TrainConfig *c, char *why, size_t n) {
 }
 
 bool train_config_check(const TrainConfig *c, char *why, size_t why_size) {
-    return check_combinations(c, why, why_size) && check_pipeline(c, why, why_size);
+    why[0] = 0;
+    return check_combinations(c, why, why_size) && check_pipeline(c, why, why_size) &&
+           check_context(c, why, why_size);
 }

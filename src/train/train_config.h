@@ -11,6 +11,7 @@
 
 #include "comm/comm.h"
 #include "kernels/matmul_bf16.h"
+#include "model/context_attention.h"
 #include "optim/lr_scaling.h"
 #include "optim/optimizer.h"
 #include "parallel/schedule.h"
@@ -26,6 +27,8 @@ extern const char *const TRAIN_OPTIMIZER_WORDS[];
 extern const char *const TRAIN_LR_SCALING_WORDS[];
 extern const char *const TRAIN_PP_SCHEDULE_WORDS[];
 extern const char *const TRAIN_COMM_ALGO_WORDS[];
+extern const char *const TRAIN_CP_ALGO_WORDS[];
+extern const char *const TRAIN_CP_SPLIT_WORDS[];
 
 typedef struct {
     /* model */
@@ -57,12 +60,15 @@ typedef struct {
     bool async_ckpt; /* write checkpoints from a background thread */
     int threads, log_every;
     bool quiet;
-    /* parallelism: tp x pp x dp = processes */
+    /* parallelism: tp x cp x pp x dp = processes */
     int tp, pp;        /* tensor and pipeline parallel sizes */
+    int cp;            /* context parallel: each sequence split over cp ranks */
+    CpAlgo cp_algo;    /* ring or allgather */
+    CpSplit cp_split;  /* zigzag or contiguous chunks */
     PipeSchedule pp_schedule;
     int virtual_stages; /* layer groups per pipeline rank (interleaved) */
     const char *pp_split; /* "", "auto" or layers per stage "n0,n1,..." */
-    int dp;            /* 0: processes / (tp x pp) */
+    int dp;            /* 0: processes / (tp x cp x pp) */
     int zero;          /* ZeRO stage 0..3 */
     double bucket_mb;  /* gradient bucket size */
     bool no_overlap;   /* reduce buckets after backward instead of during it */

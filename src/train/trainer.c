@@ -202,7 +202,7 @@ static double evaluate(Trainer *tr) {
     double loss = engine_evaluate(tr->engine, rounds, mine, load_micro, &src);
     const Grid *g = engine_grid(tr->engine);
     bool counts = g->tp_index == 0 && g->pp_index == g->pp - 1;
-    double stats[2] = {counts ? loss : 0, counts ? (double)mine * B * T : 0};
+    double stats[2] = {counts ? loss : 0, counts ? (double)mine * B * (T / g->cp) : 0}; /* this rank's tokens */
     comm_allreduce_double(tr->world, stats, 2);
     return stats[0] / stats[1];
 }
