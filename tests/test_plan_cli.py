@@ -68,6 +68,12 @@ class BadInput(unittest.TestCase):
         self.fails(["--model", "demo", "--batch-schedule", "5:1M"], "--batch-schedule")
         self.fails(["--model", "demo", "--hardware", "a100-80g:8,h100-sxm"], "count per kind")
 
+    def test_negative_prices_and_new_words(self):
+        self.fails(["--model", "demo", "--on-demand-usd-per-gpu-hour", "-4"], "--on-demand-usd-per-gpu-hour", "-4")
+        self.fails(["--model", "demo", "--gpu-price-usd", "-35000"], "--gpu-price-usd")
+        self.fails(["--model", "demo", "--cp-algo", "tree"], "--cp-algo", "ring or allgather")
+        self.fails(["--model", "demo", "--in-network-reduction", "yes"], "--in-network-reduction", "on or off")
+
     def test_missing_shape(self):
         self.fails(["--layers", 4], "--model NAME", "--hidden")
 

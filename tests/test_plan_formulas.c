@@ -15,6 +15,7 @@
 #include "plan/batch.h"
 #include "plan/calibration.h"
 #include "plan/comms.h"
+#include "plan/cost.h"
 #include "plan/memory.h"
 #include "plan/plan.h"
 #include "plan/presets.h"
@@ -257,6 +258,68 @@ static double young_waste(double tau, double delta, double M) { return delta / t
 
 /* Daly's interval is within 1% of the numerical optimum of his wall-time
  * model, Young's at the numerical optimum of his own. */
+/* In-network reduction: each GPU sends and receives the buffer once.
+ * In a node (NVLink SHARP) the all-reduce of S takes 2 alpha + S / B_nvls,
+ * derived here by hand; its nccl-tests bus bandwidth 2 (n-1)/n S / t must
+ * follow NCCL's measured NVLS curve on 5 to 8 H100 (420, 440, 460, 480 GB/s:
+ * NVIDIA/nccl issue 1455; 480 also in nccl-tests issue 212) and, on 2 and 3
+ * GPUs, the 365-370 GB/s NCCL measured there. On 4 GPUs NCCL measured the
+ * ring's 367 where a constant switch rate gives 410: printed, not asserted
+ * (the switch's rate per GPU is not constant at small counts; docs/PLANNER.md
+ * says so). Across nodes the network part is one pass of S/k over each NIC
+ * instead of a ring's 2 (N-1)/N, chained with the node part (the slower
+ * sets the time). Off, the algorithm is never chosen. */
+static void test_in_network(void) {
+    Hardware h100;
+    hardware_preset("h100-sxm", &h100);
+    double S = 4.0 * 1073741824.0;
+    CollectiveAlgo algo;
+    double off = collective_time(&h100, COLL_ALLREDUCE, S, (Group){8, 8}, &algo);
+    CHECK(algo != ALGO_IN_NETWORK, "off: in-network reduction chosen");
+    h100.in_network = true;
+    double t = collective_time(&h100, COLL_ALLREDUCE, S, (Group){8, 8}, &algo);
+    double hand = 2 * 2e-6 + S / 273e9;
+    CHECK(algo == ALGO_IN_NETWORK && close_rel(t, hand, 1e-12), "8 GPUs: %.6f s (%s), by hand %.6f s", t, algo_name(algo), hand);
+    CHECK(t < off, "NVLS should beat the ring on 8 GPUs: %.4f vs %.4f s", t, off);
+    const double measured_busbw[9] = {0, 0, 367e9, 367e9, 367e9, 420e9, 440e9, 460e9, 480e9};
+    for (int n = 2; n <= 8; n++) {
+        double tn = collective_time(&h100, COLL_ALLREDUCE, S, (Group){n, n}, &algo);
+        double busbw = 2.0 * (n - 1) / n * S / tn;
+        if (n == 4)
+            printf("NVLS on 4 GPUs: busbw %.0f GB/s (%s), NCCL measured %.0f (not asserted)\n", busbw / 1e9,
+                   algo_name(algo), measured_busbw[n] / 1e9);
+        else
+            CHECK(close_rel(busbw, measured_busbw[n], 0.05), "%d GPUs: busbw %.0f GB/s (%s), NCCL measured %.0f", n,
+                  busbw / 1e9, algo_name(algo), measured_busbw[n] / 1e9);
+    }
+    /* 64 GPUs on 8 nodes: node part through the switch, then S/8 once over each NIC */
+    double t64 = collective_time(&h100, COLL_ALLREDUCE, S, (Group){64, 8}, &algo);
+    double b_out = h100.net_bw * NETWORK_EFFICIENCY;
+    double hand64 = 2 * 2e-6 + 2 * 6e-6 + fmax(7.0 / 8 * S / 273e9, S / 8 / b_out);
+    CHECK(algo == ALGO_IN_NETWORK && close_rel(t64, hand64, 1e-12), "64 GPUs: %.6f s, by hand %.6f s", t64, hand64);
+    h100.in_network = false;
+    double hier = collective_time(&h100, COLL_ALLREDUCE, S, (Group){64, 8}, &algo);
+    CHECK(hier > t64, "SHARP across nodes should be faster than without: %.4f vs %.4f s", t64, hier);
+}
+
+/* Ownership against the cloud, by hand: an H100 at $35,000 over 3 years of
+ * 8,000 hours is 35000 / 24000 = $1.4583/h, plus $0.18/h of power and
+ * cooling = $1.6383/h; against $4/h on demand owning pays above 35000 / (3
+ * x 8766 x 3.82) = 34.84% utilisation, against $2.50 spot above 57.37%. */
+static void test_costs(void) {
+    MoneyInput m = {.gpu_price_usd = 35000, .amortize_years = 3, .hours_per_year = 8000, .power_usd_per_gpu_hour = 0.18,
+                    .on_demand_usd_per_gpu_hour = 4.0, .spot_usd_per_gpu_hour = 2.5};
+    CHECK(close_rel(ownership_rate(&m), 1.638333, 1e-6), "ownership $%.6f/h", ownership_rate(&m));
+    CHECK(close_rel(planning_rate(&m), ownership_rate(&m), 0), "planning rate is ownership without a contract rate");
+    double od = break_even_utilisation(&m, 4.0), spot = break_even_utilisation(&m, 2.5);
+    CHECK(close_rel(od, 35000.0 / (3 * 8766 * 3.82), 1e-12) && fabs(od - 0.3484) < 5e-5, "on-demand break-even %.5f", od);
+    CHECK(fabs(spot - 0.57366) < 1e-5, "spot break-even %.5f", spot);
+    CHECK(isinf(break_even_utilisation(&m, 0.1)), "power above the cloud rate: owning never pays");
+    CHECK(break_even_utilisation(&m, 0) == 0, "no cloud rate: 0");
+    m.usd_per_gpu_hour = 2.0;
+    CHECK(planning_rate(&m) == 2.0, "a contract rate overrides ownership");
+}
+
 static void test_reliability(void) {
     double delta = 60, M = 3.0 * 3600, R = 600, work = 1e6;
     double best = INFINITY, best_tau = 0, young_best = INFINITY, young_tau = 0;
@@ -379,6 +442,8 @@ int main(void) {
     test_activation_memory();
     test_bubbles();
     test_collectives();
+    test_in_network();
+    test_costs();
     test_reliability();
     test_reliability_simulated();
     test_batch();

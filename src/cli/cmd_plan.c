@@ -28,7 +28,7 @@ typedef struct {
     double peak_tflops, gemm_efficiency, hbm_gb, hbm_tbps, nvlink_gbps, net_gbps, net_latency_us;
     int gpus_per_node;
     int tp, pp, dp, cp, ep, zero, micro_batch, virtual_stages;
-    const char *recompute, *schedule, *sequence_parallel, *overlap, *cp_algo;
+    const char *recompute, *schedule, *sequence_parallel, *overlap, *cp_algo, *in_network;
     bool search;
     int top;
     const char *rank_by;
@@ -62,6 +62,7 @@ static PlanArgs plan_args_defaults(void) {
     a.overlap = "on";
     a.sequence_parallel = "on";
     a.cp_algo = "ring";
+    a.in_network = "off";
     return a;
 }
 
@@ -216,6 +217,8 @@ static Fleet build_fleet(const PlanArgs *a, char *note, size_t note_size) {
     if (a->gpus > 0 && fleet_gpus(&f) != a->gpus)
         bs_die("--gpus %d disagrees with --hardware '%s' (%d GPUs): drop one of them", a->gpus, a->hardware, fleet_gpus(&f));
     apply_hardware_overrides(a, &f);
+    bool in_network = parse_on_off("in-network-reduction", a->in_network);
+    for (int k = 0; k < f.kinds; k++) f.hw[k].in_network = in_network;
     return f;
 }
 
@@ -527,6 +530,7 @@ int cmd_plan(int argc, char **argv) {
         {"gpus-per-node", OPT_INT, &a.gpus_per_node, 0, 4096, "N", "override: GPUs in one NVLink domain", NULL, NULL},
         {"nvlink-gbps", OPT_DOUBLE, &a.nvlink_gbps, 0, 1e5, "GB/s", "override: NVLink per GPU per direction", NULL, NULL},
         {"net-gbps", OPT_DOUBLE, &a.net_gbps, 0, 1e5, "GB/s", "override: inter-node per GPU per direction", NULL, NULL},
+        {"in-network-reduction", OPT_STRING, &a.in_network, OPT_NO_RANGE, "on|off", "switches reduce all-reduces (NVLink SHARP where the GPU has it, InfiniBand SHARP)", NULL, NULL},
         {"net-latency-us", OPT_DOUBLE, &a.net_latency_us, 0, 1e6, "US", "override: inter-node latency per step", NULL, NULL},
         {"tp", OPT_INT, &a.tp, 0, 1 << 20, "N", "tensor parallel (layout options pin a --search)", NULL, NULL},
         {"pp", OPT_INT, &a.pp, 0, 1 << 20, "N", "pipeline parallel", NULL, NULL},

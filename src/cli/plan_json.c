@@ -2,6 +2,7 @@
  * object (jansson). Units: bytes, seconds, tokens, FLOP/s, US dollars;
  * fractions in [0, 1]. */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -66,10 +67,12 @@ static json_t *money_json(const PlanReport *r) {
     json_t *a = json_array();
     for (int k = 0; k < r->in.fleet.kinds; k++) {
         const MoneyInput *m = &r->money[k];
-        json_array_append_new(a, json_pack("{s:s, s:f, s:f, s:f, s:f}", "hardware", r->in.fleet.hw[k].name,
+        double od = break_even_utilisation(m, m->on_demand_usd_per_gpu_hour), spot = break_even_utilisation(m, m->spot_usd_per_gpu_hour);
+        json_array_append_new(a, json_pack("{s:s, s:f, s:f, s:f, s:f, s:f, s:f}", "hardware", r->in.fleet.hw[k].name,
                                            "usd_per_gpu_hour", m->usd_per_gpu_hour, "ownership_usd_per_gpu_hour",
                                            ownership_rate(m), "on_demand_usd_per_gpu_hour", m->on_demand_usd_per_gpu_hour,
-                                           "spot_usd_per_gpu_hour", m->spot_usd_per_gpu_hour));
+                                           "spot_usd_per_gpu_hour", m->spot_usd_per_gpu_hour, "break_even_on_demand",
+                                           isfinite(od) ? od : -1.0, "break_even_spot", isfinite(spot) ? spot : -1.0));
     }
     return a;
 }

@@ -264,6 +264,13 @@ static void print_outcome(const PlanReport *r) {
     }
     if (!any) printf("%s GPU-hours with failures (give --usd-per-gpu-hour or --gpu-price-usd for money)", human(wall_gpu_hours, a, sizeof a));
     printf("\n");
+    for (int k = 0; k < r->in.fleet.kinds; k++) {
+        const MoneyInput *m = &r->money[k];
+        double od = break_even_utilisation(m, m->on_demand_usd_per_gpu_hour), spot = break_even_utilisation(m, m->spot_usd_per_gpu_hour);
+        if (od > 0 || spot > 0)
+            printf("           %s%sowning pays above %.0f%% utilisation against on-demand, %.0f%% against spot (price / (years x 8766 h x (cloud - power)))\n",
+                   r->in.fleet.kinds > 1 ? r->in.fleet.hw[k].name : "", r->in.fleet.kinds > 1 ? ": " : "", 100 * od, 100 * spot);
+    }
     double ratio = p->batch_tokens / r->critical_batch;
     printf("batch      critical batch %s tokens at loss %.2f nats (Kaplan et al. 2020%s); the batch is %.2fx it\n",
            human(r->critical_batch, a, sizeof a), r->loss, r->loss_given ? "" : ", loss from L(N, D)", ratio);

@@ -9,6 +9,15 @@
  *                 latency, the full message on each link);
  *   hierarchical  reduce-scatter inside the node, all-reduce of S/k between
  *                 nodes on each GPU's own NIC, all-gather inside the node.
+ *   in-network    (--in-network-reduction on) the switch reduces: each GPU
+ *                 sends S once and receives S once. In a node (NVLink
+ *                 SHARP): 2 alpha + S / min(B_in, B_nvls); across nodes
+ *                 the node reduce-scatter and all-gather of S (through the
+ *                 NVSwitch when it reduces, else a ring), chained chunk by
+ *                 chunk with InfiniBand SHARP's all-reduce of S/k on each
+ *                 GPU's NIC, (S/k) / B_out where a ring moves 2 (N-1)/N S/k:
+ *                 the slower of the two parts sets the time. (The switch ALU's rate between nodes is
+ *                 taken as the NIC's: an assumption, no measurement here.)
  * Reduce-scatter and all-gather are half an all-reduce. An all-to-all sends
  * (n-1)/n S per rank, the off-node share over the network. */
 #include "plan/comms.h"
@@ -42,6 +51,16 @@ static double allreduce_modelled(const Hardware *hw, double S, Group g, Collecti
     switch (algo) {
     case ALGO_RING: return 2.0 * (n - 1) * alpha + 2.0 * (n - 1) / n * S / bus;
     case ALGO_TREE: return 2.0 * ceil(log2(n)) * alpha + 2.0 * S / bus;
+    case ALGO_IN_NETWORK: {
+        if (!hw->in_network) return INFINITY;
+        double b_sw = hw->nvls_bw > 0 ? fmin(b_in, hw->nvls_bw) : 0.0;
+        if (one_node) return b_sw > 0 ? 2.0 * hw->nvlink_latency + S / b_sw : INFINITY;
+        /* NCCL chains the node part and the network part chunk by chunk
+         * (NVLS-tree, CollNet): the slower of the two sets the pace */
+        double inside = b_sw > 0 ? (k - 1) / k * S / b_sw : 2.0 * (k - 1) / k * S / b_in;
+        double latency = b_sw > 0 ? 2.0 * hw->nvlink_latency : 2.0 * (k - 1) * hw->nvlink_latency;
+        return latency + 2.0 * hw->net_latency + fmax(inside, (S / k) / b_out);
+    }
     case ALGO_HIERARCHICAL: {
         if (one_node) return INFINITY;
         double nodes = n / k;

@@ -20,6 +20,12 @@ typedef enum { COLL_ALLREDUCE, COLL_REDUCE_SCATTER, COLL_ALLGATHER, COLL_ALLTOAL
 #define NVLINK_EFFICIENCY 0.80
 #define NETWORK_EFFICIENCY 0.90
 
+/* NVLink SHARP (NVLS) on H100/H200: the NVSwitch reduces at about 273 GB/s
+ * per GPU: NCCL's NVLS all-reduce reaches algbw 258, 265, 270, 273 GB/s on
+ * 5 to 8 H100 at 2-4 GB (NVIDIA/nccl issue 1455, nccl-tests -b 2G -e 4G),
+ * below the 360 GB/s the links carry, so the switch sets the rate. */
+#define H100_NVLS_BW 273e9
+
 /* Communication hidden behind compute is not free: NCCL's kernels occupy
  * streaming multiprocessors and HBM bandwidth while they run. The planner
  * charges this fraction of every overlapped second to the step (an

@@ -17,4 +17,13 @@ double ownership_rate(const MoneyInput *m);
 /* The rate to plan with: usd_per_gpu_hour if given, else ownership. */
 double planning_rate(const MoneyInput *m);
 
+#define HOURS_PER_YEAR 8766.0 /* 365.25 days */
+
+/* Break-even utilisation against a cloud rate: the fraction u of the year's
+ * hours an owned GPU must be used for its cost per used hour, price /
+ * (years x u x 8766) + power, to equal the cloud rate; so u = price /
+ * (years x 8766 x (cloud - power)). Above 1: owning never pays; 0: no
+ * price or no cloud rate given; infinity when power alone costs more. */
+double break_even_utilisation(const MoneyInput *m, double cloud_usd_per_gpu_hour);
+
 #endif

@@ -4,7 +4,7 @@
 #include <string.h>
 
 static const char *const PRECISION_NAMES[] = {"bf16", "fp8", "fp32"};
-static const char *const ALGO_NAMES[] = {"ring", "tree", "hierarchical", "mpi"};
+static const char *const ALGO_NAMES[] = {"ring", "tree", "hierarchical", "mpi", "in-network"};
 
 const char *precision_name(Precision p) { return PRECISION_NAMES[p]; }
 const char *algo_name(CollectiveAlgo a) { return ALGO_NAMES[a]; }
@@ -19,7 +19,7 @@ bool precision_parse(const char *s, Precision *out) {
 }
 
 bool algo_parse(const char *s, CollectiveAlgo *out) {
-    for (int i = 0; i < ALGO_COUNT; i++)
+    for (int i = 0; i < ALGO_IN_NETWORK; i++) /* calibration files name the measured ones */
         if (strcmp(s, ALGO_NAMES[i]) == 0) {
             *out = (CollectiveAlgo)i;
             return true;

@@ -14,7 +14,9 @@
 
 typedef enum { PREC_BF16, PREC_FP8, PREC_FP32 } Precision;
 /* MPI: the library's own algorithm; only ever measured, never modelled. */
-typedef enum { ALGO_RING, ALGO_TREE, ALGO_HIERARCHICAL, ALGO_MPI, ALGO_COUNT } CollectiveAlgo;
+/* IN_NETWORK: the switches reduce (NVLink SHARP inside a node, InfiniBand
+ * SHARP between nodes), so each GPU sends and receives the buffer once. */
+typedef enum { ALGO_RING, ALGO_TREE, ALGO_HIERARCHICAL, ALGO_MPI, ALGO_IN_NETWORK, ALGO_COUNT } CollectiveAlgo;
 
 #define HW_MAX_GEMM_POINTS 32
 
@@ -38,6 +40,11 @@ typedef struct {
     int gpus_per_node;
     double nvlink_bw, nvlink_latency; /* per GPU per direction (bytes/s), per step (s) */
     double net_bw, net_latency;       /* inter-node, per GPU per direction */
+    /* in-network reduction (--in-network-reduction on): the NVSwitch's
+     * reduction bandwidth per GPU (0: the switch cannot reduce) and whether
+     * the network switches reduce (InfiniBand SHARP, at the NIC's rate) */
+    bool in_network;
+    double nvls_bw;
     /* calibration (optional) */
     double elementwise_bw;       /* bytes/s of element-wise kernels (0: use hbm_bw) */
     int n_gemm;

@@ -12,9 +12,13 @@
  * 3.35 TB/s, NVLink4 900 GB/s both directions, NDR 400 Gb/s per GPU (DGX
  * H100); H200 the same chip with 141 GB at 4.8 TB/s; B200 2.25 PF BF16 /
  * 4.5 PF FP8, 180 GB at 8 TB/s, NVLink5 1.8 TB/s both directions. The GEMM
+ * H100 and H200 reduce in the NVSwitch (NVLink SHARP, comms.h); the B200's
+ * rate is not known here (0: not modelled). The GEMM
  * and attention efficiencies and the latencies are the planner's assumptions
  * (docs/PLANNER.md says where they come from); calibration replaces them. */
 #include "plan/presets.h"
+
+#include "plan/comms.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -49,10 +53,10 @@ static const Hardware HARDWARE[] = {
      .nvlink_bw = 300e9, .nvlink_latency = 2e-6, .net_bw = 25e9, .net_latency = 6e-6},
     {.name = "h100-sxm", .peak_bf16 = 989e12, .peak_fp8 = 1979e12, .peak_fp32 = 494e12, .gemm_efficiency = 0.803,
      .attention_efficiency = 0.50, .hbm_bytes = 80 * GIB, .hbm_bw = 3.35e12, .gpus_per_node = 8,
-     .nvlink_bw = 450e9, .nvlink_latency = 2e-6, .net_bw = 50e9, .net_latency = 6e-6},
+     .nvlink_bw = 450e9, .nvlink_latency = 2e-6, .net_bw = 50e9, .net_latency = 6e-6, .nvls_bw = H100_NVLS_BW},
     {.name = "h200", .peak_bf16 = 989e12, .peak_fp8 = 1979e12, .peak_fp32 = 494e12, .gemm_efficiency = 0.803,
      .attention_efficiency = 0.50, .hbm_bytes = 141e9, .hbm_bw = 4.8e12, .gpus_per_node = 8,
-     .nvlink_bw = 450e9, .nvlink_latency = 2e-6, .net_bw = 50e9, .net_latency = 6e-6},
+     .nvlink_bw = 450e9, .nvlink_latency = 2e-6, .net_bw = 50e9, .net_latency = 6e-6, .nvls_bw = H100_NVLS_BW},
     {.name = "b200", .peak_bf16 = 2250e12, .peak_fp8 = 4500e12, .peak_fp32 = 1125e12, .gemm_efficiency = 0.776,
      .attention_efficiency = 0.50, .hbm_bytes = 180e9, .hbm_bw = 8e12, .gpus_per_node = 8,
      .nvlink_bw = 900e9, .nvlink_latency = 2e-6, .net_bw = 50e9, .net_latency = 6e-6},
