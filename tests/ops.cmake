@@ -5,3 +5,7 @@ add_test(NAME ops_logs COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_logs.p
 set_tests_properties(ops_logs PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" TIMEOUT 300)
 add_test(NAME ops_preempt COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_preempt.py)
 set_tests_properties(ops_preempt PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" TIMEOUT 300)
+# The test hosts (network namespaces) need root; without it these skip (77).
+add_test(NAME ops_hosts COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_hosts.py)
+add_test(NAME ops_hosts_netem COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_hosts.py --netem)
+set_tests_properties(ops_hosts ops_hosts_netem PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120 RUN_SERIAL ON)
