@@ -9,3 +9,6 @@ set_tests_properties(ops_preempt PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" TIMEO
 add_test(NAME ops_hosts COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_hosts.py)
 add_test(NAME ops_hosts_netem COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_hosts.py --netem)
 set_tests_properties(ops_hosts ops_hosts_netem PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120 RUN_SERIAL ON)
+add_test(NAME ops_multihost COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_multihost.py)
+set_tests_properties(ops_multihost PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" SKIP_RETURN_CODE 77 TIMEOUT 300
+                                              RUN_SERIAL ON)

@@ -30,9 +30,21 @@ void comm_check(int rc, const Comm *comm, const char *what) {
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
+/* The host of group rank r (from the table comm_init gathered). */
+static const char *host_of(const Comm *comm, int r) {
+    MPI_Group group, world;
+    int world_rank = MPI_UNDEFINED;
+    MPI_Comm_group(comm->mpi, &group);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    MPI_Group_translate_ranks(group, 1, &r, world, &world_rank);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
+    return comm->hosts && world_rank != MPI_UNDEFINED ? comm->hosts + (size_t)world_rank * COMM_HOST_CHARS : "?";
+}
+
 void comm_timeout(Comm *comm, const char *what, size_t bytes, int waiting_on) {
-    char who[64] = "another rank";
-    if (waiting_on >= 0) snprintf(who, sizeof who, "rank %d", waiting_on);
+    char who[128] = "another rank";
+    if (waiting_on >= 0) snprintf(who, sizeof who, "rank %d on host %s", waiting_on, host_of(comm, waiting_on));
     bs_error("%s (%s, %.1f MB) on the %s group timed out after %.0f s waiting for %s; aborting the job "
             "(raise --comm-timeout if this rank is only slow)",
             what, comm_algo_name(comm->algo), (double)bytes / 1e6, comm->name, comm->timeout_s, who);
@@ -120,8 +132,10 @@ static void setup_nodes(Comm *c, int ranks_per_node) {
     char name[sizeof c->name];
     snprintf(name, sizeof name, "%.50s/node", c->name);
     c->node = wrap(node_mpi, COMM_ALGO_RING, c->timeout_s, name);
+    c->node->hosts = c->hosts;
     snprintf(name, sizeof name, "%.50s/cross", c->name);
     c->cross = wrap(cross_mpi, COMM_ALGO_RING, c->timeout_s, name);
+    c->cross->hosts = c->hosts;
     c->node_index = index;
     c->num_nodes = nodes;
     c->local_index = local;
@@ -135,6 +149,11 @@ Comm *comm_init(int *argc, char ***argv, CommAlgo algo, int ranks_per_node, doub
     if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) bs_die("MPI_Init failed");
     atexit(abort_unfinished);
     Comm *world = wrap(MPI_COMM_WORLD, algo, timeout_s, name);
+    char mine[COMM_HOST_CHARS] = "";
+    gethostname(mine, sizeof mine - 1);
+    char *hosts = bs_malloc((size_t)world->size * COMM_HOST_CHARS);
+    MPI_Allgather(mine, COMM_HOST_CHARS, MPI_CHAR, hosts, COMM_HOST_CHARS, MPI_CHAR, MPI_COMM_WORLD);
+    world->hosts = hosts;
     if (ranks_per_node > 0 && world->size % ranks_per_node != 0)
         bs_die("--ranks-per-node %d does not divide the %d processes", ranks_per_node, world->size);
     setup_nodes(world, ranks_per_node);
@@ -148,6 +167,7 @@ Comm *comm_split(Comm *parent, int color, int key, const char *name) {
     comm_check(MPI_Comm_split(parent->mpi, color < 0 ? MPI_UNDEFINED : color, key, &sub), parent, "group split");
     if (sub == MPI_COMM_NULL) return NULL;
     Comm *c = wrap(sub, parent->algo, parent->timeout_s, name);
+    c->hosts = parent->hosts;
     setup_nodes(c, parent->ranks_per_node);
     return c;
 }
@@ -163,6 +183,7 @@ static void free_flat(Comm *c) {
         free(op);
     }
     if (c->mpi != MPI_COMM_WORLD) MPI_Comm_free(&c->mpi);
+    else free((char *)c->hosts);
     free(c->hier_part);
     free(c->rank_local);
     free(c->rank_node);

@@ -30,7 +30,11 @@ struct Comm {
     CommStats stats;
     CommOp *free_ops; /* finished operations kept for reuse (with their buffers) */
     Trace *trace;
+    const char *hosts; /* every world rank's host name, COMM_HOST_CHARS each, for error messages (the world's
+                          own copy, shared by its groups) */
 };
+
+#define COMM_HOST_CHARS 64
 
 /* One ring pass (reduce-scatter and/or all-gather, or a broadcast chain) on
  * one group, segment by segment. */

@@ -50,6 +50,11 @@ class TestHosts:
         hosts_sh("down", self.ident, check=False)
         return False
 
+    def reset(self):
+        """Down and up again: a fresh set after a test that broke the hosts (a lost link leaves stuck daemons)."""
+        self.__exit__(None, None, None)
+        self.__enter__()
+
     def exec_args(self, host, args):
         return [HOSTS_SH, "exec", str(self.ident), str(host)] + list(args)
 
