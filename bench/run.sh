@@ -21,6 +21,7 @@ mkdir -p build/bench
 /usr/bin/python3 bench/bench_scaling.py "$BS" build/bench/scaling.json "$VENV/bin/python"
 /usr/bin/python3 bench/bench_parallel.py "$BS" build/bench/parallel.json
 /usr/bin/python3 bench/bench_pipeline.py "$BS" build/bench/pipeline.json
+/usr/bin/python3 bench/bench_cp.py "$BS" build/bench/cp.json
 echo "collectives, 2 ranks (batchscale bench comm):"
 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 env OMP_NUM_THREADS=1 "$BS" bench comm \
     --ops all-reduce,reduce-scatter,all-gather | tee build/bench/comm.txt

@@ -260,7 +260,7 @@ class CheckpointTest(CorpusTest):
                                                  "--save-model", model])))
             wrote = layouts[x]
             self.assertIn(f"resumed from {step_dir(ck, at)} at step {at} (written by {wrote[0]} ranks: tp {wrote[1]} "
-                          f"x pp {wrote[2]} x dp {wrote[0] // (wrote[1] * wrote[2])}", p.stdout, label)
+                          f"x cp 1 x pp {wrote[2]} x dp {wrote[0] // (wrote[1] * wrote[2])}", p.stdout, label)
             b = read_model(model)[1].astype(np.float64)
             floor, err = rel(c, a), rel(b, a)
             print(f"  {label}: resumed run vs uninterrupted {err:.2e}, floor (never resharded on {y}) {floor:.2e}")
@@ -304,7 +304,7 @@ class CheckpointTest(CorpusTest):
         self.assertEqual(file_bytes(exported), file_bytes(saved), "export of a tensor-parallel checkpoint")
         p = self.inspect(ckpt)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
-        self.assertIn("dp 1 x tp 2 x pp 1", p.stdout)
+        self.assertIn("dp 1 x cp 1 x tp 2 x pp 1", p.stdout)
         self.assertIn("rank_00001.bin   shard 1 [0, ", p.stdout)
         self.assertIn("each model shard's files tile its layout", p.stdout)
         cut(os.path.join(step_dir(ckpt, 1), "rank_00001.bin"), 100)

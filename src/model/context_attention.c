@@ -47,6 +47,11 @@ void context_take_rows(int size, int rank, CpSplit split, const int32_t *whole, 
 /* Floats of one (B, t, 2C) key/value block. */
 static size_t block_floats(const ContextAttention *ca) { return (size_t)ca->B * ca->t * 2 * ca->C; }
 
+/* Floats of the key/value blocks: two (gradient, kv) pairs for the ring, every rank's kv and gradient for the gather. */
+static size_t blocks_floats(const ContextAttention *ca) {
+    return block_floats(ca) * (ca->algo == CP_ALGO_RING ? 4 : 2 * (size_t)ca->size);
+}
+
 ContextAttention *context_attention_create(Comm *group, CpAlgo algo, CpSplit split, int B, int t, int C, int H) {
     ContextAttention *ca = bs_calloc(1, sizeof *ca);
     ca->group = group;
@@ -56,8 +61,8 @@ ContextAttention *context_attention_create(Comm *group, CpAlgo algo, CpSplit spl
     ca->B = B, ca->t = t, ca->C = C, ca->H = H;
     ca->positions = bs_malloc(sizeof(int32_t) * (size_t)t);
     context_positions(ca->size, ca->rank, split, t * ca->size, ca->positions);
-    size_t n = block_floats(ca), stats = (size_t)B * H * t;
-    ca->blocks = bs_malloc(sizeof(float) * n * (algo == CP_ALGO_RING ? 4 : 2 * (size_t)ca->size));
+    size_t stats = (size_t)B * H * t;
+    ca->blocks = bs_malloc(sizeof(float) * blocks_floats(ca));
     ca->row_max = bs_malloc(sizeof(float) * 3 * stats);
     ca->row_sum = ca->row_max + stats;
     ca->delta = ca->row_sum + stats;
@@ -76,6 +81,14 @@ void context_attention_free(ContextAttention *ca) {
 }
 
 Comm *context_attention_group(const ContextAttention *ca) { return ca->group; }
+
+size_t context_attention_bytes(const ContextAttention *ca) {
+    if (!ca) return 0;
+    size_t stats = (size_t)ca->B * ca->H * ca->t;
+    return sizeof(float) * (blocks_floats(ca) + 3 * stats +
+                            attention_blocks_scratch_floats(ca->t, ca->C, ca->H) * (size_t)ca->slots) +
+           sizeof(int32_t) * (size_t)ca->t;
+}
 const int32_t *context_attention_positions(const ContextAttention *ca) { return ca->positions; }
 
 /* k and v of qkv (b,t,3C) into a block (b,t,2C), or a block's gradients back into dqkv's k and v. */

@@ -20,6 +20,7 @@
 #ifndef BS_MODEL_CONTEXT_ATTENTION_H
 #define BS_MODEL_CONTEXT_ATTENTION_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "comm/comm.h"
@@ -41,6 +42,8 @@ typedef struct ContextAttention ContextAttention;
 ContextAttention *context_attention_create(Comm *group, CpAlgo algo, CpSplit split, int B, int t, int C, int H);
 void context_attention_free(ContextAttention *ca);
 Comm *context_attention_group(const ContextAttention *ca);
+/* Bytes of its buffers (0 for NULL). */
+size_t context_attention_bytes(const ContextAttention *ca);
 /* The local tokens' positions (t entries). */
 const int32_t *context_attention_positions(const ContextAttention *ca);
 

@@ -407,6 +407,12 @@ DPMemory engine_memory(const Engine *e) {
     return total;
 }
 
+size_t engine_activation_bytes(const Engine *e) {
+    size_t total = pipeline_activation_bytes(e->pipe);
+    for (int c = 0; c < e->num_chunks; c++) total += context_attention_bytes(e->chunks[c].model.context);
+    return total;
+}
+
 static void add_stats(CommStats *a, CommStats b) {
     a->bytes_sent += b.bytes_sent;
     a->uncompressed_bytes += b.uncompressed_bytes;

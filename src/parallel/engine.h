@@ -119,6 +119,8 @@ int engine_first_nonfinite_block(const Engine *e);
 /* Tests: a NaN into the local gradient of a global block on this rank's next step. */
 void engine_inject_nan(Engine *e, int block);
 DPMemory engine_memory(const Engine *e);
+/* This rank's activation memory: the pipeline's sets and the context-attention buffers. */
+size_t engine_activation_bytes(const Engine *e);
 CommStats engine_comm_stats(const Engine *e); /* this step's data-parallel traffic */
 CommStats engine_context_stats(const Engine *e); /* this step's context-parallel traffic (zero without cp) */
 void engine_set_trace(Engine *e, Trace *trace);

@@ -44,6 +44,19 @@ struct Pipeline {
 
 void pipeline_set_trace(Pipeline *p, Trace *trace) { p->trace = trace; }
 
+size_t pipeline_activation_bytes(const Pipeline *p) {
+    size_t total = 0;
+    for (int c = 0; c < p->num_chunks; c++) {
+        const ChunkState *cs = &p->chunks[c];
+        const GPTConfig *cfg = &cs->chunk.model->cfg;
+        size_t forward = gpt_acts_bytes(cfg, p->B, p->T, false);
+        if (cs->num_slots > 0) total += gpt_acts_bytes(cfg, p->B, p->T, true) - forward; /* the shared scratch */
+        for (int i = 0; i < cs->num_slots; i++)
+            total += forward + (cs->slots[i].acts.stash ? gpt_acts_stash_bytes(cfg, p->B, p->T) : 0);
+    }
+    return total;
+}
+
 Pipeline *pipeline_create(Comm *pp_group, int stage, int stages, const PipeChunk *chunks, int num_chunks,
                           PipeSchedule schedule, int B, int T) {
     if (num_chunks < 1 || num_chunks > MAX_CHUNKS) bs_die("--virtual-stages must be 1..%d", MAX_CHUNKS);

@@ -63,6 +63,9 @@ Pipeline *pipeline_create(Comm *pp_group, int stage, int stages, const PipeChunk
                           PipeSchedule schedule, int B, int T);
 void pipeline_free(Pipeline *p);
 /* Record forward, backward and waits as trace intervals (NULL: off). */
+/* Bytes of the activation sets made so far (each set's forward activations
+ * and split stash, one backward scratch per chunk). */
+size_t pipeline_activation_bytes(const Pipeline *p);
 void pipeline_set_trace(Pipeline *p, Trace *trace);
 
 /* One step's forward and backward over m micro-batches (dies with the

@@ -37,12 +37,16 @@ static void set(json_t *j, const char *key, json_t *value) { json_object_set_new
 static void set_timing(json_t *j, const Metrics *m, const StepResult *r, double tokens_per_s) {
     set(j, "ms", number(r->seconds * 1e3));
     set(j, "tokens_per_s", number(tokens_per_s));
-    set(j, "compute_ms", number((r->seconds - r->comm_exposed) * 1e3));
+    set(j, "compute_ms", number((r->seconds - r->comm_exposed - r->cp_exposed) * 1e3));
     set(j, "comm_exposed_ms", number(r->comm_exposed * 1e3));
     set(j, "comm_busy_ms", number(r->comm_busy * 1e3));
     set(j, "comm_bytes", json_integer((json_int_t)r->comm_bytes));
     set(j, "comm_bytes_fp32", json_integer((json_int_t)r->comm_bytes_fp32));
     if (r->comm_bytes > 0) set(j, "compression_ratio", number((double)r->comm_bytes_fp32 / (double)r->comm_bytes));
+    if (r->cp_bytes > 0) {
+        set(j, "cp_bytes", json_integer((json_int_t)r->cp_bytes));
+        set(j, "cp_exposed_ms", number(r->cp_exposed * 1e3));
+    }
     set(j, "step_ms_max", number(r->slowest * 1e3));
     set(j, "step_ms_min", number(r->fastest * 1e3));
     set(j, "ranks", json_integer(m->ranks));
@@ -92,6 +96,7 @@ void metrics_write(const Metrics *m, const StepResult *r, const MetricsStep *s) 
     set_policy(j, m, r, s);
     set(j, "state_bytes", json_integer((json_int_t)s->state_bytes));
     set(j, "buffer_bytes", json_integer((json_int_t)s->buffer_bytes));
+    set(j, "activation_bytes", json_integer((json_int_t)s->activation_bytes));
     set(j, "peak_rss_bytes", json_integer((json_int_t)r->peak_rss));
     if (m->baseline_tokens_per_s > 0)
         set(j, "scaling_efficiency", number(tokens_per_s / (m->replicas * m->baseline_tokens_per_s)));

@@ -30,6 +30,7 @@ typedef struct {
     double ckpt_stall; /* seconds the previous step's checkpoint stopped training (0: none) */
     const int *split;  /* --balance: micro-batches per replica */
     size_t state_bytes, buffer_bytes; /* this rank's parameters, gradients and optimizer state; buffers */
+    size_t activation_bytes;          /* this rank's activation sets, backward scratch, context-attention buffers */
 } MetricsStep;
 
 /* The file at path for a run at step `step` (0: a new file). */

@@ -28,6 +28,8 @@ typedef struct {
     double comm_exposed, comm_busy;   /* this rank's blocked time; operations' total time */
     uint64_t comm_bytes;
     uint64_t comm_bytes_fp32;         /* what the same operations would send uncompressed */
+    uint64_t cp_bytes;                /* context parallelism: keys, values and their gradients sent by this rank */
+    double cp_exposed;                /* context parallelism: this rank's time blocked on them */
     int stop_signal;                  /* a rank was asked to stop (train/preempt.h): the job ends after this step */
 } StepResult;
 

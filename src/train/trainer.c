@@ -150,6 +150,9 @@ static void record_stats(Trainer *tr, StepResult *r, const StepStats *st, const 
     r->comm_bytes_fp32 = cs.uncompressed_bytes;
     r->comm_exposed = cs.wait_seconds;
     r->comm_busy = cs.busy_seconds;
+    CommStats context = engine_context_stats(tr->engine);
+    r->cp_bytes = context.bytes_sent;
+    r->cp_exposed = context.wait_seconds;
 }
 
 static StepResult train_step(Trainer *tr) {
@@ -266,7 +269,7 @@ static void write_step_metrics(Trainer *tr, const StepResult *r, double val_loss
                      (size_t)optimizer_state_arrays(tr->cfg.optimizer);
     MetricsStep s = {tr->step, tr->seqs_consumed * (uint64_t)tr->cfg.seq_len, tr->guard.skips, val_loss,
                      tr->last_ckpt_stall, tr->balance.split, mem.param_bytes + mem.grad_bytes + opt_bytes,
-                     mem.buffer_bytes};
+                     mem.buffer_bytes, engine_activation_bytes(tr->engine)};
     metrics_write(&tr->metrics, r, &s);
 }
 
