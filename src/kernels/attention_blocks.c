@@ -45,6 +45,7 @@ typedef struct {
     real *dqkv, *dkv; const real *dout, *delta;          /* backward */
     real *scratch;
     int slots;
+    const AttentionPoll *poll;
 } BlockPass;
 
 size_t attention_blocks_scratch_floats(int t, int C, int H) {
@@ -214,21 +215,23 @@ static void run_pass(const BlockPass *ps, bool backward) {
                     RowBlock x = row_block(r, ps->kv_chunks, b, h, half, r0);
                     if (backward) backward_rows(&x, ps, slot);
                     else forward_rows(&x, ps, slot);
+                    if (ps->poll && omp_get_thread_num() == 0) ps->poll->fn(ps->poll->ctx);
                 }
         }
 }
 
 void attention_blocks_forward(real *out, real *row_max, real *row_sum, real *att, const real *qkv, const real *kv,
-                              const int kv_chunks[2], const AttentionRows *r, real *scratch, int slots) {
+                              const int kv_chunks[2], const AttentionRows *r, real *scratch, int slots,
+                              const AttentionPoll *poll) {
     BlockPass ps = {.r = r, .kv_chunks = kv_chunks, .qkv = qkv, .kv = kv, .out = out, .row_max = row_max,
-                    .row_sum = row_sum, .att = att, .scratch = scratch, .slots = slots};
+                    .row_sum = row_sum, .att = att, .scratch = scratch, .slots = slots, .poll = poll};
     run_pass(&ps, false);
 }
 
 void attention_blocks_backward(real *dqkv, real *dkv, const real *dout, const real *qkv, const real *kv,
                                const real *att, const real *delta, const int kv_chunks[2], const AttentionRows *r,
-                               real *scratch, int slots) {
+                               real *scratch, int slots, const AttentionPoll *poll) {
     BlockPass ps = {.r = r, .kv_chunks = kv_chunks, .qkv = qkv, .kv = kv, .att = (real *)att, .dqkv = dqkv,
-                    .dkv = dkv, .dout = dout, .delta = delta, .scratch = scratch, .slots = slots};
+                    .dkv = dkv, .dout = dout, .delta = delta, .scratch = scratch, .slots = slots, .poll = poll};
     run_pass(&ps, true);
 }

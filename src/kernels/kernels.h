@@ -81,22 +81,29 @@ void attention_backward(real *dqkv, real *scratch, int scratch_slots, const real
  * (0 above the diagonal). Backward: delta (B,H,t) = rowsum(dout * out) once,
  * then per block dqkv's q part (+=) and the block's dkv (+=). row_max,
  * row_sum (B,H,t) are the running statistics; scratch holds slots *
- * attention_blocks_scratch_floats reals, one slot per working thread. */
+ * attention_blocks_scratch_floats reals, one slot per working thread. poll
+ * (NULL: none) is called by the calling thread between its row blocks, so a
+ * caller can advance communication in flight while the block is computed. */
 enum { ATTENTION_ROW_BLOCK = 64 };
 typedef struct {
     int B, t, C, H; /* batch, local rows, channels and heads of this shard */
     int T;          /* the whole sequence: att's columns */
     int q_chunks[2];
 } AttentionRows;
+typedef struct {
+    void (*fn)(void *ctx);
+    void *ctx;
+} AttentionPoll;
 size_t attention_blocks_scratch_floats(int t, int C, int H);
 void attention_blocks_begin(real *out, real *row_max, real *row_sum, const AttentionRows *r);
 void attention_blocks_forward(real *out, real *row_max, real *row_sum, real *att, const real *qkv, const real *kv,
-                              const int kv_chunks[2], const AttentionRows *r, real *scratch, int slots);
+                              const int kv_chunks[2], const AttentionRows *r, real *scratch, int slots,
+                              const AttentionPoll *poll);
 void attention_blocks_finish(real *out, const real *row_max, const real *row_sum, real *att, const AttentionRows *r);
 void attention_blocks_delta(real *delta, const real *dout, const real *out, const AttentionRows *r);
 void attention_blocks_backward(real *dqkv, real *dkv, const real *dout, const real *qkv, const real *kv,
                                const real *att, const real *delta, const int kv_chunks[2], const AttentionRows *r,
-                               real *scratch, int slots);
+                               real *scratch, int slots, const AttentionPoll *poll);
 
 /* out (N) = gelu(inp) with the tanh approximation; backward writes dinp */
 void gelu_forward(real *out, const real *inp, size_t N);

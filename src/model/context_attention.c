@@ -111,26 +111,43 @@ static void check_shape(const ContextAttention *ca, int b, int t) {
     if (b > ca->B || t != ca->t) bs_die("internal: context attention made for %dx%d, called with %dx%d", ca->B, ca->t, b, t);
 }
 
+/* Transfers in flight while a block is computed: polled between its row
+ * blocks (MPI progresses a message only inside MPI calls), waited for after. */
+typedef struct {
+    CommOp *ops[2];
+} InFlight;
+
+static void poll_in_flight(void *ctx) {
+    InFlight *f = ctx;
+    for (int i = 0; i < 2; i++)
+        if (f->ops[i] && comm_test(f->ops[i])) f->ops[i] = NULL;
+}
+
+static void wait_in_flight(InFlight *f) {
+    for (int i = 0; i < 2; i++)
+        if (f->ops[i]) comm_wait(f->ops[i]);
+    f->ops[0] = f->ops[1] = NULL;
+}
+
 /* Ring forward: block i came from rank - i; the next one is in flight while it is computed. */
 static void ring_forward(ContextAttention *ca, float *out, float *att, const float *qkv, const AttentionRows *r) {
     const size_t n = block_floats(ca);
     float *cur = ca->blocks, *next = ca->blocks + n;
     pack_kv(cur, qkv, r->B, r->t, ca->C);
     for (int i = 0; i < ca->size; i++) {
-        CommOp *send = NULL, *recv = NULL;
+        InFlight f = {{NULL, NULL}};
         if (i + 1 < ca->size) {
-            recv = comm_start_recv(ca->group, next, n, next_rank(ca, -1), TAG_KV);
-            send = comm_start_send(ca->group, cur, n, next_rank(ca, 1), TAG_KV);
+            f.ops[0] = comm_start_recv(ca->group, next, n, next_rank(ca, -1), TAG_KV);
+            f.ops[1] = comm_start_send(ca->group, cur, n, next_rank(ca, 1), TAG_KV);
         }
         int chunks[2];
         context_chunks(ca->size, next_rank(ca, -i), ca->split, chunks);
-        attention_blocks_forward(out, ca->row_max, ca->row_sum, att, qkv, cur, chunks, r, ca->scratch, ca->slots);
-        if (recv) {
-            comm_wait(recv);
-            comm_wait(send);
-            float *swap = cur;
-            cur = next, next = swap;
-        }
+        AttentionPoll poll = {poll_in_flight, &f};
+        attention_blocks_forward(out, ca->row_max, ca->row_sum, att, qkv, cur, chunks, r, ca->scratch, ca->slots,
+                                 &poll);
+        wait_in_flight(&f);
+        float *swap = cur;
+        cur = next, next = swap;
     }
 }
 
@@ -143,7 +160,7 @@ static void allgather_forward(ContextAttention *ca, float *out, float *att, cons
         int chunks[2];
         context_chunks(ca->size, s, ca->split, chunks);
         attention_blocks_forward(out, ca->row_max, ca->row_sum, att, qkv, ca->blocks + (size_t)s * n, chunks, r,
-                                 ca->scratch, ca->slots);
+                                 ca->scratch, ca->slots, NULL);
     }
 }
 
@@ -168,22 +185,20 @@ static void ring_backward(ContextAttention *ca, float *dqkv, const float *dout, 
     pack_kv(cur + n, qkv, r->B, r->t, ca->C);
     const int to = next_rank(ca, -1), from = next_rank(ca, 1);
     for (int i = 0; i < ca->size; i++) {
-        const bool more = i + 1 < ca->size;
-        CommOp *send_kv = NULL, *recv_kv = NULL;
-        if (more) {
-            recv_kv = comm_start_recv(ca->group, next + n, n, from, TAG_KV);
-            send_kv = comm_start_send(ca->group, cur + n, n, to, TAG_KV);
+        InFlight f = {{NULL, NULL}};
+        if (i + 1 < ca->size) {
+            f.ops[0] = comm_start_recv(ca->group, next + n, n, from, TAG_KV);
+            f.ops[1] = comm_start_send(ca->group, cur + n, n, to, TAG_KV);
         }
         int chunks[2];
         context_chunks(ca->size, next_rank(ca, i), ca->split, chunks);
-        attention_blocks_backward(dqkv, cur, dout, qkv, cur + n, att, ca->delta, chunks, r, ca->scratch, ca->slots);
+        AttentionPoll poll = {poll_in_flight, &f};
+        attention_blocks_backward(dqkv, cur, dout, qkv, cur + n, att, ca->delta, chunks, r, ca->scratch, ca->slots,
+                                  &poll);
         CommOp *recv_grad = comm_start_recv(ca->group, next, n, from, TAG_DKV);
         comm_wait(comm_start_send(ca->group, cur, n, to, TAG_DKV));
         comm_wait(recv_grad);
-        if (more) {
-            comm_wait(recv_kv);
-            comm_wait(send_kv);
-        }
+        wait_in_flight(&f);
         float *swap = cur;
         cur = next, next = swap;
     }
@@ -201,7 +216,7 @@ static void allgather_backward(ContextAttention *ca, float *dqkv, const float *d
         int chunks[2];
         context_chunks(ca->size, s, ca->split, chunks);
         attention_blocks_backward(dqkv, grads + (size_t)s * n, dout, qkv, kv + (size_t)s * n, att, ca->delta,
-                                  chunks, r, ca->scratch, ca->slots);
+                                  chunks, r, ca->scratch, ca->slots, NULL);
     }
     comm_wait(comm_start_reduce_scatter_blocks(ca->group, grads, kv, n));
     unpack_kv(dqkv, kv, r->B, r->t, ca->C);
