@@ -18,7 +18,7 @@ struct ContextAttention {
     CpSplit split;
     int B, t, C, H;
     int32_t *positions;
-    float *blocks;       /* ring: two (grad, kv) pairs; allgather: every rank's kv, then their gradients */
+    float *blocks;       /* see blocks_floats */
     float *row_max, *row_sum, *delta; /* (B,H,t) */
     float *scratch;
     int slots;
@@ -47,9 +47,11 @@ void context_take_rows(int size, int rank, CpSplit split, const int32_t *whole, 
 /* Floats of one (B, t, 2C) key/value block. */
 static size_t block_floats(const ContextAttention *ca) { return (size_t)ca->B * ca->t * 2 * ca->C; }
 
-/* Floats of the key/value blocks: two (gradient, kv) pairs for the ring, every rank's kv and gradient for the gather. */
+/* Floats of the key/value blocks: the ring's two kv blocks and three
+ * gradient blocks (computing, sending, arriving); the gather's every rank's kv
+ * and gradient. */
 static size_t blocks_floats(const ContextAttention *ca) {
-    return block_floats(ca) * (ca->algo == CP_ALGO_RING ? 4 : 2 * (size_t)ca->size);
+    return block_floats(ca) * (ca->algo == CP_ALGO_RING ? 5 : 2 * (size_t)ca->size);
 }
 
 ContextAttention *context_attention_create(Comm *group, CpAlgo algo, CpSplit split, int B, int t, int C, int H) {
@@ -113,20 +115,22 @@ static void check_shape(const ContextAttention *ca, int b, int t) {
 
 /* Transfers in flight while a block is computed: polled between its row
  * blocks (MPI progresses a message only inside MPI calls), waited for after. */
+enum { MAX_IN_FLIGHT = 3 };
 typedef struct {
-    CommOp *ops[2];
+    CommOp *ops[MAX_IN_FLIGHT];
 } InFlight;
 
 static void poll_in_flight(void *ctx) {
     InFlight *f = ctx;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < MAX_IN_FLIGHT; i++)
         if (f->ops[i] && comm_test(f->ops[i])) f->ops[i] = NULL;
 }
 
 static void wait_in_flight(InFlight *f) {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < MAX_IN_FLIGHT; i++) {
         if (f->ops[i]) comm_wait(f->ops[i]);
-    f->ops[0] = f->ops[1] = NULL;
+        f->ops[i] = NULL;
+    }
 }
 
 /* Ring forward: block i came from rank - i; the next one is in flight while it is computed. */
@@ -135,7 +139,7 @@ static void ring_forward(ContextAttention *ca, float *out, float *att, const flo
     float *cur = ca->blocks, *next = ca->blocks + n;
     pack_kv(cur, qkv, r->B, r->t, ca->C);
     for (int i = 0; i < ca->size; i++) {
-        InFlight f = {{NULL, NULL}};
+        InFlight f = {{NULL}};
         if (i + 1 < ca->size) {
             f.ops[0] = comm_start_recv(ca->group, next, n, next_rank(ca, -1), TAG_KV);
             f.ops[1] = comm_start_send(ca->group, cur, n, next_rank(ca, 1), TAG_KV);
@@ -173,36 +177,45 @@ void context_attention_forward(ContextAttention *ca, float *out, float *att, con
     attention_blocks_finish(out, ca->row_max, ca->row_sum, att, &r);
 }
 
-/* Ring backward, the other way round: block i came from rank + i with the
- * gradient the ranks before have added; its keys and values go on while it
- * is computed, its gradient after. The last hop brings each block's gradient
- * home. A pair is (gradient, kv), n floats each. */
+/* Ring backward, the other way round: at step i this rank holds block
+ * rank + i. Its keys and values go on to rank - 1 while it is computed; its
+ * gradient so far (the ranks after this one added theirs in the steps
+ * before) arrives from rank + 1 meanwhile, and this rank's share is computed
+ * into a zeroed buffer and added to it after, so each gradient hop overlaps
+ * the next step's compute. The last hop brings each block's sum home. */
 static void ring_backward(ContextAttention *ca, float *dqkv, const float *dout, const float *qkv, const float *att,
                           const AttentionRows *r) {
     const size_t n = block_floats(ca);
-    float *cur = ca->blocks, *next = ca->blocks + 2 * n;
-    memset(cur, 0, sizeof(float) * n);
-    pack_kv(cur + n, qkv, r->B, r->t, ca->C);
+    float *kv = ca->blocks, *kv_next = kv + n, *grad = kv + 2 * n, *sending = kv + 3 * n, *partial = kv + 4 * n;
+    pack_kv(kv, qkv, r->B, r->t, ca->C);
     const int to = next_rank(ca, -1), from = next_rank(ca, 1);
+    CommOp *grad_send = NULL;
     for (int i = 0; i < ca->size; i++) {
-        InFlight f = {{NULL, NULL}};
+        InFlight f = {{NULL}};
         if (i + 1 < ca->size) {
-            f.ops[0] = comm_start_recv(ca->group, next + n, n, from, TAG_KV);
-            f.ops[1] = comm_start_send(ca->group, cur + n, n, to, TAG_KV);
+            f.ops[0] = comm_start_recv(ca->group, kv_next, n, from, TAG_KV);
+            f.ops[1] = comm_start_send(ca->group, kv, n, to, TAG_KV);
         }
+        if (i > 0) f.ops[2] = comm_start_recv(ca->group, partial, n, from, TAG_DKV);
+        memset(grad, 0, sizeof(float) * n);
         int chunks[2];
         context_chunks(ca->size, next_rank(ca, i), ca->split, chunks);
         AttentionPoll poll = {poll_in_flight, &f};
-        attention_blocks_backward(dqkv, cur, dout, qkv, cur + n, att, ca->delta, chunks, r, ca->scratch, ca->slots,
-                                  &poll);
-        CommOp *recv_grad = comm_start_recv(ca->group, next, n, from, TAG_DKV);
-        comm_wait(comm_start_send(ca->group, cur, n, to, TAG_DKV));
-        comm_wait(recv_grad);
+        attention_blocks_backward(dqkv, grad, dout, qkv, kv, att, ca->delta, chunks, r, ca->scratch, ca->slots, &poll);
         wait_in_flight(&f);
-        float *swap = cur;
-        cur = next, next = swap;
+        if (i > 0)
+            for (size_t j = 0; j < n; j++) grad[j] += partial[j];
+        if (grad_send) comm_wait(grad_send); /* `sending` is free again */
+        float *swap = sending;
+        sending = grad, grad = swap;
+        grad_send = comm_start_send(ca->group, sending, n, to, TAG_DKV);
+        swap = kv;
+        kv = kv_next, kv_next = swap;
     }
-    unpack_kv(dqkv, cur, r->B, r->t, ca->C); /* this rank's own block, home with every rank's share */
+    CommOp *home = comm_start_recv(ca->group, partial, n, from, TAG_DKV);
+    comm_wait(grad_send);
+    comm_wait(home);
+    unpack_kv(dqkv, partial, r->B, r->t, ca->C); /* this rank's own block with every rank's share */
 }
 
 static void allgather_backward(ContextAttention *ca, float *dqkv, const float *dout, const float *qkv,

@@ -11,8 +11,10 @@
  *   ring:      each rank's (B, t, 2C) key/value block travels around the
  *              group by non-blocking point-to-point, the next block in flight
  *              while the one in hand is computed; partial outputs merge by
- *              log-sum-exp. Backward runs the ring the other way carrying
- *              each block with its gradient, which returns to its owner.
+ *              log-sum-exp. Backward runs the ring the other way: each
+ *              block's keys and values and, one step behind, its gradient
+ *              so far (each rank adds its share), both in flight while the
+ *              next block is computed; the last hop brings it home.
  *   allgather: every block gathered at once (what Llama 3 used); backward
  *              reduce-scatters the key/value gradients.
  * Both give the single-process attention up to summation order. The group's
