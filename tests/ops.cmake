@@ -12,3 +12,5 @@ set_tests_properties(ops_hosts ops_hosts_netem PROPERTIES SKIP_RETURN_CODE 77 TI
 add_test(NAME ops_multihost COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_multihost.py)
 set_tests_properties(ops_multihost PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" SKIP_RETURN_CODE 77 TIMEOUT 300
                                               RUN_SERIAL ON)
+add_test(NAME ops_config COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_config.py)
+set_tests_properties(ops_config PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" TIMEOUT 120)

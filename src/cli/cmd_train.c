@@ -3,7 +3,9 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/config_file.h"
 #include "cli/options.h"
+#include "cli/run_config.h"
 #include "comm/comm.h"
 #include "core/error.h"
 #include "train/train_config.h"
@@ -107,14 +109,23 @@ int cmd_train(int argc, char **argv) {
         {"zero-quant-grads", OPT_FLAG, &c.zero_quant_grads, OPT_NO_RANGE, "", "ZeRO 1-3: reduce-scatter gradients in int8 (qgZ)", NULL, NULL},
         {"zero-hpz", OPT_FLAG, &c.zero_hpz, OPT_NO_RANGE, "", "ZeRO-3: node-local parameter copy for backward gathers (hpZ)", NULL, NULL},
         {"freeze-step", OPT_INT, &c.freeze_step, 0, 1e9, "S", "1-bit Adam: full-precision steps before the variance freezes", "0", NULL},
+        {"config", OPT_STRING, &c.config, OPT_NO_RANGE, "FILE", "JSON options (e.g. a run's config.json); flags given too override it", "", NULL},
     };
-    if (!options_parse(specs, (int)(sizeof specs / sizeof specs[0]), argc, argv,
-                       "usage: batchscale train [options]\n\nTrains a GPT-2 style model on token shards."))
+    const int count = (int)(sizeof specs / sizeof specs[0]);
+    ConfigArgs args = config_file_expand(specs, count, argc, argv); /* the file's flags first: the command line wins */
+    if (!options_parse(specs, count, args.argc, args.argv,
+                       "usage: batchscale train [options]\n\nTrains a GPT-2 style model on token shards.")) {
+        config_args_free(&args);
         return 0;
+    }
     char why[512];
     if (!train_config_check(&c, why, sizeof why)) bs_die("%s", why); /* before any process group exists */
-    Comm *world = comm_init(&argc, &argv, c.comm_algo, c.ranks_per_node, c.comm_timeout, "data-parallel");
+    int mpi_argc = args.argc;
+    char **mpi_argv = args.argv;
+    Comm *world = comm_init(&mpi_argc, &mpi_argv, c.comm_algo, c.ranks_per_node, c.comm_timeout, "data-parallel");
+    if (comm_rank(world) == 0 && c.out[0]) run_config_write(c.out, specs, count, argc, argv, comm_size(world));
     int status = train_run(&c, world);
     comm_finalize(world);
+    config_args_free(&args);
     return status;
 }

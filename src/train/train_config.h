@@ -105,6 +105,8 @@ typedef struct {
     bool zero_quant_grads;          /* ZeRO >= 1: int8 gradient reduce-scatter (qgZ) */
     bool zero_hpz;                  /* ZeRO-3: node-local secondary parameter shard (hpZ) */
     int freeze_step;                /* 1-bit Adam: the last step of full-precision Adam */
+    /* operations */
+    const char *config;      /* --config: the JSON file the flags were read from (cli/config_file.h) */
 } TrainConfig;
 
 /* Everything that can be checked without the process group: flag
