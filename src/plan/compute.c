@@ -14,6 +14,7 @@
 
 #include <math.h>
 
+#include "plan/gemm_model.h"
 #include "plan/memory.h"
 
 /* log of the harmonic mean of a matmul's dimensions: the size measure that
@@ -42,6 +43,7 @@ double gemm_time(const Hardware *hw, Precision p, double m, double n, double k, 
     if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return 0.0;
     double flops = 2.0 * m * n * k * count;
     if (hw->n_gemm > 0) return flops / measured_rate(hw, m, n, k);
+    if (hw->sms > 0) return count * 2.0 * m * n * k / (SUSTAINED_FRACTION * gemm_model_rate(hw, p, m, n, k));
     double bytes = precision_operand_bytes(p) * (m * k + k * n + m * n) * count;
     return flops / (hardware_peak(hw, p) * hw->gemm_efficiency * SUSTAINED_FRACTION) + bytes / hw->hbm_bw;
 }
@@ -66,6 +68,21 @@ static double attention_time(const ModelShape *m, const Layout *l, const Hardwar
     return part * (gemm_time(hw, p, T, s, d, heads) + gemm_time(hw, p, T, d, s, heads));
 }
 
+/* FP8 (Transformer Engine's recipes): before each linear layer's forward
+ * product its input is cast to FP8 together with its transpose (for the
+ * weight-gradient product) by one fused kernel that also takes the amax for
+ * the scaling factor (cast_transpose: read 2 bytes, write 1 + 1 per
+ * element), and before the backward products the output gradient is;
+ * memory-bound, at the element-wise rate. The weights' FP8 copies are made
+ * once per step (cached over micro-batches: TE's is_first_microbatch), not
+ * counted. Bytes per micro-batch. */
+#define FP8_CAST_BYTES 4.0
+
+static void add_fp8_casts(double rows, double n, double k, double count, double *forward, double *backward) {
+    *forward += FP8_CAST_BYTES * count * rows * k;
+    *backward += FP8_CAST_BYTES * count * rows * n;
+}
+
 LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware *hw, Precision p, AttentionImpl a) {
     LayerCompute c = {0};
     double T = (double)l->micro_batch * m->seq_len / l->cp, t = l->tp;
@@ -82,9 +99,16 @@ LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware 
     double stored = activation_bytes_per_layer(m, l, a, p, RECOMPUTE_NONE);
     double elementwise_bw = hw->elementwise_bw > 0 ? hw->elementwise_bw : hw->hbm_bw;
     c.elementwise = ELEMENTWISE_TRAFFIC * stored / elementwise_bw;
-    c.forward = c.gemm + c.attention + c.elementwise;
+    double cast_forward = 0.0, cast_backward = 0.0;
+    if (p == PREC_FP8) {
+        add_fp8_casts(T, (q + 2.0 * kv) / t, h, 1, &cast_forward, &cast_backward);
+        add_fp8_casts(T, h, q / t, 1, &cast_forward, &cast_backward);
+        add_fp8_casts(rows, f / t, h, up * local_experts, &cast_forward, &cast_backward);
+        add_fp8_casts(rows, h, f / t, local_experts, &cast_forward, &cast_backward);
+    }
+    c.forward = c.gemm + c.attention + c.elementwise + cast_forward / elementwise_bw;
     c.attention_backward = (a == ATTN_FLASH ? FLASH_BACKWARD_FLOPS / FLASH_BACKWARD_RATE : 2.0) * c.attention;
-    c.backward = 2.0 * (c.gemm + c.elementwise) + c.attention_backward;
+    c.backward = 2.0 * (c.gemm + c.elementwise) + c.attention_backward + cast_backward / elementwise_bw;
     if (l->recompute == RECOMPUTE_FULL) c.recompute = c.forward;
     if (l->recompute == RECOMPUTE_SELECTIVE && a != ATTN_FLASH) {
         double scores = stored - activation_bytes_per_layer(m, l, a, p, RECOMPUTE_SELECTIVE);
@@ -94,6 +118,7 @@ LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware 
 }
 
 double head_compute(const ModelShape *m, const Layout *l, const Hardware *hw, Precision p) {
+    if (p == PREC_FP8) p = PREC_BF16; /* the output layer stays in BF16 (Megatron's is not a TE layer) */
     double T = (double)l->micro_batch * m->seq_len / l->cp;
     double V = model_padded_vocab(m) / (double)l->tp;
     double logits_bytes = T * V * (precision_activation_bytes(p) + 4.0);

@@ -1,10 +1,10 @@
 /* compute.h: how long one GPU computes one layer for one micro-batch, and
  * what achieved fraction of peak that implies.
  *
- * A matmul takes flops / (peak x best GEMM efficiency) plus the time to move
- * its operands through HBM (an additive roofline): small or thin matmuls
- * reach a lower fraction of peak than large square ones, as measured GEMM
- * curves do. Element-wise work (norms, activations, softmax, dropout,
+ * A matmul runs at the rate its per-GPU shape allows (gemm_model.h: tiles,
+ * waves and the fixed cost of each tile, from the measured MAMF) times the
+ * sustained fraction below; GPUs without the tile model (sms = 0) take
+ * flops / (peak x MAMF x S) plus the time to move the operands through HBM. Element-wise work (norms, activations, softmax, dropout,
  * residuals) is memory-bound: its traffic is taken proportional to the
  * activation bytes a layer stores (memory.h). Measured matmul rates from a
  * calibration file replace the roofline. Communication is in comms.h. */
@@ -21,14 +21,14 @@
  * moves twice the forward traffic. A physical estimate, not fitted. */
 #define ELEMENTWISE_TRAFFIC 2.0
 
-/* Fraction of a GPU preset's best-shape matmul rate (gemm_efficiency, the
- * measured MAMF) that a training framework's kernels sustain: clocks under
- * sustained full-node power, shapes not tuned for the hardware, gaps between
- * kernels. The planner's one fitted constant: the two-digit value that puts
- * the median error of docs/PLANNER.md's validation table closest to zero
- * (fitted once over all rows, never per row). Measured calibration rates
- * are used as they are. */
-#define SUSTAINED_FRACTION 0.81
+/* Fraction of the matmul shape model's rate (gemm_model.h: the measured
+ * MAMF at its best shape, less what this shape costs) and of the attention
+ * rate that a training framework's kernels sustain: clocks under sustained
+ * full-node power, gaps between kernels. The planner's one fitted constant:
+ * the two-digit value that puts the median error of the calibration half of
+ * docs/PLANNER.md's validation table closest to zero (never per row).
+ * Measured calibration rates are used as they are. */
+#define SUSTAINED_FRACTION 0.80
 
 /* Fused attention reaches less of its peak on short blocks: a fraction
  * L / (L + FLASH_HALF_LENGTH) of it for blocks of L queries and keys, fitted

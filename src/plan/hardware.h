@@ -34,7 +34,13 @@ typedef struct {
 typedef struct {
     char name[48];
     double peak_bf16, peak_fp8, peak_fp32; /* dense FLOP/s (0: not supported) */
-    double gemm_efficiency;      /* best fraction of peak that large GEMMs reach */
+    double gemm_efficiency;      /* best fraction of the BF16 (FP32) peak a matmul reaches (MAMF) */
+    double gemm_efficiency_fp8;  /* the same at FP8 (0: as gemm_efficiency) */
+    /* the shapes (m, n, k) at which those were measured, BF16 then FP8,
+     * and the GPU's streaming multiprocessors (0: no tile model, plain
+     * roofline; gemm_model.h) */
+    double mamf_shape[2][3];
+    int sms;
     double attention_efficiency; /* fused (flash) attention, fraction of peak */
     double hbm_bytes, hbm_bw;    /* capacity (bytes), bandwidth (bytes/s) */
     int gpus_per_node;

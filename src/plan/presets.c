@@ -13,9 +13,17 @@
  * H100); H200 the same chip with 141 GB at 4.8 TB/s; B200 2.25 PF BF16 /
  * 4.5 PF FP8, 180 GB at 8 TB/s, NVLink5 1.8 TB/s both directions. The GEMM
  * H100 and H200 reduce in the NVSwitch (NVLink SHARP, comms.h); the B200's
- * rate is not known here (0: not modelled). The GEMM
- * and attention efficiencies and the latencies are the planner's assumptions
- * (docs/PLANNER.md says where they come from); calibration replaces them. */
+ * rate is not known here (0: not modelled). Streaming multiprocessors:
+ * 108 (A100), 132 (H100, H200). Matmul efficiencies are Stas
+ * Bekman's measured MAMF (ml-engineering, "Maximum Achievable Matmul FLOPS
+ * comparison table", BF16 and FP8 e4m3, with the best shape M x N x K each
+ * was found at: A100 SXM 86.9% at 1024x10240x5120; H100 SXM 80.3% at
+ * 2048x2048x13312 BF16, 70.9% at 1024x9216x14336 FP8; H200 BF16 as H100,
+ * 73.4% at 1280x4096x12032 FP8; B200 77.6% at 1792x16128x3072, 76.3% at
+ * 15360x4096x3072). The attention efficiencies and the latencies are the
+ * planner's assumptions (docs/PLANNER.md says where they come from);
+ * calibration replaces them. The B200 has 148 SMs but no tile model
+ * (gemm_model.h says why): sms = 0. */
 #include "plan/presets.h"
 
 #include "plan/comms.h"
@@ -46,18 +54,21 @@ static const ModelPreset MODELS[] = {
 
 static const Hardware HARDWARE[] = {
     {.name = "a100-40g", .peak_bf16 = 312e12, .peak_fp8 = 0, .peak_fp32 = 156e12, .gemm_efficiency = 0.869,
-     .attention_efficiency = 0.60, .hbm_bytes = 40 * GIB, .hbm_bw = 1.555e12, .gpus_per_node = 8,
+     .mamf_shape = {{1024, 10240, 5120}}, .sms = 108, .attention_efficiency = 0.60, .hbm_bytes = 40 * GIB, .hbm_bw = 1.555e12, .gpus_per_node = 8,
      .nvlink_bw = 300e9, .nvlink_latency = 2e-6, .net_bw = 25e9, .net_latency = 6e-6},
     {.name = "a100-80g", .peak_bf16 = 312e12, .peak_fp8 = 0, .peak_fp32 = 156e12, .gemm_efficiency = 0.869,
-     .attention_efficiency = 0.60, .hbm_bytes = 80 * GIB, .hbm_bw = 2.039e12, .gpus_per_node = 8,
+     .mamf_shape = {{1024, 10240, 5120}}, .sms = 108, .attention_efficiency = 0.60, .hbm_bytes = 80 * GIB, .hbm_bw = 2.039e12, .gpus_per_node = 8,
      .nvlink_bw = 300e9, .nvlink_latency = 2e-6, .net_bw = 25e9, .net_latency = 6e-6},
     {.name = "h100-sxm", .peak_bf16 = 989e12, .peak_fp8 = 1979e12, .peak_fp32 = 494e12, .gemm_efficiency = 0.803,
+     .gemm_efficiency_fp8 = 0.709, .mamf_shape = {{2048, 2048, 13312}, {1024, 9216, 14336}}, .sms = 132,
      .attention_efficiency = 0.50, .hbm_bytes = 80 * GIB, .hbm_bw = 3.35e12, .gpus_per_node = 8,
      .nvlink_bw = 450e9, .nvlink_latency = 2e-6, .net_bw = 50e9, .net_latency = 6e-6, .nvls_bw = H100_NVLS_BW},
     {.name = "h200", .peak_bf16 = 989e12, .peak_fp8 = 1979e12, .peak_fp32 = 494e12, .gemm_efficiency = 0.803,
+     .gemm_efficiency_fp8 = 0.734, .mamf_shape = {{2048, 2048, 13312}, {1280, 4096, 12032}}, .sms = 132,
      .attention_efficiency = 0.50, .hbm_bytes = 141e9, .hbm_bw = 4.8e12, .gpus_per_node = 8,
      .nvlink_bw = 450e9, .nvlink_latency = 2e-6, .net_bw = 50e9, .net_latency = 6e-6, .nvls_bw = H100_NVLS_BW},
     {.name = "b200", .peak_bf16 = 2250e12, .peak_fp8 = 4500e12, .peak_fp32 = 1125e12, .gemm_efficiency = 0.776,
+     .gemm_efficiency_fp8 = 0.763, .mamf_shape = {{1792, 16128, 3072}, {15360, 4096, 3072}}, .sms = 0,
      .attention_efficiency = 0.50, .hbm_bytes = 180e9, .hbm_bw = 8e12, .gpus_per_node = 8,
      .nvlink_bw = 900e9, .nvlink_latency = 2e-6, .net_bw = 50e9, .net_latency = 6e-6},
 };
