@@ -11,7 +11,12 @@ oversubscribed, its times are not a speed-up figure). In one run, per row:
   within 15% of 1/cp (PASS or MISS, nothing fails);
 - tokens/s, the context-parallel bytes each rank sends per step and the
   time blocked on them (exposed CP communication, rank 0) and its share of
-  the step; ring against all-gather at the same cp.
+  the step; ring against all-gather at the same cp;
+- the planner's reality check: `batchscale bench --calibrate` (sgemm by
+  size, memory bandwidth, the collectives between 2 ranks) measured in the
+  same run, then `batchscale plan --calibrate` predicts each layout's step
+  and its CP communication (every rank on this one machine, sharing its
+  cores); predicted / measured is printed, nothing fails.
 
 The first step is a warm-up and dropped; figures are medians of the rest.
 usage: bench_cp.py BATCHSCALE OUT_JSON"""
@@ -54,6 +59,40 @@ def run(bs, shard, cp, algo, tmp):
                 cp_bytes=median("cp_bytes"), cp_exposed_ms=median("cp_exposed_ms"), steps_timed=len(rows))
 
 
+def calibrate(bs, tmp):
+    cal = os.path.join(tmp, "calibration.json")
+    subprocess.run(MPIRUN + ["-np", "2", bs, "bench", "--calibrate", cal, "--threads", "1"], check=True,
+                   capture_output=True, env=ENV)
+    return cal
+
+
+def predict(bs, cal, cp, algo):
+    """The planner's step and exposed CP time (seconds) for the layout on this machine."""
+    cmd = [bs, "plan", "--calibrate", cal, "--layers", str(L), "--hidden", str(C), "--heads", str(H), "--vocab",
+           str(V), "--seq-len", str(T), "--gpus", str(cp), "--gpus-per-node", str(cp), "--cp", str(cp), "--cp-algo",
+           algo, "--tp", "1", "--pp", "1", "--dp", "1", "--micro-batch", "1", "--global-batch", "2", "--jitter", "0",
+           "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        return None
+    step = json.loads(p.stdout)["plan"]["step_time"]
+    return dict(step_ms=step["step"] * 1e3, cp_ms=step.get("cp_comm", 0.0) * 1e3)
+
+
+def print_reality(results):
+    print("planner reality check (plan --calibrate of this machine, measured in this run):")
+    print(f"{'layout':<16} {'measured ms':>11} {'predicted ms':>12} {'error':>7} {'CP exposed ms':>13} {'predicted':>9}")
+    for r in results:
+        p = r.get("predicted")
+        label = f"cp {r['cp']} {r['algo'] if r['cp'] > 1 else ''}"
+        if not p:
+            print(f"{label:<16} (the planner could not plan this layout)")
+            continue
+        r["prediction_error"] = p["step_ms"] / r["ms"] - 1
+        print(f"{label:<16} {r['ms']:>11.0f} {p['step_ms']:>12.0f} {r['prediction_error']:>+7.0%} "
+              f"{r['cp_exposed_ms']:>13.1f} {p['cp_ms']:>9.1f}")
+
+
 def main():
     bs, out_json = sys.argv[1], sys.argv[2]
     if STEPS < 2:
@@ -64,6 +103,9 @@ def main():
         shard = os.path.join(tmp, f"rand{V}.bin")
         write_shard(shard, V)
         results = [run(bs, shard, cp, algo, tmp) for cp, algo in LAYOUTS]
+        cal = calibrate(bs, tmp)
+        for r in results:
+            r["predicted"] = predict(bs, cal, r["cp"], r["algo"])
     base = results[0]["activation_bytes"]
     print(f"context parallelism: L={L} H={H} C={C} T={T} V={V}, micro-batch 1, global batch 2, 1 thread per rank "
           "(cp 4: 4 ranks on 2 cores)")
@@ -83,6 +125,7 @@ def main():
         ring, gather = by[(cp, "ring")], by[(cp, "allgather")]
         print(f"cp {cp}: ring / all-gather tokens/s {ring['tokens_per_s'] / gather['tokens_per_s']:.2f}, "
               f"exposed CP ms {ring['cp_exposed_ms']:.1f} vs {gather['cp_exposed_ms']:.1f}")
+    print_reality(results)
     config = dict(layers=L, heads=H, channels=C, seq_len=T, vocab=V, micro_batch=1, global_batch=2, steps=STEPS,
                   mpirun=MPIRUN, memory_target=f"within {MEMORY_TOLERANCE:.0%} of 1/cp of cp 1's activation bytes")
     with open(out_json, "w") as f:
