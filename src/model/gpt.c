@@ -28,6 +28,7 @@ void gpt_create_with(GPT *model, const GPTConfig *cfg, int alloc) {
     model->params = (alloc & GPT_ALLOC_PARAMS) ? bs_calloc(model->num_params, sizeof(float)) : NULL;
     model->grads = (alloc & GPT_ALLOC_GRADS) ? bs_calloc(model->num_params, sizeof(float)) : NULL;
     model->tp = NULL;
+    model->context = NULL;
     model->head_wte = model->head_dwte = NULL;
     model->extra_wte_grad = NULL;
     model->first_nonfinite_layer = -1;
