@@ -2,7 +2,8 @@
 # test-venv.sh: the Python environment of the numeric references that
 # Debian does not package: ml_dtypes (fp8 e4m3fn and bfloat16 casts, written
 # by the JAX team) and numpy, pinned, from PyPI. tests/test_cc_formats.py
-# compares our codecs with them bit for bit. `make test` runs this before
+# compares our codecs with them bit for bit; tensorboard (pinned too) reads
+# back the event files of --tensorboard. `make test` runs this before
 # CTest. Idempotent: quick when the pinned versions are already there.
 #
 # The environment lives in $BS_TEST_VENV (default
@@ -17,7 +18,25 @@ PYTHON3=${BS_TEST_PYTHON3:-python3}
 PINS="ml_dtypes==0.6.0 numpy==2.4.6"
 CHECK="import ml_dtypes, numpy; assert ml_dtypes.__version__ == '0.6.0' and numpy.__version__ == '2.4.6'"
 
-[ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "$CHECK" 2>/dev/null && exit 0
+# TensorBoard's own event reader checks the event files of --tensorboard
+# (tests/test_ops_tensorboard.py); installed apart, so that without it only
+# that test skips.
+TB_PINS="tensorboard==2.21.0"
+TB_CHECK="import tensorboard; assert tensorboard.__version__ == '2.21.0'"
+install_tensorboard() {
+    "$VENV/bin/python" -c "$TB_CHECK" 2>/dev/null && return 0
+    if "$VENV/bin/python" -m pip install -q --disable-pip-version-check --retries 1 --timeout 10 $TB_PINS >/dev/null 2>&1 &&
+       "$VENV/bin/python" -c "$TB_CHECK" 2>/dev/null; then
+        echo "test-venv: installed $TB_PINS into $VENV"
+    else
+        echo "test-venv: cannot install $TB_PINS from PyPI (offline?); the TensorBoard reader test will be skipped"
+    fi
+}
+
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "$CHECK" 2>/dev/null; then
+    install_tensorboard
+    exit 0
+fi
 
 if [ ! -x "$VENV/bin/python" ]; then
     if ! "$PYTHON3" -m venv "$VENV" >/dev/null 2>&1; then
@@ -32,3 +51,5 @@ if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check --retries 
     exit 0
 fi
 echo "test-venv: installed $PINS into $VENV"
+install_tensorboard
+

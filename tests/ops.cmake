@@ -14,3 +14,12 @@ set_tests_properties(ops_multihost PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" SKI
                                               RUN_SERIAL ON)
 add_test(NAME ops_config COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_config.py)
 set_tests_properties(ops_config PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" TIMEOUT 120)
+# TensorBoard's reader runs in the test venv (scripts/test-venv.sh); without it that part skips visibly.
+if(DEFINED ENV{BS_TEST_VENV})
+  set(BS_OPS_VENV $ENV{BS_TEST_VENV})
+else()
+  set(BS_OPS_VENV $ENV{HOME}/.cache/batchscale/test-venv)
+endif()
+add_test(NAME ops_tensorboard COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_tensorboard.py)
+set_tests_properties(ops_tensorboard PROPERTIES TIMEOUT 180
+                     ENVIRONMENT "BATCHSCALE=${BS};BS_TEST_PYTHON=${BS_OPS_VENV}/bin/python")

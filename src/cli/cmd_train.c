@@ -110,6 +110,8 @@ int cmd_train(int argc, char **argv) {
         {"zero-hpz", OPT_FLAG, &c.zero_hpz, OPT_NO_RANGE, "", "ZeRO-3: node-local parameter copy for backward gathers (hpZ)", NULL, NULL},
         {"freeze-step", OPT_INT, &c.freeze_step, 0, 1e9, "S", "1-bit Adam: full-precision steps before the variance freezes", "0", NULL},
         {"config", OPT_STRING, &c.config, OPT_NO_RANGE, "FILE", "JSON options (e.g. a run's config.json); flags given too override it", "", NULL},
+        {"tensorboard", OPT_STRING, &c.tensorboard, OPT_NO_RANGE, "DIR", "write TensorBoard event files into DIR", "", NULL},
+        {"peak-gflops", OPT_DOUBLE, &c.peak_gflops, 0, 1e12, "RATE", "one process's peak GFLOP/s, for the MFU (0: no MFU)", "0", NULL},
     };
     const int count = (int)(sizeof specs / sizeof specs[0]);
     ConfigArgs args = config_file_expand(specs, count, argc, argv); /* the file's flags first: the command line wins */

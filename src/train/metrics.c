@@ -83,6 +83,26 @@ static void set_policy(json_t *j, const Metrics *m, const StepResult *r, const M
     }
 }
 
+/* The root of each of n squared norms, as an array. */
+static json_t *roots(const double *sq, int n) {
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(a, number(sqrt(sq[i])));
+    return a;
+}
+
+/* Per block (embeddings, layers, final LayerNorm) and per rank (train/watch.h); the MFU. */
+static void set_norms(json_t *j, const Metrics *m, const StepResult *r, const Watch *w) {
+    if (!w || !w->on) return;
+    set(j, "grad_norm_layers", roots(w->grad_sq, w->blocks));
+    set(j, "weight_norm_layers", roots(w->weight_sq, w->blocks));
+    if (!isnan(w->rank_grad[0])) {
+        json_t *ranks = json_array();
+        for (int k = 0; k < w->ranks; k++) json_array_append_new(ranks, number(w->rank_grad[k]));
+        set(j, "grad_norm_ranks", ranks);
+    }
+    if (w->peak_flops > 0) set(j, "mfu", number(watch_mfu(w, r, m->seq_len)));
+}
+
 void metrics_write(const Metrics *m, const StepResult *r, const MetricsStep *s) {
     if (!m->file) return;
     const double tokens_per_s = step_tokens_per_s(r, m->seq_len);
@@ -101,6 +121,7 @@ void metrics_write(const Metrics *m, const StepResult *r, const MetricsStep *s) 
     if (m->baseline_tokens_per_s > 0)
         set(j, "scaling_efficiency", number(tokens_per_s / (m->replicas * m->baseline_tokens_per_s)));
     if (!isnan(s->val_loss)) set(j, "val_loss", number(s->val_loss));
+    set_norms(j, m, r, s->watch);
     char *line = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
     fprintf(m->file, "%s\n", line);
     fflush(m->file);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "train/step_result.h"
+#include "train/watch.h"
 
 typedef struct {
     FILE *file;                   /* NULL: no metrics (another rank, or no --metrics) */
@@ -31,6 +32,7 @@ typedef struct {
     const int *split;  /* --balance: micro-batches per replica */
     size_t state_bytes, buffer_bytes; /* this rank's parameters, gradients and optimizer state; buffers */
     size_t activation_bytes;          /* this rank's activation sets, backward scratch, context-attention buffers */
+    const Watch *watch;               /* per-layer and per-rank gradient norms, weight norms, MFU (NULL: none) */
 } MetricsStep;
 
 /* The file at path for a run at step `step` (0: a new file). */

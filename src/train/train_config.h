@@ -107,6 +107,8 @@ typedef struct {
     int freeze_step;                /* 1-bit Adam: the last step of full-precision Adam */
     /* operations */
     const char *config;      /* --config: the JSON file the flags were read from (cli/config_file.h) */
+    const char *tensorboard; /* TensorBoard event files go to this directory (train/tensorboard.h) */
+    double peak_gflops;      /* one process's peak GFLOP/s, for the MFU (0: no MFU) */
 } TrainConfig;
 
 /* Everything that can be checked without the process group: flag

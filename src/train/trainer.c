@@ -269,7 +269,7 @@ static void write_step_metrics(Trainer *tr, const StepResult *r, double val_loss
                      (size_t)optimizer_state_arrays(tr->cfg.optimizer);
     MetricsStep s = {tr->step, tr->seqs_consumed * (uint64_t)tr->cfg.seq_len, tr->guard.skips, val_loss,
                      tr->last_ckpt_stall, tr->balance.split, mem.param_bytes + mem.grad_bytes + opt_bytes,
-                     mem.buffer_bytes, engine_activation_bytes(tr->engine)};
+                     mem.buffer_bytes, engine_activation_bytes(tr->engine), &tr->watch};
     metrics_write(&tr->metrics, r, &s);
 }
 
@@ -313,6 +313,8 @@ static bool after_step(Trainer *tr, Report *rp, const StepResult *r, long start_
     const bool last = run_done(tr);
     const bool evaluated = tr->has_val && c->eval_every > 0 && (tr->step % c->eval_every == 0 || last);
     const double val_loss = evaluated ? evaluate(tr) : NAN;
+    watch_measure(&tr->watch, tr->engine, c, &tr->stats); /* per-layer norms: a collective when on */
+    if (tr->rank == 0) watch_write_tensorboard(&tr->watch, r, tr->step, val_loss, c->seq_len);
     /* the step's metrics line before its checkpoint: a run killed between the two resumes from the checkpoint
      * before, never past a line that was not written; so a checkpoint's stall is reported on the next step's line */
     write_step_metrics(tr, r, val_loss);
@@ -352,6 +354,8 @@ int train_run(const TrainConfig *cfg, Comm *world) {
     train_setup(tr, cfg, world);
     const TrainConfig *c = &tr->cfg;
     banner_print(tr);
+    watch_init(&tr->watch, c, tr->rank, comm_size(world), tr->model.num_layers,
+               gpt_flops_per_token(&tr->model, c->seq_len));
     double origin = bs_now();
     Report rp;
     report_init(&rp, &tr->progress, tr->rank == 0 && !c->quiet, c, tr->dp_size,
@@ -376,6 +380,7 @@ int train_run(const TrainConfig *cfg, Comm *world) {
     write_trace(tr, origin);
     if (!stopped_by) report_summary(&rp);
     if (c->sample_tokens > 0 && !stopped_by) print_sample(tr);
+    watch_free(&tr->watch);
     train_teardown(tr);
     preempt_release();
     free(tr);

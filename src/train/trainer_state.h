@@ -34,6 +34,7 @@
 #include "train/step_result.h"
 #include "train/step_stats.h"
 #include "train/trainer.h"
+#include "train/watch.h"
 
 /* A text option was given (not NULL or empty). */
 static inline bool option_given(const char *value) { return value && *value; }
@@ -113,6 +114,7 @@ typedef struct {
     double last_ckpt_stall; /* seconds, for the metrics of the step after the one that wrote a checkpoint */
     bool resharded;         /* resumed from a checkpoint written under another layout */
     OnebitState onebit;
+    Watch watch; /* per-layer and per-rank norms, MFU, TensorBoard (train/watch.h) */
 } Trainer;
 
 #endif

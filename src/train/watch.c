@@ -1,0 +1,110 @@
+/* watch.c: per-layer and per-rank norms, MFU and the TensorBoard scalars
+ * (see watch.h). */
+#include "train/watch.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/range.h"
+#include "optim/grad_norm.h"
+#include "parallel/data_parallel.h"
+
+void watch_init(Watch *w, const TrainConfig *c, int rank, int ranks, int layers, double flops_per_token) {
+    *w = (Watch){0};
+    w->on = (c->metrics && c->metrics[0]) || (c->tensorboard && c->tensorboard[0]);
+    w->blocks = layers + 2;
+    w->ranks = ranks;
+    w->grad_sq = bs_calloc(2 * (size_t)w->blocks, sizeof(double));
+    w->weight_sq = w->grad_sq + w->blocks;
+    w->rank_grad = bs_calloc((size_t)ranks, sizeof(double));
+    w->flops_per_token = flops_per_token;
+    w->peak_flops = c->peak_gflops * 1e9;
+    w->tensorboard = rank == 0 && c->tensorboard && c->tensorboard[0];
+    if (w->tensorboard) tensorboard_open(&w->tb, c->tensorboard);
+}
+
+void watch_free(Watch *w) {
+    if (w->tensorboard) tensorboard_close(&w->tb);
+    free(w->grad_sq);
+    free(w->rank_grad);
+    *w = (Watch){0};
+}
+
+/* A tensor's block: 0 the embeddings, 1..L its layer, L+1 the final LayerNorm. */
+static int block_of(const ParamSegment *s, int blocks) {
+    if (gpt_tensor_is_per_layer(s->kind)) return s->layer + 1;
+    return s->kind == TK_WTE || s->kind == TK_WPE ? 0 : blocks - 1;
+}
+
+/* This rank's share of each block's squared norms: the primary copies in the range it updates. */
+static void add_chunk(Watch *w, const EngineChunk *ch) {
+    const GPTConfig *cfg = &ch->model.cfg;
+    Range mine;
+    dp_update_range(ch->dp, &mine.offset, &mine.count);
+    const float *grads = dp_update_grads(ch->dp), *params = dp_update_params(ch->dp);
+    int cap = gpt_max_segments(cfg);
+    ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
+    int n = gpt_param_segments(cfg, segs, cap);
+    for (int i = 0; i < n; i++) {
+        if (!gpt_tensor_primary(cfg, segs[i].kind)) continue;
+        Range part = range_intersect(range_make(segs[i].offset, segs[i].count), mine);
+        if (range_empty(part)) continue;
+        const int b = block_of(&segs[i], w->blocks);
+        w->grad_sq[b] += sum_of_squares(grads + range_offset_in(part, mine), part.count);
+        w->weight_sq[b] += sum_of_squares(params + range_offset_in(part, mine), part.count);
+    }
+    free(segs);
+}
+
+void watch_measure(Watch *w, Engine *e, const TrainConfig *c, const StepStatsExchange *stats) {
+    if (!w->on) return;
+    memset(w->grad_sq, 0, 2 * (size_t)w->blocks * sizeof(double));
+    for (int k = 0; k < engine_num_chunks(e); k++) add_chunk(w, engine_chunk(e, k));
+    /* as engine_grad_sum_squares: ZeRO shards over every rank, else one model-parallel group holds one copy */
+    const Grid *g = engine_grid(e);
+    comm_allreduce_double(c->zero >= 1 ? g->world : g->mp_group, w->grad_sq, 2 * w->blocks);
+    for (int r = 0; r < w->ranks; r++) w->rank_grad[r] = c->noise_scale ? sqrt(stats->records[r].micro_sq) : NAN;
+}
+
+double watch_mfu(const Watch *w, const StepResult *r, int seq_len) {
+    if (w->peak_flops <= 0) return NAN;
+    return step_tokens_per_s(r, seq_len) * w->flops_per_token / (w->ranks * w->peak_flops);
+}
+
+/* Tag "PREFIX/embeddings", "PREFIX/layer_NN" or "PREFIX/final_ln" of block b. */
+static void block_tag(char *tag, size_t n, const char *prefix, int b, int blocks) {
+    if (b == 0) snprintf(tag, n, "%s/embeddings", prefix);
+    else if (b == blocks - 1) snprintf(tag, n, "%s/final_ln", prefix);
+    else snprintf(tag, n, "%s/layer_%02d", prefix, b - 1);
+}
+
+void watch_write_tensorboard(Watch *w, const StepResult *r, long step, double val_loss, int seq_len) {
+    if (!w->tensorboard) return;
+    TensorBoard *tb = &w->tb;
+    tensorboard_begin(tb, step);
+    tensorboard_scalar(tb, "train/loss", r->loss);
+    tensorboard_scalar(tb, "val/loss", val_loss);
+    tensorboard_scalar(tb, "train/lr", r->lr);
+    tensorboard_scalar(tb, "train/global_batch", (double)r->batch);
+    tensorboard_scalar(tb, "train/grad_norm", r->grad_norm);
+    tensorboard_scalar(tb, "train/noise_scale", r->noise_scale);
+    tensorboard_scalar(tb, "perf/tokens_per_s", step_tokens_per_s(r, seq_len));
+    tensorboard_scalar(tb, "perf/mfu", watch_mfu(w, r, seq_len));
+    tensorboard_scalar(tb, "perf/comm_exposed_ms", r->comm_exposed * 1e3);
+    tensorboard_scalar(tb, "perf/comm_exposed_share", r->comm_exposed / r->seconds);
+    char tag[64];
+    for (int b = 0; b < w->blocks; b++) {
+        block_tag(tag, sizeof tag, "grad_norm", b, w->blocks);
+        tensorboard_scalar(tb, tag, sqrt(w->grad_sq[b]));
+        block_tag(tag, sizeof tag, "weight_norm", b, w->blocks);
+        tensorboard_scalar(tb, tag, sqrt(w->weight_sq[b]));
+    }
+    for (int k = 0; k < w->ranks; k++) {
+        snprintf(tag, sizeof tag, "grad_norm_rank/%03d", k);
+        tensorboard_scalar(tb, tag, w->rank_grad[k]);
+    }
+    tensorboard_end(tb);
+}
