@@ -1,7 +1,9 @@
-/* codec.c: the codecs of codec.h: fp16 and fp8 through one rounding routine
- * for small float formats, bf16 from kernels/bf16.h, int8 and fp8 with a
- * scale per block, top-k by a radix select on the magnitudes' bits, 1-bit
- * signs with DeepSpeed's scale; and error feedback over any of them.
+/* codec.c: the codecs of codec.h: fp16 and fp8 through the one rounding
+ * routine for small float formats (kernels/minifloat.h; fp8 is the saturating
+ * e4m3 cast of kernels/fp8.h, the one FP8 training uses), bf16 from
+ * kernels/bf16.h, int8 and fp8 with a scale per block, top-k by a radix
+ * select on the magnitudes' bits, 1-bit signs with DeepSpeed's scale; and
+ * error feedback over any of them.
  * Single-threaded: the collectives call it from their progress polls. */
 #include "comm/codec.h"
 
@@ -12,69 +14,18 @@
 
 #include "core/error.h"
 #include "kernels/bf16.h"
+#include "kernels/fp8.h"
+#include "kernels/minifloat.h"
 
-/* ---- element formats ---- */
+/* ---- element formats (kernels/minifloat.h) ---- */
 
-static inline uint32_t float_bits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
+static inline uint32_t float_bits(float x) { return mini_float_bits(x); }
+static inline float bits_float(uint32_t u) { return mini_bits_float(u); }
 
-static inline float bits_float(uint32_t u) {
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
-/* A small binary float format: sign bit at sign_bit, then exponent, then
- * man_bits of mantissa; magnitude codes above max_code are inf (the one
- * equal to inf_code, if any) or NaN. */
-typedef struct {
-    int man_bits, bias, max_exp, sign_bit;
-    uint32_t max_code;      /* largest finite magnitude */
-    uint32_t overflow_code; /* what values beyond max_code round to: inf, or max_code (saturating) */
-    uint32_t nan_code;
-    uint32_t inf_code; /* 0: no inf */
-} MiniFormat;
-
-static const MiniFormat FP16_FORMAT = {10, 15, 15, 15, 0x7bff, 0x7c00, 0x7e00, 0x7c00};
-static const MiniFormat FP8_FORMAT = {3, 7, 8, 7, 0x7e, 0x7e, 0x7f, 0};
-
-/* Round to nearest even (F. Giesen's float_to_half_fast3_rtne, generalized). */
-static inline uint32_t mini_from_float(float x, const MiniFormat *f) {
-    uint32_t u = float_bits(x), a = u & 0x7fffffffu, o;
-    if (a > 0x7f800000u) {
-        o = f->nan_code;
-    } else if (a >= (uint32_t)(127 + f->max_exp + 1) << 23) {
-        o = f->overflow_code;
-    } else if (a < (uint32_t)(127 + 1 - f->bias) << 23) { /* below the smallest normal */
-        /* adding a power of two whose ulp is the smallest subnormal rounds there */
-        float magic = bits_float((uint32_t)(127 - f->bias + 23 - f->man_bits + 1) << 23);
-        o = float_bits(bits_float(a) + magic) - float_bits(magic);
-    } else {
-        uint32_t odd = (a >> (23 - f->man_bits)) & 1u;
-        a += ((uint32_t)(f->bias - 127) << 23) + (1u << (22 - f->man_bits)) - 1u + odd;
-        o = a >> (23 - f->man_bits);
-        if (o > f->max_code) o = f->overflow_code;
-    }
-    return o | (u >> 31) << f->sign_bit;
-}
-
-static inline float mini_to_float(uint32_t h, const MiniFormat *f) {
-    uint32_t mag = h & ((1u << f->sign_bit) - 1u);
-    uint32_t e = mag >> f->man_bits, m = mag & ((1u << f->man_bits) - 1u);
-    float v;
-    if (mag > f->max_code) v = (f->inf_code && mag == f->inf_code) ? INFINITY : NAN;
-    else if (e == 0) v = (float)m * bits_float((uint32_t)(127 + 1 - f->bias - f->man_bits) << 23);
-    else v = bits_float((e - (uint32_t)f->bias + 127u) << 23 | m << (23 - f->man_bits));
-    return (h >> f->sign_bit) & 1u ? -v : v;
-}
-
-uint16_t codec_fp16_from_float(float x) { return (uint16_t)mini_from_float(x, &FP16_FORMAT); }
-float codec_fp16_to_float(uint16_t h) { return mini_to_float(h, &FP16_FORMAT); }
-uint8_t codec_fp8_from_float(float x) { return (uint8_t)mini_from_float(x, &FP8_FORMAT); }
-float codec_fp8_to_float(uint8_t q) { return mini_to_float(q, &FP8_FORMAT); }
+uint16_t codec_fp16_from_float(float x) { return (uint16_t)mini_from_float(x, &MINI_FP16); }
+float codec_fp16_to_float(uint16_t h) { return mini_to_float(h, &MINI_FP16); }
+uint8_t codec_fp8_from_float(float x) { return fp8_cast(x, FP8_E4M3, true); }
+float codec_fp8_to_float(uint8_t q) { return fp8_value(q, FP8_E4M3); }
 
 /* ---- names, sizes, bounds ---- */
 

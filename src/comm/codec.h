@@ -93,7 +93,9 @@ void codec_encode_feedback(const Codec *codec, float *x, float *residual, size_t
 
 /* The element formats, exposed for tests against other implementations:
  * IEEE binary16 and OCP fp8 e4m3fn (bias 7, max 448, no inf, NaN 0x7f),
- * both rounded to nearest even; fp8 saturates finite overflow to +-448. */
+ * both rounded to nearest even; fp8 saturates finite overflow to +-448.
+ * fp8 is kernels/fp8.h's saturating e4m3 cast (which also has e5m2 and the
+ * non-saturating casts): one cast for the codec and FP8 training. */
 uint16_t codec_fp16_from_float(float x);
 float codec_fp16_to_float(uint16_t h);
 uint8_t codec_fp8_from_float(float x);
