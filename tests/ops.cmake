@@ -23,3 +23,7 @@ endif()
 add_test(NAME ops_tensorboard COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_tensorboard.py)
 set_tests_properties(ops_tensorboard PROPERTIES TIMEOUT 180
                      ENVIRONMENT "BATCHSCALE=${BS};BS_TEST_PYTHON=${BS_OPS_VENV}/bin/python")
+add_test(NAME ops_report COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_report.py)
+add_test(NAME ops_report_browser COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_report.py --browser)
+set_tests_properties(ops_report ops_report_browser PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" TIMEOUT 180
+                                                               SKIP_RETURN_CODE 77)

@@ -20,6 +20,7 @@ static const Command commands[] = {
     {"ckpt", cmd_ckpt, "inspect and verify checkpoints; export/import llm.c model files"},
     {"run", cmd_run, "run a job under mpirun, restarting it from its last checkpoint when a rank dies"},
     {"plan", cmd_plan, "size a training run on up to tens of thousands of GPUs"},
+    {"report", cmd_report, "an HTML page and PNG charts of a run's metrics"},
 };
 
 static void usage(FILE *out) {
