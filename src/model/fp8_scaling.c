@@ -74,6 +74,7 @@ void fp8_scaling_backward(Fp8State *s, int site, float *dinp, float *dweight, co
     Fp8Operand g = fp8_scaling_operand(s, site, FP8_GRAD);
     Fp8Operand x = fp8_scaling_operand(s, site, FP8_INPUT), w = fp8_scaling_operand(s, site, FP8_WEIGHT);
     x.stats = w.stats = NULL; /* counted in forward */
+    if (!dinp) g.stats = NULL; /* the weight-gradient pass of a split backward: counted in its input pass */
     fp8_linear_backward(s->matmul, dinp, dweight, dout, &g, inp, &x, weight, &w, N, IC, OC);
 }
 

@@ -35,6 +35,7 @@ void gpt_create_with(GPT *model, const GPTConfig *cfg, int alloc) {
     model->bf16 = false;
     model->bf16_params = NULL;
     model->bf16_matmul = NULL;
+    model->fp8 = NULL;
     if (gpt_has_head(cfg) && !gpt_has_encoder(cfg)) {
         model->head_wte = bs_calloc(gpt_tensor_numel(cfg, TK_WTE), sizeof(float));
         model->head_dwte = bs_calloc(gpt_tensor_numel(cfg, TK_WTE), sizeof(float));
@@ -46,6 +47,8 @@ void gpt_free(GPT *model) {
     model->bf16_params = NULL;
     matmul_bf16_free(model->bf16_matmul);
     model->bf16_matmul = NULL;
+    fp8_scaling_free(model->fp8);
+    model->fp8 = NULL;
     free(model->params);
     free(model->grads);
     free(model->head_wte);
@@ -88,6 +91,10 @@ void gpt_refresh_bf16(GPT *model) {
         gpt_block_range(&model->cfg, b, &off, &count);
         gpt_round_block_matrices(&model->cfg, model->bf16_params + off, b);
     }
+}
+
+void gpt_enable_fp8(GPT *model, const Fp8Options *options) {
+    if (!model->fp8) model->fp8 = fp8_scaling_create(options, FP8_LINEARS_PER_LAYER * gpt_stage_layers(&model->cfg));
 }
 
 void gpt_zero_grads(GPT *model) {
@@ -303,11 +310,20 @@ static void round_input(const GPT *model, float *x, size_t n) {
     if (model->bf16) bf16_round_floats(x, x, n);
 }
 
-/* matmul_forward; in bf16 mode inp and weight hold bf16 values (rounded
- * floats) and the product runs on bf16_matmul's path. */
-static void linear_forward(const GPT *model, float *out, const float *inp, const float *weight, const float *bias,
-                           size_t N, int IC, int OC) {
-    if (model->bf16) matmul_bf16_forward_rounded(model->bf16_matmul, out, inp, weight, bias, N, IC, OC);
+/* The linear layers of a transformer layer in fp8 mode (FP8 sites); the head's is NO_SITE. */
+enum { SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FCPROJ, NO_SITE = -1 };
+
+static int fp8_site(const GPT *model, int local_layer, int linear) {
+    return model->fp8 && linear != NO_SITE ? FP8_LINEARS_PER_LAYER * local_layer + linear : NO_SITE;
+}
+
+/* matmul_forward; at an FP8 site through the FP8 layer (the seam); else in
+ * bf16 mode inp and weight hold bf16 values (rounded floats) and the product
+ * runs on bf16_matmul's path. */
+static void linear_forward(const GPT *model, int site, float *out, const float *inp, const float *weight,
+                           const float *bias, size_t N, int IC, int OC) {
+    if (site != NO_SITE) fp8_scaling_forward(model->fp8, site, out, inp, weight, bias, N, IC, OC);
+    else if (model->bf16) matmul_bf16_forward_rounded(model->bf16_matmul, out, inp, weight, bias, N, IC, OC);
     else matmul_forward(out, inp, weight, bias, N, IC, OC);
 }
 
@@ -367,19 +383,21 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
         LayerActs a = layer_acts(acts, cfg, i);
         layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
         round_input(model, a.ln1, N * C);
-        linear_forward(model, a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * w.Cl);
+        linear_forward(model, fp8_site(model, i, SITE_QKV), a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * w.Cl);
         if (model->context) context_attention_forward(model->context, a.atty, a.att, a.qkv, b, t);
         else attention_forward(a.atty, a.att, a.qkv, b, t, w.Cl, w.Hl);
         round_input(model, a.atty, N * w.Cl);
-        linear_forward(model, acts->proj_out, a.atty, p.attprojw, lead ? p.attprojb : NULL, N, w.Cl, C);
+        linear_forward(model, fp8_site(model, i, SITE_ATTPROJ), acts->proj_out, a.atty, p.attprojw,
+                       lead ? p.attprojb : NULL, N, w.Cl, C);
         tp_sum(model, acts->proj_out, N * C);
         residual_forward(a.residual2, residual, acts->proj_out, N * C);
         layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
         round_input(model, a.ln2, N * C);
-        linear_forward(model, a.fch, a.ln2, p.fcw, p.fcb, N, C, w.F);
+        linear_forward(model, fp8_site(model, i, SITE_FC), a.fch, a.ln2, p.fcw, p.fcb, N, C, w.F);
         gelu_forward(a.fch_gelu, a.fch, N * w.F);
         round_input(model, a.fch_gelu, N * w.F);
-        linear_forward(model, acts->proj_out, a.fch_gelu, p.fcprojw, lead ? p.fcprojb : NULL, N, w.F, C);
+        linear_forward(model, fp8_site(model, i, SITE_FCPROJ), acts->proj_out, a.fch_gelu, p.fcprojw,
+                       lead ? p.fcprojb : NULL, N, w.F, C);
         tp_sum(model, acts->proj_out, N * C);
         residual_forward(a.residual3, a.residual2, acts->proj_out, N * C);
         residual = a.residual3;
@@ -392,7 +410,7 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
     round_input(model, acts->lnf, N * C);
     params_done(access, L + 1);
     const float *wte = emb ? emb : model->head_wte;
-    linear_forward(model, acts->logits, acts->lnf, wte, NULL, N, C, w.Vl);
+    linear_forward(model, NO_SITE, acts->logits, acts->lnf, wte, NULL, N, C, w.Vl);
     if (emb) params_done(access, 0);
     if (!targets) return 0;
     return loss_forward(model, acts, targets, N, dloss);
@@ -436,38 +454,47 @@ typedef struct {
     float *dweight, *dbias; /* fused: accumulated here (dbias may be NULL) */
     float *stash;           /* B: dout kept here for W (dout itself when nothing overwrites it before W) */
     int IC, OC;
+    int site; /* fp8 mode: its FP8 site, else NO_SITE */
 } Linear;
 
 /* dinp (written), and fused the parameter gradients, else dout kept. In bf16
  * mode the matmuls take dout rounded (in place unless reused, else through
- * acts->dround) and the bias gradient sums the fp32 dout. */
+ * acts->dround) and the bias gradient sums the fp32 dout; an FP8 site then
+ * quantizes that dout (the seam keeps its FP8 copies in its own scratch). */
 static void linear_pass(const Pass *x, float *dinp, const Linear *op) {
     const GPT *model = x->model;
     const size_t N = x->N, n = N * (size_t)op->OC;
     if (x->split && op->stash != op->dout) memcpy(op->stash, op->dout, n * sizeof(float));
     float *dweight = x->split ? NULL : op->dweight, *dbias = x->split ? NULL : op->dbias;
-    if (!model->bf16) {
+    if (!model->bf16 && op->site == NO_SITE) {
         matmul_backward(dinp, dweight, dbias, op->dout, op->inp, op->weight, N, op->IC, op->OC);
         return;
     }
     if (dbias) bias_backward(dbias, op->dout, N, op->OC);
-    float *d = op->dout_reused ? x->acts->dround : op->dout;
-    bf16_round_floats(d, op->dout, n);
-    matmul_bf16_backward_rounded(model->bf16_matmul, dinp, dweight, d, op->inp, op->weight, N, op->IC, op->OC);
+    float *d = op->dout;
+    if (model->bf16) {
+        d = op->dout_reused ? x->acts->dround : op->dout;
+        bf16_round_floats(d, op->dout, n);
+    }
+    if (op->site != NO_SITE)
+        fp8_scaling_backward(model->fp8, op->site, dinp, dweight, d, op->inp, op->weight, N, op->IC, op->OC);
+    else
+        matmul_bf16_backward_rounded(model->bf16_matmul, dinp, dweight, d, op->inp, op->weight, N, op->IC, op->OC);
 }
 
 /* W of a linear layer: dweight, dbias (may be NULL) += from the fp32 dout B
  * kept, rounded here in place after the bias as the fused pass rounds it
  * (rounding a value that is already bf16 leaves it as it is). */
-static void linear_weight(const GPT *model, float *dweight, float *dbias, float *dout, const float *inp, size_t N,
-                          int IC, int OC) {
-    if (!model->bf16) {
+static void linear_weight(const GPT *model, int site, float *dweight, float *dbias, float *dout, const float *inp,
+                          size_t N, int IC, int OC) {
+    if (!model->bf16 && site == NO_SITE) {
         matmul_backward(NULL, dweight, dbias, dout, inp, NULL, N, IC, OC);
         return;
     }
     if (dbias) bias_backward(dbias, dout, N, OC);
-    bf16_round_floats(dout, dout, N * (size_t)OC);
-    matmul_bf16_backward_rounded(model->bf16_matmul, NULL, dweight, dout, inp, NULL, N, IC, OC);
+    if (model->bf16) bf16_round_floats(dout, dout, N * (size_t)OC);
+    if (site != NO_SITE) fp8_scaling_backward(model->fp8, site, NULL, dweight, dout, inp, NULL, N, IC, OC);
+    else matmul_bf16_backward_rounded(model->bf16_matmul, NULL, dweight, dout, inp, NULL, N, IC, OC);
 }
 
 /* One LayerNorm in backward: out = layernorm(inp) * weight + bias. */
@@ -498,7 +525,8 @@ static void head_pass(const Pass *x, const float *wte, float *dwte) {
     const size_t N = x->N;
     /* logits = lnf @ wte^T */
     linear_pass(x, acts->dln, &(Linear){.dout = acts->logits, .inp = acts->lnf, .weight = wte, .dweight = dwte,
-                                        .stash = acts->logits, .IC = C, .OC = x->w.Vl});
+                                        .stash = acts->logits, .IC = C, .OC = x->w.Vl,
+                                        .site = NO_SITE});
     tp_sum(x->model, acts->dln, N * C);
     memset(acts->dresidual, 0, N * C * sizeof(float));
     float *dlnf = pass_grads(x, L + 1);
@@ -521,21 +549,23 @@ static void layer_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, Lay
     const float *inp = i == 0 ? acts->encoded : layer_acts(acts, cfg, i - 1).residual3;
     /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))) */
     linear_pass(x, acts->dfch, &(Linear){acts->dresidual, true, a.fch_gelu, p.fcprojw, g.fcprojw, g.fcprojb,
-                                         s.dfcproj, w.F, C});
+                                         s.dfcproj, w.F, C, fp8_site(x->model, i, SITE_FCPROJ)});
     gelu_backward(acts->dfch, a.fch, acts->dfch, N * w.F);
-    linear_pass(x, acts->dln, &(Linear){acts->dfch, false, a.ln2, p.fcw, g.fcw, g.fcb, s.dfch, C, w.F});
+    linear_pass(x, acts->dln, &(Linear){acts->dfch, false, a.ln2, p.fcw, g.fcw, g.fcb, s.dfch, C, w.F,
+                                        fp8_site(x->model, i, SITE_FC)});
     tp_sum(x->model, acts->dln, N * C);
     layernorm_pass(x, acts->dresidual,
                    &(Norm){acts->dln, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, g.ln2w, g.ln2b, s.dln2});
     /* attention: residual2 = inp + attproj(attention(qkv(ln1(inp)))) */
     linear_pass(x, acts->datty, &(Linear){acts->dresidual, true, a.atty, p.attprojw, g.attprojw, g.attprojb,
-                                          s.dattproj, w.Cl, C});
+                                          s.dattproj, w.Cl, C, fp8_site(x->model, i, SITE_ATTPROJ)});
     if (x->model->context)
         context_attention_backward(x->model->context, acts->dqkv, acts->datty, a.qkv, a.atty, a.att, x->b, x->t);
     else
         attention_backward(acts->dqkv, acts->att_scratch, acts->scratch_slots, acts->datty, a.qkv, a.att, x->b, x->t,
                            w.Cl, w.Hl);
-    linear_pass(x, acts->dln, &(Linear){acts->dqkv, false, a.ln1, p.qkvw, g.qkvw, g.qkvb, s.dqkv, C, 3 * w.Cl});
+    linear_pass(x, acts->dln, &(Linear){acts->dqkv, false, a.ln1, p.qkvw, g.qkvw, g.qkvb, s.dqkv, C, 3 * w.Cl,
+                                        fp8_site(x->model, i, SITE_QKV)});
     tp_sum(x->model, acts->dln, N * C);
     layernorm_pass(x, acts->dresidual, &(Norm){acts->dln, inp, p.ln1w, a.ln1_mean, a.ln1_rstd, g.ln1w, g.ln1b, s.dln1});
 }
@@ -549,11 +579,11 @@ static void layer_weight(const Pass *x, int i, LayerTensors g, LayerStash s) {
     const size_t N = x->N;
     LayerActs a = layer_acts(x->acts, &model->cfg, i);
     const float *inp = i == 0 ? x->acts->encoded : layer_acts(x->acts, &model->cfg, i - 1).residual3;
-    linear_weight(model, g.fcprojw, g.fcprojb, s.dfcproj, a.fch_gelu, N, w.F, C);
-    linear_weight(model, g.fcw, g.fcb, s.dfch, a.ln2, N, C, w.F);
+    linear_weight(model, fp8_site(model, i, SITE_FCPROJ), g.fcprojw, g.fcprojb, s.dfcproj, a.fch_gelu, N, w.F, C);
+    linear_weight(model, fp8_site(model, i, SITE_FC), g.fcw, g.fcb, s.dfch, a.ln2, N, C, w.F);
     layernorm_backward_params(g.ln2w, g.ln2b, s.dln2, a.residual2, a.ln2_mean, a.ln2_rstd, N, C);
-    linear_weight(model, g.attprojw, g.attprojb, s.dattproj, a.atty, N, w.Cl, C);
-    linear_weight(model, g.qkvw, g.qkvb, s.dqkv, a.ln1, N, C, 3 * w.Cl);
+    linear_weight(model, fp8_site(model, i, SITE_ATTPROJ), g.attprojw, g.attprojb, s.dattproj, a.atty, N, w.Cl, C);
+    linear_weight(model, fp8_site(model, i, SITE_QKV), g.qkvw, g.qkvb, s.dqkv, a.ln1, N, C, 3 * w.Cl);
     layernorm_backward_params(g.ln1w, g.ln1b, s.dln1, inp, a.ln1_mean, a.ln1_rstd, N, C);
 }
 
@@ -631,7 +661,7 @@ void gpt_backward_weight(GPT *model, GPTActs *acts, const int32_t *inputs, int b
     if (gpt_has_head(cfg)) {
         float *dwte = model->head_dwte;
         if (gpt_has_encoder(cfg)) dwte = demb = grads_of(model, access, 0);
-        linear_weight(model, dwte, NULL, acts->logits, acts->lnf, x.N, C, x.w.Vl);
+        linear_weight(model, NO_SITE, dwte, NULL, acts->logits, acts->lnf, x.N, C, x.w.Vl);
         float *dlnf = grads_of(model, access, L + 1);
         layernorm_backward_params(dlnf, dlnf + C, stash_dlnf(acts, cfg), gpt_stage_output(cfg, acts), acts->lnf_mean,
                                   acts->lnf_rstd, x.N, C);

@@ -33,6 +33,7 @@
 #include "comm/comm.h"
 #include "kernels/matmul_bf16.h"
 #include "model/context_attention.h"
+#include "model/fp8_scaling.h"
 
 typedef struct {
     int max_seq_len; /* T max (rows of wpe) */
@@ -155,6 +156,11 @@ typedef struct {
     bool bf16;
     float *bf16_params; /* the parameters with their matrices rounded to bf16 (gpt_refresh_bf16) */
     MatmulBF16 *bf16_matmul; /* bf16 mode: the products (oneDNN primitives, or fp32 sgemm on the bf16 values) */
+    /* fp8 mode (not NULL): the four linear layers of every transformer layer
+     * run in FP8 through model/fp8_scaling.h with these scales (site 4 x local
+     * layer + qkv, attproj, fc, fcproj); the rest, the head included, in bf16
+     * (with bf16 on) or fp32 */
+    Fp8State *fp8;
 } GPT;
 
 /* Allocates both flat buffers (zeroed). */
@@ -178,6 +184,8 @@ void gpt_round_block_matrices(const GPTConfig *cfg, float *block_base, int block
  * change of model->params (init, load, update) and of head_wte. */
 void gpt_enable_bf16(GPT *model, MatmulBF16Path path);
 void gpt_refresh_bf16(GPT *model);
+/* fp8 mode: turns it on with scales for the shard's layers (call once). */
+void gpt_enable_fp8(GPT *model, const Fp8Options *options);
 
 /* Activations for a (B, T) batch shape, allocated once; forward may run any
  * b <= B, t <= T. With context parallelism T is the local rows and each

@@ -106,6 +106,20 @@ static void init_chunk(Engine *e, EngineChunk *ch, const GPTConfig *whole) {
     }
 }
 
+/* --outlier-scale F (tests): LayerNorm 1's gain of channel 0 times F in each
+ * layer, an activation outlier in every qkv input, alike in every precision. */
+static void inject_outlier(Engine *e, EngineChunk *ch) {
+    if (e->cfg.outlier_scale == 0) return;
+    const GPTConfig *mc = &ch->model.cfg;
+    float *params = dp_params_at(ch->dp, 0, ch->model.num_params);
+    if (!params) bs_die("--outlier-scale needs each rank's parameters whole (not --zero 3)");
+    for (int i = 0; i < gpt_stage_layers(mc); i++) {
+        size_t offset, count;
+        gpt_block_range(mc, gpt_first_layer(mc) + i + 1, &offset, &count);
+        gpt_layer_tensors(mc, params + offset).ln1w[0] *= (float)e->cfg.outlier_scale;
+    }
+}
+
 /* The optimizer sees each tensor's trained elements (not wte's padded rows). */
 static void setup_optimizer(Engine *e, EngineChunk *ch) {
     const GPTConfig *mc = &ch->model.cfg;
@@ -141,9 +155,11 @@ static void setup_chunk(Engine *e, int c, const GPTConfig *whole) {
                                                      whole->num_heads / g->tp);
     }
     init_chunk(e, ch, whole);
+    inject_outlier(e, ch);
     setup_optimizer(e, ch);
     if (e->cfg.measure_micro_norms) dp_measure_micro_norms(ch->dp);
     if (e->cfg.bf16) gpt_enable_bf16(&ch->model, e->cfg.bf16_path);
+    if (e->cfg.fp8) gpt_enable_fp8(&ch->model, e->cfg.fp8);
 }
 
 /* The chunks holding the tied weights: the embeddings (virtual stage 0) and the head (the last one). */
@@ -295,7 +311,11 @@ EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad 
     PipeHooks hooks = {before_last_grads, after_last_grads, e};
     void *local_ctx;
     PipeLoad local = local_loader(e, load, ctx, &local_ctx);
+    for (int c = 0; c < e->num_chunks; c++)
+        if (e->chunks[c].model.fp8) fp8_scaling_begin_step(e->chunks[c].model.fp8);
     PipeStats ps = pipeline_train(e->pipe, m, dloss, local, local_ctx, &hooks);
+    for (int c = 0; c < e->num_chunks; c++)
+        if (e->chunks[c].model.fp8) fp8_scaling_set_recording(e->chunks[c].model.fp8, false);
     mp_finish_tied_grads(&e->tied);
     EngineStepStats st = {e->grid->tp_index == 0 ? ps.loss_sum : 0, ps.busy, ps.idle, ps.max_live, 0,
                           bubble_theory(e, m, &ps), e->grid->pp > 1 ? bubble_simulated(e, &ps) : 0};
@@ -331,7 +351,11 @@ static void sum_tensor_norms(void *ctx, double *values, int n) {
 }
 
 void engine_after_update(Engine *e) {
-    for (int c = 0; c < e->num_chunks; c++) dp_after_update(e->chunks[c].dp);
+    for (int c = 0; c < e->num_chunks; c++) {
+        dp_after_update(e->chunks[c].dp);
+        /* delayed scaling: amaxes reduced over the tensor-parallel group and the chunk's data-parallel one */
+        if (e->chunks[c].model.fp8) fp8_scaling_update(e->chunks[c].model.fp8, e->grid->tp_group, e->chunk_comm[c]);
+    }
     engine_share_output_weights(e);
 }
 
@@ -428,6 +452,22 @@ CommStats engine_comm_stats(const Engine *e) {
         add_stats(&total, dp_node_stats(e->chunks[c].dp));
     }
     return total;
+}
+
+void engine_fp8_stats(Engine *e, Fp8Stats out[FP8_KINDS]) {
+    double sums[4 * FP8_KINDS] = {0};
+    for (int k = 0; k < FP8_KINDS; k++) {
+        for (int c = 0; c < e->num_chunks; c++) {
+            if (!e->chunks[c].model.fp8) continue;
+            Fp8Stats st = fp8_scaling_kind_stats(e->chunks[c].model.fp8, k);
+            double v[4] = {(double)st.values, (double)st.nonzero, (double)st.underflow, (double)st.overflow};
+            for (int j = 0; j < 4; j++) sums[4 * k + j] += v[j];
+        }
+    }
+    comm_allreduce_double(e->grid->world, sums, 4 * FP8_KINDS);
+    for (int k = 0; k < FP8_KINDS; k++)
+        out[k] = (Fp8Stats){(uint64_t)sums[4 * k], (uint64_t)sums[4 * k + 1], (uint64_t)sums[4 * k + 2],
+                            (uint64_t)sums[4 * k + 3], 0};
 }
 
 CommStats engine_context_stats(const Engine *e) { return comm_stats(e->grid->cp_group); }

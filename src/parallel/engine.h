@@ -55,6 +55,8 @@ typedef struct {
     bool bf16;
     MatmulBF16Path bf16_path;
     bool measure_micro_norms;  /* noise scale: every micro-step's local gradient norm */
+    const Fp8Options *fp8;     /* --precision fp8: the transformer layers' linear layers in FP8 (NULL: off) */
+    double outlier_scale;      /* tests: LayerNorm 1's gain of channel 0 times this at initialisation (0: off) */
 } EngineConfig;
 
 /* One model chunk of this rank: a shard of the flat layout with its own
@@ -122,6 +124,10 @@ DPMemory engine_memory(const Engine *e);
 /* This rank's activation memory: the pipeline's sets and the context-attention buffers. */
 size_t engine_activation_bytes(const Engine *e);
 CommStats engine_comm_stats(const Engine *e); /* this step's data-parallel traffic */
+/* fp8 mode: the last training step's FP8 statistics per tensor kind
+ * (model/fp8_scaling.h), summed over every rank (a collective); zeros
+ * without fp8 */
+void engine_fp8_stats(Engine *e, Fp8Stats out[FP8_KINDS]);
 CommStats engine_context_stats(const Engine *e); /* this step's context-parallel traffic (zero without cp) */
 void engine_set_trace(Engine *e, Trace *trace);
 /* 1-bit Adam's compression stage: no gradient reduction (true) or again (false). */

@@ -82,6 +82,12 @@ void banner_print(const Trainer *tr) {
         printf("precision: bf16 matmuls on %s (this CPU %s bf16 arithmetic), fp32 masters and accumulation\n",
                matmul_bf16_path_name(matmul_bf16_path(first->bf16_matmul)),
                matmul_bf16_cpu_has_bf16() ? "has" : "lacks");
+    if (c->precision == PRECISION_FP8)
+        printf("precision: fp8 %s recipe in the transformer layers' matmuls (%s), the rest in %s\n",
+               TRAIN_FP8_RECIPE_WORDS[c->fp8_recipe],
+               c->fp8_recipe == FP8_RECIPE_BLOCK ? "E4M3, power-of-two scales per 1x128 and 128x128 block"
+                                                 : "E4M3 forward, E5M2 gradients, per-tensor scales from the amax history",
+               TRAIN_FP8_HIGH_PRECISION_WORDS[c->fp8_high_precision]);
     const int reducing = comm_size(g->dp_group); /* dp x cp ranks: gradients reduced and ZeRO shards over them */
     if (reducing > 1 || c->zero > 0) {
         DPMemory mem = engine_memory(tr->engine);

@@ -33,6 +33,18 @@ static json_t *number(double x) { return isfinite(x) ? json_real(x) : json_null(
 
 static void set(json_t *j, const char *key, json_t *value) { json_object_set_new(j, key, value); }
 
+/* fp8: "fp8_underflow" and "fp8_overflow", each {input, weight, grad}: shares (step_result.h). */
+static void set_fp8(json_t *j, const StepResult *r) {
+    static const char *const kinds[3] = {"input", "weight", "grad"};
+    json_t *under = json_object(), *over = json_object();
+    for (int k = 0; k < 3; k++) {
+        set(under, kinds[k], number(r->fp8_underflow[k]));
+        set(over, kinds[k], number(r->fp8_overflow[k]));
+    }
+    set(j, "fp8_underflow", under);
+    set(j, "fp8_overflow", over);
+}
+
 /* Time, throughput and communication. */
 static void set_timing(json_t *j, const Metrics *m, const StepResult *r, double tokens_per_s) {
     set(j, "ms", number(r->seconds * 1e3));
@@ -47,6 +59,7 @@ static void set_timing(json_t *j, const Metrics *m, const StepResult *r, double 
         set(j, "cp_bytes", json_integer((json_int_t)r->cp_bytes));
         set(j, "cp_exposed_ms", number(r->cp_exposed * 1e3));
     }
+    if (r->fp8) set_fp8(j, r);
     set(j, "step_ms_max", number(r->slowest * 1e3));
     set(j, "step_ms_min", number(r->fastest * 1e3));
     set(j, "ranks", json_integer(m->ranks));

@@ -31,6 +31,9 @@ typedef struct {
     uint64_t cp_bytes;                /* context parallelism: keys, values and their gradients sent by this rank */
     double cp_exposed;                /* context parallelism: this rank's time blocked on them */
     int stop_signal;                  /* a rank was asked to stop (train/preempt.h): the job ends after this step */
+    bool fp8;                         /* --precision fp8: the FP8 tensors' statistics below, over every rank */
+    double fp8_underflow[3];          /* per kind (input, weight, grad): share of non-zero values flushed to zero */
+    double fp8_overflow[3];           /* per kind: share of values saturated at the format's max */
 } StepResult;
 
 /* Tokens per second of the step, timed by its slowest rank. */

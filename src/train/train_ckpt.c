@@ -16,6 +16,7 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_extra.h"
+#include "train/fp8_ckpt.h"
 #include "core/error.h"
 #include "core/io.h"
 #include "core/range.h"
@@ -165,6 +166,7 @@ double train_save(Trainer *tr) {
         bs_mkdir_p(a->tmp);
     }
     comm_barrier(tr->world);
+    fp8_ckpt_save(tr, a->tmp);
     a->rank = tr->rank;
     a->num_pieces = engine_num_chunks(tr->engine);
     for (int c = 0; c < a->num_pieces; c++) describe_piece(tr, c, &a->pieces[c]);
@@ -348,6 +350,7 @@ void train_resume(Trainer *tr) {
     for (int c = 0; c < engine_num_chunks(tr->engine); c++) read_chunk(engine_chunk(tr->engine, c), dir, m);
     engine_share_output_weights(tr->engine);
     resume_feedback(tr, dir);
+    fp8_ckpt_resume(tr, dir);
     const Grid *g = engine_grid(tr->engine);
     tr->resharded = m->tp != g->tp || m->pp != engine_virtual_stages(tr->engine) || m->dp != g->dp || m->cp != g->cp ||
                     m->zero != tr->cfg.zero;

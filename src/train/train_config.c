@@ -7,7 +7,7 @@
 
 #include "kernels/kernels.h"
 
-const char *const TRAIN_PRECISION_WORDS[] = {"fp32", "bf16", NULL};
+const char *const TRAIN_PRECISION_WORDS[] = {"fp32", "bf16", "fp8", NULL};
 const char *const TRAIN_BF16_MATMUL_WORDS[] = {"auto", "onednn", "widen", NULL};
 const char *const TRAIN_DATA_ORDER_WORDS[] = {"shuffled", "sequential", NULL};
 const char *const TRAIN_OPTIMIZER_WORDS[] = {"adamw", "sgd", "lamb", "lars", "onebit-adam", NULL};
@@ -16,6 +16,9 @@ const char *const TRAIN_PP_SCHEDULE_WORDS[] = {"gpipe", "1f1b", "interleaved", "
 const char *const TRAIN_COMM_ALGO_WORDS[] = {"mpi", "ring", "hierarchical", NULL};
 const char *const TRAIN_CP_ALGO_WORDS[] = {"ring", "allgather", NULL};
 const char *const TRAIN_CP_SPLIT_WORDS[] = {"zigzag", "contiguous", NULL};
+const char *const TRAIN_FP8_RECIPE_WORDS[] = {"delayed", "block", NULL};
+const char *const TRAIN_FP8_AMAX_ALGO_WORDS[] = {"max", "most_recent", NULL};
+const char *const TRAIN_FP8_HIGH_PRECISION_WORDS[] = {"fp32", "bf16", NULL};
 
 /* Context parallelism: the sequence's chunks, and what does not compose with it yet. */
 static bool check_context(const TrainConfig *c, char *why, size_t n) {
@@ -70,9 +73,15 @@ static bool check_combinations(const TrainConfig *c, char *why, size_t n) {
         snprintf(why, n, "--min-lr %g is larger than --lr %g", c->min_lr, c->lr);
         return false;
     }
-    if (c->precision == PRECISION_BF16 && c->bf16_matmul == MATMUL_BF16_ONEDNN && !matmul_bf16_onednn_available()) {
+    const bool bf16 = c->precision == PRECISION_BF16 ||
+                      (c->precision == PRECISION_FP8 && c->fp8_high_precision == PRECISION_BF16);
+    if (bf16 && c->bf16_matmul == MATMUL_BF16_ONEDNN && !matmul_bf16_onednn_available()) {
         snprintf(why, n, "--bf16-matmul onednn: oneDNN has no bf16 matmul on this CPU (its ISA: %s; it needs "
                  "AVX-512): use auto or widen", matmul_bf16_cpu_isa());
+        return false;
+    }
+    if (c->outlier_scale != 0 && c->zero >= 3) {
+        snprintf(why, n, "--outlier-scale needs each rank's parameters whole: not with --zero 3");
         return false;
     }
     if (c->balance && c->zero >= 2) {

@@ -12,11 +12,12 @@
 #include "comm/comm.h"
 #include "kernels/matmul_bf16.h"
 #include "model/context_attention.h"
+#include "model/fp8_scaling.h"
 #include "optim/lr_scaling.h"
 #include "optim/optimizer.h"
 #include "parallel/schedule.h"
 
-typedef enum { PRECISION_FP32, PRECISION_BF16 } Precision;
+typedef enum { PRECISION_FP32, PRECISION_BF16, PRECISION_FP8 } Precision;
 typedef enum { DATA_SHUFFLED, DATA_SEQUENTIAL } DataOrder;
 
 /* The words of each enumeration, NULL-terminated, in enum order. */
@@ -29,6 +30,9 @@ extern const char *const TRAIN_PP_SCHEDULE_WORDS[];
 extern const char *const TRAIN_COMM_ALGO_WORDS[];
 extern const char *const TRAIN_CP_ALGO_WORDS[];
 extern const char *const TRAIN_CP_SPLIT_WORDS[];
+extern const char *const TRAIN_FP8_RECIPE_WORDS[];
+extern const char *const TRAIN_FP8_AMAX_ALGO_WORDS[];
+extern const char *const TRAIN_FP8_HIGH_PRECISION_WORDS[]; /* fp32, bf16: PRECISION_FP32, PRECISION_BF16 */
 
 typedef struct {
     /* model */
@@ -109,6 +113,13 @@ typedef struct {
     const char *config;      /* --config: the JSON file the flags were read from (cli/config_file.h) */
     const char *tensorboard; /* TensorBoard event files go to this directory (train/tensorboard.h) */
     double peak_gflops;      /* one process's peak GFLOP/s, for the MFU (0: no MFU) */
+    /* FP8 training (--precision fp8: model/fp8_scaling.h) */
+    Fp8Recipe fp8_recipe;         /* delayed or block */
+    int fp8_amax_history;         /* delayed: steps of amax history */
+    Fp8AmaxAlgo fp8_amax_algo;    /* delayed: max or most_recent */
+    int fp8_margin;               /* delayed: scales divided by 2^margin */
+    Precision fp8_high_precision; /* what is not FP8 (embedding, head, loss, ...): bf16 or fp32 */
+    double outlier_scale;         /* tests: LayerNorm 1's gain of channel 0 times this at initialisation (0: off) */
 } TrainConfig;
 
 /* Everything that can be checked without the process group: flag

@@ -87,6 +87,12 @@ static void setup_engine(Trainer *tr) {
                        .init_from = option_given(c->init_from) ? c->init_from : NULL,
                        .bf16 = c->precision == PRECISION_BF16, .bf16_path = c->bf16_matmul,
                        .measure_micro_norms = c->noise_scale};
+    const Fp8Options fp8 = {c->fp8_recipe, c->fp8_amax_history, c->fp8_amax_algo, c->fp8_margin};
+    if (c->precision == PRECISION_FP8) {
+        ec.fp8 = &fp8;
+        ec.bf16 = c->fp8_high_precision == PRECISION_BF16;
+    }
+    ec.outlier_scale = c->outlier_scale;
     ec.data_parallel = (DPOptions){.zero_stage = c->zero, .bucket_floats = (size_t)(c->bucket_mb * 1024 * 1024 / sizeof(float)),
                         .overlap = !c->no_overlap};
     compression_dp_options(c, &ec.data_parallel);

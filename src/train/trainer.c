@@ -130,6 +130,17 @@ static double measure_noise(Trainer *tr, const StepResult *r, double micro_sq, d
     return b_simple;
 }
 
+/* fp8: the step's FP8 underflow and overflow shares per tensor kind (a collective). */
+static void record_fp8(Trainer *tr, StepResult *r) {
+    Fp8Stats st[FP8_KINDS];
+    engine_fp8_stats(tr->engine, st);
+    r->fp8 = true;
+    for (int k = 0; k < FP8_KINDS; k++) {
+        r->fp8_underflow[k] = st[k].nonzero ? (double)st[k].underflow / (double)st[k].nonzero : 0;
+        r->fp8_overflow[k] = st[k].values ? (double)st[k].overflow / (double)st[k].values : 0;
+    }
+}
+
 /* The step's statistics into its result; `after`: this rank's seconds since the exchange. */
 static void record_stats(Trainer *tr, StepResult *r, const StepStats *st, const EngineStepStats *es, double after) {
     r->pipe_busy = es->busy;
@@ -153,6 +164,7 @@ static void record_stats(Trainer *tr, StepResult *r, const StepStats *st, const 
     CommStats context = engine_context_stats(tr->engine);
     r->cp_bytes = context.bytes_sent;
     r->cp_exposed = context.wait_seconds;
+    if (tr->cfg.precision == PRECISION_FP8) record_fp8(tr, r);
 }
 
 static StepResult train_step(Trainer *tr) {
