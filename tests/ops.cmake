@@ -27,3 +27,6 @@ add_test(NAME ops_report COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_repo
 add_test(NAME ops_report_browser COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_report.py --browser)
 set_tests_properties(ops_report ops_report_browser PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" TIMEOUT 180
                                                                SKIP_RETURN_CODE 77)
+# A one-node SLURM cluster (munged, slurmctld, slurmd from Debian) runs examples/train.sbatch; skips (77) without root.
+add_test(NAME ops_slurm COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_slurm.py)
+set_tests_properties(ops_slurm PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" SKIP_RETURN_CODE 77 TIMEOUT 300 RUN_SERIAL ON)
