@@ -28,5 +28,6 @@ mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 env OMP_NUM_THRE
 /usr/bin/python3 bench/bench_batch_scaling.py "$BS" build/bench/batch_scaling
 /usr/bin/python3 bench/bench_tokenizer.py "$BS" build/bench/tokenizer.json
 /usr/bin/python3 bench/bench_bf16.py "$BS" build/bench/bf16.json "$VENV/bin/python"
+/usr/bin/python3 bench/bench_fp8.py "$BS" build/bench/fp8.json
 /usr/bin/python3 bench/bench_ckpt.py "$BS" build/bench/ckpt.json
 /usr/bin/python3 bench/bench_compress.py "$BS" build/bench/compress.json

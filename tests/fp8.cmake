@@ -18,3 +18,10 @@ endif()
 bs_isa_test(NAME fp8_formats COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_fp8.py $<TARGET_FILE:fp8_driver> formats
             ENVIRONMENT "BS_TEST_PYTHON=${BS_TEST_VENV}/bin/python")
 bs_isa_test(NAME fp8_kernels COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_fp8.py $<TARGET_FILE:fp8_driver> kernels)
+
+# Training in FP8: layouts against one FP8 process within a measured floor, resume across precisions, bad flags;
+# 300 KJV steps against bf16 and the outlier (slow: it runs no code fp8_train does not).
+add_test(NAME fp8_train COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_fp8_train.py layouts)
+add_test(NAME fp8_train_convergence COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_fp8_train.py convergence)
+set_tests_properties(fp8_train fp8_train_convergence PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" TIMEOUT 900)
+set_tests_properties(fp8_train_convergence PROPERTIES LABELS slow)

@@ -1,0 +1,172 @@
+#!/usr/bin/python3
+"""test_fp8_train.py: training with --precision fp8 (both recipes).
+
+usage: test_fp8_train.py [layouts | convergence]   (default: layouts)
+
+layouts (CTest fp8_train):
+- Parallel layouts in delayed FP8 (DP 2 with ZeRO 1 and 3, TP 2, PP 2) against one FP8 process:
+  ten steps of AdamW, every layout's largest relative loss gap and largest parameter difference <= K x a noise
+  floor measured here, the one FP8 process against itself with its sums reordered (the accumulation splits of the
+  same global batch, micro-batches of 4, 2 and 1 sequences instead of 8). The scales do not move with the split:
+  delayed amaxes are maxima over the step's micro-batches and the data- and tensor-parallel ranks
+  (model/fp8_scaling.h), block scales are per block; so a layout differs from one process only by fp32
+  summation order, which FP8 rounding amplifies as bf16's does (tests/test_bf16_train.py: K = 4, the same
+  reasoning: the gaps and the floor are samples of the same chaotic spread once Adam has taken a few steps; a
+  real error, e.g. an amax reduced over the wrong group or a scale from the wrong step, moves the loss by far
+  more). A layout run must report FP8 statistics (it ran in FP8).
+- Not asserted (open, issue 19): the block recipe's layouts. Its micro-split floor is nearly 0 (5e-6: FP8 values
+  times power-of-two scales sum almost exactly in fp32), and DP 2 sits at 1.5e-4 after ten steps (30x), from a
+  one-ulp difference at step 3; the reason is not yet found, so no bound is claimed. TP also splits the
+  weights' 128x128 tiles differently (a 96-row qkv shard is a partial tile): a different quantization.
+- Resume: a delayed FP8 run checkpointed at step 5 resumes bit for bit (losses and parameters: the scales and
+  amax histories are in the checkpoint); without its fp8 scaling files it resumes with fresh scales, warns, and
+  is not the same bits (so the files matter); the FP8 checkpoint resumes in bf16 and in fp32, and a bf16
+  checkpoint resumes in FP8 (fresh scales, warned), each within 2% of the uninterrupted run's losses.
+- Bad flags: one line naming the flag, non-zero exit, before any training work.
+convergence (fp8_train_convergence, slow):
+- 300 steps on the shipped corpus (the King James Bible, byte-level): delayed and block within 1% of bf16's
+  final validation loss.
+- An injected outlier (--outlier-scale 1000: LayerNorm 1's gain of channel 0 x1000 in every layer, so every qkv
+  input carries one channel 1000x the others, the same in every precision): block stays within 1% of bf16's run
+  with the same outlier, while the per-tensor delayed recipe flushes a large share of the qkv inputs to zero
+  (its fp8_underflow.input in the metrics is at least 10x block's, and above 1%).
+"""
+import glob
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bstest import BATCHSCALE, CorpusTest, kjv_corpus, run  # noqa: E402
+from test_bf16_train import FLOOR_MICRO, LAYOUTS, K, loss_gap, param_gap, train  # noqa: E402
+
+RESUME_BOUND = 0.02  # another precision for 5 steps from the same state: the bf16 test's measured scale, doubled
+
+
+def fp8(recipe):
+    return ["--precision", "fp8", "--fp8-recipe", recipe]
+
+
+class Fp8LayoutTest(CorpusTest):
+    CORPUS_BYTES = 400_000
+
+    def check_recipe(self, recipe):
+        one, one_p, _ = train(self.data, self.path(f"{recipe}-one"), extra=fp8(recipe))
+        self.assertIn("fp8_underflow", one[-1], "no FP8 statistics: did the run use FP8?")
+        floor_loss = floor_param = 0.0
+        for m_size in FLOOR_MICRO:
+            m, p, _ = train(self.data, self.path(f"{recipe}-micro{m_size}"), micro=m_size, extra=fp8(recipe))
+            floor_loss, floor_param = max(floor_loss, loss_gap(m, one)), max(floor_param, param_gap(p, one_p))
+            print(f"  {recipe} floor micro {m_size}: loss gap {loss_gap(m, one):.2e}, parameters "
+                  f"{param_gap(p, one_p):.2e}", flush=True)
+        self.assertGreater(floor_loss, 0, "no reordering of the one-process run changed it: the floor measured nothing")
+        for name, extra in LAYOUTS.items():
+            m, p, _ = train(self.data, self.path(f"{recipe}-{name}"), ranks=2, micro=2, extra=extra + fp8(recipe))
+            self.assertEqual(len(m), len(one))
+            self.assertIn("fp8_underflow", m[-1])
+            lg, pg = loss_gap(m, one), param_gap(p, one_p)
+            print(f"  {recipe} {name}: loss gap {lg:.2e} = {lg / floor_loss:.2f} x floor, parameters {pg:.2e} = "
+                  f"{pg / floor_param:.2f} x floor", flush=True)
+            self.assertLessEqual(lg, K * floor_loss, f"{recipe} {name}: loss gap {lg:.3g} > {K} x {floor_loss:.3g}")
+            self.assertLessEqual(pg, K * floor_param, f"{recipe} {name}: parameters {pg:.3g} > {K} x {floor_param:.3g}")
+
+    def test_delayed_layouts_within_the_noise_floor(self):
+        self.check_recipe("delayed")
+
+    def test_resume(self):
+        ck = self.path("ck8")
+        keep = ["--ckpt-every", "5", "--keep-last", "0"]
+        full, p_full, _ = train(self.data, self.path("r_full"), extra=fp8("delayed") + ["--ckpt-dir", ck] + keep)
+        at5 = os.path.join(ck, "step_00000005")
+        self.assertEqual(len(glob.glob(os.path.join(at5, "fp8_layer_*.bin"))), 4, "one fp8 scaling file per layer")
+        res, p_res, _ = train(self.data, self.path("r_res"), extra=fp8("delayed") + ["--resume", at5, "--ckpt-dir",
+                                                                                    self.path("ck8b")])
+        self.assertEqual([m["loss"] for m in res], [m["loss"] for m in full[5:]])
+        self.assertTrue(np.array_equal(p_res, p_full), "fp8 resume is not bitwise")
+        bare = self.path("bare")
+        shutil.copytree(at5, bare)
+        for f in glob.glob(os.path.join(bare, "fp8_layer_*.bin")):
+            os.remove(f)
+        metrics = self.path("r_bare.jsonl")
+        p = run(["train", "--data", os.path.join(self.data, "train_000000.bin"), "--layers", "4", "--heads", "4",
+                 "--channels", "64", "--seq-len", "64", "--micro-batch", "8", "--global-batch", "8", "--steps", "10",
+                 "--lr", "3e-3", "--warmup", "2", "--sample-tokens", "0", "--eval-every", "0", "--quiet",
+                 "--metrics", metrics, "--resume", bare, "--ckpt-dir", self.path("ck8c")] + fp8("delayed"))
+        self.assertIn("fp8 scales start fresh", p.stderr)
+        bare_losses = [float(line.split('"loss":')[1].split(",")[0]) for line in open(metrics)]
+        self.assertNotEqual(bare_losses, [m["loss"] for m in full[5:]], "fresh scales gave the same bits")
+        for label, extra in (("bf16", ["--precision", "bf16"]), ("fp32", [])):
+            m, _, _ = train(self.data, self.path("r_" + label), extra=extra + ["--resume", at5, "--ckpt-dir",
+                                                                              self.path("ck_" + label)])
+            gap = loss_gap(m, full[5:])
+            print(f"  fp8 checkpoint resumed in {label}: largest loss gap {gap:.2e}", flush=True)
+            self.assertLess(gap, RESUME_BOUND)
+        ck16 = self.path("ck16")
+        b16, _, _ = train(self.data, self.path("b16"), extra=["--precision", "bf16", "--ckpt-dir", ck16] + keep)
+        m, _, _ = train(self.data, self.path("b16_in_fp8"), extra=fp8("delayed") + [
+            "--resume", os.path.join(ck16, "step_00000005"), "--ckpt-dir", self.path("ck16b")])
+        gap = loss_gap(m, b16[5:])
+        print(f"  bf16 checkpoint resumed in fp8: largest loss gap {gap:.2e}", flush=True)
+        self.assertLess(gap, RESUME_BOUND)
+
+    def test_bad_flags(self):
+        base = ["train", "--data", os.path.join(self.data, "train_000000.bin"), "--steps", "1", "--layers", "1",
+                "--channels", "32", "--heads", "2", "--seq-len", "32", "--sample-tokens", "0", "--eval-every", "0"]
+        for extra, flag in ((["--precision", "fp8", "--fp8-recipe", "tensor"], "--fp8-recipe"),
+                            (["--precision", "fp8", "--fp8-amax-history", "0"], "--fp8-amax-history"),
+                            (["--precision", "fp8", "--fp8-amax-algo", "mean"], "--fp8-amax-algo"),
+                            (["--precision", "fp8", "--fp8-high-precision", "fp8"], "--fp8-high-precision"),
+                            (["--outlier-scale", "10", "--zero", "3"], "--outlier-scale")):
+            p = run(base + extra, check=False)
+            self.assertNotEqual(p.returncode, 0, extra)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+            self.assertIn(flag, p.stderr)
+
+
+class Fp8ConvergenceTest(unittest.TestCase):
+    def test_300_steps(self):
+        small = ["--threads", "2", "--layers", "2", "--channels", "64"]
+        runs = {}
+        with tempfile.TemporaryDirectory() as d:
+            data = kjv_corpus(d)
+            for label, extra in (("bf16", ["--precision", "bf16"]), ("delayed", fp8("delayed")),
+                                 ("block", fp8("block"))):
+                for outlier in ("", "1000"):
+                    more = ["--outlier-scale", outlier] if outlier else []
+                    m, _, _ = train(data, os.path.join(d, label + outlier), steps=300, val=True,
+                                    extra=small + extra + more)
+                    runs[label + outlier] = m
+                    print(f"  {label}{' outlier x' + outlier if outlier else ''}: val loss {m[-1]['val_loss']:.4f}"
+                          f"{', underflow ' + str(m[-1]['fp8_underflow']) if 'fp8_underflow' in m[-1] else ''}",
+                          flush=True)
+        v16 = runs["bf16"][-1]["val_loss"]
+        self.assertLess(v16, runs["bf16"][0]["loss"] * 0.6, "bf16 did not learn")
+        for label in ("delayed", "block"):
+            v = runs[label][-1]["val_loss"]
+            self.assertLess(abs(v - v16) / v16, 0.01, f"{label} {v:.4f} vs bf16 {v16:.4f}")
+        v16o, vbo = runs["bf161000"][-1]["val_loss"], runs["block1000"][-1]["val_loss"]
+        self.assertLess(abs(vbo - v16o) / v16o, 0.01, f"block with the outlier {vbo:.4f} vs bf16's {v16o:.4f}")
+        under = {k: np.mean([m["fp8_underflow"]["input"] for m in runs[k + "1000"]]) for k in ("delayed", "block")}
+        print(f"  mean input underflow with the outlier: delayed {under['delayed']:.3g}, block {under['block']:.3g}")
+        self.assertGreater(under["delayed"], 0.01)
+        self.assertGreater(under["delayed"], 10 * under["block"])
+
+
+def main():
+    part = sys.argv[1] if len(sys.argv) > 1 else "layouts"
+    cases = {"layouts": Fp8LayoutTest, "convergence": Fp8ConvergenceTest}
+    if part not in cases or len(sys.argv) > 2:
+        sys.exit("usage: test_fp8_train.py [layouts | convergence]")
+    if not os.path.exists(BATCHSCALE):
+        sys.exit(f"BATCHSCALE={BATCHSCALE}: no such program (run through ctest)")
+    suite = unittest.TestLoader().loadTestsFromTestCase(cases[part])
+    result = unittest.TextTestRunner(verbosity=2).run(suite)
+    sys.exit(0 if result.wasSuccessful() else 1)
+
+
+if __name__ == "__main__":
+    main()
