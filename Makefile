@@ -16,6 +16,7 @@ build: deps
 
 test: build
 	@./scripts/test-venv.sh
+	@./scripts/hf-venv.sh
 	cd $(BUILD) && ctest --output-on-failure -j 1
 
 demo: build

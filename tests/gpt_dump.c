@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "core/io.h"
 #include "model/gpt.h"
-#include "model/llmc_file.h"
+#include "model/model_file.h"
 
 static int32_t *read_tokens(const char *path, size_t n) {
     int32_t *t = bs_malloc(n * sizeof(int32_t));
@@ -25,10 +25,10 @@ int main(int argc, char **argv) {
     if (argc != 7 && argc != 8) bs_die("usage: gpt_dump MODEL INPUTS TARGETS B T OUT [bf16|bf16-onednn|bf16-widen]");
     int B = atoi(argv[4]), T = atoi(argv[5]);
     GPTConfig cfg;
-    llmc_model_read_config(argv[1], &cfg);
+    model_file_read_config(argv[1], &cfg);
     GPT model;
     gpt_create(&model, &cfg);
-    llmc_model_read_params(argv[1], &model);
+    model_file_read_params(argv[1], &model);
     if (argc == 8) {
         if (strcmp(argv[7], "bf16") == 0) gpt_enable_bf16(&model, MATMUL_BF16_AUTO);
         else if (strcmp(argv[7], "bf16-onednn") == 0) gpt_enable_bf16(&model, MATMUL_BF16_ONEDNN);

@@ -1,17 +1,20 @@
 /* cmd_ckpt.c: `batchscale ckpt inspect|export|import`: look into checkpoints
- * and convert between a checkpoint and an llm.c model file.
+ * and convert between a checkpoint and a model file (llm.c's, or Hugging
+ * Face's safetensors).
  *
  *   inspect DIR                 the manifest in readable form, every file's
  *                               size and XXH64 checksum verified, and the
  *                               files' ranges checked to cover the model once
  *                               (DIR: one checkpoint, or a checkpoint
  *                               directory: every step_* in it)
- *   export --llmc FILE DIR      the parameters as an llm.c fp32 model file
- *                               (from a checkpoint of any layout)
- *   import --llmc FILE --out DIR --global-batch N
+ *   export [--format llmc|safetensors] --out PATH DIR
+ *                               the parameters as an llm.c fp32 model file or
+ *                               a Hugging Face GPT-2 directory (from a
+ *                               checkpoint of any layout; --llmc FILE: llmc)
+ *   import --from PATH --out DIR --global-batch N
  *                               DIR/step_00000000: the parameters, zero
  *                               optimizer state, step 0: `train --resume`
- *                               starts from it as from --init-from FILE
+ *                               starts from it as from --init-from PATH
  *
  * Deliberately not here: resharding (any layout reads any checkpoint
  * directly) and editing a checkpoint's training state. */
@@ -26,7 +29,8 @@
 #include "cli/options.h"
 #include "core/error.h"
 #include "core/io.h"
-#include "model/llmc_file.h"
+#include "model/model_file.h"
+#include "model/safetensors_file.h"
 #include "optim/noise_scale.h"
 #include "optim/optimizer.h"
 #include "train/train_ckpt.h"
@@ -222,19 +226,40 @@ static int ckpt_inspect(int argc, char **argv) {
 
 /* ---- export ---- */
 
+/* The whole model as an llm.c file, or as a Hugging Face directory (model.safetensors and config.json). */
+static void write_export(const char *format, const char *out, const GPT *model) {
+    if (strcmp(format, "llmc") == 0) {
+        model_file_write(out, model);
+        return;
+    }
+    bs_mkdir_p(out);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", out);
+    safetensors_write(path, model);
+    snprintf(path, sizeof path, "%s/config.json", out);
+    safetensors_write_hf_config(path, &model->cfg);
+}
+
 static int ckpt_export(int argc, char **argv) {
-    const char *llmc = "";
+    const char *llmc = "", *format = "llmc", *out = "";
     const OptionSpec specs[] = {
-        {"llmc", OPT_STRING, &llmc, OPT_NO_RANGE, "FILE", "llm.c model file to write", NULL, NULL},
+        {"format", OPT_STRING, &format, OPT_NO_RANGE, "FORMAT", "llmc (an llm.c fp32 model file) or safetensors (a "
+         "Hugging Face GPT-2 directory: model.safetensors and config.json)", NULL, NULL},
+        {"out", OPT_STRING, &out, OPT_NO_RANGE, "PATH", "the file (llmc) or directory (safetensors) to write", NULL, NULL},
+        {"llmc", OPT_STRING, &llmc, OPT_NO_RANGE, "FILE", "the same as --format llmc --out FILE", NULL, NULL},
     };
     char *pos[1] = {NULL};
     int npos = take_positionals(specs, OPTION_COUNT(specs), &argc, argv, pos, 1, "export");
     if (!options_parse(specs, OPTION_COUNT(specs), argc, argv,
-                       "usage: batchscale ckpt export --llmc FILE DIR\n\nWrites a checkpoint's parameters as an llm.c "
-                       "fp32 model file (DIR: a checkpoint, or a checkpoint directory: its newest complete one)."))
+                       "usage: batchscale ckpt export [--format llmc|safetensors] --out PATH DIR\n\nWrites a "
+                       "checkpoint's parameters as an llm.c fp32 model file or a Hugging Face GPT-2 directory\n(DIR: "
+                       "a checkpoint, or a checkpoint directory: its newest complete one)."))
         return 0;
-    if (npos != 1) bs_die("ckpt export: give the checkpoint directory (batchscale ckpt export --llmc FILE DIR)");
-    if (!*llmc) bs_die("ckpt export: --llmc FILE is required (the llm.c model file to write)");
+    if (*llmc) format = "llmc", out = llmc;
+    if (strcmp(format, "llmc") != 0 && strcmp(format, "safetensors") != 0)
+        bs_die("ckpt export: --format must be llmc or safetensors (got '%s')", format);
+    if (npos != 1) bs_die("ckpt export: give the checkpoint directory (batchscale ckpt export --out PATH DIR)");
+    if (!*out) bs_die("ckpt export: --out PATH is required (the file or directory to write)");
     char dir[4096], why[600];
     resolve_checkpoint(pos[0], dir, sizeof dir);
     CkptManifest *m = bs_malloc(sizeof *m);
@@ -243,8 +268,8 @@ static int ckpt_export(int argc, char **argv) {
     GPT model;
     gpt_create_with(&model, &m->model, GPT_ALLOC_PARAMS);
     train_ckpt_read(dir, m, &model.cfg, 0, model.num_params, model.params, NULL); /* any layout */
-    llmc_model_write(llmc, &model);
-    printf("exported %s (step %ld) to %s\n", dir, m->step, llmc);
+    write_export(format, out, &model);
+    printf("exported %s (step %ld) to %s (%s)\n", dir, m->step, out, format);
     gpt_free(&model);
     free(m);
     return 0;
@@ -254,11 +279,14 @@ static int ckpt_export(int argc, char **argv) {
 
 static int ckpt_import(int argc, char **argv) {
     const char *llmc = "", *out = "", *optimizer = "adamw", *batch_schedule = "constant", *data_order = "shuffled";
-    const char *tokenizer = "byte";
-    int global_batch = 0;
+    const char *tokenizer = "byte", *from = "";
+    int global_batch = 0, heads = 0;
     long long seed = 1337;
     const OptionSpec specs[] = {
-        {"llmc", OPT_STRING, &llmc, OPT_NO_RANGE, "FILE", "llm.c model file to read", NULL, NULL},
+        {"from", OPT_STRING, &from, OPT_NO_RANGE, "PATH", "the model to read: an llm.c file, a .safetensors file or "
+         "a Hugging Face directory holding model.safetensors", NULL, NULL},
+        {"llmc", OPT_STRING, &llmc, OPT_NO_RANGE, "FILE", "the same as --from FILE", NULL, NULL},
+        {"heads", OPT_INT, &heads, 1, 1 << 16, "N", "attention heads, where a safetensors file does not say", NULL, NULL},
         {"out", OPT_STRING, &out, OPT_NO_RANGE, "DIR", "checkpoint directory to create step_00000000 in", NULL, NULL},
         {"global-batch", OPT_INT, &global_batch, 1, 1 << 30, "SEQS",
          "the --global-batch of the run that resumes it (required)", NULL, NULL},
@@ -269,23 +297,24 @@ static int ckpt_import(int argc, char **argv) {
         {"tokenizer", OPT_STRING, &tokenizer, OPT_NO_RANGE, "SPEC", "tokenizer recorded for sample: byte, gpt2 or a file", NULL, NULL},
     };
     if (!options_parse(specs, OPTION_COUNT(specs), argc, argv,
-                       "usage: batchscale ckpt import --llmc FILE --out DIR --global-batch N\n\nMakes a step-0 "
-                       "checkpoint (zero optimizer state) from an llm.c model file; `train --resume` continues\nfrom "
-                       "it as `train --init-from FILE` would start. The run's flags below must match the resuming "
+                       "usage: batchscale ckpt import --from PATH --out DIR --global-batch N\n\nMakes a step-0 "
+                       "checkpoint (zero optimizer state) from a model file; `train --resume` continues\nfrom "
+                       "it as `train --init-from PATH` would start. The run's flags below must match the resuming "
                        "run's."))
         return 0;
-    if (!*llmc || !*out) bs_die("ckpt import: --llmc FILE and --out DIR are required");
+    if (*llmc) from = llmc;
+    if (!*from || !*out) bs_die("ckpt import: --from PATH and --out DIR are required");
     if (global_batch == 0) bs_die("ckpt import: --global-batch is required (train --resume checks it)");
     OptimizerKind kind;
     char why[256];
     if (!optimizer_kind_parse(optimizer, &kind, why, sizeof why)) bs_die("%s", why);
     if (strcmp(data_order, "shuffled") != 0 && strcmp(data_order, "sequential") != 0)
         bs_die("--data-order must be 'shuffled' or 'sequential' (got '%s')", data_order);
-    GPTConfig cfg;
-    llmc_model_read_config(llmc, &cfg);
+    GPTConfig cfg = {.num_heads = heads};
+    model_file_read_config(from, &cfg);
     GPT model;
     gpt_create_with(&model, &cfg, GPT_ALLOC_PARAMS);
-    llmc_model_read_params(llmc, &model);
+    model_file_read_params(from, &model);
 
     CkptManifest *m = bs_calloc(1, sizeof *m);
     if (strlen(batch_schedule) >= sizeof m->batch_schedule || strlen(tokenizer) >= sizeof m->tokenizer)
@@ -312,7 +341,7 @@ static int ckpt_import(int argc, char **argv) {
     ckpt_commit(out, tmp, m, 0);
     char dir[4096];
     ckpt_step_dir(dir, sizeof dir, out, 0);
-    printf("imported %s to %s (%zu floats, zero optimizer state, step 0)\n", llmc, dir, model.num_params);
+    printf("imported %s to %s (%zu floats, zero optimizer state, step 0)\n", from, dir, model.num_params);
     free(m);
     gpt_free(&model);
     return 0;
@@ -324,8 +353,9 @@ int cmd_ckpt(int argc, char **argv) {
     static const char *const usage =
         "usage: batchscale ckpt <inspect|export|import> [options]   (batchscale ckpt <sub> --help)\n\n"
         "  inspect DIR                  print a checkpoint's manifest and verify every checksum\n"
-        "  export --llmc FILE DIR       write a checkpoint's parameters as an llm.c model file\n"
-        "  import --llmc FILE --out DIR --global-batch N\n"
+        "  export [--format llmc|safetensors] --out PATH DIR\n"
+        "                               write a checkpoint's parameters as an llm.c file or a Hugging Face directory\n"
+        "  import --from PATH --out DIR --global-batch N\n"
         "                               make a step-0 checkpoint that train --resume accepts\n";
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(usage, argc < 2 ? stderr : stdout);

@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "core/io.h"
 #include "data/tokenizer.h"
-#include "model/llmc_file.h"
+#include "model/model_file.h"
 #include "train/sample.h"
 
 int cmd_sample(int argc, char **argv) {
@@ -22,7 +22,7 @@ int cmd_sample(int argc, char **argv) {
     long long seed = 42;
     const OptionSpec specs[] = {
         {"ckpt", OPT_STRING, &ckpt, OPT_NO_RANGE, "DIR", "a checkpoint, or a checkpoint directory (its newest)", NULL, NULL},
-        {"model", OPT_STRING, &model_file, OPT_NO_RANGE, "FILE", "an llm.c model file instead of a checkpoint", NULL, NULL},
+        {"model", OPT_STRING, &model_file, OPT_NO_RANGE, "FILE", "a model file (llm.c or safetensors, or a Hugging Face directory) instead of a checkpoint", NULL, NULL},
         {"prompt", OPT_STRING, &prompt, OPT_NO_RANGE, "TEXT", "text to continue (default: start of a document)", NULL, NULL},
         {"tokenizer", OPT_STRING, &tokenizer, OPT_NO_RANGE, "NAME", "byte, gpt2 (with --vocab-dir) or a file (default: the checkpoint's, else byte)", NULL, NULL},
         {"vocab-dir", OPT_STRING, &vocab_dir, OPT_NO_RANGE, "DIR", "GPT-2's encoder.json and vocab.bpe, for --tokenizer gpt2", NULL, NULL},
@@ -52,9 +52,9 @@ int cmd_sample(int argc, char **argv) {
         free(m);
     } else {
         GPTConfig cfg;
-        llmc_model_read_config(model_file, &cfg);
+        model_file_read_config(model_file, &cfg);
         gpt_create(&model, &cfg);
-        llmc_model_read_params(model_file, &model);
+        model_file_read_params(model_file, &model);
     }
     Tokenizer *tok = tokenizer_load(*tokenizer ? tokenizer : recorded, vocab_dir);
     if (model.cfg.vocab_size != tokenizer_vocab_size(tok))

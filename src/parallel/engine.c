@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/llmc_file.h"
+#include "model/model_file.h"
 #include "parallel/model_parallel.h"
 
 /* Context parallelism: the caller's loader fills whole sequences, this rank keeps its chunks. */
@@ -94,7 +94,7 @@ static void init_chunk(Engine *e, EngineChunk *ch, const GPTConfig *whole) {
     if (e->cfg.init_from) {
         GPT file;
         gpt_create_with(&file, whole, GPT_ALLOC_PARAMS);
-        llmc_model_read_params(e->cfg.init_from, &file);
+        model_file_read_params(e->cfg.init_from, &file);
         float *dst = dp_params_at(ch->dp, 0, ch->model.num_params);
         if (dst) mp_copy_from_logical(mc, file.params, dst, 0, ch->model.num_params);
         else mp_copy_from_logical(mc, file.params, dp_update_params(ch->dp), shard_off, shard_cnt);

@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 #include "core/io.h"
-#include "model/llmc_file.h"
+#include "model/model_file.h"
 #include "parallel/grid.h"
 #include "train/compression.h"
 #include "train/train_ckpt.h"
@@ -45,7 +45,7 @@ static GPTConfig model_shape(Trainer *tr) {
     GPTConfig mc = {.max_seq_len = c->seq_len, .vocab_size = vocab, .num_layers = c->layers,
                     .num_heads = c->heads, .channels = c->channels};
     if (option_given(c->init_from)) {
-        llmc_model_read_config(c->init_from, &mc);
+        model_file_read_config(c->init_from, &mc);
         if (c->seq_len > mc.max_seq_len)
             bs_die("--seq-len %d is longer than the model's maximum sequence length %d (from %s)", c->seq_len,
                    mc.max_seq_len, c->init_from);

@@ -18,6 +18,7 @@
 #include "core/trace.h"
 #include "model/gpt.h"
 #include "model/llmc_file.h"
+#include "model/model_file.h"
 #include "optim/grad_norm.h"
 #include "parallel/engine.h"
 #include "train/balance.h"
@@ -259,7 +260,7 @@ static void export_models(Trainer *tr) {
     if (!option_given(c->save_model) && !option_given(c->out)) return;
     GPT m = full_model(tr);
     if (tr->rank == 0) {
-        if (option_given(c->save_model)) llmc_model_write(c->save_model, &m);
+        if (option_given(c->save_model)) model_file_write(c->save_model, &m);
         if (option_given(c->out)) {
             char path[4200];
             snprintf(path, sizeof path, "%s/model.bin", c->out);

@@ -1,0 +1,32 @@
+#!/bin/sh
+# hf-venv.sh: the Hugging Face peer of the safetensors tests: transformers
+# (pinned) from PyPI in a virtual environment over Debian's /usr/bin/python3
+# with its system packages, so it runs on Debian's python3-torch (1.13)
+# instead of downloading PyPI's several-GB torch. tests/test_hf_peer.py
+# saves a random GPT-2 with save_pretrained and compares logits, loss and
+# gradients with batchscale's, both ways. `make test` runs this before CTest.
+# Idempotent: quick when the pinned version is there. Where PyPI or venv
+# cannot be had it prints one line and exits 0; the test then reports itself
+# skipped with the reason. It never fails the build.
+set -u
+VENV=${BS_HF_VENV:-$HOME/.cache/batchscale/hf-venv}
+PINS="transformers==4.36.2"
+CHECK="import torch, transformers, safetensors; assert transformers.__version__ == '4.36.2'"
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "$CHECK" 2>/dev/null; then
+    exit 0
+fi
+if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    echo "hf-venv: Debian's python3-torch is missing (scripts/install-deps.sh installs it); the Hugging Face peer test will be skipped"
+    exit 0
+fi
+if [ ! -x "$VENV/bin/python" ] && ! /usr/bin/python3 -m venv --system-site-packages "$VENV" >/dev/null 2>&1; then
+    rm -rf "$VENV"
+    echo "hf-venv: cannot create $VENV with /usr/bin/python3 -m venv; the Hugging Face peer test will be skipped"
+    exit 0
+fi
+if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check --retries 1 --timeout 20 $PINS >/dev/null 2>&1 ||
+   ! "$VENV/bin/python" -c "$CHECK" 2>/dev/null; then
+    echo "hf-venv: cannot install $PINS from PyPI (offline?); the Hugging Face peer test will be skipped"
+    exit 0
+fi
+echo "hf-venv: installed $PINS into $VENV"

@@ -1,0 +1,40 @@
+/* model_file.c: the two model-file formats behind one door (see model_file.h). */
+#include "model/model_file.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/io.h"
+#include "model/llmc_file.h"
+#include "model/safetensors_file.h"
+
+bool model_file_is_safetensors_name(const char *path) {
+    size_t n = strlen(path), k = strlen(".safetensors");
+    return n >= k && strcmp(path + n - k, ".safetensors") == 0;
+}
+
+/* A directory stands for its model.safetensors. */
+static const char *resolve(const char *path, char *buf, size_t n) {
+    if (!bs_is_dir(path)) return path;
+    snprintf(buf, n, "%s/model.safetensors", path);
+    return buf;
+}
+
+void model_file_read_config(const char *path, GPTConfig *cfg) {
+    char buf[4200];
+    const char *file = resolve(path, buf, sizeof buf);
+    if (model_file_is_safetensors_name(file) || safetensors_is_file(file)) safetensors_read_config(file, cfg);
+    else llmc_model_read_config(file, cfg);
+}
+
+void model_file_read_params(const char *path, GPT *model) {
+    char buf[4200];
+    const char *file = resolve(path, buf, sizeof buf);
+    if (model_file_is_safetensors_name(file) || safetensors_is_file(file)) safetensors_read_params(file, model);
+    else llmc_model_read_params(file, model);
+}
+
+void model_file_write(const char *path, const GPT *model) {
+    if (model_file_is_safetensors_name(path)) safetensors_write(path, model);
+    else llmc_model_write(path, model);
+}

@@ -1,0 +1,23 @@
+/* model_file.h: model weights in either format this engine reads and
+ * writes, chosen by content on reading and by name on writing:
+ *   llm.c's fp32 model file (model/llmc_file.h): the default;
+ *   Hugging Face safetensors (model/safetensors_file.h): a file whose name
+ *   ends in .safetensors, or a directory holding model.safetensors (what
+ *   save_pretrained writes, its config.json giving the heads). */
+#ifndef BS_MODEL_MODEL_FILE_H
+#define BS_MODEL_MODEL_FILE_H
+
+#include <stdbool.h>
+
+#include "model/gpt.h"
+
+/* The shape into cfg (cfg->num_heads is kept where a safetensors file does
+ * not say); dies with one line naming the file. */
+void model_file_read_config(const char *path, GPTConfig *cfg);
+/* The weights into a whole model created with that config. */
+void model_file_read_params(const char *path, GPT *model);
+/* Writes atomically: safetensors if path ends in .safetensors, else llm.c. */
+void model_file_write(const char *path, const GPT *model);
+bool model_file_is_safetensors_name(const char *path);
+
+#endif

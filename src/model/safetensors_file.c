@@ -1,0 +1,414 @@
+/* safetensors_file.c: safetensors model files (see safetensors_file.h). */
+#include "model/safetensors_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "comm/codec.h"
+#include "core/error.h"
+#include "core/io.h"
+#include "kernels/bf16.h"
+
+#define MAX_HEADER_BYTES (100u << 20) /* the format's limit */
+#define PREFIX "transformer."
+
+typedef struct {
+    const char *path;
+    unsigned char *map;
+    size_t size, data_start, data_size;
+    json_t *header;
+} StFile;
+
+/* Bytes per element of a safetensors dtype (0: unknown). */
+static size_t dtype_size(const char *d) {
+    static const struct { const char *name; size_t bytes; } known[] = {
+        {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1},
+        {"U64", 8}, {"U32", 4}, {"U16", 2}, {"U8", 1}, {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(d, known[i].name) == 0) return known[i].bytes;
+    return 0;
+}
+
+/* ---- validation ---- */
+
+typedef struct {
+    const char *name;
+    json_int_t begin, end;
+} Extent;
+
+/* By begin, then end: an empty tensor sorts before the one that starts where it is. */
+static int by_begin(const void *a, const void *b) {
+    const Extent *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+
+/* One tensor entry: dtype known, shape non-negative, offsets holding exactly its bytes. */
+static Extent check_entry(const StFile *f, const char *name, json_t *e) {
+    json_t *dtype = json_object_get(e, "dtype"), *shape = json_object_get(e, "shape");
+    json_t *offsets = json_object_get(e, "data_offsets");
+    if (!json_is_object(e) || !json_is_string(dtype) || !json_is_array(shape) || !json_is_array(offsets) ||
+        json_array_size(offsets) != 2 || json_object_size(e) != 3)
+        bs_die("%s: tensor %s must be {dtype, shape, data_offsets [begin, end)} and nothing else", f->path, name);
+    size_t bytes = dtype_size(json_string_value(dtype));
+    if (bytes == 0) bs_die("%s: tensor %s has an unknown dtype %s", f->path, name, json_string_value(dtype));
+    for (size_t i = 0; i < json_array_size(shape); i++) {
+        json_t *d = json_array_get(shape, i);
+        if (!json_is_integer(d) || json_integer_value(d) < 0 || json_integer_value(d) > (json_int_t)1 << 40)
+            bs_die("%s: tensor %s has an invalid shape (dimension %zu)", f->path, name, i);
+        bytes *= (size_t)json_integer_value(d);
+        if (bytes > f->data_size) bs_die("%s: tensor %s is larger than the file's data area", f->path, name);
+    }
+    json_t *b = json_array_get(offsets, 0), *en = json_array_get(offsets, 1);
+    if (!json_is_integer(b) || !json_is_integer(en) || json_integer_value(b) < 0 ||
+        json_integer_value(en) < json_integer_value(b) || (size_t)json_integer_value(en) > f->data_size)
+        bs_die("%s: tensor %s has data_offsets outside the data area of %zu bytes", f->path, name, f->data_size);
+    Extent x = {name, json_integer_value(b), json_integer_value(en)};
+    if ((size_t)(x.end - x.begin) != bytes)
+        bs_die("%s: tensor %s: data_offsets [%lld, %lld) hold %lld bytes; its dtype and shape need %zu", f->path,
+               name, (long long)x.begin, (long long)x.end, (long long)(x.end - x.begin), bytes);
+    return x;
+}
+
+/* Every entry valid, the tensors tiling the data area with no holes. */
+static void check_header(const StFile *f) {
+    size_t n = json_object_size(f->header), k = 0;
+    Extent *ext = bs_malloc(sizeof(Extent) * (n ? n : 1));
+    const char *name;
+    json_t *e;
+    json_object_foreach(f->header, name, e) {
+        if (strcmp(name, "__metadata__") == 0) {
+            const char *key;
+            json_t *v;
+            if (!json_is_object(e)) bs_die("%s: __metadata__ must be an object of strings", f->path);
+            json_object_foreach(e, key, v) if (!json_is_string(v))
+                bs_die("%s: __metadata__ value %s is not a string", f->path, key);
+            continue;
+        }
+        ext[k++] = check_entry(f, name, e);
+    }
+    qsort(ext, k, sizeof(Extent), by_begin);
+    json_int_t at = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (ext[i].begin != at)
+            bs_die("%s: tensor %s starts at byte %lld of the data area, not at %lld where the one before ends "
+                   "(tensors must tile it with no holes or overlaps)", f->path, ext[i].name,
+                   (long long)ext[i].begin, (long long)at);
+        at = ext[i].end;
+    }
+    if ((size_t)at != f->data_size)
+        bs_die("%s: %zu bytes after the last tensor (the data area is %zu bytes)", f->path, f->data_size - (size_t)at,
+               f->data_size);
+    free(ext);
+}
+
+static void st_open(StFile *f, const char *path) {
+    memset(f, 0, sizeof *f);
+    f->path = path;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) bs_die("cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) bs_die("cannot stat %s: %s", path, strerror(errno));
+    f->size = (size_t)st.st_size;
+    if (f->size < 8) bs_die("%s is not a safetensors file: %zu bytes, shorter than its header length", path, f->size);
+    f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (f->map == MAP_FAILED) bs_die("cannot map %s: %s", path, strerror(errno));
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = n << 8 | f->map[i];
+    if (n > MAX_HEADER_BYTES) bs_die("%s: a header of %llu bytes, more than the format's 100 MB", path, (unsigned long long)n);
+    if (8 + n > f->size) bs_die("%s is truncated: a header of %llu bytes in a file of %zu", path, (unsigned long long)n, f->size);
+    json_error_t err;
+    f->header = json_loadb((const char *)f->map + 8, (size_t)n, JSON_REJECT_DUPLICATES, &err);
+    if (!f->header || !json_is_object(f->header))
+        bs_die("%s: the header is not a JSON object: %s", path, f->header ? "another JSON value" : err.text);
+    f->data_start = 8 + (size_t)n;
+    f->data_size = f->size - f->data_start;
+    check_header(f);
+}
+
+static void st_close(StFile *f) {
+    json_decref(f->header);
+    munmap(f->map, f->size);
+}
+
+bool safetensors_is_file(const char *path) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return false;
+    unsigned char head[9];
+    bool yes = fread(head, 1, sizeof head, fp) == sizeof head && head[8] == '{';
+    fclose(fp);
+    return yes;
+}
+
+/* ---- GPT-2's names ---- */
+
+typedef struct {
+    const char *name;  /* after "h.N." for per-layer kinds */
+    bool conv1d;       /* stored (in, out): transposed */
+} HfName;
+
+static HfName hf_name(TensorKind k) {
+    static const HfName names[TK_COUNT] = {
+        [TK_WTE] = {"wte.weight", false}, [TK_WPE] = {"wpe.weight", false},
+        [TK_LN1W] = {"ln_1.weight", false}, [TK_LN1B] = {"ln_1.bias", false},
+        [TK_QKVW] = {"attn.c_attn.weight", true}, [TK_QKVB] = {"attn.c_attn.bias", false},
+        [TK_ATTPROJW] = {"attn.c_proj.weight", true}, [TK_ATTPROJB] = {"attn.c_proj.bias", false},
+        [TK_LN2W] = {"ln_2.weight", false}, [TK_LN2B] = {"ln_2.bias", false},
+        [TK_FCW] = {"mlp.c_fc.weight", true}, [TK_FCB] = {"mlp.c_fc.bias", false},
+        [TK_FCPROJW] = {"mlp.c_proj.weight", true}, [TK_FCPROJB] = {"mlp.c_proj.bias", false},
+        [TK_LNFW] = {"ln_f.weight", false}, [TK_LNFB] = {"ln_f.bias", false}};
+    return names[k];
+}
+
+static void full_name(TensorKind k, int layer, char *out, size_t n) {
+    if (gpt_tensor_is_per_layer(k)) snprintf(out, n, "h.%d.%s", layer, hf_name(k).name);
+    else snprintf(out, n, "%s", hf_name(k).name);
+}
+
+/* The file's shape of tensor k: (rows, cols), cols 0 for a vector. Linear
+ * weights are (out, in) here, (in, out) in the file. */
+static void file_shape(const GPTConfig *cfg, TensorKind k, size_t *rows, size_t *cols) {
+    size_t C = (size_t)cfg->channels, n = gpt_tensor_numel(cfg, k);
+    *cols = 0;
+    if (k == TK_WTE) *rows = (size_t)cfg->vocab_size, *cols = C;
+    else if (k == TK_WPE) *rows = (size_t)cfg->max_seq_len, *cols = C;
+    else if (k == TK_FCPROJW) *rows = n / C, *cols = C;       /* ours (C, 4C) */
+    else if (hf_name(k).conv1d) *rows = C, *cols = n / C;     /* ours (out, C) */
+    else *rows = n;
+}
+
+/* The entry for a GPT-2 name, with or without the prefix (NULL: absent). */
+static json_t *lookup(const StFile *f, const char *name) {
+    char prefixed[160];
+    snprintf(prefixed, sizeof prefixed, PREFIX "%s", name);
+    json_t *a = json_object_get(f->header, prefixed), *b = json_object_get(f->header, name);
+    if (a && b) bs_die("%s: both %s and %s are present", f->path, prefixed, name);
+    return a ? a : b;
+}
+
+static size_t dim(json_t *e, size_t i) { return (size_t)json_integer_value(json_array_get(json_object_get(e, "shape"), i)); }
+static size_t ndim(json_t *e) { return json_array_size(json_object_get(e, "shape")); }
+
+static float element(const unsigned char *p, const char *dtype) {
+    if (strcmp(dtype, "F32") == 0) {
+        float x;
+        memcpy(&x, p, sizeof x);
+        return x;
+    }
+    uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+    return strcmp(dtype, "BF16") == 0 ? bf16_to_float(h) : codec_fp16_to_float(h);
+}
+
+/* Tensor `name` of the expected (rows, cols) shape into dst, (out, in) order. */
+static void read_tensor(const StFile *f, const char *name, size_t rows, size_t cols, bool transpose, float *dst) {
+    json_t *e = lookup(f, name);
+    if (!e) bs_die("%s: tensor %s is missing", f->path, name);
+    size_t want_dims = cols ? 2 : 1;
+    if (ndim(e) != want_dims || dim(e, 0) != rows || (cols && dim(e, 1) != cols))
+        bs_die("%s: tensor %s has shape [%zu%s], expected [%zu%s%zu]", f->path, name, dim(e, 0),
+               ndim(e) > 1 ? ", ..." : "", rows, cols ? ", " : "", cols ? cols : (size_t)0);
+    const char *dtype = json_string_value(json_object_get(e, "dtype"));
+    if (strcmp(dtype, "F32") != 0 && strcmp(dtype, "BF16") != 0 && strcmp(dtype, "F16") != 0)
+        bs_die("%s: tensor %s is %s; F32, BF16 and F16 are read", f->path, name, dtype);
+    size_t bytes = dtype_size(dtype), c = cols ? cols : 1;
+    const unsigned char *src = f->map + f->data_start +
+                               (size_t)json_integer_value(json_array_get(json_object_get(e, "data_offsets"), 0));
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < c; j++)
+            dst[transpose ? j * rows + i : i * c + j] = element(src + (i * c + j) * bytes, dtype);
+}
+
+/* Layers: the count of consecutive h.N.ln_1.weight from 0. */
+static int count_layers(const StFile *f) {
+    int n = 0;
+    for (char name[64];; n++) {
+        snprintf(name, sizeof name, "h.%d.ln_1.weight", n);
+        if (!lookup(f, name)) return n;
+    }
+}
+
+/* Every name is a GPT-2 tensor of this shape, an ignored mask buffer or the tied head. */
+static void check_names(const StFile *f, int layers) {
+    const char *key;
+    json_t *e;
+    json_object_foreach(f->header, key, e) {
+        const char *name = strncmp(key, PREFIX, strlen(PREFIX)) == 0 ? key + strlen(PREFIX) : key;
+        int layer = -1, used = 0;
+        char rest[96] = "";
+        if (strcmp(key, "__metadata__") == 0 || strcmp(name, "lm_head.weight") == 0) continue;
+        if (sscanf(name, "h.%d.%95s%n", &layer, rest, &used) == 2 && layer >= 0 && layer < layers) {
+            bool known = strcmp(rest, "attn.bias") == 0 || strcmp(rest, "attn.masked_bias") == 0;
+            for (int k = TK_FIRST_LAYER_KIND; k <= TK_LAST_LAYER_KIND && !known; k++)
+                known = strcmp(rest, hf_name((TensorKind)k).name) == 0;
+            if (known) continue;
+        } else if (strcmp(name, "wte.weight") == 0 || strcmp(name, "wpe.weight") == 0 ||
+                   strcmp(name, "ln_f.weight") == 0 || strcmp(name, "ln_f.bias") == 0) {
+            continue;
+        }
+        bs_die("%s: unexpected tensor %s (not a GPT-2 parameter of a %d-layer model)", f->path, key, layers);
+    }
+}
+
+/* n_head from the metadata, else from the config.json beside the file; 0 if neither says. */
+static int heads_of(const StFile *f) {
+    json_t *meta = json_object_get(f->header, "__metadata__");
+    const char *text = json_string_value(json_object_get(meta, "n_head"));
+    if (text) return atoi(text);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", f->path);
+    char config[4200];
+    snprintf(config, sizeof config, "%s/config.json", dirname(dir));
+    if (!bs_path_exists(config)) return 0;
+    json_error_t err;
+    json_t *j = json_load_file(config, 0, &err);
+    if (!j) bs_die("%s: not JSON: %s (line %d)", config, err.text, err.line);
+    json_t *h = json_object_get(j, "n_head");
+    int heads = json_is_integer(h) ? (int)json_integer_value(h) : 0;
+    json_decref(j);
+    if (heads <= 0) bs_die("%s has no positive integer n_head", config);
+    return heads;
+}
+
+void safetensors_read_config(const char *path, GPTConfig *cfg) {
+    StFile f;
+    st_open(&f, path);
+    json_t *wte = lookup(&f, "wte.weight"), *wpe = lookup(&f, "wpe.weight");
+    if (!wte || !wpe || ndim(wte) != 2 || ndim(wpe) != 2)
+        bs_die("%s: wte.weight and wpe.weight must be present and 2-dimensional", path);
+    int heads = heads_of(&f);
+    GPTConfig c = {.max_seq_len = (int)dim(wpe, 0), .vocab_size = (int)dim(wte, 0), .num_layers = count_layers(&f),
+                   .num_heads = heads ? heads : cfg->num_heads, .channels = (int)dim(wte, 1)};
+    check_names(&f, c.num_layers);
+    st_close(&f);
+    char why[256];
+    if (!gpt_config_check(&c, why, sizeof why)) bs_die("%s holds an invalid model shape: %s", path, why);
+    *cfg = c;
+}
+
+/* Calls fn on every tensor in file order with its file shape (rows, cols; cols 0 for a vector). */
+typedef void (*TensorFn)(void *ctx, TensorKind kind, int layer, size_t rows, size_t cols);
+static void for_each_tensor(const GPTConfig *cfg, TensorFn fn, void *ctx) {
+    for (int k = 0; k < TK_COUNT; k++) {
+        TensorKind kind = (TensorKind)k;
+        size_t rows, cols;
+        file_shape(cfg, kind, &rows, &cols);
+        for (int l = 0; l < (gpt_tensor_is_per_layer(kind) ? cfg->num_layers : 1); l++) fn(ctx, kind, l, rows, cols);
+    }
+}
+
+typedef struct {
+    const StFile *file;
+    GPT *model;
+} Reading;
+
+static void read_one(void *ctx, TensorKind kind, int layer, size_t rows, size_t cols) {
+    Reading *r = ctx;
+    char name[96];
+    full_name(kind, layer, name, sizeof name);
+    read_tensor(r->file, name, rows, cols, hf_name(kind).conv1d,
+                r->model->params + gpt_tensor_offset(&r->model->cfg, kind, layer));
+}
+
+void safetensors_read_params(const char *path, GPT *model) {
+    const GPTConfig *cfg = &model->cfg;
+    StFile f;
+    st_open(&f, path);
+    if (count_layers(&f) != cfg->num_layers) bs_die("%s holds %d layers, not %d", path, count_layers(&f), cfg->num_layers);
+    check_names(&f, cfg->num_layers);
+    memset(model->params, 0, model->num_params * sizeof(float)); /* wte's padded rows stay 0 */
+    Reading r = {&f, model};
+    for_each_tensor(cfg, read_one, &r);
+    if (lookup(&f, "lm_head.weight")) { /* tied: it must be wte */
+        size_t n = (size_t)cfg->vocab_size * cfg->channels;
+        float *head = bs_malloc(n * sizeof(float));
+        read_tensor(&f, "lm_head.weight", (size_t)cfg->vocab_size, (size_t)cfg->channels, false, head);
+        if (memcmp(head, model->params + gpt_tensor_offset(cfg, TK_WTE, 0), n * sizeof(float)) != 0)
+            bs_die("%s: lm_head.weight differs from wte.weight; this engine ties them", path);
+        free(head);
+    }
+    st_close(&f);
+}
+
+/* ---- writing ---- */
+
+static json_t *metadata(const GPTConfig *cfg) {
+    char v[5][16];
+    snprintf(v[0], 16, "%d", cfg->num_layers), snprintf(v[1], 16, "%d", cfg->num_heads);
+    snprintf(v[2], 16, "%d", cfg->channels), snprintf(v[3], 16, "%d", cfg->max_seq_len);
+    snprintf(v[4], 16, "%d", cfg->vocab_size);
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "format", "pt", "n_layer", v[0], "n_head", v[1], "n_embd",
+                     v[2], "n_positions", v[3], "vocab_size", v[4]);
+}
+
+typedef struct {
+    const GPT *model;
+    json_t *header;
+    size_t at;         /* the header pass: bytes of the data area so far */
+    FILE *out;         /* the data pass */
+    const char *path;
+} Writing;
+
+static void describe_one(void *ctx, TensorKind kind, int layer, size_t rows, size_t cols) {
+    Writing *w = ctx;
+    char name[112] = PREFIX;
+    full_name(kind, layer, name + strlen(PREFIX), sizeof name - strlen(PREFIX));
+    size_t bytes = rows * (cols ? cols : 1) * sizeof(float);
+    json_t *shape = cols ? json_pack("[I, I]", (json_int_t)rows, (json_int_t)cols) : json_pack("[I]", (json_int_t)rows);
+    json_object_set_new(w->header, name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape,
+                                                   "data_offsets", (json_int_t)w->at, (json_int_t)(w->at + bytes)));
+    w->at += bytes;
+}
+
+static void write_one(void *ctx, TensorKind kind, int layer, size_t rows, size_t cols) {
+    Writing *w = ctx;
+    const float *src = w->model->params + gpt_tensor_offset(&w->model->cfg, kind, layer);
+    const size_t width = cols ? cols : 1, count = rows * width;
+    float *buf = bs_malloc(count * sizeof(float));
+    for (size_t i = 0; i < rows; i++) /* the file's (rows, cols); Conv1D weights are ours transposed */
+        for (size_t j = 0; j < width; j++) buf[i * width + j] = hf_name(kind).conv1d ? src[j * rows + i] : src[i * width + j];
+    bs_fwrite_all(buf, count * sizeof(float), w->out, w->path);
+    free(buf);
+}
+
+void safetensors_write(const char *path, const GPT *model) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    Writing w = {model, json_object(), 0, NULL, tmp};
+    json_object_set_new(w.header, "__metadata__", metadata(&model->cfg));
+    for_each_tensor(&model->cfg, describe_one, &w);
+    char *text = json_dumps(w.header, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    const size_t n = strlen(text), padded = (n + 7) / 8 * 8; /* the data area starts 8-byte aligned */
+    unsigned char len[8];
+    for (int i = 0; i < 8; i++) len[i] = (unsigned char)(padded >> (8 * i));
+    w.out = bs_fopen(tmp, "wb");
+    bs_fwrite_all(len, 8, w.out, tmp);
+    bs_fwrite_all(text, n, w.out, tmp);
+    bs_fwrite_all("        ", padded - n, w.out, tmp);
+    for_each_tensor(&model->cfg, write_one, &w);
+    bs_fclose_synced(w.out, tmp);
+    if (rename(tmp, path) != 0) bs_die("cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    free(text);
+    json_decref(w.header);
+}
+
+void safetensors_write_hf_config(const char *path, const GPTConfig *cfg) {
+    json_t *j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:f, s:f, s:f, s:b, s:b, s:n}",
+                          "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "n_layer", cfg->num_layers,
+                          "n_head", cfg->num_heads, "n_embd", cfg->channels, "n_positions", cfg->max_seq_len,
+                          "vocab_size", cfg->vocab_size, "activation_function", "gelu_new", "layer_norm_epsilon",
+                          1e-5, "resid_pdrop", 0.0, "embd_pdrop", 0.0, "attn_pdrop", 0.0, "scale_attn_weights", 1,
+                          "tie_word_embeddings", 1, "n_inner");
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    bs_write_file_atomic(path, text, strlen(text));
+    free(text);
+    json_decref(j);
+}

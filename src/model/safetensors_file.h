@@ -1,0 +1,39 @@
+/* safetensors_file.h: Hugging Face safetensors model files in GPT-2's naming.
+ *
+ * The format: a little-endian u64 header length n, n bytes of JSON (padded
+ * with spaces to a multiple of 8 bytes), then the data area. The header maps
+ * each tensor's name to {dtype, shape, data_offsets [begin, end)} relative to
+ * the data area; tensors tile it with no holes; an optional "__metadata__"
+ * holds strings. Read by mmap and validated strictly: every violation is one
+ * line naming the file and the tensor. Dtypes F32, BF16 and F16 are read;
+ * F32 is written.
+ *
+ * GPT-2's names, with or without the "transformer." prefix: wte.weight,
+ * wpe.weight, h.N.{ln_1,attn.c_attn,attn.c_proj,ln_2,mlp.c_fc,mlp.c_proj}.
+ * {weight,bias}, ln_f.{weight,bias}. The linear weights are Conv1D's (in,
+ * out), transposed to this engine's (out, in) on the way in and back on the
+ * way out; the attn.bias / attn.masked_bias mask buffers are ignored;
+ * lm_head.weight, if present, must equal wte (tied). The number of heads is
+ * not in the tensors: it comes from the "n_head" metadata (written here) or
+ * the config.json beside the file (Hugging Face's save_pretrained). */
+#ifndef BS_MODEL_SAFETENSORS_FILE_H
+#define BS_MODEL_SAFETENSORS_FILE_H
+
+#include <stdbool.h>
+
+#include "model/gpt.h"
+
+/* Whether path starts like a safetensors file (a header length, then '{'). */
+bool safetensors_is_file(const char *path);
+/* The shape from the tensors into cfg; heads from the file's metadata or the
+ * config.json beside it, else cfg->num_heads as given. Dies with one line. */
+void safetensors_read_config(const char *path, GPTConfig *cfg);
+/* The weights into a whole model created with that config. */
+void safetensors_read_params(const char *path, GPT *model);
+/* Writes the whole model (fp32, "transformer." names, the shape as
+ * metadata) atomically. */
+void safetensors_write(const char *path, const GPT *model);
+/* A Hugging Face GPT-2 config.json for the model (GPT2LMHeadModel). */
+void safetensors_write_hf_config(const char *path, const GPTConfig *cfg);
+
+#endif
