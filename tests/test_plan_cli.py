@@ -73,6 +73,10 @@ class BadInput(unittest.TestCase):
         self.fails(["--model", "demo", "--gpu-price-usd", "-35000"], "--gpu-price-usd")
         self.fails(["--model", "demo", "--cp-algo", "tree"], "--cp-algo", "ring or allgather")
         self.fails(["--model", "demo", "--in-network-reduction", "yes"], "--in-network-reduction", "on or off")
+        self.fails(["--model", "demo", "--tp-overlap", "yes"], "--tp-overlap", "on or off")
+        self.fails(["--model", "demo", "--rank-order", "dp-tp"], "--rank-order", "tp-cp-ep-dp-pp")
+        self.fails(["--model", "gpt2-124m", "--gpus", 8, "--tp", 2, "--tp-overlap", "on", "--sequence-parallel", "off"],
+                   "--tp-overlap on needs --sequence-parallel on")
 
     def test_missing_shape(self):
         self.fails(["--layers", 4], "--model NAME", "--hidden")
@@ -185,6 +189,20 @@ class Search(unittest.TestCase):
         # 60-75% on 16,384 GPUs: Llama 3 405B on its published layout
         big = plan_json("--model", "llama3-405b", "--hardware", "h100-sxm", "--gpus", 16384, "--cp", 1, "--search")
         self.assertTrue(0.60 <= big["linear_efficiency"] <= 0.75, big["linear_efficiency"])
+
+    def test_tp_overlap_and_rank_order(self):
+        # userbuffer overlap hides most of TP 4's collectives behind the GEMMs, never all (the tails stay)
+        args = ["--model", "llama3-70b", "--gpus", 64, "--tp", 4, "--pp", 4, "--recompute", "full"]
+        off, on = plan_json(*args), plan_json(*args, "--tp-overlap", "on")
+        self.assertTrue(on["plan"]["layout"]["tp_overlap"] and not off["plan"]["layout"]["tp_overlap"])
+        t_off, t_on = off["plan"]["step_time"]["tp_comm"], on["plan"]["step_time"]["tp_comm"]
+        self.assertTrue(0 < t_on < 0.5 * t_off, (t_on, t_off))
+        self.assertLess(on["plan"]["step_time"]["step"], off["plan"]["step_time"]["step"])
+        # Megatron's order keeps a TP 1 model's EP 8 inside a node: its all-to-all on NVLink
+        moe = ["--model", "mixtral-8x7b", "--gpus", 16, "--tp", 1, "--pp", 2, "--ep", 8, "--recompute", "full"]
+        engine, megatron = plan_json(*moe), plan_json(*moe, "--rank-order", "tp-cp-ep-dp-pp")
+        self.assertEqual(megatron["plan"]["layout"]["rank_order"], "tp-cp-ep-dp-pp")
+        self.assertLess(2 * megatron["plan"]["step_time"]["ep_comm"], engine["plan"]["step_time"]["ep_comm"])
 
     def test_rank_by_cost_tries_fewer_gpus(self):
         j = plan_json("--model", "llama3-8b", "--gpus", 1024, "--search", "--rank-by", "cost", "--usd-per-gpu-hour", 2)

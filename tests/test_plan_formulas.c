@@ -7,7 +7,8 @@
  * memory, pipeline bubbles, NVLink bus bandwidth against NCCL's measured
  * figure, Young and Daly against the numerical optima of their models, goodput
  * against a Monte Carlo of failures and restarts, the matmul shape model
- * against DeepGEMM's published H800 table, and the small parsers. */
+ * against DeepGEMM's published H800 table, the TP overlap against a hand
+ * computation, group placement by rank order, and the small parsers. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,9 +20,11 @@
 #include "plan/cost.h"
 #include "plan/gemm_model.h"
 #include "plan/memory.h"
+#include "plan/placement.h"
 #include "plan/plan.h"
 #include "plan/presets.h"
 #include "plan/reliability.h"
+#include "plan/tp_overlap.h"
 #include "check.h"
 
 static bool close_rel(double a, double b, double tol) { return fabs(a - b) <= tol * fmax(fabs(a), fabs(b)); }
@@ -483,6 +486,63 @@ static void test_gemm_model(void) {
           split, short_k);
 }
 
+/* TP overlap (tp_overlap.h) by hand: TP 4, one all-gather of 1 ms, GEMMs of
+ * 2 (QKV), 1 (attention output), 4 (MLP in), 4 (MLP out) ms, 132 SMs.
+ *   ring exchange: 3 hops of 1/3 ms beside chunks of g/4: QKV and MLP-in
+ *     hide them (0.1 x 1/3 each: 0.1 ms); the output gradient's ring beside
+ *     the attention output's 0.25 ms chunks leaves 3 x (1/3 - 0.25 + 0.025)
+ *     = 0.325 ms;
+ *   pipelined reduce-scatter: 1/4 ms tail plus the GEMM slowed to 132/112:
+ *     0.25 + 0.17857 and 0.25 + 0.71429 ms;
+ *   bulk: 0.1 ms for each of the four.
+ * Forward 1.592857, backward 0.825, total 2.417857 ms (4.010714 with full
+ * recomputation); off: 8 all-gathers' worth (12 with full recomputation). */
+static void test_tp_overlap(void) {
+    Layout l = layout_default();
+    l.tp = 4;
+    LinearTimes g = {2e-3, 1e-3, 4e-3, 4e-3};
+    double half = 1e-3;
+    CHECK(close_rel(tp_exposed(&l, half, &g, 132), 8e-3, 1e-12), "off: %.6f ms", 1e3 * tp_exposed(&l, half, &g, 132));
+    l.tp_overlap = true;
+    CHECK(close_rel(tp_exposed(&l, half, &g, 132), 2.4178571428571e-3, 1e-9), "on: %.6f ms, by hand 2.417857",
+          1e3 * tp_exposed(&l, half, &g, 132));
+    l.recompute = RECOMPUTE_FULL;
+    CHECK(close_rel(tp_exposed(&l, half, &g, 132), 4.0107142857143e-3, 1e-9), "on, full recomputation: %.6f ms",
+          1e3 * tp_exposed(&l, half, &g, 132));
+    l.recompute = RECOMPUTE_NONE;
+    /* nothing to hide behind: the ten collectives the overlap runs, exposed */
+    LinearTimes none = {0, 0, 0, 0};
+    CHECK(close_rel(tp_exposed(&l, half, &none, 132), 10e-3, 1e-12), "on, no GEMMs: %.6f ms",
+          1e3 * tp_exposed(&l, half, &none, 132));
+    l.tp = 1;
+    CHECK(tp_exposed(&l, half, &g, 132) == 0, "TP 1 has no TP collectives");
+}
+
+/* Rank order (placement.h): Qwen3-30B-A3B's layout on 16 GPUs (TP 1, PP 2,
+ * DP 8, EP 8): the engine's order puts the other pipeline stage between
+ * expert-parallel ranks (4 per node, two nodes), Megatron's keeps EP 8 in
+ * one node. TP 2 x PP 4 x DP 4: the engine's order fills a node with one
+ * pipeline (its sends on NVLink, every DP rank in another node); Megatron's
+ * puts the 4 DP ranks in a node and the pipeline across nodes. */
+static void test_placement(void) {
+    Layout l = layout_default();
+    l.pp = 2, l.dp = 8, l.ep = 8;
+    CHECK(placement_ep(&l, 8).per_node == 4, "engine order: EP 8 has %d per node", placement_ep(&l, 8).per_node);
+    l.rank_order = ORDER_TP_CP_EP_DP_PP;
+    CHECK(placement_ep(&l, 8).per_node == 8, "Megatron order: EP 8 has %d per node", placement_ep(&l, 8).per_node);
+    CHECK(placement_expert_dp(&l, 8).n == 1, "each expert on one rank of each stage");
+    Layout m = layout_default();
+    m.tp = 2, m.pp = 4, m.dp = 4;
+    CHECK(placement_dp(&m, 8).per_node == 1 && placement_pp_same_node(&m, 8), "engine order: DP %d per node",
+          placement_dp(&m, 8).per_node);
+    m.rank_order = ORDER_TP_CP_EP_DP_PP;
+    CHECK(placement_dp(&m, 8).per_node == 4 && !placement_pp_same_node(&m, 8), "Megatron order: DP %d per node",
+          placement_dp(&m, 8).per_node);
+    RankOrder o;
+    CHECK(rank_order_parse("tp-cp-ep-dp-pp", &o) && o == ORDER_TP_CP_EP_DP_PP && !rank_order_parse("dp-tp", &o),
+          "rank order names");
+}
+
 int main(void) {
     test_zero_example();
     test_megatron_parameters();
@@ -493,6 +553,8 @@ int main(void) {
     test_collectives();
     test_in_network();
     test_gemm_model();
+    test_tp_overlap();
+    test_placement();
     test_costs();
     test_reliability();
     test_reliability_simulated();

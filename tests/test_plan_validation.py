@@ -30,6 +30,12 @@ import unittest
 BATCHSCALE = os.environ.get("BATCHSCALE", "build/batchscale")
 DOC = os.environ.get("PLANNER_DOC", os.path.join(os.path.dirname(__file__), "..", "docs", "PLANNER.md"))
 
+# Megatron-LM's rank order (pipeline outermost; DeepSpeed's PipeModelDataParallelTopology, axes pipe, data,
+# model, is the same for MT-NLG and BLOOM); the planner's default is the engine's and Llama 3's tp-cp-pp-dp.
+MEGATRON_ORDER = "tp-cp-ep-dp-pp"
+# TP communication overlap (Transformer Engine userbuffers) as the row's configuration sets it.
+TP_OVERLAP = {"tp-overlap": "on"}
+
 A100 = {"peak": 312e12}
 H100 = {"peak": 989e12}
 
@@ -45,12 +51,15 @@ NEMOTRON4 = {"layers": 96, "hidden": 18432, "heads": 96, "kv-heads": 8, "ffn": 7
              "seq-len": 4096, "activation": "gelu"}
 
 
-def nemotron_run(gpus, batch):
-    return {"hardware": "h100-sxm", "gpus": gpus, "tp": 8, "pp": 12, "cp": 1, "global-batch": batch, "micro-batch": 1}
+def nemotron_run(gpus, batch, **more):
+    """Megatron-core; the report does not say whether TP communication was overlapped (off, the default)."""
+    return dict({"hardware": "h100-sxm", "gpus": gpus, "tp": 8, "pp": 12, "cp": 1, "global-batch": batch,
+                 "micro-batch": 1, "rank-order": MEGATRON_ORDER}, **more)
 
 
 def llama3_run(gpus, cp, batch):
-    """Table 4: TP 8, PP 16 on H100; micro-batch 1 assumed."""
+    """Table 4: TP 8, PP 16 on H100; micro-batch 1 assumed. Rank order [TP, CP, PP, DP] (section 3.3.2), the
+    planner's default; TP communication overlap not stated (off, the default)."""
     return {"hardware": "h100-sxm", "gpus": gpus, "tp": 8, "pp": 16, "cp": cp, "global-batch": batch, "micro-batch": 1}
 
 
@@ -83,9 +92,10 @@ def mpt(layers, hidden, heads, seq=2048):
 
 def nemo(gpus, tp, pp, cp, batch, micro, precision="fp8", **more):
     """A NeMo / Megatron-Bridge recipe on DGX H100: Megatron-core with Transformer Engine (flash attention,
-    sequence parallelism with TP, overlapped DP); ZeRO stage and recomputation left to the search."""
+    sequence parallelism with TP, overlapped DP, Megatron's rank order); ZeRO stage and recomputation left to the
+    search; TP communication overlap (userbuffers) as each row's recipe sets it (tp-overlap)."""
     run = {"hardware": "h100-sxm", "gpus": gpus, "tp": tp, "pp": pp, "cp": cp, "global-batch": batch,
-           "micro-batch": micro, "precision": precision}
+           "micro-batch": micro, "precision": precision, "rank-order": MEGATRON_ORDER}
     run.update(more)
     return run
 
@@ -97,7 +107,7 @@ def fsdp(hardware, gpus, batch, micro, recompute, precision="bf16"):
 
 
 MEGATRON_2021 = {"hardware": "a100-80g", "cp": 1, "attention": "full", "recompute": "full", "zero": 0,
-                 "overlap": "off", "sequence-parallel": "off"}
+                 "overlap": "off", "sequence-parallel": "off", "rank-order": MEGATRON_ORDER}
 
 NEMO_2407 = "NeMo 24.07 performance summary (DGX H100, FP8)"
 NEMO_LONG = "NeMo 24.03 long-sequence performance (DGX H100, FP8)"
@@ -165,17 +175,17 @@ ROWS = [
     ("nemotron4-6144", "Nemotron-4 340B report, Table 2", NEMOTRON4,
      nemotron_run(6144, 2304), "step_seconds", 8.0),
     ("nemotron4-dgxc-128", "NVIDIA DGX Cloud benchmark recipe, Nemotron4 340B 24.11", NEMOTRON4,
-     dict(nemotron_run(128, 32), pp=8, schedule="interleaved", **{"virtual-stages": 12}), "step_seconds", 4.77),
+     nemotron_run(128, 32, pp=8, schedule="interleaved", **{"virtual-stages": 12}, **TP_OVERLAP), "step_seconds", 4.77),
     # Rows added for issue 22; they take the next positions (and halves).
     ("nemo-gpt3-5b", NEMO_2407, gpt(24, 4096, 32), nemo(64, 1, 1, 1, 2048, 4), "tokens_per_gpu", 22521),
-    ("nemo-gpt3-20b", NEMO_2407, gpt(44, 6144, 48), nemo(64, 2, 1, 1, 256, 2), "tokens_per_gpu", 5851),
-    ("nemo-gpt3-175b", NEMO_2407, gpt(96, 12288, 96), nemo(128, 4, 8, 1, 256, 1, **{"virtual-stages": 6}),
+    ("nemo-gpt3-20b", NEMO_2407, gpt(44, 6144, 48), nemo(64, 2, 1, 1, 256, 2, **TP_OVERLAP), "tokens_per_gpu", 5851),
+    ("nemo-gpt3-175b", NEMO_2407, gpt(96, 12288, 96), nemo(128, 4, 8, 1, 256, 1, **{"virtual-stages": 6}, **TP_OVERLAP),
      "tokens_per_gpu", 726),
     ("nemo-llama2-7b", NEMO_2407, LLAMA2_7B, nemo(8, 1, 1, 1, 128, 1), "tokens_per_gpu", 16847),
     ("nemo-llama2-70b", NEMO_2407, LLAMA2_70B, nemo(64, 4, 4, 1, 128, 1, **{"virtual-stages": 20}),
      "tokens_per_gpu", 1707),
     ("nemo-llama3-8b-cp2", NEMO_2407, {"model": "llama3-8b"}, nemo(8, 1, 1, 2, 128, 1), "tokens_per_gpu", 12036),
-    ("nemo-llama3-70b-cp2", NEMO_2407, {"model": "llama3-70b"}, nemo(64, 4, 4, 2, 128, 1, **{"virtual-stages": 5}),
+    ("nemo-llama3-70b-cp2", NEMO_2407, {"model": "llama3-70b"}, nemo(64, 4, 4, 2, 128, 1, **{"virtual-stages": 5}, **TP_OVERLAP),
      "tokens_per_gpu", 1533),
     ("nemo-cp-32k", NEMO_LONG, dict(LLAMA2_7B, **{"seq-len": 32768}), nemo(32, 2, 1, 2, 8, 1), "model_tflops", 610),
     ("nemo-cp-128k", NEMO_LONG, dict(LLAMA2_7B, **{"seq-len": 131072}), nemo(128, 4, 1, 4, 8, 1), "model_tflops", 555),
@@ -197,10 +207,10 @@ ROWS = [
     ("torchtitan-llama2-70b", TORCHTITAN, LLAMA2_70B, fsdp("a100-80g", 64, 128, 2, "full"), "tokens_per_gpu", 353),
     ("bridge-llama3-8b", BRIDGE_2509, {"model": "llama3-8b"}, nemo(8, 1, 1, 1, 128, 1, zero=3), "tokens_per_gpu",
      14079),
-    ("bridge-llama3-70b", BRIDGE_2509, {"model": "llama3-70b"}, nemo(64, 4, 8, 1, 128, 1, **{"virtual-stages": 5}),
+    ("bridge-llama3-70b", BRIDGE_2509, {"model": "llama3-70b"}, nemo(64, 4, 8, 1, 128, 1, **{"virtual-stages": 5}, **TP_OVERLAP),
      "tokens_per_gpu", 1619),
     ("bridge-llama31-405b-cp2", BRIDGE_2509, {"model": "llama3-405b"},
-     nemo(1024, 8, 8, 2, 512, 1, **{"virtual-stages": 8}), "tokens_per_gpu", 302),
+     nemo(1024, 8, 8, 2, 512, 1, **{"virtual-stages": 8}, **TP_OVERLAP), "tokens_per_gpu", 302),
     ("bridge-qwen3-30b-a3b", BRIDGE_2509, QWEN3_30B_A3B, nemo(16, 1, 2, 1, 512, 2, ep=8, **{"virtual-stages": 24}),
      "tokens_per_gpu", 10494),
 ]

@@ -28,7 +28,7 @@ typedef struct {
     double peak_tflops, gemm_efficiency, hbm_gb, hbm_tbps, nvlink_gbps, net_gbps, net_latency_us;
     int gpus_per_node;
     int tp, pp, dp, cp, ep, zero, micro_batch, virtual_stages;
-    const char *recompute, *schedule, *sequence_parallel, *overlap, *cp_algo, *in_network;
+    const char *recompute, *schedule, *sequence_parallel, *overlap, *cp_algo, *in_network, *tp_overlap, *rank_order;
     bool search;
     int top;
     const char *rank_by;
@@ -62,6 +62,8 @@ static PlanArgs plan_args_defaults(void) {
     a.overlap = "on";
     a.sequence_parallel = "on";
     a.cp_algo = "ring";
+    a.tp_overlap = "off";
+    a.rank_order = "tp-cp-pp-dp";
     a.in_network = "off";
     return a;
 }
@@ -245,6 +247,12 @@ static CpAlgo parse_cp_algo(const char *s) {
     return c;
 }
 
+static RankOrder parse_rank_order(const char *s) {
+    RankOrder o;
+    if (!rank_order_parse(s, &o)) bs_die("--rank-order must be tp-cp-pp-dp or tp-cp-ep-dp-pp (got '%s')", s);
+    return o;
+}
+
 static Layout explicit_layout(const PlanArgs *a, const PlanInput *in) {
     Layout l = layout_default();
     l.tp = a->tp > 0 ? a->tp : 1;
@@ -264,6 +272,8 @@ static Layout explicit_layout(const PlanArgs *a, const PlanInput *in) {
     l.sequence_parallel = parse_on_off("sequence-parallel", a->sequence_parallel) && l.tp > 1;
     l.overlap = parse_on_off("overlap", a->overlap);
     l.cp_algo = parse_cp_algo(a->cp_algo);
+    l.tp_overlap = parse_on_off("tp-overlap", a->tp_overlap) && l.tp > 1;
+    l.rank_order = parse_rank_order(a->rank_order);
     return l;
 }
 
@@ -277,6 +287,8 @@ static SearchSpace search_space(const PlanArgs *a) {
     s.overlap = parse_on_off("overlap", a->overlap);
     s.sequence_parallel = parse_on_off("sequence-parallel", a->sequence_parallel);
     s.cp_algo = parse_cp_algo(a->cp_algo);
+    s.tp_overlap = parse_on_off("tp-overlap", a->tp_overlap);
+    s.rank_order = parse_rank_order(a->rank_order);
     return s;
 }
 
@@ -545,6 +557,8 @@ int cmd_plan(int argc, char **argv) {
         {"virtual-stages", OPT_INT, &a.virtual_stages, 0, 1024, "V", "model chunks per stage (interleaved)", NULL, NULL},
         {"sequence-parallel", OPT_STRING, &a.sequence_parallel, OPT_NO_RANGE, "on|off", "shard norms and dropout over tp", NULL, NULL},
         {"overlap", OPT_STRING, &a.overlap, OPT_NO_RANGE, "on|off", "overlap DP communication with compute", NULL, NULL},
+        {"tp-overlap", OPT_STRING, &a.tp_overlap, OPT_NO_RANGE, "on|off", "TP collectives pipelined with their GEMMs (userbuffers; needs sequence parallelism)", NULL, NULL},
+        {"rank-order", OPT_STRING, &a.rank_order, OPT_NO_RANGE, "tp-cp-pp-dp|tp-cp-ep-dp-pp", "rank order: the engine's and Llama 3's, or Megatron's (ep next to cp, pp outermost)", NULL, NULL},
         {"search", OPT_FLAG, &a.search, OPT_NO_RANGE, "", "search all layouts (layout options pin fields)", NULL, NULL},
         {"top", OPT_INT, &a.top, 1, SEARCH_MAX_TOP, "N", "layouts to list", NULL, NULL},
         {"rank-by", OPT_STRING, &a.rank_by, OPT_NO_RANGE, "time|cost", "cost also tries fewer nodes", NULL, NULL},

@@ -29,6 +29,11 @@ double overlapped_cost(double comm, double compute) {
     return comm - hidden + OVERLAP_INTERFERENCE * hidden;
 }
 
+double pipelined_cost(int steps, double transfer, double step_compute) {
+    if (steps < 2) return 0.0;
+    return (steps - 1) * overlapped_cost(transfer, step_compute);
+}
+
 double intra_node_busbw(const Hardware *hw) { return hw->nvlink_bw * NVLINK_EFFICIENCY; }
 double inter_node_busbw(const Hardware *hw) { return hw->net_bw * NETWORK_EFFICIENCY; }
 

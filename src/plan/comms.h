@@ -34,6 +34,11 @@ typedef enum { COLL_ALLREDUCE, COLL_REDUCE_SCATTER, COLL_ALLGATHER, COLL_ALLTOAL
 
 /* Seconds of `comm` that cost the step when `compute` seconds run beside it. */
 double overlapped_cost(double comm, double compute);
+/* A transfer pipelined with compute in `steps` steps: each of the steps - 1
+ * transfers runs beside one step's compute (a ring, or a product split in
+ * chunks), so each costs max(0, transfer - compute) plus the interference
+ * of its hidden part. */
+double pipelined_cost(int steps, double transfer, double step_compute);
 
 /* A group of n ranks with `per_node` of them in each node (per_node >= n:
  * the whole group is inside one node). */

@@ -92,8 +92,11 @@ LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware 
     double local_experts = model_is_moe(m) ? (double)m->experts / l->ep : 1.0;
     double rows = (model_is_moe(m) ? T * m->top_k : T) / local_experts;
     double up = m->act == ACT_SWIGLU ? 2.0 : 1.0;
-    c.gemm = gemm_time(hw, p, T, (q + 2.0 * kv) / t, h, 1) + gemm_time(hw, p, T, h, q / t, 1) +
-             gemm_time(hw, p, rows, f / t, h, up * local_experts) + gemm_time(hw, p, rows, h, f / t, local_experts);
+    c.linear.qkv = gemm_time(hw, p, T, (q + 2.0 * kv) / t, h, 1);
+    c.linear.proj = gemm_time(hw, p, T, h, q / t, 1);
+    c.linear.up = gemm_time(hw, p, rows, f / t, h, up * local_experts);
+    c.linear.down = gemm_time(hw, p, rows, h, f / t, local_experts);
+    c.gemm = c.linear.qkv + c.linear.proj + c.linear.up + c.linear.down;
     if (model_is_moe(m)) c.gemm += gemm_time(hw, p, T, m->experts, h, 1);
     c.attention = attention_time(m, l, hw, p, a);
     double stored = activation_bytes_per_layer(m, l, a, p, RECOMPUTE_NONE);

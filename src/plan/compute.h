@@ -51,8 +51,15 @@
 /* Seconds for `count` independent (m x k) by (k x n) products. */
 double gemm_time(const Hardware *hw, Precision p, double m, double n, double k, double count);
 
+/* Forward seconds of each linear layer of a block (its backward runs two
+ * products of the same size: input gradient and weight gradient). */
+typedef struct {
+    double qkv, proj, up, down; /* QKV, attention output, MLP in (gate and up), MLP out */
+} LinearTimes;
+
 typedef struct {
     double gemm, attention, elementwise; /* forward parts */
+    LinearTimes linear;                  /* gemm, by layer (without the MoE router) */
     double attention_backward;           /* the attention core's backward */
     double forward, backward, recompute; /* seconds per micro-batch */
 } LayerCompute;

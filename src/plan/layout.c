@@ -8,6 +8,7 @@ static const char *const RECOMPUTE_NAMES[] = {"none", "selective", "full"};
 static const char *const SCHEDULE_NAMES[] = {"1f1b", "gpipe", "interleaved"};
 static const char *const ATTENTION_NAMES[] = {"full", "causal", "flash"};
 static const char *const CP_ALGO_NAMES[] = {"ring", "allgather"};
+static const char *const RANK_ORDER_NAMES[] = {"tp-cp-pp-dp", "tp-cp-ep-dp-pp"};
 
 Layout layout_default(void) {
     Layout l = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .zero = 1, .micro_batch = 1,
@@ -22,6 +23,7 @@ const char *recompute_name(Recompute r) { return RECOMPUTE_NAMES[r]; }
 const char *plan_schedule_name(PlanSchedule s) { return SCHEDULE_NAMES[s]; }
 const char *attention_name(AttentionImpl a) { return ATTENTION_NAMES[a]; }
 const char *cp_algo_name(CpAlgo c) { return CP_ALGO_NAMES[c]; }
+const char *rank_order_name(RankOrder o) { return RANK_ORDER_NAMES[o]; }
 
 static bool parse_name(const char *s, const char *const *names, int count, int *out) {
     for (int i = 0; i < count; i++)
@@ -60,6 +62,13 @@ bool cp_algo_parse(const char *s, CpAlgo *out) {
     return true;
 }
 
+bool rank_order_parse(const char *s, RankOrder *out) {
+    int i;
+    if (!parse_name(s, RANK_ORDER_NAMES, 2, &i)) return false;
+    *out = (RankOrder)i;
+    return true;
+}
+
 void layout_format(const Layout *l, char *buf, size_t n) {
     int w = snprintf(buf, n, "tp%d pp%d dp%d cp%d", l->tp, l->pp, l->dp, l->cp);
     if (l->cp > 1 && l->cp_algo == CP_ALLGATHER && w >= 0 && (size_t)w < n)
@@ -69,8 +78,11 @@ void layout_format(const Layout *l, char *buf, size_t n) {
         w += snprintf(buf + w, n - (size_t)w, " mb%d z%d rc=%s", l->micro_batch, l->zero, recompute_name(l->recompute));
     if (l->pp > 1 && w >= 0 && (size_t)w < n) {
         if (l->schedule == SCHEDULE_INTERLEAVED)
-            snprintf(buf + w, n - (size_t)w, " v%d", l->virtual_stages);
+            w += snprintf(buf + w, n - (size_t)w, " v%d", l->virtual_stages);
         else
-            snprintf(buf + w, n - (size_t)w, " %s", plan_schedule_name(l->schedule));
+            w += snprintf(buf + w, n - (size_t)w, " %s", plan_schedule_name(l->schedule));
     }
+    if (l->tp_overlap && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " tp-overlap");
+    if (l->rank_order != ORDER_TP_CP_PP_DP && w >= 0 && (size_t)w < n)
+        snprintf(buf + w, n - (size_t)w, " order=%s", rank_order_name(l->rank_order));
 }

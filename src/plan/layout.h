@@ -2,8 +2,10 @@
  * (pp), data (dp), context (cp) and expert (ep) parallelism, ZeRO stage,
  * micro-batch, activation recomputation and pipeline schedule.
  *
- * Rank order (as the engine's grid, parallel/grid.h): tp varies fastest, then cp, then pp, then dp, so a
- * TP group sits inside one node. This file holds the vocabulary and the
+ * Rank order (placement.h): by default as the engine's grid (parallel/grid.h)
+ * and Llama 3: tp varies fastest, then cp, then pp, then dp, so a TP group
+ * sits inside one node; Megatron-LM's order puts ep next to cp and pp
+ * outermost (tp-cp-ep-dp-pp). This file holds the vocabulary and the
  * names; the checks that need the model live in plan.c. */
 #ifndef BS_PLAN_LAYOUT_H
 #define BS_PLAN_LAYOUT_H
@@ -24,6 +26,13 @@ typedef enum { SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED } PlanSchedul
  * hand; ALLGATHER gathers the whole sequence's K and V before attention and
  * reduce-scatters their gradients after it, exposed (Llama 3, section 3.3.2). */
 typedef enum { CP_RING, CP_ALLGATHER } CpAlgo;
+/* Which parallel dimension varies fastest over the ranks, after tp (always
+ * first): TP_CP_PP_DP is the engine's grid and Llama 3's order (section
+ * 3.3.2: "[TP, CP, PP, DP]"); TP_CP_EP_DP_PP is Megatron-core's default
+ * (parallel_state.initialize_model_parallel, order="tp-cp-ep-dp-pp"), where
+ * expert parallelism is carved out of the data-parallel ranks next to cp and
+ * the pipeline is outermost. */
+typedef enum { ORDER_TP_CP_PP_DP, ORDER_TP_CP_EP_DP_PP } RankOrder;
 
 typedef struct {
     int tp, pp, dp, cp, ep;
@@ -35,10 +44,13 @@ typedef struct {
     bool sequence_parallel; /* Korthikanti et al.: shard norms/dropout over tp */
     bool overlap;         /* DP communication overlapped with compute */
     CpAlgo cp_algo;       /* context parallelism's K/V exchange (cp > 1) */
+    bool tp_overlap;      /* TP collectives pipelined with their GEMMs (tp_overlap.h) */
+    RankOrder rank_order;
 } Layout;
 
 /* tp = pp = dp = cp = ep = 1, ZeRO 1, micro-batch 1, no recomputation,
- * 1F1B, sequence parallel and overlap on. */
+ * 1F1B, sequence parallel and overlap on, TP overlap off, the engine's rank
+ * order. */
 Layout layout_default(void);
 int layout_gpus(const Layout *l);
 
@@ -46,14 +58,17 @@ const char *recompute_name(Recompute r);
 const char *plan_schedule_name(PlanSchedule s);
 const char *attention_name(AttentionImpl a);
 const char *cp_algo_name(CpAlgo c);
+const char *rank_order_name(RankOrder o);
 /* Parse a name; false if unknown. */
 bool recompute_parse(const char *s, Recompute *out);
 bool plan_schedule_parse(const char *s, PlanSchedule *out);
 bool attention_parse(const char *s, AttentionImpl *out);
 bool cp_algo_parse(const char *s, CpAlgo *out);
+bool rank_order_parse(const char *s, RankOrder *out);
 
 /* "tp8 pp16 dp128 cp1 mb1 z1 rc=none 1f1b" (ep and v only when > 1; "cp16
- * allgather" for the all-gather exchange). */
+ * allgather" for the all-gather exchange; " tp-overlap" when on and
+ * " order=tp-cp-ep-dp-pp" for Megatron's rank order, at the end). */
 void layout_format(const Layout *l, char *buf, size_t n);
 
 #endif

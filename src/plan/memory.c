@@ -40,7 +40,13 @@ double activation_bytes_per_layer(const ModelShape *m, const Layout *l, Attentio
     double outside = 4.0 * e * T * h + (m->dropout ? 2.0 * T * h : 0.0);
     double experts = model_is_moe(m) ? m->top_k : 1.0;
     double mlp = (m->act == ACT_SWIGLU ? 3.0 : 2.0) * e * T * f * experts;
-    double inside = e * T * q + 2.0 * e * T * kv + e * T * q + mlp;
+    /* MoE (Megatron's all-to-all token dispatcher): the routed copies of the
+     * tokens, top-k per token, are the experts' input (kept for the weight
+     * gradient) and their output before the weighted combine (kept for the
+     * routing probabilities' gradient); permuting and un-permuting them is
+     * the element-wise traffic of a MoE layer */
+    double routed = model_is_moe(m) ? 2.0 * e * T * m->top_k * h : 0.0;
+    double inside = e * T * q + 2.0 * e * T * kv + e * T * q + mlp + routed;
     double scores = 0.0;
     if (a != ATTN_FLASH && r == RECOMPUTE_NONE) {
         double elems = (m->heads * T * m->seq_len) * (a == ATTN_CAUSAL ? 0.5 : 1.0);

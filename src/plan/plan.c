@@ -18,6 +18,8 @@
 
 #include "plan/comms.h"
 #include "plan/compute.h"
+#include "plan/placement.h"
+#include "plan/tp_overlap.h"
 
 #define GIB 1073741824.0
 
@@ -89,6 +91,10 @@ bool layout_check(const PlanInput *in, const Layout *l, char *why, size_t n) {
         snprintf(why, n, "--pp %d exceeds --layers %d: every pipeline stage needs at least one layer", l->pp, m->layers);
         return false;
     }
+    if (l->tp_overlap && l->tp > 1 && !l->sequence_parallel) {
+        snprintf(why, n, "--tp-overlap on needs --sequence-parallel on (the userbuffer overlap pipelines the sequence-parallel all-gathers and reduce-scatters)");
+        return false;
+    }
     if (l->zero < 0 || l->zero > 3) {
         snprintf(why, n, "--zero must be 0, 1, 2 or 3");
         return false;
@@ -138,7 +144,7 @@ typedef struct {
     double forward, backward;   /* compute parts, for overlap windows */
 } BlockCost;
 
-static Group tp_group(const Layout *l, const Hardware *hw) { return group_of(l->tp, 1, hw->gpus_per_node); }
+static Group tp_group(const Layout *l, const Hardware *hw) { return placement_tp(l, hw->gpus_per_node); }
 
 /* Exposed context-parallel time of one block per micro-batch. The local K
  * and V (2 e T kv / t bytes) go to every rank of the CP group.
@@ -151,11 +157,6 @@ static Group tp_group(const Layout *l, const Hardware *hw) { return group_of(l->
  *     against the backward attention; full recomputation repeats the forward.
  *   allgather: the K/V all-gather before attention, and in backward the
  *     all-gather again and the reduce-scatter of dK/dV, all exposed. */
-static double ring_exposed(int cp, double transfer, double step_compute) {
-    double hidden = fmin(transfer, step_compute);
-    return (cp - 1) * (transfer - hidden + OVERLAP_INTERFERENCE * hidden);
-}
-
 static double cp_exposed(const PlanInput *in, const Layout *l, const Hardware *hw, const LayerCompute *c) {
     const ModelShape *m = &in->model;
     double e = precision_activation_bytes(in->precision);
@@ -163,13 +164,13 @@ static double cp_exposed(const PlanInput *in, const Layout *l, const Hardware *h
     double kv_bytes = 2.0 * e * T * model_kv_dim(m) / l->tp;
     double forwards = l->recompute == RECOMPUTE_FULL ? 2.0 : 1.0;
     if (l->cp_algo == CP_ALLGATHER) {
-        Group g = group_of(l->cp, l->tp, hw->gpus_per_node);
+        Group g = placement_cp(l, hw->gpus_per_node);
         double gather = collective_time(hw, COLL_ALLGATHER, l->cp * kv_bytes, g, NULL);
         return (forwards + 2.0) * gather;
     }
     double hop = p2p_time(hw, kv_bytes, l->tp * l->cp <= hw->gpus_per_node);
-    return forwards * ring_exposed(l->cp, hop, c->attention / l->cp) +
-           ring_exposed(l->cp, 2.0 * hop, c->attention_backward / l->cp);
+    return forwards * pipelined_cost(l->cp, hop, c->attention / l->cp) +
+           pipelined_cost(l->cp, 2.0 * hop, c->attention_backward / l->cp);
 }
 
 static BlockCost block_cost(const PlanInput *in, const Layout *l, const Hardware *hw) {
@@ -181,12 +182,10 @@ static BlockCost block_cost(const PlanInput *in, const Layout *l, const Hardware
     b.backward = c.backward + c.recompute;
     double e = precision_activation_bytes(in->precision);
     double T = (double)l->micro_batch * m->seq_len / l->cp;
-    /* TP: two all-reduces (or reduce-scatter + all-gather pairs) forward, two backward, two more when recomputing */
-    double rounds = 4.0 + (l->recompute == RECOMPUTE_FULL ? 2.0 : 0.0);
-    b.tp = rounds * collective_time(hw, COLL_ALLREDUCE, e * T * m->hidden, tp_group(l, hw), NULL);
+    b.tp = tp_exposed(l, collective_time(hw, COLL_ALLGATHER, e * T * m->hidden, tp_group(l, hw), NULL), &c.linear, hw->sms);
     if (l->cp > 1) b.cp = cp_exposed(in, l, hw, &c);
     if (l->ep > 1) { /* dispatch and combine all-to-all, forward and backward */
-        Group g = group_of(l->ep, l->tp * l->cp * l->pp, hw->gpus_per_node);
+        Group g = placement_ep(l, hw->gpus_per_node);
         double a2a = collective_time(hw, COLL_ALLTOALL, e * T * m->top_k * m->hidden, g, NULL);
         b.ep = (4.0 + (l->recompute == RECOMPUTE_FULL ? 2.0 : 0.0)) * a2a;
     }
@@ -290,14 +289,8 @@ static double dp_group_bytes_time(const PlanInput *in, const Layout *l, const Ha
     double gb = state_bytes(in->precision).grads;
     bool moe = model_is_moe(&in->model);
     int gpn = hw->gpus_per_node;
-    int cp_in = l->cp < gpn / l->tp ? l->cp : (gpn / l->tp > 1 ? gpn / l->tp : 1);
-    int stride = l->tp * l->cp * l->pp, dp_in = stride >= gpn ? 1 : (l->dp < gpn / stride ? l->dp : gpn / stride);
-    Group g = {l->dp * l->cp, cp_in * dp_in};
-    double t = collective_time(hw, COLL_ALLREDUCE, (moe ? dense : dense + expert) * gb, g, algo);
-    if (moe && expert > 0) {
-        Group ge = group_of(l->dp * l->cp / l->ep, stride * l->ep, gpn);
-        t += collective_time(hw, COLL_ALLREDUCE, expert * gb, ge, NULL);
-    }
+    double t = collective_time(hw, COLL_ALLREDUCE, (moe ? dense : dense + expert) * gb, placement_dp(l, gpn), algo);
+    if (moe && expert > 0) t += collective_time(hw, COLL_ALLREDUCE, expert * gb, placement_expert_dp(l, gpn), NULL);
     return t;
 }
 
@@ -341,7 +334,7 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
         cost[k] = block_cost(in, l, hw);
         head[k] = head_compute(m, l, hw, in->precision);
         head_tp[k] = 2.0 * collective_time(hw, COLL_ALLREDUCE, e * T * m->hidden, tp_group(l, hw), NULL);
-        bool same_node = f->kinds == 1 && l->tp * l->cp * l->pp <= hw->gpus_per_node;
+        bool same_node = f->kinds == 1 && placement_pp_same_node(l, hw->gpus_per_node);
         p2p[k] = l->pp > 1 ? 2.0 * v * p2p_time(hw, e * T * m->hidden / l->tp, same_node) : 0.0;
     }
 

@@ -134,10 +134,12 @@ int plan_search(const PlanInput *in, const SearchSpace *space, PlanResult *top, 
     Layout l = layout_default();
     l.overlap = space->overlap;
     l.cp_algo = space->cp_algo;
+    l.rank_order = space->rank_order;
     for (int tp = 1; tp <= node || tp == space->tp; tp *= 2) {
         if (!pinned_or(space->tp, tp) || m->heads % tp || m->ffn % tp || gpus % tp) continue;
         l.tp = tp;
         l.sequence_parallel = space->sequence_parallel && tp > 1;
+        l.tp_overlap = space->tp_overlap && l.sequence_parallel;
         for (int cp = 1; cp <= 64 && (long)tp * cp <= gpus; cp *= 2) {
             if (!pinned_or(space->cp, cp) || m->seq_len % cp || gpus % (tp * cp)) continue;
             l.cp = cp;

@@ -8,7 +8,8 @@
  * per data-parallel rank), 1F1B or interleaved with v dividing the layers
  * per stage, recomputation none/selective/full, ZeRO 0-3. Any field may be
  * pinned. GPipe is never faster than 1F1B (same bubble, more memory) and is
- * not searched; overlap, sequence parallelism and the CP algorithm are inputs. The ranking
+ * not searched; overlap, TP overlap, sequence parallelism, the CP algorithm
+ * and the rank order are inputs. The ranking
  * keeps one entry per grid (tp, pp, dp, cp, ep, micro-batch, recomputation):
  * the best ZeRO stage and virtual-stage count of it. */
 #ifndef BS_PLAN_SEARCH_H
@@ -24,8 +25,9 @@ typedef struct {
     /* > 0 pins the field; 0 searches it (zero, recompute, schedule: -1 searches) */
     int tp, pp, dp, cp, ep, micro_batch, virtual_stages;
     int zero, recompute, schedule;
-    bool overlap, sequence_parallel;
+    bool overlap, sequence_parallel, tp_overlap; /* tp_overlap applies where tp > 1 with sequence parallelism */
     CpAlgo cp_algo; /* an input, as overlap is */
+    RankOrder rank_order;
     int top; /* layouts to keep, <= SEARCH_MAX_TOP */
 } SearchSpace;
 
