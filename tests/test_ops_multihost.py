@@ -15,8 +15,15 @@
   --comm-timeout, mpirun naming the host; host1's link taken down makes a
   survivor time out within --comm-timeout + 2 s with a line naming the
   operation, the rank and host1.
+- Elastic continuation: host1 lost for good (every process in it killed, its
+  namespace removed) under `batchscale run --elastic`: one more failure on 4
+  ranks (mpirun held to the hosts' slots), then 2 ranks on host0 from the last
+  checkpoint with the same global batch; final parameters, optimizer state and
+  every loss bitwise equal to a run that made the same change at the same step
+  without a failure.
 Skipped (77) without root or namespaces."""
 import os
+import re
 import subprocess
 import sys
 import time
@@ -31,6 +38,7 @@ import bstest  # noqa: E402
 import testhosts  # noqa: E402
 from bstest import BATCHSCALE, MPIRUN, read_metrics, read_model  # noqa: E402
 from testhosts import TestHosts  # noqa: E402
+from test_ft_common import losses_by_step, read_checkpoint, step_dir  # noqa: E402
 
 STEPS = 6
 LAYOUTS = {  # name: (ranks, flags)
@@ -179,6 +187,61 @@ class MultiHost(bstest.CorpusTest):
         self.assertLess(took, timeout_s + 2)
         self.assertRegex(found, r"(all-reduce|all-gather|reduce-scatter|broadcast)[^;]* timed out after 3 s "
                                 r"waiting for rank [23] on host host1")
+
+    def test_elastic_continues_on_the_surviving_host(self):
+        """host1 lost for good (its ranks killed, then its namespace removed): `batchscale run --elastic` fails
+        once more on 4 ranks (mpirun held to the hosts' slots cannot place them), shrinks to 2 and resumes on
+        host0 from the last checkpoint with the same global batch (8 = 2 x 2 accumulated x 2 ranks). The final
+        parameters and optimizer state equal, bitwise, those of a run that made the same change at the same step
+        without a failure: 4 ranks to that checkpoint, then 2 ranks from it (on one machine: the same ring
+        order). Every step's loss is that run's."""
+        steps, every = 40, 5
+        ckpt, ref_ckpt = self.path("elastic_ckpt"), self.path("elastic_ref_ckpt")
+        flags = ["--zero", "0", "--ckpt-every", str(every), "--keep-last", "0", "--comm-timeout", "10"]
+        args = self.train_args("elastic", flags + ["--ckpt-dir", ckpt, "--inject-fault", "slow:0:40"], steps=steps)
+        cmd = [BATCHSCALE, "run", "--elastic", "--shrink-after", "1", "--min-ranks", "2", "--max-restarts", "3",
+               "--"] + self.hosts.mpirun_args(4, [BATCHSCALE] + args)
+        err = open(self.path("elastic.err"), "w")
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err,
+                                env=dict(os.environ, OMP_NUM_THREADS="1", BS_OVERSUBSCRIBE=""))
+        t0 = time.monotonic()
+        try:
+            metrics = self.path("elastic.jsonl")
+            while time.monotonic() - t0 < 60 and not (os.path.exists(metrics) and len(read_metrics(metrics)) > every):
+                time.sleep(0.02)
+            lost = subprocess.run(["ip", "netns", "pids", f"bs{self.hosts.ident}h1"], capture_output=True,
+                                  text=True).stdout.split()  # its ranks and OpenMPI's daemon: the host is gone
+            self.assertGreaterEqual(len(lost), 3)
+            for pid in map(int, lost):
+                os.kill(pid, 9)
+            subprocess.run(["ip", "netns", "del", f"bs{self.hosts.ident}h1"], check=True)
+            lost_at = time.monotonic()
+            proc.wait(timeout=120)
+            recovered = time.monotonic() - lost_at
+        finally:
+            proc.kill()
+            err.close()
+            self.hosts.reset()
+        with open(self.path("elastic.err")) as f:
+            text = f.read()
+        self.assertEqual(proc.returncode, 0, text)
+        self.assertIn("shrink", text)
+        resumed = [int(m) for m in re.findall(r"restart: attempt \d+ on 2 ranks from checkpoint step (\d+)", text)]
+        self.assertEqual(len(resumed), 1, text)
+        at = resumed[0]
+        self.assertTrue(0 < at < steps and at % every == 0, at)
+        ref_args = self.train_args("elastic_ref", flags + ["--ckpt-dir", ref_ckpt], steps=steps)
+        self.run_job(MPIRUN + ["-np", "4", BATCHSCALE] + ref_args)
+        self.run_job(MPIRUN + ["-np", "2", BATCHSCALE] + ref_args + ["--resume", step_dir(ref_ckpt, at)])
+        _, ref_params, ref_state = read_checkpoint(step_dir(ref_ckpt, steps))
+        _, params, state = read_checkpoint(step_dir(ckpt, steps))
+        np.testing.assert_array_equal(params, ref_params)
+        np.testing.assert_array_equal(state, ref_state)
+        self.assertEqual(losses_by_step(metrics), losses_by_step(self.path("elastic_ref.jsonl")))
+        print("\n".join(line[:150] for line in text.splitlines() if line.startswith("batchscale run:")), file=sys.stderr)
+        print(f"elastic: host1 lost after step {at}; the job shrank to 2 ranks on host0 and finished "
+              f"{recovered:.1f} s after the loss, bitwise equal to the same change made without a "
+              "failure", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -148,7 +148,9 @@ mpirun_hosts() {
         i=$((i + 1))
     done
     export BS_HOSTS_ID="$ID" BS_HOSTS_PREFIX="$NS_PREFIX" BS_HOSTS_NET3="$NET3"
-    on_host "$ID" 0 mpirun --allow-run-as-root --oversubscribe --bind-to none \
+    # BS_OVERSUBSCRIBE= (empty) holds mpirun to the hosts' slots: a lost host's ranks then cannot start elsewhere
+    # shellcheck disable=SC2086
+    on_host "$ID" 0 mpirun --allow-run-as-root ${BS_OVERSUBSCRIBE---oversubscribe} --bind-to none \
         --mca plm_rsh_agent "$HERE/netns_rsh.sh" --mca btl self,tcp \
         --mca btl_tcp_if_include "$SUBNET/24" --mca oob_tcp_if_include "$SUBNET/24" \
         --host "$hostlist" "$@"
