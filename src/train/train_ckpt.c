@@ -22,6 +22,7 @@
 #include "core/range.h"
 #include "core/timer.h"
 #include "train/compression.h"
+#include "train/diloco.h"
 
 /* The manifest of the state as it is now (rank 0 fills in the files at
  * commit). Its pipeline split counts model stages: pipeline ranks x
@@ -115,6 +116,16 @@ void train_save_poll(Trainer *tr) {
     if (not_done == 0) train_save_finish(tr);
 }
 
+/* This rank's extra state (error-feedback residuals, DiLoCo's worker state) and the label it is valid for. */
+static int rank_arrays(Trainer *tr, CkptExtraArray *arrays, char *label, size_t label_size) {
+    char worker[64];
+    int n = compression_feedback_arrays(tr, arrays, label, label_size);
+    int k = diloco_arrays(tr, arrays + n, worker, sizeof worker);
+    size_t used = strlen(label);
+    if (k > 0) snprintf(label + used, label_size - used, "; %s", worker);
+    return n + k;
+}
+
 /* Chunk c's file: its data-parallel shard of parameters and optimizer state
  * (stage 0 updates everything; its file holds the shard). */
 static void describe_piece(Trainer *tr, int c, CkptPiece *p) {
@@ -169,17 +180,20 @@ double train_save(Trainer *tr) {
     fp8_ckpt_save(tr, a->tmp);
     a->rank = tr->rank;
     a->num_pieces = engine_num_chunks(tr->engine);
+    diloco_before_save(tr); /* the global weights in the parameters while they are written */
     for (int c = 0; c < a->num_pieces; c++) describe_piece(tr, c, &a->pieces[c]);
-    a->num_extra = compression_feedback_arrays(tr, a->extra, a->extra_label, sizeof a->extra_label);
+    a->num_extra = rank_arrays(tr, a->extra, a->extra_label, sizeof a->extra_label);
     a->manifest = tr->rank == 0 ? snapshot_manifest(tr) : NULL;
     if (!tr->cfg.async_ckpt) {
         write_pieces(a);
         commit(tr, a->tmp, a, a->manifest);
+        diloco_after_save(tr);
         free(a->manifest);
         a->manifest = NULL;
         return bs_now() - t0;
     }
     copy_aside(a); /* written from a thread while training goes on */
+    diloco_after_save(tr);
     atomic_store(&a->done, 0);
     if (pthread_create(&a->thread, NULL, async_writer, a) != 0) bs_die("cannot start the checkpoint writer thread");
     a->pending = true;
@@ -302,14 +316,15 @@ void train_ckpt_read(const char *dir, const CkptManifest *m, const GPTConfig *cf
 static void resume_feedback(Trainer *tr, const char *dir) {
     CkptExtraArray extra[TRAIN_FEEDBACK_ARRAYS];
     char label[CKPT_EXTRA_LABEL], why[512] = "";
-    int n = compression_feedback_arrays(tr, extra, label, sizeof label);
+    int n = rank_arrays(tr, extra, label, sizeof label);
     bool ok = n == 0 || ckpt_read_extra(dir, tr->rank, label, extra, n, why, sizeof why);
     int world = comm_size(tr->world);
     double first_failed = ok ? 0 : world - tr->rank; /* max: the lowest failing rank */
     comm_allreduce_max_double(tr->world, &first_failed, 1); /* all ranks restore, or none (so all start equal) */
     if (first_failed > 0) compression_reset_feedback(tr);
     if (first_failed > 0 && world - (int)first_failed == tr->rank)
-        bs_warn("error-feedback residuals start from zero: %s", why);
+        bs_warn("per-rank state (error-feedback residuals, DiLoCo's worker) starts afresh: %s", why);
+    diloco_after_resume(tr, first_failed == 0);
 }
 
 /* A chunk's parameters (all it holds, or its ZeRO-3 shard) and optimizer state. */

@@ -15,6 +15,7 @@
 #include "model/fp8_scaling.h"
 #include "optim/lr_scaling.h"
 #include "optim/optimizer.h"
+#include "optim/outer_optimizer.h"
 #include "parallel/schedule.h"
 
 typedef enum { PRECISION_FP32, PRECISION_BF16, PRECISION_FP8 } Precision;
@@ -30,6 +31,7 @@ extern const char *const TRAIN_PP_SCHEDULE_WORDS[];
 extern const char *const TRAIN_COMM_ALGO_WORDS[];
 extern const char *const TRAIN_CP_ALGO_WORDS[];
 extern const char *const TRAIN_CP_SPLIT_WORDS[];
+extern const char *const TRAIN_OUTER_OPTIMIZER_WORDS[];
 extern const char *const TRAIN_FP8_RECIPE_WORDS[];
 extern const char *const TRAIN_FP8_AMAX_ALGO_WORDS[];
 extern const char *const TRAIN_FP8_HIGH_PRECISION_WORDS[]; /* fp32, bf16: PRECISION_FP32, PRECISION_BF16 */
@@ -120,6 +122,10 @@ typedef struct {
     int fp8_margin;               /* delayed: scales divided by 2^margin */
     Precision fp8_high_precision; /* what is not FP8 (embedding, head, loss, ...): bf16 or fp32 */
     double outlier_scale;         /* tests: LayerNorm 1's gain of channel 0 times this at initialisation (0: off) */
+    /* low-communication training (train/diloco.h) */
+    int local_steps;              /* H inner steps per outer step (0: plain data parallelism) */
+    OuterKind outer_optimizer;    /* nesterov, sgd or avg */
+    double outer_lr, outer_momentum, prox_mu;
 } TrainConfig;
 
 /* Everything that can be checked without the process group: flag

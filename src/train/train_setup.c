@@ -15,6 +15,7 @@
 #include "model/model_file.h"
 #include "parallel/grid.h"
 #include "train/compression.h"
+#include "train/diloco.h"
 #include "train/train_ckpt.h"
 
 
@@ -96,6 +97,7 @@ static void setup_engine(Trainer *tr) {
     ec.data_parallel = (DPOptions){.zero_stage = c->zero, .bucket_floats = (size_t)(c->bucket_mb * 1024 * 1024 / sizeof(float)),
                         .overlap = !c->no_overlap};
     compression_dp_options(c, &ec.data_parallel);
+    if (c->local_steps > 0) ec.data_parallel.grad_codec.kind = CODEC_NONE; /* DiLoCo's codec is on its pseudo-gradient */
     ec.optimizer = (OptimizerConfig){c->optimizer, (float)c->beta1, (float)c->beta2, (float)c->eps,
                                      (float)c->weight_decay, (float)c->momentum, (float)c->dampening, c->nesterov,
                                      (float)c->lars_eta, c->lamb_clamp};
@@ -231,6 +233,7 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     setup_batch_schedule(tr);
     check_schedule(tr);
     onebit_setup(tr); /* after the schedule: an adaptive one measures the noise scale */
+    diloco_setup(tr);
     setup_policies(tr);
     trace_init(&tr->trace, option_given(c->trace));
     engine_set_trace(tr->engine, option_given(c->trace) ? &tr->trace : NULL);
@@ -266,6 +269,7 @@ void train_teardown(Trainer *tr) {
     if (tr->has_val) loader_close(&tr->val_data);
     trace_free(&tr->trace);
     compression_free(tr); /* before the optimizer state: its momentum may be state[0] */
+    diloco_free(tr);
     engine_free(tr->engine);
     if (tr->tok) tokenizer_free(tr->tok);
     step_stats_free(&tr->stats);

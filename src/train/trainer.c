@@ -24,6 +24,7 @@
 #include "train/balance.h"
 #include "train/banner.h"
 #include "train/compression.h"
+#include "train/diloco.h"
 #include "train/fault.h"
 #include "train/guard.h"
 #include "train/metrics.h"
@@ -81,8 +82,9 @@ static long current_batch(Trainer *tr) {
 
 /* Forward and backward over this replica's micro-batches through the engine. */
 static EngineStepStats forward_backward(Trainer *tr, const StepResult *r, bool onebit) {
-    const float dloss = 1.0f / ((float)r->batch * (float)tr->cfg.seq_len);
-    engine_set_local_gradients(tr->engine, onebit); /* 1-bit Adam reduces its momentum, not the gradient */
+    const float dloss = diloco_loss_scale(tr) / ((float)r->batch * (float)tr->cfg.seq_len);
+    /* 1-bit Adam reduces its momentum, DiLoCo its workers' weights, not the gradient */
+    engine_set_local_gradients(tr->engine, onebit || tr->diloco.on);
     if (fault_nan_now(&tr->fault, tr->rank, tr->step + 1))
         engine_inject_nan(tr->engine, tr->fault.block); /* a layer's gradient: block 0 is the embeddings */
     MicroSource src = {tr, &tr->train_data, tr->seqs_consumed, tr->dp_size, balance_first_sequence(&tr->balance)};
@@ -113,7 +115,9 @@ static void apply_update(Trainer *tr, const StepResult *r, bool onebit) {
         onebit_update(tr, r->lr);
         engine_after_update(tr->engine);
     } else {
-        engine_update(tr->engine, r->lr, clip_coefficient(r->grad_norm, tr->cfg.grad_clip));
+        diloco_prox(tr);
+        double norm = tr->diloco.on ? tr->diloco.worker_grad_norm : r->grad_norm; /* a worker clips its own */
+        engine_update(tr->engine, r->lr, clip_coefficient(norm, tr->cfg.grad_clip));
     }
 }
 
@@ -178,7 +182,8 @@ static StepResult train_step(Trainer *tr) {
     EngineStepStats es = forward_backward(tr, &r, onebit);
     double compute = es.busy + fault_slow_down(&tr->fault, tr->rank, es.busy);
     double t_opt = bs_now();
-    double grad_sq = onebit ? onebit_grad_sum_squares(tr) : engine_grad_sum_squares(tr->engine);
+    double grad_sq = onebit ? onebit_grad_sum_squares(tr)
+                     : tr->diloco.on ? diloco_grad_sum_squares(tr) : engine_grad_sum_squares(tr->engine);
     StepStats st = exchange_stats(tr, &es, compute, bs_now() - t_start);
     double t_exchanged = bs_now();
     r.loss = st.loss_sum / ((double)r.batch * c->seq_len);
@@ -194,6 +199,7 @@ static StepResult train_step(Trainer *tr) {
         guard_reject(&tr->guard);
         compression_reset_feedback(tr); /* what a bad step left unsent is not worth sending */
     }
+    diloco_after_step(tr, tr->step + 1); /* a window's end: the outer step (a skipped inner step included) */
     trace_add(&tr->trace, "optimizer", "compute", t_opt, bs_now());
     record_stats(tr, &r, &st, &es, bs_now() - t_exchanged);
     balance_update(&tr->balance, st.compute);

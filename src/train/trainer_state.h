@@ -25,6 +25,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/noise_scale.h"
 #include "optim/optimizer.h"
+#include "optim/outer_optimizer.h"
 #include "parallel/engine.h"
 #include "train/balance.h"
 #include "train/fault.h"
@@ -39,7 +40,7 @@
 /* A text option was given (not NULL or empty). */
 static inline bool option_given(const char *value) { return value && *value; }
 
-#define TRAIN_FEEDBACK_ARRAYS 4 /* error-feedback arrays a rank may keep (train/compression.h) */
+#define TRAIN_FEEDBACK_ARRAYS 10 /* per-rank arrays a checkpoint keeps: error feedback (train/compression.h), DiLoCo (train/diloco.h) */
 
 #define TRAIN_MAX_CHUNKS PIPE_MAX_CHUNKS /* model chunks per rank (parallel/pipeline.h) */
 
@@ -80,6 +81,21 @@ typedef struct {
     CompressedScratch *scratch;
 } OnebitState;
 
+/* DiLoCo / FedAvg's outer loop (train/diloco.c), over chunk 0's flat buffer. */
+typedef struct {
+    bool on;
+    OuterConfig outer;
+    float *global, *velocity, *delta, *local; /* count floats each; local: the worker's weights while a checkpoint
+                                                 holds the global ones */
+    size_t count;
+    Codec codec;                             /* the pseudo-gradient's (--grad-compression) */
+    CompressedScheme scheme;
+    float *worker_residual, *server_residual; /* error feedback of a lossy codec */
+    size_t server_count;
+    CompressedScratch *scratch;
+    double worker_grad_norm;                 /* this worker's own gradient norm: what it clips by */
+} DilocoState;
+
 typedef struct {
     TrainConfig cfg;
     Comm *world;
@@ -114,6 +130,7 @@ typedef struct {
     double last_ckpt_stall; /* seconds, for the metrics of the step after the one that wrote a checkpoint */
     bool resharded;         /* resumed from a checkpoint written under another layout */
     OnebitState onebit;
+    DilocoState diloco;
     Watch watch; /* per-layer and per-rank norms, MFU, TensorBoard (train/watch.h) */
 } Trainer;
 
