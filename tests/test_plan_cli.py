@@ -74,6 +74,7 @@ class BadInput(unittest.TestCase):
         self.fails(["--model", "demo", "--cp-algo", "tree"], "--cp-algo", "ring or allgather")
         self.fails(["--model", "demo", "--in-network-reduction", "yes"], "--in-network-reduction", "on or off")
         self.fails(["--model", "demo", "--tp-overlap", "yes"], "--tp-overlap", "on or off")
+        self.fails(["--model", "demo", "--pp-overlap", "maybe"], "--pp-overlap", "on or off")
         self.fails(["--model", "demo", "--rank-order", "dp-tp"], "--rank-order", "tp-cp-ep-dp-pp")
         self.fails(["--model", "gpt2-124m", "--gpus", 8, "--tp", 2, "--tp-overlap", "on", "--sequence-parallel", "off"],
                    "--tp-overlap on needs --sequence-parallel on")
@@ -210,6 +211,12 @@ class Search(unittest.TestCase):
         t_off, t_on = off["plan"]["step_time"]["tp_comm"], on["plan"]["step_time"]["tp_comm"]
         self.assertTrue(0 < t_on < 0.5 * t_off, (t_on, t_off))
         self.assertLess(on["plan"]["step_time"]["step"], off["plan"]["step_time"]["step"])
+        # Megatron's overlap_p2p_comm: pipeline sends beside compute, interleaved schedules only
+        il = args + ["--virtual-stages", 5, "--schedule", "interleaved"]
+        sync, overlapped = plan_json(*il), plan_json(*il, "--pp-overlap", "on")
+        self.assertTrue(overlapped["plan"]["layout"]["pp_overlap"])
+        self.assertLess(overlapped["plan"]["step_time"]["pp_comm"], 0.5 * sync["plan"]["step_time"]["pp_comm"])
+        self.assertFalse(plan_json(*args, "--pp-overlap", "on")["plan"]["layout"]["pp_overlap"], "1F1B: not applied")
         # Megatron's order keeps a TP 1 model's EP 8 inside a node: its all-to-all on NVLink
         moe = ["--model", "mixtral-8x7b", "--gpus", 16, "--tp", 1, "--pp", 2, "--ep", 8, "--recompute", "full"]
         engine, megatron = plan_json(*moe), plan_json(*moe, "--rank-order", "tp-cp-ep-dp-pp")

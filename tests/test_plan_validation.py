@@ -52,9 +52,10 @@ NEMOTRON4 = {"layers": 96, "hidden": 18432, "heads": 96, "kv-heads": 8, "ffn": 7
 
 
 def nemotron_run(gpus, batch, **more):
-    """Megatron-core; the report does not say whether TP communication was overlapped (off, the default)."""
+    """Megatron-core; the report does not say whether TP communication was overlapped (off, the default), nor
+    the pipeline's (on: Megatron-LM's default for interleaved schedules, --no-overlap-p2p-communication)."""
     return dict({"hardware": "h100-sxm", "gpus": gpus, "tp": 8, "pp": 12, "cp": 1, "global-batch": batch,
-                 "micro-batch": 1, "rank-order": MEGATRON_ORDER}, **more)
+                 "micro-batch": 1, "rank-order": MEGATRON_ORDER, "pp-overlap": "on"}, **more)
 
 
 def llama3_run(gpus, cp, batch):
@@ -93,9 +94,11 @@ def mpt(layers, hidden, heads, seq=2048):
 def nemo(gpus, tp, pp, cp, batch, micro, precision="fp8", **more):
     """A NeMo / Megatron-Bridge recipe on DGX H100: Megatron-core with Transformer Engine (flash attention,
     sequence parallelism with TP, overlapped DP, Megatron's rank order); ZeRO stage and recomputation left to the
-    search; TP communication overlap (userbuffers) as each row's recipe sets it (tp-overlap)."""
+    search; TP communication overlap (userbuffers) as each row's recipe sets it (tp-overlap); pipeline sends
+    overlapped in interleaved schedules (the launcher's overlap_p2p_comm: True; Megatron-Bridge sets it when
+    VP > 1)."""
     run = {"hardware": "h100-sxm", "gpus": gpus, "tp": tp, "pp": pp, "cp": cp, "global-batch": batch,
-           "micro-batch": micro, "precision": precision, "rank-order": MEGATRON_ORDER}
+           "micro-batch": micro, "precision": precision, "rank-order": MEGATRON_ORDER, "pp-overlap": "on"}
     run.update(more)
     return run
 

@@ -28,7 +28,7 @@ typedef struct {
     double peak_tflops, gemm_efficiency, hbm_gb, hbm_tbps, nvlink_gbps, net_gbps, net_latency_us;
     int gpus_per_node;
     int tp, pp, dp, cp, ep, zero, micro_batch, virtual_stages;
-    const char *recompute, *schedule, *sequence_parallel, *overlap, *cp_algo, *in_network, *tp_overlap, *rank_order;
+    const char *recompute, *schedule, *sequence_parallel, *overlap, *cp_algo, *in_network, *tp_overlap, *pp_overlap, *rank_order;
     bool search;
     int top;
     const char *rank_by;
@@ -63,6 +63,7 @@ static PlanArgs plan_args_defaults(void) {
     a.sequence_parallel = "on";
     a.cp_algo = "ring";
     a.tp_overlap = "off";
+    a.pp_overlap = "off";
     a.rank_order = "tp-cp-pp-dp";
     a.in_network = "off";
     return a;
@@ -273,6 +274,7 @@ static Layout explicit_layout(const PlanArgs *a, const PlanInput *in) {
     l.overlap = parse_on_off("overlap", a->overlap);
     l.cp_algo = parse_cp_algo(a->cp_algo);
     l.tp_overlap = parse_on_off("tp-overlap", a->tp_overlap) && l.tp > 1;
+    l.pp_overlap = parse_on_off("pp-overlap", a->pp_overlap) && l.schedule == SCHEDULE_INTERLEAVED;
     l.rank_order = parse_rank_order(a->rank_order);
     return l;
 }
@@ -288,6 +290,7 @@ static SearchSpace search_space(const PlanArgs *a) {
     s.sequence_parallel = parse_on_off("sequence-parallel", a->sequence_parallel);
     s.cp_algo = parse_cp_algo(a->cp_algo);
     s.tp_overlap = parse_on_off("tp-overlap", a->tp_overlap);
+    s.pp_overlap = parse_on_off("pp-overlap", a->pp_overlap);
     s.rank_order = parse_rank_order(a->rank_order);
     return s;
 }
@@ -558,6 +561,7 @@ int cmd_plan(int argc, char **argv) {
         {"sequence-parallel", OPT_STRING, &a.sequence_parallel, OPT_NO_RANGE, "on|off", "shard norms and dropout over tp", NULL, NULL},
         {"overlap", OPT_STRING, &a.overlap, OPT_NO_RANGE, "on|off", "overlap DP communication with compute", NULL, NULL},
         {"tp-overlap", OPT_STRING, &a.tp_overlap, OPT_NO_RANGE, "on|off", "TP collectives pipelined with their GEMMs (userbuffers; needs sequence parallelism)", NULL, NULL},
+        {"pp-overlap", OPT_STRING, &a.pp_overlap, OPT_NO_RANGE, "on|off", "interleaved schedule: pipeline sends beside compute (Megatron's overlap_p2p_comm)", NULL, NULL},
         {"rank-order", OPT_STRING, &a.rank_order, OPT_NO_RANGE, "tp-cp-pp-dp|tp-cp-ep-dp-pp", "rank order: the engine's and Llama 3's, or Megatron's (ep next to cp, pp outermost)", NULL, NULL},
         {"search", OPT_FLAG, &a.search, OPT_NO_RANGE, "", "search all layouts (layout options pin fields)", NULL, NULL},
         {"top", OPT_INT, &a.top, 1, SEARCH_MAX_TOP, "N", "layouts to list", NULL, NULL},

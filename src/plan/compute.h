@@ -28,7 +28,7 @@
  * the two-digit value that puts the median error of the calibration half of
  * docs/PLANNER.md's validation table closest to zero (never per row).
  * Measured calibration rates are used as they are. */
-#define SUSTAINED_FRACTION 0.80
+#define SUSTAINED_FRACTION 0.79
 
 /* Fused attention reaches less of its peak on short blocks: a fraction
  * L / (L + FLASH_HALF_LENGTH) of it for blocks of L queries and keys, fitted

@@ -83,6 +83,7 @@ void layout_format(const Layout *l, char *buf, size_t n) {
             w += snprintf(buf + w, n - (size_t)w, " %s", plan_schedule_name(l->schedule));
     }
     if (l->tp_overlap && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " tp-overlap");
+    if (l->pp_overlap && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " pp-overlap");
     if (l->rank_order != ORDER_TP_CP_PP_DP && w >= 0 && (size_t)w < n)
         snprintf(buf + w, n - (size_t)w, " order=%s", rank_order_name(l->rank_order));
 }

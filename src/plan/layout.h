@@ -45,6 +45,7 @@ typedef struct {
     bool overlap;         /* DP communication overlapped with compute */
     CpAlgo cp_algo;       /* context parallelism's K/V exchange (cp > 1) */
     bool tp_overlap;      /* TP collectives pipelined with their GEMMs (tp_overlap.h) */
+    bool pp_overlap;      /* interleaved schedule: pipeline sends beside compute (Megatron's overlap_p2p_comm) */
     RankOrder rank_order;
 } Layout;
 
@@ -67,7 +68,7 @@ bool cp_algo_parse(const char *s, CpAlgo *out);
 bool rank_order_parse(const char *s, RankOrder *out);
 
 /* "tp8 pp16 dp128 cp1 mb1 z1 rc=none 1f1b" (ep and v only when > 1; "cp16
- * allgather" for the all-gather exchange; " tp-overlap" when on and
+ * allgather" for the all-gather exchange; " tp-overlap", " pp-overlap" when on and
  * " order=tp-cp-ep-dp-pp" for Megatron's rank order, at the end). */
 void layout_format(const Layout *l, char *buf, size_t n);
 

@@ -336,6 +336,10 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
         head_tp[k] = 2.0 * collective_time(hw, COLL_ALLREDUCE, e * T * m->hidden, tp_group(l, hw), NULL);
         bool same_node = f->kinds == 1 && placement_pp_same_node(l, hw->gpus_per_node);
         p2p[k] = l->pp > 1 ? 2.0 * v * p2p_time(hw, e * T * m->hidden / l->tp, same_node) : 0.0;
+        /* Megatron's overlap_p2p_comm (interleaved): each chunk's sends and
+         * receives are posted before the next chunk computes */
+        if (l->pp_overlap && l->schedule == SCHEDULE_INTERLEAVED)
+            p2p[k] = overlapped_cost(p2p[k], cost[k].compute * m->layers / l->pp);
     }
 
     /* Roles in pipeline order: regular stages of each kind (the slower kind

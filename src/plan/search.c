@@ -86,6 +86,7 @@ static void try_rest(Ranking *r, Layout l) {
                 if (s->schedule >= 0 ? s->schedule != sched : sched == SCHEDULE_GPIPE) continue;
                 if (sched != SCHEDULE_1F1B && l.pp == 1) continue;
                 l.schedule = (PlanSchedule)sched;
+                l.pp_overlap = s->pp_overlap && sched == SCHEDULE_INTERLEAVED;
                 if (sched != SCHEDULE_INTERLEAVED) {
                     l.virtual_stages = 1;
                     consider(r, &l);

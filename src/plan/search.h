@@ -26,6 +26,7 @@ typedef struct {
     int tp, pp, dp, cp, ep, micro_batch, virtual_stages;
     int zero, recompute, schedule;
     bool overlap, sequence_parallel, tp_overlap; /* tp_overlap applies where tp > 1 with sequence parallelism */
+    bool pp_overlap;                             /* applies to interleaved layouts */
     CpAlgo cp_algo; /* an input, as overlap is */
     RankOrder rank_order;
     int top; /* layouts to keep, <= SEARCH_MAX_TOP */
