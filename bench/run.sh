@@ -31,3 +31,4 @@ mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 env OMP_NUM_THRE
 /usr/bin/python3 bench/bench_fp8.py "$BS" build/bench/fp8.json
 /usr/bin/python3 bench/bench_ckpt.py "$BS" build/bench/ckpt.json
 /usr/bin/python3 bench/bench_compress.py "$BS" build/bench/compress.json
+/usr/bin/python3 bench/bench_diloco.py "$BS" build/bench/diloco.json
