@@ -1,12 +1,12 @@
 # ft.cmake: fault-tolerance tests (prefix ft_): the restart launcher (kills,
 # elastic shrink, signals), checkpoint write faults, corruption and fallback,
 # resharding, llm.c import/export, and a bounded libFuzzer run of the
-# manifest, checkpoint-file and token-shard readers (built with clang).
+# manifest, checkpoint-file, token-shard and safetensors readers (built with clang).
 foreach(t restart ckpt)
   add_test(NAME ft_${t} COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ft_${t}.py)
   set_tests_properties(ft_${t} PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" TIMEOUT 600)
 endforeach()
-# 3 harnesses x 20 s; already sanitized, so `make asan` (-LE slow) skips it.
+# 4 harnesses x 20 s; already sanitized, so `make asan` (-LE slow) skips it.
 add_test(NAME ft_fuzz COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/run_fuzz.sh ${PROJECT_SOURCE_DIR}
                               ${CMAKE_CURRENT_BINARY_DIR}/fuzz 20)
 set_tests_properties(ft_fuzz PROPERTIES TIMEOUT 600 LABELS slow)

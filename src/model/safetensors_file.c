@@ -12,10 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "comm/codec.h"
 #include "core/error.h"
 #include "core/io.h"
 #include "kernels/bf16.h"
+#include "kernels/minifloat.h"
 
 #define MAX_HEADER_BYTES (100u << 20) /* the format's limit */
 #define PREFIX "transformer."
@@ -25,7 +25,15 @@ typedef struct {
     unsigned char *map;
     size_t size, data_start, data_size;
     json_t *header;
+    char why[4608]; /* the first violation found, naming the file (and the tensor) */
 } StFile;
+
+/* Records why f is refused and returns false from the calling check. */
+#define REFUSE(f, ...)                                                                                       \
+    do {                                                                                                     \
+        snprintf((f)->why, sizeof (f)->why, __VA_ARGS__);                                                    \
+        return false;                                                                                        \
+    } while (0)
 
 /* Bytes per element of a safetensors dtype (0: unknown). */
 static size_t dtype_size(const char *d) {
@@ -51,35 +59,44 @@ static int by_begin(const void *a, const void *b) {
     return x->end < y->end ? -1 : x->end > y->end;
 }
 
+/* REFUSE, freeing the extents collected so far. */
+#define f_refuse_free(f, ext, ...)                                                                           \
+    do {                                                                                                     \
+        free(ext);                                                                                           \
+        char reason_[sizeof (f)->why];                                                                       \
+        snprintf(reason_, sizeof reason_, __VA_ARGS__);                                                      \
+        REFUSE(f, "%s", reason_);                                                                            \
+    } while (0)
+
 /* One tensor entry: dtype known, shape non-negative, offsets holding exactly its bytes. */
-static Extent check_entry(const StFile *f, const char *name, json_t *e) {
+static bool check_entry(StFile *f, const char *name, json_t *e, Extent *x) {
     json_t *dtype = json_object_get(e, "dtype"), *shape = json_object_get(e, "shape");
     json_t *offsets = json_object_get(e, "data_offsets");
     if (!json_is_object(e) || !json_is_string(dtype) || !json_is_array(shape) || !json_is_array(offsets) ||
         json_array_size(offsets) != 2 || json_object_size(e) != 3)
-        bs_die("%s: tensor %s must be {dtype, shape, data_offsets [begin, end)} and nothing else", f->path, name);
+        REFUSE(f, "%s: tensor %s must be {dtype, shape, data_offsets [begin, end)} and nothing else", f->path, name);
     size_t bytes = dtype_size(json_string_value(dtype));
-    if (bytes == 0) bs_die("%s: tensor %s has an unknown dtype %s", f->path, name, json_string_value(dtype));
+    if (bytes == 0) REFUSE(f, "%s: tensor %s has an unknown dtype %s", f->path, name, json_string_value(dtype));
     for (size_t i = 0; i < json_array_size(shape); i++) {
         json_t *d = json_array_get(shape, i);
         if (!json_is_integer(d) || json_integer_value(d) < 0 || json_integer_value(d) > (json_int_t)1 << 40)
-            bs_die("%s: tensor %s has an invalid shape (dimension %zu)", f->path, name, i);
+            REFUSE(f, "%s: tensor %s has an invalid shape (dimension %zu)", f->path, name, i);
         bytes *= (size_t)json_integer_value(d);
-        if (bytes > f->data_size) bs_die("%s: tensor %s is larger than the file's data area", f->path, name);
+        if (bytes > f->data_size) REFUSE(f, "%s: tensor %s is larger than the file's data area", f->path, name);
     }
     json_t *b = json_array_get(offsets, 0), *en = json_array_get(offsets, 1);
     if (!json_is_integer(b) || !json_is_integer(en) || json_integer_value(b) < 0 ||
         json_integer_value(en) < json_integer_value(b) || (size_t)json_integer_value(en) > f->data_size)
-        bs_die("%s: tensor %s has data_offsets outside the data area of %zu bytes", f->path, name, f->data_size);
-    Extent x = {name, json_integer_value(b), json_integer_value(en)};
-    if ((size_t)(x.end - x.begin) != bytes)
-        bs_die("%s: tensor %s: data_offsets [%lld, %lld) hold %lld bytes; its dtype and shape need %zu", f->path,
-               name, (long long)x.begin, (long long)x.end, (long long)(x.end - x.begin), bytes);
-    return x;
+        REFUSE(f, "%s: tensor %s has data_offsets outside the data area of %zu bytes", f->path, name, f->data_size);
+    *x = (Extent){name, json_integer_value(b), json_integer_value(en)};
+    if ((size_t)(x->end - x->begin) != bytes)
+        REFUSE(f, "%s: tensor %s: data_offsets [%lld, %lld) hold %lld bytes; its dtype and shape need %zu", f->path,
+               name, (long long)x->begin, (long long)x->end, (long long)(x->end - x->begin), bytes);
+    return true;
 }
 
 /* Every entry valid, the tensors tiling the data area with no holes. */
-static void check_header(const StFile *f) {
+static bool check_header(StFile *f) {
     size_t n = json_object_size(f->header), k = 0;
     Extent *ext = bs_malloc(sizeof(Extent) * (n ? n : 1));
     const char *name;
@@ -88,56 +105,65 @@ static void check_header(const StFile *f) {
         if (strcmp(name, "__metadata__") == 0) {
             const char *key;
             json_t *v;
-            if (!json_is_object(e)) bs_die("%s: __metadata__ must be an object of strings", f->path);
+            if (!json_is_object(e)) f_refuse_free(f, ext, "%s: __metadata__ must be an object of strings", f->path);
             json_object_foreach(e, key, v) if (!json_is_string(v))
-                bs_die("%s: __metadata__ value %s is not a string", f->path, key);
+                f_refuse_free(f, ext, "%s: __metadata__ value %s is not a string", f->path, key);
             continue;
         }
-        ext[k++] = check_entry(f, name, e);
+        if (!check_entry(f, name, e, &ext[k++])) f_refuse_free(f, ext, "%s", f->why);
     }
     qsort(ext, k, sizeof(Extent), by_begin);
     json_int_t at = 0;
     for (size_t i = 0; i < k; i++) {
         if (ext[i].begin != at)
-            bs_die("%s: tensor %s starts at byte %lld of the data area, not at %lld where the one before ends "
-                   "(tensors must tile it with no holes or overlaps)", f->path, ext[i].name,
-                   (long long)ext[i].begin, (long long)at);
+            f_refuse_free(f, ext, "%s: tensor %s starts at byte %lld of the data area, not at %lld where the one "
+                          "before ends (tensors must tile it with no holes or overlaps)", f->path, ext[i].name,
+                          (long long)ext[i].begin, (long long)at);
         at = ext[i].end;
     }
-    if ((size_t)at != f->data_size)
-        bs_die("%s: %zu bytes after the last tensor (the data area is %zu bytes)", f->path, f->data_size - (size_t)at,
-               f->data_size);
     free(ext);
+    if ((size_t)at != f->data_size)
+        REFUSE(f, "%s: %zu bytes after the last tensor (the data area is %zu bytes)", f->path,
+               f->data_size - (size_t)at, f->data_size);
+    return true;
 }
 
-static void st_open(StFile *f, const char *path) {
-    memset(f, 0, sizeof *f);
+static bool st_try_open(StFile *f, const char *path) {
+    memset(f, 0, sizeof *f); /* st_close is safe on whatever this leaves */
     f->path = path;
     int fd = open(path, O_RDONLY);
-    if (fd < 0) bs_die("cannot open %s: %s", path, strerror(errno));
+    if (fd < 0) REFUSE(f, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0) bs_die("cannot stat %s: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0 || st.st_size < 8) {
+        close(fd);
+        REFUSE(f, "%s is not a safetensors file: %lld bytes, shorter than its header length", path,
+               (long long)st.st_size);
+    }
     f->size = (size_t)st.st_size;
-    if (f->size < 8) bs_die("%s is not a safetensors file: %zu bytes, shorter than its header length", path, f->size);
     f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
-    if (f->map == MAP_FAILED) bs_die("cannot map %s: %s", path, strerror(errno));
+    if (f->map == MAP_FAILED) {
+        f->map = NULL;
+        REFUSE(f, "cannot map %s: %s", path, strerror(errno));
+    }
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = n << 8 | f->map[i];
-    if (n > MAX_HEADER_BYTES) bs_die("%s: a header of %llu bytes, more than the format's 100 MB", path, (unsigned long long)n);
-    if (8 + n > f->size) bs_die("%s is truncated: a header of %llu bytes in a file of %zu", path, (unsigned long long)n, f->size);
+    if (n > MAX_HEADER_BYTES)
+        REFUSE(f, "%s: a header of %llu bytes, more than the format's 100 MB", path, (unsigned long long)n);
+    if (8 + n > f->size)
+        REFUSE(f, "%s is truncated: a header of %llu bytes in a file of %zu", path, (unsigned long long)n, f->size);
     json_error_t err;
     f->header = json_loadb((const char *)f->map + 8, (size_t)n, JSON_REJECT_DUPLICATES, &err);
     if (!f->header || !json_is_object(f->header))
-        bs_die("%s: the header is not a JSON object: %s", path, f->header ? "another JSON value" : err.text);
+        REFUSE(f, "%s: the header is not a JSON object: %s", path, f->header ? "another JSON value" : err.text);
     f->data_start = 8 + (size_t)n;
     f->data_size = f->size - f->data_start;
-    check_header(f);
+    return check_header(f);
 }
 
 static void st_close(StFile *f) {
     json_decref(f->header);
-    munmap(f->map, f->size);
+    if (f->map) munmap(f->map, f->size);
 }
 
 bool safetensors_is_file(const char *path) {
@@ -186,13 +212,13 @@ static void file_shape(const GPTConfig *cfg, TensorKind k, size_t *rows, size_t 
     else *rows = n;
 }
 
-/* The entry for a GPT-2 name, with or without the prefix (NULL: absent). */
+/* The entry for a GPT-2 name, with or without the prefix (NULL: absent;
+ * check_names refuses a file that has both). */
 static json_t *lookup(const StFile *f, const char *name) {
     char prefixed[160];
     snprintf(prefixed, sizeof prefixed, PREFIX "%s", name);
-    json_t *a = json_object_get(f->header, prefixed), *b = json_object_get(f->header, name);
-    if (a && b) bs_die("%s: both %s and %s are present", f->path, prefixed, name);
-    return a ? a : b;
+    json_t *a = json_object_get(f->header, prefixed);
+    return a ? a : json_object_get(f->header, name);
 }
 
 static size_t dim(json_t *e, size_t i) { return (size_t)json_integer_value(json_array_get(json_object_get(e, "shape"), i)); }
@@ -205,137 +231,189 @@ static float element(const unsigned char *p, const char *dtype) {
         return x;
     }
     uint16_t h = (uint16_t)(p[0] | p[1] << 8);
-    return strcmp(dtype, "BF16") == 0 ? bf16_to_float(h) : codec_fp16_to_float(h);
+    return strcmp(dtype, "BF16") == 0 ? bf16_to_float(h) : mini_to_float(h, &MINI_FP16);
 }
 
 /* Tensor `name` of the expected (rows, cols) shape into dst, (out, in) order. */
-static void read_tensor(const StFile *f, const char *name, size_t rows, size_t cols, bool transpose, float *dst) {
+static bool read_tensor(StFile *f, const char *name, size_t rows, size_t cols, bool transpose, float *dst) {
     json_t *e = lookup(f, name);
-    if (!e) bs_die("%s: tensor %s is missing", f->path, name);
+    if (!e) REFUSE(f, "%s: tensor %s is missing", f->path, name);
     size_t want_dims = cols ? 2 : 1;
     if (ndim(e) != want_dims || dim(e, 0) != rows || (cols && dim(e, 1) != cols))
-        bs_die("%s: tensor %s has shape [%zu%s], expected [%zu%s%zu]", f->path, name, dim(e, 0),
+        REFUSE(f, "%s: tensor %s has shape [%zu%s], expected [%zu%s%zu]", f->path, name, ndim(e) ? dim(e, 0) : 0,
                ndim(e) > 1 ? ", ..." : "", rows, cols ? ", " : "", cols ? cols : (size_t)0);
     const char *dtype = json_string_value(json_object_get(e, "dtype"));
     if (strcmp(dtype, "F32") != 0 && strcmp(dtype, "BF16") != 0 && strcmp(dtype, "F16") != 0)
-        bs_die("%s: tensor %s is %s; F32, BF16 and F16 are read", f->path, name, dtype);
+        REFUSE(f, "%s: tensor %s is %s; F32, BF16 and F16 are read", f->path, name, dtype);
     size_t bytes = dtype_size(dtype), c = cols ? cols : 1;
     const unsigned char *src = f->map + f->data_start +
                                (size_t)json_integer_value(json_array_get(json_object_get(e, "data_offsets"), 0));
     for (size_t i = 0; i < rows; i++)
         for (size_t j = 0; j < c; j++)
             dst[transpose ? j * rows + i : i * c + j] = element(src + (i * c + j) * bytes, dtype);
+    return true;
 }
 
 /* Layers: the count of consecutive h.N.ln_1.weight from 0. */
 static int count_layers(const StFile *f) {
     int n = 0;
-    for (char name[64];; n++) {
+    for (char name[64]; n < (1 << 20); n++) {
         snprintf(name, sizeof name, "h.%d.ln_1.weight", n);
-        if (!lookup(f, name)) return n;
+        if (!lookup(f, name)) break;
     }
+    return n;
 }
 
-/* Every name is a GPT-2 tensor of this shape, an ignored mask buffer or the tied head. */
-static void check_names(const StFile *f, int layers) {
+/* A name (without the prefix) this engine reads or knowingly ignores. */
+static bool known_name(const char *name, int layers) {
+    int layer = -1;
+    char rest[96] = "";
+    if (strcmp(name, "lm_head.weight") == 0 || strcmp(name, "wte.weight") == 0 || strcmp(name, "wpe.weight") == 0 ||
+        strcmp(name, "ln_f.weight") == 0 || strcmp(name, "ln_f.bias") == 0)
+        return true;
+    if (sscanf(name, "h.%d.%95s", &layer, rest) != 2 || layer < 0 || layer >= layers) return false;
+    char canonical[112];
+    snprintf(canonical, sizeof canonical, "h.%d.%s", layer, rest);
+    if (strcmp(canonical, name) != 0) return false; /* "h.01.", "h.+1.": not GPT-2's */
+    bool known = strcmp(rest, "attn.bias") == 0 || strcmp(rest, "attn.masked_bias") == 0;
+    for (int k = TK_FIRST_LAYER_KIND; k <= TK_LAST_LAYER_KIND && !known; k++)
+        known = strcmp(rest, hf_name((TensorKind)k).name) == 0;
+    return known;
+}
+
+/* Every name is a GPT-2 tensor, an ignored mask buffer or the tied head, present once. */
+static bool check_names(StFile *f, int layers) {
     const char *key;
     json_t *e;
     json_object_foreach(f->header, key, e) {
-        const char *name = strncmp(key, PREFIX, strlen(PREFIX)) == 0 ? key + strlen(PREFIX) : key;
-        int layer = -1, used = 0;
-        char rest[96] = "";
-        if (strcmp(key, "__metadata__") == 0 || strcmp(name, "lm_head.weight") == 0) continue;
-        if (sscanf(name, "h.%d.%95s%n", &layer, rest, &used) == 2 && layer >= 0 && layer < layers) {
-            bool known = strcmp(rest, "attn.bias") == 0 || strcmp(rest, "attn.masked_bias") == 0;
-            for (int k = TK_FIRST_LAYER_KIND; k <= TK_LAST_LAYER_KIND && !known; k++)
-                known = strcmp(rest, hf_name((TensorKind)k).name) == 0;
-            if (known) continue;
-        } else if (strcmp(name, "wte.weight") == 0 || strcmp(name, "wpe.weight") == 0 ||
-                   strcmp(name, "ln_f.weight") == 0 || strcmp(name, "ln_f.bias") == 0) {
-            continue;
-        }
-        bs_die("%s: unexpected tensor %s (not a GPT-2 parameter of a %d-layer model)", f->path, key, layers);
+        if (strcmp(key, "__metadata__") == 0) continue;
+        bool prefixed = strncmp(key, PREFIX, strlen(PREFIX)) == 0;
+        const char *name = prefixed ? key + strlen(PREFIX) : key;
+        if (!known_name(name, layers))
+            REFUSE(f, "%s: unexpected tensor %s (not a GPT-2 parameter of a %d-layer model)", f->path, key, layers);
+        if (prefixed && json_object_get(f->header, name))
+            REFUSE(f, "%s: both %s and %s are present", f->path, key, name);
     }
+    return true;
 }
 
 /* n_head from the metadata, else from the config.json beside the file; 0 if neither says. */
-static int heads_of(const StFile *f) {
+static bool heads_of(StFile *f, int *heads) {
     json_t *meta = json_object_get(f->header, "__metadata__");
     const char *text = json_string_value(json_object_get(meta, "n_head"));
-    if (text) return atoi(text);
-    char dir[4096];
+    *heads = 0;
+    if (text) {
+        *heads = atoi(text);
+        if (*heads <= 0) REFUSE(f, "%s: __metadata__ n_head '%s' is not a positive integer", f->path, text);
+        return true;
+    }
+    char dir[4096], config[4200];
     snprintf(dir, sizeof dir, "%s", f->path);
-    char config[4200];
     snprintf(config, sizeof config, "%s/config.json", dirname(dir));
-    if (!bs_path_exists(config)) return 0;
+    if (!bs_path_exists(config)) return true;
     json_error_t err;
     json_t *j = json_load_file(config, 0, &err);
-    if (!j) bs_die("%s: not JSON: %s (line %d)", config, err.text, err.line);
+    if (!j) REFUSE(f, "%s: not JSON: %s (line %d)", config, err.text, err.line);
     json_t *h = json_object_get(j, "n_head");
-    int heads = json_is_integer(h) ? (int)json_integer_value(h) : 0;
+    *heads = json_is_integer(h) ? (int)json_integer_value(h) : 0;
     json_decref(j);
-    if (heads <= 0) bs_die("%s has no positive integer n_head", config);
-    return heads;
+    if (*heads <= 0) REFUSE(f, "%s has no positive integer n_head", config);
+    return true;
+}
+
+/* The shape from an open, valid file. */
+static bool shape_of(StFile *f, GPTConfig *cfg) {
+    json_t *wte = lookup(f, "wte.weight"), *wpe = lookup(f, "wpe.weight");
+    if (!wte || !wpe || ndim(wte) != 2 || ndim(wpe) != 2)
+        REFUSE(f, "%s: wte.weight and wpe.weight must be present and 2-dimensional", f->path);
+    int heads;
+    if (!heads_of(f, &heads)) return false;
+    if (dim(wte, 0) > (1u << 30) || dim(wte, 1) > (1u << 16) || dim(wpe, 0) > (1u << 20))
+        REFUSE(f, "%s: wte.weight [%zu, %zu] / wpe.weight [%zu, ...] are beyond this engine's limits", f->path,
+               dim(wte, 0), dim(wte, 1), dim(wpe, 0));
+    GPTConfig c = {.max_seq_len = (int)dim(wpe, 0), .vocab_size = (int)dim(wte, 0), .num_layers = count_layers(f),
+                   .num_heads = heads ? heads : cfg->num_heads, .channels = (int)dim(wte, 1)};
+    if (!check_names(f, c.num_layers)) return false;
+    char why[256];
+    if (!gpt_config_check(&c, why, sizeof why)) REFUSE(f, "%s holds an invalid model shape: %s", f->path, why);
+    *cfg = c;
+    return true;
+}
+
+bool safetensors_try_read_config(const char *path, GPTConfig *cfg, char *why, size_t why_size) {
+    StFile f;
+    bool ok = st_try_open(&f, path) && shape_of(&f, cfg);
+    if (!ok) snprintf(why, why_size, "%s", f.why);
+    st_close(&f);
+    return ok;
 }
 
 void safetensors_read_config(const char *path, GPTConfig *cfg) {
-    StFile f;
-    st_open(&f, path);
-    json_t *wte = lookup(&f, "wte.weight"), *wpe = lookup(&f, "wpe.weight");
-    if (!wte || !wpe || ndim(wte) != 2 || ndim(wpe) != 2)
-        bs_die("%s: wte.weight and wpe.weight must be present and 2-dimensional", path);
-    int heads = heads_of(&f);
-    GPTConfig c = {.max_seq_len = (int)dim(wpe, 0), .vocab_size = (int)dim(wte, 0), .num_layers = count_layers(&f),
-                   .num_heads = heads ? heads : cfg->num_heads, .channels = (int)dim(wte, 1)};
-    check_names(&f, c.num_layers);
-    st_close(&f);
-    char why[256];
-    if (!gpt_config_check(&c, why, sizeof why)) bs_die("%s holds an invalid model shape: %s", path, why);
-    *cfg = c;
+    char why[4608];
+    if (!safetensors_try_read_config(path, cfg, why, sizeof why)) bs_die("%s", why);
 }
 
-/* Calls fn on every tensor in file order with its file shape (rows, cols; cols 0 for a vector). */
-typedef void (*TensorFn)(void *ctx, TensorKind kind, int layer, size_t rows, size_t cols);
-static void for_each_tensor(const GPTConfig *cfg, TensorFn fn, void *ctx) {
+/* Calls fn on every tensor in file order with its file shape (rows, cols; cols 0 for a vector); false at the first
+ * that fails. */
+typedef bool (*TensorFn)(void *ctx, TensorKind kind, int layer, size_t rows, size_t cols);
+static bool for_each_tensor(const GPTConfig *cfg, TensorFn fn, void *ctx) {
     for (int k = 0; k < TK_COUNT; k++) {
         TensorKind kind = (TensorKind)k;
         size_t rows, cols;
         file_shape(cfg, kind, &rows, &cols);
-        for (int l = 0; l < (gpt_tensor_is_per_layer(kind) ? cfg->num_layers : 1); l++) fn(ctx, kind, l, rows, cols);
+        for (int l = 0; l < (gpt_tensor_is_per_layer(kind) ? cfg->num_layers : 1); l++)
+            if (!fn(ctx, kind, l, rows, cols)) return false;
     }
+    return true;
 }
 
 typedef struct {
-    const StFile *file;
+    StFile *file;
     GPT *model;
 } Reading;
 
-static void read_one(void *ctx, TensorKind kind, int layer, size_t rows, size_t cols) {
+static bool read_one(void *ctx, TensorKind kind, int layer, size_t rows, size_t cols) {
     Reading *r = ctx;
     char name[96];
     full_name(kind, layer, name, sizeof name);
-    read_tensor(r->file, name, rows, cols, hf_name(kind).conv1d,
-                r->model->params + gpt_tensor_offset(&r->model->cfg, kind, layer));
+    return read_tensor(r->file, name, rows, cols, hf_name(kind).conv1d,
+                       r->model->params + gpt_tensor_offset(&r->model->cfg, kind, layer));
+}
+
+/* lm_head.weight, if present, must be wte (tied). */
+static bool check_head(StFile *f, const GPT *model) {
+    const GPTConfig *cfg = &model->cfg;
+    if (!lookup(f, "lm_head.weight")) return true;
+    size_t n = (size_t)cfg->vocab_size * cfg->channels;
+    float *head = bs_malloc((n ? n : 1) * sizeof(float));
+    bool ok = read_tensor(f, "lm_head.weight", (size_t)cfg->vocab_size, (size_t)cfg->channels, false, head);
+    if (ok && memcmp(head, model->params + gpt_tensor_offset(cfg, TK_WTE, 0), n * sizeof(float)) != 0) {
+        snprintf(f->why, sizeof f->why, "%s: lm_head.weight differs from wte.weight; this engine ties them", f->path);
+        ok = false;
+    }
+    free(head);
+    return ok;
+}
+
+bool safetensors_try_read_params(const char *path, GPT *model, char *why, size_t why_size) {
+    const GPTConfig *cfg = &model->cfg;
+    StFile f;
+    bool ok = st_try_open(&f, path) && check_names(&f, cfg->num_layers);
+    if (ok && count_layers(&f) != cfg->num_layers) {
+        snprintf(f.why, sizeof f.why, "%s holds %d layers, not %d", path, count_layers(&f), cfg->num_layers);
+        ok = false;
+    }
+    if (ok) memset(model->params, 0, model->num_params * sizeof(float)); /* wte's padded rows stay 0 */
+    Reading r = {&f, model};
+    ok = ok && for_each_tensor(cfg, read_one, &r) && check_head(&f, model);
+    if (!ok) snprintf(why, why_size, "%s", f.why);
+    st_close(&f);
+    return ok;
 }
 
 void safetensors_read_params(const char *path, GPT *model) {
-    const GPTConfig *cfg = &model->cfg;
-    StFile f;
-    st_open(&f, path);
-    if (count_layers(&f) != cfg->num_layers) bs_die("%s holds %d layers, not %d", path, count_layers(&f), cfg->num_layers);
-    check_names(&f, cfg->num_layers);
-    memset(model->params, 0, model->num_params * sizeof(float)); /* wte's padded rows stay 0 */
-    Reading r = {&f, model};
-    for_each_tensor(cfg, read_one, &r);
-    if (lookup(&f, "lm_head.weight")) { /* tied: it must be wte */
-        size_t n = (size_t)cfg->vocab_size * cfg->channels;
-        float *head = bs_malloc(n * sizeof(float));
-        read_tensor(&f, "lm_head.weight", (size_t)cfg->vocab_size, (size_t)cfg->channels, false, head);
-        if (memcmp(head, model->params + gpt_tensor_offset(cfg, TK_WTE, 0), n * sizeof(float)) != 0)
-            bs_die("%s: lm_head.weight differs from wte.weight; this engine ties them", path);
-        free(head);
-    }
-    st_close(&f);
+    char why[4608];
+    if (!safetensors_try_read_params(path, model, why, sizeof why)) bs_die("%s", why);
 }
 
 /* ---- writing ---- */
@@ -357,7 +435,7 @@ typedef struct {
     const char *path;
 } Writing;
 
-static void describe_one(void *ctx, TensorKind kind, int layer, size_t rows, size_t cols) {
+static bool describe_one(void *ctx, TensorKind kind, int layer, size_t rows, size_t cols) {
     Writing *w = ctx;
     char name[112] = PREFIX;
     full_name(kind, layer, name + strlen(PREFIX), sizeof name - strlen(PREFIX));
@@ -366,9 +444,10 @@ static void describe_one(void *ctx, TensorKind kind, int layer, size_t rows, siz
     json_object_set_new(w->header, name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape,
                                                    "data_offsets", (json_int_t)w->at, (json_int_t)(w->at + bytes)));
     w->at += bytes;
+    return true;
 }
 
-static void write_one(void *ctx, TensorKind kind, int layer, size_t rows, size_t cols) {
+static bool write_one(void *ctx, TensorKind kind, int layer, size_t rows, size_t cols) {
     Writing *w = ctx;
     const float *src = w->model->params + gpt_tensor_offset(&w->model->cfg, kind, layer);
     const size_t width = cols ? cols : 1, count = rows * width;
@@ -377,6 +456,7 @@ static void write_one(void *ctx, TensorKind kind, int layer, size_t rows, size_t
         for (size_t j = 0; j < width; j++) buf[i * width + j] = hf_name(kind).conv1d ? src[j * rows + i] : src[i * width + j];
     bs_fwrite_all(buf, count * sizeof(float), w->out, w->path);
     free(buf);
+    return true;
 }
 
 void safetensors_write(const char *path, const GPT *model) {

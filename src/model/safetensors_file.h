@@ -30,6 +30,9 @@ bool safetensors_is_file(const char *path);
 void safetensors_read_config(const char *path, GPTConfig *cfg);
 /* The weights into a whole model created with that config. */
 void safetensors_read_params(const char *path, GPT *model);
+/* The same, returning false with the one-line reason instead of dying. */
+bool safetensors_try_read_config(const char *path, GPTConfig *cfg, char *why, size_t why_size);
+bool safetensors_try_read_params(const char *path, GPT *model, char *why, size_t why_size);
 /* Writes the whole model (fp32, "transformer." names, the shape as
  * metadata) atomically. */
 void safetensors_write(const char *path, const GPT *model);

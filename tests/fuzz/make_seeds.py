@@ -45,6 +45,30 @@ def shard(tokens, magic=20240520, version=1, count=None):
     return struct.pack("<256i", *header) + struct.pack(f"<{len(tokens)}H", *tokens)
 
 
+def safetensors(layers=1, channels=8, seq_len=4, vocab=5, dtype="F32", prefix="transformer.", extra=None):
+    """A GPT-2 safetensors file: header length, JSON header, the tensors' bytes (zeros)."""
+    c = channels
+    shapes = {"wte.weight": [vocab, c], "wpe.weight": [seq_len, c], "ln_f.weight": [c], "ln_f.bias": [c]}
+    for i in range(layers):
+        for name, shape in (("ln_1.weight", [c]), ("ln_1.bias", [c]), ("attn.c_attn.weight", [c, 3 * c]),
+                            ("attn.c_attn.bias", [3 * c]), ("attn.c_proj.weight", [c, c]), ("attn.c_proj.bias", [c]),
+                            ("ln_2.weight", [c]), ("ln_2.bias", [c]), ("mlp.c_fc.weight", [c, 4 * c]),
+                            ("mlp.c_fc.bias", [4 * c]), ("mlp.c_proj.weight", [4 * c, c]), ("mlp.c_proj.bias", [c])):
+            shapes[f"h.{i}.{name}"] = shape
+    size = {"F32": 4, "BF16": 2, "F16": 2}[dtype]
+    header, at = {"__metadata__": {"format": "pt", "n_head": "2"}}, 0
+    for name, shape in shapes.items():
+        n = size
+        for d in shape:
+            n *= d
+        header[prefix + name] = {"dtype": dtype, "shape": shape, "data_offsets": [at, at + n]}
+        at += n
+    header.update(extra or {})
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + bytes(at)
+
+
 def write(directory, name, data):
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, name), "wb") as f:
@@ -82,6 +106,13 @@ def main():
     write(d, "bad_count", struct.pack("<H", 257) + shard([1, 2, 3], count=4))
     write(d, "negative_count", struct.pack("<H", 257) + shard([], count=-1))
     write(d, "empty", struct.pack("<H", 257) + shard([]))
+
+    d = os.path.join(out, "safetensors")
+    write(d, "one_layer", safetensors())
+    write(d, "two_layers_bf16", safetensors(layers=2, dtype="BF16", prefix=""))
+    write(d, "f16_mask_buffer", safetensors(dtype="F16", extra={"transformer.h.0.attn.bias": {
+        "dtype": "BOOL", "shape": [0], "data_offsets": [0, 0]}}))
+    write(d, "truncated", safetensors()[:40])
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ trap 'rm -rf "$scratch"' EXIT
 export FUZZ_SCRATCH="$scratch"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 status=0
-for h in manifest ckpt_files shard; do
+for h in manifest ckpt_files shard safetensors; do
     mkdir -p "$build/corpus/$h"
     dict=""
     [ -f "$src/tests/fuzz/$h.dict" ] && dict="-dict=$src/tests/fuzz/$h.dict"
