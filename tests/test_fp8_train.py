@@ -27,6 +27,8 @@ layouts (CTest fp8_train):
   to the same bound, which it meets, as the check that nothing else differs.
   The data: the test writes the batches as shards of two sequences each (random windows of the corpus), read
   in --data-order sequential, so that a reordering permutes files and nothing else.
+- --fp8-param-gather (DP 2, ZeRO 3, delayed; bf16 and fp32 as the higher precision): losses, parameters and the
+  FP8 statistics equal, bit for bit, the run whose fp32 gather is quantized afterwards; fewer bytes sent.
 - Resume: a delayed FP8 run checkpointed at step 5 resumes bit for bit (losses and parameters: the scales and
   amax histories are in the checkpoint); without its fp8 scaling files it resumes with fresh scales, warns, and
   is not the same bits (so the files matter); the FP8 checkpoint resumes in bf16 and in fp32, and a bf16
@@ -122,6 +124,25 @@ class Fp8LayoutTest(CorpusTest):
     def test_block_layouts_within_the_noise_floor(self):
         self.check_recipe("block")
 
+    def test_param_gather(self):
+        """--fp8-param-gather (ZeRO-3 layers gathered with E4M3 weights): the same bits as quantizing after the
+        fp32 gather, in both higher precisions (losses, parameters, FP8 statistics), fewer bytes."""
+        zero3 = ["--dp", "2", "--zero", "3"] + fp8("delayed")
+        for high in ("bf16", "fp32"):
+            runs = {}
+            for label, more in (("fp32 gather", []), ("fp8 gather", ["--fp8-param-gather"])):
+                runs[label] = train(self.data, self.path(f"gather-{high}-{label[:3]}"), ranks=2, micro=2,
+                                    extra=zero3 + ["--fp8-high-precision", high] + more)
+            (a, pa, _), (b, pb, _) = runs["fp32 gather"], runs["fp8 gather"]
+            self.assertEqual([m["loss"] for m in a], [m["loss"] for m in b], high)
+            self.assertTrue(np.array_equal(pa, pb), f"{high}: the FP8 gather changed the parameters")
+            for key in ("fp8_underflow", "fp8_overflow"):
+                self.assertEqual([m[key] for m in a], [m[key] for m in b], f"{high}: {key}")
+            sent, sent8 = a[-1]["comm_bytes"], b[-1]["comm_bytes"]
+            print(f"  fp8 param gather ({high} elsewhere): same bits; a step's bytes sent per rank {sent} -> {sent8} "
+                  f"({(sent - sent8) / sent:.1%} fewer, gradient reduction included)", flush=True)
+            self.assertLess(sent8, sent)
+
     def test_resume(self):
         ck = self.path("ck8")
         keep = ["--ckpt-every", "5", "--keep-last", "0"]
@@ -165,7 +186,9 @@ class Fp8LayoutTest(CorpusTest):
                             (["--precision", "fp8", "--fp8-amax-history", "0"], "--fp8-amax-history"),
                             (["--precision", "fp8", "--fp8-amax-algo", "mean"], "--fp8-amax-algo"),
                             (["--precision", "fp8", "--fp8-high-precision", "fp8"], "--fp8-high-precision"),
-                            (["--outlier-scale", "10", "--zero", "3"], "--outlier-scale")):
+                            (["--outlier-scale", "10", "--zero", "3"], "--outlier-scale"),
+                            (["--precision", "fp8", "--fp8-recipe", "block", "--zero", "3", "--fp8-param-gather"],
+                             "--fp8-param-gather")):
             p = run(base + extra, check=False)
             self.assertNotEqual(p.returncode, 0, extra)
             self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)

@@ -27,6 +27,7 @@ int cmd_train(int argc, char **argv) {
         {"fp8-margin", OPT_INT, &c.fp8_margin, -64, 64, "M", "fp8 delayed: scales divided by 2^M", "0", NULL},
         {"fp8-high-precision", OPT_ENUM, &c.fp8_high_precision, OPT_NO_RANGE, "P",
          "fp8: the precision of what is not FP8 (embedding, output head, loss; bf16 or fp32 matmuls)", "bf16", TRAIN_FP8_HIGH_PRECISION_WORDS},
+        {"fp8-param-gather", OPT_FLAG, &c.fp8_param_gather, OPT_NO_RANGE, "", "fp8 delayed, ZeRO-3: gather the layers' weights as E4M3 codes (1 byte, not 4)", NULL, NULL},
         {"outlier-scale", OPT_DOUBLE, &c.outlier_scale, -1e9, 1e9, "F", "tests: LayerNorm 1's gain of channel 0 times F at initialisation (0: off)", "0", NULL},
         {"bf16-matmul", OPT_ENUM, &c.bf16_matmul, OPT_NO_RANGE, "PATH",
          "bf16 products: auto (oneDNN where the CPU has bf16 arithmetic), onednn (AVX-512 only), or widen (fp32 sgemm)", "auto", TRAIN_BF16_MATMUL_WORDS},

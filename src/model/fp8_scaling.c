@@ -17,6 +17,7 @@ struct Fp8State {
     Fp8Stats *step;     /* (tensors) the step's record */
     double *reduce;     /* (tensors) scratch of the amax reduction */
     bool recording;
+    bool weights_gathered; /* --fp8-param-gather: W's record is made where it is quantized, at the gather */
     Fp8Matmul *matmul;
 };
 
@@ -56,6 +57,8 @@ void fp8_scaling_begin_step(Fp8State *s) {
 
 void fp8_scaling_set_recording(Fp8State *s, bool recording) { s->recording = recording; }
 
+void fp8_scaling_set_weights_gathered(Fp8State *s, bool gathered) { s->weights_gathered = gathered; }
+
 Fp8Operand fp8_scaling_operand(Fp8State *s, int site, int kind) {
     const int t = FP8_KINDS * site + kind;
     Fp8Stats *stats = s->recording ? &s->step[t] : NULL;
@@ -66,6 +69,7 @@ Fp8Operand fp8_scaling_operand(Fp8State *s, int site, int kind) {
 void fp8_scaling_forward(Fp8State *s, int site, float *out, const float *inp, const float *weight, const float *bias,
                          size_t N, int IC, int OC) {
     Fp8Operand x = fp8_scaling_operand(s, site, FP8_INPUT), w = fp8_scaling_operand(s, site, FP8_WEIGHT);
+    if (s->weights_gathered) w.stats = NULL; /* counted, with its amax, where its codes were made */
     fp8_linear_forward(s->matmul, out, inp, &x, weight, &w, bias, N, IC, OC);
 }
 

@@ -70,6 +70,13 @@ int fp8_scaling_sites(const Fp8State *s);
 void fp8_scaling_begin_step(Fp8State *s);
 void fp8_scaling_set_recording(Fp8State *s, bool recording);
 
+/* --fp8-param-gather: the weights arrive as the values of their E4M3 codes
+ * (parallel/fp8_gather.h), made with fp8_scaling_operand's scale and
+ * counted there (amax and counts of each rank's shard, so the reduction
+ * over dp gives the whole tensor's amax); the forward then quantizes them
+ * to the same codes again and counts nothing for W. */
+void fp8_scaling_set_weights_gathered(Fp8State *s, bool gathered);
+
 /* How tensor `kind` of `site` is quantized now; its stats point at the
  * step's record when recording, else NULL. */
 Fp8Operand fp8_scaling_operand(Fp8State *s, int site, int kind);

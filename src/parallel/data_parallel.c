@@ -9,6 +9,7 @@
 #include "core/range.h"
 #include "kernels/vecmath.h"
 #include "optim/grad_norm.h"
+#include "parallel/fp8_gather.h"
 
 #define MAX_INFLIGHT 256
 #define GRAD_POOL 2
@@ -307,7 +308,11 @@ static void start_gather(DataParallel *dp, int s, int block) {
     slot->block = block;
     slot->rounded = false;
     slot->fill_secondary = dp->opt.hpz && !in_node;
-    if (dp->opt.quant_weights && !in_node) {
+    if (dp->opt.fp8_gather && !in_node && slot_kind(dp, block) == SLOT_LAYER_A) {
+        fp8_gather_layer(group, dp->model, block, slot->buf, off, count, dp->total, dp->shard_params, dp->shard);
+        slot->rounded = true; /* its matrices hold FP8 values: bf16 rounding would only move them off */
+        slot->op = NULL;
+    } else if (dp->opt.quant_weights && !in_node) {
         if (!slot->scratch) slot->scratch = compressed_scratch_new();
         Codec int8 = {CODEC_INT8, dp->opt.quant_block, 0};
         slot->op = comm_start_compressed_allgather(group, slot->scratch, &int8, slot->buf, off, count, dp->total);

@@ -54,6 +54,7 @@ typedef struct {
     bool quant_weights;    /* stage 3: int8 parameter gathers (qwZ) */
     size_t quant_block;    /* elements per int8 scale */
     bool hpz;              /* stage 3: node-local secondary parameter shard (hpZ) */
+    bool fp8_gather;       /* stage 3, delayed FP8: layers gathered with E4M3 weights (parallel/fp8_gather.h) */
 } DPOptions;
 
 typedef struct DataParallel DataParallel;

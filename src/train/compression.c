@@ -44,6 +44,12 @@ void compression_dp_options(const TrainConfig *c, DPOptions *opt) {
     opt->hpz = c->zero_hpz;
     if ((c->zero_quant_weights || c->zero_hpz) && c->zero != 3)
         bs_die("--zero-quant-weights and --zero-hpz gather parameters: they need --zero 3 (got --zero %d)", c->zero);
+    opt->fp8_gather = c->fp8_param_gather;
+    if (c->fp8_param_gather && (c->zero != 3 || c->precision != PRECISION_FP8 || c->fp8_recipe != FP8_RECIPE_DELAYED))
+        bs_die("--fp8-param-gather needs --zero 3 --precision fp8 --fp8-recipe delayed (block's 128x128 weight tiles "
+               "cross ZeRO shards)");
+    if (c->fp8_param_gather && c->zero_quant_weights)
+        bs_die("--fp8-param-gather and --zero-quant-weights are two encodings of the same gather: pick one");
 }
 
 void onebit_setup(Trainer *tr) {

@@ -121,6 +121,7 @@ typedef struct {
     Fp8AmaxAlgo fp8_amax_algo;    /* delayed: max or most_recent */
     int fp8_margin;               /* delayed: scales divided by 2^margin */
     Precision fp8_high_precision; /* what is not FP8 (embedding, head, loss, ...): bf16 or fp32 */
+    bool fp8_param_gather;        /* ZeRO-3: layers gathered with their weights as E4M3 codes (parallel/fp8_gather.h) */
     double outlier_scale;         /* tests: LayerNorm 1's gain of channel 0 times this at initialisation (0: off) */
     /* low-communication training (train/diloco.h) */
     int local_steps;              /* H inner steps per outer step (0: plain data parallelism) */
