@@ -103,6 +103,24 @@ class CorpusTest(unittest.TestCase):
         return os.path.join(self.dir, name)
 
 
+def layout_run(data, prefix, shape, ranks=1, extra=(), steps=10, micro=2, check=True):
+    """The layout tests' training job: `shape` (model flags) on the corpus in `data`, global batch 8, 1 thread per
+    rank, on `ranks` processes. Returns (metrics lines, final parameters, stdout), or with check=False the
+    CompletedProcess."""
+    metrics, model = prefix + ".jsonl", prefix + ".bin"
+    args = [BATCHSCALE, "train", "--data", os.path.join(data, "train_000000.bin")] + list(shape) + [
+        "--micro-batch", str(micro), "--global-batch", "8", "--steps", str(steps), "--lr", "3e-3", "--warmup", "2",
+        "--eval-every", "0", "--sample-tokens", "0", "--threads", "1", "--comm-timeout", "60", "--metrics", metrics,
+        "--save-model", model] + list(extra)
+    cmd = MPIRUN + ["-np", str(ranks)] + args if ranks > 1 else args
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if not check:
+        return p
+    if p.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
+    return read_metrics(metrics), read_model(model)[1], p.stdout
+
+
 def launch(args, ranks):
     """batchscale ARGS (a list starting with the command) on `ranks` processes (under mpirun if more than one);
     raises with the output if it fails."""

@@ -23,26 +23,15 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import BATCHSCALE, MPIRUN, CorpusTest, read_metrics, read_model  # noqa: E402
-import subprocess  # noqa: E402
+from bstest import CorpusTest, layout_run  # noqa: E402
 
 L, H, C, T = 2, 4, 32, 512  # cp 4 cuts each sequence into 8 chunks of 64 rows: one attention row block each
 TOL = 1e-5
 
 
 def train(data, prefix, ranks=1, extra=(), steps=10, micro=2, check=True, seq_len=T, layers=L):
-    metrics, model = prefix + ".jsonl", prefix + ".bin"
-    args = [BATCHSCALE, "train", "--data", os.path.join(data, "train_000000.bin"), "--layers", str(layers), "--heads",
-            str(H), "--channels", str(C), "--seq-len", str(seq_len), "--micro-batch", str(micro), "--global-batch",
-            "8", "--steps", str(steps), "--lr", "3e-3", "--warmup", "2", "--eval-every", "0", "--sample-tokens", "0",
-            "--threads", "1", "--comm-timeout", "60", "--metrics", metrics, "--save-model", model] + list(extra)
-    cmd = MPIRUN + ["-np", str(ranks)] + args if ranks > 1 else args
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    if not check:
-        return p
-    if p.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
-    return read_metrics(metrics), read_model(model)[1], p.stdout
+    shape = ["--layers", str(layers), "--heads", str(H), "--channels", str(C), "--seq-len", str(seq_len)]
+    return layout_run(data, prefix, shape, ranks, extra, steps, micro, check)
 
 
 def rel(a, b):

@@ -22,32 +22,21 @@ the single-process oracle.
 """
 import os
 import re
-import subprocess
 import sys
 import unittest
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import BATCHSCALE, MPIRUN, CorpusTest, read_metrics, read_model  # noqa: E402
+from bstest import CorpusTest, layout_run  # noqa: E402
 
 L, H, C, T, V = 4, 4, 32, 32, 257
 VP = 384
 
 
 def train(data, prefix, ranks=1, extra=(), steps=10, micro=2, check=True):
-    metrics, model = prefix + ".jsonl", prefix + ".bin"
-    args = [BATCHSCALE, "train", "--data", os.path.join(data, "train_000000.bin"), "--layers", str(L), "--heads",
-            str(H), "--channels", str(C), "--seq-len", str(T), "--micro-batch", str(micro), "--global-batch", "8",
-            "--steps", str(steps), "--lr", "3e-3", "--warmup", "2", "--eval-every", "0", "--sample-tokens", "0",
-            "--threads", "1", "--comm-timeout", "60", "--metrics", metrics, "--save-model", model] + list(extra)
-    cmd = MPIRUN + ["-np", str(ranks)] + args if ranks > 1 else args
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    if not check:
-        return p
-    if p.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
-    return read_metrics(metrics), read_model(model)[1], p.stdout
+    shape = ["--layers", str(L), "--heads", str(H), "--channels", str(C), "--seq-len", str(T)]
+    return layout_run(data, prefix, shape, ranks, extra, steps, micro, check)
 
 
 def rel(a, b):
