@@ -103,6 +103,11 @@ class CorpusTest(unittest.TestCase):
         return os.path.join(self.dir, name)
 
 
+def rel(a, b):
+    """max |a - b| / max |b|: how far parameters a are from the reference b."""
+    return float(np.max(np.abs(np.asarray(a, np.float64) - b)) / max(np.max(np.abs(b)), 1e-30))
+
+
 def layout_run(data, prefix, shape, ranks=1, extra=(), steps=10, micro=2, check=True):
     """The layout tests' training job: `shape` (model flags) on the corpus in `data`, global batch 8, 1 thread per
     rank, on `ranks` processes. Returns (metrics lines, final parameters, stdout), or with check=False the

@@ -23,7 +23,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import CorpusTest, layout_run  # noqa: E402
+from bstest import CorpusTest, layout_run, rel  # noqa: E402
 
 L, H, C, T = 2, 4, 32, 512  # cp 4 cuts each sequence into 8 chunks of 64 rows: one attention row block each
 TOL = 1e-5
@@ -32,10 +32,6 @@ TOL = 1e-5
 def train(data, prefix, ranks=1, extra=(), steps=10, micro=2, check=True, seq_len=T, layers=L):
     shape = ["--layers", str(layers), "--heads", str(H), "--channels", str(C), "--seq-len", str(seq_len)]
     return layout_run(data, prefix, shape, ranks, extra, steps, micro, check)
-
-
-def rel(a, b):
-    return float(np.max(np.abs(a.astype(np.float64) - b)) / np.max(np.abs(b)))
 
 
 class ContextParallelTest(CorpusTest):

@@ -31,7 +31,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import BATCHSCALE, MPIRUN, TempDir, CorpusTest, make_corpus, read_metrics, read_model  # noqa: E402
+from bstest import BATCHSCALE, MPIRUN, TempDir, CorpusTest, make_corpus, read_metrics, read_model, rel  # noqa: E402
 import subprocess  # noqa: E402
 
 STEPS = 20
@@ -67,10 +67,6 @@ def tensors(header, body):
         out[name] = body[pos:pos + n]
         pos += n
     return out
-
-
-def rel(a, b):
-    return float(np.max(np.abs(a.astype(np.float64) - b)) / max(np.max(np.abs(b)), 1e-30))
 
 
 class DataParallelTest(CorpusTest):
