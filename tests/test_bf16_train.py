@@ -216,7 +216,7 @@ class Bf16LayoutTest(CorpusTest):
             self.assertLess(abs(a["loss"] - b["loss"]) / b["loss"], 0.01)
 
     def test_bad_precision(self):
-        for flag, value in (("--precision", "fp8"), ("--bf16-matmul", "amx")):
+        for flag, value in (("--precision", "fp4"), ("--bf16-matmul", "amx")):
             p = run(["train", "--data", os.path.join(self.data, "train_000000.bin"), flag, value], check=False)
             self.assertNotEqual(p.returncode, 0)
             self.assertEqual(len(p.stderr.strip().splitlines()), 1)

@@ -323,7 +323,8 @@ static void resume_feedback(Trainer *tr, const char *dir) {
     comm_allreduce_max_double(tr->world, &first_failed, 1); /* all ranks restore, or none (so all start equal) */
     if (first_failed > 0) compression_reset_feedback(tr);
     if (first_failed > 0 && world - (int)first_failed == tr->rank)
-        bs_warn("per-rank state (error-feedback residuals, DiLoCo's worker) starts afresh: %s", why);
+        bs_warn("%s: %s", tr->diloco.on ? "DiLoCo's per-worker state and any error-feedback residuals start afresh"
+                                        : "error-feedback residuals start from zero", why);
     diloco_after_resume(tr, first_failed == 0);
 }
 
