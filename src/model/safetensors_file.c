@@ -59,15 +59,6 @@ static int by_begin(const void *a, const void *b) {
     return x->end < y->end ? -1 : x->end > y->end;
 }
 
-/* REFUSE, freeing the extents collected so far. */
-#define f_refuse_free(f, ext, ...)                                                                           \
-    do {                                                                                                     \
-        free(ext);                                                                                           \
-        char reason_[sizeof (f)->why];                                                                       \
-        snprintf(reason_, sizeof reason_, __VA_ARGS__);                                                      \
-        REFUSE(f, "%s", reason_);                                                                            \
-    } while (0)
-
 /* One tensor entry: dtype known, shape non-negative, offsets holding exactly its bytes. */
 static bool check_entry(StFile *f, const char *name, json_t *e, Extent *x) {
     json_t *dtype = json_object_get(e, "dtype"), *shape = json_object_get(e, "shape");
@@ -95,37 +86,46 @@ static bool check_entry(StFile *f, const char *name, json_t *e, Extent *x) {
     return true;
 }
 
-/* Every entry valid, the tensors tiling the data area with no holes. */
-static bool check_header(StFile *f) {
-    size_t n = json_object_size(f->header), k = 0;
-    Extent *ext = bs_malloc(sizeof(Extent) * (n ? n : 1));
-    const char *name;
-    json_t *e;
-    json_object_foreach(f->header, name, e) {
-        if (strcmp(name, "__metadata__") == 0) {
-            const char *key;
-            json_t *v;
-            if (!json_is_object(e)) f_refuse_free(f, ext, "%s: __metadata__ must be an object of strings", f->path);
-            json_object_foreach(e, key, v) if (!json_is_string(v))
-                f_refuse_free(f, ext, "%s: __metadata__ value %s is not a string", f->path, key);
-            continue;
-        }
-        if (!check_entry(f, name, e, &ext[k++])) f_refuse_free(f, ext, "%s", f->why);
-    }
+/* The metadata: an object of strings. */
+static bool check_metadata(StFile *f, json_t *e) {
+    const char *key;
+    json_t *v;
+    if (!json_is_object(e)) REFUSE(f, "%s: __metadata__ must be an object of strings", f->path);
+    json_object_foreach(e, key, v) if (!json_is_string(v)) REFUSE(f, "%s: __metadata__ value %s is not a string", f->path, key);
+    return true;
+}
+
+/* The extents, sorted, tile [0, data_size). */
+static bool check_tiling(StFile *f, Extent *ext, size_t k) {
     qsort(ext, k, sizeof(Extent), by_begin);
     json_int_t at = 0;
     for (size_t i = 0; i < k; i++) {
         if (ext[i].begin != at)
-            f_refuse_free(f, ext, "%s: tensor %s starts at byte %lld of the data area, not at %lld where the one "
-                          "before ends (tensors must tile it with no holes or overlaps)", f->path, ext[i].name,
-                          (long long)ext[i].begin, (long long)at);
+            REFUSE(f, "%s: tensor %s starts at byte %lld of the data area, not at %lld where the one before ends "
+                   "(tensors must tile it with no holes or overlaps)", f->path, ext[i].name, (long long)ext[i].begin,
+                   (long long)at);
         at = ext[i].end;
     }
-    free(ext);
     if ((size_t)at != f->data_size)
         REFUSE(f, "%s: %zu bytes after the last tensor (the data area is %zu bytes)", f->path,
                f->data_size - (size_t)at, f->data_size);
     return true;
+}
+
+/* Every entry valid, the tensors tiling the data area with no holes. */
+static bool check_header(StFile *f) {
+    size_t k = 0;
+    Extent *ext = bs_malloc(sizeof(Extent) * (json_object_size(f->header) + 1));
+    const char *name;
+    json_t *e;
+    bool ok = true;
+    json_object_foreach(f->header, name, e) {
+        ok = strcmp(name, "__metadata__") == 0 ? check_metadata(f, e) : check_entry(f, name, e, &ext[k++]);
+        if (!ok) break;
+    }
+    ok = ok && check_tiling(f, ext, k);
+    free(ext);
+    return ok;
 }
 
 static bool st_try_open(StFile *f, const char *path) {
