@@ -27,6 +27,8 @@ layouts (CTest fp8_train):
   to the same bound, which it meets, as the check that nothing else differs.
   The data: the test writes the batches as shards of two sequences each (random windows of the corpus), read
   in --data-order sequential, so that a reordering permutes files and nothing else.
+- The fp8 gradient codec in FP8 training (--grad-compression fp8, DP 2): its effect on the FP8 run within K x its
+  effect on the same bf16 run, measured here (the two sets of scales do not fight).
 - --fp8-param-gather (DP 2, ZeRO 3, delayed; bf16 and fp32 as the higher precision): losses, parameters and the
   FP8 statistics equal, bit for bit, the run whose fp32 gather is quantized afterwards; fewer bytes sent.
 - Resume: a delayed FP8 run checkpointed at step 5 resumes bit for bit (losses and parameters: the scales and
@@ -123,6 +125,25 @@ class Fp8LayoutTest(CorpusTest):
 
     def test_block_layouts_within_the_noise_floor(self):
         self.check_recipe("block")
+
+    def test_gradient_codec_and_training_scales_do_not_fight(self):
+        """--grad-compression fp8 (the codec's own per-block scales, on the fp32 gradients after backward) changes
+        an FP8 run no more than it changes a bf16 run: the codec's effect on bf16, measured here on the same data
+        and layout (DP 2, ten steps), bounds its effect on FP8 (K x, as the layouts: samples of one spread). Scales
+        that interfered (the codec quantizing already-scaled values, or the training amaxes seeing the codec's
+        rounding) would compound and move the FP8 run by far more."""
+        pairs = pair_shards(self.data, self.path("codec-pairs"))
+        gaps = {}
+        for precision, flags in (("bf16", ["--precision", "bf16"]), ("fp8", fp8("delayed"))):
+            plain, _, _ = train(self.data, self.path(f"codec-{precision}"), ranks=2, micro=2, extra=pairs + flags)
+            coded, _, _ = train(self.data, self.path(f"codec-{precision}-fp8"), ranks=2, micro=2,
+                                extra=pairs + flags + ["--grad-compression", "fp8"])
+            self.assertIn("fp8_underflow" if precision == "fp8" else "loss", coded[-1])
+            gaps[precision] = loss_gap(coded, plain)
+        print(f"  --grad-compression fp8: loss gap {gaps['bf16']:.2e} on bf16, {gaps['fp8']:.2e} on FP8 "
+              f"({gaps['fp8'] / gaps['bf16']:.2f} x)", flush=True)
+        self.assertGreater(gaps["bf16"], 0, "the codec changed nothing: the bound measured nothing")
+        self.assertLessEqual(gaps["fp8"], K * gaps["bf16"])
 
     def test_param_gather(self):
         """--fp8-param-gather (ZeRO-3 layers gathered with E4M3 weights): the same bits as quantizing after the
