@@ -2,7 +2,9 @@
 munged, slurmctld and slurmd, all in a private directory (their own munge
 key and socket, state, spool, logs, pid files; ports picked free on
 127.0.0.1), root as SlurmUser, no cgroups (proctrack/linuxproc, task/none),
-no accounting. Clients find it through SLURM_CONF in `env`.
+no accounting. Clients find it through SLURM_CONF in `env`. Credentials
+expire after 5 s (cred_expire; 120 s by default): a requeued job cannot start
+again before its old credential expires, so this is how long SLURM holds it.
 
     with SlurmCluster() as c:          # raises Unavailable(why) if it cannot start
         subprocess.run(["sbatch", ...], env=c.env)
@@ -57,7 +59,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={d}/munge/sock
+AuthInfo=socket={d}/munge/sock,cred_expire=5
 StateSaveLocation={d}/state
 SlurmdSpoolDir={d}/spool
 SlurmctldPidFile={d}/slurmctld.pid
@@ -70,6 +72,7 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=none
