@@ -244,8 +244,8 @@ int cmd_report(int argc, char **argv) {
     if (!bs_is_dir(run_dir)) bs_die("report: %s is not a directory", run_dir);
     char metrics_path[4200], dir[4200];
     find_metrics(run_dir, metrics, metrics_path, sizeof metrics_path);
-    snprintf(dir, sizeof dir, "%s", out[0] ? out : run_dir);
-    if (!out[0]) snprintf(dir, sizeof dir, "%s/report", run_dir);
+    if (out[0]) snprintf(dir, sizeof dir, "%s", out);
+    else snprintf(dir, sizeof dir, "%s/report", run_dir);
     bs_mkdir_p(dir);
     RunMetrics r = load_metrics(metrics_path);
     write_page(dir, run_dir, metrics_path, &r);
