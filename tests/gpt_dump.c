@@ -2,8 +2,9 @@
  * Loads an llm.c model file and a batch, runs forward and backward, and
  * writes logits (B,T,V), the mean loss, and every gradient in llm.c order
  * (wte without its padded rows) as raw float32.
- * usage: gpt_dump MODEL INPUTS TARGETS B T OUT [bf16|bf16-onednn|bf16-widen]
- * (INPUTS/TARGETS: raw int32; bf16 picks the matmul path as the trainer's auto) */
+ * usage: gpt_dump MODEL INPUTS TARGETS B T OUT [bf16|bf16-onednn|bf16-widen|docs:ID]
+ * (INPUTS/TARGETS: raw int32, a target -1 not counted; bf16 picks the matmul path as the trainer's auto; docs:ID
+ * keeps attention inside documents that start at token ID) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,8 @@ static int32_t *read_tokens(const char *path, size_t n) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 7 && argc != 8) bs_die("usage: gpt_dump MODEL INPUTS TARGETS B T OUT [bf16|bf16-onednn|bf16-widen]");
+    if (argc != 7 && argc != 8)
+        bs_die("usage: gpt_dump MODEL INPUTS TARGETS B T OUT [bf16|bf16-onednn|bf16-widen|docs:ID]");
     int B = atoi(argv[4]), T = atoi(argv[5]);
     GPTConfig cfg;
     model_file_read_config(argv[1], &cfg);
@@ -33,6 +35,7 @@ int main(int argc, char **argv) {
         if (strcmp(argv[7], "bf16") == 0) gpt_enable_bf16(&model, MATMUL_BF16_AUTO);
         else if (strcmp(argv[7], "bf16-onednn") == 0) gpt_enable_bf16(&model, MATMUL_BF16_ONEDNN);
         else if (strcmp(argv[7], "bf16-widen") == 0) gpt_enable_bf16(&model, MATMUL_BF16_WIDEN);
+        else if (strncmp(argv[7], "docs:", 5) == 0) model.doc_separator = atoi(argv[7] + 5); /* packed documents */
         else bs_die("gpt_dump: unknown precision '%s'", argv[7]);
     }
     int32_t *inputs = read_tokens(argv[2], (size_t)B * T);

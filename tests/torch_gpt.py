@@ -97,18 +97,19 @@ def gelu_tanh(x):
     return F.gelu(x, approximate="tanh")
 
 
-def causal_attention(q, k, v):
-    """(B,H,T,hs) each; PyTorch's fused kernel where it has one (2.x), else explicit."""
-    if hasattr(F, "scaled_dot_product_attention"):
+def causal_attention(q, k, v, mask=None):
+    """(B,H,T,hs) each; PyTorch's fused kernel where it has one (2.x), else explicit. mask (B,T,T), True where a
+    query may see a key, replaces the causal mask (packed documents)."""
+    if mask is None and hasattr(F, "scaled_dot_product_attention"):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     T, hs = q.shape[-2], q.shape[-1]
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    mask = torch.ones(T, T, dtype=torch.bool).tril() if mask is None else mask[:, None]
     att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
     return att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
 
 
-def forward(cfg, p, idx, targets=None):
-    """idx, targets: (B, T) int64. Returns logits (B,T,V) and mean loss."""
+def forward(cfg, p, idx, targets=None, attn_mask=None):
+    """idx, targets: (B, T) int64. Returns logits (B,T,V) and mean loss. attn_mask: see causal_attention."""
     B, T = idx.shape
     C, H, L = cfg["C"], cfg["H"], cfg["L"]
     hs = C // H
@@ -120,7 +121,7 @@ def forward(cfg, p, idx, targets=None):
         q = q.view(B, T, H, hs).transpose(1, 2)
         k = k.view(B, T, H, hs).transpose(1, 2)
         v = v.view(B, T, H, hs).transpose(1, 2)
-        y = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
+        y = causal_attention(q, k, v, attn_mask).transpose(1, 2).reshape(B, T, C)
         x = x + y @ p["attprojw"][l].t() + p["attprojb"][l]
         h = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], 1e-5)
         h = gelu_tanh(h @ p["fcw"][l].t() + p["fcb"][l])

@@ -24,6 +24,8 @@
 #include "core/io.h"
 #include "core/timer.h"
 #include "data/shard.h"
+#include "data/shard_writer.h"
+#include "cli/prepare_chat.h"
 #include "data/text_input.h"
 #include "data/tokenizer.h"
 #include "train/progress.h"
@@ -32,31 +34,6 @@
 #define CHUNKS_PER_THREAD 16     /* chunks in flight per thread (one span) */
 #define MAX_UINT16_VOCAB 65536
 
-typedef struct {
-    const char *dir, *prefix;
-    size_t shard_tokens;
-    uint16_t *buf;
-    size_t len;
-    int index;
-    size_t total;
-} ShardWriter;
-
-static void writer_flush(ShardWriter *w) {
-    if (w->len == 0) return;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s_%06d.bin", w->dir, w->prefix, w->index++);
-    shard_write(path, w->buf, w->len);
-    w->total += w->len;
-    w->len = 0;
-}
-
-/* Ids are known to be below MAX_UINT16_VOCAB. */
-static void writer_put(ShardWriter *w, const int32_t *tokens, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        w->buf[w->len++] = (uint16_t)tokens[i];
-        if (w->len == w->shard_tokens) writer_flush(w);
-    }
-}
 
 /* The progress line: the share of the input bytes done, redrawn at most every
  * 0.1 s on a terminal and every second otherwise. */
@@ -85,22 +62,30 @@ static void remove_old_shards(const char *out) {
     const char *prefixes[] = {"train", "val"};
     for (int k = 0; k < 2; k++) {
         char pattern[4200];
-        snprintf(pattern, sizeof pattern, "%s/%s_[0-9][0-9][0-9][0-9][0-9][0-9].bin", out, prefixes[k]);
-        glob_t g;
-        if (glob(pattern, 0, NULL, &g) == 0)
-            for (size_t i = 0; i < g.gl_pathc; i++)
-                if (remove(g.gl_pathv[i]) != 0) bs_die("cannot remove the old shard %s", g.gl_pathv[i]);
-        globfree(&g);
+        for (int m = 0; m < 2; m++) { /* shards and their loss masks */
+            snprintf(pattern, sizeof pattern, "%s/%s_[0-9][0-9][0-9][0-9][0-9][0-9].%s", out, prefixes[k],
+                     m ? "mask" : "bin");
+            glob_t g;
+            if (glob(pattern, 0, NULL, &g) == 0)
+                for (size_t i = 0; i < g.gl_pathc; i++)
+                    if (remove(g.gl_pathv[i]) != 0) bs_die("cannot remove the old shard %s", g.gl_pathv[i]);
+            globfree(&g);
+        }
     }
 }
 
 static void write_summary_json(const char *out, const Tokenizer *tok, int docs, long long bytes, const ShardWriter *train,
                                const ShardWriter *val) {
-    json_t *j = json_pack("{s:s, s:i, s:i, s:i, s:I, s:I, s:i, s:I, s:i, s:I}", "tokenizer", tokenizer_spec(tok),
+    json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:I, s:I, s:i, s:I, s:i, s:I}", "format",
+                          train->masked ? "chat-jsonl" : "text", "tokenizer", tokenizer_spec(tok),
                           "vocab_size", tokenizer_vocab_size(tok), "eot", (int)tokenizer_eot(tok), "documents", docs,
                           "bytes", (json_int_t)bytes, "train_tokens", (json_int_t)train->total, "train_shards",
                           train->index, "val_tokens", (json_int_t)val->total, "val_shards", val->index,
                           "shard_tokens", (json_int_t)train->shard_tokens);
+    if (train->masked) {
+        json_object_set_new(j, "train_counted_tokens", json_integer((json_int_t)train->counted));
+        json_object_set_new(j, "val_counted_tokens", json_integer((json_int_t)val->counted));
+    }
     char *text = json_dumps(j, JSON_INDENT(2));
     if (!text) bs_die("out of memory writing %s/prepare.json", out);
     char path[4200];
@@ -111,13 +96,14 @@ static void write_summary_json(const char *out, const Tokenizer *tok, int docs, 
 }
 
 int cmd_prepare(int argc, char **argv) {
-    const char *in = "", *out = "", *name = "byte", *vocab_dir = "";
+    const char *in = "", *out = "", *name = "byte", *vocab_dir = "", *format = "text";
     double val_fraction = 0.05;
     long long shard_tokens = 100000000;
     int threads = 0;
     bool force_progress = false, quiet = false;
     const OptionSpec specs[] = {
         {"in", OPT_STRING, &in, OPT_NO_RANGE, "PATH", "text: a file, a directory of files, or a glob (one document per file)", NULL, NULL},
+        {"format", OPT_STRING, &format, OPT_NO_RANGE, "FORMAT", "text (one document per file) or chat-jsonl (SFT examples, one JSON object per line: loss masks beside the shards)", NULL, NULL},
         {"out", OPT_STRING, &out, OPT_NO_RANGE, "DIR", "output directory for train_*.bin and val_*.bin", NULL, NULL},
         {"tokenizer", OPT_STRING, &name, OPT_NO_RANGE, "NAME", "byte, gpt2 (with --vocab-dir), or a tokenizer file", NULL, NULL},
         {"vocab-dir", OPT_STRING, &vocab_dir, OPT_NO_RANGE, "DIR", "GPT-2's encoder.json and vocab.bpe, for --tokenizer gpt2", NULL, NULL},
@@ -133,6 +119,8 @@ int cmd_prepare(int argc, char **argv) {
                        "token. Default tokenizer: bytes (vocabulary 257, end-of-text 256)."))
         return 0;
     if (!*in) bs_die("--in is required (a text file, a directory of them, or a glob)");
+    const bool chat = strcmp(format, "chat-jsonl") == 0;
+    if (!chat && strcmp(format, "text") != 0) bs_die("--format must be text or chat-jsonl (got '%s')", format);
     if (!*out) bs_die("--out is required (the directory for the shards)");
     int nfiles;
     char **files = text_inputs_list(in, "--in", &nfiles);
@@ -148,12 +136,27 @@ int cmd_prepare(int argc, char **argv) {
     }
     bs_mkdir_p(out);
     remove_old_shards(out);
+    if (chat) {
+        ShardWriter train, val;
+        shard_writer_init(&train, out, "train", (size_t)shard_tokens, true);
+        shard_writer_init(&val, out, "val", (size_t)shard_tokens, true);
+        int examples = prepare_chat(files, nfiles, tok, val_fraction, &train, &val);
+        write_summary_json(out, tok, examples, total_bytes, &train, &val);
+        if (!quiet)
+            printf("prepared %d chat example(s) with %s: train %zu tokens (%zu counted by the loss) in %d shard(s), "
+                   "val %zu tokens (%zu counted) in %d shard(s) -> %s\n", examples, tokenizer_spec(tok), train.total,
+                   train.counted, train.index, val.total, val.counted, val.index, out);
+        tokenizer_free(tok);
+        text_inputs_free(files, nfiles);
+        return 0;
+    }
 
     TokenizerPool pool;
     tokenizer_pool_init(&pool, tok, threads);
     const size_t span_bytes = (size_t)pool.threads * CHUNKS_PER_THREAD * CHUNK_BYTES;
-    ShardWriter train = {out, "train", (size_t)shard_tokens, bs_malloc((size_t)shard_tokens * 2), 0, 0, 0};
-    ShardWriter val = {out, "val", (size_t)shard_tokens, bs_malloc((size_t)shard_tokens * 2), 0, 0, 0};
+    ShardWriter train, val;
+    shard_writer_init(&train, out, "train", (size_t)shard_tokens, false);
+    shard_writer_init(&val, out, "val", (size_t)shard_tokens, false);
     TokenList *lists = NULL;
     size_t lists_cap = 0;
     const int32_t eot = tokenizer_eot(tok);
@@ -170,7 +173,7 @@ int cmd_prepare(int argc, char **argv) {
         while (text_reader_next(&reader, span_bytes, val_start, &span, &offset)) {
             ShardWriter *w = offset >= val_start ? &val : &train;
             if (offset == 0) {
-                writer_put(w, &eot, 1);
+                shard_writer_put(w, &eot, 1, true);
                 docs++;
             }
             TextSpan *chunks;
@@ -182,15 +185,15 @@ int cmd_prepare(int argc, char **argv) {
                 lists_cap = n;
             }
             tokenizer_pool_encode(&pool, chunks, n, lists);
-            for (size_t i = 0; i < n; i++) writer_put(w, lists[i].ids, lists[i].len);
+            for (size_t i = 0; i < n; i++) shard_writer_put(w, lists[i].ids, lists[i].len, true);
             free(chunks);
             bytes_done += (long long)span.len;
             show_progress(&progress, bytes_done, train.total + train.len + val.total + val.len, false);
         }
         text_reader_close(&reader);
     }
-    writer_flush(&train);
-    writer_flush(&val);
+    shard_writer_finish(&train);
+    shard_writer_finish(&val);
     show_progress(&progress, bytes_done, train.total + val.total, true);
     write_summary_json(out, tok, docs, bytes_done, &train, &val);
     if (val_fraction > 0 && val.total == 0)
@@ -207,8 +210,6 @@ int cmd_prepare(int argc, char **argv) {
                pool.threads);
     for (size_t i = 0; i < lists_cap; i++) token_list_free(&lists[i]);
     free(lists);
-    free(train.buf);
-    free(val.buf);
     tokenizer_pool_free(&pool);
     tokenizer_free(tok);
     text_inputs_free(files, nfiles);

@@ -125,6 +125,7 @@ int cmd_train(int argc, char **argv) {
         {"outer-optimizer", OPT_ENUM, &c.outer_optimizer, OPT_NO_RANGE, "NAME", "the outer step: nesterov (DiLoCo), sgd or avg (FedAvg)", "nesterov", TRAIN_OUTER_OPTIMIZER_WORDS},
         {"outer-lr", OPT_DOUBLE, &c.outer_lr, 1e-9, 100, "LR", "outer learning rate (avg: 1)", "0.7", NULL},
         {"outer-momentum", OPT_DOUBLE, &c.outer_momentum, 0, 0.999999, "MU", "outer momentum (avg: 0)", "0.9", NULL},
+        {"doc-mask", OPT_ENUM, &c.doc_mask, OPT_NO_RANGE, "MODE", "attention inside each packed document (documents start at end-of-text): auto (on for loss-masked SFT data), on or off", "auto", TRAIN_DOC_MASK_WORDS},
         {"prox-mu", OPT_DOUBLE, &c.prox_mu, 0, 1e6, "MU", "FedProx: mu/2 |w - global|^2 added to the inner loss", "0", NULL},
     };
     const int count = (int)(sizeof specs / sizeof specs[0]);

@@ -35,6 +35,29 @@ static char **list_sources(const char *source, int *count) {
     return paths;
 }
 
+bool loader_has_masks(const char *source) {
+    int n;
+    char **paths = list_sources(source, &n);
+    char mask[4200];
+    loss_mask_path(mask, sizeof mask, paths[0]);
+    bool yes = bs_path_exists(mask);
+    for (int i = 0; i < n; i++) free(paths[i]);
+    free(paths);
+    return yes;
+}
+
+/* Every shard's loss mask, or none. */
+static void open_masks(DataLoader *loader, const char *source) {
+    LossMask *masks = bs_calloc((size_t)loader->num_shards, sizeof(LossMask));
+    int found = 0;
+    for (int i = 0; i < loader->num_shards; i++)
+        found += loss_mask_open(&masks[i], loader->shards[i].path, loader->shards[i].num_tokens);
+    if (found > 0 && found < loader->num_shards)
+        bs_die("%s: %d of its %d shards have loss masks (.mask files): all or none", source, found, loader->num_shards);
+    if (found == 0) free(masks);
+    else loader->masks = masks;
+}
+
 void loader_open(DataLoader *loader, const char *source, int T, int vocab_size, uint64_t seed, bool shuffle) {
     memset(loader, 0, sizeof *loader);
     char **paths = list_sources(source, &loader->num_shards);
@@ -48,6 +71,7 @@ void loader_open(DataLoader *loader, const char *source, int T, int vocab_size, 
         free(paths[i]);
     }
     free(paths);
+    open_masks(loader, source);
     loader->num_windows = loader->first_window[loader->num_shards];
     if (loader->num_windows == 0)
         bs_die("%s holds %zu tokens, too few for one sequence of --seq-len %d (+1)", source, loader->num_tokens, T);
@@ -60,6 +84,8 @@ void loader_open(DataLoader *loader, const char *source, int T, int vocab_size, 
 }
 
 void loader_close(DataLoader *loader) {
+    for (int i = 0; loader->masks && i < loader->num_shards; i++) loss_mask_free(&loader->masks[i]);
+    free(loader->masks);
     for (int i = 0; i < loader->num_shards; i++) shard_close(&loader->shards[i]);
     free(loader->shards);
     free(loader->first_window);
@@ -81,7 +107,8 @@ static void make_permutation(DataLoader *loader, uint64_t epoch) {
     loader->perm_epoch = epoch;
 }
 
-void loader_sequence(DataLoader *loader, uint64_t seq, int32_t *inputs, int32_t *targets) {
+/* The shard and first token of sequence seq. */
+static void locate(DataLoader *loader, uint64_t seq, int *shard, size_t *first) {
     uint64_t epoch = seq / loader->num_windows;
     size_t window = (size_t)(seq % loader->num_windows);
     if (loader->shuffle) {
@@ -94,9 +121,31 @@ void loader_sequence(DataLoader *loader, uint64_t seq, int32_t *inputs, int32_t 
         if (loader->first_window[mid] <= window) lo = mid;
         else hi = mid - 1;
     }
-    const uint16_t *src = loader->shards[lo].tokens + (window - loader->first_window[lo]) * (size_t)loader->T;
+    *shard = lo;
+    *first = (window - loader->first_window[lo]) * (size_t)loader->T;
+}
+
+void loader_sequence(DataLoader *loader, uint64_t seq, int32_t *inputs, int32_t *targets) {
+    int shard;
+    size_t first;
+    locate(loader, seq, &shard, &first);
+    const uint16_t *src = loader->shards[shard].tokens + first;
+    const uint8_t *counted = loader->masks ? loader->masks[shard].counted + first : NULL;
     for (int t = 0; t < loader->T; t++) {
         inputs[t] = src[t];
-        targets[t] = src[t + 1];
+        targets[t] = !counted || counted[t + 1] ? src[t + 1] : -1;
     }
+}
+
+uint64_t loader_counted(DataLoader *loader, uint64_t first, uint64_t n) {
+    if (!loader->masks) return n * (uint64_t)loader->T;
+    uint64_t total = 0;
+    for (uint64_t s = first; s < first + n; s++) {
+        int shard;
+        size_t at;
+        locate(loader, s, &shard, &at);
+        const uint8_t *counted = loader->masks[shard].counted + at;
+        for (int t = 1; t <= loader->T; t++) total += counted[t];
+    }
+    return total;
 }

@@ -4,7 +4,9 @@
  * All products go through gemm in row blocks of ATT_BLOCK, and each row
  * block only touches the columns up to its last row, so the masked upper
  * triangle costs (almost) no FLOPs. The softmax backward is the O(T^2)
- * form dS = P * (dP - rowsum(dP * P)). The (batch, head) pairs are spread
+ * form dS = P * (dP - rowsum(dP * P)). With document starts a row also
+ * skips the keys before its document's first token (P = 0 there, so the
+ * backward needs nothing more). The (batch, head) pairs are spread
  * over OpenMP threads; gemm runs single-threaded inside the region. */
 #include <omp.h>
 #include <string.h>
@@ -14,25 +16,33 @@
 
 #define ATT_BLOCK ATTENTION_ROW_BLOCK
 
-static void softmax_causal_rows(real *att, int r0, int r1, int T) {
+/* Rows [r0, r1): softmax over the keys [start_i, i] (start NULL: 0), 0 elsewhere. */
+static void softmax_causal_rows(real *att, int r0, int r1, int T, const int32_t *start) {
     for (int i = r0; i < r1; i++) {
         real *row = att + (size_t)i * T;
-        real m = row[0];
+        const int s = start ? start[i] : 0;
+        real m = row[s];
 #pragma omp simd reduction(max : m)
-        for (int j = 1; j <= i; j++) m = row[j] > m ? row[j] : m;
+        for (int j = s + 1; j <= i; j++) m = row[j] > m ? row[j] : m;
         real sum = 0;
 #pragma omp simd reduction(+ : sum)
-        for (int j = 0; j <= i; j++) {
+        for (int j = s; j <= i; j++) {
             row[j] = real_exp(row[j] - m);
             sum += row[j];
         }
         real inv = 1 / sum;
-        for (int j = 0; j <= i; j++) row[j] *= inv;
+        for (int j = s; j <= i; j++) row[j] *= inv;
+        memset(row, 0, sizeof(real) * (size_t)s);
         memset(row + i + 1, 0, sizeof(real) * (size_t)(T - i - 1));
     }
 }
 
 void attention_forward(real *out, real *att, const real *qkv, int B, int T, int C, int H) {
+    attention_forward_docs(out, att, qkv, NULL, B, T, C, H);
+}
+
+void attention_forward_docs(real *out, real *att, const real *qkv, const int32_t *doc_start, int B, int T, int C,
+                            int H) {
     const int hs = C / H;
     const int C3 = 3 * C;
     const real scale = 1 / real_sqrt((real)hs);
@@ -49,7 +59,7 @@ void attention_forward(real *out, real *att, const real *qkv, int B, int T, int 
                 /* a[r0:r1, 0:r1] = scale * q[r0:r1] @ k[0:r1]^T */
                 bs_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, q + (size_t)r0 * C3, C3,
                         k, C3, 0, a + (size_t)r0 * T, T);
-                softmax_causal_rows(a, r0, r1, T);
+                softmax_causal_rows(a, r0, r1, T, doc_start ? doc_start + (size_t)b * T : NULL);
                 /* o[r0:r1] = a[r0:r1, 0:r1] @ v[0:r1] */
                 bs_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1, a + (size_t)r0 * T, T, v,
                         C3, 0, o + (size_t)r0 * C, C);

@@ -66,6 +66,11 @@ void bias_backward(real *dbias, const real *dout, size_t N, int OC);
  * out (B,T,C); att (B,H,T,T) keeps the softmax probabilities for backward
  * (entries above the diagonal are 0). */
 void attention_forward(real *out, real *att, const real *qkv, int B, int T, int C, int H);
+/* The same within documents: query (b, i) sees keys doc_start[b T + i] .. i
+ * (doc_start <= i; packed sequences whose documents must not see each
+ * other). attention_backward is the same for both (P is 0 where masked). */
+void attention_forward_docs(real *out, real *att, const real *qkv, const int32_t *doc_start, int B, int T, int C,
+                            int H);
 /* writes dqkv (B,T,3C) from dout (B,T,C). scratch holds scratch_slots * T*T
  * reals; at most scratch_slots threads work at once, one slot each. */
 void attention_backward(real *dqkv, real *scratch, int scratch_slots, const real *dout, const real *qkv,
@@ -115,7 +120,8 @@ void residual_forward(real *out, const real *a, const real *b, size_t N);
 /* Softmax cross-entropy over the first V of Vp logits per row, fused with its
  * backward. losses (N) = -log softmax(logits)[target]. If dloss != 0 the
  * logits (N,Vp) are overwritten with their gradient (softmax - onehot) * dloss
- * (0 in the padded columns). Returns the sum of the N losses (in double). */
+ * (0 in the padded columns). A negative target is not counted: its loss and
+ * gradient are 0. Returns the sum of the N losses (in double). */
 double softmax_xent_forward_backward(real *logits, real *losses, const int32_t *targets, size_t N, int V,
                                      int Vp, real dloss);
 

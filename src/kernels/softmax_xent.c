@@ -3,7 +3,10 @@
  * their gradient in place, so no second (N,Vp) buffer exists. Only the first
  * V columns take part; the padded columns get gradient 0. The same in three
  * phases for a vocabulary split over tensor-parallel ranks, whose caller
- * combines the per-row statistics between phases. */
+ * combines the per-row statistics between phases. A negative target is a
+ * token the loss does not count (a loss mask): loss 0 and gradient 0. */
+#include <string.h>
+
 #include "kernels/kernels.h"
 #include "kernels/vecmath.h"
 
@@ -13,6 +16,11 @@ double softmax_xent_forward_backward(real *logits, real *losses, const int32_t *
     for (size_t i = 0; i < N; i++) {
         real *row = logits + i * Vp;
         int target = targets[i];
+        if (target < 0) { /* not counted (a loss mask): no loss, no gradient */
+            losses[i] = 0;
+            if (dloss != 0) memset(row, 0, sizeof(real) * (size_t)Vp);
+            continue;
+        }
         real m = row[0];
 #pragma omp simd reduction(max : m)
         for (int j = 1; j < V; j++) m = row[j] > m ? row[j] : m;
@@ -73,9 +81,14 @@ double xent_shard_finish(real *logits, real *losses, const double *row_sum, cons
                          const int32_t *targets, int v_begin, size_t N, int V_valid, int Vl, real dloss) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < N; i++) {
+        real *row = logits + i * Vl;
+        if (targets[i] < 0) { /* not counted */
+            losses[i] = 0;
+            if (dloss != 0) memset(row, 0, sizeof(real) * (size_t)Vl);
+            continue;
+        }
         losses[i] = (real)(log(row_sum[i]) - target_logit[i]);
         if (dloss == 0) continue;
-        real *row = logits + i * Vl;
         real s = dloss / (real)row_sum[i];
 #pragma omp simd
         for (int j = 0; j < V_valid; j++) row[j] *= s;

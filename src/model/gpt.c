@@ -29,6 +29,7 @@ void gpt_create_with(GPT *model, const GPTConfig *cfg, int alloc) {
     model->grads = (alloc & GPT_ALLOC_GRADS) ? bs_calloc(model->num_params, sizeof(float)) : NULL;
     model->tp = NULL;
     model->context = NULL;
+    model->doc_separator = -1;
     model->head_wte = model->head_dwte = NULL;
     model->extra_wte_grad = NULL;
     model->first_nonfinite_layer = -1;
@@ -243,6 +244,7 @@ void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for
         acts->logits = p;
     }
     if (gpt_tp_size(cfg) > 1) acts->row_stats = bs_malloc(3 * BT * sizeof(double));
+    acts->doc_start = bs_malloc(BT * sizeof(int32_t));
     if (!for_training) return;
     acts->scratch_slots = omp_get_max_threads();
     acts->grad_memory = bs_malloc(backward_numel(cfg, B, T, acts->scratch_slots) * sizeof(float));
@@ -274,6 +276,7 @@ void gpt_acts_free(GPTActs *acts) {
     free(acts->grad_memory);
     free(acts->row_stats);
     free(acts->stash);
+    free(acts->doc_start);
     memset(acts, 0, sizeof *acts);
 }
 
@@ -360,6 +363,19 @@ static double loss_forward(const GPT *model, GPTActs *acts, const int32_t *targe
                              w.Vl, dloss);
 }
 
+/* Packed documents: each token's document start (its separator's position, or 0), NULL when off. */
+static const int32_t *document_starts(const GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t) {
+    if (model->doc_separator < 0 || !inputs) return NULL;
+    for (int s = 0; s < b; s++) {
+        int32_t start = 0;
+        for (int i = 0; i < t; i++) {
+            if (inputs[(size_t)s * t + i] == model->doc_separator) start = i;
+            acts->doc_start[(size_t)s * t + i] = start;
+        }
+    }
+    return acts->doc_start;
+}
+
 double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32_t *targets, int b, int t,
                    float dloss, const BlockAccess *access) {
     const GPTConfig *cfg = &model->cfg;
@@ -368,6 +384,7 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
     const bool lead = gpt_tp_rank(cfg) == 0; /* adds the replicated biases of row-parallel layers */
     const size_t N = (size_t)b * t;
     if (b > acts->B || t > acts->T) bs_die("internal: batch %dx%d exceeds the activations' %dx%d", b, t, acts->B, acts->T);
+    const int32_t *docs = document_starts(model, acts, inputs, b, t);
     float *emb = NULL;
     if (gpt_has_encoder(cfg)) {
         emb = params_of(model, access, 0);
@@ -385,7 +402,7 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
         round_input(model, a.ln1, N * C);
         linear_forward(model, fp8_site(model, i, SITE_QKV), a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * w.Cl);
         if (model->context) context_attention_forward(model->context, a.atty, a.att, a.qkv, b, t);
-        else attention_forward(a.atty, a.att, a.qkv, b, t, w.Cl, w.Hl);
+        else attention_forward_docs(a.atty, a.att, a.qkv, docs, b, t, w.Cl, w.Hl);
         round_input(model, a.atty, N * w.Cl);
         linear_forward(model, fp8_site(model, i, SITE_ATTPROJ), acts->proj_out, a.atty, p.attprojw,
                        lead ? p.attprojb : NULL, N, w.Cl, C);

@@ -143,6 +143,9 @@ typedef struct {
      * split sequence, and the local tokens' true positions; forward and
      * backward take t = the local rows (seq_len / cp_size) */
     ContextAttention *context;
+    /* packed documents (SFT data): attention stays inside the document a
+     * token belongs to, documents starting at this token id (-1: off) */
+    int32_t doc_separator;
     /* last pipeline stage without the embeddings: the tied output weights */
     float *head_wte, *head_dwte; /* (Vp/tp, C) */
     /* first stage: a gradient for wte to add in the next backward (from the last stage) */
@@ -202,6 +205,7 @@ typedef struct {
     float *dround;     /* bf16 mode: a rounded copy of a gradient that also flows on in fp32 (N,C) */
     float *stash;        /* split sets only: what gpt_backward_weight needs from gpt_backward_input */
     size_t stashed_rows; /* rows gpt_backward_input kept for gpt_backward_weight (0: none pending) */
+    int32_t *doc_start;  /* (B,T): the first position of each token's document (model->doc_separator >= 0) */
 } GPTActs;
 
 void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for_training);

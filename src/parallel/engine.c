@@ -148,6 +148,7 @@ static void setup_chunk(Engine *e, int c, const GPTConfig *whole) {
     e->chunk_comm[c] = c == 0 ? g->dp_group : comm_split(g->dp_group, 0, g->dp_index, "data-parallel chunk");
     ch->dp = dp_create(e->chunk_comm[c], &ch->model, &e->cfg.data_parallel);
     ch->model.tp = g->tp_group;
+    ch->model.doc_separator = e->cfg.doc_mask ? e->cfg.doc_separator : -1;
     if (g->cp > 1) {
         ch->model.cfg.cp_size = g->cp;
         ch->model.context = context_attention_create(g->cp_group, e->cfg.cp_algo, e->cfg.cp_split, e->cfg.micro_batch,

@@ -55,6 +55,8 @@ typedef struct {
     bool bf16;
     MatmulBF16Path bf16_path;
     bool measure_micro_norms;  /* noise scale: every micro-step's local gradient norm */
+    bool doc_mask;             /* attention inside documents, which start at doc_separator (model/gpt.h) */
+    int32_t doc_separator;
     const Fp8Options *fp8;     /* --precision fp8: the transformer layers' linear layers in FP8 (NULL: off) */
     double outlier_scale;      /* tests: LayerNorm 1's gain of channel 0 times this at initialisation (0: off) */
 } EngineConfig;

@@ -13,6 +13,7 @@ typedef struct {
     int straggler;          /* the slowest rank beyond the threshold, or -1 */
     double straggler_compute; /* its compute seconds */
     long batch;      /* global batch of this step, sequences */
+    uint64_t counted; /* its tokens the loss counts (all of them without loss masks) */
     int accum_steps; /* micro-steps per rank */
     double loss, grad_norm, lr;
     double noise_scale; /* B_simple in sequences, NaN until resolved */

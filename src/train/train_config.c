@@ -17,6 +17,7 @@ const char *const TRAIN_COMM_ALGO_WORDS[] = {"mpi", "ring", "hierarchical", NULL
 const char *const TRAIN_CP_ALGO_WORDS[] = {"ring", "allgather", NULL};
 const char *const TRAIN_CP_SPLIT_WORDS[] = {"zigzag", "contiguous", NULL};
 const char *const TRAIN_OUTER_OPTIMIZER_WORDS[] = {"nesterov", "sgd", "avg", NULL};
+const char *const TRAIN_DOC_MASK_WORDS[] = {"auto", "on", "off", NULL};
 const char *const TRAIN_FP8_RECIPE_WORDS[] = {"delayed", "block", NULL};
 const char *const TRAIN_FP8_AMAX_ALGO_WORDS[] = {"max", "most_recent", NULL};
 const char *const TRAIN_FP8_HIGH_PRECISION_WORDS[] = {"fp32", "bf16", NULL};
@@ -40,6 +41,9 @@ static bool check_context(const TrainConfig *c, char *why, size_t n) {
     else if (refused)
         snprintf(why, n, "%s with --cp is not supported yet (its statistics are per rank, and context-parallel ranks "
                  "hold parts of one sequence)", refused);
+    else if (c->doc_mask == DOC_MASK_ON)
+        snprintf(why, n, "--doc-mask on with --cp is not supported yet (documents would have to be found across the "
+                 "context-parallel ranks' chunks)");
     return why[0] == 0;
 }
 

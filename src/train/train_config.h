@@ -20,6 +20,7 @@
 
 typedef enum { PRECISION_FP32, PRECISION_BF16, PRECISION_FP8 } Precision;
 typedef enum { DATA_SHUFFLED, DATA_SEQUENTIAL } DataOrder;
+typedef enum { DOC_MASK_AUTO, DOC_MASK_ON, DOC_MASK_OFF } DocMask;
 
 /* The words of each enumeration, NULL-terminated, in enum order. */
 extern const char *const TRAIN_PRECISION_WORDS[];
@@ -32,6 +33,7 @@ extern const char *const TRAIN_COMM_ALGO_WORDS[];
 extern const char *const TRAIN_CP_ALGO_WORDS[];
 extern const char *const TRAIN_CP_SPLIT_WORDS[];
 extern const char *const TRAIN_OUTER_OPTIMIZER_WORDS[];
+extern const char *const TRAIN_DOC_MASK_WORDS[];
 extern const char *const TRAIN_FP8_RECIPE_WORDS[];
 extern const char *const TRAIN_FP8_AMAX_ALGO_WORDS[];
 extern const char *const TRAIN_FP8_HIGH_PRECISION_WORDS[]; /* fp32, bf16: PRECISION_FP32, PRECISION_BF16 */
@@ -127,6 +129,8 @@ typedef struct {
     int local_steps;              /* H inner steps per outer step (0: plain data parallelism) */
     OuterKind outer_optimizer;    /* nesterov, sgd or avg */
     double outer_lr, outer_momentum, prox_mu;
+    /* supervised fine-tuning data (prepare --format chat-jsonl) */
+    DocMask doc_mask;             /* attention inside each packed document: auto (with loss-masked data), on, off */
 } TrainConfig;
 
 /* Everything that can be checked without the process group: flag

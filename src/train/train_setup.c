@@ -76,6 +76,19 @@ static int *stage_layers(const TrainConfig *c, const GPTConfig *mc) {
     return layers;
 }
 
+/* --doc-mask: attention inside packed documents (auto: with loss-masked SFT data), which start at end-of-text. */
+static void setup_doc_mask(Trainer *tr, EngineConfig *ec) {
+    const TrainConfig *c = &tr->cfg;
+    ec->doc_mask = c->doc_mask == DOC_MASK_ON || (c->doc_mask == DOC_MASK_AUTO && loader_has_masks(c->data));
+    if (!ec->doc_mask) return;
+    if (c->cp > 1)
+        bs_die("--doc-mask: attention inside documents is not supported with --cp yet (the training data %s has loss "
+               "masks, which turn it on: give --doc-mask off to train across documents)", c->data);
+    if (!tr->tok)
+        bs_die("--doc-mask needs the data's tokenizer (prepare.json beside %s) to know its end-of-text token", c->data);
+    ec->doc_separator = tokenizer_eot(tr->tok);
+}
+
 /* The engine: grid, model chunks, their data-parallel shards and optimizer state, the pipeline. */
 static void setup_engine(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
@@ -94,6 +107,7 @@ static void setup_engine(Trainer *tr) {
         ec.bf16 = c->fp8_high_precision == PRECISION_BF16;
     }
     ec.outlier_scale = c->outlier_scale;
+    setup_doc_mask(tr, &ec);
     ec.data_parallel = (DPOptions){.zero_stage = c->zero, .bucket_floats = (size_t)(c->bucket_mb * 1024 * 1024 / sizeof(float)),
                         .overlap = !c->no_overlap};
     compression_dp_options(c, &ec.data_parallel);

@@ -82,7 +82,7 @@ static long current_batch(Trainer *tr) {
 
 /* Forward and backward over this replica's micro-batches through the engine. */
 static EngineStepStats forward_backward(Trainer *tr, const StepResult *r, bool onebit) {
-    const float dloss = diloco_loss_scale(tr) / ((float)r->batch * (float)tr->cfg.seq_len);
+    const float dloss = diloco_loss_scale(tr) / (float)(r->counted > 0 ? r->counted : 1); /* the mean over them */
     /* 1-bit Adam reduces its momentum, DiLoCo its workers' weights, not the gradient */
     engine_set_local_gradients(tr->engine, onebit || tr->diloco.on);
     if (fault_nan_now(&tr->fault, tr->rank, tr->step + 1))
@@ -177,6 +177,7 @@ static StepResult train_step(Trainer *tr) {
     StepResult r = {0};
     r.batch = current_batch(tr);
     r.accum_steps = balance_micro_batches(&tr->balance, r.batch);
+    r.counted = loader_counted(&tr->train_data, tr->seqs_consumed, (uint64_t)r.batch); /* every rank: the whole batch */
     double t_start = bs_now();
     const bool onebit = onebit_compressing(tr);
     EngineStepStats es = forward_backward(tr, &r, onebit);
@@ -186,7 +187,7 @@ static StepResult train_step(Trainer *tr) {
                      : tr->diloco.on ? diloco_grad_sum_squares(tr) : engine_grad_sum_squares(tr->engine);
     StepStats st = exchange_stats(tr, &es, compute, bs_now() - t_start);
     double t_exchanged = bs_now();
-    r.loss = st.loss_sum / ((double)r.batch * c->seq_len);
+    r.loss = st.loss_sum / (double)(r.counted > 0 ? r.counted : 1);
     r.grad_norm = sqrt(grad_sq);
     /* warm-up and decay on the token axis, so a changing batch does not distort them */
     double tokens_after = (double)(tr->seqs_consumed + (uint64_t)r.batch) * c->seq_len;
@@ -217,14 +218,17 @@ static StepResult train_step(Trainer *tr) {
  * counts only real batches. */
 static double evaluate(Trainer *tr) {
     if (!tr->has_val || tr->cfg.val_batches <= 0) return NAN;
-    const int B = tr->cfg.micro_batch, T = tr->cfg.seq_len;
+    const int B = tr->cfg.micro_batch;
     const int rounds = (tr->cfg.val_batches + tr->dp_size - 1) / tr->dp_size;
     const int mine = tr->cfg.val_batches / tr->dp_size + (tr->dp_index < tr->cfg.val_batches % tr->dp_size ? 1 : 0);
     MicroSource src = {tr, &tr->val_data, 0, tr->dp_size, -1};
     double loss = engine_evaluate(tr->engine, rounds, mine, load_micro, &src);
     const Grid *g = engine_grid(tr->engine);
-    bool counts = g->tp_index == 0 && g->pp_index == g->pp - 1;
-    double stats[2] = {counts ? loss : 0, counts ? (double)mine * B * (T / g->cp) : 0}; /* this rank's tokens */
+    bool counts = g->tp_index == 0 && g->pp_index == g->pp - 1; /* the loss ranks; their cp ranks share sequences */
+    double counted = 0;
+    for (int i = 0; counts && g->cp_index == 0 && i < mine; i++)
+        counted += (double)loader_counted(&tr->val_data, ((uint64_t)i * tr->dp_size + tr->dp_index) * B, B);
+    double stats[2] = {counts ? loss : 0, counted};
     comm_allreduce_double(tr->world, stats, 2);
     return stats[0] / stats[1];
 }

@@ -1,0 +1,230 @@
+#!/usr/bin/python3
+"""test_sft.py: supervised fine-tuning data: `prepare --format chat-jsonl`,
+loss masks, packed documents, against PyTorch (Debian's python3-torch).
+
+1. A packed batch (documents starting at end-of-text inside the sequences,
+   targets -1 where the loss does not count): gpt_dump with docs:EOT gives
+   the logits, the loss (sum over counted tokens / B T, gpt_dump's
+   normalisation) and every gradient of an independent PyTorch GPT whose
+   attention mask is causal and inside documents, with ignored targets
+   (tests/torch_gpt.py), within 1e-5; without the document mask the logits
+   differ (the mask matters).
+2. prepare --format chat-jsonl on two hand-written examples (a prompt/response
+   pair and a messages list) writes exactly the expected byte tokens and
+   loss-mask bytes: responses and the end-of-text after a response counted,
+   prompts, role headers and system text not.
+3. Training on prepared chat data: the first step's loss is the mean over the
+   counted tokens of the global batch, with attention inside documents,
+   computed by PyTorch from the same initial model and sequences (1e-5); one
+   process, 2 data-parallel ranks and micro-batches of 1 give the same
+   updates (losses 1e-5 relative, final parameters 1e-5).
+4. Bad input: malformed lines (one line naming the file and line), shards
+   with and without masks mixed, --doc-mask with --cp: one line each.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_gpt as tg  # noqa: E402
+from bstest import BATCHSCALE, MPIRUN, read_metrics, read_model, rel  # noqa: E402
+
+torch.set_num_threads(1)
+DUMP = os.environ.get("GPT_DUMP", "build/tests/gpt_dump")
+failures = []
+
+
+def check(label, ok, detail=""):
+    print(f"  {'ok  ' if ok else 'FAIL'} {label} {detail}", flush=True)
+    if not ok:
+        failures.append(label)
+
+
+def doc_mask(idx, eot):
+    """(B,T,T) True where query i may see key j: j <= i and j at or after the last end-of-text at or before i."""
+    B, T = idx.shape
+    start = torch.zeros(B, T, dtype=torch.long)
+    for b in range(B):
+        s = 0
+        for i in range(T):
+            if idx[b, i] == eot:
+                s = i
+            start[b, i] = s
+    j = torch.arange(T)
+    return (j[None, None, :] <= j[None, :, None]) & (j[None, None, :] >= start[:, :, None])
+
+
+def masked_loss_sum(logits, targets):
+    V = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1, reduction="sum")
+
+
+def check_packed_batch(tmp):
+    print("1. a packed batch against PyTorch (gpt_dump docs:EOT)")
+    cfg = dict(L=2, H=2, C=32, V=70, maxT=32)
+    B, T, eot = 2, 32, 69
+    p = tg.init_params(cfg, 5)
+    model = os.path.join(tmp, "packed.bin")
+    tg.write_model(model, cfg, p)
+    g = torch.Generator().manual_seed(6)
+    idx = torch.randint(0, eot, (B, T), generator=g)
+    for b, positions in ((0, (0, 10, 21)), (1, (5, 17))):
+        idx[b, list(positions)] = eot
+    tgt = torch.randint(0, eot, (B, T), generator=g)
+    tgt[0, 2:8] = -1  # prompts: not counted
+    tgt[1, 0:9] = -1
+    idx.numpy().astype(np.int32).tofile(os.path.join(tmp, "in.bin"))
+    tgt.numpy().astype(np.int32).tofile(os.path.join(tmp, "tg.bin"))
+    outs = {}
+    for label, extra in (("docs", [f"docs:{eot}"]), ("plain", [])):
+        out = os.path.join(tmp, f"dump_{label}.bin")
+        subprocess.run([DUMP, model, os.path.join(tmp, "in.bin"), os.path.join(tmp, "tg.bin"), str(B), str(T), out]
+                       + extra, check=True)
+        outs[label] = np.fromfile(out, dtype=np.float32)
+    params = {k: v.clone().requires_grad_(True) for k, v in p.items()}
+    logits, _ = tg.forward(cfg, params, idx.long(), attn_mask=doc_mask(idx, eot))
+    loss = masked_loss_sum(logits, tgt.long()) / (B * T)
+    loss.backward()
+    got, n = outs["docs"], B * T * cfg["V"]
+    e = rel(got[:n], logits.detach().numpy().ravel())
+    check("logits", e <= 1e-5, f"{e:.2e}")
+    check("loss (counted tokens only)", abs(got[n] - loss.item()) / loss.item() <= 1e-5, f"{got[n]:.6f} vs {loss.item():.6f}")
+    pos = n + 1
+    worst = 0.0
+    for name, _, _ in tg.TENSORS:
+        grad = params[name].grad.numpy().ravel()
+        worst = max(worst, rel(got[pos:pos + grad.size], grad))
+        pos += grad.size
+    check("every gradient", worst <= 1e-5, f"{worst:.2e}")
+    e_plain = rel(outs["plain"][:n], logits.detach().numpy().ravel())
+    check("without docs:EOT the logits differ (the mask matters)", e_plain > 1e-3, f"{e_plain:.2e}")
+
+
+def prepare(tmp, name, lines):
+    src, out = os.path.join(tmp, name + ".jsonl"), os.path.join(tmp, name)
+    with open(src, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    p = subprocess.run([BATCHSCALE, "prepare", "--format", "chat-jsonl", "--in", src, "--out", out, "--val-fraction",
+                        "0", "--quiet"], capture_output=True, text=True)
+    return p, out
+
+
+def check_prepare(tmp):
+    print("2. prepare --format chat-jsonl: tokens and loss mask")
+    p, out = prepare(tmp, "two", [json.dumps({"prompt": "ab", "response": "cd"}),
+                                  json.dumps({"messages": [{"role": "system", "content": "s"},
+                                                           {"role": "user", "content": "x"},
+                                                           {"role": "assistant", "content": "y"}]})])
+    check("prepare ran", p.returncode == 0, p.stderr.strip())
+    tokens = np.fromfile(os.path.join(out, "train_000000.bin"), dtype=np.uint16)[512:]
+    mask = np.fromfile(os.path.join(out, "train_000000.mask"), dtype=np.uint8)
+    want = [(256, 0)] + [(ord(c), 0) for c in "ab"] + [(ord(c), 1) for c in "cd"] + [(256, 1)]
+    want += [(ord(c), 0) for c in "System: s\n"] + [(ord(c), 0) for c in "User: x\n"]
+    want += [(ord(c), 0) for c in "Assistant: "] + [(ord(c), 1) for c in "y\n"]
+    check("tokens", tokens.tolist() == [t for t, _ in want], str(tokens.tolist()))
+    check("loss mask", mask.tolist() == [m for _, m in want], str(mask.tolist()))
+    summary = json.load(open(os.path.join(out, "prepare.json")))
+    check("prepare.json counts the counted tokens", summary["train_counted_tokens"] == sum(m for _, m in want),
+          str(summary.get("train_counted_tokens")))
+
+
+def chat_corpus(tmp):
+    rng = np.random.default_rng(3)
+    words = "the lord said unto moses speak unto the children of israel and say".split()
+    lines = []
+    for i in range(240):
+        prompt = " ".join(rng.choice(words, rng.integers(3, 12)))
+        response = " ".join(rng.choice(words, rng.integers(3, 20)))
+        if i % 3 == 0:
+            lines.append(json.dumps({"messages": [{"role": "user", "content": prompt},
+                                                  {"role": "assistant", "content": response}]}))
+        else:
+            lines.append(json.dumps({"prompt": "Q: " + prompt + "\nA: ", "response": response}))
+    p, out = prepare(tmp, "chat", lines)
+    assert p.returncode == 0, p.stderr
+    return out
+
+
+def train(data, prefix, ranks=1, micro=2, extra=()):
+    metrics, model = prefix + ".jsonl", prefix + ".bin"
+    cmd = [BATCHSCALE, "train", "--data", os.path.join(data, "train_000000.bin"), "--layers", "2", "--heads", "2",
+           "--channels", "32", "--seq-len", "32", "--micro-batch", str(micro), "--global-batch", "8", "--steps", "6",
+           "--lr", "3e-3", "--warmup", "2", "--eval-every", "0", "--sample-tokens", "0", "--threads", "1",
+           "--data-order", "sequential", "--quiet", "--metrics", metrics, "--save-model", model] + list(extra)
+    cmd = (MPIRUN + ["-np", str(ranks)] if ranks > 1 else []) + cmd
+    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if p.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{p.stderr}")
+    return read_metrics(metrics), read_model(model)
+
+
+def check_training(tmp):
+    print("3. training on chat data: the loss over counted tokens; splits give the same update")
+    data = chat_corpus(tmp)
+    init = os.path.join(tmp, "sft_init.bin")
+    cfg = dict(L=2, H=2, C=32, V=257, maxT=32)
+    tg.write_model(init, cfg, tg.init_params(cfg, 9))
+    runs = {label: train(data, os.path.join(tmp, "sft_" + label), ranks, micro, ["--init-from", init])
+            for label, ranks, micro in (("one", 1, 8), ("dp2", 2, 2), ("micro1", 1, 1))}
+    tokens = np.fromfile(os.path.join(data, "train_000000.bin"), dtype=np.uint16)[512:].astype(np.int64)
+    mask = np.fromfile(os.path.join(data, "train_000000.mask"), dtype=np.uint8)
+    T = 32
+    idx = torch.tensor(np.stack([tokens[s * T:s * T + T] for s in range(8)]))
+    tgt = torch.tensor(np.stack([np.where(mask[s * T + 1:s * T + T + 1] == 1, tokens[s * T + 1:s * T + T + 1], -1)
+                                 for s in range(8)]))
+    p = {k: v for k, v in tg.read_model(init)[1].items()}
+    logits, _ = tg.forward(cfg, p, idx, attn_mask=doc_mask(idx, 256))
+    ref = (masked_loss_sum(logits, tgt) / (tgt >= 0).sum()).item()
+    first = runs["one"][0][0]["loss"]
+    check("step 1 loss = PyTorch's mean over the counted tokens", abs(first - ref) / ref <= 1e-5, f"{first:.6f} vs {ref:.6f}")
+    one_m, (_, one_p) = runs["one"]
+    for label in ("dp2", "micro1"):
+        m, (_, q) = runs[label]
+        lg = max(abs(a["loss"] - b["loss"]) / b["loss"] for a, b in zip(m, one_m))
+        check(f"{label}: losses", lg <= 1e-5, f"{lg:.2e}")
+        check(f"{label}: final parameters", rel(q, one_p) <= 1e-5, f"{rel(q, one_p):.2e}")
+
+
+def check_bad_input(tmp):
+    print("4. bad input")
+    for name, line, needle in (("notjson", "{oops", "bad_notjson.jsonl:2: not JSON"),
+                               ("fields", json.dumps({"prompt": 1}), "bad_fields.jsonl:2: needs"),
+                               ("role", json.dumps({"messages": [{"role": "robot", "content": "x"}]}),
+                                "bad_role.jsonl:2: message 0 needs a role")):
+        p, _ = prepare(tmp, "bad_" + name, [json.dumps({"prompt": "a", "response": "b"}), line])
+        lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+        check(f"prepare refuses {name}", p.returncode != 0 and len(lines) == 1 and needle in lines[0], p.stderr.strip())
+    _, good = prepare(tmp, "good", [json.dumps({"prompt": "a" * 80, "response": "b" * 80})] * 4)
+    os.remove(os.path.join(good, "train_000000.mask"))
+    with open(os.path.join(good, "train_000001.bin"), "wb") as f:  # a second shard, with a mask
+        f.write(open(os.path.join(good, "train_000000.bin"), "rb").read())
+    count = int(np.fromfile(os.path.join(good, "train_000000.bin"), dtype=np.int32, count=3)[2])
+    open(os.path.join(good, "train_000001.mask"), "wb").write(bytes(count))
+    p = subprocess.run([BATCHSCALE, "train", "--data", good, "--layers", "1", "--heads", "1", "--channels", "8",
+                        "--seq-len", "16", "--steps", "1", "--quiet"], capture_output=True, text=True)
+    check("mixed masked and unmasked shards refused", p.returncode != 0 and "all or none" in p.stderr, p.stderr.strip())
+    p = subprocess.run(MPIRUN + ["-np", "2", BATCHSCALE, "train", "--data", good, "--layers", "1", "--heads", "1",
+                                 "--channels", "8", "--seq-len", "256", "--cp", "2", "--doc-mask", "on", "--steps",
+                                 "1", "--quiet"], capture_output=True, text=True)
+    check("--doc-mask on with --cp refused", p.returncode != 0 and "--doc-mask on with --cp" in p.stderr,
+          p.stderr.strip()[:200])
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        check_packed_batch(tmp)
+        check_prepare(tmp)
+        check_training(tmp)
+        check_bad_input(tmp)
+    print("FAILED: " + "; ".join(failures) if failures else "ok")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
