@@ -95,6 +95,95 @@ static void write_summary_json(const char *out, const Tokenizer *tok, int docs, 
     json_decref(j);
 }
 
+/* What both formats need of the command line. */
+typedef struct {
+    const char *out;
+    double val_fraction;
+    size_t shard_tokens;
+    int threads;
+    bool progress, quiet;
+    long long total_bytes;
+} PrepareJob;
+
+/* --format chat-jsonl (cli/prepare_chat.h). */
+static void prepare_chat_format(const PrepareJob *job, char **files, int nfiles, const Tokenizer *tok) {
+    ShardWriter train, val;
+    shard_writer_init(&train, job->out, "train", job->shard_tokens, true);
+    shard_writer_init(&val, job->out, "val", job->shard_tokens, true);
+    int examples = prepare_chat(files, nfiles, tok, job->val_fraction, &train, &val);
+    write_summary_json(job->out, tok, examples, job->total_bytes, &train, &val);
+    if (!job->quiet)
+        printf("prepared %d chat example(s) with %s: train %zu tokens (%zu counted by the loss) in %d shard(s), "
+               "val %zu tokens (%zu counted) in %d shard(s) -> %s\n", examples, tokenizer_spec(tok), train.total,
+               train.counted, train.index, val.total, val.counted, val.index, job->out);
+}
+
+/* --format text: every file a document, encoded in parallel spans (see the header). */
+static void prepare_text_format(const PrepareJob *job, char **files, int nfiles, const Tokenizer *tok) {
+    const char *out = job->out;
+    const double val_fraction = job->val_fraction;
+    TokenizerPool pool;
+    tokenizer_pool_init(&pool, tok, job->threads);
+    const size_t span_bytes = (size_t)pool.threads * CHUNKS_PER_THREAD * CHUNK_BYTES;
+    ShardWriter train, val;
+    shard_writer_init(&train, out, "train", job->shard_tokens, false);
+    shard_writer_init(&val, out, "val", job->shard_tokens, false);
+    TokenList *lists = NULL;
+    size_t lists_cap = 0;
+    const int32_t eot = tokenizer_eot(tok);
+    PrepareProgress progress = {job->progress, bs_now(), 0, job->total_bytes, {0}};
+    progress_init(&progress.line, stderr, 1);
+    long long bytes_done = 0;
+    int docs = 0;
+    for (int f = 0; f < nfiles; f++) {
+        TextReader reader;
+        text_reader_open(&reader, files[f]);
+        const long long val_start = reader.size - (long long)((double)reader.size * val_fraction);
+        TextSpan span;
+        long long offset;
+        while (text_reader_next(&reader, span_bytes, val_start, &span, &offset)) {
+            ShardWriter *w = offset >= val_start ? &val : &train;
+            if (offset == 0) {
+                shard_writer_put(w, &eot, 1, true);
+                docs++;
+            }
+            TextSpan *chunks;
+            size_t n = pretok_split(span.text, span.len, CHUNK_BYTES, &chunks);
+            if (n > lists_cap) {
+                lists = realloc(lists, n * sizeof(TokenList));
+                if (!lists) bs_die("out of memory preparing %s", files[f]);
+                memset(lists + lists_cap, 0, (n - lists_cap) * sizeof(TokenList));
+                lists_cap = n;
+            }
+            tokenizer_pool_encode(&pool, chunks, n, lists);
+            for (size_t i = 0; i < n; i++) shard_writer_put(w, lists[i].ids, lists[i].len, true);
+            free(chunks);
+            bytes_done += (long long)span.len;
+            show_progress(&progress, bytes_done, train.total + train.len + val.total + val.len, false);
+        }
+        text_reader_close(&reader);
+    }
+    shard_writer_finish(&train);
+    shard_writer_finish(&val);
+    show_progress(&progress, bytes_done, train.total + val.total, true);
+    write_summary_json(out, tok, docs, bytes_done, &train, &val);
+    if (val_fraction > 0 && val.total == 0)
+        bs_warn("no validation tokens: the documents are too short (or have no place to cut) for --val-fraction %g",
+                val_fraction);
+    size_t tokens = train.total + val.total;
+    double seconds = bs_now() - progress.start;
+    if (!job->quiet)
+        printf("prepared %d document(s), %.2f MB with %s: %zu tokens, %.3f bytes/token; train %zu tokens in %d "
+               "shard(s), val %zu tokens in %d shard(s) -> %s (%.2f s, %.1f MB/s, %d thread(s))\n",
+               docs, (double)bytes_done / 1e6, tokenizer_spec(tok), tokens,
+               tokens > (size_t)docs ? (double)bytes_done / (double)(tokens - (size_t)docs) : 0.0, train.total,
+               train.index, val.total, val.index, out, seconds, (double)bytes_done / 1e6 / (seconds > 0 ? seconds : 1e-9),
+               pool.threads);
+    for (size_t i = 0; i < lists_cap; i++) token_list_free(&lists[i]);
+    free(lists);
+    tokenizer_pool_free(&pool);
+}
+
 int cmd_prepare(int argc, char **argv) {
     const char *in = "", *out = "", *name = "byte", *vocab_dir = "", *format = "text";
     double val_fraction = 0.05;
@@ -136,81 +225,10 @@ int cmd_prepare(int argc, char **argv) {
     }
     bs_mkdir_p(out);
     remove_old_shards(out);
-    if (chat) {
-        ShardWriter train, val;
-        shard_writer_init(&train, out, "train", (size_t)shard_tokens, true);
-        shard_writer_init(&val, out, "val", (size_t)shard_tokens, true);
-        int examples = prepare_chat(files, nfiles, tok, val_fraction, &train, &val);
-        write_summary_json(out, tok, examples, total_bytes, &train, &val);
-        if (!quiet)
-            printf("prepared %d chat example(s) with %s: train %zu tokens (%zu counted by the loss) in %d shard(s), "
-                   "val %zu tokens (%zu counted) in %d shard(s) -> %s\n", examples, tokenizer_spec(tok), train.total,
-                   train.counted, train.index, val.total, val.counted, val.index, out);
-        tokenizer_free(tok);
-        text_inputs_free(files, nfiles);
-        return 0;
-    }
-
-    TokenizerPool pool;
-    tokenizer_pool_init(&pool, tok, threads);
-    const size_t span_bytes = (size_t)pool.threads * CHUNKS_PER_THREAD * CHUNK_BYTES;
-    ShardWriter train, val;
-    shard_writer_init(&train, out, "train", (size_t)shard_tokens, false);
-    shard_writer_init(&val, out, "val", (size_t)shard_tokens, false);
-    TokenList *lists = NULL;
-    size_t lists_cap = 0;
-    const int32_t eot = tokenizer_eot(tok);
-    PrepareProgress progress = {!quiet && (force_progress || isatty(STDERR_FILENO)), bs_now(), 0, total_bytes, {0}};
-    progress_init(&progress.line, stderr, 1);
-    long long bytes_done = 0;
-    int docs = 0;
-    for (int f = 0; f < nfiles; f++) {
-        TextReader reader;
-        text_reader_open(&reader, files[f]);
-        const long long val_start = reader.size - (long long)((double)reader.size * val_fraction);
-        TextSpan span;
-        long long offset;
-        while (text_reader_next(&reader, span_bytes, val_start, &span, &offset)) {
-            ShardWriter *w = offset >= val_start ? &val : &train;
-            if (offset == 0) {
-                shard_writer_put(w, &eot, 1, true);
-                docs++;
-            }
-            TextSpan *chunks;
-            size_t n = pretok_split(span.text, span.len, CHUNK_BYTES, &chunks);
-            if (n > lists_cap) {
-                lists = realloc(lists, n * sizeof(TokenList));
-                if (!lists) bs_die("out of memory preparing %s", files[f]);
-                memset(lists + lists_cap, 0, (n - lists_cap) * sizeof(TokenList));
-                lists_cap = n;
-            }
-            tokenizer_pool_encode(&pool, chunks, n, lists);
-            for (size_t i = 0; i < n; i++) shard_writer_put(w, lists[i].ids, lists[i].len, true);
-            free(chunks);
-            bytes_done += (long long)span.len;
-            show_progress(&progress, bytes_done, train.total + train.len + val.total + val.len, false);
-        }
-        text_reader_close(&reader);
-    }
-    shard_writer_finish(&train);
-    shard_writer_finish(&val);
-    show_progress(&progress, bytes_done, train.total + val.total, true);
-    write_summary_json(out, tok, docs, bytes_done, &train, &val);
-    if (val_fraction > 0 && val.total == 0)
-        bs_warn("no validation tokens: the documents are too short (or have no place to cut) for --val-fraction %g",
-                val_fraction);
-    size_t tokens = train.total + val.total;
-    double seconds = bs_now() - progress.start;
-    if (!quiet)
-        printf("prepared %d document(s), %.2f MB with %s: %zu tokens, %.3f bytes/token; train %zu tokens in %d "
-               "shard(s), val %zu tokens in %d shard(s) -> %s (%.2f s, %.1f MB/s, %d thread(s))\n",
-               docs, (double)bytes_done / 1e6, tokenizer_spec(tok), tokens,
-               tokens > (size_t)docs ? (double)bytes_done / (double)(tokens - (size_t)docs) : 0.0, train.total,
-               train.index, val.total, val.index, out, seconds, (double)bytes_done / 1e6 / (seconds > 0 ? seconds : 1e-9),
-               pool.threads);
-    for (size_t i = 0; i < lists_cap; i++) token_list_free(&lists[i]);
-    free(lists);
-    tokenizer_pool_free(&pool);
+    PrepareJob job = {out, val_fraction, (size_t)shard_tokens, threads, !quiet && (force_progress ||
+                      isatty(STDERR_FILENO)), quiet, total_bytes};
+    if (chat) prepare_chat_format(&job, files, nfiles, tok);
+    else prepare_text_format(&job, files, nfiles, tok);
     tokenizer_free(tok);
     text_inputs_free(files, nfiles);
     return 0;
