@@ -19,19 +19,19 @@
 /* Rows [r0, r1): softmax over the keys [start_i, i] (start NULL: 0), 0 elsewhere. */
 static void softmax_causal_rows(real *att, int r0, int r1, int T, const int32_t *start) {
     for (int i = r0; i < r1; i++) {
-        real *row = att + (size_t)i * T;
-        const int s = start ? start[i] : 0;
-        real m = row[s];
+        const int s = start ? start[i] : 0, n = i - s + 1; /* the keys seen: [s, i] */
+        real *row = att + (size_t)i * T, *seen = row + s;
+        real m = seen[0];
 #pragma omp simd reduction(max : m)
-        for (int j = s + 1; j <= i; j++) m = row[j] > m ? row[j] : m;
+        for (int j = 1; j < n; j++) m = seen[j] > m ? seen[j] : m;
         real sum = 0;
 #pragma omp simd reduction(+ : sum)
-        for (int j = s; j <= i; j++) {
-            row[j] = real_exp(row[j] - m);
-            sum += row[j];
+        for (int j = 0; j < n; j++) {
+            seen[j] = real_exp(seen[j] - m);
+            sum += seen[j];
         }
         real inv = 1 / sum;
-        for (int j = s; j <= i; j++) row[j] *= inv;
+        for (int j = 0; j < n; j++) seen[j] *= inv;
         memset(row, 0, sizeof(real) * (size_t)s);
         memset(row + i + 1, 0, sizeof(real) * (size_t)(T - i - 1));
     }

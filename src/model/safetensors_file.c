@@ -340,10 +340,17 @@ static bool shape_of(StFile *f, GPTConfig *cfg) {
     return true;
 }
 
+/* The reason as one printable line: names from the file may hold control characters. */
+static void give_reason(const StFile *f, char *why, size_t why_size) {
+    snprintf(why, why_size, "%s", f->why);
+    for (char *c = why; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+}
+
 bool safetensors_try_read_config(const char *path, GPTConfig *cfg, char *why, size_t why_size) {
     StFile f;
     bool ok = st_try_open(&f, path) && shape_of(&f, cfg);
-    if (!ok) snprintf(why, why_size, "%s", f.why);
+    if (!ok) give_reason(&f, why, why_size);
     st_close(&f);
     return ok;
 }
@@ -406,7 +413,7 @@ bool safetensors_try_read_params(const char *path, GPT *model, char *why, size_t
     if (ok) memset(model->params, 0, model->num_params * sizeof(float)); /* wte's padded rows stay 0 */
     Reading r = {&f, model};
     ok = ok && for_each_tensor(cfg, read_one, &r) && check_head(&f, model);
-    if (!ok) snprintf(why, why_size, "%s", f.why);
+    if (!ok) give_reason(&f, why, why_size);
     st_close(&f);
     return ok;
 }

@@ -113,6 +113,8 @@ def main():
     write(d, "f16_mask_buffer", safetensors(dtype="F16", extra={"transformer.h.0.attn.bias": {
         "dtype": "BOOL", "shape": [0], "data_offsets": [0, 0]}}))
     write(d, "truncated", safetensors()[:40])
+    write(d, "control_char_name", safetensors(extra={"transformer.h.0\n.x": {  # must still be refused in one line
+        "dtype": "F32", "shape": [0], "data_offsets": [0, 0]}}))
 
 
 if __name__ == "__main__":
