@@ -162,28 +162,42 @@ class MultiHost(bstest.CorpusTest):
         self.assertLess(took, timeout_s)
         self.assertRegex(text, r"on node host1 exited on signal 9")
 
-    def test_lost_link_times_out_naming_the_host(self):
-        timeout_s = 3
-        proc, err = self.start_long_job("link", timeout_s)
+    def cut_link_once(self, attempt, timeout_s):
+        """host1's link down under a running job: (the first timeout line, seconds after the cut, all lines)."""
+        name = f"link{attempt}"
+        proc, err = self.start_long_job(name, timeout_s)
         t0 = time.monotonic()
         self.hosts.link(1, "down")
-        found, took = None, None
+        first, took, lines = None, None, []
         try:
-            while time.monotonic() - t0 < timeout_s + 20 and not found:
+            while time.monotonic() - t0 < timeout_s + 20 and not first:
                 time.sleep(0.05)
-                with open(self.path("link.err")) as f:
+                with open(self.path(name + ".err")) as f:
                     lines = f.read().splitlines()
                 for line in lines:
-                    if "timed out after" in line and "on host host1" in line:
-                        found, took = line.strip(), time.monotonic() - t0
+                    if "timed out after" in line and not first:
+                        first, took = line.strip(), time.monotonic() - t0
         finally:
             self.hosts.link(1, "up")
             proc.kill()  # mpirun itself waits on the lost host's daemon for tens of seconds: not measured here
             proc.wait()
             err.close()
             self.hosts.reset()
+        return first, took, lines
+
+    def test_lost_link_times_out_naming_the_host(self):
+        """The survivors' first timeout names the operation, the rank and its host. A cut that lands in MPI's own
+        per-step statistics all-gather (its request does not say which peer is missing: "waiting for another
+        rank") is retried, at most 3 times; the ring collectives, where the cut lands almost always, name it."""
+        timeout_s = 3
+        for attempt in range(3):
+            found, took, lines = self.cut_link_once(attempt, timeout_s)
+            if found and "waiting for another rank" not in found:
+                break
+            print(f"attempt {attempt}: the cut landed in an MPI collective ({found}); again", file=sys.stderr)
         print(f"host1's link down: named after {took} s: {found}", file=sys.stderr)
         self.assertIsNotNone(found, "\n".join(lines))
+        self.assertIn("on host host1", found)
         self.assertLess(took, timeout_s + 2)
         self.assertRegex(found, r"(all-reduce|all-gather|reduce-scatter|broadcast)[^;]* timed out after 3 s "
                                 r"waiting for rank [23] on host host1")
