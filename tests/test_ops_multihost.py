@@ -163,7 +163,9 @@ class MultiHost(bstest.CorpusTest):
         self.assertRegex(text, r"on node host1 exited on signal 9")
 
     def cut_link_once(self, attempt, timeout_s):
-        """host1's link down under a running job: (the first timeout line, seconds after the cut, all lines)."""
+        """host1's link down under a running job: (the first survivor's timeout line naming host1, seconds after
+        the cut, all lines). Stops waiting at the first timeout line naming host1 or, if every survivor timed out
+        in MPI's own collective (its line cannot name a peer), at the second such line."""
         name = f"link{attempt}"
         proc, err = self.start_long_job(name, timeout_s)
         t0 = time.monotonic()
@@ -175,8 +177,10 @@ class MultiHost(bstest.CorpusTest):
                 with open(self.path(name + ".err")) as f:
                     lines = f.read().splitlines()
                 for line in lines:
-                    if "timed out after" in line and not first:
+                    if "timed out after" in line and "on host host1" in line and not first:
                         first, took = line.strip(), time.monotonic() - t0
+                if sum("waiting for another rank" in line for line in lines) >= 2:
+                    break
         finally:
             self.hosts.link(1, "up")
             proc.kill()  # mpirun itself waits on the lost host's daemon for tens of seconds: not measured here
@@ -186,18 +190,17 @@ class MultiHost(bstest.CorpusTest):
         return first, took, lines
 
     def test_lost_link_times_out_naming_the_host(self):
-        """The survivors' first timeout names the operation, the rank and its host. A cut that lands in MPI's own
+        """A survivor's timeout names the operation, the rank and its host (host1). A cut that lands in MPI's own
         per-step statistics all-gather (its request does not say which peer is missing: "waiting for another
         rank") is retried, at most 3 times; the ring collectives, where the cut lands almost always, name it."""
         timeout_s = 3
         for attempt in range(3):
             found, took, lines = self.cut_link_once(attempt, timeout_s)
-            if found and "waiting for another rank" not in found:
+            if found or not any("waiting for another rank" in line for line in lines):
                 break
-            print(f"attempt {attempt}: the cut landed in an MPI collective ({found}); again", file=sys.stderr)
+            print(f"attempt {attempt}: the cut landed in MPI's statistics all-gather; again", file=sys.stderr)
         print(f"host1's link down: named after {took} s: {found}", file=sys.stderr)
         self.assertIsNotNone(found, "\n".join(lines))
-        self.assertIn("on host host1", found)
         self.assertLess(took, timeout_s + 2)
         self.assertRegex(found, r"(all-reduce|all-gather|reduce-scatter|broadcast)[^;]* timed out after 3 s "
                                 r"waiting for rank [23] on host host1")
