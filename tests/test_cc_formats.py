@@ -277,16 +277,23 @@ def core_part(tmp):
     return 0
 
 
-def main():
-    if len(sys.argv) != 3 or sys.argv[2] not in ("core", "ml_dtypes"):
-        sys.exit("usage: test_cc_formats.py CC_DRIVER core|ml_dtypes")
+def run_parts(usage, parts, failures):
+    """The main of a test in parts: sys.argv[2] names the part (a function of a scratch directory returning 0 or
+    SKIP); exits 1 when `failures` is not empty, else with the part's code."""
+    if len(sys.argv) != 3 or sys.argv[2] not in parts:
+        sys.exit(usage)
     with tempfile.TemporaryDirectory() as tmp:
-        code = core_part(tmp) if sys.argv[2] == "core" else ml_dtypes_part(tmp)
-    if FAILURES:
-        print("FAILED", f"{len(FAILURES)} failure(s)")
+        code = parts[sys.argv[2]](tmp)
+    if failures:
+        print("FAILED", f"{len(failures)} failure(s)")
         sys.exit(1)
     print("skipped (see SKIP above)" if code == SKIP else "ok")
     sys.exit(code)
+
+
+def main():
+    run_parts("usage: test_cc_formats.py CC_DRIVER core|ml_dtypes", {"core": core_part, "ml_dtypes": ml_dtypes_part},
+              FAILURES)
 
 
 if __name__ == "__main__":

@@ -37,12 +37,11 @@ kernels (numpy only):
 import os
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_cc_formats import probe_inputs  # noqa: E402
+from test_cc_formats import probe_inputs, run_parts  # noqa: E402
 
 SKIP = 77
 DRIVER = sys.argv[1] if len(sys.argv) > 1 else ""
@@ -333,15 +332,8 @@ def kernels_part(tmp):
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[2] not in ("formats", "kernels"):
-        sys.exit("usage: test_fp8.py FP8_DRIVER formats|kernels")
-    with tempfile.TemporaryDirectory() as tmp:
-        code = formats_part(tmp) if sys.argv[2] == "formats" else kernels_part(tmp)
-    if FAILURES:
-        print("FAILED", f"{len(FAILURES)} failure(s)")
-        sys.exit(1)
-    print("skipped (see SKIP above)" if code == SKIP else "ok")
-    sys.exit(code)
+    run_parts("usage: test_fp8.py FP8_DRIVER formats|kernels", {"formats": formats_part, "kernels": kernels_part},
+              FAILURES)
 
 
 if __name__ == "__main__":
