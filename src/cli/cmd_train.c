@@ -127,6 +127,12 @@ int cmd_train(int argc, char **argv) {
         {"outer-momentum", OPT_DOUBLE, &c.outer_momentum, 0, 0.999999, "MU", "outer momentum (avg: 0)", "0.9", NULL},
         {"doc-mask", OPT_ENUM, &c.doc_mask, OPT_NO_RANGE, "MODE", "attention inside each packed document (documents start at end-of-text): auto (on for loss-masked SFT data), on or off", "auto", TRAIN_DOC_MASK_WORDS},
         {"prox-mu", OPT_DOUBLE, &c.prox_mu, 0, 1e6, "MU", "FedProx: mu/2 |w - global|^2 added to the inner loss", "0", NULL},
+        {"lora-rank", OPT_INT, &c.lora_rank, 0, 65536, "R", "LoRA: train rank-R adapters over the frozen model (0: train the whole model)", "0", NULL},
+        {"lora-alpha", OPT_DOUBLE, &c.lora_alpha, 1e-9, 1e9, "A", "LoRA: the adapters' scale is A / R", "16", NULL},
+        {"lora-targets", OPT_STRING, &c.lora_targets, OPT_NO_RANGE, "LIST", "LoRA: the adapted layers, comma-separated: qkv, attproj, fc, fcproj or all", "qkv,attproj,fc,fcproj", NULL},
+        {"lora-init", OPT_STRING, &c.lora_init, OPT_NO_RANGE, "PATH", "LoRA: start the adapters from a peft adapter file or directory", "", NULL},
+        {"lora-merge", OPT_FLAG, &c.lora_merge, OPT_NO_RANGE, "", "LoRA: --save-model and --out's model.bin get B A folded into the weights (else the base model; the adapters go to --save-adapters)", NULL, NULL},
+        {"save-adapters", OPT_STRING, &c.save_adapters, OPT_NO_RANGE, "DIR", "LoRA: write the final adapters as a peft directory (adapter_model.safetensors, adapter_config.json)", "", NULL},
     };
     const int count = (int)(sizeof specs / sizeof specs[0]);
     ConfigArgs args = config_file_expand(specs, count, argc, argv); /* the file's flags first: the command line wins */

@@ -37,6 +37,9 @@ void gpt_create_with(GPT *model, const GPTConfig *cfg, int alloc) {
     model->bf16_params = NULL;
     model->bf16_matmul = NULL;
     model->fp8 = NULL;
+    GPTConfig base = gpt_part_config(cfg, GPT_PART_BASE);
+    model->frozen = cfg->part == GPT_PART_ADAPTERS ? bs_calloc(gpt_num_params(&base), sizeof(float)) : NULL;
+    model->lora_scale = 1.0f;
     if (gpt_has_head(cfg) && !gpt_has_encoder(cfg)) {
         model->head_wte = bs_calloc(gpt_tensor_numel(cfg, TK_WTE), sizeof(float));
         model->head_dwte = bs_calloc(gpt_tensor_numel(cfg, TK_WTE), sizeof(float));
@@ -54,7 +57,8 @@ void gpt_free(GPT *model) {
     free(model->grads);
     free(model->head_wte);
     free(model->head_dwte);
-    model->params = model->grads = model->head_wte = model->head_dwte = NULL;
+    free(model->frozen);
+    model->params = model->grads = model->head_wte = model->head_dwte = model->frozen = NULL;
 }
 
 void gpt_init_weights(GPT *model, uint64_t seed) {
@@ -106,6 +110,7 @@ void gpt_zero_grads(GPT *model) {
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2;
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *residual3;
+    float *lora_u[LORA_NUM_TARGETS]; /* LoRA: s (x A^T) of each target (N, r), NULL where absent */
 } LayerActs;
 
 /* The shard's widths: attention (C/tp), heads (H/tp), MLP (4C/tp), vocabulary (Vp/tp). */
@@ -128,11 +133,25 @@ static const int32_t *positions_of(const GPT *model) {
     return model->context ? context_attention_positions(model->context) : NULL;
 }
 
+static bool has_adapter(const GPTConfig *cfg, int target) {
+    return cfg->lora_rank > 0 && cfg->part != GPT_PART_BASE && (cfg->lora_targets >> target & 1);
+}
+
 static size_t layer_acts_numel(const GPTConfig *cfg, int B, int T) {
     Widths w = widths(cfg);
-    size_t BT = (size_t)B * T;
+    size_t BT = (size_t)B * T, lora = 0;
+    for (int t = 0; t < LORA_NUM_TARGETS; t++) lora += has_adapter(cfg, t) ? BT * (size_t)cfg->lora_rank : 0;
     return BT * ((size_t)w.C * 5 + (size_t)w.Cl * 4 + (size_t)w.F * 2) + BT * 4 +
-           (size_t)B * w.Hl * T * T * (size_t)gpt_cp_size(cfg);
+           (size_t)B * w.Hl * T * T * (size_t)gpt_cp_size(cfg) + lora;
+}
+
+/* LoRA's scratch: a product at any of the layers' widths, and du (N, r). */
+static size_t lora_scratch_numel(const GPTConfig *cfg, int B, int T) {
+    if (cfg->lora_rank == 0 || cfg->part == GPT_PART_BASE) return 0;
+    Widths w = widths(cfg);
+    size_t widest = (size_t)(w.F > 3 * w.Cl ? w.F : 3 * w.Cl);
+    if ((size_t)w.C > widest) widest = (size_t)w.C;
+    return (size_t)B * T * (widest + (size_t)cfg->lora_rank);
 }
 
 static LayerActs layer_acts(const GPTActs *acts, const GPTConfig *cfg, int local_layer) {
@@ -154,6 +173,10 @@ static LayerActs layer_acts(const GPTActs *acts, const GPTConfig *cfg, int local
     TAKE(fch, BT * w.F);
     TAKE(fch_gelu, BT * w.F);
     TAKE(residual3, BT * w.C);
+    for (int t = 0; t < LORA_NUM_TARGETS; t++) {
+        a.lora_u[t] = NULL;
+        if (has_adapter(cfg, t)) TAKE(lora_u[t], BT * (size_t)cfg->lora_rank);
+    }
 #undef TAKE
     return a;
 }
@@ -162,7 +185,7 @@ static size_t forward_numel(const GPTConfig *cfg, int B, int T) {
     Widths w = widths(cfg);
     size_t BT = (size_t)B * T, C = (size_t)w.C;
     size_t n = BT * C /* stage input */ + (size_t)gpt_stage_layers(cfg) * layer_acts_numel(cfg, B, T) +
-               BT * C /* proj_out */ + BT /* losses */;
+               BT * C /* proj_out */ + BT /* losses */ + lora_scratch_numel(cfg, B, T);
     if (gpt_has_head(cfg)) n += BT * C + 2 * BT /* lnf */ + BT * (size_t)w.Vl /* logits */;
     return n;
 }
@@ -237,6 +260,7 @@ void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for
     acts->layers = p, p += (size_t)gpt_stage_layers(cfg) * acts->layer_stride;
     acts->proj_out = p, p += BT * C;
     acts->losses = p, p += BT;
+    acts->lora_scratch = p, p += lora_scratch_numel(cfg, B, T);
     if (gpt_has_head(cfg)) {
         acts->lnf = p, p += BT * C;
         acts->lnf_mean = p, p += BT;
@@ -330,6 +354,45 @@ static void linear_forward(const GPT *model, int site, float *out, const float *
     else matmul_forward(out, inp, weight, bias, N, IC, OC);
 }
 
+/* LoRA: the frozen base model's block (NULL without LoRA). */
+static float *frozen_block(const GPT *model, int block) {
+    if (!model->frozen) return NULL;
+    GPTConfig base = gpt_part_config(&model->cfg, GPT_PART_BASE);
+    return block_start(&base, model->frozen, block);
+}
+
+/* A dense block's parameters: the frozen base's under LoRA (the adapters
+ * hold none of the embeddings or the final LayerNorm). */
+static float *dense_params(const GPT *model, const BlockAccess *a, int block) {
+    return model->frozen ? frozen_block(model, block) : params_of(model, a, block);
+}
+
+/* A layer's parameters: under LoRA the frozen base's tensors with the adapters beside them. */
+static LayerTensors layer_params(const GPT *model, const BlockAccess *a, int block) {
+    LayerTensors p = gpt_layer_tensors(&model->cfg, params_of(model, a, block));
+    if (!model->frozen) return p;
+    GPTConfig base = gpt_part_config(&model->cfg, GPT_PART_BASE);
+    LayerTensors t = gpt_layer_tensors(&base, frozen_block(model, block));
+    memcpy(t.lora_a, p.lora_a, sizeof t.lora_a);
+    memcpy(t.lora_b, p.lora_b, sizeof t.lora_b);
+    return t;
+}
+
+/* The LoRA branch of target t of a layer (A NULL: none); g: its gradients (may be zero). */
+static LoraBranch lora_branch(const GPT *model, LayerTensors p, LayerTensors g, int t) {
+    return (LoraBranch){p.lora_a[t], p.lora_b[t], g.lora_a[t], g.lora_b[t], model->cfg.lora_rank, model->lora_scale,
+                        t == LORA_TARGET_ATTPROJ || t == LORA_TARGET_FCPROJ,
+                        gpt_tp_size(&model->cfg) > 1 ? model->tp : NULL, gpt_tp_rank(&model->cfg) == 0};
+}
+
+/* out += the LoRA branch of target t on inp, when the layer has one. */
+static void lora_add(const GPT *model, const GPTActs *acts, LayerTensors p, LayerActs *a, int t, float *out,
+                     const float *inp, size_t N, int IC, int OC) {
+    if (!p.lora_a[t]) return;
+    LoraBranch b = lora_branch(model, p, (LayerTensors){0}, t);
+    lora_forward(&b, out, a->lora_u[t], acts->lora_scratch, inp, N, IC, OC);
+}
+
 static void params_done(const BlockAccess *a, int block) {
     if (a && a->params_done) a->params_done(a->ctx, block);
 }
@@ -387,7 +450,7 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
     const int32_t *docs = document_starts(model, acts, inputs, b, t);
     float *emb = NULL;
     if (gpt_has_encoder(cfg)) {
-        emb = params_of(model, access, 0);
+        emb = dense_params(model, access, 0);
         encoder_forward(acts->encoded, inputs, emb, lead ? emb + gpt_tensor_numel(cfg, TK_WTE) : NULL,
                         positions_of(model), w.v_begin, w.v_begin + w.Vl, b, t, C);
         tp_sum(model, acts->encoded, N * C);
@@ -396,25 +459,29 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
     const float *residual = acts->encoded;
     for (int i = 0; i < nl; i++) {
         int block = first + i + 1;
-        LayerTensors p = gpt_layer_tensors(cfg, params_of(model, access, block));
+        LayerTensors p = layer_params(model, access, block);
         LayerActs a = layer_acts(acts, cfg, i);
         layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
         round_input(model, a.ln1, N * C);
         linear_forward(model, fp8_site(model, i, SITE_QKV), a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * w.Cl);
+        lora_add(model, acts, p, &a, LORA_TARGET_QKV, a.qkv, a.ln1, N, C, 3 * w.Cl);
         if (model->context) context_attention_forward(model->context, a.atty, a.att, a.qkv, b, t);
         else attention_forward_docs(a.atty, a.att, a.qkv, docs, b, t, w.Cl, w.Hl);
         round_input(model, a.atty, N * w.Cl);
         linear_forward(model, fp8_site(model, i, SITE_ATTPROJ), acts->proj_out, a.atty, p.attprojw,
                        lead ? p.attprojb : NULL, N, w.Cl, C);
+        lora_add(model, acts, p, &a, LORA_TARGET_ATTPROJ, acts->proj_out, a.atty, N, w.Cl, C);
         tp_sum(model, acts->proj_out, N * C);
         residual_forward(a.residual2, residual, acts->proj_out, N * C);
         layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
         round_input(model, a.ln2, N * C);
         linear_forward(model, fp8_site(model, i, SITE_FC), a.fch, a.ln2, p.fcw, p.fcb, N, C, w.F);
+        lora_add(model, acts, p, &a, LORA_TARGET_FC, a.fch, a.ln2, N, C, w.F);
         gelu_forward(a.fch_gelu, a.fch, N * w.F);
         round_input(model, a.fch_gelu, N * w.F);
         linear_forward(model, fp8_site(model, i, SITE_FCPROJ), acts->proj_out, a.fch_gelu, p.fcprojw,
                        lead ? p.fcprojb : NULL, N, w.F, C);
+        lora_add(model, acts, p, &a, LORA_TARGET_FCPROJ, acts->proj_out, a.fch_gelu, N, w.F, C);
         tp_sum(model, acts->proj_out, N * C);
         residual_forward(a.residual3, a.residual2, acts->proj_out, N * C);
         residual = a.residual3;
@@ -422,7 +489,7 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
         params_done(access, block);
     }
     if (!gpt_has_head(cfg)) return 0;
-    float *lnf = params_of(model, access, L + 1);
+    float *lnf = dense_params(model, access, L + 1);
     layernorm_forward(acts->lnf, acts->lnf_mean, acts->lnf_rstd, residual, lnf, lnf + C, N, C);
     round_input(model, acts->lnf, N * C);
     params_done(access, L + 1);
@@ -450,6 +517,7 @@ typedef struct {
 
 static Pass begin_pass(GPT *model, GPTActs *acts, int b, int t, const BlockAccess *access, bool split) {
     if (!acts->dresidual) bs_die("internal: activations were created without backward buffers");
+    if (split && model->frozen) bs_die("internal: the split backward does not train LoRA adapters");
     if (split && !acts->stash) bs_die("internal: split backward needs activations from gpt_acts_create_split");
     return (Pass){model, acts, access, widths(&model->cfg), (size_t)b * t, b, t, split};
 }
@@ -458,6 +526,9 @@ static Pass begin_pass(GPT *model, GPTActs *acts, int b, int t, const BlockAcces
 static float *pass_grads(const Pass *x, int block) {
     return x->split ? NULL : grads_of(x->model, x->access, block);
 }
+
+/* A dense block's gradients: NULL under LoRA (frozen) and in B. */
+static float *dense_grads(const Pass *x, int block) { return x->model->frozen ? NULL : pass_grads(x, block); }
 
 static void pass_grads_done(const Pass *x, int block) {
     if (!x->split) grads_done(x->access, block);
@@ -472,6 +543,8 @@ typedef struct {
     float *stash;           /* B: dout kept here for W (dout itself when nothing overwrites it before W) */
     int IC, OC;
     int site; /* fp8 mode: its FP8 site, else NO_SITE */
+    LoraBranch lora;       /* its LoRA branch (lora.A NULL: none), fused pass only */
+    const float *lora_u;   /* the branch's u from forward */
 } Linear;
 
 /* dinp (written), and fused the parameter gradients, else dout kept. In bf16
@@ -483,6 +556,12 @@ static void linear_pass(const Pass *x, float *dinp, const Linear *op) {
     const size_t N = x->N, n = N * (size_t)op->OC;
     if (x->split && op->stash != op->dout) memcpy(op->stash, op->dout, n * sizeof(float));
     float *dweight = x->split ? NULL : op->dweight, *dbias = x->split ? NULL : op->dbias;
+    if (op->lora.A) {
+        float *du = x->acts->lora_scratch + (size_t)N * (size_t)op->IC;
+        matmul_backward(dinp, dweight, dbias, op->dout, op->inp, op->weight, N, op->IC, op->OC);
+        lora_backward(&op->lora, dinp, op->dout, op->lora_u, op->inp, du, x->acts->lora_scratch, N, op->IC, op->OC);
+        return;
+    }
     if (!model->bf16 && op->site == NO_SITE) {
         matmul_backward(dinp, dweight, dbias, op->dout, op->inp, op->weight, N, op->IC, op->OC);
         return;
@@ -525,6 +604,10 @@ typedef struct {
 static void layernorm_pass(const Pass *x, float *dinp, const Norm *op) {
     const size_t N = x->N;
     const int C = x->w.C;
+    if (!x->split && !op->dweight) { /* frozen */
+        layernorm_backward_input(dinp, op->dout, op->inp, op->weight, op->mean, op->rstd, N, C);
+        return;
+    }
     if (!x->split) {
         layernorm_backward(dinp, op->dweight, op->dbias, op->dout, op->inp, op->weight, op->mean, op->rstd, N, C);
         return;
@@ -546,8 +629,8 @@ static void head_pass(const Pass *x, const float *wte, float *dwte) {
                                         .site = NO_SITE});
     tp_sum(x->model, acts->dln, N * C);
     memset(acts->dresidual, 0, N * C * sizeof(float));
-    float *dlnf = pass_grads(x, L + 1);
-    float *lnf = params_of(x->model, x->access, L + 1);
+    float *dlnf = dense_grads(x, L + 1);
+    float *lnf = dense_params(x->model, x->access, L + 1);
     layernorm_pass(x, acts->dresidual,
                    &(Norm){.dout = acts->dln, .inp = gpt_stage_output(cfg, acts), .weight = lnf,
                            .mean = acts->lnf_mean, .rstd = acts->lnf_rstd, .dweight = dlnf,
@@ -566,23 +649,27 @@ static void layer_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, Lay
     const float *inp = i == 0 ? acts->encoded : layer_acts(acts, cfg, i - 1).residual3;
     /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))) */
     linear_pass(x, acts->dfch, &(Linear){acts->dresidual, true, a.fch_gelu, p.fcprojw, g.fcprojw, g.fcprojb,
-                                         s.dfcproj, w.F, C, fp8_site(x->model, i, SITE_FCPROJ)});
+                                         s.dfcproj, w.F, C, fp8_site(x->model, i, SITE_FCPROJ),
+                                        lora_branch(x->model, p, g, LORA_TARGET_FCPROJ), a.lora_u[LORA_TARGET_FCPROJ]});
     gelu_backward(acts->dfch, a.fch, acts->dfch, N * w.F);
     linear_pass(x, acts->dln, &(Linear){acts->dfch, false, a.ln2, p.fcw, g.fcw, g.fcb, s.dfch, C, w.F,
-                                        fp8_site(x->model, i, SITE_FC)});
+                                        fp8_site(x->model, i, SITE_FC),
+                                        lora_branch(x->model, p, g, LORA_TARGET_FC), a.lora_u[LORA_TARGET_FC]});
     tp_sum(x->model, acts->dln, N * C);
     layernorm_pass(x, acts->dresidual,
                    &(Norm){acts->dln, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, g.ln2w, g.ln2b, s.dln2});
     /* attention: residual2 = inp + attproj(attention(qkv(ln1(inp)))) */
     linear_pass(x, acts->datty, &(Linear){acts->dresidual, true, a.atty, p.attprojw, g.attprojw, g.attprojb,
-                                          s.dattproj, w.Cl, C, fp8_site(x->model, i, SITE_ATTPROJ)});
+                                          s.dattproj, w.Cl, C, fp8_site(x->model, i, SITE_ATTPROJ),
+                                        lora_branch(x->model, p, g, LORA_TARGET_ATTPROJ), a.lora_u[LORA_TARGET_ATTPROJ]});
     if (x->model->context)
         context_attention_backward(x->model->context, acts->dqkv, acts->datty, a.qkv, a.atty, a.att, x->b, x->t);
     else
         attention_backward(acts->dqkv, acts->att_scratch, acts->scratch_slots, acts->datty, a.qkv, a.att, x->b, x->t,
                            w.Cl, w.Hl);
     linear_pass(x, acts->dln, &(Linear){acts->dqkv, false, a.ln1, p.qkvw, g.qkvw, g.qkvb, s.dqkv, C, 3 * w.Cl,
-                                        fp8_site(x->model, i, SITE_QKV)});
+                                        fp8_site(x->model, i, SITE_QKV),
+                                        lora_branch(x->model, p, g, LORA_TARGET_QKV), a.lora_u[LORA_TARGET_QKV]});
     tp_sum(x->model, acts->dln, N * C);
     layernorm_pass(x, acts->dresidual, &(Norm){acts->dln, inp, p.ln1w, a.ln1_mean, a.ln1_rstd, g.ln1w, g.ln1b, s.dln1});
 }
@@ -628,8 +715,9 @@ static void backward_chain(const Pass *x, const int32_t *inputs) {
     if (gpt_has_head(cfg)) {
         float *dwte = model->head_dwte, *wte = model->head_wte;
         if (gpt_has_encoder(cfg)) {
-            dwte = demb = pass_grads(x, 0); /* first: it marks the start of backward */
-            wte = emb = params_of(model, x->access, 0);
+            dwte = demb = dense_grads(x, 0); /* first: it marks the start of backward */
+            if (model->frozen) pass_grads(x, 0);
+            wte = emb = dense_params(model, x->access, 0);
         }
         head_pass(x, wte, dwte);
         pass_grads_done(x, L + 1);
@@ -639,7 +727,7 @@ static void backward_chain(const Pass *x, const int32_t *inputs) {
         int block = first + i + 1;
         float *grads = pass_grads(x, block);
         LayerTensors g = grads ? gpt_layer_tensors(cfg, grads) : (LayerTensors){0};
-        LayerTensors p = gpt_layer_tensors(cfg, params_of(model, x->access, block));
+        LayerTensors p = layer_params(model, x->access, block);
         layer_pass(x, i, p, g, x->split ? layer_stash(acts, cfg, i) : (LayerStash){0});
         pass_grads_done(x, block);
         params_done(x->access, block);
@@ -648,8 +736,8 @@ static void backward_chain(const Pass *x, const int32_t *inputs) {
         if (x->split) {
             memcpy(stash_dencoded(acts, cfg), acts->dresidual, x->N * x->w.C * sizeof(float));
         } else {
-            if (!demb) demb = grads_of(model, x->access, 0);
-            encoder_grads(x, demb, acts->dresidual, inputs);
+            if (!demb && !model->frozen) demb = grads_of(model, x->access, 0);
+            if (demb) encoder_grads(x, demb, acts->dresidual, inputs);
             grads_done(x->access, 0);
         }
         if (emb) params_done(x->access, 0);

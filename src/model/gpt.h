@@ -34,6 +34,12 @@
 #include "kernels/matmul_bf16.h"
 #include "model/context_attention.h"
 #include "model/fp8_scaling.h"
+#include "model/lora.h"
+
+/* Which tensors a flat buffer holds: all of them, or (LoRA: the base frozen,
+ * only the adapters trained) the base model's or the adapters' alone. A part
+ * keeps the block structure; the other part's tensors have no elements. */
+typedef enum { GPT_PART_ALL, GPT_PART_BASE, GPT_PART_ADAPTERS } GPTPart;
 
 typedef struct {
     int max_seq_len; /* T max (rows of wpe) */
@@ -47,6 +53,10 @@ typedef struct {
     int pp_size, pp_rank;  /* pipeline stage */
     int first_layer, stage_layers; /* the stage's layers: [first_layer, first_layer + stage_layers) */
     int cp_size;           /* context parallel: each sequence split this many ways (0 or 1: not) */
+    /* LoRA adapters (model/lora.h): rank r (0: none) on the linear layers in
+     * lora_targets (a mask of 1 << LORA_TARGET_*) */
+    int lora_rank, lora_targets;
+    GPTPart part; /* which tensors the flat buffer holds */
 } GPTConfig;
 
 /* The shard's coordinates with defaults filled in. */
@@ -65,17 +75,24 @@ GPTConfig gpt_logical_config(const GPTConfig *cfg);
 bool gpt_set_shard(GPTConfig *cfg, int tp_size, int tp_rank, int pp_size, int pp_rank, int first_layer,
                    int stage_layers, char *why, size_t why_size);
 
-/* Tensor kinds, in llm.c's model-file order. */
+/* Tensor kinds, in llm.c's model-file order, then the LoRA adapters (per
+ * layer, after the layer's base tensors in its block): A (r, in) and B
+ * (out, r) of each target linear layer. */
 typedef enum {
     TK_WTE, TK_WPE,
     TK_LN1W, TK_LN1B, TK_QKVW, TK_QKVB, TK_ATTPROJW, TK_ATTPROJB,
     TK_LN2W, TK_LN2B, TK_FCW, TK_FCB, TK_FCPROJW, TK_FCPROJB,
     TK_LNFW, TK_LNFB,
+    TK_QKV_LORA_A, TK_QKV_LORA_B, TK_ATTPROJ_LORA_A, TK_ATTPROJ_LORA_B,
+    TK_FC_LORA_A, TK_FC_LORA_B, TK_FCPROJ_LORA_A, TK_FCPROJ_LORA_B,
     TK_COUNT
 } TensorKind;
 
 #define TK_FIRST_LAYER_KIND TK_LN1W
-#define TK_LAST_LAYER_KIND TK_FCPROJB
+#define TK_LAST_LAYER_KIND TK_FCPROJB /* the base model's per-layer kinds */
+#define TK_BASE_COUNT TK_QKV_LORA_A   /* kinds [0, TK_BASE_COUNT): the base model (model files) */
+#define TK_FIRST_ADAPTER_KIND TK_QKV_LORA_A
+#define TK_LAST_ADAPTER_KIND TK_FCPROJ_LORA_B
 
 int gpt_padded_vocab(int vocab_size);
 /* Fills padded_vocab_size and returns true if the config is valid; else
@@ -83,7 +100,13 @@ int gpt_padded_vocab(int vocab_size);
 bool gpt_config_check(GPTConfig *cfg, char *why, size_t why_size);
 
 const char *gpt_tensor_name(TensorKind k);
-bool gpt_tensor_is_per_layer(TensorKind k);
+bool gpt_tensor_is_per_layer(TensorKind k); /* base layer kinds and adapters */
+bool gpt_tensor_is_adapter(TensorKind k);
+/* The same shape with only one part's tensors in the flat buffer. */
+GPTConfig gpt_part_config(const GPTConfig *cfg, GPTPart part);
+/* The whole model's tensors of `part`, from a buffer in that part's layout
+ * (src) to their places in the layout holding every tensor (dst). */
+void gpt_copy_part(const GPTConfig *all, GPTPart part, const float *src, float *dst);
 /* Weight decay applies to matrices and embeddings, not biases or LayerNorm. */
 bool gpt_tensor_decays(TensorKind k);
 size_t gpt_tensor_numel(const GPTConfig *cfg, TensorKind k); /* one layer's, for per-layer kinds */
@@ -130,7 +153,9 @@ int gpt_param_segments(const GPTConfig *cfg, ParamSegment *out, int capacity);
 typedef struct {
     float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
     float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+    float *lora_a[4], *lora_b[4]; /* per target (qkv, attproj, fc, fcproj); NULL where absent */
 } LayerTensors;
+/* Tensors of the part cfg holds are set, the others NULL. */
 LayerTensors gpt_layer_tensors(const GPTConfig *cfg, float *block);
 
 typedef struct {
@@ -164,14 +189,21 @@ typedef struct {
      * layer + qkv, attproj, fc, fcproj); the rest, the head included, in bf16
      * (with bf16 on) or fp32 */
     Fp8State *fp8;
+    /* LoRA (cfg.part == GPT_PART_ADAPTERS): params and grads hold the
+     * adapters; the frozen base model (its BASE part, no gradient) lives here */
+    float *frozen;
+    float lora_scale; /* alpha / r */
 } GPT;
 
-/* Allocates both flat buffers (zeroed). */
+/* Allocates both flat buffers (zeroed), and the frozen base for an adapters-only config. */
 void gpt_create(GPT *model, const GPTConfig *cfg);
 enum { GPT_ALLOC_PARAMS = 1, GPT_ALLOC_GRADS = 2 };
 /* Allocates only the buffers named in alloc (flags above). */
 void gpt_create_with(GPT *model, const GPTConfig *cfg, int alloc);
 void gpt_free(GPT *model);
+/* A whole model holding base and adapters (GPT_PART_ALL): W += s B A in
+ * every adapted layer (the adapters stay as they are). */
+void gpt_merge_adapters(GPT *model);
 /* GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
  * biases 0, LayerNorm weights 1; padded rows 0. */
 void gpt_init_weights(GPT *model, uint64_t seed);
@@ -206,6 +238,7 @@ typedef struct {
     float *stash;        /* split sets only: what gpt_backward_weight needs from gpt_backward_input */
     size_t stashed_rows; /* rows gpt_backward_input kept for gpt_backward_weight (0: none pending) */
     int32_t *doc_start;  /* (B,T): the first position of each token's document (model->doc_separator >= 0) */
+    float *lora_scratch; /* LoRA: (B,T) rows of the widest layer, then du (B,T,r) */
 } GPTActs;
 
 void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for_training);

@@ -85,26 +85,66 @@ bool gpt_set_shard(GPTConfig *cfg, int tp_size, int tp_rank, int pp_size_, int p
 static const char *const tensor_names[TK_COUNT] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
     "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb",
+    "qkv_lora_a", "qkv_lora_b", "attproj_lora_a", "attproj_lora_b",
+    "fc_lora_a", "fc_lora_b", "fcproj_lora_a", "fcproj_lora_b",
 };
 
 const char *gpt_tensor_name(TensorKind k) { return tensor_names[k]; }
 
-bool gpt_tensor_is_per_layer(TensorKind k) { return k >= TK_FIRST_LAYER_KIND && k <= TK_LAST_LAYER_KIND; }
+bool gpt_tensor_is_adapter(TensorKind k) { return k >= TK_FIRST_ADAPTER_KIND && k <= TK_LAST_ADAPTER_KIND; }
 
-bool gpt_tensor_decays(TensorKind k) {
-    return k == TK_WTE || k == TK_WPE || k == TK_QKVW || k == TK_ATTPROJW || k == TK_FCW || k == TK_FCPROJW;
+bool gpt_tensor_is_per_layer(TensorKind k) {
+    return (k >= TK_FIRST_LAYER_KIND && k <= TK_LAST_LAYER_KIND) || gpt_tensor_is_adapter(k);
 }
 
-/* Tensors every tensor-parallel rank holds whole. */
+bool gpt_tensor_decays(TensorKind k) {
+    return k == TK_WTE || k == TK_WPE || k == TK_QKVW || k == TK_ATTPROJW || k == TK_FCW || k == TK_FCPROJW ||
+           gpt_tensor_is_adapter(k);
+}
+
+GPTConfig gpt_part_config(const GPTConfig *cfg, GPTPart part) {
+    GPTConfig c = *cfg;
+    c.part = part;
+    return c;
+}
+
+/* Adapters: target t (0 qkv, 1 attproj, 2 fc, 3 fcproj) of kind k, and whether it is A. */
+static int adapter_target(TensorKind k) { return (k - TK_FIRST_ADAPTER_KIND) / 2; }
+static bool adapter_is_a(TensorKind k) { return (k - TK_FIRST_ADAPTER_KIND) % 2 == 0; }
+/* Row-parallel targets (attproj, fcproj) split their input under tensor parallelism. */
+static bool adapter_row_parallel(TensorKind k) { return adapter_target(k) == 1 || adapter_target(k) == 3; }
+
+/* Tensors every tensor-parallel rank holds whole: LayerNorms, wpe, the
+ * row-parallel biases; of the adapters, A of a column-parallel layer (its
+ * input is whole) and B of a row-parallel one (its output is). */
 static bool tp_replicated(TensorKind k) {
+    if (gpt_tensor_is_adapter(k)) return adapter_is_a(k) != adapter_row_parallel(k);
     return k == TK_WPE || k == TK_LN1W || k == TK_LN1B || k == TK_ATTPROJB || k == TK_LN2W || k == TK_LN2B ||
            k == TK_FCPROJB || k == TK_LNFW || k == TK_LNFB;
+}
+
+static bool in_part(const GPTConfig *cfg, TensorKind k) {
+    if (gpt_tensor_is_adapter(k))
+        return cfg->part != GPT_PART_BASE && cfg->lora_rank > 0 && (cfg->lora_targets >> adapter_target(k) & 1);
+    return cfg->part != GPT_PART_ADAPTERS;
+}
+
+/* An adapter's elements: A (r, in), B (out, r), at the shard's widths. */
+static size_t adapter_numel(const GPTConfig *cfg, TensorKind k) {
+    static const size_t in_width[4] = {1, 1, 1, 4}, out_width[4] = {3, 1, 4, 1}; /* times C */
+    const size_t C = (size_t)cfg->channels, T = (size_t)gpt_tp_size(cfg), r = (size_t)cfg->lora_rank;
+    const int t = adapter_target(k);
+    size_t width = adapter_is_a(k) ? in_width[t] * C : out_width[t] * C;
+    if (!tp_replicated(k)) width /= T; /* the split side: the row-parallel input, the column-parallel output */
+    return r * width;
 }
 
 bool gpt_tensor_primary(const GPTConfig *cfg, TensorKind k) { return !(tp_replicated(k) && gpt_tp_rank(cfg) != 0); }
 
 size_t gpt_tensor_numel(const GPTConfig *cfg, TensorKind k) {
     size_t C = (size_t)cfg->channels, T = (size_t)gpt_tp_size(cfg);
+    if (!in_part(cfg, k)) return 0;
+    if (gpt_tensor_is_adapter(k)) return adapter_numel(cfg, k);
     switch (k) {
     case TK_WTE: return (size_t)cfg->padded_vocab_size / T * C;
     case TK_WPE: return (size_t)cfg->max_seq_len * C;
@@ -116,23 +156,37 @@ size_t gpt_tensor_numel(const GPTConfig *cfg, TensorKind k) {
     case TK_FCPROJW: return C * (4 * C / T);
     case TK_LN1W: case TK_LN1B: case TK_ATTPROJB: case TK_LN2W: case TK_LN2B:
     case TK_FCPROJB: case TK_LNFW: case TK_LNFB: return C;
-    case TK_COUNT: break;
+    default: break;
     }
     return 0;
 }
 
 size_t gpt_tensor_trained(const GPTConfig *cfg, TensorKind k) {
     if (k != TK_WTE) return gpt_tensor_numel(cfg, k);
+    if (!in_part(cfg, k)) return 0;
     long rows = cfg->padded_vocab_size / gpt_tp_size(cfg);
     long valid = (long)cfg->vocab_size - (long)gpt_tp_rank(cfg) * rows;
     valid = valid < 0 ? 0 : valid > rows ? rows : valid;
     return (size_t)valid * (size_t)cfg->channels;
 }
 
-static size_t layer_numel(const GPTConfig *cfg) {
-    size_t n = 0;
-    for (int k = TK_FIRST_LAYER_KIND; k <= TK_LAST_LAYER_KIND; k++) n += gpt_tensor_numel(cfg, (TensorKind)k);
+/* A layer block's kinds in buffer order: the base tensors, then the adapters. */
+static int layer_kinds(TensorKind out[TK_COUNT]) {
+    int n = 0;
+    for (int k = TK_FIRST_LAYER_KIND; k <= TK_LAST_LAYER_KIND; k++) out[n++] = (TensorKind)k;
+    for (int k = TK_FIRST_ADAPTER_KIND; k <= TK_LAST_ADAPTER_KIND; k++) out[n++] = (TensorKind)k;
     return n;
+}
+
+static size_t layer_numel(const GPTConfig *cfg) {
+    TensorKind kinds[TK_COUNT];
+    size_t n = 0;
+    for (int i = 0, count = layer_kinds(kinds); i < count; i++) n += gpt_tensor_numel(cfg, kinds[i]);
+    return n;
+}
+
+static size_t final_norm_numel(const GPTConfig *cfg) {
+    return gpt_has_head(cfg) ? gpt_tensor_numel(cfg, TK_LNFW) + gpt_tensor_numel(cfg, TK_LNFB) : 0;
 }
 
 static size_t embeddings_numel(const GPTConfig *cfg) {
@@ -148,18 +202,18 @@ size_t gpt_tensor_offset(const GPTConfig *cfg, TensorKind k, int layer) {
         return k == TK_LNFW ? off : off + gpt_tensor_numel(cfg, TK_LNFW);
     }
     size_t off = layers_start + (size_t)(layer - gpt_first_layer(cfg)) * layer_numel(cfg);
-    for (int j = TK_FIRST_LAYER_KIND; j < (int)k; j++) off += gpt_tensor_numel(cfg, (TensorKind)j);
+    TensorKind kinds[TK_COUNT];
+    for (int i = 0, count = layer_kinds(kinds); i < count && kinds[i] != k; i++) off += gpt_tensor_numel(cfg, kinds[i]);
     return off;
 }
 
 size_t gpt_num_params(const GPTConfig *cfg) {
-    return embeddings_numel(cfg) + (size_t)gpt_stage_layers(cfg) * layer_numel(cfg) +
-           (gpt_has_head(cfg) ? 2 * (size_t)cfg->channels : 0);
+    return embeddings_numel(cfg) + (size_t)gpt_stage_layers(cfg) * layer_numel(cfg) + final_norm_numel(cfg);
 }
 
 size_t gpt_num_trained_params(const GPTConfig *cfg) {
     GPTConfig whole = gpt_logical_config(cfg);
-    return gpt_num_params(&whole) - (size_t)(whole.padded_vocab_size - whole.vocab_size) * whole.channels;
+    return gpt_num_params(&whole) - gpt_tensor_numel(&whole, TK_WTE) + gpt_tensor_trained(&whole, TK_WTE);
 }
 
 int gpt_num_blocks(const GPTConfig *cfg) { return cfg->num_layers + 2; }
@@ -182,26 +236,32 @@ void gpt_block_range(const GPTConfig *cfg, int block, size_t *offset, size_t *co
         *count = layer_numel(cfg);
     } else {
         *offset = gpt_tensor_offset(cfg, TK_LNFW, 0);
-        *count = 2 * (size_t)cfg->channels;
+        *count = final_norm_numel(cfg);
     }
 }
 
 int gpt_max_segments(const GPTConfig *cfg) { return TK_COUNT * (cfg->num_layers + 2); }
 
+/* A block's kinds in buffer order (present or not in cfg's part). */
+static int block_kinds(const GPTConfig *cfg, int block, TensorKind out[TK_COUNT]) {
+    if (block == 0) return out[0] = TK_WTE, out[1] = TK_WPE, 2;
+    if (block > cfg->num_layers) return out[0] = TK_LNFW, out[1] = TK_LNFB, 2;
+    return layer_kinds(out);
+}
+
 int gpt_param_segments(const GPTConfig *cfg, ParamSegment *out, int capacity) {
     int n = 0;
     for (int block = 0; block < gpt_num_blocks(cfg); block++) {
         if (!gpt_block_present(cfg, block)) continue;
-        int first, last, layer = block - 1;
-        if (block == 0) first = TK_WTE, last = TK_WPE;
-        else if (block <= cfg->num_layers) first = TK_FIRST_LAYER_KIND, last = TK_LAST_LAYER_KIND;
-        else first = TK_LNFW, last = TK_LNFB;
-        for (int k = first; k <= last; k++) {
+        TensorKind kinds[TK_COUNT];
+        for (int i = 0, count = block_kinds(cfg, block, kinds); i < count; i++) {
+            TensorKind k = kinds[i];
+            if (gpt_tensor_numel(cfg, k) == 0) continue; /* not in this part */
             if (n == capacity) bs_die("internal: too many parameter segments");
-            out[n].kind = (TensorKind)k;
-            out[n].layer = gpt_tensor_is_per_layer((TensorKind)k) ? layer : 0;
-            out[n].offset = gpt_tensor_offset(cfg, (TensorKind)k, out[n].layer);
-            out[n].count = gpt_tensor_numel(cfg, (TensorKind)k);
+            out[n].kind = k;
+            out[n].layer = gpt_tensor_is_per_layer(k) ? block - 1 : 0;
+            out[n].offset = gpt_tensor_offset(cfg, k, out[n].layer);
+            out[n].count = gpt_tensor_numel(cfg, k);
             n++;
         }
     }
@@ -211,14 +271,45 @@ int gpt_param_segments(const GPTConfig *cfg, ParamSegment *out, int capacity) {
 LayerTensors gpt_layer_tensors(const GPTConfig *cfg, float *block) {
     const int first = gpt_first_layer(cfg);
     const size_t start = gpt_tensor_offset(cfg, TK_FIRST_LAYER_KIND, first);
-#define AT(kind) (block + (gpt_tensor_offset(cfg, kind, first) - start))
+#define AT(kind) (gpt_tensor_numel(cfg, kind) ? block + (gpt_tensor_offset(cfg, kind, first) - start) : NULL)
     LayerTensors t = {
         .ln1w = AT(TK_LN1W), .ln1b = AT(TK_LN1B), .qkvw = AT(TK_QKVW), .qkvb = AT(TK_QKVB),
         .attprojw = AT(TK_ATTPROJW), .attprojb = AT(TK_ATTPROJB), .ln2w = AT(TK_LN2W), .ln2b = AT(TK_LN2B),
         .fcw = AT(TK_FCW), .fcb = AT(TK_FCB), .fcprojw = AT(TK_FCPROJW), .fcprojb = AT(TK_FCPROJB),
     };
+    for (int target = 0; target < 4; target++) {
+        t.lora_a[target] = AT((TensorKind)(TK_FIRST_ADAPTER_KIND + 2 * target));
+        t.lora_b[target] = AT((TensorKind)(TK_FIRST_ADAPTER_KIND + 2 * target + 1));
+    }
 #undef AT
     return t;
+}
+
+void gpt_copy_part(const GPTConfig *all, GPTPart part, const float *src, float *dst) {
+    GPTConfig whole = gpt_logical_config(all), from = gpt_part_config(&whole, part);
+    whole.part = GPT_PART_ALL;
+    int cap = gpt_max_segments(&from);
+    ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
+    int n = gpt_param_segments(&from, segs, cap);
+    for (int i = 0; i < n; i++)
+        memcpy(dst + gpt_tensor_offset(&whole, segs[i].kind, segs[i].layer), src + segs[i].offset,
+               segs[i].count * sizeof(float));
+    free(segs);
+}
+
+void gpt_merge_adapters(GPT *model) {
+    const GPTConfig *cfg = &model->cfg;
+    const int C = cfg->channels, widths[LORA_NUM_TARGETS][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+    for (int l = 0; l < gpt_stage_layers(cfg); l++) {
+        size_t off, count;
+        gpt_block_range(cfg, gpt_first_layer(cfg) + l + 1, &off, &count);
+        LayerTensors t = gpt_layer_tensors(cfg, model->params + off);
+        float *weights[LORA_NUM_TARGETS] = {t.qkvw, t.attprojw, t.fcw, t.fcprojw};
+        for (int k = 0; k < LORA_NUM_TARGETS; k++)
+            if (t.lora_a[k])
+                lora_merge(weights[k], t.lora_a[k], t.lora_b[k], cfg->lora_rank, model->lora_scale, widths[k][0],
+                           widths[k][1]);
+    }
 }
 
 /* ---- the map onto the whole model ---- */
@@ -242,7 +333,7 @@ static void add_run(RunList *l, size_t local, size_t logical, size_t count, bool
 }
 
 int gpt_max_shard_runs(const GPTConfig *cfg) {
-    return (cfg->num_layers + 2) * (2 * cfg->channels + 2 * TK_COUNT) + 8;
+    return (cfg->num_layers + 2) * (2 * cfg->channels + 2 * cfg->lora_rank + 2 * TK_COUNT) + 8;
 }
 
 /* The local tensor k of `layer` as runs of the logical tensor. */
@@ -251,17 +342,22 @@ static void tensor_runs(RunList *l, const GPTConfig *cfg, const GPTConfig *whole
     const size_t local = gpt_tensor_offset(cfg, k, layer), logical = gpt_tensor_offset(whole, k, layer);
     const bool primary = gpt_tensor_primary(cfg, k);
     const size_t n = gpt_tensor_numel(cfg, k);
+    const size_t rank = (size_t)cfg->lora_rank;
     switch (k) {
     case TK_QKVW: /* rows of q, k and v for this rank's heads */
-    case TK_QKVB: {
-        size_t part = n / 3, width = k == TK_QKVW ? C : 1;
+    case TK_QKVB:
+    case TK_QKV_LORA_B: {
+        size_t part = n / 3, width = k == TK_QKVW ? C : k == TK_QKVB ? 1 : rank;
         for (size_t p = 0; p < 3; p++) add_run(l, local + p * part, logical + (p * C + r * (C / T)) * width, part, primary);
         break;
     }
     case TK_ATTPROJW: /* this rank's column block of every row */
-    case TK_FCPROJW: {
-        size_t full = k == TK_ATTPROJW ? C : 4 * C, cols = full / T;
-        for (size_t row = 0; row < C; row++) add_run(l, local + row * cols, logical + row * full + r * cols, cols, primary);
+    case TK_FCPROJW:
+    case TK_ATTPROJ_LORA_A:
+    case TK_FCPROJ_LORA_A: {
+        size_t full = k == TK_ATTPROJW || k == TK_ATTPROJ_LORA_A ? C : 4 * C, cols = full / T;
+        size_t rows = gpt_tensor_is_adapter(k) ? rank : C;
+        for (size_t row = 0; row < rows; row++) add_run(l, local + row * cols, logical + row * full + r * cols, cols, primary);
         break;
     }
     default: /* whole tensors, or a contiguous row block (wte, fcw, fcb) */
@@ -275,11 +371,9 @@ int gpt_shard_runs(const GPTConfig *cfg, ShardRun *out, int capacity) {
     GPTConfig whole = gpt_logical_config(cfg);
     for (int block = 0; block < gpt_num_blocks(cfg); block++) {
         if (!gpt_block_present(cfg, block)) continue;
-        int first, last;
-        if (block == 0) first = TK_WTE, last = TK_WPE;
-        else if (block <= cfg->num_layers) first = TK_FIRST_LAYER_KIND, last = TK_LAST_LAYER_KIND;
-        else first = TK_LNFW, last = TK_LNFB;
-        for (int k = first; k <= last; k++) tensor_runs(&l, cfg, &whole, (TensorKind)k, block - 1);
+        TensorKind kinds[TK_COUNT];
+        for (int i = 0, count = block_kinds(cfg, block, kinds); i < count; i++)
+            if (gpt_tensor_numel(cfg, kinds[i])) tensor_runs(&l, cfg, &whole, kinds[i], block - 1);
     }
     return l.n;
 }
@@ -303,6 +397,21 @@ typedef struct {
     double residual_std;
 } InitStream;
 
+/* LoRA's initial adapters (Hu et al. 2021, as peft): A Kaiming-uniform,
+ * U(-1/sqrt(in), 1/sqrt(in)) (PyTorch's kaiming_uniform_ with a = sqrt(5)),
+ * B zero, so the adapted model starts as the base. Values of the stream's
+ * segment g from s->pos, at most *count; returns dst advanced. */
+static float *init_adapter(InitStream *s, const ParamSegment *g, size_t *count, float *dst) {
+    const size_t end = g->offset + g->count;
+    const bool a = adapter_is_a(g->kind);
+    const double bound = a ? 1.0 / sqrt((double)g->count / (double)s->whole->lora_rank) : 0;
+    for (; s->pos < end && *count > 0; s->pos++, (*count)--) {
+        float u = a ? rng_uniform(&s->rng) : 0.0f; /* one word per value of A, skipped or not */
+        if (dst) *dst++ = (float)(bound * (2.0 * u - 1.0));
+    }
+    return dst;
+}
+
 /* The next `count` values of the stream into dst (NULL: skip them). */
 static void init_stream_take(InitStream *s, size_t count, float *dst) {
     while (count > 0) {
@@ -313,6 +422,10 @@ static void init_stream_take(InitStream *s, size_t count, float *dst) {
             continue;
         }
         TensorKind k = g->kind;
+        if (gpt_tensor_is_adapter(k)) {
+            dst = init_adapter(s, g, &count, dst);
+            continue;
+        }
         size_t random = gpt_tensor_decays(k) ? g->count : 0; /* values drawn for this tensor */
         if (k == TK_WTE) random = (size_t)s->whole->vocab_size * s->whole->channels; /* padded rows stay 0 */
         double std = (k == TK_ATTPROJW || k == TK_FCPROJW) ? s->residual_std : 0.02;

@@ -60,7 +60,7 @@ void llmc_model_read_params(const char *path, GPT *model) {
                cfg->num_layers, cfg->num_heads, cfg->channels, cfg->max_seq_len, cfg->vocab_size);
     int file_vp = header[7];
     size_t expected = 1024;
-    for (int k = 0; k < TK_COUNT; k++) {
+    for (int k = 0; k < TK_BASE_COUNT; k++) {
         size_t layers = gpt_tensor_is_per_layer((TensorKind)k) ? (size_t)cfg->num_layers : 1;
         expected += layers * file_tensor_numel(cfg, file_vp, (TensorKind)k) * sizeof(float);
     }
@@ -68,7 +68,7 @@ void llmc_model_read_params(const char *path, GPT *model) {
         bs_die("%s is truncated or corrupt: expected %zu bytes for its header's shape, found %lld", path, expected,
                bs_file_size(path));
     memset(model->params, 0, model->num_params * sizeof(float));
-    for (int k = 0; k < TK_COUNT; k++) {
+    for (int k = 0; k < TK_BASE_COUNT; k++) {
         TensorKind kind = (TensorKind)k;
         int layers = gpt_tensor_is_per_layer(kind) ? cfg->num_layers : 1;
         for (int l = 0; l < layers; l++) {
@@ -101,7 +101,7 @@ void llmc_model_write(const char *path, const GPT *model) {
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = bs_fopen(tmp, "wb");
     bs_fwrite_all(header, sizeof header, f, tmp);
-    for (int k = 0; k < TK_COUNT; k++) {
+    for (int k = 0; k < TK_BASE_COUNT; k++) {
         TensorKind kind = (TensorKind)k;
         int layers = gpt_tensor_is_per_layer(kind) ? cfg->num_layers : 1;
         for (int l = 0; l < layers; l++)

@@ -19,6 +19,7 @@
 
 #define MAX_HEADER_BYTES (100u << 20) /* the format's limit */
 #define PREFIX "transformer."
+#define PEFT_PREFIX "base_model.model.transformer." /* peft's names of a GPT2LMHeadModel's adapters */
 
 typedef struct {
     const char *path;
@@ -191,9 +192,23 @@ static HfName hf_name(TensorKind k) {
         [TK_LN2W] = {"ln_2.weight", false}, [TK_LN2B] = {"ln_2.bias", false},
         [TK_FCW] = {"mlp.c_fc.weight", true}, [TK_FCB] = {"mlp.c_fc.bias", false},
         [TK_FCPROJW] = {"mlp.c_proj.weight", true}, [TK_FCPROJB] = {"mlp.c_proj.bias", false},
-        [TK_LNFW] = {"ln_f.weight", false}, [TK_LNFB] = {"ln_f.bias", false}};
+        [TK_LNFW] = {"ln_f.weight", false}, [TK_LNFB] = {"ln_f.bias", false},
+        [TK_QKV_LORA_A] = {"attn.c_attn.lora_A.weight", false}, [TK_QKV_LORA_B] = {"attn.c_attn.lora_B.weight", false},
+        [TK_ATTPROJ_LORA_A] = {"attn.c_proj.lora_A.weight", false},
+        [TK_ATTPROJ_LORA_B] = {"attn.c_proj.lora_B.weight", false},
+        [TK_FC_LORA_A] = {"mlp.c_fc.lora_A.weight", false}, [TK_FC_LORA_B] = {"mlp.c_fc.lora_B.weight", false},
+        [TK_FCPROJ_LORA_A] = {"mlp.c_proj.lora_A.weight", false},
+        [TK_FCPROJ_LORA_B] = {"mlp.c_proj.lora_B.weight", false}};
     return names[k];
 }
+
+/* The kinds a file holds: the model's, or (peft) the adapters'. */
+typedef struct {
+    int first, end;
+    const char *prefix; /* written before every name */
+} KindSet;
+static const KindSet MODEL_KINDS = {0, TK_BASE_COUNT, PREFIX};
+static const KindSet ADAPTER_KINDS = {TK_FIRST_ADAPTER_KIND, TK_LAST_ADAPTER_KIND + 1, PEFT_PREFIX};
 
 static void full_name(TensorKind k, int layer, char *out, size_t n) {
     if (gpt_tensor_is_per_layer(k)) snprintf(out, n, "h.%d.%s", layer, hf_name(k).name);
@@ -205,7 +220,10 @@ static void full_name(TensorKind k, int layer, char *out, size_t n) {
 static void file_shape(const GPTConfig *cfg, TensorKind k, size_t *rows, size_t *cols) {
     size_t C = (size_t)cfg->channels, n = gpt_tensor_numel(cfg, k);
     *cols = 0;
-    if (k == TK_WTE) *rows = (size_t)cfg->vocab_size, *cols = C;
+    if (gpt_tensor_is_adapter(k)) { /* A (r, in), B (out, r), as peft's Linear layers hold them */
+        size_t r = (size_t)cfg->lora_rank, a = (k - TK_FIRST_ADAPTER_KIND) % 2 == 0;
+        *rows = a ? r : n / r, *cols = a ? n / r : r;
+    } else if (k == TK_WTE) *rows = (size_t)cfg->vocab_size, *cols = C;
     else if (k == TK_WPE) *rows = (size_t)cfg->max_seq_len, *cols = C;
     else if (k == TK_FCPROJW) *rows = n / C, *cols = C;       /* ours (C, 4C) */
     else if (hf_name(k).conv1d) *rows = C, *cols = n / C;     /* ours (out, C) */
@@ -363,10 +381,11 @@ void safetensors_read_config(const char *path, GPTConfig *cfg) {
 /* Calls fn on every tensor in file order with its file shape (rows, cols; cols 0 for a vector); false at the first
  * that fails. */
 typedef bool (*TensorFn)(void *ctx, TensorKind kind, int layer, size_t rows, size_t cols);
-static bool for_each_tensor(const GPTConfig *cfg, TensorFn fn, void *ctx) {
-    for (int k = 0; k < TK_COUNT; k++) {
+static bool for_each_tensor(const GPTConfig *cfg, KindSet set, TensorFn fn, void *ctx) {
+    for (int k = set.first; k < set.end; k++) {
         TensorKind kind = (TensorKind)k;
         size_t rows, cols;
+        if (gpt_tensor_numel(cfg, kind) == 0) continue; /* an adapter the run does not have */
         file_shape(cfg, kind, &rows, &cols);
         for (int l = 0; l < (gpt_tensor_is_per_layer(kind) ? cfg->num_layers : 1); l++)
             if (!fn(ctx, kind, l, rows, cols)) return false;
@@ -376,15 +395,17 @@ static bool for_each_tensor(const GPTConfig *cfg, TensorFn fn, void *ctx) {
 
 typedef struct {
     StFile *file;
-    GPT *model;
+    const GPTConfig *cfg;
+    float *params;
 } Reading;
 
 static bool read_one(void *ctx, TensorKind kind, int layer, size_t rows, size_t cols) {
     Reading *r = ctx;
-    char name[96];
-    full_name(kind, layer, name, sizeof name);
+    char name[160] = "";
+    if (gpt_tensor_is_adapter(kind)) snprintf(name, sizeof name, PEFT_PREFIX);
+    full_name(kind, layer, name + strlen(name), sizeof name - strlen(name));
     return read_tensor(r->file, name, rows, cols, hf_name(kind).conv1d,
-                       r->model->params + gpt_tensor_offset(&r->model->cfg, kind, layer));
+                       r->params + gpt_tensor_offset(r->cfg, kind, layer));
 }
 
 /* lm_head.weight, if present, must be wte (tied). */
@@ -411,8 +432,8 @@ bool safetensors_try_read_params(const char *path, GPT *model, char *why, size_t
         ok = false;
     }
     if (ok) memset(model->params, 0, model->num_params * sizeof(float)); /* wte's padded rows stay 0 */
-    Reading r = {&f, model};
-    ok = ok && for_each_tensor(cfg, read_one, &r) && check_head(&f, model);
+    Reading r = {&f, cfg, model->params};
+    ok = ok && for_each_tensor(cfg, MODEL_KINDS, read_one, &r) && check_head(&f, model);
     if (!ok) give_reason(&f, why, why_size);
     st_close(&f);
     return ok;
@@ -421,6 +442,36 @@ bool safetensors_try_read_params(const char *path, GPT *model, char *why, size_t
 void safetensors_read_params(const char *path, GPT *model) {
     char why[4608];
     if (!safetensors_try_read_params(path, model, why, sizeof why)) bs_die("%s", why);
+}
+
+/* Every name is one of cfg's adapters in peft's naming. */
+static bool check_adapter_names(StFile *f, const GPTConfig *cfg) {
+    const char *key;
+    json_t *e;
+    json_object_foreach(f->header, key, e) {
+        if (strcmp(key, "__metadata__") == 0) continue;
+        bool known = false;
+        for (int k = TK_FIRST_ADAPTER_KIND; k <= TK_LAST_ADAPTER_KIND && !known; k++)
+            for (int l = 0; l < cfg->num_layers && !known && gpt_tensor_numel(cfg, (TensorKind)k); l++) {
+                char name[160] = PEFT_PREFIX;
+                full_name((TensorKind)k, l, name + strlen(name), sizeof name - strlen(name));
+                known = strcmp(key, name) == 0;
+            }
+        if (!known)
+            REFUSE(f, "%s: unexpected tensor %s (not a LoRA adapter of rank %d on the --lora-targets layers of a "
+                      "%d-layer GPT-2)", f->path, key, cfg->lora_rank, cfg->num_layers);
+    }
+    return true;
+}
+
+void safetensors_read_adapters(const char *path, const GPTConfig *cfg, float *params) {
+    StFile f;
+    Reading r = {&f, cfg, params};
+    bool ok = st_try_open(&f, path) && check_adapter_names(&f, cfg) && for_each_tensor(cfg, ADAPTER_KINDS, read_one, &r);
+    char why[4608];
+    if (!ok) give_reason(&f, why, sizeof why);
+    st_close(&f);
+    if (!ok) bs_die("%s", why);
 }
 
 /* ---- writing ---- */
@@ -435,7 +486,9 @@ static json_t *metadata(const GPTConfig *cfg) {
 }
 
 typedef struct {
-    const GPT *model;
+    const GPTConfig *cfg;
+    const float *params;
+    const char *prefix;
     json_t *header;
     size_t at;         /* the header pass: bytes of the data area so far */
     FILE *out;         /* the data pass */
@@ -444,8 +497,9 @@ typedef struct {
 
 static bool describe_one(void *ctx, TensorKind kind, int layer, size_t rows, size_t cols) {
     Writing *w = ctx;
-    char name[112] = PREFIX;
-    full_name(kind, layer, name + strlen(PREFIX), sizeof name - strlen(PREFIX));
+    char name[160];
+    snprintf(name, sizeof name, "%s", w->prefix);
+    full_name(kind, layer, name + strlen(name), sizeof name - strlen(name));
     size_t bytes = rows * (cols ? cols : 1) * sizeof(float);
     json_t *shape = cols ? json_pack("[I, I]", (json_int_t)rows, (json_int_t)cols) : json_pack("[I]", (json_int_t)rows);
     json_object_set_new(w->header, name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape,
@@ -456,7 +510,7 @@ static bool describe_one(void *ctx, TensorKind kind, int layer, size_t rows, siz
 
 static bool write_one(void *ctx, TensorKind kind, int layer, size_t rows, size_t cols) {
     Writing *w = ctx;
-    const float *src = w->model->params + gpt_tensor_offset(&w->model->cfg, kind, layer);
+    const float *src = w->params + gpt_tensor_offset(w->cfg, kind, layer);
     const size_t width = cols ? cols : 1, count = rows * width;
     float *buf = bs_malloc(count * sizeof(float));
     for (size_t i = 0; i < rows; i++) /* the file's (rows, cols); Conv1D weights are ours transposed */
@@ -466,12 +520,13 @@ static bool write_one(void *ctx, TensorKind kind, int layer, size_t rows, size_t
     return true;
 }
 
-void safetensors_write(const char *path, const GPT *model) {
+/* The tensors of `set` in cfg's layout from params, atomically. */
+static void write_tensors(const char *path, const GPTConfig *cfg, const float *params, KindSet set, json_t *meta) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    Writing w = {model, json_object(), 0, NULL, tmp};
-    json_object_set_new(w.header, "__metadata__", metadata(&model->cfg));
-    for_each_tensor(&model->cfg, describe_one, &w);
+    Writing w = {cfg, params, set.prefix, json_object(), 0, NULL, tmp};
+    json_object_set_new(w.header, "__metadata__", meta);
+    for_each_tensor(cfg, set, describe_one, &w);
     char *text = json_dumps(w.header, JSON_COMPACT | JSON_PRESERVE_ORDER);
     const size_t n = strlen(text), padded = (n + 7) / 8 * 8; /* the data area starts 8-byte aligned */
     unsigned char len[8];
@@ -480,11 +535,34 @@ void safetensors_write(const char *path, const GPT *model) {
     bs_fwrite_all(len, 8, w.out, tmp);
     bs_fwrite_all(text, n, w.out, tmp);
     bs_fwrite_all("        ", padded - n, w.out, tmp);
-    for_each_tensor(&model->cfg, write_one, &w);
+    for_each_tensor(cfg, set, write_one, &w);
     bs_fclose_synced(w.out, tmp);
     if (rename(tmp, path) != 0) bs_die("cannot rename %s to %s: %s", tmp, path, strerror(errno));
     free(text);
     json_decref(w.header);
+}
+
+void safetensors_write(const char *path, const GPT *model) {
+    write_tensors(path, &model->cfg, model->params, MODEL_KINDS, metadata(&model->cfg));
+}
+
+void safetensors_write_adapters(const char *path, const GPTConfig *cfg, const float *params) {
+    write_tensors(path, cfg, params, ADAPTER_KINDS, json_pack("{s:s}", "format", "pt"));
+}
+
+void safetensors_write_peft_config(const char *path, const GPTConfig *cfg, double alpha) {
+    static const char *const modules[LORA_NUM_TARGETS] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+    json_t *targets = json_array();
+    for (int t = 0; t < LORA_NUM_TARGETS; t++)
+        if (cfg->lora_targets >> t & 1) json_array_append_new(targets, json_string(modules[t]));
+    json_t *j = json_pack("{s:s, s:s, s:i, s:f, s:o, s:f, s:b, s:s, s:s, s:b, s:b}", "peft_type", "LORA", "task_type",
+                          "CAUSAL_LM", "r", cfg->lora_rank, "lora_alpha", alpha, "target_modules", targets,
+                          "lora_dropout", 0.0, "fan_in_fan_out", 1, "bias", "none", "base_model_name_or_path", "",
+                          "inference_mode", 1, "init_lora_weights", 1);
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    bs_write_file_atomic(path, text, strlen(text));
+    free(text);
+    json_decref(j);
 }
 
 void safetensors_write_hf_config(const char *path, const GPTConfig *cfg) {

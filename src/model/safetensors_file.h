@@ -15,7 +15,8 @@
  * way out; the attn.bias / attn.masked_bias mask buffers are ignored;
  * lm_head.weight, if present, must equal wte (tied). The number of heads is
  * not in the tensors: it comes from the "n_head" metadata (written here) or
- * the config.json beside the file (Hugging Face's save_pretrained). */
+ * the config.json beside the file (Hugging Face's save_pretrained). Also
+ * peft's LoRA adapter files (below). */
 #ifndef BS_MODEL_SAFETENSORS_FILE_H
 #define BS_MODEL_SAFETENSORS_FILE_H
 
@@ -38,5 +39,16 @@ bool safetensors_try_read_params(const char *path, GPT *model, char *why, size_t
 void safetensors_write(const char *path, const GPT *model);
 /* A Hugging Face GPT-2 config.json for the model (GPT2LMHeadModel). */
 void safetensors_write_hf_config(const char *path, const GPTConfig *cfg);
+
+/* LoRA adapters in peft's file (adapter_model.safetensors): names
+ * base_model.model.transformer.h.N.{attn.c_attn,attn.c_proj,mlp.c_fc,
+ * mlp.c_proj}.lora_{A,B}.weight, A (r, in) and B (out, r) as they are here
+ * (no transpose). cfg: the whole model with its lora fields; params in cfg's
+ * layout (any part holding the adapters). Reading refuses, in one line, a
+ * missing or misshapen adapter and any other tensor (dies). */
+void safetensors_read_adapters(const char *path, const GPTConfig *cfg, float *params);
+void safetensors_write_adapters(const char *path, const GPTConfig *cfg, const float *params);
+/* peft's adapter_config.json beside it (LoRA, r, alpha, the target modules, fan_in_fan_out for Conv1D). */
+void safetensors_write_peft_config(const char *path, const GPTConfig *cfg, double alpha);
 
 #endif

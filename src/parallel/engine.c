@@ -1,11 +1,14 @@
 /* engine.c: the parallel engine (see engine.h). */
 #include "parallel/engine.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "core/io.h"
 #include "model/model_file.h"
+#include "model/safetensors_file.h"
 #include "parallel/model_parallel.h"
 
 /* Context parallelism: the caller's loader fills whole sequences, this rank keeps its chunks. */
@@ -106,6 +109,47 @@ static void init_chunk(Engine *e, EngineChunk *ch, const GPTConfig *whole) {
     }
 }
 
+/* LoRA: the frozen base from the model file or the seeded initialisation
+ * (the same values the whole model would start from), the adapters seeded
+ * (A Kaiming-uniform, B zero) or read from --lora-init's file. */
+static void init_lora_chunk(Engine *e, EngineChunk *ch, const GPTConfig *whole) {
+    GPTConfig base = gpt_part_config(&ch->model.cfg, GPT_PART_BASE);
+    const size_t n = gpt_num_params(&base);
+    if (e->cfg.init_from) {
+        GPT file;
+        GPTConfig file_cfg = gpt_part_config(whole, GPT_PART_BASE);
+        gpt_create_with(&file, &file_cfg, GPT_ALLOC_PARAMS);
+        model_file_read_params(e->cfg.init_from, &file);
+        mp_copy_from_logical(&base, file.params, ch->model.frozen, 0, n);
+        gpt_free(&file);
+    } else {
+        gpt_init_range(&base, e->cfg.seed, ch->model.frozen, 0, n);
+    }
+    gpt_init_weights(&ch->model, e->cfg.seed);
+    if (e->cfg.lora_init) {
+        GPTConfig adapters = gpt_part_config(whole, GPT_PART_ADAPTERS);
+        float *file = bs_calloc(gpt_num_params(&adapters), sizeof(float));
+        char path[4200];
+        snprintf(path, sizeof path, bs_is_dir(e->cfg.lora_init) ? "%s/adapter_model.safetensors" : "%s",
+                 e->cfg.lora_init); /* a peft directory, or its file */
+        safetensors_read_adapters(path, &adapters, file);
+        mp_copy_from_logical(&ch->model.cfg, file, ch->model.params, 0, ch->model.num_params);
+        free(file);
+    }
+}
+
+/* What LoRA does not compose with yet: one line each, before any work. */
+static void check_lora(const Engine *e, const GPTConfig *whole) {
+    const EngineConfig *c = &e->cfg;
+    const char *no = c->data_parallel.zero_stage == 3 ? "--zero 3 (the frozen base is kept whole on every rank; use --zero 1 or 2)"
+                     : e->grid->pp > 1 ? "--pp (the frozen tied embeddings are not shared between stages yet)"
+                     : c->fp8 ? "--precision fp8"
+                     : c->bf16 ? "--precision bf16 (adapters train in fp32 over an fp32 base)"
+                     : c->outlier_scale != 0 ? "--outlier-scale"
+                     : NULL;
+    if (no) bs_die("--lora-rank %d does not work with %s", whole->lora_rank, no);
+}
+
 /* --outlier-scale F (tests): LayerNorm 1's gain of channel 0 times F in each
  * layer, an activation outlier in every qkv input, alike in every precision. */
 static void inject_outlier(Engine *e, EngineChunk *ch) {
@@ -145,6 +189,7 @@ static void setup_chunk(Engine *e, int c, const GPTConfig *whole) {
     EngineChunk *ch = &e->chunks[c];
     ch->virtual_stage = c * g->pp + g->pp_index;
     ch->model.cfg = chunk_config(e, whole, g->tp_index, ch->virtual_stage);
+    if (whole->lora_rank > 0) ch->model.cfg.part = GPT_PART_ADAPTERS; /* only the adapters train */
     e->chunk_comm[c] = c == 0 ? g->dp_group : comm_split(g->dp_group, 0, g->dp_index, "data-parallel chunk");
     ch->dp = dp_create(e->chunk_comm[c], &ch->model, &e->cfg.data_parallel);
     ch->model.tp = g->tp_group;
@@ -155,7 +200,12 @@ static void setup_chunk(Engine *e, int c, const GPTConfig *whole) {
                                                      e->cfg.seq_len / g->cp, whole->channels / g->tp,
                                                      whole->num_heads / g->tp);
     }
-    init_chunk(e, ch, whole);
+    if (whole->lora_rank > 0) {
+        ch->model.lora_scale = e->cfg.lora_alpha / (float)whole->lora_rank;
+        init_lora_chunk(e, ch, whole);
+    } else {
+        init_chunk(e, ch, whole);
+    }
     inject_outlier(e, ch);
     setup_optimizer(e, ch);
     if (e->cfg.measure_micro_norms) dp_measure_micro_norms(ch->dp);
@@ -190,6 +240,7 @@ Engine *engine_create(Comm *world, const GPTConfig *whole, const EngineConfig *c
                g->cp);
     if (whole->padded_vocab_size % g->tp != 0)
         bs_die("--tp %d does not divide the padded vocabulary %d", g->tp, whole->padded_vocab_size);
+    if (whole->lora_rank > 0) check_lora(e, whole);
     e->num_chunks = cfg->virtual_stages > 0 ? cfg->virtual_stages : 1;
     if (e->num_chunks > PIPE_MAX_CHUNKS) bs_die("--virtual-stages %d: at most %d", e->num_chunks, PIPE_MAX_CHUNKS);
     split_virtual_stages(e);
@@ -379,11 +430,14 @@ double engine_evaluate(Engine *e, int m, int counted, PipeLoad load, void *ctx) 
     return e->grid->tp_index == 0 ? loss : 0;
 }
 
-/* Chunk by chunk: every rank's chunk c, unpacked on rank 0 by its shard config. */
-void engine_gather_model(Engine *e, float *out) {
+/* Chunk by chunk: every rank's chunk c, unpacked on rank 0 by its shard
+ * config; the trained parameters, or (BASE) LoRA's frozen base. out: the
+ * whole of that part, on rank 0. */
+static void gather_part(Engine *e, GPTPart part, float *out) {
     const Grid *g = e->grid;
     const int world = comm_size(g->world);
-    GPTConfig whole = gpt_logical_config(&e->chunks[0].model.cfg);
+    GPTConfig whole = gpt_part_config(&e->chunks[0].model.cfg, part);
+    whole = gpt_logical_config(&whole);
     GPTConfig *shards = bs_malloc(sizeof(GPTConfig) * (size_t)world);
     if (comm_rank(g->world) == 0) memset(out, 0, gpt_num_params(&whole) * sizeof(float));
     for (int c = 0; c < e->num_chunks; c++) {
@@ -391,9 +445,38 @@ void engine_gather_model(Engine *e, float *out) {
             GridCoord at = grid_coord_of(g, r);
             shards[r] = chunk_config(e, &whole, at.tp, c * g->pp + at.pp);
         }
-        mp_gather_logical(g, &e->chunks[c].model, e->chunks[c].dp, shards, out);
+        EngineChunk *ch = &e->chunks[c];
+        if (part == GPT_PART_BASE) {
+            GPTConfig mine = gpt_part_config(&ch->model.cfg, GPT_PART_BASE);
+            mp_gather_shards(g, &mine, ch->model.frozen, shards, out);
+        } else {
+            mp_gather_logical(g, &ch->model, ch->dp, shards, out);
+        }
     }
     free(shards);
+}
+
+void engine_gather_model(Engine *e, float *out) {
+    const GPTConfig *mc = &e->chunks[0].model.cfg;
+    if (mc->part != GPT_PART_ADAPTERS) {
+        gather_part(e, mc->part, out);
+        return;
+    }
+    GPTConfig all = gpt_part_config(mc, GPT_PART_ALL), base = gpt_part_config(mc, GPT_PART_BASE);
+    GPTConfig adapters = gpt_logical_config(mc);
+    all = gpt_logical_config(&all);
+    base = gpt_logical_config(&base);
+    const bool root = comm_rank(e->grid->world) == 0;
+    float *parts[2] = {root ? bs_malloc(gpt_num_params(&base) * sizeof(float)) : NULL,
+                       root ? bs_malloc(gpt_num_params(&adapters) * sizeof(float)) : NULL};
+    gather_part(e, GPT_PART_BASE, parts[0]);
+    gather_part(e, GPT_PART_ADAPTERS, parts[1]);
+    if (root) {
+        gpt_copy_part(&all, GPT_PART_BASE, parts[0], out);
+        gpt_copy_part(&all, GPT_PART_ADAPTERS, parts[1], out);
+    }
+    free(parts[0]);
+    free(parts[1]);
 }
 
 /* ---- what the layers above read ---- */
@@ -425,6 +508,9 @@ DPMemory engine_memory(const Engine *e) {
     DPMemory total = {0, 0, 0};
     for (int c = 0; c < e->num_chunks; c++) {
         DPMemory m = dp_memory(e->chunks[c].dp);
+        const GPT *model = &e->chunks[c].model;
+        GPTConfig base = gpt_part_config(&model->cfg, GPT_PART_BASE);
+        if (model->frozen) total.param_bytes += gpt_num_params(&base) * sizeof(float); /* LoRA's frozen base */
         total.param_bytes += m.param_bytes;
         total.grad_bytes += m.grad_bytes;
         total.buffer_bytes += m.buffer_bytes;

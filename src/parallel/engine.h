@@ -59,6 +59,10 @@ typedef struct {
     int32_t doc_separator;
     const Fp8Options *fp8;     /* --precision fp8: the transformer layers' linear layers in FP8 (NULL: off) */
     double outlier_scale;      /* tests: LayerNorm 1's gain of channel 0 times this at initialisation (0: off) */
+    /* LoRA (the whole model's lora_rank > 0): chunks train only the adapters,
+     * the base (from init_from, or seeded) is frozen on every rank */
+    float lora_alpha;          /* the branch's scale is alpha / rank */
+    const char *lora_init;     /* the adapters from a peft adapter file (NULL: A Kaiming-uniform, B zero) */
 } EngineConfig;
 
 /* One model chunk of this rank: a shard of the flat layout with its own
@@ -101,7 +105,8 @@ void engine_update(Engine *e, double lr, float grad_scale);
 /* After an update made elsewhere (1-bit Adam): parameters current everywhere. */
 void engine_after_update(Engine *e);
 /* The whole model's parameters on world rank 0 (out: gpt_num_params of the
- * logical config, rank 0 only). Collective. */
+ * logical config, rank 0 only; with LoRA the layout holding the base and
+ * the adapters, GPT_PART_ALL). Collective. */
 void engine_gather_model(Engine *e, float *out);
 /* Forward only of m micro-batches of which the first `counted` count: this
  * rank's loss sum (0 off the loss ranks). Collective. */

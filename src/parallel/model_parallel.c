@@ -124,13 +124,18 @@ static void unpack_primary(const GPTConfig *cfg, const float *packed, float *log
 void mp_gather_logical(const Grid *g, GPT *model, DataParallel *dp, const GPTConfig *rank_shards, float *out) {
     float *local = bs_malloc(model->num_params * sizeof(float));
     dp_gather_params(dp, local); /* every data-parallel rank: its stage's whole shard */
-    bool sender = g->dp_index == 0 && g->cp_index == 0; /* one copy of each shard */
-    size_t n = sender ? pack_primary(&model->cfg, local, NULL) : 0;
-    float *packed = bs_malloc((n ? n : 1) * sizeof(float));
-    if (sender) pack_primary(&model->cfg, local, packed);
+    mp_gather_shards(g, &model->cfg, local, rank_shards, out);
     free(local);
+}
+
+void mp_gather_shards(const Grid *g, const GPTConfig *cfg, const float *local, const GPTConfig *rank_shards,
+                      float *out) {
+    bool sender = g->dp_index == 0 && g->cp_index == 0; /* one copy of each shard */
+    size_t n = sender ? pack_primary(cfg, local, NULL) : 0;
+    float *packed = bs_malloc((n ? n : 1) * sizeof(float));
+    if (sender) pack_primary(cfg, local, packed);
     int world = comm_size(g->world), me = comm_rank(g->world);
-    GPTConfig whole = gpt_logical_config(&model->cfg);
+    GPTConfig whole = gpt_logical_config(cfg);
     size_t total = me == 0 ? gpt_num_params(&whole) : 0; /* the primary copies: each element once */
     float *all = me == 0 ? bs_malloc((total ? total : 1) * sizeof(float)) : NULL;
     size_t *counts = me == 0 ? bs_malloc(sizeof(size_t) * (size_t)world) : NULL;

@@ -39,6 +39,10 @@ double mp_local_grad_sum_squares(const GPT *model, DataParallel *dp);
  * config on rank 0 only, which the caller zeroes first; rank_shards: the
  * shard config of each world rank's piece, read on rank 0). */
 void mp_gather_logical(const Grid *g, GPT *model, DataParallel *dp, const GPTConfig *rank_shards, float *out);
+/* The same from each rank's shard `local` of layout cfg (every data-parallel
+ * rank holds it whole; one copy of each is sent). */
+void mp_gather_shards(const Grid *g, const GPTConfig *cfg, const float *local, const GPTConfig *rank_shards,
+                      float *out);
 /* Copies local [offset, offset+count) of this shard out of a logical buffer. */
 void mp_copy_from_logical(const GPTConfig *cfg, const float *logical, float *dst, size_t offset, size_t count);
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "model/lora.h"
 
 const char *const TRAIN_PRECISION_WORDS[] = {"fp32", "bf16", "fp8", NULL};
 const char *const TRAIN_BF16_MATMUL_WORDS[] = {"auto", "onednn", "widen", NULL};
@@ -111,8 +112,25 @@ static bool check_combinations(const TrainConfig *c, char *why, size_t n) {
     return true;
 }
 
+/* LoRA: its flags need --lora-rank; what it does not compose with (the engine checks the layout). */
+static bool check_lora(const TrainConfig *c, char *why, size_t n) {
+    int mask;
+    if (c->lora_rank == 0) {
+        const char *flag = c->lora_init && *c->lora_init ? "--lora-init" : c->lora_merge ? "--lora-merge"
+                           : c->save_adapters && *c->save_adapters ? "--save-adapters" : NULL;
+        if (flag) snprintf(why, n, "%s needs --lora-rank R (LoRA adapters to train)", flag);
+        return !flag;
+    }
+    if (!lora_parse_targets(c->lora_targets, &mask, why, n)) return false;
+    if (c->optimizer == OPTIM_ONEBIT_ADAM) {
+        snprintf(why, n, "--lora-rank with --optimizer onebit-adam is not supported yet");
+        return false;
+    }
+    return true;
+}
+
 bool train_config_check(const TrainConfig *c, char *why, size_t why_size) {
     why[0] = 0;
     return check_combinations(c, why, why_size) && check_pipeline(c, why, why_size) &&
-           check_context(c, why, why_size);
+           check_context(c, why, why_size) && check_lora(c, why, why_size);
 }

@@ -131,6 +131,13 @@ typedef struct {
     double outer_lr, outer_momentum, prox_mu;
     /* supervised fine-tuning data (prepare --format chat-jsonl) */
     DocMask doc_mask;             /* attention inside each packed document: auto (with loss-masked data), on, off */
+    /* LoRA fine-tuning (model/lora.h) */
+    int lora_rank;                /* 0: train the whole model */
+    double lora_alpha;
+    const char *lora_targets;     /* --lora-targets text */
+    const char *lora_init;        /* peft adapters to start from */
+    bool lora_merge;              /* exports fold B A into the weights */
+    const char *save_adapters;    /* peft directory for the final adapters */
 } TrainConfig;
 
 /* Everything that can be checked without the process group: flag

@@ -58,6 +58,8 @@ static GPTConfig model_shape(Trainer *tr) {
     }
     char why[256];
     if (!gpt_config_check(&mc, why, sizeof why)) bs_die("%s", why);
+    mc.lora_rank = c->lora_rank;
+    if (c->lora_rank > 0 && !lora_parse_targets(c->lora_targets, &mc.lora_targets, why, sizeof why)) bs_die("%s", why);
     return mc;
 }
 
@@ -107,6 +109,8 @@ static void setup_engine(Trainer *tr) {
         ec.bf16 = c->fp8_high_precision == PRECISION_BF16;
     }
     ec.outlier_scale = c->outlier_scale;
+    ec.lora_alpha = (float)c->lora_alpha;
+    ec.lora_init = option_given(c->lora_init) ? c->lora_init : NULL;
     setup_doc_mask(tr, &ec);
     ec.data_parallel = (DPOptions){.zero_stage = c->zero, .bucket_floats = (size_t)(c->bucket_mb * 1024 * 1024 / sizeof(float)),
                         .overlap = !c->no_overlap};

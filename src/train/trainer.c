@@ -19,6 +19,7 @@
 #include "model/gpt.h"
 #include "model/llmc_file.h"
 #include "model/model_file.h"
+#include "model/safetensors_file.h"
 #include "optim/grad_norm.h"
 #include "parallel/engine.h"
 #include "train/balance.h"
@@ -239,6 +240,7 @@ static double evaluate(Trainer *tr) {
 static GPT full_model(Trainer *tr) {
     GPT m;
     gpt_create_with(&m, &tr->model, tr->rank == 0 ? GPT_ALLOC_PARAMS : 0);
+    if (tr->model.lora_rank > 0) m.lora_scale = (float)(tr->cfg.lora_alpha / tr->cfg.lora_rank);
     engine_gather_model(tr->engine, m.params);
     return m;
 }
@@ -265,10 +267,23 @@ static void print_sample(Trainer *tr) {
     gpt_free(&m);
 }
 
+/* LoRA: the adapters as a peft directory. */
+static void export_adapters(const Trainer *tr, const GPT *m) {
+    const char *dir = tr->cfg.save_adapters;
+    char path[4200];
+    bs_mkdir_p(dir);
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    safetensors_write_adapters(path, &m->cfg, m->params);
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    safetensors_write_peft_config(path, &m->cfg, tr->cfg.lora_alpha);
+}
+
 static void export_models(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
-    if (!option_given(c->save_model) && !option_given(c->out)) return;
+    if (!option_given(c->save_model) && !option_given(c->out) && !option_given(c->save_adapters)) return;
     GPT m = full_model(tr);
+    if (tr->rank == 0 && option_given(c->save_adapters)) export_adapters(tr, &m);
+    if (tr->rank == 0 && c->lora_merge) gpt_merge_adapters(&m); /* model files hold the base tensors only */
     if (tr->rank == 0) {
         if (option_given(c->save_model)) model_file_write(c->save_model, &m);
         if (option_given(c->out)) {

@@ -1,0 +1,59 @@
+/* lora.h: LoRA (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large
+ * Language Models"), the low-rank update of a frozen linear layer:
+ *     y = W x + b + s B (A x),   A (r, in), B (out, r), s = alpha / r
+ * as peft computes it (no dropout here: the branch sees x itself).
+ *
+ * The adapters are tensors of the model's layout (gpt.h: the ADAPTERS part
+ * holds only them, the BASE part the frozen model); this file is their
+ * arithmetic on N rows, in the fixed-block kernels of kernels.h:
+ *   forward   u = s (x A^T) (N, r), kept for backward; out += u B^T
+ *   backward  du = dy B (N, r), dB += dy^T u; du *= s;
+ *             dA += du^T x, dx += du A
+ * Under tensor parallelism (Megatron's column / row split of the base layer)
+ * the adapter follows the layer: for a column-parallel layer A is whole and
+ * B split by output rows, so u is whole and backward sums du over the group
+ * after this rank's share of dx (which the layer's own all-reduce of dx then
+ * completes); for a row-parallel layer A is split by input columns, so u is
+ * summed over the group in forward, B is whole, and B u is added by the
+ * group's rank 0 only (like the layer's bias) before the layer's all-reduce.
+ *
+ * Also here: the flag values (--lora-targets) and folding B A into W
+ * (--lora-merge). */
+#ifndef BS_MODEL_LORA_H
+#define BS_MODEL_LORA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "comm/comm.h"
+
+/* The four linear layers of a transformer layer, as LoRA targets. */
+enum { LORA_TARGET_QKV, LORA_TARGET_ATTPROJ, LORA_TARGET_FC, LORA_TARGET_FCPROJ, LORA_NUM_TARGETS };
+
+typedef struct {
+    const float *A, *B; /* this rank's shards */
+    float *dA, *dB;     /* accumulated (+=) */
+    int rank;           /* r */
+    float scale;        /* alpha / r */
+    bool row_parallel;  /* the layer splits its input over the tensor-parallel group */
+    Comm *tp;           /* the group (NULL: none) */
+    bool lead;          /* rank 0 of the group */
+} LoraBranch;
+
+/* out (N, OC) += the branch of inp (N, IC); u (N, r) kept; tmp (N, OC) scratch. */
+void lora_forward(const LoraBranch *b, float *out, float *u, float *tmp, const float *inp, size_t N, int IC, int OC);
+/* From dout (N, OC) and the forward's u: dA, dB +=, dinp (N, IC) += (this
+ * rank's share; see above); du (N, r) and tmp (N, IC) scratch. */
+void lora_backward(const LoraBranch *b, float *dinp, const float *dout, const float *u, const float *inp, float *du,
+                   float *tmp, size_t N, int IC, int OC);
+
+/* W (OC, IC) += s B A: the adapter folded into the base weight. */
+void lora_merge(float *W, const float *A, const float *B, int rank, float scale, int IC, int OC);
+
+/* Parses --lora-targets (comma-separated qkv, attproj, fc, fcproj, or all)
+ * into a mask of 1 << LORA_TARGET_*; false with a one-line reason. */
+bool lora_parse_targets(const char *text, int *mask, char *why, size_t why_size);
+/* The mask back as text ("qkv,fc"), into out. */
+void lora_format_targets(int mask, char *out, size_t size);
+
+#endif
