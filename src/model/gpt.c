@@ -451,7 +451,7 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
     float *emb = NULL;
     if (gpt_has_encoder(cfg)) {
         emb = dense_params(model, access, 0);
-        encoder_forward(acts->encoded, inputs, emb, lead ? emb + gpt_tensor_numel(cfg, TK_WTE) : NULL,
+        encoder_forward(acts->encoded, inputs, emb, lead ? emb + (size_t)w.Vl * C : NULL, /* wpe follows wte */
                         positions_of(model), w.v_begin, w.v_begin + w.Vl, b, t, C);
         tp_sum(model, acts->encoded, N * C);
         if (!gpt_has_head(cfg)) params_done(access, 0);

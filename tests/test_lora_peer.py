@@ -1,0 +1,160 @@
+#!/usr/bin/python3
+"""test_lora_peer.py: LoRA training against Hugging Face peft.
+
+Runs under the Hugging Face venv (scripts/hf-venv.sh: transformers 4.36.2 and
+peft 0.7.1 on Debian's torch); exits 77 (skipped, with the reason) without it.
+
+A random GPT-2 (every parameter drawn, as in test_hf_peer.py) is saved with
+save_pretrained; peft wraps it with rank-4 adapters on all four linear layers
+(c_attn, attn.c_proj, c_fc, mlp.c_proj; alpha 8, no dropout) whose A and B are
+both drawn (peft starts B at zero, which would leave A's first gradients zero
+and hide a wrong dA), and saves them. `batchscale train --init-from DIR
+--lora-init ADAPTERS` then runs 6 AdamW steps (weight decay 0.1 on the
+adapters as torch.optim.AdamW applies it to its group, constant lr, no
+clipping) on the same sequences as a torch.optim.AdamW loop over peft's
+trainable parameters. Checked within 1e-5 (fp32 on both sides; only the
+summation order differs, and 6 Adam steps do not amplify it past 1e-6 here):
+  - every step's loss;
+  - the trained adapters (--save-adapters, read back with safetensors), and
+    peft loads that directory (PeftModel.from_pretrained) to the same logits;
+  - --lora-merge --save-model: the merged weights equal merge_and_unload()'s;
+  - the base weights in the merged file outside the adapted layers are the
+    file's own (frozen: LayerNorms, embeddings untouched by training).
+usage: test_lora_peer.py (env BATCHSCALE, BS_HF_PYTHON)
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HF_PYTHON = os.environ.get("BS_HF_PYTHON", "")
+TOL = 1e-5
+STEPS, B, T, V, RANK, ALPHA, LR, WD = 6, 2, 32, 257, 4, 8.0, 2e-3, 0.1
+
+PEER = r'''
+import json, sys
+import numpy as np, torch
+from safetensors.torch import load_file
+from transformers import GPT2Config, GPT2LMHeadModel
+from peft import LoraConfig, PeftModel, get_peft_model
+d, steps, B, T, V, rank, alpha, lr, wd = sys.argv[1], *map(int, sys.argv[2:7]), *map(float, sys.argv[7:10])
+torch.manual_seed(0)
+cfg = GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=V, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0,
+                 attn_pdrop=0.0, activation_function="gelu_new", layer_norm_epsilon=1e-5)
+base = GPT2LMHeadModel(cfg)
+with torch.no_grad():
+    for name, p in base.named_parameters():
+        p.normal_(1.0 if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")) else 0.0, 0.1)
+base.save_pretrained(d + "/base", safe_serialization=True)
+targets = ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
+model = get_peft_model(base, LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0,
+                                        fan_in_fan_out=True, bias="none"))
+with torch.no_grad():
+    for name, p in model.named_parameters():
+        if "lora_" in name:
+            p.normal_(0.0, 0.2)
+model.save_pretrained(d + "/init_adapters")
+stream = torch.randint(0, V, (steps * B * T + 1,), generator=torch.Generator().manual_seed(3))
+stream.to(torch.int32).numpy().tofile(d + "/stream.bin")
+trainable = [p for p in model.parameters() if p.requires_grad]
+opt = torch.optim.AdamW(trainable, lr=lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=wd)
+losses = []
+for s in range(steps):
+    first = s * B
+    idx = torch.stack([stream[(first + b) * T:(first + b) * T + T] for b in range(B)]).long()
+    tgt = torch.stack([stream[(first + b) * T + 1:(first + b) * T + T + 1] for b in range(B)]).long()
+    opt.zero_grad()
+    logits = model(input_ids=idx).logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
+    loss.backward()
+    opt.step()
+    losses.append(loss.item())
+model.eval()
+probe = stream[:T].long().unsqueeze(0)
+with torch.no_grad():
+    ref_logits = model(input_ids=probe).logits
+state = {k: v for k, v in model.state_dict().items() if "lora_" in k}
+# our exported adapters, loaded by peft onto the same base
+ours = PeftModel.from_pretrained(GPT2LMHeadModel.from_pretrained(d + "/base"), d + "/ours")
+ours.eval()
+with torch.no_grad():
+    our_logits = ours(input_ids=probe).logits
+saved = load_file(d + "/ours/adapter_model.safetensors")
+def rel(a, b):
+    return float((a.double() - b.double()).abs().max() / max(1.0, float(b.double().abs().max())))
+adapter_err = max(rel(saved[k.replace(".default", "")], v) for k, v in state.items())
+missing = sorted(set(k.replace(".default", "") for k in state) ^ set(saved))
+merged = model.merge_and_unload().state_dict()
+mine = load_file(d + "/merged.safetensors")
+merge_err = max(rel(mine[k], merged[k]) for k in mine)  # both Conv1D (in, out)
+base_file = load_file(d + "/base/model.safetensors")
+frozen_same = all(torch.equal(mine[k], base_file[k]) for k in mine if "ln_" in k or "wte" in k or "wpe" in k)
+json.dump({"losses": losses, "adapter_err": adapter_err, "missing": missing, "logits_err": rel(our_logits, ref_logits),
+           "merge_err": merge_err, "frozen_same": frozen_same}, open(d + "/peer.json", "w"))
+'''
+
+# the base, adapters and stream are written by the first half of PEER; split it at the training loop's output
+SETUP = PEER[:PEER.index("trainable = ")]
+
+
+def run(cmd, check=True):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if check and p.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def write_shard(path, stream_path):
+    """A token shard (llm.c format: 256 int32 header, magic 20240520, version 1, count; uint16 tokens)."""
+    import array
+    tokens = array.array("i")
+    with open(stream_path, "rb") as f:
+        tokens.frombytes(f.read())
+    header = array.array("i", [0] * 256)
+    header[0], header[1], header[2] = 20240520, 1, len(tokens)
+    with open(path, "wb") as f:
+        header.tofile(f)
+        array.array("H", tokens).tofile(f)
+
+
+def main():
+    if not HF_PYTHON or not os.path.exists(HF_PYTHON) or run([HF_PYTHON, "-c", "import peft"], check=False).returncode:
+        print("SKIP: no Hugging Face venv with peft (scripts/hf-venv.sh makes it; PyPI needed once)")
+        return 77
+    bs = os.environ["BATCHSCALE"]
+    failures = 0
+    with tempfile.TemporaryDirectory() as d:
+        args = [d, str(STEPS), str(B), str(T), str(V), str(RANK), str(ALPHA), str(LR), str(WD)]
+        run([HF_PYTHON, "-c", SETUP] + args)
+        write_shard(d + "/train.bin", d + "/stream.bin")
+        metrics = d + "/m.jsonl"
+        run([bs, "train", "--init-from", d + "/base", "--data", d + "/train.bin", "--data-order", "sequential",
+             "--seq-len", str(T), "--micro-batch", str(B), "--global-batch", str(B), "--steps", str(STEPS),
+             "--lr", str(LR), "--min-lr", str(LR), "--warmup", "0", "--weight-decay", str(WD), "--grad-clip", "0",
+             "--beta2", "0.95", "--eval-every", "0", "--sample-tokens", "0", "--threads", "1", "--quiet",
+             "--lora-rank", str(RANK), "--lora-alpha", str(ALPHA), "--lora-init", d + "/init_adapters",
+             "--save-adapters", d + "/ours", "--lora-merge", "--save-model", d + "/merged.safetensors",
+             "--metrics", metrics])
+        run([HF_PYTHON, "-c", PEER] + args)
+        peer = json.load(open(d + "/peer.json"))
+        ours = [json.loads(line)["loss"] for line in open(metrics)]
+        checks = [
+            (len(ours) == STEPS and max(abs(a - b) / b for a, b in zip(ours, peer["losses"])) <= TOL,
+             f"loss at each of {STEPS} AdamW steps vs peft: "
+             f"{max(abs(a - b) / b for a, b in zip(ours, peer['losses'])):.2e} ({ours[0]:.5f} .. {ours[-1]:.5f})"),
+            (not peer["missing"], f"the exported adapter names are peft's (differences: {peer['missing'][:4]})"),
+            (peer["adapter_err"] <= TOL, f"trained adapters vs peft's: {peer['adapter_err']:.2e}"),
+            (peer["logits_err"] <= TOL, f"peft loads --save-adapters: logits {peer['logits_err']:.2e}"),
+            (peer["merge_err"] <= TOL, f"--lora-merge weights vs merge_and_unload(): {peer['merge_err']:.2e}"),
+            (peer["frozen_same"], "the frozen base (embeddings, LayerNorms) leaves training bit for bit"),
+        ]
+        print("losses, batchscale:", ["%.6f" % x for x in ours], "\nlosses, peft:      ", ["%.6f" % x for x in peer["losses"]])
+        for ok, what in checks:
+            print(("ok   " if ok else "FAIL ") + what, flush=True)
+            failures += 0 if ok else 1
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
