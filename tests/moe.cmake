@@ -1,0 +1,8 @@
+# moe.cmake: the Mixture-of-Experts layer (src/model/moe.h) against a PyTorch
+# reference written from the formulas, its finite-difference gradient check
+# in double, and expert parallelism against one process (prefix moe_).
+add_executable(test_moe_layer test_moe_layer.c)
+target_link_libraries(test_moe_layer PRIVATE bscore)
+add_test(NAME moe_layer COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe.py $<TARGET_FILE:test_moe_layer>)
+add_test(NAME moe_config_check COMMAND $<TARGET_FILE:test_moe_layer> check)
+set_tests_properties(moe_layer PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
