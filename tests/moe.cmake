@@ -6,3 +6,12 @@ target_link_libraries(test_moe_layer PRIVATE bscore)
 add_test(NAME moe_layer COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe.py $<TARGET_FILE:test_moe_layer>)
 add_test(NAME moe_config_check COMMAND $<TARGET_FILE:test_moe_layer> check)
 set_tests_properties(moe_layer PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
+
+# The layer in double precision (real.h) for the finite-difference check: moe.c with the kernels it calls.
+add_executable(test_moe_gradcheck test_moe_gradcheck.c ${PROJECT_SOURCE_DIR}/src/model/moe.c
+               ${PROJECT_SOURCE_DIR}/src/kernels/matmul.c ${PROJECT_SOURCE_DIR}/src/kernels/gelu.c
+               ${PROJECT_SOURCE_DIR}/src/core/error.c)
+target_compile_definitions(test_moe_gradcheck PRIVATE BS_REAL_DOUBLE)
+target_include_directories(test_moe_gradcheck PRIVATE ${PROJECT_SOURCE_DIR}/src ${CBLAS_INCLUDE})
+target_link_libraries(test_moe_gradcheck PRIVATE ${OPENBLAS_LIB} OpenMP::OpenMP_C m)
+add_test(NAME moe_gradcheck COMMAND $<TARGET_FILE:test_moe_gradcheck>)
