@@ -15,6 +15,7 @@ target_compile_definitions(test_moe_gradcheck PRIVATE BS_REAL_DOUBLE)
 target_include_directories(test_moe_gradcheck PRIVATE ${PROJECT_SOURCE_DIR}/src ${CBLAS_INCLUDE})
 target_link_libraries(test_moe_gradcheck PRIVATE ${OPENBLAS_LIB} OpenMP::OpenMP_C m)
 add_test(NAME moe_gradcheck COMMAND $<TARGET_FILE:test_moe_gradcheck>)
+set_tests_properties(moe_gradcheck PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
 
 # Expert parallelism: every rank's rows and gradients against one process over all ranks' rows.
 add_executable(test_moe_parallel test_moe_parallel.c)

@@ -11,7 +11,9 @@
  * OUT: x, router_w, experts, bias, dout, dx0, drouter0, dexperts0, out, dx,
  * drouter, dexperts, then aux, z, routed (E), kept (E); shapes from the
  * arguments.
- * usage: test_moe_layer check: the config check's one-line reasons. */
+ * usage: test_moe_layer check: the config and EP checks' one-line reasons,
+ * the bias update and the metrics on loads given here. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,11 +53,40 @@ static int check_configs(void) {
         CHECK(!ok && strstr(why, bad[i].flag) && !strchr(why, '\n'), "case %zu: '%s' should name %s", i, why,
               bad[i].flag);
     }
+    CHECK(moe_ep_check(8, 4, 8, why, sizeof why), "ep 4 of 8 experts, dp 8 refused");
+    const int ep_bad[][3] = {{8, 3, 6}, {8, 4, 6}, {8, 0, 8}};
+    for (int i = 0; i < 3; i++) {
+        why[0] = '\0';
+        bool ok = moe_ep_check(ep_bad[i][0], ep_bad[i][1], ep_bad[i][2], why, sizeof why);
+        printf("%s\n", why);
+        CHECK(!ok && strstr(why, "--ep") && !strchr(why, '\n'), "ep case %d: '%s'", i, why);
+    }
+    return failures ? 1 : 0;
+}
+
+/* The bias update and the metrics on loads 5 1 3 3 (mean 3), 10 of 12 kept. */
+static int check_balance(void) {
+    const MoeConfig cfg = {.channels = 8, .hidden = 16, .experts = 4, .top_k = 2, .aux_coef = 0.01};
+    MoeStats s;
+    memset(&s, 0, sizeof s);
+    const double routed[4] = {5, 1, 3, 3}, kept[4] = {4, 1, 3, 2};
+    for (int i = 0; i < 4; i++) s.routed[i] = routed[i], s.kept[i] = kept[i], s.prob[i] = 1.5;
+    s.tokens = 6, s.lse_sq = 12;
+    float bias[4] = {0.5f, 0.5f, 0.5f, 0.5f};
+    moe_bias_update(&cfg, bias, &s, 0.125);
+    const float want[4] = {0.375f, 0.625f, 0.5f, 0.5f}; /* sign(3 - load) x 0.125 */
+    for (int i = 0; i < 4; i++) CHECK(bias[i] == want[i], "bias %d: %g, want %g", i, bias[i], want[i]);
+    MoeMetrics m = moe_metrics(&cfg, &s);
+    CHECK(m.max_load == 5 && m.mean_load == 3, "loads max %g mean %g", m.max_load, m.mean_load);
+    CHECK(fabs(m.dropped_fraction - 2.0 / 12) < 1e-15, "dropped fraction %g", m.dropped_fraction);
+    /* c E sum f P = 0.01 x 4 x sum(routed / 12 x 1.5 / 6); z = 0 */
+    CHECK(fabs(m.aux_loss - 0.01 * 4 * (12.0 / 12) * 0.25) < 1e-15 && m.z_loss == 0, "aux %g z %g", m.aux_loss,
+          m.z_loss);
     return failures ? 1 : 0;
 }
 
 int main(int argc, char **argv) {
-    if (argc == 2 && strcmp(argv[1], "check") == 0) return check_configs();
+    if (argc == 2 && strcmp(argv[1], "check") == 0) return check_configs() | check_balance();
     if (argc != 13) bs_die("usage: test_moe_layer OUT ROUTER CAPACITY N C F E K AUX Z BIAS SEED");
     MoeConfig cfg = {.channels = atoi(argv[5]), .hidden = atoi(argv[6]), .experts = atoi(argv[7]),
                      .top_k = atoi(argv[8]), .capacity_factor = atof(argv[3]), .aux_coef = atof(argv[9]),

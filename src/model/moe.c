@@ -73,6 +73,16 @@ bool moe_config_check(const MoeConfig *c, bool capacity_given, char *why, size_t
     return false;
 }
 
+bool moe_ep_check(int experts, int ep, int dp_size, char *why, size_t why_size) {
+    if (ep < 1 || experts % ep != 0)
+        snprintf(why, why_size, "--ep %d must divide --experts %d", ep, experts);
+    else if (dp_size % ep != 0)
+        snprintf(why, why_size, "--ep %d must divide the data-parallel size %d (--dp)", ep, dp_size);
+    else
+        return true;
+    return false;
+}
+
 bool moe_parse_router(const char *name, MoeRouter *out) {
     if (strcmp(name, "softmax") == 0) *out = MOE_ROUTER_SOFTMAX;
     else if (strcmp(name, "sigmoid") == 0) *out = MOE_ROUTER_SIGMOID;

@@ -66,6 +66,9 @@ typedef struct {
  * (--experts, --top-k, --capacity-factor, --moe-ffn, ...). capacity_given:
  * the user passed --capacity-factor (it must then be > 0). */
 bool moe_config_check(const MoeConfig *cfg, bool capacity_given, char *why, size_t why_size);
+/* Expert parallelism's layout: ep >= 1 dividing the experts and the
+ * data-parallel size (the EP group folds over data-parallel ranks). */
+bool moe_ep_check(int experts, int ep, int dp_size, char *why, size_t why_size);
 bool moe_parse_router(const char *name, MoeRouter *out);
 const char *moe_router_name(MoeRouter router);
 
