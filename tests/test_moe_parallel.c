@@ -12,7 +12,8 @@
  * the group, its experts' gradients; the summed statistics' routed and kept
  * counts exactly (the same assignments dropped), the losses summed from
  * each rank's part; and the bytes the exchange counted against the
- * assignments that cross ranks. Cases: softmax and sigmoid
+ * assignments that cross ranks; and that some capacity cut fell between
+ * equal scores of rows on different ranks (the tie rule exercised). Cases: softmax and sigmoid
  * routers, dropless and with capacity factors that drop, selection bias. */
 #include <math.h>
 #include <stdbool.h>
@@ -105,7 +106,33 @@ static double expected_bytes(const MoeConfig *cfg, const Oracle *o, int ep, int 
     return out * (16 + 2 * row) + back * 2 * row + (double)(ep - 1) * local * 8;
 }
 
-static void check_case(Comm *world, MoeRouter router, double capacity_factor) {
+static int descending(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+/* Experts whose capacity cut falls between equal scores (decided by
+ * position), routing the whole batch. */
+static int tied_cuts(const MoeConfig *cfg, const Oracle *o) {
+    MoeLayer *layer = moe_create(cfg, o->total);
+    MoeStats scratch;
+    memset(&scratch, 0, sizeof scratch);
+    moe_route(layer, o->x, o->total, o->wr, o->bias, &scratch);
+    const size_t *counts = moe_dispatch_counts(layer), cap = moe_capacity(cfg, o->total);
+    float *s = bs_malloc(sizeof(float) * o->total * K);
+    int ties = 0;
+    for (int e = 0, at = 0; e < E; at += (int)counts[e], e++) {
+        if (counts[e] <= cap) continue;
+        memcpy(s, moe_dispatch_scores(layer) + at, sizeof(float) * counts[e]);
+        qsort(s, counts[e], sizeof(float), descending);
+        ties += s[cap - 1] == s[cap];
+    }
+    free(s);
+    moe_free(layer);
+    return ties;
+}
+
+static int check_case(Comm *world, MoeRouter router, double capacity_factor) {
     const int ep = comm_size(world), rank = comm_rank(world);
     const MoeConfig cfg = {.channels = C, .hidden = F, .experts = E, .top_k = K, .router = router,
                            .capacity_factor = capacity_factor, .aux_coef = 0.5, .z_coef = 0.1};
@@ -154,17 +181,22 @@ static void check_case(Comm *world, MoeRouter router, double capacity_factor) {
     CHECK((m.dropped_fraction > 0) == (capacity_factor > 0), "dropped fraction %.3f", m.dropped_fraction);
     CHECK(bytes == want_bytes, "rank %d: exchange counted %.0f bytes, the assignments make %.0f", rank, bytes,
           want_bytes);
+    const int ties = tied_cuts(&cfg, &o);
+    if (rank == 0 && capacity_factor > 0) printf("  capacity cuts between equal scores: %d\n", ties);
     moe_parallel_free(p);
     free(out), free(dx), free(dwr), free(dexperts);
     free_oracle(&o);
+    return ties;
 }
 
 int main(int argc, char **argv) {
     Comm *world = comm_init(&argc, &argv, COMM_ALGO_MPI, 0, 120.0, "test_moe_parallel");
     check_case(world, MOE_ROUTER_SOFTMAX, 0);
     check_case(world, MOE_ROUTER_SIGMOID, 0);
-    check_case(world, MOE_ROUTER_SOFTMAX, 1.0);
-    check_case(world, MOE_ROUTER_SIGMOID, 0.75);
+    int ties = check_case(world, MOE_ROUTER_SOFTMAX, 1.0);
+    ties += check_case(world, MOE_ROUTER_SIGMOID, 0.75);
+    ties += check_case(world, MOE_ROUTER_SIGMOID, 0.5);
+    CHECK(ties > 0, "no capacity cut fell between equal scores: the cross-rank tie rule was not exercised");
     double bad = failures;
     comm_allreduce_double(world, &bad, 1);
     if (comm_rank(world) == 0) printf("%s: %d ranks, %.0f failure(s)\n", bad ? "FAILED" : "ok", comm_size(world), bad);

@@ -25,6 +25,7 @@ struct MoeParallel {
     MoeLayer *layer;
     ExpertExchange *exchange;
     size_t group_rows; /* of the last forward */
+    uint64_t *rank_rows; /* (ep): each rank's rows in the last forward */
     /* token side (N K rows, dispatch order) */
     float *send, *y, *dy, *drows;
     RowMeta *meta;
@@ -52,6 +53,7 @@ MoeParallel *moe_parallel_create(const MoeConfig *cfg, Comm *ep_group, size_t ma
     p->rows_dy = bs_malloc(sizeof(float) * M * C), p->rows_dx = bs_malloc(sizeof(float) * M * C);
     p->scores = bs_malloc(sizeof(float) * M), p->positions = bs_malloc(sizeof(int64_t) * M);
     p->rows_meta = bs_malloc(sizeof(RowMeta) * M);
+    p->rank_rows = bs_malloc(sizeof(uint64_t) * (size_t)p->ep);
     return p;
 }
 
@@ -60,7 +62,7 @@ void moe_parallel_free(MoeParallel *p) {
     moe_free(p->layer);
     expert_exchange_free(p->exchange);
     free(p->send), free(p->y), free(p->dy), free(p->drows), free(p->meta), free(p->rows), free(p->rows_y);
-    free(p->rows_dy), free(p->rows_dx), free(p->scores), free(p->positions), free(p->rows_meta), free(p);
+    free(p->rows_dy), free(p->rows_dx), free(p->scores), free(p->positions), free(p->rows_meta), free(p->rank_rows), free(p);
 }
 
 int moe_parallel_first_expert(const MoeParallel *p) { return p->first; }
@@ -68,7 +70,7 @@ int moe_parallel_local_experts(const MoeParallel *p) { return p->local; }
 
 /* This rank's first position among the group's rows; sets group_rows. */
 static int64_t row_offset(MoeParallel *p, size_t N) {
-    uint64_t mine = N, *all = bs_malloc(sizeof(uint64_t) * (size_t)p->ep);
+    uint64_t mine = N, *all = p->rank_rows;
     comm_allgather_bytes(p->comm, &mine, sizeof mine, all);
     int64_t offset = 0;
     p->group_rows = 0;
@@ -76,7 +78,6 @@ static int64_t row_offset(MoeParallel *p, size_t N) {
         if (r < p->rank) offset += (int64_t)all[r];
         p->group_rows += all[r];
     }
-    free(all);
     return offset;
 }
 
