@@ -18,7 +18,8 @@ rounding of a few hundred float32 operations is about 1e-6), the gradients
 added to the driver's starting values (backward accumulates), aux and z
 within 1e-5, per-expert routed and kept counts exactly; and per case that
 what it is for happens: rows dropped under a capacity factor (none
-dropless), and the selection bias changing the choice of some row.
+dropless), and the selection bias changing the choice of some row. And the
+same bits at 1 and 3 threads (6000 rows: several matmul row blocks per expert).
 """
 import math
 import os
@@ -151,10 +152,24 @@ def run_case(driver, case, tmp):
     return ties
 
 
+def check_threads(driver, tmp):
+    """The same bits at 1 and 3 threads, on rows enough for several matmul row blocks per expert."""
+    outs = []
+    for threads in (1, 3):
+        path = os.path.join(tmp, f"threads{threads}.bin")
+        subprocess.run([driver, path, "sigmoid", "1.5", "6000", "16", "24", "4", "2", "0.5", "0.1", "0.05", "7"],
+                       check=True, capture_output=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+        outs.append(open(path, "rb").read())
+    same = outs[0] == outs[1]
+    print(f"6000 rows, 4 experts: 1 and 3 threads {'bitwise equal' if same else 'DIFFER'}")
+    expect(same, "results differ between 1 and 3 threads")
+
+
 def main():
     torch.set_default_dtype(torch.float64)
     with tempfile.TemporaryDirectory() as tmp:
         ties = sum(run_case(sys.argv[1], case, tmp) for case in CASES)
+        check_threads(sys.argv[1], tmp)
     expect(ties > 0, "no capacity cut fell between equal scores: the tie rule was not exercised")
     print("FAILED" if FAILURES else "ok", f"({len(FAILURES)} failure(s), {len(CASES)} cases)")
     return 1 if FAILURES else 0
