@@ -75,6 +75,7 @@ RingPass *comm_op_add_ring(CommOp *op, Comm *group, RingKind kind, float *buf, i
     return add_phase(op, group, kind, buf, tag);
 }
 void comm_op_start_rings(CommOp *op) { start_first_phase(op); }
+void comm_op_ensure_counts(CommOp *op, int n) { ensure_counts(op, n); }
 
 CommOp *comm_start_allreduce(Comm *c, float *buf, size_t n) {
     CommOp *op = op_new(c, "all-reduce", n * sizeof(float));

@@ -87,6 +87,15 @@ CommOp *comm_start_recv(Comm *comm, float *buf, size_t n, int peer, int tag);
  * rank's block `rank` in block. */
 CommOp *comm_start_allgather_blocks(Comm *comm, const float *block, size_t n, float *all);
 CommOp *comm_start_reduce_scatter_blocks(Comm *comm, const float *all, float *block, size_t n);
+/* All-to-all (alltoall.c; expert parallelism): this rank sends send_counts[r]
+ * elements of elem_bytes each to group rank r and receives recv_counts[r]
+ * from it, both buffers holding the blocks in rank order without gaps (MPI's
+ * own algorithm). Bytes sent to other ranks are counted. counts and buffers
+ * stay owned by the caller until the operation completes. */
+CommOp *comm_start_alltoallv(Comm *comm, const void *send, const size_t *send_counts, void *recv,
+                             const size_t *recv_counts, size_t elem_bytes);
+/* recv (size x n) = block r of every rank's send (size x n), blocking. */
+void comm_alltoall_sizes(Comm *comm, const size_t *send, size_t *recv, int n);
 /* Advances the operation; true (and the operation is freed) when complete. */
 bool comm_test(CommOp *op);
 /* Blocks until complete (then frees it). `what` names it in a timeout message. */

@@ -128,6 +128,8 @@ void comm_ring_window_chunks(RingPass *r, const Comm *comm, size_t window_offset
 void comm_window_part(const Comm *comm, size_t window_offset, size_t n, size_t total, int rank, size_t *rel,
                       size_t *count);
 void comm_op_start_rings(CommOp *op);
+/* op->counts and op->displs hold at least n entries each. */
+void comm_op_ensure_counts(CommOp *op, int n);
 /* Advances the ring phases in order; true when the last one is complete. */
 bool comm_op_advance_rings(CommOp *op);
 

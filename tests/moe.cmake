@@ -1,0 +1,27 @@
+# moe.cmake: the Mixture-of-Experts layer (src/model/moe.h) against a PyTorch
+# reference written from the formulas, its finite-difference gradient check
+# in double, and expert parallelism against one process (prefix moe_).
+add_executable(test_moe_layer test_moe_layer.c)
+target_link_libraries(test_moe_layer PRIVATE bscore)
+add_test(NAME moe_layer COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe.py $<TARGET_FILE:test_moe_layer>)
+add_test(NAME moe_config_check COMMAND $<TARGET_FILE:test_moe_layer> check)
+set_tests_properties(moe_layer PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
+
+# The layer in double precision (real.h) for the finite-difference check: moe.c with the kernels it calls.
+add_executable(test_moe_gradcheck test_moe_gradcheck.c ${PROJECT_SOURCE_DIR}/src/model/moe.c
+               ${PROJECT_SOURCE_DIR}/src/kernels/matmul.c ${PROJECT_SOURCE_DIR}/src/kernels/gelu.c
+               ${PROJECT_SOURCE_DIR}/src/core/error.c)
+target_compile_definitions(test_moe_gradcheck PRIVATE BS_REAL_DOUBLE)
+target_include_directories(test_moe_gradcheck PRIVATE ${PROJECT_SOURCE_DIR}/src ${CBLAS_INCLUDE})
+target_link_libraries(test_moe_gradcheck PRIVATE ${OPENBLAS_LIB} OpenMP::OpenMP_C m)
+add_test(NAME moe_gradcheck COMMAND $<TARGET_FILE:test_moe_gradcheck>)
+set_tests_properties(moe_gradcheck PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
+
+# Expert parallelism: every rank's rows and gradients against one process over all ranks' rows.
+add_executable(test_moe_parallel test_moe_parallel.c)
+target_link_libraries(test_moe_parallel PRIVATE bscore)
+foreach(n 2 4)
+  add_test(NAME moe_parallel_np${n}
+           COMMAND mpirun --allow-run-as-root --oversubscribe --bind-to none -np ${n} $<TARGET_FILE:test_moe_parallel>)
+  set_tests_properties(moe_parallel_np${n} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
+endforeach()
