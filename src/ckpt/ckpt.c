@@ -132,6 +132,9 @@ static json_t *manifest_to_json(const CkptManifest *m) {
     if (m->virtual_stages > 1)
         json_object_set_new(json_object_get(j, "layout"), "virtual_stages", json_integer(m->virtual_stages));
     if (m->cp > 1) json_object_set_new(json_object_get(j, "layout"), "cp", json_integer(m->cp));
+    if (m->model.lora_rank > 0) /* the shards hold the adapters only */
+        json_object_set_new(json_object_get(j, "model"), "lora",
+                            json_pack("{s:i, s:i}", "rank", m->model.lora_rank, "targets", m->model.lora_targets));
     json_object_set_new(j, "tokenizer", json_string(m->tokenizer[0] ? m->tokenizer : "byte"));
     json_object_set_new(j, "schedule", json_pack("{s:s, s:I, s:I, s:o}", "batch", m->batch_schedule, "global_batch",
                                                  (json_int_t)m->final_batch, "current_batch",
@@ -286,6 +289,11 @@ bool ckpt_try_read_manifest(const char *dir, CkptManifest *m, char *why, size_t 
     const char *split = json_string_value(json_object_get(json_object_get(j, "layout"), "pp_split"));
     if (split && strlen(split) >= sizeof m->pp_split) FAIL("%s is corrupt: pp_split too long", path);
     snprintf(m->pp_split, sizeof m->pp_split, "%s", split ? split : "");
+    json_t *lora = json_object_get(json_object_get(j, "model"), "lora"); /* absent: the whole model trained */
+    if (lora && (json_unpack(lora, "{s:i, s:i}", "rank", &m->model.lora_rank, "targets", &m->model.lora_targets) != 0 ||
+                 m->model.lora_rank < 1 || m->model.lora_rank > 65536 || m->model.lora_targets < 1 ||
+                 m->model.lora_targets > 15))
+        FAIL("%s is corrupt: model.lora must hold a rank (1-65536) and a targets mask (1-15)", path);
     json_t *cp = json_object_get(json_object_get(j, "layout"), "cp"); /* absent: 1 */
     m->cp = cp ? (int)json_integer_value(cp) : 1;
     if (m->cp < 1 || m->world % ((long)m->cp * m->tp) != 0) FAIL("%s is corrupt: cp must be at least 1 and divide world / tp", path);

@@ -265,6 +265,10 @@ static int ckpt_export(int argc, char **argv) {
     CkptManifest *m = bs_malloc(sizeof *m);
     ckpt_read_manifest(dir, m);
     if (!ckpt_verify(dir, m, why, sizeof why)) bs_die("%s", why);
+    if (m->model.lora_rank > 0)
+        bs_die("ckpt export: %s holds LoRA adapters (rank %d) without their frozen base; resume it with train "
+               "--init-from BASE --resume ... and export with --save-adapters DIR or --lora-merge --save-model FILE",
+               dir, m->model.lora_rank);
     GPT model;
     gpt_create_with(&model, &m->model, GPT_ALLOC_PARAMS);
     train_ckpt_read(dir, m, &model.cfg, 0, model.num_params, model.params, NULL); /* any layout */

@@ -356,6 +356,14 @@ void train_resume(Trainer *tr) {
         bs_die("checkpoint %s holds a model of shape L=%d H=%d C=%d T=%d V=%d but the flags ask for L=%d H=%d C=%d "
                "T=%d V=%d; pass the checkpoint's shape", dir, a->num_layers, a->num_heads, a->channels,
                a->max_seq_len, a->vocab_size, b->num_layers, b->num_heads, b->channels, b->max_seq_len, b->vocab_size);
+    if (a->lora_rank != b->lora_rank || (a->lora_rank > 0 && a->lora_targets != b->lora_targets)) {
+        char had[64] = "none", want[64] = "none";
+        if (a->lora_rank) lora_format_targets(a->lora_targets, had, sizeof had);
+        if (b->lora_rank) lora_format_targets(b->lora_targets, want, sizeof want);
+        bs_die("checkpoint %s was written with --lora-rank %d --lora-targets %s, not --lora-rank %d --lora-targets %s; "
+               "resume with the same (a LoRA checkpoint holds the adapters, the base comes from --init-from)", dir,
+               a->lora_rank, had, b->lora_rank, want);
+    }
     const char *opt = optimizer_kind_name(tr->cfg.optimizer);
     if (strcmp(m->optimizer, opt) != 0)
         bs_die("checkpoint %s was written with --optimizer %s, not %s; its optimizer state does not carry over", dir,
