@@ -19,6 +19,9 @@ batch 8, and the adapted model is exported merged (--lora-merge: W + s B A).
    element; measured against a full fine-tuning run of the same model.
 4. A checkpoint at step 4 resumes to the same final weights bit for bit, and
    resuming it without --lora-rank is refused in one line.
+6. DiLoCo (--local-steps 4) over LoRA synchronises only the adapters: the
+   bytes sent are the adapters' pseudo-gradient every 4th step, nothing
+   between, and the base stays frozen.
 5. Bad input, one line each: --lora-targets with an unknown layer, LoRA flags
    without --lora-rank, --zero 3, --precision bf16, --lora-init of a file
    holding other tensors.
@@ -109,6 +112,14 @@ def main():
                   check_rc=False)
         check(p.returncode != 0 and "--lora-rank 4" in p.stderr and len(p.stderr.strip().splitlines()) == 1,
               f"resuming a LoRA checkpoint without --lora-rank: one line ({p.stderr.strip()[:100]})")
+
+        # 6. DiLoCo over LoRA: only the adapters' pseudo-gradient crosses the link, every H steps
+        m, w = train(d, "diloco", lora + ["--local-steps", "4", "--outer-optimizer", "avg"], 2)
+        sent = [x["comm_bytes"] for x in m]
+        check(sent == [0, 0, 0, 4 * n_adapters] * 2,
+              f"DiLoCo H=4 with LoRA sends the adapters only ({4 * n_adapters} bytes at steps 4 and 8, not the "
+              f"model's {4 * n_model}): {sent}")
+        check(np.count_nonzero(w != base_w) <= adapted, "DiLoCo with LoRA leaves the base frozen")
 
         # 5. bad input
         bad = [(["--lora-rank", "4", "--lora-targets", "qkv,mlp"], "--lora-targets"),
