@@ -8,7 +8,8 @@
  * figure, Young and Daly against the numerical optima of their models, goodput
  * against a Monte Carlo of failures and restarts, the matmul shape model
  * against DeepGEMM's published H800 table, the TP overlap against a hand
- * computation, group placement by rank order, and the small parsers. */
+ * computation, group placement by rank order, the MoE imbalance term
+ * against a hand computation, and the small parsers. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -543,6 +544,53 @@ static void test_placement(void) {
           "rank order names");
 }
 
+/* Expert imbalance (--moe-imbalance F, the busiest expert rank's tokens
+ * over the mean): Mixtral 8x7B on 16 H100, EP 8. That rank's expert MLP runs
+ * F x T top-k ep / experts rows per expert, and its dispatch and combine
+ * all-to-alls (forward and backward) carry F x the mean bytes; both are
+ * recomputed here from gemm_time and collective_time by hand. */
+static void test_moe_imbalance(void) {
+    PlanInput in = {0};
+    ModelPreset mp;
+    CHECK(model_preset("mixtral-8x7b", &mp), "mixtral preset");
+    in.model = mp.shape;
+    in.fleet.kinds = 1;
+    hardware_preset("h100-sxm", &in.fleet.hw[0]);
+    in.fleet.count[0] = 16;
+    in.precision = PREC_BF16;
+    in.attention = ATTN_FLASH;
+    in.batch = plan_batch_constant(64.0 * 4096);
+    in.total_tokens = 1e9;
+    in.reserve_bytes = -1;
+    Layout l = layout_default();
+    l.dp = 16, l.ep = 8;
+    const Hardware *hw = &in.fleet.hw[0];
+    const ModelShape *m = &in.model;
+    PlanResult r[2];
+    const double F[2] = {1.0, 1.3};
+    for (int i = 0; i < 2; i++) {
+        in.model.moe_imbalance = F[i];
+        char why[256];
+        CHECK(layout_check(&in, &l, why, sizeof why), "F %.1f: %s", F[i], why);
+        plan_evaluate(&in, &l, &r[i]);
+        double rows = 4096.0 * m->top_k * l.ep / m->experts * F[i]; /* one expert per rank */
+        LayerCompute c = layer_compute(m, &l, hw, in.precision, in.attention);
+        double up = gemm_time(hw, in.precision, rows, m->ffn, m->hidden, 2), down = gemm_time(hw, in.precision, rows, m->hidden, m->ffn, 1);
+        CHECK(close_rel(c.linear.up, up, 1e-12) && close_rel(c.linear.down, down, 1e-12),
+              "F %.1f: expert MLP %.4f + %.4f ms, by hand %.4f + %.4f", F[i], 1e3 * c.linear.up, 1e3 * c.linear.down,
+              1e3 * up, 1e3 * down);
+        double a2a = collective_time(hw, COLL_ALLTOALL, 2.0 * 4096 * m->top_k * m->hidden * F[i], placement_ep(&l, 8), NULL);
+        double expected = r[i].micro_batches * m->layers * 4.0 * a2a;
+        CHECK(close_rel(r[i].time.ep_comm, expected, 1e-9), "F %.1f: EP all-to-all %.4f s per step, by hand %.4f", F[i],
+              r[i].time.ep_comm, expected);
+    }
+    CHECK(r[1].time.compute > r[0].time.compute && r[1].time.step > r[0].time.step, "imbalance slows the step");
+    in.model.moe_imbalance = 0.0; /* unset: balanced */
+    CHECK(model_moe_imbalance(&in.model) == 1.0, "unset imbalance is 1");
+    in.model.experts = 0, in.model.moe_imbalance = 2.0;
+    CHECK(model_moe_imbalance(&in.model) == 1.0, "a dense model has no expert imbalance");
+}
+
 int main(void) {
     test_zero_example();
     test_megatron_parameters();
@@ -555,6 +603,7 @@ int main(void) {
     test_gemm_model();
     test_tp_overlap();
     test_placement();
+    test_moe_imbalance();
     test_costs();
     test_reliability();
     test_reliability_simulated();

@@ -82,6 +82,16 @@ LLAMA2_7B = swiglu(32, 4096, 32, 32, 11008, 32000, 4096)
 LLAMA2_13B = swiglu(40, 5120, 40, 40, 13824, 32000, 4096)
 LLAMA2_70B = swiglu(80, 8192, 64, 8, 28672, 32000, 4096)
 # Qwen3-30B-A3B (its config.json): 128 experts of 768, 8 per token, 32 query heads of 128 on a 2048 width
+# DeepSeek-V3 and V2 (their config.json files) in the planner's vocabulary, which has no multi-head latent
+# attention, shared experts or dense first layers: the shared experts join the routed ones in top-k (V3: 8 + 1
+# of 2048, V2: 6 + 2 of 1536; the dense first layers' MLPs, 18432 and 12288 wide, have exactly those FLOPs),
+# and MLA becomes one-KV-head attention whose head dimension (V3 122, V2 133) gives MLA's forward FLOPs per
+# token at 4096 tokens (projections plus QK^T over 192 and AV over 128 dimensions of 128 heads). Not modelled:
+# V3's multi-token-prediction module (one more block and output layer, about 3% of the FLOPs).
+DEEPSEEK_V3 = swiglu(61, 7168, 128, 1, 2048, 129280, 4096, experts=256, **{"top-k": 9, "head-dim": 122})
+DEEPSEEK_V2 = swiglu(60, 5120, 128, 1, 1536, 102400, 4096, experts=160, **{"top-k": 8, "head-dim": 133})
+# H800: the H100 SXM chip with NVLink cut to 400 GB/s both directions; 400 Gb/s InfiniBand per GPU
+H800 = {"hardware": "h100-sxm", "nvlink-gbps": 200}
 QWEN3_30B_A3B = swiglu(48, 2048, 32, 4, 768, 151936, 4096, experts=128, **{"top-k": 8, "head-dim": 128})
 
 
@@ -216,6 +226,13 @@ ROWS = [
      nemo(1024, 8, 8, 2, 512, 1, **{"virtual-stages": 8}, **TP_OVERLAP), "tokens_per_gpu", 302),
     ("bridge-qwen3-30b-a3b", BRIDGE_2509, QWEN3_30B_A3B, nemo(16, 1, 2, 1, 512, 2, ep=8, **{"virtual-stages": 24}),
      "tokens_per_gpu", 10494),
+    # Issue 17: MoE rows from reported GPU hours per trillion tokens (1e12 / (hours x 3600) tokens/s per GPU).
+    ("deepseek-v3-2048", "DeepSeek-V3 technical report, sections 1, 3.1-3.2 and 4.2", DEEPSEEK_V3,
+     dict(H800, gpus=2048, tp=1, pp=16, cp=1, ep=64, zero=1, precision="fp8", **{"global-batch": 15360}),
+     "tokens_per_gpu", 1e12 / (180e3 * 3600)),
+    ("deepseek-v2-1024", "DeepSeek-V2 paper, sections 3.1.3 and 3.2.3", DEEPSEEK_V2,
+     dict(H800, gpus=1024, tp=1, pp=16, cp=1, ep=8, zero=1, **{"global-batch": 9216}),
+     "tokens_per_gpu", 1e12 / (172.8e3 * 3600)),
 ]
 
 # Held-out discipline (issue 22): the rows alternate between a calibration
@@ -226,6 +243,7 @@ ROWS = [
 # is evaluated once at the end, and both are reported.
 HALVES = ("calibration", "held-out")
 TARGET = 0.10  # the per-row bound docs/PLANNER.md states (issue 22)
+MOE_TARGET = 0.15  # the bound for mixture-of-experts rows (issue 17)
 
 
 def half_of(index):
@@ -346,9 +364,10 @@ def doc_claims(doc, row_ids):
     """The accuracy docs/PLANNER.md claims, from its prose: (target, {row id: (low, high)} for the rows its
     'Where it misses' section names, (rows within target, rows, mean |error|) of its summary), errors as fractions."""
     target = re.search(r"Target: within (\d+)% on each row", doc)
+    moe_target = re.search(r"mixture-of-experts rows within (\d+)%", doc)
     summary = re.search(r"^Within (\d+)%: (\d+) of (\d+) rows; mean absolute error (\d+(?:\.\d+)?)%\.$", doc, re.M)
     section = re.search(r"^### Where it misses.*?$(.*?)^##", doc, re.M | re.S)
-    if not (target and summary and section):
+    if not (target and moe_target and summary and section):
         raise AssertionError(f"{DOC}: cannot find the target, the summary line or 'Where it misses'")
     named = {}
     for heading in re.findall(r"^- \*\*(.+?)\*\*", section.group(1), re.M):
@@ -361,7 +380,7 @@ def doc_claims(doc, row_ids):
         named.update({i: (low / 100, high / 100) for i in ids})
     mean = summary.group(4)
     claimed = (int(summary.group(2)), int(summary.group(3)), (float(mean) + half_unit(mean)) / 100)
-    return int(target.group(1)) / 100, named, claimed
+    return (int(target.group(1)) / 100, int(moe_target.group(1)) / 100), named, claimed
 
 
 class ValidationTest(unittest.TestCase):
@@ -372,10 +391,12 @@ class ValidationTest(unittest.TestCase):
         cls.rows = table_rows()
 
     def test_rows_meet_the_accuracy_the_doc_claims(self):
-        target, named, (within_claimed, total_claimed, mean_claimed) = doc_claims(self.doc, [r[0] for r in ROWS])
-        self.assertEqual(target, TARGET, "the per-row target")
+        (target, moe_target), named, (within_claimed, total_claimed, mean_claimed) = doc_claims(self.doc, [r[0] for r in ROWS])
+        self.assertEqual((target, moe_target), (TARGET, MOE_TARGET), "the per-row targets")
+        moe_ids = {row[0] for row in ROWS if "experts" in row[2]}
         for r in self.rows:
-            low, high = named.get(r["id"], (-target, target))
+            bound = moe_target if r["id"] in moe_ids else target
+            low, high = named.get(r["id"], (-bound, bound))
             self.assertTrue(low <= r["err"] <= high,
                             f"{r['id']}: error {100 * r['err']:+.1f}% outside [{100 * low:+.1f}%, {100 * high:+.1f}%], "
                             f"the bound {DOC} states for it")

@@ -21,6 +21,7 @@
 typedef struct {
     const char *model, *activation, *attention, *precision, *hardware, *calibrate;
     int layers, hidden, heads, kv_heads, head_dim, ffn, vocab, seq_len, experts, top_k;
+    double moe_imbalance;
     bool dropout;
     long long global_batch, batch_tokens, tokens;
     const char *batch_schedule;
@@ -49,6 +50,7 @@ static PlanArgs plan_args_defaults(void) {
     a.top = 10;
     a.rank_by = "time";
     a.jitter = 0.01;
+    a.moe_imbalance = 1.0;
     a.reserve_gb = -1;
     a.mtbf_gpu_hours = LLAMA3_MTBF_GPU_HOURS;
     a.ckpt_seconds = -1;
@@ -145,6 +147,7 @@ static ModelShape build_model(const PlanArgs *a, double *batch_tokens, double *t
     if (a->seq_len > 0) m.seq_len = a->seq_len;
     if (a->experts > 0) m.experts = a->experts, m.top_k = a->top_k > 0 ? a->top_k : 2;
     if (a->top_k > 0) m.top_k = a->top_k;
+    m.moe_imbalance = a->moe_imbalance;
     if (a->dropout) m.dropout = true;
     if (a->activation) {
         if (strcmp(a->activation, "gelu") == 0) m.act = ACT_GELU;
@@ -528,6 +531,8 @@ int cmd_plan(int argc, char **argv) {
         {"seq-len", OPT_INT, &a.seq_len, 0, 1 << 24, "TOKENS", "sequence length", NULL, NULL},
         {"experts", OPT_INT, &a.experts, 0, 4096, "N", "MoE experts per layer (0: dense)", NULL, NULL},
         {"top-k", OPT_INT, &a.top_k, 0, 4096, "N", "MoE experts per token", NULL, NULL},
+        {"moe-imbalance", OPT_DOUBLE, &a.moe_imbalance, 1, 1e3, "F",
+         "MoE: busiest expert rank's tokens over the mean (1: balanced, as loss-free balancing)", NULL, NULL},
         {"dropout", OPT_FLAG, &a.dropout, OPT_NO_RANGE, "", "the model stores dropout masks (Megatron GPT)", NULL, NULL},
         {"attention", OPT_STRING, &a.attention, OPT_NO_RANGE, "full|causal|flash", "attention kernel (default flash; causal with --calibrate)", NULL, NULL},
         {"precision", OPT_STRING, &a.precision, OPT_NO_RANGE, "bf16|fp8|fp32", "matmul precision (fp32 with --calibrate)", NULL, NULL},

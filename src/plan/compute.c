@@ -88,9 +88,10 @@ LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware 
     double T = (double)l->micro_batch * m->seq_len / l->cp, t = l->tp;
     double h = m->hidden, q = model_q_dim(m), kv = model_kv_dim(m), f = m->ffn;
     /* MoE: the T x top-k routed tokens spread over the experts/ep experts this
-     * GPU holds, one product per expert of T x top-k x ep / experts rows */
+     * GPU holds, one product per expert of T x top-k x ep / experts rows, times
+     * the imbalance on the busiest rank (the slowest rank sets the step) */
     double local_experts = model_is_moe(m) ? (double)m->experts / l->ep : 1.0;
-    double rows = (model_is_moe(m) ? T * m->top_k : T) / local_experts;
+    double rows = (model_is_moe(m) ? T * m->top_k * model_moe_imbalance(m) : T) / local_experts;
     double up = m->act == ACT_SWIGLU ? 2.0 : 1.0;
     c.linear.qkv = gemm_time(hw, p, T, (q + 2.0 * kv) / t, h, 1);
     c.linear.proj = gemm_time(hw, p, T, h, q / t, 1);

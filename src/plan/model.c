@@ -14,6 +14,9 @@ int model_head_dim(const ModelShape *m) { return m->head_dim > 0 ? m->head_dim :
 int model_q_dim(const ModelShape *m) { return m->heads * model_head_dim(m); }
 int model_kv_dim(const ModelShape *m) { return m->kv_heads * model_head_dim(m); }
 bool model_is_moe(const ModelShape *m) { return m->experts > 1; }
+double model_moe_imbalance(const ModelShape *m) {
+    return model_is_moe(m) && m->moe_imbalance > 1.0 ? m->moe_imbalance : 1.0;
+}
 
 int model_padded_vocab(const ModelShape *m) {
     int q = m->vocab_multiple > 1 ? m->vocab_multiple : 1;

@@ -30,6 +30,7 @@ typedef struct {
     bool dropout;           /* dropout masks are stored for backward */
     int experts, top_k;     /* MoE: experts per layer and per token (experts <= 1: dense) */
     int head_dim;           /* per head (0: hidden / heads); Qwen3 has heads x head_dim != hidden */
+    double moe_imbalance;   /* MoE: tokens on the busiest expert rank over the mean (<= 1: balanced) */
 } ModelShape;
 
 int model_head_dim(const ModelShape *m);
@@ -37,6 +38,10 @@ int model_kv_dim(const ModelShape *m);
 int model_q_dim(const ModelShape *m); /* heads x head_dim: the width of Q and of the attention output */
 int model_padded_vocab(const ModelShape *m);
 bool model_is_moe(const ModelShape *m);
+/* Max over mean routed tokens of the busiest expert-parallel rank, >= 1 (1
+ * for dense models): it scales that rank's expert MLP rows and its
+ * all-to-all bytes, and the slowest rank sets the step (docs/PLANNER.md). */
+double model_moe_imbalance(const ModelShape *m);
 /* One-line reason naming the flag to change, or true. */
 bool model_check(const ModelShape *m, char *why, size_t n);
 

@@ -184,9 +184,11 @@ static BlockCost block_cost(const PlanInput *in, const Layout *l, const Hardware
     double T = (double)l->micro_batch * m->seq_len / l->cp;
     b.tp = tp_exposed(l, collective_time(hw, COLL_ALLGATHER, e * T * m->hidden, tp_group(l, hw), NULL), &c.linear, hw->sms);
     if (l->cp > 1) b.cp = cp_exposed(in, l, hw, &c);
-    if (l->ep > 1) { /* dispatch and combine all-to-all, forward and backward */
+    if (l->ep > 1) { /* dispatch and combine all-to-all, forward and backward; the
+                        * busiest rank receives (and returns) imbalance x the mean */
         Group g = placement_ep(l, hw->gpus_per_node);
-        double a2a = collective_time(hw, COLL_ALLTOALL, e * T * m->top_k * m->hidden, g, NULL);
+        double bytes = e * T * m->top_k * m->hidden * model_moe_imbalance(m);
+        double a2a = collective_time(hw, COLL_ALLTOALL, bytes, g, NULL);
         b.ep = (4.0 + (l->recompute == RECOMPUTE_FULL ? 2.0 : 0.0)) * a2a;
     }
     return b;
