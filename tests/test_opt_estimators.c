@@ -15,7 +15,7 @@
  * 2. Unbiasedness over TRIALS steps of M micro-batches: the mean of each
  *    per-step estimate -- |G|^2 and tr(Sigma) (B_simple), |P G|^2 and
  *    tr(P Sigma P) (B_simple of the preconditioned gradient, P from a fixed
- *    v), G^T H G and tr(H Sigma) (B_noise, one Rademacher probe per step) --
+ *    v), G^T H G and tr(H Sigma) (B_noise, one balanced-sign probe per step) --
  *    is within 4 standard errors of the truth (the standard error from the
  *    estimates' own sample variance: a 4-sigma miss has probability 6e-5 per
  *    check). For tr(Sigma) the sample variance also equals the known
@@ -23,6 +23,8 @@
  *    of a variance over 20000 draws is about 2%). The EMA ratios (the
  *    logged noise scales) are within the sum of the two relative 4-sigma
  *    bounds of the true ratio.
+ *    The probe's gain (1 - c, curvature.h) is exact over every arrangement of
+ *    the balanced signs for M = 2..7.
  * 3. goodput: the fit recovers a planted t = a + b B exactly; the choice is
  *    the brute-force argmax of B / t(B) x (B_noise + B_0) / (B_noise + B)
  *    over the granule's multiples and brackets sqrt(a B_noise / b); one
@@ -198,11 +200,10 @@ static void one_step(Quadratic *q, Rng *rng, const double *G, const Precondition
     noise_scale_update(&e->precond, psmall, B_SMALL, pbig, B_SMALL * MICRO);
     /* the probe z = sum_i s_i (g_i - g); the forms by differences around w* (the Hessian of a quadratic is the
      * same everywhere) */
-    float probe[DIM] = {0}, w[DIM], saved[DIM];
-    for (int m = 0; m < MICRO; m++) {
-        float s = rng_next(rng) >> 63 ? 1.0f : -1.0f;
-        for (int i = 0; i < DIM; i++) probe[i] += s * (g[m][i] - mean[i]);
-    }
+    float probe[DIM] = {0}, w[DIM], saved[DIM], signs[MICRO];
+    curvature_probe_signs(rng, MICRO, signs);
+    for (int m = 0; m < MICRO; m++)
+        for (int i = 0; i < DIM; i++) probe[i] += signs[m] * (g[m][i] - mean[i]);
     for (int i = 0; i < DIM; i++) w[i] = saved[i] = (float)q->w_star[i];
     QuadGrad qg = {q, w, {0}};
     double zhz = curvature_form(w, saved, probe, DIM, curvature_step(w, probe, DIM), quad_gradient, &qg, NULL);
@@ -263,6 +264,42 @@ static void check_unbiased(Quadratic *q, Rng *rng) {
     check_ratio("B_noise", curvature_noise_scale(&e.curv), truth_ths / truth_ghg, &e.trace_hs, &e.ghg, ema_count);
 }
 
+/* E_s[z^T z] over every arrangement of the balanced signs (each equally
+ * likely under a uniform permutation) equals gain x sum |d_i|^2 exactly, for
+ * deviations d_i summing to zero; and the shuffle draws each count right. */
+static void check_probe_gain(Rng *rng) {
+    for (int M = 2; M <= 7; M++) {
+        double d[7][3], mean[3] = {0}, sum_sq = 0, total = 0;
+        for (int i = 0; i < M; i++)
+            for (int k = 0; k < 3; k++) {
+                d[i][k] = rng_normal(rng);
+                mean[k] += d[i][k] / M;
+            }
+        for (int i = 0; i < M; i++)
+            for (int k = 0; k < 3; k++) {
+                d[i][k] -= mean[k];
+                sum_sq += d[i][k] * d[i][k];
+            }
+        int arrangements = 0;
+        for (int mask = 0; mask < 1 << M; mask++) {
+            if (__builtin_popcount((unsigned)mask) != M / 2) continue;
+            double z[3] = {0};
+            for (int i = 0; i < M; i++)
+                for (int k = 0; k < 3; k++) z[k] += (mask >> i & 1 ? 1 : -1) * d[i][k];
+            total += z[0] * z[0] + z[1] * z[1] + z[2] * z[2];
+            arrangements++;
+        }
+        double gain = curvature_probe_gain(M), mean_form = total / arrangements;
+        CHECK(fabs(mean_form - gain * sum_sq) <= 1e-12 * gain * sum_sq, "M=%d: E[z^T z] %.15g vs %.15g", M, mean_form,
+              gain * sum_sq);
+        float signs[7];
+        curvature_probe_signs(rng, M, signs);
+        int plus = 0;
+        for (int i = 0; i < M; i++) plus += signs[i] > 0;
+        CHECK(plus == M / 2, "M=%d: %d plus signs", M, plus);
+    }
+}
+
 /* Brute force in double, independent of goodput.c's loop. */
 static long best_batch(double a, double b, double b_noise, long lo, long hi, long granule, long base) {
     long best = lo;
@@ -321,6 +358,7 @@ int main(void) {
     cholesky(q.sigma, q.sigma_chol);
     for (int i = 0; i < DIM; i++) q.w_star[i] = rng_normal(&rng);
     check_hvp(&q, &rng);
+    check_probe_gain(&rng);
     check_unbiased(&q, &rng);
     check_goodput();
     if (failures) fprintf(stderr, "%d check(s) failed\n", failures);

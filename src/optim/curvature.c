@@ -9,10 +9,24 @@ void curvature_init(Curvature *c, double ema_decay) {
     *c = (Curvature){.ema_decay = ema_decay, .trace_ema = 0.0, .ghg_ema = 0.0, .ema_weight = 0.0};
 }
 
+void curvature_probe_signs(Rng *rng, int micro_batches, float *signs) {
+    for (int i = 0; i < micro_batches; i++) signs[i] = i < micro_batches / 2 ? 1.0f : -1.0f;
+    for (int i = micro_batches - 1; i > 0; i--) { /* Fisher-Yates */
+        int j = (int)rng_below(rng, (uint64_t)i + 1);
+        float t = signs[i];
+        signs[i] = signs[j];
+        signs[j] = t;
+    }
+}
+
+double curvature_probe_gain(int micro_batches) {
+    return micro_batches % 2 == 0 ? 1.0 + 1.0 / (micro_batches - 1) : 1.0 + 1.0 / micro_batches;
+}
+
 bool curvature_estimates(double zhz, double ghg, double b_small, int micro_batches, double *trace_hs,
                          double *ghg_true) {
     if (micro_batches < 2 || !(b_small > 0) || !isfinite(zhz) || !isfinite(ghg)) return false;
-    double trace = b_small / (micro_batches - 1) * zhz;
+    double trace = b_small / (micro_batches - 1) * zhz / curvature_probe_gain(micro_batches);
     *trace_hs = trace;
     *ghg_true = ghg - trace / (b_small * micro_batches);
     return true;
@@ -47,6 +61,11 @@ static void move_weights(float *w, const float *saved_w, const float *v, size_t 
 
 double curvature_form(float *w, const float *saved_w, const float *v, size_t n, double h, GradientAt grad,
                       void *ctx, float *hv) {
+    if (h == 0) {
+        if (hv)
+            for (size_t i = 0; i < n; i++) hv[i] = 0;
+        return 0;
+    }
     move_weights(w, saved_w, v, n, h);
     const float *g = grad(ctx);
     double plus = dot_product(v, g, n);

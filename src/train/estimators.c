@@ -43,6 +43,7 @@ static void setup_curvature(Trainer *tr) {
     long largest = tr->adaptive_max > c->global_batch ? tr->adaptive_max : c->global_batch;
     e->signs_capacity = (int)(largest / ((long)c->micro_batch * tr->dp_size)) + 1;
     e->signs = bs_calloc((size_t)e->signs_capacity, sizeof(float));
+    e->global_signs = bs_calloc((size_t)(largest / c->micro_batch + 1), sizeof(float));
 }
 
 /* goodput:MIN:MAX: the table over multiples of the granule, B_0 = MIN, the planted time model. */
@@ -84,24 +85,25 @@ void estimators_free(Trainer *tr) {
     free(e->saved_grad);
     free(e->saved_params);
     free(e->signs);
+    free(e->global_signs);
 }
 
-/* Adam's preconditioner before this step's update; false before the first update (v is 0). */
+/* Adam's preconditioner before this step's update; false until v_hat
+ * averages PRECOND_FROM_STEP updates (estimators.h). */
 static bool preconditioner(Trainer *tr, Preconditioner *p) {
     long t = engine_optimizer_step(tr->engine);
-    if (!tr->est.precond_on || t <= 0) return false;
+    if (!tr->est.precond_on || t < PRECOND_FROM_STEP) return false;
     *p = (Preconditioner){engine_chunk(tr->engine, 0)->state[1], 1.0 / sqrt(1.0 - pow(tr->cfg.beta2, (double)t)),
                           tr->cfg.eps};
     return true;
 }
 
-/* The probe's sign of micro-batch `index` of the global batch (its place in
- * the data, whatever the layout) at this step. */
-static float probe_sign(const Trainer *tr, long index) {
+/* The probe's signs of this step's M micro-batches, indexed by place in the
+ * global batch (whatever the layout), from the seed and the step. */
+static void probe_signs(const Trainer *tr, int micro_batches, float *signs) {
     Rng rng;
-    rng_seed(&rng, ((uint64_t)tr->cfg.seed * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)tr->step << 24) ^ (uint64_t)index ^
-                       0x5eedc0feULL);
-    return rng_next(&rng) >> 63 ? 1.0f : -1.0f;
+    rng_seed(&rng, ((uint64_t)tr->cfg.seed * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)tr->step << 20) ^ 0x5eedc0feULL);
+    curvature_probe_signs(&rng, micro_batches, signs);
 }
 
 void estimators_before_step(Trainer *tr, const StepResult *r) {
@@ -118,7 +120,8 @@ void estimators_before_step(Trainer *tr, const StepResult *r) {
         return;
     }
     memset(e->probe, 0, engine_chunk(tr->engine, 0)->update_count * sizeof(float));
-    for (int k = 0; k < r->accum_steps; k++) e->signs[k] = probe_sign(tr, (long)k * tr->dp_size + tr->dp_index);
+    probe_signs(tr, (int)(r->batch / tr->cfg.micro_batch), e->global_signs);
+    for (int k = 0; k < r->accum_steps; k++) e->signs[k] = e->global_signs[k * tr->dp_size + tr->dp_index];
     dp_set_probe(dp, e->probe, e->signs);
 }
 
@@ -132,16 +135,16 @@ static void measure_curvature(Trainer *tr, const StepResult *r, GradientAt grad,
     const int micro = (int)(r->batch / tr->cfg.micro_batch);
     comm_allreduce(engine_grid(tr->engine)->dp_group, e->probe, n); /* sum_i s_i g_i / M over the global batch */
     double sign_sum = 0;
-    for (long i = 0; i < micro; i++) sign_sum += probe_sign(tr, i);
+    for (int i = 0; i < micro; i++) sign_sum += e->global_signs[i];
     for (size_t i = 0; i < n; i++) e->probe[i] = (float)(micro * (double)e->probe[i] - sign_sum * g[i]); /* z */
     memcpy(e->saved_grad, g, n * sizeof(float));
     memcpy(e->saved_params, w, n * sizeof(float));
-    double zhz = curvature_form(w, e->saved_params, e->probe, n, curvature_step(w, e->probe, n), grad, ctx, NULL);
-    double ghg = curvature_form(w, e->saved_params, e->saved_grad, n, curvature_step(w, e->saved_grad, n), grad, ctx,
-                                NULL);
+    const double hz = curvature_step(w, e->probe, n), hg = curvature_step(w, e->saved_grad, n);
+    double zhz = curvature_form(w, e->saved_params, e->probe, n, hz, grad, ctx, NULL);
+    double ghg = curvature_form(w, e->saved_params, e->saved_grad, n, hg, grad, ctx, NULL);
     memcpy(g, e->saved_grad, n * sizeof(float));
     curvature_update(&e->curvature, zhz, ghg, tr->cfg.micro_batch, micro);
-    e->extra_passes += 4;
+    e->extra_passes += (hz > 0 ? 2 : 0) + (hg > 0 ? 2 : 0);
 }
 
 void estimators_after_backward(Trainer *tr, StepResult *r, GradientAt grad, void *ctx) {

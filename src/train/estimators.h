@@ -5,8 +5,12 @@
  *    (sqrt(v_hat) + eps) with the optimizer's second moment as it stands
  *    before the step's update (bias-corrected; Pollux's estimator for adaptive
  *    optimizers). The micro-batch norms are taken where the raw ones are
- *    (data_parallel.c), the reduced one on the step's gradient. On from the
- *    second step (v is zero before the first update) with --noise-scale,
+ *    (data_parallel.c), the reduced one on the step's gradient. Measured
+ *    once v_hat averages PRECOND_FROM_STEP updates: after one update v_hat
+ *    is one squared gradient, so P g is each element over one sample of its
+ *    own size, heavy-tailed and dominated by elements whose gradient is a
+ *    cancellation (measured on the test model: float summation order alone
+ *    moves the first step's estimate by 1e-5, from the fifth by 1e-7). With --noise-scale,
  *    --optimizer adamw, ZeRO 0 and no tensor, pipeline or context
  *    parallelism (the whole v must be where the gradient is); otherwise off,
  *    and refused only where asked for (--goodput-estimator precond).
@@ -38,6 +42,7 @@
 #include "optim/goodput.h"
 #include "train/trainer_state.h"
 
+#define PRECOND_FROM_STEP 5 /* optimizer updates in v_hat before the preconditioned estimator starts */
 #define ESTIMATOR_STATE_WORDS (4 + 4 + 1 + GOODPUT_STATE_WORDS) /* estimators_pack */
 
 /* After the engine and batch schedule are set up: what is on, the buffers;

@@ -106,7 +106,8 @@ typedef struct {
     Curvature curvature;
     long extra_passes;        /* forward+backward passes over a global batch spent on curvature */
     bool probing;             /* this step measures curvature */
-    float *probe, *saved_grad, *saved_params, *signs;
+    float *probe, *saved_grad, *saved_params;
+    float *signs, *global_signs; /* the probe's: this rank's micro-steps, the global batch's micro-batches */
     int signs_capacity;
     Goodput goodput;
     long steps_timed;         /* steps this process timed (not saved: the first is not recorded) */
