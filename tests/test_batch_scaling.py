@@ -16,7 +16,8 @@
   amplify float rounding by 1 / CURVATURE_STEP, within 2^-24 / 1e-3 = 6e-5
   (the floor from reordering the reduction alone is printed beside).
 - --batch-schedule goodput with a planted step-time model picks the batch
-  the formula says at every decision and resumes mid-run bit for bit.
+  the formula says at every decision and resumes mid-run bit for bit (batch,
+  loss, lr, every estimator's value and the pass count, the parameters).
 - Bad schedule, optimizer, scaling and estimator flags get one line naming
   the flag.
 """
@@ -161,7 +162,8 @@ class BatchScalingTest(CorpusTest):
     def test_goodput_picks_formula_and_resumes(self):
         a, b, lo, hi = 1.0, 0.002, 4, 32
         gp = ["--batch-schedule", f"goodput:{lo}:{hi}", "--train-tokens", str(60 * 8 * T), "--goodput-every", "3",
-              "--goodput-time-model", f"{a}:{b}", "--lr-scaling", "sqrt", "--base-batch", "4"]
+              "--goodput-time-model", f"{a}:{b}", "--lr-scaling", "sqrt", "--base-batch", "4",
+              "--noise-scale-every", "4"]
         ck = self.path("gp_ck")
         full, p_full = train(self.data, self.path("gp_full"), ranks=2, steps=1,
                              extra=gp + ["--ckpt-dir", ck, "--ckpt-every", "7", "--keep-last", "0"])
@@ -189,7 +191,9 @@ class BatchScalingTest(CorpusTest):
         resumed, p_res = train(self.data, self.path("gp_res"), ranks=2, steps=1,
                                extra=gp + ["--resume", os.path.join(ck, "step_00000007"),
                                            "--ckpt-dir", self.path("gp_ck2")])
-        self.assertEqual([(m["batch"], m["loss"]) for m in resumed], [(m["batch"], m["loss"]) for m in full[7:]])
+        keys = ("batch", "loss", "lr", "noise_scale", "noise_scale_precond", "noise_scale_curvature",
+                "noise_extra_passes", "goodput", "efficiency")
+        self.assertEqual([[m.get(k) for k in keys] for m in resumed], [[m.get(k) for k in keys] for m in full[7:]])
         self.assertTrue(np.array_equal(p_full, p_res))
 
     def test_bad_flags(self):
