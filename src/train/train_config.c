@@ -97,7 +97,8 @@ static bool check_combinations(const TrainConfig *c, char *why, size_t n) {
         return false;
     }
     if (c->balance && (strncmp(c->batch_schedule, "adaptive", 8) == 0 || strncmp(c->batch_schedule, "goodput", 7) == 0)) {
-        snprintf(why, n, "--balance and --batch-schedule %.8s cannot be combined yet", c->batch_schedule);
+        snprintf(why, n, "--balance and --batch-schedule %s cannot be combined yet",
+                 strncmp(c->batch_schedule, "goodput", 7) == 0 ? "goodput" : "adaptive");
         return false;
     }
     if (c->balance && c->pp_schedule == PIPE_INTERLEAVED) {
