@@ -9,3 +9,9 @@ target_link_libraries(test_opt_noise PRIVATE bscore)
 add_test(NAME opt_reference COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_opt_ref.py $<TARGET_FILE:opt_driver>)
 add_test(NAME opt_batch COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_opt_batch.py $<TARGET_FILE:opt_driver>)
 add_test(NAME opt_noise_scale COMMAND test_opt_noise)
+
+# The preconditioned and curvature noise scales and the goodput choice on a quadratic with known H and Sigma.
+add_executable(test_opt_estimators test_opt_estimators.c)
+target_link_libraries(test_opt_estimators PRIVATE bscore)
+add_test(NAME opt_estimators COMMAND test_opt_estimators)
+set_tests_properties(opt_estimators PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")

@@ -112,12 +112,17 @@ static json_t *manifest_to_json(const CkptManifest *m) {
                                                "offset", (json_int_t)f->offset, "count", (json_int_t)f->count,
                                                "bytes", (json_int_t)f->bytes, "xxh64", u64_hex(f->xxh64)));
     }
-    json_t *rng = json_array(), *noise = json_array();
+    json_t *rng = json_array(), *noise = json_array(), *estimators = json_array();
     for (int i = 0; i < 4; i++) json_array_append_new(rng, u64_hex(m->sample_rng.s[i]));
     for (int i = 0; i < 4; i++) {
         uint64_t bits;
         memcpy(&bits, &m->noise_scale[i], sizeof bits);
         json_array_append_new(noise, u64_hex(bits));
+    }
+    for (int i = 0; i < m->num_estimator_words; i++) {
+        uint64_t bits;
+        memcpy(&bits, &m->estimators[i], sizeof bits);
+        json_array_append_new(estimators, u64_hex(bits));
     }
     json_t *j = json_pack(
         "{s:s, s:i, s:I, s:I, s:I, s:{s:i, s:i, s:i, s:i, s:i}, s:{s:i, s:i, s:i, s:i, s:i}, s:{s:s, s:I},"
@@ -139,6 +144,8 @@ static json_t *manifest_to_json(const CkptManifest *m) {
     json_object_set_new(j, "schedule", json_pack("{s:s, s:I, s:I, s:o}", "batch", m->batch_schedule, "global_batch",
                                                  (json_int_t)m->final_batch, "current_batch",
                                                  (json_int_t)m->current_batch, "noise_scale", noise));
+    if (m->num_estimator_words > 0) json_object_set_new(json_object_get(j, "schedule"), "estimators", estimators);
+    else json_decref(estimators);
     return j;
 }
 
@@ -282,6 +289,16 @@ bool ckpt_try_read_manifest(const char *dir, CkptManifest *m, char *why, size_t 
         uint64_t bits;
         if (!parse_hex(json_array_get(noise, (size_t)i), &bits)) FAIL("%s is corrupt: noise_scale is not hex", path);
         memcpy(&m->noise_scale[i], &bits, sizeof bits);
+    }
+    json_t *estimators = json_object_get(json_object_get(j, "schedule"), "estimators"); /* absent: none */
+    size_t words = estimators ? json_array_size(estimators) : 0;
+    if (estimators && (!json_is_array(estimators) || words > CKPT_ESTIMATOR_WORDS))
+        FAIL("%s is corrupt: schedule.estimators must be an array of at most %d words", path, CKPT_ESTIMATOR_WORDS);
+    m->num_estimator_words = (int)words;
+    for (size_t i = 0; i < words; i++) {
+        uint64_t bits;
+        if (!parse_hex(json_array_get(estimators, i), &bits)) FAIL("%s is corrupt: schedule.estimators is not hex", path);
+        memcpy(&m->estimators[i], &bits, sizeof bits);
     }
     const char *tok = json_string_value(json_object_get(j, "tokenizer"));
     if (tok && strlen(tok) >= sizeof m->tokenizer) FAIL("%s is corrupt: tokenizer name too long", path);

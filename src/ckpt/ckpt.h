@@ -26,6 +26,7 @@
 #define CKPT_FORMAT_VERSION 1
 #define CKPT_MAX_FILES 4096
 #define CKPT_STATE_ARRAYS 2 /* optimizer arrays per parameter (Adam's m and v) */
+#define CKPT_ESTIMATOR_WORDS 128 /* the trainer's further estimator state (train/estimators.h) */
 
 typedef struct {
     char name[32];
@@ -54,6 +55,8 @@ typedef struct CkptManifest {
     long final_batch;         /* its --global-batch */
     long current_batch;       /* adaptive schedule: the batch reached (0 otherwise) */
     double noise_scale[4];    /* gradient noise scale estimator state (optim/noise_scale.h) */
+    int num_estimator_words;  /* 0: none saved (older checkpoints) */
+    double estimators[CKPT_ESTIMATOR_WORDS]; /* the other estimators and goodput's table (train/estimators.h) */
     int num_files;
     CkptFile files[CKPT_MAX_FILES];
 } CkptManifest;

@@ -1,12 +1,15 @@
-/* grad_norm.c: deterministic sum of squares and the clipping coefficient.
+/* grad_norm.c: deterministic sums of squares, dot products and the clipping coefficient.
  * The range is cut into PARTS fixed parts (independent of the thread count),
  * each summed in order in double, then the parts are added in order. */
 #include "optim/grad_norm.h"
 
+#include <math.h>
+
 #define PARTS 64
 
-/* b == NULL: sum of a^2; else sum of (a - b)^2. */
-static double squares(const float *a, const float *b, size_t n) {
+/* b == NULL: sum of a^2; else sum of (a - b)^2; with pre, each term divided by
+ * (sqrt(v) * v_scale + eps)^2 first (pre: Adam's preconditioner). */
+static double squares(const float *a, const float *b, size_t n, const Preconditioner *pre) {
     double partial[PARTS];
     size_t per = (n + PARTS - 1) / PARTS;
 #pragma omp parallel for schedule(static)
@@ -15,6 +18,7 @@ static double squares(const float *a, const float *b, size_t n) {
         double acc = 0.0;
         for (size_t i = begin; i < end; i++) {
             double d = b ? (double)a[i] - b[i] : (double)a[i];
+            if (pre) d /= sqrt((double)pre->v[i]) * pre->v_scale + pre->eps;
             acc += d * d;
         }
         partial[p] = acc;
@@ -24,9 +28,28 @@ static double squares(const float *a, const float *b, size_t n) {
     return total;
 }
 
-double sum_of_squares(const float *x, size_t n) { return squares(x, NULL, n); }
+double sum_of_squares(const float *x, size_t n) { return squares(x, NULL, n, NULL); }
 
-double sum_of_squared_differences(const float *a, const float *b, size_t n) { return squares(a, b, n); }
+double sum_of_squared_differences(const float *a, const float *b, size_t n) { return squares(a, b, n, NULL); }
+
+double preconditioned_sum_of_squares(const float *a, const float *b, size_t n, const Preconditioner *pre) {
+    return squares(a, b, n, pre);
+}
+
+double dot_product(const float *a, const float *b, size_t n) {
+    double partial[PARTS];
+    size_t per = (n + PARTS - 1) / PARTS;
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < PARTS; p++) {
+        size_t begin = (size_t)p * per, end = begin + per < n ? begin + per : n;
+        double acc = 0.0;
+        for (size_t i = begin; i < end; i++) acc += (double)a[i] * b[i];
+        partial[p] = acc;
+    }
+    double total = 0.0;
+    for (int p = 0; p < PARTS; p++) total += partial[p];
+    return total;
+}
 
 float clip_coefficient(double norm, double max_norm) {
     if (max_norm <= 0) return 1.0f;

@@ -60,6 +60,11 @@ struct DataParallel {
     bool measure_micro;   /* gradient noise scale: per micro-step local norms */
     float *grad_snapshot; /* stages 0-1: the accumulated gradient before this micro-step */
     double micro_sumsq;
+    Preconditioner precond;   /* stage 0: Adam's preconditioner for the second micro norm (v NULL: off) */
+    double micro_precond_sumsq;
+    float *probe;             /* stage 0: sum over micro-steps k of probe_signs[k] x that micro-step's gradient */
+    const float *probe_signs;
+    int micro_index;          /* micro-steps finished this step */
     int first_nonfinite_block; /* guard, this step */
     int poison_block;          /* tests: -1 or the block to poison */
     BlockAccess train_access, eval_access;
@@ -155,12 +160,29 @@ static void wait_oldest(DataParallel *dp) {
     remove_inflight(dp, 0);
 }
 
+/* Stages 0-1: this micro-step's own gradient over [off, off + count) is the
+ * accumulated gradient minus the snapshot: its squared norm, in Adam's metric
+ * too, and its signed share of the probe. */
+static void measure_range(DataParallel *dp, size_t off, size_t count) {
+    const float *now = dp->model->grads + off, *before = dp->grad_snapshot + off;
+    dp->micro_sumsq += sum_of_squared_differences(now, before, count);
+    if (dp->precond.v) {
+        Preconditioner p = dp->precond;
+        p.v += off;
+        dp->micro_precond_sumsq += preconditioned_sum_of_squares(now, before, count, &p);
+    }
+    if (dp->probe) {
+        const float sign = dp->probe_signs[dp->micro_index];
+        float *probe = dp->probe + off;
+        for (size_t i = 0; i < count; i++) probe[i] += sign * (now[i] - before[i]);
+    }
+}
+
 /* This micro-step's own gradient over a bucket, before it is reduced. */
 static void measure_bucket(DataParallel *dp, const Bucket *bk) {
     if (!dp->measure_micro) return;
     if (dp->stage >= 2) dp->micro_sumsq += sum_of_squares(bk->buf, bk->count);
-    else dp->micro_sumsq += sum_of_squared_differences(dp->model->grads + bk->offset,
-                                                       dp->grad_snapshot + bk->offset, bk->count);
+    else measure_range(dp, bk->offset, bk->count);
 }
 
 /* Stage 0 all-reduces the bucket, the others reduce-scatter it; compressed
@@ -493,6 +515,8 @@ void dp_begin_step(DataParallel *dp) {
     if (dp->stage < 2) gpt_zero_grads(dp->model);
     else memset(dp->shard_grads, 0, dp->shard.count * sizeof(float));
     dp->micro_sumsq = 0;
+    dp->micro_precond_sumsq = 0;
+    dp->micro_index = 0;
     dp->first_nonfinite_block = -1;
     if (dp->node) comm_reset_stats(dp->node);
     if (dp->grad_snapshot) memset(dp->grad_snapshot, 0, dp->total * sizeof(float));
@@ -505,6 +529,19 @@ void dp_measure_micro_norms(DataParallel *dp) {
 }
 
 double dp_micro_sum_squares(const DataParallel *dp) { return dp->micro_sumsq; }
+
+void dp_measure_micro_preconditioned(DataParallel *dp, const Preconditioner *p) {
+    if (p && (dp->stage != 0 || !dp->measure_micro)) bs_die("internal: preconditioned micro norms need ZeRO 0 and micro norms");
+    dp->precond = p ? *p : (Preconditioner){0};
+}
+
+double dp_micro_precond_sum_squares(const DataParallel *dp) { return dp->micro_precond_sumsq; }
+
+void dp_set_probe(DataParallel *dp, float *probe, const float *signs) {
+    if (probe && (dp->stage != 0 || !dp->measure_micro)) bs_die("internal: the curvature probe needs ZeRO 0 and micro norms");
+    dp->probe = probe;
+    dp->probe_signs = signs;
+}
 
 const BlockAccess *dp_micro_access(DataParallel *dp, bool last_micro) {
     dp->last_micro = last_micro;
@@ -535,9 +572,10 @@ void dp_end_micro(DataParallel *dp) {
     if (dp->communicate && !dp->opt.overlap)
         for (int k = 0; k < dp->num_buckets; k++) launch_bucket(dp, k);
     if (dp->measure_micro && dp->stage < 2 && !dp->communicate) { /* no bucket was measured */
-        dp->micro_sumsq += sum_of_squared_differences(dp->model->grads, dp->grad_snapshot, dp->total);
+        measure_range(dp, 0, dp->total);
         memcpy(dp->grad_snapshot, dp->model->grads, dp->total * sizeof(float));
     }
+    dp->micro_index++;
     while (dp->num_inflight > 0) wait_oldest(dp);
     release_param_slots(dp);
 }

@@ -43,6 +43,7 @@
 #include "comm/comm.h"
 #include "comm/compressed.h"
 #include "model/gpt.h"
+#include "optim/grad_norm.h"
 
 typedef struct {
     int zero_stage;        /* 0..3 */
@@ -99,6 +100,14 @@ void dp_gather_params(DataParallel *dp, float *out);
 void dp_measure_micro_norms(DataParallel *dp);
 /* Sum over this step's micro-steps of those squared norms (this rank). */
 double dp_micro_sum_squares(const DataParallel *dp);
+/* Stage 0, micro norms on: also measure each micro-step's gradient in Adam's
+ * metric (p over the whole flat buffer, copied; NULL: off), summed as above. */
+void dp_measure_micro_preconditioned(DataParallel *dp, const Preconditioner *p);
+double dp_micro_precond_sum_squares(const DataParallel *dp);
+/* Stage 0, micro norms on: add signs[k] x micro-step k's own gradient (k = 0,
+ * 1, ... in this step's order) into probe (num_params floats, which the
+ * caller zeroes); NULL: off. */
+void dp_set_probe(DataParallel *dp, float *probe, const float *signs);
 
 /* Error feedback state of this rank: the worker residual (num_params
  * floats, NULL if none) and the server residuals (NULL if none). */

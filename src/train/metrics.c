@@ -94,6 +94,12 @@ static void set_policy(json_t *j, const Metrics *m, const StepResult *r, const M
         set(j, "noise_scale", number(r->noise_scale));
         set(j, "noise_scale_tokens", number(r->noise_scale * m->seq_len));
     }
+    if (m->noise_scale && !isnan(r->noise_precond)) set(j, "noise_scale_precond", number(r->noise_precond));
+    if (m->curvature && !isnan(r->noise_curvature)) set(j, "noise_scale_curvature", number(r->noise_curvature));
+    if (m->curvature) set(j, "noise_extra_passes", json_integer(r->extra_passes));
+    if (m->goodput && !isnan(r->goodput)) set(j, "goodput", number(r->goodput));
+    if (m->goodput && !isnan(r->efficiency)) set(j, "efficiency", number(r->efficiency));
+    if (m->goodput && r->next_batch > 0) set(j, "goodput_batch", json_integer(r->next_batch));
 }
 
 /* The root of each of n squared norms, as an array. */

@@ -17,6 +17,11 @@ typedef struct {
     int accum_steps; /* micro-steps per rank */
     double loss, grad_norm, lr;
     double noise_scale; /* B_simple in sequences, NaN until resolved */
+    double noise_precond, noise_curvature; /* train/estimators.h: B_simple of P g and B_noise, NaN until resolved */
+    long extra_passes;                     /* curvature's extra forward+backward passes so far */
+    double extra_seconds;                  /* this step's time in them */
+    double goodput, efficiency;            /* --batch-schedule goodput: of this step's batch (NaN: unknown) */
+    long next_batch;                       /* goodput: the batch chosen at this step's decision (0: none) */
     double seconds, slowest, fastest; /* this rank's step; max and min over ranks (train/step_stats.h) */
     double peak_rss;                  /* largest peak resident memory over ranks, bytes */
     double pipe_busy, pipe_idle;      /* this rank's pipeline compute and wait time */

@@ -46,6 +46,7 @@ StepStats step_stats_reduce(StepStatsExchange *x) {
         const StepRecord *r = &rec[i];
         s.loss_sum += r->loss_sum;
         s.micro_sq += r->micro_sq;
+        s.micro_sq_precond += r->micro_sq_precond;
         s.nonfinite[0] = larger(s.nonfinite[0], r->nonfinite[0]);
         s.nonfinite[1] = larger(s.nonfinite[1], r->nonfinite[1]);
         s.slowest = larger(s.slowest, r->seconds);

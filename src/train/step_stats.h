@@ -22,6 +22,7 @@
 typedef struct {
     double loss_sum;     /* its share of the batch's summed token losses (0 where another rank counts it) */
     double micro_sq;     /* sum over its micro-batches of squared gradient norms (the noise scale) */
+    double micro_sq_precond; /* the same in Adam's preconditioned metric (train/estimators.h; 0 when off) */
     double nonfinite[2]; /* guard_nonfinite_keys (train/guard.h) */
     double compute;      /* seconds of compute */
     double seconds;      /* the step so far */
@@ -32,7 +33,7 @@ typedef struct {
 
 /* What every rank knows after the exchange. */
 typedef struct {
-    double loss_sum, micro_sq; /* sums over ranks */
+    double loss_sum, micro_sq, micro_sq_precond; /* sums over ranks */
     double nonfinite[2];       /* maxima over ranks */
     double slowest, fastest;   /* the step so far: maximum and minimum over ranks */
     double peak_rss;           /* maximum over ranks */

@@ -23,6 +23,7 @@
 #include "core/timer.h"
 #include "train/compression.h"
 #include "train/diloco.h"
+#include "train/estimators.h"
 
 /* The manifest of the state as it is now (rank 0 fills in the files at
  * commit). Its pipeline split counts model stages: pipeline ranks x
@@ -59,6 +60,8 @@ static CkptManifest *snapshot_manifest(const Trainer *tr) {
     const NoiseScale *ns = &tr->noise;
     double noise[4] = {ns->ema_decay, ns->grad_sq_ema, ns->trace_ema, ns->ema_weight};
     memcpy(m->noise_scale, noise, sizeof noise);
+    m->num_estimator_words = ESTIMATOR_STATE_WORDS;
+    estimators_pack(tr, m->estimators);
     return m;
 }
 
@@ -386,6 +389,7 @@ void train_resume(Trainer *tr) {
     tr->noise.grad_sq_ema = m->noise_scale[1];
     tr->noise.trace_ema = m->noise_scale[2];
     tr->noise.ema_weight = m->noise_scale[3];
+    estimators_unpack(tr, m->estimators, m->num_estimator_words);
     if (tr->rank == 0 && (m->data_seed != (uint64_t)tr->cfg.seed || m->data_shuffle != tr->train_data.shuffle))
         bs_warn("resuming %s with another --seed or --data-order than it was written with: the data order changes",
                 dir);

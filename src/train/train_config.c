@@ -19,6 +19,7 @@ const char *const TRAIN_CP_ALGO_WORDS[] = {"ring", "allgather", NULL};
 const char *const TRAIN_CP_SPLIT_WORDS[] = {"zigzag", "contiguous", NULL};
 const char *const TRAIN_OUTER_OPTIMIZER_WORDS[] = {"nesterov", "sgd", "avg", NULL};
 const char *const TRAIN_DOC_MASK_WORDS[] = {"auto", "on", "off", NULL};
+const char *const TRAIN_GOODPUT_ESTIMATOR_WORDS[] = {"simple", "precond", "curvature", NULL};
 const char *const TRAIN_FP8_RECIPE_WORDS[] = {"delayed", "block", NULL};
 const char *const TRAIN_FP8_AMAX_ALGO_WORDS[] = {"max", "most_recent", NULL};
 const char *const TRAIN_FP8_HIGH_PRECISION_WORDS[] = {"fp32", "bf16", NULL};
@@ -30,7 +31,8 @@ static bool check_context(const TrainConfig *c, char *why, size_t n) {
     const char *refused = c->balance ? "--balance"
                           : strcmp(c->grad_compression, "none") != 0 || c->zero_quant_grads ? "--grad-compression"
                           : c->optimizer == OPTIM_ONEBIT_ADAM ? "--optimizer onebit-adam"
-                          : c->noise_scale || strncmp(c->batch_schedule, "adaptive", 8) == 0 ? "--noise-scale"
+                          : c->noise_scale || strncmp(c->batch_schedule, "adaptive", 8) == 0 ||
+                                    strncmp(c->batch_schedule, "goodput", 7) == 0 ? "--noise-scale"
                           : NULL;
     if (c->seq_len % (2 * c->cp) != 0)
         snprintf(why, n, "--seq-len %d is not a multiple of 2 x --cp %d (each sequence is cut into 2 cp chunks)",
@@ -95,8 +97,9 @@ static bool check_combinations(const TrainConfig *c, char *why, size_t n) {
                  "run the same number");
         return false;
     }
-    if (c->balance && strncmp(c->batch_schedule, "adaptive", 8) == 0) {
-        snprintf(why, n, "--balance and --batch-schedule adaptive cannot be combined yet");
+    if (c->balance && (strncmp(c->batch_schedule, "adaptive", 8) == 0 || strncmp(c->batch_schedule, "goodput", 7) == 0)) {
+        snprintf(why, n, "--balance and --batch-schedule %s cannot be combined yet",
+                 strncmp(c->batch_schedule, "goodput", 7) == 0 ? "goodput" : "adaptive");
         return false;
     }
     if (c->balance && c->pp_schedule == PIPE_INTERLEAVED) {

@@ -21,6 +21,7 @@
 typedef enum { PRECISION_FP32, PRECISION_BF16, PRECISION_FP8 } Precision;
 typedef enum { DATA_SHUFFLED, DATA_SEQUENTIAL } DataOrder;
 typedef enum { DOC_MASK_AUTO, DOC_MASK_ON, DOC_MASK_OFF } DocMask;
+typedef enum { GOODPUT_SIMPLE, GOODPUT_PRECOND, GOODPUT_CURVATURE } GoodputEstimator;
 
 /* The words of each enumeration, NULL-terminated, in enum order. */
 extern const char *const TRAIN_PRECISION_WORDS[];
@@ -34,6 +35,7 @@ extern const char *const TRAIN_CP_ALGO_WORDS[];
 extern const char *const TRAIN_CP_SPLIT_WORDS[];
 extern const char *const TRAIN_OUTER_OPTIMIZER_WORDS[];
 extern const char *const TRAIN_DOC_MASK_WORDS[];
+extern const char *const TRAIN_GOODPUT_ESTIMATOR_WORDS[];
 extern const char *const TRAIN_FP8_RECIPE_WORDS[];
 extern const char *const TRAIN_FP8_AMAX_ALGO_WORDS[];
 extern const char *const TRAIN_FP8_HIGH_PRECISION_WORDS[]; /* fp32, bf16: PRECISION_FP32, PRECISION_BF16 */
@@ -104,6 +106,10 @@ typedef struct {
     double straggler_threshold;   /* a rank this much slower than the median is named */
     bool balance;                 /* share micro-batches by measured speed */
     double noise_ema;
+    int noise_scale_every;          /* the curvature noise scale every N steps (0: off; optim/curvature.h) */
+    int goodput_every;              /* --batch-schedule goodput: steps between decisions (0: 10) */
+    GoodputEstimator goodput_estimator; /* the noise scale goodput follows */
+    const char *goodput_time_model; /* tests: "A:B", seconds per step = A + B x batch instead of measured */
     /* compressed communication (comm/codec.h, comm/compressed.h) */
     const char *grad_compression;   /* none, fp16, bf16, fp8, int8, topk:FRACTION, onebit */
     int compression_block;          /* elements per scale (fp8, int8) */

@@ -16,6 +16,7 @@
 #include "parallel/grid.h"
 #include "train/compression.h"
 #include "train/diloco.h"
+#include "train/estimators.h"
 #include "train/train_ckpt.h"
 
 
@@ -132,19 +133,24 @@ static void setup_batch_schedule(Trainer *tr) {
     char why[256];
     uint64_t budget = c->train_tokens > 0 ? (uint64_t)c->train_tokens
                                           : (uint64_t)c->steps * (uint64_t)c->global_batch * (uint64_t)c->seq_len;
-    if (strncmp(c->batch_schedule, "adaptive", 8) == 0) {
+    const bool goodput = strncmp(c->batch_schedule, "goodput", 7) == 0; /* estimators.h; otherwise as adaptive */
+    if (strncmp(c->batch_schedule, "adaptive", 8) == 0 || goodput) {
+        const char *kind = goodput ? "goodput" : "adaptive";
         long lo, hi;
-        char tail;
-        if (sscanf(c->batch_schedule, "adaptive:%ld:%ld%c", &lo, &hi, &tail) != 2 || lo < 1 || hi < lo)
-            bs_die("--batch-schedule adaptive:MIN:MAX needs 1 <= MIN <= MAX sequences (got '%s')", c->batch_schedule);
+        char tail, format[32];
+        snprintf(format, sizeof format, "%s:%%ld:%%ld%%c", kind);
+        if (sscanf(c->batch_schedule, format, &lo, &hi, &tail) != 2 || lo < 1 || hi < lo)
+            bs_die("--batch-schedule %s:MIN:MAX needs 1 <= MIN <= MAX sequences (got '%s')", kind, c->batch_schedule);
         if (lo < 2L * c->micro_batch)
-            bs_die("--batch-schedule adaptive:%ld:%ld: MIN must hold at least two micro-batches (%d) so the noise "
-                   "scale can be measured", lo, hi, 2 * c->micro_batch);
+            bs_die("--batch-schedule %s:%ld:%ld: MIN must hold at least two micro-batches (%d) so the noise "
+                   "scale can be measured", kind, lo, hi, 2 * c->micro_batch);
         tr->adaptive = true;
+        tr->est.goodput_on = goodput;
         tr->adaptive_batch = lo;
         tr->adaptive_max = hi;
         c->noise_scale = true; /* the policy follows the measured noise scale */
-        if (c->train_tokens == 0) bs_die("--batch-schedule adaptive needs --train-tokens (the number of steps is not known)");
+        if (c->train_tokens == 0)
+            bs_die("--batch-schedule %s needs --train-tokens (the number of steps is not known)", kind);
         tr->batch_schedule.kind = BATCH_CONSTANT; /* unused */
     } else {
         if (!batch_schedule_parse(c->batch_schedule, &tr->batch_schedule, why, sizeof why)) bs_die("%s", why);
@@ -240,7 +246,9 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     char why[512];
     if (!train_config_check(c, why, sizeof why)) bs_die("%s", why); /* callers other than the command line */
     fault_parse(&tr->fault, c->inject_fault);
-    if (strncmp(c->batch_schedule, "adaptive", 8) == 0) c->noise_scale = true; /* the policy follows the noise scale */
+    if (strncmp(c->batch_schedule, "adaptive", 8) == 0 || strncmp(c->batch_schedule, "goodput", 7) == 0 ||
+        c->noise_scale_every > 0)
+        c->noise_scale = true; /* the policy follows the noise scale; the others are logged beside B_simple */
     setup_engine(tr); /* builds the grid: the data-parallel size is known from here on */
     if (tr->fault.kind == FAULT_NAN || tr->fault.kind == FAULT_NANS) target_nan_fault(tr);
     int per_step = c->micro_batch * tr->dp_size;
@@ -252,6 +260,7 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     check_schedule(tr);
     onebit_setup(tr); /* after the schedule: an adaptive one measures the noise scale */
     diloco_setup(tr);
+    estimators_setup(tr);
     setup_policies(tr);
     trace_init(&tr->trace, option_given(c->trace));
     engine_set_trace(tr->engine, option_given(c->trace) ? &tr->trace : NULL);
@@ -272,7 +281,7 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     else if (option_given(c->out)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s/ckpt", c->out);
     if (option_given(c->resume)) train_resume(tr);
     tr->metrics = (Metrics){NULL, c->seq_len, comm_size(world), engine_grid(tr->engine)->pp, tr->dp_size, c->balance,
-                            c->noise_scale, c->baseline_tokens_per_s};
+                            c->noise_scale, c->baseline_tokens_per_s, tr->est.curvature_on, tr->est.goodput_on};
     if (tr->rank == 0) {
         if (tr->ckpt_dir[0]) bs_mkdir_p(tr->ckpt_dir);
         if (option_given(c->out)) bs_mkdir_p(c->out);
@@ -288,6 +297,7 @@ void train_teardown(Trainer *tr) {
     trace_free(&tr->trace);
     compression_free(tr); /* before the optimizer state: its momentum may be state[0] */
     diloco_free(tr);
+    estimators_free(tr);
     engine_free(tr->engine);
     if (tr->tok) tokenizer_free(tr->tok);
     step_stats_free(&tr->stats);

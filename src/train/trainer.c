@@ -26,6 +26,7 @@
 #include "train/banner.h"
 #include "train/compression.h"
 #include "train/diloco.h"
+#include "train/estimators.h"
 #include "train/fault.h"
 #include "train/guard.h"
 #include "train/metrics.h"
@@ -62,7 +63,7 @@ static void load_micro(void *ctx, int micro, int32_t *inputs, int32_t *targets) 
 /* Adaptive batch: grow toward the measured noise scale B_simple, at
  * accumulation granularity, never shrinking, within [MIN, MAX]. */
 static void adapt_batch(Trainer *tr, double noise_scale) {
-    if (!tr->adaptive || isnan(noise_scale)) return;
+    if (!tr->adaptive || tr->est.goodput_on || isnan(noise_scale)) return; /* goodput: estimators.h decides */
     long granule = (long)tr->cfg.micro_batch * tr->dp_size;
     long target = (long)(noise_scale / granule) * granule;
     if (target > tr->adaptive_max) target = tr->adaptive_max;
@@ -81,9 +82,14 @@ static long current_batch(Trainer *tr) {
     return realised;
 }
 
+/* d(step loss)/d(token loss): the mean over the step's counted tokens. */
+static float loss_scale(Trainer *tr, const StepResult *r) {
+    return diloco_loss_scale(tr) / (float)(r->counted > 0 ? r->counted : 1);
+}
+
 /* Forward and backward over this replica's micro-batches through the engine. */
 static EngineStepStats forward_backward(Trainer *tr, const StepResult *r, bool onebit) {
-    const float dloss = diloco_loss_scale(tr) / (float)(r->counted > 0 ? r->counted : 1); /* the mean over them */
+    const float dloss = loss_scale(tr, r);
     /* 1-bit Adam reduces its momentum, DiLoCo its workers' weights, not the gradient */
     engine_set_local_gradients(tr->engine, onebit || tr->diloco.on);
     if (fault_nan_now(&tr->fault, tr->rank, tr->step + 1))
@@ -92,9 +98,25 @@ static EngineStepStats forward_backward(Trainer *tr, const StepResult *r, bool o
     return engine_forward_backward(tr->engine, r->accum_steps, dloss, load_micro, &src);
 }
 
+/* The curvature measurement's gradient passes (estimators.h): the step's
+ * batch again at the weights as they are now, reduced. */
+typedef struct {
+    Trainer *tr;
+    const StepResult *r;
+} GradientPass;
+
+static const float *gradient_pass(void *ctx) {
+    const GradientPass *p = ctx;
+    Trainer *tr = p->tr;
+    MicroSource src = {tr, &tr->train_data, tr->seqs_consumed, tr->dp_size, -1};
+    engine_forward_backward(tr->engine, p->r->accum_steps, loss_scale(tr, p->r), load_micro, &src);
+    return dp_update_grads(engine_chunk(tr->engine, 0)->dp);
+}
+
 /* This rank's record of the step, exchanged with every rank's (collective). */
 static StepStats exchange_stats(Trainer *tr, const EngineStepStats *es, double compute, double seconds) {
     StepRecord mine = {.loss_sum = es->loss_sum, .micro_sq = es->micro_sum_squares, .compute = compute,
+                       .micro_sq_precond = tr->est.precond_on ? dp_micro_precond_sum_squares(engine_chunk(tr->engine, 0)->dp) : 0,
                        .seconds = seconds, .pipe_busy = es->busy, .pipe_idle = es->idle,
                        .stop_signal = preempt_signal()};
     guard_nonfinite_keys(tr->rank, comm_size(tr->world), tr->model.num_layers,
@@ -181,6 +203,7 @@ static StepResult train_step(Trainer *tr) {
     r.counted = loader_counted(&tr->train_data, tr->seqs_consumed, (uint64_t)r.batch); /* every rank: the whole batch */
     double t_start = bs_now();
     const bool onebit = onebit_compressing(tr);
+    estimators_before_step(tr, &r);
     EngineStepStats es = forward_backward(tr, &r, onebit);
     double compute = es.busy + fault_slow_down(&tr->fault, tr->rank, es.busy);
     double t_opt = bs_now();
@@ -195,6 +218,8 @@ static StepResult train_step(Trainer *tr) {
     r.lr = lr_at(&tr->lr, tokens_after) * lr_scaling_factor(c->lr_scaling, r.batch, tr->base_batch);
     r.skipped = skip_update(tr, &r, &st, grad_sq);
     if (!r.skipped) {
+        GradientPass pass = {tr, &r};
+        estimators_after_backward(tr, &r, gradient_pass, &pass); /* before the update: the step's weights */
         apply_update(tr, &r, onebit);
         guard_accept(&tr->guard, r.loss);
     } else {
@@ -207,6 +232,7 @@ static StepResult train_step(Trainer *tr) {
     balance_update(&tr->balance, st.compute);
     r.noise_scale = measure_noise(tr, &r, st.micro_sq, grad_sq);
     r.seconds = bs_now() - t_start;
+    estimators_after_step(tr, &r, st.micro_sq_precond);
     tr->seqs_consumed += (uint64_t)r.batch;
     tr->step++;
     return r;

@@ -21,6 +21,8 @@
 #include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "optim/batch_schedule.h"
+#include "optim/curvature.h"
+#include "optim/goodput.h"
 #include "optim/lr_scaling.h"
 #include "optim/lr_schedule.h"
 #include "optim/noise_scale.h"
@@ -96,6 +98,23 @@ typedef struct {
     double worker_grad_norm;                 /* this worker's own gradient norm: what it clips by */
 } DilocoState;
 
+/* The noise-scale estimators beyond B_simple and the goodput policy (train/estimators.h). */
+typedef struct {
+    bool precond_on, curvature_on, goodput_on;
+    NoiseScale precond;
+    double precond_big_sq;    /* this step's |P G|^2 (NaN: not measured) */
+    Curvature curvature;
+    long extra_passes;        /* forward+backward passes over a global batch spent on curvature */
+    bool probing;             /* this step measures curvature */
+    float *probe, *saved_grad, *saved_params;
+    float *signs, *global_signs; /* the probe's: this rank's micro-steps, the global batch's micro-batches */
+    int signs_capacity;
+    Goodput goodput;
+    long steps_timed;         /* steps this process timed (not saved: the first is not recorded) */
+    bool planted;             /* --goodput-time-model */
+    double planted_a, planted_b;
+} Estimators;
+
 typedef struct {
     TrainConfig cfg;
     Comm *world;
@@ -132,6 +151,7 @@ typedef struct {
     OnebitState onebit;
     DilocoState diloco;
     Watch watch; /* per-layer and per-rank norms, MFU, TensorBoard (train/watch.h) */
+    Estimators est; /* precond and curvature noise scales, goodput (train/estimators.h) */
 } Trainer;
 
 #endif

@@ -1,0 +1,231 @@
+/* estimators.c: the preconditioned and curvature noise scales and the
+ * goodput policy in the step loop (see estimators.h). */
+#include "train/estimators.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/timer.h"
+
+_Static_assert(ESTIMATOR_STATE_WORDS <= CKPT_ESTIMATOR_WORDS, "the checkpoint manifest holds the estimators' state");
+
+/* The whole flat buffer is on this rank beside the whole optimizer state:
+ * ZeRO 0, one model chunk, no tensor, pipeline or context parallelism. */
+static bool flat_layout(const Trainer *tr) {
+    const Grid *g = engine_grid(tr->engine);
+    return tr->cfg.zero == 0 && g->tp == 1 && g->pp == 1 && g->cp == 1 && engine_num_chunks(tr->engine) == 1;
+}
+
+/* What the curvature measurement cannot work with, or NULL. */
+static const char *curvature_refusal(const Trainer *tr) {
+    const TrainConfig *c = &tr->cfg;
+    if (!flat_layout(tr)) return "--zero 0 and no --tp, --pp or --cp (it keeps the whole gradient, weights and a probe on every rank)";
+    if (c->precision != PRECISION_FP32) return "--precision fp32 (bf16 or fp8 rounding of the moved weights would swamp the differences)";
+    if (c->balance) return "no --balance (the probe's signs follow the interleaved micro-batch order)";
+    if (tr->onebit.on || tr->diloco.on) return "full gradient reduction (not 1-bit Adam or DiLoCo)";
+    return NULL;
+}
+
+static void setup_curvature(Trainer *tr) {
+    const TrainConfig *c = &tr->cfg;
+    Estimators *e = &tr->est;
+    const char *why = curvature_refusal(tr);
+    if (why) bs_die("--noise-scale-every needs %s", why);
+    e->curvature_on = true;
+    size_t n = engine_chunk(tr->engine, 0)->update_count;
+    e->probe = bs_calloc(n, sizeof(float));
+    e->saved_grad = bs_calloc(n, sizeof(float));
+    e->saved_params = bs_calloc(n, sizeof(float));
+    long largest = tr->adaptive_max > c->global_batch ? tr->adaptive_max : c->global_batch;
+    e->signs_capacity = (int)(largest / ((long)c->micro_batch * tr->dp_size)) + 1;
+    e->signs = bs_calloc((size_t)e->signs_capacity, sizeof(float));
+    e->global_signs = bs_calloc((size_t)(largest / c->micro_batch + 1), sizeof(float));
+}
+
+/* goodput:MIN:MAX: the table over multiples of the granule, B_0 = MIN, the planted time model. */
+static void setup_goodput(Trainer *tr) {
+    const TrainConfig *c = &tr->cfg;
+    Estimators *e = &tr->est;
+    if (c->goodput_estimator == GOODPUT_PRECOND && !e->precond_on)
+        bs_die("--goodput-estimator precond needs --optimizer adamw, --zero 0 and no --tp, --pp or --cp (Adam's whole "
+               "second moment beside the gradient): use --goodput-estimator simple");
+    if (c->goodput_estimator == GOODPUT_CURVATURE && !e->curvature_on)
+        bs_die("--goodput-estimator curvature needs --noise-scale-every N (the curvature noise scale every N steps)");
+    const long granule = (long)c->micro_batch * tr->dp_size;
+    goodput_init(&e->goodput, tr->adaptive_batch, tr->adaptive_max, granule, 0);
+    e->goodput.base = e->goodput.min;
+    tr->adaptive_batch = e->goodput.min;
+    if (!option_given(c->goodput_time_model)) return;
+    char tail;
+    if (sscanf(c->goodput_time_model, "%lf:%lf%c", &e->planted_a, &e->planted_b, &tail) != 2 || e->planted_a < 0 ||
+        !(e->planted_b > 0))
+        bs_die("--goodput-time-model needs A:B with A >= 0 and B > 0 seconds (got '%s')", c->goodput_time_model);
+    e->planted = true;
+}
+
+void estimators_setup(Trainer *tr) {
+    const TrainConfig *c = &tr->cfg;
+    Estimators *e = &tr->est;
+    noise_scale_init(&e->precond, c->noise_ema);
+    const int every = c->noise_scale_every;
+    curvature_init(&e->curvature, pow(c->noise_ema, every > 0 ? every : 1)); /* the same horizon in steps */
+    e->precond_big_sq = NAN;
+    e->precond_on = c->noise_scale && c->optimizer == OPTIM_ADAMW && flat_layout(tr) && !tr->diloco.on;
+    if (every > 0) setup_curvature(tr);
+    if (e->goodput_on) setup_goodput(tr);
+}
+
+void estimators_free(Trainer *tr) {
+    Estimators *e = &tr->est;
+    free(e->probe);
+    free(e->saved_grad);
+    free(e->saved_params);
+    free(e->signs);
+    free(e->global_signs);
+}
+
+/* Adam's preconditioner before this step's update; false until v_hat
+ * averages PRECOND_FROM_STEP updates (estimators.h). */
+static bool preconditioner(Trainer *tr, Preconditioner *p) {
+    long t = engine_optimizer_step(tr->engine);
+    if (!tr->est.precond_on || t < PRECOND_FROM_STEP) return false;
+    *p = (Preconditioner){engine_chunk(tr->engine, 0)->state[1], 1.0 / sqrt(1.0 - pow(tr->cfg.beta2, (double)t)),
+                          tr->cfg.eps};
+    return true;
+}
+
+/* The probe's signs of this step's M micro-batches, indexed by place in the
+ * global batch (whatever the layout), from the seed and the step. */
+static void probe_signs(const Trainer *tr, int micro_batches, float *signs) {
+    Rng rng;
+    rng_seed(&rng, ((uint64_t)tr->cfg.seed * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)tr->step << 20) ^ 0x5eedc0feULL);
+    curvature_probe_signs(&rng, micro_batches, signs);
+}
+
+void estimators_before_step(Trainer *tr, const StepResult *r) {
+    Estimators *e = &tr->est;
+    if (!e->precond_on && !e->curvature_on) return;
+    DataParallel *dp = engine_chunk(tr->engine, 0)->dp;
+    Preconditioner p;
+    dp_measure_micro_preconditioned(dp, preconditioner(tr, &p) ? &p : NULL);
+    const int every = tr->cfg.noise_scale_every;
+    e->probing = e->curvature_on && (tr->step + 1) % every == 0 && r->batch >= 2L * tr->cfg.micro_batch &&
+                 r->accum_steps <= e->signs_capacity;
+    if (!e->probing) {
+        dp_set_probe(dp, NULL, NULL);
+        return;
+    }
+    memset(e->probe, 0, engine_chunk(tr->engine, 0)->update_count * sizeof(float));
+    probe_signs(tr, (int)(r->batch / tr->cfg.micro_batch), e->global_signs);
+    for (int k = 0; k < r->accum_steps; k++) e->signs[k] = e->global_signs[k * tr->dp_size + tr->dp_index];
+    dp_set_probe(dp, e->probe, e->signs);
+}
+
+/* z^T H z and g^T H g at this step's weights (curvature.h): the probe made
+ * z, then four gradient passes; weights and gradient left as they were. */
+static void measure_curvature(Trainer *tr, const StepResult *r, GradientAt grad, void *ctx) {
+    Estimators *e = &tr->est;
+    EngineChunk *ch = engine_chunk(tr->engine, 0);
+    const size_t n = ch->update_count;
+    float *w = dp_update_params(ch->dp), *g = dp_update_grads(ch->dp);
+    const int micro = (int)(r->batch / tr->cfg.micro_batch);
+    comm_allreduce(engine_grid(tr->engine)->dp_group, e->probe, n); /* sum_i s_i g_i / M over the global batch */
+    double sign_sum = 0;
+    for (int i = 0; i < micro; i++) sign_sum += e->global_signs[i];
+    for (size_t i = 0; i < n; i++) e->probe[i] = (float)(micro * (double)e->probe[i] - sign_sum * g[i]); /* z */
+    memcpy(e->saved_grad, g, n * sizeof(float));
+    memcpy(e->saved_params, w, n * sizeof(float));
+    const double hz = curvature_step(w, e->probe, n), hg = curvature_step(w, e->saved_grad, n);
+    double zhz = curvature_form(w, e->saved_params, e->probe, n, hz, grad, ctx, NULL);
+    double ghg = curvature_form(w, e->saved_params, e->saved_grad, n, hg, grad, ctx, NULL);
+    memcpy(g, e->saved_grad, n * sizeof(float));
+    curvature_update(&e->curvature, zhz, ghg, tr->cfg.micro_batch, micro);
+    e->extra_passes += (hz > 0 ? 2 : 0) + (hg > 0 ? 2 : 0);
+}
+
+void estimators_after_backward(Trainer *tr, StepResult *r, GradientAt grad, void *ctx) {
+    Estimators *e = &tr->est;
+    r->extra_seconds = 0;
+    e->precond_big_sq = NAN;
+    Preconditioner p;
+    EngineChunk *ch = tr->engine && e->precond_on ? engine_chunk(tr->engine, 0) : NULL;
+    if (ch && preconditioner(tr, &p))
+        e->precond_big_sq = preconditioned_sum_of_squares(dp_update_grads(ch->dp), NULL, ch->update_count, &p);
+    if (!e->probing) return;
+    double t0 = bs_now();
+    DataParallel *dp = engine_chunk(tr->engine, 0)->dp;
+    dp_set_probe(dp, NULL, NULL); /* the extra passes measure nothing */
+    dp_measure_micro_preconditioned(dp, NULL);
+    measure_curvature(tr, r, grad, ctx);
+    r->extra_seconds = bs_now() - t0;
+}
+
+/* The noise scale goodput follows. */
+static double followed_noise_scale(const Trainer *tr, const StepResult *r) {
+    switch (tr->cfg.goodput_estimator) {
+    case GOODPUT_PRECOND: return r->noise_precond;
+    case GOODPUT_CURVATURE: return r->noise_curvature;
+    default: return noise_scale_simple(&tr->noise);
+    }
+}
+
+/* The step's time into the table (rank 0's, or planted), its goodput, and at
+ * a decision point the batch of the steps to come. */
+static void goodput_step(Trainer *tr, StepResult *r) {
+    Estimators *e = &tr->est;
+    double seconds = e->planted ? e->planted_a + e->planted_b * (double)r->batch : r->seconds - r->extra_seconds;
+    if (!e->planted) comm_broadcast_bytes(tr->world, &seconds, sizeof seconds, 0); /* every rank decides the same */
+    if (e->planted || e->steps_timed++ > 0) /* a process's first step pays for first touches */
+        goodput_record(&e->goodput, r->batch, seconds);
+    const double b_noise = followed_noise_scale(tr, r);
+    if (b_noise > 0) {
+        r->efficiency = goodput_efficiency(b_noise, e->goodput.base, r->batch);
+        r->goodput = (double)r->batch / goodput_step_seconds(&e->goodput, r->batch) * r->efficiency;
+    }
+    const int every = tr->cfg.goodput_every > 0 ? tr->cfg.goodput_every : 10;
+    if ((tr->step + 1) % every != 0) return;
+    double goodput, efficiency;
+    tr->adaptive_batch = goodput_choose(&e->goodput, b_noise, tr->adaptive_batch, &goodput, &efficiency);
+    r->next_batch = tr->adaptive_batch;
+}
+
+void estimators_after_step(Trainer *tr, StepResult *r, double micro_precond_sq) {
+    Estimators *e = &tr->est;
+    r->noise_precond = r->noise_curvature = r->goodput = r->efficiency = NAN;
+    r->next_batch = 0;
+    r->extra_passes = e->extra_passes;
+    const double b_small = tr->cfg.micro_batch, micro_batches = (double)r->batch / b_small;
+    if (e->precond_on && !r->skipped && isfinite(e->precond_big_sq)) /* micro norms of the loss scaled by 1/M */
+        noise_scale_update(&e->precond, micro_precond_sq * micro_batches, b_small, e->precond_big_sq,
+                           (double)r->batch);
+    if (e->precond_on) r->noise_precond = noise_scale_simple(&e->precond);
+    if (e->curvature_on) r->noise_curvature = curvature_noise_scale(&e->curvature);
+    if (e->goodput_on) goodput_step(tr, r);
+}
+
+void estimators_pack(const Trainer *tr, double *words) {
+    const Estimators *e = &tr->est;
+    const double fixed[9] = {e->precond.ema_decay, e->precond.grad_sq_ema, e->precond.trace_ema,
+                             e->precond.ema_weight, e->curvature.ema_decay, e->curvature.trace_ema,
+                             e->curvature.ghg_ema, e->curvature.ema_weight, (double)e->extra_passes};
+    memcpy(words, fixed, sizeof fixed);
+    goodput_pack(&e->goodput, words + 9);
+}
+
+void estimators_unpack(Trainer *tr, const double *words, int count) {
+    Estimators *e = &tr->est;
+    if (count != ESTIMATOR_STATE_WORDS) return; /* written before these estimators: they start afresh */
+    e->precond.grad_sq_ema = words[1];
+    e->precond.trace_ema = words[2];
+    e->precond.ema_weight = words[3];
+    e->curvature.trace_ema = words[5];
+    e->curvature.ghg_ema = words[6];
+    e->curvature.ema_weight = words[7];
+    e->extra_passes = (long)words[8];
+    if (e->goodput_on && !goodput_unpack(&e->goodput, words + 9))
+        bs_die("the checkpoint's goodput table is corrupt (%g sizes)", words[9]);
+}

@@ -1,0 +1,66 @@
+/* estimators.h: the trainer's noise-scale estimators beyond B_simple, and the
+ * goodput batch policy that follows one of them.
+ *
+ *  - precond: B_simple on Adam's preconditioned gradient P g, P = 1 /
+ *    (sqrt(v_hat) + eps) with the optimizer's second moment as it stands
+ *    before the step's update (bias-corrected; Pollux's estimator for adaptive
+ *    optimizers). The micro-batch norms are taken where the raw ones are
+ *    (data_parallel.c), the reduced one on the step's gradient. Measured
+ *    once v_hat averages PRECOND_FROM_STEP updates: after one update v_hat
+ *    is one squared gradient, so P g is each element over one sample of its
+ *    own size, heavy-tailed and dominated by elements whose gradient is a
+ *    cancellation (measured on the test model: float summation order alone
+ *    moves the first step's estimate by 1e-5, from the fifth by 1e-7). With --noise-scale,
+ *    --optimizer adamw, ZeRO 0 and no tensor, pipeline or context
+ *    parallelism (the whole v must be where the gradient is); otherwise off,
+ *    and refused only where asked for (--goodput-estimator precond).
+ *  - curvature (--noise-scale-every N): B_noise = tr(H Sigma) / (G^T H G)
+ *    (optim/curvature.h) every N steps, before the update, from one signed
+ *    sum of the micro-batch gradients (Rademacher signs drawn from the seed,
+ *    the step and the micro-batch's place in the global batch, so every
+ *    layout draws the same) and two central differences, each two extra
+ *    forward+backward passes over the step's global batch: 4 per measurement,
+ *    counted in `noise_extra_passes`. Memory: three more flat buffers of the
+ *    model's size on every rank (the probe, the saved gradient and the saved
+ *    weights), so ZeRO 0 only, fp32, no tensor, pipeline or context
+ *    parallelism, no --balance, 1-bit Adam or DiLoCo: refused otherwise.
+ *  - goodput (--batch-schedule goodput:MIN:MAX, optim/goodput.h): every
+ *    --goodput-every steps the batch in [MIN, MAX] with the largest goodput
+ *    for the estimator --goodput-estimator, with B_0 = MIN. Step times are
+ *    rank 0's (broadcast, so every rank decides the same), without the
+ *    curvature passes; --goodput-time-model A:B plants t = A + B x batch
+ *    instead, for deterministic runs (tests).
+ *
+ * The EMA state, the pass count and the step-time table are saved in
+ * checkpoints (estimators_pack). Deliberately not here: B_simple itself
+ * (optim/noise_scale.h), the step loop (trainer.c). */
+#ifndef BS_TRAIN_ESTIMATORS_H
+#define BS_TRAIN_ESTIMATORS_H
+
+#include <stdbool.h>
+
+#include "optim/goodput.h"
+#include "train/trainer_state.h"
+
+#define PRECOND_FROM_STEP 5 /* optimizer updates in v_hat before the preconditioned estimator starts */
+#define ESTIMATOR_STATE_WORDS (4 + 4 + 1 + GOODPUT_STATE_WORDS) /* estimators_pack */
+
+/* After the engine and batch schedule are set up: what is on, the buffers;
+ * one line naming the flag for what cannot be done. */
+void estimators_setup(Trainer *tr);
+void estimators_free(Trainer *tr);
+/* Before the step's forward and backward: the preconditioner and the probe. */
+void estimators_before_step(Trainer *tr, const StepResult *r);
+/* After backward, before the update: |P G|^2 and (if due) the curvature
+ * measurement, which calls grad (the gradient over the step's batch at the
+ * weights as they are, reduced) four times and leaves weights and gradient
+ * as they were. r->extra_seconds gets the time it took. */
+void estimators_after_backward(Trainer *tr, StepResult *r, GradientAt grad, void *ctx);
+/* After the step: the EMAs, the values in r, and (goodput) the step time and
+ * the batch of the steps to come (tr->adaptive_batch). */
+void estimators_after_step(Trainer *tr, StepResult *r, double micro_precond_sq);
+/* The state saved in checkpoints (ESTIMATOR_STATE_WORDS doubles), and back. */
+void estimators_pack(const Trainer *tr, double *words);
+void estimators_unpack(Trainer *tr, const double *words, int count);
+
+#endif
