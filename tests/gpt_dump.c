@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
     bs_fwrite_all(&loss, sizeof loss, out, argv[6]);
     gpt_zero_grads(&model);
     gpt_backward(&model, &acts, inputs, B, T, NULL);
-    for (int k = 0; k < TK_COUNT; k++) {
+    for (int k = 0; k < TK_BASE_COUNT; k++) {
         TensorKind kind = (TensorKind)k;
         int layers = gpt_tensor_is_per_layer(kind) ? cfg.num_layers : 1;
         for (int l = 0; l < layers; l++) {
