@@ -109,7 +109,7 @@ void sweep_write_json(const SweepResult *r, const char *path) {
                              "eval_tokens", (json_int_t)s->eval_tokens, "seeds", r->seeds, "seq_len", r->seq_len,
                              "command", r->command, "runs", runs_json(r));
     json_object_set_new(root, "fit", r->fitted ? fit_json(r) : json_null());
-    char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
     if (!text) bs_die("batch-sweep: cannot encode %s", path);
     bs_write_file_atomic(path, text, strlen(text));
     free(text);
