@@ -14,5 +14,6 @@ int cmd_run(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_report(int argc, char **argv);
+int cmd_batch_sweep(int argc, char **argv);
 
 #endif

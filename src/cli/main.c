@@ -21,12 +21,13 @@ static const Command commands[] = {
     {"run", cmd_run, "run a job under mpirun, restarting it from its last checkpoint when a rank dies"},
     {"plan", cmd_plan, "size a training run on up to tens of thousands of GPUs"},
     {"report", cmd_report, "an HTML page and PNG charts of a run's metrics"},
+    {"batch-sweep", cmd_batch_sweep, "train at a grid of batch sizes to a target loss; fit the critical batch"},
 };
 
 static void usage(FILE *out) {
     fprintf(out, "usage: batchscale <command> [options]   (batchscale <command> --help for its options)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+        fprintf(out, "  %-11s %s\n", commands[i].name, commands[i].help);
 }
 
 int main(int argc, char **argv) {

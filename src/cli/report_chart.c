@@ -21,11 +21,14 @@
 static const double COLOURS[CHART_MAX_SERIES][3] = {{0.1, 0.3, 0.7}, {0.8, 0.35, 0.05}, {0.2, 0.6, 0.2}, {0.6, 0.1, 0.5}};
 
 typedef struct {
-    double x0, x1, y0, y1;
-    bool log_y;
+    double x0, x1, y0, y1; /* in log10 on a log axis */
+    bool log_x, log_y;
 } Frame;
 
-static double fx(const Frame *f, double x) { return LEFT + (x - f->x0) / (f->x1 - f->x0) * (W - LEFT - RIGHT); }
+static double fx(const Frame *f, double x) {
+    double v = f->log_x ? log10(x) : x;
+    return LEFT + (v - f->x0) / (f->x1 - f->x0) * (W - LEFT - RIGHT);
+}
 static double fy(const Frame *f, double y) {
     double v = f->log_y ? log10(y) : y;
     return H - BOTTOM - (v - f->y0) / (f->y1 - f->y0) * (H - TOP - BOTTOM);
@@ -72,21 +75,28 @@ static PngBytes finish(cairo_surface_t *surface, cairo_t *cr) {
     return p;
 }
 
-/* The range of the finite (and, on a log axis, positive) values of every series. */
-static Frame frame_of(const Chart *c) {
-    Frame f = {INFINITY, -INFINITY, INFINITY, -INFINITY, c->log_y};
-    for (int i = 0; i < c->n; i++) {
-        for (int s = 0; s < c->num_series; s++) {
-            double y = c->series[s].y[i];
-            if (!isfinite(y) || (c->log_y && y <= 0)) continue;
-            y = c->log_y ? log10(y) : y;
+/* A value a log axis can show (every finite value on a linear one). */
+static bool shown(double v, bool log_axis) { return isfinite(v) && !(log_axis && v <= 0); }
+
+/* The range of every series' x values and of their finite (and, on a log axis, positive) y values. */
+static Frame frame_of(const XYChart *c) {
+    Frame f = {INFINITY, -INFINITY, INFINITY, -INFINITY, c->log_x, c->log_y};
+    for (int s = 0; s < c->num_series; s++) {
+        const XYSeries *cs = &c->series[s];
+        for (int i = 0; i < cs->n; i++) {
+            if (shown(cs->x[i], c->log_x)) {
+                double x = c->log_x ? log10(cs->x[i]) : cs->x[i];
+                f.x0 = fmin(f.x0, x), f.x1 = fmax(f.x1, x);
+            }
+            if (!shown(cs->y[i], c->log_y)) continue;
+            double y = c->log_y ? log10(cs->y[i]) : cs->y[i];
             f.y0 = fmin(f.y0, y), f.y1 = fmax(f.y1, y);
         }
-        f.x0 = fmin(f.x0, c->x[i]), f.x1 = fmax(f.x1, c->x[i]);
     }
     if (!isfinite(f.x0)) f.x0 = 0, f.x1 = 1;
     if (!isfinite(f.y0)) f.y0 = 0, f.y1 = 1;
     if (f.x1 <= f.x0) f.x1 = f.x0 + 1;
+    if (c->log_x) f.x0 -= 0.03 * (f.x1 - f.x0), f.x1 += 0.03 * (f.x1 - f.x0); /* points off the frame's edge */
     double pad = f.y1 > f.y0 ? 0.05 * (f.y1 - f.y0) : fmax(fabs(f.y0) * 0.1, 1e-12);
     if (!c->log_y && f.y0 >= 0 && f.y0 - pad < 0) f.y0 = 0;
     else f.y0 -= pad;
@@ -94,7 +104,7 @@ static Frame frame_of(const Chart *c) {
     return f;
 }
 
-static void axes(cairo_t *cr, const Frame *f, const Chart *c) {
+static void axes(cairo_t *cr, const Frame *f, const XYChart *c) {
     char label[64];
     cairo_set_line_width(cr, 1);
     for (int i = 0; i <= 4; i++) {
@@ -104,9 +114,9 @@ static void axes(cairo_t *cr, const Frame *f, const Chart *c) {
         cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
         snprintf(label, sizeof label, "%.4g", f->log_y ? pow(10, v) : v);
         text(cr, LEFT - 6, y + 4, label, 1.0);
-        double xv = f->x0 + (f->x1 - f->x0) * i / 4;
-        snprintf(label, sizeof label, "%.4g", xv);
-        text(cr, fx(f, xv), H - BOTTOM + 16, label, 0.5);
+        double xv = f->x0 + (f->x1 - f->x0) * i / 4, xs = LEFT + (W - LEFT - RIGHT) * i / 4;
+        snprintf(label, sizeof label, "%.4g", f->log_x ? pow(10, xv) : xv);
+        text(cr, xs, H - BOTTOM + 16, label, 0.5);
     }
     cairo_set_source_rgb(cr, 0, 0, 0);
     cairo_rectangle(cr, LEFT, TOP, W - LEFT - RIGHT, H - TOP - BOTTOM), cairo_stroke(cr);
@@ -117,34 +127,40 @@ static void axes(cairo_t *cr, const Frame *f, const Chart *c) {
     cairo_restore(cr);
 }
 
-static void series(cairo_t *cr, const Frame *f, const Chart *c, int s) {
-    const ChartSeries *cs = &c->series[s];
+static void series(cairo_t *cr, const Frame *f, const XYChart *c, int s) {
+    const XYSeries *cs = &c->series[s];
     cairo_set_source_rgb(cr, COLOURS[s][0], COLOURS[s][1], COLOURS[s][2]);
     cairo_set_line_width(cr, 1.8);
     bool drawing = false;
-    for (int i = 0; i < c->n; i++) {
-        double y = cs->y[i];
-        bool ok = isfinite(y) && !(c->log_y && y <= 0);
-        if (!ok) {
+    for (int i = 0; i < cs->n; i++) {
+        double x = cs->x[i], y = cs->y[i];
+        if (!shown(x, c->log_x) || !shown(y, c->log_y)) {
             drawing = false;
             continue;
         }
-        if (cs->points) cairo_arc(cr, fx(f, c->x[i]), fy(f, y), 3.5, 0, 2 * M_PI), cairo_fill(cr);
-        else if (drawing) cairo_line_to(cr, fx(f, c->x[i]), fy(f, y));
-        else cairo_move_to(cr, fx(f, c->x[i]), fy(f, y));
+        if (cs->points) cairo_arc(cr, fx(f, x), fy(f, y), 3.5, 0, 2 * M_PI), cairo_fill(cr);
+        else if (drawing) cairo_line_to(cr, fx(f, x), fy(f, y));
+        else cairo_move_to(cr, fx(f, x), fy(f, y));
         drawing = true;
     }
     if (!cs->points) cairo_stroke(cr);
     text(cr, W - RIGHT - 8, TOP + 16 + 14 * s, cs->label, 1.0); /* the legend, in the series' colour */
 }
 
-PngBytes chart_png(const Chart *c) {
+PngBytes xy_chart_png(const XYChart *c) {
     cairo_surface_t *surface;
     cairo_t *cr = begin(&surface, c->title);
     Frame f = frame_of(c);
     axes(cr, &f, c);
     for (int s = 0; s < c->num_series; s++) series(cr, &f, c, s);
     return finish(surface, cr);
+}
+
+PngBytes chart_png(const Chart *c) {
+    XYChart xy = {c->title, c->x_label, c->y_label, false, c->log_y, {{0}}, c->num_series};
+    for (int s = 0; s < c->num_series; s++)
+        xy.series[s] = (XYSeries){c->series[s].label, c->x, c->series[s].y, c->n, c->series[s].points};
+    return xy_chart_png(&xy);
 }
 
 PngBytes heatmap_png(const char *title, const double *x, int cols, const double *values, int rows,

@@ -1,0 +1,216 @@
+/* cmd_batch_sweep.c: `batchscale batch-sweep [options] -- COMMAND`: the
+ * steps/tokens trade-off measured. COMMAND is a training job as `batchscale
+ * run` takes it (`batchscale train ...`, or `mpirun -np P ... batchscale
+ * train ...`); the sweep runs it once per global batch of --batches and seed
+ * 1..--seeds, each to --target-loss (a validation loss, cli/sweep_run.h says
+ * why) or --max-steps, one after another as child processes; records the
+ * steps S and tokens E each took; fits McCandlish et al.'s trade-off with a
+ * bootstrap interval (optim/critical_batch.h); prints the table and S_min,
+ * E_min, B_crit; writes OUT/sweep.json, OUT/pareto.png and each run's
+ * metrics under OUT/runs/.
+ *
+ * In each run the sweep sets --global-batch, --seed, --steps (the cap),
+ * --target-val-loss, --metrics, --quiet and --strict-batch, and --eval-every
+ * (from --eval-tokens) and --sample-tokens 0 unless the command gives them;
+ * it drops --out, --ckpt-dir, --save-model and --resume (every run starts
+ * from scratch and keeps only its metrics). Everything else passes through,
+ * so the learning rate is the command's at every batch: give a constant one
+ * (--min-lr equal to --lr) so that the cap does not shape a cosine decay.
+ * A run that does not reach the target, or fails after its first step, is
+ * reported as such and left out of the fit; fewer than two batch sizes
+ * reaching it is an error (after sweep.json records the runs). Deliberately
+ * not here: running runs in parallel (they share the machine's cores). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "cli/run_child.h"
+#include "cli/sweep_report.h"
+#include "cli/sweep_run.h"
+#include "core/error.h"
+#include "core/io.h"
+
+#define MAX_BATCHES 64
+#define BOOTSTRAP_SEED 20180614 /* fixed: the interval is reproducible (the date of McCandlish et al.'s preprint) */
+#define LEVEL 0.95
+
+typedef struct {
+    const char *batches, *out;
+    int seeds, max_steps, resamples;
+    double target;
+    long long eval_tokens;
+} SweepOptions;
+
+/* --batches "8,16,32": whole numbers of sequences, distinct, at least two. Returns the count. */
+static int parse_batches(const char *text, int *batches) {
+    int n = 0;
+    const char *at = text;
+    while (*at) {
+        char *end;
+        long b = strtol(at, &end, 10);
+        if (end == at || (*end && *end != ',') || b < 1 || b > (1 << 30))
+            bs_die("batch-sweep: --batches '%s': each entry must be a whole number of sequences from 1 up, separated "
+                   "by commas (e.g. --batches 8,16,32,64)", text);
+        for (int i = 0; i < n; i++)
+            if (batches[i] == b) bs_die("batch-sweep: --batches '%s': %ld is given twice", text, b);
+        if (n == MAX_BATCHES) bs_die("batch-sweep: --batches '%s': at most %d batch sizes", text, MAX_BATCHES);
+        batches[n++] = (int)b;
+        at = *end ? end + 1 : end;
+        if (*end && !*at) bs_die("batch-sweep: --batches '%s' ends with a comma", text);
+    }
+    if (n < 2)
+        bs_die("batch-sweep: --batches '%s': give at least two global batch sizes (the fit has two parameters), e.g. "
+               "--batches 8,16,32,64", text);
+    return n;
+}
+
+/* A train option holding a positive count, else `fallback`. */
+static long option_count(const RunCommand *cmd, const char *name, long fallback) {
+    const char *text = run_command_get(cmd, name);
+    double v;
+    return text && parse_count(text, &v) && v >= 1 ? (long)v : fallback;
+}
+
+/* The train command: a batchscale train with validation data; every batch a whole number of micro-batches per
+ * data-parallel rank; the options the sweep owns dropped (with a word). */
+static void check_command(RunCommand *cmd, const int *batches, int n) {
+    if (cmd->train_at < 0)
+        bs_die("batch-sweep: the command after -- must run `batchscale train` (e.g. -- batchscale train --data ... "
+               "--val-data ...)");
+    if (!run_command_get(cmd, "val-data") && !run_command_get(cmd, "config"))
+        bs_die("batch-sweep: the train command needs --val-data: the target is a validation loss");
+    const char *dropped[] = {"out", "ckpt-dir", "save-model", "resume"};
+    for (size_t i = 0; i < sizeof dropped / sizeof dropped[0]; i++)
+        if (run_command_get(cmd, dropped[i])) {
+            bs_warn("batch-sweep: --%s dropped from the train command (each run starts afresh and keeps only its "
+                    "metrics)", dropped[i]);
+            run_command_remove(cmd, dropped[i]);
+        }
+    const int ranks = run_command_ranks(cmd) > 0 ? run_command_ranks(cmd) : 1;
+    const long micro = option_count(cmd, "micro-batch", 8);
+    const long split = option_count(cmd, "tp", 1) * option_count(cmd, "pp", 1) * option_count(cmd, "cp", 1);
+    const long dp = option_count(cmd, "dp", ranks / split > 0 ? ranks / split : 1);
+    for (int i = 0; i < n; i++)
+        if (batches[i] % (micro * dp) != 0)
+            bs_die("batch-sweep: --batches: %d is not a multiple of --micro-batch %ld x %ld data-parallel rank%s "
+                   "(every run keeps the command's micro-batch)", batches[i], micro, dp, dp == 1 ? "" : "s");
+}
+
+/* Fits the runs that reached the target; false if fewer than two batch sizes did. */
+static bool fit_runs(SweepResult *r, int resamples) {
+    TradeoffPoint *points = bs_malloc(sizeof *points * (size_t)r->num_runs);
+    int n = 0, per_batch_max = 0, count = 0;
+    double lo = INFINITY, hi = 0;
+    for (int i = 0; i < r->num_runs; i++) {
+        const SweepRun *u = &r->runs[i];
+        count = i > 0 && u->batch == r->runs[i - 1].batch ? count : 0;
+        if (u->outcome != RUN_REACHED) continue;
+        points[n++] = (TradeoffPoint){u->steps, u->tokens, u->batch};
+        lo = fmin(lo, (double)u->batch * r->seq_len), hi = fmax(hi, (double)u->batch * r->seq_len);
+        if (++count > per_batch_max) per_batch_max = count;
+    }
+    char why[200];
+    r->runs_used = n;
+    r->fitted = tradeoff_fit(points, n, &r->fit, why, sizeof why);
+    if (r->fitted) {
+        r->within_batches = r->fit.b_crit >= lo && r->fit.b_crit <= hi;
+        r->has_interval = per_batch_max >= 2;
+        if (r->has_interval) tradeoff_bootstrap(points, n, resamples, LEVEL, BOOTSTRAP_SEED, &r->interval);
+    }
+    free(points);
+    return r->fitted;
+}
+
+/* The error when the fit cannot be made: which runs reached the target and what to change. */
+static void die_unfitted(const SweepResult *r) {
+    double best = INFINITY;
+    int best_batch = 0, reached_batches = 0, last = 0;
+    for (int i = 0; i < r->num_runs; i++) {
+        const SweepRun *u = &r->runs[i];
+        if (u->best_val_loss < best) best = u->best_val_loss, best_batch = u->batch;
+        if (u->outcome == RUN_REACHED && u->batch != last) reached_batches++, last = u->batch;
+    }
+    const SweepSettings *s = r->settings;
+    if (reached_batches == 0)
+        bs_die("batch-sweep: no run reached --target-loss %g within --max-steps %d (best validation loss %.4f, at "
+               "batch %d): raise --max-steps or the target", s->target, s->max_steps, best, best_batch);
+    bs_die("batch-sweep: only batch %d reached --target-loss %g within --max-steps %d: the fit needs two batch sizes; "
+           "raise --max-steps or the target", last, s->target, s->max_steps);
+}
+
+static int sweep(const SweepOptions *o, RunCommand *cmd, const char *command_text) {
+    int batches[MAX_BATCHES];
+    const int num_batches = parse_batches(o->batches, batches);
+    check_command(cmd, batches, num_batches);
+    char runs_dir[4200], path[4300];
+    snprintf(runs_dir, sizeof runs_dir, "%s/runs", o->out);
+    bs_mkdir_p(runs_dir);
+    const SweepSettings s = {o->target, o->max_steps, o->eval_tokens,
+                             (int)option_count(cmd, "seq-len", 128), runs_dir};
+    const int total = num_batches * o->seeds;
+    SweepRun *runs = bs_calloc((size_t)total, sizeof *runs);
+    run_signals_block();
+    for (int b = 0, k = 0; b < num_batches; b++)
+        for (int seed = 1; seed <= o->seeds; seed++, k++) {
+            printf("batch-sweep: run %d of %d: batch %d, seed %d ... ", k + 1, total, batches[b], seed);
+            fflush(stdout);
+            sweep_run(cmd, &s, batches[b], seed, &runs[k]);
+            const SweepRun *u = &runs[k];
+            if (u->outcome == RUN_REACHED) printf("%.1f steps, %.0f tokens\n", u->steps, u->tokens);
+            else if (u->outcome == RUN_NOT_REACHED) printf("not reached (best %.4f)\n", u->best_val_loss);
+            else printf("failed (exit status %d)\n", u->exit_status);
+        }
+    SweepResult r = {.settings = &s, .seeds = o->seeds, .runs = runs, .num_runs = total, .command = command_text,
+                     .seq_len = s.seq_len};
+    for (int k = 0; k < total; k++)
+        if (runs[k].seq_len > 0) r.seq_len = runs[k].seq_len; /* the metrics' word over the flag's */
+    sweep_print_table(&r);
+    bool fitted = fit_runs(&r, o->resamples);
+    snprintf(path, sizeof path, "%s/sweep.json", o->out);
+    sweep_write_json(&r, path);
+    if (!fitted) die_unfitted(&r);
+    char png[4300];
+    snprintf(png, sizeof png, "%s/pareto.png", o->out);
+    sweep_write_png(&r, png);
+    sweep_print_fit(&r);
+    printf("wrote %s and %s\n", path, png);
+    free(runs);
+    return 0;
+}
+
+int cmd_batch_sweep(int argc, char **argv) {
+    SweepOptions o = {0};
+    const OptionSpec specs[] = {
+        {"batches", OPT_STRING, &o.batches, OPT_NO_RANGE, "LIST", "global batch sizes in sequences, e.g. 8,16,32,64", "", NULL},
+        {"seeds", OPT_INT, &o.seeds, 1, 1000, "N", "runs per batch size, seeds 1..N", "3", NULL},
+        {"target-loss", OPT_DOUBLE, &o.target, 0, 1e9, "LOSS", "the validation loss every run trains to (required)", "0", NULL},
+        {"max-steps", OPT_INT, &o.max_steps, 1, 1e9, "N", "step cap of each run (the train command's --steps)", "1000", NULL},
+        {"eval-tokens", OPT_LONG, &o.eval_tokens, 1, 9e18, "TOKENS", "evaluate every this many tokens (--eval-every per batch, unless the command gives it)", "16384", NULL},
+        {"out", OPT_STRING, &o.out, OPT_NO_RANGE, "DIR", "sweep.json, pareto.png and runs/", "batch-sweep", NULL},
+        {"resamples", OPT_INT, &o.resamples, 10, 1000000, "N", "bootstrap resamples", "1000", NULL},
+    };
+    int split = 1;
+    while (split < argc && strcmp(argv[split], "--") != 0) split++;
+    if (!options_parse(specs, (int)(sizeof specs / sizeof specs[0]), split, argv,
+                       "usage: batchscale batch-sweep --batches 8,16,32 --target-loss X [options] -- [mpirun -np P "
+                       "...] batchscale train ...\n\nTrains the same model at each global batch and seed to a target "
+                       "validation loss, fits McCandlish et al.'s\n(S/S_min - 1)(E/E_min - 1) = 1 and reports S_min, "
+                       "E_min and the critical batch B_crit = E_min/S_min."))
+        return 0;
+    if (!o.batches[0])
+        bs_die("batch-sweep: --batches is required: give at least two global batch sizes, e.g. --batches 8,16,32,64");
+    if (!(o.target > 0)) bs_die("batch-sweep: --target-loss is required and must be above 0 (a validation loss)");
+    if (split + 1 >= argc)
+        bs_die("batch-sweep: give the training command after --, e.g. batchscale batch-sweep --batches 8,16 "
+               "--target-loss 2.5 -- batchscale train --data ... --val-data ...");
+    RunCommand cmd;
+    run_command_init(&cmd, argc - split - 1, argv + split + 1);
+    char *text = run_command_text(&cmd);
+    int status = sweep(&o, &cmd, text);
+    free(text);
+    run_command_free(&cmd);
+    return status;
+}

@@ -1,0 +1,150 @@
+/* sweep_report.c: the batch sweep's table, JSON and Pareto-front PNG (see sweep_report.h). */
+#include "cli/sweep_report.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/report_chart.h"
+#include "core/error.h"
+#include "core/io.h"
+
+#define CURVE_POINTS 120
+
+static const char *outcome_word(RunOutcome o) {
+    return o == RUN_REACHED ? "reached" : o == RUN_NOT_REACHED ? "not reached" : "failed";
+}
+
+void sweep_print_table(const SweepResult *r) {
+    const SweepSettings *s = r->settings;
+    printf("\nvalidation loss %.4g: steps and tokens to reach it (interpolated between evaluations)\n", s->target);
+    printf("%7s %6s %9s %12s  %s\n", "batch", "seed", "steps", "tokens", "target");
+    for (int i = 0; i < r->num_runs; i++) {
+        const SweepRun *u = &r->runs[i];
+        if (u->outcome == RUN_REACHED)
+            printf("%7d %6ld %9.1f %12.0f  at the evaluation of step %ld%s\n", u->batch, u->seed, u->steps, u->tokens,
+                   u->eval_step, u->at_first_eval ? " (its first: steps is an upper bound)" : "");
+        else if (u->outcome == RUN_NOT_REACHED)
+            printf("%7d %6ld %9s %12s  not reached within --max-steps %d (best validation loss %.4f): left out of "
+                   "the fit\n", u->batch, u->seed, "-", "-", s->max_steps, u->best_val_loss);
+        else
+            printf("%7d %6ld %9s %12s  failed at step %ld (exit status %d): left out of the fit\n", u->batch,
+                   u->seed, "-", "-", u->eval_step, u->exit_status);
+    }
+}
+
+void sweep_print_fit(const SweepResult *r) {
+    const TradeoffFit *f = &r->fit;
+    const double t = r->seq_len;
+    printf("\nfit of (S/S_min - 1)(E/E_min - 1) = 1 over %d runs (least squares in log steps along each run's "
+           "batch; rms residual %.3f):\n", r->runs_used, f->rms_log);
+    if (r->has_interval) {
+        const TradeoffInterval *c = &r->interval;
+        printf("  S_min  = %.1f steps          [%.1f, %.1f]\n", f->s_min, c->s_min.lo, c->s_min.hi);
+        printf("  E_min  = %.0f tokens        [%.0f, %.0f]\n", f->e_min, c->e_min.lo, c->e_min.hi);
+        printf("  B_crit = %.2f sequences (%.0f tokens)  [%.2f, %.2f]\n", f->b_crit / t, f->b_crit, c->b_crit.lo / t,
+               c->b_crit.hi / t);
+        printf("  [%.0f%% bootstrap interval: %d resamples of the seeds within each batch%s]\n", 100 * c->level,
+               c->resamples, c->unbracketed ? ", some with B_crit at the search's bound" : "");
+    } else {
+        printf("  S_min = %.1f steps, E_min = %.0f tokens, B_crit = %.2f sequences (%.0f tokens)\n", f->s_min,
+               f->e_min, f->b_crit / t, f->b_crit);
+        printf("  (no interval: one run per batch leaves nothing to resample; use --seeds 2 or more)\n");
+    }
+    fflush(stdout); /* the warnings below go to stderr: after the numbers they qualify */
+    if (!f->bracketed)
+        bs_warn("batch-sweep: B_crit fell on the search's bound: the batches measured do not locate it (all far "
+                "below it or all far above it); widen --batches");
+    else if (!r->within_batches)
+        bs_warn("batch-sweep: B_crit %.2f sequences lies outside the batches measured: an extrapolation; widen "
+                "--batches to include it", f->b_crit / t);
+}
+
+static json_t *number(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
+static json_t *interval(Interval i, double scale) { return json_pack("[o, o]", number(i.lo / scale), number(i.hi / scale)); }
+
+static json_t *runs_json(const SweepResult *r) {
+    json_t *runs = json_array();
+    for (int i = 0; i < r->num_runs; i++) {
+        const SweepRun *u = &r->runs[i];
+        json_t *j = json_pack("{s:i, s:I, s:s, s:o, s:o, s:I, s:b, s:o, s:s}", "batch", u->batch, "seed",
+                              (json_int_t)u->seed, "outcome", outcome_word(u->outcome), "steps", number(u->steps),
+                              "tokens", number(u->tokens), "eval_step", (json_int_t)u->eval_step, "at_first_eval",
+                              u->at_first_eval, "best_val_loss", number(u->best_val_loss), "metrics", u->metrics);
+        if (u->outcome == RUN_FAILED) json_object_set_new(j, "exit_status", json_integer(u->exit_status));
+        json_array_append_new(runs, j);
+    }
+    return runs;
+}
+
+static json_t *fit_json(const SweepResult *r) {
+    const TradeoffFit *f = &r->fit;
+    const double t = r->seq_len;
+    json_t *fit = json_pack("{s:o, s:o, s:o, s:o, s:o, s:b, s:b, s:i, s:s}", "s_min", number(f->s_min),
+                            "e_min_tokens", number(f->e_min), "b_crit_tokens", number(f->b_crit), "b_crit_sequences",
+                            number(f->b_crit / t), "rms_log_residual", number(f->rms_log), "bracketed", f->bracketed,
+                            "within_batches", r->within_batches, "runs_used", r->runs_used, "method",
+                            "least squares of log S - log S_min(1 + B_crit/B) over the runs that reached the target; "
+                            "S_min in closed form, a grid and golden-section search over log B_crit");
+    if (!r->has_interval) return fit;
+    const TradeoffInterval *c = &r->interval;
+    json_object_set_new(fit, "interval",
+                        json_pack("{s:f, s:i, s:i, s:s, s:o, s:o, s:o, s:o}", "level", c->level, "resamples",
+                                  c->resamples, "unbracketed_resamples", c->unbracketed, "method",
+                                  "bootstrap: the runs of each batch resampled with replacement, percentiles",
+                                  "s_min", interval(c->s_min, 1), "e_min_tokens", interval(c->e_min, 1),
+                                  "b_crit_tokens", interval(c->b_crit, 1), "b_crit_sequences",
+                                  interval(c->b_crit, t)));
+    return fit;
+}
+
+void sweep_write_json(const SweepResult *r, const char *path) {
+    const SweepSettings *s = r->settings;
+    json_t *root = json_pack("{s:f, s:s, s:i, s:I, s:i, s:i, s:s, s:o}", "target_val_loss", s->target, "measure",
+                             "validation loss at evaluation points; steps and tokens interpolated linearly in the "
+                             "loss between the evaluations around the target", "max_steps", s->max_steps,
+                             "eval_tokens", (json_int_t)s->eval_tokens, "seeds", r->seeds, "seq_len", r->seq_len,
+                             "command", r->command, "runs", runs_json(r));
+    json_object_set_new(root, "fit", r->fitted ? fit_json(r) : json_null());
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+    if (!text) bs_die("batch-sweep: cannot encode %s", path);
+    bs_write_file_atomic(path, text, strlen(text));
+    free(text);
+    json_decref(root);
+}
+
+void sweep_write_png(const SweepResult *r, const char *path) {
+    double *x = bs_malloc(sizeof(double) * (size_t)(2 * r->num_runs + 2 * CURVE_POINTS));
+    double *y = x + r->num_runs, *cx = y + r->num_runs, *cy = cx + CURVE_POINTS, lo = INFINITY, hi = 0;
+    int n = 0;
+    for (int i = 0; i < r->num_runs; i++) {
+        if (r->runs[i].outcome != RUN_REACHED) continue;
+        x[n] = r->runs[i].steps, y[n] = r->runs[i].tokens;
+        lo = fmin(lo, y[n] / x[n]), hi = fmax(hi, y[n] / x[n]), n++;
+    }
+    const TradeoffFit *f = &r->fit;
+    for (int k = 0; k < CURVE_POINTS; k++) { /* batches from lo / 4 to hi x 4, evenly in log */
+        double b = lo / 4 * pow(16 * hi / lo, (double)k / (CURVE_POINTS - 1));
+        cx[k] = tradeoff_steps(f, b), cy[k] = cx[k] * b;
+    }
+    double knee_x = 2 * f->s_min, knee_y = 2 * f->e_min;
+    char fit_label[160], knee_label[96];
+    snprintf(fit_label, sizeof fit_label, "fit: S_min %.1f steps, E_min %.4g tokens", f->s_min, f->e_min);
+    snprintf(knee_label, sizeof knee_label, "B = B_crit = %.2f sequences", f->b_crit / r->seq_len);
+    char title[128], x_label[96];
+    snprintf(title, sizeof title, "steps against tokens to validation loss %.4g", r->settings->target);
+    snprintf(x_label, sizeof x_label, "optimizer steps S (log)");
+    XYChart c = {title, x_label, "tokens E (log)", true, true,
+                 {{"runs (one point per batch and seed)", x, y, n, true},
+                  {fit_label, cx, cy, CURVE_POINTS, false},
+                  {knee_label, &knee_x, &knee_y, 1, true}},
+                 3};
+    PngBytes png = xy_chart_png(&c);
+    bs_write_file_atomic(path, png.data, png.len);
+    free(png.data);
+    free(x);
+    chart_release_fonts();
+}

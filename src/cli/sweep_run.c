@@ -1,0 +1,110 @@
+/* sweep_run.c: one run of the batch sweep (see sweep_run.h). */
+#include "cli/sweep_run.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "cli/run_child.h"
+#include "core/error.h"
+#include "core/io.h"
+
+int sweep_eval_every(const SweepSettings *s, int batch) {
+    long long every = llround((double)s->eval_tokens / ((double)batch * s->seq_len));
+    return every < 1 ? 1 : every > 1000000000 ? 1000000000 : (int)every;
+}
+
+/* The base command with this run's options; the caller frees it. */
+static void run_command_for(const RunCommand *base, const SweepSettings *s, const SweepRun *run, RunCommand *cmd) {
+    char **words = bs_calloc((size_t)base->count + 3, sizeof(char *));
+    for (int i = 0; i < base->count; i++) words[i] = base->words[i];
+    words[base->count] = "--quiet";           /* the sweep prints one line per run */
+    words[base->count + 1] = "--strict-batch"; /* a batch the layout cannot hold is an error, not rounded */
+    run_command_init(cmd, base->count + 2, words);
+    free(words);
+    char value[64];
+    snprintf(value, sizeof value, "%d", run->batch);
+    run_command_set(cmd, "global-batch", value);
+    snprintf(value, sizeof value, "%ld", run->seed);
+    run_command_set(cmd, "seed", value);
+    snprintf(value, sizeof value, "%d", s->max_steps);
+    run_command_set(cmd, "steps", value);
+    snprintf(value, sizeof value, "%.17g", s->target);
+    run_command_set(cmd, "target-val-loss", value);
+    run_command_set(cmd, "metrics", run->metrics);
+    if (!run_command_get(base, "eval-every")) {
+        snprintf(value, sizeof value, "%d", sweep_eval_every(s, run->batch));
+        run_command_set(cmd, "eval-every", value);
+    }
+    if (!run_command_get(base, "sample-tokens")) run_command_set(cmd, "sample-tokens", "0");
+}
+
+static double number(json_t *j, const char *key) {
+    json_t *v = json_object_get(j, key);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+/* An evaluation point of the metrics. */
+typedef struct {
+    double step, tokens, loss;
+} Eval;
+
+/* Reads the run's metrics into `run`; returns the number of lines (0: no file or no steps). */
+static int read_metrics(SweepRun *run, double target) {
+    if (!bs_path_exists(run->metrics)) return 0;
+    size_t len;
+    char *text = bs_read_file(run->metrics, &len);
+    Eval before = {NAN, NAN, NAN}, at = {NAN, NAN, NAN};
+    int lines = 0;
+    bool reached = false;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        json_t *j = json_loads(line, 0, NULL);
+        if (!j) bs_die("batch-sweep: %s: line %d is not JSON", run->metrics, lines + 1);
+        lines++;
+        Eval e = {number(j, "step"), number(j, "tokens"), number(j, "val_loss")};
+        run->eval_step = (long)e.step;
+        if (e.step > 0 && isfinite(e.tokens)) run->seq_len = (int)llround(e.tokens / (e.step * run->batch));
+        json_decref(j);
+        if (reached || !isfinite(e.loss)) continue;
+        if (!(run->best_val_loss <= e.loss)) run->best_val_loss = e.loss;
+        if (e.loss <= target) reached = true, at = e;
+        else before = e;
+    }
+    free(text);
+    if (!reached) return lines;
+    run->outcome = RUN_REACHED;
+    run->eval_step = (long)at.step;
+    run->at_first_eval = isnan(before.step);
+    double share = run->at_first_eval ? 1 : (before.loss - target) / (before.loss - at.loss);
+    run->steps = run->at_first_eval ? at.step : before.step + share * (at.step - before.step);
+    run->tokens = run->at_first_eval ? at.tokens : before.tokens + share * (at.tokens - before.tokens);
+    return lines;
+}
+
+void sweep_run(const RunCommand *base, const SweepSettings *s, int batch, long seed, SweepRun *out) {
+    memset(out, 0, sizeof *out);
+    out->batch = batch, out->seed = seed, out->outcome = RUN_NOT_REACHED;
+    out->steps = out->tokens = out->best_val_loss = NAN;
+    snprintf(out->metrics, sizeof out->metrics, "%s/batch%d_seed%ld.jsonl", s->runs_dir, batch, seed);
+    remove(out->metrics); /* a previous sweep's file must not be read as this run's */
+    RunCommand cmd;
+    run_command_for(base, s, out, &cmd);
+    ChildResult r = run_child(cmd.words, 0, false, run_command_ranks(&cmd) > 0);
+    if (r.stop_signal) bs_die("batch-sweep: interrupted by signal %d during the run at batch %d, seed %ld",
+                              r.stop_signal, batch, seed);
+    int lines = read_metrics(out, s->target);
+    if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0) {
+        char how[128], *text = run_command_text(&cmd);
+        run_describe_status(r.status, how, sizeof how);
+        if (lines == 0)
+            bs_die("batch-sweep: the run at batch %d, seed %ld failed before its first step (%s); its command: %s",
+                   batch, seed, how, text);
+        free(text);
+        out->outcome = RUN_FAILED;
+        out->exit_status = WIFEXITED(r.status) ? WEXITSTATUS(r.status) : 128 + WTERMSIG(r.status);
+    }
+    run_command_free(&cmd);
+}

@@ -1,0 +1,209 @@
+"""test_batch_sweep.py: `batchscale batch-sweep` end to end (issue 21, part 1).
+
+A tiny model (L=2 C=32 T=32) on a word-salad corpus, constant learning rate,
+global batches 2, 8 and 16 x seeds 1 and 2, to validation loss 2.6:
+
+- the sweep: exit 0, sweep.json with the 6 runs; each run's metrics show the
+  batch and seed it was given (the batch in every line, different seeds
+  giving different losses); each run's steps to the target equal the linear
+  interpolation, computed here from its metrics, between the evaluation
+  before the target and the first at or below it, and its tokens are steps x
+  batch x T; the fit equals an independent one (numpy, Gauss-Newton on the
+  same least-squares problem, started from a coarse grid) to 1e-6 relative,
+  B_crit = E_min / S_min, the interval holds the estimate; pareto.png is a
+  valid 760x360 PNG (signature, every chunk's CRC, the image data inflates to
+  height x (1 + 3 x width) bytes for RGB).
+- a cap that batch 2 cannot make (the evaluation before its first at the
+  target): its runs are "not reached", named in the table, and left out of
+  the fit; the other runs take the same steps as before (the runs are
+  deterministic and the cap does not change a constant-lr schedule); the fit
+  equals numpy's over those 4 runs.
+- refusals, one line each naming the flag, exit non-zero: no --batches, an
+  empty, malformed, single or repeated batch list, a batch that is not a
+  whole number of micro-batches, no --target-loss, no command after --, a
+  command that is not batchscale train, no --val-data, and a target no run
+  reaches within --max-steps (sweep.json still records the runs).
+"""
+import json
+import os
+import struct
+import sys
+import unittest
+import zlib
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bstest  # noqa: E402
+from bstest import BATCHSCALE  # noqa: E402
+
+T = 32
+TARGET = 2.6
+BATCHES = [2, 8, 16]
+SEEDS = 2
+
+
+def numpy_fit(steps, tokens):
+    """S_min, E_min of log S = log S_min + log(1 + B_crit / B), B = E / S: Gauss-Newton from a grid."""
+    steps, tokens = np.asarray(steps, float), np.asarray(tokens, float)
+    y, batch = np.log(steps), tokens / steps
+
+    def residual(theta):
+        return y - theta[0] - np.log1p(np.exp(theta[1]) / batch)
+
+    grid = np.linspace(np.log(batch.min()) - 7, np.log(batch.max()) + 7, 2001)
+    best = min(grid, key=lambda b: np.var(y - np.log1p(np.exp(b) / batch)))
+    theta = np.array([np.mean(y - np.log1p(np.exp(best) / batch)), best])
+    for _ in range(100):
+        r = np.exp(theta[1]) / batch
+        jac = np.stack([np.ones_like(y), r / (1 + r)], axis=1)
+        delta = np.linalg.lstsq(jac, residual(theta), rcond=None)[0]
+        theta = theta + delta
+        if np.max(np.abs(delta)) < 1e-13:
+            break
+    return np.exp(theta[0]), np.exp(theta[0] + theta[1])
+
+
+def check_png(test, path):
+    with open(path, "rb") as f:
+        data = f.read()
+    test.assertEqual(data[:8], b"\x89PNG\r\n\x1a\n")
+    at, idat, chunks = 8, b"", []
+    while at < len(data):
+        length, kind = struct.unpack(">I4s", data[at:at + 8])
+        body = data[at + 8:at + 8 + length]
+        (crc,) = struct.unpack(">I", data[at + 8 + length:at + 12 + length])
+        test.assertEqual(crc, zlib.crc32(kind + body), f"{path}: bad CRC in chunk {kind}")
+        chunks.append(kind)
+        if kind == b"IHDR":
+            width, height, depth, colour = struct.unpack(">IIBB", body[:10])
+        if kind == b"IDAT":
+            idat += body
+        at += 12 + length
+    test.assertEqual((chunks[0], chunks[-1]), (b"IHDR", b"IEND"))
+    test.assertEqual((width, height, depth), (760, 360, 8))
+    test.assertIn(colour, (2, 6))  # cairo writes RGB when every pixel is opaque, else RGBA
+    test.assertEqual(len(zlib.decompress(idat)), height * (1 + (3 if colour == 2 else 4) * width))
+
+
+class BatchSweep(bstest.CorpusTest):
+    @classmethod
+    def train_command(cls):
+        return [BATCHSCALE, "train", "--layers", "2", "--heads", "2", "--channels", "32", "--seq-len", str(T),
+                "--micro-batch", "2", "--lr", "3e-3", "--min-lr", "3e-3", "--warmup", "2", "--val-batches", "4",
+                "--threads", "1", "--data", os.path.join(cls.data, "train_000000.bin"),
+                "--val-data", os.path.join(cls.data, "val_000000.bin")]
+
+    @classmethod
+    def sweep(cls, out, *options, batches=BATCHES, seeds=SEEDS, check=True):
+        args = ["batch-sweep", "--batches", ",".join(map(str, batches)), "--seeds", str(seeds), "--target-loss",
+                str(TARGET), "--eval-tokens", "256", "--out", os.path.join(cls.dir, out)] + list(options) + ["--"]
+        return bstest.run(args + cls.train_command(), check=check)
+
+    @classmethod
+    def load(cls, out):
+        with open(os.path.join(cls.dir, out, "sweep.json")) as f:
+            return json.load(f)
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.first = cls.sweep("full", "--max-steps", "300")
+        cls.full = cls.load("full")
+
+    def test_runs_and_interpolation(self):
+        runs = self.full["runs"]
+        self.assertEqual([(r["batch"], r["seed"]) for r in runs],
+                         [(b, s) for b in BATCHES for s in range(1, SEEDS + 1)])
+        losses = {}
+        for r in runs:
+            self.assertEqual(r["outcome"], "reached", r)
+            lines = bstest.read_metrics(r["metrics"])
+            self.assertTrue(all(line["batch"] == r["batch"] for line in lines))
+            evals = [(line["step"], line["tokens"], line["val_loss"]) for line in lines if "val_loss" in line]
+            k = next(i for i, e in enumerate(evals) if e[2] <= TARGET)
+            self.assertGreater(k, 0, "the target at the first evaluation: the test's eval interval is too coarse")
+            (s0, t0, l0), (s1, t1, l1) = evals[k - 1], evals[k]
+            self.assertEqual(r["eval_step"], s1)
+            self.assertEqual(lines[-1]["step"], s1, "the run did not stop at the target")
+            share = (l0 - TARGET) / (l0 - l1)
+            self.assertAlmostEqual(r["steps"], s0 + share * (s1 - s0), places=9)
+            self.assertAlmostEqual(r["tokens"], r["steps"] * r["batch"] * T, places=5)
+            losses.setdefault(r["batch"], []).append(lines[0]["loss"])
+        for batch, first_losses in losses.items():
+            self.assertNotEqual(first_losses[0], first_losses[1], f"batch {batch}: the seeds gave the same run")
+
+    def test_fit_and_chart(self):
+        fit, runs = self.full["fit"], self.full["runs"]
+        s_min, e_min = numpy_fit([r["steps"] for r in runs], [r["tokens"] for r in runs])
+        self.assertLess(abs(fit["s_min"] / s_min - 1), 1e-6, (fit, s_min))
+        self.assertLess(abs(fit["e_min_tokens"] / e_min - 1), 1e-6, (fit, e_min))
+        self.assertAlmostEqual(fit["b_crit_sequences"], fit["e_min_tokens"] / fit["s_min"] / T, places=9)
+        self.assertEqual(fit["runs_used"], 6)
+        ci = fit["interval"]
+        self.assertEqual((ci["level"], ci["resamples"]), (0.95, 1000))
+        for key in ("s_min", "e_min_tokens", "b_crit_sequences"):
+            self.assertLessEqual(ci[key][0], fit[key])
+            self.assertLessEqual(fit[key], ci[key][1])
+        self.assertIn("B_crit = %.2f sequences" % fit["b_crit_sequences"], self.first.stdout)
+        check_png(self, self.path("full/pareto.png"))
+
+    def test_run_left_out(self):
+        full = {(r["batch"], r["seed"]): r for r in self.full["runs"]}
+        small = [r for r in self.full["runs"] if r["batch"] == BATCHES[0]]
+        every = 256 // (BATCHES[0] * T)
+        cap = min(r["eval_step"] for r in small) - every  # an evaluation both small runs made above the target
+        for r in small:
+            at_cap = [x["val_loss"] for x in bstest.read_metrics(r["metrics"]) if x["step"] == cap]
+            self.assertGreater(at_cap[0], TARGET)
+        others = [r for r in self.full["runs"] if r["batch"] != BATCHES[0]]
+        self.assertLessEqual(max(r["eval_step"] for r in others), cap, "the larger batches need the cap too")
+        p = self.sweep("capped", "--max-steps", str(cap))
+        capped = self.load("capped")
+        for r in capped["runs"]:
+            if r["batch"] == BATCHES[0]:
+                self.assertEqual((r["outcome"], r["steps"], r["eval_step"]), ("not reached", None, cap))
+                self.assertRegex(p.stdout, r"\n\s+%d\s+%d\s+-\s+-\s+not reached within --max-steps %d \(best "
+                                 r"validation loss [0-9.]+\): left out of the fit" % (r["batch"], r["seed"], cap))
+            else:
+                self.assertEqual(r["steps"], full[(r["batch"], r["seed"])]["steps"])
+        s_min, e_min = numpy_fit([r["steps"] for r in others], [r["tokens"] for r in others])
+        self.assertEqual(capped["fit"]["runs_used"], 4)
+        self.assertLess(abs(capped["fit"]["s_min"] / s_min - 1), 1e-6)
+        self.assertLess(abs(capped["fit"]["e_min_tokens"] / e_min - 1), 1e-6)
+
+    def refused(self, args, words):
+        p = bstest.run(args, check=False)
+        errors = [line for line in p.stderr.splitlines() if "error" in line]
+        self.assertNotEqual(p.returncode, 0, p.stdout)
+        self.assertEqual(len(errors), 1, p.stderr)
+        for w in words:
+            self.assertIn(w, errors[0])
+
+    def test_refusals(self):
+        train = ["--"] + self.train_command()
+        base = ["batch-sweep", "--target-loss", "2", "--out", self.path("bad")]
+        self.refused(["batch-sweep", "--target-loss", "2"] + train, ["--batches is required"])
+        for batches, why in (("", "--batches is required"), ("8,x", "whole number"), ("8", "at least two"),
+                             ("8,8", "given twice"), ("8,", "comma"), ("0,8", "whole number"),
+                             ("3,8", "3 is not a multiple of --micro-batch 2")):
+            self.refused(base + ["--batches", batches] + train, ["--batches", why])
+        self.refused(["batch-sweep", "--batches", "2,8"] + train, ["--target-loss"])
+        self.refused(base + ["--batches", "2,8", "--seeds", "0"] + train, ["--seeds"])
+        self.refused(base + ["--batches", "2,8"], ["after --"])
+        self.refused(base + ["--batches", "2,8", "--", "echo", "train"], ["batchscale train"])
+        self.refused(base + ["--batches", "2,8", "--"] + self.train_command()[:-2], ["--val-data"])
+
+    def test_target_never_reached(self):
+        p = self.sweep("never", "--max-steps", "3", batches=[2, 8], seeds=1, check=False)
+        errors = [line for line in p.stderr.splitlines() if "error" in line]
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(len(errors), 1, p.stderr)
+        self.assertIn("no run reached --target-loss 2.6 within --max-steps 3", errors[0])
+        summary = self.load("never")
+        self.assertEqual([r["outcome"] for r in summary["runs"]], ["not reached"] * 2)
+        self.assertIsNone(summary["fit"])
+
+
+if __name__ == "__main__":
+    unittest.main()
