@@ -202,7 +202,7 @@ enum { GPT_ALLOC_PARAMS = 1, GPT_ALLOC_GRADS = 2 };
 void gpt_create_with(GPT *model, const GPTConfig *cfg, int alloc);
 void gpt_free(GPT *model);
 /* A whole model holding base and adapters (GPT_PART_ALL): W += s B A in
- * every adapted layer (the adapters stay as they are). */
+ * every adapted layer (the adapters stay as they are; in lora.c). */
 void gpt_merge_adapters(GPT *model);
 /* GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
  * biases 0, LayerNorm weights 1; padded rows 0. */

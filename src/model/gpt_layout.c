@@ -297,21 +297,6 @@ void gpt_copy_part(const GPTConfig *all, GPTPart part, const float *src, float *
     free(segs);
 }
 
-void gpt_merge_adapters(GPT *model) {
-    const GPTConfig *cfg = &model->cfg;
-    const int C = cfg->channels, widths[LORA_NUM_TARGETS][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
-    for (int l = 0; l < gpt_stage_layers(cfg); l++) {
-        size_t off, count;
-        gpt_block_range(cfg, gpt_first_layer(cfg) + l + 1, &off, &count);
-        LayerTensors t = gpt_layer_tensors(cfg, model->params + off);
-        float *weights[LORA_NUM_TARGETS] = {t.qkvw, t.attprojw, t.fcw, t.fcprojw};
-        for (int k = 0; k < LORA_NUM_TARGETS; k++)
-            if (t.lora_a[k])
-                lora_merge(weights[k], t.lora_a[k], t.lora_b[k], cfg->lora_rank, model->lora_scale, widths[k][0],
-                           widths[k][1]);
-    }
-}
-
 /* ---- the map onto the whole model ---- */
 
 typedef struct {

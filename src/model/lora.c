@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "model/gpt.h"
 
 static const char *const target_names[LORA_NUM_TARGETS] = {"qkv", "attproj", "fc", "fcproj"};
 
@@ -39,6 +40,21 @@ void lora_merge(float *W, const float *A, const float *B, int rank, float scale,
             float *w = W + (size_t)o * IC;
             for (int i = 0; i < IC; i++) w[i] += s * a[i];
         }
+}
+
+void gpt_merge_adapters(GPT *model) {
+    const GPTConfig *cfg = &model->cfg;
+    const int C = cfg->channels, widths[LORA_NUM_TARGETS][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+    for (int l = 0; l < gpt_stage_layers(cfg); l++) {
+        size_t off, count;
+        gpt_block_range(cfg, gpt_first_layer(cfg) + l + 1, &off, &count);
+        LayerTensors t = gpt_layer_tensors(cfg, model->params + off);
+        float *weights[LORA_NUM_TARGETS] = {t.qkvw, t.attprojw, t.fcw, t.fcprojw};
+        for (int k = 0; k < LORA_NUM_TARGETS; k++)
+            if (t.lora_a[k])
+                lora_merge(weights[k], t.lora_a[k], t.lora_b[k], cfg->lora_rank, model->lora_scale, widths[k][0],
+                           widths[k][1]);
+    }
 }
 
 bool lora_parse_targets(const char *text, int *mask, char *why, size_t why_size) {
