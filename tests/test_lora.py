@@ -19,12 +19,16 @@ batch 8, and the adapted model is exported merged (--lora-merge: W + s B A).
    element; measured against a full fine-tuning run of the same model.
 4. A checkpoint at step 4 resumes to the same final weights bit for bit, and
    resuming it without --lora-rank is refused in one line.
+7. --base-weights bf16 and int8 (the frozen linear weights kept in 2 or 1
+   bytes, int8 with a per-row scale) give bit for bit the run of an fp32 base
+   over a file rounded the same way in NumPy; their state bytes and final
+   loss against the fp32 base are printed.
 6. DiLoCo (--local-steps 4) over LoRA synchronises only the adapters: the
    bytes sent are the adapters' pseudo-gradient every 4th step, nothing
    between, and the base stays frozen.
 5. Bad input, one line each: --lora-targets with an unknown layer, LoRA flags
-   without --lora-rank, --zero 3, --precision bf16, --lora-init of a file
-   holding other tensors.
+   without --lora-rank, --zero 3, --precision bf16, int8 base weights with
+   --tp, --lora-init of a file holding other tensors.
 """
 import os
 import subprocess
@@ -60,6 +64,30 @@ def train(d, name, extra, ranks=1, check_rc=True):
     if p.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
     return read_metrics(metrics), read_model(model)[1]
+
+
+def round_linear(body, header, kind):
+    """The llm.c file's values with each layer's four linear weights (out, in) rounded as --base-weights stores
+    them: bf16 by round-to-nearest-even of the bits, int8 by absmax per output row (scale = max|w| / 127,
+    q = rint(w / scale), w = q x scale), all in float32."""
+    T, V, L, C, Vp = (int(header[i]) for i in (2, 3, 4, 6, 7))
+    sizes = [("wte", Vp * C), ("wpe", T * C), ("ln1w", L * C), ("ln1b", L * C), ("qkvw", L * 3 * C * C),
+             ("qkvb", L * 3 * C), ("attprojw", L * C * C), ("attprojb", L * C), ("ln2w", L * C), ("ln2b", L * C),
+             ("fcw", L * 4 * C * C), ("fcb", L * 4 * C), ("fcprojw", L * C * 4 * C), ("fcprojb", L * C)]
+    shapes = {"qkvw": (3 * C, C), "attprojw": (C, C), "fcw": (4 * C, C), "fcprojw": (C, 4 * C)}
+    out, at = body.copy(), 0
+    for name, n in sizes:
+        if name in shapes:
+            w = out[at:at + n].reshape(L, *shapes[name])
+            if kind == "bf16":
+                u = w.view(np.uint32).astype(np.uint64)
+                w[...] = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32)
+            else:
+                scale = np.abs(w).max(axis=2, keepdims=True) / np.float32(127)
+                scale[scale == 0] = 1
+                w[...] = np.rint(w / scale).astype(np.float32) * scale
+        at += n
+    return out
 
 
 def main():
@@ -121,14 +149,33 @@ def main():
               f"model's {4 * n_model}): {sent}")
         check(np.count_nonzero(w != base_w) <= adapted, "DiLoCo with LoRA leaves the base frozen")
 
+        # 7. a low-precision frozen base (--base-weights): the same run as fp32 LoRA over a file whose linear
+        # weights were rounded the same way here (bf16 round-to-nearest-even; int8 absmax per output row), bit
+        # for bit; its memory and its loss gap to the fp32 base
+        header = read_model(base)[0]
+        for kind in ("bf16", "int8"):
+            rounded = os.path.join(d, f"base_{kind}.bin")
+            with open(rounded, "wb") as f:
+                f.write(header.tobytes())
+                f.write(round_linear(base_w, header, kind).tobytes())
+            q_m, q_w = train(d, f"q_{kind}", lora + ["--base-weights", kind])
+            o_m, o_w = train(d, f"o_{kind}", ["--init-from", rounded] + lora[2:])
+            same = [x["loss"] for x in q_m] == [x["loss"] for x in o_m] and np.array_equal(q_w, o_w)
+            gap = q_m[-1]["loss"] / ref_m[-1]["loss"] - 1
+            check(same, f"--base-weights {kind} equals fp32 LoRA over the {kind}-rounded file bit for bit "
+                        f"(state bytes {q_m[-1]['state_bytes']} vs {lora_bytes} with an fp32 base; final loss "
+                        f"{gap:+.2e} relative to the fp32 base)")
+
         # 5. bad input
         bad = [(["--lora-rank", "4", "--lora-targets", "qkv,mlp"], "--lora-targets"),
                (["--lora-merge"], "--lora-rank"),
                (["--lora-rank", "4", "--zero", "3"], "--zero 3"),
                (["--lora-rank", "4", "--precision", "bf16"], "--precision bf16"),
+               (["--lora-rank", "4", "--base-weights", "int8", "--tp", "2"], "--base-weights int8"),
+               (["--base-weights", "bf16"], "--base-weights"),
                (["--lora-rank", "4", "--lora-init", base], base)]
         for extra, named in bad:
-            ranks = 2 if "--zero" in extra else 1
+            ranks = 2 if "--zero" in extra or "--tp" in extra else 1
             p = train(d, "bad", ["--init-from", base, "--steps", "1"] + extra, ranks, check_rc=False)
             lines = [x for x in p.stderr.strip().splitlines() if "batchscale" in x or "error" in x]
             check(p.returncode != 0 and named in p.stderr and len(lines) >= 1,

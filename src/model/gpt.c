@@ -20,6 +20,22 @@
 #include "kernels/kernels.h"
 #include "kernels/vecmath.h"
 
+/* Where LoRA's frozen base is kept: the BASE part, or without the linear weights when they are stored apart. */
+static GPTConfig frozen_config(const GPTConfig *cfg) {
+    return gpt_part_config(cfg, cfg->base_weights == BASE_WEIGHTS_FP32 ? GPT_PART_BASE : GPT_PART_BASE_NONLINEAR);
+}
+
+/* --base-weights bf16|int8: the shard's four linear weights per layer (out, in), and their scratch. */
+static void create_frozen_linear(GPT *model) {
+    const GPTConfig *cfg = &model->cfg;
+    const size_t C = (size_t)cfg->channels, T = (size_t)gpt_tp_size(cfg);
+    const size_t rows[FROZEN_LINEARS] = {3 * C / T, C, 4 * C / T, C}, cols[FROZEN_LINEARS] = {C, C / T, C, 4 * C / T};
+    model->frozen_linear = frozen_linear_create(cfg->base_weights, gpt_stage_layers(cfg), rows, cols);
+    size_t n = 0;
+    for (int m = 0; m < FROZEN_LINEARS; m++) n += rows[m] * cols[m];
+    model->linear_scratch = bs_calloc(n, sizeof(float));
+}
+
 void gpt_create(GPT *model, const GPTConfig *cfg) { gpt_create_with(model, cfg, GPT_ALLOC_PARAMS | GPT_ALLOC_GRADS); }
 
 void gpt_create_with(GPT *model, const GPTConfig *cfg, int alloc) {
@@ -37,8 +53,11 @@ void gpt_create_with(GPT *model, const GPTConfig *cfg, int alloc) {
     model->bf16_params = NULL;
     model->bf16_matmul = NULL;
     model->fp8 = NULL;
-    GPTConfig base = gpt_part_config(cfg, GPT_PART_BASE);
+    GPTConfig base = frozen_config(cfg);
     model->frozen = cfg->part == GPT_PART_ADAPTERS ? bs_calloc(gpt_num_params(&base), sizeof(float)) : NULL;
+    model->frozen_linear = NULL;
+    model->linear_scratch = NULL;
+    if (model->frozen && cfg->base_weights != BASE_WEIGHTS_FP32) create_frozen_linear(model);
     model->lora_scale = 1.0f;
     if (gpt_has_head(cfg) && !gpt_has_encoder(cfg)) {
         model->head_wte = bs_calloc(gpt_tensor_numel(cfg, TK_WTE), sizeof(float));
@@ -58,6 +77,10 @@ void gpt_free(GPT *model) {
     free(model->head_wte);
     free(model->head_dwte);
     free(model->frozen);
+    frozen_linear_free(model->frozen_linear);
+    model->frozen_linear = NULL;
+    free(model->linear_scratch);
+    model->linear_scratch = NULL;
     model->params = model->grads = model->head_wte = model->head_dwte = model->frozen = NULL;
 }
 
@@ -357,8 +380,46 @@ static void linear_forward(const GPT *model, int site, float *out, const float *
 /* LoRA: the frozen base model's block (NULL without LoRA). */
 static float *frozen_block(const GPT *model, int block) {
     if (!model->frozen) return NULL;
-    GPTConfig base = gpt_part_config(&model->cfg, GPT_PART_BASE);
+    GPTConfig base = frozen_config(&model->cfg);
     return block_start(&base, model->frozen, block);
+}
+
+/* The four linear weights of a frozen layer's tensors t, dequantized into the scratch when stored apart. */
+static void frozen_linear_weights(const GPT *model, int block, LayerTensors *t) {
+    if (!model->frozen_linear) return;
+    float *w = model->linear_scratch, **slots[FROZEN_LINEARS] = {&t->qkvw, &t->attprojw, &t->fcw, &t->fcprojw};
+    const FrozenLinear *f = model->frozen_linear;
+    for (int m = 0; m < FROZEN_LINEARS; m++) {
+        frozen_linear_load(f, block - 1 - gpt_first_layer(&model->cfg), m, w);
+        *slots[m] = w;
+        w += f->rows[m] * f->cols[m];
+    }
+}
+
+void gpt_frozen_base(const GPT *model, float *out) {
+    GPTConfig kept = frozen_config(&model->cfg), base = gpt_part_config(&model->cfg, GPT_PART_BASE);
+    gpt_copy_tensors(&kept, model->frozen, &base, out);
+    for (int i = 0; i < gpt_stage_layers(&model->cfg) && model->frozen_linear; i++) {
+        LayerTensors t = gpt_layer_tensors(&base, block_start(&base, out, gpt_first_layer(&base) + i + 1));
+        float *dst[FROZEN_LINEARS] = {t.qkvw, t.attprojw, t.fcw, t.fcprojw};
+        for (int m = 0; m < FROZEN_LINEARS; m++) frozen_linear_load(model->frozen_linear, i, m, dst[m]);
+    }
+}
+
+size_t gpt_frozen_bytes(const GPT *model) {
+    if (!model->frozen) return 0;
+    GPTConfig kept = frozen_config(&model->cfg);
+    return gpt_num_params(&kept) * sizeof(float) + frozen_linear_bytes(model->frozen_linear);
+}
+
+void gpt_set_frozen_base(GPT *model, const float *base_values) {
+    GPTConfig kept = frozen_config(&model->cfg), base = gpt_part_config(&model->cfg, GPT_PART_BASE);
+    gpt_copy_tensors(&base, base_values, &kept, model->frozen);
+    for (int i = 0; i < gpt_stage_layers(&model->cfg) && model->frozen_linear; i++) {
+        LayerTensors t = gpt_layer_tensors(&base, block_start(&base, (float *)base_values, gpt_first_layer(&base) + i + 1));
+        const float *src[FROZEN_LINEARS] = {t.qkvw, t.attprojw, t.fcw, t.fcprojw};
+        for (int m = 0; m < FROZEN_LINEARS; m++) frozen_linear_store(model->frozen_linear, i, m, src[m]);
+    }
 }
 
 /* A dense block's parameters: the frozen base's under LoRA (the adapters
@@ -371,8 +432,9 @@ static float *dense_params(const GPT *model, const BlockAccess *a, int block) {
 static LayerTensors layer_params(const GPT *model, const BlockAccess *a, int block) {
     LayerTensors p = gpt_layer_tensors(&model->cfg, params_of(model, a, block));
     if (!model->frozen) return p;
-    GPTConfig base = gpt_part_config(&model->cfg, GPT_PART_BASE);
+    GPTConfig base = frozen_config(&model->cfg);
     LayerTensors t = gpt_layer_tensors(&base, frozen_block(model, block));
+    frozen_linear_weights(model, block, &t);
     memcpy(t.lora_a, p.lora_a, sizeof t.lora_a);
     memcpy(t.lora_b, p.lora_b, sizeof t.lora_b);
     return t;

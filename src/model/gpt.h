@@ -34,12 +34,15 @@
 #include "kernels/matmul_bf16.h"
 #include "model/context_attention.h"
 #include "model/fp8_scaling.h"
+#include "model/frozen_linear.h"
 #include "model/lora.h"
 
 /* Which tensors a flat buffer holds: all of them, or (LoRA: the base frozen,
  * only the adapters trained) the base model's or the adapters' alone. A part
  * keeps the block structure; the other part's tensors have no elements. */
-typedef enum { GPT_PART_ALL, GPT_PART_BASE, GPT_PART_ADAPTERS } GPTPart;
+typedef enum { GPT_PART_ALL, GPT_PART_BASE, GPT_PART_ADAPTERS, GPT_PART_BASE_NONLINEAR } GPTPart;
+/* GPT_PART_BASE_NONLINEAR: the base without the four linear weight matrices
+ * of each layer (a low-precision frozen base keeps those apart: model/frozen_linear.h). */
 
 typedef struct {
     int max_seq_len; /* T max (rows of wpe) */
@@ -56,6 +59,7 @@ typedef struct {
     /* LoRA adapters (model/lora.h): rank r (0: none) on the linear layers in
      * lora_targets (a mask of 1 << LORA_TARGET_*) */
     int lora_rank, lora_targets;
+    BaseWeights base_weights; /* how the frozen base's linear weights are stored (fp32, bf16, int8) */
     GPTPart part; /* which tensors the flat buffer holds */
 } GPTConfig;
 
@@ -104,6 +108,8 @@ bool gpt_tensor_is_per_layer(TensorKind k); /* base layer kinds and adapters */
 bool gpt_tensor_is_adapter(TensorKind k);
 /* The same shape with only one part's tensors in the flat buffer. */
 GPTConfig gpt_part_config(const GPTConfig *cfg, GPTPart part);
+/* Copies every tensor the two configs (the same shard, different parts) both hold from src to dst. */
+void gpt_copy_tensors(const GPTConfig *from, const float *src, const GPTConfig *to, float *dst);
 /* The whole model's tensors of `part`, from a buffer in that part's layout
  * (src) to their places in the layout holding every tensor (dst). */
 void gpt_copy_part(const GPTConfig *all, GPTPart part, const float *src, float *dst);
@@ -192,6 +198,8 @@ typedef struct {
     /* LoRA (cfg.part == GPT_PART_ADAPTERS): params and grads hold the
      * adapters; the frozen base model (its BASE part, no gradient) lives here */
     float *frozen;
+    FrozenLinear *frozen_linear; /* --base-weights bf16|int8: the base's linear weights, apart from frozen */
+    float *linear_scratch;       /* one layer's four linear weights in fp32, dequantized for use */
     float lora_scale; /* alpha / r */
 } GPT;
 
@@ -201,6 +209,12 @@ enum { GPT_ALLOC_PARAMS = 1, GPT_ALLOC_GRADS = 2 };
 /* Allocates only the buffers named in alloc (flags above). */
 void gpt_create_with(GPT *model, const GPTConfig *cfg, int alloc);
 void gpt_free(GPT *model);
+/* LoRA: the frozen base in the BASE part's layout (out: gpt_num_params of
+ * it), and back from such a buffer into the model's storage (quantizing the
+ * linear weights with --base-weights bf16|int8). */
+void gpt_frozen_base(const GPT *model, float *out);
+void gpt_set_frozen_base(GPT *model, const float *base);
+size_t gpt_frozen_bytes(const GPT *model); /* what the frozen base occupies (0 without LoRA) */
 /* A whole model holding base and adapters (GPT_PART_ALL): W += s B A in
  * every adapted layer (the adapters stay as they are; in lora.c). */
 void gpt_merge_adapters(GPT *model);

@@ -125,7 +125,9 @@ static bool tp_replicated(TensorKind k) {
 
 static bool in_part(const GPTConfig *cfg, TensorKind k) {
     if (gpt_tensor_is_adapter(k))
-        return cfg->part != GPT_PART_BASE && cfg->lora_rank > 0 && (cfg->lora_targets >> adapter_target(k) & 1);
+        return (cfg->part == GPT_PART_ALL || cfg->part == GPT_PART_ADAPTERS) && cfg->lora_rank > 0 &&
+               (cfg->lora_targets >> adapter_target(k) & 1);
+    if (cfg->part == GPT_PART_BASE_NONLINEAR) return k != TK_QKVW && k != TK_ATTPROJW && k != TK_FCW && k != TK_FCPROJW;
     return cfg->part != GPT_PART_ADAPTERS;
 }
 
@@ -285,16 +287,21 @@ LayerTensors gpt_layer_tensors(const GPTConfig *cfg, float *block) {
     return t;
 }
 
+void gpt_copy_tensors(const GPTConfig *from, const float *src, const GPTConfig *to, float *dst) {
+    int cap = gpt_max_segments(from);
+    ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
+    int n = gpt_param_segments(from, segs, cap);
+    for (int i = 0; i < n; i++)
+        if (gpt_tensor_numel(to, segs[i].kind) == segs[i].count)
+            memcpy(dst + gpt_tensor_offset(to, segs[i].kind, segs[i].layer), src + segs[i].offset,
+                   segs[i].count * sizeof(float));
+    free(segs);
+}
+
 void gpt_copy_part(const GPTConfig *all, GPTPart part, const float *src, float *dst) {
     GPTConfig whole = gpt_logical_config(all), from = gpt_part_config(&whole, part);
     whole.part = GPT_PART_ALL;
-    int cap = gpt_max_segments(&from);
-    ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
-    int n = gpt_param_segments(&from, segs, cap);
-    for (int i = 0; i < n; i++)
-        memcpy(dst + gpt_tensor_offset(&whole, segs[i].kind, segs[i].layer), src + segs[i].offset,
-               segs[i].count * sizeof(float));
-    free(segs);
+    gpt_copy_tensors(&from, src, &whole, dst);
 }
 
 /* ---- the map onto the whole model ---- */

@@ -115,16 +115,19 @@ static void init_chunk(Engine *e, EngineChunk *ch, const GPTConfig *whole) {
 static void init_lora_chunk(Engine *e, EngineChunk *ch, const GPTConfig *whole) {
     GPTConfig base = gpt_part_config(&ch->model.cfg, GPT_PART_BASE);
     const size_t n = gpt_num_params(&base);
+    float *values = bs_malloc(n * sizeof(float)); /* this shard's base in fp32 */
     if (e->cfg.init_from) {
         GPT file;
         GPTConfig file_cfg = gpt_part_config(whole, GPT_PART_BASE);
         gpt_create_with(&file, &file_cfg, GPT_ALLOC_PARAMS);
         model_file_read_params(e->cfg.init_from, &file);
-        mp_copy_from_logical(&base, file.params, ch->model.frozen, 0, n);
+        mp_copy_from_logical(&base, file.params, values, 0, n);
         gpt_free(&file);
     } else {
-        gpt_init_range(&base, e->cfg.seed, ch->model.frozen, 0, n);
+        gpt_init_range(&base, e->cfg.seed, values, 0, n);
     }
+    gpt_set_frozen_base(&ch->model, values); /* kept in fp32, or its linear weights in bf16 / int8 */
+    free(values);
     gpt_init_weights(&ch->model, e->cfg.seed);
     if (e->cfg.lora_init) {
         GPTConfig adapters = gpt_part_config(whole, GPT_PART_ADAPTERS);
@@ -146,6 +149,8 @@ static void check_lora(const Engine *e, const GPTConfig *whole) {
                      : c->fp8 ? "--precision fp8"
                      : c->bf16 ? "--precision bf16 (adapters train in fp32 over an fp32 base)"
                      : c->outlier_scale != 0 ? "--outlier-scale"
+                     : whole->base_weights == BASE_WEIGHTS_INT8 && e->grid->tp > 1
+                         ? "--base-weights int8 and --tp (a row-parallel shard would scale its part of each row alone)"
                      : NULL;
     if (no) bs_die("--lora-rank %d does not work with %s", whole->lora_rank, no);
 }
@@ -448,7 +453,10 @@ static void gather_part(Engine *e, GPTPart part, float *out) {
         EngineChunk *ch = &e->chunks[c];
         if (part == GPT_PART_BASE) {
             GPTConfig mine = gpt_part_config(&ch->model.cfg, GPT_PART_BASE);
-            mp_gather_shards(g, &mine, ch->model.frozen, shards, out);
+            float *local = bs_malloc(gpt_num_params(&mine) * sizeof(float));
+            gpt_frozen_base(&ch->model, local);
+            mp_gather_shards(g, &mine, local, shards, out);
+            free(local);
         } else {
             mp_gather_logical(g, &ch->model, ch->dp, shards, out);
         }
@@ -508,9 +516,7 @@ DPMemory engine_memory(const Engine *e) {
     DPMemory total = {0, 0, 0};
     for (int c = 0; c < e->num_chunks; c++) {
         DPMemory m = dp_memory(e->chunks[c].dp);
-        const GPT *model = &e->chunks[c].model;
-        GPTConfig base = gpt_part_config(&model->cfg, GPT_PART_BASE);
-        if (model->frozen) total.param_bytes += gpt_num_params(&base) * sizeof(float); /* LoRA's frozen base */
+        total.param_bytes += gpt_frozen_bytes(&e->chunks[c].model); /* LoRA's frozen base */
         total.param_bytes += m.param_bytes;
         total.grad_bytes += m.grad_bytes;
         total.buffer_bytes += m.buffer_bytes;

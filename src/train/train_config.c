@@ -19,6 +19,7 @@ const char *const TRAIN_CP_ALGO_WORDS[] = {"ring", "allgather", NULL};
 const char *const TRAIN_CP_SPLIT_WORDS[] = {"zigzag", "contiguous", NULL};
 const char *const TRAIN_OUTER_OPTIMIZER_WORDS[] = {"nesterov", "sgd", "avg", NULL};
 const char *const TRAIN_DOC_MASK_WORDS[] = {"auto", "on", "off", NULL};
+const char *const TRAIN_BASE_WEIGHTS_WORDS[] = {"fp32", "bf16", "int8", NULL};
 const char *const TRAIN_GOODPUT_ESTIMATOR_WORDS[] = {"simple", "precond", "curvature", NULL};
 const char *const TRAIN_FP8_RECIPE_WORDS[] = {"delayed", "block", NULL};
 const char *const TRAIN_FP8_AMAX_ALGO_WORDS[] = {"max", "most_recent", NULL};
@@ -120,7 +121,8 @@ static bool check_lora(const TrainConfig *c, char *why, size_t n) {
     int mask;
     if (c->lora_rank == 0) {
         const char *flag = c->lora_init && *c->lora_init ? "--lora-init" : c->lora_merge ? "--lora-merge"
-                           : c->save_adapters && *c->save_adapters ? "--save-adapters" : NULL;
+                           : c->save_adapters && *c->save_adapters ? "--save-adapters"
+                           : c->base_weights != BASE_WEIGHTS_FP32 ? "--base-weights" : NULL;
         if (flag) snprintf(why, n, "%s needs --lora-rank R (LoRA adapters to train)", flag);
         return !flag;
     }

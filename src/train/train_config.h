@@ -13,6 +13,7 @@
 #include "kernels/matmul_bf16.h"
 #include "model/context_attention.h"
 #include "model/fp8_scaling.h"
+#include "model/frozen_linear.h"
 #include "optim/lr_scaling.h"
 #include "optim/optimizer.h"
 #include "optim/outer_optimizer.h"
@@ -35,6 +36,7 @@ extern const char *const TRAIN_CP_ALGO_WORDS[];
 extern const char *const TRAIN_CP_SPLIT_WORDS[];
 extern const char *const TRAIN_OUTER_OPTIMIZER_WORDS[];
 extern const char *const TRAIN_DOC_MASK_WORDS[];
+extern const char *const TRAIN_BASE_WEIGHTS_WORDS[];
 extern const char *const TRAIN_GOODPUT_ESTIMATOR_WORDS[];
 extern const char *const TRAIN_FP8_RECIPE_WORDS[];
 extern const char *const TRAIN_FP8_AMAX_ALGO_WORDS[];
@@ -144,6 +146,7 @@ typedef struct {
     const char *lora_init;        /* peft adapters to start from */
     bool lora_merge;              /* exports fold B A into the weights */
     const char *save_adapters;    /* peft directory for the final adapters */
+    BaseWeights base_weights;     /* the frozen base's linear weights: fp32, bf16 or int8 */
 } TrainConfig;
 
 /* Everything that can be checked without the process group: flag

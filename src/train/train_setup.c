@@ -60,6 +60,7 @@ static GPTConfig model_shape(Trainer *tr) {
     char why[256];
     if (!gpt_config_check(&mc, why, sizeof why)) bs_die("%s", why);
     mc.lora_rank = c->lora_rank;
+    mc.base_weights = c->base_weights;
     if (c->lora_rank > 0 && !lora_parse_targets(c->lora_targets, &mc.lora_targets, why, sizeof why)) bs_die("%s", why);
     return mc;
 }
