@@ -9,7 +9,8 @@ batch 8, and the adapted model is exported merged (--lora-merge: W + s B A).
 1. Layouts: 1 process with accumulation 4 is the reference; 2 processes at
    ZeRO 0, 1 and 2 (accumulation 2), TP 2, and TP 2 x DP 2 (4 processes)
    give the same losses (relative 1e-5) and merged weights (max |a-b| /
-   max |b| within 1e-5; fp32, only summation order differs).
+   max |b| within 1e-5; fp32, only summation order differs); with
+   --lora-dropout 0.2 too (DP 2 and TP 2: the masks are keyed by the data).
 2. The base stays frozen: every tensor of the merged file outside the four
    adapted weight matrices equals the base file's bit for bit, and so do the
    adapted ones of a run whose adapters stayed zero (--lr 0).
@@ -109,6 +110,16 @@ def main():
             check(len(m) == len(ref_m) and loss_err <= TOL, f"{name}: losses vs 1 process {loss_err:.2e}")
             w_err = rel(w, ref_w)
             check(w_err <= TOL, f"{name}: merged weights vs 1 process {w_err:.2e}")
+
+        # dropout's masks are keyed by the data, so layouts drop the same elements
+        drop = lora + ["--lora-dropout", "0.2"]
+        d_m, d_w = train(d, "drop_ref", drop)
+        check(rel(d_w, ref_w) > 1e-4, f"--lora-dropout 0.2 changes training ({rel(d_w, ref_w):.2e} from none)")
+        for name, extra, ranks in [("dp2 zero1 dropout", ["--zero", "1"], 2), ("tp2 dropout", ["--tp", "2"], 2)]:
+            m, w = train(d, name.replace(" ", "_"), drop + extra, ranks)
+            loss_err = max(abs(a - b) / b for a, b in zip([x["loss"] for x in m], [x["loss"] for x in d_m]))
+            check(loss_err <= TOL and rel(w, d_w) <= TOL,
+                  f"{name}: losses {loss_err:.2e}, merged weights {rel(w, d_w):.2e} vs 1 process")
 
         # 2. frozen: outside the adapted matrices the merged file is the base's, bit for bit
         _, zero_w = train(d, "zero_lr", lora[:-1] + ["--lr", "0", "--min-lr", "0"])

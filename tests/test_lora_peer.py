@@ -19,7 +19,11 @@ summation order differs, and 6 Adam steps do not amplify it past 1e-6 here):
     peft loads that directory (PeftModel.from_pretrained) to the same logits;
   - --lora-merge --save-model: the merged weights equal merge_and_unload()'s;
   - the base weights in the merged file outside the adapted layers are the
-    file's own (frozen: LayerNorms, embeddings untouched by training).
+    file's own (frozen: LayerNorms, embeddings untouched by training);
+  - with --lora-dropout 0.1 against peft whose nn.Dropout modules are
+    replaced by a transcription of batchscale's keyed mask (lora.h: a hash of
+    the tokens, the step, the layer, the target and the column): the same
+    losses and adapters (the gradient goes through the same mask).
 usage: test_lora_peer.py (env BATCHSCALE, BS_HF_PYTHON)
 """
 import json
@@ -31,6 +35,7 @@ import tempfile
 HF_PYTHON = os.environ.get("BS_HF_PYTHON", "")
 TOL = 1e-5
 STEPS, B, T, V, RANK, ALPHA, LR, WD = 6, 2, 32, 257, 4, 8.0, 2e-3, 0.1
+DROPOUT, SEED = 0.1, 5
 
 PEER = r'''
 import json, sys
@@ -39,6 +44,7 @@ from safetensors.torch import load_file
 from transformers import GPT2Config, GPT2LMHeadModel
 from peft import LoraConfig, PeftModel, get_peft_model
 d, steps, B, T, V, rank, alpha, lr, wd = sys.argv[1], *map(int, sys.argv[2:7]), *map(float, sys.argv[7:10])
+dropout, seed = float(sys.argv[10]), int(sys.argv[11])
 torch.manual_seed(0)
 cfg = GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=V, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0,
                  attn_pdrop=0.0, activation_function="gelu_new", layer_norm_epsilon=1e-5)
@@ -55,6 +61,42 @@ with torch.no_grad():
         if "lora_" in name:
             p.normal_(0.0, 0.2)
 model.save_pretrained(d + "/init_adapters")
+
+# batchscale's dropout mask (src/model/lora.h), transcribed: a function of the tokens, the step, the layer, the
+# target and the column; peft's nn.Dropout modules are replaced by it so both sides drop the same elements
+def mix(z):
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+class Keys:
+    rows = None
+def row_keys(tokens, step):
+    Bn, Tn = tokens.shape
+    h = np.full(Bn, mix(mix(np.array([seed], np.uint64)) + np.uint64(step))[0], np.uint64)
+    for i in range(Tn):
+        h = mix(h + tokens[:, i].astype(np.uint64))
+    return mix(h[:, None] + np.arange(Tn, dtype=np.uint64)[None, :])
+class KeyedDropout(torch.nn.Module):
+    def __init__(self, layer, target):
+        super().__init__()
+        self.salt = mix(np.array([(4 * layer + target + 1) * 0x9E3779B97F4A7C15 % 2**64], np.uint64))[0]
+        self.threshold = np.uint64(int(float(np.float32(dropout)) * 16777216.0 + 0.5))
+    def forward(self, x):
+        if not self.training:
+            return x
+        row = mix(Keys.rows ^ self.salt)[..., None]
+        cols = np.arange(x.shape[-1], dtype=np.uint64)
+        keep = (mix(row + cols) >> np.uint64(40)) >= self.threshold
+        scale = np.float32(1) / (np.float32(1) - np.float32(dropout))
+        return x * torch.from_numpy(keep.astype(np.float32) * scale)
+if dropout > 0:
+    names = {"attn.c_attn": 0, "attn.c_proj": 1, "mlp.c_fc": 2, "mlp.c_proj": 3}
+    for name, module in model.named_modules():
+        if hasattr(module, "lora_dropout") and "default" in module.lora_dropout:
+            layer = int(name.split(".h.")[1].split(".")[0])
+            target = names[name.split(".h.%d." % layer)[1]]
+            module.lora_dropout["default"] = KeyedDropout(layer, target)
+    model.train()
 stream = torch.randint(0, V, (steps * B * T + 1,), generator=torch.Generator().manual_seed(3))
 stream.to(torch.int32).numpy().tofile(d + "/stream.bin")
 trainable = [p for p in model.parameters() if p.requires_grad]
@@ -65,6 +107,7 @@ for s in range(steps):
     idx = torch.stack([stream[(first + b) * T:(first + b) * T + T] for b in range(B)]).long()
     tgt = torch.stack([stream[(first + b) * T + 1:(first + b) * T + T + 1] for b in range(B)]).long()
     opt.zero_grad()
+    Keys.rows = row_keys(idx.numpy(), s)
     logits = model(input_ids=idx).logits
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
     loss.backward()
@@ -118,6 +161,24 @@ def write_shard(path, stream_path):
         array.array("H", tokens).tofile(f)
 
 
+def run_pair(bs, d, dropout):
+    """The peer script and batchscale on the same model, adapters and tokens; returns (peer, our losses)."""
+    args = [d, str(STEPS), str(B), str(T), str(V), str(RANK), str(ALPHA), str(LR), str(WD), str(dropout), str(SEED)]
+    run([HF_PYTHON, "-c", SETUP] + args)
+    write_shard(d + "/train.bin", d + "/stream.bin")
+    metrics = d + "/m.jsonl"
+    run([bs, "train", "--init-from", d + "/base", "--data", d + "/train.bin", "--data-order", "sequential",
+         "--seq-len", str(T), "--micro-batch", str(B), "--global-batch", str(B), "--steps", str(STEPS),
+         "--lr", str(LR), "--min-lr", str(LR), "--warmup", "0", "--weight-decay", str(WD), "--grad-clip", "0",
+         "--beta2", "0.95", "--eval-every", "0", "--sample-tokens", "0", "--threads", "1", "--quiet",
+         "--lora-rank", str(RANK), "--lora-alpha", str(ALPHA), "--lora-init", d + "/init_adapters",
+         "--lora-dropout", str(dropout), "--seed", str(SEED),
+         "--save-adapters", d + "/ours", "--lora-merge", "--save-model", d + "/merged.safetensors",
+         "--metrics", metrics])
+    run([HF_PYTHON, "-c", PEER] + args)
+    return json.load(open(d + "/peer.json")), [json.loads(line)["loss"] for line in open(metrics)]
+
+
 def main():
     if not HF_PYTHON or not os.path.exists(HF_PYTHON) or run([HF_PYTHON, "-c", "import peft"], check=False).returncode:
         print("SKIP: no Hugging Face venv with peft (scripts/hf-venv.sh makes it; PyPI needed once)")
@@ -125,20 +186,10 @@ def main():
     bs = os.environ["BATCHSCALE"]
     failures = 0
     with tempfile.TemporaryDirectory() as d:
-        args = [d, str(STEPS), str(B), str(T), str(V), str(RANK), str(ALPHA), str(LR), str(WD)]
-        run([HF_PYTHON, "-c", SETUP] + args)
-        write_shard(d + "/train.bin", d + "/stream.bin")
-        metrics = d + "/m.jsonl"
-        run([bs, "train", "--init-from", d + "/base", "--data", d + "/train.bin", "--data-order", "sequential",
-             "--seq-len", str(T), "--micro-batch", str(B), "--global-batch", str(B), "--steps", str(STEPS),
-             "--lr", str(LR), "--min-lr", str(LR), "--warmup", "0", "--weight-decay", str(WD), "--grad-clip", "0",
-             "--beta2", "0.95", "--eval-every", "0", "--sample-tokens", "0", "--threads", "1", "--quiet",
-             "--lora-rank", str(RANK), "--lora-alpha", str(ALPHA), "--lora-init", d + "/init_adapters",
-             "--save-adapters", d + "/ours", "--lora-merge", "--save-model", d + "/merged.safetensors",
-             "--metrics", metrics])
-        run([HF_PYTHON, "-c", PEER] + args)
-        peer = json.load(open(d + "/peer.json"))
-        ours = [json.loads(line)["loss"] for line in open(metrics)]
+        peer, ours = run_pair(bs, d, 0.0)
+        os.makedirs(d + "/dropout")
+        dpeer, dours = run_pair(bs, d + "/dropout", DROPOUT)
+        drop_err = max(abs(a - b) / b for a, b in zip(dours, dpeer["losses"]))
         checks = [
             (len(ours) == STEPS and max(abs(a - b) / b for a, b in zip(ours, peer["losses"])) <= TOL,
              f"loss at each of {STEPS} AdamW steps vs peft: "
@@ -148,6 +199,10 @@ def main():
             (peer["logits_err"] <= TOL, f"peft loads --save-adapters: logits {peer['logits_err']:.2e}"),
             (peer["merge_err"] <= TOL, f"--lora-merge weights vs merge_and_unload(): {peer['merge_err']:.2e}"),
             (peer["frozen_same"], "the frozen base (embeddings, LayerNorms) leaves training bit for bit"),
+            (len(dours) == STEPS and drop_err <= TOL and dpeer["adapter_err"] <= TOL,
+             f"--lora-dropout {DROPOUT} with peft's dropout given the same keyed mask: losses {drop_err:.2e}, "
+             f"adapters {dpeer['adapter_err']:.2e} (and they differ from no dropout: "
+             f"{max(abs(a - b) for a, b in zip(dours, ours)):.1e})"),
         ]
         print("losses, batchscale:", ["%.6f" % x for x in ours], "\nlosses, peft:      ", ["%.6f" % x for x in peer["losses"]])
         for ok, what in checks:

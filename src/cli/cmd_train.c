@@ -136,6 +136,7 @@ int cmd_train(int argc, char **argv) {
         {"lora-targets", OPT_STRING, &c.lora_targets, OPT_NO_RANGE, "LIST", "LoRA: the adapted layers, comma-separated: qkv, attproj, fc, fcproj or all", "qkv,attproj,fc,fcproj", NULL},
         {"lora-init", OPT_STRING, &c.lora_init, OPT_NO_RANGE, "PATH", "LoRA: start the adapters from a peft adapter file or directory", "", NULL},
         {"lora-merge", OPT_FLAG, &c.lora_merge, OPT_NO_RANGE, "", "LoRA: --save-model and --out's model.bin get B A folded into the weights (else the base model; the adapters go to --save-adapters)", NULL, NULL},
+        {"lora-dropout", OPT_DOUBLE, &c.lora_dropout, 0, 0.95, "P", "LoRA: dropout on the adapters' input in training (masks keyed by the data and the step, so every layout drops the same)", "0", NULL},
         {"base-weights", OPT_ENUM, &c.base_weights, OPT_NO_RANGE, "TYPE", "LoRA: keep the frozen base's linear weights in fp32, bf16 or int8 (per-row scales), dequantized for each use", "fp32", TRAIN_BASE_WEIGHTS_WORDS},
         {"save-adapters", OPT_STRING, &c.save_adapters, OPT_NO_RANGE, "DIR", "LoRA: write the final adapters as a peft directory (adapter_model.safetensors, adapter_config.json)", "", NULL},
     };

@@ -59,6 +59,9 @@ void gpt_create_with(GPT *model, const GPTConfig *cfg, int alloc) {
     model->linear_scratch = NULL;
     if (model->frozen && cfg->base_weights != BASE_WEIGHTS_FP32) create_frozen_linear(model);
     model->lora_scale = 1.0f;
+    model->lora_dropout = 0.0f;
+    model->lora_seed = 0;
+    model->lora_step = 0;
     if (gpt_has_head(cfg) && !gpt_has_encoder(cfg)) {
         model->head_wte = bs_calloc(gpt_tensor_numel(cfg, TK_WTE), sizeof(float));
         model->head_dwte = bs_calloc(gpt_tensor_numel(cfg, TK_WTE), sizeof(float));
@@ -168,13 +171,22 @@ static size_t layer_acts_numel(const GPTConfig *cfg, int B, int T) {
            (size_t)B * w.Hl * T * T * (size_t)gpt_cp_size(cfg) + lora;
 }
 
-/* LoRA's scratch: a product at any of the layers' widths, and du (N, r). */
-static size_t lora_scratch_numel(const GPTConfig *cfg, int B, int T) {
-    if (cfg->lora_rank == 0 || cfg->part == GPT_PART_BASE) return 0;
+/* The widest input or output of the shard's linear layers. */
+static size_t lora_widest(const GPTConfig *cfg) {
     Widths w = widths(cfg);
     size_t widest = (size_t)(w.F > 3 * w.Cl ? w.F : 3 * w.Cl);
-    if ((size_t)w.C > widest) widest = (size_t)w.C;
-    return (size_t)B * T * (widest + (size_t)cfg->lora_rank);
+    return (size_t)w.C > widest ? (size_t)w.C : widest;
+}
+
+/* LoRA's scratch (lora.h's LoraScratch): two products at any width, and du (N, r). */
+static size_t lora_scratch_numel(const GPTConfig *cfg, int B, int T) {
+    if (cfg->lora_rank == 0 || cfg->part == GPT_PART_BASE || cfg->part == GPT_PART_BASE_NONLINEAR) return 0;
+    return (size_t)B * T * (2 * lora_widest(cfg) + (size_t)cfg->lora_rank);
+}
+
+static LoraScratch lora_scratch_of(const GPTActs *acts, const GPTConfig *cfg) {
+    const size_t rows = (size_t)acts->B * acts->T * lora_widest(cfg);
+    return (LoraScratch){acts->lora_scratch, acts->lora_scratch + rows, acts->lora_scratch + 2 * rows};
 }
 
 static LayerActs layer_acts(const GPTActs *acts, const GPTConfig *cfg, int local_layer) {
@@ -292,6 +304,7 @@ void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for
     }
     if (gpt_tp_size(cfg) > 1) acts->row_stats = bs_malloc(3 * BT * sizeof(double));
     acts->doc_start = bs_malloc(BT * sizeof(int32_t));
+    if (lora_scratch_numel(cfg, B, T) > 0) acts->lora_row_keys = bs_malloc(BT * sizeof(uint64_t));
     if (!for_training) return;
     acts->scratch_slots = omp_get_max_threads();
     acts->grad_memory = bs_malloc(backward_numel(cfg, B, T, acts->scratch_slots) * sizeof(float));
@@ -324,6 +337,7 @@ void gpt_acts_free(GPTActs *acts) {
     free(acts->row_stats);
     free(acts->stash);
     free(acts->doc_start);
+    free(acts->lora_row_keys);
     memset(acts, 0, sizeof *acts);
 }
 
@@ -440,19 +454,25 @@ static LayerTensors layer_params(const GPT *model, const BlockAccess *a, int blo
     return t;
 }
 
-/* The LoRA branch of target t of a layer (A NULL: none); g: its gradients (may be zero). */
-static LoraBranch lora_branch(const GPT *model, LayerTensors p, LayerTensors g, int t) {
-    return (LoraBranch){p.lora_a[t], p.lora_b[t], g.lora_a[t], g.lora_b[t], model->cfg.lora_rank, model->lora_scale,
-                        t == LORA_TARGET_ATTPROJ || t == LORA_TARGET_FCPROJ,
-                        gpt_tp_size(&model->cfg) > 1 ? model->tp : NULL, gpt_tp_rank(&model->cfg) == 0};
+/* The LoRA branch of target t of local layer i (A NULL: none); g: its
+ * gradients (may be zero); dropout when this set's forward trained. */
+static LoraBranch lora_branch(const GPT *model, const GPTActs *acts, LayerTensors p, LayerTensors g, int i, int t) {
+    const GPTConfig *cfg = &model->cfg;
+    const bool row_parallel = t == LORA_TARGET_ATTPROJ || t == LORA_TARGET_FCPROJ;
+    const Widths w = widths(cfg);
+    const int local_in = t == LORA_TARGET_ATTPROJ ? w.Cl : w.F;
+    LoraDropout drop = {acts->lora_dropout_on ? model->lora_dropout : 0.0f, acts->lora_row_keys,
+                        lora_salt(gpt_first_layer(cfg) + i, t), row_parallel ? gpt_tp_rank(cfg) * local_in : 0};
+    return (LoraBranch){p.lora_a[t], p.lora_b[t], g.lora_a[t], g.lora_b[t], cfg->lora_rank, model->lora_scale,
+                        row_parallel, gpt_tp_size(cfg) > 1 ? model->tp : NULL, gpt_tp_rank(cfg) == 0, drop};
 }
 
-/* out += the LoRA branch of target t on inp, when the layer has one. */
-static void lora_add(const GPT *model, const GPTActs *acts, LayerTensors p, LayerActs *a, int t, float *out,
+/* out += the LoRA branch of target t of local layer i on inp, when the layer has one. */
+static void lora_add(const GPT *model, const GPTActs *acts, LayerTensors p, LayerActs *a, int i, int t, float *out,
                      const float *inp, size_t N, int IC, int OC) {
     if (!p.lora_a[t]) return;
-    LoraBranch b = lora_branch(model, p, (LayerTensors){0}, t);
-    lora_forward(&b, out, a->lora_u[t], acts->lora_scratch, inp, N, IC, OC);
+    LoraBranch b = lora_branch(model, acts, p, (LayerTensors){0}, i, t);
+    lora_forward(&b, out, a->lora_u[t], lora_scratch_of(acts, &model->cfg), inp, N, IC, OC);
 }
 
 static void params_done(const BlockAccess *a, int block) {
@@ -510,6 +530,8 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
     const size_t N = (size_t)b * t;
     if (b > acts->B || t > acts->T) bs_die("internal: batch %dx%d exceeds the activations' %dx%d", b, t, acts->B, acts->T);
     const int32_t *docs = document_starts(model, acts, inputs, b, t);
+    acts->lora_dropout_on = dloss != 0 && model->lora_dropout > 0 && acts->lora_row_keys && inputs;
+    if (acts->lora_dropout_on) lora_row_keys(acts->lora_row_keys, inputs, b, t, model->lora_seed, model->lora_step);
     float *emb = NULL;
     if (gpt_has_encoder(cfg)) {
         emb = dense_params(model, access, 0);
@@ -526,24 +548,24 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
         layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
         round_input(model, a.ln1, N * C);
         linear_forward(model, fp8_site(model, i, SITE_QKV), a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * w.Cl);
-        lora_add(model, acts, p, &a, LORA_TARGET_QKV, a.qkv, a.ln1, N, C, 3 * w.Cl);
+        lora_add(model, acts, p, &a, i, LORA_TARGET_QKV, a.qkv, a.ln1, N, C, 3 * w.Cl);
         if (model->context) context_attention_forward(model->context, a.atty, a.att, a.qkv, b, t);
         else attention_forward_docs(a.atty, a.att, a.qkv, docs, b, t, w.Cl, w.Hl);
         round_input(model, a.atty, N * w.Cl);
         linear_forward(model, fp8_site(model, i, SITE_ATTPROJ), acts->proj_out, a.atty, p.attprojw,
                        lead ? p.attprojb : NULL, N, w.Cl, C);
-        lora_add(model, acts, p, &a, LORA_TARGET_ATTPROJ, acts->proj_out, a.atty, N, w.Cl, C);
+        lora_add(model, acts, p, &a, i, LORA_TARGET_ATTPROJ, acts->proj_out, a.atty, N, w.Cl, C);
         tp_sum(model, acts->proj_out, N * C);
         residual_forward(a.residual2, residual, acts->proj_out, N * C);
         layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
         round_input(model, a.ln2, N * C);
         linear_forward(model, fp8_site(model, i, SITE_FC), a.fch, a.ln2, p.fcw, p.fcb, N, C, w.F);
-        lora_add(model, acts, p, &a, LORA_TARGET_FC, a.fch, a.ln2, N, C, w.F);
+        lora_add(model, acts, p, &a, i, LORA_TARGET_FC, a.fch, a.ln2, N, C, w.F);
         gelu_forward(a.fch_gelu, a.fch, N * w.F);
         round_input(model, a.fch_gelu, N * w.F);
         linear_forward(model, fp8_site(model, i, SITE_FCPROJ), acts->proj_out, a.fch_gelu, p.fcprojw,
                        lead ? p.fcprojb : NULL, N, w.F, C);
-        lora_add(model, acts, p, &a, LORA_TARGET_FCPROJ, acts->proj_out, a.fch_gelu, N, w.F, C);
+        lora_add(model, acts, p, &a, i, LORA_TARGET_FCPROJ, acts->proj_out, a.fch_gelu, N, w.F, C);
         tp_sum(model, acts->proj_out, N * C);
         residual_forward(a.residual3, a.residual2, acts->proj_out, N * C);
         residual = a.residual3;
@@ -619,9 +641,9 @@ static void linear_pass(const Pass *x, float *dinp, const Linear *op) {
     if (x->split && op->stash != op->dout) memcpy(op->stash, op->dout, n * sizeof(float));
     float *dweight = x->split ? NULL : op->dweight, *dbias = x->split ? NULL : op->dbias;
     if (op->lora.A) {
-        float *du = x->acts->lora_scratch + (size_t)N * (size_t)op->IC;
         matmul_backward(dinp, dweight, dbias, op->dout, op->inp, op->weight, N, op->IC, op->OC);
-        lora_backward(&op->lora, dinp, op->dout, op->lora_u, op->inp, du, x->acts->lora_scratch, N, op->IC, op->OC);
+        lora_backward(&op->lora, dinp, op->dout, op->lora_u, op->inp, lora_scratch_of(x->acts, &model->cfg), N,
+                      op->IC, op->OC);
         return;
     }
     if (!model->bf16 && op->site == NO_SITE) {
@@ -712,18 +734,18 @@ static void layer_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, Lay
     /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))) */
     linear_pass(x, acts->dfch, &(Linear){acts->dresidual, true, a.fch_gelu, p.fcprojw, g.fcprojw, g.fcprojb,
                                          s.dfcproj, w.F, C, fp8_site(x->model, i, SITE_FCPROJ),
-                                        lora_branch(x->model, p, g, LORA_TARGET_FCPROJ), a.lora_u[LORA_TARGET_FCPROJ]});
+                                        lora_branch(x->model, acts, p, g, i, LORA_TARGET_FCPROJ), a.lora_u[LORA_TARGET_FCPROJ]});
     gelu_backward(acts->dfch, a.fch, acts->dfch, N * w.F);
     linear_pass(x, acts->dln, &(Linear){acts->dfch, false, a.ln2, p.fcw, g.fcw, g.fcb, s.dfch, C, w.F,
                                         fp8_site(x->model, i, SITE_FC),
-                                        lora_branch(x->model, p, g, LORA_TARGET_FC), a.lora_u[LORA_TARGET_FC]});
+                                        lora_branch(x->model, acts, p, g, i, LORA_TARGET_FC), a.lora_u[LORA_TARGET_FC]});
     tp_sum(x->model, acts->dln, N * C);
     layernorm_pass(x, acts->dresidual,
                    &(Norm){acts->dln, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, g.ln2w, g.ln2b, s.dln2});
     /* attention: residual2 = inp + attproj(attention(qkv(ln1(inp)))) */
     linear_pass(x, acts->datty, &(Linear){acts->dresidual, true, a.atty, p.attprojw, g.attprojw, g.attprojb,
                                           s.dattproj, w.Cl, C, fp8_site(x->model, i, SITE_ATTPROJ),
-                                        lora_branch(x->model, p, g, LORA_TARGET_ATTPROJ), a.lora_u[LORA_TARGET_ATTPROJ]});
+                                        lora_branch(x->model, acts, p, g, i, LORA_TARGET_ATTPROJ), a.lora_u[LORA_TARGET_ATTPROJ]});
     if (x->model->context)
         context_attention_backward(x->model->context, acts->dqkv, acts->datty, a.qkv, a.atty, a.att, x->b, x->t);
     else
@@ -731,7 +753,7 @@ static void layer_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, Lay
                            w.Cl, w.Hl);
     linear_pass(x, acts->dln, &(Linear){acts->dqkv, false, a.ln1, p.qkvw, g.qkvw, g.qkvb, s.dqkv, C, 3 * w.Cl,
                                         fp8_site(x->model, i, SITE_QKV),
-                                        lora_branch(x->model, p, g, LORA_TARGET_QKV), a.lora_u[LORA_TARGET_QKV]});
+                                        lora_branch(x->model, acts, p, g, i, LORA_TARGET_QKV), a.lora_u[LORA_TARGET_QKV]});
     tp_sum(x->model, acts->dln, N * C);
     layernorm_pass(x, acts->dresidual, &(Norm){acts->dln, inp, p.ln1w, a.ln1_mean, a.ln1_rstd, g.ln1w, g.ln1b, s.dln1});
 }

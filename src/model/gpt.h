@@ -201,6 +201,9 @@ typedef struct {
     FrozenLinear *frozen_linear; /* --base-weights bf16|int8: the base's linear weights, apart from frozen */
     float *linear_scratch;       /* one layer's four linear weights in fp32, dequantized for use */
     float lora_scale; /* alpha / r */
+    float lora_dropout;  /* dropout on the branches' input in training (lora.h: a mask from the data) */
+    uint64_t lora_seed;  /* the mask's seed */
+    long lora_step;      /* the mask's step: the optimizer steps taken (the caller sets it before each step) */
 } GPT;
 
 /* Allocates both flat buffers (zeroed), and the frozen base for an adapters-only config. */
@@ -252,7 +255,9 @@ typedef struct {
     float *stash;        /* split sets only: what gpt_backward_weight needs from gpt_backward_input */
     size_t stashed_rows; /* rows gpt_backward_input kept for gpt_backward_weight (0: none pending) */
     int32_t *doc_start;  /* (B,T): the first position of each token's document (model->doc_separator >= 0) */
-    float *lora_scratch; /* LoRA: (B,T) rows of the widest layer, then du (B,T,r) */
+    float *lora_scratch; /* LoRA: lora.h's LoraScratch */
+    uint64_t *lora_row_keys; /* LoRA dropout: each token's key (B,T), set by a training forward */
+    bool lora_dropout_on;    /* the last forward trained with dropout: backward uses the same masks */
 } GPTActs;
 
 void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for_training);

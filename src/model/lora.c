@@ -2,6 +2,7 @@
  * flag (see lora.h). */
 #include "model/lora.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -10,9 +11,51 @@
 
 static const char *const target_names[LORA_NUM_TARGETS] = {"qkv", "attproj", "fc", "fcproj"};
 
-void lora_forward(const LoraBranch *b, float *out, float *u, float *tmp, const float *inp, size_t N, int IC, int OC) {
+/* splitmix64's finaliser (Steele, Lea and Flood 2014; Vigna's constants). */
+static uint64_t mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+void lora_row_keys(uint64_t *keys, const int32_t *tokens, int b, int t, uint64_t seed, long step) {
+    const uint64_t start = mix(mix(seed) + (uint64_t)step);
+    for (int s = 0; s < b; s++) {
+        uint64_t h = start;
+        for (int i = 0; i < t; i++) h = mix(h + (uint64_t)(uint32_t)tokens[(size_t)s * t + i]);
+        for (int i = 0; i < t; i++) keys[(size_t)s * t + i] = mix(h + (uint64_t)i);
+    }
+}
+
+uint64_t lora_salt(int layer, int target) {
+    return mix((uint64_t)(LORA_NUM_TARGETS * layer + target + 1) * 0x9e3779b97f4a7c15ULL);
+}
+
+void lora_dropout_apply(const LoraDropout *d, float *dst, const float *src, size_t N, int IC) {
+    const uint64_t threshold = (uint64_t)llround((double)d->p * 16777216.0);
+    const float keep = 1.0f / (1.0f - d->p);
+#pragma omp parallel for schedule(static)
+    for (size_t n = 0; n < N; n++) {
+        const uint64_t row = mix(d->row_key[n] ^ d->salt);
+        for (int c = 0; c < IC; c++) {
+            const bool kept = mix(row + (uint64_t)(d->column_offset + c)) >> 40 >= threshold;
+            dst[n * IC + c] = kept ? src[n * IC + c] * keep : 0.0f;
+        }
+    }
+}
+
+/* The branch's input: inp itself, or with its dropout mask applied into s.dropped. */
+static const float *branch_input(const LoraBranch *b, LoraScratch s, const float *inp, size_t N, int IC) {
+    if (b->dropout.p <= 0) return inp;
+    lora_dropout_apply(&b->dropout, s.dropped, inp, N, IC);
+    return s.dropped;
+}
+
+void lora_forward(const LoraBranch *b, float *out, float *u, LoraScratch s, const float *inp, size_t N, int IC,
+                  int OC) {
     const size_t nu = N * (size_t)b->rank, nout = N * (size_t)OC;
-    matmul_forward(u, inp, b->A, NULL, N, IC, b->rank);
+    float *tmp = s.tmp;
+    matmul_forward(u, branch_input(b, s, inp, N, IC), b->A, NULL, N, IC, b->rank);
     for (size_t i = 0; i < nu; i++) u[i] *= b->scale;
     if (b->row_parallel && b->tp) comm_allreduce(b->tp, u, nu); /* each rank held a partial sum of x A^T */
     if (b->row_parallel && !b->lead) return; /* B u is replicated: rank 0 adds it, the layer's all-reduce spreads it */
@@ -20,16 +63,18 @@ void lora_forward(const LoraBranch *b, float *out, float *u, float *tmp, const f
     for (size_t i = 0; i < nout; i++) out[i] += tmp[i];
 }
 
-void lora_backward(const LoraBranch *b, float *dinp, const float *dout, const float *u, const float *inp, float *du,
-                   float *tmp, size_t N, int IC, int OC) {
+void lora_backward(const LoraBranch *b, float *dinp, const float *dout, const float *u, const float *inp,
+                   LoraScratch s, size_t N, int IC, int OC) {
     const size_t nu = N * (size_t)b->rank, nin = N * (size_t)IC;
+    float *du = s.du, *tmp = s.tmp;
     matmul_backward(du, b->dB, NULL, dout, u, b->B, N, b->rank, OC);
     for (size_t i = 0; i < nu; i++) du[i] *= b->scale;
     matmul_backward(tmp, NULL, NULL, du, NULL, b->A, N, IC, b->rank);
+    if (b->dropout.p > 0) lora_dropout_apply(&b->dropout, tmp, tmp, N, IC); /* through the same mask */
     for (size_t i = 0; i < nin; i++) dinp[i] += tmp[i];
     /* column-parallel: du was this rank's share (B split by rows); dA needs all of it */
     if (!b->row_parallel && b->tp) comm_allreduce(b->tp, du, nu);
-    matmul_backward(NULL, b->dA, NULL, du, inp, NULL, N, IC, b->rank);
+    matmul_backward(NULL, b->dA, NULL, du, branch_input(b, s, inp, N, IC), NULL, N, IC, b->rank);
 }
 
 void lora_merge(float *W, const float *A, const float *B, int rank, float scale, int IC, int OC) {

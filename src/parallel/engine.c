@@ -149,6 +149,8 @@ static void check_lora(const Engine *e, const GPTConfig *whole) {
                      : c->fp8 ? "--precision fp8"
                      : c->bf16 ? "--precision bf16 (adapters train in fp32 over an fp32 base)"
                      : c->outlier_scale != 0 ? "--outlier-scale"
+                     : c->lora_dropout > 0 && e->grid->cp > 1
+                         ? "--lora-dropout and --cp (the masks are keyed by whole sequences)"
                      : whole->base_weights == BASE_WEIGHTS_INT8 && e->grid->tp > 1
                          ? "--base-weights int8 and --tp (a row-parallel shard would scale its part of each row alone)"
                      : NULL;
@@ -207,6 +209,8 @@ static void setup_chunk(Engine *e, int c, const GPTConfig *whole) {
     }
     if (whole->lora_rank > 0) {
         ch->model.lora_scale = e->cfg.lora_alpha / (float)whole->lora_rank;
+        ch->model.lora_dropout = e->cfg.lora_dropout;
+        ch->model.lora_seed = e->cfg.seed;
         init_lora_chunk(e, ch, whole);
     } else {
         init_chunk(e, ch, whole);
@@ -361,6 +365,7 @@ EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad 
         comm_reset_stats(e->chunk_comm[c]);
         dp_begin_step(e->chunks[c].dp);
         e->chunks[c].model.first_nonfinite_layer = -1;
+        e->chunks[c].model.lora_step = e->optimizer_step; /* LoRA dropout's masks follow the optimizer step */
     }
     comm_reset_stats(e->grid->cp_group);
     EngineChunk *tied = tied_chunk(e);

@@ -62,6 +62,7 @@ typedef struct {
     /* LoRA (the whole model's lora_rank > 0): chunks train only the adapters,
      * the base (from init_from, or seeded) is frozen on every rank */
     float lora_alpha;          /* the branch's scale is alpha / rank */
+    float lora_dropout;        /* on the branches' input in training, masks keyed by the data and the step (lora.h) */
     const char *lora_init;     /* the adapters from a peft adapter file (NULL: A Kaiming-uniform, B zero) */
 } EngineConfig;
 

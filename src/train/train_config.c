@@ -122,7 +122,8 @@ static bool check_lora(const TrainConfig *c, char *why, size_t n) {
     if (c->lora_rank == 0) {
         const char *flag = c->lora_init && *c->lora_init ? "--lora-init" : c->lora_merge ? "--lora-merge"
                            : c->save_adapters && *c->save_adapters ? "--save-adapters"
-                           : c->base_weights != BASE_WEIGHTS_FP32 ? "--base-weights" : NULL;
+                           : c->base_weights != BASE_WEIGHTS_FP32 ? "--base-weights"
+                           : c->lora_dropout > 0 ? "--lora-dropout" : NULL;
         if (flag) snprintf(why, n, "%s needs --lora-rank R (LoRA adapters to train)", flag);
         return !flag;
     }

@@ -141,7 +141,7 @@ typedef struct {
     DocMask doc_mask;             /* attention inside each packed document: auto (with loss-masked data), on, off */
     /* LoRA fine-tuning (model/lora.h) */
     int lora_rank;                /* 0: train the whole model */
-    double lora_alpha;
+    double lora_alpha, lora_dropout;
     const char *lora_targets;     /* --lora-targets text */
     const char *lora_init;        /* peft adapters to start from */
     bool lora_merge;              /* exports fold B A into the weights */

@@ -112,6 +112,7 @@ static void setup_engine(Trainer *tr) {
     }
     ec.outlier_scale = c->outlier_scale;
     ec.lora_alpha = (float)c->lora_alpha;
+    ec.lora_dropout = (float)c->lora_dropout;
     ec.lora_init = option_given(c->lora_init) ? c->lora_init : NULL;
     setup_doc_mask(tr, &ec);
     ec.data_parallel = (DPOptions){.zero_stage = c->zero, .bucket_floats = (size_t)(c->bucket_mb * 1024 * 1024 / sizeof(float)),
