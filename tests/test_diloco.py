@@ -22,6 +22,10 @@ transcriptions in PyTorch, and against plain data parallelism.
    K for a chaotic spread (tests/test_bf16_train.py), not ref_torch.py's 2 for
    10 steps of one process; a real error (a wrong outer step, a worker state
    lost) moves the weights by far more.
+   Also --local-steps-jitter 5 (heterogeneous workers: worker r takes H - j
+   of a window's steps, j drawn by a seeded splitmix64 hash transcribed here,
+   the pseudo-gradients averaged weighted by the steps each took) against the
+   same transcription with those step counts.
 3. A checkpoint inside a window (steps 4 and 12 of 16) resumes bit for bit:
    the final weights equal the uninterrupted run's.
 4. Bytes: H = 8 sends 1/8 of plain data parallelism's bytes per step; an int8
@@ -97,8 +101,26 @@ class Problem:
         return idx, tgt
 
 
-def transcription(problem, H, outer, dtype, prox_mu=0.0):
-    """Algorithm 1 of the DiLoCo paper; outer = 'nesterov' or 'avg' (FedAvg)."""
+def mix64(z):
+    """splitmix64's finaliser on a Python int (batchscale's rng_mix64)."""
+    m = (1 << 64) - 1
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+    return z ^ (z >> 31)
+
+
+def window_steps(H, jitter, window, worker, seed=1337):
+    """--local-steps-jitter: the inner steps worker takes in window (H - j, j seeded in [0, jitter])."""
+    if jitter == 0:
+        return H
+    key = mix64((mix64(seed) + window * 0x9E3779B97F4A7C15 + worker) & ((1 << 64) - 1))
+    return H - key % (jitter + 1)
+
+
+def transcription(problem, H, outer, dtype, prox_mu=0.0, jitter=0):
+    """Algorithm 1 of the DiLoCo paper; outer = 'nesterov' or 'avg' (FedAvg). With jitter, worker r takes only
+    the first H_r steps of each window (heterogeneous devices; its loss is still computed on its batches) and the
+    pseudo-gradients are averaged weighted by H_r, the tokens each trained on."""
     glob = {k: v.clone().to(dtype) for k, v in problem.p.items()}
     workers = [{k: v.clone().requires_grad_(True) for k, v in glob.items()} for _ in range(WORKERS)]
     inner = [torch.optim.AdamW(tg.param_groups(w, LR, WD), lr=LR, betas=(0.9, 0.95), eps=1e-8) for w in workers]
@@ -109,6 +131,9 @@ def transcription(problem, H, outer, dtype, prox_mu=0.0):
         step_losses = []
         for r, (w, opt) in enumerate(zip(workers, inner)):
             idx, tgt = problem.batch(step, r)
+            if step % H >= window_steps(H, jitter, step // H, r):
+                step_losses.append(tg.forward(CFG, w, idx, tgt)[1].item())
+                continue
             opt.zero_grad()
             _, loss = tg.forward(CFG, w, idx, tgt)
             if prox_mu:
@@ -120,7 +145,9 @@ def transcription(problem, H, outer, dtype, prox_mu=0.0):
             opt.step()
         losses.append(sum(step_losses) / WORKERS)
         if (step + 1) % H == 0:
-            delta = {k: glob[k] - sum(w[k].detach() for w in workers) / WORKERS for k in glob}
+            weights = [window_steps(H, jitter, step // H, r) for r in range(WORKERS)]
+            delta = {k: sum(wt * (glob[k] - w[k].detach()) for wt, w in zip(weights, workers)) / sum(weights)
+                     for k in glob}
             if outer == "avg":
                 glob = {k: glob[k] - delta[k] for k in glob}
             else:
@@ -136,10 +163,10 @@ def transcription(problem, H, outer, dtype, prox_mu=0.0):
     return glob, losses
 
 
-def compare(label, problem, extra, outer, prox_mu=0.0):
+def compare(label, problem, extra, outer, prox_mu=0.0, jitter=0):
     m, final = problem.run(label.replace(" ", "_"), extra)
-    t32, t_losses = transcription(problem, 8, outer, torch.float32, prox_mu)
-    t64, _ = transcription(problem, 8, outer, torch.float64, prox_mu)
+    t32, t_losses = transcription(problem, 8, outer, torch.float32, prox_mu, jitter)
+    t64, _ = transcription(problem, 8, outer, torch.float64, prox_mu, jitter)
     c_losses = [x["loss"] for x in m]
     check(f"{label}: loss sequence ({len(c_losses)} steps)",
           max(abs(a - b) / b for a, b in zip(c_losses, t_losses)) if len(c_losses) == len(t_losses) else 1, 1e-5)
@@ -165,6 +192,10 @@ def main():
         compare("diloco nesterov", problem, ["--local-steps", "8"], "nesterov")
         compare("fedprox", problem, ["--local-steps", "8", "--outer-optimizer", "avg", "--prox-mu", "0.1"], "avg",
                 prox_mu=0.1)
+        steps = [window_steps(8, 5, w, r) for w in range(2) for r in range(WORKERS)]
+        print(f"  jitter 5: inner steps per (window, worker) {steps}")
+        check("the jitter draws give workers different step counts", 0.0 if len(set(steps)) > 1 else 1.0, 0.0)
+        compare("diloco jitter", problem, ["--local-steps", "8", "--local-steps-jitter", "5"], "nesterov", jitter=5)
         print("3. resume inside a window, bit for bit")
         ck = os.path.join(tmp, "ck")
         _, full = problem.run("full", ["--local-steps", "8", "--ckpt-dir", ck, "--ckpt-every", "4", "--keep-last", "0"])

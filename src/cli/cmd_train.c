@@ -126,6 +126,7 @@ int cmd_train(int argc, char **argv) {
         {"tensorboard", OPT_STRING, &c.tensorboard, OPT_NO_RANGE, "DIR", "write TensorBoard event files into DIR", "", NULL},
         {"peak-gflops", OPT_DOUBLE, &c.peak_gflops, 0, 1e12, "RATE", "one process's peak GFLOP/s, for the MFU (0: no MFU)", "0", NULL},
         {"local-steps", OPT_INT, &c.local_steps, 0, 1e9, "H", "DiLoCo/FedAvg: inner steps per outer step, no gradient reduction in between (0: off)", "0", NULL},
+        {"local-steps-jitter", OPT_INT, &c.local_steps_jitter, 0, 1e9, "J", "DiLoCo/FedAvg: each worker takes H - j inner steps of a window (j in [0, J] per window and worker, seeded), the average weighted by its steps", "0", NULL},
         {"outer-optimizer", OPT_ENUM, &c.outer_optimizer, OPT_NO_RANGE, "NAME", "the outer step: nesterov (DiLoCo), sgd or avg (FedAvg)", "nesterov", TRAIN_OUTER_OPTIMIZER_WORDS},
         {"outer-lr", OPT_DOUBLE, &c.outer_lr, 1e-9, 100, "LR", "outer learning rate (avg: 1)", "0.7", NULL},
         {"outer-momentum", OPT_DOUBLE, &c.outer_momentum, 0, 0.999999, "MU", "outer momentum (avg: 0)", "0.9", NULL},

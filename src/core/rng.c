@@ -10,6 +10,12 @@ static uint64_t splitmix64(uint64_t *x) {
     return z ^ (z >> 31);
 }
 
+uint64_t rng_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
 void rng_seed(Rng *rng, uint64_t seed) {
     uint64_t x = seed;
     for (int i = 0; i < 4; i++) rng->s[i] = splitmix64(&x);

@@ -16,6 +16,9 @@ uint64_t rng_next(Rng *rng);
 float rng_uniform(Rng *rng);
 /* Uniform integer in [0, n), n > 0, without modulo bias. */
 uint64_t rng_below(Rng *rng, uint64_t n);
+/* splitmix64's finaliser: a bijective mix of one word, for counter-based
+ * draws (a value from a key, no state: the same on every rank and layout). */
+uint64_t rng_mix64(uint64_t z);
 /* Standard normal (Box-Muller, in double precision). Draws exactly two words,
  * which gpt_init_range relies on to skip values it does not keep. */
 double rng_normal(Rng *rng);

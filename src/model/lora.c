@@ -6,17 +6,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/rng.h"
 #include "kernels/kernels.h"
 #include "model/gpt.h"
 
 static const char *const target_names[LORA_NUM_TARGETS] = {"qkv", "attproj", "fc", "fcproj"};
 
-/* splitmix64's finaliser (Steele, Lea and Flood 2014; Vigna's constants). */
-static uint64_t mix(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+static uint64_t mix(uint64_t z) { return rng_mix64(z); }
 
 void lora_row_keys(uint64_t *keys, const int32_t *tokens, int b, int t, uint64_t seed, long step) {
     const uint64_t start = mix(mix(seed) + (uint64_t)step);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/rng.h"
 
 static EngineChunk *chunk(Trainer *tr) { return engine_chunk(tr->engine, 0); }
 
@@ -25,6 +26,23 @@ static void check_combination(const Trainer *tr) {
                           : c->zero_quant_grads || c->zero_quant_weights || c->zero_hpz ? "--zero-quant-*/--zero-hpz"
                           : NULL;
     if (refused) bs_die("--local-steps cannot be combined with %s", refused);
+    if (c->local_steps_jitter >= c->local_steps)
+        bs_die("--local-steps-jitter %d must be below --local-steps %d (every worker takes at least one step)",
+               c->local_steps_jitter, c->local_steps);
+}
+
+/* The inner steps worker `worker` takes in window `window`: H - j, j in [0, jitter] from a seeded hash. */
+static long window_steps(const TrainConfig *c, long window, int worker) {
+    if (c->local_steps_jitter == 0) return c->local_steps;
+    uint64_t key = rng_mix64(rng_mix64((uint64_t)c->seed) + (uint64_t)window * 0x9e3779b97f4a7c15ULL + (uint64_t)worker);
+    return c->local_steps - (long)(key % (uint64_t)(c->local_steps_jitter + 1));
+}
+
+bool diloco_idle(const Trainer *tr, long step) {
+    const TrainConfig *c = &tr->cfg;
+    if (!tr->diloco.on || c->local_steps_jitter == 0) return false;
+    long window = (step - 1) / c->local_steps, at = (step - 1) % c->local_steps;
+    return at >= window_steps(c, window, tr->dp_index);
 }
 
 static void setup_codec(Trainer *tr) {
@@ -92,16 +110,22 @@ void diloco_prox(Trainer *tr) {
     for (size_t i = 0; i < d->count; i++) grads[i] += mu * (w[i] - d->global[i]);
 }
 
-/* delta summed over the workers, then their mean: exactly, or through the codec with error feedback. */
-static void average_delta(Trainer *tr) {
+/* delta summed over the workers, then their mean: exactly, or through the codec with error feedback. With
+ * --local-steps-jitter each worker's delta weighs by the tokens it trained on (its inner steps). */
+static void average_delta(Trainer *tr, long window) {
     DilocoState *d = &tr->diloco;
     Comm *dpc = engine_grid(tr->engine)->dp_group;
+    double steps = (double)window_steps(&tr->cfg, window, tr->dp_index), total = steps;
+    if (tr->cfg.local_steps_jitter > 0) {
+        for (size_t i = 0; i < d->count; i++) d->delta[i] *= (float)steps;
+        comm_allreduce_double(dpc, &total, 1);
+    }
     if (tr->dp_size > 1 && d->codec.kind == CODEC_NONE) comm_allreduce(dpc, d->delta, d->count);
     if (tr->dp_size > 1 && d->codec.kind != CODEC_NONE) {
         Compression z = {d->codec, d->scheme, !tr->cfg.no_error_feedback, d->worker_residual, d->server_residual};
         comm_wait(comm_start_compressed_allreduce(dpc, d->scratch, &z, d->delta, 0, d->count, d->count));
     }
-    const float inv = 1.0f / (float)tr->dp_size;
+    const float inv = tr->cfg.local_steps_jitter > 0 ? (float)(1.0 / total) : 1.0f / (float)tr->dp_size;
     for (size_t i = 0; i < d->count; i++) d->delta[i] *= inv;
 }
 
@@ -110,7 +134,7 @@ void diloco_after_step(Trainer *tr, long step) {
     if (!d->on || step % tr->cfg.local_steps != 0) return;
     float *w = local_weights(tr);
     for (size_t i = 0; i < d->count; i++) d->delta[i] = d->global[i] - w[i];
-    average_delta(tr);
+    average_delta(tr, step / tr->cfg.local_steps - 1);
     outer_step(&d->outer, d->global, d->velocity, d->delta, d->count);
     memcpy(w, d->global, d->count * sizeof(float));
     engine_after_update(tr->engine); /* tied output weights and bf16 copies from the new weights */

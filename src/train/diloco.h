@@ -39,6 +39,11 @@ float diloco_loss_scale(const Trainer *tr);
 /* The squared gradient norm the guard and the metrics see: the mean over
  * the workers of each one's own (kept for its clipping). Collective. */
 double diloco_grad_sum_squares(Trainer *tr);
+/* --local-steps-jitter: whether this worker sits out optimizer step `step`
+ * (1-based): it has taken its H - j inner steps of the window already. Its
+ * forward and backward still run (the ranks step in lockstep), the update
+ * does not, and the window's average weighs it by the steps it took. */
+bool diloco_idle(const Trainer *tr, long step);
 /* FedProx: grads += mu (local - global), before the inner step. */
 void diloco_prox(Trainer *tr);
 /* After the inner step of optimizer step `step`: the outer step at the end

@@ -135,8 +135,17 @@ static bool check_lora(const TrainConfig *c, char *why, size_t n) {
     return true;
 }
 
+static bool check_local_steps(const TrainConfig *c, char *why, size_t n) {
+    if (c->local_steps_jitter > 0 && c->local_steps == 0) {
+        snprintf(why, n, "--local-steps-jitter needs --local-steps H (DiLoCo/FedAvg windows)");
+        return false;
+    }
+    return true;
+}
+
 bool train_config_check(const TrainConfig *c, char *why, size_t why_size) {
     why[0] = 0;
+    if (!check_local_steps(c, why, why_size)) return false;
     return check_combinations(c, why, why_size) && check_pipeline(c, why, why_size) &&
            check_context(c, why, why_size) && check_lora(c, why, why_size);
 }

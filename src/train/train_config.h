@@ -135,6 +135,7 @@ typedef struct {
     double outlier_scale;         /* tests: LayerNorm 1's gain of channel 0 times this at initialisation (0: off) */
     /* low-communication training (train/diloco.h) */
     int local_steps;              /* H inner steps per outer step (0: plain data parallelism) */
+    int local_steps_jitter;       /* J: worker w takes H - j of a window's steps, j in [0, J] (heterogeneous devices) */
     OuterKind outer_optimizer;    /* nesterov, sgd or avg */
     double outer_lr, outer_momentum, prox_mu;
     /* supervised fine-tuning data (prepare --format chat-jsonl) */

@@ -138,6 +138,7 @@ static void apply_update(Trainer *tr, const StepResult *r, bool onebit) {
         onebit_update(tr, r->lr);
         engine_after_update(tr->engine);
     } else {
+        if (diloco_idle(tr, tr->step + 1)) return; /* --local-steps-jitter: this worker's window is done */
         diloco_prox(tr);
         double norm = tr->diloco.on ? tr->diloco.worker_grad_norm : r->grad_norm; /* a worker clips its own */
         engine_update(tr->engine, r->lr, clip_coefficient(norm, tr->cfg.grad_clip));
