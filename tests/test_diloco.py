@@ -26,7 +26,12 @@ transcriptions in PyTorch, and against plain data parallelism.
    of a window's steps, j drawn by a seeded splitmix64 hash transcribed here,
    the pseudo-gradients averaged weighted by the steps each took) against the
    same transcription with those step counts.
-3. A checkpoint inside a window (steps 4 and 12 of 16) resumes bit for bit:
+3. A checkpoint inside a window (steps 4 and 12 of 16) resumes bit for bit;
+   and resumed on one process (a worker lost, as `run --elastic` shrinks),
+   worker 0 keeps its window's state (local weights, AdamW state, the outer
+   momentum), takes the whole global batch, and the lost worker's
+   pseudo-gradient is discarded: against the transcription with worker 1
+   gone from step 4 (losses 1e-5, weights as in 2.).
    the final weights equal the uninterrupted run's.
 4. Bytes: H = 8 sends 1/8 of plain data parallelism's bytes per step; an int8
    pseudo-gradient (error feedback) about a quarter of that again, and its
@@ -117,10 +122,12 @@ def window_steps(H, jitter, window, worker, seed=1337):
     return H - key % (jitter + 1)
 
 
-def transcription(problem, H, outer, dtype, prox_mu=0.0, jitter=0):
+def transcription(problem, H, outer, dtype, prox_mu=0.0, jitter=0, shrink_at=None):
     """Algorithm 1 of the DiLoCo paper; outer = 'nesterov' or 'avg' (FedAvg). With jitter, worker r takes only
     the first H_r steps of each window (heterogeneous devices; its loss is still computed on its batches) and the
-    pseudo-gradients are averaged weighted by H_r, the tokens each trained on."""
+    pseudo-gradients are averaged weighted by H_r, the tokens each trained on. With shrink_at, worker 1 is lost
+    from that step on: worker 0 keeps its window and takes the whole global batch, and the outer steps average
+    its pseudo-gradient alone."""
     glob = {k: v.clone().to(dtype) for k, v in problem.p.items()}
     workers = [{k: v.clone().requires_grad_(True) for k, v in glob.items()} for _ in range(WORKERS)]
     inner = [torch.optim.AdamW(tg.param_groups(w, LR, WD), lr=LR, betas=(0.9, 0.95), eps=1e-8) for w in workers]
@@ -129,8 +136,12 @@ def transcription(problem, H, outer, dtype, prox_mu=0.0, jitter=0):
     losses = []
     for step in range(problem.steps):
         step_losses = []
-        for r, (w, opt) in enumerate(zip(workers, inner)):
+        alive = WORKERS if shrink_at is None or step < shrink_at else 1
+        for r, (w, opt) in enumerate(zip(workers[:alive], inner[:alive])):
             idx, tgt = problem.batch(step, r)
+            if alive < WORKERS:
+                parts = [problem.batch(step, q) for q in range(WORKERS)]
+                idx, tgt = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
             if step % H >= window_steps(H, jitter, step // H, r):
                 step_losses.append(tg.forward(CFG, w, idx, tgt)[1].item())
                 continue
@@ -143,9 +154,9 @@ def transcription(problem, H, outer, dtype, prox_mu=0.0, jitter=0):
                 step_losses.append(loss.item())
             loss.backward()
             opt.step()
-        losses.append(sum(step_losses) / WORKERS)
+        losses.append(sum(step_losses) / alive)
         if (step + 1) % H == 0:
-            weights = [window_steps(H, jitter, step // H, r) for r in range(WORKERS)]
+            weights = [window_steps(H, jitter, step // H, r) for r in range(alive)]
             delta = {k: sum(wt * (glob[k] - w[k].detach()) for wt, w in zip(weights, workers)) / sum(weights)
                      for k in glob}
             if outer == "avg":
@@ -205,6 +216,17 @@ def main():
                                                     "--ckpt-dir", os.path.join(tmp, f"ck{at}")])
             same = np.array_equal(tg_flat(again), tg_flat(full))
             check(f"resumed at step {at} (inside a window): final weights bitwise", 0.0 if same else 1.0, 0.0)
+        print("3b. a worker lost at step 4 (elastic shrink to 1 process): worker 0 keeps its window")
+        m, shrunk = problem.run("shrunk", ["--local-steps", "8", "--resume", os.path.join(ck, "step_00000004"),
+                                           "--ckpt-dir", os.path.join(tmp, "ck_shrunk")], ranks=1)
+        t32, t_losses = transcription(problem, 8, "nesterov", torch.float32, shrink_at=4)
+        t64, _ = transcription(problem, 8, "nesterov", torch.float64, shrink_at=4)
+        c_losses = [x["loss"] for x in m]
+        check("shrunk: losses of steps 5-16 vs the transcription",
+              max(abs(a - b) / b for a, b in zip(c_losses, t_losses[4:])) if len(c_losses) == 12 else 1, 1e-5)
+        worst = max(rel_err(shrunk[n].numpy(), t64[n].numpy()) / max(1e-5, K_SPREAD * rel_err(t32[n].numpy(),
+                    t64[n].numpy())) for n, _, _ in tg.TENSORS)
+        check("shrunk: trained weights vs float64 (worst error / its tolerance)", worst, 1.0)
         print("4. bytes per step")
         dp_bytes = sum(x["comm_bytes"] for x in problem.run("dp_adam", [])[0])
         f32_m = problem.run("bytes_fp32", ["--local-steps", "8"])[0]

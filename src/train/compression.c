@@ -139,7 +139,7 @@ void onebit_update(Trainer *tr, double lr) {
         memcpy(ch->state[0], o->momentum + ch->update_offset, ch->update_count * sizeof(float));
 }
 
-int compression_feedback_arrays(Trainer *tr, CkptExtraArray *arrays, char *label, size_t label_size) {
+int compression_feedback_arrays(Trainer *tr, int workers, CkptExtraArray *arrays, char *label, size_t label_size) {
     const TrainConfig *c = &tr->cfg;
     int n = 0;
     float *worker, *server;
@@ -154,7 +154,7 @@ int compression_feedback_arrays(Trainer *tr, CkptExtraArray *arrays, char *label
     }
     snprintf(label, label_size, "grad %s/%d%s%s, dp %d of %d, zero %d, %s", c->grad_compression,
              c->compression_block, option_given(c->compression_scheme) ? "/" : "", c->compression_scheme, tr->dp_index,
-             tr->dp_size, c->zero, c->zero_quant_grads ? "qgZ" : c->optimizer == OPTIM_ONEBIT_ADAM ? "1-bit Adam" : "-");
+             workers, c->zero, c->zero_quant_grads ? "qgZ" : c->optimizer == OPTIM_ONEBIT_ADAM ? "1-bit Adam" : "-");
     return n;
 }
 

@@ -49,7 +49,7 @@ void onebit_update(Trainer *tr, double lr);
 
 /* This rank's error-feedback residuals (gradient codec and 1-bit Adam) as
  * checkpoint arrays, and the label they are valid for. Returns the count. */
-int compression_feedback_arrays(Trainer *tr, CkptExtraArray *arrays, char *label, size_t label_size);
+int compression_feedback_arrays(Trainer *tr, int workers, CkptExtraArray *arrays, char *label, size_t label_size);
 /* Forgets every residual (after a skipped step, whose reduction may have
  * left NaN in them; or on resuming under another layout). */
 void compression_reset_feedback(Trainer *tr);

@@ -154,7 +154,7 @@ void diloco_after_save(Trainer *tr) {
     if (d->on) memcpy(local_weights(tr), d->local, d->count * sizeof(float));
 }
 
-int diloco_arrays(Trainer *tr, CkptExtraArray *arrays, char *label, size_t label_size) {
+int diloco_arrays(Trainer *tr, int workers, CkptExtraArray *arrays, char *label, size_t label_size) {
     DilocoState *d = &tr->diloco;
     if (!d->on) return 0;
     EngineChunk *ch = chunk(tr);
@@ -169,9 +169,17 @@ int diloco_arrays(Trainer *tr, CkptExtraArray *arrays, char *label, size_t label
         arrays[n++] = (CkptExtraArray){"diloco_server", d->server_residual, d->server_count};
     }
     snprintf(label, label_size, "diloco H=%d %s, dp %d of %d, %s", tr->cfg.local_steps,
-             TRAIN_OUTER_OPTIMIZER_WORDS[tr->cfg.outer_optimizer], tr->dp_index, tr->dp_size,
+             TRAIN_OUTER_OPTIMIZER_WORDS[tr->cfg.outer_optimizer], tr->dp_index, workers,
              optimizer_kind_name(tr->cfg.optimizer));
     return n;
+}
+
+int diloco_survivor_source(const Trainer *tr, const CkptManifest *m) {
+    const Grid *g = engine_grid(tr->engine);
+    if (!tr->diloco.on || tr->diloco.worker_residual || m->dp <= tr->dp_size || m->tp != g->tp || m->pp != g->pp ||
+        m->cp != g->cp)
+        return -1;
+    return ((tr->dp_index * g->pp + g->pp_index) * g->cp + g->cp_index) * g->tp + g->tp_index; /* grid.h's order */
 }
 
 void diloco_after_resume(Trainer *tr, bool restored) {

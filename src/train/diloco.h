@@ -24,6 +24,7 @@
 
 #include <stdbool.h>
 
+#include "ckpt/ckpt.h"
 #include "ckpt/ckpt_extra.h"
 #include "train/trainer_state.h"
 
@@ -53,8 +54,15 @@ void diloco_after_step(Trainer *tr, long step);
 /* Checkpoints: the global weights in the parameters while they are written. */
 void diloco_before_save(Trainer *tr);
 void diloco_after_save(Trainer *tr);
-/* This rank's arrays and the label they are valid for; returns the count. */
-int diloco_arrays(Trainer *tr, CkptExtraArray *arrays, char *label, size_t label_size);
+/* This rank's arrays and the label they are valid for with `workers`
+ * workers (this run's dp size, or a checkpoint's); returns the count. */
+int diloco_arrays(Trainer *tr, int workers, CkptExtraArray *arrays, char *label, size_t label_size);
+/* Elastic shrink (fewer workers than the checkpoint's, the same model split,
+ * no codec): worker i takes over the old worker i's window (local weights,
+ * inner optimizer state, the common outer momentum), and the workers beyond
+ * the new count are lost, their window's pseudo-gradients discarded. The
+ * checkpoint rank whose state this rank takes, or -1 when that does not apply. */
+int diloco_survivor_source(const Trainer *tr, const CkptManifest *m);
 /* After a resume read the parameters (the global weights) and, if restored,
  * the arrays: the local weights back in place. */
 void diloco_after_resume(Trainer *tr, bool restored);

@@ -119,11 +119,12 @@ void train_save_poll(Trainer *tr) {
     if (not_done == 0) train_save_finish(tr);
 }
 
-/* This rank's extra state (error-feedback residuals, DiLoCo's worker state) and the label it is valid for. */
-static int rank_arrays(Trainer *tr, CkptExtraArray *arrays, char *label, size_t label_size) {
+/* This rank's extra state (error-feedback residuals, DiLoCo's worker state)
+ * and the label it is valid for with `workers` data-parallel ranks. */
+static int rank_arrays(Trainer *tr, int workers, CkptExtraArray *arrays, char *label, size_t label_size) {
     char worker[64];
-    int n = compression_feedback_arrays(tr, arrays, label, label_size);
-    int k = diloco_arrays(tr, arrays + n, worker, sizeof worker);
+    int n = compression_feedback_arrays(tr, workers, arrays, label, label_size);
+    int k = diloco_arrays(tr, workers, arrays + n, worker, sizeof worker);
     size_t used = strlen(label);
     if (k > 0) snprintf(label + used, label_size - used, "; %s", worker);
     return n + k;
@@ -185,7 +186,7 @@ double train_save(Trainer *tr) {
     a->num_pieces = engine_num_chunks(tr->engine);
     diloco_before_save(tr); /* the global weights in the parameters while they are written */
     for (int c = 0; c < a->num_pieces; c++) describe_piece(tr, c, &a->pieces[c]);
-    a->num_extra = rank_arrays(tr, a->extra, a->extra_label, sizeof a->extra_label);
+    a->num_extra = rank_arrays(tr, tr->dp_size, a->extra, a->extra_label, sizeof a->extra_label);
     a->manifest = tr->rank == 0 ? snapshot_manifest(tr) : NULL;
     if (!tr->cfg.async_ckpt) {
         write_pieces(a);
@@ -316,15 +317,35 @@ void train_ckpt_read(const char *dir, const CkptManifest *m, const GPTConfig *cf
  * back when the layout and codec are the same, else they start from zero
  * (the run continues correctly, losing what was not yet sent) and rank 0
  * says so once. */
-static void resume_feedback(Trainer *tr, const char *dir) {
+/* DiLoCo after an elastic shrink: each worker from the old worker with its index (diloco.h). True if all did. */
+static bool resume_survivor(Trainer *tr, const char *dir, const CkptManifest *m) {
+    int source = diloco_survivor_source(tr, m);
+    double failed = source < 0;
+    comm_allreduce_max_double(tr->world, &failed, 1);
+    if (failed > 0) return false;
     CkptExtraArray extra[TRAIN_FEEDBACK_ARRAYS];
     char label[CKPT_EXTRA_LABEL], why[512] = "";
-    int n = rank_arrays(tr, extra, label, sizeof label);
+    int n = rank_arrays(tr, m->dp, extra, label, sizeof label);
+    failed = ckpt_read_extra(dir, source, label, extra, n, why, sizeof why) ? 0 : 1;
+    comm_allreduce_max_double(tr->world, &failed, 1);
+    if (failed > 0) return false;
+    if (tr->rank == 0)
+        bs_warn("DiLoCo: %d of the checkpoint's %d workers continue their window, worker i from worker i's state; "
+                "the others' pseudo-gradients of this window are discarded", tr->dp_size, m->dp);
+    diloco_after_resume(tr, true);
+    return true;
+}
+
+static void resume_feedback(Trainer *tr, const char *dir, const CkptManifest *m) {
+    CkptExtraArray extra[TRAIN_FEEDBACK_ARRAYS];
+    char label[CKPT_EXTRA_LABEL], why[512] = "";
+    int n = rank_arrays(tr, tr->dp_size, extra, label, sizeof label);
     bool ok = n == 0 || ckpt_read_extra(dir, tr->rank, label, extra, n, why, sizeof why);
     int world = comm_size(tr->world);
     double first_failed = ok ? 0 : world - tr->rank; /* max: the lowest failing rank */
     comm_allreduce_max_double(tr->world, &first_failed, 1); /* all ranks restore, or none (so all start equal) */
     if (first_failed > 0) compression_reset_feedback(tr);
+    if (first_failed > 0 && resume_survivor(tr, dir, m)) return;
     if (first_failed > 0 && world - (int)first_failed == tr->rank)
         bs_warn("%s: %s", tr->diloco.on ? "DiLoCo's per-worker state and any error-feedback residuals start afresh"
                                         : "error-feedback residuals start from zero", why);
@@ -376,7 +397,7 @@ void train_resume(Trainer *tr) {
                "(got %s, %d)", dir, m->batch_schedule, m->final_batch, tr->cfg.batch_schedule, tr->cfg.global_batch);
     for (int c = 0; c < engine_num_chunks(tr->engine); c++) read_chunk(engine_chunk(tr->engine, c), dir, m);
     engine_share_output_weights(tr->engine);
-    resume_feedback(tr, dir);
+    resume_feedback(tr, dir, m);
     fp8_ckpt_resume(tr, dir);
     const Grid *g = engine_grid(tr->engine);
     tr->resharded = m->tp != g->tp || m->pp != engine_virtual_stages(tr->engine) || m->dp != g->dp || m->cp != g->cp ||
