@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""bench_critical_batch.py: which noise-scale estimator predicts the critical
+batch, and does a goodput-driven batch beat fixed schedules (issue 21).
+
+Per setting (a model, a corpus, a target validation loss; the demo model and
+a half-width one on byte-level KJV, the demo model on Vim's user manual from
+Debian's vim-runtime):
+1. the fitted critical batch: `batchscale batch-sweep` at batches 4-64 x
+   SEEDS seeds to the target (constant lr 2e-3 for every batch, 1 process):
+   B_crit with its bootstrap interval;
+2. the estimators at the target: one run at batch 16 with --noise-scale
+   --noise-scale-every 10 until the target; each estimator's last value
+   (B_simple, B_simple of the Adam-preconditioned gradient, the curvature
+   B_noise) and its ratio to B_crit (goal: one within 2x on every setting);
+   the extra gradient passes the curvature estimate cost;
+3. schedules to the target on 2 processes, in one run: constant 8, 16, 32,
+   two ramps 8 -> 32 (over 64K and 256K tokens), adaptive:8:64 and
+   goodput:8:64: wall seconds and tokens to the target; goodput's PASS when
+   its wall time is below the best constant's and the best ramp's.
+Timings are this machine's at the moment of the run: compare within a run.
+usage: bench_critical_batch.py BATCHSCALE OUT_JSON   (env BS_BENCH_SETTINGS=kjv-demo,... to choose)"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+SEEDS = int(os.environ.get("BS_BENCH_SEEDS", 2))
+BATCHES = "4,8,16,32,64"
+DEMO = ["--layers", "4", "--heads", "4", "--channels", "192"]
+HALF = ["--layers", "4", "--heads", "4", "--channels", "96"]
+COMMON = ["--seq-len", "128", "--micro-batch", "4", "--lr", "2e-3", "--min-lr", "2e-3", "--warmup-tokens", "65536",
+          "--val-batches", "8", "--threads", "1", "--sample-tokens", "0", "--quiet"]
+SCHEDULES = {"constant 8": (8, "constant"), "constant 16": (16, "constant"), "constant 32": (32, "constant"),
+             "ramp 8->32 over 64K": (32, "ramp:8:8:65536"), "ramp 8->32 over 256K": (32, "ramp:8:8:262144"),
+             "adaptive:8:64": (64, "adaptive:8:64"), "goodput:8:64": (64, "goodput:8:64")}
+
+
+def run(cmd, **kw):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=ENV, **kw)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    return p
+
+
+def corpus(bs, tmp, name):
+    """The setting's prepared byte-level shards."""
+    if name == "kjv":
+        data = os.path.join(ROOT, "data", "kjv")
+        if not os.path.exists(os.path.join(data, "train_000000.bin")):
+            run([os.path.join(ROOT, "scripts", "demo-data.sh"), bs])
+        return data
+    doc = "/usr/share/vim/vim90/doc"
+    text = os.path.join(tmp, "vim_usr.txt")
+    with open(text, "w") as out:
+        for f in sorted(x for x in os.listdir(doc) if x.startswith("usr_") and x.endswith(".txt")):
+            out.write(open(os.path.join(doc, f), errors="replace").read())
+    run([bs, "prepare", "--in", text, "--out", os.path.join(tmp, "vim")])
+    return os.path.join(tmp, "vim")
+
+
+def metrics(path):
+    return [json.loads(line) for line in open(path)]
+
+
+def sweep(bs, data, model, target, out):
+    cmd = [bs, "batch-sweep", "--batches", BATCHES, "--seeds", str(SEEDS), "--target-loss", str(target),
+           "--max-steps", "1500", "--eval-tokens", "8192", "--out", out, "--", bs, "train",
+           "--data", os.path.join(data, "train_000000.bin"), "--val-data", os.path.join(data, "val_000000.bin")]
+    run(cmd + model + [x for x in COMMON if x != "--quiet"])
+    fit = json.load(open(os.path.join(out, "sweep.json")))["fit"]
+    return fit["b_crit_sequences"], fit.get("interval", {}).get("b_crit_sequences")
+
+
+def train(bs, data, model, target, extra, ranks, path):
+    """A run to the target; returns (metrics, wall seconds)."""
+    cmd = [bs, "train", "--data", os.path.join(data, "train_000000.bin"), "--val-data",
+           os.path.join(data, "val_000000.bin"), "--target-val-loss", str(target), "--steps", "1500",
+           "--metrics", path] + model + COMMON + extra
+    if ranks > 1:
+        cmd = MPIRUN + ["-np", str(ranks)] + cmd
+    t0 = time.monotonic()
+    run(cmd)
+    return metrics(path), time.monotonic() - t0
+
+
+def estimators(bs, data, model, target, tmp):
+    m, _ = train(bs, data, model, target, ["--global-batch", "16", "--eval-every", "4", "--noise-scale",
+                                           "--noise-scale-every", "10"], 1, os.path.join(tmp, "est.jsonl"))
+    last = {}
+    for x in m:
+        for k in ("noise_scale", "noise_scale_precond", "noise_scale_curvature"):
+            if x.get(k) is not None and x[k] == x[k]:
+                last[k] = x[k]
+    last["noise_extra_passes"] = max((x.get("noise_extra_passes", 0) for x in m), default=0)
+    last["steps"] = len(m)
+    return last
+
+
+def schedules(bs, data, model, target, tmp):
+    rows = {}
+    for name, (final, schedule) in SCHEDULES.items():
+        path = os.path.join(tmp, name.replace(" ", "_").replace(":", "_").replace(">", "") + ".jsonl")
+        every = max(1, round(16384 / (final * 128)))  # an evaluation about every 16K tokens at the final batch
+        m, wall = train(bs, data, model, target, ["--global-batch", str(final), "--batch-schedule", schedule,
+                                                  "--eval-every", str(every)], 2, path)
+        reached = any(x.get("val_loss", 9) <= target for x in m)
+        rows[name] = dict(wall_s=wall, tokens=sum(x["tokens"] for x in m), steps=len(m), reached=reached)
+        print(f"    {name:22s} {'reached' if reached else 'NOT reached':12s} {wall:7.1f} s "
+              f"{rows[name]['tokens']:9d} tokens {len(m):5d} steps", flush=True)
+    return rows
+
+
+SETTINGS = {"kjv-demo": ("kjv", DEMO, 2.45), "kjv-half": ("kjv", HALF, 2.5), "vim-demo": ("vim", DEMO, 2.5)}
+
+
+def main():
+    bs, out_json = sys.argv[1], sys.argv[2]
+    chosen = os.environ.get("BS_BENCH_SETTINGS", ",".join(SETTINGS)).split(",")
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in chosen:
+            corpus_name, model, target = SETTINGS[name]
+            data = corpus(bs, tmp, corpus_name)
+            print(f"{name}: {corpus_name}, {' '.join(model)}, target validation loss {target}", flush=True)
+            b_crit, interval = sweep(bs, data, model, target, os.path.join(tmp, name + "_sweep"))
+            print(f"  fitted B_crit {b_crit:.1f} sequences, 95% interval {interval}", flush=True)
+            est = estimators(bs, data, model, target, tmp)
+            for k in ("noise_scale", "noise_scale_precond", "noise_scale_curvature"):
+                if k in est:
+                    print(f"  {k:24s} {est[k]:8.2f}  ratio to B_crit {est[k] / b_crit:6.2f}", flush=True)
+            print(f"  curvature cost: {est['noise_extra_passes']} extra gradient passes in {est['steps']} steps")
+            rows = schedules(bs, data, model, target, tmp)
+            best = lambda keys: min((rows[k]["wall_s"] for k in keys if rows[k]["reached"]), default=float("inf"))
+            const, ramp = best([k for k in rows if k.startswith("constant")]), best([k for k in rows if k.startswith("ramp")])
+            g = rows["goodput:8:64"]
+            verdict = "PASS" if g["reached"] and g["wall_s"] < min(const, ramp) else "MISS"
+            print(f"  goodput {g['wall_s']:.1f} s vs best constant {const:.1f} s, best ramp {ramp:.1f} s: {verdict}")
+            results[name] = dict(b_crit=b_crit, interval=interval, estimators=est, schedules=rows, goodput=verdict)
+    json.dump(results, open(out_json, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
