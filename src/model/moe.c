@@ -193,6 +193,11 @@ void moe_free(MoeLayer *L) {
 
 const MoeConfig *moe_layer_config(const MoeLayer *L) { return &L->cfg; }
 
+void moe_set_loss_coefs(MoeLayer *L, double aux_coef, double z_coef) {
+    L->cfg.aux_coef = aux_coef;
+    L->cfg.z_coef = z_coef;
+}
+
 /* ---- the token side ---- */
 
 /* Scores, logsumexp and the chosen experts with their weights of row t. */
