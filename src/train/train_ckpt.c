@@ -24,6 +24,7 @@
 #include "train/compression.h"
 #include "train/diloco.h"
 #include "train/estimators.h"
+#include "train/moe_train.h"
 
 /* The manifest of the state as it is now (rank 0 fills in the files at
  * commit). Its pipeline split counts model stages: pipeline ranks x
@@ -181,6 +182,7 @@ double train_save(Trainer *tr) {
     }
     comm_barrier(tr->world);
     fp8_ckpt_save(tr, a->tmp);
+    moe_ckpt_save(tr, a->tmp);
     a->rank = tr->rank;
     a->num_pieces = engine_num_chunks(tr->engine);
     diloco_before_save(tr); /* the global weights in the parameters while they are written */
@@ -378,6 +380,7 @@ void train_resume(Trainer *tr) {
     engine_share_output_weights(tr->engine);
     resume_feedback(tr, dir);
     fp8_ckpt_resume(tr, dir);
+    moe_ckpt_resume(tr, dir);
     const Grid *g = engine_grid(tr->engine);
     tr->resharded = m->tp != g->tp || m->pp != engine_virtual_stages(tr->engine) || m->dp != g->dp || m->cp != g->cp ||
                     m->zero != tr->cfg.zero;
