@@ -142,8 +142,140 @@ def main():
         sys.exit(1)
 
 
+BATCHSCALE = os.environ.get("BATCHSCALE", "build/batchscale")
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+MODEL = ["--layers", "2", "--heads", "4", "--channels", "32", "--experts", "4", "--moe-top-k", "2"]
+
+
+def train(tmp, name, data, extra, ranks=1, check_rc=True):
+    """A run into tmp/name (metrics, checkpoints); returns (metrics rows, ckpt dir) or the process."""
+    out = os.path.join(tmp, name)
+    cmd = [BATCHSCALE, "train", "--data", data, "--eval-every", "0", "--sample-tokens", "0", "--threads", "1",
+           "--comm-timeout", "60", "--quiet", "--metrics", out + ".jsonl", "--ckpt-dir", out + "_ckpt"] + MODEL + extra
+    if ranks > 1:
+        cmd = MPIRUN + ["-np", str(ranks)] + cmd
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if not check_rc:
+        return p
+    if p.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
+    rows = [json.loads(line) for line in open(out + ".jsonl")]
+    return rows, out + "_ckpt"
+
+
+def read_ckpt(ckpt_dir, step):
+    """The flat parameters (every rank file's range) and the MoE bias of a checkpoint."""
+    d = os.path.join(ckpt_dir, f"step_{step:08d}")
+    pieces = []
+    for name in sorted(os.listdir(d)):
+        if name.startswith("rank_"):
+            raw = open(os.path.join(d, name), "rb").read()
+            offset, count = np.frombuffer(raw[8:24], np.uint64)
+            pieces.append((int(offset), np.frombuffer(raw[64:64 + 4 * int(count)], np.float32)))
+    flat = np.zeros(max(o + len(v) for o, v in pieces), np.float32)
+    for o, v in pieces:
+        flat[o:o + len(v)] = v
+    raw = open(os.path.join(d, "moe_bias.bin"), "rb").read()
+    assert raw[:8] == b"BSMOEB01"
+    layers, experts = np.frombuffer(raw[8:16], np.uint32)
+    return flat, np.frombuffer(raw[16:], np.float32).reshape(int(layers), int(experts))
+
+
+def layouts(tmp, data):
+    """1 process at micro-batch 4 against 2 ranks at micro-batch 2 (ZeRO 0 and 1), 10 steps."""
+    common = ["--seq-len", "32", "--global-batch", "4", "--steps", "10", "--lr", "3e-3", "--warmup", "2",
+              "--moe-z-loss", "1e-3", "--moe-bias-update", "1e-3"]
+    for mode, flags in [("dropless", ["--dropless"]), ("capacity 1.0", ["--capacity-factor", "1.0"])]:
+        tag = mode.split()[0]
+        ref, ref_dir = train(tmp, "ref_" + tag, data, common + flags + ["--micro-batch", "4"])
+        ref_w, ref_b = read_ckpt(ref_dir, 10)
+        dropped = max(max(r["moe_dropped"]) for r in ref)
+        if tag == "capacity":
+            check(dropped > 0, f"{mode}: tokens are dropped (largest share of a step {dropped:.3f})")
+        else:
+            check(dropped == 0, f"{mode}: nothing is dropped")
+        for zero in ("0", "1"):
+            rows, d = train(tmp, f"dp2_{tag}_z{zero}", data, common + flags + ["--micro-batch", "2", "--zero", zero],
+                            ranks=2)
+            w, b = read_ckpt(d, 10)
+            loss_err = max(abs(a["loss"] - r["loss"]) / r["loss"] for a, r in zip(rows, ref))
+            aux_err = max(abs(a["moe_aux_loss"] - r["moe_aux_loss"]) / r["moe_aux_loss"] for a, r in zip(rows, ref))
+            loads_equal = all(a["moe_load_max_mean"] == r["moe_load_max_mean"] and a["moe_dropped"] == r["moe_dropped"]
+                              for a, r in zip(rows, ref))
+            check(len(rows) == 10 and loss_err < TOL and aux_err < TOL,
+                  f"{mode}, 2 ranks ZeRO {zero}: losses within {TOL} of 1 process (lm {loss_err:.1e}, aux {aux_err:.1e})")
+            check(loads_equal, f"{mode}, 2 ranks ZeRO {zero}: every step's loads and dropped shares equal 1 process's")
+            check(rel(w, ref_w) < TOL and np.array_equal(b, ref_b),
+                  f"{mode}, 2 ranks ZeRO {zero}: final weights within {TOL} ({rel(w, ref_w):.1e}), bias equal")
+
+
+BALANCE_STEPS = (31, 40)  # the window where the load must be balanced (steps 1-based)
+
+
+def balance(tmp, kjv):
+    """Loss-free balancing from a skewed start (expert 0's bias 0.02 in every layer) on KJV: the step's max/mean
+    load (the worst layer's), averaged over BALANCE_STEPS, below 1.2 with --moe-bias-update 1e-3 and not without
+    (the control: the same start, no bias update); the bias equals on 1 and 2 ranks."""
+    common = ["--seq-len", "64", "--global-batch", "8", "--steps", str(BALANCE_STEPS[1]), "--moe-skew", "0.02"]
+    lo, hi = BALANCE_STEPS
+
+    def window(rows):
+        return float(np.mean([max(r["moe_load_max_mean"]) for r in rows[lo - 1:hi]]))
+
+    rows, d1 = train(tmp, "bal1", kjv, common + ["--micro-batch", "8", "--moe-bias-update", "1e-3"])
+    first = max(rows[0]["moe_load_max_mean"])
+    control, _ = train(tmp, "bal0", kjv, common + ["--micro-batch", "8"])
+    check(first > 1.3, f"balance: the skewed start is unbalanced (max/mean load {first:.2f} at step 1)")
+    check(window(rows) < 1.2, f"balance: max/mean load over steps {lo}-{hi} {window(rows):.3f} < 1.2 with "
+                              f"--moe-bias-update 1e-3")
+    check(window(control) > 1.2, f"balance: without the bias update {window(control):.3f} over the same steps")
+    rows2, d2 = train(tmp, "bal2", kjv, common + ["--micro-batch", "4", "--moe-bias-update", "1e-3"], ranks=2)
+    _, b1 = read_ckpt(d1, hi)
+    _, b2 = read_ckpt(d2, hi)
+    check(np.array_equal(b1, b2), f"balance: the bias after {hi} steps equals on 1 and 2 ranks "
+                                  f"(max |bias| {np.abs(b1).max():.4f})")
+
+
+def resume(tmp, data):
+    """A checkpoint at step 3 of 6 resumes bitwise: weights, optimizer state and the bias."""
+    common = ["--seq-len", "32", "--micro-batch", "4", "--steps", "6", "--capacity-factor", "1.25",
+              "--moe-bias-update", "1e-3", "--moe-z-loss", "1e-3"]
+    whole, d = train(tmp, "whole", data, common + ["--ckpt-every", "3", "--keep-last", "0"])
+    resumed, d2 = train(tmp, "resumed", data, common + ["--resume", os.path.join(d, "step_00000003")])
+    w, b = read_ckpt(d, 6)
+    w2, b2 = read_ckpt(d2, 6)
+    same_loss = [r["loss"] for r in whole[3:]] == [r["loss"] for r in resumed[-3:]]
+    check(np.array_equal(w, w2) and np.array_equal(b, b2) and same_loss and np.abs(b).max() > 0,
+          "a checkpoint at step 3 resumes to the same losses, weights and bias bit for bit")
+    p = train(tmp, "dense", data, ["--seq-len", "32", "--micro-batch", "4", "--steps", "6", "--experts", "0",
+                                   "--resume", os.path.join(d, "step_00000003")], check_rc=False)
+    lines = p.stderr.strip().splitlines()
+    check(p.returncode != 0 and len(lines) == 1 and "--experts" in lines[0],
+          f"resuming an MoE checkpoint as a dense model is refused in one line: {lines[-1] if lines else ''}")
+
+
+def bad_input(tmp, data):
+    cases = [(["--moe-top-k", "5"], "--moe-top-k"), (["--capacity-factor", "0"], "--capacity-factor"),
+             (["--capacity-factor", "-1"], "--capacity-factor"), (["--tp", "2"], "--tp"), (["--pp", "2"], "--pp"),
+             (["--cp", "2"], "--cp"), (["--ep", "2"], "--ep"), (["--zero", "3"], "--zero 3"),
+             (["--precision", "bf16"], "--precision"), (["--lora-rank", "4"], "--lora-rank"),
+             (["--moe-every", "2"], "--moe-every"), (["--dropless", "--capacity-factor", "1"], "--dropless")]
+    for extra, flag in cases:
+        p = train(tmp, "bad", data, ["--seq-len", "32", "--steps", "1"] + extra, check_rc=False)
+        lines = p.stderr.strip().splitlines()
+        check(p.returncode != 0 and len(lines) == 1 and flag in lines[0],
+              f"{' '.join(extra)} refused in one line: {lines[-1] if lines else '(nothing)'}")
+
+
 def trainer_tests(tmp):
-    pass
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bstest
+    data = os.path.join(bstest.make_corpus(tmp), "train_000000.bin")
+    kjv = os.path.join(bstest.kjv_corpus(tmp), "train_000000.bin")
+    bad_input(tmp, data)
+    layouts(tmp, data)
+    balance(tmp, kjv)
+    resume(tmp, data)
 
 
 if __name__ == "__main__":

@@ -19,14 +19,7 @@ void moe_train_setup(Trainer *tr) {
     if (!gpt_is_moe(cfg)) return;
     tr->moe.layers = cfg->num_layers;
     tr->moe.metrics = bs_calloc((size_t)cfg->num_layers, sizeof(MoeMetrics));
-    if (tr->cfg.moe_skew == 1) return;
-    EngineChunk *ch = engine_chunk(tr->engine, 0);
-    float *params = dp_params_at(ch->dp, 0, ch->model.num_params);
-    if (!params) bs_die("--moe-skew needs each rank's parameters whole (not --zero 3)");
-    for (int l = 0; l < cfg->num_layers; l++) {
-        float *row = params + gpt_tensor_offset(&ch->model.cfg, TK_ROUTER, l); /* expert 0's row */
-        for (int c = 0; c < cfg->channels; c++) row[c] *= (float)tr->cfg.moe_skew;
-    }
+    for (int l = 0; l < cfg->num_layers; l++) moe_model(tr)->moe_bias[(size_t)l * cfg->experts] = (float)tr->cfg.moe_skew;
 }
 
 void moe_train_end_step(Trainer *tr, bool updated) {

@@ -19,7 +19,8 @@
 
 #include "train/trainer_state.h"
 
-/* --moe-skew F: every layer's router row of expert 0 times F (before any resume). */
+/* --moe-skew F: every layer's selection bias of expert 0 starts at F, a
+ * skewed router start (before any resume, which replaces it). */
 void moe_train_setup(Trainer *tr);
 /* After the step's update (updated: false for a skipped step, which keeps
  * the bias): the bias update and the step's metrics into tr->moe. */

@@ -169,7 +169,7 @@ static bool check_moe(const TrainConfig *c, char *why, size_t n) {
     if (c->experts <= 1) {
         const char *flag = factor > 0 ? "--capacity-factor" : c->dropless ? "--dropless"
                            : c->moe_bias_update > 0 ? "--moe-bias-update" : c->ep > 1 ? "--ep"
-                           : c->moe_skew != 1 ? "--moe-skew" : c->moe_every != 1 ? "--moe-every" : NULL;
+                           : c->moe_skew != 0 ? "--moe-skew" : c->moe_every != 1 ? "--moe-every" : NULL;
         if (flag) snprintf(why, n, "%s needs --experts E (E > 1: a Mixture-of-Experts model)", flag);
         return !flag;
     }

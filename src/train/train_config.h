@@ -152,7 +152,7 @@ typedef struct {
     bool dropless;
     double moe_aux_loss, moe_z_loss, moe_bias_update;
     int moe_every, ep;               /* only 1 in this version */
-    double moe_skew;                 /* tests: every layer's router row of expert 0 times this at the start */
+    double moe_skew;                 /* tests: every layer's selection bias of expert 0 starts here */
 } TrainConfig;
 
 /* Everything that can be checked without the process group: flag
