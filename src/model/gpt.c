@@ -871,5 +871,11 @@ void gpt_backward_weight(GPT *model, GPTActs *acts, const int32_t *inputs, int b
 }
 
 double gpt_flops_per_token(const GPTConfig *cfg, int seq_len) {
-    return 6.0 * (double)gpt_num_trained_params(cfg) + 12.0 * cfg->num_layers * cfg->channels * (double)seq_len;
+    double active = (double)gpt_num_trained_params(cfg);
+    if (gpt_is_moe(cfg)) { /* a token runs K of the E experts */
+        GPTConfig whole = gpt_logical_config(cfg);
+        active -= (double)cfg->num_layers * (double)gpt_tensor_numel(&whole, TK_EXPERTS) *
+                  (cfg->experts - cfg->moe_top_k) / cfg->experts;
+    }
+    return 6.0 * active + 12.0 * cfg->num_layers * cfg->channels * (double)seq_len;
 }

@@ -348,7 +348,9 @@ void gpt_backward(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t
 void gpt_backward_input(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t, const BlockAccess *access);
 void gpt_backward_weight(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t, const BlockAccess *access);
 
-/* FLOPs per trained token of the whole model: 6 x params + 12 x L x C x T
+/* FLOPs per trained token of the whole model: 6 x params (an MoE layer's
+ * active ones: K of its E experts; the router's and capacity's work not
+ * counted) + 12 x L x C x T
  * (attention counted in full, as in the PaLM/nanoGPT convention, though the
  * kernel skips the masked half). */
 double gpt_flops_per_token(const GPTConfig *cfg, int seq_len);
