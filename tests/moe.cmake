@@ -8,7 +8,7 @@ add_test(NAME moe_config_check COMMAND $<TARGET_FILE:test_moe_layer> check)
 set_tests_properties(moe_layer PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
 
 # The layer in double precision (real.h) for the finite-difference check: moe.c with the kernels it calls.
-add_executable(test_moe_gradcheck test_moe_gradcheck.c ${PROJECT_SOURCE_DIR}/src/model/moe.c
+add_executable(test_moe_gradcheck test_moe_gradcheck.c ${PROJECT_SOURCE_DIR}/src/model/moe.c ${PROJECT_SOURCE_DIR}/src/model/moe_config.c
                ${PROJECT_SOURCE_DIR}/src/kernels/matmul.c ${PROJECT_SOURCE_DIR}/src/kernels/gelu.c
                ${PROJECT_SOURCE_DIR}/src/core/error.c)
 target_compile_definitions(test_moe_gradcheck PRIVATE BS_REAL_DOUBLE)
@@ -25,3 +25,9 @@ foreach(n 2 4)
            COMMAND mpirun --allow-run-as-root --oversubscribe --bind-to none -np ${n} $<TARGET_FILE:test_moe_parallel>)
   set_tests_properties(moe_parallel_np${n} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
 endforeach()
+
+# The MoE GPT: against PyTorch (moe_gpt_dump), and through the trainer: layouts, balance, checkpoints, bad input.
+add_executable(moe_gpt_dump moe_gpt_dump.c)
+target_link_libraries(moe_gpt_dump PRIVATE bscore)
+add_test(NAME moe_model COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_model.py $<TARGET_FILE:moe_gpt_dump>)
+set_tests_properties(moe_model PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)

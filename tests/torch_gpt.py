@@ -108,8 +108,65 @@ def causal_attention(q, k, v, mask=None):
     return att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
 
 
-def forward(cfg, p, idx, targets=None, attn_mask=None):
-    """idx, targets: (B, T) int64. Returns logits (B,T,V) and mean loss. attn_mask: see causal_attention."""
+def moe_top_k(key, K):
+    """(N, E) -> (N, K) expert indices: the K largest keys, ties to the lower index, in order of choice."""
+    k = key.detach().cpu().numpy()
+    return torch.tensor(np.array([sorted(range(k.shape[1]), key=lambda i: (-k[t, i], i))[:K] for t in range(k.shape[0])]))
+
+
+def moe_mlp(moe, router, experts, bias, x):
+    """A Mixture-of-Experts MLP over one capacity group x (N, C), written from the issue's formulas: router logits
+    l = x Wr^T; scores softmax(l) or sigmoid(l); the K largest s + bias chosen (bias for selection only), combine
+    weights the chosen scores renormalised; capacity ceil(N K / E x factor) per expert (factor 0: none), the lowest
+    scores dropped first, ties to the later row; a dropped assignment adds 0. experts: (E, 2FC + F + C) blocks
+    fc (F,C), fcb (F), fcproj (C,F), fcprojb (C). Returns out (N, C) and the group's statistics: routed (E), kept
+    (E), prob sum (E; the sigmoid's normalised), sum of logsumexp^2, tokens."""
+    E, K, Fh = moe["E"], moe["K"], moe["F"]
+    N, C = x.shape
+    logits = x @ router.t()
+    scores = torch.softmax(logits, -1) if moe["router"] == "softmax" else torch.sigmoid(logits)
+    chosen = moe_top_k(scores + bias, K)
+    picked = scores.gather(1, chosen)
+    weights = picked / picked.sum(1, keepdim=True)
+    cap = math.ceil(N * K / E * moe["capacity"]) if moe["capacity"] > 0 else N * K
+    out = torch.zeros_like(x)
+    kept = [0] * E
+    s = scores.detach().cpu().numpy()
+    for e in range(E):
+        slots = [(t, k) for t in range(N) for k in range(K) if int(chosen[t, k]) == e]
+        slots = sorted(slots, key=lambda tk: (-s[tk[0], e], tk[0]))[:cap]
+        kept[e] = len(slots)
+        if not slots:
+            continue
+        rows = torch.tensor([t for t, _ in slots])
+        w = weights[rows, torch.tensor([k for _, k in slots])]
+        blk = experts[e]
+        fc, fcb = blk[:Fh * C].view(Fh, C), blk[Fh * C:Fh * C + Fh]
+        proj, projb = blk[Fh * C + Fh:2 * Fh * C + Fh].view(C, Fh), blk[2 * Fh * C + Fh:]
+        y = gelu_tanh(x[rows] @ fc.t() + fcb) @ proj.t() + projb
+        out = out.index_add(0, rows, w[:, None] * y)
+    routed = torch.bincount(chosen.reshape(-1), minlength=E).to(x.dtype)
+    prob = scores if moe["router"] == "softmax" else scores / scores.sum(1, keepdim=True)
+    stats = dict(routed=routed, kept=torch.tensor(kept, dtype=x.dtype), prob=prob.sum(0),
+                 lse_sq=(torch.logsumexp(logits, -1) ** 2).sum(), tokens=N)
+    return out, stats
+
+
+def moe_losses(moe, stats):
+    """Over the statistics of a whole batch (summed over its groups): aux = c E sum_i f_i P_i, f_i = routed_i /
+    (tokens K) (no gradient), P_i = prob_i / tokens; z = c_z sum logsumexp^2 / tokens."""
+    n = stats["tokens"]
+    f = stats["routed"].detach() / (n * moe["K"])
+    aux = moe["aux"] * moe["E"] * (f * stats["prob"] / n).sum()
+    return aux, moe["z"] * stats["lse_sq"] / n
+
+
+def forward(cfg, p, idx, targets=None, attn_mask=None, moe=None):
+    """idx, targets: (B, T) int64. Returns logits (B,T,V) and mean loss. attn_mask: see causal_attention.
+    moe (a dict: E, K, F, router, capacity, aux, z; p then holds router (L,E,C), experts (L,E,2FC+F+C) and
+    moe_bias (L,E) instead of the dense MLP): every layer's MLP is moe_mlp, each sequence its own capacity group,
+    and the mean loss is the language-model loss; the aux and z losses of the whole batch summed over layers are
+    returned in moe["losses"] (aux, z) and the per-layer statistics in moe["stats"]."""
     B, T = idx.shape
     C, H, L = cfg["C"], cfg["H"], cfg["L"]
     hs = C // H
@@ -124,6 +181,9 @@ def forward(cfg, p, idx, targets=None, attn_mask=None):
         y = causal_attention(q, k, v, attn_mask).transpose(1, 2).reshape(B, T, C)
         x = x + y @ p["attprojw"][l].t() + p["attprojb"][l]
         h = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], 1e-5)
+        if moe is not None:
+            x = x + moe_layer(moe, p, l, h)
+            continue
         h = gelu_tanh(h @ p["fcw"][l].t() + p["fcb"][l])
         x = x + h @ p["fcprojw"][l].t() + p["fcprojb"][l]
     x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], 1e-5)
@@ -132,6 +192,21 @@ def forward(cfg, p, idx, targets=None, attn_mask=None):
     if targets is not None:
         loss = F.cross_entropy(logits.view(-1, cfg["V"]), targets.reshape(-1))
     return logits, loss
+
+
+def moe_layer(moe, p, l, h):
+    """Layer l's MoE MLP over h (B, T, C), sequence by sequence; its losses added to moe["losses"]."""
+    if l == 0:
+        moe["losses"], moe["stats"] = (0.0, 0.0), []
+    outs, total = [], None
+    for b in range(h.shape[0]):
+        out, st = moe_mlp(moe, p["router"][l], p["experts"][l], p["moe_bias"][l], h[b])
+        outs.append(out)
+        total = st if total is None else {k: total[k] + st[k] for k in st}
+    aux, z = moe_losses(moe, total)
+    moe["losses"] = (moe["losses"][0] + aux, moe["losses"][1] + z)
+    moe["stats"].append(total)
+    return torch.stack(outs)
 
 
 def param_groups(p, lr, weight_decay):

@@ -137,6 +137,10 @@ static json_t *manifest_to_json(const CkptManifest *m) {
     if (m->virtual_stages > 1)
         json_object_set_new(json_object_get(j, "layout"), "virtual_stages", json_integer(m->virtual_stages));
     if (m->cp > 1) json_object_set_new(json_object_get(j, "layout"), "cp", json_integer(m->cp));
+    if (gpt_is_moe(&m->model)) /* the layer blocks hold the router and the experts */
+        json_object_set_new(json_object_get(j, "model"), "moe",
+                            json_pack("{s:i, s:i, s:i}", "experts", m->model.experts, "top_k", m->model.moe_top_k,
+                                      "ffn", m->model.moe_ffn));
     if (m->model.lora_rank > 0) /* the shards hold the adapters only */
         json_object_set_new(json_object_get(j, "model"), "lora",
                             json_pack("{s:i, s:i}", "rank", m->model.lora_rank, "targets", m->model.lora_targets));
@@ -311,6 +315,13 @@ bool ckpt_try_read_manifest(const char *dir, CkptManifest *m, char *why, size_t 
                  m->model.lora_rank < 1 || m->model.lora_rank > 65536 || m->model.lora_targets < 1 ||
                  m->model.lora_targets > 15))
         FAIL("%s is corrupt: model.lora must hold a rank (1-65536) and a targets mask (1-15)", path);
+    json_t *moe = json_object_get(json_object_get(j, "model"), "moe"); /* absent: a dense model */
+    if (moe && (json_unpack(moe, "{s:i, s:i, s:i}", "experts", &m->model.experts, "top_k", &m->model.moe_top_k, "ffn",
+                            &m->model.moe_ffn) != 0 ||
+                m->model.experts < 2 || m->model.experts > MOE_MAX_EXPERTS || m->model.moe_top_k < 1 ||
+                m->model.moe_top_k > m->model.experts || m->model.moe_ffn < 1 || m->model.moe_ffn > (1 << 20)))
+        FAIL("%s is corrupt: model.moe must hold experts (2-%d), top_k (1-experts) and ffn (1-2^20)", path,
+             MOE_MAX_EXPERTS);
     json_t *cp = json_object_get(json_object_get(j, "layout"), "cp"); /* absent: 1 */
     m->cp = cp ? (int)json_integer_value(cp) : 1;
     if (m->cp < 1 || m->world % ((long)m->cp * m->tp) != 0) FAIL("%s is corrupt: cp must be at least 1 and divide world / tp", path);

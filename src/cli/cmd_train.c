@@ -8,6 +8,7 @@
 #include "cli/run_config.h"
 #include "comm/comm.h"
 #include "core/error.h"
+#include "model/moe.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 
@@ -139,6 +140,18 @@ int cmd_train(int argc, char **argv) {
         {"lora-merge", OPT_FLAG, &c.lora_merge, OPT_NO_RANGE, "", "LoRA: --save-model and --out's model.bin get B A folded into the weights (else the base model; the adapters go to --save-adapters)", NULL, NULL},
         {"lora-dropout", OPT_DOUBLE, &c.lora_dropout, 0, 0.95, "P", "LoRA: dropout on the adapters' input in training (masks keyed by the data and the step, so every layout drops the same)", "0", NULL},
         {"base-weights", OPT_ENUM, &c.base_weights, OPT_NO_RANGE, "TYPE", "LoRA: keep the frozen base's linear weights in fp32, bf16 or int8 (per-row scales), dequantized for each use", "fp32", TRAIN_BASE_WEIGHTS_WORDS},
+        {"experts", OPT_INT, &c.experts, 0, MOE_MAX_EXPERTS, "E", "Mixture of Experts: every layer's MLP is E experts behind a router (0 or 1: a dense MLP)", "0", NULL},
+        {"moe-top-k", OPT_INT, &c.moe_top_k, 1, MOE_MAX_EXPERTS, "K", "MoE: experts each token is routed to", "2", NULL},
+        {"moe-ffn", OPT_INT, &c.moe_ffn, 0, 1 << 20, "F", "MoE: each expert's hidden width (0: 4 x channels)", "0", NULL},
+        {"router", OPT_ENUM, &c.moe_router, OPT_NO_RANGE, "R", "MoE: softmax, or sigmoid scores (DeepSeek-V3); top-k weights renormalised", "softmax", TRAIN_MOE_ROUTER_WORDS},
+        {"capacity-factor", OPT_STRING, &c.capacity_factor, OPT_NO_RANGE, "F", "MoE: each expert computes at most ceil(T K / E x F) tokens of a sequence, the lowest scores dropped (default: dropless)", "", NULL},
+        {"dropless", OPT_FLAG, &c.dropless, OPT_NO_RANGE, "", "MoE: never drop a token (the default)", NULL, NULL},
+        {"moe-aux-loss", OPT_DOUBLE, &c.moe_aux_loss, 0, 1e6, "C", "MoE: the load-balancing loss c E sum f_i P_i (Switch)", "1e-2", NULL},
+        {"moe-z-loss", OPT_DOUBLE, &c.moe_z_loss, 0, 1e6, "C", "MoE: the router z-loss c mean(logsumexp^2)", "0", NULL},
+        {"moe-bias-update", OPT_DOUBLE, &c.moe_bias_update, 0, 1e6, "U", "MoE: loss-free balancing, each expert's selection bias += U sign(mean load - load) per step (0: off)", "0", NULL},
+        {"moe-every", OPT_INT, &c.moe_every, 1, 1 << 20, "N", "MoE: every Nth layer's MLP is MoE (only 1 in this version)", "1", NULL},
+        {"ep", OPT_INT, &c.ep, 1, 1 << 20, "N", "MoE: expert-parallel ranks (only 1 in the trainer yet)", "1", NULL},
+        {"moe-skew", OPT_DOUBLE, &c.moe_skew, -1e6, 1e6, "F", "tests: every layer's selection bias of expert 0 starts at F (a skewed router)", "0", NULL},
         {"save-adapters", OPT_STRING, &c.save_adapters, OPT_NO_RANGE, "DIR", "LoRA: write the final adapters as a peft directory (adapter_model.safetensors, adapter_config.json)", "", NULL},
     };
     const int count = (int)(sizeof specs / sizeof specs[0]);

@@ -62,6 +62,15 @@ void gpt_create_with(GPT *model, const GPTConfig *cfg, int alloc) {
     model->lora_dropout = 0.0f;
     model->lora_seed = 0;
     model->lora_step = 0;
+    model->moe_dp = NULL;
+    model->moe_loss_weight = 1.0;
+    model->moe_bias = NULL;
+    model->moe_step = NULL;
+    model->moe_aux = model->moe_z = 0;
+    if (gpt_is_moe(cfg)) {
+        model->moe_bias = bs_calloc((size_t)gpt_stage_layers(cfg) * cfg->experts, sizeof(float));
+        model->moe_step = bs_calloc((size_t)gpt_stage_layers(cfg), sizeof(MoeStats));
+    }
     if (gpt_has_head(cfg) && !gpt_has_encoder(cfg)) {
         model->head_wte = bs_calloc(gpt_tensor_numel(cfg, TK_WTE), sizeof(float));
         model->head_dwte = bs_calloc(gpt_tensor_numel(cfg, TK_WTE), sizeof(float));
@@ -84,6 +93,10 @@ void gpt_free(GPT *model) {
     model->frozen_linear = NULL;
     free(model->linear_scratch);
     model->linear_scratch = NULL;
+    free(model->moe_bias);
+    free(model->moe_step);
+    model->moe_bias = NULL;
+    model->moe_step = NULL;
     model->params = model->grads = model->head_wte = model->head_dwte = model->frozen = NULL;
 }
 
@@ -126,6 +139,11 @@ void gpt_refresh_bf16(GPT *model) {
 
 void gpt_enable_fp8(GPT *model, const Fp8Options *options) {
     if (!model->fp8) model->fp8 = fp8_scaling_create(options, FP8_LINEARS_PER_LAYER * gpt_stage_layers(&model->cfg));
+}
+
+void gpt_moe_begin_step(GPT *model) {
+    if (model->moe_step) memset(model->moe_step, 0, sizeof(MoeStats) * (size_t)gpt_stage_layers(&model->cfg));
+    model->moe_aux = model->moe_z = 0;
 }
 
 void gpt_zero_grads(GPT *model) {
@@ -305,6 +323,14 @@ void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for
     if (gpt_tp_size(cfg) > 1) acts->row_stats = bs_malloc(3 * BT * sizeof(double));
     acts->doc_start = bs_malloc(BT * sizeof(int32_t));
     if (lora_scratch_numel(cfg, B, T) > 0) acts->lora_row_keys = bs_malloc(BT * sizeof(uint64_t));
+    if (gpt_is_moe(cfg)) {
+        const MoeConfig moe = gpt_moe_config(cfg);
+        const size_t n = (size_t)gpt_stage_layers(cfg) * (size_t)B;
+        acts->moe = bs_malloc(n * sizeof(MoeLayer *));
+        acts->moe_layers = n;
+        for (size_t i = 0; i < n; i++) acts->moe[i] = moe_create(&moe, (size_t)T);
+        acts->moe_stats = bs_calloc((size_t)gpt_stage_layers(cfg), sizeof(MoeStats));
+    }
     if (!for_training) return;
     acts->scratch_slots = omp_get_max_threads();
     acts->grad_memory = bs_malloc(backward_numel(cfg, B, T, acts->scratch_slots) * sizeof(float));
@@ -332,6 +358,11 @@ void gpt_acts_share_backward(GPTActs *dst, const GPTActs *src) {
 }
 
 void gpt_acts_free(GPTActs *acts) {
+    if (acts->moe) {
+        for (size_t i = 0; i < acts->moe_layers; i++) moe_free(acts->moe[i]);
+        free(acts->moe);
+        free(acts->moe_stats);
+    }
     free(acts->memory);
     free(acts->grad_memory);
     free(acts->row_stats);
@@ -508,6 +539,29 @@ static double loss_forward(const GPT *model, GPTActs *acts, const int32_t *targe
                              w.Vl, dloss);
 }
 
+/* The MoE MLP of local layer i: proj_out = moe(ln2), sequence by sequence
+ * (each a capacity group); in training the statistics are summed over the
+ * data-parallel group and the weighted losses added to the step's. */
+static void moe_mlp_forward(GPT *model, GPTActs *acts, LayerTensors p, const LayerActs *a, int i, int b, int t,
+                            bool training) {
+    const int C = model->cfg.channels, E = model->cfg.experts;
+    const size_t rows = (size_t)t * C;
+    MoeStats *st = &acts->moe_stats[i];
+    memset(st, 0, sizeof *st);
+    for (int s = 0; s < b; s++)
+        moe_forward(acts->moe[(size_t)i * acts->B + s], acts->proj_out + s * rows, a->ln2 + s * rows, (size_t)t,
+                    p.router, p.experts, model->moe_bias + (size_t)i * E, st);
+    if (!training) return;
+    if (model->moe_dp && comm_size(model->moe_dp) > 1) comm_allreduce_double(model->moe_dp, (double *)st, (int)MOE_STATS_DOUBLES);
+    double *sum = (double *)&model->moe_step[i];
+    for (size_t k = 0; k < MOE_STATS_DOUBLES; k++) sum[k] += ((const double *)st)[k];
+    const MoeConfig moe = gpt_moe_config(&model->cfg);
+    double aux, z;
+    moe_losses(&moe, st, st, &aux, &z);
+    model->moe_aux += model->moe_loss_weight * aux;
+    model->moe_z += model->moe_loss_weight * z;
+}
+
 /* Packed documents: each token's document start (its separator's position, or 0), NULL when off. */
 static const int32_t *document_starts(const GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t) {
     if (model->doc_separator < 0 || !inputs) return NULL;
@@ -558,15 +612,19 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
         tp_sum(model, acts->proj_out, N * C);
         residual_forward(a.residual2, residual, acts->proj_out, N * C);
         layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
-        round_input(model, a.ln2, N * C);
-        linear_forward(model, fp8_site(model, i, SITE_FC), a.fch, a.ln2, p.fcw, p.fcb, N, C, w.F);
-        lora_add(model, acts, p, &a, i, LORA_TARGET_FC, a.fch, a.ln2, N, C, w.F);
-        gelu_forward(a.fch_gelu, a.fch, N * w.F);
-        round_input(model, a.fch_gelu, N * w.F);
-        linear_forward(model, fp8_site(model, i, SITE_FCPROJ), acts->proj_out, a.fch_gelu, p.fcprojw,
-                       lead ? p.fcprojb : NULL, N, w.F, C);
-        lora_add(model, acts, p, &a, i, LORA_TARGET_FCPROJ, acts->proj_out, a.fch_gelu, N, w.F, C);
-        tp_sum(model, acts->proj_out, N * C);
+        if (gpt_is_moe(cfg)) {
+            moe_mlp_forward(model, acts, p, &a, i, b, t, dloss != 0);
+        } else {
+            round_input(model, a.ln2, N * C);
+            linear_forward(model, fp8_site(model, i, SITE_FC), a.fch, a.ln2, p.fcw, p.fcb, N, C, w.F);
+            lora_add(model, acts, p, &a, i, LORA_TARGET_FC, a.fch, a.ln2, N, C, w.F);
+            gelu_forward(a.fch_gelu, a.fch, N * w.F);
+            round_input(model, a.fch_gelu, N * w.F);
+            linear_forward(model, fp8_site(model, i, SITE_FCPROJ), acts->proj_out, a.fch_gelu, p.fcprojw,
+                           lead ? p.fcprojb : NULL, N, w.F, C);
+            lora_add(model, acts, p, &a, i, LORA_TARGET_FCPROJ, acts->proj_out, a.fch_gelu, N, w.F, C);
+            tp_sum(model, acts->proj_out, N * C);
+        }
         residual_forward(a.residual3, a.residual2, acts->proj_out, N * C);
         residual = a.residual3;
         if (model->first_nonfinite_layer < 0 && !floats_all_finite(a.residual3, N * C)) model->first_nonfinite_layer = block - 1;
@@ -602,6 +660,7 @@ typedef struct {
 static Pass begin_pass(GPT *model, GPTActs *acts, int b, int t, const BlockAccess *access, bool split) {
     if (!acts->dresidual) bs_die("internal: activations were created without backward buffers");
     if (split && model->frozen) bs_die("internal: the split backward does not train LoRA adapters");
+    if (split && gpt_is_moe(&model->cfg)) bs_die("internal: the split backward does not train MoE layers");
     if (split && !acts->stash) bs_die("internal: split backward needs activations from gpt_acts_create_split");
     return (Pass){model, acts, access, widths(&model->cfg), (size_t)b * t, b, t, split};
 }
@@ -721,6 +780,39 @@ static void head_pass(const Pass *x, const float *wte, float *dwte) {
                            .dbias = dlnf ? dlnf + C : NULL, .stash = x->split ? stash_dlnf(acts, cfg) : NULL});
 }
 
+/* The MoE MLP of local layer i backward: acts->dln = d ln2 from
+ * acts->dresidual, the router's and experts' gradients into g, the losses'
+ * gradients from the forward's (data-parallel) statistics, weighted. */
+static void moe_mlp_backward(const Pass *x, int i, LayerTensors p, LayerTensors g, const LayerActs *a) {
+    GPTActs *acts = x->acts;
+    const GPT *model = x->model;
+    const size_t rows = (size_t)x->t * x->w.C;
+    memset(acts->dln, 0, x->N * x->w.C * sizeof(float));
+    for (int s = 0; s < x->b; s++) {
+        MoeLayer *layer = acts->moe[(size_t)i * acts->B + s];
+        moe_set_loss_coefs(layer, model->moe_loss_weight * model->cfg.moe_aux_coef,
+                           model->moe_loss_weight * model->cfg.moe_z_coef);
+        moe_backward(layer, acts->dln + s * rows, g.router, g.experts, acts->dresidual + s * rows, a->ln2 + s * rows,
+                     p.router, p.experts, &acts->moe_stats[i]);
+    }
+}
+
+/* The dense MLP backward: acts->dln = d ln2 from acts->dresidual. */
+static void mlp_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, LayerStash s, const LayerActs *a) {
+    GPTActs *acts = x->acts;
+    const Widths w = x->w;
+    const int C = w.C;
+    const size_t N = x->N;
+    linear_pass(x, acts->dfch, &(Linear){acts->dresidual, true, a->fch_gelu, p.fcprojw, g.fcprojw, g.fcprojb,
+                                         s.dfcproj, w.F, C, fp8_site(x->model, i, SITE_FCPROJ),
+                                        lora_branch(x->model, acts, p, g, i, LORA_TARGET_FCPROJ), a->lora_u[LORA_TARGET_FCPROJ]});
+    gelu_backward(acts->dfch, a->fch, acts->dfch, N * w.F);
+    linear_pass(x, acts->dln, &(Linear){acts->dfch, false, a->ln2, p.fcw, g.fcw, g.fcb, s.dfch, C, w.F,
+                                        fp8_site(x->model, i, SITE_FC),
+                                        lora_branch(x->model, acts, p, g, i, LORA_TARGET_FC), a->lora_u[LORA_TARGET_FC]});
+    tp_sum(x->model, acts->dln, N * C);
+}
+
 /* One layer, from acts->dresidual (the gradient of its output) to the
  * gradient of its input, in place. g: its gradients (fused); s: its stash (B). */
 static void layer_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, LayerStash s) {
@@ -740,6 +832,9 @@ static void layer_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, Lay
                                         fp8_site(x->model, i, SITE_FC),
                                         lora_branch(x->model, acts, p, g, i, LORA_TARGET_FC), a.lora_u[LORA_TARGET_FC]});
     tp_sum(x->model, acts->dln, N * C);
+    /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))), or the MoE layer's */
+    if (gpt_is_moe(cfg)) moe_mlp_backward(x, i, p, g, &a);
+    else mlp_pass(x, i, p, g, s, &a);
     layernorm_pass(x, acts->dresidual,
                    &(Norm){acts->dln, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, g.ln2w, g.ln2b, s.dln2});
     /* attention: residual2 = inp + attproj(attention(qkv(ln1(inp)))) */
@@ -869,5 +964,11 @@ void gpt_backward_weight(GPT *model, GPTActs *acts, const int32_t *inputs, int b
 }
 
 double gpt_flops_per_token(const GPTConfig *cfg, int seq_len) {
-    return 6.0 * (double)gpt_num_trained_params(cfg) + 12.0 * cfg->num_layers * cfg->channels * (double)seq_len;
+    double active = (double)gpt_num_trained_params(cfg);
+    if (gpt_is_moe(cfg)) { /* a token runs K of the E experts */
+        GPTConfig whole = gpt_logical_config(cfg);
+        active -= (double)cfg->num_layers * (double)gpt_tensor_numel(&whole, TK_EXPERTS) *
+                  (cfg->experts - cfg->moe_top_k) / cfg->experts;
+    }
+    return 6.0 * active + 12.0 * cfg->num_layers * cfg->channels * (double)seq_len;
 }

@@ -36,6 +36,7 @@
 #include "model/fp8_scaling.h"
 #include "model/frozen_linear.h"
 #include "model/lora.h"
+#include "model/moe.h"
 
 /* Which tensors a flat buffer holds: all of them, or (LoRA: the base frozen,
  * only the adapters trained) the base model's or the adapters' alone. A part
@@ -61,6 +62,12 @@ typedef struct {
     int lora_rank, lora_targets;
     BaseWeights base_weights; /* how the frozen base's linear weights are stored (fp32, bf16, int8) */
     GPTPart part; /* which tensors the flat buffer holds */
+    /* Mixture of Experts (model/moe.h): experts > 1 makes every layer's MLP
+     * an MoE layer (router + experts instead of fc/fcproj); 0 or 1: dense */
+    int experts, moe_top_k, moe_ffn; /* moe_ffn: each expert's hidden width (0: 4C) */
+    int moe_router;                  /* MoeRouter */
+    double capacity_factor;          /* 0: dropless */
+    double moe_aux_coef, moe_z_coef, moe_bias_update;
 } GPTConfig;
 
 /* The shard's coordinates with defaults filled in. */
@@ -89,6 +96,7 @@ typedef enum {
     TK_LNFW, TK_LNFB,
     TK_QKV_LORA_A, TK_QKV_LORA_B, TK_ATTPROJ_LORA_A, TK_ATTPROJ_LORA_B,
     TK_FC_LORA_A, TK_FC_LORA_B, TK_FCPROJ_LORA_A, TK_FCPROJ_LORA_B,
+    TK_ROUTER, TK_EXPERTS,
     TK_COUNT
 } TensorKind;
 
@@ -97,6 +105,12 @@ typedef enum {
 #define TK_BASE_COUNT TK_QKV_LORA_A   /* kinds [0, TK_BASE_COUNT): the base model (model files) */
 #define TK_FIRST_ADAPTER_KIND TK_QKV_LORA_A
 #define TK_LAST_ADAPTER_KIND TK_FCPROJ_LORA_B
+/* MoE layers (cfg.experts > 1): the router (E, C) and the E experts, one
+ * block of moe_expert_numel floats each (fc (F,C), fcb (F), fcproj (C,F),
+ * fcprojb (C)), in the layer's block after ln2b where the dense MLP's
+ * tensors (then of 0 elements) would be. In a dense model they have 0. */
+#define TK_FIRST_MOE_KIND TK_ROUTER
+#define TK_LAST_MOE_KIND TK_EXPERTS
 
 int gpt_padded_vocab(int vocab_size);
 /* Fills padded_vocab_size and returns true if the config is valid; else
@@ -106,6 +120,9 @@ bool gpt_config_check(GPTConfig *cfg, char *why, size_t why_size);
 const char *gpt_tensor_name(TensorKind k);
 bool gpt_tensor_is_per_layer(TensorKind k); /* base layer kinds and adapters */
 bool gpt_tensor_is_adapter(TensorKind k);
+bool gpt_is_moe(const GPTConfig *cfg); /* experts > 1 */
+/* The MoE layer's configuration of the model (valid when gpt_is_moe). */
+MoeConfig gpt_moe_config(const GPTConfig *cfg);
 /* The same shape with only one part's tensors in the flat buffer. */
 GPTConfig gpt_part_config(const GPTConfig *cfg, GPTPart part);
 /* Copies every tensor the two configs (the same shard, different parts) both hold from src to dst. */
@@ -160,6 +177,7 @@ typedef struct {
     float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
     float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
     float *lora_a[4], *lora_b[4]; /* per target (qkv, attproj, fc, fcproj); NULL where absent */
+    float *router, *experts;      /* MoE layers; NULL in a dense model */
 } LayerTensors;
 /* Tensors of the part cfg holds are set, the others NULL. */
 LayerTensors gpt_layer_tensors(const GPTConfig *cfg, float *block);
@@ -204,6 +222,21 @@ typedef struct {
     float lora_dropout;  /* dropout on the branches' input in training (lora.h: a mask from the data) */
     uint64_t lora_seed;  /* the mask's seed */
     long lora_step;      /* the mask's step: the optimizer steps taken (the caller sets it before each step) */
+    /* MoE (gpt_is_moe). The aux and z losses are over the tokens of the
+     * micro-step's DATA-PARALLEL batch: every MoE layer's statistics
+     * (MoeStats) are summed over moe_dp (one all-reduce per layer per
+     * training micro-batch; NULL: this process alone) before its backward,
+     * and capacity is counted per sequence (each of the b sequences is its
+     * own capacity group: ceil(t K / E x factor) rows per expert), so one
+     * process at micro-batch m x dp is the oracle of dp ranks at micro-batch
+     * m. Each micro-step's aux + z losses enter the objective times
+     * moe_loss_weight (1 / the step's micro-steps: their mean), beside the
+     * language-model loss, which forward alone returns. */
+    Comm *moe_dp;
+    double moe_loss_weight;
+    float *moe_bias;     /* (stage layers, E): loss-free balancing's selection bias, state (not trained) */
+    MoeStats *moe_step;  /* (stage layers): the training micro-steps' summed statistics since the caller zeroed them */
+    double moe_aux, moe_z; /* the aux and z losses those micro-steps added, weighted, summed over layers */
 } GPT;
 
 /* Allocates both flat buffers (zeroed), and the frozen base for an adapters-only config. */
@@ -228,6 +261,8 @@ void gpt_init_weights(GPT *model, uint64_t seed);
  * (a ZeRO-3 shard); a shard gets its elements of the whole model's values. */
 void gpt_init_range(const GPTConfig *cfg, uint64_t seed, float *dst, size_t offset, size_t count);
 void gpt_zero_grads(GPT *model);
+/* MoE: zeroes moe_step, moe_aux and moe_z (before a step's micro-steps). */
+void gpt_moe_begin_step(GPT *model);
 /* Rounds to bf16, in place, the matrices (wte, qkvw, attprojw, fcw, fcprojw)
  * of one block of parameters laid out as the model's. */
 void gpt_round_block_matrices(const GPTConfig *cfg, float *block_base, int block);
@@ -258,6 +293,9 @@ typedef struct {
     float *lora_scratch; /* LoRA: lora.h's LoraScratch */
     uint64_t *lora_row_keys; /* LoRA dropout: each token's key (B,T), set by a training forward */
     bool lora_dropout_on;    /* the last forward trained with dropout: backward uses the same masks */
+    MoeLayer **moe;      /* MoE: (stage layers, B) layers, one per sequence (capacity groups) */
+    size_t moe_layers;   /* their number */
+    MoeStats *moe_stats; /* MoE: per stage layer, the last forward's statistics (data-parallel sums in training) */
 } GPTActs;
 
 void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for_training);
@@ -329,7 +367,9 @@ void gpt_backward(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t
 void gpt_backward_input(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t, const BlockAccess *access);
 void gpt_backward_weight(GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t, const BlockAccess *access);
 
-/* FLOPs per trained token of the whole model: 6 x params + 12 x L x C x T
+/* FLOPs per trained token of the whole model: 6 x params (an MoE layer's
+ * active ones: K of its E experts; the router's and capacity's work not
+ * counted) + 12 x L x C x T
  * (attention counted in full, as in the PaLM/nanoGPT convention, though the
  * kernel skips the masked half). */
 double gpt_flops_per_token(const GPTConfig *cfg, int seq_len);

@@ -54,7 +54,17 @@ bool gpt_config_check(GPTConfig *cfg, char *why, size_t why_size) {
         return false;
     }
     cfg->padded_vocab_size = gpt_padded_vocab(cfg->vocab_size);
-    return true;
+    if (!gpt_is_moe(cfg)) return true;
+    if (cfg->moe_ffn == 0) cfg->moe_ffn = 4 * cfg->channels;
+    MoeConfig moe = gpt_moe_config(cfg);
+    return moe_config_check(&moe, cfg->capacity_factor != 0, why, why_size);
+}
+
+bool gpt_is_moe(const GPTConfig *cfg) { return cfg->experts > 1; }
+
+MoeConfig gpt_moe_config(const GPTConfig *cfg) {
+    return (MoeConfig){cfg->channels,        cfg->moe_ffn,      cfg->experts,   cfg->moe_top_k, (MoeRouter)cfg->moe_router,
+                       cfg->capacity_factor, cfg->moe_aux_coef, cfg->moe_z_coef};
 }
 
 bool gpt_set_shard(GPTConfig *cfg, int tp_size, int tp_rank, int pp_size_, int pp_rank_, int first_layer,
@@ -87,19 +97,24 @@ static const char *const tensor_names[TK_COUNT] = {
     "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb",
     "qkv_lora_a", "qkv_lora_b", "attproj_lora_a", "attproj_lora_b",
     "fc_lora_a", "fc_lora_b", "fcproj_lora_a", "fcproj_lora_b",
+    "router", "experts",
 };
 
 const char *gpt_tensor_name(TensorKind k) { return tensor_names[k]; }
 
 bool gpt_tensor_is_adapter(TensorKind k) { return k >= TK_FIRST_ADAPTER_KIND && k <= TK_LAST_ADAPTER_KIND; }
 
+static bool is_moe_kind(TensorKind k) { return k >= TK_FIRST_MOE_KIND && k <= TK_LAST_MOE_KIND; }
+static bool is_dense_mlp_kind(TensorKind k) { return k >= TK_FCW && k <= TK_FCPROJB; }
+
 bool gpt_tensor_is_per_layer(TensorKind k) {
-    return (k >= TK_FIRST_LAYER_KIND && k <= TK_LAST_LAYER_KIND) || gpt_tensor_is_adapter(k);
+    return (k >= TK_FIRST_LAYER_KIND && k <= TK_LAST_LAYER_KIND) || gpt_tensor_is_adapter(k) || is_moe_kind(k);
 }
 
 bool gpt_tensor_decays(TensorKind k) {
+    /* the experts' tensor holds their small biases too (decayed with their matrices) */
     return k == TK_WTE || k == TK_WPE || k == TK_QKVW || k == TK_ATTPROJW || k == TK_FCW || k == TK_FCPROJW ||
-           gpt_tensor_is_adapter(k);
+           gpt_tensor_is_adapter(k) || is_moe_kind(k);
 }
 
 GPTConfig gpt_part_config(const GPTConfig *cfg, GPTPart part) {
@@ -127,6 +142,8 @@ static bool in_part(const GPTConfig *cfg, TensorKind k) {
     if (gpt_tensor_is_adapter(k))
         return (cfg->part == GPT_PART_ALL || cfg->part == GPT_PART_ADAPTERS) && cfg->lora_rank > 0 &&
                (cfg->lora_targets >> adapter_target(k) & 1);
+    if (is_moe_kind(k) && !gpt_is_moe(cfg)) return false;
+    if (is_dense_mlp_kind(k) && gpt_is_moe(cfg)) return false;
     if (cfg->part == GPT_PART_BASE_NONLINEAR) return k != TK_QKVW && k != TK_ATTPROJW && k != TK_FCW && k != TK_FCPROJW;
     return cfg->part != GPT_PART_ADAPTERS;
 }
@@ -158,6 +175,11 @@ size_t gpt_tensor_numel(const GPTConfig *cfg, TensorKind k) {
     case TK_FCPROJW: return C * (4 * C / T);
     case TK_LN1W: case TK_LN1B: case TK_ATTPROJB: case TK_LN2W: case TK_LN2B:
     case TK_FCPROJB: case TK_LNFW: case TK_LNFB: return C;
+    case TK_ROUTER: return (size_t)cfg->experts * C;
+    case TK_EXPERTS: {
+        MoeConfig moe = gpt_moe_config(cfg);
+        return (size_t)cfg->experts * moe_expert_numel(&moe);
+    }
     default: break;
     }
     return 0;
@@ -172,10 +194,12 @@ size_t gpt_tensor_trained(const GPTConfig *cfg, TensorKind k) {
     return (size_t)valid * (size_t)cfg->channels;
 }
 
-/* A layer block's kinds in buffer order: the base tensors, then the adapters. */
+/* A layer block's kinds in buffer order: the base tensors (the MoE ones
+ * after the dense MLP's), then the adapters. */
 static int layer_kinds(TensorKind out[TK_COUNT]) {
     int n = 0;
     for (int k = TK_FIRST_LAYER_KIND; k <= TK_LAST_LAYER_KIND; k++) out[n++] = (TensorKind)k;
+    for (int k = TK_FIRST_MOE_KIND; k <= TK_LAST_MOE_KIND; k++) out[n++] = (TensorKind)k;
     for (int k = TK_FIRST_ADAPTER_KIND; k <= TK_LAST_ADAPTER_KIND; k++) out[n++] = (TensorKind)k;
     return n;
 }
@@ -278,6 +302,7 @@ LayerTensors gpt_layer_tensors(const GPTConfig *cfg, float *block) {
         .ln1w = AT(TK_LN1W), .ln1b = AT(TK_LN1B), .qkvw = AT(TK_QKVW), .qkvb = AT(TK_QKVB),
         .attprojw = AT(TK_ATTPROJW), .attprojb = AT(TK_ATTPROJB), .ln2w = AT(TK_LN2W), .ln2b = AT(TK_LN2B),
         .fcw = AT(TK_FCW), .fcb = AT(TK_FCB), .fcprojw = AT(TK_FCPROJW), .fcprojb = AT(TK_FCPROJB),
+        .router = AT(TK_ROUTER), .experts = AT(TK_EXPERTS),
     };
     for (int target = 0; target < 4; target++) {
         t.lora_a[target] = AT((TensorKind)(TK_FIRST_ADAPTER_KIND + 2 * target));
@@ -404,6 +429,30 @@ static float *init_adapter(InitStream *s, const ParamSegment *g, size_t *count, 
     return dst;
 }
 
+/* One value drawn N(0, std) (dst) or its two words skipped. */
+static float draw_normal(InitStream *s, double std, bool keep) {
+    if (keep) return (float)(std * rng_normal(&s->rng));
+    rng_next(&s->rng), rng_next(&s->rng); /* rng_normal draws two words */
+    return 0;
+}
+
+/* The experts' initial values, each like the dense MLP: fc N(0, 0.02),
+ * fcproj N(0, residual std), biases 0. Segment g from s->pos, at most
+ * *count; returns dst advanced. */
+static float *init_experts(InitStream *s, const ParamSegment *g, size_t *count, float *dst) {
+    const MoeConfig moe = gpt_moe_config(s->whole);
+    const size_t end = g->offset + g->count, per = moe_expert_numel(&moe);
+    const size_t fc = (size_t)moe.hidden * moe.channels, fcb_end = fc + moe.hidden, fcproj_end = fcb_end + fc;
+    for (; s->pos < end && *count > 0; s->pos++, (*count)--) {
+        const size_t at = (s->pos - g->offset) % per;
+        float v = 0;
+        if (at < fc) v = draw_normal(s, 0.02, dst != NULL);
+        else if (at >= fcb_end && at < fcproj_end) v = draw_normal(s, s->residual_std, dst != NULL);
+        if (dst) *dst++ = v;
+    }
+    return dst;
+}
+
 /* The next `count` values of the stream into dst (NULL: skip them). */
 static void init_stream_take(InitStream *s, size_t count, float *dst) {
     while (count > 0) {
@@ -416,6 +465,10 @@ static void init_stream_take(InitStream *s, size_t count, float *dst) {
         TensorKind k = g->kind;
         if (gpt_tensor_is_adapter(k)) {
             dst = init_adapter(s, g, &count, dst);
+            continue;
+        }
+        if (k == TK_EXPERTS) {
+            dst = init_experts(s, g, &count, dst);
             continue;
         }
         size_t random = gpt_tensor_decays(k) ? g->count : 0; /* values drawn for this tensor */

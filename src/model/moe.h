@@ -118,6 +118,9 @@ MoeLayer *moe_layer_create(const MoeConfig *cfg, size_t max_rows, int first_expe
 MoeLayer *moe_create(const MoeConfig *cfg, size_t max_rows);
 void moe_free(MoeLayer *layer);
 const MoeConfig *moe_layer_config(const MoeLayer *layer);
+/* The coefficients the losses' gradients use from now on (a model scales
+ * them by its weight of a micro-step's losses in the objective). */
+void moe_set_loss_coefs(MoeLayer *layer, double aux_coef, double z_coef);
 
 /* One process. out (N,C) = moe(x (N,C)), written; router_w (E,C), experts
  * E blocks, bias (E) or NULL. stats += this forward's. Records what

@@ -200,6 +200,7 @@ static void setup_chunk(Engine *e, int c, const GPTConfig *whole) {
     e->chunk_comm[c] = c == 0 ? g->dp_group : comm_split(g->dp_group, 0, g->dp_index, "data-parallel chunk");
     ch->dp = dp_create(e->chunk_comm[c], &ch->model, &e->cfg.data_parallel);
     ch->model.tp = g->tp_group;
+    ch->model.moe_dp = e->chunk_comm[c]; /* MoE: the losses' statistics over the data-parallel micro-step */
     ch->model.doc_separator = e->cfg.doc_mask ? e->cfg.doc_separator : -1;
     if (g->cp > 1) {
         ch->model.cfg.cp_size = g->cp;
@@ -366,6 +367,8 @@ EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad 
         dp_begin_step(e->chunks[c].dp);
         e->chunks[c].model.first_nonfinite_layer = -1;
         e->chunks[c].model.lora_step = e->optimizer_step; /* LoRA dropout's masks follow the optimizer step */
+        gpt_moe_begin_step(&e->chunks[c].model);
+        e->chunks[c].model.moe_loss_weight = 1.0 / m; /* the mean of the micro-steps' MoE losses */
     }
     comm_reset_stats(e->grid->cp_group);
     EngineChunk *tied = tied_chunk(e);

@@ -122,6 +122,21 @@ static void set_norms(json_t *j, const Metrics *m, const StepResult *r, const Wa
     if (w->peak_flops > 0) set(j, "mfu", number(watch_mfu(w, r, m->seq_len)));
 }
 
+/* MoE: per layer the max/mean load and the dropped share; the step's aux and z losses. */
+static void set_moe(json_t *j, const MetricsStep *s) {
+    if (s->moe_layers == 0) return;
+    json_t *load = json_array(), *dropped = json_array();
+    for (int l = 0; l < s->moe_layers; l++) {
+        const MoeMetrics *x = &s->moe[l];
+        json_array_append_new(load, number(x->mean_load > 0 ? x->max_load / x->mean_load : 0));
+        json_array_append_new(dropped, number(x->dropped_fraction));
+    }
+    set(j, "moe_load_max_mean", load);
+    set(j, "moe_dropped", dropped);
+    set(j, "moe_aux_loss", number(s->moe_aux_loss));
+    set(j, "moe_z_loss", number(s->moe_z_loss));
+}
+
 void metrics_write(const Metrics *m, const StepResult *r, const MetricsStep *s) {
     if (!m->file) return;
     const double tokens_per_s = step_tokens_per_s(r, m->seq_len);
@@ -141,6 +156,7 @@ void metrics_write(const Metrics *m, const StepResult *r, const MetricsStep *s) 
         set(j, "scaling_efficiency", number(tokens_per_s / (m->replicas * m->baseline_tokens_per_s)));
     if (!isnan(s->val_loss)) set(j, "val_loss", number(s->val_loss));
     set_norms(j, m, r, s->watch);
+    set_moe(j, s);
     char *line = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
     fprintf(m->file, "%s\n", line);
     fflush(m->file);

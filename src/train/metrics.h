@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "model/moe.h"
 #include "train/step_result.h"
 #include "train/watch.h"
 
@@ -34,6 +35,9 @@ typedef struct {
     size_t state_bytes, buffer_bytes; /* this rank's parameters, gradients and optimizer state; buffers */
     size_t activation_bytes;          /* this rank's activation sets, backward scratch, context-attention buffers */
     const Watch *watch;               /* per-layer and per-rank gradient norms, weight norms, MFU (NULL: none) */
+    int moe_layers;                   /* MoE models: per layer's step metrics (0: a dense model) */
+    const MoeMetrics *moe;
+    double moe_aux_loss, moe_z_loss;  /* the step's MoE losses in the objective, summed over layers */
 } MetricsStep;
 
 /* The file at path for a run at step `step` (0: a new file). */

@@ -24,6 +24,7 @@
 #include "train/compression.h"
 #include "train/diloco.h"
 #include "train/estimators.h"
+#include "train/moe_train.h"
 
 /* The manifest of the state as it is now (rank 0 fills in the files at
  * commit). Its pipeline split counts model stages: pipeline ranks x
@@ -182,6 +183,7 @@ double train_save(Trainer *tr) {
     }
     comm_barrier(tr->world);
     fp8_ckpt_save(tr, a->tmp);
+    moe_ckpt_save(tr, a->tmp);
     a->rank = tr->rank;
     a->num_pieces = engine_num_chunks(tr->engine);
     diloco_before_save(tr); /* the global weights in the parameters while they are written */
@@ -388,6 +390,10 @@ void train_resume(Trainer *tr) {
                "resume with the same (a LoRA checkpoint holds the adapters, the base comes from --init-from)", dir,
                a->lora_rank, had, b->lora_rank, want);
     }
+    if (a->experts != b->experts || (gpt_is_moe(a) && (a->moe_top_k != b->moe_top_k || a->moe_ffn != b->moe_ffn)))
+        bs_die("checkpoint %s holds a model of --experts %d --moe-top-k %d --moe-ffn %d, not --experts %d --moe-top-k "
+               "%d --moe-ffn %d; resume with the same", dir, a->experts, a->moe_top_k, a->moe_ffn, b->experts,
+               b->moe_top_k, b->moe_ffn);
     const char *opt = optimizer_kind_name(tr->cfg.optimizer);
     if (strcmp(m->optimizer, opt) != 0)
         bs_die("checkpoint %s was written with --optimizer %s, not %s; its optimizer state does not carry over", dir,
@@ -399,6 +405,7 @@ void train_resume(Trainer *tr) {
     engine_share_output_weights(tr->engine);
     resume_feedback(tr, dir, m);
     fp8_ckpt_resume(tr, dir);
+    moe_ckpt_resume(tr, dir);
     const Grid *g = engine_grid(tr->engine);
     tr->resharded = m->tp != g->tp || m->pp != engine_virtual_stages(tr->engine) || m->dp != g->dp || m->cp != g->cp ||
                     m->zero != tr->cfg.zero;

@@ -2,7 +2,9 @@
  * process group exists (see train_config.h). */
 #include "train/train_config.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
@@ -11,6 +13,7 @@
 const char *const TRAIN_PRECISION_WORDS[] = {"fp32", "bf16", "fp8", NULL};
 const char *const TRAIN_BF16_MATMUL_WORDS[] = {"auto", "onednn", "widen", NULL};
 const char *const TRAIN_DATA_ORDER_WORDS[] = {"shuffled", "sequential", NULL};
+const char *const TRAIN_MOE_ROUTER_WORDS[] = {"softmax", "sigmoid", NULL};
 const char *const TRAIN_OPTIMIZER_WORDS[] = {"adamw", "sgd", "lamb", "lars", "onebit-adam", NULL};
 const char *const TRAIN_LR_SCALING_WORDS[] = {"none", "linear", "sqrt", NULL};
 const char *const TRAIN_PP_SCHEDULE_WORDS[] = {"gpipe", "1f1b", "interleaved", "zbh1", NULL};
@@ -143,9 +146,62 @@ static bool check_local_steps(const TrainConfig *c, char *why, size_t n) {
     return true;
 }
 
+bool train_capacity_factor(const TrainConfig *c, double *factor, char *why, size_t n) {
+    *factor = 0;
+    if (!c->capacity_factor || !*c->capacity_factor) return true;
+    char *end;
+    double f = strtod(c->capacity_factor, &end);
+    if (*end || !(f > 0 && isfinite(f))) {
+        snprintf(why, n, "--capacity-factor must be a number > 0 (got %s); --dropless never drops", c->capacity_factor);
+        return false;
+    }
+    *factor = f;
+    return true;
+}
+
+/* What an MoE model does not compose with yet: one line each. */
+static const char *moe_refusal(const TrainConfig *c) {
+    return c->tp > 1 ? "--tp (the experts are not split over tensor-parallel ranks yet)"
+           : c->pp > 1 ? "--pp" : c->cp > 1 ? "--cp"
+           : c->ep > 1 ? "--ep (expert parallelism is in the MoE layer, parallel/moe_parallel.h, not in the trainer yet)"
+           : c->zero == 3 ? "--zero 3 (use --zero 0, 1 or 2)"
+           : c->precision != PRECISION_FP32 ? "--precision bf16 or fp8 (MoE layers train in fp32)"
+           : c->lora_rank > 0 ? "--lora-rank"
+           : c->balance ? "--balance (every replica runs the same micro-steps: the MoE statistics are summed per micro-step)"
+           : c->local_steps > 0 ? "--local-steps (DiLoCo workers would share routing statistics every micro-step)"
+           : (c->init_from && *c->init_from) ? "--init-from (model files hold dense GPT-2 models)"
+           : (c->save_model && *c->save_model) ? "--save-model (an MoE model is kept in checkpoints only)"
+           : NULL;
+}
+
+static bool check_moe(const TrainConfig *c, char *why, size_t n) {
+    double factor;
+    if (!train_capacity_factor(c, &factor, why, n)) return false;
+    if (c->experts <= 1) {
+        const char *flag = factor > 0 ? "--capacity-factor" : c->dropless ? "--dropless"
+                           : c->moe_bias_update > 0 ? "--moe-bias-update" : c->ep > 1 ? "--ep"
+                           : c->moe_skew != 0 ? "--moe-skew" : c->moe_every != 1 ? "--moe-every" : NULL;
+        if (flag) snprintf(why, n, "%s needs --experts E (E > 1: a Mixture-of-Experts model)", flag);
+        return !flag;
+    }
+    const char *no = moe_refusal(c);
+    if (no) snprintf(why, n, "--experts %d does not work with %s", c->experts, no);
+    else if (c->moe_every != 1)
+        snprintf(why, n, "--moe-every %d: every layer's MLP is MoE in this version (the layout holds one layer shape)",
+                 c->moe_every);
+    else if (c->moe_top_k > c->experts)
+        snprintf(why, n, "--moe-top-k %d must be at most --experts %d", c->moe_top_k, c->experts);
+    else if (c->dropless && factor > 0)
+        snprintf(why, n, "--dropless and --capacity-factor %s contradict each other (dropless never drops)",
+                 c->capacity_factor);
+    else
+        return true;
+    return false;
+}
+
 bool train_config_check(const TrainConfig *c, char *why, size_t why_size) {
     why[0] = 0;
     if (!check_local_steps(c, why, why_size)) return false;
     return check_combinations(c, why, why_size) && check_pipeline(c, why, why_size) &&
-           check_context(c, why, why_size) && check_lora(c, why, why_size);
+           check_context(c, why, why_size) && check_lora(c, why, why_size) && check_moe(c, why, why_size);
 }

@@ -40,6 +40,7 @@ extern const char *const TRAIN_BASE_WEIGHTS_WORDS[];
 extern const char *const TRAIN_GOODPUT_ESTIMATOR_WORDS[];
 extern const char *const TRAIN_FP8_RECIPE_WORDS[];
 extern const char *const TRAIN_FP8_AMAX_ALGO_WORDS[];
+extern const char *const TRAIN_MOE_ROUTER_WORDS[]; /* MoeRouter order */
 extern const char *const TRAIN_FP8_HIGH_PRECISION_WORDS[]; /* fp32, bf16: PRECISION_FP32, PRECISION_BF16 */
 
 typedef struct {
@@ -148,6 +149,14 @@ typedef struct {
     bool lora_merge;              /* exports fold B A into the weights */
     const char *save_adapters;    /* peft directory for the final adapters */
     BaseWeights base_weights;     /* the frozen base's linear weights: fp32, bf16 or int8 */
+    /* Mixture of Experts (model/moe.h): every layer's MLP with experts > 1 */
+    int experts, moe_top_k, moe_ffn; /* moe_ffn 0: 4 x channels */
+    int moe_router;                  /* MoeRouter: softmax or sigmoid */
+    const char *capacity_factor;     /* --capacity-factor text ("": dropless) */
+    bool dropless;
+    double moe_aux_loss, moe_z_loss, moe_bias_update;
+    int moe_every, ep;               /* only 1 in this version */
+    double moe_skew;                 /* tests: every layer's selection bias of expert 0 starts here */
 } TrainConfig;
 
 /* Everything that can be checked without the process group: flag
@@ -155,5 +164,7 @@ typedef struct {
  * the fault and batch-schedule specs, the pipeline schedule's shape as far
  * as the flags fix it. False with one line naming the flag. */
 bool train_config_check(const TrainConfig *c, char *why, size_t why_size);
+/* --capacity-factor's value (0: dropless); false with one line if it is not a number > 0. */
+bool train_capacity_factor(const TrainConfig *c, double *factor, char *why, size_t why_size);
 
 #endif

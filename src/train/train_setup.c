@@ -17,6 +17,7 @@
 #include "train/compression.h"
 #include "train/diloco.h"
 #include "train/estimators.h"
+#include "train/moe_train.h"
 #include "train/train_ckpt.h"
 
 
@@ -58,6 +59,11 @@ static GPTConfig model_shape(Trainer *tr) {
         tr->tok = NULL;
     }
     char why[256];
+    if (c->experts > 1) {
+        mc.experts = c->experts, mc.moe_top_k = c->moe_top_k, mc.moe_ffn = c->moe_ffn, mc.moe_router = c->moe_router;
+        mc.moe_aux_coef = c->moe_aux_loss, mc.moe_z_coef = c->moe_z_loss, mc.moe_bias_update = c->moe_bias_update;
+        if (!train_capacity_factor(c, &mc.capacity_factor, why, sizeof why)) bs_die("%s", why);
+    }
     if (!gpt_config_check(&mc, why, sizeof why)) bs_die("%s", why);
     mc.lora_rank = c->lora_rank;
     mc.base_weights = c->base_weights;
@@ -253,6 +259,7 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
         c->noise_scale = true; /* the policy follows the noise scale; the others are logged beside B_simple */
     setup_engine(tr); /* builds the grid: the data-parallel size is known from here on */
     if (tr->fault.kind == FAULT_NAN || tr->fault.kind == FAULT_NANS) target_nan_fault(tr);
+    moe_train_setup(tr); /* before a resume replaces the parameters */
     int per_step = c->micro_batch * tr->dp_size;
     if (c->global_batch == 0) c->global_batch = per_step;
     if (c->global_batch % per_step != 0)
@@ -300,6 +307,7 @@ void train_teardown(Trainer *tr) {
     compression_free(tr); /* before the optimizer state: its momentum may be state[0] */
     diloco_free(tr);
     estimators_free(tr);
+    free(tr->moe.metrics);
     engine_free(tr->engine);
     if (tr->tok) tokenizer_free(tr->tok);
     step_stats_free(&tr->stats);

@@ -36,6 +36,7 @@
 #include "train/step_stats.h"
 #include "train/train_ckpt.h"
 #include "train/train_setup.h"
+#include "train/moe_train.h"
 #include "train/trainer_state.h"
 
 /* ---- one optimizer step ---- */
@@ -227,6 +228,7 @@ static StepResult train_step(Trainer *tr) {
         guard_reject(&tr->guard);
         compression_reset_feedback(tr); /* what a bad step left unsent is not worth sending */
     }
+    moe_train_end_step(tr, !r.skipped);
     diloco_after_step(tr, tr->step + 1); /* a window's end: the outer step (a skipped inner step included) */
     trace_add(&tr->trace, "optimizer", "compute", t_opt, bs_now());
     record_stats(tr, &r, &st, &es, bs_now() - t_exchanged);
@@ -269,6 +271,9 @@ static GPT full_model(Trainer *tr) {
     gpt_create_with(&m, &tr->model, tr->rank == 0 ? GPT_ALLOC_PARAMS : 0);
     if (tr->model.lora_rank > 0) m.lora_scale = (float)(tr->cfg.lora_alpha / tr->cfg.lora_rank);
     engine_gather_model(tr->engine, m.params);
+    if (m.moe_bias) /* MoE: the selection bias, alike on every rank, for sampling */
+        memcpy(m.moe_bias, engine_chunk(tr->engine, 0)->model.moe_bias,
+               sizeof(float) * (size_t)tr->model.num_layers * tr->model.experts);
     return m;
 }
 
@@ -313,7 +318,7 @@ static void export_models(Trainer *tr) {
     if (tr->rank == 0 && c->lora_merge) gpt_merge_adapters(&m); /* model files hold the base tensors only */
     if (tr->rank == 0) {
         if (option_given(c->save_model)) model_file_write(c->save_model, &m);
-        if (option_given(c->out)) {
+        if (option_given(c->out) && !gpt_is_moe(&m.cfg)) { /* an MoE model lives in the checkpoints only */
             char path[4200];
             snprintf(path, sizeof path, "%s/model.bin", c->out);
             llmc_model_write(path, &m);
@@ -334,7 +339,8 @@ static void write_step_metrics(Trainer *tr, const StepResult *r, double val_loss
                      (size_t)optimizer_state_arrays(tr->cfg.optimizer);
     MetricsStep s = {tr->step, tr->seqs_consumed * (uint64_t)tr->cfg.seq_len, tr->guard.skips, val_loss,
                      tr->last_ckpt_stall, tr->balance.split, mem.param_bytes + mem.grad_bytes + opt_bytes,
-                     mem.buffer_bytes, engine_activation_bytes(tr->engine), &tr->watch};
+                     mem.buffer_bytes, engine_activation_bytes(tr->engine), &tr->watch,
+                     tr->moe.layers, tr->moe.metrics, tr->moe.aux_loss, tr->moe.z_loss};
     metrics_write(&tr->metrics, r, &s);
 }
 

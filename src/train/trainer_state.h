@@ -152,6 +152,11 @@ typedef struct {
     DilocoState diloco;
     Watch watch; /* per-layer and per-rank norms, MFU, TensorBoard (train/watch.h) */
     Estimators est; /* precond and curvature noise scales, goodput (train/estimators.h) */
+    struct {                 /* MoE models: the last step's (train/moe_train.h) */
+        int layers;
+        MoeMetrics *metrics; /* per layer: loads, dropped share, its aux and z losses */
+        double aux_loss, z_loss; /* what the step added to the objective, summed over layers */
+    } moe;
 } Trainer;
 
 #endif

@@ -1,0 +1,78 @@
+/* moe_gpt_dump.c: test helper for test_moe_model.py: an MoE GPT's loss, aux
+ * and z losses and every gradient on one batch, for the PyTorch reference.
+ * usage: moe_gpt_dump OUT B T L C H E K ROUTER CAPACITY AUX Z SEED
+ * The model (vocabulary 64) starts from gpt_init_weights(SEED), then every
+ * parameter gets N(0, 0.02) added and the router weights are scaled by 10
+ * (scores far apart, so no choice or drop falls between nearly equal
+ * scores), tokens and targets drawn from SEED. OUT gets raw float32: the
+ * flat parameters, the mean language-model loss, the aux and z losses, the
+ * flat gradients, then per layer the routed and kept assignments. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/io.h"
+#include "core/rng.h"
+#include "model/gpt.h"
+
+static void write_floats(FILE *f, const float *x, size_t n, const char *path) { bs_fwrite_all(x, n * sizeof(float), f, path); }
+
+int main(int argc, char **argv) {
+    if (argc != 14) bs_die("usage: moe_gpt_dump OUT B T L C H E K ROUTER CAPACITY AUX Z SEED");
+    const char *path = argv[1];
+    int B = atoi(argv[2]), T = atoi(argv[3]);
+    MoeRouter router;
+    if (!moe_parse_router(argv[9], &router)) bs_die("moe_gpt_dump: unknown router %s", argv[9]);
+    GPTConfig cfg = {.max_seq_len = T, .vocab_size = 64, .num_layers = atoi(argv[4]), .channels = atoi(argv[5]),
+                     .num_heads = atoi(argv[6]), .experts = atoi(argv[7]), .moe_top_k = atoi(argv[8]),
+                     .moe_router = (int)router, .capacity_factor = atof(argv[10]), .moe_aux_coef = atof(argv[11]),
+                     .moe_z_coef = atof(argv[12])};
+    uint64_t seed = strtoull(argv[13], NULL, 10);
+    char why[256];
+    if (!gpt_config_check(&cfg, why, sizeof why)) bs_die("%s", why);
+    GPT model;
+    gpt_create(&model, &cfg);
+    gpt_init_weights(&model, seed);
+    Rng rng;
+    rng_seed(&rng, seed + 1);
+    for (size_t i = 0; i < model.num_params; i++) model.params[i] += (float)(0.02 * rng_normal(&rng));
+    for (int l = 0; l < cfg.num_layers; l++) {
+        float *r = model.params + gpt_tensor_offset(&cfg, TK_ROUTER, l);
+        for (size_t i = 0; i < gpt_tensor_numel(&cfg, TK_ROUTER); i++) r[i] *= 10;
+    }
+    const size_t wte_rows = (size_t)cfg.padded_vocab_size;
+    for (size_t r = (size_t)cfg.vocab_size; r < wte_rows; r++) /* padded rows stay 0 */
+        memset(model.params + r * cfg.channels, 0, sizeof(float) * (size_t)cfg.channels);
+    const size_t N = (size_t)B * T;
+    int32_t *inputs = bs_malloc(N * sizeof(int32_t)), *targets = bs_malloc(N * sizeof(int32_t));
+    for (size_t i = 0; i < N; i++) {
+        inputs[i] = (int32_t)(rng_next(&rng) % (uint64_t)cfg.vocab_size);
+        targets[i] = (int32_t)(rng_next(&rng) % (uint64_t)cfg.vocab_size);
+    }
+    GPTActs acts;
+    gpt_acts_create(&acts, &cfg, B, T, true);
+    gpt_moe_begin_step(&model);
+    gpt_zero_grads(&model);
+    double loss_sum = gpt_forward(&model, &acts, inputs, targets, B, T, 1.0f / (float)N, NULL);
+    gpt_backward(&model, &acts, inputs, B, T, NULL);
+    FILE *f = bs_fopen(path, "wb");
+    bs_fwrite_all(inputs, N * sizeof(int32_t), f, path);
+    bs_fwrite_all(targets, N * sizeof(int32_t), f, path);
+    write_floats(f, model.params, model.num_params, path);
+    const float losses[3] = {(float)(loss_sum / (double)N), (float)model.moe_aux, (float)model.moe_z};
+    write_floats(f, losses, 3, path);
+    write_floats(f, model.grads, model.num_params, path);
+    for (int l = 0; l < cfg.num_layers; l++) {
+        float counts[2] = {0, 0};
+        for (int e = 0; e < cfg.experts; e++)
+            counts[0] += (float)model.moe_step[l].routed[e], counts[1] += (float)model.moe_step[l].kept[e];
+        write_floats(f, counts, 2, path);
+    }
+    bs_fclose_synced(f, path);
+    gpt_acts_free(&acts);
+    gpt_free(&model);
+    free(inputs);
+    free(targets);
+    return 0;
+}

@@ -1,0 +1,282 @@
+#!/usr/bin/python3
+"""test_moe_model.py: the MoE GPT (every layer's MLP a Mixture of Experts)
+against PyTorch, and trained by `batchscale train`.
+
+1. Reference: an MoE GPT (L 2, C 32, E 4, K 2) through moe_gpt_dump: the
+   language-model loss, the aux and z losses and every gradient (with the
+   aux and z losses in the objective) against tests/torch_gpt.py's MoE
+   transcription in float64, within 1e-5 (max |a-b| / max |b| per tensor),
+   dropless and with a capacity factor that drops; softmax and sigmoid.
+2. Layouts: 2 ranks at micro-batch 2 equal 1 process at micro-batch 4 over
+   10 steps (losses relative 1e-5, final weights max |a-b| / max |b| 1e-5),
+   dropless and dropping, ZeRO 0 and 1.
+3. Loss-free balancing on KJV: from a skewed router (--moe-skew: one
+   expert's router row scaled) with --moe-bias-update, the max/mean load
+   falls below 1.2 within the stated steps; the bias (in the checkpoint)
+   equals on 1 and 2 ranks.
+4. A checkpoint resumes bitwise (bias included).
+5. Bad input, one line each.
+usage: test_moe_model.py MOE_GPT_DUMP   (BATCHSCALE in the environment)
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_gpt  # noqa: E402
+
+TOL = 1e-5
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
+
+
+def layout(cfg):
+    """(name, per-layer, shape) of the flat buffer in order: an MoE model's."""
+    C, E, Fh, T = cfg["C"], cfg["E"], cfg["F"], cfg["maxT"]
+    per_layer = [("ln1w", (C,)), ("ln1b", (C,)), ("qkvw", (3 * C, C)), ("qkvb", (3 * C,)), ("attprojw", (C, C)),
+                 ("attprojb", (C,)), ("ln2w", (C,)), ("ln2b", (C,)), ("router", (E, C)),
+                 ("experts", (E, 2 * Fh * C + Fh + C))]
+    return [("wte", (torch_gpt.padded_vocab(cfg["V"]), C)), ("wpe", (T, C))], per_layer, [("lnfw", (C,)),
+                                                                                          ("lnfb", (C,))]
+
+
+def unflatten(cfg, flat):
+    head, per_layer, tail = layout(cfg)
+    out, at = {}, 0
+    for name, shape in head:
+        n = int(np.prod(shape))
+        out[name], at = flat[at:at + n].reshape(shape), at + n
+    layers = {name: [] for name, _ in per_layer}
+    for _ in range(cfg["L"]):
+        for name, shape in per_layer:
+            n = int(np.prod(shape))
+            layers[name].append(flat[at:at + n].reshape(shape))
+            at += n
+    for name in layers:
+        out[name] = np.stack(layers[name])
+    for name, shape in tail:
+        n = int(np.prod(shape))
+        out[name], at = flat[at:at + n].reshape(shape), at + n
+    assert at == flat.size, (at, flat.size)
+    return out
+
+
+def reference_case(dump, tmp, router, capacity, seed):
+    B, T, L, C, H, E, K = 4, 16, 2, 32, 4, 4, 2
+    aux_c, z_c = 0.05, 0.01
+    cfg = dict(V=64, maxT=T, L=L, C=C, H=H, E=E, F=4 * C)
+    path = os.path.join(tmp, "dump.bin")
+    subprocess.run([dump, path, str(B), str(T), str(L), str(C), str(H), str(E), str(K), router, str(capacity),
+                    str(aux_c), str(z_c), str(seed)], check=True)
+    raw = open(path, "rb").read()
+    N = B * T
+    idx = np.frombuffer(raw[:4 * N], np.int32).reshape(B, T)
+    tgt = np.frombuffer(raw[4 * N:8 * N], np.int32).reshape(B, T)
+    rest = np.frombuffer(raw[8 * N:], np.float32)
+    n = (rest.size - 3 - 2 * L) // 2
+    params, losses, grads, counts = rest[:n], rest[n:n + 3], rest[n + 3:2 * n + 3], rest[2 * n + 3:].reshape(L, 2)
+    p = {k: torch.tensor(v.astype(np.float64), requires_grad=True) for k, v in unflatten(cfg, params).items()}
+    p["moe_bias"] = torch.zeros(L, E, dtype=torch.float64)
+    V = cfg["V"]
+    wte_full = p["wte"]
+    q = dict(p, wte=wte_full[:V])
+    moe = dict(E=E, K=K, F=cfg["F"], router=router, capacity=capacity, aux=aux_c, z=z_c)
+    _, lm = torch_gpt.forward(cfg, q, torch.tensor(idx, dtype=torch.long), torch.tensor(tgt, dtype=torch.long),
+                              moe=moe)
+    aux, z = moe["losses"]
+    (lm + aux + z).backward()
+    what = f"{router}, capacity {capacity or 'dropless'}"
+    dropped = [1 - float(s["kept"].sum() / s["routed"].sum()) for s in moe["stats"]]
+    c_dropped = [1 - float(c[1] / c[0]) for c in counts]
+    check(max(abs(a - b) for a, b in zip(dropped, c_dropped)) == 0,
+          f"{what}: the dropped shares per layer equal PyTorch's ({', '.join(f'{d:.3f}' for d in c_dropped)})")
+    if capacity > 0:
+        check(min(c_dropped) > 0, f"{what}: every layer drops assignments")
+    errs = [abs(float(losses[0]) - float(lm)) / float(lm), abs(float(losses[1]) - float(aux)) / float(aux),
+            abs(float(losses[2]) - float(z)) / float(z)]
+    check(max(errs) < TOL, f"{what}: lm, aux, z losses {float(lm):.5f} {float(aux):.5f} {float(z):.5f} "
+                           f"within {TOL} (errors {errs[0]:.1e} {errs[1]:.1e} {errs[2]:.1e})")
+    got = unflatten(cfg, grads)
+    worst = ("", 0.0)
+    for name, t in p.items():
+        if name == "moe_bias":
+            continue
+        g = t.grad.numpy()
+        a = got[name]
+        if name == "wte":
+            a, g = a[:V], g[:V]
+        e = rel(a, g)
+        worst = max(worst, (name, e), key=lambda x: x[1])
+    check(worst[1] < TOL, f"{what}: every gradient within {TOL} of PyTorch's (worst {worst[0]} {worst[1]:.1e})")
+
+
+def main():
+    dump = sys.argv[1]
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        reference_case(dump, tmp, "softmax", 0, 5)
+        reference_case(dump, tmp, "softmax", 1.0, 6)
+        reference_case(dump, tmp, "sigmoid", 1.25, 7)
+        if len(sys.argv) > 2 and sys.argv[2] == "reference":
+            pass
+        else:
+            trainer_tests(tmp)
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        sys.exit(1)
+
+
+BATCHSCALE = os.environ.get("BATCHSCALE", "build/batchscale")
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+MODEL = ["--layers", "2", "--heads", "4", "--channels", "32", "--experts", "4", "--moe-top-k", "2"]
+
+
+def train(tmp, name, data, extra, ranks=1, check_rc=True):
+    """A run into tmp/name (metrics, checkpoints); returns (metrics rows, ckpt dir) or the process."""
+    out = os.path.join(tmp, name)
+    cmd = [BATCHSCALE, "train", "--data", data, "--eval-every", "0", "--sample-tokens", "0", "--threads", "1",
+           "--comm-timeout", "60", "--quiet", "--metrics", out + ".jsonl", "--ckpt-dir", out + "_ckpt"] + MODEL + extra
+    if ranks > 1:
+        cmd = MPIRUN + ["-np", str(ranks)] + cmd
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if not check_rc:
+        return p
+    if p.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
+    rows = [json.loads(line) for line in open(out + ".jsonl")]
+    return rows, out + "_ckpt"
+
+
+def read_ckpt(ckpt_dir, step):
+    """The flat parameters (every rank file's range) and the MoE bias of a checkpoint."""
+    d = os.path.join(ckpt_dir, f"step_{step:08d}")
+    pieces = []
+    for name in sorted(os.listdir(d)):
+        if name.startswith("rank_"):
+            raw = open(os.path.join(d, name), "rb").read()
+            offset, count = np.frombuffer(raw[8:24], np.uint64)
+            pieces.append((int(offset), np.frombuffer(raw[64:64 + 4 * int(count)], np.float32)))
+    flat = np.zeros(max(o + len(v) for o, v in pieces), np.float32)
+    for o, v in pieces:
+        flat[o:o + len(v)] = v
+    raw = open(os.path.join(d, "moe_bias.bin"), "rb").read()
+    assert raw[:8] == b"BSMOEB01"
+    layers, experts = np.frombuffer(raw[8:16], np.uint32)
+    return flat, np.frombuffer(raw[16:], np.float32).reshape(int(layers), int(experts))
+
+
+def layouts(tmp, data):
+    """1 process at micro-batch 4 against 2 ranks at micro-batch 2 (ZeRO 0 and 1), 10 steps."""
+    common = ["--seq-len", "32", "--global-batch", "4", "--steps", "10", "--lr", "3e-3", "--warmup", "2",
+              "--moe-z-loss", "1e-3", "--moe-bias-update", "1e-3"]
+    for mode, flags in [("dropless", ["--dropless"]), ("capacity 1.0", ["--capacity-factor", "1.0"])]:
+        tag = mode.split()[0]
+        ref, ref_dir = train(tmp, "ref_" + tag, data, common + flags + ["--micro-batch", "4"])
+        ref_w, ref_b = read_ckpt(ref_dir, 10)
+        dropped = max(max(r["moe_dropped"]) for r in ref)
+        if tag == "capacity":
+            check(dropped > 0, f"{mode}: tokens are dropped (largest share of a step {dropped:.3f})")
+        else:
+            check(dropped == 0, f"{mode}: nothing is dropped")
+        for zero in ("0", "1"):
+            rows, d = train(tmp, f"dp2_{tag}_z{zero}", data, common + flags + ["--micro-batch", "2", "--zero", zero],
+                            ranks=2)
+            w, b = read_ckpt(d, 10)
+            loss_err = max(abs(a["loss"] - r["loss"]) / r["loss"] for a, r in zip(rows, ref))
+            aux_err = max(abs(a["moe_aux_loss"] - r["moe_aux_loss"]) / r["moe_aux_loss"] for a, r in zip(rows, ref))
+            loads_equal = all(a["moe_load_max_mean"] == r["moe_load_max_mean"] and a["moe_dropped"] == r["moe_dropped"]
+                              for a, r in zip(rows, ref))
+            check(len(rows) == 10 and loss_err < TOL and aux_err < TOL,
+                  f"{mode}, 2 ranks ZeRO {zero}: losses within {TOL} of 1 process (lm {loss_err:.1e}, aux {aux_err:.1e})")
+            check(loads_equal, f"{mode}, 2 ranks ZeRO {zero}: every step's loads and dropped shares equal 1 process's")
+            check(rel(w, ref_w) < TOL and np.array_equal(b, ref_b),
+                  f"{mode}, 2 ranks ZeRO {zero}: final weights within {TOL} ({rel(w, ref_w):.1e}), bias equal")
+
+
+BALANCE_STEPS = (31, 40)  # the window where the load must be balanced (steps 1-based)
+
+
+def balance(tmp, kjv):
+    """Loss-free balancing from a skewed start (expert 0's bias 0.02 in every layer) on KJV: the step's max/mean
+    load (the worst layer's), averaged over BALANCE_STEPS, below 1.2 with --moe-bias-update 1e-3 and not without
+    (the control: the same start, no bias update); the bias equals on 1 and 2 ranks."""
+    common = ["--seq-len", "64", "--global-batch", "8", "--steps", str(BALANCE_STEPS[1]), "--moe-skew", "0.02"]
+    lo, hi = BALANCE_STEPS
+
+    def window(rows):
+        return float(np.mean([max(r["moe_load_max_mean"]) for r in rows[lo - 1:hi]]))
+
+    rows, d1 = train(tmp, "bal1", kjv, common + ["--micro-batch", "8", "--moe-bias-update", "1e-3"])
+    first = max(rows[0]["moe_load_max_mean"])
+    control, _ = train(tmp, "bal0", kjv, common + ["--micro-batch", "8"])
+    check(first > 1.3, f"balance: the skewed start is unbalanced (max/mean load {first:.2f} at step 1)")
+    check(window(rows) < 1.2, f"balance: max/mean load over steps {lo}-{hi} {window(rows):.3f} < 1.2 with "
+                              f"--moe-bias-update 1e-3")
+    check(window(control) > 1.2, f"balance: without the bias update {window(control):.3f} over the same steps")
+    rows2, d2 = train(tmp, "bal2", kjv, common + ["--micro-batch", "4", "--moe-bias-update", "1e-3"], ranks=2)
+    _, b1 = read_ckpt(d1, hi)
+    _, b2 = read_ckpt(d2, hi)
+    check(np.array_equal(b1, b2), f"balance: the bias after {hi} steps equals on 1 and 2 ranks "
+                                  f"(max |bias| {np.abs(b1).max():.4f})")
+
+
+def resume(tmp, data):
+    """A checkpoint at step 3 of 6 resumes bitwise: weights, optimizer state and the bias."""
+    common = ["--seq-len", "32", "--micro-batch", "4", "--steps", "6", "--capacity-factor", "1.25",
+              "--moe-bias-update", "1e-3", "--moe-z-loss", "1e-3"]
+    whole, d = train(tmp, "whole", data, common + ["--ckpt-every", "3", "--keep-last", "0"])
+    resumed, d2 = train(tmp, "resumed", data, common + ["--resume", os.path.join(d, "step_00000003")])
+    w, b = read_ckpt(d, 6)
+    w2, b2 = read_ckpt(d2, 6)
+    same_loss = [r["loss"] for r in whole[3:]] == [r["loss"] for r in resumed[-3:]]
+    check(np.array_equal(w, w2) and np.array_equal(b, b2) and same_loss and np.abs(b).max() > 0,
+          "a checkpoint at step 3 resumes to the same losses, weights and bias bit for bit")
+    p = train(tmp, "dense", data, ["--seq-len", "32", "--micro-batch", "4", "--steps", "6", "--experts", "0",
+                                   "--resume", os.path.join(d, "step_00000003")], check_rc=False)
+    lines = p.stderr.strip().splitlines()
+    check(p.returncode != 0 and len(lines) == 1 and "--experts" in lines[0],
+          f"resuming an MoE checkpoint as a dense model is refused in one line: {lines[-1] if lines else ''}")
+
+
+def bad_input(tmp, data):
+    cases = [(["--moe-top-k", "5"], "--moe-top-k"), (["--capacity-factor", "0"], "--capacity-factor"),
+             (["--capacity-factor", "-1"], "--capacity-factor"), (["--tp", "2"], "--tp"), (["--pp", "2"], "--pp"),
+             (["--cp", "2"], "--cp"), (["--ep", "2"], "--ep"), (["--zero", "3"], "--zero 3"),
+             (["--precision", "bf16"], "--precision"), (["--lora-rank", "4"], "--lora-rank"),
+             (["--moe-every", "2"], "--moe-every"), (["--dropless", "--capacity-factor", "1"], "--dropless")]
+    for extra, flag in cases:
+        p = train(tmp, "bad", data, ["--seq-len", "32", "--steps", "1"] + extra, check_rc=False)
+        lines = p.stderr.strip().splitlines()
+        check(p.returncode != 0 and len(lines) == 1 and flag in lines[0],
+              f"{' '.join(extra)} refused in one line: {lines[-1] if lines else '(nothing)'}")
+
+
+def trainer_tests(tmp):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bstest
+    data = os.path.join(bstest.make_corpus(tmp), "train_000000.bin")
+    kjv = os.path.join(bstest.kjv_corpus(tmp), "train_000000.bin")
+    bad_input(tmp, data)
+    layouts(tmp, data)
+    balance(tmp, kjv)
+    resume(tmp, data)
+
+
+if __name__ == "__main__":
+    main()
