@@ -823,15 +823,6 @@ static void layer_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, Lay
     const size_t N = x->N;
     LayerActs a = layer_acts(acts, cfg, i);
     const float *inp = i == 0 ? acts->encoded : layer_acts(acts, cfg, i - 1).residual3;
-    /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))) */
-    linear_pass(x, acts->dfch, &(Linear){acts->dresidual, true, a.fch_gelu, p.fcprojw, g.fcprojw, g.fcprojb,
-                                         s.dfcproj, w.F, C, fp8_site(x->model, i, SITE_FCPROJ),
-                                        lora_branch(x->model, acts, p, g, i, LORA_TARGET_FCPROJ), a.lora_u[LORA_TARGET_FCPROJ]});
-    gelu_backward(acts->dfch, a.fch, acts->dfch, N * w.F);
-    linear_pass(x, acts->dln, &(Linear){acts->dfch, false, a.ln2, p.fcw, g.fcw, g.fcb, s.dfch, C, w.F,
-                                        fp8_site(x->model, i, SITE_FC),
-                                        lora_branch(x->model, acts, p, g, i, LORA_TARGET_FC), a.lora_u[LORA_TARGET_FC]});
-    tp_sum(x->model, acts->dln, N * C);
     /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))), or the MoE layer's */
     if (gpt_is_moe(cfg)) moe_mlp_backward(x, i, p, g, &a);
     else mlp_pass(x, i, p, g, s, &a);
