@@ -77,9 +77,10 @@ def sweep(bs, data, model, target, out):
 
 
 def train(bs, data, model, target, extra, ranks, path):
-    """A run to the target; returns (metrics, wall seconds)."""
+    """A run to the target (at most 4M tokens, the length the adaptive schedules plan with; the learning rate is
+    constant after warm-up, so the length shapes nothing else); returns (metrics, wall seconds)."""
     cmd = [bs, "train", "--data", os.path.join(data, "train_000000.bin"), "--val-data",
-           os.path.join(data, "val_000000.bin"), "--target-val-loss", str(target), "--steps", "1500",
+           os.path.join(data, "val_000000.bin"), "--target-val-loss", str(target), "--train-tokens", "4M",
            "--metrics", path] + model + COMMON + extra
     if ranks > 1:
         cmd = MPIRUN + ["-np", str(ranks)] + cmd
@@ -109,7 +110,7 @@ def schedules(bs, data, model, target, tmp):
         m, wall = train(bs, data, model, target, ["--global-batch", str(final), "--batch-schedule", schedule,
                                                   "--eval-every", str(every)], 2, path)
         reached = any(x.get("val_loss", 9) <= target for x in m)
-        rows[name] = dict(wall_s=wall, tokens=sum(x["tokens"] for x in m), steps=len(m), reached=reached)
+        rows[name] = dict(wall_s=wall, tokens=m[-1]["tokens"], steps=len(m), reached=reached)  # tokens: cumulative
         print(f"    {name:22s} {'reached' if reached else 'NOT reached':12s} {wall:7.1f} s "
               f"{rows[name]['tokens']:9d} tokens {len(m):5d} steps", flush=True)
     return rows
