@@ -73,6 +73,10 @@ struct DataParallel {
     float *residual;        /* worker error feedback, total floats */
     float *server_residual; /* stage 0, exchange scheme: each bucket's own chunk */
     size_t server_floats;
+    Comm *expert_comm;      /* expert parallelism: the expert tensors' reduction group (NULL: dp->comm) */
+    Range *expert_ranges;   /* the TK_EXPERTS tensors, ascending */
+    int num_expert_ranges;
+    float *expert_saved;    /* their local gradients while the bucket's all-reduce runs */
     Comm *node;             /* hpZ: the node group and the secondary shard */
     float *secondary;
     Range secondary_range;
@@ -127,9 +131,30 @@ static void absorb(DataParallel *dp, Bucket *bk) {
     bk->buf = NULL;
 }
 
+/* Expert parallelism (stage 0): a bucket's all-reduce over the whole data
+ * group also sums the expert tensors, which differ between ep ranks; their
+ * local gradients are kept aside before it (save) and summed over the
+ * expert-data-parallel group after it, replacing its result (restore). */
+static void expert_ranges_move(DataParallel *dp, const Bucket *bk, bool save) {
+    const Range bucket = range_make(bk->offset, bk->count);
+    size_t at = 0;
+    for (int i = 0; i < dp->num_expert_ranges; at += dp->expert_ranges[i].count, i++) {
+        const Range part = range_intersect(dp->expert_ranges[i], bucket);
+        if (range_empty(part)) continue;
+        float *grads = dp->model->grads + part.offset, *saved = dp->expert_saved + at + range_offset_in(part, dp->expert_ranges[i]);
+        if (save) {
+            memcpy(saved, grads, part.count * sizeof(float));
+        } else {
+            comm_allreduce(dp->expert_comm, saved, part.count);
+            memcpy(grads, saved, part.count * sizeof(float));
+        }
+    }
+}
+
 static void finish_bucket(DataParallel *dp, int k) {
     Bucket *bk = &dp->buckets[k];
     bk->op = NULL;
+    if (dp->expert_comm) expert_ranges_move(dp, bk, false);
     if (dp->stage >= 2) absorb(dp, bk);
 }
 
@@ -204,6 +229,7 @@ static void launch_bucket(DataParallel *dp, int k) {
     Bucket *bk = &dp->buckets[k];
     measure_bucket(dp, bk);
     if (dp->num_inflight == MAX_INFLIGHT) wait_oldest(dp);
+    if (dp->expert_comm) expert_ranges_move(dp, bk, true);
     bk->op = start_reduction(dp, bk);
     dp->inflight[dp->num_inflight++] = k;
 }
@@ -463,8 +489,29 @@ DataParallel *dp_create(Comm *comm, GPT *model, const DPOptions *opt) {
     return dp;
 }
 
+void dp_set_expert_group(DataParallel *dp, Comm *edp) {
+    if (dp->stage != 0 || dp->compress_grads)
+        bs_die("--ep: expert parallelism reduces gradients at --zero 0 without --grad-compression only (yet)");
+    const GPTConfig *cfg = &dp->model->cfg;
+    int cap = gpt_max_segments(cfg);
+    ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
+    int n = gpt_param_segments(cfg, segs, cap);
+    dp->expert_ranges = bs_malloc(sizeof(Range) * (size_t)(n > 0 ? n : 1));
+    size_t floats = 0;
+    for (int i = 0; i < n; i++)
+        if (segs[i].kind == TK_EXPERTS && segs[i].count > 0) {
+            dp->expert_ranges[dp->num_expert_ranges++] = range_make(segs[i].offset, segs[i].count);
+            floats += segs[i].count;
+        }
+    free(segs);
+    alloc_tracked(&dp->expert_saved, floats, &dp->memory.buffer_bytes);
+    dp->expert_comm = edp;
+}
+
 void dp_free(DataParallel *dp) {
     if (!dp) return;
+    free(dp->expert_ranges);
+    free(dp->expert_saved);
     for (int k = 0; k < dp->num_buckets; k++) compressed_scratch_free(dp->buckets[k].scratch);
     free(dp->buckets);
     free(dp->bucket_of_block);

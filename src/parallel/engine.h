@@ -42,6 +42,7 @@
 typedef struct {
     int tp, pp, dp;            /* dp 0: world / (tp cp pp) */
     int cp;                    /* context parallel ranks per replica (0 or 1: none) */
+    int ep;                    /* MoE expert parallel ranks inside dp (0 or 1: none; parallel/grid.h) */
     CpAlgo cp_algo;
     CpSplit cp_split;
     int virtual_stages;        /* v >= 1: layer groups per pipeline rank */
