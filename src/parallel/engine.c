@@ -398,6 +398,7 @@ EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad 
         e->chunks[c].model.moe_loss_weight = 1.0 / m; /* the mean of the micro-steps' MoE losses */
     }
     comm_reset_stats(e->grid->cp_group);
+    comm_reset_stats(e->grid->ep_group);
     EngineChunk *tied = tied_chunk(e);
     mp_start_tied_grads(e->grid, &tied->model, &e->tied);
     PipeHooks hooks = {before_last_grads, after_last_grads, e};
@@ -601,6 +602,7 @@ void engine_fp8_stats(Engine *e, Fp8Stats out[FP8_KINDS]) {
 }
 
 CommStats engine_context_stats(const Engine *e) { return comm_stats(e->grid->cp_group); }
+CommStats engine_expert_stats(const Engine *e) { return comm_stats(e->grid->ep_group); }
 
 void engine_set_trace(Engine *e, Trace *trace) {
     for (int c = 0; c < e->num_chunks; c++) comm_set_trace(e->chunk_comm[c], trace);

@@ -2,12 +2,10 @@
  * MoeExpertHooks) over parallel/moe_parallel.h: per layer and activation
  * set one MoeParallel over the EP group, each sequence its own capacity
  * group (so one process, which routes sequence by sequence, stays the
- * oracle), the all-to-all bytes and seconds counted for the step's metrics.
- * Not here: the reduction of the gradients (the engine's). */
+ * oracle). The all-to-all traffic is the EP group's (comm_stats). Not here:
+ * the reduction of the gradients (the engine's). */
 #ifndef BS_PARALLEL_MOE_HOOKS_H
 #define BS_PARALLEL_MOE_HOOKS_H
-
-#include <stdint.h>
 
 #include "comm/comm.h"
 #include "model/gpt.h"
@@ -16,8 +14,6 @@ typedef struct {
     MoeExpertHooks hooks; /* what the model calls; hooks.ctx is this */
     MoeConfig cfg;
     Comm *ep_group;
-    uint64_t bytes;       /* all-to-all bytes this rank sent, since created */
-    double seconds;       /* spent in the expert-parallel layers (exchanges and expert compute) */
 } MoeEpContext;
 
 /* Fills ctx for the MoE model cfg over ep_group (experts divisible by its size). */
