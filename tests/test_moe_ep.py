@@ -4,7 +4,8 @@
 1. Layouts: ep 2 (2 ranks), ep 2 x dp 2 and ep 4 (4 ranks) equal 1 process
    at the same global batch over 10 steps: losses and aux losses within 1e-5
    (relative), every step's loads and dropped shares equal, final weights
-   within 1e-5 (max |a-b| / max |b|) and the bias equal; dropless and under
+   within 1e-5 (max |a-b| / max |b|; printed beside 4 data-parallel ranks
+   without EP, the summation-order floor) and the bias equal; dropless and under
    a capacity factor that drops (each sequence its own capacity group on
    every layout). The EP checkpoint is read here from its shard files (the
    experts of ep rank e are logical experts e E/ep ..), not by batchscale.
@@ -75,6 +76,10 @@ def layouts(tmp, data):
         dropped = max(max(r["moe_dropped"]) for r in ref)
         tm.check((dropped > 0) == (mode == "capacity"), f"{mode}: largest dropped share of a step {dropped:.3f}")
         tm.check("moe_a2a_bytes" not in ref[-1], f"{mode}: 1 process reports no all-to-all traffic")
+        # the summation-order floor beside the figures: 4 data-parallel ranks without EP
+        _, floor_dir = tm.train(tmp, "dp4_" + mode, data, COMMON + flags + ["--steps", "10", "--micro-batch", "1"],
+                                ranks=4)
+        floor = tm.rel(tm.read_ckpt(floor_dir, 10)[0], ref_w)
         for name, ranks, extra in LAYOUTS:
             rows, d = tm.train(tmp, f"{name}_{mode}", data, COMMON + flags + ["--steps", "10"] + extra, ranks=ranks)
             w, b = read_ep_ckpt(d, 10)
@@ -86,7 +91,8 @@ def layouts(tmp, data):
                      f"{mode}, {name}: losses within {TOL} of 1 process (lm {loss_err:.1e}, aux {aux_err:.1e})")
             tm.check(same, f"{mode}, {name}: every step's loads and dropped shares equal 1 process's")
             tm.check(w.shape == ref_w.shape and tm.rel(w, ref_w) < TOL and np.array_equal(b, ref_b),
-                     f"{mode}, {name}: final weights within {TOL} ({tm.rel(w, ref_w):.1e}), bias equal")
+                     f"{mode}, {name}: final weights within {TOL} ({tm.rel(w, ref_w):.1e}; dp 4 without EP "
+                     f"{floor:.1e}), bias equal")
             a2a = [r.get("moe_a2a_bytes", 0) for r in rows]
             tm.check(min(a2a) > 0 and all(r["moe_a2a_exposed_ms"] >= 0 for r in rows),
                      f"{mode}, {name}: every step reports its all-to-all bytes (rank 0: {min(a2a)}-{max(a2a)}) "
