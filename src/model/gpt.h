@@ -147,7 +147,8 @@ void gpt_block_range(const GPTConfig *cfg, int block, size_t *offset, size_t *co
 
 /* A run of the local flat buffer and where it lies in the logical layout.
  * `primary` marks the one copy of each logical element: tensors replicated
- * over tensor-parallel ranks count on rank 0 only. */
+ * over tensor-parallel ranks count on rank 0 only, and over expert-parallel
+ * ranks (all but the experts) on ep rank 0. */
 typedef struct {
     size_t local, logical, count;
     bool primary;
@@ -246,7 +247,8 @@ typedef struct {
      * (MoeStats) are summed over moe_dp (one all-reduce per layer per
      * training micro-batch; NULL: this process alone) before its backward,
      * and capacity is counted per sequence (each of the b sequences is its
-     * own capacity group: ceil(t K / E x factor) rows per expert), so one
+     * own capacity group: ceil(t K / E x factor) rows per expert; under
+     * expert parallelism too, through moe_ep), so one
      * process at micro-batch m x dp is the oracle of dp ranks at micro-batch
      * m. Each micro-step's aux + z losses enter the objective times
      * moe_loss_weight (1 / the step's micro-steps: their mean), beside the
