@@ -12,7 +12,8 @@
 2. Checkpoints: ep 2 -> ep 1 (2 ranks) -> 1 process bitwise (each resumed
    with nothing left to train writes the state it read), and an ep 2 run
    resumed at step 3 ends bitwise where the uninterrupted one does.
-3. Metrics: moe_a2a_bytes and moe_a2a_exposed_ms per step under EP only.
+3. Metrics: moe_a2a_bytes and moe_a2a_exposed_ms per step under EP only;
+   validation through the EP layers equals plain data parallelism's.
 4. Bad input, one line each: --ep not dividing --experts or the
    data-parallel size, --ep with --zero 1.
 usage: test_moe_ep.py   (BATCHSCALE in the environment)
@@ -122,6 +123,20 @@ def reshard(tmp, data):
              "1 process -> ep 2 at step 3 trains on to the uninterrupted ep 2 run's losses and weights bit for bit")
 
 
+def evaluation(tmp, data):
+    """Validation forwards go through the EP layers too: ep 2 equals 2 data-parallel ranks without EP (the same
+    validation sequences per rank), and sampling after training runs on the gathered model."""
+    val = os.path.join(os.path.dirname(data), "val_000000.bin")
+    flags = COMMON + ["--dropless", "--steps", "4", "--micro-batch", "2", "--val-data", val, "--eval-every", "2",
+                      "--val-batches", "2"]
+    dp, _ = tm.train(tmp, "val_dp2", data, flags, ranks=2)
+    ep, _ = tm.train(tmp, "val_ep2", data, flags + ["--ep", "2", "--sample-tokens", "8"], ranks=2)
+    a = [r["val_loss"] for r in ep if "val_loss" in r]
+    b = [r["val_loss"] for r in dp if "val_loss" in r]
+    err = max(abs(x - y) / y for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
+    tm.check(len(a) == 2 and err < TOL, f"validation: ep 2 within {TOL} of dp 2 without EP ({err:.1e}), then a sample")
+
+
 def bad_input(tmp, data):
     cases = [(["--ep", "3"], 1, "--ep 3 must divide --experts 4"),
              (["--ep", "2"], 1, "--ep 2 does not divide the data-parallel size 1"),
@@ -138,6 +153,7 @@ def main():
         data = os.path.join(bstest.make_corpus(tmp), "train_000000.bin")
         bad_input(tmp, data)
         layouts(tmp, data)
+        evaluation(tmp, data)
         reshard(tmp, data)
     if tm.failures:
         print(f"{len(tm.failures)} check(s) failed")

@@ -346,7 +346,8 @@ bool ckpt_try_read_manifest(const char *dir, CkptManifest *m, char *why, size_t 
                            &name, "shard", &shard, "offset", &off, "count", &cnt, "bytes", &bytes, "xxh64",
                            &hash) != 0)
             FAIL("%s is corrupt: file entry %d: %s", path, i, err.text);
-        if (shard < 0 || shard >= m->tp * m->pp * m->ep) FAIL("%s is corrupt: file entry %d names shard %d", path, i, shard);
+        if (shard < 0 || shard >= m->tp * m->pp * m->ep)
+            FAIL("%s is corrupt: file entry %d names shard %d", path, i, shard);
         f->shard = shard;
         if (strlen(name) >= sizeof f->name || strchr(name, '/') || off < 0 || cnt < 0 || bytes < 0)
             FAIL("%s is corrupt: bad file entry %d", path, i);

@@ -549,7 +549,8 @@ static void *moe_ep_state(const GPT *model, GPTActs *acts, int i) {
         acts->moe_ep = bs_calloc((size_t)gpt_stage_layers(&model->cfg), sizeof(void *));
         acts->moe_ep_hooks = model->moe_ep;
     }
-    if (!acts->moe_ep[i]) acts->moe_ep[i] = model->moe_ep->create(model->moe_ep->ctx, (size_t)acts->B * acts->T, (size_t)acts->T);
+    if (!acts->moe_ep[i])
+        acts->moe_ep[i] = model->moe_ep->create(model->moe_ep->ctx, (size_t)acts->B * acts->T, (size_t)acts->T);
     return acts->moe_ep[i];
 }
 

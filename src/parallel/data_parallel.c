@@ -141,7 +141,8 @@ static void expert_ranges_move(DataParallel *dp, const Bucket *bk, bool save) {
     for (int i = 0; i < dp->num_expert_ranges; at += dp->expert_ranges[i].count, i++) {
         const Range part = range_intersect(dp->expert_ranges[i], bucket);
         if (range_empty(part)) continue;
-        float *grads = dp->model->grads + part.offset, *saved = dp->expert_saved + at + range_offset_in(part, dp->expert_ranges[i]);
+        float *grads = dp->model->grads + part.offset;
+        float *saved = dp->expert_saved + at + range_offset_in(part, dp->expert_ranges[i]);
         if (save) {
             memcpy(saved, grads, part.count * sizeof(float));
         } else {

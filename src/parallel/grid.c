@@ -147,7 +147,8 @@ Grid *grid_create_split(Comm *world, GridShape shape, const int *layers_per_stag
     g->mp_group = comm_split(world, at.dp * cp + at.cp, r, "model-parallel");
     g->ep = shape.ep > 1 ? shape.ep : 1;
     g->ep_index = at.dp % g->ep, g->edp_index = at.dp / g->ep;
-    g->ep_group = comm_split(world, ((g->edp_index * pp + at.pp) * cp + at.cp) * tp + at.tp, g->ep_index, "expert-parallel");
+    g->ep_group = comm_split(world, ((g->edp_index * pp + at.pp) * cp + at.cp) * tp + at.tp, g->ep_index,
+                             "expert-parallel");
     g->edp_group = comm_split(world, (g->ep_index * pp + at.pp) * tp + at.tp, g->edp_index * cp + at.cp,
                               "expert-data-parallel");
     return g;

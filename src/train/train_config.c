@@ -190,7 +190,8 @@ static bool check_moe(const TrainConfig *c, char *why, size_t n) {
         snprintf(why, n, "--moe-every %d: every layer's MLP is MoE in this version (the layout holds one layer shape)",
                  c->moe_every);
     else if (c->ep > 1 && c->experts % c->ep != 0)
-        snprintf(why, n, "--ep %d must divide --experts %d (each EP rank holds experts / ep of them)", c->ep, c->experts);
+        snprintf(why, n, "--ep %d must divide --experts %d (each EP rank holds experts / ep of them)", c->ep,
+                 c->experts);
     else if (c->moe_top_k > c->experts)
         snprintf(why, n, "--moe-top-k %d must be at most --experts %d", c->moe_top_k, c->experts);
     else if (c->dropless && factor > 0)
