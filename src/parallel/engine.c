@@ -399,6 +399,7 @@ EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad 
     }
     comm_reset_stats(e->grid->cp_group);
     comm_reset_stats(e->grid->ep_group);
+    comm_reset_stats(e->grid->edp_group);
     EngineChunk *tied = tied_chunk(e);
     mp_start_tied_grads(e->grid, &tied->model, &e->tied);
     PipeHooks hooks = {before_last_grads, after_last_grads, e};
@@ -582,6 +583,7 @@ CommStats engine_comm_stats(const Engine *e) {
         add_stats(&total, comm_stats(e->chunk_comm[c]));
         add_stats(&total, dp_node_stats(e->chunks[c].dp));
     }
+    add_stats(&total, comm_stats(e->grid->edp_group)); /* expert parallelism: the expert gradients' reductions */
     return total;
 }
 
