@@ -10,7 +10,7 @@
    a capacity factor that drops (each sequence its own capacity group on
    every layout). The EP checkpoint is read here from its shard files (the
    experts of ep rank e are logical experts e E/ep ..), not by batchscale.
-2. Checkpoints: ep 2 -> ep 1 (2 ranks) -> 1 process bitwise (each resumed
+2. Checkpoints (`ckpt inspect` verifies an EP one): ep 2 -> ep 1 (2 ranks) -> 1 process bitwise (each resumed
    with nothing left to train writes the state it read), and an ep 2 run
    resumed at step 3 ends bitwise where the uninterrupted one does.
 3. Metrics: moe_a2a_bytes and moe_a2a_exposed_ms per step under EP only;
@@ -21,6 +21,7 @@ usage: test_moe_ep.py   (BATCHSCALE in the environment)
 """
 import json
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -121,6 +122,10 @@ def reshard(tmp, data):
                                                        "--resume", os.path.join(d, "step_00000003")], ranks=2)
     _, d_one = tm.train(tmp, "rs_one", data, common + ["--steps", "3", "--micro-batch", "4",
                                                        "--resume", os.path.join(d_ep1, "step_00000003")])
+    p = subprocess.run([tm.BATCHSCALE, "ckpt", "inspect", os.path.join(d, "step_00000003")], capture_output=True,
+                       text=True, timeout=60)
+    tm.check(p.returncode == 0 and "ep 2 inside dp" in p.stdout and "each model shard's files tile" in p.stdout,
+             f"ckpt inspect verifies the ep 2 checkpoint: {p.stdout.strip().splitlines()[-1] if p.stdout else p.stderr}")
     w_ep2, b_ep2 = read_ep_ckpt(d, 3)
     w_one, b_one = tm.read_ckpt(d_one, 3)
     tm.check(np.array_equal(w_ep2, w_one) and np.array_equal(b_ep2, b_one) and np.abs(b_ep2).max() > 0,
