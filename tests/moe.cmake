@@ -31,3 +31,7 @@ add_executable(moe_gpt_dump moe_gpt_dump.c)
 target_link_libraries(moe_gpt_dump PRIVATE bscore)
 add_test(NAME moe_model COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_model.py $<TARGET_FILE:moe_gpt_dump>)
 set_tests_properties(moe_model PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)
+
+# Expert parallelism in the trainer: ep 2, ep 2 x dp 2 and ep 4 against 1 process, checkpoints resharded between ep sizes.
+add_test(NAME moe_ep COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_ep.py)
+set_tests_properties(moe_ep PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)

@@ -137,6 +137,7 @@ static json_t *manifest_to_json(const CkptManifest *m) {
     if (m->virtual_stages > 1)
         json_object_set_new(json_object_get(j, "layout"), "virtual_stages", json_integer(m->virtual_stages));
     if (m->cp > 1) json_object_set_new(json_object_get(j, "layout"), "cp", json_integer(m->cp));
+    if (m->ep > 1) json_object_set_new(json_object_get(j, "layout"), "ep", json_integer(m->ep));
     if (gpt_is_moe(&m->model)) /* the layer blocks hold the router and the experts */
         json_object_set_new(json_object_get(j, "model"), "moe",
                             json_pack("{s:i, s:i, s:i}", "experts", m->model.experts, "top_k", m->model.moe_top_k,
@@ -325,6 +326,9 @@ bool ckpt_try_read_manifest(const char *dir, CkptManifest *m, char *why, size_t 
     json_t *cp = json_object_get(json_object_get(j, "layout"), "cp"); /* absent: 1 */
     m->cp = cp ? (int)json_integer_value(cp) : 1;
     if (m->cp < 1 || m->world % ((long)m->cp * m->tp) != 0) FAIL("%s is corrupt: cp must be at least 1 and divide world / tp", path);
+    json_t *ep = json_object_get(json_object_get(j, "layout"), "ep"); /* absent: 1 */
+    m->ep = ep ? (int)json_integer_value(ep) : 1;
+    if (m->ep < 1 || m->dp % m->ep != 0) FAIL("%s is corrupt: ep must be at least 1 and divide dp", path);
     json_t *virtual_stages = json_object_get(json_object_get(j, "layout"), "virtual_stages");
     m->virtual_stages = virtual_stages ? (int)json_integer_value(virtual_stages) : 1;
     if (m->virtual_stages < 1 || m->pp % m->virtual_stages != 0)
@@ -342,7 +346,8 @@ bool ckpt_try_read_manifest(const char *dir, CkptManifest *m, char *why, size_t 
                            &name, "shard", &shard, "offset", &off, "count", &cnt, "bytes", &bytes, "xxh64",
                            &hash) != 0)
             FAIL("%s is corrupt: file entry %d: %s", path, i, err.text);
-        if (shard < 0 || shard >= m->tp * m->pp) FAIL("%s is corrupt: file entry %d names shard %d", path, i, shard);
+        if (shard < 0 || shard >= m->tp * m->pp * m->ep)
+            FAIL("%s is corrupt: file entry %d names shard %d", path, i, shard);
         f->shard = shard;
         if (strlen(name) >= sizeof f->name || strchr(name, '/') || off < 0 || cnt < 0 || bytes < 0)
             FAIL("%s is corrupt: bad file entry %d", path, i);

@@ -47,6 +47,7 @@ typedef struct CkptManifest {
     int world, dp, tp, pp, zero; /* layout that wrote it; pp counts model stages: pipeline ranks x virtual stages */
     int virtual_stages;          /* model stages per pipeline rank (1 unless interleaved) */
     int cp;                      /* context-parallel ranks per replica (1: none; they hold no parameter shard of their own) */
+    int ep;                      /* expert-parallel ranks inside dp (1: none); shard tp + stage tp + ep_index tp pp */
     char pp_split[256];          /* layers per model stage, comma-separated */
     char optimizer[32];
     long optimizer_step;

@@ -102,15 +102,16 @@ static bool check_coverage(const CkptManifest *m, char *why, size_t why_size) {
         next = sorted[i].offset + sorted[i].count;
     }
     uint64_t total = gpt_num_params(&m->model);
-    if (ok && m->tp * m->pp == 1 && next != total) {
+    const int shards = m->tp * m->pp * m->ep; /* model shards: tensor x pipeline x expert parallel */
+    if (ok && shards == 1 && next != total) {
         snprintf(why, why_size, "the files cover %" PRIu64 " of the model's %" PRIu64 " parameters", next, total);
         ok = false;
     }
-    for (int s = 0; ok && s < m->tp * m->pp; s++) {
+    for (int s = 0; ok && s < shards; s++) {
         bool present = false;
         for (int i = 0; i < m->num_files; i++) present = present || m->files[i].shard == s;
         if (!present) {
-            snprintf(why, why_size, "no file holds model shard %d of %d", s, m->tp * m->pp);
+            snprintf(why, why_size, "no file holds model shard %d of %d", s, shards);
             ok = false;
         }
     }
@@ -129,9 +130,11 @@ static void print_manifest(const char *dir, const CkptManifest *m) {
     char stages[64] = "";
     if (m->virtual_stages > 1)
         snprintf(stages, sizeof stages, " (x %d virtual stages = %d model stages)", m->virtual_stages, m->pp);
-    printf("  layout       world %d: dp %d x cp %d x tp %d x pp %d%s%s%s%s, ZeRO stage %d\n", m->world, m->dp, m->cp,
+    printf("  layout       world %d: dp %d x cp %d x tp %d x pp %d%s%s%s%s, ZeRO stage %d", m->world, m->dp, m->cp,
            m->tp, m->pp / m->virtual_stages, stages, m->pp_split[0] ? " (layers per stage " : "", m->pp_split,
            m->pp_split[0] ? ")" : "", m->zero);
+    if (m->ep > 1) printf(", ep %d inside dp", m->ep);
+    printf("\n");
     printf("  optimizer    %s\n", m->optimizer);
     printf("  schedule     batch %s, global batch %ld, adaptive batch reached %ld\n", m->batch_schedule,
            m->final_batch, m->current_batch);
@@ -169,9 +172,9 @@ static bool inspect_one(const char *dir) {
             bs_error("checkpoint %s: %s", dir, why);
             ok = false;
         }
-        const char *verdict = m->tp * m->pp == 1 ? "verified: every checksum matches and the files cover the model once"
-                                                 : "verified: every checksum matches and each model shard's files tile "
-                                                   "its layout";
+        const bool whole = m->tp * m->pp * m->ep == 1;
+        const char *verdict = whole ? "verified: every checksum matches and the files cover the model once"
+                                    : "verified: every checksum matches and each model shard's files tile its layout";
         printf("  %s\n", ok ? verdict : "NOT VALID");
     }
     free(one);

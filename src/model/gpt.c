@@ -63,6 +63,7 @@ void gpt_create_with(GPT *model, const GPTConfig *cfg, int alloc) {
     model->lora_seed = 0;
     model->lora_step = 0;
     model->moe_dp = NULL;
+    model->moe_ep = NULL;
     model->moe_loss_weight = 1.0;
     model->moe_bias = NULL;
     model->moe_step = NULL;
@@ -361,6 +362,9 @@ void gpt_acts_free(GPTActs *acts) {
     if (acts->moe) {
         for (size_t i = 0; i < acts->moe_layers; i++) moe_free(acts->moe[i]);
         free(acts->moe);
+        for (int i = 0; acts->moe_ep && i < (int)(acts->moe_layers / (size_t)acts->B); i++)
+            if (acts->moe_ep[i]) acts->moe_ep_hooks->destroy(acts->moe_ep[i]);
+        free(acts->moe_ep);
         free(acts->moe_stats);
     }
     free(acts->memory);
@@ -539,6 +543,17 @@ static double loss_forward(const GPT *model, GPTActs *acts, const int32_t *targe
                              w.Vl, dloss);
 }
 
+/* Expert parallelism: local layer i's hook state of this activation set. */
+static void *moe_ep_state(const GPT *model, GPTActs *acts, int i) {
+    if (!acts->moe_ep) {
+        acts->moe_ep = bs_calloc((size_t)gpt_stage_layers(&model->cfg), sizeof(void *));
+        acts->moe_ep_hooks = model->moe_ep;
+    }
+    if (!acts->moe_ep[i])
+        acts->moe_ep[i] = model->moe_ep->create(model->moe_ep->ctx, (size_t)acts->B * acts->T, (size_t)acts->T);
+    return acts->moe_ep[i];
+}
+
 /* The MoE MLP of local layer i: proj_out = moe(ln2), sequence by sequence
  * (each a capacity group); in training the statistics are summed over the
  * data-parallel group and the weighted losses added to the step's. */
@@ -548,9 +563,14 @@ static void moe_mlp_forward(GPT *model, GPTActs *acts, LayerTensors p, const Lay
     const size_t rows = (size_t)t * C;
     MoeStats *st = &acts->moe_stats[i];
     memset(st, 0, sizeof *st);
-    for (int s = 0; s < b; s++)
-        moe_forward(acts->moe[(size_t)i * acts->B + s], acts->proj_out + s * rows, a->ln2 + s * rows, (size_t)t,
-                    p.router, p.experts, model->moe_bias + (size_t)i * E, st);
+    if (model->moe_ep) {
+        model->moe_ep->forward(moe_ep_state(model, acts, i), acts->proj_out, a->ln2, (size_t)b * t, p.router,
+                               p.experts, model->moe_bias + (size_t)i * E, st);
+    } else {
+        for (int s = 0; s < b; s++)
+            moe_forward(acts->moe[(size_t)i * acts->B + s], acts->proj_out + s * rows, a->ln2 + s * rows, (size_t)t,
+                        p.router, p.experts, model->moe_bias + (size_t)i * E, st);
+    }
     if (!training) return;
     if (model->moe_dp && comm_size(model->moe_dp) > 1) comm_allreduce_double(model->moe_dp, (double *)st, (int)MOE_STATS_DOUBLES);
     double *sum = (double *)&model->moe_step[i];
@@ -788,10 +808,16 @@ static void moe_mlp_backward(const Pass *x, int i, LayerTensors p, LayerTensors 
     const GPT *model = x->model;
     const size_t rows = (size_t)x->t * x->w.C;
     memset(acts->dln, 0, x->N * x->w.C * sizeof(float));
+    const double aux_coef = model->moe_loss_weight * model->cfg.moe_aux_coef;
+    const double z_coef = model->moe_loss_weight * model->cfg.moe_z_coef;
+    if (model->moe_ep) {
+        model->moe_ep->backward(acts->moe_ep[i], acts->dln, g.router, g.experts, acts->dresidual, a->ln2, p.router,
+                                p.experts, &acts->moe_stats[i], aux_coef, z_coef);
+        return;
+    }
     for (int s = 0; s < x->b; s++) {
         MoeLayer *layer = acts->moe[(size_t)i * acts->B + s];
-        moe_set_loss_coefs(layer, model->moe_loss_weight * model->cfg.moe_aux_coef,
-                           model->moe_loss_weight * model->cfg.moe_z_coef);
+        moe_set_loss_coefs(layer, aux_coef, z_coef);
         moe_backward(layer, acts->dln + s * rows, g.router, g.experts, acts->dresidual + s * rows, a->ln2 + s * rows,
                      p.router, p.experts, &acts->moe_stats[i]);
     }

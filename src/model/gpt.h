@@ -57,6 +57,7 @@ typedef struct {
     int pp_size, pp_rank;  /* pipeline stage */
     int first_layer, stage_layers; /* the stage's layers: [first_layer, first_layer + stage_layers) */
     int cp_size;           /* context parallel: each sequence split this many ways (0 or 1: not) */
+    int ep_size, ep_rank;  /* expert parallel (MoE): this shard holds experts [ep_rank E/ep, +E/ep) (0: all) */
     /* LoRA adapters (model/lora.h): rank r (0: none) on the linear layers in
      * lora_targets (a mask of 1 << LORA_TARGET_*) */
     int lora_rank, lora_targets;
@@ -76,6 +77,7 @@ int gpt_tp_rank(const GPTConfig *cfg);
 int gpt_first_layer(const GPTConfig *cfg);
 int gpt_stage_layers(const GPTConfig *cfg);
 int gpt_cp_size(const GPTConfig *cfg);
+int gpt_ep_size(const GPTConfig *cfg); /* 1 unless expert-parallel */
 bool gpt_has_encoder(const GPTConfig *cfg);    /* first pipeline stage */
 bool gpt_has_head(const GPTConfig *cfg);       /* last pipeline stage: final LayerNorm, logits, loss */
 bool gpt_has_embeddings(const GPTConfig *cfg); /* in the flat buffer: the first stage */
@@ -145,7 +147,8 @@ void gpt_block_range(const GPTConfig *cfg, int block, size_t *offset, size_t *co
 
 /* A run of the local flat buffer and where it lies in the logical layout.
  * `primary` marks the one copy of each logical element: tensors replicated
- * over tensor-parallel ranks count on rank 0 only. */
+ * over tensor-parallel ranks count on rank 0 only, and over expert-parallel
+ * ranks (all but the experts) on ep rank 0. */
 typedef struct {
     size_t local, logical, count;
     bool primary;
@@ -181,6 +184,23 @@ typedef struct {
 } LayerTensors;
 /* Tensors of the part cfg holds are set, the others NULL. */
 LayerTensors gpt_layer_tensors(const GPTConfig *cfg, float *block);
+
+/* Expert parallelism's MoE layer, seen from the model (parallel/ fills it
+ * in: parallel/moe_hooks.h): the experts of a layer live on other ranks, so
+ * the model hands the whole micro-batch's rows (N = b t, each sequence its
+ * own capacity group) to `forward` and `backward` instead of running
+ * moe_forward per sequence. `create` makes one layer's state for one
+ * activation set (up to max_rows rows), `destroy` frees it. */
+typedef struct {
+    void *(*create)(void *ctx, size_t max_rows, size_t seq_len);
+    void (*destroy)(void *state);
+    void (*forward)(void *state, float *out, const float *x, size_t N, const float *router_w, const float *experts,
+                    const float *bias, MoeStats *stats);
+    void (*backward)(void *state, float *dx, float *drouter_w, float *dexperts, const float *dout, const float *x,
+                     const float *router_w, const float *experts, const MoeStats *global, double aux_coef,
+                     double z_coef);
+    void *ctx;
+} MoeExpertHooks;
 
 typedef struct {
     GPTConfig cfg;
@@ -227,12 +247,14 @@ typedef struct {
      * (MoeStats) are summed over moe_dp (one all-reduce per layer per
      * training micro-batch; NULL: this process alone) before its backward,
      * and capacity is counted per sequence (each of the b sequences is its
-     * own capacity group: ceil(t K / E x factor) rows per expert), so one
+     * own capacity group: ceil(t K / E x factor) rows per expert; under
+     * expert parallelism too, through moe_ep), so one
      * process at micro-batch m x dp is the oracle of dp ranks at micro-batch
      * m. Each micro-step's aux + z losses enter the objective times
      * moe_loss_weight (1 / the step's micro-steps: their mean), beside the
      * language-model loss, which forward alone returns. */
     Comm *moe_dp;
+    const MoeExpertHooks *moe_ep; /* expert parallelism (cfg.ep_size > 1): the MoE layers through these; NULL: here */
     double moe_loss_weight;
     float *moe_bias;     /* (stage layers, E): loss-free balancing's selection bias, state (not trained) */
     MoeStats *moe_step;  /* (stage layers): the training micro-steps' summed statistics since the caller zeroed them */
@@ -295,6 +317,8 @@ typedef struct {
     bool lora_dropout_on;    /* the last forward trained with dropout: backward uses the same masks */
     MoeLayer **moe;      /* MoE: (stage layers, B) layers, one per sequence (capacity groups) */
     size_t moe_layers;   /* their number */
+    void **moe_ep;       /* expert parallelism: (stage layers) hook states, made at first use */
+    const MoeExpertHooks *moe_ep_hooks; /* what made them */
     MoeStats *moe_stats; /* MoE: per stage layer, the last forward's statistics (data-parallel sums in training) */
 } GPTActs;
 

@@ -20,6 +20,7 @@ static int pp_rank(const GPTConfig *cfg) { return cfg->pp_size > 0 ? cfg->pp_ran
 int gpt_first_layer(const GPTConfig *cfg) { return cfg->pp_size > 0 ? cfg->first_layer : 0; }
 int gpt_stage_layers(const GPTConfig *cfg) { return cfg->pp_size > 0 ? cfg->stage_layers : cfg->num_layers; }
 int gpt_cp_size(const GPTConfig *cfg) { return cfg->cp_size > 1 ? cfg->cp_size : 1; }
+int gpt_ep_size(const GPTConfig *cfg) { return cfg->ep_size > 1 ? cfg->ep_size : 1; }
 bool gpt_has_encoder(const GPTConfig *cfg) { return pp_rank(cfg) == 0; }
 bool gpt_has_head(const GPTConfig *cfg) { return pp_rank(cfg) == pp_size(cfg) - 1; }
 bool gpt_has_embeddings(const GPTConfig *cfg) { return gpt_has_encoder(cfg); }
@@ -27,7 +28,7 @@ bool gpt_has_embeddings(const GPTConfig *cfg) { return gpt_has_encoder(cfg); }
 GPTConfig gpt_logical_config(const GPTConfig *cfg) {
     GPTConfig whole = *cfg;
     whole.tp_size = whole.tp_rank = whole.pp_size = whole.pp_rank = whole.first_layer = whole.stage_layers = 0;
-    whole.cp_size = 0;
+    whole.cp_size = whole.ep_size = whole.ep_rank = 0;
     return whole;
 }
 
@@ -158,7 +159,12 @@ static size_t adapter_numel(const GPTConfig *cfg, TensorKind k) {
     return r * width;
 }
 
-bool gpt_tensor_primary(const GPTConfig *cfg, TensorKind k) { return !(tp_replicated(k) && gpt_tp_rank(cfg) != 0); }
+/* Replicated over TP: rank 0's copy counts; over EP (everything but the
+ * experts, which each ep rank holds its own of): ep rank 0's. */
+bool gpt_tensor_primary(const GPTConfig *cfg, TensorKind k) {
+    if (tp_replicated(k) && gpt_tp_rank(cfg) != 0) return false;
+    return !(k != TK_EXPERTS && gpt_ep_size(cfg) > 1 && cfg->ep_rank != 0);
+}
 
 size_t gpt_tensor_numel(const GPTConfig *cfg, TensorKind k) {
     size_t C = (size_t)cfg->channels, T = (size_t)gpt_tp_size(cfg);
@@ -178,7 +184,7 @@ size_t gpt_tensor_numel(const GPTConfig *cfg, TensorKind k) {
     case TK_ROUTER: return (size_t)cfg->experts * C;
     case TK_EXPERTS: {
         MoeConfig moe = gpt_moe_config(cfg);
-        return (size_t)cfg->experts * moe_expert_numel(&moe);
+        return (size_t)(cfg->experts / gpt_ep_size(cfg)) * moe_expert_numel(&moe); /* this shard's experts */
     }
     default: break;
     }
@@ -377,6 +383,9 @@ static void tensor_runs(RunList *l, const GPTConfig *cfg, const GPTConfig *whole
         for (size_t row = 0; row < rows; row++) add_run(l, local + row * cols, logical + row * full + r * cols, cols, primary);
         break;
     }
+    case TK_EXPERTS: /* local expert j of ep rank e is logical expert e E/ep + j: one contiguous block */
+        add_run(l, local, logical + (cfg->ep_size > 1 ? (size_t)cfg->ep_rank : 0) * n, n, primary);
+        break;
     default: /* whole tensors, or a contiguous row block (wte, fcw, fcb) */
         add_run(l, local, tp_replicated(k) ? logical : logical + r * n, n, primary);
         break;

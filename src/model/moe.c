@@ -42,6 +42,7 @@ struct MoeLayer {
     int32_t *kept_index;                 /* (M): the kept rows, grouped by expert */
     struct Ranked *ranked;               /* (M): capacity sort scratch */
     real *xk, *h, *g, *tmp_c, *tmp_f;    /* (M,C), (M,F), (M,F), (M,C), (M,F) */
+    int64_t capacity_group;              /* rows per capacity decision (positions / it); 0: all rows one group */
 };
 
 typedef struct Ranked {
@@ -279,29 +280,46 @@ static int index_order(const void *pa, const void *pb) {
     return (a->index > b->index) - (a->index < b->index);
 }
 
-/* kept_index: the rows each expert computes (all, or its `capacity` best),
- * in their order among the rows. */
+/* The rows [begin, begin + n) one capacity decision covers: all of them,
+ * or their `capacity` best, into kept (in their order among the rows). */
+static size_t keep_best(MoeLayer *L, size_t begin, size_t n, const real *scores, const int64_t *positions,
+                        size_t capacity, int32_t *kept) {
+    if (n <= capacity) {
+        for (size_t i = 0; i < n; i++) kept[i] = (int32_t)(begin + i);
+        return n;
+    }
+    Ranked *r = L->ranked;
+    for (size_t i = 0; i < n; i++) r[i] = (Ranked){scores[begin + i], positions[begin + i], (int32_t)(begin + i)};
+    qsort(r, n, sizeof *r, ranked_order);
+    qsort(r, capacity, sizeof *r, index_order); /* the capacity best, back in row order */
+    for (size_t i = 0; i < capacity; i++) kept[i] = r[i].index;
+    return capacity;
+}
+
+/* kept_index: the rows each expert computes (all, or its `capacity` best
+ * per capacity group), in their order among the rows. An expert's rows come
+ * in position order, so a group's rows are one contiguous run. */
 static void choose_kept(MoeLayer *L, const size_t *counts, const real *scores, const int64_t *positions,
                         size_t capacity, MoeStats *stats) {
     size_t begin = 0, kept = 0;
+    const int64_t group = L->capacity_group;
     for (int e = 0; e < L->local_experts; begin += counts[e], e++) {
-        const size_t n = counts[e];
-        if (n <= capacity) {
-            for (size_t i = 0; i < n; i++) L->kept_index[kept + i] = (int32_t)(begin + i);
-            L->kept_counts[e] = n;
-        } else {
-            Ranked *r = L->ranked;
-            for (size_t i = 0; i < n; i++) r[i] = (Ranked){scores[begin + i], positions[begin + i], (int32_t)(begin + i)};
-            qsort(r, n, sizeof *r, ranked_order);
-            qsort(r, capacity, sizeof *r, index_order); /* the capacity best, back in row order */
-            for (size_t i = 0; i < capacity; i++) L->kept_index[kept + i] = r[i].index;
-            L->kept_counts[e] = capacity;
+        const size_t end = begin + counts[e];
+        L->kept_counts[e] = 0;
+        for (size_t run = begin, stop; run < end; run = stop) {
+            stop = run + 1;
+            while (group > 0 && stop < end && positions[stop] / group == positions[run] / group) stop++;
+            if (group <= 0) stop = end;
+            int32_t *into = L->kept_index + kept + L->kept_counts[e];
+            L->kept_counts[e] += keep_best(L, run, stop - run, scores, positions, capacity, into);
         }
         kept += L->kept_counts[e];
         stats->kept[L->first_expert + e] += (double)L->kept_counts[e];
     }
     L->kept_total = kept;
 }
+
+void moe_set_capacity_group(MoeLayer *L, size_t rows) { L->capacity_group = (int64_t)rows; }
 
 void moe_experts_forward(MoeLayer *L, real *y, const real *rows, const size_t *counts, const real *scores,
                          const int64_t *positions, size_t capacity, const real *experts, MoeStats *stats) {

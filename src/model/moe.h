@@ -161,6 +161,11 @@ void moe_route_backward(MoeLayer *layer, real *dx, real *drouter_w, const real *
 void moe_experts_forward(MoeLayer *layer, real *y, const real *rows, const size_t *counts, const real *scores,
                          const int64_t *positions, size_t capacity, const real *experts, MoeStats *stats);
 /* drows (M,C) written (0 for a dropped row) from dy (M,C); dexperts += . */
+/* Capacity per group of `rows` consecutive positions (position / rows: the
+ * group; each expert keeps up to capacity rows of each group); 0, the
+ * default: one group. Expert parallelism sets it to the sequence length so
+ * each sequence stays its own capacity group, as in the one-process GPT. */
+void moe_set_capacity_group(MoeLayer *layer, size_t rows);
 void moe_experts_backward(MoeLayer *layer, real *drows, const real *dy, const real *experts, real *dexperts);
 
 #endif

@@ -23,6 +23,8 @@ typedef struct {
     float *buf;                  /* stage 2/3: where backward writes this bucket */
     int pool_index;              /* -1: the dedicated embeddings buffer */
     CommOp *op;
+    CommOp **parts;              /* expert parallelism: its ranges' reductions (num_parts, NULL when done) */
+    int num_parts;
     CompressedScratch *scratch;  /* compressed gradients: this bucket's buffers */
     size_t server_offset;        /* stage 0, exchange scheme: its server residual in dp->server_residual */
 } Bucket;
@@ -73,6 +75,9 @@ struct DataParallel {
     float *residual;        /* worker error feedback, total floats */
     float *server_residual; /* stage 0, exchange scheme: each bucket's own chunk */
     size_t server_floats;
+    Comm *expert_comm;      /* expert parallelism: the expert tensors' reduction group (NULL: dp->comm) */
+    Range *expert_ranges;   /* the TK_EXPERTS tensors, ascending */
+    int num_expert_ranges;
     Comm *node;             /* hpZ: the node group and the secondary shard */
     float *secondary;
     Range secondary_range;
@@ -138,11 +143,33 @@ static void remove_inflight(DataParallel *dp, int i) {
     dp->num_inflight--;
 }
 
+/* Whether bucket k's reduction is complete (advancing it). */
+static bool bucket_test(DataParallel *dp, int k) {
+    Bucket *bk = &dp->buckets[k];
+    if (!dp->expert_comm) return comm_test(bk->op);
+    bool done = true;
+    for (int i = 0; i < bk->num_parts; i++) {
+        if (bk->parts[i] && comm_test(bk->parts[i])) bk->parts[i] = NULL;
+        done = done && !bk->parts[i];
+    }
+    return done;
+}
+
+static void bucket_wait(DataParallel *dp, int k) {
+    Bucket *bk = &dp->buckets[k];
+    if (!dp->expert_comm) {
+        comm_wait(bk->op);
+        return;
+    }
+    for (int i = 0; i < bk->num_parts; i++)
+        if (bk->parts[i]) comm_wait(bk->parts[i]), bk->parts[i] = NULL;
+}
+
 /* Advances every operation in flight, absorbing the finished ones. */
 static void poll(DataParallel *dp) {
     for (int i = 0; i < dp->num_inflight;) {
         int k = dp->inflight[i];
-        if (comm_test(dp->buckets[k].op)) {
+        if (bucket_test(dp, k)) {
             finish_bucket(dp, k);
             remove_inflight(dp, i);
         } else {
@@ -155,7 +182,7 @@ static void poll(DataParallel *dp) {
 
 static void wait_oldest(DataParallel *dp) {
     int k = dp->inflight[0];
-    comm_wait(dp->buckets[k].op);
+    bucket_wait(dp, k);
     finish_bucket(dp, k);
     remove_inflight(dp, 0);
 }
@@ -200,11 +227,30 @@ static CommOp *start_reduction(DataParallel *dp, Bucket *bk) {
                  : comm_start_compressed_reduce_scatter(dp->comm, bk->scratch, &z, buf, bk->offset, bk->count, dp->total);
 }
 
+/* Expert parallelism (stage 0, uncompressed): the bucket's expert ranges
+ * all-reduced over the expert-data-parallel group, the ranges between them
+ * over the whole data group, each its own operation. */
+static void start_split_reduction(DataParallel *dp, Bucket *bk) {
+    float *grads = dp->model->grads;
+    size_t at = bk->offset;
+    const size_t end = bk->offset + bk->count;
+    bk->num_parts = 0;
+    for (int i = 0; i < dp->num_expert_ranges && at < end; i++) {
+        const Range part = range_intersect(dp->expert_ranges[i], range_make(at, end - at));
+        if (range_empty(part)) continue;
+        if (part.offset > at) bk->parts[bk->num_parts++] = comm_start_allreduce(dp->comm, grads + at, part.offset - at);
+        bk->parts[bk->num_parts++] = comm_start_allreduce(dp->expert_comm, grads + part.offset, part.count);
+        at = range_end(part);
+    }
+    if (at < end) bk->parts[bk->num_parts++] = comm_start_allreduce(dp->comm, grads + at, end - at);
+}
+
 static void launch_bucket(DataParallel *dp, int k) {
     Bucket *bk = &dp->buckets[k];
     measure_bucket(dp, bk);
     if (dp->num_inflight == MAX_INFLIGHT) wait_oldest(dp);
-    bk->op = start_reduction(dp, bk);
+    if (dp->expert_comm) start_split_reduction(dp, bk);
+    else bk->op = start_reduction(dp, bk);
     dp->inflight[dp->num_inflight++] = k;
 }
 
@@ -463,8 +509,27 @@ DataParallel *dp_create(Comm *comm, GPT *model, const DPOptions *opt) {
     return dp;
 }
 
+void dp_set_expert_group(DataParallel *dp, Comm *edp) {
+    if (dp->stage != 0 || dp->compress_grads)
+        bs_die("--ep: expert parallelism reduces gradients at --zero 0 without --grad-compression only (yet)");
+    const GPTConfig *cfg = &dp->model->cfg;
+    int cap = gpt_max_segments(cfg);
+    ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
+    int n = gpt_param_segments(cfg, segs, cap);
+    dp->expert_ranges = bs_malloc(sizeof(Range) * (size_t)(n > 0 ? n : 1));
+    for (int i = 0; i < n; i++)
+        if (segs[i].kind == TK_EXPERTS && segs[i].count > 0)
+            dp->expert_ranges[dp->num_expert_ranges++] = range_make(segs[i].offset, segs[i].count);
+    free(segs);
+    for (int k = 0; k < dp->num_buckets; k++) /* at most an expert range and the range before it each, and a tail */
+        dp->buckets[k].parts = bs_calloc((size_t)(2 * dp->num_expert_ranges + 1), sizeof(CommOp *));
+    dp->expert_comm = edp;
+}
+
 void dp_free(DataParallel *dp) {
     if (!dp) return;
+    free(dp->expert_ranges);
+    for (int k = 0; k < dp->num_buckets; k++) free(dp->buckets[k].parts);
     for (int k = 0; k < dp->num_buckets; k++) compressed_scratch_free(dp->buckets[k].scratch);
     free(dp->buckets);
     free(dp->bucket_of_block);

@@ -63,6 +63,10 @@ typedef struct DataParallel DataParallel;
 /* Takes a model with only cfg set and allocates what this stage keeps. */
 DataParallel *dp_create(Comm *comm, GPT *model, const DPOptions *opt);
 void dp_free(DataParallel *dp);
+/* Expert parallelism: the expert tensors' (TK_EXPERTS) gradients are summed
+ * over edp (the expert-data-parallel group) instead of the data group; the
+ * rest as before. Stage 0 without compression only (dies in one line). */
+void dp_set_expert_group(DataParallel *dp, Comm *edp);
 
 /* The range of the flat layout this rank updates (all of it at stage 0),
  * and pointers to its parameters and (after dp_finish_gradients) its summed

@@ -10,6 +10,7 @@
 #include "model/model_file.h"
 #include "model/safetensors_file.h"
 #include "parallel/model_parallel.h"
+#include "parallel/moe_hooks.h"
 
 /* Context parallelism: the caller's loader fills whole sequences, this rank keeps its chunks. */
 typedef struct {
@@ -45,6 +46,7 @@ struct Engine {
     TiedGrads tied;
     long optimizer_step;
     ContextLoad context_load; /* cp > 1: whole sequences in, this rank's chunks out */
+    MoeEpContext moe_ep;      /* ep > 1: the MoE layers over the EP group */
 };
 
 const Grid *engine_grid(const Engine *e) { return e->grid; }
@@ -78,13 +80,14 @@ static void split_virtual_stages(Engine *e) {
     }
 }
 
-/* The shard config of (tp_index, virtual stage vs). */
-static GPTConfig chunk_config(const Engine *e, const GPTConfig *whole, int tp_index, int vs) {
+/* The shard config of (tp_index, virtual stage vs, ep_index). */
+static GPTConfig chunk_config(const Engine *e, const GPTConfig *whole, int tp_index, int vs, int ep_index) {
     GPTConfig c = gpt_logical_config(whole);
     char why[256];
     if (!gpt_set_shard(&c, e->grid->tp, tp_index, e->virtual_stages, vs, e->vs_first[vs], e->vs_layers[vs], why,
                        sizeof why))
         bs_die("%s", why);
+    if (e->grid->ep > 1) c.ep_size = e->grid->ep, c.ep_rank = ep_index;
     return c;
 }
 
@@ -171,6 +174,25 @@ static void inject_outlier(Engine *e, EngineChunk *ch) {
     }
 }
 
+/* What expert parallelism does not compose with yet: one line each, before any work. */
+static void check_expert_parallel(Engine *e, const GPTConfig *whole) {
+    const EngineConfig *c = &e->cfg;
+    const Grid *g = e->grid;
+    char why[256];
+    if (!gpt_is_moe(whole)) bs_die("--ep %d needs --experts E (E > 1: a Mixture-of-Experts model)", g->ep);
+    if (!moe_ep_check(whole->experts, g->ep, g->dp, why, sizeof why)) bs_die("%s", why);
+    const char *no = c->data_parallel.zero_stage > 0 ? "--zero 1, 2 or 3 (use --zero 0)"
+                     : g->tp > 1 || g->pp > 1 || g->cp > 1 ? "--tp, --pp or --cp"
+                     : c->virtual_stages > 1 ? "--virtual-stages"
+                     : c->data_parallel.grad_codec.kind != CODEC_NONE ? "--grad-compression"
+                     : c->optimizer.kind == OPTIM_LAMB || c->optimizer.kind == OPTIM_LARS
+                         ? "--optimizer lamb or lars (their per-tensor norms would see each rank's experts only)"
+                     : c->optimizer.kind == OPTIM_ONEBIT_ADAM ? "--optimizer onebit-adam"
+                     : NULL;
+    if (no) bs_die("--ep %d does not work with %s yet", g->ep, no);
+    moe_hooks_init(&e->moe_ep, whole, g->ep_group);
+}
+
 /* The optimizer sees each tensor's trained elements (not wte's padded rows). */
 static void setup_optimizer(Engine *e, EngineChunk *ch) {
     const GPTConfig *mc = &ch->model.cfg;
@@ -195,12 +217,16 @@ static void setup_chunk(Engine *e, int c, const GPTConfig *whole) {
     const Grid *g = e->grid;
     EngineChunk *ch = &e->chunks[c];
     ch->virtual_stage = c * g->pp + g->pp_index;
-    ch->model.cfg = chunk_config(e, whole, g->tp_index, ch->virtual_stage);
+    ch->model.cfg = chunk_config(e, whole, g->tp_index, ch->virtual_stage, g->ep_index);
     if (whole->lora_rank > 0) ch->model.cfg.part = GPT_PART_ADAPTERS; /* only the adapters train */
     e->chunk_comm[c] = c == 0 ? g->dp_group : comm_split(g->dp_group, 0, g->dp_index, "data-parallel chunk");
     ch->dp = dp_create(e->chunk_comm[c], &ch->model, &e->cfg.data_parallel);
     ch->model.tp = g->tp_group;
     ch->model.moe_dp = e->chunk_comm[c]; /* MoE: the losses' statistics over the data-parallel micro-step */
+    if (g->ep > 1) { /* the experts' all-to-all over the EP group, their gradients over the expert-data group */
+        ch->model.moe_ep = &e->moe_ep.hooks;
+        dp_set_expert_group(ch->dp, g->edp_group);
+    }
     ch->model.doc_separator = e->cfg.doc_mask ? e->cfg.doc_separator : -1;
     if (g->cp > 1) {
         ch->model.cfg.cp_size = g->cp;
@@ -242,9 +268,10 @@ void engine_share_output_weights(Engine *e) {
 Engine *engine_create(Comm *world, const GPTConfig *whole, const EngineConfig *cfg) {
     Engine *e = bs_calloc(1, sizeof *e);
     e->cfg = *cfg;
-    GridShape shape = {cfg->tp, cfg->cp > 1 ? cfg->cp : 1, cfg->pp, cfg->dp};
+    GridShape shape = {cfg->tp, cfg->cp > 1 ? cfg->cp : 1, cfg->pp, cfg->dp, cfg->ep};
     e->grid = grid_create_split(world, shape, cfg->stage_layers, whole->num_layers, whole->num_heads);
     const Grid *g = e->grid;
+    if (g->ep > 1) check_expert_parallel(e, whole);
     if (cfg->seq_len % (2 * g->cp) != 0)
         bs_die("--seq-len %d is not a multiple of 2 x --cp %d (each sequence is cut into 2 cp chunks)", cfg->seq_len,
                g->cp);
@@ -371,6 +398,8 @@ EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad 
         e->chunks[c].model.moe_loss_weight = 1.0 / m; /* the mean of the micro-steps' MoE losses */
     }
     comm_reset_stats(e->grid->cp_group);
+    comm_reset_stats(e->grid->ep_group);
+    comm_reset_stats(e->grid->edp_group);
     EngineChunk *tied = tied_chunk(e);
     mp_start_tied_grads(e->grid, &tied->model, &e->tied);
     PipeHooks hooks = {before_last_grads, after_last_grads, e};
@@ -392,6 +421,8 @@ double engine_grad_sum_squares(Engine *e) {
     double sum = 0;
     for (int c = 0; c < e->num_chunks; c++) sum += mp_local_grad_sum_squares(&e->chunks[c].model, e->chunks[c].dp);
     comm_allreduce_double(e->cfg.data_parallel.zero_stage >= 1 ? e->grid->world : e->grid->mp_group, &sum, 1);
+    /* EP (ZeRO 0): each ep rank holds its experts, the dense tensors count on ep rank 0 (gpt_tensor_primary) */
+    if (e->grid->ep > 1) comm_allreduce_double(e->grid->ep_group, &sum, 1);
     return sum;
 }
 
@@ -456,7 +487,7 @@ static void gather_part(Engine *e, GPTPart part, float *out) {
     for (int c = 0; c < e->num_chunks; c++) {
         for (int r = 0; r < world; r++) {
             GridCoord at = grid_coord_of(g, r);
-            shards[r] = chunk_config(e, &whole, at.tp, c * g->pp + at.pp);
+            shards[r] = chunk_config(e, &whole, at.tp, c * g->pp + at.pp, at.dp % g->ep);
         }
         EngineChunk *ch = &e->chunks[c];
         if (part == GPT_PART_BASE) {
@@ -552,6 +583,7 @@ CommStats engine_comm_stats(const Engine *e) {
         add_stats(&total, comm_stats(e->chunk_comm[c]));
         add_stats(&total, dp_node_stats(e->chunks[c].dp));
     }
+    add_stats(&total, comm_stats(e->grid->edp_group)); /* expert parallelism: the expert gradients' reductions */
     return total;
 }
 
@@ -572,6 +604,7 @@ void engine_fp8_stats(Engine *e, Fp8Stats out[FP8_KINDS]) {
 }
 
 CommStats engine_context_stats(const Engine *e) { return comm_stats(e->grid->cp_group); }
+CommStats engine_expert_stats(const Engine *e) { return comm_stats(e->grid->ep_group); }
 
 void engine_set_trace(Engine *e, Trace *trace) {
     for (int c = 0; c < e->num_chunks; c++) comm_set_trace(e->chunk_comm[c], trace);

@@ -42,6 +42,7 @@
 typedef struct {
     int tp, pp, dp;            /* dp 0: world / (tp cp pp) */
     int cp;                    /* context parallel ranks per replica (0 or 1: none) */
+    int ep;                    /* MoE expert parallel ranks inside dp (0 or 1: none; parallel/grid.h) */
     CpAlgo cp_algo;
     CpSplit cp_split;
     int virtual_stages;        /* v >= 1: layer groups per pipeline rank */
@@ -137,6 +138,7 @@ CommStats engine_comm_stats(const Engine *e); /* this step's data-parallel traff
  * without fp8 */
 void engine_fp8_stats(Engine *e, Fp8Stats out[FP8_KINDS]);
 CommStats engine_context_stats(const Engine *e); /* this step's context-parallel traffic (zero without cp) */
+CommStats engine_expert_stats(const Engine *e);  /* this step's expert-parallel all-to-alls (zero without ep) */
 void engine_set_trace(Engine *e, Trace *trace);
 /* 1-bit Adam's compression stage: no gradient reduction (true) or again (false). */
 void engine_set_local_gradients(Engine *e, bool local);

@@ -112,6 +112,10 @@ static int check_layout(const Comm *world, GridShape sh, int num_layers, int num
                sh.cp, sh.pp, dp, model * dp, size);
     if (num_heads % sh.tp != 0)
         bs_die("--tp %d does not divide --heads %d (tensor parallelism splits the attention heads)", sh.tp, num_heads);
+    const int ep = sh.ep > 1 ? sh.ep : 1;
+    if (dp % ep != 0)
+        bs_die("--ep %d does not divide the data-parallel size %d (expert parallelism folds over data-parallel ranks)",
+               ep, dp);
     if (num_layers < sh.pp) bs_die("--pp %d stages need at least %d layers (the model has %d)", sh.pp, sh.pp, num_layers);
     return dp;
 }
@@ -141,6 +145,12 @@ Grid *grid_create_split(Comm *world, GridShape shape, const int *layers_per_stag
     g->pp_group = comm_split(world, (at.dp * cp + at.cp) * tp + at.tp, at.pp, "pipeline");
     g->dp_group = comm_split(world, at.pp * tp + at.tp, at.dp * cp + at.cp, "data-parallel");
     g->mp_group = comm_split(world, at.dp * cp + at.cp, r, "model-parallel");
+    g->ep = shape.ep > 1 ? shape.ep : 1;
+    g->ep_index = at.dp % g->ep, g->edp_index = at.dp / g->ep;
+    g->ep_group = comm_split(world, ((g->edp_index * pp + at.pp) * cp + at.cp) * tp + at.tp, g->ep_index,
+                             "expert-parallel");
+    g->edp_group = comm_split(world, (g->ep_index * pp + at.pp) * tp + at.tp, g->edp_index * cp + at.cp,
+                              "expert-data-parallel");
     return g;
 }
 
@@ -151,6 +161,8 @@ void grid_free(Grid *g) {
     comm_free(g->pp_group);
     comm_free(g->dp_group);
     comm_free(g->mp_group);
+    comm_free(g->ep_group);
+    comm_free(g->edp_group);
     free(g->stage_first);
     free(g->stage_layers);
     free(g);

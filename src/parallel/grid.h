@@ -11,7 +11,13 @@
  * is dp_group. Each rank also has its model-parallel group (the TP x PP
  * ranks of its replica with its cp_index). Layers are split into PP
  * contiguous stages, evenly or as --pp-split says. Impossible layouts are
- * refused with a message saying what to change, before any work starts. */
+ * refused with a message saying what to change, before any work starts.
+ *
+ * Expert parallelism (MoE, ep > 1) folds inside DP, ep fastest:
+ *   dp_index = edp_index * ep + ep_index
+ * The EP group (the experts' all-to-all) is the ep ranks of equal (edp, pp,
+ * cp, tp); the expert-data-parallel group (expert gradients) the dp / ep
+ * replicas x cp of equal (ep_index, pp, tp). ep must divide dp. */
 #ifndef BS_PARALLEL_GRID_H
 #define BS_PARALLEL_GRID_H
 
@@ -26,11 +32,14 @@ typedef struct {
     Comm *world, *tp_group, *cp_group, *pp_group, *mp_group;
     Comm *dp_group;                 /* gradient reduction and ZeRO: the dp x cp ranks */
     int *stage_first, *stage_layers; /* per stage */
+    int ep, ep_index, edp_index;    /* expert parallelism inside DP (1, 0, dp_index: none) */
+    Comm *ep_group, *edp_group;     /* the EP group; expert gradients' data-parallel group */
 } Grid;
 
 /* The sizes of a layout; dp 0 means world / (tp x cp x pp). */
 typedef struct {
     int tp, cp, pp, dp;
+    int ep; /* expert parallelism inside dp (0 or 1: none) */
 } GridShape;
 
 /* tp, cp, pp >= 1. layers_per_stage: pp counts (from grid_parse_split,

@@ -130,7 +130,7 @@ void mp_gather_logical(const Grid *g, GPT *model, DataParallel *dp, const GPTCon
 
 void mp_gather_shards(const Grid *g, const GPTConfig *cfg, const float *local, const GPTConfig *rank_shards,
                       float *out) {
-    bool sender = g->dp_index == 0 && g->cp_index == 0; /* one copy of each shard */
+    bool sender = g->edp_index == 0 && g->cp_index == 0; /* one copy of each shard (each ep rank: its experts) */
     size_t n = sender ? pack_primary(cfg, local, NULL) : 0;
     float *packed = bs_malloc((n ? n : 1) * sizeof(float));
     if (sender) pack_primary(cfg, local, packed);

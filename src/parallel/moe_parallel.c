@@ -25,6 +25,7 @@ struct MoeParallel {
     MoeLayer *layer;
     ExpertExchange *exchange;
     size_t group_rows; /* of the last forward */
+    size_t capacity_group; /* rows per capacity decision; 0: group_rows */
     uint64_t *rank_rows; /* (ep): each rank's rows in the last forward */
     /* token side (N K rows, dispatch order) */
     float *send, *y, *dy, *drows;
@@ -98,7 +99,8 @@ void moe_parallel_forward(MoeParallel *p, float *out, const float *x, size_t N, 
     for (size_t j = 0; j < M; j++) p->scores[j] = p->rows_meta[j].score, p->positions[j] = p->rows_meta[j].position;
     expert_exchange_finish(p->exchange);
     moe_experts_forward(p->layer, p->rows_y, p->rows, expert_exchange_local_counts(p->exchange), p->scores,
-                        p->positions, moe_capacity(&p->cfg, p->group_rows), experts, stats);
+                        p->positions, moe_capacity(&p->cfg, p->capacity_group ? p->capacity_group : p->group_rows),
+                        experts, stats);
     expert_exchange_start_return(p->exchange, p->rows_y, p->y, sizeof(float) * C);
     expert_exchange_finish(p->exchange);
     moe_combine(p->layer, out, p->y);
@@ -114,6 +116,15 @@ void moe_parallel_backward(MoeParallel *p, float *dx, float *drouter_w, float *d
     expert_exchange_start_return(p->exchange, p->rows_dx, p->drows, sizeof(float) * C);
     expert_exchange_finish(p->exchange);
     moe_route_backward(p->layer, dx, drouter_w, p->drows, x, router_w, global);
+}
+
+void moe_parallel_set_capacity_group(MoeParallel *p, size_t rows) {
+    p->capacity_group = rows;
+    moe_set_capacity_group(p->layer, rows);
+}
+
+void moe_parallel_set_loss_coefs(MoeParallel *p, double aux_coef, double z_coef) {
+    moe_set_loss_coefs(p->layer, aux_coef, z_coef);
 }
 
 uint64_t moe_parallel_bytes(const MoeParallel *p) { return expert_exchange_bytes(p->exchange); }

@@ -43,6 +43,13 @@ void moe_parallel_forward(MoeParallel *p, float *out, const float *x, size_t N, 
  * statistics). Collective over the group. */
 void moe_parallel_backward(MoeParallel *p, float *dx, float *drouter_w, float *dexperts, const float *dout,
                            const float *x, const float *router_w, const float *experts, const MoeStats *global);
+/* Capacity per group of `rows` consecutive positions of the group's rows
+ * (moe_set_capacity_group; the GPT passes its sequence length: each
+ * sequence its own capacity group, ceil(rows K / E x factor) per expert);
+ * 0, the default: the group's rows are one capacity group. */
+void moe_parallel_set_capacity_group(MoeParallel *p, size_t rows);
+/* The losses' gradient coefficients (moe_set_loss_coefs). */
+void moe_parallel_set_loss_coefs(MoeParallel *p, double aux_coef, double z_coef);
 /* Bytes sent to other ranks by this rank's exchanges so far, and moves. */
 uint64_t moe_parallel_bytes(const MoeParallel *p);
 uint64_t moe_parallel_moves(const MoeParallel *p);

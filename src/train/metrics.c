@@ -49,12 +49,16 @@ static void set_fp8(json_t *j, const StepResult *r) {
 static void set_timing(json_t *j, const Metrics *m, const StepResult *r, double tokens_per_s) {
     set(j, "ms", number(r->seconds * 1e3));
     set(j, "tokens_per_s", number(tokens_per_s));
-    set(j, "compute_ms", number((r->seconds - r->comm_exposed - r->cp_exposed) * 1e3));
+    set(j, "compute_ms", number((r->seconds - r->comm_exposed - r->cp_exposed - r->moe_a2a_exposed) * 1e3));
     set(j, "comm_exposed_ms", number(r->comm_exposed * 1e3));
     set(j, "comm_busy_ms", number(r->comm_busy * 1e3));
     set(j, "comm_bytes", json_integer((json_int_t)r->comm_bytes));
     set(j, "comm_bytes_fp32", json_integer((json_int_t)r->comm_bytes_fp32));
     if (r->comm_bytes > 0) set(j, "compression_ratio", number((double)r->comm_bytes_fp32 / (double)r->comm_bytes));
+    if (r->moe_a2a_bytes > 0) {
+        set(j, "moe_a2a_bytes", json_integer((json_int_t)r->moe_a2a_bytes));
+        set(j, "moe_a2a_exposed_ms", number(r->moe_a2a_exposed * 1e3));
+    }
     if (r->cp_bytes > 0) {
         set(j, "cp_bytes", json_integer((json_int_t)r->cp_bytes));
         set(j, "cp_exposed_ms", number(r->cp_exposed * 1e3));

@@ -36,6 +36,8 @@ typedef struct {
     uint64_t comm_bytes_fp32;         /* what the same operations would send uncompressed */
     uint64_t cp_bytes;                /* context parallelism: keys, values and their gradients sent by this rank */
     double cp_exposed;                /* context parallelism: this rank's time blocked on them */
+    uint64_t moe_a2a_bytes;           /* expert parallelism: rows, counts and gradients this rank's all-to-alls sent */
+    double moe_a2a_exposed;           /* expert parallelism: this rank's time blocked on them */
     int stop_signal;                  /* a rank was asked to stop (train/preempt.h): the job ends after this step */
     bool fp8;                         /* --precision fp8: the FP8 tensors' statistics below, over every rank */
     double fp8_underflow[3];          /* per kind (input, weight, grad): share of non-zero values flushed to zero */

@@ -44,6 +44,7 @@ static CkptManifest *snapshot_manifest(const Trainer *tr) {
     m->world = comm_size(tr->world);
     m->dp = g->dp;
     m->cp = g->cp;
+    m->ep = g->ep;
     m->tp = g->tp;
     m->pp = stages;
     m->virtual_stages = v;
@@ -137,11 +138,13 @@ static void describe_piece(Trainer *tr, int c, CkptPiece *p) {
     const Grid *g = engine_grid(tr->engine);
     EngineChunk *ch = engine_chunk(tr->engine, c);
     dp_shard_range(ch->dp, &p->offset, &p->count);
+    if (g->ep > 1) /* ZeRO 0: each ep rank's layout (its experts) split over its expert-data-parallel group */
+        comm_partition(g->edp_group, ch->model.num_params, comm_rank(g->edp_group), &p->offset, &p->count);
     size_t at = p->offset - ch->update_offset;
     p->params = dp_params_at(ch->dp, p->offset, p->count);
     for (int k = 0; k < CKPT_STATE_ARRAYS; k++)
         p->state[k] = k < OPTIMIZER_MAX_STATE && ch->state[k] ? ch->state[k] + at : NULL;
-    p->shard = g->tp_index + ch->virtual_stage * g->tp;
+    p->shard = g->tp_index + ch->virtual_stage * g->tp + g->ep_index * g->tp * engine_virtual_stages(tr->engine);
 }
 
 /* --async-ckpt: the pieces and residuals copied aside (the only stall). */
@@ -213,7 +216,7 @@ void train_save_free(Trainer *tr) {
 }
 
 /* The checkpoint's model split: the shard config of old coordinates. */
-static GPTConfig old_shard(const CkptManifest *m, const GPTConfig *whole, int tp_index, int pp_index) {
+static GPTConfig old_shard(const CkptManifest *m, const GPTConfig *whole, int tp_index, int pp_index, int ep_index) {
     int *layers = bs_malloc(sizeof(int) * (size_t)m->pp);
     char why[768];
     if (!grid_parse_split(m->pp_split, whole->num_layers, m->pp, layers, why, sizeof why)) /* as written, "" = even */
@@ -225,6 +228,7 @@ static GPTConfig old_shard(const CkptManifest *m, const GPTConfig *whole, int tp
     GPTConfig c = gpt_logical_config(whole);
     if (!gpt_set_shard(&c, m->tp, tp_index, m->pp, pp_index, first, stage_layers, why, sizeof why))
         bs_die("checkpoint layout cannot be read: %s", why);
+    if (m->ep > 1) c.ep_size = m->ep, c.ep_rank = ep_index;
     return c;
 }
 
@@ -242,22 +246,21 @@ static int by_logical(const void *a, const void *b) {
 static OldRun *old_runs(const CkptManifest *m, const GPTConfig *whole, int *count) {
     int n = 0, cap = 0;
     OldRun *all = NULL;
-    for (int pp = 0; pp < m->pp; pp++)
-        for (int tp = 0; tp < m->tp; tp++) {
-            GPTConfig c = old_shard(m, whole, tp, pp);
-            int k;
-            ShardRun *runs = gpt_shard_runs_alloc(&c, &k);
-            for (int i = 0; i < k; i++) {
-                if (!runs[i].primary) continue;
-                if (n == cap) {
-                    cap = cap ? 2 * cap : 1024;
-                    all = realloc(all, sizeof(OldRun) * (size_t)cap);
-                    if (!all) bs_die("out of memory reading a checkpoint");
-                }
-                all[n++] = (OldRun){runs[i].logical, runs[i].count, runs[i].local, tp + pp * m->tp};
+    for (int shard = 0; shard < m->tp * m->pp * m->ep; shard++) { /* shard = tp + pp tp + ep tp pp */
+        GPTConfig c = old_shard(m, whole, shard % m->tp, shard / m->tp % m->pp, shard / (m->tp * m->pp));
+        int k;
+        ShardRun *runs = gpt_shard_runs_alloc(&c, &k);
+        for (int i = 0; i < k; i++) {
+            if (!runs[i].primary) continue;
+            if (n == cap) {
+                cap = cap ? 2 * cap : 1024;
+                all = realloc(all, sizeof(OldRun) * (size_t)cap);
+                if (!all) bs_die("out of memory reading a checkpoint");
             }
-            free(runs);
+            all[n++] = (OldRun){runs[i].logical, runs[i].count, runs[i].local, shard};
         }
+        free(runs);
+    }
     qsort(all, (size_t)n, sizeof(OldRun), by_logical);
     *count = n;
     return all;
@@ -281,13 +284,14 @@ void train_ckpt_read(const char *dir, const CkptManifest *m, const GPTConfig *cf
     const GPTConfig whole = gpt_logical_config(cfg);
     const int tp = gpt_tp_size(cfg), pp = cfg->pp_size > 0 ? cfg->pp_size : 1;
     const int tp_index = gpt_tp_rank(cfg), pp_index = cfg->pp_size > 0 ? cfg->pp_rank : 0;
-    bool same_split = m->tp == tp && m->pp == pp;
+    const int ep = gpt_ep_size(cfg), ep_index = ep > 1 ? cfg->ep_rank : 0;
+    bool same_split = m->tp == tp && m->pp == pp && m->ep == ep;
     if (same_split) {
-        GPTConfig old = old_shard(m, &whole, tp_index, pp_index);
+        GPTConfig old = old_shard(m, &whole, tp_index, pp_index, ep_index);
         same_split = gpt_first_layer(&old) == gpt_first_layer(cfg) && gpt_stage_layers(&old) == gpt_stage_layers(cfg);
     }
     if (same_split) { /* the same model shard: its files hold these local ranges as they are */
-        ckpt_read_shard_range(dir, m, tp_index + pp_index * tp, offset, count, params, state);
+        ckpt_read_shard_range(dir, m, tp_index + pp_index * tp + ep_index * tp * pp, offset, count, params, state);
         return;
     }
     int nold;
@@ -408,6 +412,7 @@ void train_resume(Trainer *tr) {
     moe_ckpt_resume(tr, dir);
     const Grid *g = engine_grid(tr->engine);
     tr->resharded = m->tp != g->tp || m->pp != engine_virtual_stages(tr->engine) || m->dp != g->dp || m->cp != g->cp ||
+                    m->ep != g->ep ||
                     m->zero != tr->cfg.zero;
     tr->step = m->step;
     tr->seqs_consumed = m->seqs_consumed;

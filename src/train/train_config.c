@@ -163,8 +163,8 @@ bool train_capacity_factor(const TrainConfig *c, double *factor, char *why, size
 static const char *moe_refusal(const TrainConfig *c) {
     return c->tp > 1 ? "--tp (the experts are not split over tensor-parallel ranks yet)"
            : c->pp > 1 ? "--pp" : c->cp > 1 ? "--cp"
-           : c->ep > 1 ? "--ep (expert parallelism is in the MoE layer, parallel/moe_parallel.h, not in the trainer yet)"
            : c->zero == 3 ? "--zero 3 (use --zero 0, 1 or 2)"
+           : c->ep > 1 && c->zero > 0 ? "--ep and --zero 1 or 2 (expert parallelism reduces at --zero 0 only yet)"
            : c->precision != PRECISION_FP32 ? "--precision bf16 or fp8 (MoE layers train in fp32)"
            : c->lora_rank > 0 ? "--lora-rank"
            : c->balance ? "--balance (every replica runs the same micro-steps: the MoE statistics are summed per micro-step)"
@@ -189,6 +189,9 @@ static bool check_moe(const TrainConfig *c, char *why, size_t n) {
     else if (c->moe_every != 1)
         snprintf(why, n, "--moe-every %d: every layer's MLP is MoE in this version (the layout holds one layer shape)",
                  c->moe_every);
+    else if (c->ep > 1 && c->experts % c->ep != 0)
+        snprintf(why, n, "--ep %d must divide --experts %d (each EP rank holds experts / ep of them)", c->ep,
+                 c->experts);
     else if (c->moe_top_k > c->experts)
         snprintf(why, n, "--moe-top-k %d must be at most --experts %d", c->moe_top_k, c->experts);
     else if (c->dropless && factor > 0)

@@ -155,7 +155,7 @@ typedef struct {
     const char *capacity_factor;     /* --capacity-factor text ("": dropless) */
     bool dropless;
     double moe_aux_loss, moe_z_loss, moe_bias_update;
-    int moe_every, ep;               /* only 1 in this version */
+    int moe_every, ep;               /* ep: expert-parallel ranks inside dp (parallel/grid.h) */
     double moe_skew;                 /* tests: every layer's selection bias of expert 0 starts here */
 } TrainConfig;
 

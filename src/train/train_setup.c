@@ -104,7 +104,7 @@ static void setup_engine(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
     tr->model = model_shape(tr);
     int *layers = stage_layers(c, &tr->model);
-    EngineConfig ec = {.tp = c->tp, .pp = c->pp, .dp = c->dp, .cp = c->cp, .cp_algo = c->cp_algo,
+    EngineConfig ec = {.tp = c->tp, .pp = c->pp, .dp = c->dp, .cp = c->cp, .ep = c->ep, .cp_algo = c->cp_algo,
                        .cp_split = c->cp_split, .virtual_stages = c->virtual_stages,
                        .stage_layers = layers, .schedule = c->pp_schedule, .micro_batch = c->micro_batch,
                        .seq_len = c->seq_len, .seed = (uint64_t)c->seed,

@@ -194,6 +194,9 @@ static void record_stats(Trainer *tr, StepResult *r, const StepStats *st, const 
     CommStats context = engine_context_stats(tr->engine);
     r->cp_bytes = context.bytes_sent;
     r->cp_exposed = context.wait_seconds;
+    CommStats experts = engine_expert_stats(tr->engine);
+    r->moe_a2a_bytes = experts.bytes_sent;
+    r->moe_a2a_exposed = experts.wait_seconds;
     if (tr->cfg.precision == PRECISION_FP8) record_fp8(tr, r);
 }
 

@@ -1,0 +1,181 @@
+#!/usr/bin/python3
+"""test_moe_ep.py: expert parallelism in the trainer (`batchscale train --ep N`).
+
+1. Layouts: ep 2 (2 ranks; also with 2 micro-steps per step, dropless), ep 2 x dp 2
+   and ep 4 (4 ranks) equal 1 process
+   at the same global batch over 10 steps: losses and aux losses within 1e-5
+   (relative), every step's loads and dropped shares equal, final weights
+   within 1e-5 (max |a-b| / max |b|; printed beside 4 data-parallel ranks
+   without EP, the summation-order floor) and the bias equal; dropless and under
+   a capacity factor that drops (each sequence its own capacity group on
+   every layout). The EP checkpoint is read here from its shard files (the
+   experts of ep rank e are logical experts e E/ep ..), not by batchscale.
+2. Checkpoints (`ckpt inspect` verifies an EP one): ep 2 -> ep 1 (2 ranks) -> 1 process bitwise (each resumed
+   with nothing left to train writes the state it read), and an ep 2 run
+   resumed at step 3 ends bitwise where the uninterrupted one does.
+3. Metrics: moe_a2a_bytes and moe_a2a_exposed_ms per step under EP only;
+   validation through the EP layers equals plain data parallelism's.
+4. Bad input, one line each: --ep not dividing --experts or the
+   data-parallel size, --ep with --zero 1.
+usage: test_moe_ep.py   (BATCHSCALE in the environment)
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bstest  # noqa: E402
+import test_moe_model as tm  # noqa: E402  (train, read_ckpt, layout, check, rel)
+
+TOL = 1e-5
+E = 4
+COMMON = ["--seq-len", "32", "--global-batch", "4", "--lr", "3e-3", "--warmup", "2", "--moe-z-loss", "1e-3",
+          "--moe-bias-update", "1e-3"]
+MODES = [("dropless", ["--dropless"]), ("capacity", ["--capacity-factor", "1.0"])]
+# (name, ranks, flags, the one-process oracle's micro-batch): the aux and z losses are over each micro-step's
+# data-parallel batch, so 2 micro-steps per step compare with 1 process at 2 micro-steps of 2 sequences.
+# Accumulation runs dropless only: under --capacity-factor 1.0 plain data parallelism (2 ranks at micro-batch 1,
+# no EP) already leaves this oracle at step 6 (steps 1-5 within 1e-8, then 1e-5: a near-tied drop decided the
+# other way by the summation order), so a capacity run with accumulation would test rounding, not EP.
+LAYOUTS = [("ep2", 2, ["--micro-batch", "2", "--ep", "2"], 4), ("ep2_dp2", 4, ["--micro-batch", "1", "--ep", "2"], 4),
+           ("ep4", 4, ["--micro-batch", "1", "--ep", "4"], 4), ("ep2_accum2", 2, ["--micro-batch", "1", "--ep", "2"], 2)]
+
+
+def manifest(ckpt_dir, step):
+    d = os.path.join(ckpt_dir, f"step_{step:08d}")
+    return d, json.load(open(os.path.join(d, "manifest.json")))
+
+
+def read_ep_ckpt(ckpt_dir, step):
+    """The logical flat parameters and the bias of a checkpoint of any ep: shard e's layout holds E/ep experts per
+    layer (its local expert j is logical expert e E/ep + j); the dense tensors are taken from shard 0."""
+    d, m = manifest(ckpt_dir, step)
+    ep = m["layout"].get("ep", 1)
+    moe = m["model"]["moe"]
+    cfg = {"C": m["model"]["channels"], "E": moe["experts"], "F": moe["ffn"], "maxT": m["model"]["seq_len"],
+           "V": m["model"]["vocab"]}
+    pieces = {e: [] for e in range(ep)}  # shard e: (offset, values) of its files
+    for f in m["files"]:
+        raw = open(os.path.join(d, f["name"]), "rb").read()
+        pieces[f["shard"]].append((f["offset"], np.frombuffer(raw[64:64 + 4 * f["count"]], np.float32)))
+    local = [np.concatenate([v for _, v in sorted(pieces[e], key=lambda p: p[0])]) for e in range(ep)]
+    at = [0] * ep
+    out = []
+    head, per_layer, tail = tm.layout(cfg)
+    for name, shape in head + per_layer * m["model"]["layers"] + tail:
+        n = int(np.prod(shape)) // (ep if name == "experts" else 1)  # per shard
+        taken = [local[e][at[e]:at[e] + n] for e in range(ep)]
+        out += taken if name == "experts" else taken[:1]
+        at = [a + n for a in at]
+    tm.check(all(a == len(v) for a, v in zip(at, local)), f"{d}: every shard's files hold its layout exactly")
+    raw = open(os.path.join(d, "moe_bias.bin"), "rb").read()
+    layers, experts = np.frombuffer(raw[8:16], np.uint32)
+    return np.concatenate(out), np.frombuffer(raw[16:], np.float32).reshape(int(layers), int(experts))
+
+
+def layouts(tmp, data):
+    for mode, flags in MODES:
+        refs = {m: tm.train(tmp, f"ref{m}_{mode}", data, COMMON + flags + ["--steps", "10", "--micro-batch", str(m)])
+                for m in ((4, 2) if mode == "dropless" else (4,))}
+        ref, ref_dir = refs[4]
+        ref_w = tm.read_ckpt(ref_dir, 10)[0]
+        dropped = max(max(r["moe_dropped"]) for r in ref)
+        tm.check((dropped > 0) == (mode == "capacity"), f"{mode}: largest dropped share of a step {dropped:.3f}")
+        tm.check("moe_a2a_bytes" not in ref[-1], f"{mode}: 1 process reports no all-to-all traffic")
+        # the summation-order floor beside the figures: 4 data-parallel ranks without EP
+        _, floor_dir = tm.train(tmp, "dp4_" + mode, data, COMMON + flags + ["--steps", "10", "--micro-batch", "1"],
+                                ranks=4)
+        floor = tm.rel(tm.read_ckpt(floor_dir, 10)[0], ref_w)
+        for name, ranks, extra, oracle in LAYOUTS:
+            if oracle != 4 and mode == "capacity":
+                continue
+            ref, ref_dir = refs[oracle]
+            ref_w, ref_b = tm.read_ckpt(ref_dir, 10)
+            rows, d = tm.train(tmp, f"{name}_{mode}", data, COMMON + flags + ["--steps", "10"] + extra, ranks=ranks)
+            w, b = read_ep_ckpt(d, 10)
+            loss_err = max(abs(a["loss"] - r["loss"]) / r["loss"] for a, r in zip(rows, ref))
+            aux_err = max(abs(a["moe_aux_loss"] - r["moe_aux_loss"]) / r["moe_aux_loss"] for a, r in zip(rows, ref))
+            same = all(a["moe_load_max_mean"] == r["moe_load_max_mean"] and a["moe_dropped"] == r["moe_dropped"]
+                       for a, r in zip(rows, ref))
+            tm.check(len(rows) == 10 and loss_err < TOL and aux_err < TOL,
+                     f"{mode}, {name}: losses within {TOL} of 1 process (lm {loss_err:.1e}, aux {aux_err:.1e})")
+            tm.check(same, f"{mode}, {name}: every step's loads and dropped shares equal 1 process's")
+            tm.check(w.shape == ref_w.shape and tm.rel(w, ref_w) < TOL and np.array_equal(b, ref_b),
+                     f"{mode}, {name}: final weights within {TOL} ({tm.rel(w, ref_w):.1e}"
+                     + (f"; dp 4 without EP {floor:.1e}" if oracle == 4 else "") + "), bias equal")
+            a2a = [r.get("moe_a2a_bytes", 0) for r in rows]
+            tm.check(min(a2a) > 0 and all(r["moe_a2a_exposed_ms"] >= 0 for r in rows),
+                     f"{mode}, {name}: every step reports its all-to-all bytes (rank 0: {min(a2a)}-{max(a2a)}) "
+                     f"and exposed time")
+
+
+def reshard(tmp, data):
+    """ep 2 -> ep 1 (2 ranks) -> 1 process bitwise; ep 2 resumed at step 3 of 6 bitwise."""
+    common = COMMON + ["--capacity-factor", "1.25"]
+    whole, d = tm.train(tmp, "rs_ep2", data, common + ["--steps", "6", "--micro-batch", "2", "--ep", "2",
+                                                       "--ckpt-every", "3", "--keep-last", "0"], ranks=2)
+    _, d_ep1 = tm.train(tmp, "rs_dp2", data, common + ["--steps", "3", "--micro-batch", "2",
+                                                       "--resume", os.path.join(d, "step_00000003")], ranks=2)
+    _, d_one = tm.train(tmp, "rs_one", data, common + ["--steps", "3", "--micro-batch", "4",
+                                                       "--resume", os.path.join(d_ep1, "step_00000003")])
+    p = subprocess.run([tm.BATCHSCALE, "ckpt", "inspect", os.path.join(d, "step_00000003")], capture_output=True,
+                       text=True, timeout=60)
+    tm.check(p.returncode == 0 and "ep 2 inside dp" in p.stdout and "each model shard's files tile" in p.stdout,
+             f"ckpt inspect verifies the ep 2 checkpoint: {p.stdout.strip().splitlines()[-1] if p.stdout else p.stderr}")
+    w_ep2, b_ep2 = read_ep_ckpt(d, 3)
+    w_one, b_one = tm.read_ckpt(d_one, 3)
+    tm.check(np.array_equal(w_ep2, w_one) and np.array_equal(b_ep2, b_one) and np.abs(b_ep2).max() > 0,
+             "checkpoint ep 2 -> ep 1 (2 ranks) -> 1 process: the weights and the bias bit for bit")
+    back, d_back = tm.train(tmp, "rs_back", data, common + ["--steps", "6", "--micro-batch", "2", "--ep", "2",
+                                                            "--resume", os.path.join(d_one, "step_00000003")],
+                            ranks=2)
+    w6, b6 = read_ep_ckpt(d, 6)
+    w6b, b6b = read_ep_ckpt(d_back, 6)
+    same_loss = [r["loss"] for r in whole[3:]] == [r["loss"] for r in back[-3:]]
+    tm.check(np.array_equal(w6, w6b) and np.array_equal(b6, b6b) and same_loss,
+             "1 process -> ep 2 at step 3 trains on to the uninterrupted ep 2 run's losses and weights bit for bit")
+
+
+def evaluation(tmp, data):
+    """Validation forwards go through the EP layers too: ep 2 equals 2 data-parallel ranks without EP (the same
+    validation sequences per rank), and sampling after training runs on the gathered model."""
+    val = os.path.join(os.path.dirname(data), "val_000000.bin")
+    flags = COMMON + ["--dropless", "--steps", "4", "--micro-batch", "2", "--val-data", val, "--eval-every", "2",
+                      "--val-batches", "2"]
+    dp, _ = tm.train(tmp, "val_dp2", data, flags, ranks=2)
+    ep, _ = tm.train(tmp, "val_ep2", data, flags + ["--ep", "2", "--sample-tokens", "8"], ranks=2)
+    a = [r["val_loss"] for r in ep if "val_loss" in r]
+    b = [r["val_loss"] for r in dp if "val_loss" in r]
+    err = max(abs(x - y) / y for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
+    tm.check(len(a) == 2 and err < TOL, f"validation: ep 2 within {TOL} of dp 2 without EP ({err:.1e}), then a sample")
+
+
+def bad_input(tmp, data):
+    cases = [(["--ep", "3"], 1, "--ep 3 must divide --experts 4"),
+             (["--ep", "2"], 1, "--ep 2 does not divide the data-parallel size 1"),
+             (["--ep", "2", "--zero", "1"], 1, "--ep and --zero 1")]
+    for extra, ranks, text in cases:
+        p = tm.train(tmp, "bad", data, ["--seq-len", "32", "--steps", "1"] + extra, ranks=ranks, check_rc=False)
+        lines = p.stderr.strip().splitlines()
+        tm.check(p.returncode != 0 and len(lines) == 1 and text in lines[0],
+                 f"{' '.join(extra)} refused in one line: {lines[-1] if lines else '(nothing)'}")
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(bstest.make_corpus(tmp), "train_000000.bin")
+        bad_input(tmp, data)
+        layouts(tmp, data)
+        evaluation(tmp, data)
+        reshard(tmp, data)
+    if tm.failures:
+        print(f"{len(tm.failures)} check(s) failed")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
