@@ -111,8 +111,9 @@ def print_table(results, ranks, base_val):
         print(f"{name:<18} {r['bytes_per_step'] / 1e3:>9.1f} {r['fewer_bytes']:>8.1f} {marks[0]:>6} "
               f"{r['tokens_per_s']:>9.0f} {r['speedup']:>6.2f} {marks[1]:>6} {r['val_loss']:>9.4f} "
               f"{r['val_gap']:>+7.1%} {marks[2]:>6}")
-    print(f"(the lora rows fine-tune a base of validation loss {base_val:.4f} on 1 process's validation batches; state bytes "
-          f"{results['lora-ddp']['state_bytes']:,} with LoRA vs {results['ddp']['state_bytes']:,} without)")
+    print(f"(the lora rows fine-tune a base of validation loss {base_val:.4f} on 1 process's validation batches; "
+          f"state bytes {results['lora-ddp']['state_bytes']:,} with LoRA vs {results['ddp']['state_bytes']:,} "
+          "without)")
 
 
 def main():

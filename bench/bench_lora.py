@@ -111,7 +111,8 @@ def print_memory(rows):
     lora = rows["lora"]
     print(f"\nat batch {COMPARE_BATCH}: state bytes (parameters + gradients + optimizer), tokens/s (noisy), "
           f"final validation loss")
-    print(f"{'run':<18} {'state bytes':>12} {'vs full':>8} {'tokens/s':>9} {'vs lora':>8} {'val loss':>9} {'vs lora':>10}")
+    print(f"{'run':<18} {'state bytes':>12} {'vs full':>8} {'tokens/s':>9} {'vs lora':>8} {'val loss':>9} "
+          f"{'vs lora':>10}")
     for name, r in rows.items():
         print(f"{name:<18} {r['state_bytes']:>12,} {r['state_bytes'] / rows['full fine-tune']['state_bytes']:>8.1%} "
               f"{r['tokens_per_s']:>9.0f} {r['tokens_per_s'] / lora['tokens_per_s']:>8.2f} {r['val_loss']:>9.4f} "
