@@ -13,14 +13,16 @@ accumulated), for the same 262,144 tokens each (16 steps at 256, 1,024 at
 and before fine-tuning, with a PNG of it (build/bench/lora.png) when
 Debian's python3-matplotlib is installed, else the plot is skipped with the
 reason printed. At batch 16 also: full fine-tuning (lr 5e-4) against LoRA,
-parameter + gradient + optimizer bytes (the metrics' state_bytes), tokens/s
-(noisy: the machine is shared) and final loss; and --base-weights bf16 and
-int8 (the frozen base in 2 or 1 bytes), their state bytes and loss gap to
-the fp32 base.
+parameter + gradient + optimizer bytes (the metrics' state_bytes), final
+loss, and tokens/s (the median step of 2 rounds of 16 steps per run, the
+runs interleaved in each round so a shared machine's load hits them alike;
+still noisy); and --base-weights bf16 and int8 (the frozen base in 2 or 1
+bytes), the same three.
 usage: bench_lora.py BATCHSCALE OUT_JSON"""
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,6 +41,7 @@ LICENSES = "/usr/share/common-licenses"
 LORA = ["--lora-rank", "8", "--lora-alpha", "16", "--lr", "2e-3", "--min-lr", "2e-4"]
 FULL = ["--lr", "5e-4", "--min-lr", "5e-5"]
 COMPARE_BATCH = 16
+SPEED_ROUNDS, SPEED_STEPS = 2, 16
 ENV = dict(os.environ, OMP_NUM_THREADS="2")
 
 
@@ -73,9 +76,21 @@ def fine_tune(bs, data, d, name, base, batch, extra):
                                    "--steps", str(steps), "--warmup-tokens", str(TOKENS // 32),
                                    "--eval-every", str(max(1, steps // EVALS))] + extra)
     curve = [(r["tokens"], r["val_loss"]) for r in rows if r.get("val_loss") is not None]
-    seconds = sum(r["ms"] for r in rows) / 1e3
     return dict(batch=batch, steps=steps, accumulation=rows[-1]["accumulation"], curve=curve,
-                val_loss=curve[-1][1], state_bytes=rows[-1]["state_bytes"], tokens_per_s=TOKENS / seconds)
+                val_loss=curve[-1][1], state_bytes=rows[-1]["state_bytes"])
+
+
+def speeds(bs, data, d, base, runs):
+    """Median tokens/s per step of each run at COMPARE_BATCH: SPEED_ROUNDS rounds of SPEED_STEPS steps, the runs
+    interleaved within each round so that the load of a shared machine hits them alike."""
+    per_step = {name: [] for name in runs}
+    for _ in range(SPEED_ROUNDS):
+        for name, extra in runs.items():
+            rows = run(bs, data, d, "speed", ["--init-from", base, "--micro-batch", str(MICRO), "--global-batch",
+                                              str(COMPARE_BATCH), "--steps", str(SPEED_STEPS), "--eval-every", "0"]
+                       + extra)
+            per_step[name] += [r["tokens_per_s"] for r in rows[1:]]
+    return {name: statistics.median(v) for name, v in per_step.items()}
 
 
 def plot(results, start, path):
@@ -109,8 +124,8 @@ def print_curves(results, start):
 
 def print_memory(rows):
     lora = rows["lora"]
-    print(f"\nat batch {COMPARE_BATCH}: state bytes (parameters + gradients + optimizer), tokens/s (noisy), "
-          f"final validation loss")
+    print(f"\nat batch {COMPARE_BATCH}: state bytes (parameters + gradients + optimizer), tokens/s (median step of "
+          f"{SPEED_ROUNDS} interleaved rounds of {SPEED_STEPS} steps; noisy), final validation loss")
     print(f"{'run':<18} {'state bytes':>12} {'vs full':>8} {'tokens/s':>9} {'vs lora':>8} {'val loss':>9} "
           f"{'vs lora':>10}")
     for name, r in rows.items():
@@ -135,11 +150,13 @@ def main():
         start = run(bs, lic, d, "start", ["--init-from", base, "--micro-batch", str(MICRO), "--steps", "1",
                                           "--eval-every", "1", "--lr", "0", "--min-lr", "0"] + LORA[:4])[-1]["val_loss"]
         curves = {b: fine_tune(bs, lic, d, f"lora{b}", base, b, LORA) for b in BATCHES}
-        compare = {"lora": curves[COMPARE_BATCH],
-                   "full fine-tune": fine_tune(bs, lic, d, "full", base, COMPARE_BATCH, FULL)}
-        for kind in ("bf16", "int8"):
-            compare[f"lora, {kind} base"] = fine_tune(bs, lic, d, f"lora_{kind}", base, COMPARE_BATCH,
-                                                      LORA + ["--base-weights", kind])
+        runs = {"lora": LORA, "full fine-tune": FULL, "lora, bf16 base": LORA + ["--base-weights", "bf16"],
+                "lora, int8 base": LORA + ["--base-weights", "int8"]}
+        compare = {name: curves[COMPARE_BATCH] if name == "lora" else
+                   fine_tune(bs, lic, d, name.replace(" ", "_"), base, COMPARE_BATCH, extra)
+                   for name, extra in runs.items()}
+        for name, tokens_per_s in speeds(bs, lic, d, base, runs).items():
+            compare[name] = dict(compare[name], tokens_per_s=tokens_per_s)
     print_curves(curves, start)
     print_memory(compare)
     plot(curves, start, os.path.join(os.path.dirname(os.path.abspath(out_json)), "lora.png"))
