@@ -103,6 +103,18 @@ class CorpusTest(unittest.TestCase):
         return os.path.join(self.dir, name)
 
 
+class Checks:
+    """A test's named checks: each prints one ok/FAIL line; failed lists the failures."""
+
+    def __init__(self):
+        self.failed = []
+
+    def __call__(self, ok, what):
+        print(("ok   " if ok else "FAIL ") + what, flush=True)
+        if not ok:
+            self.failed.append(what)
+
+
 def rel(a, b):
     """max |a - b| / max |b|: how far parameters a are from the reference b."""
     return float(np.max(np.abs(np.asarray(a, np.float64) - b)) / max(np.max(np.abs(b)), 1e-30))

@@ -39,16 +39,10 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import BATCHSCALE, MPIRUN, make_corpus, read_metrics, read_model, rel  # noqa: E402
+from bstest import BATCHSCALE, MPIRUN, Checks, make_corpus, read_metrics, read_model, rel  # noqa: E402
 
 TOL = 1e-5
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
+check = Checks()
 
 
 def train(d, name, extra, ranks=1, check_rc=True):
@@ -191,8 +185,8 @@ def main():
             lines = [x for x in p.stderr.strip().splitlines() if "batchscale" in x or "error" in x]
             check(p.returncode != 0 and named in p.stderr and len(lines) >= 1,
                   f"{' '.join(extra)}: refused naming {named} ({p.stderr.strip().splitlines()[-1][:110] if p.stderr.strip() else 'no message'})")
-    print(f"{len(failures)} failure(s)")
-    return 1 if failures else 0
+    print(f"{len(check.failed)} failure(s)")
+    return 1 if check.failed else 0
 
 
 if __name__ == "__main__":

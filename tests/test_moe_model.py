@@ -30,20 +30,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_gpt  # noqa: E402
+from bstest import Checks, rel  # noqa: E402
 
 TOL = 1e-5
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-
-
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
+check = Checks()
 
 
 def layout(cfg):
@@ -137,8 +127,8 @@ def main():
             pass
         else:
             trainer_tests(tmp)
-    if failures:
-        print(f"{len(failures)} check(s) failed")
+    if check.failed:
+        print(f"{len(check.failed)} check(s) failed")
         sys.exit(1)
 
 
