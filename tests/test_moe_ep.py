@@ -172,8 +172,8 @@ def main():
         layouts(tmp, data)
         evaluation(tmp, data)
         reshard(tmp, data)
-    if tm.failures:
-        print(f"{len(tm.failures)} check(s) failed")
+    if tm.check.failed:
+        print(f"{len(tm.check.failed)} check(s) failed")
         sys.exit(1)
 
 
