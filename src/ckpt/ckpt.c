@@ -235,6 +235,72 @@ static bool parse_hex(json_t *v, uint64_t *out) {
     return true;
 }
 
+/* One line into why and false, for the manifest's parts (the caller frees the JSON). */
+#define REFUSE(...)                                                                                         \
+    do {                                                                                                    \
+        snprintf(why, why_size, __VA_ARGS__);                                                               \
+        return false;                                                                                       \
+    } while (0)
+
+static bool fail_with(json_t *j) {
+    json_decref(j);
+    return false;
+}
+
+/* The manifest's optional model parts: LoRA adapters, MoE experts (absent: a dense model trained whole). */
+static bool read_model_parts(json_t *j, const char *path, CkptManifest *m, char *why, size_t why_size) {
+    json_t *lora = json_object_get(json_object_get(j, "model"), "lora"); /* absent: the whole model trained */
+    if (lora && (json_unpack(lora, "{s:i, s:i}", "rank", &m->model.lora_rank, "targets", &m->model.lora_targets) != 0 ||
+                 m->model.lora_rank < 1 || m->model.lora_rank > 65536 || m->model.lora_targets < 1 ||
+                 m->model.lora_targets > 15))
+        REFUSE("%s is corrupt: model.lora must hold a rank (1-65536) and a targets mask (1-15)", path);
+    json_t *moe = json_object_get(json_object_get(j, "model"), "moe"); /* absent: a dense model */
+    if (moe && (json_unpack(moe, "{s:i, s:i, s:i}", "experts", &m->model.experts, "top_k", &m->model.moe_top_k, "ffn",
+                            &m->model.moe_ffn) != 0 ||
+                m->model.experts < 2 || m->model.experts > MOE_MAX_EXPERTS || m->model.moe_top_k < 1 ||
+                m->model.moe_top_k > m->model.experts || m->model.moe_ffn < 1 || m->model.moe_ffn > (1 << 20)))
+        REFUSE("%s is corrupt: model.moe must hold experts (2-%d), top_k (1-experts) and ffn (1-2^20)", path,
+             MOE_MAX_EXPERTS);
+    return true;
+}
+
+/* The manifest's file list: names, shards, ranges, sizes and checksums, no two ranges of a shard overlapping. */
+static bool read_files(json_t *files, const char *path, CkptManifest *m, char *why, size_t why_size) {
+    json_error_t err;
+    m->num_files = (int)json_array_size(files);
+    for (int i = 0; i < m->num_files; i++) {
+        CkptFile *f = &m->files[i];
+        const char *name;
+        json_t *hash;
+        json_int_t off, cnt, bytes;
+        int shard = 0;
+        if (json_unpack_ex(json_array_get(files, (size_t)i), &err, 0, "{s:s, s?i, s:I, s:I, s:I, s:o}", "name",
+                           &name, "shard", &shard, "offset", &off, "count", &cnt, "bytes", &bytes, "xxh64",
+                           &hash) != 0)
+            REFUSE("%s is corrupt: file entry %d: %s", path, i, err.text);
+        if (shard < 0 || shard >= m->tp * m->pp * m->ep)
+            REFUSE("%s is corrupt: file entry %d names shard %d", path, i, shard);
+        f->shard = shard;
+        if (strlen(name) >= sizeof f->name || strchr(name, '/') || off < 0 || cnt < 0 || bytes < 0)
+            REFUSE("%s is corrupt: bad file entry %d", path, i);
+        snprintf(f->name, sizeof f->name, "%s", name);
+        f->offset = (uint64_t)off;
+        f->count = (uint64_t)cnt;
+        f->bytes = (uint64_t)bytes;
+        if (!parse_hex(hash, &f->xxh64)) REFUSE("%s is corrupt: checksum of %s is not hex", path, name);
+        if (f->bytes != RANK_HEADER_BYTES + (1 + CKPT_STATE_ARRAYS) * f->count * sizeof(float))
+            REFUSE("%s is corrupt: file %s has an inconsistent size", path, name);
+        if (f->offset + f->count > gpt_num_params(&m->model))
+            REFUSE("%s is corrupt: file %s covers a range outside the model", path, name);
+        for (int k = 0; k < i; k++) /* overlaps would let a read count some parameters twice and miss others */
+            if (f->shard == m->files[k].shard && f->count && m->files[k].count &&
+                f->offset < m->files[k].offset + m->files[k].count &&
+                m->files[k].offset < f->offset + f->count)
+                REFUSE("%s is corrupt: files %s and %s hold overlapping ranges", path, m->files[k].name, name);
+    }
+    return true;
+}
+
 bool ckpt_try_read_manifest(const char *dir, CkptManifest *m, char *why, size_t why_size) {
     char path[4096];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
@@ -311,18 +377,7 @@ bool ckpt_try_read_manifest(const char *dir, CkptManifest *m, char *why, size_t 
     const char *split = json_string_value(json_object_get(json_object_get(j, "layout"), "pp_split"));
     if (split && strlen(split) >= sizeof m->pp_split) FAIL("%s is corrupt: pp_split too long", path);
     snprintf(m->pp_split, sizeof m->pp_split, "%s", split ? split : "");
-    json_t *lora = json_object_get(json_object_get(j, "model"), "lora"); /* absent: the whole model trained */
-    if (lora && (json_unpack(lora, "{s:i, s:i}", "rank", &m->model.lora_rank, "targets", &m->model.lora_targets) != 0 ||
-                 m->model.lora_rank < 1 || m->model.lora_rank > 65536 || m->model.lora_targets < 1 ||
-                 m->model.lora_targets > 15))
-        FAIL("%s is corrupt: model.lora must hold a rank (1-65536) and a targets mask (1-15)", path);
-    json_t *moe = json_object_get(json_object_get(j, "model"), "moe"); /* absent: a dense model */
-    if (moe && (json_unpack(moe, "{s:i, s:i, s:i}", "experts", &m->model.experts, "top_k", &m->model.moe_top_k, "ffn",
-                            &m->model.moe_ffn) != 0 ||
-                m->model.experts < 2 || m->model.experts > MOE_MAX_EXPERTS || m->model.moe_top_k < 1 ||
-                m->model.moe_top_k > m->model.experts || m->model.moe_ffn < 1 || m->model.moe_ffn > (1 << 20)))
-        FAIL("%s is corrupt: model.moe must hold experts (2-%d), top_k (1-experts) and ffn (1-2^20)", path,
-             MOE_MAX_EXPERTS);
+    if (!read_model_parts(j, path, m, why, why_size)) return fail_with(j);
     json_t *cp = json_object_get(json_object_get(j, "layout"), "cp"); /* absent: 1 */
     m->cp = cp ? (int)json_integer_value(cp) : 1;
     if (m->cp < 1 || m->world % ((long)m->cp * m->tp) != 0) FAIL("%s is corrupt: cp must be at least 1 and divide world / tp", path);
@@ -335,37 +390,7 @@ bool ckpt_try_read_manifest(const char *dir, CkptManifest *m, char *why, size_t 
         FAIL("%s is corrupt: virtual_stages must be at least 1 and divide pp", path);
     if (!json_is_array(files) || json_array_size(files) == 0 || json_array_size(files) > CKPT_MAX_FILES)
         FAIL("%s is corrupt: 'files' must list 1 to %d files", path, CKPT_MAX_FILES);
-    m->num_files = (int)json_array_size(files);
-    for (int i = 0; i < m->num_files; i++) {
-        CkptFile *f = &m->files[i];
-        const char *name;
-        json_t *hash;
-        json_int_t off, cnt, bytes;
-        int shard = 0;
-        if (json_unpack_ex(json_array_get(files, (size_t)i), &err, 0, "{s:s, s?i, s:I, s:I, s:I, s:o}", "name",
-                           &name, "shard", &shard, "offset", &off, "count", &cnt, "bytes", &bytes, "xxh64",
-                           &hash) != 0)
-            FAIL("%s is corrupt: file entry %d: %s", path, i, err.text);
-        if (shard < 0 || shard >= m->tp * m->pp * m->ep)
-            FAIL("%s is corrupt: file entry %d names shard %d", path, i, shard);
-        f->shard = shard;
-        if (strlen(name) >= sizeof f->name || strchr(name, '/') || off < 0 || cnt < 0 || bytes < 0)
-            FAIL("%s is corrupt: bad file entry %d", path, i);
-        snprintf(f->name, sizeof f->name, "%s", name);
-        f->offset = (uint64_t)off;
-        f->count = (uint64_t)cnt;
-        f->bytes = (uint64_t)bytes;
-        if (!parse_hex(hash, &f->xxh64)) FAIL("%s is corrupt: checksum of %s is not hex", path, name);
-        if (f->bytes != RANK_HEADER_BYTES + (1 + CKPT_STATE_ARRAYS) * f->count * sizeof(float))
-            FAIL("%s is corrupt: file %s has an inconsistent size", path, name);
-        if (f->offset + f->count > gpt_num_params(&m->model))
-            FAIL("%s is corrupt: file %s covers a range outside the model", path, name);
-        for (int k = 0; k < i; k++) /* overlaps would let a read count some parameters twice and miss others */
-            if (f->shard == m->files[k].shard && f->count && m->files[k].count &&
-                f->offset < m->files[k].offset + m->files[k].count &&
-                m->files[k].offset < f->offset + f->count)
-                FAIL("%s is corrupt: files %s and %s hold overlapping ranges", path, m->files[k].name, name);
-    }
+    if (!read_files(files, path, m, why, why_size)) return fail_with(j);
     json_decref(j);
     return true;
 }
