@@ -32,14 +32,13 @@ batch 8, and the adapted model is exported merged (--lora-merge: W + s B A).
    --tp, --lora-init of a file holding other tensors.
 """
 import os
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import BATCHSCALE, MPIRUN, Checks, make_corpus, read_metrics, read_model, rel  # noqa: E402
+from bstest import Checks, launch, make_corpus, read_metrics, read_model, rel  # noqa: E402
 
 TOL = 1e-5
 check = Checks()
@@ -47,17 +46,13 @@ check = Checks()
 
 def train(d, name, extra, ranks=1, check_rc=True):
     metrics, model = os.path.join(d, name + ".jsonl"), os.path.join(d, name + ".bin")
-    cmd = [BATCHSCALE, "train", "--data", os.path.join(d, "data", "train_000000.bin"), "--seq-len", "32",
-           "--micro-batch", "2", "--global-batch", "8", "--lr", "3e-3", "--warmup", "2", "--eval-every", "0",
-           "--sample-tokens", "0", "--threads", "1", "--comm-timeout", "60", "--quiet", "--metrics", metrics,
-           "--save-model", model] + extra
-    if ranks > 1:
-        cmd = MPIRUN + ["-np", str(ranks)] + cmd
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    args = ["train", "--data", os.path.join(d, "data", "train_000000.bin"), "--seq-len", "32",
+            "--micro-batch", "2", "--global-batch", "8", "--lr", "3e-3", "--warmup", "2", "--eval-every", "0",
+            "--sample-tokens", "0", "--threads", "1", "--comm-timeout", "60", "--quiet", "--metrics", metrics,
+            "--save-model", model] + extra
+    p = launch(args, ranks, check=check_rc)
     if not check_rc:
         return p
-    if p.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
     return read_metrics(metrics), read_model(model)[1]
 
 

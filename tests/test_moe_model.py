@@ -30,7 +30,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_gpt  # noqa: E402
-from bstest import Checks, rel  # noqa: E402
+from bstest import Checks, launch, rel  # noqa: E402
 
 TOL = 1e-5
 check = Checks()
@@ -140,15 +140,11 @@ MODEL = ["--layers", "2", "--heads", "4", "--channels", "32", "--experts", "4", 
 def train(tmp, name, data, extra, ranks=1, check_rc=True):
     """A run into tmp/name (metrics, checkpoints); returns (metrics rows, ckpt dir) or the process."""
     out = os.path.join(tmp, name)
-    cmd = [BATCHSCALE, "train", "--data", data, "--eval-every", "0", "--sample-tokens", "0", "--threads", "1",
-           "--comm-timeout", "60", "--quiet", "--metrics", out + ".jsonl", "--ckpt-dir", out + "_ckpt"] + MODEL + extra
-    if ranks > 1:
-        cmd = MPIRUN + ["-np", str(ranks)] + cmd
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    args = ["train", "--data", data, "--eval-every", "0", "--sample-tokens", "0", "--threads", "1",
+            "--comm-timeout", "60", "--quiet", "--metrics", out + ".jsonl", "--ckpt-dir", out + "_ckpt"] + MODEL + extra
+    p = launch(args, ranks, check=check_rc)
     if not check_rc:
         return p
-    if p.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
     rows = [json.loads(line) for line in open(out + ".jsonl")]
     return rows, out + "_ckpt"
 
