@@ -116,7 +116,8 @@ def summarize(rows, stdout, moe):
     total, active = parameters(moe)
     out = dict(params_total=total, params_active=active, steps=len(rows), tokens=last["tokens"],
                val_curve=[(r["tokens"], r["val_loss"]) for r in rows if r.get("val_loss") is not None],
-               val_loss=last["val_loss"], loss=[r["loss"] for r in rows], run_tokens_per_s=median(timed, "tokens_per_s"),
+               val_loss=last["val_loss"], loss=[r["loss"] for r in rows],
+               run_tokens_per_s=median(timed, "tokens_per_s"),
                a2a_bytes=median(timed, "moe_a2a_bytes"), a2a_exposed_ms=median(timed, "moe_a2a_exposed_ms"),
                comm_bytes=median(timed, "comm_bytes"), comm_exposed_ms=median(timed, "comm_exposed_ms"))
     if moe:
