@@ -26,8 +26,10 @@ rank, BS_BENCH_STEPS steps (default 400) per run, in one run:
    routing is discontinuous: once rounding flips a near-tie between two
    experts, the runs route a token differently and their losses part
    further than rounding. So per layout: the first step whose expert loads
-   differ from the oracle's, the largest loss gap before it (summation
-   order alone) and the gap at the oracle's last step; EP 1 x DP 2 against
+   (max/mean per layer) differ from the oracle's, the largest loss gap
+   before it (summation order, and the step of the first flip where that
+   did not move a layer's max/mean: the JSON holds every step's losses to
+   tell them apart) and the gap at the oracle's last step; EP 1 x DP 2 against
    the oracle (its reordering is the gradient all-reduce's) is the floor
    beside EP 2's. At the end: EP 2 against EP 1 x DP 2, training and
    validation loss (the same validation batches on 2 ranks).
