@@ -162,7 +162,8 @@ bool train_capacity_factor(const TrainConfig *c, double *factor, char *why, size
 /* What an MoE model does not compose with yet: one line each. */
 static const char *moe_refusal(const TrainConfig *c) {
     return c->tp > 1 ? "--tp (the experts are not split over tensor-parallel ranks yet)"
-           : c->pp > 1 ? "--pp" : c->cp > 1 ? "--cp"
+           : c->pp > 1 && c->pp_schedule == PIPE_ZBH1 ? "--pp-schedule zbh1 (the split backward does not train MoE layers)"
+           : c->cp > 1 ? "--cp"
            : c->zero == 3 ? "--zero 3 (use --zero 0, 1 or 2)"
            : c->ep > 1 && c->zero > 0 ? "--ep and --zero 1 or 2 (expert parallelism reduces at --zero 0 only yet)"
            : c->precision != PRECISION_FP32 ? "--precision bf16 or fp8 (MoE layers train in fp32)"
@@ -186,9 +187,9 @@ static bool check_moe(const TrainConfig *c, char *why, size_t n) {
     }
     const char *no = moe_refusal(c);
     if (no) snprintf(why, n, "--experts %d does not work with %s", c->experts, no);
-    else if (c->moe_every != 1)
-        snprintf(why, n, "--moe-every %d: every layer's MLP is MoE in this version (the layout holds one layer shape)",
-                 c->moe_every);
+    else if (c->moe_every > c->layers)
+        snprintf(why, n, "--moe-every %d is more than --layers %d: no layer would be MoE (layer l is when (l + 1) %% "
+                 "%d == 0)", c->moe_every, c->layers, c->moe_every);
     else if (c->ep > 1 && c->experts % c->ep != 0)
         snprintf(why, n, "--ep %d must divide --experts %d (each EP rank holds experts / ep of them)", c->ep,
                  c->experts);
