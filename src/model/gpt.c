@@ -543,6 +543,8 @@ static double loss_forward(const GPT *model, GPTActs *acts, const int32_t *targe
                              w.Vl, dloss);
 }
 
+static void sum_over_tp(void *tp, float *values, size_t n) { comm_allreduce(tp, values, n); }
+
 /* Expert parallelism: local layer i's hook state of this activation set. */
 static void *moe_ep_state(const GPT *model, GPTActs *acts, int i) {
     if (!acts->moe_ep) {
@@ -567,10 +569,15 @@ static void moe_mlp_forward(GPT *model, GPTActs *acts, LayerTensors p, const Lay
         model->moe_ep->forward(moe_ep_state(model, acts, i), acts->proj_out, a->ln2, (size_t)b * t, p.router,
                                p.experts, model->moe_bias + (size_t)i * E, st);
     } else {
-        for (int s = 0; s < b; s++)
-            moe_forward(acts->moe[(size_t)i * acts->B + s], acts->proj_out + s * rows, a->ln2 + s * rows, (size_t)t,
-                        p.router, p.experts, model->moe_bias + (size_t)i * E, st);
+        const bool split = model->tp && gpt_tp_size(&model->cfg) > 1; /* each TP rank a slice of every expert */
+        for (int s = 0; s < b; s++) {
+            MoeLayer *layer = acts->moe[(size_t)i * acts->B + s];
+            if (split) moe_set_tensor_parallel(layer, gpt_tp_rank(&model->cfg) == 0, sum_over_tp, model->tp);
+            moe_forward(layer, acts->proj_out + s * rows, a->ln2 + s * rows, (size_t)t, p.router, p.experts,
+                        model->moe_bias + (size_t)i * E, st);
+        }
     }
+    tp_sum(model, acts->proj_out, (size_t)b * rows);
     if (!training) return;
     if (model->moe_dp && comm_size(model->moe_dp) > 1) comm_allreduce_double(model->moe_dp, (double *)st, (int)MOE_STATS_DOUBLES);
     double *sum = (double *)&model->moe_step[i];
@@ -813,14 +820,15 @@ static void moe_mlp_backward(const Pass *x, int i, LayerTensors p, LayerTensors 
     if (model->moe_ep) {
         model->moe_ep->backward(acts->moe_ep[i], acts->dln, g.router, g.experts, acts->dresidual, a->ln2, p.router,
                                 p.experts, &acts->moe_stats[i], aux_coef, z_coef);
-        return;
+    } else {
+        for (int s = 0; s < x->b; s++) {
+            MoeLayer *layer = acts->moe[(size_t)i * acts->B + s];
+            moe_set_loss_coefs(layer, aux_coef, z_coef);
+            moe_backward(layer, acts->dln + s * rows, g.router, g.experts, acts->dresidual + s * rows,
+                         a->ln2 + s * rows, p.router, p.experts, &acts->moe_stats[i]);
+        }
     }
-    for (int s = 0; s < x->b; s++) {
-        MoeLayer *layer = acts->moe[(size_t)i * acts->B + s];
-        moe_set_loss_coefs(layer, aux_coef, z_coef);
-        moe_backward(layer, acts->dln + s * rows, g.router, g.experts, acts->dresidual + s * rows, a->ln2 + s * rows,
-                     p.router, p.experts, &acts->moe_stats[i]);
-    }
+    tp_sum(model, acts->dln, x->N * x->w.C); /* the experts' slices' input gradients */
 }
 
 /* The dense MLP backward: acts->dln = d ln2 from acts->dresidual. */
