@@ -6,8 +6,8 @@ units (fc rows, fcproj columns; the router and the fcproj bias whole, the bias a
 output is summed over the group like the dense MLP's. Under --cp each rank routes its part of every sequence and
 the balance statistics are summed over the dp x cp ranks.
 
-1. Layouts against 1 process at the same global batch over 10 steps: tp 2, tp 2 x ep 2 (4 ranks), cp 2 and
-   cp 2 x ep 2 (4 ranks). Losses and aux losses within 1e-5 (relative), every step's loads and dropped shares
+1. Layouts against 1 process at the same global batch over 10 steps: tp 2, tp 2 x ep 2 (4 ranks), tp 2 x ep 4
+   (8 ranks), cp 2 and cp 2 x ep 2 (4 ranks). Losses and aux losses within 1e-5 (relative), every step's loads and dropped shares
    equal, final weights within 1e-5 (max |a-b| / max |b|) and the balancing bias equal. The tensor-parallel
    layouts run dropless and under a capacity factor that drops, with AdamW; context parallelism dropless only (a
    sequence's capacity decision would span its cp ranks: refused), under SGD (why: beside LAYOUTS). A checkpoint of any layout is read here by resuming it on
@@ -41,6 +41,7 @@ LONG_SGD = ["--seq-len", "256", "--optimizer", "sgd", "--lr", "0.3"]
 # (name, ranks, flags, modes, setting): micro-batch x data-parallel replicas = the global batch 4 in one micro-step.
 LAYOUTS = [("tp2", 2, ["--tp", "2", "--micro-batch", "4"], ("dropless", "capacity"), SHORT),
            ("tp2_ep2", 4, ["--tp", "2", "--ep", "2", "--micro-batch", "2"], ("dropless", "capacity"), SHORT),
+           ("tp2_ep4", 8, ["--tp", "2", "--ep", "4", "--micro-batch", "1"], ("capacity",), SHORT),
            ("cp2", 2, ["--cp", "2", "--micro-batch", "4"], ("dropless",), LONG_SGD),
            ("cp2_ep2", 4, ["--cp", "2", "--ep", "2", "--micro-batch", "2"], ("dropless",), LONG_SGD)]
 
