@@ -384,8 +384,9 @@ void moe_forward(MoeLayer *L, real *out, const real *x, size_t N, const real *ro
     const size_t S = N * L->cfg.top_k;
     for (size_t p = 0; p < S; p++) L->positions[p] = L->disp_row[p];
     moe_gather(L, L->rows, x);
-    moe_experts_forward(L, L->y, L->rows, L->counts, L->disp_score, L->positions, moe_capacity(&L->cfg, N), experts,
-                        stats);
+    const size_t group = L->capacity_group > 0 ? (size_t)L->capacity_group : N;
+    moe_experts_forward(L, L->y, L->rows, L->counts, L->disp_score, L->positions, moe_capacity(&L->cfg, group),
+                        experts, stats);
     moe_combine(L, out, L->y);
 }
 
