@@ -258,9 +258,9 @@ def resume(tmp, data):
 
 def bad_input(tmp, data):
     cases = [(["--moe-top-k", "5"], "--moe-top-k"), (["--capacity-factor", "0"], "--capacity-factor"),
-             (["--capacity-factor", "-1"], "--capacity-factor"), (["--tp", "2"], "--tp"),
+             (["--capacity-factor", "-1"], "--capacity-factor"),
              (["--pp", "2", "--pp-schedule", "zbh1"], "--pp-schedule zbh1"),
-             (["--cp", "2"], "--cp"), (["--ep", "2"], "--ep"), (["--zero", "3"], "--zero 3"),
+             (["--ep", "2"], "--ep"), (["--zero", "3"], "--zero 3"),
              (["--precision", "bf16"], "--precision"), (["--lora-rank", "4"], "--lora-rank"),
              (["--moe-every", "3"], "--moe-every 3 is more than --layers 2"), (["--dropless", "--capacity-factor", "1"], "--dropless")]
     for extra, flag in cases:
