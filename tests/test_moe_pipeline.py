@@ -5,7 +5,8 @@ Model: L 4, C 32, E 4, K 2, --moe-every 2 (layers 1 and 3 MoE, 0 and 2 dense: la
 1. Layouts against 1 process at the same micro-step batch over 10 steps, dropless and under a capacity
    factor that drops: pp 2 (stage 0 holds layers 0-1, stage 1 layers 2-3), pp 2 with --pp-split 1,3 (a
    stage without MoE layers beside one with both), pp 2 x ep 2 (4 ranks, the EP group inside a stage),
-   interleaved virtual stages (dropless), and pp 2 with every layer MoE (dropless). Language-model, aux
+   interleaved virtual stages (dropless), pp 2 with every layer MoE (dropless) and pp 2 x tp 2 (dropping;
+   its weights read through a 1-process resume of its checkpoint). Language-model, aux
    and z losses (the last two summed over every stage's layers) within 1e-5 (relative), every step's loads
    and dropped shares equal, final weights within 1e-5 (max |a-b| / max |b|) and the bias equal. The pipeline checkpoints are read here from their shard files
    (stage s holds its layers; ep rank e the experts e E/ep ..), not by batchscale.
@@ -39,7 +40,8 @@ LAYOUTS = [("pp2", 2, ["--micro-batch", "2", "--pp", "2"], ("dropless", "capacit
            ("pp2_ep2", 4, ["--micro-batch", "1", "--pp", "2", "--ep", "2"], ("dropless", "capacity")),
            ("pp2_vs2", 2, ["--micro-batch", "2", "--pp", "2", "--pp-schedule", "interleaved", "--virtual-stages",
                            "2"], ("dropless",)),
-           ("pp2_every1", 2, ["--micro-batch", "2", "--pp", "2", "--moe-every", "1"], ("dropless",))]
+           ("pp2_every1", 2, ["--micro-batch", "2", "--pp", "2", "--moe-every", "1"], ("dropless",)),
+           ("pp2_tp2", 4, ["--micro-batch", "2", "--pp", "2", "--tp", "2"], ("capacity",))]
 
 
 def stage_of_layers(split):
@@ -86,8 +88,15 @@ def read_pp_ckpt(ckpt_dir, step):
     return np.concatenate(out), np.frombuffer(raw[16:], np.float32).reshape(int(layers), int(experts))
 
 
-def compare(name, mode, rows, ckpt, ref, ref_ckpt):
-    w, b = read_pp_ckpt(ckpt, 10)
+def one_process_state(tmp, data, name, ckpt, flags):
+    """A checkpoint resumed on 1 process with nothing left to train: the state it read, in the 1-process layout."""
+    _, d_one = tm.train(tmp, name + "_one", data, COMMON + flags + ["--steps", "10", "--micro-batch", "2", "--resume",
+                                                                   os.path.join(ckpt, "step_00000010")])
+    return tm.read_ckpt(d_one, 10)
+
+
+def compare(name, mode, rows, ckpt, ref, ref_ckpt, weights):
+    w, b = weights
     ref_w, ref_b = tm.read_ckpt(ref_ckpt, 10)
     loss_err = max(abs(a["loss"] - r["loss"]) / r["loss"] for a, r in zip(rows, ref))
     aux_err = max(abs(a["moe_aux_loss"] - r["moe_aux_loss"]) / r["moe_aux_loss"] for a, r in zip(rows, ref))
@@ -118,17 +127,17 @@ def layouts(tmp, data):
                 continue
             every = 1 if "--moe-every" in extra else EVERY
             rows, d = tm.train(tmp, f"{name}_{mode}", data, COMMON + flags + ["--steps", "10"] + extra, ranks=ranks)
-            compare(name, mode, rows, d, *refs[every])
+            # tensor-parallel shards are read through batchscale's resharding (test_moe_tp checks it), others here
+            weights = one_process_state(tmp, data, name, d, flags) if "--tp" in extra else read_pp_ckpt(d, 10)
+            compare(name, mode, rows, d, *refs[every], weights)
             if name == "pp2_ep2" and mode == "capacity":
                 reshard(tmp, data, d, flags)
 
 
 def reshard(tmp, data, d, flags):
     """The pp 2 x ep 2 checkpoint resumed on 1 process with nothing left to train: the same state bit for bit."""
-    _, d_one = tm.train(tmp, "rs_one", data, COMMON + flags + ["--steps", "10", "--micro-batch", "2", "--resume",
-                                                               os.path.join(d, "step_00000010")])
     w, b = read_pp_ckpt(d, 10)
-    w_one, b_one = tm.read_ckpt(d_one, 10)
+    w_one, b_one = one_process_state(tmp, data, "rs", d, flags)
     tm.check(np.array_equal(w, w_one) and np.array_equal(b, b_one) and np.abs(b).max() > 0,
              "checkpoint pp 2 x ep 2 -> 1 process: the weights and the bias bit for bit")
 
