@@ -3,7 +3,8 @@
  * Matmuls of one block on one GPU, T = b s / cp local tokens, t = tp:
  *   QKV    T x (q + 2 kv)/t x h        output  T x h x q/t   (q = heads x head dim)
  *   MLP    T x f/t x h (twice for SwiGLU's gate and up), then T x h x f/t;
- *          MoE: per local expert (experts/ep of them), T top-k ep / experts rows
+ *          MoE: per local expert (experts/ep of them), T top-k ep / experts rows;
+ *          shared experts: one MLP of shared x f/t on all T rows
  *   scores per local head: T x s x d and T x d x s (FULL: all of it; CAUSAL:
  *          half; FLASH: half the FLOPs at the fused kernel's efficiency).
  * Backward is twice the forward (two matmuls per forward one), fused
@@ -97,7 +98,9 @@ LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware 
     c.linear.proj = gemm_time(hw, p, T, h, q / t, 1);
     c.linear.up = gemm_time(hw, p, rows, f / t, h, up * local_experts);
     c.linear.down = gemm_time(hw, p, rows, h, f / t, local_experts);
-    c.gemm = c.linear.qkv + c.linear.proj + c.linear.up + c.linear.down;
+    double shared_f = model_is_moe(m) ? m->shared_experts * f / t : 0.0;
+    c.linear.shared = gemm_time(hw, p, T, shared_f, h, up) + gemm_time(hw, p, T, h, shared_f, 1);
+    c.gemm = c.linear.qkv + c.linear.proj + c.linear.up + c.linear.down + c.linear.shared;
     if (model_is_moe(m)) c.gemm += gemm_time(hw, p, T, m->experts, h, 1);
     c.attention = attention_time(m, l, hw, p, a);
     double stored = activation_bytes_per_layer(m, l, a, p, RECOMPUTE_NONE);
@@ -109,6 +112,10 @@ LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware 
         add_fp8_casts(T, h, q / t, 1, &cast_forward, &cast_backward);
         add_fp8_casts(rows, f / t, h, up * local_experts, &cast_forward, &cast_backward);
         add_fp8_casts(rows, h, f / t, local_experts, &cast_forward, &cast_backward);
+        if (shared_f > 0) {
+            add_fp8_casts(T, shared_f, h, up, &cast_forward, &cast_backward);
+            add_fp8_casts(T, h, shared_f, 1, &cast_forward, &cast_backward);
+        }
     }
     c.forward = c.gemm + c.attention + c.elementwise + cast_forward / elementwise_bw;
     c.attention_backward = (a == ATTN_FLASH ? FLASH_BACKWARD_FLOPS / FLASH_BACKWARD_RATE : 2.0) * c.attention;

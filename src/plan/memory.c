@@ -9,7 +9,8 @@
  *   inside (divided by t): Q e T q, K and V 2 e T kv, attention output e T q
  *     (q = heads x head dim, h unless the model says otherwise),
  *     MLP e T f per stored intermediate (2 for GELU: its input and output;
- *     3 for SwiGLU: gate, up, product), times top-k for MoE;
+ *     3 for SwiGLU: gate, up, product), times top-k plus the shared experts
+ *     for MoE;
  *   scores, materialized kernels only: a/t heads x T x s (FULL) or half of
  *     that (CAUSAL): softmax output e, with dropout also its mask and output.
  * Selective recomputation drops the scores; full recomputation keeps only
@@ -38,7 +39,7 @@ double activation_bytes_per_layer(const ModelShape *m, const Layout *l, Attentio
     double outside_divisor = l->sequence_parallel ? t : 1.0;
     if (r == RECOMPUTE_FULL) return e * T * h / outside_divisor;
     double outside = 4.0 * e * T * h + (m->dropout ? 2.0 * T * h : 0.0);
-    double experts = model_is_moe(m) ? m->top_k : 1.0;
+    double experts = model_is_moe(m) ? m->top_k + m->shared_experts : 1.0;
     double mlp = (m->act == ACT_SWIGLU ? 3.0 : 2.0) * e * T * f * experts;
     /* MoE (Megatron's all-to-all token dispatcher): the routed copies of the
      * tokens, top-k per token, are the experts' input (kept for the weight

@@ -18,6 +18,7 @@
 
 #include "plan/comms.h"
 #include "plan/compute.h"
+#include "plan/moe_comm.h"
 #include "plan/placement.h"
 #include "plan/tp_overlap.h"
 
@@ -107,6 +108,10 @@ bool layout_check(const PlanInput *in, const Layout *l, char *why, size_t n) {
         snprintf(why, n, "--ep %d must divide --experts %d and dp x cp = %d", l->ep, m->experts, l->dp * l->cp);
         return false;
     }
+    if (l->ep_overlap == EP_OVERLAP_SHARED && m->shared_experts < 1) {
+        snprintf(why, n, "--ep-overlap shared needs --shared-experts >= 1 (the all-to-all runs beside the shared experts' MLP)");
+        return false;
+    }
     for (int i = 0; i < in->batch.n; i++)
         if (!batch_splits(in, l, in->batch.batch[i], why, n)) return false;
     if (l->schedule == SCHEDULE_INTERLEAVED) {
@@ -184,13 +189,7 @@ static BlockCost block_cost(const PlanInput *in, const Layout *l, const Hardware
     double T = (double)l->micro_batch * m->seq_len / l->cp;
     b.tp = tp_exposed(l, collective_time(hw, COLL_ALLGATHER, e * T * m->hidden, tp_group(l, hw), NULL), &c.linear, hw->sms);
     if (l->cp > 1) b.cp = cp_exposed(in, l, hw, &c);
-    if (l->ep > 1) { /* dispatch and combine all-to-all, forward and backward; the
-                        * busiest rank receives (and returns) imbalance x the mean */
-        Group g = placement_ep(l, hw->gpus_per_node);
-        double bytes = e * T * m->top_k * m->hidden * model_moe_imbalance(m);
-        double a2a = collective_time(hw, COLL_ALLTOALL, bytes, g, NULL);
-        b.ep = (4.0 + (l->recompute == RECOMPUTE_FULL ? 2.0 : 0.0)) * a2a;
-    }
+    if (l->ep > 1) b.ep = moe_exposed(m, l, hw, e, &c); /* dispatch and combine, forward and backward */
     return b;
 }
 
@@ -339,8 +338,9 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
         bool same_node = f->kinds == 1 && placement_pp_same_node(l, hw->gpus_per_node);
         p2p[k] = l->pp > 1 ? 2.0 * v * p2p_time(hw, e * T * m->hidden / l->tp, same_node) : 0.0;
         /* Megatron's overlap_p2p_comm (interleaved): each chunk's sends and
-         * receives are posted before the next chunk computes */
-        if (l->pp_overlap && l->schedule == SCHEDULE_INTERLEAVED)
+         * receives are posted before the next chunk computes; DualPipe runs
+         * them beside the paired chunk */
+        if ((l->pp_overlap && l->schedule == SCHEDULE_INTERLEAVED) || l->ep_overlap == EP_OVERLAP_DUALPIPE)
             p2p[k] = overlapped_cost(p2p[k], cost[k].compute * m->layers / l->pp);
     }
 

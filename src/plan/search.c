@@ -116,6 +116,7 @@ static void try_grid(Ranking *r, Layout l) {
     for (int ep = 1; ep <= max_ep; ep *= 2) {
         if (!pinned_or(s->ep, ep) || (l.dp * l.cp) % ep) continue;
         l.ep = ep;
+        l.ep_overlap = ep > 1 ? s->ep_overlap : EP_OVERLAP_OFF;
         for (long mb = 1; mb <= per_dp && mb <= 64; mb++)
             if (per_dp % mb == 0 && pinned_or(s->micro_batch, (int)mb)) {
                 l.micro_batch = (int)mb;
