@@ -29,7 +29,7 @@ typedef struct {
     int gpus;
     double peak_tflops, gemm_efficiency, hbm_gb, hbm_tbps, nvlink_gbps, net_gbps, net_latency_us;
     int gpus_per_node;
-    int tp, pp, dp, cp, ep, zero, micro_batch, virtual_stages;
+    int tp, pp, dp, cp, ep, etp, zero, micro_batch, virtual_stages;
     const char *recompute, *schedule, *sequence_parallel, *overlap, *cp_algo, *in_network, *tp_overlap, *pp_overlap, *rank_order, *ep_overlap;
     bool search;
     int top;
@@ -291,6 +291,7 @@ static Layout explicit_layout(const PlanArgs *a, const PlanInput *in) {
     l.pp_overlap = parse_on_off("pp-overlap", a->pp_overlap) && l.schedule == SCHEDULE_INTERLEAVED;
     l.rank_order = parse_rank_order(a->rank_order);
     l.ep_overlap = l.ep > 1 ? parse_ep_overlap(a->ep_overlap) : EP_OVERLAP_OFF;
+    l.etp = a->etp;
     return l;
 }
 
@@ -308,6 +309,7 @@ static SearchSpace search_space(const PlanArgs *a) {
     s.pp_overlap = parse_on_off("pp-overlap", a->pp_overlap);
     s.rank_order = parse_rank_order(a->rank_order);
     s.ep_overlap = parse_ep_overlap(a->ep_overlap);
+    s.etp = a->etp;
     return s;
 }
 
@@ -574,6 +576,7 @@ int cmd_plan(int argc, char **argv) {
         {"cp", OPT_INT, &a.cp, 0, 1 << 20, "N", "context parallel", NULL, NULL},
         {"cp-algo", OPT_STRING, &a.cp_algo, OPT_NO_RANGE, "ring|allgather", "context parallelism: ring (overlapped) or all-gather of K/V (exposed; Llama 3)", NULL, NULL},
         {"ep", OPT_INT, &a.ep, 0, 1 << 20, "N", "expert parallel (MoE)", NULL, NULL},
+        {"etp", OPT_INT, &a.etp, 0, 1 << 20, "N", "MoE: expert tensor parallel (0: tp; below tp, Megatron's expert_tensor_parallel_size)", NULL, NULL},
         {"zero", OPT_INT, &a.zero, -1, 3, "STAGE", "ZeRO stage over dp x cp (-1: 1 when dp > 1)", NULL, NULL},
         {"micro-batch", OPT_INT, &a.micro_batch, 0, 1 << 20, "SEQS", "sequences per micro-batch", NULL, NULL},
         {"recompute", OPT_STRING, &a.recompute, OPT_NO_RANGE, "none|selective|full", "activation recomputation (default none)", NULL, NULL},

@@ -19,6 +19,11 @@ Layout layout_default(void) {
 }
 
 int layout_gpus(const Layout *l) { return l->tp * l->pp * l->dp * l->cp; }
+int layout_expert_tp(const Layout *l) { return l->etp > 0 ? l->etp : l->tp; }
+int layout_expert_dp(const Layout *l) {
+    int group = layout_expert_tp(l) * l->ep;
+    return group > 0 ? l->tp * l->cp * l->dp / group : 1;
+}
 
 const char *recompute_name(Recompute r) { return RECOMPUTE_NAMES[r]; }
 const char *plan_schedule_name(PlanSchedule s) { return SCHEDULE_NAMES[s]; }
@@ -83,6 +88,8 @@ void layout_format(const Layout *l, char *buf, size_t n) {
     if (l->cp > 1 && l->cp_algo == CP_ALLGATHER && w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, " %s", cp_algo_name(l->cp_algo));
     if (l->ep > 1 && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " ep%d", l->ep);
+    if (layout_expert_tp(l) != l->tp && w >= 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, " etp%d", layout_expert_tp(l));
     if (w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, " mb%d z%d rc=%s", l->micro_batch, l->zero, recompute_name(l->recompute));
     if (l->pp > 1 && w >= 0 && (size_t)w < n) {

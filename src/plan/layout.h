@@ -55,6 +55,10 @@ typedef struct {
     bool pp_overlap;      /* interleaved schedule: pipeline sends beside compute (Megatron's overlap_p2p_comm) */
     RankOrder rank_order;
     EpOverlap ep_overlap; /* the all-to-all beside compute (ep > 1) */
+    int etp;              /* expert tensor parallelism (0: tp). Megatron-core's expert_tensor_parallel_size:
+                           * below tp, the etp x ep x expert-data ranks of a stage are its tp x cp x dp ranks
+                           * regrouped, etp fastest (Megatron's rank order), and each rank dispatches the
+                           * T etp / tp tokens its etp group holds (sequence parallelism shards them) */
 } Layout;
 
 /* tp = pp = dp = cp = ep = 1, ZeRO 1, micro-batch 1, no recomputation,
@@ -62,6 +66,11 @@ typedef struct {
  * order. */
 Layout layout_default(void);
 int layout_gpus(const Layout *l);
+/* The expert weights' tensor-parallel split: etp, or tp when unset. */
+int layout_expert_tp(const Layout *l);
+/* Ranks of a stage that hold the same experts (the expert gradients' group):
+ * tp x cp x dp / (etp x ep). */
+int layout_expert_dp(const Layout *l);
 
 const char *recompute_name(Recompute r);
 const char *plan_schedule_name(PlanSchedule s);

@@ -25,7 +25,8 @@ TokenCopies moe_token_copies(const ModelShape *m, int n, int per_node) {
 double moe_alltoall_time(const ModelShape *m, const Layout *l, const Hardware *hw, double e, double T) {
     Group g = placement_ep(l, hw->gpus_per_node);
     if (g.n <= 1) return 0.0;
-    double token_bytes = e * T * m->hidden * model_moe_imbalance(m);
+    double routed_T = T * layout_expert_tp(l) / l->tp; /* the tokens this rank's etp group holds */
+    double token_bytes = e * routed_T * m->hidden * model_moe_imbalance(m);
     TokenCopies c = moe_token_copies(m, g.n, g.per_node);
     if (g.per_node >= g.n) /* one node: the plain all-to-all of the copies */
         return collective_time(hw, COLL_ALLTOALL, token_bytes * c.nvlink * g.n / (g.n - 1.0), g, NULL);

@@ -104,8 +104,18 @@ bool layout_check(const PlanInput *in, const Layout *l, char *why, size_t n) {
         snprintf(why, n, "--ep %d needs a mixture-of-experts model (--experts > 1)", l->ep);
         return false;
     }
-    if (l->ep > 1 && (m->experts % l->ep || (l->dp * l->cp) % l->ep)) {
-        snprintf(why, n, "--ep %d must divide --experts %d and dp x cp = %d", l->ep, m->experts, l->dp * l->cp);
+    int etp = layout_expert_tp(l);
+    if (etp != l->tp && (!model_is_moe(m) || etp < 1 || l->tp % etp || m->ffn % etp || l->rank_order != ORDER_TP_CP_EP_DP_PP)) {
+        snprintf(why, n, "--etp %d needs a mixture-of-experts model, must divide --tp %d and --ffn, and needs --rank-order tp-cp-ep-dp-pp",
+                 etp, l->tp);
+        return false;
+    }
+    if (l->ep > 1 && (m->experts % l->ep || (etp == l->tp ? (l->dp * l->cp) % l->ep : (l->tp * l->cp * l->dp) % (etp * l->ep)))) {
+        if (etp == l->tp)
+            snprintf(why, n, "--ep %d must divide --experts %d and dp x cp = %d", l->ep, m->experts, l->dp * l->cp);
+        else
+            snprintf(why, n, "--ep %d must divide --experts %d, and etp x ep = %d the stage's tp x cp x dp = %d", l->ep,
+                     m->experts, etp * l->ep, l->tp * l->cp * l->dp);
         return false;
     }
     if (l->ep_overlap == EP_OVERLAP_SHARED && m->shared_experts < 1) {
@@ -433,7 +443,7 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
         sp.dp_fixed = fmax(sp.dp_fixed, exposed);
         if ((dense + expert) * gb > out->dp_bytes) out->dp_bytes = (dense + expert) * gb, out->dp_algo = algo;
         double opt_params = dense / (l->zero >= 1 ? (double)l->dp * l->cp : 1.0) +
-                            expert / (l->zero >= 1 ? (double)l->dp * l->cp / (model_is_moe(m) ? l->ep : 1) : 1.0);
+                            expert / (l->zero >= 1 ? (model_is_moe(m) ? (double)layout_expert_dp(l) : (double)l->dp * l->cp) : 1.0);
         double opt = optimizer_time(hw, in->precision, opt_params);
         if (opt > sp.optimizer) sp.optimizer = opt;
     }

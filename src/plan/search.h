@@ -30,6 +30,7 @@ typedef struct {
     CpAlgo cp_algo; /* an input, as overlap is */
     RankOrder rank_order;
     EpOverlap ep_overlap; /* applies where ep > 1 */
+    int etp;              /* expert tensor parallelism, an input (0: tp) */
     int top; /* layouts to keep, <= SEARCH_MAX_TOP */
 } SearchSpace;
 
