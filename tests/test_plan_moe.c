@@ -2,7 +2,8 @@
  * computations: shared experts in the FLOPs and parameters, the copies a
  * token sends under device- and node-limited routing (DeepSeek-V2 and V3),
  * the all-to-all time they give, what --ep-overlap hides (never more than
- * the compute beside it), and expert tensor parallelism below tp (the
+ * the compute beside it), DualPipe's bubble against its paper's table, and
+ * expert tensor parallelism below tp (the
  * tokens each rank dispatches, its experts' shapes and groups). */
 #include <math.h>
 #include <stdio.h>
@@ -137,6 +138,17 @@ static void test_overlap(void) {
     CHECK(close_rel(moe_exposed(&m, &l, &hw, 2.0, &c), left, 1e-12), "full recomputation: six exchanges");
 }
 
+/* DualPipe's bubble over 1F1B's (DeepSeek-V3, Table 2): with F = 1, B = 2,
+ * W = 1 on 16 stages, 7 (F + 2B - 3W) / (15 (F + B)) = 14/45; recomputing
+ * the forward (R = 1) makes a backward chunk 3: 7 (1 + 6 - 3) / (15 x 4). */
+static void test_dualpipe_bubble(void) {
+    CHECK(fabs(dualpipe_bubble_share(16, 1, 2, 0) - 14.0 / 45.0) < 1e-12, "DualPipe, 16 stages: %.6f of 1F1B's bubble",
+          dualpipe_bubble_share(16, 1, 2, 0));
+    CHECK(fabs(dualpipe_bubble_share(16, 1, 2, 1) - 28.0 / 60.0) < 1e-12, "with recomputation: %.6f",
+          dualpipe_bubble_share(16, 1, 2, 1));
+    CHECK(dualpipe_bubble_share(1, 1, 2, 0) == 1.0, "no pipeline: nothing to scale");
+}
+
 /* Expert tensor parallelism 1 under tp 2 (Megatron-Bridge's DeepSeek-V3
  * recipe: TP 2, EP 64, ETP 1 on 1024 GPUs, PP 8): each rank dispatches the
  * T / 2 tokens sequence parallelism left it, its 4 experts are whole
@@ -187,6 +199,7 @@ int main(void) {
     test_token_copies();
     test_alltoall_time();
     test_overlap();
+    test_dualpipe_bubble();
     test_expert_tp();
     if (failures) {
         fprintf(stderr, "%d planner MoE checks failed\n", failures);

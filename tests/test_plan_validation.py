@@ -249,10 +249,12 @@ ROWS = [
      "tokens_per_gpu", 1e12 / (172.8e3 * 3600)),
     # Issue 17, more MoE rows: the same Megatron-Bridge 25.09 page (DGX H100), recipes as
     # scripts/performance/configs/{deepseek,qwen3}/*_llm_pretrain.py set them for H100 FP8 (ETP 1, token drop at
-    # capacity factor 1: balanced; no DeepEP, so no node-limited dispatch, and no all-to-all overlap; DeepSeek-V3
-    # without DP overlap, Qwen3-235B with TP overlap and no recomputation).
+    # capacity factor 1: balanced; no DeepEP, so Megatron's all-to-all dispatcher sends every routed copy, and no
+    # all-to-all overlap; DeepSeek-V3 without DP overlap and with the shared experts beside the dispatch, its
+    # provider's moe_shared_expert_overlap; Qwen3-235B with TP overlap and no recomputation).
     ("bridge-deepseek-v3-1024", BRIDGE_2509, DEEPSEEK_V3_SHAPE,
-     nemo(1024, 2, 8, 1, 8192, 1, ep=64, etp=1, overlap="off", **{"virtual-stages": 4}), "tokens_per_gpu", 1297),
+     nemo(1024, 2, 8, 1, 8192, 1, ep=64, etp=1, overlap="off", **{"virtual-stages": 4, "ep-overlap": "shared"}),
+     "tokens_per_gpu", 1297),
     ("bridge-qwen3-235b-a22b", BRIDGE_2509, QWEN3_235B_A22B,
      nemo(256, 2, 8, 1, 2048, 1, ep=32, etp=1, recompute="none", **{"virtual-stages": 4}, **TP_OVERLAP),
      "tokens_per_gpu", 1204),

@@ -35,6 +35,12 @@ double moe_alltoall_time(const ModelShape *m, const Layout *l, const Hardware *h
            fmax(c.network * token_bytes / inter_node_busbw(hw), c.nvlink * token_bytes / intra_node_busbw(hw));
 }
 
+double dualpipe_bubble_share(int pp, double forward, double backward, double recompute) {
+    double F = forward, chunk = backward + recompute, W = 0.5 * backward;
+    if (pp < 2 || F + chunk <= 0) return 1.0;
+    return (pp / 2.0 - 1.0) * (F + chunk + chunk - 3.0 * W) / ((pp - 1.0) * (F + chunk));
+}
+
 double moe_exposed(const ModelShape *m, const Layout *l, const Hardware *hw, double e, const LayerCompute *c) {
     double T = (double)l->micro_batch * m->seq_len / l->cp;
     double a2a = moe_alltoall_time(m, l, hw, e, T);

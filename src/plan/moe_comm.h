@@ -45,4 +45,12 @@ double moe_alltoall_time(const ModelShape *m, const Layout *l, const Hardware *h
 /* Exposed all-to-all seconds of one block per micro-batch. */
 double moe_exposed(const ModelShape *m, const Layout *l, const Hardware *hw, double e, const LayerCompute *c);
 
+/* DualPipe's pipeline bubble over 1F1B's for pp stages (even), from a
+ * block's forward F, backward B and recomputation R: DeepSeek-V3's Table 2
+ * gives (pp/2 - 1)(F&B + B' - 3W) against (pp - 1)(F + B'), where B' = B + R
+ * is a backward chunk, F&B, a forward and a backward chunk run together,
+ * takes F + B' when the exchange hides (the ep_overlap above), and W, the
+ * weight-gradient half of the backward matmuls, is B/2. */
+double dualpipe_bubble_share(int pp, double forward, double backward, double recompute);
+
 #endif

@@ -118,6 +118,10 @@ bool layout_check(const PlanInput *in, const Layout *l, char *why, size_t n) {
                      m->experts, etp * l->ep, l->tp * l->cp * l->dp);
         return false;
     }
+    if (l->ep_overlap == EP_OVERLAP_DUALPIPE && l->pp > 1 && (l->pp % 2 || l->schedule != SCHEDULE_1F1B)) {
+        snprintf(why, n, "--ep-overlap dualpipe is its own pipeline schedule: it needs an even --pp and --schedule 1f1b (DualPipe feeds micro-batches from both ends)");
+        return false;
+    }
     if (l->ep_overlap == EP_OVERLAP_SHARED && m->shared_experts < 1) {
         snprintf(why, n, "--ep-overlap shared needs --shared-experts >= 1 (the all-to-all runs beside the shared experts' MLP)");
         return false;
@@ -156,7 +160,8 @@ bool layout_check(const PlanInput *in, const Layout *l, char *why, size_t n) {
 /* What one block costs on one kind of GPU, per micro-batch. */
 typedef struct {
     double compute, tp, cp, ep; /* seconds: compute, exposed communication */
-    double forward, backward;   /* compute parts, for overlap windows */
+    double forward, backward;   /* compute parts, for overlap windows (backward with recomputation) */
+    double recompute;           /* the recomputed part of backward */
 } BlockCost;
 
 static Group tp_group(const Layout *l, const Hardware *hw) { return placement_tp(l, hw->gpus_per_node); }
@@ -195,6 +200,7 @@ static BlockCost block_cost(const PlanInput *in, const Layout *l, const Hardware
     b.compute = c.forward + c.backward + c.recompute;
     b.forward = c.forward;
     b.backward = c.backward + c.recompute;
+    b.recompute = c.recompute;
     double e = precision_activation_bytes(in->precision);
     double T = (double)l->micro_batch * m->seq_len / l->cp;
     b.tp = tp_exposed(l, collective_time(hw, COLL_ALLGATHER, e * T * m->hidden, tp_group(l, hw), NULL), &c.linear, hw->sms);
@@ -417,6 +423,10 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
     }
     sp.slowest = role_time(&roles[slow]);
     sp.bubble_sum = l->pp > 1 ? sum - sp.slowest : 0.0;
+    if (l->ep_overlap == EP_OVERLAP_DUALPIPE && l->pp > 1) {
+        const BlockCost *b = &cost[roles[slow].kind];
+        sp.bubble_sum *= dualpipe_bubble_share(l->pp, b->forward, b->backward - b->recompute, b->recompute);
+    }
 
     /* Data parallelism: each role's gradients, after its last backward. */
     double gb = state_bytes(in->precision).grads;
