@@ -56,6 +56,38 @@ static bool batch_splits(const PlanInput *in, const Layout *l, double batch_toke
     return true;
 }
 
+/* The expert-parallel fields: ep and etp against the model and the grid,
+ * and what each --ep-overlap needs. */
+static bool moe_layout_ok(const ModelShape *m, const Layout *l, char *why, size_t n) {
+    if (l->ep > 1 && !model_is_moe(m)) {
+        snprintf(why, n, "--ep %d needs a mixture-of-experts model (--experts > 1)", l->ep);
+        return false;
+    }
+    int etp = layout_expert_tp(l);
+    if (etp != l->tp && (!model_is_moe(m) || etp < 1 || l->tp % etp || m->ffn % etp || l->rank_order != ORDER_TP_CP_EP_DP_PP)) {
+        snprintf(why, n, "--etp %d needs a mixture-of-experts model, must divide --tp %d and --ffn, and needs --rank-order tp-cp-ep-dp-pp",
+                 etp, l->tp);
+        return false;
+    }
+    if (l->ep > 1 && (m->experts % l->ep || (etp == l->tp ? (l->dp * l->cp) % l->ep : (l->tp * l->cp * l->dp) % (etp * l->ep)))) {
+        if (etp == l->tp)
+            snprintf(why, n, "--ep %d must divide --experts %d and dp x cp = %d", l->ep, m->experts, l->dp * l->cp);
+        else
+            snprintf(why, n, "--ep %d must divide --experts %d, and etp x ep = %d the stage's tp x cp x dp = %d", l->ep,
+                     m->experts, etp * l->ep, l->tp * l->cp * l->dp);
+        return false;
+    }
+    if (l->ep_overlap == EP_OVERLAP_DUALPIPE && l->pp > 1 && (l->pp % 2 || l->schedule != SCHEDULE_1F1B)) {
+        snprintf(why, n, "--ep-overlap dualpipe is its own pipeline schedule: it needs an even --pp and --schedule 1f1b (DualPipe feeds micro-batches from both ends)");
+        return false;
+    }
+    if (l->ep_overlap == EP_OVERLAP_SHARED && m->shared_experts < 1) {
+        snprintf(why, n, "--ep-overlap shared needs --shared-experts >= 1 (the all-to-all runs beside the shared experts' MLP)");
+        return false;
+    }
+    return true;
+}
+
 bool layout_check(const PlanInput *in, const Layout *l, char *why, size_t n) {
     const ModelShape *m = &in->model;
     int gpus = fleet_gpus(&in->fleet), model_par = l->tp * l->cp * l->pp;
@@ -100,32 +132,7 @@ bool layout_check(const PlanInput *in, const Layout *l, char *why, size_t n) {
         snprintf(why, n, "--zero must be 0, 1, 2 or 3");
         return false;
     }
-    if (l->ep > 1 && !model_is_moe(m)) {
-        snprintf(why, n, "--ep %d needs a mixture-of-experts model (--experts > 1)", l->ep);
-        return false;
-    }
-    int etp = layout_expert_tp(l);
-    if (etp != l->tp && (!model_is_moe(m) || etp < 1 || l->tp % etp || m->ffn % etp || l->rank_order != ORDER_TP_CP_EP_DP_PP)) {
-        snprintf(why, n, "--etp %d needs a mixture-of-experts model, must divide --tp %d and --ffn, and needs --rank-order tp-cp-ep-dp-pp",
-                 etp, l->tp);
-        return false;
-    }
-    if (l->ep > 1 && (m->experts % l->ep || (etp == l->tp ? (l->dp * l->cp) % l->ep : (l->tp * l->cp * l->dp) % (etp * l->ep)))) {
-        if (etp == l->tp)
-            snprintf(why, n, "--ep %d must divide --experts %d and dp x cp = %d", l->ep, m->experts, l->dp * l->cp);
-        else
-            snprintf(why, n, "--ep %d must divide --experts %d, and etp x ep = %d the stage's tp x cp x dp = %d", l->ep,
-                     m->experts, etp * l->ep, l->tp * l->cp * l->dp);
-        return false;
-    }
-    if (l->ep_overlap == EP_OVERLAP_DUALPIPE && l->pp > 1 && (l->pp % 2 || l->schedule != SCHEDULE_1F1B)) {
-        snprintf(why, n, "--ep-overlap dualpipe is its own pipeline schedule: it needs an even --pp and --schedule 1f1b (DualPipe feeds micro-batches from both ends)");
-        return false;
-    }
-    if (l->ep_overlap == EP_OVERLAP_SHARED && m->shared_experts < 1) {
-        snprintf(why, n, "--ep-overlap shared needs --shared-experts >= 1 (the all-to-all runs beside the shared experts' MLP)");
-        return false;
-    }
+    if (!moe_layout_ok(m, l, why, n)) return false;
     for (int i = 0; i < in->batch.n; i++)
         if (!batch_splits(in, l, in->batch.batch[i], why, n)) return false;
     if (l->schedule == SCHEDULE_INTERLEAVED) {
