@@ -81,7 +81,6 @@ def swiglu(layers, hidden, heads, kv, ffn, vocab, seq, **more):
 LLAMA2_7B = swiglu(32, 4096, 32, 32, 11008, 32000, 4096)
 LLAMA2_13B = swiglu(40, 5120, 40, 40, 13824, 32000, 4096)
 LLAMA2_70B = swiglu(80, 8192, 64, 8, 28672, 32000, 4096)
-# Qwen3-30B-A3B (its config.json): 128 experts of 768, 8 per token, 32 query heads of 128 on a 2048 width
 # DeepSeek-V3 and V2 (their config.json files) in the planner's vocabulary, which has no multi-head latent
 # attention or dense first layers: 8 routed experts of 2048 and 1 shared (V3), 6 routed of 1536 and 2 shared (V2);
 # the dense first layers' MLPs, 18432 and 12288 wide, have exactly the FLOPs of the shared plus routed experts;
@@ -97,6 +96,7 @@ DEEPSEEK_V2 = swiglu(60, 5120, 128, 1, 1536, 102400, 4096, experts=160,
                      **{"top-k": 6, "shared-experts": 2, "head-dim": 133, "moe-device-limit": 3})
 # H800: the H100 SXM chip with NVLink cut to 400 GB/s both directions; 400 Gb/s InfiniBand per GPU
 H800 = {"hardware": "h100-sxm", "nvlink-gbps": 200}
+# Qwen3-30B-A3B (its config.json): 128 experts of 768, 8 per token, 32 query heads of 128 on a 2048 width
 QWEN3_30B_A3B = swiglu(48, 2048, 32, 4, 768, 151936, 4096, experts=128, **{"top-k": 8, "head-dim": 128})
 # Qwen3-235B-A22B (its config.json): 94 layers, 64 query heads of 128 and 4 KV heads on a 4096 width, 128
 # experts of 1536 with 8 per token, vocabulary 151936
