@@ -96,6 +96,10 @@ int optimizer_num_sums(const Optimizer *opt);
  * NULL (NULL: one process owns every element), then the update phase. */
 void optimizer_step(Optimizer *opt, const OptimizerShard *shard, const OptimizerStep *step,
                     SumAcrossRanks sum_across_ranks, void *ctx);
+/* The same for a rank that owns several disjoint ranges (ascending): the
+ * norms phase over all of them, one sum across ranks, then their updates. */
+void optimizer_step_pieces(Optimizer *opt, const OptimizerShard *pieces, int num_pieces, const OptimizerStep *step,
+                           SumAcrossRanks sum_across_ranks, void *ctx);
 
 /* The two phases of optimizer_step, for callers that simulate several ranks
  * in one process. The norms phase ADDS this shard's partial sums into

@@ -164,7 +164,6 @@ static const char *moe_refusal(const TrainConfig *c) {
     return c->tp > 1 ? "--tp (the experts are not split over tensor-parallel ranks yet)"
            : c->pp > 1 ? "--pp" : c->cp > 1 ? "--cp"
            : c->zero == 3 ? "--zero 3 (use --zero 0, 1 or 2)"
-           : c->ep > 1 && c->zero > 0 ? "--ep and --zero 1 or 2 (expert parallelism reduces at --zero 0 only yet)"
            : c->precision != PRECISION_FP32 ? "--precision bf16 or fp8 (MoE layers train in fp32)"
            : c->lora_rank > 0 ? "--lora-rank"
            : c->balance ? "--balance (every replica runs the same micro-steps: the MoE statistics are summed per micro-step)"
