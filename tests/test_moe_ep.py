@@ -16,7 +16,7 @@
 3. Metrics: moe_a2a_bytes and moe_a2a_exposed_ms per step under EP only;
    validation through the EP layers equals plain data parallelism's.
 4. Bad input, one line each: --ep not dividing --experts or the
-   data-parallel size, --ep with --zero 1.
+   data-parallel size, --ep with --zero 3 (ZeRO 1 and 2: test_moe_ep_zero.py).
 usage: test_moe_ep.py   (BATCHSCALE in the environment)
 """
 import json
@@ -50,9 +50,10 @@ def manifest(ckpt_dir, step):
     return d, json.load(open(os.path.join(d, "manifest.json")))
 
 
-def read_ep_ckpt(ckpt_dir, step):
-    """The logical flat parameters and the bias of a checkpoint of any ep: shard e's layout holds E/ep experts per
-    layer (its local expert j is logical expert e E/ep + j); the dense tensors are taken from shard 0."""
+def read_ep_ckpt(ckpt_dir, step, array=0):
+    """The logical flat parameters (array 0; 1 and 2: Adam's m and v) and the bias of a checkpoint of any ep: shard
+    e's layout holds E/ep experts per layer (its local expert j is logical expert e E/ep + j); the dense tensors are
+    taken from shard 0."""
     d, m = manifest(ckpt_dir, step)
     ep = m["layout"].get("ep", 1)
     moe = m["model"]["moe"]
@@ -61,7 +62,8 @@ def read_ep_ckpt(ckpt_dir, step):
     pieces = {e: [] for e in range(ep)}  # shard e: (offset, values) of its files
     for f in m["files"]:
         raw = open(os.path.join(d, f["name"]), "rb").read()
-        pieces[f["shard"]].append((f["offset"], np.frombuffer(raw[64:64 + 4 * f["count"]], np.float32)))
+        at = 64 + 4 * f["count"] * array  # the header, then params, m and v of the file's range
+        pieces[f["shard"]].append((f["offset"], np.frombuffer(raw[at:at + 4 * f["count"]], np.float32)))
     local = [np.concatenate([v for _, v in sorted(pieces[e], key=lambda p: p[0])]) for e in range(ep)]
     at = [0] * ep
     out = []
@@ -157,7 +159,7 @@ def evaluation(tmp, data):
 def bad_input(tmp, data):
     cases = [(["--ep", "3"], 1, "--ep 3 must divide --experts 4"),
              (["--ep", "2"], 1, "--ep 2 does not divide the data-parallel size 1"),
-             (["--ep", "2", "--zero", "1"], 1, "--ep and --zero 1")]
+             (["--ep", "2", "--zero", "3"], 2, "does not work with --zero 3")]
     for extra, ranks, text in cases:
         p = tm.train(tmp, "bad", data, ["--seq-len", "32", "--steps", "1"] + extra, ranks=ranks, check_rc=False)
         lines = p.stderr.strip().splitlines()
