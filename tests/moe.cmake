@@ -39,3 +39,7 @@ set_tests_properties(moe_ep PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THR
 # Expert parallelism with ZeRO 1 and 2: ep 2 x ZeRO 1 and ep 2 x dp 2 x ZeRO 2 against 1 process, ZeRO checkpoints resumed and resharded.
 add_test(NAME moe_ep_zero COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_ep_zero.py)
 set_tests_properties(moe_ep_zero PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)
+
+# A capacity factor with gradient accumulation: 2 ranks against 1 process up to the first step routed apart, and the rule layout-independent from one checkpoint.
+add_test(NAME moe_accum COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_accum.py)
+set_tests_properties(moe_accum PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)
