@@ -43,3 +43,7 @@ set_tests_properties(moe_ep_zero PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NU
 # A capacity factor with gradient accumulation: 2 ranks against 1 process up to the first step routed apart, and the rule layout-independent from one checkpoint.
 add_test(NAME moe_accum COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_accum.py)
 set_tests_properties(moe_accum PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)
+
+# Tensor and context parallelism over MoE layers (alone and with EP) against 1 process; tp x ep resharded.
+add_test(NAME moe_tp COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_tp.py)
+set_tests_properties(moe_tp PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)

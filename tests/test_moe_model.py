@@ -242,8 +242,8 @@ def resume(tmp, data):
 
 def bad_input(tmp, data):
     cases = [(["--moe-top-k", "5"], "--moe-top-k"), (["--capacity-factor", "0"], "--capacity-factor"),
-             (["--capacity-factor", "-1"], "--capacity-factor"), (["--tp", "2"], "--tp"), (["--pp", "2"], "--pp"),
-             (["--cp", "2"], "--cp"), (["--ep", "2"], "--ep"), (["--zero", "3"], "--zero 3"),
+             (["--capacity-factor", "-1"], "--capacity-factor"), (["--pp", "2"], "--pp"),
+             (["--ep", "2"], "--ep"), (["--zero", "3"], "--zero 3"),
              (["--precision", "bf16"], "--precision"), (["--lora-rank", "4"], "--lora-rank"),
              (["--moe-every", "2"], "--moe-every"), (["--dropless", "--capacity-factor", "1"], "--dropless")]
     for extra, flag in cases:

@@ -326,10 +326,13 @@ void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for
     if (lora_scratch_numel(cfg, B, T) > 0) acts->lora_row_keys = bs_malloc(BT * sizeof(uint64_t));
     if (gpt_is_moe(cfg)) {
         const MoeConfig moe = gpt_moe_config(cfg);
-        const size_t n = (size_t)gpt_stage_layers(cfg) * (size_t)B;
+        const size_t n = (size_t)gpt_stage_layers(cfg);
         acts->moe = bs_malloc(n * sizeof(MoeLayer *));
         acts->moe_layers = n;
-        for (size_t i = 0; i < n; i++) acts->moe[i] = moe_create(&moe, (size_t)T);
+        for (size_t i = 0; i < n; i++) {
+            acts->moe[i] = moe_create(&moe, (size_t)B * T);
+            moe_set_capacity_group(acts->moe[i], (size_t)T); /* every sequence its own capacity group */
+        }
         acts->moe_stats = bs_calloc((size_t)gpt_stage_layers(cfg), sizeof(MoeStats));
     }
     if (!for_training) return;
@@ -362,7 +365,7 @@ void gpt_acts_free(GPTActs *acts) {
     if (acts->moe) {
         for (size_t i = 0; i < acts->moe_layers; i++) moe_free(acts->moe[i]);
         free(acts->moe);
-        for (int i = 0; acts->moe_ep && i < (int)(acts->moe_layers / (size_t)acts->B); i++)
+        for (size_t i = 0; acts->moe_ep && i < acts->moe_layers; i++)
             if (acts->moe_ep[i]) acts->moe_ep_hooks->destroy(acts->moe_ep[i]);
         free(acts->moe_ep);
         free(acts->moe_stats);
@@ -543,6 +546,8 @@ static double loss_forward(const GPT *model, GPTActs *acts, const int32_t *targe
                              w.Vl, dloss);
 }
 
+static void sum_over_tp(void *tp, float *values, size_t n) { comm_allreduce(tp, values, n); }
+
 /* Expert parallelism: local layer i's hook state of this activation set. */
 static void *moe_ep_state(const GPT *model, GPTActs *acts, int i) {
     if (!acts->moe_ep) {
@@ -560,17 +565,19 @@ static void *moe_ep_state(const GPT *model, GPTActs *acts, int i) {
 static void moe_mlp_forward(GPT *model, GPTActs *acts, LayerTensors p, const LayerActs *a, int i, int b, int t,
                             bool training) {
     const int C = model->cfg.channels, E = model->cfg.experts;
-    const size_t rows = (size_t)t * C;
     MoeStats *st = &acts->moe_stats[i];
     memset(st, 0, sizeof *st);
     if (model->moe_ep) {
         model->moe_ep->forward(moe_ep_state(model, acts, i), acts->proj_out, a->ln2, (size_t)b * t, p.router,
                                p.experts, model->moe_bias + (size_t)i * E, st);
     } else {
-        for (int s = 0; s < b; s++)
-            moe_forward(acts->moe[(size_t)i * acts->B + s], acts->proj_out + s * rows, a->ln2 + s * rows, (size_t)t,
-                        p.router, p.experts, model->moe_bias + (size_t)i * E, st);
+        MoeLayer *layer = acts->moe[i];
+        if (model->tp && gpt_tp_size(&model->cfg) > 1) /* each TP rank a slice of every expert */
+            moe_set_tensor_parallel(layer, gpt_tp_rank(&model->cfg) == 0, sum_over_tp, model->tp);
+        moe_forward(layer, acts->proj_out, a->ln2, (size_t)b * t, p.router, p.experts, model->moe_bias + (size_t)i * E,
+                    st);
     }
+    tp_sum(model, acts->proj_out, (size_t)b * t * C);
     if (!training) return;
     if (model->moe_dp && comm_size(model->moe_dp) > 1) comm_allreduce_double(model->moe_dp, (double *)st, (int)MOE_STATS_DOUBLES);
     double *sum = (double *)&model->moe_step[i];
@@ -806,21 +813,18 @@ static void head_pass(const Pass *x, const float *wte, float *dwte) {
 static void moe_mlp_backward(const Pass *x, int i, LayerTensors p, LayerTensors g, const LayerActs *a) {
     GPTActs *acts = x->acts;
     const GPT *model = x->model;
-    const size_t rows = (size_t)x->t * x->w.C;
     memset(acts->dln, 0, x->N * x->w.C * sizeof(float));
     const double aux_coef = model->moe_loss_weight * model->cfg.moe_aux_coef;
     const double z_coef = model->moe_loss_weight * model->cfg.moe_z_coef;
     if (model->moe_ep) {
         model->moe_ep->backward(acts->moe_ep[i], acts->dln, g.router, g.experts, acts->dresidual, a->ln2, p.router,
                                 p.experts, &acts->moe_stats[i], aux_coef, z_coef);
-        return;
+    } else {
+        moe_set_loss_coefs(acts->moe[i], aux_coef, z_coef);
+        moe_backward(acts->moe[i], acts->dln, g.router, g.experts, acts->dresidual, a->ln2, p.router, p.experts,
+                     &acts->moe_stats[i]);
     }
-    for (int s = 0; s < x->b; s++) {
-        MoeLayer *layer = acts->moe[(size_t)i * acts->B + s];
-        moe_set_loss_coefs(layer, aux_coef, z_coef);
-        moe_backward(layer, acts->dln + s * rows, g.router, g.experts, acts->dresidual + s * rows, a->ln2 + s * rows,
-                     p.router, p.experts, &acts->moe_stats[i]);
-    }
+    tp_sum(model, acts->dln, x->N * x->w.C); /* the experts' slices' input gradients */
 }
 
 /* The dense MLP backward: acts->dln = d ln2 from acts->dresidual. */

@@ -64,7 +64,8 @@ bool gpt_config_check(GPTConfig *cfg, char *why, size_t why_size) {
 bool gpt_is_moe(const GPTConfig *cfg) { return cfg->experts > 1; }
 
 MoeConfig gpt_moe_config(const GPTConfig *cfg) {
-    return (MoeConfig){cfg->channels,        cfg->moe_ffn,      cfg->experts,   cfg->moe_top_k, (MoeRouter)cfg->moe_router,
+    /* a tensor-parallel shard's experts hold moe_ffn / tp of the hidden units */
+    return (MoeConfig){cfg->channels,        cfg->moe_ffn / gpt_tp_size(cfg), cfg->experts, cfg->moe_top_k, (MoeRouter)cfg->moe_router,
                        cfg->capacity_factor, cfg->moe_aux_coef, cfg->moe_z_coef};
 }
 
@@ -82,6 +83,11 @@ bool gpt_set_shard(GPTConfig *cfg, int tp_size, int tp_rank, int pp_size_, int p
     if (stage_layers < 1 || first_layer < 0 || first_layer + stage_layers > cfg->num_layers) {
         snprintf(why, why_size, "pipeline stage %d would hold layers [%d, %d) of %d; every stage needs at least one",
                  pp_rank_, first_layer, first_layer + stage_layers, cfg->num_layers);
+        return false;
+    }
+    if (gpt_is_moe(cfg) && cfg->moe_ffn % tp_size != 0) {
+        snprintf(why, why_size, "--tp %d does not divide --moe-ffn %d (tensor parallelism splits each expert's hidden units)",
+                 tp_size, cfg->moe_ffn);
         return false;
     }
     cfg->tp_size = tp_size;
@@ -136,7 +142,7 @@ static bool adapter_row_parallel(TensorKind k) { return adapter_target(k) == 1 |
 static bool tp_replicated(TensorKind k) {
     if (gpt_tensor_is_adapter(k)) return adapter_is_a(k) != adapter_row_parallel(k);
     return k == TK_WPE || k == TK_LN1W || k == TK_LN1B || k == TK_ATTPROJB || k == TK_LN2W || k == TK_LN2B ||
-           k == TK_FCPROJB || k == TK_LNFW || k == TK_LNFB;
+           k == TK_FCPROJB || k == TK_LNFW || k == TK_LNFB || k == TK_ROUTER;
 }
 
 static bool in_part(const GPTConfig *cfg, TensorKind k) {
@@ -356,7 +362,28 @@ static void add_run(RunList *l, size_t local, size_t logical, size_t count, bool
 }
 
 int gpt_max_shard_runs(const GPTConfig *cfg) {
-    return (cfg->num_layers + 2) * (2 * cfg->channels + 2 * cfg->lora_rank + 2 * TK_COUNT) + 8;
+    const int expert_runs = gpt_is_moe(cfg) ? cfg->experts * (cfg->channels + 3) : 0; /* under TP: expert_runs */
+    return (cfg->num_layers + 2) * (2 * cfg->channels + 2 * cfg->lora_rank + 2 * TK_COUNT + expert_runs) + 8;
+}
+
+/* This shard's experts as runs of the logical tensor: local expert j of ep
+ * rank e is logical expert e E/ep + j; under TP rank r holds rows
+ * [r F/T, (r+1) F/T) of its fc weight and bias, those columns of every
+ * fcproj row, and the fcproj bias (rank 0's copy primary). One run per
+ * expert block (merged) without TP. */
+static void expert_runs(RunList *l, const GPTConfig *cfg, size_t local, size_t logical) {
+    const MoeConfig part = gpt_moe_config(cfg);
+    const size_t C = (size_t)cfg->channels, Fl = (size_t)part.hidden, F = Fl * (size_t)gpt_tp_size(cfg);
+    const size_t r = (size_t)gpt_tp_rank(cfg), whole_numel = 2 * F * C + F + C;
+    const int experts = cfg->experts / gpt_ep_size(cfg);
+    const size_t first = (size_t)(gpt_ep_size(cfg) > 1 ? cfg->ep_rank : 0) * (size_t)experts;
+    for (size_t j = 0; j < (size_t)experts; j++) {
+        size_t at = local + j * moe_expert_numel(&part), from = logical + (first + j) * whole_numel;
+        add_run(l, at, from + r * Fl * C, Fl * C, true), at += Fl * C; /* fc weight rows */
+        add_run(l, at, from + F * C + r * Fl, Fl, true), at += Fl;    /* fc bias */
+        for (size_t row = 0; row < C; row++, at += Fl) add_run(l, at, from + F * C + F + row * F + r * Fl, Fl, true);
+        add_run(l, at, from + 2 * F * C + F, C, r == 0); /* fcproj bias */
+    }
 }
 
 /* The local tensor k of `layer` as runs of the logical tensor. */
@@ -383,9 +410,7 @@ static void tensor_runs(RunList *l, const GPTConfig *cfg, const GPTConfig *whole
         for (size_t row = 0; row < rows; row++) add_run(l, local + row * cols, logical + row * full + r * cols, cols, primary);
         break;
     }
-    case TK_EXPERTS: /* local expert j of ep rank e is logical expert e E/ep + j: one contiguous block */
-        add_run(l, local, logical + (cfg->ep_size > 1 ? (size_t)cfg->ep_rank : 0) * n, n, primary);
-        break;
+    case TK_EXPERTS: expert_runs(l, cfg, local, logical); break;
     default: /* whole tensors, or a contiguous row block (wte, fcw, fcb) */
         add_run(l, local, tp_replicated(k) ? logical : logical + r * n, n, primary);
         break;

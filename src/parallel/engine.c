@@ -182,7 +182,7 @@ static void check_expert_parallel(Engine *e, const GPTConfig *whole) {
     if (!gpt_is_moe(whole)) bs_die("--ep %d needs --experts E (E > 1: a Mixture-of-Experts model)", g->ep);
     if (!moe_ep_check(whole->experts, g->ep, g->dp, why, sizeof why)) bs_die("%s", why);
     const char *no = c->data_parallel.zero_stage == 3 ? "--zero 3 (use --zero 0, 1 or 2)"
-                     : g->tp > 1 || g->pp > 1 || g->cp > 1 ? "--tp, --pp or --cp"
+                     : g->pp > 1 ? "--pp"
                      : c->virtual_stages > 1 ? "--virtual-stages"
                      : c->data_parallel.grad_codec.kind != CODEC_NONE ? "--grad-compression"
                      : c->optimizer.kind == OPTIM_LAMB || c->optimizer.kind == OPTIM_LARS
@@ -190,7 +190,6 @@ static void check_expert_parallel(Engine *e, const GPTConfig *whole) {
                      : c->optimizer.kind == OPTIM_ONEBIT_ADAM ? "--optimizer onebit-adam"
                      : NULL;
     if (no) bs_die("--ep %d does not work with %s yet", g->ep, no);
-    moe_hooks_init(&e->moe_ep, whole, g->ep_group);
 }
 
 /* The optimizer sees each tensor's trained elements (not wte's padded rows). */
@@ -233,6 +232,7 @@ static void setup_chunk(Engine *e, int c, const GPTConfig *whole) {
     ch->model.tp = g->tp_group;
     ch->model.moe_dp = e->chunk_comm[c]; /* MoE: the losses' statistics over the data-parallel micro-step */
     if (g->ep > 1) { /* the experts' all-to-all over the EP group, their gradients over the expert-data group */
+        if (c == 0) moe_hooks_init(&e->moe_ep, &ch->model.cfg, g->ep_group, g->tp_group); /* alike for every chunk */
         ch->model.moe_ep = &e->moe_ep.hooks;
         dp_set_expert_group(ch->dp, g->edp_group);
     }
