@@ -8,7 +8,8 @@ experts), so a rank updates several pieces of its flat layout.
 1. Layouts against 1 process at the same global batch over 10 steps, dropless,
    with --grad-clip below every step's norm (AdamW hardly sees a clip, so the
    norm itself is compared): ep 2 x ZeRO 1 (2 ranks), ep 2 x dp 2 x ZeRO 2
-   (4 ranks) and, without EP, dp 2 x ZeRO 2 (MoE alone at ZeRO 2). Losses,
+   and tp 2 x ep 2 x ZeRO 1 (4 ranks; its checkpoint read by resuming it on
+   1 process) and, without EP, dp 2 x ZeRO 2 (MoE alone at ZeRO 2). Losses,
    aux losses and gradient norms within 1e-5 (relative), every step's loads
    equal, final weights and Adam's m within 1e-5 (max |a-b| / max |b|), the
    bias equal. The figure printed beside them: the same layout at ZeRO 0
@@ -38,7 +39,18 @@ TOL = 1e-5
 COMMON = te.COMMON + ["--dropless", "--grad-clip", "0.5"]
 LAYOUTS = [("ep2_zero1", 2, ["--micro-batch", "2", "--ep", "2", "--zero", "1"]),
            ("ep2_dp2_zero2", 4, ["--micro-batch", "1", "--ep", "2", "--zero", "2"]),
+           ("tp2_ep2_zero1", 4, ["--micro-batch", "2", "--tp", "2", "--ep", "2", "--zero", "1"]),
            ("dp2_zero2", 2, ["--micro-batch", "2", "--zero", "2"])]
+
+
+def final(tmp, name, data, d):
+    """Weights, bias and Adam's m at step 10 in logical order; a tensor-parallel checkpoint through 1 process
+    (resumed with nothing left to train, it writes what it read)."""
+    if name.startswith("tp"):
+        _, d = tm.train(tmp, name + "_read", data, COMMON + ["--steps", "10", "--micro-batch", "4", "--resume",
+                                                             os.path.join(d, "step_00000010")])
+    w, b = te.read_ep_ckpt(d, 10)
+    return w, b, te.read_ep_ckpt(d, 10, array=1)[0]
 
 
 def worst(rows, ref, key):
@@ -55,12 +67,11 @@ def layouts(tmp, data):
     for name, ranks, extra in LAYOUTS:
         zero0 = extra[:-1] + ["0"]  # the layout without sharding
         _, floor_dir = tm.train(tmp, name + "_at_zero0", data, COMMON + ["--steps", "10"] + zero0, ranks=ranks)
-        floor = tm.rel(te.read_ep_ckpt(floor_dir, 10)[0], ref_w)
+        floor = tm.rel(final(tmp, name + "_at_zero0", data, floor_dir)[0], ref_w)
         every = ["--ckpt-every", "5", "--keep-last", "0"] if name == "ep2_zero1" else []
         rows, d = tm.train(tmp, name, data, COMMON + ["--steps", "10"] + extra + every, ranks=ranks)
         runs[name] = rows, d
-        w, b = te.read_ep_ckpt(d, 10)
-        m = te.read_ep_ckpt(d, 10, array=1)[0]
+        w, b, m = final(tmp, name, data, d)
         errs = [worst(rows, ref, k) for k in ("loss", "moe_aux_loss", "grad_norm")]
         tm.check(len(rows) == 10 and max(errs) < TOL, f"{name}: losses, aux losses and gradient norms within {TOL} of "
                  f"1 process (lm {errs[0]:.1e}, aux {errs[1]:.1e}, norm {errs[2]:.1e})")
