@@ -1,7 +1,9 @@
 /* optimizer.h: the one front door the trainer calls for a parameter update,
  * whatever the optimizer (AdamW, SGD, LAMB, LARS), on the contiguous range of
  * the flat parameter buffer that this rank owns (the whole buffer with one
- * process or without ZeRO; a shard that may cut tensors anywhere under ZeRO).
+ * process or without ZeRO; a shard that may cut tensors anywhere under ZeRO;
+ * several disjoint ranges under expert parallelism with ZeRO, where dense and
+ * expert tensors are sharded over different groups: optimizer_step_pieces).
  *
  * The optimizer sees the model as a list of tensors (OptimTensor): where each
  * one's trained elements lie in the flat buffer and whether weight decay

@@ -30,6 +30,10 @@
  *                values are the forward's, so results do not change.
  *   local        stages 0-1: no gradient reduction at all (1-bit Adam's
  *                compression stage reduces its momentum instead).
+ * Expert parallelism (dp_set_expert_group) adds a second group for the
+ * expert tensors: their reductions, and at stages 1-2 their shards, run over
+ * it, the dense tensors' over the first; a rank's shard is then several
+ * pieces (dp_piece), not one range.
  * The model sees all this through the BlockAccess interface (model/gpt.h).
  * Shards follow the group's partition (comm_partition), so a checkpoint
  * written under one stage or group size can be read under another. */
