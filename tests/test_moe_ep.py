@@ -39,8 +39,8 @@ MODES = [("dropless", ["--dropless"]), ("capacity", ["--capacity-factor", "1.0"]
 # (name, ranks, flags, the one-process oracle's micro-batch): the aux and z losses are over each micro-step's
 # data-parallel batch, so 2 micro-steps per step compare with 1 process at 2 micro-steps of 2 sequences.
 # Accumulation runs dropless only: under --capacity-factor 1.0 plain data parallelism (2 ranks at micro-batch 1,
-# no EP) already leaves this oracle at step 6 (steps 1-5 within 1e-8, then 1e-5: a near-tied top-k choice decided
-# the other way by the dense gemms' row count, not by the rule: test_moe_accum.py), so a capacity run with
+# no EP) has left this oracle at step 6 (steps 1-5 within 1e-8, then 1e-5: a near-tied top-k choice decided the
+# other way by the dense gemms' row count, not by the rule: test_moe_accum.py), so a capacity run with
 # accumulation would test rounding, not EP.
 LAYOUTS = [("ep2", 2, ["--micro-batch", "2", "--ep", "2"], 4), ("ep2_dp2", 4, ["--micro-batch", "1", "--ep", "2"], 4),
            ("ep4", 4, ["--micro-batch", "1", "--ep", "4"], 4), ("ep2_accum2", 2, ["--micro-batch", "1", "--ep", "2"], 2)]
