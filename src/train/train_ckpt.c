@@ -3,7 +3,12 @@
  * Every rank writes one file per model chunk: its data-parallel shard of the
  * chunk's flat layout (parameters and optimizer state), tagged with the
  * model shard (tp_index + model stage x tp; a chunk is a model stage of its
- * own). On resume each rank needs values for its own
+ * own). Under expert parallelism a file holds the rank's part of its ep
+ * shard's layout under the expert-data-parallel group's partition; at ZeRO
+ * 1-2 the optimizer state of that part is gathered from the ranks owning
+ * its pieces first (dense ones over the data group, expert ones over the
+ * expert group), so the files look alike at every ZeRO stage. On resume
+ * each rank needs values for its own
  * local ranges: with the same model split, it reads its shard's ranges
  * directly (whatever the data-parallel size or ZeRO stage was); with another
  * split (tensor or pipeline), each local run is mapped to the whole model's
