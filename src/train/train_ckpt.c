@@ -8,8 +8,8 @@
  * 1-2 the optimizer state of that part is gathered from the ranks owning
  * its pieces first (dense ones over the data group, expert ones over the
  * expert group), so the files look alike at every ZeRO stage. On resume
- * each rank needs values for its own
- * local ranges: with the same model split, it reads its shard's ranges
+ * each rank needs values for its own local ranges: with the same model
+ * split, it reads its shard's ranges
  * directly (whatever the data-parallel size or ZeRO stage was); with another
  * split (tensor or pipeline), each local run is mapped to the whole model's
  * layout and from there to whichever old shard holds it. */
