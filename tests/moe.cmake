@@ -44,6 +44,10 @@ set_tests_properties(moe_ep_zero PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NU
 add_test(NAME moe_accum COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_accum.py)
 set_tests_properties(moe_accum PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)
 
+# --moe-every and pipeline parallelism: pp 2, pp 2 x ep 2, interleaved stages against 1 process, checkpoints to 1 process.
+add_test(NAME moe_pipeline COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_pipeline.py)
+set_tests_properties(moe_pipeline PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)
+
 # Tensor and context parallelism over MoE layers (alone and with EP) against 1 process; tp x ep resharded.
 add_test(NAME moe_tp COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_tp.py)
 set_tests_properties(moe_tp PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)

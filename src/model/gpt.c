@@ -112,11 +112,12 @@ void gpt_round_block_matrices(const GPTConfig *cfg, float *block_base, int block
         return;
     }
     if (block > cfg->num_layers) return; /* the final LayerNorm has no matrix */
-    LayerTensors t = gpt_layer_tensors(cfg, block_base);
-    bf16_round_floats(t.qkvw, t.qkvw, gpt_tensor_numel(cfg, TK_QKVW));
-    bf16_round_floats(t.attprojw, t.attprojw, gpt_tensor_numel(cfg, TK_ATTPROJW));
-    bf16_round_floats(t.fcw, t.fcw, gpt_tensor_numel(cfg, TK_FCW));
-    bf16_round_floats(t.fcprojw, t.fcprojw, gpt_tensor_numel(cfg, TK_FCPROJW));
+    const int layer = block - 1;
+    LayerTensors t = gpt_layer_tensors(cfg, block_base, layer);
+    bf16_round_floats(t.qkvw, t.qkvw, gpt_layer_tensor_numel(cfg, TK_QKVW, layer));
+    bf16_round_floats(t.attprojw, t.attprojw, gpt_layer_tensor_numel(cfg, TK_ATTPROJW, layer));
+    if (t.fcw) bf16_round_floats(t.fcw, t.fcw, gpt_layer_tensor_numel(cfg, TK_FCW, layer));
+    if (t.fcprojw) bf16_round_floats(t.fcprojw, t.fcprojw, gpt_layer_tensor_numel(cfg, TK_FCPROJW, layer));
 }
 
 void gpt_enable_bf16(GPT *model, MatmulBF16Path path) {
@@ -330,6 +331,8 @@ void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for
         acts->moe = bs_malloc(n * sizeof(MoeLayer *));
         acts->moe_layers = n;
         for (size_t i = 0; i < n; i++) {
+            acts->moe[i] = NULL; /* dense layers (--moe-every) have none */
+            if (!gpt_layer_is_moe(cfg, gpt_first_layer(cfg) + (int)i)) continue;
             acts->moe[i] = moe_create(&moe, (size_t)B * T);
             moe_set_capacity_group(acts->moe[i], (size_t)T); /* every sequence its own capacity group */
         }
@@ -452,7 +455,8 @@ void gpt_frozen_base(const GPT *model, float *out) {
     GPTConfig kept = frozen_config(&model->cfg), base = gpt_part_config(&model->cfg, GPT_PART_BASE);
     gpt_copy_tensors(&kept, model->frozen, &base, out);
     for (int i = 0; i < gpt_stage_layers(&model->cfg) && model->frozen_linear; i++) {
-        LayerTensors t = gpt_layer_tensors(&base, block_start(&base, out, gpt_first_layer(&base) + i + 1));
+        const int layer = gpt_first_layer(&base) + i;
+        LayerTensors t = gpt_layer_tensors(&base, block_start(&base, out, layer + 1), layer);
         float *dst[FROZEN_LINEARS] = {t.qkvw, t.attprojw, t.fcw, t.fcprojw};
         for (int m = 0; m < FROZEN_LINEARS; m++) frozen_linear_load(model->frozen_linear, i, m, dst[m]);
     }
@@ -468,7 +472,8 @@ void gpt_set_frozen_base(GPT *model, const float *base_values) {
     GPTConfig kept = frozen_config(&model->cfg), base = gpt_part_config(&model->cfg, GPT_PART_BASE);
     gpt_copy_tensors(&base, base_values, &kept, model->frozen);
     for (int i = 0; i < gpt_stage_layers(&model->cfg) && model->frozen_linear; i++) {
-        LayerTensors t = gpt_layer_tensors(&base, block_start(&base, (float *)base_values, gpt_first_layer(&base) + i + 1));
+        const int layer = gpt_first_layer(&base) + i;
+        LayerTensors t = gpt_layer_tensors(&base, block_start(&base, (float *)base_values, layer + 1), layer);
         const float *src[FROZEN_LINEARS] = {t.qkvw, t.attprojw, t.fcw, t.fcprojw};
         for (int m = 0; m < FROZEN_LINEARS; m++) frozen_linear_store(model->frozen_linear, i, m, src[m]);
     }
@@ -482,10 +487,10 @@ static float *dense_params(const GPT *model, const BlockAccess *a, int block) {
 
 /* A layer's parameters: under LoRA the frozen base's tensors with the adapters beside them. */
 static LayerTensors layer_params(const GPT *model, const BlockAccess *a, int block) {
-    LayerTensors p = gpt_layer_tensors(&model->cfg, params_of(model, a, block));
+    LayerTensors p = gpt_layer_tensors(&model->cfg, params_of(model, a, block), block - 1);
     if (!model->frozen) return p;
     GPTConfig base = frozen_config(&model->cfg);
-    LayerTensors t = gpt_layer_tensors(&base, frozen_block(model, block));
+    LayerTensors t = gpt_layer_tensors(&base, frozen_block(model, block), block - 1);
     frozen_linear_weights(model, block, &t);
     memcpy(t.lora_a, p.lora_a, sizeof t.lora_a);
     memcpy(t.lora_b, p.lora_b, sizeof t.lora_b);
@@ -639,7 +644,7 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
         tp_sum(model, acts->proj_out, N * C);
         residual_forward(a.residual2, residual, acts->proj_out, N * C);
         layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
-        if (gpt_is_moe(cfg)) {
+        if (gpt_layer_is_moe(cfg, block - 1)) {
             moe_mlp_forward(model, acts, p, &a, i, b, t, dloss != 0);
         } else {
             round_input(model, a.ln2, N * C);
@@ -854,7 +859,7 @@ static void layer_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, Lay
     LayerActs a = layer_acts(acts, cfg, i);
     const float *inp = i == 0 ? acts->encoded : layer_acts(acts, cfg, i - 1).residual3;
     /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))), or the MoE layer's */
-    if (gpt_is_moe(cfg)) moe_mlp_backward(x, i, p, g, &a);
+    if (gpt_layer_is_moe(cfg, gpt_first_layer(cfg) + i)) moe_mlp_backward(x, i, p, g, &a);
     else mlp_pass(x, i, p, g, s, &a);
     layernorm_pass(x, acts->dresidual,
                    &(Norm){acts->dln, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, g.ln2w, g.ln2b, s.dln2});
@@ -926,7 +931,7 @@ static void backward_chain(const Pass *x, const int32_t *inputs) {
     for (int i = nl - 1; i >= 0; i--) {
         int block = first + i + 1;
         float *grads = pass_grads(x, block);
-        LayerTensors g = grads ? gpt_layer_tensors(cfg, grads) : (LayerTensors){0};
+        LayerTensors g = grads ? gpt_layer_tensors(cfg, grads, block - 1) : (LayerTensors){0};
         LayerTensors p = layer_params(model, x->access, block);
         layer_pass(x, i, p, g, x->split ? layer_stash(acts, cfg, i) : (LayerStash){0});
         pass_grads_done(x, block);
@@ -974,7 +979,7 @@ void gpt_backward_weight(GPT *model, GPTActs *acts, const int32_t *inputs, int b
     }
     for (int i = nl - 1; i >= 0; i--) {
         int block = first + i + 1;
-        layer_weight(&x, i, gpt_layer_tensors(cfg, grads_of(model, access, block)), layer_stash(acts, cfg, i));
+        layer_weight(&x, i, gpt_layer_tensors(cfg, grads_of(model, access, block), block - 1), layer_stash(acts, cfg, i));
         grads_done(access, block);
     }
     if (gpt_has_encoder(cfg)) {
@@ -988,7 +993,7 @@ double gpt_flops_per_token(const GPTConfig *cfg, int seq_len) {
     double active = (double)gpt_num_trained_params(cfg);
     if (gpt_is_moe(cfg)) { /* a token runs K of the E experts */
         GPTConfig whole = gpt_logical_config(cfg);
-        active -= (double)cfg->num_layers * (double)gpt_tensor_numel(&whole, TK_EXPERTS) *
+        active -= (double)gpt_moe_layers_before(cfg, cfg->num_layers) * (double)gpt_tensor_numel(&whole, TK_EXPERTS) *
                   (cfg->experts - cfg->moe_top_k) / cfg->experts;
     }
     return 6.0 * active + 12.0 * cfg->num_layers * cfg->channels * (double)seq_len;

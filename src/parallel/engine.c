@@ -170,7 +170,7 @@ static void inject_outlier(Engine *e, EngineChunk *ch) {
     for (int i = 0; i < gpt_stage_layers(mc); i++) {
         size_t offset, count;
         gpt_block_range(mc, gpt_first_layer(mc) + i + 1, &offset, &count);
-        gpt_layer_tensors(mc, params + offset).ln1w[0] *= (float)e->cfg.outlier_scale;
+        gpt_layer_tensors(mc, params + offset, gpt_first_layer(mc) + i).ln1w[0] *= (float)e->cfg.outlier_scale;
     }
 }
 
@@ -182,7 +182,6 @@ static void check_expert_parallel(Engine *e, const GPTConfig *whole) {
     if (!gpt_is_moe(whole)) bs_die("--ep %d needs --experts E (E > 1: a Mixture-of-Experts model)", g->ep);
     if (!moe_ep_check(whole->experts, g->ep, g->dp, why, sizeof why)) bs_die("%s", why);
     const char *no = c->data_parallel.zero_stage == 3 ? "--zero 3 (use --zero 0, 1 or 2)"
-                     : g->pp > 1 ? "--pp"
                      : c->virtual_stages > 1 ? "--virtual-stages"
                      : c->data_parallel.grad_codec.kind != CODEC_NONE ? "--grad-compression"
                      : c->optimizer.kind == OPTIM_LAMB || c->optimizer.kind == OPTIM_LARS

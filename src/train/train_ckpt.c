@@ -431,10 +431,12 @@ void train_resume(Trainer *tr) {
                "resume with the same (a LoRA checkpoint holds the adapters, the base comes from --init-from)", dir,
                a->lora_rank, had, b->lora_rank, want);
     }
-    if (a->experts != b->experts || (gpt_is_moe(a) && (a->moe_top_k != b->moe_top_k || a->moe_ffn != b->moe_ffn)))
-        bs_die("checkpoint %s holds a model of --experts %d --moe-top-k %d --moe-ffn %d, not --experts %d --moe-top-k "
-               "%d --moe-ffn %d; resume with the same", dir, a->experts, a->moe_top_k, a->moe_ffn, b->experts,
-               b->moe_top_k, b->moe_ffn);
+    const int every_a = a->moe_every > 1 ? a->moe_every : 1, every_b = b->moe_every > 1 ? b->moe_every : 1;
+    if (a->experts != b->experts ||
+        (gpt_is_moe(a) && (a->moe_top_k != b->moe_top_k || a->moe_ffn != b->moe_ffn || every_a != every_b)))
+        bs_die("checkpoint %s holds a model of --experts %d --moe-top-k %d --moe-ffn %d --moe-every %d, not --experts "
+               "%d --moe-top-k %d --moe-ffn %d --moe-every %d; resume with the same", dir, a->experts, a->moe_top_k,
+               a->moe_ffn, every_a, b->experts, b->moe_top_k, b->moe_ffn, every_b);
     const char *opt = optimizer_kind_name(tr->cfg.optimizer);
     if (strcmp(m->optimizer, opt) != 0)
         bs_die("checkpoint %s was written with --optimizer %s, not %s; its optimizer state does not carry over", dir,

@@ -161,7 +161,7 @@ bool train_capacity_factor(const TrainConfig *c, double *factor, char *why, size
 
 /* What an MoE model does not compose with yet: one line each. */
 static const char *moe_refusal(const TrainConfig *c) {
-    return c->pp > 1 ? "--pp"
+    return c->pp > 1 && c->pp_schedule == PIPE_ZBH1 ? "--pp-schedule zbh1 (the split backward does not train MoE layers)"
            : c->cp > 1 && c->capacity_factor && *c->capacity_factor
                ? "--cp and --capacity-factor (a sequence's capacity decision would span its context-parallel "
                  "ranks; --dropless works)"
@@ -187,9 +187,9 @@ static bool check_moe(const TrainConfig *c, char *why, size_t n) {
     }
     const char *no = moe_refusal(c);
     if (no) snprintf(why, n, "--experts %d does not work with %s", c->experts, no);
-    else if (c->moe_every != 1)
-        snprintf(why, n, "--moe-every %d: every layer's MLP is MoE in this version (the layout holds one layer shape)",
-                 c->moe_every);
+    else if (c->moe_every > c->layers)
+        snprintf(why, n, "--moe-every %d is more than --layers %d: no layer would be MoE (layer l is when (l + 1) %% "
+                 "%d == 0)", c->moe_every, c->layers, c->moe_every);
     else if (c->ep > 1 && c->experts % c->ep != 0)
         snprintf(why, n, "--ep %d must divide --experts %d (each EP rank holds experts / ep of them)", c->ep,
                  c->experts);
