@@ -36,7 +36,7 @@ set_tests_properties(moe_model PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_
 add_test(NAME moe_ep COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_ep.py)
 set_tests_properties(moe_ep PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)
 
-# Expert parallelism with ZeRO 1 and 2: ep 2 x ZeRO 1 and ep 2 x dp 2 x ZeRO 2 against 1 process, ZeRO checkpoints resumed and resharded.
+# Expert parallelism with ZeRO 1 and 2 (ep 2, ep 2 x dp 2, and with tp, pp or cp 2) against 1 process; ZeRO checkpoints resumed and resharded.
 add_test(NAME moe_ep_zero COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_ep_zero.py)
 set_tests_properties(moe_ep_zero PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)
 

@@ -66,6 +66,11 @@ def read_ep_ckpt(ckpt_dir, step, array=0):
         at = 64 + 4 * f["count"] * array  # the header, then params, m and v of the file's range
         pieces[f["shard"]].append((f["offset"], np.frombuffer(raw[at:at + 4 * f["count"]], np.float32)))
     local = [np.concatenate([v for _, v in sorted(pieces[e], key=lambda p: p[0])]) for e in range(ep)]
+    raw = open(os.path.join(d, "moe_bias.bin"), "rb").read()
+    layers, experts = np.frombuffer(raw[8:16], np.uint32)
+    bias = np.frombuffer(raw[16:], np.float32).reshape(int(layers), int(experts))
+    if m["layout"]["tp"] == m["layout"]["pp"] == ep == 1:  # one shard: the logical layout (whatever its layers hold)
+        return local[0], bias
     at = [0] * ep
     out = []
     head, per_layer, tail = tm.layout(cfg)
@@ -75,9 +80,7 @@ def read_ep_ckpt(ckpt_dir, step, array=0):
         out += taken if name == "experts" else taken[:1]
         at = [a + n for a in at]
     tm.check(all(a == len(v) for a, v in zip(at, local)), f"{d}: every shard's files hold its layout exactly")
-    raw = open(os.path.join(d, "moe_bias.bin"), "rb").read()
-    layers, experts = np.frombuffer(raw[8:16], np.uint32)
-    return np.concatenate(out), np.frombuffer(raw[16:], np.float32).reshape(int(layers), int(experts))
+    return np.concatenate(out), bias
 
 
 def layouts(tmp, data):

@@ -9,7 +9,8 @@ experts), so a rank updates several pieces of its flat layout.
    with --grad-clip below every step's norm (AdamW hardly sees a clip, so the
    norm itself is compared): ep 2 x ZeRO 1 (2 ranks), ep 2 x dp 2 x ZeRO 2
    and tp 2 x ep 2 x ZeRO 1 (4 ranks; its checkpoint read by resuming it on
-   1 process), cp 2 x ep 2 x ZeRO 2 (4 ranks, 256 tokens under SGD with
+   1 process), pp 2 x ep 2 x ZeRO 1 (4 layers, every second one MoE; read
+   the same way), cp 2 x ep 2 x ZeRO 2 (4 ranks, 256 tokens under SGD with
    momentum, as test_moe_tp.py compares cp) and, without EP, dp 2 x ZeRO 2
    (MoE alone at ZeRO 2). Losses, aux losses and gradient norms within 1e-5
    (relative), every step's loads equal, final weights and the optimizer's
@@ -44,18 +45,23 @@ SHORT = ["--seq-len", "32", "--lr", "3e-3"]  # test_moe_ep.py's setting
 # context parallelism needs 64-token chunks; under AdamW its attention's summation order shows at 1e-5 in experts'
 # rarely-open hidden units (test_moe_tp.py), so it is compared under SGD (the norms start near 1.0 there)
 LONG_SGD = ["--seq-len", "256", "--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.1"]
-# (name, ranks, setting, layout flags ending in the ZeRO stage)
-LAYOUTS = [("ep2_zero1", 2, SHORT, ["--micro-batch", "2", "--ep", "2", "--zero", "1"]),
-           ("ep2_dp2_zero2", 4, SHORT, ["--micro-batch", "1", "--ep", "2", "--zero", "2"]),
-           ("tp2_ep2_zero1", 4, SHORT, ["--micro-batch", "2", "--tp", "2", "--ep", "2", "--zero", "1"]),
-           ("cp2_ep2_zero2", 4, LONG_SGD, ["--micro-batch", "2", "--cp", "2", "--ep", "2", "--zero", "2"]),
-           ("dp2_zero2", 2, SHORT, ["--micro-batch", "2", "--zero", "2"])]
+# a dense and an MoE layer per pipeline stage; pp 2 x ep 2 on 4 ranks has 2 data-parallel replicas, so its
+# micro-steps' batches (the aux loss's statistics) are 2 sequences: its oracle runs 2 micro-steps of 2
+EVERY2 = SHORT + ["--layers", "4", "--moe-every", "2"]
+# (name, ranks, setting, the 1-process oracle's micro-batch, layout flags ending in the ZeRO stage)
+LAYOUTS = [("ep2_zero1", 2, SHORT, 4, ["--micro-batch", "2", "--ep", "2", "--zero", "1"]),
+           ("ep2_dp2_zero2", 4, SHORT, 4, ["--micro-batch", "1", "--ep", "2", "--zero", "2"]),
+           ("tp2_ep2_zero1", 4, SHORT, 4, ["--micro-batch", "2", "--tp", "2", "--ep", "2", "--zero", "1"]),
+           ("pp2_ep2_zero1", 4, EVERY2, 2, ["--micro-batch", "1", "--pp", "2", "--ep", "2", "--zero", "1"]),
+           ("cp2_ep2_zero2", 4, LONG_SGD, 4, ["--micro-batch", "2", "--cp", "2", "--ep", "2", "--zero", "2"]),
+           ("dp2_zero2", 2, SHORT, 4, ["--micro-batch", "2", "--zero", "2"])]
 
 
 def final(tmp, name, data, setting, d):
     """Weights, bias and the first optimizer state at step 10 in logical order; a tensor-parallel checkpoint through
-    1 process (resumed with nothing left to train, it writes what it read)."""
-    if name.startswith("tp"):
+    1 process (resumed with nothing left to train, it writes what it read), as a pipeline one (read_ep_ckpt reads
+    one stage's layout)."""
+    if name.startswith(("tp", "pp")):
         _, d = tm.train(tmp, name + "_read", data, COMMON + setting + ["--steps", "10", "--micro-batch", "4",
                                                                        "--resume", os.path.join(d, "step_00000010")])
     w, b = te.read_ep_ckpt(d, 10)
@@ -68,11 +74,11 @@ def worst(rows, ref, key):
 
 def layouts(tmp, data):
     refs, runs = {}, {}
-    for name, ranks, setting, extra in LAYOUTS:
-        key = " ".join(setting)
+    for name, ranks, setting, oracle, extra in LAYOUTS:
+        key = " ".join(setting + ["--micro-batch", str(oracle)])
         if key not in refs:
             ref, ref_dir = tm.train(tmp, f"ref{len(refs)}", data, COMMON + setting + ["--steps", "10",
-                                                                                      "--micro-batch", "4"])
+                                                                                      "--micro-batch", str(oracle)])
             tm.check(min(r["grad_norm"] for r in ref) > 0.5, f"{key}: the clip scales every step (smallest norm "
                      f"{min(r['grad_norm'] for r in ref):.2f} > 0.5)")
             refs[key] = ref, final(tmp, "ref", data, setting, ref_dir)
