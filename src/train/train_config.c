@@ -166,7 +166,6 @@ static const char *moe_refusal(const TrainConfig *c) {
                ? "--cp and --capacity-factor (a sequence's capacity decision would span its context-parallel "
                  "ranks; --dropless works)"
            : c->zero == 3 ? "--zero 3 (use --zero 0, 1 or 2)"
-           : c->ep > 1 && c->zero > 0 ? "--ep and --zero 1 or 2 (expert parallelism reduces at --zero 0 only yet)"
            : c->precision != PRECISION_FP32 ? "--precision bf16 or fp8 (MoE layers train in fp32)"
            : c->lora_rank > 0 ? "--lora-rank"
            : c->balance ? "--balance (every replica runs the same micro-steps: the MoE statistics are summed per micro-step)"
