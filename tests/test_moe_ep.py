@@ -23,12 +23,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bstest  # noqa: E402
 import test_moe_model as tm  # noqa: E402  (train, read_ckpt, layout, check, rel)
 
 TOL = 1e-5
@@ -102,17 +100,8 @@ def layouts(tmp, data):
             ref, ref_dir = refs[oracle]
             ref_w, ref_b = tm.read_ckpt(ref_dir, 10)
             rows, d = tm.train(tmp, f"{name}_{mode}", data, COMMON + flags + ["--steps", "10"] + extra, ranks=ranks)
-            w, b = read_ep_ckpt(d, 10)
-            loss_err = max(abs(a["loss"] - r["loss"]) / r["loss"] for a, r in zip(rows, ref))
-            aux_err = max(abs(a["moe_aux_loss"] - r["moe_aux_loss"]) / r["moe_aux_loss"] for a, r in zip(rows, ref))
-            same = all(a["moe_load_max_mean"] == r["moe_load_max_mean"] and a["moe_dropped"] == r["moe_dropped"]
-                       for a, r in zip(rows, ref))
-            tm.check(len(rows) == 10 and loss_err < TOL and aux_err < TOL,
-                     f"{mode}, {name}: losses within {TOL} of 1 process (lm {loss_err:.1e}, aux {aux_err:.1e})")
-            tm.check(same, f"{mode}, {name}: every step's loads and dropped shares equal 1 process's")
-            tm.check(w.shape == ref_w.shape and tm.rel(w, ref_w) < TOL and np.array_equal(b, ref_b),
-                     f"{mode}, {name}: final weights within {TOL} ({tm.rel(w, ref_w):.1e}"
-                     + (f"; dp 4 without EP {floor:.1e}" if oracle == 4 else "") + "), bias equal")
+            tm.against_oracle(f"{mode}, {name}", rows, ref, read_ep_ckpt(d, 10), (ref_w, ref_b),
+                              note=f"; dp 4 without EP {floor:.1e}" if oracle == 4 else "")
             a2a = [r.get("moe_a2a_bytes", 0) for r in rows]
             tm.check(min(a2a) > 0 and all(r["moe_a2a_exposed_ms"] >= 0 for r in rows),
                      f"{mode}, {name}: every step reports its all-to-all bytes (rank 0: {min(a2a)}-{max(a2a)}) "
@@ -164,23 +153,11 @@ def bad_input(tmp, data):
     cases = [(["--ep", "3"], 1, "--ep 3 must divide --experts 4"),
              (["--ep", "2"], 1, "--ep 2 does not divide the data-parallel size 1"),
              (["--ep", "2", "--zero", "3"], 1, "does not work with --zero 3")]
-    for extra, ranks, text in cases:
-        p = tm.train(tmp, "bad", data, ["--seq-len", "32", "--steps", "1"] + extra, ranks=ranks, check_rc=False)
-        lines = p.stderr.strip().splitlines()
-        tm.check(p.returncode != 0 and len(lines) == 1 and text in lines[0],
-                 f"{' '.join(extra)} refused in one line: {lines[-1] if lines else '(nothing)'}")
+    tm.refusals(tmp, data, cases)
 
 
 def main():
-    with tempfile.TemporaryDirectory() as tmp:
-        data = os.path.join(bstest.make_corpus(tmp), "train_000000.bin")
-        bad_input(tmp, data)
-        layouts(tmp, data)
-        evaluation(tmp, data)
-        reshard(tmp, data)
-    if tm.check.failed:
-        print(f"{len(tm.check.failed)} check(s) failed")
-        sys.exit(1)
+    tm.run_on_corpus(bad_input, layouts, evaluation, reshard)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ every second one's) against PyTorch, and trained by `batchscale train`.
 usage: test_moe_model.py MOE_GPT_DUMP   (BATCHSCALE in the environment)
 """
 import json
-import math
 import os
 import subprocess
 import sys
@@ -183,6 +182,23 @@ def read_ckpt(ckpt_dir, step):
     return flat, np.frombuffer(raw[16:], np.float32).reshape(int(layers), int(experts))
 
 
+SHORT_NAMES = {"loss": "lm", "moe_aux_loss": "aux", "moe_z_loss": "z"}
+
+
+def against_oracle(label, rows, ref, weights, ref_weights, keys=("loss", "moe_aux_loss"), note="", steps=10):
+    """A layout's run against its 1-process oracle: each metric of keys within TOL (relative) at every step, every
+    step's loads and dropped shares equal, the final weights within TOL (max |a-b| / max |b|; note: what is printed
+    beside the figure) and the balancing bias equal."""
+    (w, b), (ref_w, ref_b) = weights, ref_weights
+    errs = [max(abs(a[k] - r[k]) / r[k] for a, r in zip(rows, ref)) for k in keys]
+    check(len(rows) == steps and max(errs) < TOL, f"{label}: losses within {TOL} of 1 process ("
+          + ", ".join(f"{SHORT_NAMES.get(k, k)} {e:.1e}" for k, e in zip(keys, errs)) + ")")
+    check(all(a["moe_load_max_mean"] == r["moe_load_max_mean"] and a["moe_dropped"] == r["moe_dropped"]
+              for a, r in zip(rows, ref)), f"{label}: every step's loads and dropped shares equal 1 process's")
+    check(w.shape == ref_w.shape and rel(w, ref_w) < TOL and np.array_equal(b, ref_b),
+          f"{label}: final weights within {TOL} ({rel(w, ref_w):.1e}{note}), bias equal")
+
+
 def layouts(tmp, data):
     """1 process at micro-batch 4 against 2 ranks at micro-batch 2 (ZeRO 0 and 1), 10 steps."""
     common = ["--seq-len", "32", "--global-batch", "4", "--steps", "10", "--lr", "3e-3", "--warmup", "2",
@@ -199,16 +215,7 @@ def layouts(tmp, data):
         for zero in ("0", "1"):
             rows, d = train(tmp, f"dp2_{tag}_z{zero}", data, common + flags + ["--micro-batch", "2", "--zero", zero],
                             ranks=2)
-            w, b = read_ckpt(d, 10)
-            loss_err = max(abs(a["loss"] - r["loss"]) / r["loss"] for a, r in zip(rows, ref))
-            aux_err = max(abs(a["moe_aux_loss"] - r["moe_aux_loss"]) / r["moe_aux_loss"] for a, r in zip(rows, ref))
-            loads_equal = all(a["moe_load_max_mean"] == r["moe_load_max_mean"] and a["moe_dropped"] == r["moe_dropped"]
-                              for a, r in zip(rows, ref))
-            check(len(rows) == 10 and loss_err < TOL and aux_err < TOL,
-                  f"{mode}, 2 ranks ZeRO {zero}: losses within {TOL} of 1 process (lm {loss_err:.1e}, aux {aux_err:.1e})")
-            check(loads_equal, f"{mode}, 2 ranks ZeRO {zero}: every step's loads and dropped shares equal 1 process's")
-            check(rel(w, ref_w) < TOL and np.array_equal(b, ref_b),
-                  f"{mode}, 2 ranks ZeRO {zero}: final weights within {TOL} ({rel(w, ref_w):.1e}), bias equal")
+            against_oracle(f"{mode}, 2 ranks ZeRO {zero}", rows, ref, read_ckpt(d, 10), (ref_w, ref_b))
 
 
 BALANCE_STEPS = (31, 40)  # the window where the load must be balanced (steps 1-based)
@@ -256,6 +263,29 @@ def resume(tmp, data):
           f"resuming an MoE checkpoint as a dense model is refused in one line: {lines[-1] if lines else ''}")
 
 
+def refusals(tmp, data, cases, base=("--seq-len", "32", "--steps", "1")):
+    """Each case (extra flags, ranks, text) is refused: a non-zero exit and one line on stderr holding text."""
+    for extra, ranks, text in cases:
+        p = train(tmp, "bad", data, list(base) + extra, ranks=ranks, check_rc=False)
+        lines = p.stderr.strip().splitlines()
+        check(p.returncode != 0 and len(lines) == 1 and text in lines[0],
+              f"{' '.join(extra)} refused in one line: {lines[-1] if lines else '(nothing)'}")
+
+
+def run_on_corpus(*parts):
+    """Each part(tmp, data) in turn on one small byte corpus in a temporary directory; exit 1 if a check failed."""
+    import tempfile
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bstest
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(bstest.make_corpus(tmp), "train_000000.bin")
+        for part in parts:
+            part(tmp, data)
+    if check.failed:
+        print(f"{len(check.failed)} check(s) failed")
+        sys.exit(1)
+
+
 def bad_input(tmp, data):
     cases = [(["--moe-top-k", "5"], "--moe-top-k"), (["--capacity-factor", "0"], "--capacity-factor"),
              (["--capacity-factor", "-1"], "--capacity-factor"),
@@ -263,11 +293,7 @@ def bad_input(tmp, data):
              (["--ep", "2"], "--ep"), (["--zero", "3"], "--zero 3"),
              (["--precision", "bf16"], "--precision"), (["--lora-rank", "4"], "--lora-rank"),
              (["--moe-every", "3"], "--moe-every 3 is more than --layers 2"), (["--dropless", "--capacity-factor", "1"], "--dropless")]
-    for extra, flag in cases:
-        p = train(tmp, "bad", data, ["--seq-len", "32", "--steps", "1"] + extra, check_rc=False)
-        lines = p.stderr.strip().splitlines()
-        check(p.returncode != 0 and len(lines) == 1 and flag in lines[0],
-              f"{' '.join(extra)} refused in one line: {lines[-1] if lines else '(nothing)'}")
+    refusals(tmp, data, [(extra, 1, flag) for extra, flag in cases])
 
 
 def trainer_tests(tmp):

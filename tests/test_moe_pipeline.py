@@ -19,15 +19,12 @@ usage: test_moe_pipeline.py   (BATCHSCALE in the environment)
 import json
 import os
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bstest  # noqa: E402
 import test_moe_model as tm  # noqa: E402  (train, read_ckpt, layout, layer_layout, check, rel)
 
-TOL = 1e-5
 LAYERS, EVERY = 4, 2
 MODEL = ["--layers", str(LAYERS), "--moe-every", str(EVERY)]  # after tm.MODEL's --layers 2: the last one counts
 COMMON = MODEL + ["--seq-len", "32", "--global-batch", "4", "--lr", "3e-3", "--warmup", "2", "--moe-z-loss", "1e-3",
@@ -96,19 +93,9 @@ def one_process_state(tmp, data, name, ckpt, flags):
 
 
 def compare(name, mode, rows, ckpt, ref, ref_ckpt, weights):
-    w, b = weights
-    ref_w, ref_b = tm.read_ckpt(ref_ckpt, 10)
-    loss_err = max(abs(a["loss"] - r["loss"]) / r["loss"] for a, r in zip(rows, ref))
-    aux_err = max(abs(a["moe_aux_loss"] - r["moe_aux_loss"]) / r["moe_aux_loss"] for a, r in zip(rows, ref))
-    z_err = max(abs(a["moe_z_loss"] - r["moe_z_loss"]) / r["moe_z_loss"] for a, r in zip(rows, ref))
-    same = all(a["moe_load_max_mean"] == r["moe_load_max_mean"] and a["moe_dropped"] == r["moe_dropped"]
-               for a, r in zip(rows, ref))
-    tm.check(len(rows) == 10 and max(loss_err, aux_err, z_err) < TOL,  # aux and z: every stage's layers summed
-             f"{mode}, {name}: losses within {TOL} of 1 process (lm {loss_err:.1e}, aux {aux_err:.1e}, z {z_err:.1e})")
-    tm.check(same, f"{mode}, {name}: every step's loads and dropped shares equal 1 process's")
-    tm.check(w.shape == ref_w.shape and tm.rel(w, ref_w) < TOL and np.array_equal(b, ref_b),
-             f"{mode}, {name}: final weights within {TOL} ({tm.rel(w, ref_w):.1e}), bias equal "
-             f"(max |bias| {np.abs(b).max():.4f})")
+    """Against 1 process; the aux and z losses summed over every stage's layers."""
+    tm.against_oracle(f"{mode}, {name}", rows, ref, weights, tm.read_ckpt(ref_ckpt, 10),
+                      keys=("loss", "moe_aux_loss", "moe_z_loss"), note=f"; max |bias| {np.abs(weights[1]).max():.4f}")
 
 
 def layouts(tmp, data):
@@ -145,22 +132,11 @@ def reshard(tmp, data, d, flags):
 def bad_input(tmp, data):
     cases = [(["--pp", "2", "--pp-schedule", "zbh1"], 1, "--pp-schedule zbh1"),
              (["--moe-every", "5"], 1, "--moe-every 5 is more than --layers 4")]
-    for extra, ranks, text in cases:
-        p = tm.train(tmp, "bad", data, MODEL + ["--seq-len", "32", "--steps", "1"] + extra, ranks=ranks,
-                     check_rc=False)
-        lines = p.stderr.strip().splitlines()
-        tm.check(p.returncode != 0 and len(lines) == 1 and text in lines[0],
-                 f"{' '.join(extra)} refused in one line: {lines[-1] if lines else '(nothing)'}")
+    tm.refusals(tmp, data, cases, base=MODEL + ["--seq-len", "32", "--steps", "1"])
 
 
 def main():
-    with tempfile.TemporaryDirectory() as tmp:
-        data = os.path.join(bstest.make_corpus(tmp), "train_000000.bin")
-        bad_input(tmp, data)
-        layouts(tmp, data)
-    if tm.check.failed:
-        print(f"{len(tm.check.failed)} check(s) failed")
-        sys.exit(1)
+    tm.run_on_corpus(bad_input, layouts)
 
 
 if __name__ == "__main__":

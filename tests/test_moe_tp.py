@@ -19,15 +19,12 @@ usage: test_moe_tp.py   (BATCHSCALE in the environment)
 """
 import os
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bstest  # noqa: E402
 import test_moe_model as tm  # noqa: E402  (train, read_ckpt, check, rel)
 
-TOL = 1e-5
 COMMON = ["--global-batch", "4", "--lr", "3e-3", "--warmup", "2", "--moe-z-loss", "1e-3",
           "--moe-bias-update", "1e-3"]
 MODES = [("dropless", ["--dropless"]), ("capacity", ["--capacity-factor", "1.0"])]
@@ -71,15 +68,7 @@ def layouts(tmp, data):
             ref_w, ref_b = tm.read_ckpt(ref_dir, 10)
             rows, d = tm.train(tmp, f"{name}_{mode}", data, COMMON + flags + ["--steps", "10"] + extra, ranks=ranks)
             w, b = weights(tmp, f"{name}_{mode}_read", data, COMMON + flags, d, 10)
-            loss_err = max(abs(a["loss"] - r["loss"]) / r["loss"] for a, r in zip(rows, ref))
-            aux_err = max(abs(a["moe_aux_loss"] - r["moe_aux_loss"]) / r["moe_aux_loss"] for a, r in zip(rows, ref))
-            same = all(a["moe_load_max_mean"] == r["moe_load_max_mean"] and a["moe_dropped"] == r["moe_dropped"]
-                       for a, r in zip(rows, ref))
-            tm.check(len(rows) == 10 and loss_err < TOL and aux_err < TOL,
-                     f"{mode}, {name}: losses within {TOL} of 1 process (lm {loss_err:.1e}, aux {aux_err:.1e})")
-            tm.check(same, f"{mode}, {name}: every step's loads and dropped shares equal 1 process's")
-            tm.check(w.shape == ref_w.shape and tm.rel(w, ref_w) < TOL and np.array_equal(b, ref_b),
-                     f"{mode}, {name}: final weights within {TOL} ({tm.rel(w, ref_w):.1e}), bias equal")
+            tm.against_oracle(f"{mode}, {name}", rows, ref, (w, b), (ref_w, ref_b))
 
 
 def reshard(tmp, data):
@@ -102,22 +91,11 @@ def reshard(tmp, data):
 def bad_input(tmp, data):
     cases = [(["--seq-len", "32", "--tp", "2", "--moe-ffn", "33"], "--tp 2 does not divide --moe-ffn 33"),
              (["--seq-len", "256", "--cp", "2", "--capacity-factor", "1.0"], "--cp and --capacity-factor")]
-    for extra, text in cases:
-        p = tm.train(tmp, "bad", data, ["--steps", "1"] + extra, check_rc=False)
-        lines = p.stderr.strip().splitlines()
-        tm.check(p.returncode != 0 and len(lines) == 1 and text in lines[0],
-                 f"{' '.join(extra)} refused in one line: {lines[-1] if lines else '(nothing)'}")
+    tm.refusals(tmp, data, [(extra, 1, text) for extra, text in cases], base=["--steps", "1"])
 
 
 def main():
-    with tempfile.TemporaryDirectory() as tmp:
-        data = os.path.join(bstest.make_corpus(tmp), "train_000000.bin")
-        bad_input(tmp, data)
-        layouts(tmp, data)
-        reshard(tmp, data)
-    if tm.check.failed:
-        print(f"{len(tm.check.failed)} check(s) failed")
-        sys.exit(1)
+    tm.run_on_corpus(bad_input, layouts, reshard)
 
 
 if __name__ == "__main__":
