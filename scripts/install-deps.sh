@@ -2,7 +2,8 @@
 # install-deps.sh: installs every Debian package batchscale needs to build,
 # test and run its demo. Idempotent: packages already present are skipped,
 # so the make targets call it every time at almost no cost. chromium renders
-# `batchscale report` pages in tests/ops_report_browser; slurmctld, slurmd,
+# `batchscale report` pages in tests/ops_report_browser; vim-runtime ships the
+# user manual bench_critical_batch trains on; slurmctld, slurmd,
 # slurm-client and munge make the one-node cluster of tests/ops_slurm.
 set -eu
 
@@ -10,7 +11,7 @@ PACKAGES="build-essential cmake pkg-config
 libopenblas-openmp-dev libopenmpi-dev openmpi-bin libmpich-dev mpich
 libjansson-dev libxxhash-dev libutf8proc-dev libcairo2-dev libdnnl-dev clang-14 libclang-rt-14-dev
 python3 python3-torch python3-numpy
-bible-kjv gnuplot-nox
+bible-kjv gnuplot-nox vim-runtime
 chromium slurmctld slurmd slurm-client munge"
 
 missing=""

@@ -35,3 +35,19 @@ set_tests_properties(moe_model PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_
 # Expert parallelism in the trainer: ep 2, ep 2 x dp 2 and ep 4 against 1 process, checkpoints resharded between ep sizes.
 add_test(NAME moe_ep COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_ep.py)
 set_tests_properties(moe_ep PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)
+
+# Expert parallelism with ZeRO 1 and 2 (ep 2, ep 2 x dp 2, and with tp, pp or cp 2) against 1 process; ZeRO checkpoints resumed and resharded.
+add_test(NAME moe_ep_zero COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_ep_zero.py)
+set_tests_properties(moe_ep_zero PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)
+
+# A capacity factor with gradient accumulation: 2 ranks against 1 process up to the first step routed apart, and the rule layout-independent from one checkpoint.
+add_test(NAME moe_accum COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_accum.py)
+set_tests_properties(moe_accum PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)
+
+# --moe-every and pipeline parallelism: pp 2, pp 2 x ep 2, interleaved stages against 1 process, checkpoints to 1 process.
+add_test(NAME moe_pipeline COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_pipeline.py)
+set_tests_properties(moe_pipeline PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)
+
+# Tensor and context parallelism over MoE layers (alone and with EP) against 1 process; tp x ep resharded.
+add_test(NAME moe_tp COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_tp.py)
+set_tests_properties(moe_tp PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)

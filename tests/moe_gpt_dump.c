@@ -1,12 +1,12 @@
 /* moe_gpt_dump.c: test helper for test_moe_model.py: an MoE GPT's loss, aux
  * and z losses and every gradient on one batch, for the PyTorch reference.
- * usage: moe_gpt_dump OUT B T L C H E K ROUTER CAPACITY AUX Z SEED
- * The model (vocabulary 64) starts from gpt_init_weights(SEED), then every
+ * usage: moe_gpt_dump OUT B T L C H E K ROUTER CAPACITY AUX Z SEED [EVERY]
+ * (EVERY: --moe-every, default 1: layer l has the MoE MLP when (l + 1) % EVERY == 0). The model (vocabulary 64) starts from gpt_init_weights(SEED), then every
  * parameter gets N(0, 0.02) added and the router weights are scaled by 10
  * (scores far apart, so no choice or drop falls between nearly equal
  * scores), tokens and targets drawn from SEED. OUT gets raw float32: the
  * flat parameters, the mean language-model loss, the aux and z losses, the
- * flat gradients, then per layer the routed and kept assignments. */
+ * flat gradients, then per MoE layer the routed and kept assignments. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +19,7 @@
 static void write_floats(FILE *f, const float *x, size_t n, const char *path) { bs_fwrite_all(x, n * sizeof(float), f, path); }
 
 int main(int argc, char **argv) {
-    if (argc != 14) bs_die("usage: moe_gpt_dump OUT B T L C H E K ROUTER CAPACITY AUX Z SEED");
+    if (argc != 14 && argc != 15) bs_die("usage: moe_gpt_dump OUT B T L C H E K ROUTER CAPACITY AUX Z SEED [EVERY]");
     const char *path = argv[1];
     int B = atoi(argv[2]), T = atoi(argv[3]);
     MoeRouter router;
@@ -27,7 +27,7 @@ int main(int argc, char **argv) {
     GPTConfig cfg = {.max_seq_len = T, .vocab_size = 64, .num_layers = atoi(argv[4]), .channels = atoi(argv[5]),
                      .num_heads = atoi(argv[6]), .experts = atoi(argv[7]), .moe_top_k = atoi(argv[8]),
                      .moe_router = (int)router, .capacity_factor = atof(argv[10]), .moe_aux_coef = atof(argv[11]),
-                     .moe_z_coef = atof(argv[12])};
+                     .moe_z_coef = atof(argv[12]), .moe_every = argc > 14 ? atoi(argv[14]) : 1};
     uint64_t seed = strtoull(argv[13], NULL, 10);
     char why[256];
     if (!gpt_config_check(&cfg, why, sizeof why)) bs_die("%s", why);
@@ -38,6 +38,7 @@ int main(int argc, char **argv) {
     rng_seed(&rng, seed + 1);
     for (size_t i = 0; i < model.num_params; i++) model.params[i] += (float)(0.02 * rng_normal(&rng));
     for (int l = 0; l < cfg.num_layers; l++) {
+        if (!gpt_layer_is_moe(&cfg, l)) continue;
         float *r = model.params + gpt_tensor_offset(&cfg, TK_ROUTER, l);
         for (size_t i = 0; i < gpt_tensor_numel(&cfg, TK_ROUTER); i++) r[i] *= 10;
     }
@@ -64,6 +65,7 @@ int main(int argc, char **argv) {
     write_floats(f, losses, 3, path);
     write_floats(f, model.grads, model.num_params, path);
     for (int l = 0; l < cfg.num_layers; l++) {
+        if (!gpt_layer_is_moe(&cfg, l)) continue;
         float counts[2] = {0, 0};
         for (int e = 0; e < cfg.experts; e++)
             counts[0] += (float)model.moe_step[l].routed[e], counts[1] += (float)model.moe_step[l].kept[e];

@@ -5,6 +5,9 @@
 add_executable(test_plan_formulas ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_formulas.c)
 target_link_libraries(test_plan_formulas PRIVATE bscore)
 add_test(NAME plan_formulas COMMAND test_plan_formulas)
+add_executable(test_plan_moe ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_moe.c)
+target_link_libraries(test_plan_moe PRIVATE bscore)
+add_test(NAME plan_moe COMMAND test_plan_moe)
 
 # CLI behaviour, and the published-runs table of docs/PLANNER.md recomputed.
 # (tests/test_plan_reality.py measures wall-clock time on this machine: run by

@@ -1,12 +1,13 @@
 #!/usr/bin/python3
-"""test_moe_model.py: the MoE GPT (every layer's MLP a Mixture of Experts)
-against PyTorch, and trained by `batchscale train`.
+"""test_moe_model.py: the MoE GPT (every layer's MLP a Mixture of Experts, or
+every second one's) against PyTorch, and trained by `batchscale train`.
 
 1. Reference: an MoE GPT (L 2, C 32, E 4, K 2) through moe_gpt_dump: the
    language-model loss, the aux and z losses and every gradient (with the
    aux and z losses in the objective) against tests/torch_gpt.py's MoE
    transcription in float64, within 1e-5 (max |a-b| / max |b| per tensor),
-   dropless and with a capacity factor that drops; softmax and sigmoid.
+   dropless and with a capacity factor that drops; softmax and sigmoid; and
+   --moe-every 2 (layer 0 the dense MLP, layer 1 MoE) with dropping.
 2. Layouts: 2 ranks at micro-batch 2 equal 1 process at micro-batch 4 over
    10 steps (losses relative 1e-5, final weights max |a-b| / max |b| 1e-5),
    dropless and dropping, ZeRO 0 and 1.
@@ -19,7 +20,6 @@ against PyTorch, and trained by `batchscale train`.
 usage: test_moe_model.py MOE_GPT_DUMP   (BATCHSCALE in the environment)
 """
 import json
-import math
 import os
 import subprocess
 import sys
@@ -46,17 +46,29 @@ def layout(cfg):
                                                                                           ("lnfb", (C,))]
 
 
+def layer_layout(cfg, l):
+    """Layer l's (name, shape) in order: the MoE MLP when (l + 1) % every == 0 (--moe-every, cfg "every", default
+    1), else the dense MLP (fcw fcb fcprojw fcprojb) in the router's and experts' place."""
+    per_layer = layout(cfg)[1]
+    if (l + 1) % cfg.get("every", 1) == 0:
+        return per_layer
+    C = cfg["C"]
+    return per_layer[:8] + [("fcw", (4 * C, C)), ("fcb", (4 * C,)), ("fcprojw", (C, 4 * C)), ("fcprojb", (C,))]
+
+
 def unflatten(cfg, flat):
-    head, per_layer, tail = layout(cfg)
+    """name -> array; per-layer tensors stacked over the L layers, zero in the layers that lack them."""
+    head, _, tail = layout(cfg)
     out, at = {}, 0
     for name, shape in head:
         n = int(np.prod(shape))
         out[name], at = flat[at:at + n].reshape(shape), at + n
-    layers = {name: [] for name, _ in per_layer}
-    for _ in range(cfg["L"]):
-        for name, shape in per_layer:
+    shapes = {name: shape for l in range(cfg["L"]) for name, shape in layer_layout(cfg, l)}
+    layers = {name: [np.zeros(shape, flat.dtype) for _ in range(cfg["L"])] for name, shape in shapes.items()}
+    for l in range(cfg["L"]):
+        for name, shape in layer_layout(cfg, l):
             n = int(np.prod(shape))
-            layers[name].append(flat[at:at + n].reshape(shape))
+            layers[name][l] = flat[at:at + n].reshape(shape)
             at += n
     for name in layers:
         out[name] = np.stack(layers[name])
@@ -67,37 +79,39 @@ def unflatten(cfg, flat):
     return out
 
 
-def reference_case(dump, tmp, router, capacity, seed):
+def reference_case(dump, tmp, router, capacity, seed, every=1):
     B, T, L, C, H, E, K = 4, 16, 2, 32, 4, 4, 2
     aux_c, z_c = 0.05, 0.01
-    cfg = dict(V=64, maxT=T, L=L, C=C, H=H, E=E, F=4 * C)
+    cfg = dict(V=64, maxT=T, L=L, C=C, H=H, E=E, F=4 * C, every=every)
+    moe_layers = L // every  # layers 1, 3, .. for every 2
     path = os.path.join(tmp, "dump.bin")
     subprocess.run([dump, path, str(B), str(T), str(L), str(C), str(H), str(E), str(K), router, str(capacity),
-                    str(aux_c), str(z_c), str(seed)], check=True)
+                    str(aux_c), str(z_c), str(seed), str(every)], check=True)
     raw = open(path, "rb").read()
     N = B * T
     idx = np.frombuffer(raw[:4 * N], np.int32).reshape(B, T)
     tgt = np.frombuffer(raw[4 * N:8 * N], np.int32).reshape(B, T)
     rest = np.frombuffer(raw[8 * N:], np.float32)
-    n = (rest.size - 3 - 2 * L) // 2
-    params, losses, grads, counts = rest[:n], rest[n:n + 3], rest[n + 3:2 * n + 3], rest[2 * n + 3:].reshape(L, 2)
+    n = (rest.size - 3 - 2 * moe_layers) // 2
+    params, losses, grads, counts = (rest[:n], rest[n:n + 3], rest[n + 3:2 * n + 3],
+                                     rest[2 * n + 3:].reshape(moe_layers, 2))
     p = {k: torch.tensor(v.astype(np.float64), requires_grad=True) for k, v in unflatten(cfg, params).items()}
     p["moe_bias"] = torch.zeros(L, E, dtype=torch.float64)
     V = cfg["V"]
     wte_full = p["wte"]
     q = dict(p, wte=wte_full[:V])
-    moe = dict(E=E, K=K, F=cfg["F"], router=router, capacity=capacity, aux=aux_c, z=z_c)
+    moe = dict(E=E, K=K, F=cfg["F"], router=router, capacity=capacity, aux=aux_c, z=z_c, every=every)
     _, lm = torch_gpt.forward(cfg, q, torch.tensor(idx, dtype=torch.long), torch.tensor(tgt, dtype=torch.long),
                               moe=moe)
     aux, z = moe["losses"]
     (lm + aux + z).backward()
-    what = f"{router}, capacity {capacity or 'dropless'}"
+    what = f"{router}, capacity {capacity or 'dropless'}" + (f", --moe-every {every}" if every > 1 else "")
     dropped = [1 - float(s["kept"].sum() / s["routed"].sum()) for s in moe["stats"]]
     c_dropped = [1 - float(c[1] / c[0]) for c in counts]
     check(max(abs(a - b) for a, b in zip(dropped, c_dropped)) == 0,
           f"{what}: the dropped shares per layer equal PyTorch's ({', '.join(f'{d:.3f}' for d in c_dropped)})")
     if capacity > 0:
-        check(min(c_dropped) > 0, f"{what}: every layer drops assignments")
+        check(min(c_dropped) > 0, f"{what}: every MoE layer drops assignments")
     errs = [abs(float(losses[0]) - float(lm)) / float(lm), abs(float(losses[1]) - float(aux)) / float(aux),
             abs(float(losses[2]) - float(z)) / float(z)]
     check(max(errs) < TOL, f"{what}: lm, aux, z losses {float(lm):.5f} {float(aux):.5f} {float(z):.5f} "
@@ -123,6 +137,7 @@ def main():
         reference_case(dump, tmp, "softmax", 0, 5)
         reference_case(dump, tmp, "softmax", 1.0, 6)
         reference_case(dump, tmp, "sigmoid", 1.25, 7)
+        reference_case(dump, tmp, "softmax", 1.0, 8, every=2)  # layer 0 dense, layer 1 MoE
         if len(sys.argv) > 2 and sys.argv[2] == "reference":
             pass
         else:
@@ -167,6 +182,23 @@ def read_ckpt(ckpt_dir, step):
     return flat, np.frombuffer(raw[16:], np.float32).reshape(int(layers), int(experts))
 
 
+SHORT_NAMES = {"loss": "lm", "moe_aux_loss": "aux", "moe_z_loss": "z"}
+
+
+def against_oracle(label, rows, ref, weights, ref_weights, keys=("loss", "moe_aux_loss"), note="", steps=10):
+    """A layout's run against its 1-process oracle: each metric of keys within TOL (relative) at every step, every
+    step's loads and dropped shares equal, the final weights within TOL (max |a-b| / max |b|; note: what is printed
+    beside the figure) and the balancing bias equal."""
+    (w, b), (ref_w, ref_b) = weights, ref_weights
+    errs = [max(abs(a[k] - r[k]) / r[k] for a, r in zip(rows, ref)) for k in keys]
+    check(len(rows) == steps and max(errs) < TOL, f"{label}: losses within {TOL} of 1 process ("
+          + ", ".join(f"{SHORT_NAMES.get(k, k)} {e:.1e}" for k, e in zip(keys, errs)) + ")")
+    check(all(a["moe_load_max_mean"] == r["moe_load_max_mean"] and a["moe_dropped"] == r["moe_dropped"]
+              for a, r in zip(rows, ref)), f"{label}: every step's loads and dropped shares equal 1 process's")
+    check(w.shape == ref_w.shape and rel(w, ref_w) < TOL and np.array_equal(b, ref_b),
+          f"{label}: final weights within {TOL} ({rel(w, ref_w):.1e}{note}), bias equal")
+
+
 def layouts(tmp, data):
     """1 process at micro-batch 4 against 2 ranks at micro-batch 2 (ZeRO 0 and 1), 10 steps."""
     common = ["--seq-len", "32", "--global-batch", "4", "--steps", "10", "--lr", "3e-3", "--warmup", "2",
@@ -183,16 +215,7 @@ def layouts(tmp, data):
         for zero in ("0", "1"):
             rows, d = train(tmp, f"dp2_{tag}_z{zero}", data, common + flags + ["--micro-batch", "2", "--zero", zero],
                             ranks=2)
-            w, b = read_ckpt(d, 10)
-            loss_err = max(abs(a["loss"] - r["loss"]) / r["loss"] for a, r in zip(rows, ref))
-            aux_err = max(abs(a["moe_aux_loss"] - r["moe_aux_loss"]) / r["moe_aux_loss"] for a, r in zip(rows, ref))
-            loads_equal = all(a["moe_load_max_mean"] == r["moe_load_max_mean"] and a["moe_dropped"] == r["moe_dropped"]
-                              for a, r in zip(rows, ref))
-            check(len(rows) == 10 and loss_err < TOL and aux_err < TOL,
-                  f"{mode}, 2 ranks ZeRO {zero}: losses within {TOL} of 1 process (lm {loss_err:.1e}, aux {aux_err:.1e})")
-            check(loads_equal, f"{mode}, 2 ranks ZeRO {zero}: every step's loads and dropped shares equal 1 process's")
-            check(rel(w, ref_w) < TOL and np.array_equal(b, ref_b),
-                  f"{mode}, 2 ranks ZeRO {zero}: final weights within {TOL} ({rel(w, ref_w):.1e}), bias equal")
+            against_oracle(f"{mode}, 2 ranks ZeRO {zero}", rows, ref, read_ckpt(d, 10), (ref_w, ref_b))
 
 
 BALANCE_STEPS = (31, 40)  # the window where the load must be balanced (steps 1-based)
@@ -240,17 +263,37 @@ def resume(tmp, data):
           f"resuming an MoE checkpoint as a dense model is refused in one line: {lines[-1] if lines else ''}")
 
 
+def refusals(tmp, data, cases, base=("--seq-len", "32", "--steps", "1")):
+    """Each case (extra flags, ranks, text) is refused: a non-zero exit and one line on stderr holding text."""
+    for extra, ranks, text in cases:
+        p = train(tmp, "bad", data, list(base) + extra, ranks=ranks, check_rc=False)
+        lines = p.stderr.strip().splitlines()
+        check(p.returncode != 0 and len(lines) == 1 and text in lines[0],
+              f"{' '.join(extra)} refused in one line: {lines[-1] if lines else '(nothing)'}")
+
+
+def run_on_corpus(*parts):
+    """Each part(tmp, data) in turn on one small byte corpus in a temporary directory; exit 1 if a check failed."""
+    import tempfile
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bstest
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(bstest.make_corpus(tmp), "train_000000.bin")
+        for part in parts:
+            part(tmp, data)
+    if check.failed:
+        print(f"{len(check.failed)} check(s) failed")
+        sys.exit(1)
+
+
 def bad_input(tmp, data):
     cases = [(["--moe-top-k", "5"], "--moe-top-k"), (["--capacity-factor", "0"], "--capacity-factor"),
-             (["--capacity-factor", "-1"], "--capacity-factor"), (["--tp", "2"], "--tp"), (["--pp", "2"], "--pp"),
-             (["--cp", "2"], "--cp"), (["--ep", "2"], "--ep"), (["--zero", "3"], "--zero 3"),
+             (["--capacity-factor", "-1"], "--capacity-factor"),
+             (["--pp", "2", "--pp-schedule", "zbh1"], "--pp-schedule zbh1"),
+             (["--ep", "2"], "--ep"), (["--zero", "3"], "--zero 3"),
              (["--precision", "bf16"], "--precision"), (["--lora-rank", "4"], "--lora-rank"),
-             (["--moe-every", "2"], "--moe-every"), (["--dropless", "--capacity-factor", "1"], "--dropless")]
-    for extra, flag in cases:
-        p = train(tmp, "bad", data, ["--seq-len", "32", "--steps", "1"] + extra, check_rc=False)
-        lines = p.stderr.strip().splitlines()
-        check(p.returncode != 0 and len(lines) == 1 and flag in lines[0],
-              f"{' '.join(extra)} refused in one line: {lines[-1] if lines else '(nothing)'}")
+             (["--moe-every", "3"], "--moe-every 3 is more than --layers 2"), (["--dropless", "--capacity-factor", "1"], "--dropless")]
+    refusals(tmp, data, [(extra, 1, flag) for extra, flag in cases])
 
 
 def trainer_tests(tmp):

@@ -79,6 +79,16 @@ class BadInput(unittest.TestCase):
         self.fails(["--model", "gpt2-124m", "--gpus", 8, "--tp", 2, "--tp-overlap", "on", "--sequence-parallel", "off"],
                    "--tp-overlap on needs --sequence-parallel on")
 
+    def test_moe_words(self):
+        moe = ["--model", "mixtral-8x7b", "--gpus", 16, "--ep", 8]
+        self.fails(["--model", "demo", "--ep-overlap", "sometimes"], "--ep-overlap", "off, shared or dualpipe")
+        self.fails(moe + ["--ep-overlap", "shared"], "--ep-overlap shared needs --shared-experts")
+        self.fails(moe + ["--pp", 2, "--schedule", "interleaved", "--virtual-stages", 2, "--ep-overlap", "dualpipe"],
+                   "--ep-overlap dualpipe", "--schedule 1f1b")
+        self.fails(moe + ["--tp", 2, "--etp", 3, "--rank-order", "tp-cp-ep-dp-pp"], "--etp 3", "divide --tp 2")
+        self.fails(moe + ["--tp", 2, "--etp", 1], "--etp 1", "--rank-order tp-cp-ep-dp-pp")
+        self.fails(["--model", "demo", "--shared-experts", 1], "--shared-experts", "mixture-of-experts")
+
     def test_missing_shape(self):
         self.fails(["--layers", 4], "--model NAME", "--hidden")
 

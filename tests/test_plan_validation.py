@@ -81,18 +81,26 @@ def swiglu(layers, hidden, heads, kv, ffn, vocab, seq, **more):
 LLAMA2_7B = swiglu(32, 4096, 32, 32, 11008, 32000, 4096)
 LLAMA2_13B = swiglu(40, 5120, 40, 40, 13824, 32000, 4096)
 LLAMA2_70B = swiglu(80, 8192, 64, 8, 28672, 32000, 4096)
-# Qwen3-30B-A3B (its config.json): 128 experts of 768, 8 per token, 32 query heads of 128 on a 2048 width
 # DeepSeek-V3 and V2 (their config.json files) in the planner's vocabulary, which has no multi-head latent
-# attention, shared experts or dense first layers: the shared experts join the routed ones in top-k (V3: 8 + 1
-# of 2048, V2: 6 + 2 of 1536; the dense first layers' MLPs, 18432 and 12288 wide, have exactly those FLOPs),
-# and MLA becomes one-KV-head attention whose head dimension (V3 122, V2 133) gives MLA's forward FLOPs per
-# token at 4096 tokens (projections plus QK^T over 192 and AV over 128 dimensions of 128 heads). Not modelled:
-# V3's multi-token-prediction module (one more block and output layer, about 3% of the FLOPs).
-DEEPSEEK_V3 = swiglu(61, 7168, 128, 1, 2048, 129280, 4096, experts=256, **{"top-k": 9, "head-dim": 122})
-DEEPSEEK_V2 = swiglu(60, 5120, 128, 1, 1536, 102400, 4096, experts=160, **{"top-k": 8, "head-dim": 133})
+# attention or dense first layers: 8 routed experts of 2048 and 1 shared (V3), 6 routed of 1536 and 2 shared (V2);
+# the dense first layers' MLPs, 18432 and 12288 wide, have exactly the FLOPs of the shared plus routed experts;
+# MLA becomes one-KV-head attention whose head dimension (V3 122, V2 133) gives MLA's forward FLOPs per token at
+# 4096 tokens (projections plus QK^T over 192 and AV over 128 dimensions of 128 heads). Routing limits as the
+# papers state them: V3 sends a token to at most 4 nodes (section 2.1.2, "M = 4"), V2 to at most 3 devices
+# (section 2.1.2, "M = 3"). Not modelled: V3's multi-token-prediction module (one more block and output layer,
+# about 3% of the FLOPs).
+DEEPSEEK_V3_SHAPE = swiglu(61, 7168, 128, 1, 2048, 129280, 4096, experts=256,
+                           **{"top-k": 8, "shared-experts": 1, "head-dim": 122})
+DEEPSEEK_V3 = dict(DEEPSEEK_V3_SHAPE, **{"moe-node-limit": 4})
+DEEPSEEK_V2 = swiglu(60, 5120, 128, 1, 1536, 102400, 4096, experts=160,
+                     **{"top-k": 6, "shared-experts": 2, "head-dim": 133, "moe-device-limit": 3})
 # H800: the H100 SXM chip with NVLink cut to 400 GB/s both directions; 400 Gb/s InfiniBand per GPU
 H800 = {"hardware": "h100-sxm", "nvlink-gbps": 200}
+# Qwen3-30B-A3B (its config.json): 128 experts of 768, 8 per token, 32 query heads of 128 on a 2048 width
 QWEN3_30B_A3B = swiglu(48, 2048, 32, 4, 768, 151936, 4096, experts=128, **{"top-k": 8, "head-dim": 128})
+# Qwen3-235B-A22B (its config.json): 94 layers, 64 query heads of 128 and 4 KV heads on a 4096 width, 128
+# experts of 1536 with 8 per token, vocabulary 151936
+QWEN3_235B_A22B = swiglu(94, 4096, 64, 4, 1536, 151936, 4096, experts=128, **{"top-k": 8, "head-dim": 128})
 
 
 def mpt(layers, hidden, heads, seq=2048):
@@ -227,12 +235,29 @@ ROWS = [
     ("bridge-qwen3-30b-a3b", BRIDGE_2509, QWEN3_30B_A3B, nemo(16, 1, 2, 1, 512, 2, ep=8, **{"virtual-stages": 24}),
      "tokens_per_gpu", 10494),
     # Issue 17: MoE rows from reported GPU hours per trillion tokens (1e12 / (hours x 3600) tokens/s per GPU).
+    # V3: EP 64 "spanning 8 nodes" (section 3.2: EP ranks adjacent, 8 per node, which Megatron's order gives with
+    # TP 1), DualPipe overlapping the all-to-all and the pipeline sends with the paired chunk's compute (3.2.1);
+    # V2: the all-to-all overlapped with the shared experts' compute (3.1.3), its EP 8 inside a node as V3's EP
+    # ranks are (the paper does not place them: an assumption, said in docs/PLANNER.md).
     ("deepseek-v3-2048", "DeepSeek-V3 technical report, sections 1, 3.1-3.2 and 4.2", DEEPSEEK_V3,
-     dict(H800, gpus=2048, tp=1, pp=16, cp=1, ep=64, zero=1, precision="fp8", **{"global-batch": 15360}),
+     dict(H800, gpus=2048, tp=1, pp=16, cp=1, ep=64, zero=1, precision="fp8", **{"global-batch": 15360},
+          **{"rank-order": MEGATRON_ORDER, "ep-overlap": "dualpipe"}),
      "tokens_per_gpu", 1e12 / (180e3 * 3600)),
     ("deepseek-v2-1024", "DeepSeek-V2 paper, sections 3.1.3 and 3.2.3", DEEPSEEK_V2,
-     dict(H800, gpus=1024, tp=1, pp=16, cp=1, ep=8, zero=1, **{"global-batch": 9216}),
+     dict(H800, gpus=1024, tp=1, pp=16, cp=1, ep=8, zero=1, **{"global-batch": 9216},
+          **{"rank-order": MEGATRON_ORDER, "ep-overlap": "shared"}),
      "tokens_per_gpu", 1e12 / (172.8e3 * 3600)),
+    # Issue 17, more MoE rows: the same Megatron-Bridge 25.09 page (DGX H100), recipes as
+    # scripts/performance/configs/{deepseek,qwen3}/*_llm_pretrain.py set them for H100 FP8 (ETP 1, token drop at
+    # capacity factor 1: balanced; no DeepEP, so Megatron's all-to-all dispatcher sends every routed copy, and no
+    # all-to-all overlap; DeepSeek-V3 without DP overlap and with the shared experts beside the dispatch, its
+    # provider's moe_shared_expert_overlap; Qwen3-235B with TP overlap and no recomputation).
+    ("bridge-deepseek-v3-1024", BRIDGE_2509, DEEPSEEK_V3_SHAPE,
+     nemo(1024, 2, 8, 1, 8192, 1, ep=64, etp=1, overlap="off", **{"virtual-stages": 4, "ep-overlap": "shared"}),
+     "tokens_per_gpu", 1297),
+    ("bridge-qwen3-235b-a22b", BRIDGE_2509, QWEN3_235B_A22B,
+     nemo(256, 2, 8, 1, 2048, 1, ep=32, etp=1, recompute="none", **{"virtual-stages": 4}, **TP_OVERLAP),
+     "tokens_per_gpu", 1204),
 ]
 
 # Held-out discipline (issue 22): the rows alternate between a calibration

@@ -163,14 +163,17 @@ def moe_losses(moe, stats):
 
 def forward(cfg, p, idx, targets=None, attn_mask=None, moe=None):
     """idx, targets: (B, T) int64. Returns logits (B,T,V) and mean loss. attn_mask: see causal_attention.
-    moe (a dict: E, K, F, router, capacity, aux, z; p then holds router (L,E,C), experts (L,E,2FC+F+C) and
-    moe_bias (L,E) instead of the dense MLP): every layer's MLP is moe_mlp, each sequence its own capacity group,
+    moe (a dict: E, K, F, router, capacity, aux, z, optional every; p then holds router (L,E,C), experts
+    (L,E,2FC+F+C) and moe_bias (L,E) beside or instead of the dense MLP): the MLP of layer l with
+    (l + 1) % every == 0 (every: 1 if absent) is moe_mlp, each sequence its own capacity group,
     and the mean loss is the language-model loss; the aux and z losses of the whole batch summed over layers are
     returned in moe["losses"] (aux, z) and the per-layer statistics in moe["stats"]."""
     B, T = idx.shape
     C, H, L = cfg["C"], cfg["H"], cfg["L"]
     hs = C // H
     x = p["wte"][idx] + p["wpe"][:T]
+    if moe is not None:
+        moe["losses"], moe["stats"] = (0.0, 0.0), []
     for l in range(L):
         h = F.layer_norm(x, (C,), p["ln1w"][l], p["ln1b"][l], 1e-5)
         qkv = h @ p["qkvw"][l].t() + p["qkvb"][l]
@@ -181,7 +184,7 @@ def forward(cfg, p, idx, targets=None, attn_mask=None, moe=None):
         y = causal_attention(q, k, v, attn_mask).transpose(1, 2).reshape(B, T, C)
         x = x + y @ p["attprojw"][l].t() + p["attprojb"][l]
         h = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], 1e-5)
-        if moe is not None:
+        if moe is not None and (l + 1) % moe.get("every", 1) == 0:
             x = x + moe_layer(moe, p, l, h)
             continue
         h = gelu_tanh(h @ p["fcw"][l].t() + p["fcb"][l])
@@ -196,8 +199,6 @@ def forward(cfg, p, idx, targets=None, attn_mask=None, moe=None):
 
 def moe_layer(moe, p, l, h):
     """Layer l's MoE MLP over h (B, T, C), sequence by sequence; its losses added to moe["losses"]."""
-    if l == 0:
-        moe["losses"], moe["stats"] = (0.0, 0.0), []
     outs, total = [], None
     for b in range(h.shape[0]):
         out, st = moe_mlp(moe, p["router"][l], p["experts"][l], p["moe_bias"][l], h[b])

@@ -21,6 +21,7 @@
 typedef struct {
     const char *model, *activation, *attention, *precision, *hardware, *calibrate;
     int layers, hidden, heads, kv_heads, head_dim, ffn, vocab, seq_len, experts, top_k;
+    int shared_experts, moe_device_limit, moe_node_limit;
     double moe_imbalance;
     bool dropout;
     long long global_batch, batch_tokens, tokens;
@@ -28,8 +29,8 @@ typedef struct {
     int gpus;
     double peak_tflops, gemm_efficiency, hbm_gb, hbm_tbps, nvlink_gbps, net_gbps, net_latency_us;
     int gpus_per_node;
-    int tp, pp, dp, cp, ep, zero, micro_batch, virtual_stages;
-    const char *recompute, *schedule, *sequence_parallel, *overlap, *cp_algo, *in_network, *tp_overlap, *pp_overlap, *rank_order;
+    int tp, pp, dp, cp, ep, etp, zero, micro_batch, virtual_stages;
+    const char *recompute, *schedule, *sequence_parallel, *overlap, *cp_algo, *in_network, *tp_overlap, *pp_overlap, *rank_order, *ep_overlap;
     bool search;
     int top;
     const char *rank_by;
@@ -66,6 +67,7 @@ static PlanArgs plan_args_defaults(void) {
     a.cp_algo = "ring";
     a.tp_overlap = "off";
     a.pp_overlap = "off";
+    a.ep_overlap = "off";
     a.rank_order = "tp-cp-pp-dp";
     a.in_network = "off";
     return a;
@@ -148,6 +150,9 @@ static ModelShape build_model(const PlanArgs *a, double *batch_tokens, double *t
     if (a->experts > 0) m.experts = a->experts, m.top_k = a->top_k > 0 ? a->top_k : 2;
     if (a->top_k > 0) m.top_k = a->top_k;
     m.moe_imbalance = a->moe_imbalance;
+    m.shared_experts = a->shared_experts;
+    m.moe_device_limit = a->moe_device_limit;
+    m.moe_node_limit = a->moe_node_limit;
     if (a->dropout) m.dropout = true;
     if (a->activation) {
         if (strcmp(a->activation, "gelu") == 0) m.act = ACT_GELU;
@@ -257,6 +262,12 @@ static RankOrder parse_rank_order(const char *s) {
     return o;
 }
 
+static EpOverlap parse_ep_overlap(const char *s) {
+    EpOverlap o;
+    if (!ep_overlap_parse(s, &o)) bs_die("--ep-overlap must be off, shared or dualpipe (got '%s')", s);
+    return o;
+}
+
 static Layout explicit_layout(const PlanArgs *a, const PlanInput *in) {
     Layout l = layout_default();
     l.tp = a->tp > 0 ? a->tp : 1;
@@ -279,6 +290,8 @@ static Layout explicit_layout(const PlanArgs *a, const PlanInput *in) {
     l.tp_overlap = parse_on_off("tp-overlap", a->tp_overlap) && l.tp > 1;
     l.pp_overlap = parse_on_off("pp-overlap", a->pp_overlap) && l.schedule == SCHEDULE_INTERLEAVED;
     l.rank_order = parse_rank_order(a->rank_order);
+    l.ep_overlap = l.ep > 1 ? parse_ep_overlap(a->ep_overlap) : EP_OVERLAP_OFF;
+    l.etp = a->etp;
     return l;
 }
 
@@ -295,6 +308,8 @@ static SearchSpace search_space(const PlanArgs *a) {
     s.tp_overlap = parse_on_off("tp-overlap", a->tp_overlap);
     s.pp_overlap = parse_on_off("pp-overlap", a->pp_overlap);
     s.rank_order = parse_rank_order(a->rank_order);
+    s.ep_overlap = parse_ep_overlap(a->ep_overlap);
+    s.etp = a->etp;
     return s;
 }
 
@@ -533,6 +548,9 @@ int cmd_plan(int argc, char **argv) {
         {"top-k", OPT_INT, &a.top_k, 0, 4096, "N", "MoE experts per token", NULL, NULL},
         {"moe-imbalance", OPT_DOUBLE, &a.moe_imbalance, 1, 1e3, "F",
          "MoE: busiest expert rank's tokens over the mean (1: balanced, as loss-free balancing)", NULL, NULL},
+        {"shared-experts", OPT_INT, &a.shared_experts, 0, 4096, "N", "MoE: experts every token also passes through, on every rank (DeepSeekMoE)", NULL, NULL},
+        {"moe-device-limit", OPT_INT, &a.moe_device_limit, 0, 4096, "M", "MoE: a token's experts on at most M EP ranks, sent once to each (DeepSeek-V2; 0: none)", NULL, NULL},
+        {"moe-node-limit", OPT_INT, &a.moe_node_limit, 0, 1 << 20, "M", "MoE: ... on at most M nodes, once over the network to each (DeepSeek-V3; 0: none)", NULL, NULL},
         {"dropout", OPT_FLAG, &a.dropout, OPT_NO_RANGE, "", "the model stores dropout masks (Megatron GPT)", NULL, NULL},
         {"attention", OPT_STRING, &a.attention, OPT_NO_RANGE, "full|causal|flash", "attention kernel (default flash; causal with --calibrate)", NULL, NULL},
         {"precision", OPT_STRING, &a.precision, OPT_NO_RANGE, "bf16|fp8|fp32", "matmul precision (fp32 with --calibrate)", NULL, NULL},
@@ -558,6 +576,7 @@ int cmd_plan(int argc, char **argv) {
         {"cp", OPT_INT, &a.cp, 0, 1 << 20, "N", "context parallel", NULL, NULL},
         {"cp-algo", OPT_STRING, &a.cp_algo, OPT_NO_RANGE, "ring|allgather", "context parallelism: ring (overlapped) or all-gather of K/V (exposed; Llama 3)", NULL, NULL},
         {"ep", OPT_INT, &a.ep, 0, 1 << 20, "N", "expert parallel (MoE)", NULL, NULL},
+        {"etp", OPT_INT, &a.etp, 0, 1 << 20, "N", "MoE: expert tensor parallel (0: tp; below tp, Megatron's expert_tensor_parallel_size)", NULL, NULL},
         {"zero", OPT_INT, &a.zero, -1, 3, "STAGE", "ZeRO stage over dp x cp (-1: 1 when dp > 1)", NULL, NULL},
         {"micro-batch", OPT_INT, &a.micro_batch, 0, 1 << 20, "SEQS", "sequences per micro-batch", NULL, NULL},
         {"recompute", OPT_STRING, &a.recompute, OPT_NO_RANGE, "none|selective|full", "activation recomputation (default none)", NULL, NULL},
@@ -567,6 +586,7 @@ int cmd_plan(int argc, char **argv) {
         {"overlap", OPT_STRING, &a.overlap, OPT_NO_RANGE, "on|off", "overlap DP communication with compute", NULL, NULL},
         {"tp-overlap", OPT_STRING, &a.tp_overlap, OPT_NO_RANGE, "on|off", "TP collectives pipelined with their GEMMs (userbuffers; needs sequence parallelism)", NULL, NULL},
         {"pp-overlap", OPT_STRING, &a.pp_overlap, OPT_NO_RANGE, "on|off", "interleaved schedule: pipeline sends beside compute (Megatron's overlap_p2p_comm)", NULL, NULL},
+        {"ep-overlap", OPT_STRING, &a.ep_overlap, OPT_NO_RANGE, "off|shared|dualpipe", "MoE all-to-all beside the shared experts (DeepSeek-V2) or the paired micro-batch (DeepSeek-V3's DualPipe)", NULL, NULL},
         {"rank-order", OPT_STRING, &a.rank_order, OPT_NO_RANGE, "tp-cp-pp-dp|tp-cp-ep-dp-pp", "rank order: the engine's and Llama 3's, or Megatron's (ep next to cp, pp outermost)", NULL, NULL},
         {"search", OPT_FLAG, &a.search, OPT_NO_RANGE, "", "search all layouts (layout options pin fields)", NULL, NULL},
         {"top", OPT_INT, &a.top, 1, SEARCH_MAX_TOP, "N", "layouts to list", NULL, NULL},

@@ -149,7 +149,7 @@ int cmd_train(int argc, char **argv) {
         {"moe-aux-loss", OPT_DOUBLE, &c.moe_aux_loss, 0, 1e6, "C", "MoE: the load-balancing loss c E sum f_i P_i (Switch)", "1e-2", NULL},
         {"moe-z-loss", OPT_DOUBLE, &c.moe_z_loss, 0, 1e6, "C", "MoE: the router z-loss c mean(logsumexp^2)", "0", NULL},
         {"moe-bias-update", OPT_DOUBLE, &c.moe_bias_update, 0, 1e6, "U", "MoE: loss-free balancing, each expert's selection bias += U sign(mean load - load) per step (0: off)", "0", NULL},
-        {"moe-every", OPT_INT, &c.moe_every, 1, 1 << 20, "N", "MoE: every Nth layer's MLP is MoE (only 1 in this version)", "1", NULL},
+        {"moe-every", OPT_INT, &c.moe_every, 1, 1 << 20, "N", "MoE: layer l (from 0) has the MoE MLP when (l + 1) % N == 0, the others the dense MLP (2: layers 1, 3, ..)", "1", NULL},
         {"ep", OPT_INT, &c.ep, 1, 1 << 20, "N", "MoE: expert-parallel ranks, inside --dp (--zero 0)", "1", NULL},
         {"moe-skew", OPT_DOUBLE, &c.moe_skew, -1e6, 1e6, "F", "tests: every layer's selection bias of expert 0 starts at F (a skewed router)", "0", NULL},
         {"save-adapters", OPT_STRING, &c.save_adapters, OPT_NO_RANGE, "DIR", "LoRA: write the final adapters as a peft directory (adapter_model.safetensors, adapter_config.json)", "", NULL},

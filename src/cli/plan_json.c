@@ -12,11 +12,11 @@
 static json_t *layout_json(const Layout *l) {
     char text[128];
     layout_format(l, text, sizeof text);
-    return json_pack("{s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:s, s:s, s:i, s:b, s:b, s:b, s:b, s:s, s:s}", "tp", l->tp, "pp", l->pp, "dp",
+    return json_pack("{s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:s, s:s, s:i, s:b, s:b, s:b, s:b, s:s, s:s, s:i, s:s}", "tp", l->tp, "pp", l->pp, "dp",
                      l->dp, "cp", l->cp, "cp_algo", cp_algo_name(l->cp_algo), "ep", l->ep, "zero", l->zero, "micro_batch", l->micro_batch, "recompute",
                      recompute_name(l->recompute), "schedule", plan_schedule_name(l->schedule), "virtual_stages",
                      l->virtual_stages, "sequence_parallel", l->sequence_parallel, "overlap", l->overlap, "tp_overlap", l->tp_overlap, "pp_overlap", l->pp_overlap,
-                     "rank_order", rank_order_name(l->rank_order), "text", text);
+                     "rank_order", rank_order_name(l->rank_order), "ep_overlap", ep_overlap_name(l->ep_overlap), "etp", layout_expert_tp(l), "text", text);
 }
 
 static json_t *memory_json(const MemoryBreakdown *m) {
@@ -47,10 +47,11 @@ static json_t *result_json(const PlanReport *r, const PlanResult *p) {
 }
 
 static json_t *model_json(const ModelShape *m) {
-    return json_pack("{s:s, s:f, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:f}", "name", m->name, "parameters",
+    return json_pack("{s:s, s:f, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:f}", "name", m->name, "parameters",
                      model_params(m), "layers", m->layers, "hidden", m->hidden, "heads", m->heads, "kv_heads",
                      m->kv_heads, "ffn", m->ffn, "activation", m->act == ACT_SWIGLU ? "swiglu" : "gelu", "vocab",
-                     m->vocab, "seq_len", m->seq_len, "experts", m->experts, "top_k", m->top_k, "flops_per_token",
+                     m->vocab, "seq_len", m->seq_len, "experts", m->experts, "top_k", m->top_k, "shared_experts",
+                     m->shared_experts, "flops_per_token",
                      model_train_flops_per_token(m, RECOMPUTE_NONE));
 }
 

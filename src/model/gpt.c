@@ -112,11 +112,12 @@ void gpt_round_block_matrices(const GPTConfig *cfg, float *block_base, int block
         return;
     }
     if (block > cfg->num_layers) return; /* the final LayerNorm has no matrix */
-    LayerTensors t = gpt_layer_tensors(cfg, block_base);
-    bf16_round_floats(t.qkvw, t.qkvw, gpt_tensor_numel(cfg, TK_QKVW));
-    bf16_round_floats(t.attprojw, t.attprojw, gpt_tensor_numel(cfg, TK_ATTPROJW));
-    bf16_round_floats(t.fcw, t.fcw, gpt_tensor_numel(cfg, TK_FCW));
-    bf16_round_floats(t.fcprojw, t.fcprojw, gpt_tensor_numel(cfg, TK_FCPROJW));
+    const int layer = block - 1;
+    LayerTensors t = gpt_layer_tensors(cfg, block_base, layer);
+    bf16_round_floats(t.qkvw, t.qkvw, gpt_layer_tensor_numel(cfg, TK_QKVW, layer));
+    bf16_round_floats(t.attprojw, t.attprojw, gpt_layer_tensor_numel(cfg, TK_ATTPROJW, layer));
+    if (t.fcw) bf16_round_floats(t.fcw, t.fcw, gpt_layer_tensor_numel(cfg, TK_FCW, layer));
+    if (t.fcprojw) bf16_round_floats(t.fcprojw, t.fcprojw, gpt_layer_tensor_numel(cfg, TK_FCPROJW, layer));
 }
 
 void gpt_enable_bf16(GPT *model, MatmulBF16Path path) {
@@ -326,10 +327,15 @@ void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for
     if (lora_scratch_numel(cfg, B, T) > 0) acts->lora_row_keys = bs_malloc(BT * sizeof(uint64_t));
     if (gpt_is_moe(cfg)) {
         const MoeConfig moe = gpt_moe_config(cfg);
-        const size_t n = (size_t)gpt_stage_layers(cfg) * (size_t)B;
+        const size_t n = (size_t)gpt_stage_layers(cfg);
         acts->moe = bs_malloc(n * sizeof(MoeLayer *));
         acts->moe_layers = n;
-        for (size_t i = 0; i < n; i++) acts->moe[i] = moe_create(&moe, (size_t)T);
+        for (size_t i = 0; i < n; i++) {
+            acts->moe[i] = NULL; /* dense layers (--moe-every) have none */
+            if (!gpt_layer_is_moe(cfg, gpt_first_layer(cfg) + (int)i)) continue;
+            acts->moe[i] = moe_create(&moe, (size_t)B * T);
+            moe_set_capacity_group(acts->moe[i], (size_t)T); /* every sequence its own capacity group */
+        }
         acts->moe_stats = bs_calloc((size_t)gpt_stage_layers(cfg), sizeof(MoeStats));
     }
     if (!for_training) return;
@@ -362,7 +368,7 @@ void gpt_acts_free(GPTActs *acts) {
     if (acts->moe) {
         for (size_t i = 0; i < acts->moe_layers; i++) moe_free(acts->moe[i]);
         free(acts->moe);
-        for (int i = 0; acts->moe_ep && i < (int)(acts->moe_layers / (size_t)acts->B); i++)
+        for (size_t i = 0; acts->moe_ep && i < acts->moe_layers; i++)
             if (acts->moe_ep[i]) acts->moe_ep_hooks->destroy(acts->moe_ep[i]);
         free(acts->moe_ep);
         free(acts->moe_stats);
@@ -449,7 +455,8 @@ void gpt_frozen_base(const GPT *model, float *out) {
     GPTConfig kept = frozen_config(&model->cfg), base = gpt_part_config(&model->cfg, GPT_PART_BASE);
     gpt_copy_tensors(&kept, model->frozen, &base, out);
     for (int i = 0; i < gpt_stage_layers(&model->cfg) && model->frozen_linear; i++) {
-        LayerTensors t = gpt_layer_tensors(&base, block_start(&base, out, gpt_first_layer(&base) + i + 1));
+        const int layer = gpt_first_layer(&base) + i;
+        LayerTensors t = gpt_layer_tensors(&base, block_start(&base, out, layer + 1), layer);
         float *dst[FROZEN_LINEARS] = {t.qkvw, t.attprojw, t.fcw, t.fcprojw};
         for (int m = 0; m < FROZEN_LINEARS; m++) frozen_linear_load(model->frozen_linear, i, m, dst[m]);
     }
@@ -465,7 +472,8 @@ void gpt_set_frozen_base(GPT *model, const float *base_values) {
     GPTConfig kept = frozen_config(&model->cfg), base = gpt_part_config(&model->cfg, GPT_PART_BASE);
     gpt_copy_tensors(&base, base_values, &kept, model->frozen);
     for (int i = 0; i < gpt_stage_layers(&model->cfg) && model->frozen_linear; i++) {
-        LayerTensors t = gpt_layer_tensors(&base, block_start(&base, (float *)base_values, gpt_first_layer(&base) + i + 1));
+        const int layer = gpt_first_layer(&base) + i;
+        LayerTensors t = gpt_layer_tensors(&base, block_start(&base, (float *)base_values, layer + 1), layer);
         const float *src[FROZEN_LINEARS] = {t.qkvw, t.attprojw, t.fcw, t.fcprojw};
         for (int m = 0; m < FROZEN_LINEARS; m++) frozen_linear_store(model->frozen_linear, i, m, src[m]);
     }
@@ -479,10 +487,10 @@ static float *dense_params(const GPT *model, const BlockAccess *a, int block) {
 
 /* A layer's parameters: under LoRA the frozen base's tensors with the adapters beside them. */
 static LayerTensors layer_params(const GPT *model, const BlockAccess *a, int block) {
-    LayerTensors p = gpt_layer_tensors(&model->cfg, params_of(model, a, block));
+    LayerTensors p = gpt_layer_tensors(&model->cfg, params_of(model, a, block), block - 1);
     if (!model->frozen) return p;
     GPTConfig base = frozen_config(&model->cfg);
-    LayerTensors t = gpt_layer_tensors(&base, frozen_block(model, block));
+    LayerTensors t = gpt_layer_tensors(&base, frozen_block(model, block), block - 1);
     frozen_linear_weights(model, block, &t);
     memcpy(t.lora_a, p.lora_a, sizeof t.lora_a);
     memcpy(t.lora_b, p.lora_b, sizeof t.lora_b);
@@ -543,6 +551,8 @@ static double loss_forward(const GPT *model, GPTActs *acts, const int32_t *targe
                              w.Vl, dloss);
 }
 
+static void sum_over_tp(void *tp, float *values, size_t n) { comm_allreduce(tp, values, n); }
+
 /* Expert parallelism: local layer i's hook state of this activation set. */
 static void *moe_ep_state(const GPT *model, GPTActs *acts, int i) {
     if (!acts->moe_ep) {
@@ -560,17 +570,19 @@ static void *moe_ep_state(const GPT *model, GPTActs *acts, int i) {
 static void moe_mlp_forward(GPT *model, GPTActs *acts, LayerTensors p, const LayerActs *a, int i, int b, int t,
                             bool training) {
     const int C = model->cfg.channels, E = model->cfg.experts;
-    const size_t rows = (size_t)t * C;
     MoeStats *st = &acts->moe_stats[i];
     memset(st, 0, sizeof *st);
     if (model->moe_ep) {
         model->moe_ep->forward(moe_ep_state(model, acts, i), acts->proj_out, a->ln2, (size_t)b * t, p.router,
                                p.experts, model->moe_bias + (size_t)i * E, st);
     } else {
-        for (int s = 0; s < b; s++)
-            moe_forward(acts->moe[(size_t)i * acts->B + s], acts->proj_out + s * rows, a->ln2 + s * rows, (size_t)t,
-                        p.router, p.experts, model->moe_bias + (size_t)i * E, st);
+        MoeLayer *layer = acts->moe[i];
+        if (model->tp && gpt_tp_size(&model->cfg) > 1) /* each TP rank a slice of every expert */
+            moe_set_tensor_parallel(layer, gpt_tp_rank(&model->cfg) == 0, sum_over_tp, model->tp);
+        moe_forward(layer, acts->proj_out, a->ln2, (size_t)b * t, p.router, p.experts, model->moe_bias + (size_t)i * E,
+                    st);
     }
+    tp_sum(model, acts->proj_out, (size_t)b * t * C);
     if (!training) return;
     if (model->moe_dp && comm_size(model->moe_dp) > 1) comm_allreduce_double(model->moe_dp, (double *)st, (int)MOE_STATS_DOUBLES);
     double *sum = (double *)&model->moe_step[i];
@@ -632,7 +644,7 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
         tp_sum(model, acts->proj_out, N * C);
         residual_forward(a.residual2, residual, acts->proj_out, N * C);
         layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
-        if (gpt_is_moe(cfg)) {
+        if (gpt_layer_is_moe(cfg, block - 1)) {
             moe_mlp_forward(model, acts, p, &a, i, b, t, dloss != 0);
         } else {
             round_input(model, a.ln2, N * C);
@@ -806,21 +818,18 @@ static void head_pass(const Pass *x, const float *wte, float *dwte) {
 static void moe_mlp_backward(const Pass *x, int i, LayerTensors p, LayerTensors g, const LayerActs *a) {
     GPTActs *acts = x->acts;
     const GPT *model = x->model;
-    const size_t rows = (size_t)x->t * x->w.C;
     memset(acts->dln, 0, x->N * x->w.C * sizeof(float));
     const double aux_coef = model->moe_loss_weight * model->cfg.moe_aux_coef;
     const double z_coef = model->moe_loss_weight * model->cfg.moe_z_coef;
     if (model->moe_ep) {
         model->moe_ep->backward(acts->moe_ep[i], acts->dln, g.router, g.experts, acts->dresidual, a->ln2, p.router,
                                 p.experts, &acts->moe_stats[i], aux_coef, z_coef);
-        return;
+    } else {
+        moe_set_loss_coefs(acts->moe[i], aux_coef, z_coef);
+        moe_backward(acts->moe[i], acts->dln, g.router, g.experts, acts->dresidual, a->ln2, p.router, p.experts,
+                     &acts->moe_stats[i]);
     }
-    for (int s = 0; s < x->b; s++) {
-        MoeLayer *layer = acts->moe[(size_t)i * acts->B + s];
-        moe_set_loss_coefs(layer, aux_coef, z_coef);
-        moe_backward(layer, acts->dln + s * rows, g.router, g.experts, acts->dresidual + s * rows, a->ln2 + s * rows,
-                     p.router, p.experts, &acts->moe_stats[i]);
-    }
+    tp_sum(model, acts->dln, x->N * x->w.C); /* the experts' slices' input gradients */
 }
 
 /* The dense MLP backward: acts->dln = d ln2 from acts->dresidual. */
@@ -850,7 +859,7 @@ static void layer_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, Lay
     LayerActs a = layer_acts(acts, cfg, i);
     const float *inp = i == 0 ? acts->encoded : layer_acts(acts, cfg, i - 1).residual3;
     /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))), or the MoE layer's */
-    if (gpt_is_moe(cfg)) moe_mlp_backward(x, i, p, g, &a);
+    if (gpt_layer_is_moe(cfg, gpt_first_layer(cfg) + i)) moe_mlp_backward(x, i, p, g, &a);
     else mlp_pass(x, i, p, g, s, &a);
     layernorm_pass(x, acts->dresidual,
                    &(Norm){acts->dln, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, g.ln2w, g.ln2b, s.dln2});
@@ -922,7 +931,7 @@ static void backward_chain(const Pass *x, const int32_t *inputs) {
     for (int i = nl - 1; i >= 0; i--) {
         int block = first + i + 1;
         float *grads = pass_grads(x, block);
-        LayerTensors g = grads ? gpt_layer_tensors(cfg, grads) : (LayerTensors){0};
+        LayerTensors g = grads ? gpt_layer_tensors(cfg, grads, block - 1) : (LayerTensors){0};
         LayerTensors p = layer_params(model, x->access, block);
         layer_pass(x, i, p, g, x->split ? layer_stash(acts, cfg, i) : (LayerStash){0});
         pass_grads_done(x, block);
@@ -970,7 +979,7 @@ void gpt_backward_weight(GPT *model, GPTActs *acts, const int32_t *inputs, int b
     }
     for (int i = nl - 1; i >= 0; i--) {
         int block = first + i + 1;
-        layer_weight(&x, i, gpt_layer_tensors(cfg, grads_of(model, access, block)), layer_stash(acts, cfg, i));
+        layer_weight(&x, i, gpt_layer_tensors(cfg, grads_of(model, access, block), block - 1), layer_stash(acts, cfg, i));
         grads_done(access, block);
     }
     if (gpt_has_encoder(cfg)) {
@@ -984,7 +993,7 @@ double gpt_flops_per_token(const GPTConfig *cfg, int seq_len) {
     double active = (double)gpt_num_trained_params(cfg);
     if (gpt_is_moe(cfg)) { /* a token runs K of the E experts */
         GPTConfig whole = gpt_logical_config(cfg);
-        active -= (double)cfg->num_layers * (double)gpt_tensor_numel(&whole, TK_EXPERTS) *
+        active -= (double)gpt_moe_layers_before(cfg, cfg->num_layers) * (double)gpt_tensor_numel(&whole, TK_EXPERTS) *
                   (cfg->experts - cfg->moe_top_k) / cfg->experts;
     }
     return 6.0 * active + 12.0 * cfg->num_layers * cfg->channels * (double)seq_len;

@@ -63,9 +63,12 @@ typedef struct {
     int lora_rank, lora_targets;
     BaseWeights base_weights; /* how the frozen base's linear weights are stored (fp32, bf16, int8) */
     GPTPart part; /* which tensors the flat buffer holds */
-    /* Mixture of Experts (model/moe.h): experts > 1 makes every layer's MLP
-     * an MoE layer (router + experts instead of fc/fcproj); 0 or 1: dense */
+    /* Mixture of Experts (model/moe.h): experts > 1 makes the MLP of every
+     * moe_every-th layer (layer l when (l + 1) % moe_every == 0; 0 or 1:
+     * every layer) an MoE layer (router + experts instead of fc/fcproj); the
+     * other layers keep the dense MLP. experts 0 or 1: dense */
     int experts, moe_top_k, moe_ffn; /* moe_ffn: each expert's hidden width (0: 4C) */
+    int moe_every;
     int moe_router;                  /* MoeRouter */
     double capacity_factor;          /* 0: dropless */
     double moe_aux_coef, moe_z_coef, moe_bias_update;
@@ -107,10 +110,12 @@ typedef enum {
 #define TK_BASE_COUNT TK_QKV_LORA_A   /* kinds [0, TK_BASE_COUNT): the base model (model files) */
 #define TK_FIRST_ADAPTER_KIND TK_QKV_LORA_A
 #define TK_LAST_ADAPTER_KIND TK_FCPROJ_LORA_B
-/* MoE layers (cfg.experts > 1): the router (E, C) and the E experts, one
+/* MoE layers (gpt_layer_is_moe): the router (E, C) and the E experts, one
  * block of moe_expert_numel floats each (fc (F,C), fcb (F), fcproj (C,F),
  * fcprojb (C)), in the layer's block after ln2b where the dense MLP's
- * tensors (then of 0 elements) would be. In a dense model they have 0. */
+ * tensors (then of 0 elements) would be. In a dense layer they have 0. So
+ * with --moe-every N > 1 layer blocks have two sizes: offsets are prefix sums
+ * over the layers (gpt_layer_tensor_numel, gpt_tensor_offset). */
 #define TK_FIRST_MOE_KIND TK_ROUTER
 #define TK_LAST_MOE_KIND TK_EXPERTS
 
@@ -123,6 +128,10 @@ const char *gpt_tensor_name(TensorKind k);
 bool gpt_tensor_is_per_layer(TensorKind k); /* base layer kinds and adapters */
 bool gpt_tensor_is_adapter(TensorKind k);
 bool gpt_is_moe(const GPTConfig *cfg); /* experts > 1 */
+/* Whether layer (global index) has the MoE MLP: gpt_is_moe and (layer + 1) % moe_every == 0. */
+bool gpt_layer_is_moe(const GPTConfig *cfg, int layer);
+/* MoE layers among layers [0, layer) (gpt_moe_layers_before(cfg, num_layers): all of them). */
+int gpt_moe_layers_before(const GPTConfig *cfg, int layer);
 /* The MoE layer's configuration of the model (valid when gpt_is_moe). */
 MoeConfig gpt_moe_config(const GPTConfig *cfg);
 /* The same shape with only one part's tensors in the flat buffer. */
@@ -134,7 +143,12 @@ void gpt_copy_tensors(const GPTConfig *from, const float *src, const GPTConfig *
 void gpt_copy_part(const GPTConfig *all, GPTPart part, const float *src, float *dst);
 /* Weight decay applies to matrices and embeddings, not biases or LayerNorm. */
 bool gpt_tensor_decays(TensorKind k);
-size_t gpt_tensor_numel(const GPTConfig *cfg, TensorKind k); /* one layer's, for per-layer kinds */
+/* One layer's elements of a per-layer kind in a layer that holds it (0 if no
+ * layer of the model does), the tensor's for the others. */
+size_t gpt_tensor_numel(const GPTConfig *cfg, TensorKind k);
+/* Layer `layer`'s elements of k: 0 for the MLP kinds the layer lacks (the
+ * dense ones in an MoE layer, the MoE ones in a dense layer). */
+size_t gpt_layer_tensor_numel(const GPTConfig *cfg, TensorKind k, int layer);
 size_t gpt_tensor_offset(const GPTConfig *cfg, TensorKind k, int layer); /* layer ignored if not per-layer */
 size_t gpt_num_params(const GPTConfig *cfg); /* floats in the flat buffer, padding included */
 size_t gpt_num_trained_params(const GPTConfig *cfg); /* without the padded wte rows */
@@ -174,16 +188,16 @@ typedef struct {
 int gpt_max_segments(const GPTConfig *cfg);
 int gpt_param_segments(const GPTConfig *cfg, ParamSegment *out, int capacity);
 
-/* Pointers to one layer's tensors, from the start of its block (params or
- * grads; every layer block has the same internal layout). */
+/* Pointers to one layer's tensors (layer: its global index), from the start
+ * of its block (params or grads). */
 typedef struct {
     float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
     float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
     float *lora_a[4], *lora_b[4]; /* per target (qkv, attproj, fc, fcproj); NULL where absent */
-    float *router, *experts;      /* MoE layers; NULL in a dense model */
+    float *router, *experts;      /* MoE layers; NULL in a dense layer */
 } LayerTensors;
 /* Tensors of the part cfg holds are set, the others NULL. */
-LayerTensors gpt_layer_tensors(const GPTConfig *cfg, float *block);
+LayerTensors gpt_layer_tensors(const GPTConfig *cfg, float *block, int layer);
 
 /* Expert parallelism's MoE layer, seen from the model (parallel/ fills it
  * in: parallel/moe_hooks.h): the experts of a layer live on other ranks, so
@@ -256,6 +270,7 @@ typedef struct {
     Comm *moe_dp;
     const MoeExpertHooks *moe_ep; /* expert parallelism (cfg.ep_size > 1): the MoE layers through these; NULL: here */
     double moe_loss_weight;
+    /* per stage layer, dense ones included (whose rows stay zero): */
     float *moe_bias;     /* (stage layers, E): loss-free balancing's selection bias, state (not trained) */
     MoeStats *moe_step;  /* (stage layers): the training micro-steps' summed statistics since the caller zeroed them */
     double moe_aux, moe_z; /* the aux and z losses those micro-steps added, weighted, summed over layers */

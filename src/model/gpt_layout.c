@@ -57,14 +57,27 @@ bool gpt_config_check(GPTConfig *cfg, char *why, size_t why_size) {
     cfg->padded_vocab_size = gpt_padded_vocab(cfg->vocab_size);
     if (!gpt_is_moe(cfg)) return true;
     if (cfg->moe_ffn == 0) cfg->moe_ffn = 4 * cfg->channels;
+    if (cfg->moe_every < 0 || cfg->moe_every > cfg->num_layers) {
+        snprintf(why, why_size, "--moe-every %d must be between 1 and --layers %d (layer l is MoE when (l + 1) %% %d == 0)",
+                 cfg->moe_every, cfg->num_layers, cfg->moe_every);
+        return false;
+    }
     MoeConfig moe = gpt_moe_config(cfg);
     return moe_config_check(&moe, cfg->capacity_factor != 0, why, why_size);
 }
 
 bool gpt_is_moe(const GPTConfig *cfg) { return cfg->experts > 1; }
 
+static int moe_every(const GPTConfig *cfg) { return cfg->moe_every > 1 ? cfg->moe_every : 1; }
+
+bool gpt_layer_is_moe(const GPTConfig *cfg, int layer) { return gpt_is_moe(cfg) && (layer + 1) % moe_every(cfg) == 0; }
+
+/* layers l < layer with (l + 1) % N == 0: l + 1 in N, 2N, .. <= layer */
+int gpt_moe_layers_before(const GPTConfig *cfg, int layer) { return gpt_is_moe(cfg) ? layer / moe_every(cfg) : 0; }
+
 MoeConfig gpt_moe_config(const GPTConfig *cfg) {
-    return (MoeConfig){cfg->channels,        cfg->moe_ffn,      cfg->experts,   cfg->moe_top_k, (MoeRouter)cfg->moe_router,
+    /* a tensor-parallel shard's experts hold moe_ffn / tp of the hidden units */
+    return (MoeConfig){cfg->channels,        cfg->moe_ffn / gpt_tp_size(cfg), cfg->experts, cfg->moe_top_k, (MoeRouter)cfg->moe_router,
                        cfg->capacity_factor, cfg->moe_aux_coef, cfg->moe_z_coef};
 }
 
@@ -82,6 +95,11 @@ bool gpt_set_shard(GPTConfig *cfg, int tp_size, int tp_rank, int pp_size_, int p
     if (stage_layers < 1 || first_layer < 0 || first_layer + stage_layers > cfg->num_layers) {
         snprintf(why, why_size, "pipeline stage %d would hold layers [%d, %d) of %d; every stage needs at least one",
                  pp_rank_, first_layer, first_layer + stage_layers, cfg->num_layers);
+        return false;
+    }
+    if (gpt_is_moe(cfg) && cfg->moe_ffn % tp_size != 0) {
+        snprintf(why, why_size, "--tp %d does not divide --moe-ffn %d (tensor parallelism splits each expert's hidden units)",
+                 tp_size, cfg->moe_ffn);
         return false;
     }
     cfg->tp_size = tp_size;
@@ -106,7 +124,6 @@ const char *gpt_tensor_name(TensorKind k) { return tensor_names[k]; }
 bool gpt_tensor_is_adapter(TensorKind k) { return k >= TK_FIRST_ADAPTER_KIND && k <= TK_LAST_ADAPTER_KIND; }
 
 static bool is_moe_kind(TensorKind k) { return k >= TK_FIRST_MOE_KIND && k <= TK_LAST_MOE_KIND; }
-static bool is_dense_mlp_kind(TensorKind k) { return k >= TK_FCW && k <= TK_FCPROJB; }
 
 bool gpt_tensor_is_per_layer(TensorKind k) {
     return (k >= TK_FIRST_LAYER_KIND && k <= TK_LAST_LAYER_KIND) || gpt_tensor_is_adapter(k) || is_moe_kind(k);
@@ -129,6 +146,11 @@ static int adapter_target(TensorKind k) { return (k - TK_FIRST_ADAPTER_KIND) / 2
 static bool adapter_is_a(TensorKind k) { return (k - TK_FIRST_ADAPTER_KIND) % 2 == 0; }
 /* Row-parallel targets (attproj, fcproj) split their input under tensor parallelism. */
 static bool adapter_row_parallel(TensorKind k) { return adapter_target(k) == 1 || adapter_target(k) == 3; }
+/* The dense MLP's tensors (and their adapters): in the layers without MoE only. */
+static bool is_dense_mlp_kind(TensorKind k) {
+    return (k >= TK_FCW && k <= TK_FCPROJB) || (gpt_tensor_is_adapter(k) && adapter_target(k) >= 2);
+}
+static bool has_dense_layer(const GPTConfig *cfg) { return gpt_moe_layers_before(cfg, cfg->num_layers) < cfg->num_layers; }
 
 /* Tensors every tensor-parallel rank holds whole: LayerNorms, wpe, the
  * row-parallel biases; of the adapters, A of a column-parallel layer (its
@@ -136,7 +158,7 @@ static bool adapter_row_parallel(TensorKind k) { return adapter_target(k) == 1 |
 static bool tp_replicated(TensorKind k) {
     if (gpt_tensor_is_adapter(k)) return adapter_is_a(k) != adapter_row_parallel(k);
     return k == TK_WPE || k == TK_LN1W || k == TK_LN1B || k == TK_ATTPROJB || k == TK_LN2W || k == TK_LN2B ||
-           k == TK_FCPROJB || k == TK_LNFW || k == TK_LNFB;
+           k == TK_FCPROJB || k == TK_LNFW || k == TK_LNFB || k == TK_ROUTER;
 }
 
 static bool in_part(const GPTConfig *cfg, TensorKind k) {
@@ -144,7 +166,7 @@ static bool in_part(const GPTConfig *cfg, TensorKind k) {
         return (cfg->part == GPT_PART_ALL || cfg->part == GPT_PART_ADAPTERS) && cfg->lora_rank > 0 &&
                (cfg->lora_targets >> adapter_target(k) & 1);
     if (is_moe_kind(k) && !gpt_is_moe(cfg)) return false;
-    if (is_dense_mlp_kind(k) && gpt_is_moe(cfg)) return false;
+    if (is_dense_mlp_kind(k) && !has_dense_layer(cfg)) return false;
     if (cfg->part == GPT_PART_BASE_NONLINEAR) return k != TK_QKVW && k != TK_ATTPROJW && k != TK_FCW && k != TK_FCPROJW;
     return cfg->part != GPT_PART_ADAPTERS;
 }
@@ -191,6 +213,19 @@ size_t gpt_tensor_numel(const GPTConfig *cfg, TensorKind k) {
     return 0;
 }
 
+/* Whether a layer of this kind (MoE MLP or dense) holds the per-layer kind k. */
+static bool kind_in_layer(TensorKind k, bool moe_layer) {
+    return moe_layer ? !is_dense_mlp_kind(k) : !is_moe_kind(k);
+}
+
+static size_t numel_in_layer(const GPTConfig *cfg, TensorKind k, bool moe_layer) {
+    return kind_in_layer(k, moe_layer) ? gpt_tensor_numel(cfg, k) : 0;
+}
+
+size_t gpt_layer_tensor_numel(const GPTConfig *cfg, TensorKind k, int layer) {
+    return gpt_tensor_is_per_layer(k) ? numel_in_layer(cfg, k, gpt_layer_is_moe(cfg, layer)) : gpt_tensor_numel(cfg, k);
+}
+
 size_t gpt_tensor_trained(const GPTConfig *cfg, TensorKind k) {
     if (k != TK_WTE) return gpt_tensor_numel(cfg, k);
     if (!in_part(cfg, k)) return 0;
@@ -210,11 +245,24 @@ static int layer_kinds(TensorKind out[TK_COUNT]) {
     return n;
 }
 
-static size_t layer_numel(const GPTConfig *cfg) {
+/* One layer block's floats, of an MoE layer or a dense one. */
+static size_t block_numel(const GPTConfig *cfg, bool moe_layer) {
     TensorKind kinds[TK_COUNT];
     size_t n = 0;
-    for (int i = 0, count = layer_kinds(kinds); i < count; i++) n += gpt_tensor_numel(cfg, kinds[i]);
+    for (int i = 0, count = layer_kinds(kinds); i < count; i++) n += numel_in_layer(cfg, kinds[i], moe_layer);
     return n;
+}
+
+static size_t layer_numel(const GPTConfig *cfg, int layer) { return block_numel(cfg, gpt_layer_is_moe(cfg, layer)); }
+
+/* The floats of layer blocks [from, to): a prefix sum over the two block sizes. */
+static size_t layers_numel(const GPTConfig *cfg, int from, int to) {
+    const size_t moe = (size_t)(gpt_moe_layers_before(cfg, to) - gpt_moe_layers_before(cfg, from));
+    return moe * block_numel(cfg, true) + ((size_t)(to - from) - moe) * block_numel(cfg, false);
+}
+
+static size_t stage_layers_numel(const GPTConfig *cfg) {
+    return layers_numel(cfg, gpt_first_layer(cfg), gpt_first_layer(cfg) + gpt_stage_layers(cfg));
 }
 
 static size_t final_norm_numel(const GPTConfig *cfg) {
@@ -230,17 +278,18 @@ size_t gpt_tensor_offset(const GPTConfig *cfg, TensorKind k, int layer) {
     if (k == TK_WPE) return gpt_tensor_numel(cfg, TK_WTE);
     size_t layers_start = embeddings_numel(cfg);
     if (!gpt_tensor_is_per_layer(k)) {
-        size_t off = layers_start + (size_t)gpt_stage_layers(cfg) * layer_numel(cfg);
+        size_t off = layers_start + stage_layers_numel(cfg);
         return k == TK_LNFW ? off : off + gpt_tensor_numel(cfg, TK_LNFW);
     }
-    size_t off = layers_start + (size_t)(layer - gpt_first_layer(cfg)) * layer_numel(cfg);
+    size_t off = layers_start + layers_numel(cfg, gpt_first_layer(cfg), layer);
     TensorKind kinds[TK_COUNT];
-    for (int i = 0, count = layer_kinds(kinds); i < count && kinds[i] != k; i++) off += gpt_tensor_numel(cfg, kinds[i]);
+    for (int i = 0, count = layer_kinds(kinds); i < count && kinds[i] != k; i++)
+        off += gpt_layer_tensor_numel(cfg, kinds[i], layer);
     return off;
 }
 
 size_t gpt_num_params(const GPTConfig *cfg) {
-    return embeddings_numel(cfg) + (size_t)gpt_stage_layers(cfg) * layer_numel(cfg) + final_norm_numel(cfg);
+    return embeddings_numel(cfg) + stage_layers_numel(cfg) + final_norm_numel(cfg);
 }
 
 size_t gpt_num_trained_params(const GPTConfig *cfg) {
@@ -265,7 +314,7 @@ void gpt_block_range(const GPTConfig *cfg, int block, size_t *offset, size_t *co
         *count = embeddings_numel(cfg);
     } else if (block <= cfg->num_layers) {
         *offset = gpt_tensor_offset(cfg, TK_FIRST_LAYER_KIND, block - 1);
-        *count = layer_numel(cfg);
+        *count = layer_numel(cfg, block - 1);
     } else {
         *offset = gpt_tensor_offset(cfg, TK_LNFW, 0);
         *count = final_norm_numel(cfg);
@@ -288,22 +337,20 @@ int gpt_param_segments(const GPTConfig *cfg, ParamSegment *out, int capacity) {
         TensorKind kinds[TK_COUNT];
         for (int i = 0, count = block_kinds(cfg, block, kinds); i < count; i++) {
             TensorKind k = kinds[i];
-            if (gpt_tensor_numel(cfg, k) == 0) continue; /* not in this part */
+            const int layer = gpt_tensor_is_per_layer(k) ? block - 1 : 0;
+            const size_t count = gpt_layer_tensor_numel(cfg, k, layer);
+            if (count == 0) continue; /* not in this part or this layer */
             if (n == capacity) bs_die("internal: too many parameter segments");
-            out[n].kind = k;
-            out[n].layer = gpt_tensor_is_per_layer(k) ? block - 1 : 0;
-            out[n].offset = gpt_tensor_offset(cfg, k, out[n].layer);
-            out[n].count = gpt_tensor_numel(cfg, k);
+            out[n] = (ParamSegment){gpt_tensor_offset(cfg, k, layer), count, k, layer};
             n++;
         }
     }
     return n;
 }
 
-LayerTensors gpt_layer_tensors(const GPTConfig *cfg, float *block) {
-    const int first = gpt_first_layer(cfg);
-    const size_t start = gpt_tensor_offset(cfg, TK_FIRST_LAYER_KIND, first);
-#define AT(kind) (gpt_tensor_numel(cfg, kind) ? block + (gpt_tensor_offset(cfg, kind, first) - start) : NULL)
+LayerTensors gpt_layer_tensors(const GPTConfig *cfg, float *block, int layer) {
+    const size_t start = gpt_tensor_offset(cfg, TK_FIRST_LAYER_KIND, layer);
+#define AT(kind) (gpt_layer_tensor_numel(cfg, kind, layer) ? block + (gpt_tensor_offset(cfg, kind, layer) - start) : NULL)
     LayerTensors t = {
         .ln1w = AT(TK_LN1W), .ln1b = AT(TK_LN1B), .qkvw = AT(TK_QKVW), .qkvb = AT(TK_QKVB),
         .attprojw = AT(TK_ATTPROJW), .attprojb = AT(TK_ATTPROJB), .ln2w = AT(TK_LN2W), .ln2b = AT(TK_LN2B),
@@ -323,7 +370,7 @@ void gpt_copy_tensors(const GPTConfig *from, const float *src, const GPTConfig *
     ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
     int n = gpt_param_segments(from, segs, cap);
     for (int i = 0; i < n; i++)
-        if (gpt_tensor_numel(to, segs[i].kind) == segs[i].count)
+        if (gpt_layer_tensor_numel(to, segs[i].kind, segs[i].layer) == segs[i].count)
             memcpy(dst + gpt_tensor_offset(to, segs[i].kind, segs[i].layer), src + segs[i].offset,
                    segs[i].count * sizeof(float));
     free(segs);
@@ -356,7 +403,28 @@ static void add_run(RunList *l, size_t local, size_t logical, size_t count, bool
 }
 
 int gpt_max_shard_runs(const GPTConfig *cfg) {
-    return (cfg->num_layers + 2) * (2 * cfg->channels + 2 * cfg->lora_rank + 2 * TK_COUNT) + 8;
+    const int expert_runs = gpt_is_moe(cfg) ? cfg->experts * (cfg->channels + 3) : 0; /* under TP: expert_runs */
+    return (cfg->num_layers + 2) * (2 * cfg->channels + 2 * cfg->lora_rank + 2 * TK_COUNT + expert_runs) + 8;
+}
+
+/* This shard's experts as runs of the logical tensor: local expert j of ep
+ * rank e is logical expert e E/ep + j; under TP rank r holds rows
+ * [r F/T, (r+1) F/T) of its fc weight and bias, those columns of every
+ * fcproj row, and the fcproj bias (rank 0's copy primary). One run per
+ * expert block (merged) without TP. */
+static void expert_runs(RunList *l, const GPTConfig *cfg, size_t local, size_t logical) {
+    const MoeConfig part = gpt_moe_config(cfg);
+    const size_t C = (size_t)cfg->channels, Fl = (size_t)part.hidden, F = Fl * (size_t)gpt_tp_size(cfg);
+    const size_t r = (size_t)gpt_tp_rank(cfg), whole_numel = 2 * F * C + F + C;
+    const int experts = cfg->experts / gpt_ep_size(cfg);
+    const size_t first = (size_t)(gpt_ep_size(cfg) > 1 ? cfg->ep_rank : 0) * (size_t)experts;
+    for (size_t j = 0; j < (size_t)experts; j++) {
+        size_t at = local + j * moe_expert_numel(&part), from = logical + (first + j) * whole_numel;
+        add_run(l, at, from + r * Fl * C, Fl * C, true), at += Fl * C; /* fc weight rows */
+        add_run(l, at, from + F * C + r * Fl, Fl, true), at += Fl;    /* fc bias */
+        for (size_t row = 0; row < C; row++, at += Fl) add_run(l, at, from + F * C + F + row * F + r * Fl, Fl, true);
+        add_run(l, at, from + 2 * F * C + F, C, r == 0); /* fcproj bias */
+    }
 }
 
 /* The local tensor k of `layer` as runs of the logical tensor. */
@@ -364,7 +432,7 @@ static void tensor_runs(RunList *l, const GPTConfig *cfg, const GPTConfig *whole
     const size_t C = (size_t)cfg->channels, T = (size_t)gpt_tp_size(cfg), r = (size_t)gpt_tp_rank(cfg);
     const size_t local = gpt_tensor_offset(cfg, k, layer), logical = gpt_tensor_offset(whole, k, layer);
     const bool primary = gpt_tensor_primary(cfg, k);
-    const size_t n = gpt_tensor_numel(cfg, k);
+    const size_t n = gpt_layer_tensor_numel(cfg, k, layer);
     const size_t rank = (size_t)cfg->lora_rank;
     switch (k) {
     case TK_QKVW: /* rows of q, k and v for this rank's heads */
@@ -383,9 +451,7 @@ static void tensor_runs(RunList *l, const GPTConfig *cfg, const GPTConfig *whole
         for (size_t row = 0; row < rows; row++) add_run(l, local + row * cols, logical + row * full + r * cols, cols, primary);
         break;
     }
-    case TK_EXPERTS: /* local expert j of ep rank e is logical expert e E/ep + j: one contiguous block */
-        add_run(l, local, logical + (cfg->ep_size > 1 ? (size_t)cfg->ep_rank : 0) * n, n, primary);
-        break;
+    case TK_EXPERTS: expert_runs(l, cfg, local, logical); break;
     default: /* whole tensors, or a contiguous row block (wte, fcw, fcb) */
         add_run(l, local, tp_replicated(k) ? logical : logical + r * n, n, primary);
         break;
@@ -399,7 +465,7 @@ int gpt_shard_runs(const GPTConfig *cfg, ShardRun *out, int capacity) {
         if (!gpt_block_present(cfg, block)) continue;
         TensorKind kinds[TK_COUNT];
         for (int i = 0, count = block_kinds(cfg, block, kinds); i < count; i++)
-            if (gpt_tensor_numel(cfg, kinds[i])) tensor_runs(&l, cfg, &whole, kinds[i], block - 1);
+            if (gpt_layer_tensor_numel(cfg, kinds[i], block - 1)) tensor_runs(&l, cfg, &whole, kinds[i], block - 1);
     }
     return l.n;
 }

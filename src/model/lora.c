@@ -89,7 +89,7 @@ void gpt_merge_adapters(GPT *model) {
     for (int l = 0; l < gpt_stage_layers(cfg); l++) {
         size_t off, count;
         gpt_block_range(cfg, gpt_first_layer(cfg) + l + 1, &off, &count);
-        LayerTensors t = gpt_layer_tensors(cfg, model->params + off);
+        LayerTensors t = gpt_layer_tensors(cfg, model->params + off, gpt_first_layer(cfg) + l);
         float *weights[LORA_NUM_TARGETS] = {t.qkvw, t.attprojw, t.fcw, t.fcprojw};
         for (int k = 0; k < LORA_NUM_TARGETS; k++)
             if (t.lora_a[k])

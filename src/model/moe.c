@@ -43,6 +43,10 @@ struct MoeLayer {
     struct Ranked *ranked;               /* (M): capacity sort scratch */
     real *xk, *h, *g, *tmp_c, *tmp_f;    /* (M,C), (M,F), (M,F), (M,C), (M,F) */
     int64_t capacity_group;              /* rows per capacity decision (positions / it); 0: all rows one group */
+    /* tensor parallelism (moe_set_tensor_parallel) */
+    bool lead;
+    MoeSumFn tp_sum;
+    void *tp_ctx;
 };
 
 typedef struct Ranked {
@@ -59,6 +63,7 @@ MoeLayer *moe_layer_create(const MoeConfig *cfg, size_t max_rows, int first_expe
     L->cfg = *cfg;
     L->max_rows = max_rows, L->max_expert_rows = max_expert_rows;
     L->first_expert = first_expert, L->local_experts = local_experts;
+    L->lead = true;
     const size_t E = (size_t)cfg->experts, C = (size_t)cfg->channels, F = (size_t)cfg->hidden;
     const size_t S = max_rows * (size_t)cfg->top_k, M = max_expert_rows;
     L->logits = bs_malloc(sizeof(real) * max_rows * E);
@@ -108,6 +113,10 @@ const MoeConfig *moe_layer_config(const MoeLayer *L) { return &L->cfg; }
 void moe_set_loss_coefs(MoeLayer *L, double aux_coef, double z_coef) {
     L->cfg.aux_coef = aux_coef;
     L->cfg.z_coef = z_coef;
+}
+
+void moe_set_tensor_parallel(MoeLayer *L, bool lead, MoeSumFn sum, void *ctx) {
+    L->lead = lead, L->tp_sum = sum, L->tp_ctx = ctx;
 }
 
 /* ---- the token side ---- */
@@ -251,14 +260,16 @@ void moe_route_backward(MoeLayer *L, real *dx, real *drouter_w, const real *drow
     real a[MOE_MAX_EXPERTS];
     for (int i = 0; i < E; i++) a[i] = (real)(L->cfg.aux_coef * E * global->routed[i] / (n * K) / n);
     const real zscale = (real)(2 * L->cfg.z_coef / n);
+    if (L->tp_sum) L->tp_sum(L->tp_ctx, L->slot_dweight, L->N * (size_t)K); /* dout . y over the whole y */
 #pragma omp parallel for schedule(static)
     for (size_t t = 0; t < L->N; t++) router_row_backward(L, t, a, zscale);
     matmul_backward(L->dx_router, drouter_w, NULL, L->dlogits, x, router_w, L->N, C, E);
+    const bool router_dx = L->lead; /* the TP group's other ranks hold the same router gradient */
 #pragma omp parallel for schedule(static)
     for (size_t t = 0; t < L->N; t++) {
         real *d = dx + t * C;
         const real *r = L->dx_router + t * C;
-        for (int c = 0; c < C; c++) d[c] += r[c];
+        for (int c = 0; router_dx && c < C; c++) d[c] += r[c];
         for (int k = 0; k < K; k++) {
             const real *dr = drows + (size_t)L->slot_pos[t * K + k] * C;
             for (int c = 0; c < C; c++) d[c] += dr[c];
@@ -339,7 +350,7 @@ void moe_experts_forward(MoeLayer *L, real *y, const real *rows, const size_t *c
         const MoeExpert p = moe_expert(&L->cfg, experts, e);
         matmul_forward(L->h + r0 * F, L->xk + r0 * C, p.fcw, p.fcb, n, C, F);
         gelu_forward(L->g + r0 * F, L->h + r0 * F, n * F);
-        matmul_forward(L->tmp_c + r0 * C, L->g + r0 * F, p.fcprojw, p.fcprojb, n, F, C);
+        matmul_forward(L->tmp_c + r0 * C, L->g + r0 * F, p.fcprojw, L->lead ? p.fcprojb : NULL, n, F, C);
     }
     for (size_t i = 0; i < L->kept_total; i++)
         memcpy(y + (size_t)L->kept_index[i] * C, L->tmp_c + i * C, sizeof(real) * C);
@@ -355,7 +366,7 @@ void moe_experts_backward(MoeLayer *L, real *drows, const real *dy, const real *
         if (n == 0) continue;
         const MoeExpert p = moe_expert(&L->cfg, experts, e), d = moe_expert(&L->cfg, dexperts, e);
         real *dyk = L->tmp_c + r0 * C, *dg = L->tmp_f + r0 * F;
-        matmul_backward(dg, d.fcprojw, d.fcprojb, dyk, L->g + r0 * F, p.fcprojw, n, F, C);
+        matmul_backward(dg, d.fcprojw, L->lead ? d.fcprojb : NULL, dyk, L->g + r0 * F, p.fcprojw, n, F, C);
         gelu_backward(dg, L->h + r0 * F, dg, n * F);
         /* dyk is consumed: the input gradient takes its place */
         matmul_backward(dyk, d.fcw, d.fcb, dg, L->xk + r0 * C, p.fcw, n, C, F);
@@ -373,8 +384,9 @@ void moe_forward(MoeLayer *L, real *out, const real *x, size_t N, const real *ro
     const size_t S = N * L->cfg.top_k;
     for (size_t p = 0; p < S; p++) L->positions[p] = L->disp_row[p];
     moe_gather(L, L->rows, x);
-    moe_experts_forward(L, L->y, L->rows, L->counts, L->disp_score, L->positions, moe_capacity(&L->cfg, N), experts,
-                        stats);
+    const size_t group = L->capacity_group > 0 ? (size_t)L->capacity_group : N;
+    moe_experts_forward(L, L->y, L->rows, L->counts, L->disp_score, L->positions, moe_capacity(&L->cfg, group),
+                        experts, stats);
     moe_combine(L, out, L->y);
 }
 

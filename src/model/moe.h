@@ -122,6 +122,18 @@ const MoeConfig *moe_layer_config(const MoeLayer *layer);
  * them by its weight of a micro-step's losses in the objective). */
 void moe_set_loss_coefs(MoeLayer *layer, double aux_coef, double z_coef);
 
+/* Tensor parallelism over the experts (Megatron's expert tensor
+ * parallelism): every rank of a TP group routes the same rows to the same
+ * experts and holds a slice of each expert's hidden units (cfg.hidden is
+ * the slice's width: fc rows and bias, fcproj columns), so its output is
+ * a partial sum the caller sums over the group. The fcproj bias and the
+ * router's input gradient belong to the lead rank (lead false: neither is
+ * added); each combine weight's gradient, dout . y, needs the whole y, so
+ * sum(ctx, values, n) adds the group's n partial values in place before the
+ * router's backward. Default: lead, no sum (one rank holds whole experts). */
+typedef void (*MoeSumFn)(void *ctx, real *values, size_t n);
+void moe_set_tensor_parallel(MoeLayer *layer, bool lead, MoeSumFn sum, void *ctx);
+
 /* One process. out (N,C) = moe(x (N,C)), written; router_w (E,C), experts
  * E blocks, bias (E) or NULL. stats += this forward's. Records what
  * backward needs (x must stay unchanged until then). */

@@ -131,11 +131,16 @@ void optimizer_update_phase(const Optimizer *opt, const OptimizerShard *shard, c
     }
 }
 
-void optimizer_step(Optimizer *opt, const OptimizerShard *shard, const OptimizerStep *step,
-                    SumAcrossRanks sum_across_ranks, void *ctx) {
+void optimizer_step_pieces(Optimizer *opt, const OptimizerShard *pieces, int num_pieces, const OptimizerStep *step,
+                           SumAcrossRanks sum_across_ranks, void *ctx) {
     int n = optimizer_num_sums(opt);
     memset(opt->sums, 0, sizeof(double) * (size_t)n);
-    optimizer_norms_phase(opt, shard, step, opt->sums);
+    for (int k = 0; k < num_pieces; k++) optimizer_norms_phase(opt, &pieces[k], step, opt->sums);
     if (n > 0 && sum_across_ranks) sum_across_ranks(ctx, opt->sums, n);
-    optimizer_update_phase(opt, shard, step, opt->sums);
+    for (int k = 0; k < num_pieces; k++) optimizer_update_phase(opt, &pieces[k], step, opt->sums);
+}
+
+void optimizer_step(Optimizer *opt, const OptimizerShard *shard, const OptimizerStep *step,
+                    SumAcrossRanks sum_across_ranks, void *ctx) {
+    optimizer_step_pieces(opt, shard, 1, step, sum_across_ranks, ctx);
 }

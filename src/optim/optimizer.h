@@ -1,7 +1,9 @@
 /* optimizer.h: the one front door the trainer calls for a parameter update,
  * whatever the optimizer (AdamW, SGD, LAMB, LARS), on the contiguous range of
  * the flat parameter buffer that this rank owns (the whole buffer with one
- * process or without ZeRO; a shard that may cut tensors anywhere under ZeRO).
+ * process or without ZeRO; a shard that may cut tensors anywhere under ZeRO;
+ * several disjoint ranges under expert parallelism with ZeRO, where dense and
+ * expert tensors are sharded over different groups: optimizer_step_pieces).
  *
  * The optimizer sees the model as a list of tensors (OptimTensor): where each
  * one's trained elements lie in the flat buffer and whether weight decay
@@ -96,6 +98,10 @@ int optimizer_num_sums(const Optimizer *opt);
  * NULL (NULL: one process owns every element), then the update phase. */
 void optimizer_step(Optimizer *opt, const OptimizerShard *shard, const OptimizerStep *step,
                     SumAcrossRanks sum_across_ranks, void *ctx);
+/* The same for a rank that owns several disjoint ranges (ascending): the
+ * norms phase over all of them, one sum across ranks, then their updates. */
+void optimizer_step_pieces(Optimizer *opt, const OptimizerShard *pieces, int num_pieces, const OptimizerStep *step,
+                           SumAcrossRanks sum_across_ranks, void *ctx);
 
 /* The two phases of optimizer_step, for callers that simulate several ranks
  * in one process. The norms phase ADDS this shard's partial sums into

@@ -16,6 +16,12 @@
 /* stage 3 parameter slots: embeddings, final LayerNorm, two rotating layer slots */
 enum { SLOT_EMB, SLOT_LNF, SLOT_LAYER_A, SLOT_LAYER_B, NUM_SLOTS };
 
+/* A range of the flat layout and the group that reduces and shards it. */
+typedef struct {
+    Range range;
+    Comm *group;
+} GroupRange;
+
 typedef struct {
     int first_block, last_block; /* ascending; backward finishes last_block first */
     size_t offset, count;        /* flat range */
@@ -23,7 +29,8 @@ typedef struct {
     float *buf;                  /* stage 2/3: where backward writes this bucket */
     int pool_index;              /* -1: the dedicated embeddings buffer */
     CommOp *op;
-    CommOp **parts;              /* expert parallelism: its ranges' reductions (num_parts, NULL when done) */
+    GroupRange *split;           /* expert parallelism: its expert ranges and the ranges between them */
+    CommOp **parts;              /* their reductions (num_parts, NULL when done) */
     int num_parts;
     CompressedScratch *scratch;  /* compressed gradients: this bucket's buffers */
     size_t server_offset;        /* stage 0, exchange scheme: its server residual in dp->server_residual */
@@ -47,6 +54,10 @@ struct DataParallel {
     int stage, num_blocks;
     size_t total;
     Range shard; /* this rank's part under the group's partition */
+    Range *pieces;       /* what this rank updates, ascending (one range unless experts are sharded apart) */
+    size_t *piece_packed; /* where each piece starts in the update arrays */
+    int num_pieces;
+    size_t update_floats; /* the pieces' elements together */
     float *shard_params, *shard_grads; /* stage 3 / stages 2-3 */
     Bucket *buckets;
     int num_buckets;
@@ -78,6 +89,8 @@ struct DataParallel {
     Comm *expert_comm;      /* expert parallelism: the expert tensors' reduction group (NULL: dp->comm) */
     Range *expert_ranges;   /* the TK_EXPERTS tensors, ascending */
     int num_expert_ranges;
+    GroupRange *layout_split; /* [0, total) cut into the expert ranges and the ranges between them */
+    int num_layout_split;
     Comm *node;             /* hpZ: the node group and the secondary shard */
     float *secondary;
     Range secondary_range;
@@ -120,11 +133,13 @@ static void plan_buckets(DataParallel *dp) {
             dp->pool_floats = dp->buckets[i].count;
 }
 
-/* A finished reduce-scatter: add this rank's part into the shard gradient. */
+/* A finished reduce-scatter: add this rank's parts into the shard gradient. */
 static void absorb(DataParallel *dp, Bucket *bk) {
-    Range bucket = range_make(bk->offset, bk->count), mine = range_intersect(bucket, dp->shard);
-    if (!range_empty(mine)) {
-        float *dst = dp->shard_grads + range_offset_in(mine, dp->shard);
+    const Range bucket = range_make(bk->offset, bk->count);
+    for (int k = 0; k < dp->num_pieces; k++) {
+        const Range mine = range_intersect(bucket, dp->pieces[k]);
+        if (range_empty(mine)) continue;
+        float *dst = dp->shard_grads + dp->piece_packed[k] + range_offset_in(mine, dp->pieces[k]);
         const float *src = bk->buf + range_offset_in(mine, bucket);
         for (size_t i = 0; i < mine.count; i++) dst[i] += src[i];
     }
@@ -227,22 +242,21 @@ static CommOp *start_reduction(DataParallel *dp, Bucket *bk) {
                  : comm_start_compressed_reduce_scatter(dp->comm, bk->scratch, &z, buf, bk->offset, bk->count, dp->total);
 }
 
-/* Expert parallelism (stage 0, uncompressed): the bucket's expert ranges
- * all-reduced over the expert-data-parallel group, the ranges between them
- * over the whole data group, each its own operation. */
+/* Expert parallelism (uncompressed): each part of the bucket reduced over
+ * its own group, each its own operation: the expert ranges over the
+ * expert-data-parallel group (the ranks holding the same experts), the
+ * ranges between them over the whole data group. All-reduced at stage 0,
+ * reduce-scattered above under that group's partition (plan_pieces). */
 static void start_split_reduction(DataParallel *dp, Bucket *bk) {
-    float *grads = dp->model->grads;
-    size_t at = bk->offset;
-    const size_t end = bk->offset + bk->count;
-    bk->num_parts = 0;
-    for (int i = 0; i < dp->num_expert_ranges && at < end; i++) {
-        const Range part = range_intersect(dp->expert_ranges[i], range_make(at, end - at));
-        if (range_empty(part)) continue;
-        if (part.offset > at) bk->parts[bk->num_parts++] = comm_start_allreduce(dp->comm, grads + at, part.offset - at);
-        bk->parts[bk->num_parts++] = comm_start_allreduce(dp->expert_comm, grads + part.offset, part.count);
-        at = range_end(part);
+    float *base = dp->stage >= 2 ? bk->buf : dp->model->grads + bk->offset;
+    const Range bucket = range_make(bk->offset, bk->count);
+    for (int i = 0; i < bk->num_parts; i++) {
+        const GroupRange *part = &bk->split[i];
+        float *buf = base + range_offset_in(part->range, bucket);
+        bk->parts[i] = dp->stage == 0 ? comm_start_allreduce(part->group, buf, part->range.count)
+                                      : comm_start_reduce_scatter(part->group, buf, part->range.offset,
+                                                                  part->range.count, dp->total);
     }
-    if (at < end) bk->parts[bk->num_parts++] = comm_start_allreduce(dp->comm, grads + at, end - at);
 }
 
 static void launch_bucket(DataParallel *dp, int k) {
@@ -466,6 +480,37 @@ static void setup_compression(DataParallel *dp) {
     }
 }
 
+static void add_piece(DataParallel *dp, Range piece) {
+    dp->pieces[dp->num_pieces] = piece;
+    dp->piece_packed[dp->num_pieces++] = dp->update_floats;
+    dp->update_floats += piece.count;
+}
+
+/* What this rank updates: everything at stage 0, the shard above; with the
+ * experts reduced apart (layout_split), its part of each range under that
+ * range's group's partition, so an expert range's owners are the ranks
+ * holding the same experts and a dense range's the whole data group. */
+static void plan_pieces(DataParallel *dp) {
+    free(dp->pieces);
+    free(dp->piece_packed);
+    const int cap = dp->num_layout_split > 0 ? dp->num_layout_split : 1;
+    dp->pieces = bs_malloc(sizeof(Range) * (size_t)cap);
+    dp->piece_packed = bs_malloc(sizeof(size_t) * (size_t)cap);
+    dp->num_pieces = 0;
+    dp->update_floats = 0;
+    if (dp->stage == 0 || dp->num_layout_split == 0) {
+        add_piece(dp, dp->stage == 0 ? range_make(0, dp->total) : dp->shard);
+        return;
+    }
+    for (int i = 0; i < dp->num_layout_split; i++) {
+        const GroupRange *part = &dp->layout_split[i];
+        Range own;
+        comm_partition(part->group, dp->total, comm_rank(part->group), &own.offset, &own.count);
+        const Range piece = range_intersect(part->range, own);
+        if (!range_empty(piece)) add_piece(dp, piece);
+    }
+}
+
 DataParallel *dp_create(Comm *comm, GPT *model, const DPOptions *opt) {
     DataParallel *dp = bs_calloc(1, sizeof *dp);
     dp->comm = comm;
@@ -477,6 +522,7 @@ DataParallel *dp_create(Comm *comm, GPT *model, const DPOptions *opt) {
     dp->num_blocks = gpt_num_blocks(&model->cfg);
     dp->total = gpt_num_params(&model->cfg);
     comm_partition(comm, dp->total, comm_rank(comm), &dp->shard.offset, &dp->shard.count);
+    plan_pieces(dp);
     DPMemory *mem = &dp->memory;
     int alloc = (dp->stage < 3 ? GPT_ALLOC_PARAMS : 0) | (dp->stage < 2 ? GPT_ALLOC_GRADS : 0);
     gpt_create_with(model, &model->cfg, alloc);
@@ -484,7 +530,7 @@ DataParallel *dp_create(Comm *comm, GPT *model, const DPOptions *opt) {
     if (model->grads) mem->grad_bytes += dp->total * sizeof(float);
     plan_buckets(dp);
     if (dp->stage >= 2) {
-        alloc_tracked(&dp->shard_grads, dp->shard.count, &mem->grad_bytes);
+        alloc_tracked(&dp->shard_grads, dp->update_floats, &mem->grad_bytes);
         if (dp->bucket_of_block[0] >= 0) /* the first stage: the embeddings bucket */
             alloc_tracked(&dp->emb_grad_buf, dp->buckets[dp->bucket_of_block[0]].count, &mem->buffer_bytes);
         for (int i = 0; i < GRAD_POOL; i++) alloc_tracked(&dp->grad_pool[i], dp->pool_floats, &mem->buffer_bytes);
@@ -509,9 +555,33 @@ DataParallel *dp_create(Comm *comm, GPT *model, const DPOptions *opt) {
     return dp;
 }
 
+/* The window cut into its expert ranges (reduced over the expert group) and
+ * the ranges between them (over the data group), in order; returns how many
+ * (at most 2 x expert ranges + 1). */
+static int split_window(const DataParallel *dp, Range window, GroupRange *out) {
+    int n = 0;
+    size_t at = window.offset;
+    const size_t end = range_end(window);
+    for (int i = 0; i < dp->num_expert_ranges && at < end; i++) {
+        const Range part = range_intersect(dp->expert_ranges[i], range_make(at, end - at));
+        if (range_empty(part)) continue;
+        if (part.offset > at) out[n++] = (GroupRange){range_make(at, part.offset - at), dp->comm};
+        out[n++] = (GroupRange){part, dp->expert_comm};
+        at = range_end(part);
+    }
+    if (at < end) out[n++] = (GroupRange){range_make(at, end - at), dp->comm};
+    return n;
+}
+
+static GroupRange *split_alloc(const DataParallel *dp, Range window, int *n) {
+    GroupRange *parts = bs_malloc(sizeof(GroupRange) * (size_t)(2 * dp->num_expert_ranges + 1));
+    *n = split_window(dp, window, parts);
+    return parts;
+}
+
 void dp_set_expert_group(DataParallel *dp, Comm *edp) {
-    if (dp->stage != 0 || dp->compress_grads)
-        bs_die("--ep: expert parallelism reduces gradients at --zero 0 without --grad-compression only (yet)");
+    if (dp->stage == 3 || dp->compress_grads)
+        bs_die("--ep: expert parallelism reduces gradients at --zero 0, 1 or 2 without --grad-compression only (yet)");
     const GPTConfig *cfg = &dp->model->cfg;
     int cap = gpt_max_segments(cfg);
     ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
@@ -521,15 +591,28 @@ void dp_set_expert_group(DataParallel *dp, Comm *edp) {
         if (segs[i].kind == TK_EXPERTS && segs[i].count > 0)
             dp->expert_ranges[dp->num_expert_ranges++] = range_make(segs[i].offset, segs[i].count);
     free(segs);
-    for (int k = 0; k < dp->num_buckets; k++) /* at most an expert range and the range before it each, and a tail */
-        dp->buckets[k].parts = bs_calloc((size_t)(2 * dp->num_expert_ranges + 1), sizeof(CommOp *));
     dp->expert_comm = edp;
+    for (int k = 0; k < dp->num_buckets; k++) {
+        Bucket *bk = &dp->buckets[k];
+        bk->split = split_alloc(dp, range_make(bk->offset, bk->count), &bk->num_parts);
+        bk->parts = bs_calloc((size_t)(bk->num_parts > 0 ? bk->num_parts : 1), sizeof(CommOp *));
+    }
+    dp->layout_split = split_alloc(dp, range_make(0, dp->total), &dp->num_layout_split);
+    plan_pieces(dp);
+    if (dp->stage == 2) { /* the shard gradient holds the new pieces */
+        dp->memory.grad_bytes -= dp->shard.count * sizeof(float);
+        free(dp->shard_grads);
+        alloc_tracked(&dp->shard_grads, dp->update_floats, &dp->memory.grad_bytes);
+    }
 }
 
 void dp_free(DataParallel *dp) {
     if (!dp) return;
     free(dp->expert_ranges);
-    for (int k = 0; k < dp->num_buckets; k++) free(dp->buckets[k].parts);
+    free(dp->layout_split);
+    free(dp->pieces);
+    free(dp->piece_packed);
+    for (int k = 0; k < dp->num_buckets; k++) free(dp->buckets[k].parts), free(dp->buckets[k].split);
     for (int k = 0; k < dp->num_buckets; k++) compressed_scratch_free(dp->buckets[k].scratch);
     free(dp->buckets);
     free(dp->bucket_of_block);
@@ -549,19 +632,43 @@ void dp_free(DataParallel *dp) {
     free(dp);
 }
 
+bool dp_experts_sharded_apart(const DataParallel *dp) { return dp->layout_split && dp->stage >= 1; }
+
+/* The one piece of a rank that updates a contiguous range. */
+static Range single_piece(const DataParallel *dp) {
+    if (dp_experts_sharded_apart(dp))
+        bs_die("this feature needs one contiguous range of parameters per rank, but expert parallelism at --zero %d "
+               "updates the dense and the expert tensors as %d pieces (use --zero 0)", dp->stage, dp->num_pieces);
+    return dp->pieces[0];
+}
+
 void dp_update_range(const DataParallel *dp, size_t *offset, size_t *count) {
-    *offset = dp->stage == 0 ? 0 : dp->shard.offset;
-    *count = dp->stage == 0 ? dp->total : dp->shard.count;
+    const Range r = single_piece(dp);
+    *offset = r.offset;
+    *count = r.count;
 }
 
 float *dp_update_params(DataParallel *dp) {
-    if (dp->stage == 3) return dp->shard_params;
-    return dp->model->params + (dp->stage == 0 ? 0 : dp->shard.offset);
+    const Range r = single_piece(dp);
+    return dp->stage == 3 ? dp->shard_params : dp->model->params + r.offset;
 }
 
 float *dp_update_grads(DataParallel *dp) {
-    if (dp->stage >= 2) return dp->shard_grads;
-    return dp->model->grads + (dp->stage == 0 ? 0 : dp->shard.offset);
+    const Range r = single_piece(dp);
+    return dp->stage >= 2 ? dp->shard_grads : dp->model->grads + r.offset;
+}
+
+int dp_num_pieces(const DataParallel *dp) { return dp->num_pieces; }
+
+size_t dp_update_floats(const DataParallel *dp) { return dp->update_floats; }
+
+DPPiece dp_piece(DataParallel *dp, int k) {
+    const Range r = dp->pieces[k];
+    const size_t at = dp->piece_packed[k];
+    DPPiece p = {r.offset, r.count, at, NULL, NULL};
+    p.params = dp->stage == 3 ? dp->shard_params + at : dp->model->params + r.offset;
+    p.grads = dp->stage >= 2 ? dp->shard_grads + at : dp->model->grads + r.offset;
+    return p;
 }
 
 void dp_shard_range(const DataParallel *dp, size_t *offset, size_t *count) {
@@ -578,7 +685,7 @@ float *dp_params_at(DataParallel *dp, size_t offset, size_t count) {
 
 void dp_begin_step(DataParallel *dp) {
     if (dp->stage < 2) gpt_zero_grads(dp->model);
-    else memset(dp->shard_grads, 0, dp->shard.count * sizeof(float));
+    else memset(dp->shard_grads, 0, dp->update_floats * sizeof(float));
     dp->micro_sumsq = 0;
     dp->micro_precond_sumsq = 0;
     dp->micro_index = 0;
@@ -654,15 +761,40 @@ const BlockAccess *dp_input_access(DataParallel *dp) {
 void dp_end_input(DataParallel *dp) { release_param_slots(dp); }
 
 double dp_grad_sum_squares(DataParallel *dp) {
-    size_t off, count;
-    dp_update_range(dp, &off, &count);
-    double s = sum_of_squares(dp_update_grads(dp), count);
+    double s = 0;
+    for (int k = 0; k < dp->num_pieces; k++) {
+        const DPPiece p = dp_piece(dp, k);
+        s += sum_of_squares(p.grads, p.count);
+    }
     if (dp->stage >= 1) comm_allreduce_double(dp->comm, &s, 1);
     return s;
 }
 
+/* Stages 1-2: every rank's pieces of buf (the whole layout) sent to all,
+ * each range over the group that shards it. */
+static void allgather_layout(DataParallel *dp, float *buf) {
+    if (!dp->layout_split) {
+        comm_allgather(dp->comm, buf, 0, dp->total, dp->total);
+        return;
+    }
+    for (int i = 0; i < dp->num_layout_split; i++) {
+        const GroupRange *part = &dp->layout_split[i];
+        comm_allgather(part->group, buf + part->range.offset, part->range.offset, part->range.count, dp->total);
+    }
+}
+
 void dp_after_update(DataParallel *dp) {
-    if (dp->stage == 1 || dp->stage == 2) comm_allgather(dp->comm, dp->model->params, 0, dp->total, dp->total);
+    if (dp->stage == 1 || dp->stage == 2) allgather_layout(dp, dp->model->params);
+}
+
+void dp_gather_state(DataParallel *dp, const float *packed, size_t offset, size_t count, float *out) {
+    if (dp->stage != 1 && dp->stage != 2) bs_die("internal: dp_gather_state is for ZeRO stages 1 and 2");
+    float *whole = bs_calloc(dp->total ? dp->total : 1, sizeof(float));
+    for (int k = 0; k < dp->num_pieces; k++)
+        memcpy(whole + dp->pieces[k].offset, packed + dp->piece_packed[k], dp->pieces[k].count * sizeof(float));
+    allgather_layout(dp, whole);
+    memcpy(out, whole + offset, count * sizeof(float));
+    free(whole);
 }
 
 void dp_gather_params(DataParallel *dp, float *out) {

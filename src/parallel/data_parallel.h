@@ -30,6 +30,10 @@
  *                values are the forward's, so results do not change.
  *   local        stages 0-1: no gradient reduction at all (1-bit Adam's
  *                compression stage reduces its momentum instead).
+ * Expert parallelism (dp_set_expert_group) adds a second group for the
+ * expert tensors: their reductions, and at stages 1-2 their shards, run over
+ * it, the dense tensors' over the first; a rank's shard is then several
+ * pieces (dp_piece), not one range.
  * The model sees all this through the BlockAccess interface (model/gpt.h).
  * Shards follow the group's partition (comm_partition), so a checkpoint
  * written under one stage or group size can be read under another. */
@@ -65,15 +69,41 @@ DataParallel *dp_create(Comm *comm, GPT *model, const DPOptions *opt);
 void dp_free(DataParallel *dp);
 /* Expert parallelism: the expert tensors' (TK_EXPERTS) gradients are summed
  * over edp (the expert-data-parallel group) instead of the data group; the
- * rest as before. Stage 0 without compression only (dies in one line). */
+ * rest as before. Stages 1-2 shard each over its own group: a rank updates
+ * its part of every dense range under the data group's partition and its
+ * part of every expert range under edp's (each EP rank's experts are other
+ * tensors, so their owners are the ranks holding the same experts). Its
+ * update set is then several pieces (dp_piece). Stages 0-2 without
+ * compression only (dies in one line). */
 void dp_set_expert_group(DataParallel *dp, Comm *edp);
 
-/* The range of the flat layout this rank updates (all of it at stage 0),
- * and pointers to its parameters and (after dp_finish_gradients) its summed
- * gradients. */
+/* What this rank updates, as pieces of the flat layout in ascending order:
+ * one (all of it at stage 0, the shard above) unless the experts are sharded
+ * over their own group. A piece's values lie packed in the update arrays
+ * (the stage 2-3 shard gradient, the caller's optimizer state) from
+ * `packed`, in piece order; params and grads point at its parameters and
+ * (after the step's last dp_end_micro) its summed gradients. */
+typedef struct {
+    size_t offset, count;
+    size_t packed;
+    float *params, *grads;
+} DPPiece;
+int dp_num_pieces(const DataParallel *dp);
+DPPiece dp_piece(DataParallel *dp, int k);
+size_t dp_update_floats(const DataParallel *dp); /* the pieces' elements together */
+/* Whether the experts are sharded over their own group (expert parallelism
+ * at stages 1-2): then every rank's pieces are its own, dense ones too. */
+bool dp_experts_sharded_apart(const DataParallel *dp);
+/* The same for a rank with one piece (dies in one line otherwise): its
+ * range, parameters and summed gradients. */
 void dp_update_range(const DataParallel *dp, size_t *offset, size_t *count);
 float *dp_update_params(DataParallel *dp);
 float *dp_update_grads(DataParallel *dp);
+/* Stages 1-2 (checkpoints): out = [offset, offset + count) of the whole
+ * layout's per-parameter state, whose pieces every rank holds packed in
+ * `packed` (dp_update_floats). Collective over the data group (and the
+ * expert group); needs a whole layout's floats of scratch while it runs. */
+void dp_gather_state(DataParallel *dp, const float *packed, size_t offset, size_t count, float *out);
 /* The shard under the group's partition (what a checkpoint file holds). */
 void dp_shard_range(const DataParallel *dp, size_t *offset, size_t *count);
 /* Parameters of [offset, offset+count) if this rank holds them, else NULL. */

@@ -170,7 +170,7 @@ static void inject_outlier(Engine *e, EngineChunk *ch) {
     for (int i = 0; i < gpt_stage_layers(mc); i++) {
         size_t offset, count;
         gpt_block_range(mc, gpt_first_layer(mc) + i + 1, &offset, &count);
-        gpt_layer_tensors(mc, params + offset).ln1w[0] *= (float)e->cfg.outlier_scale;
+        gpt_layer_tensors(mc, params + offset, gpt_first_layer(mc) + i).ln1w[0] *= (float)e->cfg.outlier_scale;
     }
 }
 
@@ -181,8 +181,7 @@ static void check_expert_parallel(Engine *e, const GPTConfig *whole) {
     char why[256];
     if (!gpt_is_moe(whole)) bs_die("--ep %d needs --experts E (E > 1: a Mixture-of-Experts model)", g->ep);
     if (!moe_ep_check(whole->experts, g->ep, g->dp, why, sizeof why)) bs_die("%s", why);
-    const char *no = c->data_parallel.zero_stage > 0 ? "--zero 1, 2 or 3 (use --zero 0)"
-                     : g->tp > 1 || g->pp > 1 || g->cp > 1 ? "--tp, --pp or --cp"
+    const char *no = c->data_parallel.zero_stage == 3 ? "--zero 3 (use --zero 0, 1 or 2)"
                      : c->virtual_stages > 1 ? "--virtual-stages"
                      : c->data_parallel.grad_codec.kind != CODEC_NONE ? "--grad-compression"
                      : c->optimizer.kind == OPTIM_LAMB || c->optimizer.kind == OPTIM_LARS
@@ -190,7 +189,6 @@ static void check_expert_parallel(Engine *e, const GPTConfig *whole) {
                      : c->optimizer.kind == OPTIM_ONEBIT_ADAM ? "--optimizer onebit-adam"
                      : NULL;
     if (no) bs_die("--ep %d does not work with %s yet", g->ep, no);
-    moe_hooks_init(&e->moe_ep, whole, g->ep_group);
 }
 
 /* The optimizer sees each tensor's trained elements (not wte's padded rows). */
@@ -208,9 +206,18 @@ static void setup_optimizer(Engine *e, EngineChunk *ch) {
     optimizer_init(&ch->opt, &e->cfg.optimizer, tensors, n);
     free(tensors);
     free(segs);
-    dp_update_range(ch->dp, &ch->update_offset, &ch->update_count);
+    ch->update_offset = dp_num_pieces(ch->dp) > 0 ? dp_piece(ch->dp, 0).offset : 0;
+    ch->update_count = dp_update_floats(ch->dp);
     for (int k = 0; k < optimizer_state_arrays(e->cfg.optimizer.kind); k++)
-        ch->state[k] = bs_calloc(ch->update_count, sizeof(float));
+        ch->state[k] = bs_calloc(ch->update_count ? ch->update_count : 1, sizeof(float));
+    ch->num_pieces = dp_num_pieces(ch->dp);
+    ch->pieces = bs_calloc((size_t)(ch->num_pieces > 0 ? ch->num_pieces : 1), sizeof(OptimizerShard));
+    for (int k = 0; k < ch->num_pieces; k++) { /* the buffers stay where they are: set once */
+        const DPPiece p = dp_piece(ch->dp, k);
+        OptimizerShard *o = &ch->pieces[k];
+        *o = (OptimizerShard){p.offset, p.count, p.params, p.grads, {NULL, NULL}};
+        for (int a = 0; a < OPTIMIZER_MAX_STATE; a++) o->state[a] = ch->state[a] ? ch->state[a] + p.packed : NULL;
+    }
 }
 
 static void setup_chunk(Engine *e, int c, const GPTConfig *whole) {
@@ -224,6 +231,7 @@ static void setup_chunk(Engine *e, int c, const GPTConfig *whole) {
     ch->model.tp = g->tp_group;
     ch->model.moe_dp = e->chunk_comm[c]; /* MoE: the losses' statistics over the data-parallel micro-step */
     if (g->ep > 1) { /* the experts' all-to-all over the EP group, their gradients over the expert-data group */
+        if (c == 0) moe_hooks_init(&e->moe_ep, &ch->model.cfg, g->ep_group, g->tp_group); /* alike for every chunk */
         ch->model.moe_ep = &e->moe_ep.hooks;
         dp_set_expert_group(ch->dp, g->edp_group);
     }
@@ -310,6 +318,7 @@ void engine_free(Engine *e) {
         dp_free(ch->dp);
         context_attention_free(ch->model.context);
         free(ch->tensor_primary);
+        free(ch->pieces);
         for (int k = 0; k < OPTIMIZER_MAX_STATE; k++) free(ch->state[k]);
         optimizer_free(&ch->opt);
         if (c > 0) comm_free(e->chunk_comm[c]);
@@ -420,9 +429,11 @@ EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad 
 double engine_grad_sum_squares(Engine *e) {
     double sum = 0;
     for (int c = 0; c < e->num_chunks; c++) sum += mp_local_grad_sum_squares(&e->chunks[c].model, e->chunks[c].dp);
-    comm_allreduce_double(e->cfg.data_parallel.zero_stage >= 1 ? e->grid->world : e->grid->mp_group, &sum, 1);
-    /* EP (ZeRO 0): each ep rank holds its experts, the dense tensors count on ep rank 0 (gpt_tensor_primary) */
-    if (e->grid->ep > 1) comm_allreduce_double(e->grid->ep_group, &sum, 1);
+    const bool sharded = e->cfg.data_parallel.zero_stage >= 1;
+    comm_allreduce_double(sharded ? e->grid->world : e->grid->mp_group, &sum, 1);
+    /* EP at ZeRO 0: each ep rank holds its experts, the dense tensors count on ep rank 0 (gpt_tensor_primary);
+     * above, every rank's pieces are its own (mp_local_grad_sum_squares) and the world sum counts each once */
+    if (e->grid->ep > 1 && !sharded) comm_allreduce_double(e->grid->ep_group, &sum, 1);
     return sum;
 }
 
@@ -460,9 +471,8 @@ void engine_update(Engine *e, double lr, float grad_scale) {
     OptimizerStep step = {(float)lr, grad_scale, ++e->optimizer_step};
     for (int c = 0; c < e->num_chunks; c++) {
         EngineChunk *ch = &e->chunks[c];
-        OptimizerShard shard = {ch->update_offset, ch->update_count, dp_update_params(ch->dp),
-                                dp_update_grads(ch->dp), {ch->state[0], ch->state[1]}};
-        optimizer_step(&ch->opt, &shard, &step, sharded ? sum_tensor_norms : NULL, &e->norm_ctx[c]);
+        optimizer_step_pieces(&ch->opt, ch->pieces, ch->num_pieces, &step, sharded ? sum_tensor_norms : NULL,
+                              &e->norm_ctx[c]);
     }
     engine_after_update(e);
 }

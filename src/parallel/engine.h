@@ -73,9 +73,12 @@ typedef struct {
     GPT model;
     DataParallel *dp;
     int virtual_stage;
-    size_t update_offset, update_count;
+    size_t update_offset, update_count; /* the range it updates; with several pieces (expert parallelism at
+                                           ZeRO 1-2, dp_piece) the first one's offset and all their elements */
     Optimizer opt;
     float *state[OPTIMIZER_MAX_STATE];
+    OptimizerShard *pieces; /* what the optimizer updates: each piece's parameters, gradients and state */
+    int num_pieces;
     bool *tensor_primary; /* per optimizer tensor: counted in norms on this rank */
 } EngineChunk;
 

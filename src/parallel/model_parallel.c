@@ -64,19 +64,27 @@ void mp_finish_tied_grads(TiedGrads *t) {
     t->op = NULL;
 }
 
+bool mp_counts_in_norm(const GPTConfig *cfg, const DataParallel *dp, TensorKind kind) {
+    GPTConfig c = *cfg;
+    /* the experts sharded over their own group (ZeRO 1-2): every rank's dense pieces are its own, not copies */
+    if (dp_experts_sharded_apart(dp)) c.ep_rank = 0;
+    return gpt_tensor_primary(&c, kind);
+}
+
 double mp_local_grad_sum_squares(const GPT *model, DataParallel *dp) {
     const GPTConfig *cfg = &model->cfg;
-    Range mine;
-    dp_update_range(dp, &mine.offset, &mine.count);
-    const float *grads = dp_update_grads(dp);
     int cap = gpt_max_segments(cfg);
     ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
     int n = gpt_param_segments(cfg, segs, cap);
     double sum = 0;
-    for (int i = 0; i < n; i++) {
-        if (!gpt_tensor_primary(cfg, segs[i].kind)) continue;
-        Range part = range_intersect(range_make(segs[i].offset, segs[i].count), mine);
-        if (!range_empty(part)) sum += sum_of_squares(grads + range_offset_in(part, mine), part.count);
+    for (int k = 0; k < dp_num_pieces(dp); k++) {
+        const DPPiece p = dp_piece(dp, k);
+        const Range mine = range_make(p.offset, p.count);
+        for (int i = 0; i < n; i++) {
+            if (!mp_counts_in_norm(cfg, dp, segs[i].kind)) continue;
+            Range part = range_intersect(range_make(segs[i].offset, segs[i].count), mine);
+            if (!range_empty(part)) sum += sum_of_squares(p.grads + range_offset_in(part, mine), part.count);
+        }
     }
     free(segs);
     return sum;

@@ -28,11 +28,15 @@ void mp_send_tied_grads(const Grid *g, GPT *model, TiedGrads *t);
 void mp_wait_tied_grads(GPT *model, TiedGrads *t);
 void mp_finish_tied_grads(TiedGrads *t);
 
-/* This rank's part of the squared global gradient norm: its update range,
- * primary copies only (replicated tensors count on tensor-parallel rank 0);
- * the caller sums it over the model-parallel group (ZeRO 0: replicas are
- * equal) or the world (ZeRO >= 1). */
+/* This rank's part of the squared global gradient norm: its update pieces,
+ * primary copies only (replicated tensors count on tensor-parallel rank 0;
+ * dense ones on ep rank 0 unless the experts are sharded apart, where each
+ * rank's dense pieces are its own); the caller sums it over the
+ * model-parallel group (ZeRO 0: replicas are equal; then the EP group) or
+ * the world (ZeRO >= 1). */
 double mp_local_grad_sum_squares(const GPT *model, DataParallel *dp);
+/* Whether this rank's copy of a tensor of this kind counts in such norms (the rule above). */
+bool mp_counts_in_norm(const GPTConfig *cfg, const DataParallel *dp, TensorKind kind);
 
 /* One shard of every rank written into the whole model's parameters on world
  * rank 0 (a collective over the world; out: gpt_num_params of the logical

@@ -14,9 +14,12 @@ typedef struct {
     MoeExpertHooks hooks; /* what the model calls; hooks.ctx is this */
     MoeConfig cfg;
     Comm *ep_group;
+    Comm *tp_group; /* tensor parallelism over the experts' hidden units (size 1: none) */
+    bool tp_lead;
 } MoeEpContext;
 
-/* Fills ctx for the MoE model cfg over ep_group (experts divisible by its size). */
-void moe_hooks_init(MoeEpContext *ctx, const GPTConfig *cfg, Comm *ep_group);
+/* Fills ctx for the MoE model shard cfg (its tensor-parallel slice of the
+ * experts) over ep_group (experts divisible by its size) and tp_group. */
+void moe_hooks_init(MoeEpContext *ctx, const GPTConfig *cfg, Comm *ep_group, Comm *tp_group);
 
 #endif

@@ -127,5 +127,9 @@ void moe_parallel_set_loss_coefs(MoeParallel *p, double aux_coef, double z_coef)
     moe_set_loss_coefs(p->layer, aux_coef, z_coef);
 }
 
+void moe_parallel_set_tensor_parallel(MoeParallel *p, bool lead, MoeSumFn sum, void *ctx) {
+    moe_set_tensor_parallel(p->layer, lead, sum, ctx);
+}
+
 uint64_t moe_parallel_bytes(const MoeParallel *p) { return expert_exchange_bytes(p->exchange); }
 uint64_t moe_parallel_moves(const MoeParallel *p) { return expert_exchange_moves(p->exchange); }

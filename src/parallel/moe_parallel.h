@@ -50,6 +50,9 @@ void moe_parallel_backward(MoeParallel *p, float *dx, float *drouter_w, float *d
 void moe_parallel_set_capacity_group(MoeParallel *p, size_t rows);
 /* The losses' gradient coefficients (moe_set_loss_coefs). */
 void moe_parallel_set_loss_coefs(MoeParallel *p, double aux_coef, double z_coef);
+/* Tensor parallelism over the experts (model/moe.h's moe_set_tensor_parallel):
+ * the EP group is one tensor-parallel rank's; each rank's experts are slices. */
+void moe_parallel_set_tensor_parallel(MoeParallel *layer, bool lead, MoeSumFn sum, void *ctx);
 /* Bytes sent to other ranks by this rank's exchanges so far, and moves. */
 uint64_t moe_parallel_bytes(const MoeParallel *p);
 uint64_t moe_parallel_moves(const MoeParallel *p);

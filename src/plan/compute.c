@@ -3,7 +3,9 @@
  * Matmuls of one block on one GPU, T = b s / cp local tokens, t = tp:
  *   QKV    T x (q + 2 kv)/t x h        output  T x h x q/t   (q = heads x head dim)
  *   MLP    T x f/t x h (twice for SwiGLU's gate and up), then T x h x f/t;
- *          MoE: per local expert (experts/ep of them), T top-k ep / experts rows
+ *          MoE: per local expert (experts/ep of them), T' top-k ep / experts rows
+ *          of f/etp (T' = T etp / t: the tokens of the rank's etp group);
+ *          shared experts: one MLP of shared x f/t on all T rows
  *   scores per local head: T x s x d and T x d x s (FULL: all of it; CAUSAL:
  *          half; FLASH: half the FLOPs at the fused kernel's efficiency).
  * Backward is twice the forward (two matmuls per forward one), fused
@@ -91,13 +93,16 @@ LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware 
      * GPU holds, one product per expert of T x top-k x ep / experts rows, times
      * the imbalance on the busiest rank (the slowest rank sets the step) */
     double local_experts = model_is_moe(m) ? (double)m->experts / l->ep : 1.0;
-    double rows = (model_is_moe(m) ? T * m->top_k * model_moe_imbalance(m) : T) / local_experts;
+    double et = model_is_moe(m) ? layout_expert_tp(l) : t, routed_T = T * et / t;
+    double rows = (model_is_moe(m) ? routed_T * m->top_k * model_moe_imbalance(m) : T) / local_experts;
     double up = m->act == ACT_SWIGLU ? 2.0 : 1.0;
     c.linear.qkv = gemm_time(hw, p, T, (q + 2.0 * kv) / t, h, 1);
     c.linear.proj = gemm_time(hw, p, T, h, q / t, 1);
-    c.linear.up = gemm_time(hw, p, rows, f / t, h, up * local_experts);
-    c.linear.down = gemm_time(hw, p, rows, h, f / t, local_experts);
-    c.gemm = c.linear.qkv + c.linear.proj + c.linear.up + c.linear.down;
+    c.linear.up = gemm_time(hw, p, rows, f / et, h, up * local_experts);
+    c.linear.down = gemm_time(hw, p, rows, h, f / et, local_experts);
+    double shared_f = model_is_moe(m) ? m->shared_experts * f / t : 0.0;
+    c.linear.shared = gemm_time(hw, p, T, shared_f, h, up) + gemm_time(hw, p, T, h, shared_f, 1);
+    c.gemm = c.linear.qkv + c.linear.proj + c.linear.up + c.linear.down + c.linear.shared;
     if (model_is_moe(m)) c.gemm += gemm_time(hw, p, T, m->experts, h, 1);
     c.attention = attention_time(m, l, hw, p, a);
     double stored = activation_bytes_per_layer(m, l, a, p, RECOMPUTE_NONE);
@@ -107,8 +112,12 @@ LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware 
     if (p == PREC_FP8) {
         add_fp8_casts(T, (q + 2.0 * kv) / t, h, 1, &cast_forward, &cast_backward);
         add_fp8_casts(T, h, q / t, 1, &cast_forward, &cast_backward);
-        add_fp8_casts(rows, f / t, h, up * local_experts, &cast_forward, &cast_backward);
-        add_fp8_casts(rows, h, f / t, local_experts, &cast_forward, &cast_backward);
+        add_fp8_casts(rows, f / et, h, up * local_experts, &cast_forward, &cast_backward);
+        add_fp8_casts(rows, h, f / et, local_experts, &cast_forward, &cast_backward);
+        if (shared_f > 0) {
+            add_fp8_casts(T, shared_f, h, up, &cast_forward, &cast_backward);
+            add_fp8_casts(T, h, shared_f, 1, &cast_forward, &cast_backward);
+        }
     }
     c.forward = c.gemm + c.attention + c.elementwise + cast_forward / elementwise_bw;
     c.attention_backward = (a == ATTN_FLASH ? FLASH_BACKWARD_FLOPS / FLASH_BACKWARD_RATE : 2.0) * c.attention;

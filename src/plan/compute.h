@@ -55,6 +55,7 @@ double gemm_time(const Hardware *hw, Precision p, double m, double n, double k, 
  * products of the same size: input gradient and weight gradient). */
 typedef struct {
     double qkv, proj, up, down; /* QKV, attention output, MLP in (gate and up), MLP out */
+    double shared;              /* MoE shared experts, in and out (DeepSeekMoE; 0 without) */
 } LinearTimes;
 
 typedef struct {

@@ -9,6 +9,7 @@ static const char *const SCHEDULE_NAMES[] = {"1f1b", "gpipe", "interleaved"};
 static const char *const ATTENTION_NAMES[] = {"full", "causal", "flash"};
 static const char *const CP_ALGO_NAMES[] = {"ring", "allgather"};
 static const char *const RANK_ORDER_NAMES[] = {"tp-cp-pp-dp", "tp-cp-ep-dp-pp"};
+static const char *const EP_OVERLAP_NAMES[] = {"off", "shared", "dualpipe"};
 
 Layout layout_default(void) {
     Layout l = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .zero = 1, .micro_batch = 1,
@@ -18,12 +19,18 @@ Layout layout_default(void) {
 }
 
 int layout_gpus(const Layout *l) { return l->tp * l->pp * l->dp * l->cp; }
+int layout_expert_tp(const Layout *l) { return l->etp > 0 ? l->etp : l->tp; }
+int layout_expert_dp(const Layout *l) {
+    int group = layout_expert_tp(l) * l->ep;
+    return group > 0 ? l->tp * l->cp * l->dp / group : 1;
+}
 
 const char *recompute_name(Recompute r) { return RECOMPUTE_NAMES[r]; }
 const char *plan_schedule_name(PlanSchedule s) { return SCHEDULE_NAMES[s]; }
 const char *attention_name(AttentionImpl a) { return ATTENTION_NAMES[a]; }
 const char *cp_algo_name(CpAlgo c) { return CP_ALGO_NAMES[c]; }
 const char *rank_order_name(RankOrder o) { return RANK_ORDER_NAMES[o]; }
+const char *ep_overlap_name(EpOverlap o) { return EP_OVERLAP_NAMES[o]; }
 
 static bool parse_name(const char *s, const char *const *names, int count, int *out) {
     for (int i = 0; i < count; i++)
@@ -69,11 +76,20 @@ bool rank_order_parse(const char *s, RankOrder *out) {
     return true;
 }
 
+bool ep_overlap_parse(const char *s, EpOverlap *out) {
+    int i;
+    if (!parse_name(s, EP_OVERLAP_NAMES, 3, &i)) return false;
+    *out = (EpOverlap)i;
+    return true;
+}
+
 void layout_format(const Layout *l, char *buf, size_t n) {
     int w = snprintf(buf, n, "tp%d pp%d dp%d cp%d", l->tp, l->pp, l->dp, l->cp);
     if (l->cp > 1 && l->cp_algo == CP_ALLGATHER && w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, " %s", cp_algo_name(l->cp_algo));
     if (l->ep > 1 && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " ep%d", l->ep);
+    if (layout_expert_tp(l) != l->tp && w >= 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, " etp%d", layout_expert_tp(l));
     if (w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, " mb%d z%d rc=%s", l->micro_batch, l->zero, recompute_name(l->recompute));
     if (l->pp > 1 && w >= 0 && (size_t)w < n) {
@@ -84,6 +100,8 @@ void layout_format(const Layout *l, char *buf, size_t n) {
     }
     if (l->tp_overlap && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " tp-overlap");
     if (l->pp_overlap && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " pp-overlap");
+    if (l->ep_overlap != EP_OVERLAP_OFF && w >= 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, " ep-overlap=%s", ep_overlap_name(l->ep_overlap));
     if (l->rank_order != ORDER_TP_CP_PP_DP && w >= 0 && (size_t)w < n)
         snprintf(buf + w, n - (size_t)w, " order=%s", rank_order_name(l->rank_order));
 }

@@ -33,6 +33,13 @@ typedef enum { CP_RING, CP_ALLGATHER } CpAlgo;
  * expert parallelism is carved out of the data-parallel ranks next to cp and
  * the pipeline is outermost. */
 typedef enum { ORDER_TP_CP_PP_DP, ORDER_TP_CP_EP_DP_PP } RankOrder;
+/* What the expert-parallel all-to-all runs beside (moe_comm.h): OFF nothing
+ * (exposed); SHARED the shared experts' MLP of the same micro-batch
+ * (DeepSeek-V2, section 3.1.3); DUALPIPE the compute of another
+ * micro-batch's chunk on the same stage, as DeepSeek-V3's DualPipe pairs a
+ * forward chunk with a backward one (section 3.2.1), which also hides the
+ * pipeline sends. */
+typedef enum { EP_OVERLAP_OFF, EP_OVERLAP_SHARED, EP_OVERLAP_DUALPIPE } EpOverlap;
 
 typedef struct {
     int tp, pp, dp, cp, ep;
@@ -47,6 +54,11 @@ typedef struct {
     bool tp_overlap;      /* TP collectives pipelined with their GEMMs (tp_overlap.h) */
     bool pp_overlap;      /* interleaved schedule: pipeline sends beside compute (Megatron's overlap_p2p_comm) */
     RankOrder rank_order;
+    EpOverlap ep_overlap; /* the all-to-all beside compute (ep > 1) */
+    int etp;              /* expert tensor parallelism (0: tp). Megatron-core's expert_tensor_parallel_size:
+                           * below tp, the etp x ep x expert-data ranks of a stage are its tp x cp x dp ranks
+                           * regrouped, etp fastest (Megatron's rank order), and each rank dispatches the
+                           * T etp / tp tokens its etp group holds (sequence parallelism shards them) */
 } Layout;
 
 /* tp = pp = dp = cp = ep = 1, ZeRO 1, micro-batch 1, no recomputation,
@@ -54,21 +66,29 @@ typedef struct {
  * order. */
 Layout layout_default(void);
 int layout_gpus(const Layout *l);
+/* The expert weights' tensor-parallel split: etp, or tp when unset. */
+int layout_expert_tp(const Layout *l);
+/* Ranks of a stage that hold the same experts (the expert gradients' group):
+ * tp x cp x dp / (etp x ep). */
+int layout_expert_dp(const Layout *l);
 
 const char *recompute_name(Recompute r);
 const char *plan_schedule_name(PlanSchedule s);
 const char *attention_name(AttentionImpl a);
 const char *cp_algo_name(CpAlgo c);
 const char *rank_order_name(RankOrder o);
+const char *ep_overlap_name(EpOverlap o);
 /* Parse a name; false if unknown. */
 bool recompute_parse(const char *s, Recompute *out);
 bool plan_schedule_parse(const char *s, PlanSchedule *out);
 bool attention_parse(const char *s, AttentionImpl *out);
 bool cp_algo_parse(const char *s, CpAlgo *out);
 bool rank_order_parse(const char *s, RankOrder *out);
+bool ep_overlap_parse(const char *s, EpOverlap *out);
 
 /* "tp8 pp16 dp128 cp1 mb1 z1 rc=none 1f1b" (ep and v only when > 1; "cp16
- * allgather" for the all-gather exchange; " tp-overlap", " pp-overlap" when on and
+ * allgather" for the all-gather exchange; " tp-overlap", " pp-overlap" when on,
+ * " ep-overlap=shared|dualpipe" when not off and
  * " order=tp-cp-ep-dp-pp" for Megatron's rank order, at the end). */
 void layout_format(const Layout *l, char *buf, size_t n);
 

@@ -9,7 +9,8 @@
  *   inside (divided by t): Q e T q, K and V 2 e T kv, attention output e T q
  *     (q = heads x head dim, h unless the model says otherwise),
  *     MLP e T f per stored intermediate (2 for GELU: its input and output;
- *     3 for SwiGLU: gate, up, product), times top-k for MoE;
+ *     3 for SwiGLU: gate, up, product), times top-k plus the shared experts
+ *     for MoE;
  *   scores, materialized kernels only: a/t heads x T x s (FULL) or half of
  *     that (CAUSAL): softmax output e, with dropout also its mask and output.
  * Selective recomputation drops the scores; full recomputation keeps only
@@ -38,7 +39,7 @@ double activation_bytes_per_layer(const ModelShape *m, const Layout *l, Attentio
     double outside_divisor = l->sequence_parallel ? t : 1.0;
     if (r == RECOMPUTE_FULL) return e * T * h / outside_divisor;
     double outside = 4.0 * e * T * h + (m->dropout ? 2.0 * T * h : 0.0);
-    double experts = model_is_moe(m) ? m->top_k : 1.0;
+    double experts = model_is_moe(m) ? m->top_k + m->shared_experts : 1.0;
     double mlp = (m->act == ACT_SWIGLU ? 3.0 : 2.0) * e * T * f * experts;
     /* MoE (Megatron's all-to-all token dispatcher): the routed copies of the
      * tokens, top-k per token, are the experts' input (kept for the weight
@@ -77,7 +78,8 @@ void stage_params(const ModelShape *m, const Layout *l, const StageShape *s, dou
         if (m->tied_embeddings && !s->first) d += (double)m->vocab * m->hidden;
     }
     *dense = d / l->tp;
-    *expert = s->layers * model_layer_expert_params(m) / ((double)l->tp * (model_is_moe(m) ? l->ep : 1));
+    *expert = s->layers * model_layer_expert_params(m) /
+              (model_is_moe(m) ? (double)layout_expert_tp(l) * l->ep : (double)l->tp);
 }
 
 MemoryBreakdown stage_memory(const ModelShape *m, const Layout *l, AttentionImpl a, Precision p, const StageShape *s,
@@ -89,7 +91,7 @@ MemoryBreakdown stage_memory(const ModelShape *m, const Layout *l, AttentionImpl
     int shards = l->dp * l->cp;
     zero_states(dense, shards, l->zero, b, &mb.weights, &mb.grads, &mb.optimizer);
     if (expert > 0) {
-        int expert_shards = model_is_moe(m) ? shards / l->ep : shards;
+        int expert_shards = model_is_moe(m) ? layout_expert_dp(l) : shards;
         zero_states(expert, expert_shards > 0 ? expert_shards : 1, l->zero, b, &w, &g, &o);
         mb.weights += w, mb.grads += g, mb.optimizer += o;
     }
@@ -102,8 +104,9 @@ MemoryBreakdown stage_memory(const ModelShape *m, const Layout *l, AttentionImpl
         mb.logits = tokens * model_padded_vocab(m) / l->tp * (precision_activation_bytes(p) + 4.0);
     }
     if (l->zero >= 3 && s->layers > 0)
-        mb.transient = 2.0 * (model_layer_dense_params(m) + model_layer_expert_params(m) /
-                                                              (model_is_moe(m) ? l->ep : 1)) / l->tp * b.weights;
+        mb.transient = 2.0 * (model_layer_dense_params(m) / l->tp +
+                              model_layer_expert_params(m) / (model_is_moe(m) ? (double)layout_expert_tp(l) * l->ep : l->tp)) *
+                       b.weights;
     mb.reserve = reserve;
     mb.capacity = capacity;
     mb.total = mb.weights + mb.grads + mb.optimizer + mb.activations + mb.logits + mb.transient + mb.reserve;

@@ -3,7 +3,9 @@
  * Per block (hidden h, query width q = heads * head_dim, kv width k =
  * kv_heads * head_dim, MLP width f; q = h unless the head dimension is given):
  *   attention  Q and output h*q each, K and V h*k each;
- *   MLP        2 h f (GELU) or 3 h f (SwiGLU: gate, up, down), per expert;
+ *   MLP        2 h f (GELU) or 3 h f (SwiGLU: gate, up, down), per expert
+ *              (MoE: the routed experts, plus the shared experts of DeepSeekMoE,
+ *              which count with the dense parameters: every EP rank holds them);
  *   norms      2 per block (LayerNorm: weight and bias, RMSNorm: weight);
  *   biases     GPT-2 style: qkv (q + 2k), output h, MLP f + h per expert. */
 #include "plan/model.h"
@@ -40,14 +42,23 @@ bool model_check(const ModelShape *m, char *why, size_t n) {
         snprintf(why, n, "--top-k %d must be between 1 and --experts %d", m->top_k, m->experts);
         return false;
     }
+    if ((m->shared_experts > 0 || m->moe_device_limit > 0 || m->moe_node_limit > 0) && !model_is_moe(m)) {
+        snprintf(why, n, "--shared-experts, --moe-device-limit and --moe-node-limit need a mixture-of-experts model (--experts > 1)");
+        return false;
+    }
+    if (m->shared_experts < 0 || m->moe_device_limit < 0 || m->moe_node_limit < 0) {
+        snprintf(why, n, "--shared-experts, --moe-device-limit and --moe-node-limit must be >= 0");
+        return false;
+    }
     return true;
 }
 
 static int experts_or_one(const ModelShape *m) { return model_is_moe(m) ? m->experts : 1; }
-static int active_experts(const ModelShape *m) { return model_is_moe(m) ? m->top_k : 1; }
+static int routed_experts(const ModelShape *m) { return model_is_moe(m) ? m->top_k : 1; }
+static int active_experts(const ModelShape *m) { return routed_experts(m) + (model_is_moe(m) ? m->shared_experts : 0); }
 static double norm_params(const ModelShape *m) { return m->norm == NORM_LAYERNORM ? 2.0 * m->hidden : m->hidden; }
 
-static double mlp_params_one_expert(const ModelShape *m) {
+double model_mlp_params_one_expert(const ModelShape *m) {
     double h = m->hidden, f = m->ffn;
     double w = (m->act == ACT_SWIGLU ? 3.0 : 2.0) * h * f;
     return w + (m->bias ? f * (m->act == ACT_SWIGLU ? 2.0 : 1.0) + h : 0.0);
@@ -57,10 +68,11 @@ double model_layer_dense_params(const ModelShape *m) {
     double h = m->hidden, q = model_q_dim(m), k = model_kv_dim(m);
     double attn = 2.0 * h * q + 2.0 * h * k + (m->bias ? q + 2.0 * k + h : 0.0);
     double router = model_is_moe(m) ? h * m->experts : 0.0;
-    return attn + 2.0 * norm_params(m) + router;
+    double shared = model_is_moe(m) ? m->shared_experts * model_mlp_params_one_expert(m) : 0.0;
+    return attn + 2.0 * norm_params(m) + router + shared;
 }
 
-double model_layer_expert_params(const ModelShape *m) { return experts_or_one(m) * mlp_params_one_expert(m); }
+double model_layer_expert_params(const ModelShape *m) { return experts_or_one(m) * model_mlp_params_one_expert(m); }
 
 double model_embedding_params(const ModelShape *m) {
     return (double)m->vocab * m->hidden + (m->learned_positions ? (double)m->seq_len * m->hidden : 0.0);
@@ -76,7 +88,7 @@ double model_params(const ModelShape *m) {
 }
 
 double model_active_params(const ModelShape *m) {
-    return m->layers * (model_layer_dense_params(m) + active_experts(m) * mlp_params_one_expert(m)) +
+    return m->layers * (model_layer_dense_params(m) + routed_experts(m) * model_mlp_params_one_expert(m)) +
            model_embedding_params(m) + model_head_params(m);
 }
 

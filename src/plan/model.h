@@ -31,6 +31,12 @@ typedef struct {
     int experts, top_k;     /* MoE: experts per layer and per token (experts <= 1: dense) */
     int head_dim;           /* per head (0: hidden / heads); Qwen3 has heads x head_dim != hidden */
     double moe_imbalance;   /* MoE: tokens on the busiest expert rank over the mean (<= 1: balanced) */
+    int shared_experts;     /* MoE: experts every token passes through beside its top_k routed ones
+                             * (DeepSeekMoE), replicated on every rank: no all-to-all */
+    int moe_device_limit;   /* MoE: each token's routed experts on at most this many EP ranks, sent once
+                             * to each (DeepSeek-V2's device-limited routing; 0: no limit) */
+    int moe_node_limit;     /* MoE: ... on at most this many nodes, each crossed once over the network
+                             * and forwarded over NVLink inside (DeepSeek-V3's node-limited routing; 0: none) */
 } ModelShape;
 
 int model_head_dim(const ModelShape *m);
@@ -46,12 +52,13 @@ double model_moe_imbalance(const ModelShape *m);
 bool model_check(const ModelShape *m, char *why, size_t n);
 
 /* Parameters (counts, not bytes). */
-double model_layer_dense_params(const ModelShape *m);  /* attention, norms, router */
-double model_layer_expert_params(const ModelShape *m); /* MLP, all experts */
+double model_layer_dense_params(const ModelShape *m);  /* attention, norms, router, shared experts */
+double model_layer_expert_params(const ModelShape *m); /* MLP, all routed experts */
+double model_mlp_params_one_expert(const ModelShape *m);
 double model_embedding_params(const ModelShape *m);    /* token (+ position) embedding */
 double model_head_params(const ModelShape *m);         /* final norm + untied output layer */
 double model_params(const ModelShape *m);
-/* Parameters a token passes through (MoE: top_k experts), for 6N-style rules. */
+/* Parameters a token passes through (MoE: top_k routed and the shared experts), for 6N-style rules. */
 double model_active_params(const ModelShape *m);
 
 /* Forward FLOPs per token. */

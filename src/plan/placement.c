@@ -7,8 +7,12 @@ Group placement_tp(const Layout *l, int gpus_per_node) { return group_of(l->tp, 
 
 Group placement_cp(const Layout *l, int gpus_per_node) { return group_of(l->cp, l->tp, gpus_per_node); }
 
+/* With expert tensor parallelism below tp, Megatron regroups a stage's
+ * tp x cp x dp ranks as etp x ep x expert-data, etp fastest. */
+static bool regrouped(const Layout *l) { return layout_expert_tp(l) != l->tp; }
+
 Group placement_ep(const Layout *l, int gpus_per_node) {
-    int stride = l->tp * l->cp * (megatron(l) ? 1 : l->pp);
+    int stride = regrouped(l) ? layout_expert_tp(l) : l->tp * l->cp * (megatron(l) ? 1 : l->pp);
     return group_of(l->ep, stride, gpus_per_node);
 }
 
@@ -25,8 +29,8 @@ Group placement_dp(const Layout *l, int gpus_per_node) {
 }
 
 Group placement_expert_dp(const Layout *l, int gpus_per_node) {
-    int stride = l->tp * l->cp * l->ep * (megatron(l) ? 1 : l->pp);
-    return group_of(l->dp * l->cp / l->ep, stride, gpus_per_node);
+    int stride = regrouped(l) ? layout_expert_tp(l) * l->ep : l->tp * l->cp * l->ep * (megatron(l) ? 1 : l->pp);
+    return group_of(layout_expert_dp(l), stride, gpus_per_node);
 }
 
 bool placement_pp_same_node(const Layout *l, int gpus_per_node) {

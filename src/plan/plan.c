@@ -18,6 +18,7 @@
 
 #include "plan/comms.h"
 #include "plan/compute.h"
+#include "plan/moe_comm.h"
 #include "plan/placement.h"
 #include "plan/tp_overlap.h"
 
@@ -50,6 +51,38 @@ static bool batch_splits(const PlanInput *in, const Layout *l, double batch_toke
     if (fmod(round(seqs), per) != 0) {
         snprintf(why, n, "a global batch of %.0f sequences does not split into --dp %d x --micro-batch %d: choose them so that dp x micro-batch divides %.0f",
                  round(seqs), l->dp, l->micro_batch, round(seqs));
+        return false;
+    }
+    return true;
+}
+
+/* The expert-parallel fields: ep and etp against the model and the grid,
+ * and what each --ep-overlap needs. */
+static bool moe_layout_ok(const ModelShape *m, const Layout *l, char *why, size_t n) {
+    if (l->ep > 1 && !model_is_moe(m)) {
+        snprintf(why, n, "--ep %d needs a mixture-of-experts model (--experts > 1)", l->ep);
+        return false;
+    }
+    int etp = layout_expert_tp(l);
+    if (etp != l->tp && (!model_is_moe(m) || etp < 1 || l->tp % etp || m->ffn % etp || l->rank_order != ORDER_TP_CP_EP_DP_PP)) {
+        snprintf(why, n, "--etp %d needs a mixture-of-experts model, must divide --tp %d and --ffn, and needs --rank-order tp-cp-ep-dp-pp",
+                 etp, l->tp);
+        return false;
+    }
+    if (l->ep > 1 && (m->experts % l->ep || (etp == l->tp ? (l->dp * l->cp) % l->ep : (l->tp * l->cp * l->dp) % (etp * l->ep)))) {
+        if (etp == l->tp)
+            snprintf(why, n, "--ep %d must divide --experts %d and dp x cp = %d", l->ep, m->experts, l->dp * l->cp);
+        else
+            snprintf(why, n, "--ep %d must divide --experts %d, and etp x ep = %d the stage's tp x cp x dp = %d", l->ep,
+                     m->experts, etp * l->ep, l->tp * l->cp * l->dp);
+        return false;
+    }
+    if (l->ep_overlap == EP_OVERLAP_DUALPIPE && l->pp > 1 && (l->pp % 2 || l->schedule != SCHEDULE_1F1B)) {
+        snprintf(why, n, "--ep-overlap dualpipe is its own pipeline schedule: it needs an even --pp and --schedule 1f1b (DualPipe feeds micro-batches from both ends)");
+        return false;
+    }
+    if (l->ep_overlap == EP_OVERLAP_SHARED && m->shared_experts < 1) {
+        snprintf(why, n, "--ep-overlap shared needs --shared-experts >= 1 (the all-to-all runs beside the shared experts' MLP)");
         return false;
     }
     return true;
@@ -99,14 +132,7 @@ bool layout_check(const PlanInput *in, const Layout *l, char *why, size_t n) {
         snprintf(why, n, "--zero must be 0, 1, 2 or 3");
         return false;
     }
-    if (l->ep > 1 && !model_is_moe(m)) {
-        snprintf(why, n, "--ep %d needs a mixture-of-experts model (--experts > 1)", l->ep);
-        return false;
-    }
-    if (l->ep > 1 && (m->experts % l->ep || (l->dp * l->cp) % l->ep)) {
-        snprintf(why, n, "--ep %d must divide --experts %d and dp x cp = %d", l->ep, m->experts, l->dp * l->cp);
-        return false;
-    }
+    if (!moe_layout_ok(m, l, why, n)) return false;
     for (int i = 0; i < in->batch.n; i++)
         if (!batch_splits(in, l, in->batch.batch[i], why, n)) return false;
     if (l->schedule == SCHEDULE_INTERLEAVED) {
@@ -141,7 +167,8 @@ bool layout_check(const PlanInput *in, const Layout *l, char *why, size_t n) {
 /* What one block costs on one kind of GPU, per micro-batch. */
 typedef struct {
     double compute, tp, cp, ep; /* seconds: compute, exposed communication */
-    double forward, backward;   /* compute parts, for overlap windows */
+    double forward, backward;   /* compute parts, for overlap windows (backward with recomputation) */
+    double recompute;           /* the recomputed part of backward */
 } BlockCost;
 
 static Group tp_group(const Layout *l, const Hardware *hw) { return placement_tp(l, hw->gpus_per_node); }
@@ -180,17 +207,12 @@ static BlockCost block_cost(const PlanInput *in, const Layout *l, const Hardware
     b.compute = c.forward + c.backward + c.recompute;
     b.forward = c.forward;
     b.backward = c.backward + c.recompute;
+    b.recompute = c.recompute;
     double e = precision_activation_bytes(in->precision);
     double T = (double)l->micro_batch * m->seq_len / l->cp;
     b.tp = tp_exposed(l, collective_time(hw, COLL_ALLGATHER, e * T * m->hidden, tp_group(l, hw), NULL), &c.linear, hw->sms);
     if (l->cp > 1) b.cp = cp_exposed(in, l, hw, &c);
-    if (l->ep > 1) { /* dispatch and combine all-to-all, forward and backward; the
-                        * busiest rank receives (and returns) imbalance x the mean */
-        Group g = placement_ep(l, hw->gpus_per_node);
-        double bytes = e * T * m->top_k * m->hidden * model_moe_imbalance(m);
-        double a2a = collective_time(hw, COLL_ALLTOALL, bytes, g, NULL);
-        b.ep = (4.0 + (l->recompute == RECOMPUTE_FULL ? 2.0 : 0.0)) * a2a;
-    }
+    if (l->ep > 1) b.ep = moe_exposed(m, l, hw, e, &c); /* dispatch and combine, forward and backward */
     return b;
 }
 
@@ -339,8 +361,9 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
         bool same_node = f->kinds == 1 && placement_pp_same_node(l, hw->gpus_per_node);
         p2p[k] = l->pp > 1 ? 2.0 * v * p2p_time(hw, e * T * m->hidden / l->tp, same_node) : 0.0;
         /* Megatron's overlap_p2p_comm (interleaved): each chunk's sends and
-         * receives are posted before the next chunk computes */
-        if (l->pp_overlap && l->schedule == SCHEDULE_INTERLEAVED)
+         * receives are posted before the next chunk computes; DualPipe runs
+         * them beside the paired chunk */
+        if ((l->pp_overlap && l->schedule == SCHEDULE_INTERLEAVED) || l->ep_overlap == EP_OVERLAP_DUALPIPE)
             p2p[k] = overlapped_cost(p2p[k], cost[k].compute * m->layers / l->pp);
     }
 
@@ -407,6 +430,10 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
     }
     sp.slowest = role_time(&roles[slow]);
     sp.bubble_sum = l->pp > 1 ? sum - sp.slowest : 0.0;
+    if (l->ep_overlap == EP_OVERLAP_DUALPIPE && l->pp > 1) {
+        const BlockCost *b = &cost[roles[slow].kind];
+        sp.bubble_sum *= dualpipe_bubble_share(l->pp, b->forward, b->backward - b->recompute, b->recompute);
+    }
 
     /* Data parallelism: each role's gradients, after its last backward. */
     double gb = state_bytes(in->precision).grads;
@@ -433,7 +460,7 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
         sp.dp_fixed = fmax(sp.dp_fixed, exposed);
         if ((dense + expert) * gb > out->dp_bytes) out->dp_bytes = (dense + expert) * gb, out->dp_algo = algo;
         double opt_params = dense / (l->zero >= 1 ? (double)l->dp * l->cp : 1.0) +
-                            expert / (l->zero >= 1 ? (double)l->dp * l->cp / (model_is_moe(m) ? l->ep : 1) : 1.0);
+                            expert / (l->zero >= 1 ? (model_is_moe(m) ? (double)layout_expert_dp(l) : (double)l->dp * l->cp) : 1.0);
         double opt = optimizer_time(hw, in->precision, opt_params);
         if (opt > sp.optimizer) sp.optimizer = opt;
     }

@@ -114,8 +114,9 @@ static void try_grid(Ranking *r, Layout l) {
     if (per_dp < 1 || (double)per_dp * l.dp != seqs) return;
     int max_ep = model_is_moe(m) ? m->experts : 1;
     for (int ep = 1; ep <= max_ep; ep *= 2) {
-        if (!pinned_or(s->ep, ep) || (l.dp * l.cp) % ep) continue;
+        if (!pinned_or(s->ep, ep) || (l.tp * l.cp * l.dp) % (layout_expert_tp(&l) * ep)) continue;
         l.ep = ep;
+        l.ep_overlap = ep > 1 ? s->ep_overlap : EP_OVERLAP_OFF;
         for (long mb = 1; mb <= per_dp && mb <= 64; mb++)
             if (per_dp % mb == 0 && pinned_or(s->micro_batch, (int)mb)) {
                 l.micro_batch = (int)mb;
@@ -136,6 +137,7 @@ int plan_search(const PlanInput *in, const SearchSpace *space, PlanResult *top, 
     l.overlap = space->overlap;
     l.cp_algo = space->cp_algo;
     l.rank_order = space->rank_order;
+    l.etp = space->etp;
     for (int tp = 1; tp <= node || tp == space->tp; tp *= 2) {
         if (!pinned_or(space->tp, tp) || m->heads % tp || m->ffn % tp || gpus % tp) continue;
         l.tp = tp;

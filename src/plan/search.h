@@ -8,8 +8,8 @@
  * per data-parallel rank), 1F1B or interleaved with v dividing the layers
  * per stage, recomputation none/selective/full, ZeRO 0-3. Any field may be
  * pinned. GPipe is never faster than 1F1B (same bubble, more memory) and is
- * not searched; overlap, TP overlap, sequence parallelism, the CP algorithm
- * and the rank order are inputs. The ranking
+ * not searched; overlap, TP and EP overlap, sequence parallelism, the CP
+ * algorithm and the rank order are inputs. The ranking
  * keeps one entry per grid (tp, pp, dp, cp, ep, micro-batch, recomputation):
  * the best ZeRO stage and virtual-stage count of it. */
 #ifndef BS_PLAN_SEARCH_H
@@ -29,6 +29,8 @@ typedef struct {
     bool pp_overlap;                             /* applies to interleaved layouts */
     CpAlgo cp_algo; /* an input, as overlap is */
     RankOrder rank_order;
+    EpOverlap ep_overlap; /* applies where ep > 1 */
+    int etp;              /* expert tensor parallelism, an input (0: tp) */
     int top; /* layouts to keep, <= SEARCH_MAX_TOP */
 } SearchSpace;
 

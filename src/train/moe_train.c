@@ -11,45 +11,95 @@
 
 #define MOE_CKPT_MAGIC "BSMOEB01"
 
-/* The one chunk of an MoE run (no pipeline: the refusals of train_config.c). */
-static GPT *moe_model(Trainer *tr) { return &engine_chunk(tr->engine, 0)->model; }
+/* The pipeline group: the ranks holding the other stages' layers. */
+static Comm *stages_group(const Trainer *tr) { return engine_grid(tr->engine)->pp_group; }
+
+/* Sums every stage's part of a whole-model array (zero outside a rank's own layers) over the pipeline group. */
+static void sum_over_stages(const Trainer *tr, double *values, int n) {
+    if (comm_size(stages_group(tr)) > 1) comm_allreduce_double(stages_group(tr), values, n);
+}
 
 void moe_train_setup(Trainer *tr) {
     const GPTConfig *cfg = &tr->model;
     if (!gpt_is_moe(cfg)) return;
-    tr->moe.layers = cfg->num_layers;
-    tr->moe.metrics = bs_calloc((size_t)cfg->num_layers, sizeof(MoeMetrics));
-    for (int l = 0; l < cfg->num_layers; l++) moe_model(tr)->moe_bias[(size_t)l * cfg->experts] = (float)tr->cfg.moe_skew;
+    tr->moe.layers = gpt_moe_layers_before(cfg, cfg->num_layers);
+    tr->moe.metrics = bs_calloc((size_t)tr->moe.layers, sizeof(MoeMetrics));
+    for (int c = 0; c < engine_num_chunks(tr->engine); c++) {
+        GPT *model = &engine_chunk(tr->engine, c)->model;
+        for (int i = 0; i < gpt_stage_layers(&model->cfg); i++)
+            if (gpt_layer_is_moe(cfg, gpt_first_layer(&model->cfg) + i))
+                model->moe_bias[(size_t)i * cfg->experts] = (float)tr->cfg.moe_skew;
+    }
+}
+
+/* This rank's chunks' step: the bias update of their MoE layers; their
+ * statistics into all (every layer's, zero elsewhere) and their weighted
+ * losses into losses[0..1]. */
+static void chunks_end_step(Trainer *tr, bool updated, MoeStats *all, double losses[2]) {
+    for (int c = 0; c < engine_num_chunks(tr->engine); c++) {
+        GPT *model = &engine_chunk(tr->engine, c)->model;
+        const MoeConfig moe = gpt_moe_config(&model->cfg);
+        const int first = gpt_first_layer(&model->cfg);
+        for (int i = 0; i < gpt_stage_layers(&model->cfg); i++) {
+            if (!gpt_layer_is_moe(&model->cfg, first + i)) continue;
+            all[first + i] = model->moe_step[i];
+            if (updated && model->cfg.moe_bias_update > 0)
+                moe_bias_update(&moe, model->moe_bias + (size_t)i * moe.experts, &model->moe_step[i],
+                                model->cfg.moe_bias_update);
+        }
+        losses[0] += model->moe_aux;
+        losses[1] += model->moe_z;
+    }
 }
 
 void moe_train_end_step(Trainer *tr, bool updated) {
-    if (!gpt_is_moe(&tr->model)) return;
-    GPT *model = moe_model(tr);
-    const MoeConfig moe = gpt_moe_config(&model->cfg);
-    for (int l = 0; l < tr->moe.layers; l++) {
-        tr->moe.metrics[l] = moe_metrics(&moe, &model->moe_step[l]);
-        if (updated && model->cfg.moe_bias_update > 0)
-            moe_bias_update(&moe, model->moe_bias + (size_t)l * moe.experts, &model->moe_step[l],
-                            model->cfg.moe_bias_update);
+    const GPTConfig *cfg = &tr->model;
+    if (!gpt_is_moe(cfg)) return;
+    const int L = cfg->num_layers, n = L * (int)MOE_STATS_DOUBLES + 2;
+    double *buf = bs_calloc((size_t)n, sizeof(double)); /* every layer's statistics, then the aux and z losses */
+    MoeStats *all = (MoeStats *)buf;
+    chunks_end_step(tr, updated, all, buf + n - 2);
+    sum_over_stages(tr, buf, n);
+    const MoeConfig moe = gpt_moe_config(cfg);
+    for (int l = 0, k = 0; l < L; l++)
+        if (gpt_layer_is_moe(cfg, l)) tr->moe.metrics[k++] = moe_metrics(&moe, &all[l]);
+    tr->moe.aux_loss = buf[n - 2];
+    tr->moe.z_loss = buf[n - 1];
+    free(buf);
+}
+
+void moe_gather_bias(const Trainer *tr, float *out) {
+    const GPTConfig *cfg = &tr->model;
+    const size_t E = (size_t)cfg->experts, n = (size_t)cfg->num_layers * E;
+    double *all = bs_calloc(n, sizeof(double)); /* floats are exact in doubles, and x + 0 is x */
+    for (int c = 0; c < engine_num_chunks(tr->engine); c++) {
+        const GPT *model = &engine_chunk(tr->engine, c)->model;
+        const size_t first = (size_t)gpt_first_layer(&model->cfg) * E;
+        for (size_t i = 0; i < (size_t)gpt_stage_layers(&model->cfg) * E; i++) all[first + i] = model->moe_bias[i];
     }
-    tr->moe.aux_loss = model->moe_aux;
-    tr->moe.z_loss = model->moe_z;
+    sum_over_stages(tr, all, (int)n);
+    for (size_t i = 0; i < n; i++) out[i] = (float)all[i];
+    free(all);
 }
 
 static void bias_path(char *out, size_t n, const char *dir) { snprintf(out, n, "%s/moe_bias.bin", dir); }
 
 void moe_ckpt_save(const Trainer *tr, const char *dir) {
-    if (!gpt_is_moe(&tr->model) || tr->rank != 0) return;
-    const GPT *model = &engine_chunk(tr->engine, 0)->model;
-    const uint32_t head[2] = {(uint32_t)model->cfg.num_layers, (uint32_t)model->cfg.experts};
-    char path[4200];
-    bias_path(path, sizeof path, dir);
-    FILE *f = fopen(path, "wb");
-    if (!f) bs_die("cannot write %s", path);
-    bs_fwrite_all(MOE_CKPT_MAGIC, 8, f, path);
-    bs_fwrite_all(head, sizeof head, f, path);
-    bs_fwrite_all(model->moe_bias, (size_t)head[0] * head[1] * sizeof(float), f, path);
-    bs_fclose_synced(f, path);
+    if (!gpt_is_moe(&tr->model)) return;
+    const uint32_t head[2] = {(uint32_t)tr->model.num_layers, (uint32_t)tr->model.experts};
+    float *bias = bs_malloc((size_t)head[0] * head[1] * sizeof(float));
+    moe_gather_bias(tr, bias); /* every rank: a collective over the pipeline group */
+    if (tr->rank == 0) {
+        char path[4200];
+        bias_path(path, sizeof path, dir);
+        FILE *f = fopen(path, "wb");
+        if (!f) bs_die("cannot write %s", path);
+        bs_fwrite_all(MOE_CKPT_MAGIC, 8, f, path);
+        bs_fwrite_all(head, sizeof head, f, path);
+        bs_fwrite_all(bias, (size_t)head[0] * head[1] * sizeof(float), f, path);
+        bs_fclose_synced(f, path);
+    }
+    free(bias);
 }
 
 void moe_ckpt_resume(Trainer *tr, const char *dir) {
@@ -69,6 +119,12 @@ void moe_ckpt_resume(Trainer *tr, const char *dir) {
     if ((int)head[0] != tr->model.num_layers || (int)head[1] != tr->model.experts)
         bs_die("checkpoint %s holds an MoE model of %u experts in %u layers, not --experts %d in %d", dir, head[1],
                head[0], tr->model.experts, tr->model.num_layers);
-    memcpy(moe_model(tr)->moe_bias, data + 16, (size_t)head[0] * head[1] * sizeof(float));
+    const float *bias = (const float *)(data + 16); /* every layer's, dense ones zero */
+    for (int c = 0; c < engine_num_chunks(tr->engine); c++) { /* this rank's layers */
+        GPT *model = &engine_chunk(tr->engine, c)->model;
+        const size_t E = (size_t)tr->model.experts;
+        memcpy(model->moe_bias, bias + (size_t)gpt_first_layer(&model->cfg) * E,
+               (size_t)gpt_stage_layers(&model->cfg) * E * sizeof(float));
+    }
     free(data);
 }

@@ -9,11 +9,18 @@
  * alike (the statistics are all-reduced in forward), so the bias stays
  * identical on every rank without communication.
  *
- * Checkpoints: moe_bias.bin beside the rank files, written by world rank 0:
+ * Under pipeline parallelism each stage updates its own layers' bias; the
+ * metrics (one entry per MoE layer, in model order) and the aux and z losses
+ * (summed over every layer) are summed over the pipeline group, so every
+ * rank reports the whole model's.
+ *
+ * Checkpoints: moe_bias.bin beside the rank files, written by world rank 0
+ * after gathering every stage's layers:
  *   "BSMOEB01" 8 bytes, u32 layers, u32 experts, then layers x experts
- *   floats (layer by layer)
- * read on every rank at resume; a checkpoint of another MoE shape (or of
- * a dense model, which has no such file) is refused in one line. */
+ *   floats (layer by layer; the dense layers of --moe-every N > 1 zero)
+ * read on every rank at resume (each takes its stage's layers); a checkpoint
+ * of another MoE shape (or of a dense model, which has no such file) is
+ * refused in one line. */
 #ifndef BS_TRAIN_MOE_TRAIN_H
 #define BS_TRAIN_MOE_TRAIN_H
 
@@ -25,6 +32,10 @@ void moe_train_setup(Trainer *tr);
 /* After the step's update (updated: false for a skipped step, which keeps
  * the bias): the bias update and the step's metrics into tr->moe. */
 void moe_train_end_step(Trainer *tr, bool updated);
+/* Every layer's bias (layers x E floats, dense layers zero) into out on every
+ * rank: a collective over the pipeline group. */
+void moe_gather_bias(const Trainer *tr, float *out);
+/* A collective (moe_gather_bias); world rank 0 writes the file. */
 void moe_ckpt_save(const Trainer *tr, const char *dir);
 void moe_ckpt_resume(Trainer *tr, const char *dir);
 

@@ -3,8 +3,13 @@
  * Every rank writes one file per model chunk: its data-parallel shard of the
  * chunk's flat layout (parameters and optimizer state), tagged with the
  * model shard (tp_index + model stage x tp; a chunk is a model stage of its
- * own). On resume each rank needs values for its own
- * local ranges: with the same model split, it reads its shard's ranges
+ * own). Under expert parallelism a file holds the rank's part of its ep
+ * shard's layout under the expert-data-parallel group's partition; at ZeRO
+ * 1-2 the optimizer state of that part is gathered from the ranks owning
+ * its pieces first (dense ones over the data group, expert ones over the
+ * expert group), so the files look alike at every ZeRO stage. On resume
+ * each rank needs values for its own local ranges: with the same model
+ * split, it reads its shard's ranges
  * directly (whatever the data-parallel size or ZeRO stage was); with another
  * split (tensor or pipeline), each local run is mapped to the whole model's
  * layout and from there to whichever old shard holds it. */
@@ -132,19 +137,44 @@ static int rank_arrays(Trainer *tr, int workers, CkptExtraArray *arrays, char *l
     return n + k;
 }
 
+/* Expert parallelism at ZeRO 1-2: the file's range holds dense state that
+ * other ranks of the data group own and expert state of this rank's expert
+ * group; gathered from the owners (collective), kept until written. */
+static void gather_piece_state(EngineChunk *ch, CkptPiece *p) {
+    for (int k = 0; k < CKPT_STATE_ARRAYS; k++) {
+        p->state[k] = NULL;
+        if (k >= OPTIMIZER_MAX_STATE || !ch->state[k]) continue;
+        p->gathered[k] = bs_malloc((p->count ? p->count : 1) * sizeof(float));
+        dp_gather_state(ch->dp, ch->state[k], p->offset, p->count, p->gathered[k]);
+        p->state[k] = p->gathered[k];
+    }
+}
+
+static void release_gathered(AsyncCkpt *a) {
+    for (int c = 0; c < a->num_pieces; c++)
+        for (int k = 0; k < CKPT_STATE_ARRAYS; k++) {
+            free(a->pieces[c].gathered[k]);
+            a->pieces[c].gathered[k] = NULL;
+        }
+}
+
 /* Chunk c's file: its data-parallel shard of parameters and optimizer state
  * (stage 0 updates everything; its file holds the shard). */
 static void describe_piece(Trainer *tr, int c, CkptPiece *p) {
     const Grid *g = engine_grid(tr->engine);
     EngineChunk *ch = engine_chunk(tr->engine, c);
     dp_shard_range(ch->dp, &p->offset, &p->count);
-    if (g->ep > 1) /* ZeRO 0: each ep rank's layout (its experts) split over its expert-data-parallel group */
+    if (g->ep > 1) /* each ep rank's layout (its experts) split over its expert-data-parallel group */
         comm_partition(g->edp_group, ch->model.num_params, comm_rank(g->edp_group), &p->offset, &p->count);
-    size_t at = p->offset - ch->update_offset;
     p->params = dp_params_at(ch->dp, p->offset, p->count);
+    p->shard = g->tp_index + ch->virtual_stage * g->tp + g->ep_index * g->tp * engine_virtual_stages(tr->engine);
+    if (dp_experts_sharded_apart(ch->dp)) {
+        gather_piece_state(ch, p);
+        return;
+    }
+    size_t at = p->offset - ch->update_offset;
     for (int k = 0; k < CKPT_STATE_ARRAYS; k++)
         p->state[k] = k < OPTIMIZER_MAX_STATE && ch->state[k] ? ch->state[k] + at : NULL;
-    p->shard = g->tp_index + ch->virtual_stage * g->tp + g->ep_index * g->tp * engine_virtual_stages(tr->engine);
 }
 
 /* --async-ckpt: the pieces and residuals copied aside (the only stall). */
@@ -195,6 +225,7 @@ double train_save(Trainer *tr) {
     a->manifest = tr->rank == 0 ? snapshot_manifest(tr) : NULL;
     if (!tr->cfg.async_ckpt) {
         write_pieces(a);
+        release_gathered(a);
         commit(tr, a->tmp, a, a->manifest);
         diloco_after_save(tr);
         free(a->manifest);
@@ -202,6 +233,7 @@ double train_save(Trainer *tr) {
         return bs_now() - t0;
     }
     copy_aside(a); /* written from a thread while training goes on */
+    release_gathered(a);
     diloco_after_save(tr);
     atomic_store(&a->done, 0);
     if (pthread_create(&a->thread, NULL, async_writer, a) != 0) bs_die("cannot start the checkpoint writer thread");
@@ -368,8 +400,13 @@ static void read_chunk(EngineChunk *ch, const char *dir, const CkptManifest *m) 
         dp_shard_range(ch->dp, &off, &count);
         train_ckpt_read(dir, m, &ch->model.cfg, off, count, dp_params_at(ch->dp, off, count), NULL);
     }
-    float *state[CKPT_STATE_ARRAYS] = {ch->state[0], ch->state[1]};
-    train_ckpt_read(dir, m, &ch->model.cfg, ch->update_offset, ch->update_count, NULL, state);
+    for (int k = 0; k < dp_num_pieces(ch->dp); k++) { /* the optimizer state of each piece this rank updates */
+        const DPPiece piece = dp_piece(ch->dp, k);
+        float *state[CKPT_STATE_ARRAYS];
+        for (int a = 0; a < CKPT_STATE_ARRAYS; a++)
+            state[a] = a < OPTIMIZER_MAX_STATE && ch->state[a] ? ch->state[a] + piece.packed : NULL;
+        train_ckpt_read(dir, m, &ch->model.cfg, piece.offset, piece.count, NULL, state);
+    }
 }
 
 void train_resume(Trainer *tr) {
@@ -394,10 +431,12 @@ void train_resume(Trainer *tr) {
                "resume with the same (a LoRA checkpoint holds the adapters, the base comes from --init-from)", dir,
                a->lora_rank, had, b->lora_rank, want);
     }
-    if (a->experts != b->experts || (gpt_is_moe(a) && (a->moe_top_k != b->moe_top_k || a->moe_ffn != b->moe_ffn)))
-        bs_die("checkpoint %s holds a model of --experts %d --moe-top-k %d --moe-ffn %d, not --experts %d --moe-top-k "
-               "%d --moe-ffn %d; resume with the same", dir, a->experts, a->moe_top_k, a->moe_ffn, b->experts,
-               b->moe_top_k, b->moe_ffn);
+    const int every_a = a->moe_every > 1 ? a->moe_every : 1, every_b = b->moe_every > 1 ? b->moe_every : 1;
+    if (a->experts != b->experts ||
+        (gpt_is_moe(a) && (a->moe_top_k != b->moe_top_k || a->moe_ffn != b->moe_ffn || every_a != every_b)))
+        bs_die("checkpoint %s holds a model of --experts %d --moe-top-k %d --moe-ffn %d --moe-every %d, not --experts "
+               "%d --moe-top-k %d --moe-ffn %d --moe-every %d; resume with the same", dir, a->experts, a->moe_top_k,
+               a->moe_ffn, every_a, b->experts, b->moe_top_k, b->moe_ffn, every_b);
     const char *opt = optimizer_kind_name(tr->cfg.optimizer);
     if (strcmp(m->optimizer, opt) != 0)
         bs_die("checkpoint %s was written with --optimizer %s, not %s; its optimizer state does not carry over", dir,

@@ -161,10 +161,11 @@ bool train_capacity_factor(const TrainConfig *c, double *factor, char *why, size
 
 /* What an MoE model does not compose with yet: one line each. */
 static const char *moe_refusal(const TrainConfig *c) {
-    return c->tp > 1 ? "--tp (the experts are not split over tensor-parallel ranks yet)"
-           : c->pp > 1 ? "--pp" : c->cp > 1 ? "--cp"
+    return c->pp > 1 && c->pp_schedule == PIPE_ZBH1 ? "--pp-schedule zbh1 (the split backward does not train MoE layers)"
+           : c->cp > 1 && c->capacity_factor && *c->capacity_factor
+               ? "--cp and --capacity-factor (a sequence's capacity decision would span its context-parallel "
+                 "ranks; --dropless works)"
            : c->zero == 3 ? "--zero 3 (use --zero 0, 1 or 2)"
-           : c->ep > 1 && c->zero > 0 ? "--ep and --zero 1 or 2 (expert parallelism reduces at --zero 0 only yet)"
            : c->precision != PRECISION_FP32 ? "--precision bf16 or fp8 (MoE layers train in fp32)"
            : c->lora_rank > 0 ? "--lora-rank"
            : c->balance ? "--balance (every replica runs the same micro-steps: the MoE statistics are summed per micro-step)"
@@ -186,12 +187,15 @@ static bool check_moe(const TrainConfig *c, char *why, size_t n) {
     }
     const char *no = moe_refusal(c);
     if (no) snprintf(why, n, "--experts %d does not work with %s", c->experts, no);
-    else if (c->moe_every != 1)
-        snprintf(why, n, "--moe-every %d: every layer's MLP is MoE in this version (the layout holds one layer shape)",
-                 c->moe_every);
+    else if (c->moe_every > c->layers)
+        snprintf(why, n, "--moe-every %d is more than --layers %d: no layer would be MoE (layer l is when (l + 1) %% "
+                 "%d == 0)", c->moe_every, c->layers, c->moe_every);
     else if (c->ep > 1 && c->experts % c->ep != 0)
         snprintf(why, n, "--ep %d must divide --experts %d (each EP rank holds experts / ep of them)", c->ep,
                  c->experts);
+    else if (c->tp > 1 && (c->moe_ffn > 0 ? c->moe_ffn : 4 * c->channels) % c->tp != 0)
+        snprintf(why, n, "--tp %d does not divide --moe-ffn %d (tensor parallelism splits each expert's hidden units)",
+                 c->tp, c->moe_ffn > 0 ? c->moe_ffn : 4 * c->channels);
     else if (c->moe_top_k > c->experts)
         snprintf(why, n, "--moe-top-k %d must be at most --experts %d", c->moe_top_k, c->experts);
     else if (c->dropless && factor > 0)

@@ -274,9 +274,7 @@ static GPT full_model(Trainer *tr) {
     gpt_create_with(&m, &tr->model, tr->rank == 0 ? GPT_ALLOC_PARAMS : 0);
     if (tr->model.lora_rank > 0) m.lora_scale = (float)(tr->cfg.lora_alpha / tr->cfg.lora_rank);
     engine_gather_model(tr->engine, m.params);
-    if (m.moe_bias) /* MoE: the selection bias, alike on every rank, for sampling */
-        memcpy(m.moe_bias, engine_chunk(tr->engine, 0)->model.moe_bias,
-               sizeof(float) * (size_t)tr->model.num_layers * tr->model.experts);
+    if (m.moe_bias) moe_gather_bias(tr, m.moe_bias); /* MoE: the selection bias of every stage, for sampling */
     return m;
 }
 

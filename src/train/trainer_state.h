@@ -53,6 +53,7 @@ typedef struct {
     int shard;
     CkptFile file;
     float *buffers[1 + CKPT_STATE_ARRAYS]; /* --async-ckpt: the copied parameters and optimizer state */
+    float *gathered[CKPT_STATE_ARRAYS]; /* experts sharded apart (EP, ZeRO 1-2): the range's state from its owners */
     size_t capacity;
 } CkptPiece;
 

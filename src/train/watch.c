@@ -11,6 +11,7 @@
 #include "core/range.h"
 #include "optim/grad_norm.h"
 #include "parallel/data_parallel.h"
+#include "parallel/model_parallel.h"
 
 void watch_init(Watch *w, const TrainConfig *c, int rank, int ranks, int layers, double flops_per_token) {
     *w = (Watch){0};
@@ -39,22 +40,24 @@ static int block_of(const ParamSegment *s, int blocks) {
     return s->kind == TK_WTE || s->kind == TK_WPE ? 0 : blocks - 1;
 }
 
-/* This rank's share of each block's squared norms: the primary copies in the range it updates. */
+/* This rank's share of each block's squared norms: the copies that count
+ * (mp_counts_in_norm) in the pieces it updates. */
 static void add_chunk(Watch *w, const EngineChunk *ch) {
     const GPTConfig *cfg = &ch->model.cfg;
-    Range mine;
-    dp_update_range(ch->dp, &mine.offset, &mine.count);
-    const float *grads = dp_update_grads(ch->dp), *params = dp_update_params(ch->dp);
     int cap = gpt_max_segments(cfg);
     ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
     int n = gpt_param_segments(cfg, segs, cap);
-    for (int i = 0; i < n; i++) {
-        if (!gpt_tensor_primary(cfg, segs[i].kind)) continue;
-        Range part = range_intersect(range_make(segs[i].offset, segs[i].count), mine);
-        if (range_empty(part)) continue;
-        const int b = block_of(&segs[i], w->blocks);
-        w->grad_sq[b] += sum_of_squares(grads + range_offset_in(part, mine), part.count);
-        w->weight_sq[b] += sum_of_squares(params + range_offset_in(part, mine), part.count);
+    for (int k = 0; k < dp_num_pieces(ch->dp); k++) {
+        const DPPiece p = dp_piece(ch->dp, k);
+        const Range mine = range_make(p.offset, p.count);
+        for (int i = 0; i < n; i++) {
+            if (!mp_counts_in_norm(cfg, ch->dp, segs[i].kind)) continue;
+            Range part = range_intersect(range_make(segs[i].offset, segs[i].count), mine);
+            if (range_empty(part)) continue;
+            const int b = block_of(&segs[i], w->blocks);
+            w->grad_sq[b] += sum_of_squares(p.grads + range_offset_in(part, mine), part.count);
+            w->weight_sq[b] += sum_of_squares(p.params + range_offset_in(part, mine), part.count);
+        }
     }
     free(segs);
 }
@@ -66,6 +69,7 @@ void watch_measure(Watch *w, Engine *e, const TrainConfig *c, const StepStatsExc
     /* as engine_grad_sum_squares: ZeRO shards over every rank, else one model-parallel group holds one copy */
     const Grid *g = engine_grid(e);
     comm_allreduce_double(c->zero >= 1 ? g->world : g->mp_group, w->grad_sq, 2 * w->blocks);
+    if (g->ep > 1 && c->zero == 0) comm_allreduce_double(g->ep_group, w->grad_sq, 2 * w->blocks); /* each its experts */
     for (int r = 0; r < w->ranks; r++) w->rank_grad[r] = c->noise_scale ? sqrt(stats->records[r].micro_sq) : NAN;
 }
 
