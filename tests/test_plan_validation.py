@@ -122,9 +122,12 @@ def nemo(gpus, tp, pp, cp, batch, micro, precision="fp8", **more):
 
 
 def fsdp(hardware, gpus, batch, micro, recompute, precision="bf16"):
-    """A fully sharded data-parallel run (PyTorch FSDP / FSDP2, Composer FULL_SHARD: ZeRO-3 over every GPU)."""
+    """A fully sharded data-parallel run (PyTorch FSDP / FSDP2, Composer FULL_SHARD: ZeRO-3 over every GPU).
+    Gradients are reduce-scattered in FP32 in both: Composer's DEFAULT mixed precision (the MPT table's "MP Mode"
+    column) sets reduce_dtype=torch.float32 (composer/trainer/dist_strategy.py, get_mixed_precision), and
+    torchtitan's training.mixed_precision_reduce defaults to float32."""
     return {"hardware": hardware, "gpus": gpus, "tp": 1, "pp": 1, "cp": 1, "zero": 3, "global-batch": batch,
-            "micro-batch": micro, "recompute": recompute, "precision": precision}
+            "micro-batch": micro, "recompute": recompute, "precision": precision, "grad-reduce": "fp32"}
 
 
 MEGATRON_2021 = {"hardware": "a100-80g", "cp": 1, "attention": "full", "recompute": "full", "zero": 0,

@@ -30,7 +30,7 @@ typedef struct {
     double peak_tflops, gemm_efficiency, hbm_gb, hbm_tbps, nvlink_gbps, net_gbps, net_latency_us;
     int gpus_per_node;
     int tp, pp, dp, cp, ep, etp, zero, micro_batch, virtual_stages;
-    const char *recompute, *schedule, *sequence_parallel, *overlap, *cp_algo, *in_network, *tp_overlap, *pp_overlap, *rank_order, *ep_overlap;
+    const char *recompute, *schedule, *sequence_parallel, *overlap, *cp_algo, *in_network, *tp_overlap, *pp_overlap, *rank_order, *ep_overlap, *grad_reduce;
     bool search;
     int top;
     const char *rank_by;
@@ -68,6 +68,7 @@ static PlanArgs plan_args_defaults(void) {
     a.tp_overlap = "off";
     a.pp_overlap = "off";
     a.ep_overlap = "off";
+    a.grad_reduce = "weights";
     a.rank_order = "tp-cp-pp-dp";
     a.in_network = "off";
     return a;
@@ -435,6 +436,9 @@ static void run(const PlanArgs *a) {
     if (a->attention && !attention_parse(a->attention, &in->attention))
         bs_die("--attention must be full, causal or flash (got '%s')", a->attention);
     in->jitter = a->jitter;
+    if (strcmp(a->grad_reduce, "fp32") != 0 && strcmp(a->grad_reduce, "weights") != 0)
+        bs_die("--grad-reduce must be weights or fp32 (got '%s')", a->grad_reduce);
+    in->grad_reduce_fp32 = strcmp(a->grad_reduce, "fp32") == 0;
     in->reserve_bytes = a->reserve_gb >= 0 ? a->reserve_gb * 1073741824.0 : -1;
 
     /* the batch over training, and how long */
@@ -584,6 +588,7 @@ int cmd_plan(int argc, char **argv) {
         {"virtual-stages", OPT_INT, &a.virtual_stages, 0, 1024, "V", "model chunks per stage (interleaved)", NULL, NULL},
         {"sequence-parallel", OPT_STRING, &a.sequence_parallel, OPT_NO_RANGE, "on|off", "shard norms and dropout over tp", NULL, NULL},
         {"overlap", OPT_STRING, &a.overlap, OPT_NO_RANGE, "on|off", "overlap DP communication with compute", NULL, NULL},
+        {"grad-reduce", OPT_STRING, &a.grad_reduce, OPT_NO_RANGE, "weights|fp32", "precision of the gradient reduction (fp32: FSDP's reduce_dtype float32, Composer's DEFAULT)", NULL, NULL},
         {"tp-overlap", OPT_STRING, &a.tp_overlap, OPT_NO_RANGE, "on|off", "TP collectives pipelined with their GEMMs (userbuffers; needs sequence parallelism)", NULL, NULL},
         {"pp-overlap", OPT_STRING, &a.pp_overlap, OPT_NO_RANGE, "on|off", "interleaved schedule: pipeline sends beside compute (Megatron's overlap_p2p_comm)", NULL, NULL},
         {"ep-overlap", OPT_STRING, &a.ep_overlap, OPT_NO_RANGE, "off|shared|dualpipe", "MoE all-to-all beside the shared experts (DeepSeek-V2) or the paired micro-batch (DeepSeek-V3's DualPipe)", NULL, NULL},

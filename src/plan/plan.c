@@ -306,16 +306,35 @@ static bool balance(Role *roles, int n_roles, int layers, bool use_caps) {
 
 static double role_time(const Role *r) { return r->layers * r->per_layer + r->overhead; }
 
-/* Gradient synchronization of one stage's parameters over its data-parallel
- * group (dp x cp ranks), and of MoE experts over their own smaller group. */
+/* One all-reduce of a stage's parameters at `bytes` per parameter over its
+ * data-parallel group (dp x cp ranks), and of MoE experts over their own
+ * smaller group: the unit the data-parallel collectives are priced in (a
+ * reduce-scatter or an all-gather is half of it). */
 static double dp_group_bytes_time(const PlanInput *in, const Layout *l, const Hardware *hw, double dense, double expert,
-                                  CollectiveAlgo *algo) {
-    double gb = state_bytes(in->precision).grads;
+                                  double bytes, CollectiveAlgo *algo) {
     bool moe = model_is_moe(&in->model);
     int gpn = hw->gpus_per_node;
-    double t = collective_time(hw, COLL_ALLREDUCE, (moe ? dense : dense + expert) * gb, placement_dp(l, gpn), algo);
-    if (moe && expert > 0) t += collective_time(hw, COLL_ALLREDUCE, expert * gb, placement_expert_dp(l, gpn), NULL);
+    double t = collective_time(hw, COLL_ALLREDUCE, (moe ? dense : dense + expert) * bytes, placement_dp(l, gpn), algo);
+    if (moe && expert > 0) t += collective_time(hw, COLL_ALLREDUCE, expert * bytes, placement_expert_dp(l, gpn), NULL);
     return t;
+}
+
+/* ZeRO-3 (FSDP) per micro-batch: every layer's weights gathered for the
+ * forward and again for the backward, its gradients reduce-scattered after
+ * it. FSDP gathers one layer ahead (PyTorch FSDP's forward and backward
+ * prefetch, FSDP2 and Megatron FSDP alike; Zhao et al. 2023, "PyTorch FSDP",
+ * section 3.3), so each collective hides behind its neighbour's compute,
+ * except at the ends: the first layer's forward gather, the first backward
+ * gather and the last layer's reduce-scatter have no compute beside them.
+ * With `layers` equal units those three are one layer's share, exposed; the
+ * rest costs the overlap interference. gather and reduce are one all-reduce
+ * of the stage's weights and of its gradients (their byte widths differ when
+ * gradients are reduced in FP32). */
+static double zero3_exposed(double gather, double reduce, int layers, double compute, bool overlap) {
+    double total = gather + 0.5 * reduce; /* two all-gathers and a reduce-scatter */
+    if (!overlap || layers < 1) return total;
+    double edges = total / layers;
+    return edges + overlapped_cost(total - edges, compute);
 }
 
 typedef struct { /* what the step time at any micro-batch count is made of */
@@ -436,7 +455,8 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
     }
 
     /* Data parallelism: each role's gradients, after its last backward. */
-    double gb = state_bytes(in->precision).grads;
+    double gb = state_bytes(in->precision).grads, wb = state_bytes(in->precision).weights;
+    double rb = in->grad_reduce_fp32 ? 4.0 : gb;
     for (int q = 0; q < n_roles; q++) {
         const Hardware *hw = &f->hw[roles[q].kind];
         const BlockCost *c = &cost[roles[q].kind];
@@ -444,21 +464,25 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
         double dense, expert;
         stage_params(m, l, &s, &dense, &expert);
         CollectiveAlgo algo;
-        double sync = dp_group_bytes_time(in, l, hw, dense, expert, &algo);
+        double reduce = dp_group_bytes_time(in, l, hw, dense, expert, rb, &algo);
+        double gather = rb == wb ? reduce : dp_group_bytes_time(in, l, hw, dense, expert, wb, NULL);
         double bwd = roles[q].layers * c->backward, fwd = roles[q].layers * c->forward;
         double exposed = 0.0;
-        if (l->zero >= 3) { /* gather weights twice and reduce-scatter gradients every micro-batch */
-            double per_mb = overlapped_cost(1.5 * sync, l->overlap ? roles[q].layers * c->compute : 0.0);
+        if (l->zero >= 3) {
+            double per_mb = zero3_exposed(gather, reduce, roles[q].layers, roles[q].layers * c->compute, l->overlap);
             if (per_mb > sp.zero3_per_mb) sp.zero3_per_mb = per_mb;
         } else {
-            /* stage i finishes its last backward i stages' backward before stage 0:
-             * idle time, free for communication; then the overlap window */
+            /* ZeRO 0: the gradients' all-reduce; 1 and 2: their reduce-scatter and
+             * the updated weights' all-gather. Stage i finishes its last backward
+             * i stages' backward before stage 0: idle time, free for
+             * communication; then the overlap window */
+            double sync = l->zero >= 1 ? 0.5 * (reduce + gather) : reduce;
             double slack = roles[q].position * bwd / v;
             double window = l->overlap ? bwd + (l->zero >= 1 ? fwd : 0.0) : 0.0;
             exposed = overlapped_cost(fmax(0.0, sync - slack), window);
         }
         sp.dp_fixed = fmax(sp.dp_fixed, exposed);
-        if ((dense + expert) * gb > out->dp_bytes) out->dp_bytes = (dense + expert) * gb, out->dp_algo = algo;
+        if ((dense + expert) * rb > out->dp_bytes) out->dp_bytes = (dense + expert) * rb, out->dp_algo = algo;
         double opt_params = dense / (l->zero >= 1 ? (double)l->dp * l->cp : 1.0) +
                             expert / (l->zero >= 1 ? (model_is_moe(m) ? (double)layout_expert_dp(l) : (double)l->dp * l->cp) : 1.0);
         double opt = optimizer_time(hw, in->precision, opt_params);

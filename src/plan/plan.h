@@ -36,6 +36,8 @@ typedef struct {
     double total_tokens;   /* tokens to train */
     double jitter;         /* coefficient of variation of one GPU's step time */
     double reserve_bytes;  /* per GPU, not usable by the job (< 0: 1 GiB + 5%) */
+    bool grad_reduce_fp32; /* gradients reduced in FP32 whatever the weights' precision (PyTorch FSDP's
+                            * reduce_dtype float32: Composer's DEFAULT mixed precision, torchtitan's default) */
 } PlanInput;
 
 /* Seconds per optimizer step, exposed (not hidden behind compute). */
