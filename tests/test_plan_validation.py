@@ -105,8 +105,11 @@ QWEN3_235B_A22B = swiglu(94, 4096, 64, 4, 1536, 151936, 4096, experts=128, **{"t
 
 def mpt(layers, hidden, heads, seq=2048):
     """An MPT benchmark shape of llm-foundry (GELU MLP of 4h, biases, tied embeddings, learned positions as its
-    parameter counts show, no dropout, vocabulary 50368)."""
-    return {"layers": layers, "hidden": hidden, "heads": heads, "vocab": 50368, "seq-len": seq, "activation": "gelu"}
+    parameter counts show, no dropout, vocabulary 50368), with FlashAttention-2's kernels: the H100 table's runs
+    (images of August 2023, before FlashAttention-3) set attn_impl "flash" and install llm-foundry[gpu-flash2]
+    (scripts/train/benchmarking/submit_benchmarks.py; its FP8 runs pin flash-attn==2.4.2)."""
+    return {"layers": layers, "hidden": hidden, "heads": heads, "vocab": 50368, "seq-len": seq, "activation": "gelu",
+            "attention": "flash2"}
 
 
 def nemo(gpus, tp, pp, cp, batch, micro, precision="fp8", **more):

@@ -50,6 +50,27 @@ double gemm_time(const Hardware *hw, Precision p, double m, double n, double k, 
     return flops / (hardware_peak(hw, p) * hw->gemm_efficiency * SUSTAINED_FRACTION) + bytes / hw->hbm_bw;
 }
 
+/* FlashAttention-2's forward rate over FlashAttention-3's on H100 at head
+ * dimension 128, causal (Shah et al. 2024, FlashAttention-3, figure 5: 191,
+ * 260, 298, 319, 333, 335 against 292, 423, 521, 579, 602, 616 TFLOP/s at
+ * 512, 1K, 2K, 4K, 8K, 16K tokens), interpolated in log length and held
+ * beyond the ends. Its backward keeps the forward's ratio (322 against 370
+ * TFLOP/s at 16K, 0.87, as FlashAttention-3's 561 against 648), so the one
+ * share scales both. */
+double flash2_share(double block) {
+    static const double length[] = {512, 1024, 2048, 4096, 8192, 16384};
+    static const double fa2[] = {191, 260, 298, 319, 333, 335}, fa3[] = {292, 423, 521, 579, 602, 616};
+    const int n = (int)(sizeof length / sizeof length[0]);
+    if (block <= length[0]) return fa2[0] / fa3[0];
+    for (int i = 1; i < n; i++) {
+        if (block <= length[i]) {
+            double w = log(block / length[i - 1]) / log(length[i] / length[i - 1]);
+            return (1 - w) * fa2[i - 1] / fa3[i - 1] + w * fa2[i] / fa3[i];
+        }
+    }
+    return fa2[n - 1] / fa3[n - 1];
+}
+
 /* FP8 training (Transformer Engine's default recipes) runs the linear layers
  * in FP8 and the attention core in BF16. */
 static double attention_time(const ModelShape *m, const Layout *l, const Hardware *hw, Precision matmul, AttentionImpl a) {
@@ -57,13 +78,14 @@ static double attention_time(const ModelShape *m, const Layout *l, const Hardwar
     double T = (double)l->micro_batch * m->seq_len / l->cp, s = m->seq_len, d = model_head_dim(m);
     double heads = (double)m->heads / l->tp;
     double flops = 4.0 * T * s * d * heads;
-    if (a == ATTN_FLASH) {
+    if (attention_is_fused(a)) {
         /* with context parallelism the zigzag split leaves each rank two
          * chunks of s / (2 cp) queries: the kernel runs on blocks that long */
         double block = l->cp > 1 ? s / (2.0 * l->cp) : s;
         double rate = hw->n_gemm > 0 ? measured_rate(hw, T, s, d)
                                      : hardware_peak(hw, p) * hw->attention_efficiency * SUSTAINED_FRACTION *
                                            block / (block + FLASH_HALF_LENGTH);
+        if (a == ATTN_FLASH2 && hw->n_gemm == 0 && hw->attention_fa3) rate *= flash2_share(block);
         return 0.5 * flops / rate;
     }
     double part = a == ATTN_CAUSAL ? 0.5 : 1.0;
@@ -120,10 +142,10 @@ LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware 
         }
     }
     c.forward = c.gemm + c.attention + c.elementwise + cast_forward / elementwise_bw;
-    c.attention_backward = (a == ATTN_FLASH ? FLASH_BACKWARD_FLOPS / FLASH_BACKWARD_RATE : 2.0) * c.attention;
+    c.attention_backward = (attention_is_fused(a) ? FLASH_BACKWARD_FLOPS / FLASH_BACKWARD_RATE : 2.0) * c.attention;
     c.backward = 2.0 * (c.gemm + c.elementwise) + c.attention_backward + cast_backward / elementwise_bw;
     if (l->recompute == RECOMPUTE_FULL) c.recompute = c.forward;
-    if (l->recompute == RECOMPUTE_SELECTIVE && a != ATTN_FLASH) {
+    if (l->recompute == RECOMPUTE_SELECTIVE && !attention_is_fused(a)) {
         double scores = stored - activation_bytes_per_layer(m, l, a, p, RECOMPUTE_SELECTIVE);
         c.recompute = c.attention + ELEMENTWISE_TRAFFIC * scores / elementwise_bw;
     }

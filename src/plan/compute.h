@@ -48,6 +48,14 @@
 #define FLASH_BACKWARD_FLOPS 2.5
 #define FLASH_BACKWARD_RATE 0.87
 
+/* Fused attention of FlashAttention-2's generation (--attention flash2: the
+ * kernels of 2023, before FlashAttention-3 and cuDNN's Hopper kernels) on a
+ * GPU whose fused-attention rate above is FlashAttention-3's (Hopper:
+ * Hardware.attention_fa3) runs at this share of it, for blocks of `block`
+ * tokens (0.54-0.65; compute.c gives the published rates). Elsewhere (A100,
+ * whose preset is FlashAttention-2's level) flash2 is flash. */
+double flash2_share(double block);
+
 /* Seconds for `count` independent (m x k) by (k x n) products. */
 double gemm_time(const Hardware *hw, Precision p, double m, double n, double k, double count);
 

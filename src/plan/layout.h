@@ -16,8 +16,12 @@
 typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recompute;
 /* How attention runs: FULL materializes all s x s scores (Megatron 2021-22
  * fused softmax), CAUSAL materializes only the lower triangle (this
- * project's CPU kernel), FLASH is a fused kernel that stores no scores. */
-typedef enum { ATTN_FULL, ATTN_CAUSAL, ATTN_FLASH } AttentionImpl;
+ * project's CPU kernel), FLASH is a fused kernel that stores no scores
+ * (cuDNN's or FlashAttention-3's generation on Hopper), FLASH2 the same
+ * with FlashAttention-2's kernels (compute.h: slower on Hopper only). */
+typedef enum { ATTN_FULL, ATTN_CAUSAL, ATTN_FLASH, ATTN_FLASH2 } AttentionImpl;
+/* FLASH or FLASH2: fused, no scores stored. */
+bool attention_is_fused(AttentionImpl a);
 /* The schedules the cost model prices. Its own enum, not parallel/schedule.h's
  * PipeSchedule, because plan/ depends on nothing but core/. */
 typedef enum { SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_INTERLEAVED } PlanSchedule;

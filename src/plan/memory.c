@@ -49,11 +49,11 @@ double activation_bytes_per_layer(const ModelShape *m, const Layout *l, Attentio
     double routed = model_is_moe(m) ? 2.0 * e * T * m->top_k * h : 0.0;
     double inside = e * T * q + 2.0 * e * T * kv + e * T * q + mlp + routed;
     double scores = 0.0;
-    if (a != ATTN_FLASH && r == RECOMPUTE_NONE) {
+    if (!attention_is_fused(a) && r == RECOMPUTE_NONE) {
         double elems = (m->heads * T * m->seq_len) * (a == ATTN_CAUSAL ? 0.5 : 1.0);
         scores = elems * (m->dropout ? 2.0 * e + 1.0 : e);
     }
-    if (a == ATTN_FLASH) scores = 4.0 * m->heads * T; /* fp32 log-sum-exp per row */
+    if (attention_is_fused(a)) scores = 4.0 * m->heads * T; /* fp32 log-sum-exp per row */
     return outside / outside_divisor + (inside + scores) / t;
 }
 

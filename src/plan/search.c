@@ -76,7 +76,7 @@ static void try_rest(Ranking *r, Layout l) {
     for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_FULL; rc++) {
         if (s->recompute >= 0 && s->recompute != rc) continue;
         /* flash attention keeps no scores: selective equals none */
-        if (rc == RECOMPUTE_SELECTIVE && r->in->attention == ATTN_FLASH && s->recompute < 0) continue;
+        if (rc == RECOMPUTE_SELECTIVE && attention_is_fused(r->in->attention) && s->recompute < 0) continue;
         l.recompute = (Recompute)rc;
         for (int z = 0; z <= 3; z++) {
             if (s->zero >= 0 && s->zero != z) continue;
