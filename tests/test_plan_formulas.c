@@ -591,6 +591,83 @@ static void test_moe_imbalance(void) {
     CHECK(model_moe_imbalance(&in.model) == 1.0, "a dense model has no expert imbalance");
 }
 
+/* FlashAttention-2 on Hopper (--attention flash2): its share of the
+ * FlashAttention-3 rate, by hand from Shah et al. 2024's figure 5 (causal,
+ * head dimension 128): 298 / 521 at 2K, the mean of the 1K and 2K ratios
+ * at their geometric middle, the end ratios held beyond 512 and 16K; the
+ * attention core (forward and backward) of an MPT-7B-like block takes
+ * 1 / share of the flash time on H100 and the same on A100, whose preset
+ * is FlashAttention-2's level. */
+static void test_flash2(void) {
+    CHECK(close_rel(flash2_share(2048), 298.0 / 521.0, 1e-12), "FA2 share at 2K %.4f", flash2_share(2048));
+    double mid = 0.5 * (260.0 / 423.0 + 298.0 / 521.0);
+    CHECK(close_rel(flash2_share(sqrt(1024.0 * 2048.0)), mid, 1e-12), "FA2 share at 1.4K %.4f, by hand %.4f",
+          flash2_share(sqrt(1024.0 * 2048.0)), mid);
+    CHECK(flash2_share(256) == 191.0 / 292.0 && flash2_share(32768) == 335.0 / 616.0, "FA2 share held beyond the ends");
+    ModelShape m = megatron_gpt(32, 4096, 32);
+    m.seq_len = 32768, m.dropout = false;
+    Layout l = layout_default();
+    l.dp = 8, l.zero = 3, l.micro_batch = 2;
+    const char *gpus[2] = {"h100-sxm", "a100-80g"};
+    for (int g = 0; g < 2; g++) {
+        Hardware hw;
+        hardware_preset(gpus[g], &hw);
+        LayerCompute fa3 = layer_compute(&m, &l, &hw, PREC_BF16, ATTN_FLASH);
+        LayerCompute fa2 = layer_compute(&m, &l, &hw, PREC_BF16, ATTN_FLASH2);
+        double share = g == 0 ? 335.0 / 616.0 : 1.0;
+        CHECK(close_rel(fa2.attention, fa3.attention / share, 1e-12) &&
+                  close_rel(fa2.attention_backward, fa3.attention_backward / share, 1e-12),
+              "%s: FA2 attention %.3f + %.3f ms, by hand %.3f + %.3f", gpus[g], 1e3 * fa2.attention,
+              1e3 * fa2.attention_backward, 1e3 * fa3.attention / share, 1e3 * fa3.attention_backward / share);
+        CHECK(fa2.gemm == fa3.gemm && fa2.elementwise == fa3.elementwise, "%s: FA2 changes attention only", gpus[g]);
+    }
+}
+
+/* ZeRO-3 (FSDP) by hand: per micro-batch two all-gathers of the weights
+ * (BF16) and a reduce-scatter of the gradients (FP32 with --grad-reduce
+ * fp32), each half an all-reduce of the model's bytes on the 8 GPUs of a
+ * node; one layer's share of them (the first gathers, the last
+ * reduce-scatter) exposed, the rest beside the compute at the 0.1
+ * interference; without overlap all of it exposed. */
+static void test_zero3_fsdp(void) {
+    PlanInput in = {0};
+    in.model = megatron_gpt(24, 2048, 16);
+    in.model.dropout = false;
+    in.fleet.kinds = 1;
+    hardware_preset("h100-sxm", &in.fleet.hw[0]);
+    in.fleet.count[0] = 8;
+    in.precision = PREC_BF16;
+    in.attention = ATTN_FLASH;
+    in.batch = plan_batch_constant(32.0 * 2048);
+    in.total_tokens = 1e9;
+    in.reserve_bytes = -1;
+    const Hardware *hw = &in.fleet.hw[0];
+    Layout l = layout_default();
+    l.dp = 8, l.zero = 3, l.micro_batch = 2;
+    double P = model_params(&in.model), L = in.model.layers;
+    LayerCompute c = layer_compute(&in.model, &l, hw, in.precision, in.attention);
+    double compute = L * (c.forward + c.backward + c.recompute);
+    for (int fp32 = 0; fp32 < 2; fp32++) {
+        for (int overlap = 0; overlap < 2; overlap++) {
+            in.grad_reduce_fp32 = fp32, l.overlap = overlap;
+            char why[256];
+            CHECK(layout_check(&in, &l, why, sizeof why), "%s", why);
+            PlanResult r;
+            plan_evaluate(&in, &l, &r);
+            double gather = collective_time(hw, COLL_ALLREDUCE, 2.0 * P, placement_dp(&l, 8), NULL);
+            double reduce = collective_time(hw, COLL_ALLREDUCE, (fp32 ? 4.0 : 2.0) * P, placement_dp(&l, 8), NULL);
+            double total = gather + 0.5 * reduce, per_mb = total;
+            if (overlap) {
+                double edges = total / L, hidden = fmin(total - edges, compute);
+                per_mb = edges + (total - edges - hidden) + 0.1 * hidden;
+            }
+            CHECK(r.micro_batches == 2, "two micro-batches per step (%d)", r.micro_batches);
+            CHECK(close_rel(r.time.dp_comm, 2.0 * per_mb, 1e-9), "ZeRO-3, fp32 reduce %d, overlap %d: %.4f ms, by hand %.4f",
+                  fp32, overlap, 1e3 * r.time.dp_comm, 2e3 * per_mb);
+        }
+    }
+}
+
 int main(void) {
     test_zero_example();
     test_megatron_parameters();
@@ -604,6 +681,8 @@ int main(void) {
     test_tp_overlap();
     test_placement();
     test_moe_imbalance();
+    test_flash2();
+    test_zero3_fsdp();
     test_costs();
     test_reliability();
     test_reliability_simulated();
