@@ -76,6 +76,8 @@ class BadInput(unittest.TestCase):
         self.fails(["--model", "demo", "--tp-overlap", "yes"], "--tp-overlap", "on or off")
         self.fails(["--model", "demo", "--pp-overlap", "maybe"], "--pp-overlap", "on or off")
         self.fails(["--model", "demo", "--rank-order", "dp-tp"], "--rank-order", "tp-cp-ep-dp-pp")
+        self.fails(["--model", "demo", "--grad-reduce", "fp16"], "--grad-reduce", "weights or fp32")
+        self.fails(["--model", "demo", "--attention", "flash3"], "--attention", "flash or flash2")
         self.fails(["--model", "gpt2-124m", "--gpus", 8, "--tp", 2, "--tp-overlap", "on", "--sequence-parallel", "off"],
                    "--tp-overlap on needs --sequence-parallel on")
 
