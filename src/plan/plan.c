@@ -323,9 +323,10 @@ static double dp_group_bytes_time(const PlanInput *in, const Layout *l, const Ha
  * forward and again for the backward, its gradients reduce-scattered after
  * it. FSDP gathers one layer ahead (PyTorch FSDP's forward and backward
  * prefetch, FSDP2 and Megatron FSDP alike; Zhao et al. 2023, "PyTorch FSDP",
- * section 3.3), so each collective hides behind its neighbour's compute,
- * except at the ends: the first layer's forward gather, the first backward
- * gather and the last layer's reduce-scatter have no compute beside them.
+ * on backward and forward prefetching), so each collective hides behind its
+ * neighbour's compute, except at the ends: the first layer's forward
+ * gather, the first backward gather and the last layer's reduce-scatter
+ * have no compute beside them.
  * With `layers` equal units those three are one layer's share, exposed; the
  * rest costs the overlap interference. gather and reduce are one all-reduce
  * of the stage's weights and of its gradients (their byte widths differ when
