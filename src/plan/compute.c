@@ -54,7 +54,9 @@ double gemm_time(const Hardware *hw, Precision p, double m, double n, double k, 
  * dimension 128, causal (Shah et al. 2024, FlashAttention-3, figure 5: 191,
  * 260, 298, 319, 333, 335 against 292, 423, 521, 579, 602, 616 TFLOP/s at
  * 512, 1K, 2K, 4K, 8K, 16K tokens), interpolated in log length and held
- * beyond the ends. Its backward keeps the forward's ratio (322 against 370
+ * beyond the ends; the panel without the mask gives the same within 0.03
+ * (362 / 625 = 0.58 at 2K, 370 / 648 = 0.57 at 16K). Its backward keeps
+ * the forward's ratio (322 against 370
  * TFLOP/s at 16K, 0.87, as FlashAttention-3's 561 against 648), so the one
  * share scales both. */
 double flash2_share(double block) {
