@@ -359,6 +359,88 @@ static void step_at(const StepParts *sp, int micro_batches, StepTime *t, double 
     t->step = base + t->straggler;
 }
 
+/* The pipeline's roles in pipeline order: per kind its first stage (the
+ * one holding most activations) and the rest of its regular stages (the
+ * slower kind first, so the output layer sits on the faster one), then on
+ * the last kind the output stage. Returns how many; out->kind[].stages set. */
+static int pipeline_roles(const PlanInput *in, const Layout *l, const BlockCost *cost, const double *head,
+                          const double *head_tp, const double *p2p, Role *roles, PlanResult *out) {
+    const Fleet *f = &in->fleet;
+    const int gpus = fleet_gpus(f);
+    int order[PLAN_MAX_KINDS] = {0, 1};
+    if (f->kinds == 2 && cost[1].compute > cost[0].compute) order[0] = 1, order[1] = 0;
+    int n_roles = 0, position = 0;
+    for (int i = 0; i < f->kinds; i++) {
+        int k = order[i];
+        int stages = (int)((long long)l->pp * f->count[k] / gpus);
+        bool holds_last = i == f->kinds - 1;
+        int regular = stages - (holds_last ? 1 : 0);
+        out->kind[k].stages = stages;
+        Role base = {.kind = k, .per_layer = cost[k].compute + cost[k].tp + cost[k].cp + cost[k].ep, .overhead = p2p[k]};
+        if (regular >= 1) {
+            roles[n_roles] = base;
+            roles[n_roles].count = 1, roles[n_roles].position = position, roles[n_roles].first = position == 0;
+            n_roles++;
+        }
+        if (regular >= 2) {
+            roles[n_roles] = base;
+            roles[n_roles].count = regular - 1, roles[n_roles].position = position + 1;
+            n_roles++;
+        }
+        position += regular;
+        if (holds_last) {
+            roles[n_roles] = base;
+            roles[n_roles].count = 1, roles[n_roles].position = l->pp - 1, roles[n_roles].first = l->pp == 1;
+            roles[n_roles].last = true;
+            roles[n_roles].overhead += head[k] + head_tp[k];
+            n_roles++;
+        }
+    }
+    return n_roles;
+}
+
+/* Data parallelism: each role's gradients, after its last backward: the
+ * exposed synchronisation (or ZeRO-3's per micro-batch), the optimizer step
+ * and the bytes, into sp and out. */
+static void data_parallel_parts(const PlanInput *in, const Layout *l, const BlockCost *cost, const Role *roles,
+                                int n_roles, int micro_batches, double v, StepParts *sp, PlanResult *out) {
+    const ModelShape *m = &in->model;
+    const Fleet *f = &in->fleet;
+    double gb = state_bytes(in->precision).grads, wb = state_bytes(in->precision).weights;
+    double rb = in->grad_reduce_fp32 ? 4.0 : gb;
+    for (int q = 0; q < n_roles; q++) {
+        const Hardware *hw = &f->hw[roles[q].kind];
+        const BlockCost *c = &cost[roles[q].kind];
+        StageShape s = role_shape(l, &roles[q], roles[q].layers, micro_batches);
+        double dense, expert;
+        stage_params(m, l, &s, &dense, &expert);
+        CollectiveAlgo algo;
+        double reduce = dp_group_bytes_time(in, l, hw, dense, expert, rb, &algo);
+        double gather = rb == wb ? reduce : dp_group_bytes_time(in, l, hw, dense, expert, wb, NULL);
+        double bwd = roles[q].layers * c->backward, fwd = roles[q].layers * c->forward;
+        double exposed = 0.0;
+        if (l->zero >= 3) {
+            double per_mb = zero3_exposed(gather, reduce, roles[q].layers, roles[q].layers * c->compute, l->overlap);
+            if (per_mb > sp->zero3_per_mb) sp->zero3_per_mb = per_mb;
+        } else {
+            /* ZeRO 0: the gradients' all-reduce; 1 and 2: their reduce-scatter and
+             * the updated weights' all-gather. Stage i finishes its last backward
+             * i stages' backward before stage 0: idle time, free for
+             * communication; then the overlap window */
+            double sync = l->zero >= 1 ? 0.5 * (reduce + gather) : reduce;
+            double slack = roles[q].position * bwd / v;
+            double window = l->overlap ? bwd + (l->zero >= 1 ? fwd : 0.0) : 0.0;
+            exposed = overlapped_cost(fmax(0.0, sync - slack), window);
+        }
+        sp->dp_fixed = fmax(sp->dp_fixed, exposed);
+        if ((dense + expert) * rb > out->dp_bytes) out->dp_bytes = (dense + expert) * rb, out->dp_algo = algo;
+        double opt_params = dense / (l->zero >= 1 ? (double)l->dp * l->cp : 1.0) +
+                            expert / (l->zero >= 1 ? (model_is_moe(m) ? (double)layout_expert_dp(l) : (double)l->dp * l->cp) : 1.0);
+        double opt = optimizer_time(hw, in->precision, opt_params);
+        if (opt > sp->optimizer) sp->optimizer = opt;
+    }
+}
+
 void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
     const ModelShape *m = &in->model;
     const Fleet *f = &in->fleet;
@@ -387,40 +469,8 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
             p2p[k] = overlapped_cost(p2p[k], cost[k].compute * m->layers / l->pp);
     }
 
-    /* Roles in pipeline order: regular stages of each kind (the slower kind
-     * first, so the output layer sits on the faster one), then the last. */
-    int order[PLAN_MAX_KINDS] = {0, 1};
-    if (f->kinds == 2 && cost[1].compute > cost[0].compute) order[0] = 1, order[1] = 0;
-    /* Per kind: its first stage (the one holding most activations), the rest
-     * of its regular stages, and on the last kind the output stage. */
     Role roles[2 * PLAN_MAX_KINDS + 1];
-    int n_roles = 0, position = 0;
-    for (int i = 0; i < f->kinds; i++) {
-        int k = order[i];
-        int stages = (int)((long long)l->pp * f->count[k] / gpus);
-        bool holds_last = i == f->kinds - 1;
-        int regular = stages - (holds_last ? 1 : 0);
-        out->kind[k].stages = stages;
-        Role base = {.kind = k, .per_layer = cost[k].compute + cost[k].tp + cost[k].cp + cost[k].ep, .overhead = p2p[k]};
-        if (regular >= 1) {
-            roles[n_roles] = base;
-            roles[n_roles].count = 1, roles[n_roles].position = position, roles[n_roles].first = position == 0;
-            n_roles++;
-        }
-        if (regular >= 2) {
-            roles[n_roles] = base;
-            roles[n_roles].count = regular - 1, roles[n_roles].position = position + 1;
-            n_roles++;
-        }
-        position += regular;
-        if (holds_last) {
-            roles[n_roles] = base;
-            roles[n_roles].count = 1, roles[n_roles].position = l->pp - 1, roles[n_roles].first = l->pp == 1;
-            roles[n_roles].last = true;
-            roles[n_roles].overhead += head[k] + head_tp[k];
-            n_roles++;
-        }
-    }
+    const int n_roles = pipeline_roles(in, l, cost, head, head_tp, p2p, roles, out);
     for (int q = 0; q < n_roles; q++) roles[q].cap = blocks_that_fit(in, l, &roles[q], micro_batches);
     out->fits = balance(roles, n_roles, m->layers, true);
     if (!out->fits) balance(roles, n_roles, m->layers, false);
@@ -455,40 +505,7 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
         sp.bubble_sum *= dualpipe_bubble_share(l->pp, b->forward, b->backward - b->recompute, b->recompute);
     }
 
-    /* Data parallelism: each role's gradients, after its last backward. */
-    double gb = state_bytes(in->precision).grads, wb = state_bytes(in->precision).weights;
-    double rb = in->grad_reduce_fp32 ? 4.0 : gb;
-    for (int q = 0; q < n_roles; q++) {
-        const Hardware *hw = &f->hw[roles[q].kind];
-        const BlockCost *c = &cost[roles[q].kind];
-        StageShape s = role_shape(l, &roles[q], roles[q].layers, micro_batches);
-        double dense, expert;
-        stage_params(m, l, &s, &dense, &expert);
-        CollectiveAlgo algo;
-        double reduce = dp_group_bytes_time(in, l, hw, dense, expert, rb, &algo);
-        double gather = rb == wb ? reduce : dp_group_bytes_time(in, l, hw, dense, expert, wb, NULL);
-        double bwd = roles[q].layers * c->backward, fwd = roles[q].layers * c->forward;
-        double exposed = 0.0;
-        if (l->zero >= 3) {
-            double per_mb = zero3_exposed(gather, reduce, roles[q].layers, roles[q].layers * c->compute, l->overlap);
-            if (per_mb > sp.zero3_per_mb) sp.zero3_per_mb = per_mb;
-        } else {
-            /* ZeRO 0: the gradients' all-reduce; 1 and 2: their reduce-scatter and
-             * the updated weights' all-gather. Stage i finishes its last backward
-             * i stages' backward before stage 0: idle time, free for
-             * communication; then the overlap window */
-            double sync = l->zero >= 1 ? 0.5 * (reduce + gather) : reduce;
-            double slack = roles[q].position * bwd / v;
-            double window = l->overlap ? bwd + (l->zero >= 1 ? fwd : 0.0) : 0.0;
-            exposed = overlapped_cost(fmax(0.0, sync - slack), window);
-        }
-        sp.dp_fixed = fmax(sp.dp_fixed, exposed);
-        if ((dense + expert) * rb > out->dp_bytes) out->dp_bytes = (dense + expert) * rb, out->dp_algo = algo;
-        double opt_params = dense / (l->zero >= 1 ? (double)l->dp * l->cp : 1.0) +
-                            expert / (l->zero >= 1 ? (model_is_moe(m) ? (double)layout_expert_dp(l) : (double)l->dp * l->cp) : 1.0);
-        double opt = optimizer_time(hw, in->precision, opt_params);
-        if (opt > sp.optimizer) sp.optimizer = opt;
-    }
+    data_parallel_parts(in, l, cost, roles, n_roles, micro_batches, v, &sp, out);
     sp.straggle = gpus > 1 ? in->jitter * sqrt(2.0 * log((double)gpus)) : 0.0;
 
     /* Split the slowest stage's time per micro-batch into its parts. */
