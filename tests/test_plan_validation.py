@@ -378,8 +378,10 @@ FRESH_ROWS = [
      nemo(64, 4, 8, 1, 256, 1, **{"virtual-stages": 5}, **TP_OVERLAP), "tokens_per_gpu", 1621),
     ("fresh-bridge-llama31-405b-gbs1536", BRIDGE_2602, {"model": "llama3-405b"},
      nemo(1024, 8, 8, 2, 1536, 1, **{"virtual-stages": 8}, **TP_OVERLAP), "tokens_per_gpu", 311),
-    ("fresh-bridge-gpt-oss-120b", BRIDGE_2602, GPT_OSS_120B, nemo(64, 1, 4, 1, 1280, 1, "bf16", ep=8, etp=1),
-     "tokens_per_gpu", 5993),
+    # VP "n/a" in the table: no interleaving (--schedule 1f1b; fixed after the evaluation, which had left the
+    # schedule to the search and got v9 at +61.8%: a transcription error, docs/PLANNER.md).
+    ("fresh-bridge-gpt-oss-120b", BRIDGE_2602, GPT_OSS_120B,
+     nemo(64, 1, 4, 1, 1280, 1, "bf16", ep=8, etp=1, schedule="1f1b"), "tokens_per_gpu", 5993),
     ("fresh-bridge-qwen3-235b-gbs8192", BRIDGE_2602, QWEN3_235B_A22B,
      nemo(256, 2, 8, 1, 8192, 1, ep=32, etp=1, recompute="none", **{"virtual-stages": 4}, **TP_OVERLAP),
      "tokens_per_gpu", 1633),
@@ -391,13 +393,17 @@ FRESH_ROWS = [
 # appended and take the next position. The model is changed looking only at
 # the calibration half (`--markdown --half calibration`); the held-out half
 # is evaluated once at the end, and both are reported.
-HALVES = ("calibration", "held-out")
+HALVES = ("calibration", "held-out", "fresh held-out")
 TARGET = 0.10  # the per-row bound docs/PLANNER.md states (issue 22)
 MOE_TARGET = 0.15  # the bound for mixture-of-experts rows (issue 17)
 
 
 def half_of(index):
-    return HALVES[index % 2]
+    """The half of the row at this position of ALL_ROWS: ROWS alternate, FRESH_ROWS are all fresh held-out."""
+    return HALVES[2] if index >= len(ROWS) else HALVES[index % 2]
+
+
+ALL_ROWS = ROWS + FRESH_ROWS
 
 
 UNITS = {"megatron_tflops": "TFLOP/s", "megatron_mfu": "MFU", "model_tflops": "TFLOP/s", "step_seconds": "s/step",
@@ -413,12 +419,26 @@ def plan_args(model, run):
     return args
 
 
-def predict(row):
-    _, _, model, run, metric, _ = row
-    p = subprocess.run([BATCHSCALE] + plan_args(model, run), capture_output=True, text=True, timeout=300)
+def run_plan(row):
+    """The planner's JSON for a row. A layout its memory model rejects (the search finds no layout that fits)
+    is planned once more as given, without --search, which reports the plan and then exits non-zero saying it
+    does not fit: the row is still predicted, and marked (fits false) as the memory model's miss."""
+    rid, _, model, run, _, _ = row
+    args = plan_args(model, run)
+    p = subprocess.run([BATCHSCALE] + args, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0 and "does not fit" in p.stderr:
+        args = [a for a in args if a != "--search"]
+        p = subprocess.run([BATCHSCALE] + args, capture_output=True, text=True, timeout=300)
+        if "this layout does not fit" in p.stderr and p.stdout.strip():
+            return json.loads(p.stdout)
     if p.returncode != 0:
-        raise AssertionError(f"{row[0]}: batchscale failed:\n{p.stderr}")
-    j = json.loads(p.stdout)
+        raise AssertionError(f"{rid}: batchscale failed:\n{p.stderr}")
+    return json.loads(p.stdout)
+
+
+def predict(row):
+    metric = row[4]
+    j = run_plan(row)
     plan = j["plan"]
     step, gpus = plan["step_time"]["step"], plan["gpus"]
     m = j["model"]
@@ -433,7 +453,12 @@ def predict(row):
         value = plan["batch_tokens"] / step / gpus
     else:
         value = step
-    return value, plan["layout"]["text"], plan["fits"]
+    layout = plan["layout"]["text"]
+    if not plan["fits"]:
+        mem = plan["memory"]
+        layout += (f" (does not fit: {(mem['total'] - mem['reserve']) / 2 ** 30:.1f} of "
+                   f"{(mem['capacity'] - mem['reserve']) / 2 ** 30:.1f} GiB)")
+    return value, layout, plan["fits"]
 
 
 def error(metric, predicted, published):
@@ -472,7 +497,7 @@ def describe(model, run):
 
 def table_rows(only_half=None):
     out = []
-    for index, row in enumerate(ROWS):
+    for index, row in enumerate(ALL_ROWS):
         if only_half and half_of(index) != only_half:
             continue
         rid, source, model, run, metric, published = row
@@ -496,6 +521,9 @@ def markdown(rows):
     lines.append(f"Within {100 * TARGET:.0f}%: {summary(rows)}.")
     halves = [(h, [r for r in rows if r["half"] == h]) for h in HALVES]
     lines.append("; ".join(f"{h} half: {summary(part)}" for h, part in halves if part).capitalize() + ".")
+    held_out = [r for r in rows if r["half"] != "calibration"]
+    if len(held_out) > len(halves[1][1]) > 0:
+        lines.append(f"Both held-out halves together: {summary(held_out)}.")
     return "\n".join(lines)
 
 
@@ -541,9 +569,9 @@ class ValidationTest(unittest.TestCase):
         cls.rows = table_rows()
 
     def test_rows_meet_the_accuracy_the_doc_claims(self):
-        (target, moe_target), named, (within_claimed, total_claimed, mean_claimed) = doc_claims(self.doc, [r[0] for r in ROWS])
+        (target, moe_target), named, (within_claimed, total_claimed, mean_claimed) = doc_claims(self.doc, [r[0] for r in ALL_ROWS])
         self.assertEqual((target, moe_target), (TARGET, MOE_TARGET), "the per-row targets")
-        moe_ids = {row[0] for row in ROWS if "experts" in row[2]}
+        moe_ids = {row[0] for row in ALL_ROWS if "experts" in row[2]}
         for r in self.rows:
             bound = moe_target if r["id"] in moe_ids else target
             low, high = named.get(r["id"], (-bound, bound))
@@ -559,8 +587,11 @@ class ValidationTest(unittest.TestCase):
     def test_doc_matches_recomputed_predictions(self):
         doc, rows = self.doc, self.rows
         self.assertGreaterEqual(len(rows), 10, "the issue asks for at least ten published measurements")
+        _, named, _ = doc_claims(doc, [r[0] for r in ALL_ROWS])
         for r in rows:
-            self.assertTrue(r["fits"], f"{r['id']}: the published layout does not fit in the planner's memory model")
+            # A fresh row the memory model rejects stays in the table, named under "Where it misses".
+            self.assertTrue(r["fits"] or (r["half"] == HALVES[2] and r["id"] in named),
+                            f"{r['id']}: the published layout does not fit in the planner's memory model")
             m = re.search(r"^\| " + re.escape(r["id"]) + r" \|(.*)$", doc, re.M)
             self.assertIsNotNone(m, f"{r['id']} is missing from {DOC}")
             cells = [c.strip() for c in m.group(1).split("|")]
@@ -570,7 +601,7 @@ class ValidationTest(unittest.TestCase):
                              f"tests/test_plan_validation.py --markdown")
             self.assertEqual(cells[0], r["half"], f"{r['id']}: the document puts it in another half")
             self.assertEqual(cells[6], r["layout"], f"{r['id']}: layout changed")
-        for line in markdown(rows).splitlines()[-2:]:
+        for line in markdown(rows).split("\n\n")[-1].splitlines():
             self.assertIn(line, doc, "the summary lines under the table are stale")
 
 
