@@ -19,6 +19,10 @@ within the stated target ("Target: within 15% on each row") unless the
 bullet states (rounded: +-0.5 of the last digit), and the summary's count
 within target and mean absolute error. `--markdown` prints the table for
 the document. Misses are reported and explained, not tuned away.
+
+FRESH_ROWS is a third half, "fresh held-out": rows transcribed and committed
+before the planner was first run on them, evaluated once (docs/PLANNER.md,
+"Held-out discipline"). `--markdown --half "fresh held-out"` prints it alone.
 """
 import json
 import os
