@@ -18,7 +18,14 @@ Debian's vim-runtime):
    goodput:8:64, evaluated every 2 steps: training seconds (the steps' own,
    evaluations excluded), tokens and steps to the target, interpolated
    between the evaluations around it; goodput's PASS when its seconds are
-   below the best constant's and the best ramp's.
+   below the best constant's and the best ramp's;
+4. the same schedules with the 2 ranks on two test hosts (network
+   namespaces, tests/hosts/) joined by a link shaped to LINK (default 100
+   Mb/s, env BS_BENCH_LINK; `none` skips it), for the settings of
+   BS_BENCH_LINK_SETTINGS (default kjv-demo): there the gradient all-reduce
+   is a fixed cost per step, so throughput grows with the batch as on a
+   cluster, which on 2 cores' shared memory it hardly does. Skipped, with
+   the reason, where namespaces cannot be made (not root).
 Timings are this machine's at the moment of the run: compare within a run.
 usage: bench_critical_batch.py BATCHSCALE OUT_JSON   (env BS_BENCH_SETTINGS=kjv-demo,... to choose)"""
 import json
@@ -29,7 +36,12 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "hosts"))
+import testhosts  # noqa: E402
+
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+LINK = os.environ.get("BS_BENCH_LINK", "100mbit")
+LINK_SETTINGS = os.environ.get("BS_BENCH_LINK_SETTINGS", "kjv-demo").split(",")
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 SEEDS = int(os.environ.get("BS_BENCH_SEEDS", 2))
 BATCHES = "4,8,16,32,64"
@@ -78,13 +90,16 @@ def sweep(bs, data, model, target, out):
     return fit["b_crit_sequences"], fit.get("interval", {}).get("b_crit_sequences")
 
 
-def train(bs, data, model, target, extra, ranks, path):
+def train(bs, data, model, target, extra, ranks, path, hosts=None):
     """A run to the target (at most 4M tokens, the length the adaptive schedules plan with; the learning rate is
-    constant after warm-up, so the length shapes nothing else); returns (metrics, wall seconds)."""
+    constant after warm-up, so the length shapes nothing else), on the test hosts (one rank each) when given;
+    returns (metrics, wall seconds)."""
     cmd = [bs, "train", "--data", os.path.join(data, "train_000000.bin"), "--val-data",
            os.path.join(data, "val_000000.bin"), "--target-val-loss", str(target), "--train-tokens", "4M",
            "--metrics", path] + model + COMMON + extra
-    if ranks > 1:
+    if hosts is not None:
+        cmd = hosts.mpirun_args(ranks, cmd, slots=1)
+    elif ranks > 1:
         cmd = MPIRUN + ["-np", str(ranks)] + cmd
     t0 = time.monotonic()
     run(cmd)
@@ -122,22 +137,55 @@ def to_target(m, target):
     return None
 
 
-def schedules(bs, data, model, target, tmp):
+def schedules(bs, data, model, target, tmp, hosts=None):
     rows = {}
     for name, (final, schedule) in SCHEDULES.items():
         path = os.path.join(tmp, name.replace(" ", "_").replace(":", "_").replace(">", "") + ".jsonl")
         m, wall = train(bs, data, model, target, ["--global-batch", str(final), "--batch-schedule", schedule,
-                                                  "--eval-every", "2", "--noise-ema", str(SCHEDULE_EMA)], 2, path)
+                                                  "--eval-every", "2", "--noise-ema", str(SCHEDULE_EMA)], 2, path,
+                        hosts)
         hit = to_target(m, target)
         reached = hit is not None
         rows[name] = dict(wall_s=hit[0] if hit else float("inf"), tokens=hit[1] if hit else None,
-                          steps=hit[2] if hit else None, run_wall_s=wall, reached=reached)
+                          steps=hit[2] if hit else None, run_wall_s=wall, reached=reached,
+                          batches=[x["batch"] for x in m if x.get("goodput_batch") is not None])
         if reached:
             print(f"    {name:22s} {hit[0]:7.1f} s {hit[1]:9.0f} tokens {hit[2]:6.1f} steps to the target "
                   f"(run {wall:.0f} s with evaluations)", flush=True)
         else:
             print(f"    {name:22s} NOT reached in 4M tokens", flush=True)
     return rows
+
+
+def verdict(rows):
+    """goodput's PASS when it reached the target in less wall time than the best constant and the best ramp."""
+    best = lambda keys: min((rows[k]["wall_s"] for k in keys if rows[k]["reached"]), default=float("inf"))
+    const, ramp = best([k for k in rows if k.startswith("constant")]), best([k for k in rows if k.startswith("ramp")])
+    g = rows["goodput:8:64"]
+    word = "PASS" if g["reached"] and g["wall_s"] < min(const, ramp) else "MISS"
+    print(f"  goodput {g['wall_s']:.1f} s vs best constant {const:.1f} s, best ramp {ramp:.1f} s: {word} "
+          f"(goodput's batches at its decisions: {g['batches']})", flush=True)
+    return word
+
+
+def linked_schedules(bs, data, model, target, tmp):
+    """The schedules with one rank on each of two test hosts whose links are shaped to LINK; None (and the reason
+    printed) where test hosts cannot be made."""
+    if os.geteuid() != 0:
+        print("  schedules over a shaped link: skipped (test hosts need root for network namespaces)", flush=True)
+        return None
+    print(f"  schedules with the 2 ranks on two hosts over a {LINK} link:", flush=True)
+    try:
+        with testhosts.TestHosts(2) as hosts:
+            for host in (0, 1):
+                p = hosts.shape(host, f"rate {LINK}")
+                if p.returncode != 0:
+                    print(f"  schedules over a shaped link: skipped ({p.stderr.strip()})", flush=True)
+                    return None
+            return schedules(bs, data, model, target, tmp, hosts)
+    except AssertionError as e:  # TestHosts: the namespaces could not be made
+        print(f"  schedules over a shaped link: skipped ({e})", flush=True)
+        return None
 
 
 # The estimators' EMA horizons: the default 0.99 (about 100 steps: the whole of these runs, so the |G|^2 average
@@ -168,12 +216,12 @@ def main():
                               flush=True)
                 print(f"  curvature cost: {e['noise_extra_passes']} extra gradient passes in {e['steps']} steps")
             rows = schedules(bs, data, model, target, tmp)
-            best = lambda keys: min((rows[k]["wall_s"] for k in keys if rows[k]["reached"]), default=float("inf"))
-            const, ramp = best([k for k in rows if k.startswith("constant")]), best([k for k in rows if k.startswith("ramp")])
-            g = rows["goodput:8:64"]
-            verdict = "PASS" if g["reached"] and g["wall_s"] < min(const, ramp) else "MISS"
-            print(f"  goodput {g['wall_s']:.1f} s vs best constant {const:.1f} s, best ramp {ramp:.1f} s: {verdict}")
-            results[name] = dict(b_crit=b_crit, interval=interval, estimators=est, schedules=rows, goodput=verdict)
+            results[name] = dict(b_crit=b_crit, interval=interval, estimators=est, schedules=rows,
+                                 goodput=verdict(rows))
+            if LINK != "none" and name in LINK_SETTINGS:
+                linked = linked_schedules(bs, data, model, target, tmp)
+                if linked is not None:
+                    results[name].update(link=LINK, linked_schedules=linked, linked_goodput=verdict(linked))
     json.dump(results, open(out_json, "w"), indent=1)
 
 
