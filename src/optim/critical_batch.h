@@ -69,7 +69,7 @@ typedef struct {
 typedef struct {
     Interval s_min, e_min, b_crit;
     double level;    /* the central share the intervals hold, e.g. 0.95 */
-    int resamples;   /* refits done */
+    int resamples;   /* resamples drawn (refits done: resamples - unfitted) */
     int unbracketed; /* of them, how many put B_crit on the search's bound */
     int unfitted;    /* resamples left with fewer than two batch sizes, skipped (only optim/lr_choice.h's) */
 } TradeoffInterval;
