@@ -6,8 +6,11 @@ Per setting (a model, a corpus, a target validation loss; the demo model and
 a half-width one on byte-level KJV, the demo model on Vim's user manual from
 Debian's vim-runtime):
 1. the fitted critical batch: `batchscale batch-sweep` at batches 4-64 x
-   SEEDS seeds to the target (constant lr 2e-3 for every batch, 1 process):
-   B_crit with its bootstrap interval;
+   SEEDS seeds to the target (1 process), each batch at its own best of the
+   constant learning rates LRS (`--lrs`, McCandlish et al.'s definition;
+   runs x the number of lrs): B_crit with its bootstrap interval and the
+   lr chosen per batch; with LRS empty, one constant lr 2e-3 for every
+   batch (the fixed-lr B_crit);
 2. the estimators at the target: a run at batch 16 with --noise-scale
    --noise-scale-every 10 until the target, at each EMA horizon of HORIZONS;
    each estimator's last value (B_simple, B_simple of the Adam-preconditioned
@@ -27,7 +30,8 @@ Debian's vim-runtime):
    cluster, which on 2 cores' shared memory it hardly does. Skipped, with
    the reason, where namespaces cannot be made (not root).
 Timings are this machine's at the moment of the run: compare within a run.
-usage: bench_critical_batch.py BATCHSCALE OUT_JSON   (env BS_BENCH_SETTINGS=kjv-demo,... to choose)"""
+usage: bench_critical_batch.py BATCHSCALE OUT_JSON   (env BS_BENCH_SETTINGS=kjv-demo,... to choose the
+settings, BS_BENCH_LRS=1e-3,2e-3,4e-3 the lr grid, BS_BENCH_LRS= for the single-lr sweep)"""
 import json
 import os
 import subprocess
@@ -45,6 +49,7 @@ LINK_SETTINGS = os.environ.get("BS_BENCH_LINK_SETTINGS", "kjv-demo").split(",")
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 SEEDS = int(os.environ.get("BS_BENCH_SEEDS", 2))
 BATCHES = "4,8,16,32,64"
+LRS = os.environ.get("BS_BENCH_LRS", "1e-3,2e-3,4e-3")  # empty: every batch at COMMON's --lr
 DEMO = ["--layers", "4", "--heads", "4", "--channels", "192"]
 HALF = ["--layers", "4", "--heads", "4", "--channels", "96"]
 COMMON = ["--seq-len", "128", "--micro-batch", "4", "--lr", "2e-3", "--min-lr", "2e-3", "--warmup-tokens", "65536",
@@ -82,12 +87,16 @@ def metrics(path):
 
 
 def sweep(bs, data, model, target, out):
+    """B_crit in sequences, its interval, and {batch: the lr chosen} (empty without LRS)."""
     cmd = [bs, "batch-sweep", "--batches", BATCHES, "--seeds", str(SEEDS), "--target-loss", str(target),
-           "--max-steps", "1500", "--eval-tokens", "8192", "--out", out, "--", bs, "train",
-           "--data", os.path.join(data, "train_000000.bin"), "--val-data", os.path.join(data, "val_000000.bin")]
+           "--max-steps", "1500", "--eval-tokens", "8192", "--out", out] + (["--lrs", LRS] if LRS else []) + [
+           "--", bs, "train", "--data", os.path.join(data, "train_000000.bin"), "--val-data",
+           os.path.join(data, "val_000000.bin")]
     run(cmd + model + [x for x in COMMON if x != "--quiet"])
-    fit = json.load(open(os.path.join(out, "sweep.json")))["fit"]
-    return fit["b_crit_sequences"], fit.get("interval", {}).get("b_crit_sequences")
+    summary = json.load(open(os.path.join(out, "sweep.json")))
+    fit = summary["fit"]
+    chosen = {b["batch"]: b["lr"] for b in summary.get("lr_choice", {}).get("batches", [])}
+    return fit["b_crit_sequences"], fit.get("interval", {}).get("b_crit_sequences"), chosen
 
 
 def train(bs, data, model, target, extra, ranks, path, hosts=None):
@@ -205,8 +214,12 @@ def main():
             corpus_name, model, target = SETTINGS[name]
             data = corpus(bs, tmp, corpus_name)
             print(f"{name}: {corpus_name}, {' '.join(model)}, target validation loss {target}", flush=True)
-            b_crit, interval = sweep(bs, data, model, target, os.path.join(tmp, name + "_sweep"))
+            b_crit, interval, chosen = sweep(bs, data, model, target, os.path.join(tmp, name + "_sweep"))
             print(f"  fitted B_crit {b_crit:.1f} sequences, 95% interval {interval}", flush=True)
+            if chosen:
+                print("  lr chosen per batch (of " + LRS + "): " +
+                      ", ".join(f"{b}: {lr if lr is not None else 'none reached'}" for b, lr in chosen.items()),
+                      flush=True)
             est = {}
             for ema in HORIZONS:
                 est[str(ema)] = e = estimators(bs, data, model, target, tmp, ema)
@@ -216,8 +229,8 @@ def main():
                               flush=True)
                 print(f"  curvature cost: {e['noise_extra_passes']} extra gradient passes in {e['steps']} steps")
             rows = schedules(bs, data, model, target, tmp)
-            results[name] = dict(b_crit=b_crit, interval=interval, estimators=est, schedules=rows,
-                                 goodput=verdict(rows))
+            results[name] = dict(b_crit=b_crit, interval=interval, lrs=LRS, chosen_lr=chosen, estimators=est,
+                                 schedules=rows, goodput=verdict(rows))
             if LINK != "none" and name in LINK_SETTINGS:
                 linked = linked_schedules(bs, data, model, target, tmp)
                 if linked is not None:

@@ -23,6 +23,22 @@ global batches 2, 8 and 16 x seeds 1 and 2, to validation loss 2.6:
   whole number of micro-batches, no --target-loss, no command after --, a
   command that is not batchscale train, no --val-data, and a target no run
   reaches within --max-steps (sweep.json still records the runs).
+- --lrs 3e-3,1e-3 (given descending; 1e-3 takes about 2.5x the steps, so
+  the choice is not a coin flip): the grid is recorded ascending; every
+  (batch, lr, seed) ran, its metrics named batchB_lrX_seedK.jsonl, every
+  step after warm-up at the run's lr (the metrics' recorded lr: --min-lr
+  equal to --lr stays equal), the 3e-3 runs repeating the single-lr sweep's
+  steps exactly; each run's steps recomputed from its metrics; per batch the
+  chosen lr (sweep.json, the runs' chosen_lr flags, the table's * and the
+  per-batch line) is the argmin of the geometric-mean steps computed here;
+  the fit equals numpy's on exactly the chosen runs; the interval holds the
+  estimate; the warning that the best lr may lie outside --lrs.
+- --min-lr scaled with the lr: --lr 3e-3 --min-lr 1.5e-3 --lrs 6e-3 under
+  a cap of 8 steps: the metrics' lr is 6e-3 at the end of warm-up and 3e-3
+  at the cap (where the cosine reaches --min-lr).
+- --lrs refusals, one line naming --lrs: empty, an empty entry, a trailing
+  comma, a word, zero, negative, inf, nan, a value given twice (1e-3 and
+  0.001), more than 16, and a command without --lr (saying to add it).
 """
 import json
 import os
@@ -41,6 +57,7 @@ T = 32
 TARGET = 2.6
 BATCHES = [2, 8, 16]
 SEEDS = 2
+LRS = [1e-3, 3e-3]
 
 
 def numpy_fit(steps, tokens):
@@ -86,6 +103,14 @@ def check_png(test, path):
     test.assertEqual(len(zlib.decompress(idat)), height * (1 + (3 if colour == 2 else 4) * width))
 
 
+def steps_from_metrics(lines):
+    """Steps to TARGET: linear in the validation loss between the evaluation before it and the first at or below."""
+    evals = [(line["step"], line["val_loss"]) for line in lines if "val_loss" in line]
+    k = next(i for i, e in enumerate(evals) if e[1] <= TARGET)
+    (s0, l0), (s1, l1) = evals[k - 1], evals[k]
+    return s0 + (l0 - TARGET) / (l0 - l1) * (s1 - s0)
+
+
 class BatchSweep(bstest.CorpusTest):
     @classmethod
     def train_command(cls):
@@ -95,10 +120,10 @@ class BatchSweep(bstest.CorpusTest):
                 "--val-data", os.path.join(cls.data, "val_000000.bin")]
 
     @classmethod
-    def sweep(cls, out, *options, batches=BATCHES, seeds=SEEDS, check=True):
+    def sweep(cls, out, *options, batches=BATCHES, seeds=SEEDS, check=True, train=None):
         args = ["batch-sweep", "--batches", ",".join(map(str, batches)), "--seeds", str(seeds), "--target-loss",
                 str(TARGET), "--eval-tokens", "256", "--out", os.path.join(cls.dir, out)] + list(options) + ["--"]
-        return bstest.run(args + cls.train_command(), check=check)
+        return bstest.run(args + (train or cls.train_command()), check=check)
 
     @classmethod
     def load(cls, out):
@@ -110,6 +135,8 @@ class BatchSweep(bstest.CorpusTest):
         super().setUpClass()
         cls.first = cls.sweep("full", "--max-steps", "300")
         cls.full = cls.load("full")
+        cls.lr_run = cls.sweep("lrs", "--max-steps", "300", "--lrs", "3e-3,1e-3")
+        cls.lrs = cls.load("lrs")
 
     def test_runs_and_interpolation(self):
         runs = self.full["runs"]
@@ -203,6 +230,83 @@ class BatchSweep(bstest.CorpusTest):
         summary = self.load("never")
         self.assertEqual([r["outcome"] for r in summary["runs"]], ["not reached"] * 2)
         self.assertIsNone(summary["fit"])
+
+    def test_runs_at_their_lr(self):
+        runs = self.lrs["runs"]
+        self.assertEqual(self.lrs["lrs"], LRS)
+        self.assertEqual([(r["batch"], r["lr"], r["seed"]) for r in runs],
+                         [(b, lr, s) for b in BATCHES for lr in LRS for s in range(1, SEEDS + 1)])
+        single = {(r["batch"], r["seed"]): r for r in self.full["runs"]}
+        for r in runs:
+            self.assertEqual(r["outcome"], "reached", r)
+            self.assertEqual(os.path.basename(r["metrics"]), "batch%d_lr%s_seed%d.jsonl"
+                             % (r["batch"], "0.001" if r["lr"] == 1e-3 else "0.003", r["seed"]))
+            lines = bstest.read_metrics(r["metrics"])
+            after_warmup = [line["lr"] for line in lines if line["step"] >= 2]
+            self.assertTrue(all(abs(lr / r["lr"] - 1) < 1e-6 for lr in after_warmup), (r, after_warmup[:5]))
+            self.assertAlmostEqual(r["steps"], steps_from_metrics(lines), places=9)
+            if r["lr"] == 3e-3:  # the single-lr sweep's --lr: the same run exactly
+                self.assertEqual(r["steps"], single[(r["batch"], r["seed"])]["steps"])
+
+    def test_choice_and_fit(self):
+        runs, choice = self.lrs["runs"], self.lrs["lr_choice"]["batches"]
+        chosen_runs = []
+        for b, entry in zip(BATCHES, choice):
+            steps = {lr: [steps_from_metrics(bstest.read_metrics(r["metrics"])) for r in runs
+                          if r["batch"] == b and r["lr"] == lr] for lr in LRS}
+            geomean = {lr: float(np.exp(np.mean(np.log(v)))) for lr, v in steps.items()}
+            best = min(LRS, key=lambda lr: geomean[lr])
+            other = [lr for lr in LRS if lr != best][0]
+            self.assertGreater(geomean[other] / geomean[best], 1.5, f"batch {b}: the choice is a coin flip {geomean}")
+            self.assertEqual((entry["batch"], entry["lr"]), (b, best))
+            for r in runs:
+                if r["batch"] == b:
+                    self.assertEqual(r["chosen_lr"], r["lr"] == best, r)
+            chosen_runs += [r for r in runs if r["batch"] == b and r["lr"] == best]
+            spell = lambda lr: "%g" % lr
+            self.assertRegex(self.lr_run.stdout, r"\n\s+%d\s+%s\*\s+1\s" % (b, spell(best)))
+            self.assertIn("batch %d: lr %s (geometric-mean steps %.1f over %d runs; other lrs: %s %.1f)"
+                          % (b, spell(best), geomean[best], SEEDS, spell(other), geomean[other]), self.lr_run.stdout)
+            edge = "smallest" if best == LRS[0] else "largest"
+            self.assertRegex(self.lr_run.stderr, r"warning: batch-sweep: at batch(es)? [0-9, ]*\b%d\b[0-9, ]* the chosen "
+                             r"lr is the %s of --lrs \(%s\): the best lr may lie outside --lrs" % (b, edge, spell(best)))
+        fit = self.lrs["fit"]
+        s_min, e_min = numpy_fit([r["steps"] for r in chosen_runs], [r["tokens"] for r in chosen_runs])
+        self.assertEqual(fit["runs_used"], len(chosen_runs))
+        self.assertLess(abs(fit["s_min"] / s_min - 1), 1e-6, (fit, s_min))
+        self.assertLess(abs(fit["e_min_tokens"] / e_min - 1), 1e-6, (fit, e_min))
+        ci = fit["interval"]
+        self.assertIn("the lr chosen per batch from the resampled runs", ci["method"])
+        for key in ("s_min", "e_min_tokens", "b_crit_sequences"):
+            self.assertLessEqual(ci[key][0], fit[key])
+            self.assertLessEqual(fit[key], ci[key][1])
+        check_png(self, self.path("lrs/pareto.png"))
+
+    def test_min_lr_scaled(self):
+        train = self.train_command()
+        train[train.index("--min-lr") + 1] = "1.5e-3"
+        self.sweep("minlr", "--max-steps", "8", "--lrs", "6e-3", batches=[8, 16], seeds=1, check=False, train=train)
+        runs = self.load("minlr")["runs"]
+        self.assertEqual([(r["batch"], r["lr"], r["outcome"]) for r in runs],
+                         [(8, 6e-3, "not reached"), (16, 6e-3, "not reached")])
+        for r in runs:
+            lines = {line["step"]: line["lr"] for line in bstest.read_metrics(r["metrics"])}
+            self.assertLess(abs(lines[2] / 6e-3 - 1), 1e-6, lines)  # the end of warm-up: the peak, the run's lr
+            self.assertLess(abs(lines[8] / 3e-3 - 1), 1e-6, lines)  # the cap: --min-lr x 6e-3 / 3e-3
+
+    def test_lr_refusals(self):
+        base = ["batch-sweep", "--batches", "2,8", "--target-loss", "2", "--out", self.path("bad")]
+        train = ["--"] + self.train_command()
+        many = ",".join("%de-4" % k for k in range(1, 18))
+        for lrs, why in (("", "empty"), ("1e-3,,2e-3", "must be a number"), ("1e-3,", "comma"),
+                         ("x", "must be a number"), ("0,1e-3", "0 is not a positive finite"),
+                         ("-1e-3", "-1e-3 is not a positive finite"), ("inf", "inf is not a positive finite"),
+                         ("nan", "nan is not a positive finite"), ("1e-3,0.001", "0.001 is given twice"),
+                         (many, "at most 16")):
+            self.refused(base + ["--lrs", lrs] + train, ["--lrs", why])
+        no_lr = self.train_command()
+        del no_lr[no_lr.index("--lr"):no_lr.index("--lr") + 2]
+        self.refused(base + ["--lrs", "1e-3"] + ["--"] + no_lr, ["--lrs", "add --lr to the train command"])
 
 
 if __name__ == "__main__":

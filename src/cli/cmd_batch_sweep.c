@@ -16,6 +16,11 @@
  * from scratch and keeps only its metrics). Everything else passes through,
  * so the learning rate is the command's at every batch: give a constant one
  * (--min-lr equal to --lr) so that the cap does not shape a cosine decay.
+ * With --lrs every (batch, lr, seed) is a run, each lr replacing the
+ * command's --lr (and scaling its --min-lr, cli/sweep_lr.h); per batch the
+ * lr whose runs reach the target in the fewest steps is kept, and the fit
+ * and its bootstrap use only the kept lr's runs, the choice made again in
+ * every resample (optim/lr_choice.h).
  * A run that does not reach the target, or fails after its first step, is
  * reported as such and left out of the fit; fewer than two batch sizes
  * reaching it is an error (after sweep.json records the runs). Deliberately
@@ -28,6 +33,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/run_child.h"
+#include "cli/sweep_lr.h"
 #include "cli/sweep_report.h"
 #include "cli/sweep_run.h"
 #include "core/error.h"
@@ -38,7 +44,7 @@
 #define LEVEL 0.95
 
 typedef struct {
-    const char *batches, *out;
+    const char *batches, *out, *lrs; /* lrs: NULL when --lrs is not given */
     int seeds, max_steps, resamples;
     double target;
     long long eval_tokens;
@@ -99,28 +105,60 @@ static void check_command(RunCommand *cmd, const int *batches, int n) {
                    "(every run keeps the command's micro-batch)", batches[i], micro, dp, dp == 1 ? "" : "s");
 }
 
+/* The range of the fitted runs' batches, in tokens, and whether B_crit lies within it. */
+static bool within_batches(const SweepResult *r) {
+    double lo = INFINITY, hi = 0;
+    for (int i = 0; i < r->num_runs; i++)
+        if (sweep_run_in_fit(r, i))
+            lo = fmin(lo, (double)r->runs[i].batch * r->seq_len), hi = fmax(hi, (double)r->runs[i].batch * r->seq_len);
+    return r->fit.b_crit >= lo && r->fit.b_crit <= hi;
+}
+
 /* Fits the runs that reached the target; false if fewer than two batch sizes did. */
 static bool fit_runs(SweepResult *r, int resamples) {
     TradeoffPoint *points = bs_malloc(sizeof *points * (size_t)r->num_runs);
     int n = 0, per_batch_max = 0, count = 0;
-    double lo = INFINITY, hi = 0;
     for (int i = 0; i < r->num_runs; i++) {
         const SweepRun *u = &r->runs[i];
         count = i > 0 && u->batch == r->runs[i - 1].batch ? count : 0;
         if (u->outcome != RUN_REACHED) continue;
         points[n++] = (TradeoffPoint){u->steps, u->tokens, u->batch};
-        lo = fmin(lo, (double)u->batch * r->seq_len), hi = fmax(hi, (double)u->batch * r->seq_len);
         if (++count > per_batch_max) per_batch_max = count;
     }
     char why[200];
     r->runs_used = n;
     r->fitted = tradeoff_fit(points, n, &r->fit, why, sizeof why);
     if (r->fitted) {
-        r->within_batches = r->fit.b_crit >= lo && r->fit.b_crit <= hi;
+        r->within_batches = within_batches(r);
         r->has_interval = per_batch_max >= 2;
         if (r->has_interval) tradeoff_bootstrap(points, n, resamples, LEVEL, BOOTSTRAP_SEED, &r->interval);
     }
     free(points);
+    return r->fitted;
+}
+
+/* With --lrs: chooses the lr per batch, fits its runs that reached the target, and bootstraps with the choice
+ * inside; false if fewer than two batch sizes reached it. */
+static bool fit_chosen(SweepResult *r, int resamples) {
+    GridRun *grid = bs_malloc(sizeof *grid * (size_t)r->num_runs);
+    TradeoffPoint *points = bs_malloc(sizeof *points * (size_t)r->num_runs);
+    for (int i = 0; i < r->num_runs; i++) {
+        const SweepRun *u = &r->runs[i];
+        grid[i] = (GridRun){sweep_batch_index(r, i), u->lr_index, u->outcome == RUN_REACHED, u->steps, u->tokens};
+    }
+    const LrGrid g = {grid, r->num_runs, r->num_batches, r->num_lrs};
+    lr_choose(&g, r->cells, r->chosen);
+    char why[200];
+    r->runs_used = lr_chosen_points(&g, r->chosen, points);
+    r->fitted = tradeoff_fit(points, r->runs_used, &r->fit, why, sizeof why);
+    if (r->fitted) {
+        r->within_batches = within_batches(r);
+        r->has_interval = r->seeds >= 2;
+        if (r->has_interval)
+            lr_choice_bootstrap(&g, resamples, LEVEL, BOOTSTRAP_SEED, &r->interval, r->choice_counts);
+    }
+    free(points);
+    free(grid);
     return r->fitted;
 }
 
@@ -141,42 +179,77 @@ static void die_unfitted(const SweepResult *r) {
            "raise --max-steps or the target", last, s->target, s->max_steps);
 }
 
+/* The grid of a sweep: every (batch, lr, seed), batch by batch, then lr by lr, then seed. */
+typedef struct {
+    const int *batches;
+    int num_batches;
+    const double *lrs; /* NULL: the command's lr */
+    int num_lrs, seeds;
+} SweepGrid;
+
+/* Runs the grid, one run after another, a line each; runs[] in the grid's order. */
+static void run_grid(const RunCommand *cmd, const SweepSettings *s, const SweepGrid *g, SweepRun *runs) {
+    const int per_batch = g->num_lrs > 0 ? g->num_lrs : 1, total = g->num_batches * per_batch * g->seeds;
+    run_signals_block();
+    for (int b = 0, k = 0; b < g->num_batches; b++)
+        for (int l = 0; l < per_batch; l++)
+            for (int seed = 1; seed <= g->seeds; seed++, k++) {
+                char lr[64] = "", spelled[48];
+                if (g->num_lrs > 0) sweep_lr_spell(g->lrs[l], spelled, sizeof spelled);
+                if (g->num_lrs > 0) snprintf(lr, sizeof lr, ", lr %s", spelled);
+                printf("batch-sweep: run %d of %d: batch %d%s, seed %d ... ", k + 1, total, g->batches[b], lr, seed);
+                fflush(stdout);
+                sweep_run(cmd, s, g->batches[b], g->num_lrs > 0 ? g->lrs[l] : NAN, seed, &runs[k]);
+                runs[k].lr_index = l;
+                const SweepRun *u = &runs[k];
+                if (u->outcome == RUN_REACHED) printf("%.1f steps, %.0f tokens\n", u->steps, u->tokens);
+                else if (u->outcome == RUN_NOT_REACHED) printf("not reached (best %.4f)\n", u->best_val_loss);
+                else printf("failed (exit status %d)\n", u->exit_status);
+            }
+}
+
+/* Prints and writes the result; dies (after sweep.json) if it could not be fitted. */
+static void report(SweepResult *r, const SweepOptions *o) {
+    bool fitted = r->num_lrs > 0 ? fit_chosen(r, o->resamples) : fit_runs(r, o->resamples);
+    sweep_print_table(r);
+    if (r->num_lrs > 0) sweep_print_choice(r);
+    char path[4300], png[4300];
+    snprintf(path, sizeof path, "%s/sweep.json", o->out);
+    sweep_write_json(r, path);
+    if (!fitted) die_unfitted(r);
+    snprintf(png, sizeof png, "%s/pareto.png", o->out);
+    sweep_write_png(r, png);
+    sweep_print_fit(r);
+    printf("wrote %s and %s\n", path, png);
+}
+
 static int sweep(const SweepOptions *o, RunCommand *cmd, const char *command_text) {
     int batches[MAX_BATCHES];
+    double lrs[SWEEP_MAX_LRS];
     const int num_batches = parse_batches(o->batches, batches);
+    const int num_lrs = o->lrs ? sweep_lrs_parse(o->lrs, lrs) : 0;
     check_command(cmd, batches, num_batches);
-    char runs_dir[4200], path[4300];
+    char runs_dir[4200];
     snprintf(runs_dir, sizeof runs_dir, "%s/runs", o->out);
+    SweepSettings s = {o->target, o->max_steps, o->eval_tokens, (int)option_count(cmd, "seq-len", 128), runs_dir,
+                       NAN, NAN};
+    if (num_lrs > 0) sweep_lr_base(cmd, &s.base_lr, &s.base_min_lr);
     bs_mkdir_p(runs_dir);
-    const SweepSettings s = {o->target, o->max_steps, o->eval_tokens,
-                             (int)option_count(cmd, "seq-len", 128), runs_dir};
-    const int total = num_batches * o->seeds;
+    const SweepGrid g = {batches, num_batches, lrs, num_lrs, o->seeds};
+    const int total = num_batches * (num_lrs > 0 ? num_lrs : 1) * o->seeds, cells = num_batches * num_lrs;
     SweepRun *runs = bs_calloc((size_t)total, sizeof *runs);
-    run_signals_block();
-    for (int b = 0, k = 0; b < num_batches; b++)
-        for (int seed = 1; seed <= o->seeds; seed++, k++) {
-            printf("batch-sweep: run %d of %d: batch %d, seed %d ... ", k + 1, total, batches[b], seed);
-            fflush(stdout);
-            sweep_run(cmd, &s, batches[b], seed, &runs[k]);
-            const SweepRun *u = &runs[k];
-            if (u->outcome == RUN_REACHED) printf("%.1f steps, %.0f tokens\n", u->steps, u->tokens);
-            else if (u->outcome == RUN_NOT_REACHED) printf("not reached (best %.4f)\n", u->best_val_loss);
-            else printf("failed (exit status %d)\n", u->exit_status);
-        }
+    run_grid(cmd, &s, &g, runs);
     SweepResult r = {.settings = &s, .seeds = o->seeds, .runs = runs, .num_runs = total, .command = command_text,
-                     .seq_len = s.seq_len};
+                     .seq_len = s.seq_len, .batches = batches, .num_batches = num_batches, .lrs = lrs,
+                     .num_lrs = num_lrs, .chosen = bs_calloc((size_t)num_batches, sizeof(int)),
+                     .cells = bs_calloc((size_t)(cells > 0 ? cells : 1), sizeof(LrCell)),
+                     .choice_counts = bs_calloc((size_t)(cells > 0 ? cells : 1), sizeof(int))};
     for (int k = 0; k < total; k++)
         if (runs[k].seq_len > 0) r.seq_len = runs[k].seq_len; /* the metrics' word over the flag's */
-    sweep_print_table(&r);
-    bool fitted = fit_runs(&r, o->resamples);
-    snprintf(path, sizeof path, "%s/sweep.json", o->out);
-    sweep_write_json(&r, path);
-    if (!fitted) die_unfitted(&r);
-    char png[4300];
-    snprintf(png, sizeof png, "%s/pareto.png", o->out);
-    sweep_write_png(&r, png);
-    sweep_print_fit(&r);
-    printf("wrote %s and %s\n", path, png);
+    report(&r, o);
+    free(r.choice_counts);
+    free(r.cells);
+    free(r.chosen);
     free(runs);
     return 0;
 }
@@ -191,6 +264,7 @@ int cmd_batch_sweep(int argc, char **argv) {
         {"eval-tokens", OPT_LONG, &o.eval_tokens, 1, 9e18, "TOKENS", "evaluate every this many tokens (--eval-every per batch, unless the command gives it)", "16384", NULL},
         {"out", OPT_STRING, &o.out, OPT_NO_RANGE, "DIR", "sweep.json, pareto.png and runs/", "batch-sweep", NULL},
         {"resamples", OPT_INT, &o.resamples, 10, 1000000, "N", "bootstrap resamples", "1000", NULL},
+        {"lrs", OPT_STRING, &o.lrs, OPT_NO_RANGE, "LIST", "learning rates to try at every batch, e.g. 1e-3,2e-3,4e-3 (each replaces the command's --lr; the fit keeps each batch's fastest)", NULL, NULL},
     };
     int split = 1;
     while (split < argc && strcmp(argv[split], "--") != 0) split++;

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include "cli/run_child.h"
+#include "cli/sweep_lr.h"
 #include "core/error.h"
 #include "core/io.h"
 
@@ -40,6 +41,7 @@ static void run_command_for(const RunCommand *base, const SweepSettings *s, cons
         run_command_set(cmd, "eval-every", value);
     }
     if (!run_command_get(base, "sample-tokens")) run_command_set(cmd, "sample-tokens", "0");
+    if (!isnan(run->lr)) sweep_lr_apply(cmd, s->base_lr, s->base_min_lr, run->lr);
 }
 
 static double number(json_t *j, const char *key) {
@@ -84,11 +86,22 @@ static int read_metrics(SweepRun *run, double target) {
     return lines;
 }
 
-void sweep_run(const RunCommand *base, const SweepSettings *s, int batch, long seed, SweepRun *out) {
+/* The run's metrics file: runs/batchB_seedK.jsonl, or with an lr runs/batchB_lrX_seedK.jsonl. */
+static void metrics_path(const SweepSettings *s, SweepRun *run) {
+    char lr[64] = "";
+    if (!isnan(run->lr)) {
+        char spelled[48];
+        sweep_lr_spell(run->lr, spelled, sizeof spelled);
+        snprintf(lr, sizeof lr, "_lr%s", spelled);
+    }
+    snprintf(run->metrics, sizeof run->metrics, "%s/batch%d%s_seed%ld.jsonl", s->runs_dir, run->batch, lr, run->seed);
+}
+
+void sweep_run(const RunCommand *base, const SweepSettings *s, int batch, double lr, long seed, SweepRun *out) {
     memset(out, 0, sizeof *out);
-    out->batch = batch, out->seed = seed, out->outcome = RUN_NOT_REACHED;
+    out->batch = batch, out->seed = seed, out->lr = lr, out->outcome = RUN_NOT_REACHED;
     out->steps = out->tokens = out->best_val_loss = NAN;
-    snprintf(out->metrics, sizeof out->metrics, "%s/batch%d_seed%ld.jsonl", s->runs_dir, batch, seed);
+    metrics_path(s, out);
     remove(out->metrics); /* a previous sweep's file must not be read as this run's */
     RunCommand cmd;
     run_command_for(base, s, out, &cmd);

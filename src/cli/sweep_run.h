@@ -17,8 +17,11 @@
  * the one before (tokens likewise), so the evaluation interval (--eval-tokens)
  * does not quantise S. A run that reaches the target at its first evaluation
  * has no evaluation before it in the metrics (step 0's is only printed): its
- * steps are that evaluation's, an upper bound, flagged. Deliberately not
- * here: the grid, the fit and the output. */
+ * steps are that evaluation's, an upper bound, flagged. With --lrs the run
+ * also gets its own --lr and a scaled --min-lr (cli/sweep_lr.h), and its
+ * metrics are runs/batchB_lrX_seedK.jsonl (X: sweep_lr_spell's spelling);
+ * without, runs/batchB_seedK.jsonl. Deliberately not here: the grid, the fit
+ * and the output. */
 #ifndef BS_CLI_SWEEP_RUN_H
 #define BS_CLI_SWEEP_RUN_H
 
@@ -32,6 +35,7 @@ typedef struct {
     long long eval_tokens; /* evaluation interval in tokens, unless the command gives --eval-every */
     int seq_len;           /* the command's --seq-len (for the evaluation interval) */
     const char *runs_dir;  /* each run's metrics file goes here */
+    double base_lr, base_min_lr; /* with --lrs: the command's --lr and --min-lr (NaN: none) */
 } SweepSettings;
 
 typedef enum { RUN_REACHED, RUN_NOT_REACHED, RUN_FAILED } RunOutcome;
@@ -39,6 +43,8 @@ typedef enum { RUN_REACHED, RUN_NOT_REACHED, RUN_FAILED } RunOutcome;
 typedef struct {
     int batch; /* sequences */
     long seed;
+    double lr;    /* with --lrs: this run's --lr; else NaN (the command's) */
+    int lr_index; /* with --lrs: lr's index in the ascending grid; else 0 */
     RunOutcome outcome;
     double steps, tokens; /* RUN_REACHED: to the target, interpolated */
     long eval_step;       /* the evaluation that reached it; else the last step in the metrics */
@@ -52,8 +58,8 @@ typedef struct {
 /* The child's --eval-every for a batch: eval_tokens / (batch x seq_len) steps, at least 1. */
 int sweep_eval_every(const SweepSettings *s, int batch);
 
-/* Runs one grid point and fills `out`. Dies if the run fails before writing any metrics (the
+/* Runs one grid point (lr: NaN for the command's own) and fills `out`. Dies if the run fails before writing any metrics (the
  * command itself is wrong, so every run would), or if the sweep is interrupted. */
-void sweep_run(const RunCommand *base, const SweepSettings *s, int batch, long seed, SweepRun *out);
+void sweep_run(const RunCommand *base, const SweepSettings *s, int batch, double lr, long seed, SweepRun *out);
 
 #endif

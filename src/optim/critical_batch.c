@@ -109,6 +109,17 @@ double quantile_sorted_in_place(double *values, int n, double p) {
     return values[i] + (at - i) * (values[i + 1] - values[i]);
 }
 
+void tradeoff_percentiles(double *values, int stride, int count, double level, TradeoffInterval *out) {
+    const double lo = (1 - level) / 2, hi = (1 + level) / 2;
+    Interval *targets[3] = {&out->s_min, &out->e_min, &out->b_crit};
+    out->level = level;
+    for (int k = 0; k < 3; k++) {
+        double *v = values + (size_t)k * stride;
+        targets[k]->lo = count > 0 ? quantile_sorted_in_place(v, count, lo) : NAN;
+        targets[k]->hi = count > 0 ? quantile_sorted_in_place(v, count, hi) : NAN;
+    }
+}
+
 /* One resample: within each group, as many points as it has, drawn with replacement. */
 static void resample(const TradeoffPoint *points, int n, Rng *rng, TradeoffPoint *out, int *members) {
     for (int i = 0; i < n; i++) {
@@ -128,7 +139,7 @@ void tradeoff_bootstrap(const TradeoffPoint *points, int n, int resamples, doubl
     rng_seed(&rng, seed);
     out->level = level;
     out->resamples = resamples;
-    out->unbracketed = 0;
+    out->unbracketed = out->unfitted = 0;
     for (int r = 0; r < resamples; r++) {
         resample(points, n, &rng, draw, members);
         TradeoffFit f;
@@ -137,13 +148,7 @@ void tradeoff_bootstrap(const TradeoffPoint *points, int n, int resamples, doubl
         values[r] = f.s_min, values[resamples + r] = f.e_min, values[2 * resamples + r] = f.b_crit;
         out->unbracketed += !f.bracketed;
     }
-    const double lo = (1 - level) / 2, hi = (1 + level) / 2;
-    Interval *targets[3] = {&out->s_min, &out->e_min, &out->b_crit};
-    for (int k = 0; k < 3; k++) {
-        double *v = values + (size_t)k * resamples;
-        targets[k]->lo = quantile_sorted_in_place(v, resamples, lo);
-        targets[k]->hi = quantile_sorted_in_place(v, resamples, hi);
-    }
+    tradeoff_percentiles(values, resamples, resamples, level, out);
     free(values);
     free(members);
     free(draw);

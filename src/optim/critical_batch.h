@@ -69,13 +69,18 @@ typedef struct {
 typedef struct {
     Interval s_min, e_min, b_crit;
     double level;    /* the central share the intervals hold, e.g. 0.95 */
-    int resamples;   /* refits done */
+    int resamples;   /* resamples drawn (refits done: resamples - unfitted) */
     int unbracketed; /* of them, how many put B_crit on the search's bound */
+    int unfitted;    /* resamples left with fewer than two batch sizes, skipped (only optim/lr_choice.h's) */
 } TradeoffInterval;
 
 /* The stratified bootstrap described above, over points that tradeoff_fit accepts. */
 void tradeoff_bootstrap(const TradeoffPoint *points, int n, int resamples, double level, uint64_t seed,
                         TradeoffInterval *out);
+
+/* The percentiles of the refits into out's s_min, e_min and b_crit (and out->level): values[k * stride + i] for
+ * i < count is refit i's S_min (k = 0), E_min (1) and B_crit (2); sorted in place. NaN if count is 0. */
+void tradeoff_percentiles(double *values, int stride, int count, double level, TradeoffInterval *out);
 
 /* The p-quantile (0 <= p <= 1) of n values, sorted in place: numpy's default (linear) interpolation. */
 double quantile_sorted_in_place(double *values, int n, double p);
