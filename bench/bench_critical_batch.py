@@ -207,10 +207,10 @@ SETTINGS = {"kjv-demo": ("kjv", DEMO, 2.45), "kjv-half": ("kjv", HALF, 2.5), "vi
 
 def main():
     bs, out_json = sys.argv[1], sys.argv[2]
-    chosen = os.environ.get("BS_BENCH_SETTINGS", ",".join(SETTINGS)).split(",")
+    settings = os.environ.get("BS_BENCH_SETTINGS", ",".join(SETTINGS)).split(",")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name in chosen:
+        for name in settings:
             corpus_name, model, target = SETTINGS[name]
             data = corpus(bs, tmp, corpus_name)
             print(f"{name}: {corpus_name}, {' '.join(model)}, target validation loss {target}", flush=True)
