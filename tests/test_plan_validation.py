@@ -370,7 +370,8 @@ FRESH_ROWS = [
      composer_pure(fsdp("a100-40g", 128, 2304, 18, "full")), "tokens_per_gpu", 3623),
     # Megatron-Bridge docs/performance-summary.md (commit df0289c), its 26.02 DGX-H100 table: GBS, MBS, TP, PP,
     # CP, VP, EP and precision as given; the recipes' settings as ROWS's 25.09 rows take them (TP overlap on the
-    # dense TP rows; Qwen3-235B's ETP 1, TP overlap, no recomputation). Llama 3 70B and 3.1 405B at larger global
+    # dense TP rows; Qwen3-235B's ETP 1 and no recomputation; its TP and all-to-all overlap re-read in round 6 from
+    # the recipe with its GBS, beside its row). Llama 3 70B and 3.1 405B at larger global
     # batches than the 25.09 rows (256, 1536). GPT-OSS-120B, BF16: scripts/performance/configs/gpt_oss/
     # gpt_oss_workload_base_configs.py (commit 07eea52), H100_BF16_V2: EP 8, ETP 1, PP 4, GBS 1280, MBS 1,
     # recompute_modules ["layernorm", "moe_act"] (which the planner cannot express: recomputation is the
