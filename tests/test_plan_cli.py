@@ -83,7 +83,11 @@ class BadInput(unittest.TestCase):
 
     def test_moe_words(self):
         moe = ["--model", "mixtral-8x7b", "--gpus", 16, "--ep", 8]
-        self.fails(["--model", "demo", "--ep-overlap", "sometimes"], "--ep-overlap", "off, shared or dualpipe")
+        self.fails(["--model", "demo", "--ep-overlap", "sometimes"], "--ep-overlap", "off, shared, dualpipe or combined-1f1b")
+        self.fails(moe + ["--pp", 2, "--schedule", "1f1b", "--ep-overlap", "combined-1f1b"],
+                   "--ep-overlap combined-1f1b", "--schedule interleaved")
+        self.fails(moe + ["--recompute", "full", "--ep-overlap", "combined-1f1b"], "--ep-overlap combined-1f1b",
+                   "--recompute full")
         self.fails(moe + ["--ep-overlap", "shared"], "--ep-overlap shared needs --shared-experts")
         self.fails(moe + ["--pp", 2, "--schedule", "interleaved", "--virtual-stages", 2, "--ep-overlap", "dualpipe"],
                    "--ep-overlap dualpipe", "--schedule 1f1b")

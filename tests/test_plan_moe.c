@@ -2,7 +2,8 @@
  * computations: shared experts in the FLOPs and parameters, the copies a
  * token sends under device- and node-limited routing (DeepSeek-V2 and V3),
  * the all-to-all time they give, what --ep-overlap hides (never more than
- * the compute beside it), DualPipe's bubble against its paper's table, and
+ * the compute beside it), Megatron-core's combined 1F1B pairing and its
+ * unpaired warm-up, DualPipe's bubble against its paper's table, and
  * expert tensor parallelism below tp (the
  * tokens each rank dispatches, its experts' shapes and groups). */
 #include <math.h>
@@ -121,21 +122,57 @@ static void test_overlap(void) {
     double a = moe_alltoall_time(&m, &l, &hw, 2.0, 4096), I = OVERLAP_INTERFERENCE;
     LayerCompute c = {0};
     c.linear.shared = 1e-3, c.forward = 10e-3, c.backward = 20e-3;
-    CHECK(close_rel(moe_exposed(&m, &l, &hw, 2.0, &c), 4.0 * a, 1e-12), "off: four exchanges exposed");
+    CHECK(close_rel(moe_exposed(&m, &l, &hw, 2.0, &c, 8), 4.0 * a, 1e-12), "off: four exchanges exposed");
     l.ep_overlap = EP_OVERLAP_SHARED;
     double shared = (2 * a - 1e-3 + I * 1e-3) + (2 * a - 2e-3 + I * 2e-3);
-    CHECK(close_rel(moe_exposed(&m, &l, &hw, 2.0, &c), shared, 1e-12), "shared: %.4f ms, by hand %.4f",
-          1e3 * moe_exposed(&m, &l, &hw, 2.0, &c), 1e3 * shared);
+    CHECK(close_rel(moe_exposed(&m, &l, &hw, 2.0, &c, 8), shared, 1e-12), "shared: %.4f ms, by hand %.4f",
+          1e3 * moe_exposed(&m, &l, &hw, 2.0, &c, 8), 1e3 * shared);
     l.ep_overlap = EP_OVERLAP_DUALPIPE;
-    CHECK(close_rel(moe_exposed(&m, &l, &hw, 2.0, &c), I * 4.0 * a, 1e-12), "dualpipe: 4 x %.3f ms under 30 ms of compute",
+    CHECK(close_rel(moe_exposed(&m, &l, &hw, 2.0, &c, 8), I * 4.0 * a, 1e-12), "dualpipe: 4 x %.3f ms under 30 ms of compute",
           1e3 * a);
     c.forward = 2e-3, c.backward = 4e-3; /* less compute than exchange */
     double left = 4.0 * a - 6e-3 + I * 6e-3;
-    CHECK(close_rel(moe_exposed(&m, &l, &hw, 2.0, &c), left, 1e-12), "dualpipe hides at most the compute: %.4f ms, by hand %.4f",
-          1e3 * moe_exposed(&m, &l, &hw, 2.0, &c), 1e3 * left);
+    CHECK(close_rel(moe_exposed(&m, &l, &hw, 2.0, &c, 8), left, 1e-12), "dualpipe hides at most the compute: %.4f ms, by hand %.4f",
+          1e3 * moe_exposed(&m, &l, &hw, 2.0, &c, 8), 1e3 * left);
     l.recompute = RECOMPUTE_FULL, c.recompute = c.forward;
     left = 6.0 * a - 8e-3 + I * 8e-3;
-    CHECK(close_rel(moe_exposed(&m, &l, &hw, 2.0, &c), left, 1e-12), "full recomputation: six exchanges");
+    CHECK(close_rel(moe_exposed(&m, &l, &hw, 2.0, &c, 8), left, 1e-12), "full recomputation: six exchanges");
+}
+
+/* Combined 1F1B (Megatron-core's --overlap-moe-expert-parallel-comm): per
+ * paired block F.attn | B.combine, B.expert | F.dispatch, F.expert |
+ * B.dispatch, B.attn | F.combine. With the routed experts' forward 1 ms
+ * (0.6 + 0.4), the rest of the forward 2 ms, the experts' backward 2 ms and
+ * the rest of the backward 5 ms, an exchange a of 2-5 ms costs
+ * (a - 2) + (a - 2) + (a - 1) + 0 exposed plus 0.1 (2 + 2 + 1 + a) hidden.
+ * Unpaired passes, all four exposed: on 16 stages with 2 chunks, Megatron's
+  * warm-up 2 x 15 + 1 x 16 and the overlap's one more, 47 of the 64 x 2
+ * chunk passes of 64 micro-batches; without a pipeline 1 of m. The memory
+ * holds that one more forward chunk: (2 x 15 + 1 x 16 + 1 + 1) / 2 = 24
+ * micro-batches on stage 0 (23.5 without), 2 without PP. */
+static void test_combined_1f1b(void) {
+    ModelShape m = deepseek_v3();
+    Hardware hw = h800();
+    Layout l = layout_default();
+    l.pp = 16, l.dp = 128, l.ep = 64, l.rank_order = ORDER_TP_CP_EP_DP_PP, l.ep_overlap = EP_OVERLAP_COMBINED_1F1B;
+    l.schedule = SCHEDULE_INTERLEAVED, l.virtual_stages = 2;
+    double a = moe_alltoall_time(&m, &l, &hw, 2.0, 4096), I = OVERLAP_INTERFERENCE;
+    CHECK(a > 2e-3 && a < 5e-3, "the exchange (%.3f ms) lies between the parts this hand computation assumes", 1e3 * a);
+    LayerCompute c = {0};
+    c.linear.up = 0.6e-3, c.linear.down = 0.4e-3, c.forward = 3e-3, c.backward = 7e-3;
+    double paired = (a - 2e-3) + (a - 2e-3) + (a - 1e-3) + I * (2e-3 + 2e-3 + 1e-3 + a);
+    double u = 47.0 / 128.0;
+    CHECK(close_rel(combined_1f1b_unpaired(&l, 64), u, 1e-12), "16 stages x 2 chunks, 64 micro-batches: %.4f unpaired",
+          combined_1f1b_unpaired(&l, 64));
+    double want = (1 - u) * paired + u * 4.0 * a, got = moe_exposed(&m, &l, &hw, 2.0, &c, 64);
+    CHECK(close_rel(got, want, 1e-12), "combined 1F1B: %.4f ms exposed, by hand %.4f (of %.4f without overlap)", 1e3 * got,
+          1e3 * want, 4e3 * a);
+    CHECK(combined_1f1b_unpaired(&l, 16) == 1.0, "a warm-up longer than the step pairs nothing");
+    CHECK(close_rel(in_flight_micro_batches(&l, 0, 64), 24.0, 1e-12), "one more micro-batch in the warm-up: %.2f",
+          in_flight_micro_batches(&l, 0, 64));
+    l.pp = 1, l.dp = 2048, l.schedule = SCHEDULE_1F1B, l.virtual_stages = 1;
+    CHECK(close_rel(combined_1f1b_unpaired(&l, 8), 1.0 / 8.0, 1e-12) && in_flight_micro_batches(&l, 0, 8) == 2.0,
+          "no pipeline: the first forward unpaired, two micro-batches in flight");
 }
 
 /* DualPipe's bubble over 1F1B's (DeepSeek-V3, Table 2): with F = 1, B = 2,
@@ -200,6 +237,7 @@ int main(void) {
     test_alltoall_time();
     test_overlap();
     test_dualpipe_bubble();
+    test_combined_1f1b();
     test_expert_tp();
     if (failures) {
         fprintf(stderr, "%d planner MoE checks failed\n", failures);

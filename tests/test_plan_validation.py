@@ -370,7 +370,8 @@ FRESH_ROWS = [
      composer_pure(fsdp("a100-40g", 128, 2304, 18, "full")), "tokens_per_gpu", 3623),
     # Megatron-Bridge docs/performance-summary.md (commit df0289c), its 26.02 DGX-H100 table: GBS, MBS, TP, PP,
     # CP, VP, EP and precision as given; the recipes' settings as ROWS's 25.09 rows take them (TP overlap on the
-    # dense TP rows; Qwen3-235B's ETP 1, TP overlap, no recomputation). Llama 3 70B and 3.1 405B at larger global
+    # dense TP rows; Qwen3-235B's ETP 1 and no recomputation; its TP and all-to-all overlap re-read in round 6 from
+    # the recipe with its GBS, beside its row). Llama 3 70B and 3.1 405B at larger global
     # batches than the 25.09 rows (256, 1536). GPT-OSS-120B, BF16: scripts/performance/configs/gpt_oss/
     # gpt_oss_workload_base_configs.py (commit 07eea52), H100_BF16_V2: EP 8, ETP 1, PP 4, GBS 1280, MBS 1,
     # recompute_modules ["layernorm", "moe_act"] (which the planner cannot express: recomputation is the
@@ -386,8 +387,18 @@ FRESH_ROWS = [
     # schedule to the search and got v9 at +61.8%: a transcription error, docs/PLANNER.md).
     ("fresh-bridge-gpt-oss-120b", BRIDGE_2602, GPT_OSS_120B,
      nemo(64, 1, 4, 1, 1280, 1, "bf16", ep=8, etp=1, schedule="1f1b"), "tokens_per_gpu", 5993),
+    # Qwen3-235B-A22B at GBS 8192 (round 6, re-read): the transcription had taken the 25.09 recipe's settings
+    # (TP overlap, no all-to-all overlap). The recipe that has this row's GBS is the V2 preset,
+    # scripts/performance/configs/qwen/qwen3_workload_base_configs.py (commit 01b2977): "V2: ... GBS=8192 for all
+    # GPUs", QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2 = the H100 V1 preset (TP 2, PP 8, VP 4, EP 32) with
+    # global_batch_size=8192, which sets moe_a2a_overlap=True, moe_token_dispatcher_type="alltoall";
+    # utils/overrides.py (commit 00538e2) maps moe_a2a_overlap to comm_overlap.overlap_moe_expert_parallel_comm
+    # = True (Megatron-core's combined 1F1B: --ep-overlap combined-1f1b), delay_wgrad_compute = True and
+    # moe_shared_expert_overlap = False; qwen/qwen3_llm_pretrain.py (commit 05c0c90),
+    # qwen3_235b_a22b_pretrain_config_h100: CommOverlapConfig(tp_comm_overlap=False) (TP overlap off),
+    # moe_router_force_load_balancing = True (balanced), no recomputation.
     ("fresh-bridge-qwen3-235b-gbs8192", BRIDGE_2602, QWEN3_235B_A22B,
-     nemo(256, 2, 8, 1, 8192, 1, ep=32, etp=1, recompute="none", **{"virtual-stages": 4}, **TP_OVERLAP),
+     nemo(256, 2, 8, 1, 8192, 1, ep=32, etp=1, recompute="none", **{"virtual-stages": 4, "ep-overlap": "combined-1f1b"}),
      "tokens_per_gpu", 1633),
 ]
 

@@ -265,7 +265,7 @@ static RankOrder parse_rank_order(const char *s) {
 
 static EpOverlap parse_ep_overlap(const char *s) {
     EpOverlap o;
-    if (!ep_overlap_parse(s, &o)) bs_die("--ep-overlap must be off, shared or dualpipe (got '%s')", s);
+    if (!ep_overlap_parse(s, &o)) bs_die("--ep-overlap must be off, shared, dualpipe or combined-1f1b (got '%s')", s);
     return o;
 }
 
@@ -591,7 +591,7 @@ int cmd_plan(int argc, char **argv) {
         {"grad-reduce", OPT_STRING, &a.grad_reduce, OPT_NO_RANGE, "weights|fp32", "precision of the gradient reduction (fp32: FSDP's reduce_dtype float32, Composer's DEFAULT)", NULL, NULL},
         {"tp-overlap", OPT_STRING, &a.tp_overlap, OPT_NO_RANGE, "on|off", "TP collectives pipelined with their GEMMs (userbuffers; needs sequence parallelism)", NULL, NULL},
         {"pp-overlap", OPT_STRING, &a.pp_overlap, OPT_NO_RANGE, "on|off", "interleaved schedule: pipeline sends beside compute (Megatron's overlap_p2p_comm)", NULL, NULL},
-        {"ep-overlap", OPT_STRING, &a.ep_overlap, OPT_NO_RANGE, "off|shared|dualpipe", "MoE all-to-all beside the shared experts (DeepSeek-V2) or the paired micro-batch (DeepSeek-V3's DualPipe)", NULL, NULL},
+        {"ep-overlap", OPT_STRING, &a.ep_overlap, OPT_NO_RANGE, "off|shared|dualpipe|combined-1f1b", "MoE all-to-all beside the shared experts (DeepSeek-V2), the paired micro-batch (DeepSeek-V3's DualPipe) or the adjacent micro-batch's forward/backward (Megatron-core's combined 1F1B)", NULL, NULL},
         {"rank-order", OPT_STRING, &a.rank_order, OPT_NO_RANGE, "tp-cp-pp-dp|tp-cp-ep-dp-pp", "rank order: the engine's and Llama 3's, or Megatron's (ep next to cp, pp outermost)", NULL, NULL},
         {"search", OPT_FLAG, &a.search, OPT_NO_RANGE, "", "search all layouts (layout options pin fields)", NULL, NULL},
         {"top", OPT_INT, &a.top, 1, SEARCH_MAX_TOP, "N", "layouts to list", NULL, NULL},

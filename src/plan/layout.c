@@ -9,7 +9,7 @@ static const char *const SCHEDULE_NAMES[] = {"1f1b", "gpipe", "interleaved"};
 static const char *const ATTENTION_NAMES[] = {"full", "causal", "flash", "flash2"};
 static const char *const CP_ALGO_NAMES[] = {"ring", "allgather"};
 static const char *const RANK_ORDER_NAMES[] = {"tp-cp-pp-dp", "tp-cp-ep-dp-pp"};
-static const char *const EP_OVERLAP_NAMES[] = {"off", "shared", "dualpipe"};
+static const char *const EP_OVERLAP_NAMES[] = {"off", "shared", "dualpipe", "combined-1f1b"};
 
 Layout layout_default(void) {
     Layout l = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .zero = 1, .micro_batch = 1,
@@ -79,7 +79,7 @@ bool rank_order_parse(const char *s, RankOrder *out) {
 
 bool ep_overlap_parse(const char *s, EpOverlap *out) {
     int i;
-    if (!parse_name(s, EP_OVERLAP_NAMES, 3, &i)) return false;
+    if (!parse_name(s, EP_OVERLAP_NAMES, 4, &i)) return false;
     *out = (EpOverlap)i;
     return true;
 }

@@ -42,8 +42,11 @@ typedef enum { ORDER_TP_CP_PP_DP, ORDER_TP_CP_EP_DP_PP } RankOrder;
  * (DeepSeek-V2, section 3.1.3); DUALPIPE the compute of another
  * micro-batch's chunk on the same stage, as DeepSeek-V3's DualPipe pairs a
  * forward chunk with a backward one (section 3.2.1), which also hides the
- * pipeline sends. */
-typedef enum { EP_OVERLAP_OFF, EP_OVERLAP_SHARED, EP_OVERLAP_DUALPIPE } EpOverlap;
+ * pipeline sends; COMBINED_1F1B Megatron-core's combined 1F1B
+ * (--overlap-moe-expert-parallel-comm): the forward of micro-batch i+1
+ * paired with the backward of micro-batch i, layer by layer, each
+ * all-to-all beside one compute part of the other (moe_comm.h). */
+typedef enum { EP_OVERLAP_OFF, EP_OVERLAP_SHARED, EP_OVERLAP_DUALPIPE, EP_OVERLAP_COMBINED_1F1B } EpOverlap;
 
 typedef struct {
     int tp, pp, dp, cp, ep;

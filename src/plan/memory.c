@@ -59,12 +59,15 @@ double activation_bytes_per_layer(const ModelShape *m, const Layout *l, Attentio
 
 double in_flight_micro_batches(const Layout *l, int stage, int micro_batches) {
     double p = l->pp, m = micro_batches;
-    if (l->pp == 1) return 1.0;
+    /* Megatron-core's combined 1F1B (moe_comm.h) runs one more forward ahead
+     * of the backward it is paired with: one more in the warm-up */
+    double more = l->ep > 1 && l->ep_overlap == EP_OVERLAP_COMBINED_1F1B ? 1.0 : 0.0;
+    if (l->pp == 1) return fmin(1.0 + more, m);
     if (l->schedule == SCHEDULE_GPIPE) return m;
     double held = p - stage;
     if (l->schedule == SCHEDULE_INTERLEAVED && l->virtual_stages > 1) {
         double v = l->virtual_stages;
-        held = (2.0 * (p - stage - 1) + (v - 1) * p + 1) / v;
+        held = (2.0 * (p - stage - 1) + (v - 1) * p + 1 + more) / v;
     }
     return fmin(held, m);
 }

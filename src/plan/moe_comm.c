@@ -41,7 +41,22 @@ double dualpipe_bubble_share(int pp, double forward, double backward, double rec
     return (pp / 2.0 - 1.0) * (F + chunk + chunk - 3.0 * W) / ((pp - 1.0) * (F + chunk));
 }
 
-double moe_exposed(const ModelShape *m, const Layout *l, const Hardware *hw, double e, const LayerCompute *c) {
+double combined_1f1b_unpaired(const Layout *l, int micro_batches) {
+    double p = l->pp, v = l->schedule == SCHEDULE_INTERLEAVED ? l->virtual_stages : 1, m = micro_batches;
+    double warmup = 2.0 * (p - 1) + (v - 1) * p + 1.0; /* 1 without a pipeline: the first forward */
+    return m > 0 ? fmin(1.0, warmup / (m * v)) : 1.0;
+}
+
+/* Combined 1F1B's four pairs for one block, a the time of one pass. */
+static double combined_1f1b_paired(double a, const LayerCompute *c) {
+    double f_expert = c->linear.up + c->linear.down, b_expert = 2.0 * f_expert;
+    double f_attn = c->forward - f_expert, b_attn = c->backward + c->recompute - b_expert;
+    return overlapped_cost(a, f_attn) + overlapped_cost(a, b_expert) + overlapped_cost(a, f_expert) +
+           overlapped_cost(a, b_attn);
+}
+
+double moe_exposed(const ModelShape *m, const Layout *l, const Hardware *hw, double e, const LayerCompute *c,
+                   int micro_batches) {
     double T = (double)l->micro_batch * m->seq_len / l->cp;
     double a2a = moe_alltoall_time(m, l, hw, e, T);
     double forwards = l->recompute == RECOMPUTE_FULL ? 2.0 : 1.0;
@@ -50,6 +65,10 @@ double moe_exposed(const ModelShape *m, const Layout *l, const Hardware *hw, dou
         return forwards * overlapped_cost(2.0 * a2a, c->linear.shared) + overlapped_cost(2.0 * a2a, 2.0 * c->linear.shared);
     case EP_OVERLAP_DUALPIPE:
         return overlapped_cost((2.0 * forwards + 2.0) * a2a, c->forward + c->backward + c->recompute);
+    case EP_OVERLAP_COMBINED_1F1B: {
+        double u = combined_1f1b_unpaired(l, micro_batches);
+        return (1.0 - u) * combined_1f1b_paired(a2a, c) + u * 4.0 * a2a;
+    }
     case EP_OVERLAP_OFF: break;
     }
     return (2.0 * forwards + 2.0) * a2a;

@@ -23,9 +23,23 @@
  * with full recomputation). OFF: all exposed. SHARED: the forward passes
  * beside the shared experts' forward MLP, the backward ones beside its
  * backward (twice the forward). DUALPIPE: every pass beside the other
- * micro-batch's chunk, i.e. the block's whole compute. Overlap never hides
- * more than the compute beside it, and a hidden second still costs
- * OVERLAP_INTERFERENCE (comms.h). */
+ * micro-batch's chunk, i.e. the block's whole compute. COMBINED_1F1B
+ * (Megatron-core's combined 1F1B, --overlap-moe-expert-parallel-comm; its
+ * guide "Combined 1F1B: Expert-Parallel All-to-All Overlap"): in the steady
+ * state the forward of micro-batch i+1 runs with the backward of micro-batch
+ * i, layer by layer, on two streams, issued as
+ *   F.attn | B.combine,  B.expert | F.dispatch,  F.expert | B.dispatch,
+ *   B.attn | F.combine
+ * (each all-to-all beside the one compute part that does not depend on it;
+ * "attn" is everything of the block but the routed experts: attention,
+ * norms, router, permutation; B.expert is the experts' input and weight
+ * gradients, twice their forward), so each pair costs what its all-to-all
+ * exceeds its compute by. The passes that have no partner, the warm-up
+ * forwards and the cool-down backwards ("the first forward and final
+ * backward remain exposed fill/drain phases"), expose all four: a share
+ * combined_1f1b_unpaired of the passes. Overlap never hides more than the
+ * compute beside it, and a hidden second still costs OVERLAP_INTERFERENCE
+ * (comms.h). */
 #ifndef BS_PLAN_MOE_COMM_H
 #define BS_PLAN_MOE_COMM_H
 
@@ -42,8 +56,17 @@ typedef struct {
 TokenCopies moe_token_copies(const ModelShape *m, int n, int per_node);
 /* Seconds of one dispatch (or combine) of T tokens of e bytes per element. */
 double moe_alltoall_time(const ModelShape *m, const Layout *l, const Hardware *hw, double e, double T);
-/* Exposed all-to-all seconds of one block per micro-batch. */
-double moe_exposed(const ModelShape *m, const Layout *l, const Hardware *hw, double e, const LayerCompute *c);
+/* Exposed all-to-all seconds of one block per micro-batch, in a step of
+ * `micro_batches` micro-batches per pipeline. */
+double moe_exposed(const ModelShape *m, const Layout *l, const Hardware *hw, double e, const LayerCompute *c,
+                   int micro_batches);
+
+/* Combined 1F1B: the share of a stage's forward (and backward) chunk passes
+ * that have no partner, on the first stage (the longest warm-up): Megatron's
+ * interleaved warm-up of 2 (pp - 1) + (v - 1) pp forward chunks, plus the one
+ * more the overlap moves into it, of the m v a step runs; without a pipeline
+ * the first forward alone (1 of m). At most 1. */
+double combined_1f1b_unpaired(const Layout *l, int micro_batches);
 
 /* DualPipe's pipeline bubble over 1F1B's for pp stages (even), from a
  * block's forward F, backward B and recomputation R: DeepSeek-V3's Table 2

@@ -81,6 +81,11 @@ static bool moe_layout_ok(const ModelShape *m, const Layout *l, char *why, size_
         snprintf(why, n, "--ep-overlap dualpipe is its own pipeline schedule: it needs an even --pp and --schedule 1f1b (DualPipe feeds micro-batches from both ends)");
         return false;
     }
+    if (l->ep_overlap == EP_OVERLAP_COMBINED_1F1B && ((l->pp > 1 && (l->schedule != SCHEDULE_INTERLEAVED || l->virtual_stages < 2)) ||
+                                                     l->recompute == RECOMPUTE_FULL)) {
+        snprintf(why, n, "--ep-overlap combined-1f1b extends the interleaved schedule: with --pp > 1 it needs --schedule interleaved and --virtual-stages >= 2, and no --recompute full (Megatron-core rejects both)");
+        return false;
+    }
     if (l->ep_overlap == EP_OVERLAP_SHARED && m->shared_experts < 1) {
         snprintf(why, n, "--ep-overlap shared needs --shared-experts >= 1 (the all-to-all runs beside the shared experts' MLP)");
         return false;
@@ -200,7 +205,7 @@ static double cp_exposed(const PlanInput *in, const Layout *l, const Hardware *h
            pipelined_cost(l->cp, 2.0 * hop, c->attention_backward / l->cp);
 }
 
-static BlockCost block_cost(const PlanInput *in, const Layout *l, const Hardware *hw) {
+static BlockCost block_cost(const PlanInput *in, const Layout *l, const Hardware *hw, int micro_batches) {
     const ModelShape *m = &in->model;
     BlockCost b = {0};
     LayerCompute c = layer_compute(m, l, hw, in->precision, in->attention);
@@ -212,7 +217,7 @@ static BlockCost block_cost(const PlanInput *in, const Layout *l, const Hardware
     double T = (double)l->micro_batch * m->seq_len / l->cp;
     b.tp = tp_exposed(l, collective_time(hw, COLL_ALLGATHER, e * T * m->hidden, tp_group(l, hw), NULL), &c.linear, hw->sms);
     if (l->cp > 1) b.cp = cp_exposed(in, l, hw, &c);
-    if (l->ep > 1) b.ep = moe_exposed(m, l, hw, e, &c); /* dispatch and combine, forward and backward */
+    if (l->ep > 1) b.ep = moe_exposed(m, l, hw, e, &c, micro_batches); /* dispatch and combine, forward and backward */
     return b;
 }
 
@@ -457,7 +462,7 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
     double head[PLAN_MAX_KINDS], head_tp[PLAN_MAX_KINDS], p2p[PLAN_MAX_KINDS];
     for (int k = 0; k < f->kinds; k++) {
         const Hardware *hw = &f->hw[k];
-        cost[k] = block_cost(in, l, hw);
+        cost[k] = block_cost(in, l, hw, micro_batches);
         head[k] = head_compute(m, l, hw, in->precision);
         head_tp[k] = 2.0 * collective_time(hw, COLL_ALLREDUCE, e * T * m->hidden, tp_group(l, hw), NULL);
         bool same_node = f->kinds == 1 && placement_pp_same_node(l, hw->gpus_per_node);
