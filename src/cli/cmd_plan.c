@@ -437,7 +437,7 @@ static void run(const PlanArgs *a) {
             bs_die("%s has no %s peak: use --precision bf16", in->fleet.hw[k].name, precision_name(in->precision));
     in->attention = a->calibrate ? ATTN_CAUSAL : ATTN_FLASH;
     if (a->attention && !attention_parse(a->attention, &in->attention))
-        bs_die("--attention must be full, causal, flash, flash2 or triton (got '%s')", a->attention);
+        bs_die("--attention must be full, causal, flash or flash2 (got '%s')", a->attention);
     in->jitter = a->jitter;
     if (strcmp(a->grad_reduce, "fp32") != 0 && strcmp(a->grad_reduce, "weights") != 0)
         bs_die("--grad-reduce must be weights or fp32 (got '%s')", a->grad_reduce);
@@ -559,7 +559,7 @@ int cmd_plan(int argc, char **argv) {
         {"moe-device-limit", OPT_INT, &a.moe_device_limit, 0, 4096, "M", "MoE: a token's experts on at most M EP ranks, sent once to each (DeepSeek-V2; 0: none)", NULL, NULL},
         {"moe-node-limit", OPT_INT, &a.moe_node_limit, 0, 1 << 20, "M", "MoE: ... on at most M nodes, once over the network to each (DeepSeek-V3; 0: none)", NULL, NULL},
         {"dropout", OPT_FLAG, &a.dropout, OPT_NO_RANGE, "", "the model stores dropout masks (Megatron GPT)", NULL, NULL},
-        {"attention", OPT_STRING, &a.attention, OPT_NO_RANGE, "full|causal|flash|flash2|triton", "attention kernel (default flash; flash2: FlashAttention-2, slower on Hopper; triton: FlashAttention in Triton; causal with --calibrate)", NULL, NULL},
+        {"attention", OPT_STRING, &a.attention, OPT_NO_RANGE, "full|causal|flash|flash2", "attention kernel (default flash; flash2: FlashAttention-2, slower on Hopper; causal with --calibrate)", NULL, NULL},
         {"attention-window", OPT_INT, &a.attention_window, 0, 1 << 30, "W", "sliding window: a query sees at most W keys (fused kernels; 0: none)", NULL, NULL},
         {"window-layers", OPT_INT, &a.window_layers, 0, 1 << 20, "N", "layers with the window (default all; GPT-OSS: every other one)", NULL, NULL},
         {"precision", OPT_STRING, &a.precision, OPT_NO_RANGE, "bf16|fp8|fp32", "matmul precision (fp32 with --calibrate)", NULL, NULL},

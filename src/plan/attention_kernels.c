@@ -1,28 +1,7 @@
-/* attention_kernels.c: kernel generation, head dimension and window terms
- * of fused attention (see attention_kernels.h). */
+/* attention_kernels.c: head dimension and window terms of fused attention (see attention_kernels.h). */
 #include "plan/attention_kernels.h"
 
 #include <math.h>
-
-/* Dao 2023 (FlashAttention-2), figure 4(c), attention forward + backward on
- * A100 80GB, causal, head dimension 64, the bars' printed labels:
- * FlashAttention Triton 59, 75, 79, 76, 79, 67 against FlashAttention-2 88,
- * 119, 140, 156, 165, 171 TFLOP/s at 512, 1K, 2K, 4K, 8K, 16K tokens (the
- * paper's text: FlashAttention-2 is 1.3-2.5x faster than FlashAttention in
- * Triton). Interpolated in log length, held beyond the ends. */
-double triton_share(double block) {
-    static const double length[] = {512, 1024, 2048, 4096, 8192, 16384};
-    static const double triton[] = {59, 75, 79, 76, 79, 67}, fa2[] = {88, 119, 140, 156, 165, 171};
-    const int n = (int)(sizeof length / sizeof length[0]);
-    if (block <= length[0]) return triton[0] / fa2[0];
-    for (int i = 1; i < n; i++) {
-        if (block <= length[i]) {
-            double w = log(block / length[i - 1]) / log(length[i] / length[i - 1]);
-            return (1 - w) * triton[i - 1] / fa2[i - 1] + w * triton[i] / fa2[i];
-        }
-    }
-    return triton[n - 1] / fa2[n - 1];
-}
 
 /* Rate at head dimension 64 over 128, causal:
  *   FlashAttention-2 (Dao 2023, figure 4(c) and (d), forward + backward on

@@ -1,24 +1,16 @@
 /* attention_kernels.h: what a fused attention kernel's time depends on
- * beyond the GPU preset's rate and the block-length curve (compute.h):
- * the kernel's generation (FlashAttention in Triton against
- * FlashAttention-2; FlashAttention-2 against FlashAttention-3 on Hopper is
- * flash2_share in compute.h), the head dimension, and a sliding window's
- * share of the scores. Published figures, sources beside each number in
- * attention_kernels.c. */
+ * beyond the GPU preset's rate, the block-length curve and the kernel
+ * generation (flash2_share, compute.h): the head dimension and a sliding
+ * window's share of the scores. Published figures, sources beside each
+ * number in attention_kernels.c. */
 #ifndef BS_PLAN_ATTENTION_KERNELS_H
 #define BS_PLAN_ATTENTION_KERNELS_H
 
 #include <stdbool.h>
 
-/* FlashAttention in Triton (the FlashAttention repository's
- * flash_attn_triton; llm-foundry's attn_impl "triton") over
- * FlashAttention-2, forward + backward, causal, for blocks of `block`
- * tokens (0.39-0.67; held beyond 512 and 16K). */
-double triton_share(double block);
-
 /* A fused kernel's rate at head dimension d over its rate at 128: 1 from
  * 128 up, `share at 64` at 64 and below, linear between. FlashAttention-2's
- * kernels (A100, flash2, triton) and the Hopper kernels of 2024
+ * kernels (A100, flash2) and the Hopper kernels of 2024
  * (FlashAttention-3, cuDNN: fa3 true) have their own share at 64. */
 double head_dim_share(double d, bool fa3);
 

@@ -6,7 +6,7 @@
 
 static const char *const RECOMPUTE_NAMES[] = {"none", "selective", "full", "op"};
 static const char *const SCHEDULE_NAMES[] = {"1f1b", "gpipe", "interleaved"};
-static const char *const ATTENTION_NAMES[] = {"full", "causal", "flash", "flash2", "triton"};
+static const char *const ATTENTION_NAMES[] = {"full", "causal", "flash", "flash2"};
 static const char *const CP_ALGO_NAMES[] = {"ring", "allgather"};
 static const char *const RANK_ORDER_NAMES[] = {"tp-cp-pp-dp", "tp-cp-ep-dp-pp"};
 static const char *const EP_OVERLAP_NAMES[] = {"off", "shared", "dualpipe"};
@@ -28,7 +28,7 @@ int layout_expert_dp(const Layout *l) {
 const char *recompute_name(Recompute r) { return RECOMPUTE_NAMES[r]; }
 const char *plan_schedule_name(PlanSchedule s) { return SCHEDULE_NAMES[s]; }
 const char *attention_name(AttentionImpl a) { return ATTENTION_NAMES[a]; }
-bool attention_is_fused(AttentionImpl a) { return a == ATTN_FLASH || a == ATTN_FLASH2 || a == ATTN_TRITON; }
+bool attention_is_fused(AttentionImpl a) { return a == ATTN_FLASH || a == ATTN_FLASH2; }
 const char *cp_algo_name(CpAlgo c) { return CP_ALGO_NAMES[c]; }
 const char *rank_order_name(RankOrder o) { return RANK_ORDER_NAMES[o]; }
 const char *ep_overlap_name(EpOverlap o) { return EP_OVERLAP_NAMES[o]; }
@@ -58,7 +58,7 @@ bool plan_schedule_parse(const char *s, PlanSchedule *out) {
 
 bool attention_parse(const char *s, AttentionImpl *out) {
     int i;
-    if (!parse_name(s, ATTENTION_NAMES, 5, &i)) return false;
+    if (!parse_name(s, ATTENTION_NAMES, 4, &i)) return false;
     *out = (AttentionImpl)i;
     return true;
 }

@@ -22,11 +22,9 @@ typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL, RECOMPUTE_OP
  * fused softmax), CAUSAL materializes only the lower triangle (this
  * project's CPU kernel), FLASH is a fused kernel that stores no scores
  * (cuDNN's or FlashAttention-3's generation on Hopper), FLASH2 the same
- * with FlashAttention-2's kernels (compute.h: slower on Hopper only),
- * TRITON the FlashAttention repository's Triton kernel (attention_kernels.h:
- * slower than FlashAttention-2). */
-typedef enum { ATTN_FULL, ATTN_CAUSAL, ATTN_FLASH, ATTN_FLASH2, ATTN_TRITON } AttentionImpl;
-/* FLASH, FLASH2 or TRITON: fused, no scores stored. */
+ * with FlashAttention-2's kernels (compute.h: slower on Hopper only). */
+typedef enum { ATTN_FULL, ATTN_CAUSAL, ATTN_FLASH, ATTN_FLASH2 } AttentionImpl;
+/* FLASH or FLASH2: fused, no scores stored. */
 bool attention_is_fused(AttentionImpl a);
 /* The schedules the cost model prices. Its own enum, not parallel/schedule.h's
  * PipeSchedule, because plan/ depends on nothing but core/. */

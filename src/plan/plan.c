@@ -135,7 +135,7 @@ bool layout_check(const PlanInput *in, const Layout *l, char *why, size_t n) {
     }
     if (!moe_layout_ok(m, l, why, n)) return false;
     if (l->recompute == RECOMPUTE_OP && (model_is_moe(m) || !attention_is_fused(in->attention))) {
-        snprintf(why, n, "--recompute op (torchtitan's per-op policy) is priced for dense blocks with fused attention: drop --experts or use --attention flash, flash2 or triton");
+        snprintf(why, n, "--recompute op (torchtitan's per-op policy) is priced for dense blocks with fused attention: drop --experts or use --attention flash or flash2");
         return false;
     }
     for (int i = 0; i < in->batch.n; i++)
