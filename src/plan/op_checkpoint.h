@@ -12,8 +12,11 @@
  * attention output with its log-sum-exp; backward first re-runs the
  * element-wise ops (norms, rotary, activations, residual adds) and the
  * even-numbered matmuls. Float8 linears (torchao, --precision fp8) call
- * _scaled_mm, which is not in the list: under FP8 every linear output is
- * recomputed and only the attention output is kept. Dense blocks, fused
+ * torch._scaled_mm (torchao/float8/float8_python_api.py,
+ * addmm_float8_unwrapped), which is not in the list: under FP8 every linear
+ * output is recomputed and only the attention output is kept. With tensor
+ * parallelism the all-gathers before the column-parallel matmuls are
+ * recomputed too; they are not priced. Dense blocks, fused
  * attention only (plan.c checks). With tensor parallelism the kept matmul
  * outputs are counted as their 1/t shards (the list's reduce-scatter keeps
  * the row-parallel outputs sharded; no row uses op with TP). */
