@@ -673,13 +673,17 @@ static void test_zero3_fsdp(void) {
 }
 
 /* Fused attention at head dimension 64 runs at FlashAttention-2's 171 / 189
- * (A100, Dao 2023 figure 4) or FlashAttention-3's 475 / 616 (H100, Shah et
- * al. 2024 figure 5) of its rate at 128, linear between; by hand. */
+ * (A100, Dao 2023 figure 4) or, on Hopper, FlashAttention-3's 64-over-128
+ * ratio at the block length (Shah et al. 2024 figure 5(b) and (d): 420 / 579
+ * at 4K) of its rate at 128, linear between; by hand. */
 static void test_head_dim(void) {
-    CHECK(head_dim_share(64, false) == 171.0 / 189.0 && head_dim_share(32, true) == 475.0 / 616.0 &&
-              head_dim_share(128, true) == 1.0 && head_dim_share(256, false) == 1.0,
+    CHECK(head_dim_share(64, false, 4096) == 171.0 / 189.0 && head_dim_share(32, true, 16384) == 473.0 / 616.0 &&
+              head_dim_share(64, true, 256) == 197.0 / 292.0 && head_dim_share(128, true, 512) == 1.0 &&
+              head_dim_share(256, false, 512) == 1.0,
           "head-dim shares at 32, 64, 128, 256");
-    CHECK(close_rel(head_dim_share(96, true), 0.5 * (1.0 + 475.0 / 616.0), 1e-12), "head dim 96: halfway");
+    double mid = 0.5 * (265.0 / 423.0 + 371.0 / 521.0);
+    CHECK(close_rel(head_dim_share(64, true, sqrt(1024.0 * 2048.0)), mid, 1e-12), "FA3 at head dim 64 between 1K and 2K");
+    CHECK(close_rel(head_dim_share(96, true, 4096), 0.5 * (1.0 + 420.0 / 579.0), 1e-12), "head dim 96: halfway");
     const char *gpus[2] = {"h100-sxm", "a100-80g"};
     for (int g = 0; g < 2; g++) {
         Hardware hw;
@@ -689,7 +693,7 @@ static void test_head_dim(void) {
         Layout l = layout_default();
         l.micro_batch = 2;
         double T = 2.0 * 4096, flops = 4.0 * T * 4096 * 64 * 64, block = 4096;
-        double share = g == 0 ? 475.0 / 616.0 : 171.0 / 189.0;
+        double share = g == 0 ? 420.0 / 579.0 : 171.0 / 189.0;
         double rate = hw.peak_bf16 * hw.attention_efficiency * SUSTAINED_FRACTION * block / (block + FLASH_HALF_LENGTH) * share;
         LayerCompute c = layer_compute(&m, &l, &hw, PREC_BF16, ATTN_FLASH);
         CHECK(close_rel(c.attention, 0.5 * flops / rate, 1e-12), "%s: attention at head dim 64 %.4f ms, by hand %.4f",

@@ -53,29 +53,6 @@ double gemm_time(const Hardware *hw, Precision p, double m, double n, double k, 
     return flops / (hardware_peak(hw, p) * hw->gemm_efficiency * SUSTAINED_FRACTION) + bytes / hw->hbm_bw;
 }
 
-/* FlashAttention-2's forward rate over FlashAttention-3's on H100 at head
- * dimension 128, causal (Shah et al. 2024, FlashAttention-3, figure 5: 191,
- * 260, 298, 319, 333, 335 against 292, 423, 521, 579, 602, 616 TFLOP/s at
- * 512, 1K, 2K, 4K, 8K, 16K tokens), interpolated in log length and held
- * beyond the ends; the panel without the mask gives the same within 0.03
- * (362 / 625 = 0.58 at 2K, 370 / 648 = 0.57 at 16K). Its backward keeps
- * the forward's ratio (322 against 370
- * TFLOP/s at 16K, 0.87, as FlashAttention-3's 561 against 648), so the one
- * share scales both. */
-double flash2_share(double block) {
-    static const double length[] = {512, 1024, 2048, 4096, 8192, 16384};
-    static const double fa2[] = {191, 260, 298, 319, 333, 335}, fa3[] = {292, 423, 521, 579, 602, 616};
-    const int n = (int)(sizeof length / sizeof length[0]);
-    if (block <= length[0]) return fa2[0] / fa3[0];
-    for (int i = 1; i < n; i++) {
-        if (block <= length[i]) {
-            double w = log(block / length[i - 1]) / log(length[i] / length[i - 1]);
-            return (1 - w) * fa2[i - 1] / fa3[i - 1] + w * fa2[i] / fa3[i];
-        }
-    }
-    return fa2[n - 1] / fa3[n - 1];
-}
-
 /* A fused kernel's rate for blocks of `block` tokens at head dimension d:
  * the preset's fraction of peak on the block-length curve, times the
  * kernel generation's share (FlashAttention-2's of the Hopper kernels')
@@ -85,7 +62,7 @@ static double fused_rate(const Hardware *hw, Precision p, AttentionImpl a, doubl
     double rate = hardware_peak(hw, p) * hw->attention_efficiency * SUSTAINED_FRACTION * block / (block + FLASH_HALF_LENGTH);
     bool fa3_kernel = a == ATTN_FLASH && hw->attention_fa3;
     if (a == ATTN_FLASH2 && hw->attention_fa3) rate *= flash2_share(block);
-    return rate * head_dim_share(d, fa3_kernel);
+    return rate * head_dim_share(d, fa3_kernel, block);
 }
 
 /* FP8 training (Transformer Engine's default recipes) runs the linear layers
