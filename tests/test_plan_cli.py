@@ -78,6 +78,9 @@ class BadInput(unittest.TestCase):
         self.fails(["--model", "demo", "--rank-order", "dp-tp"], "--rank-order", "tp-cp-ep-dp-pp")
         self.fails(["--model", "demo", "--grad-reduce", "fp16"], "--grad-reduce", "weights or fp32")
         self.fails(["--model", "demo", "--attention", "flash3"], "--attention", "flash or flash2")
+        self.fails(["--model", "demo", "--window-layers", 2], "--window-layers", "--attention-window")
+        self.fails(["--model", "mixtral-8x7b", "--gpus", 8, "--recompute", "op"], "--recompute op", "dense blocks")
+        self.fails(["--model", "demo", "--recompute", "op", "--attention", "full"], "--recompute op", "fused attention")
         self.fails(["--model", "gpt2-124m", "--gpus", 8, "--tp", 2, "--tp-overlap", "on", "--sequence-parallel", "off"],
                    "--tp-overlap on needs --sequence-parallel on")
 

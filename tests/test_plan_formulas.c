@@ -9,18 +9,22 @@
  * against a Monte Carlo of failures and restarts, the matmul shape model
  * against DeepGEMM's published H800 table, the TP overlap against a hand
  * computation, group placement by rank order, the MoE imbalance term
- * against a hand computation, and the small parsers. */
+ * against a hand computation, fused attention by head dimension and under a
+ * sliding window, torchtitan's per-op checkpointing against a count of what
+ * its policy saves, and the small parsers. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "plan/attention_kernels.h"
 #include "plan/batch.h"
 #include "plan/calibration.h"
 #include "plan/comms.h"
 #include "plan/cost.h"
 #include "plan/gemm_model.h"
 #include "plan/memory.h"
+#include "plan/op_checkpoint.h"
 #include "plan/placement.h"
 #include "plan/plan.h"
 #include "plan/presets.h"
@@ -668,6 +672,100 @@ static void test_zero3_fsdp(void) {
     }
 }
 
+/* Fused attention at head dimension 64 runs at FlashAttention-2's 171 / 189
+ * (A100, Dao 2023 figure 4) or, on Hopper, FlashAttention-3's 64-over-128
+ * ratio at the block length (Shah et al. 2024 figure 5(b) and (d): 420 / 579
+ * at 4K) of its rate at 128, linear between; by hand. */
+static void test_head_dim(void) {
+    CHECK(head_dim_share(64, false, 4096) == 171.0 / 189.0 && head_dim_share(32, true, 16384) == 473.0 / 616.0 &&
+              head_dim_share(64, true, 256) == 197.0 / 292.0 && head_dim_share(128, true, 512) == 1.0 &&
+              head_dim_share(256, false, 512) == 1.0,
+          "head-dim shares at 32, 64, 128, 256");
+    double mid = 0.5 * (265.0 / 423.0 + 371.0 / 521.0);
+    CHECK(close_rel(head_dim_share(64, true, sqrt(1024.0 * 2048.0)), mid, 1e-12), "FA3 at head dim 64 between 1K and 2K");
+    CHECK(close_rel(head_dim_share(96, true, 4096), 0.5 * (1.0 + 420.0 / 579.0), 1e-12), "head dim 96: halfway");
+    const char *gpus[2] = {"h100-sxm", "a100-80g"};
+    for (int g = 0; g < 2; g++) {
+        Hardware hw;
+        hardware_preset(gpus[g], &hw);
+        ModelShape m = megatron_gpt(24, 4096, 64); /* head dimension 64 */
+        m.seq_len = 4096, m.dropout = false;
+        Layout l = layout_default();
+        l.micro_batch = 2;
+        double T = 2.0 * 4096, flops = 4.0 * T * 4096 * 64 * 64, block = 4096;
+        double share = g == 0 ? 420.0 / 579.0 : 171.0 / 189.0;
+        double rate = hw.peak_bf16 * hw.attention_efficiency * SUSTAINED_FRACTION * block / (block + FLASH_HALF_LENGTH) * share;
+        LayerCompute c = layer_compute(&m, &l, &hw, PREC_BF16, ATTN_FLASH);
+        CHECK(close_rel(c.attention, 0.5 * flops / rate, 1e-12), "%s: attention at head dim 64 %.4f ms, by hand %.4f",
+              gpus[g], 1e3 * c.attention, 0.5e3 * flops / rate);
+    }
+}
+
+/* A window of W keys on half the layers (GPT-OSS: 128 on 18 of 36): the
+ * windowed layers compute W/s - W^2/2s^2 of the scores (each query sees
+ * min(W, position) keys) on blocks W long, the rest the causal half; model
+ * FLOPs count the window in full (4 W q per token), as causal layers count s. */
+static void test_window(void) {
+    double s = 4096, W = 128;
+    CHECK(close_rel(window_fraction(s, W), 128.0 / 4096 - 128.0 * 128 / (2.0 * 4096 * 4096), 1e-12) &&
+              window_fraction(s, 0) == 0.5 && window_fraction(s, 8192) == 0.5,
+          "window fraction %.5f", window_fraction(s, W));
+    Hardware hw;
+    hardware_preset("h100-sxm", &hw);
+    ModelShape m = megatron_gpt(36, 4096, 32); /* head dimension 128 */
+    m.seq_len = (int)s, m.dropout = false;
+    Layout l = layout_default();
+    double full_layers = layer_compute(&m, &l, &hw, PREC_BF16, ATTN_FLASH).attention;
+    double flops = 4.0 * s * s * 128 * 32, peak = hw.peak_bf16 * hw.attention_efficiency * SUSTAINED_FRACTION;
+    double windowed = window_fraction(s, W) * flops / (peak * W / (W + FLASH_HALF_LENGTH));
+    double core_full = model_attention_core_flops(&m);
+    m.attention_window = (int)W, m.window_layers = 18;
+    double both = layer_compute(&m, &l, &hw, PREC_BF16, ATTN_FLASH).attention;
+    CHECK(close_rel(both, 0.5 * full_layers + 0.5 * windowed, 1e-12), "window on half the layers: %.4f ms, by hand %.4f",
+          1e3 * both, 1e3 * (0.5 * full_layers + 0.5 * windowed));
+    CHECK(close_rel(model_attention_core_flops(&m), 4.0 * 4096 * (0.5 * s + 0.5 * W), 1e-12) &&
+              close_rel(core_full, 4.0 * 4096 * s, 1e-12),
+          "attention FLOPs per token with the window %.4g", model_attention_core_flops(&m));
+}
+
+/* torchtitan's per-op checkpointing on Llama 3 8B (T = 2 x 8192 tokens, TP
+ * 1): its matmuls in call order wq, wk, wv, wo, w1, w3, w2; the policy
+ * saves the 1st, 3rd, 5th and 7th outputs (q, kv, f, h wide), the SDPA
+ * output and log-sum-exp and the block input; backward re-runs wk, wo, w3
+ * and the element-wise work. Under FP8 (_scaled_mm, not in the list) it
+ * saves no matmul output and re-runs them all, with their input casts. */
+static void test_op_checkpoint(void) {
+    ModelPreset p;
+    CHECK(model_preset("llama3-8b", &p), "llama3-8b preset");
+    ModelShape m = p.shape;
+    Layout l = layout_default();
+    l.micro_batch = 2;
+    double T = 2.0 * 8192, h = 4096, q = 4096, kv = 1024, f = 14336, heads = 32;
+    double kept = 2.0 * T * (h + q + kv + f + h) + 2.0 * T * q + 4.0 * heads * T;
+    CHECK(close_rel(activation_bytes_per_layer(&m, &l, ATTN_FLASH, PREC_BF16, RECOMPUTE_OP), kept, 1e-12),
+          "op keeps %.4g bytes per layer, by hand %.4g", activation_bytes_per_layer(&m, &l, ATTN_FLASH, PREC_BF16, RECOMPUTE_OP), kept);
+    double kept8 = 2.0 * T * h + 2.0 * T * q + 4.0 * heads * T;
+    CHECK(close_rel(op_checkpoint_kept_bytes(&m, &l, PREC_FP8), kept8, 1e-12), "op under FP8 keeps %.4g, by hand %.4g",
+          op_checkpoint_kept_bytes(&m, &l, PREC_FP8), kept8);
+    CHECK(close_rel(op_checkpoint_recomputed_flops(&m, PREC_BF16), 2.0 * (kv * h + h * q + f * h), 1e-12) &&
+              close_rel(op_checkpoint_recomputed_flops(&m, PREC_FP8), 2.0 * (q * h + 2 * kv * h + h * q + 3 * f * h), 1e-12),
+          "recomputed FLOPs per token and block");
+    Hardware hw;
+    hardware_preset("h100-sxm", &hw);
+    l.recompute = RECOMPUTE_OP;
+    LayerCompute c = layer_compute(&m, &l, &hw, PREC_BF16, ATTN_FLASH2);
+    double by_hand = c.elementwise + gemm_time(&hw, PREC_BF16, T, kv, h, 1) + gemm_time(&hw, PREC_BF16, T, h, q, 1) +
+                     gemm_time(&hw, PREC_BF16, T, f, h, 1);
+    CHECK(close_rel(c.recompute, by_hand, 1e-12), "op recompute %.3f ms, by hand %.3f", 1e3 * c.recompute, 1e3 * by_hand);
+    LayerCompute c8 = layer_compute(&m, &l, &hw, PREC_FP8, ATTN_FLASH2);
+    double casts = c8.forward - c8.gemm - c8.attention - c8.elementwise; /* the forward's FP8 input casts */
+    double all8 = c8.elementwise + casts + gemm_time(&hw, PREC_FP8, T, q, h, 1) + 2 * gemm_time(&hw, PREC_FP8, T, kv, h, 1) +
+                  gemm_time(&hw, PREC_FP8, T, h, q, 1) + 2 * gemm_time(&hw, PREC_FP8, T, f, h, 1) +
+                  gemm_time(&hw, PREC_FP8, T, h, f, 1);
+    CHECK(casts > 0 && close_rel(c8.recompute, all8, 1e-12), "op under FP8 re-runs every linear: %.3f ms, by hand %.3f",
+          1e3 * c8.recompute, 1e3 * all8);
+}
+
 int main(void) {
     test_zero_example();
     test_megatron_parameters();
@@ -682,6 +780,9 @@ int main(void) {
     test_placement();
     test_moe_imbalance();
     test_flash2();
+    test_head_dim();
+    test_window();
+    test_op_checkpoint();
     test_zero3_fsdp();
     test_costs();
     test_reliability();

@@ -22,6 +22,7 @@ typedef struct {
     const char *model, *activation, *attention, *precision, *hardware, *calibrate;
     int layers, hidden, heads, kv_heads, head_dim, ffn, vocab, seq_len, experts, top_k;
     int shared_experts, moe_device_limit, moe_node_limit;
+    int attention_window, window_layers;
     double moe_imbalance;
     bool dropout;
     long long global_batch, batch_tokens, tokens;
@@ -154,6 +155,8 @@ static ModelShape build_model(const PlanArgs *a, double *batch_tokens, double *t
     m.shared_experts = a->shared_experts;
     m.moe_device_limit = a->moe_device_limit;
     m.moe_node_limit = a->moe_node_limit;
+    m.attention_window = a->attention_window;
+    m.window_layers = a->attention_window > 0 && a->window_layers == 0 ? m.layers : a->window_layers;
     if (a->dropout) m.dropout = true;
     if (a->activation) {
         if (strcmp(a->activation, "gelu") == 0) m.act = ACT_GELU;
@@ -241,7 +244,7 @@ static bool layout_given(const PlanArgs *a) {
 
 static Recompute parse_recompute(const char *s) {
     Recompute r;
-    if (!recompute_parse(s, &r)) bs_die("--recompute must be none, selective or full (got '%s')", s);
+    if (!recompute_parse(s, &r)) bs_die("--recompute must be none, selective, full or op (got '%s')", s);
     return r;
 }
 
@@ -557,6 +560,8 @@ int cmd_plan(int argc, char **argv) {
         {"moe-node-limit", OPT_INT, &a.moe_node_limit, 0, 1 << 20, "M", "MoE: ... on at most M nodes, once over the network to each (DeepSeek-V3; 0: none)", NULL, NULL},
         {"dropout", OPT_FLAG, &a.dropout, OPT_NO_RANGE, "", "the model stores dropout masks (Megatron GPT)", NULL, NULL},
         {"attention", OPT_STRING, &a.attention, OPT_NO_RANGE, "full|causal|flash|flash2", "attention kernel (default flash; flash2: FlashAttention-2, slower on Hopper; causal with --calibrate)", NULL, NULL},
+        {"attention-window", OPT_INT, &a.attention_window, 0, 1 << 30, "W", "sliding window: a query sees at most W keys (fused kernels; 0: none)", NULL, NULL},
+        {"window-layers", OPT_INT, &a.window_layers, 0, 1 << 20, "N", "layers with the window (default all; GPT-OSS: every other one)", NULL, NULL},
         {"precision", OPT_STRING, &a.precision, OPT_NO_RANGE, "bf16|fp8|fp32", "matmul precision (fp32 with --calibrate)", NULL, NULL},
         {"global-batch", OPT_LONG, &a.global_batch, 0, 1e12, "SEQS", "global batch in sequences (default: the preset's, else 4M tokens)", NULL, NULL},
         {"batch-tokens", OPT_LONG, &a.batch_tokens, 0, 1e15, "TOKENS", "global batch in tokens (k/M/G/T suffixes)", NULL, NULL},
@@ -583,7 +588,7 @@ int cmd_plan(int argc, char **argv) {
         {"etp", OPT_INT, &a.etp, 0, 1 << 20, "N", "MoE: expert tensor parallel (0: tp; below tp, Megatron's expert_tensor_parallel_size)", NULL, NULL},
         {"zero", OPT_INT, &a.zero, -1, 3, "STAGE", "ZeRO stage over dp x cp (-1: 1 when dp > 1)", NULL, NULL},
         {"micro-batch", OPT_INT, &a.micro_batch, 0, 1 << 20, "SEQS", "sequences per micro-batch", NULL, NULL},
-        {"recompute", OPT_STRING, &a.recompute, OPT_NO_RANGE, "none|selective|full", "activation recomputation (default none)", NULL, NULL},
+        {"recompute", OPT_STRING, &a.recompute, OPT_NO_RANGE, "none|selective|full|op", "activation recomputation (default none; op: torchtitan's per-op policy)", NULL, NULL},
         {"schedule", OPT_STRING, &a.schedule, OPT_NO_RANGE, "1f1b|gpipe|interleaved", "pipeline schedule", NULL, NULL},
         {"virtual-stages", OPT_INT, &a.virtual_stages, 0, 1024, "V", "model chunks per stage (interleaved)", NULL, NULL},
         {"sequence-parallel", OPT_STRING, &a.sequence_parallel, OPT_NO_RANGE, "on|off", "shard norms and dropout over tp", NULL, NULL},

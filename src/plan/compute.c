@@ -11,13 +11,16 @@
  * Backward is twice the forward (two matmuls per forward one), fused
  * attention's 2.5 / 0.87 of its forward (compute.h). Selective
  * recomputation repeats the score computation, full recomputation the whole
- * forward. */
+ * forward, op recomputation (torchtitan's) the element-wise work and the
+ * matmuls its policy does not save. */
 #include "plan/compute.h"
 
 #include <math.h>
 
+#include "plan/attention_kernels.h"
 #include "plan/gemm_model.h"
 #include "plan/memory.h"
+#include "plan/op_checkpoint.h"
 
 /* log of the harmonic mean of a matmul's dimensions: the size measure that
  * measured rates are interpolated in. */
@@ -50,31 +53,22 @@ double gemm_time(const Hardware *hw, Precision p, double m, double n, double k, 
     return flops / (hardware_peak(hw, p) * hw->gemm_efficiency * SUSTAINED_FRACTION) + bytes / hw->hbm_bw;
 }
 
-/* FlashAttention-2's forward rate over FlashAttention-3's on H100 at head
- * dimension 128, causal (Shah et al. 2024, FlashAttention-3, figure 5: 191,
- * 260, 298, 319, 333, 335 against 292, 423, 521, 579, 602, 616 TFLOP/s at
- * 512, 1K, 2K, 4K, 8K, 16K tokens), interpolated in log length and held
- * beyond the ends; the panel without the mask gives the same within 0.03
- * (362 / 625 = 0.58 at 2K, 370 / 648 = 0.57 at 16K). Its backward keeps
- * the forward's ratio (322 against 370
- * TFLOP/s at 16K, 0.87, as FlashAttention-3's 561 against 648), so the one
- * share scales both. */
-double flash2_share(double block) {
-    static const double length[] = {512, 1024, 2048, 4096, 8192, 16384};
-    static const double fa2[] = {191, 260, 298, 319, 333, 335}, fa3[] = {292, 423, 521, 579, 602, 616};
-    const int n = (int)(sizeof length / sizeof length[0]);
-    if (block <= length[0]) return fa2[0] / fa3[0];
-    for (int i = 1; i < n; i++) {
-        if (block <= length[i]) {
-            double w = log(block / length[i - 1]) / log(length[i] / length[i - 1]);
-            return (1 - w) * fa2[i - 1] / fa3[i - 1] + w * fa2[i] / fa3[i];
-        }
-    }
-    return fa2[n - 1] / fa3[n - 1];
+/* A fused kernel's rate for blocks of `block` tokens at head dimension d:
+ * the preset's fraction of peak on the block-length curve, times the
+ * kernel generation's share (FlashAttention-2's of the Hopper kernels')
+ * and the head dimension's (attention_kernels.h). A calibration's measured rate is used as it is. */
+static double fused_rate(const Hardware *hw, Precision p, AttentionImpl a, double block, double T, double s, double d) {
+    if (hw->n_gemm > 0) return measured_rate(hw, T, s, d);
+    double rate = hardware_peak(hw, p) * hw->attention_efficiency * SUSTAINED_FRACTION * block / (block + FLASH_HALF_LENGTH);
+    bool fa3_kernel = a == ATTN_FLASH && hw->attention_fa3;
+    if (a == ATTN_FLASH2 && hw->attention_fa3) rate *= flash2_share(block);
+    return rate * head_dim_share(d, fa3_kernel, block);
 }
 
 /* FP8 training (Transformer Engine's default recipes) runs the linear layers
- * in FP8 and the attention core in BF16. */
+ * in FP8 and the attention core in BF16. Fused kernels compute the causal
+ * half of the scores, or on the windowed layers (model.h) the window's
+ * share of them, on blocks no longer than the window. */
 static double attention_time(const ModelShape *m, const Layout *l, const Hardware *hw, Precision matmul, AttentionImpl a) {
     Precision p = matmul == PREC_FP8 ? PREC_BF16 : matmul;
     double T = (double)l->micro_batch * m->seq_len / l->cp, s = m->seq_len, d = model_head_dim(m);
@@ -84,11 +78,11 @@ static double attention_time(const ModelShape *m, const Layout *l, const Hardwar
         /* with context parallelism the zigzag split leaves each rank two
          * chunks of s / (2 cp) queries: the kernel runs on blocks that long */
         double block = l->cp > 1 ? s / (2.0 * l->cp) : s;
-        double rate = hw->n_gemm > 0 ? measured_rate(hw, T, s, d)
-                                     : hardware_peak(hw, p) * hw->attention_efficiency * SUSTAINED_FRACTION *
-                                           block / (block + FLASH_HALF_LENGTH);
-        if (a == ATTN_FLASH2 && hw->n_gemm == 0 && hw->attention_fa3) rate *= flash2_share(block);
-        return 0.5 * flops / rate;
+        double windowed = model_window_share(m), w = m->attention_window;
+        double time = (1.0 - windowed) * 0.5 * flops / fused_rate(hw, p, a, block, T, s, d);
+        if (windowed > 0)
+            time += windowed * window_fraction(s, w) * flops / fused_rate(hw, p, a, fmin(block, w), T, s, d);
+        return time;
     }
     double part = a == ATTN_CAUSAL ? 0.5 : 1.0;
     return part * (gemm_time(hw, p, T, s, d, heads) + gemm_time(hw, p, T, d, s, heads));
@@ -107,6 +101,19 @@ static double attention_time(const ModelShape *m, const Layout *l, const Hardwar
 static void add_fp8_casts(double rows, double n, double k, double count, double *forward, double *backward) {
     *forward += FP8_CAST_BYTES * count * rows * k;
     *backward += FP8_CAST_BYTES * count * rows * n;
+}
+
+/* torchtitan's per-op checkpointing (op_checkpoint.h): backward first
+ * re-runs the block's element-wise forward work and the matmuls the policy
+ * does not save (under FP8 all of them, with their input casts). */
+static double op_recompute_time(const ModelShape *m, const Layout *l, const Hardware *hw, Precision p,
+                                const LayerCompute *c, double cast_forward_seconds) {
+    double T = (double)l->micro_batch * m->seq_len / l->cp, time = c->elementwise;
+    BlockMatmul mm[OP_MAX_MATMULS];
+    int n = block_matmuls(m, l, mm);
+    for (int i = 0; i < n; i++)
+        if (!op_checkpoint_saves(i, p)) time += gemm_time(hw, p, T, mm[i].n, mm[i].k, 1);
+    return time + (p == PREC_FP8 ? cast_forward_seconds : 0.0);
 }
 
 LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware *hw, Precision p, AttentionImpl a) {
@@ -151,6 +158,7 @@ LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware 
         double scores = stored - activation_bytes_per_layer(m, l, a, p, RECOMPUTE_SELECTIVE);
         c.recompute = c.attention + ELEMENTWISE_TRAFFIC * scores / elementwise_bw;
     }
+    if (l->recompute == RECOMPUTE_OP) c.recompute = op_recompute_time(m, l, hw, p, &c, cast_forward / elementwise_bw);
     return c;
 }
 

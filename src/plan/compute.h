@@ -11,6 +11,7 @@
 #ifndef BS_PLAN_COMPUTE_H
 #define BS_PLAN_COMPUTE_H
 
+#include "plan/attention_kernels.h" /* flash2_share, the fused kernels' other terms */
 #include "plan/hardware.h"
 #include "plan/layout.h"
 #include "plan/model.h"
@@ -47,14 +48,6 @@
  * 2 x of a matmul. Materialized attention keeps its scores: 2 x. */
 #define FLASH_BACKWARD_FLOPS 2.5
 #define FLASH_BACKWARD_RATE 0.87
-
-/* Fused attention of FlashAttention-2's generation (--attention flash2: the
- * kernels of 2023, before FlashAttention-3 and cuDNN's Hopper kernels) on a
- * GPU whose fused-attention rate above is FlashAttention-3's (Hopper:
- * Hardware.attention_fa3) runs at this share of it, for blocks of `block`
- * tokens (0.54-0.65; compute.c gives the published rates). Elsewhere (A100,
- * whose preset is FlashAttention-2's level) flash2 is flash. */
-double flash2_share(double block);
 
 /* Seconds for `count` independent (m x k) by (k x n) products. */
 double gemm_time(const Hardware *hw, Precision p, double m, double n, double k, double count);

@@ -42,7 +42,7 @@ typedef struct {
     double mamf_shape[2][3];
     int sms;
     double attention_efficiency; /* fused (flash) attention, fraction of peak */
-    bool attention_fa3;          /* that rate is FlashAttention-3's (Hopper; compute.h: flash2_share) */
+    bool attention_fa3;          /* that rate is FlashAttention-3's (Hopper; attention_kernels.h: flash2_share) */
     double hbm_bytes, hbm_bw;    /* capacity (bytes), bandwidth (bytes/s) */
     int gpus_per_node;
     double nvlink_bw, nvlink_latency; /* per GPU per direction (bytes/s), per step (s) */

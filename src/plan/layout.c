@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const RECOMPUTE_NAMES[] = {"none", "selective", "full"};
+static const char *const RECOMPUTE_NAMES[] = {"none", "selective", "full", "op"};
 static const char *const SCHEDULE_NAMES[] = {"1f1b", "gpipe", "interleaved"};
 static const char *const ATTENTION_NAMES[] = {"full", "causal", "flash", "flash2"};
 static const char *const CP_ALGO_NAMES[] = {"ring", "allgather"};
@@ -44,7 +44,7 @@ static bool parse_name(const char *s, const char *const *names, int count, int *
 
 bool recompute_parse(const char *s, Recompute *out) {
     int i;
-    if (!parse_name(s, RECOMPUTE_NAMES, 3, &i)) return false;
+    if (!parse_name(s, RECOMPUTE_NAMES, 4, &i)) return false;
     *out = (Recompute)i;
     return true;
 }

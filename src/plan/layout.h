@@ -13,7 +13,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recompute;
+/* SELECTIVE is Korthikanti et al.'s (the attention core), FULL the whole
+ * block; OP is torchtitan's per-op selective checkpointing (ac mode
+ * "selective", selective_ac_option "op"; op_checkpoint.h), which the search
+ * does not try: it is a framework's policy, given with --recompute op. */
+typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL, RECOMPUTE_OP } Recompute;
 /* How attention runs: FULL materializes all s x s scores (Megatron 2021-22
  * fused softmax), CAUSAL materializes only the lower triangle (this
  * project's CPU kernel), FLASH is a fused kernel that stores no scores

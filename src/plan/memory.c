@@ -14,10 +14,13 @@
  *   scores, materialized kernels only: a/t heads x T x s (FULL) or half of
  *     that (CAUSAL): softmax output e, with dropout also its mask and output.
  * Selective recomputation drops the scores; full recomputation keeps only
- * the layer input e T h (divided by t with sequence parallelism). */
+ * the layer input e T h (divided by t with sequence parallelism); op
+ * recomputation what torchtitan's policy saves (op_checkpoint.h). */
 #include "plan/memory.h"
 
 #include <math.h>
+
+#include "plan/op_checkpoint.h"
 
 StateBytes state_bytes(Precision p) {
     StateBytes b = {2, 2, 12};
@@ -38,6 +41,7 @@ double activation_bytes_per_layer(const ModelShape *m, const Layout *l, Attentio
     double h = m->hidden, q = model_q_dim(m), kv = model_kv_dim(m), f = m->ffn;
     double outside_divisor = l->sequence_parallel ? t : 1.0;
     if (r == RECOMPUTE_FULL) return e * T * h / outside_divisor;
+    if (r == RECOMPUTE_OP) return op_checkpoint_kept_bytes(m, l, p);
     double outside = 4.0 * e * T * h + (m->dropout ? 2.0 * T * h : 0.0);
     double experts = model_is_moe(m) ? m->top_k + m->shared_experts : 1.0;
     double mlp = (m->act == ACT_SWIGLU ? 3.0 : 2.0) * e * T * f * experts;
@@ -102,6 +106,8 @@ MemoryBreakdown stage_memory(const ModelShape *m, const Layout *l, AttentionImpl
     mb.activations = s->in_flight * s->layers * kept;
     if (l->recompute == RECOMPUTE_FULL && s->layers > 0) /* one layer re-materialized during backward */
         mb.activations += activation_bytes_per_layer(m, l, a, p, RECOMPUTE_NONE);
+    if (l->recompute == RECOMPUTE_OP && s->layers > 0) /* one layer's recomputed part, during its backward */
+        mb.activations += activation_bytes_per_layer(m, l, a, p, RECOMPUTE_NONE) - kept;
     if (s->last) {
         double tokens = (double)l->micro_batch * m->seq_len / l->cp;
         mb.logits = tokens * model_padded_vocab(m) / l->tp * (precision_activation_bytes(p) + 4.0);

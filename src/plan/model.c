@@ -10,6 +10,8 @@
  *   biases     GPT-2 style: qkv (q + 2k), output h, MLP f + h per expert. */
 #include "plan/model.h"
 
+#include "plan/op_checkpoint.h"
+
 #include <stdio.h>
 
 int model_head_dim(const ModelShape *m) { return m->head_dim > 0 ? m->head_dim : m->hidden / m->heads; }
@@ -48,6 +50,12 @@ bool model_check(const ModelShape *m, char *why, size_t n) {
     }
     if (m->shared_experts < 0 || m->moe_device_limit < 0 || m->moe_node_limit < 0) {
         snprintf(why, n, "--shared-experts, --moe-device-limit and --moe-node-limit must be >= 0");
+        return false;
+    }
+    if (m->attention_window < 0 || m->window_layers < 0 || m->window_layers > m->layers ||
+        (m->window_layers > 0 && m->attention_window == 0)) {
+        snprintf(why, n, "--attention-window must be >= 0 and --window-layers between 0 and --layers %d (it needs --attention-window)",
+                 m->layers);
         return false;
     }
     return true;
@@ -92,7 +100,15 @@ double model_active_params(const ModelShape *m) {
            model_embedding_params(m) + model_head_params(m);
 }
 
-double model_attention_core_flops(const ModelShape *m) { return 4.0 * m->seq_len * (double)model_q_dim(m); }
+double model_window_share(const ModelShape *m) {
+    return m->attention_window > 0 && m->layers > 0 ? (double)m->window_layers / m->layers : 0.0;
+}
+
+double model_attention_core_flops(const ModelShape *m) {
+    double keys = m->seq_len, w = model_window_share(m);
+    if (w > 0 && m->attention_window < m->seq_len) keys = (1 - w) * m->seq_len + w * m->attention_window;
+    return 4.0 * keys * (double)model_q_dim(m);
+}
 
 double model_layer_flops(const ModelShape *m) {
     double h = m->hidden, q = model_q_dim(m), k = model_kv_dim(m), f = m->ffn;
@@ -108,6 +124,7 @@ double model_train_flops_per_token(const ModelShape *m, Recompute r) {
     double layer = model_layer_flops(m), per_token = 3.0 * (m->layers * layer + model_head_flops(m));
     if (r == RECOMPUTE_FULL) per_token += m->layers * layer;
     if (r == RECOMPUTE_SELECTIVE) per_token += m->layers * model_attention_core_flops(m);
+    if (r == RECOMPUTE_OP) per_token += m->layers * op_checkpoint_recomputed_flops(m, PREC_BF16);
     return per_token;
 }
 

@@ -37,6 +37,8 @@ typedef struct {
                              * to each (DeepSeek-V2's device-limited routing; 0: no limit) */
     int moe_node_limit;     /* MoE: ... on at most this many nodes, each crossed once over the network
                              * and forwarded over NVLink inside (DeepSeek-V3's node-limited routing; 0: none) */
+    int attention_window;   /* sliding window: a query of a windowed layer sees at most this many keys (0: none) */
+    int window_layers;      /* how many of the layers have the window (GPT-OSS: every other one) */
 } ModelShape;
 
 int model_head_dim(const ModelShape *m);
@@ -63,10 +65,16 @@ double model_active_params(const ModelShape *m);
 
 /* Forward FLOPs per token. */
 double model_layer_flops(const ModelShape *m);          /* one block, attention in full */
-double model_attention_core_flops(const ModelShape *m); /* QK^T and AV: 4 s q (q = h unless head_dim says) */
+/* QK^T and AV per token and layer, counted in full: 4 s q (q = h unless head_dim says), and on the
+ * window_layers windowed layers 4 min(W, s) q (the window in full, as the causal layer's s is): the mean
+ * over the layers */
+double model_attention_core_flops(const ModelShape *m);
+/* The share of the layers that have the sliding window (0 without one). */
+double model_window_share(const ModelShape *m);
 double model_head_flops(const ModelShape *m);           /* output layer: 2 h V */
 /* Training FLOPs per token: forward + backward (3x forward), plus the
- * recomputed forward work when r is not NONE (hardware FLOPs). */
+ * recomputed forward work when r is not NONE (hardware FLOPs; for OP the
+ * matmuls torchtitan's policy recomputes in BF16: op_checkpoint.h). */
 double model_train_flops_per_token(const ModelShape *m, Recompute r);
 
 /* Narayanan et al. 2021 closed forms (GPT with tied embeddings, h = 4h MLP):

@@ -19,6 +19,7 @@
 #include "plan/comms.h"
 #include "plan/compute.h"
 #include "plan/moe_comm.h"
+#include "plan/op_checkpoint.h"
 #include "plan/placement.h"
 #include "plan/tp_overlap.h"
 
@@ -138,6 +139,10 @@ bool layout_check(const PlanInput *in, const Layout *l, char *why, size_t n) {
         return false;
     }
     if (!moe_layout_ok(m, l, why, n)) return false;
+    if (l->recompute == RECOMPUTE_OP && (model_is_moe(m) || !attention_is_fused(in->attention))) {
+        snprintf(why, n, "--recompute op (torchtitan's per-op policy) is priced for dense blocks with fused attention: drop --experts or use --attention flash or flash2");
+        return false;
+    }
     for (int i = 0; i < in->batch.n; i++)
         if (!batch_splits(in, l, in->batch.batch[i], why, n)) return false;
     if (l->schedule == SCHEDULE_INTERLEAVED) {
@@ -528,7 +533,10 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
     double peak = 0;
     for (int k = 0; k < f->kinds; k++) peak += f->count[k] * hardware_peak(&f->hw[k], in->precision);
     out->mfu = model_train_flops_per_token(m, RECOMPUTE_NONE) * out->tokens_per_s / peak;
-    out->hfu = model_train_flops_per_token(m, l->recompute) * out->tokens_per_s / peak;
+    double hardware_flops = model_train_flops_per_token(m, l->recompute);
+    if (l->recompute == RECOMPUTE_OP) /* the policy's recomputed matmuls depend on the precision */
+        hardware_flops += m->layers * (op_checkpoint_recomputed_flops(m, in->precision) - op_checkpoint_recomputed_flops(m, PREC_BF16));
+    out->hfu = hardware_flops * out->tokens_per_s / peak;
     out->compute_fraction = out->time.compute / out->time.step;
 
     /* The whole run: every segment of the batch schedule at its own step time. */

@@ -73,8 +73,9 @@ static bool pinned_or(int pin, int value) { return pin <= 0 || pin == value; }
 static void try_rest(Ranking *r, Layout l) {
     const SearchSpace *s = r->space;
     const ModelShape *m = &r->in->model;
-    for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_FULL; rc++) {
+    for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_OP; rc++) {
         if (s->recompute >= 0 && s->recompute != rc) continue;
+        if (rc == RECOMPUTE_OP && s->recompute != rc) continue; /* a framework's policy: only when given */
         /* flash attention keeps no scores: selective equals none */
         if (rc == RECOMPUTE_SELECTIVE && attention_is_fused(r->in->attention) && s->recompute < 0) continue;
         l.recompute = (Recompute)rc;

@@ -1,0 +1,56 @@
+/* attention_kernels.c: kernel generation, head dimension and window terms
+ * of fused attention (see attention_kernels.h). */
+#include "plan/attention_kernels.h"
+
+#include <math.h>
+
+/* The sequence lengths of the FlashAttention papers' benchmarks. */
+static const double LENGTH[] = {512, 1024, 2048, 4096, 8192, 16384};
+#define LENGTHS ((int)(sizeof LENGTH / sizeof LENGTH[0]))
+
+/* num / den at `block` tokens, interpolated in log length between the
+ * benchmark lengths and held beyond the ends. */
+static double ratio_at_length(const double *num, const double *den, double block) {
+    if (block <= LENGTH[0]) return num[0] / den[0];
+    for (int i = 1; i < LENGTHS; i++) {
+        if (block <= LENGTH[i]) {
+            double w = log(block / LENGTH[i - 1]) / log(LENGTH[i] / LENGTH[i - 1]);
+            return (1 - w) * num[i - 1] / den[i - 1] + w * num[i] / den[i];
+        }
+    }
+    return num[LENGTHS - 1] / den[LENGTHS - 1];
+}
+
+/* Shah et al. 2024 (FlashAttention-3), figure 5, forward on H100 80GB SXM5,
+ * causal, the bars' printed labels in TFLOP/s at 512 ... 16K tokens. */
+static const double FA3_D128[] = {292, 423, 521, 579, 602, 616}, FA2_D128[] = {191, 260, 298, 319, 333, 335};
+static const double FA3_D64[] = {197, 265, 371, 420, 460, 473};
+
+/* FlashAttention-2's forward rate over FlashAttention-3's at head dimension
+ * 128, causal (figure 5(d): 0.65 at 512, 0.57 at 2K, 0.54 from 16K on); the
+ * panel without the mask gives the same within 0.03 (362 / 625 = 0.58 at
+ * 2K, 370 / 648 = 0.57 at 16K). Its backward keeps the forward's ratio (322
+ * against 370 TFLOP/s at 16K, 0.87, as FlashAttention-3's 561 against 648),
+ * so the one share scales both. */
+double flash2_share(double block) { return ratio_at_length(FA2_D128, FA3_D128, block); }
+
+/* Rate at head dimension 64 over 128, causal:
+ *   FlashAttention-3 (figure 5(b) over 5(d)): 197 / 292 = 0.67 at 512 ...
+ *     473 / 616 = 0.77 at 16K, by block length;
+ *   FlashAttention-2 (Dao 2023, figure 4(c) and (d), forward + backward on
+ *     A100): 171 against 189 TFLOP/s at 16K tokens, 0.905 (88 / 99 = 0.89 at
+ *     512, 140 / 155 = 0.90 at 2K; on H100, FlashAttention-3's figure 5(b)
+ *     and (d) give FlashAttention-2 299 / 335 = 0.89 at 16K, 0.88-0.94). */
+#define FA2_HEAD_DIM_64_SHARE (171.0 / 189.0)
+
+double head_dim_share(double d, bool fa3, double block) {
+    double at64 = fa3 ? ratio_at_length(FA3_D64, FA3_D128, block) : FA2_HEAD_DIM_64_SHARE;
+    if (d >= 128) return 1.0;
+    if (d <= 64) return at64;
+    return at64 + (1.0 - at64) * (d - 64) / 64.0;
+}
+
+double window_fraction(double s, double window) {
+    if (window <= 0 || window >= s) return 0.5;
+    return window / s - window * window / (2.0 * s * s);
+}
