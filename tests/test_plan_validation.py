@@ -380,7 +380,10 @@ FRESH_ROWS = [
     # the planner has no curve of its own; on A100 its flash and flash2 are the same curve, so mpt()'s flash2
     # stands (assumed: that kernel as fast as FlashAttention-2 on A100). Round 6 looked for its rate: the
     # FlashAttention-2 paper's "FlashAttention Triton" bars are another kernel (its benchmark script times
-    # triton.ops.flash_attention, OpenAI Triton's), so they do not price this one (docs/PLANNER.md). Not taken: the three A100 80GB rows at 2048 tokens on
+    # triton.ops.flash_attention, OpenAI Triton's), so they do not price this one (docs/PLANNER.md). Round 7: the
+    # kernel's own header comment says only "slightly slower" than the CUDA kernel of its date (FlashAttention-1)
+    # forward + backward, no figure; every row of this table ran it (submit_benchmarks.py sets each run's attn_impl,
+    # default triton; 13b-8k too), and flash2 stands. Not taken: the three A100 80GB rows at 2048 tokens on
     # 8 GPUs (13b, 7b, 3b) that an earlier helper looked at informally for the FSDP terms.
     ("fresh-mpt-a100-760m-4k", MOSAIC_A100, mpt(24, 1536, 12, seq=4096), fsdp("a100-80g", 8, 192, 12, "none"),
      "tokens_per_gpu", 27351),
