@@ -96,6 +96,10 @@ static bool moe_layout_ok(const ModelShape *m, const Layout *l, char *why, size_
 
 bool layout_check(const PlanInput *in, const Layout *l, char *why, size_t n) {
     const ModelShape *m = &in->model;
+    if (in->pipe_engine == PIPE_ENGINE_DEEPSPEED && l->pp > 1 && l->schedule != SCHEDULE_1F1B) {
+        snprintf(why, n, "--pipeline-engine deepspeed runs only DeepSpeed's 1F1B TrainSchedule: use --schedule 1f1b");
+        return false;
+    }
     int gpus = fleet_gpus(&in->fleet), model_par = l->tp * l->cp * l->pp;
     if (l->tp < 1 || l->pp < 1 || l->dp < 1 || l->cp < 1 || l->ep < 1 || l->micro_batch < 1) {
         snprintf(why, n, "--tp, --pp, --dp, --cp, --ep and --micro-batch must be >= 1");
@@ -471,7 +475,9 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
         head[k] = head_compute(m, l, hw, in->precision);
         head_tp[k] = 2.0 * collective_time(hw, COLL_ALLREDUCE, e * T * m->hidden, tp_group(l, hw), NULL);
         bool same_node = f->kinds == 1 && placement_pp_same_node(l, hw->gpus_per_node);
-        p2p[k] = l->pp > 1 ? 2.0 * v * p2p_time(hw, e * T * m->hidden / l->tp, same_node) : 0.0;
+        p2p[k] = l->pp > 1 ? pipeline_sends_per_micro_batch(in->pipe_engine, hw, e * T * m->hidden, tp_group(l, hw), (int)v,
+                                                             same_node)
+                           : 0.0;
         /* Megatron's overlap_p2p_comm (interleaved): each chunk's sends and
          * receives are posted before the next chunk computes; DualPipe runs
          * them beside the paired chunk */
