@@ -7,7 +7,8 @@
  * (p-1)/m and (p-1)/(v m) fractions of Narayanan et al. 2021 for balanced
  * stages. A stage's time per micro-batch is its blocks' forward, backward and
  * recomputation plus their exposed TP, CP and EP communication, plus its
- * point-to-point sends (2 v per micro-batch) and, on the last stage, the
+ * point-to-point sends (pipeline_engine.h: 2 v per micro-batch in Megatron,
+ * DeepSpeed's four blocking ones and TP all-gathers) and, on the last stage, the
  * output layer. Stragglers: a synchronous step waits for the slowest of N
  * GPUs; with per-GPU step times of coefficient of variation c, the expected
  * maximum of N normal draws is about c sqrt(2 ln N) above the mean. */
