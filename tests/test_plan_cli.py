@@ -78,6 +78,7 @@ class BadInput(unittest.TestCase):
         self.fails(["--model", "demo", "--rank-order", "dp-tp"], "--rank-order", "tp-cp-ep-dp-pp")
         self.fails(["--model", "demo", "--grad-reduce", "fp16"], "--grad-reduce", "weights or fp32")
         self.fails(["--model", "demo", "--pipeline-engine", "gpipe"], "--pipeline-engine", "megatron or deepspeed")
+        self.fails(["--model", "demo", "--zero1-reduce", "tree"], "--zero1-reduce", "reduce-scatter or allreduce")
         self.fails(["--model", "llama3-70b", "--gpus", 64, "--tp", 4, "--pp", 4, "--virtual-stages", 5, "--pipeline-engine",
                     "deepspeed"], "--pipeline-engine deepspeed", "--schedule 1f1b")
         self.fails(["--model", "demo", "--attention", "flash3"], "--attention", "flash or flash2")

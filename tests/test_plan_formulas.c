@@ -12,7 +12,8 @@
  * against a hand computation, fused attention by head dimension and under a
  * sliding window, torchtitan's per-op checkpointing against a count of what
  * its policy saves, DeepSpeed's pipeline sends against a count of its
- * schedule's blocking calls, and the small parsers. */
+ * schedule's blocking calls, ZeRO-1's full all-reduce by hand, and the small
+ * parsers. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -802,6 +803,34 @@ static void test_pipeline_engine(void) {
           "--pipeline-engine parser");
 }
 
+/* ZeRO-1's gradient reduction, no overlap, one stage (no slack): a
+ * reduce-scatter and the weights' all-gather, half an all-reduce each; with
+ * --zero1-reduce allreduce (DeepSpeed's BF16_Optimizer, FP32 gradients) the
+ * whole all-reduce of the FP32 gradients and the BF16 all-gather. By hand. */
+static void test_zero1_allreduce(void) {
+    PlanInput in = small_job(4);
+    in.grad_reduce_fp32 = true;
+    const Hardware *hw = &in.fleet.hw[0];
+    Layout l = layout_default();
+    l.dp = 4, l.zero = 1, l.overlap = false;
+    double P = model_params(&in.model);
+    double reduce = collective_time(hw, COLL_ALLREDUCE, 4.0 * P, placement_dp(&l, 8), NULL);
+    double gather = collective_time(hw, COLL_ALLREDUCE, 2.0 * P, placement_dp(&l, 8), NULL);
+    for (int full = 0; full < 2; full++) {
+        in.zero1_allreduce = full;
+        char why[256];
+        CHECK(layout_check(&in, &l, why, sizeof why), "%s", why);
+        PlanResult r;
+        plan_evaluate(&in, &l, &r);
+        double by_hand = (full ? reduce : 0.5 * reduce) + 0.5 * gather;
+        CHECK(close_rel(r.time.dp_comm, by_hand, 1e-9), "ZeRO-1, all-reduce %d: %.3f ms, by hand %.3f", full,
+              1e3 * r.time.dp_comm, 1e3 * by_hand);
+    }
+    l.zero = 2;
+    char why[256];
+    CHECK(!layout_check(&in, &l, why, sizeof why) && strstr(why, "--zero1-reduce"), "--zero1-reduce allreduce needs --zero 1");
+}
+
 int main(void) {
     test_zero_example();
     test_megatron_parameters();
@@ -820,6 +849,7 @@ int main(void) {
     test_window();
     test_op_checkpoint();
     test_pipeline_engine();
+    test_zero1_allreduce();
     test_zero3_fsdp();
     test_costs();
     test_reliability();

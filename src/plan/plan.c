@@ -97,6 +97,10 @@ static bool moe_layout_ok(const ModelShape *m, const Layout *l, char *why, size_
 
 bool layout_check(const PlanInput *in, const Layout *l, char *why, size_t n) {
     const ModelShape *m = &in->model;
+    if (in->zero1_allreduce && l->zero != 1) {
+        snprintf(why, n, "--zero1-reduce allreduce is a ZeRO-1 optimizer's (DeepSpeed's BF16_Optimizer): use --zero 1");
+        return false;
+    }
     if (in->pipe_engine == PIPE_ENGINE_DEEPSPEED && l->pp > 1 && l->schedule != SCHEDULE_1F1B) {
         snprintf(why, n, "--pipeline-engine deepspeed runs only DeepSpeed's 1F1B TrainSchedule: use --schedule 1f1b");
         return false;
@@ -438,11 +442,12 @@ static void data_parallel_parts(const PlanInput *in, const Layout *l, const Bloc
             double per_mb = zero3_exposed(gather, reduce, roles[q].layers, roles[q].layers * c->compute, l->overlap);
             if (per_mb > sp->zero3_per_mb) sp->zero3_per_mb = per_mb;
         } else {
-            /* ZeRO 0: the gradients' all-reduce; 1 and 2: their reduce-scatter and
-             * the updated weights' all-gather. Stage i finishes its last backward
-             * i stages' backward before stage 0: idle time, free for
-             * communication; then the overlap window */
-            double sync = l->zero >= 1 ? 0.5 * (reduce + gather) : reduce;
+            /* ZeRO 0: the gradients' all-reduce; 1 and 2: their reduce-scatter
+             * (or, --zero1-reduce allreduce, a full all-reduce) and the updated
+             * weights' all-gather. Stage i finishes its last backward i stages'
+             * backward before stage 0: idle time, free for communication; then
+             * the overlap window */
+            double sync = l->zero >= 1 ? (in->zero1_allreduce ? reduce : 0.5 * reduce) + 0.5 * gather : reduce;
             double slack = roles[q].position * bwd / v;
             double window = l->overlap ? bwd + (l->zero >= 1 ? fwd : 0.0) : 0.0;
             exposed = overlapped_cost(fmax(0.0, sync - slack), window);
