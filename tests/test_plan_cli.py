@@ -77,6 +77,10 @@ class BadInput(unittest.TestCase):
         self.fails(["--model", "demo", "--pp-overlap", "maybe"], "--pp-overlap", "on or off")
         self.fails(["--model", "demo", "--rank-order", "dp-tp"], "--rank-order", "tp-cp-ep-dp-pp")
         self.fails(["--model", "demo", "--grad-reduce", "fp16"], "--grad-reduce", "weights or fp32")
+        self.fails(["--model", "demo", "--pipeline-engine", "gpipe"], "--pipeline-engine", "megatron or deepspeed")
+        self.fails(["--model", "demo", "--zero1-reduce", "tree"], "--zero1-reduce", "reduce-scatter or allreduce")
+        self.fails(["--model", "llama3-70b", "--gpus", 64, "--tp", 4, "--pp", 4, "--virtual-stages", 5, "--pipeline-engine",
+                    "deepspeed"], "--pipeline-engine deepspeed", "--schedule 1f1b")
         self.fails(["--model", "demo", "--attention", "flash3"], "--attention", "flash or flash2")
         self.fails(["--model", "demo", "--window-layers", 2], "--window-layers", "--attention-window")
         self.fails(["--model", "mixtral-8x7b", "--gpus", 8, "--recompute", "op"], "--recompute op", "dense blocks")
@@ -236,6 +240,9 @@ class Search(unittest.TestCase):
         self.assertTrue(overlapped["plan"]["layout"]["pp_overlap"])
         self.assertLess(overlapped["plan"]["step_time"]["pp_comm"], 0.5 * sync["plan"]["step_time"]["pp_comm"])
         self.assertFalse(plan_json(*args, "--pp-overlap", "on")["plan"]["layout"]["pp_overlap"], "1F1B: not applied")
+        # DeepSpeed's PipelineEngine: four blocking transfers and three TP all-gathers per micro-batch
+        ds = plan_json(*args, "--pipeline-engine", "deepspeed")
+        self.assertGreater(ds["plan"]["step_time"]["pp_comm"], 2 * off["plan"]["step_time"]["pp_comm"])
         # Megatron's order keeps a TP 1 model's EP 8 inside a node: its all-to-all on NVLink
         moe = ["--model", "mixtral-8x7b", "--gpus", 16, "--tp", 1, "--pp", 2, "--ep", 8, "--recompute", "full"]
         engine, megatron = plan_json(*moe), plan_json(*moe, "--rank-order", "tp-cp-ep-dp-pp")

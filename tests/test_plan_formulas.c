@@ -11,7 +11,9 @@
  * computation, group placement by rank order, the MoE imbalance term
  * against a hand computation, fused attention by head dimension and under a
  * sliding window, torchtitan's per-op checkpointing against a count of what
- * its policy saves, and the small parsers. */
+ * its policy saves, DeepSpeed's pipeline sends against a count of its
+ * schedule's blocking calls, ZeRO-1's full all-reduce by hand, and the small
+ * parsers. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -25,6 +27,7 @@
 #include "plan/gemm_model.h"
 #include "plan/memory.h"
 #include "plan/op_checkpoint.h"
+#include "plan/pipeline_engine.h"
 #include "plan/placement.h"
 #include "plan/plan.h"
 #include "plan/presets.h"
@@ -766,6 +769,68 @@ static void test_op_checkpoint(void) {
           1e3 * c8.recompute, 1e3 * all8);
 }
 
+/* DeepSpeed's PipelineEngine against a count of its blocking calls per
+ * micro-batch of a middle stage (schedule.py's TrainSchedule, engine.py):
+ * RecvActivation, SendGrad, SendActivation, RecvGrad, each the partition's
+ * meta-data and its 1/TP part, then three all-gathers of the full tensor
+ * over the TP group (input, own output, received gradient); Megatron's
+ * batched exchange is two transfers of the part. By hand with the alpha-beta
+ * links of comms.h: MT-NLG's stage output (2048 tokens x 20480, FP16), TP 8
+ * in one A100 node, stages in different nodes. */
+static void test_pipeline_engine(void) {
+    Hardware hw;
+    CHECK(hardware_preset("a100-80g", &hw), "a100-80g preset");
+    double S = 2.0 * 2048 * 20480, tp = 8;
+    Group g = {8, 8};
+    double net = hw.net_bw * 0.90, nvl = hw.nvlink_bw * 0.80;
+    double part = hw.net_latency + S / tp / net, meta = hw.net_latency + 64.0 / net;
+    double ring_gather = 0.5 * (2.0 * (tp - 1) * hw.nvlink_latency + 2.0 * (tp - 1) / tp * S / nvl);
+    double tree_gather = 0.5 * (2.0 * 3 * hw.nvlink_latency + 2.0 * S / nvl);
+    CHECK(ring_gather < tree_gather, "the ring is NCCL's choice for %.0f MB in a node", S / 1e6);
+    double megatron = pipeline_sends_per_micro_batch(PIPE_ENGINE_MEGATRON, &hw, S, g, 1, false);
+    double deepspeed = pipeline_sends_per_micro_batch(PIPE_ENGINE_DEEPSPEED, &hw, S, g, 1, false);
+    CHECK(close_rel(megatron, 2.0 * part, 1e-12), "Megatron 1F1B %.3f ms, by hand %.3f", 1e3 * megatron, 2e3 * part);
+    CHECK(close_rel(pipeline_sends_per_micro_batch(PIPE_ENGINE_MEGATRON, &hw, S, g, 3, false), 6.0 * part, 1e-12),
+          "Megatron interleaved: 2 v transfers");
+    double by_hand = 4.0 * (meta + part) + 3.0 * ring_gather;
+    CHECK(close_rel(deepspeed, by_hand, 1e-12), "DeepSpeed %.3f ms, by hand %.3f", 1e3 * deepspeed, 1e3 * by_hand);
+    Group one = {1, 1};
+    double whole = pipeline_sends_per_micro_batch(PIPE_ENGINE_DEEPSPEED, &hw, S, one, 1, true);
+    CHECK(close_rel(whole, 4.0 * (hw.nvlink_latency + S / nvl), 1e-12), "DeepSpeed at TP 1 sends the whole tensor, no meta");
+    PipelineEngine e;
+    CHECK(pipeline_engine_parse("deepspeed", &e) && e == PIPE_ENGINE_DEEPSPEED && pipeline_engine_parse("megatron", &e) &&
+              e == PIPE_ENGINE_MEGATRON && !pipeline_engine_parse("gpipe", &e),
+          "--pipeline-engine parser");
+}
+
+/* ZeRO-1's gradient reduction, no overlap, one stage (no slack): a
+ * reduce-scatter and the weights' all-gather, half an all-reduce each; with
+ * --zero1-reduce allreduce (DeepSpeed's BF16_Optimizer, FP32 gradients) the
+ * whole all-reduce of the FP32 gradients and the BF16 all-gather. By hand. */
+static void test_zero1_allreduce(void) {
+    PlanInput in = small_job(4);
+    in.grad_reduce_fp32 = true;
+    const Hardware *hw = &in.fleet.hw[0];
+    Layout l = layout_default();
+    l.dp = 4, l.zero = 1, l.overlap = false;
+    double P = model_params(&in.model);
+    double reduce = collective_time(hw, COLL_ALLREDUCE, 4.0 * P, placement_dp(&l, 8), NULL);
+    double gather = collective_time(hw, COLL_ALLREDUCE, 2.0 * P, placement_dp(&l, 8), NULL);
+    for (int full = 0; full < 2; full++) {
+        in.zero1_allreduce = full;
+        char why[256];
+        CHECK(layout_check(&in, &l, why, sizeof why), "%s", why);
+        PlanResult r;
+        plan_evaluate(&in, &l, &r);
+        double by_hand = (full ? reduce : 0.5 * reduce) + 0.5 * gather;
+        CHECK(close_rel(r.time.dp_comm, by_hand, 1e-9), "ZeRO-1, all-reduce %d: %.3f ms, by hand %.3f", full,
+              1e3 * r.time.dp_comm, 1e3 * by_hand);
+    }
+    l.zero = 2;
+    char why[256];
+    CHECK(!layout_check(&in, &l, why, sizeof why) && strstr(why, "--zero1-reduce"), "--zero1-reduce allreduce needs --zero 1");
+}
+
 int main(void) {
     test_zero_example();
     test_megatron_parameters();
@@ -783,6 +848,8 @@ int main(void) {
     test_head_dim();
     test_window();
     test_op_checkpoint();
+    test_pipeline_engine();
+    test_zero1_allreduce();
     test_zero3_fsdp();
     test_costs();
     test_reliability();

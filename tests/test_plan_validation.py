@@ -145,6 +145,19 @@ def sdpa(run):
     return dict(run, attention="flash2")
 
 
+# DeepSpeed's PipelineEngine runs the pipeline of the MT-NLG and BLOOM rows (Megatron-DeepSpeed): MT-NLG,
+# Smith et al. 2022, section 2.3: its system "combines pipeline parallelism and data parallelism from DeepSpeed
+# with tensor slicing from Megatron"; BLOOM, "The Technology Behind BLOOM Training" (Hugging Face blog, 2022):
+# "both Megatron-LM and DeepSpeed have Pipeline Parallelism and BF16 Optimizer implementations, but we used the
+# ones from DeepSpeed as they are integrated with ZeRO". Its sends: src/plan/pipeline_engine.h.
+DEEPSPEED_PIPE = {"pipeline-engine": "deepspeed"}
+# BLOOM trained in BF16 with that blog's "BF16 Optimizer" from DeepSpeed: deepspeed/runtime/bf16_optimizer.py
+# accumulates FP32 gradients for the whole stage ("BF16 Optimizer is hardcoded for fp32 gradient accumulation",
+# pipe/engine.py) and hands them to the engine to reduce (get_grads_for_reduction returns
+# fp32_groups_gradients_flat; PipelineEngine._bf16_reduce_grads calls buffered_allreduce_fallback: an all-reduce
+# of all of them), then all-gathers its updated BF16 partitions (update_lp_params, all_gather_dp_groups).
+DEEPSPEED_BF16_OPTIMIZER = {"grad-reduce": "fp32", "zero1-reduce": "allreduce"}
+
 MEGATRON_2021 = {"hardware": "a100-80g", "cp": 1, "attention": "full", "recompute": "full", "zero": 0,
                  "overlap": "off", "sequence-parallel": "off", "rank-order": MEGATRON_ORDER}
 
@@ -191,16 +204,17 @@ ROWS = [
     ("korthikanti-1t", "Korthikanti et al. 2022, Tables 3 and 5", gpt(128, 25600, 160),
      megatron(512, 8, 64, 512, recompute="selective", **{"sequence-parallel": "on", "micro-batch": 1}), "megatron_mfu", 0.563),
     ("mtnlg-2240", "Smith et al. 2022 (MT-NLG), section 2.4", gpt(105, 20480, 128),
-     megatron(2240, 8, 35, 1920, zero=1, **{"micro-batch": 1}),
+     megatron(2240, 8, 35, 1920, zero=1, **{"micro-batch": 1}, **DEEPSPEED_PIPE),
      "megatron_tflops", 126),
     ("mtnlg-2800", "Smith et al. 2022 (MT-NLG), section 2.4", gpt(105, 20480, 128),
-     megatron(2800, 8, 35, 1920, zero=1, **{"micro-batch": 1}),
+     megatron(2800, 8, 35, 1920, zero=1, **{"micro-batch": 1}, **DEEPSPEED_PIPE),
      "megatron_tflops", 121),
     ("mtnlg-3360", "Smith et al. 2022 (MT-NLG), section 2.4", gpt(105, 20480, 128),
-     megatron(3360, 8, 35, 1920, zero=1, **{"micro-batch": 1}),
+     megatron(3360, 8, 35, 1920, zero=1, **{"micro-batch": 1}, **DEEPSPEED_PIPE),
      "megatron_tflops", 113),
     ("bloom-176b", "BigScience 2022 (BLOOM), model card and paper", gpt(70, 14336, 112, vocab=250880),
-     megatron(384, 4, 12, 2048, zero=1, **{"micro-batch": 2, "net-gbps": 6.25}), "megatron_tflops", 150),
+     megatron(384, 4, 12, 2048, zero=1, **{"micro-batch": 2, "net-gbps": 6.25}, **DEEPSPEED_PIPE,
+              **DEEPSPEED_BF16_OPTIMIZER), "megatron_tflops", 150),
     ("llama3-405b-8k", "Llama 3 paper, Table 4", {"model": "llama3-405b"}, llama3_run(8192, 1, 2048),
      "model_tflops", 430),
     ("llama3-405b-16k", "Llama 3 paper, Table 4", {"model": "llama3-405b"}, llama3_run(16384, 1, 2048),

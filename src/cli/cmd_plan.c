@@ -31,7 +31,7 @@ typedef struct {
     double peak_tflops, gemm_efficiency, hbm_gb, hbm_tbps, nvlink_gbps, net_gbps, net_latency_us;
     int gpus_per_node;
     int tp, pp, dp, cp, ep, etp, zero, micro_batch, virtual_stages;
-    const char *recompute, *schedule, *sequence_parallel, *overlap, *cp_algo, *in_network, *tp_overlap, *pp_overlap, *rank_order, *ep_overlap, *grad_reduce;
+    const char *recompute, *schedule, *sequence_parallel, *overlap, *cp_algo, *in_network, *tp_overlap, *pp_overlap, *rank_order, *ep_overlap, *grad_reduce, *pipeline_engine, *zero1_reduce;
     bool search;
     int top;
     const char *rank_by;
@@ -70,6 +70,8 @@ static PlanArgs plan_args_defaults(void) {
     a.pp_overlap = "off";
     a.ep_overlap = "off";
     a.grad_reduce = "weights";
+    a.pipeline_engine = "megatron";
+    a.zero1_reduce = "reduce-scatter";
     a.rank_order = "tp-cp-pp-dp";
     a.in_network = "off";
     return a;
@@ -442,6 +444,11 @@ static void run(const PlanArgs *a) {
     if (strcmp(a->grad_reduce, "fp32") != 0 && strcmp(a->grad_reduce, "weights") != 0)
         bs_die("--grad-reduce must be weights or fp32 (got '%s')", a->grad_reduce);
     in->grad_reduce_fp32 = strcmp(a->grad_reduce, "fp32") == 0;
+    if (!pipeline_engine_parse(a->pipeline_engine, &in->pipe_engine))
+        bs_die("--pipeline-engine must be megatron or deepspeed (got '%s')", a->pipeline_engine);
+    if (strcmp(a->zero1_reduce, "allreduce") != 0 && strcmp(a->zero1_reduce, "reduce-scatter") != 0)
+        bs_die("--zero1-reduce must be reduce-scatter or allreduce (got '%s')", a->zero1_reduce);
+    in->zero1_allreduce = strcmp(a->zero1_reduce, "allreduce") == 0;
     in->reserve_bytes = a->reserve_gb >= 0 ? a->reserve_gb * 1073741824.0 : -1;
 
     /* the batch over training, and how long */
@@ -593,6 +600,8 @@ int cmd_plan(int argc, char **argv) {
         {"virtual-stages", OPT_INT, &a.virtual_stages, 0, 1024, "V", "model chunks per stage (interleaved)", NULL, NULL},
         {"sequence-parallel", OPT_STRING, &a.sequence_parallel, OPT_NO_RANGE, "on|off", "shard norms and dropout over tp", NULL, NULL},
         {"overlap", OPT_STRING, &a.overlap, OPT_NO_RANGE, "on|off", "overlap DP communication with compute", NULL, NULL},
+        {"zero1-reduce", OPT_STRING, &a.zero1_reduce, OPT_NO_RANGE, "reduce-scatter|allreduce", "ZeRO-1's gradient reduction (allreduce: DeepSpeed's BF16_Optimizer, all of a stage's gradients)", NULL, NULL},
+        {"pipeline-engine", OPT_STRING, &a.pipeline_engine, OPT_NO_RANGE, "megatron|deepspeed", "whose pipeline sends the activations (deepspeed: PipelineEngine's blocking, partitioned sends)", NULL, NULL},
         {"grad-reduce", OPT_STRING, &a.grad_reduce, OPT_NO_RANGE, "weights|fp32", "precision of the gradient reduction (fp32: FSDP's reduce_dtype float32, Composer's DEFAULT)", NULL, NULL},
         {"tp-overlap", OPT_STRING, &a.tp_overlap, OPT_NO_RANGE, "on|off", "TP collectives pipelined with their GEMMs (userbuffers; needs sequence parallelism)", NULL, NULL},
         {"pp-overlap", OPT_STRING, &a.pp_overlap, OPT_NO_RANGE, "on|off", "interleaved schedule: pipeline sends beside compute (Megatron's overlap_p2p_comm)", NULL, NULL},

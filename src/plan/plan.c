@@ -7,7 +7,8 @@
  * (p-1)/m and (p-1)/(v m) fractions of Narayanan et al. 2021 for balanced
  * stages. A stage's time per micro-batch is its blocks' forward, backward and
  * recomputation plus their exposed TP, CP and EP communication, plus its
- * point-to-point sends (2 v per micro-batch) and, on the last stage, the
+ * point-to-point sends (pipeline_engine.h: 2 v per micro-batch in Megatron,
+ * DeepSpeed's four blocking ones and TP all-gathers) and, on the last stage, the
  * output layer. Stragglers: a synchronous step waits for the slowest of N
  * GPUs; with per-GPU step times of coefficient of variation c, the expected
  * maximum of N normal draws is about c sqrt(2 ln N) above the mean. */
@@ -96,6 +97,14 @@ static bool moe_layout_ok(const ModelShape *m, const Layout *l, char *why, size_
 
 bool layout_check(const PlanInput *in, const Layout *l, char *why, size_t n) {
     const ModelShape *m = &in->model;
+    if (in->zero1_allreduce && l->zero != 1) {
+        snprintf(why, n, "--zero1-reduce allreduce is a ZeRO-1 optimizer's (DeepSpeed's BF16_Optimizer): use --zero 1");
+        return false;
+    }
+    if (in->pipe_engine == PIPE_ENGINE_DEEPSPEED && l->pp > 1 && l->schedule != SCHEDULE_1F1B) {
+        snprintf(why, n, "--pipeline-engine deepspeed runs only DeepSpeed's 1F1B TrainSchedule: use --schedule 1f1b");
+        return false;
+    }
     int gpus = fleet_gpus(&in->fleet), model_par = l->tp * l->cp * l->pp;
     if (l->tp < 1 || l->pp < 1 || l->dp < 1 || l->cp < 1 || l->ep < 1 || l->micro_batch < 1) {
         snprintf(why, n, "--tp, --pp, --dp, --cp, --ep and --micro-batch must be >= 1");
@@ -433,11 +442,12 @@ static void data_parallel_parts(const PlanInput *in, const Layout *l, const Bloc
             double per_mb = zero3_exposed(gather, reduce, roles[q].layers, roles[q].layers * c->compute, l->overlap);
             if (per_mb > sp->zero3_per_mb) sp->zero3_per_mb = per_mb;
         } else {
-            /* ZeRO 0: the gradients' all-reduce; 1 and 2: their reduce-scatter and
-             * the updated weights' all-gather. Stage i finishes its last backward
-             * i stages' backward before stage 0: idle time, free for
-             * communication; then the overlap window */
-            double sync = l->zero >= 1 ? 0.5 * (reduce + gather) : reduce;
+            /* ZeRO 0: the gradients' all-reduce; 1 and 2: their reduce-scatter
+             * (or, --zero1-reduce allreduce, a full all-reduce) and the updated
+             * weights' all-gather. Stage i finishes its last backward i stages'
+             * backward before stage 0: idle time, free for communication; then
+             * the overlap window */
+            double sync = l->zero >= 1 ? (in->zero1_allreduce ? reduce : 0.5 * reduce) + 0.5 * gather : reduce;
             double slack = roles[q].position * bwd / v;
             double window = l->overlap ? bwd + (l->zero >= 1 ? fwd : 0.0) : 0.0;
             exposed = overlapped_cost(fmax(0.0, sync - slack), window);
@@ -471,7 +481,9 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
         head[k] = head_compute(m, l, hw, in->precision);
         head_tp[k] = 2.0 * collective_time(hw, COLL_ALLREDUCE, e * T * m->hidden, tp_group(l, hw), NULL);
         bool same_node = f->kinds == 1 && placement_pp_same_node(l, hw->gpus_per_node);
-        p2p[k] = l->pp > 1 ? 2.0 * v * p2p_time(hw, e * T * m->hidden / l->tp, same_node) : 0.0;
+        p2p[k] = l->pp > 1 ? pipeline_sends_per_micro_batch(in->pipe_engine, hw, e * T * m->hidden, tp_group(l, hw), (int)v,
+                                                             same_node)
+                           : 0.0;
         /* Megatron's overlap_p2p_comm (interleaved): each chunk's sends and
          * receives are posted before the next chunk computes; DualPipe runs
          * them beside the paired chunk */

@@ -18,6 +18,7 @@
 #include "plan/layout.h"
 #include "plan/memory.h"
 #include "plan/model.h"
+#include "plan/pipeline_engine.h"
 
 #define PLAN_MAX_KINDS 2
 
@@ -38,6 +39,9 @@ typedef struct {
     double reserve_bytes;  /* per GPU, not usable by the job (< 0: 1 GiB + 5%) */
     bool grad_reduce_fp32; /* gradients reduced in FP32 whatever the weights' precision (PyTorch FSDP's
                             * reduce_dtype float32: Composer's DEFAULT mixed precision, torchtitan's default) */
+    PipelineEngine pipe_engine; /* whose pipeline runs the sends (pipeline_engine.h) */
+    bool zero1_allreduce;       /* ZeRO-1 reduces the gradients with a full all-reduce before the weights'
+                                 * all-gather (DeepSpeed's BF16_Optimizer), not a reduce-scatter */
 } PlanInput;
 
 /* Seconds per optimizer step, exposed (not hidden behind compute). */
