@@ -16,7 +16,12 @@
 #include "cli/plan_report.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "plan/pipeline_engine.h"
 #include "plan/presets.h"
+
+/* The words of the plan's enumerated flags, in the order their indices mean. */
+static const char *const GRAD_REDUCE_WORDS[] = {"weights", "fp32", NULL};
+static const char *const ZERO1_REDUCE_WORDS[] = {"reduce-scatter", "allreduce", NULL};
 
 typedef struct {
     const char *model, *activation, *attention, *precision, *hardware, *calibrate;
@@ -31,7 +36,8 @@ typedef struct {
     double peak_tflops, gemm_efficiency, hbm_gb, hbm_tbps, nvlink_gbps, net_gbps, net_latency_us;
     int gpus_per_node;
     int tp, pp, dp, cp, ep, etp, zero, micro_batch, virtual_stages;
-    const char *recompute, *schedule, *sequence_parallel, *overlap, *cp_algo, *in_network, *tp_overlap, *pp_overlap, *rank_order, *ep_overlap, *grad_reduce, *pipeline_engine, *zero1_reduce;
+    const char *recompute, *schedule, *sequence_parallel, *overlap, *cp_algo, *in_network, *tp_overlap, *pp_overlap, *rank_order, *ep_overlap;
+    int grad_reduce, pipeline_engine, zero1_reduce; /* indices into their words */
     bool search;
     int top;
     const char *rank_by;
@@ -69,9 +75,6 @@ static PlanArgs plan_args_defaults(void) {
     a.tp_overlap = "off";
     a.pp_overlap = "off";
     a.ep_overlap = "off";
-    a.grad_reduce = "weights";
-    a.pipeline_engine = "megatron";
-    a.zero1_reduce = "reduce-scatter";
     a.rank_order = "tp-cp-pp-dp";
     a.in_network = "off";
     return a;
@@ -441,14 +444,9 @@ static void run(const PlanArgs *a) {
     if (a->attention && !attention_parse(a->attention, &in->attention))
         bs_die("--attention must be full, causal, flash or flash2 (got '%s')", a->attention);
     in->jitter = a->jitter;
-    if (strcmp(a->grad_reduce, "fp32") != 0 && strcmp(a->grad_reduce, "weights") != 0)
-        bs_die("--grad-reduce must be weights or fp32 (got '%s')", a->grad_reduce);
-    in->grad_reduce_fp32 = strcmp(a->grad_reduce, "fp32") == 0;
-    if (!pipeline_engine_parse(a->pipeline_engine, &in->pipe_engine))
-        bs_die("--pipeline-engine must be megatron or deepspeed (got '%s')", a->pipeline_engine);
-    if (strcmp(a->zero1_reduce, "allreduce") != 0 && strcmp(a->zero1_reduce, "reduce-scatter") != 0)
-        bs_die("--zero1-reduce must be reduce-scatter or allreduce (got '%s')", a->zero1_reduce);
-    in->zero1_allreduce = strcmp(a->zero1_reduce, "allreduce") == 0;
+    in->grad_reduce_fp32 = a->grad_reduce == 1;
+    in->pipe_engine = (PipelineEngine)a->pipeline_engine;
+    in->zero1_allreduce = a->zero1_reduce == 1;
     in->reserve_bytes = a->reserve_gb >= 0 ? a->reserve_gb * 1073741824.0 : -1;
 
     /* the batch over training, and how long */
@@ -600,9 +598,9 @@ int cmd_plan(int argc, char **argv) {
         {"virtual-stages", OPT_INT, &a.virtual_stages, 0, 1024, "V", "model chunks per stage (interleaved)", NULL, NULL},
         {"sequence-parallel", OPT_STRING, &a.sequence_parallel, OPT_NO_RANGE, "on|off", "shard norms and dropout over tp", NULL, NULL},
         {"overlap", OPT_STRING, &a.overlap, OPT_NO_RANGE, "on|off", "overlap DP communication with compute", NULL, NULL},
-        {"zero1-reduce", OPT_STRING, &a.zero1_reduce, OPT_NO_RANGE, "reduce-scatter|allreduce", "ZeRO-1's gradient reduction (allreduce: DeepSpeed's BF16_Optimizer, all of a stage's gradients)", NULL, NULL},
-        {"pipeline-engine", OPT_STRING, &a.pipeline_engine, OPT_NO_RANGE, "megatron|deepspeed", "whose pipeline sends the activations (deepspeed: PipelineEngine's blocking, partitioned sends)", NULL, NULL},
-        {"grad-reduce", OPT_STRING, &a.grad_reduce, OPT_NO_RANGE, "weights|fp32", "precision of the gradient reduction (fp32: FSDP's reduce_dtype float32, Composer's DEFAULT)", NULL, NULL},
+        {"zero1-reduce", OPT_ENUM, &a.zero1_reduce, OPT_NO_RANGE, "reduce-scatter|allreduce", "ZeRO-1's gradient reduction (allreduce: DeepSpeed's BF16_Optimizer, all of a stage's gradients)", "reduce-scatter", ZERO1_REDUCE_WORDS},
+        {"pipeline-engine", OPT_ENUM, &a.pipeline_engine, OPT_NO_RANGE, "megatron|deepspeed", "whose pipeline sends the activations (deepspeed: PipelineEngine's blocking, partitioned sends)", "megatron", PIPELINE_ENGINE_WORDS},
+        {"grad-reduce", OPT_ENUM, &a.grad_reduce, OPT_NO_RANGE, "weights|fp32", "precision of the gradient reduction (fp32: FSDP's reduce_dtype float32, Composer's DEFAULT)", "weights", GRAD_REDUCE_WORDS},
         {"tp-overlap", OPT_STRING, &a.tp_overlap, OPT_NO_RANGE, "on|off", "TP collectives pipelined with their GEMMs (userbuffers; needs sequence parallelism)", NULL, NULL},
         {"pp-overlap", OPT_STRING, &a.pp_overlap, OPT_NO_RANGE, "on|off", "interleaved schedule: pipeline sends beside compute (Megatron's overlap_p2p_comm)", NULL, NULL},
         {"ep-overlap", OPT_STRING, &a.ep_overlap, OPT_NO_RANGE, "off|shared|dualpipe|combined-1f1b", "MoE all-to-all beside the shared experts (DeepSeek-V2), the paired micro-batch (DeepSeek-V3's DualPipe) or the adjacent micro-batch's forward/backward (Megatron-core's combined 1F1B)", NULL, NULL},

@@ -2,13 +2,9 @@
  * pipeline_engine.h). */
 #include "plan/pipeline_engine.h"
 
-#include <string.h>
+#include <stddef.h>
 
-bool pipeline_engine_parse(const char *s, PipelineEngine *out) {
-    if (strcmp(s, "megatron") == 0) return *out = PIPE_ENGINE_MEGATRON, true;
-    if (strcmp(s, "deepspeed") == 0) return *out = PIPE_ENGINE_DEEPSPEED, true;
-    return false;
-}
+const char *const PIPELINE_ENGINE_WORDS[] = {"megatron", "deepspeed", NULL};
 
 double pipeline_sends_per_micro_batch(PipelineEngine engine, const Hardware *hw, double activation_bytes, Group tp,
                                       int v, bool same_node) {

@@ -41,8 +41,8 @@ typedef enum { PIPE_ENGINE_MEGATRON, PIPE_ENGINE_DEEPSPEED } PipelineEngine;
  * its send costs the link's latency. */
 #define DEEPSPEED_META_BYTES 64.0
 
-/* "megatron" or "deepspeed" into *out; false if neither. */
-bool pipeline_engine_parse(const char *s, PipelineEngine *out);
+/* The engines' names in the enum's order, NULL-terminated (for --pipeline-engine). */
+extern const char *const PIPELINE_ENGINE_WORDS[];
 
 /* Seconds per micro-batch of one stage's pipeline sends, nothing beside
  * them: `activation_bytes` is one micro-batch's stage output (all of it,
