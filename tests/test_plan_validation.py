@@ -447,7 +447,7 @@ FRESH_ROWS = [
      "tokens_per_gpu", 1633),
 ]
 
-# The second fresh held-out set (issue 22, round 8): 18 published rows in none of ROWS and FRESH_ROWS, transcribed
+# The second fresh held-out set (issue 22, round 8): 20 published rows in none of ROWS and FRESH_ROWS, transcribed
 # from their sources and committed before the planner was run on any of them (docs/PLANNER.md, "Held-out
 # discipline", gives the commit), then evaluated once, with no change to src/plan/. Every assumption is written
 # beside its row and was decided before that evaluation, following the conventions of the rows above.
@@ -474,6 +474,15 @@ NEMOTRON3_22B = {"layers": 40, "hidden": 6144, "heads": 48, "ffn": 24576, "vocab
 # 72-GPU NVLink domain and Grace hosts are not in the planner's hardware (no preset, no source for its
 # per-GPU peaks and bandwidths here), and B300 has no preset either.
 B200 = {"hardware": "b200"}
+TORCHTITAN_H200 = "torchtitan benchmarks/llama3_8b_h200_2025-06 (Trainy, H200)"
+
+
+def titan_h200(gpus, batch, micro):
+    """An FSDP-only torchtitan run of titan() (Float8, per-op recomputation) on the h200 preset, without Grand
+    Teton's memory."""
+    run = titan(gpus, 1, 1, 1, batch, micro, "op")
+    return dict({k: v for k, v in run.items() if k not in GRAND_TETON}, hardware="h200")
+
 
 FRESH2_ROWS = [
     # MosaicML llm-foundry scripts/train/benchmarking/README.md (commit 061f2c7), the H100 80GB BF16 and FP8
@@ -556,6 +565,20 @@ FRESH2_ROWS = [
     # page does not say whether its multi-token-prediction module ran (not modelled, as for the V3 rows above).
     ("fresh2-bridge-b200-deepseek-v3", BRIDGE_2602_B200, DEEPSEEK_V3_SHAPE,
      nemo(256, 1, 16, 1, 4096, 1, ep=8, etp=1, schedule="1f1b", **B200), "tokens_per_gpu", 2689),
+    # torchtitan benchmarks/llama3_8b_h200_2025-06_torchtitan.md (commit bcdeaa3; the same table as
+    # llama3-8b_h200_202506_trainy-whitefiber.md): Llama 3.1 8B on 4 and 8 hosts of 8 H200 (NVLink; 400 Gb/s
+    # CX-7 per GPU: the h200 preset's), TPS/GPU sampled at iteration 100; torch 2.8.0a0 (NGC 25.05), torchao and
+    # torchtitan of 2025-06-13. The command: train_configs/llama3_8b.toml, local batch 2, torch.compile, Float8
+    # (tensorwise) with FP8 FSDP all-gathers. titan() as FRESH_ROWS's rows, on the h200 preset instead of Grand
+    # Teton: FSDP over every GPU (the toml's data_parallel_shard_degree -1), sequence 8192 and per-op selective
+    # recomputation (the toml's seq_len and activation_checkpoint, as the stored version, commit 01424cb, has
+    # them: assumed unchanged at e7c0cae), no accumulation (global batch = 2 x GPUs); SDPA's flash backend
+    # (FlashAttention-2: torch 2.8 is before cuDNN became the default on Hopper again in 2.9, titan()). Not
+    # expressible: the FP8 all-gathers (half the weight traffic of BF16's), charged as BF16.
+    ("fresh2-tt-h200-8b-32", TORCHTITAN_H200, {"model": "llama3-8b"}, titan_h200(32, 64, 2), "tokens_per_gpu",
+     10938),
+    ("fresh2-tt-h200-8b-64", TORCHTITAN_H200, {"model": "llama3-8b"}, titan_h200(64, 128, 2), "tokens_per_gpu",
+     10753),
     # The same page's 25.11 DGX-H100 GPT-OSS-120B row, a layout the 26.02 row (fresh-bridge-gpt-oss-120b) does
     # not have: BF16, GBS 512, MBS 4, TP 1 PP 4 EP 8, VP 1 (no interleaving: --schedule 1f1b), ETP 1; the
     # H100 V1 preset (PP 4, recompute_modules ["layernorm", "moe_act"]: the search's).
