@@ -14,7 +14,8 @@ Debian's vim-runtime):
 2. the estimators at the target: a run at batch 16 with --noise-scale
    --noise-scale-every 10 until the target, at each EMA horizon of HORIZONS;
    each estimator's last value (B_simple, B_simple of the Adam-preconditioned
-   gradient, the curvature B_noise) and its ratio to B_crit (goal: one within
+   gradient, the curvature B_noise, and the curvature B_noise of Adam's
+   preconditioned update direction) and its ratio to B_crit (goal: one within
    2x on every setting); the extra gradient passes the curvature estimate cost;
 3. schedules to the target on 2 processes, in one run: constant 8, 16, 32,
    two ramps 8 -> 32 (over 64K and 256K tokens), adaptive:8:64 and
@@ -115,13 +116,16 @@ def train(bs, data, model, target, extra, ranks, path, hosts=None):
     return metrics(path), time.monotonic() - t0
 
 
-def estimators(bs, data, model, target, tmp, ema):
-    m, _ = train(bs, data, model, target, ["--global-batch", "16", "--eval-every", "4", "--noise-scale",
+ESTIMATOR_KEYS = ("noise_scale", "noise_scale_precond", "noise_scale_curvature", "noise_scale_curvature_precond")
+
+
+def estimators(bs, data, model, target, tmp, ema, batch=16):
+    m, _ = train(bs, data, model, target, ["--global-batch", str(batch), "--eval-every", "4", "--noise-scale",
                                            "--noise-scale-every", "10", "--noise-ema", str(ema)], 1,
-                 os.path.join(tmp, f"est_{ema}.jsonl"))
+                 os.path.join(tmp, f"est_{ema}_{batch}.jsonl"))
     last = {}
     for x in m:
-        for k in ("noise_scale", "noise_scale_precond", "noise_scale_curvature"):
+        for k in ESTIMATOR_KEYS:
             if x.get(k) is not None and x[k] == x[k]:
                 last[k] = x[k]
     last["noise_extra_passes"] = max((x.get("noise_extra_passes", 0) for x in m), default=0)
@@ -223,9 +227,9 @@ def main():
             est = {}
             for ema in HORIZONS:
                 est[str(ema)] = e = estimators(bs, data, model, target, tmp, ema)
-                for k in ("noise_scale", "noise_scale_precond", "noise_scale_curvature"):
+                for k in ESTIMATOR_KEYS:
                     if k in e:
-                        print(f"  --noise-ema {ema}: {k:24s} {e[k]:8.2f}  ratio to B_crit {e[k] / b_crit:6.2f}",
+                        print(f"  --noise-ema {ema}: {k:29s} {e[k]:8.2f}  ratio to B_crit {e[k] / b_crit:6.2f}",
                               flush=True)
                 print(f"  curvature cost: {e['noise_extra_passes']} extra gradient passes in {e['steps']} steps")
             rows = schedules(bs, data, model, target, tmp)

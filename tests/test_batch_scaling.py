@@ -14,10 +14,13 @@
 - B_simple and the preconditioned B_simple are the same from 1 x 4, 2 x 2
   and 4 x 1 within 1e-6; the curvature B_noise, whose central differences
   amplify float rounding by 1 / CURVATURE_STEP, within 2^-24 / 1e-3 = 6e-5
-  (the floor from reordering the reduction alone is printed beside).
-- --batch-schedule goodput with a planted step-time model picks the batch
-  the formula says at every decision and resumes mid-run bit for bit (batch,
-  loss, lr, every estimator's value and the pass count, the parameters).
+  (the floor from reordering the reduction alone is printed beside), and
+  the preconditioned B_noise(P) likewise; B_noise(P) is logged from the
+  first curvature step with v_hat over 5 updates, and never without AdamW.
+- --batch-schedule goodput with a planted step-time model, following
+  B_noise(P), picks the batch the formula says at every decision and resumes
+  mid-run bit for bit (batch, loss, lr, every estimator's value and the pass
+  count, the parameters) from a checkpoint that holds every estimator's EMA.
 - Bad schedule, optimizer, scaling and estimator flags get one line naming
   the flag.
 """
@@ -137,7 +140,10 @@ class BatchScalingTest(CorpusTest):
                                  extra=est + ["--comm-algo", algo])[0]
                 for r, algo in ((1, "ring"), (2, "ring"), (4, "ring"), (4, "mpi"))}
         one = runs[(1, "ring")][-1]
-        self.assertEqual(one["noise_extra_passes"], 4 * 4, "4 passes at each of steps 3, 6, 9, 12")
+        self.assertEqual(one["noise_extra_passes"], 4 * 4 + 4 * 3,
+                         "4 passes at each of steps 3, 6, 9, 12; 4 more for B_noise(P) at 6, 9, 12 (v_hat over 5)")
+        precond_curv = "noise_scale_curvature_precond"
+        self.assertEqual([m["step"] for m in runs[(1, "ring")] if precond_curv in m], list(range(6, 13)))
 
         def rel(a, b, key):
             return abs(a[key] - b[key]) / abs(b[key])
@@ -147,23 +153,31 @@ class BatchScalingTest(CorpusTest):
         # 1 / 1e-3 times, so its bound is 2^-24 / 1e-3 = 6e-5. The same layout with the reduction reordered (ring
         # against MPI's collectives, 4 ranks) shows what summation order alone does; printed beside.
         curvature_bound = 2.0 ** -24 / 1e-3
-        floor = rel(runs[(4, "mpi")][-1], runs[(4, "ring")][-1], "noise_scale_curvature")
-        print(f"curvature B_noise: summation-order floor {floor:.2e} (bound {curvature_bound:.2e})")
-        self.assertLess(floor, curvature_bound)
+        for key in ("noise_scale_curvature", precond_curv):
+            floor = rel(runs[(4, "mpi")][-1], runs[(4, "ring")][-1], key)
+            print(f"{key}: summation-order floor {floor:.2e} (bound {curvature_bound:.2e})")
+            self.assertLess(floor, curvature_bound)
         for r in (2, 4):
             last = runs[(r, "ring")][-1]
             for key in ("noise_scale", "noise_scale_precond"):
                 self.assertLess(rel(last, one, key), 1e-6, f"{key} {r} ranks")
-            self.assertLess(rel(last, one, "noise_scale_curvature"), curvature_bound, f"curvature {r} ranks")
+            for key in ("noise_scale_curvature", precond_curv):
+                self.assertLess(rel(last, one, key), curvature_bound, f"{key} {r} ranks")
             self.assertEqual(last["noise_extra_passes"], one["noise_extra_passes"])
-        for key in ("noise_scale", "noise_scale_precond", "noise_scale_curvature"):
+        for key in ("noise_scale", "noise_scale_precond", "noise_scale_curvature", precond_curv):
             self.assertGreater(one[key], 0, key)
+        self.assertNotEqual(one[precond_curv], one["noise_scale_curvature"])
+        sgd, _ = train(self.data, self.path("est_sgd"), steps=6,
+                       extra=est + ["--optimizer", "sgd", "--lr", "0.05"])
+        self.assertIn("noise_scale_curvature", sgd[-1])
+        self.assertFalse(any(precond_curv in m for m in sgd), "no Adam preconditioner under SGD")
+        self.assertEqual(sgd[-1]["noise_extra_passes"], 4 * 2)
 
     def test_goodput_picks_formula_and_resumes(self):
         a, b, lo, hi = 1.0, 0.002, 4, 32
         gp = ["--batch-schedule", f"goodput:{lo}:{hi}", "--train-tokens", str(60 * 8 * T), "--goodput-every", "3",
               "--goodput-time-model", f"{a}:{b}", "--lr-scaling", "sqrt", "--base-batch", "4",
-              "--noise-scale-every", "4"]
+              "--noise-scale-every", "4", "--goodput-estimator", "curvature-precond"]
         ck = self.path("gp_ck")
         full, p_full = train(self.data, self.path("gp_full"), ranks=2, steps=1,
                              extra=gp + ["--ckpt-dir", ck, "--ckpt-every", "7", "--keep-last", "0"])
@@ -173,7 +187,7 @@ class BatchScalingTest(CorpusTest):
         batch, decisions, tried = lo, 0, {lo}
         for prev, cur in zip(full, full[1:]):
             self.assertEqual(prev["batch"], batch, f"step {prev['step']}")
-            bn = prev.get("noise_scale_precond")
+            bn = prev.get("noise_scale_curvature_precond")  # the estimator goodput follows
             if bn is not None:
                 self.assertAlmostEqual(prev["efficiency"], (bn + lo) / (bn + batch), delta=1e-12)
                 self.assertAlmostEqual(prev["goodput"], goodput(batch, bn), delta=1e-9)
@@ -189,11 +203,12 @@ class BatchScalingTest(CorpusTest):
         self.assertGreater(decisions, 3)
         self.assertNotIn(batch, (lo, 2 * lo), "the formula's batch is interior on this curve")
         resumed, p_res = train(self.data, self.path("gp_res"), ranks=2, steps=1,
-                               extra=gp + ["--resume", os.path.join(ck, "step_00000007"),
+                               extra=gp + ["--resume", os.path.join(ck, "step_00000014"),
                                            "--ckpt-dir", self.path("gp_ck2")])
         keys = ("batch", "loss", "lr", "noise_scale", "noise_scale_precond", "noise_scale_curvature",
-                "noise_extra_passes", "goodput", "efficiency")
-        self.assertEqual([[m.get(k) for k in keys] for m in resumed], [[m.get(k) for k in keys] for m in full[7:]])
+                "noise_scale_curvature_precond", "noise_extra_passes", "goodput", "efficiency")
+        self.assertIn("noise_scale_curvature_precond", full[13], "the checkpoint at step 14 holds B_noise(P)'s EMA")
+        self.assertEqual([[m.get(k) for k in keys] for m in resumed], [[m.get(k) for k in keys] for m in full[14:]])
         self.assertTrue(np.array_equal(p_full, p_res))
 
     def test_bad_flags(self):
@@ -212,6 +227,9 @@ class BatchScalingTest(CorpusTest):
                                                     "--optimizer", "sgd"]),
                            ("--goodput-estimator", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
                                                     "--goodput-estimator", "curvature"]),
+                           ("--goodput-estimator", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
+                                                    "--goodput-estimator", "curvature-precond", "--optimizer", "sgd",
+                                                    "--noise-scale-every", "2"]),
                            ("--goodput-time-model", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
                                                      "--goodput-time-model", "1:-2"]),
                            ("--batch-schedule", ["--batch-schedule", "goodput:8:4", "--train-tokens", "1000"])):

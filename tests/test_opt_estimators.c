@@ -15,7 +15,9 @@
  * 2. Unbiasedness over TRIALS steps of M micro-batches: the mean of each
  *    per-step estimate -- |G|^2 and tr(Sigma) (B_simple), |P G|^2 and
  *    tr(P Sigma P) (B_simple of the preconditioned gradient, P from a fixed
- *    v), G^T H G and tr(H Sigma) (B_noise, one balanced-sign probe per step) --
+ *    v), G^T H G and tr(H Sigma) (B_noise, one balanced-sign probe per step),
+ *    G^T P H P G and tr(P H P Sigma) (B_noise(P): the same probe and
+ *    gradient through the same P, curvature_precondition) --
  *    is within 4 standard errors of the truth (the standard error from the
  *    estimates' own sample variance: a 4-sigma miss has probability 6e-5 per
  *    check). For tr(Sigma) the sample variance also equals the known
@@ -165,9 +167,9 @@ static void check_ratio(const char *name, double ratio, double truth, const Mome
 }
 
 typedef struct {
-    Moments grad_sq, trace, pgrad_sq, ptrace, ghg, trace_hs;
+    Moments grad_sq, trace, pgrad_sq, ptrace, ghg, trace_hs, pghg, ptrace_hs;
     NoiseScale simple, precond;
-    Curvature curv;
+    Curvature curv, curv_precond;
 } Estimates;
 
 /* One step: M micro-batch gradients g_i = G + N(0, Sigma / b), the
@@ -213,6 +215,22 @@ static void one_step(Quadratic *q, Rng *rng, const double *G, const Precondition
     add(&e->trace_hs, trace_hs);
     add(&e->ghg, ghg_true);
     curvature_update(&e->curv, zhz, ghg, B_SMALL, MICRO);
+    /* B_noise(P): the same probe and gradient through P */
+    float pz[DIM], pg[DIM];
+    curvature_precondition(pre, probe, pz, DIM);
+    curvature_precondition(pre, mean, pg, DIM);
+    double pzhz = curvature_form(w, saved, pz, DIM, curvature_step(w, pz, DIM), quad_gradient, &qg, NULL);
+    double pghg = curvature_form(w, saved, pg, DIM, curvature_step(w, pg, DIM), quad_gradient, &qg, NULL);
+    curvature_estimates(pzhz, pghg, B_SMALL, MICRO, &trace_hs, &ghg_true);
+    add(&e->ptrace_hs, trace_hs);
+    add(&e->pghg, ghg_true);
+    curvature_update(&e->curv_precond, pzhz, pghg, B_SMALL, MICRO);
+}
+
+static double sum_of_squares_d(const double *x) {
+    double s = 0;
+    for (int i = 0; i < DIM; i++) s += x[i] * x[i];
+    return s;
 }
 
 static double trace_product(double a[DIM][DIM], double b[DIM][DIM]) {
@@ -241,11 +259,22 @@ static void check_unbiased(Quadratic *q, Rng *rng) {
     }
     double truth_trace = 0, sigma2 = trace_product(q->sigma, q->sigma), truth_ths = trace_product(q->h, q->sigma);
     for (int i = 0; i < DIM; i++) truth_trace += q->sigma[i][i];
+    double php[DIM][DIM], pg[DIM], phpg[DIM], truth_pghg = 0; /* P H P, and G^T P H P G */
+    for (int i = 0; i < DIM; i++) {
+        pg[i] = p[i] * G[i];
+        for (int j = 0; j < DIM; j++) php[i][j] = p[i] * q->h[i][j] * p[j];
+    }
+    matvec(php, G, phpg);
+    for (int i = 0; i < DIM; i++) truth_pghg += G[i] * phpg[i];
+    const double truth_pths = trace_product(php, q->sigma);
+    printf("preconditioned: |P G| / |G| = %.1f, tr(PHP Sigma) %.4g\n", sqrt(sum_of_squares_d(pg) / truth_gsq),
+           truth_pths);
     const double decay = 0.999;
     Estimates e = {0};
     noise_scale_init(&e.simple, decay);
     noise_scale_init(&e.precond, decay);
     curvature_init(&e.curv, decay);
+    curvature_init(&e.curv_precond, decay);
     for (int t = 0; t < TRIALS; t++) one_step(q, rng, G, &pre, &e);
     printf("unbiasedness over %d steps of %d micro-batches of %d:\n", TRIALS, MICRO, B_SMALL);
     check_mean("|G|^2", &e.grad_sq, truth_gsq);
@@ -254,6 +283,8 @@ static void check_unbiased(Quadratic *q, Rng *rng) {
     check_mean("tr(P Sigma P)", &e.ptrace, truth_ptrace);
     check_mean("G^T H G", &e.ghg, truth_ghg);
     check_mean("tr(H Sigma)", &e.trace_hs, truth_ths);
+    check_mean("G^T PHP G", &e.pghg, truth_pghg);
+    check_mean("tr(PHP Sigma)", &e.ptrace_hs, truth_pths);
     double known = 2 * sigma2 / (MICRO - 1);
     printf("  var of tr(Sigma) estimate %.4f, Gaussian theory 2 tr(Sigma^2) / (M - 1) = %.4f\n", variance(&e.trace), known);
     CHECK(fabs(variance(&e.trace) - known) <= 0.1 * known, "variance of tr(Sigma) %.4f vs %.4f", variance(&e.trace), known);
@@ -262,6 +293,12 @@ static void check_unbiased(Quadratic *q, Rng *rng) {
     check_ratio("B_simple(P g)", noise_scale_simple(&e.precond), truth_ptrace / truth_pgsq, &e.ptrace, &e.pgrad_sq,
                 ema_count);
     check_ratio("B_noise", curvature_noise_scale(&e.curv), truth_ths / truth_ghg, &e.trace_hs, &e.ghg, ema_count);
+    check_ratio("B_noise(P)", curvature_noise_scale(&e.curv_precond), truth_pths / truth_pghg, &e.ptrace_hs, &e.pghg,
+                ema_count);
+    /* the preconditioner changes the answer on this model, so the check above is not B_noise's again */
+    printf("  B_noise(P) / B_noise truth %.3f\n", truth_pths / truth_pghg / (truth_ths / truth_ghg));
+    CHECK(fabs(truth_pths / truth_pghg - truth_ths / truth_ghg) > 0.05 * truth_ths / truth_ghg,
+          "P moves B_noise on the test model");
 }
 
 /* E_s[z^T z] over every arrangement of the balanced signs (each equally

@@ -111,7 +111,7 @@ int cmd_train(int argc, char **argv) {
         {"noise-ema", OPT_DOUBLE, &c.noise_ema, 0, 0.999999, "X", "smoothing of the noise-scale estimates", "0.99", NULL},
         {"noise-scale-every", OPT_INT, &c.noise_scale_every, 0, 1 << 30, "N", "also the curvature noise scale B_noise every N steps (4 extra gradient passes each; ZeRO 0; 0: off)", "0", NULL},
         {"goodput-every", OPT_INT, &c.goodput_every, 1, 1 << 30, "N", "--batch-schedule goodput: steps between batch decisions", "10", NULL},
-        {"goodput-estimator", OPT_ENUM, &c.goodput_estimator, OPT_NO_RANGE, "NAME", "the noise scale goodput follows: simple, precond or curvature", "precond", TRAIN_GOODPUT_ESTIMATOR_WORDS},
+        {"goodput-estimator", OPT_ENUM, &c.goodput_estimator, OPT_NO_RANGE, "NAME", "the noise scale goodput follows: simple, precond, curvature or curvature-precond", "precond", TRAIN_GOODPUT_ESTIMATOR_WORDS},
         {"goodput-time-model", OPT_STRING, &c.goodput_time_model, OPT_NO_RANGE, "A:B", "testing: seconds per step = A + B x batch instead of measured (deterministic goodput)", "", NULL},
         {"grad-compression", OPT_STRING, &c.grad_compression, OPT_NO_RANGE, "CODEC",
          "gradient reduction: none, fp16, bf16, fp8, int8, topk:FRACTION or onebit", "none", NULL},

@@ -52,6 +52,11 @@ double curvature_step(const float *w, const float *v, size_t n) {
     return v_norm > 0 ? CURVATURE_STEP * sqrt(sum_of_squares(w, n)) / v_norm : 0.0;
 }
 
+void curvature_precondition(const Preconditioner *p, const float *v, float *out, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = (float)(v[i] / (sqrt((double)p->v[i]) * p->v_scale + p->eps));
+}
+
 /* w = saved_w + sign h v, in float as the model holds it. */
 static void move_weights(float *w, const float *saved_w, const float *v, size_t n, double step) {
     const float h = (float)step;

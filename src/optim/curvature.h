@@ -33,6 +33,15 @@
  * at 1e-3 and 5% at 1e-2, while below 1e-3 float rounding of the gradients
  * (relative 2^-24, amplified by 1 / CURVATURE_STEP) takes over.
  *
+ * Preconditioned (B_noise(P)). For an update -eps P g with P fixed within
+ * the step (Adam's 1 / (sqrt(v_hat) + eps) before the step's update), the
+ * expected loss change is -eps G^T P G + eps^2 / 2 (G^T P H P G +
+ * tr(P H P Sigma) / B), so McCandlish's eq. 2.6 gives B_noise(P) =
+ * tr(P H P Sigma) / (G^T P H P G) (why preconditioning raises the critical
+ * batch: Zhang et al. 2019, the noisy quadratic model). P is linear, so
+ * everything above carries over with d_i -> P d_i: the probe P z and the
+ * gradient P g into the same curvature_estimates.
+ *
  * As for B_simple (noise_scale.h) both estimates are averaged by EMAs before
  * the ratio is taken. Deliberately not here: how the trainer evaluates
  * gradients at moved weights, and what it does with the estimate. */
@@ -43,6 +52,7 @@
 #include <stddef.h>
 
 #include "core/rng.h"
+#include "optim/grad_norm.h"
 
 #define CURVATURE_STEP 1e-3 /* |h v| / |w| of the central differences */
 
@@ -68,6 +78,9 @@ bool curvature_estimates(double zhz, double ghg, double b_small, int micro_batch
 bool curvature_update(Curvature *c, double zhz, double ghg, double b_small, int micro_batches);
 /* B_noise in sequences; NaN before the first update or while the G^T H G average is not positive. */
 double curvature_noise_scale(const Curvature *c);
+
+/* out = P v, P = 1 / (sqrt(v_hat) + eps) elementwise (grad_norm.h); out may be v. */
+void curvature_precondition(const Preconditioner *p, const float *v, float *out, size_t n);
 
 /* The gradient at the weights as they are now (the caller's w), n floats. */
 typedef const float *(*GradientAt)(void *ctx);

@@ -40,6 +40,7 @@ static void setup_curvature(Trainer *tr) {
     e->probe = bs_calloc(n, sizeof(float));
     e->saved_grad = bs_calloc(n, sizeof(float));
     e->saved_params = bs_calloc(n, sizeof(float));
+    if (e->precond_on) e->precond_grad = bs_calloc(n, sizeof(float));
     long largest = tr->adaptive_max > c->global_batch ? tr->adaptive_max : c->global_batch;
     e->signs_capacity = (int)(largest / ((long)c->micro_batch * tr->dp_size)) + 1;
     e->signs = bs_calloc((size_t)e->signs_capacity, sizeof(float));
@@ -55,6 +56,9 @@ static void setup_goodput(Trainer *tr) {
                "second moment beside the gradient): use --goodput-estimator simple");
     if (c->goodput_estimator == GOODPUT_CURVATURE && !e->curvature_on)
         bs_die("--goodput-estimator curvature needs --noise-scale-every N (the curvature noise scale every N steps)");
+    if (c->goodput_estimator == GOODPUT_CURVATURE_PRECOND && !e->precond_grad)
+        bs_die("--goodput-estimator curvature-precond needs --noise-scale-every N and --optimizer adamw (the curvature "
+               "noise scale of Adam's preconditioned update)");
     const long granule = (long)c->micro_batch * tr->dp_size;
     goodput_init(&e->goodput, tr->adaptive_batch, tr->adaptive_max, granule, 0);
     e->goodput.base = e->goodput.min;
@@ -73,6 +77,7 @@ void estimators_setup(Trainer *tr) {
     noise_scale_init(&e->precond, c->noise_ema);
     const int every = c->noise_scale_every;
     curvature_init(&e->curvature, pow(c->noise_ema, every > 0 ? every : 1)); /* the same horizon in steps */
+    curvature_init(&e->curvature_precond, e->curvature.ema_decay);
     e->precond_big_sq = NAN;
     e->precond_on = c->noise_scale && c->optimizer == OPTIM_ADAMW && flat_layout(tr) && !tr->diloco.on;
     if (every > 0) setup_curvature(tr);
@@ -84,6 +89,7 @@ void estimators_free(Trainer *tr) {
     free(e->probe);
     free(e->saved_grad);
     free(e->saved_params);
+    free(e->precond_grad);
     free(e->signs);
     free(e->global_signs);
 }
@@ -125,8 +131,25 @@ void estimators_before_step(Trainer *tr, const StepResult *r) {
     dp_set_probe(dp, e->probe, e->signs);
 }
 
-/* z^T H z and g^T H g at this step's weights (curvature.h): the probe made
- * z, then four gradient passes; weights and gradient left as they were. */
+/* z^T H z and v^T H v by central differences at the saved weights (two
+ * gradient passes each, none for a zero direction) into the EMAs c; the
+ * weights left as they were, the gradient buffer overwritten. */
+static void measure_forms(Trainer *tr, Curvature *c, const float *z, const float *v, int micro, GradientAt grad,
+                          void *ctx) {
+    Estimators *e = &tr->est;
+    EngineChunk *ch = engine_chunk(tr->engine, 0);
+    const size_t n = ch->update_count;
+    float *w = dp_update_params(ch->dp);
+    const double hz = curvature_step(w, z, n), hv = curvature_step(w, v, n);
+    double zhz = curvature_form(w, e->saved_params, z, n, hz, grad, ctx, NULL);
+    double vhv = curvature_form(w, e->saved_params, v, n, hv, grad, ctx, NULL);
+    curvature_update(c, zhz, vhv, tr->cfg.micro_batch, micro);
+    e->extra_passes += (hz > 0 ? 2 : 0) + (hv > 0 ? 2 : 0);
+}
+
+/* B_noise from (z, g) and, once Adam's preconditioner exists, B_noise(P)
+ * from (P z, P g) at this step's weights (curvature.h): the probe made z,
+ * then four gradient passes per pair; weights and gradient left as they were. */
 static void measure_curvature(Trainer *tr, const StepResult *r, GradientAt grad, void *ctx) {
     Estimators *e = &tr->est;
     EngineChunk *ch = engine_chunk(tr->engine, 0);
@@ -139,12 +162,14 @@ static void measure_curvature(Trainer *tr, const StepResult *r, GradientAt grad,
     for (size_t i = 0; i < n; i++) e->probe[i] = (float)(micro * (double)e->probe[i] - sign_sum * g[i]); /* z */
     memcpy(e->saved_grad, g, n * sizeof(float));
     memcpy(e->saved_params, w, n * sizeof(float));
-    const double hz = curvature_step(w, e->probe, n), hg = curvature_step(w, e->saved_grad, n);
-    double zhz = curvature_form(w, e->saved_params, e->probe, n, hz, grad, ctx, NULL);
-    double ghg = curvature_form(w, e->saved_params, e->saved_grad, n, hg, grad, ctx, NULL);
+    measure_forms(tr, &e->curvature, e->probe, e->saved_grad, micro, grad, ctx);
+    Preconditioner p;
+    if (e->precond_grad && preconditioner(tr, &p)) {
+        curvature_precondition(&p, e->probe, e->probe, n); /* P z: z is no longer needed */
+        curvature_precondition(&p, e->saved_grad, e->precond_grad, n);
+        measure_forms(tr, &e->curvature_precond, e->probe, e->precond_grad, micro, grad, ctx);
+    }
     memcpy(g, e->saved_grad, n * sizeof(float));
-    curvature_update(&e->curvature, zhz, ghg, tr->cfg.micro_batch, micro);
-    e->extra_passes += (hz > 0 ? 2 : 0) + (hg > 0 ? 2 : 0);
 }
 
 void estimators_after_backward(Trainer *tr, StepResult *r, GradientAt grad, void *ctx) {
@@ -169,6 +194,7 @@ static double followed_noise_scale(const Trainer *tr, const StepResult *r) {
     switch (tr->cfg.goodput_estimator) {
     case GOODPUT_PRECOND: return r->noise_precond;
     case GOODPUT_CURVATURE: return r->noise_curvature;
+    case GOODPUT_CURVATURE_PRECOND: return r->noise_curvature_precond;
     default: return noise_scale_simple(&tr->noise);
     }
 }
@@ -195,7 +221,7 @@ static void goodput_step(Trainer *tr, StepResult *r) {
 
 void estimators_after_step(Trainer *tr, StepResult *r, double micro_precond_sq) {
     Estimators *e = &tr->est;
-    r->noise_precond = r->noise_curvature = r->goodput = r->efficiency = NAN;
+    r->noise_precond = r->noise_curvature = r->noise_curvature_precond = r->goodput = r->efficiency = NAN;
     r->next_batch = 0;
     r->extra_passes = e->extra_passes;
     const double b_small = tr->cfg.micro_batch, micro_batches = (double)r->batch / b_small;
@@ -204,6 +230,7 @@ void estimators_after_step(Trainer *tr, StepResult *r, double micro_precond_sq) 
                            (double)r->batch);
     if (e->precond_on) r->noise_precond = noise_scale_simple(&e->precond);
     if (e->curvature_on) r->noise_curvature = curvature_noise_scale(&e->curvature);
+    if (e->precond_grad) r->noise_curvature_precond = curvature_noise_scale(&e->curvature_precond);
     if (e->goodput_on) goodput_step(tr, r);
 }
 
@@ -214,11 +241,15 @@ void estimators_pack(const Trainer *tr, double *words) {
                              e->curvature.ghg_ema, e->curvature.ema_weight, (double)e->extra_passes};
     memcpy(words, fixed, sizeof fixed);
     goodput_pack(&e->goodput, words + 9);
+    const double later[4] = {e->curvature_precond.ema_decay, e->curvature_precond.trace_ema,
+                             e->curvature_precond.ghg_ema, e->curvature_precond.ema_weight};
+    memcpy(words + ESTIMATOR_STATE_WORDS_V1, later, sizeof later);
 }
 
 void estimators_unpack(Trainer *tr, const double *words, int count) {
     Estimators *e = &tr->est;
-    if (count != ESTIMATOR_STATE_WORDS) return; /* written before these estimators: they start afresh */
+    /* written before these estimators: they start afresh (before B_noise(P): it alone does) */
+    if (count != ESTIMATOR_STATE_WORDS && count != ESTIMATOR_STATE_WORDS_V1) return;
     e->precond.grad_sq_ema = words[1];
     e->precond.trace_ema = words[2];
     e->precond.ema_weight = words[3];
@@ -228,4 +259,9 @@ void estimators_unpack(Trainer *tr, const double *words, int count) {
     e->extra_passes = (long)words[8];
     if (e->goodput_on && !goodput_unpack(&e->goodput, words + 9))
         bs_die("the checkpoint's goodput table is corrupt (%g sizes)", words[9]);
+    if (count < ESTIMATOR_STATE_WORDS) return;
+    const double *later = words + ESTIMATOR_STATE_WORDS_V1;
+    e->curvature_precond.trace_ema = later[1];
+    e->curvature_precond.ghg_ema = later[2];
+    e->curvature_precond.ema_weight = later[3];
 }

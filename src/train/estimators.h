@@ -24,6 +24,14 @@
  *    model's size on every rank (the probe, the saved gradient and the saved
  *    weights), so ZeRO 0 only, fp32, no tensor, pipeline or context
  *    parallelism, no --balance, 1-bit Adam or DiLoCo: refused otherwise.
+ *  - curvature-precond: B_noise(P) = tr(P H P Sigma) / (G^T P H P G), the
+ *    curvature noise scale of the update direction Adam takes, -lr P g
+ *    (optim/curvature.h), with the precond estimator's P. At the curvature
+ *    estimator's steps whenever both it and precond are on, once P exists
+ *    (PRECOND_FROM_STEP): the probe becomes P z, and two more central
+ *    differences along P z and P g, 4 more passes per measurement (counted in
+ *    `noise_extra_passes`); its own EMA with the curvature decay; one more
+ *    flat buffer (P g).
  *  - goodput (--batch-schedule goodput:MIN:MAX, optim/goodput.h): every
  *    --goodput-every steps the batch in [MIN, MAX] with the largest goodput
  *    for the estimator --goodput-estimator, with B_0 = MIN. Step times are
@@ -43,7 +51,8 @@
 #include "train/trainer_state.h"
 
 #define PRECOND_FROM_STEP 5 /* optimizer updates in v_hat before the preconditioned estimator starts */
-#define ESTIMATOR_STATE_WORDS (4 + 4 + 1 + GOODPUT_STATE_WORDS) /* estimators_pack */
+#define ESTIMATOR_STATE_WORDS_V1 (4 + 4 + 1 + GOODPUT_STATE_WORDS) /* checkpoints before B_noise(P) */
+#define ESTIMATOR_STATE_WORDS (ESTIMATOR_STATE_WORDS_V1 + 4)     /* estimators_pack */
 
 /* After the engine and batch schedule are set up: what is on, the buffers;
  * one line naming the flag for what cannot be done. */

@@ -100,6 +100,8 @@ static void set_policy(json_t *j, const Metrics *m, const StepResult *r, const M
     }
     if (m->noise_scale && !isnan(r->noise_precond)) set(j, "noise_scale_precond", number(r->noise_precond));
     if (m->curvature && !isnan(r->noise_curvature)) set(j, "noise_scale_curvature", number(r->noise_curvature));
+    if (m->curvature && !isnan(r->noise_curvature_precond))
+        set(j, "noise_scale_curvature_precond", number(r->noise_curvature_precond));
     if (m->curvature) set(j, "noise_extra_passes", json_integer(r->extra_passes));
     if (m->goodput && !isnan(r->goodput)) set(j, "goodput", number(r->goodput));
     if (m->goodput && !isnan(r->efficiency)) set(j, "efficiency", number(r->efficiency));

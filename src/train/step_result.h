@@ -18,6 +18,7 @@ typedef struct {
     double loss, grad_norm, lr;
     double noise_scale; /* B_simple in sequences, NaN until resolved */
     double noise_precond, noise_curvature; /* train/estimators.h: B_simple of P g and B_noise, NaN until resolved */
+    double noise_curvature_precond;        /* B_noise(P) of the update direction P g, NaN until resolved */
     long extra_passes;                     /* curvature's extra forward+backward passes so far */
     double extra_seconds;                  /* this step's time in them */
     double goodput, efficiency;            /* --batch-schedule goodput: of this step's batch (NaN: unknown) */

@@ -22,7 +22,7 @@
 typedef enum { PRECISION_FP32, PRECISION_BF16, PRECISION_FP8 } Precision;
 typedef enum { DATA_SHUFFLED, DATA_SEQUENTIAL } DataOrder;
 typedef enum { DOC_MASK_AUTO, DOC_MASK_ON, DOC_MASK_OFF } DocMask;
-typedef enum { GOODPUT_SIMPLE, GOODPUT_PRECOND, GOODPUT_CURVATURE } GoodputEstimator;
+typedef enum { GOODPUT_SIMPLE, GOODPUT_PRECOND, GOODPUT_CURVATURE, GOODPUT_CURVATURE_PRECOND } GoodputEstimator;
 
 /* The words of each enumeration, NULL-terminated, in enum order. */
 extern const char *const TRAIN_PRECISION_WORDS[];

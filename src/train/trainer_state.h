@@ -105,9 +105,11 @@ typedef struct {
     NoiseScale precond;
     double precond_big_sq;    /* this step's |P G|^2 (NaN: not measured) */
     Curvature curvature;
+    Curvature curvature_precond; /* B_noise(P) on the update direction P g (optim/curvature.h) */
     long extra_passes;        /* forward+backward passes over a global batch spent on curvature */
     bool probing;             /* this step measures curvature */
     float *probe, *saved_grad, *saved_params;
+    float *precond_grad;      /* P g for B_noise(P) (NULL unless precond_on and curvature_on) */
     float *signs, *global_signs; /* the probe's: this rank's micro-steps, the global batch's micro-batches */
     int signs_capacity;
     Goodput goodput;
