@@ -95,6 +95,16 @@ static bool moe_layout_ok(const ModelShape *m, const Layout *l, char *why, size_
     return true;
 }
 
+/* The layer split names whole layers on every stage (layer_split.h). */
+static bool layer_split_ok(const PlanInput *in, const Layout *l, char *why, size_t n) {
+    if (!in->split.even && (in->split.first > 0 || in->split.last > 0)) {
+        snprintf(why, n, "--first-stage-layers and --last-stage-layers fix the split: use --layer-split even");
+        return false;
+    }
+    int first, middle, last, chunks = l->schedule == SCHEDULE_INTERLEAVED ? l->virtual_stages : 1;
+    return !in->split.even || layer_split_even(&in->split, in->model.layers, l->pp, chunks, &first, &middle, &last, why, n);
+}
+
 bool layout_check(const PlanInput *in, const Layout *l, char *why, size_t n) {
     const ModelShape *m = &in->model;
     if (in->zero1_allreduce && l->zero != 1) {
@@ -154,14 +164,7 @@ bool layout_check(const PlanInput *in, const Layout *l, char *why, size_t n) {
     }
     for (int i = 0; i < in->batch.n; i++)
         if (!batch_splits(in, l, in->batch.batch[i], why, n)) return false;
-    if (!in->split.even && (in->split.first > 0 || in->split.last > 0)) {
-        snprintf(why, n, "--first-stage-layers and --last-stage-layers fix the split: use --layer-split even");
-        return false;
-    }
-    int first, middle, last;
-    int chunks = l->schedule == SCHEDULE_INTERLEAVED ? l->virtual_stages : 1;
-    if (in->split.even && !layer_split_even(&in->split, m->layers, l->pp, chunks, &first, &middle, &last, why, n))
-        return false;
+    if (!layer_split_ok(in, l, why, n)) return false;
     if (l->schedule == SCHEDULE_INTERLEAVED) {
         if (l->pp < 2 || l->virtual_stages < 2) {
             snprintf(why, n, "the interleaved schedule needs --pp >= 2 and --virtual-stages >= 2");
@@ -337,7 +340,7 @@ static bool balance(Role *roles, int n_roles, int layers, bool use_caps) {
 static bool assign_even(const PlanInput *in, const Layout *l, Role *roles, int n_roles) {
     int first, middle, last, chunks = l->schedule == SCHEDULE_INTERLEAVED ? l->virtual_stages : 1;
     char why[256];
-    layer_split_even(&in->split, in->model.layers, l->pp, chunks, &first, &middle, &last, why, sizeof why);
+    layer_split_even(&in->split, in->model.layers, l->pp, chunks, &first, &middle, &last, why, sizeof why); /* layout_check passed it */
     bool fits = true;
     for (int q = 0; q < n_roles; q++) {
         Role *r = &roles[q];
