@@ -340,7 +340,8 @@ static bool balance(Role *roles, int n_roles, int layers, bool use_caps) {
 static bool assign_even(const PlanInput *in, const Layout *l, Role *roles, int n_roles) {
     int first, middle, last, chunks = l->schedule == SCHEDULE_INTERLEAVED ? l->virtual_stages : 1;
     char why[256];
-    layer_split_even(&in->split, in->model.layers, l->pp, chunks, &first, &middle, &last, why, sizeof why); /* layout_check passed it */
+    /* layout_check has accepted this split */
+    layer_split_even(&in->split, in->model.layers, l->pp, chunks, &first, &middle, &last, why, sizeof why);
     bool fits = true;
     for (int q = 0; q < n_roles; q++) {
         Role *r = &roles[q];
