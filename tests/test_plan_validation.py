@@ -46,8 +46,9 @@ TP_OVERLAP = {"tp-overlap": "on"}
 # Round 9: layers per pipeline stage as each framework places them (src/plan/layer_split.h), not the planner's
 # balance. Megatron-LM and Megatron-core build num_layers / pp layers on every stage, num_layers / pp / vp in
 # every interleaved chunk (megatron/core/transformer/transformer_block.py, get_num_layers_to_build), unless the
-# configuration sets the first and last stages; so do Megatron-DeepSpeed's GPTModelPipe (DeepSpeed's
-# PipelineModule with partition_method 'type:transformer': the transformer layers uniformly). Rows whose
+# configuration sets the first and last stages; so does Megatron-DeepSpeed's GPTModelPipe, which passes DeepSpeed's
+# PipelineModule partition_method 'type:transformer' (the transformer layers uniformly; PipelineModule's own
+# default is 'parameters'; microsoft/Megatron-DeepSpeed megatron/model/gpt_model.py, commit 070c64b). Rows whose
 # framework places layers by another rule give it as first/last below.
 EVEN = {"layer-split": "even"}
 
