@@ -81,6 +81,13 @@ class BadInput(unittest.TestCase):
         self.fails(["--model", "demo", "--zero1-reduce", "tree"], "--zero1-reduce", "reduce-scatter or allreduce")
         self.fails(["--model", "llama3-70b", "--gpus", 64, "--tp", 4, "--pp", 4, "--virtual-stages", 5, "--pipeline-engine",
                     "deepspeed"], "--pipeline-engine deepspeed", "--schedule 1f1b")
+        self.fails(["--model", "demo", "--layer-split", "sideways"], "--layer-split", "balanced or even")
+        self.fails(["--model", "llama3-405b", "--gpus", 1024, "--tp", 8, "--pp", 16, "--layer-split", "even"],
+                   "--layer-split even", "126 layers", "--first-stage-layers")
+        self.fails(["--model", "llama3-405b", "--gpus", 1024, "--tp", 8, "--pp", 16, "--first-stage-layers", 7],
+                   "--first-stage-layers", "--layer-split even")
+        self.fails(["--model", "llama3-405b", "--gpus", 1024, "--tp", 8, "--pp", 16, "--layer-split", "even",
+                    "--first-stage-layers", 60, "--last-stage-layers", 60], "--first-stage-layers 60", "14 middle stages")
         self.fails(["--model", "demo", "--attention", "flash3"], "--attention", "flash or flash2")
         self.fails(["--model", "demo", "--window-layers", 2], "--window-layers", "--attention-window")
         self.fails(["--model", "mixtral-8x7b", "--gpus", 8, "--recompute", "op"], "--recompute op", "dense blocks")

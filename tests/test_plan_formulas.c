@@ -12,8 +12,8 @@
  * against a hand computation, fused attention by head dimension and under a
  * sliding window, torchtitan's per-op checkpointing against a count of what
  * its policy saves, DeepSpeed's pipeline sends against a count of its
- * schedule's blocking calls, ZeRO-1's full all-reduce by hand, and the small
- * parsers. */
+ * schedule's blocking calls, ZeRO-1's full all-reduce by hand, layers per
+ * stage by the frameworks' rules, and the small parsers. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -25,6 +25,7 @@
 #include "plan/comms.h"
 #include "plan/cost.h"
 #include "plan/gemm_model.h"
+#include "plan/layer_split.h"
 #include "plan/memory.h"
 #include "plan/op_checkpoint.h"
 #include "plan/pipeline_engine.h"
@@ -830,6 +831,64 @@ static void test_zero1_allreduce(void) {
     CHECK(!layout_check(&in, &l, why, sizeof why) && strstr(why, "--zero1-reduce"), "--zero1-reduce allreduce needs --zero 1");
 }
 
+/* Layers per stage by a framework's rule (layer_split.h), by hand: Llama 3's
+ * 126 over 16 stages with 7 on the first and last, BLOOM's 70 over 12 with
+ * 5 there ('type:transformer|embedding'), Megatron-core's 40 over 4 with VP
+ * 10 (one layer per chunk), the rejections; and in plan_evaluate, the last
+ * stage of an even split computes exactly what a one-stage job of
+ * layers / pp blocks computes (same block and output layer), where the
+ * planner's balance gives it fewer blocks. */
+static void test_layer_split(void) {
+    const struct {
+        int layers, pp, v, first, last, want_first, want_middle, want_last;
+    } cases[] = {{126, 16, 1, 7, 7, 7, 8, 7}, {70, 12, 1, 5, 5, 5, 6, 5}, {40, 4, 10, 0, 0, 10, 10, 10},
+                 {126, 8, 1, 15, 15, 15, 16, 15}, {61, 2, 1, 30, 31, 30, 0, 31}, {48, 1, 1, 0, 0, 48, 48, 48}};
+    char why[256];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        LayerSplit s = {true, cases[i].first, cases[i].last};
+        int f = -1, mid = -1, la = -1;
+        bool ok = layer_split_even(&s, cases[i].layers, cases[i].pp, cases[i].v, &f, &mid, &la, why, sizeof why);
+        CHECK(ok && f == cases[i].want_first && mid == cases[i].want_middle && la == cases[i].want_last,
+              "split case %zu: %d/%d/%d, by hand %d/%d/%d (%s)", i, f, mid, la, cases[i].want_first,
+              cases[i].want_middle, cases[i].want_last, ok ? "ok" : why);
+    }
+    const struct {
+        int layers, pp, v, first, last;
+        const char *flag;
+    } bad[] = {{126, 16, 1, 0, 0, "--first-stage-layers"}, {40, 4, 3, 0, 0, "--virtual-stages"},
+               {126, 16, 1, 7, 0, "--first-stage-layers"}, {126, 16, 1, 60, 60, "--first-stage-layers"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        LayerSplit s = {true, bad[i].first, bad[i].last};
+        int f, mid, la;
+        bool ok = layer_split_even(&s, bad[i].layers, bad[i].pp, bad[i].v, &f, &mid, &la, why, sizeof why);
+        CHECK(!ok && strstr(why, bad[i].flag), "bad split %zu rejected naming %s (%s)", i, bad[i].flag, ok ? "accepted" : why);
+    }
+
+    PlanInput in = small_job(4);
+    in.model.vocab = 256000; /* an output layer of about five blocks: the planner's balance moves blocks off it */
+    Layout l = layout_default();
+    l.pp = 4, l.dp = 1, l.zero = 0, l.schedule = SCHEDULE_INTERLEAVED, l.virtual_stages = 2;
+    PlanResult balanced, even, alone;
+    CHECK(layout_check(&in, &l, why, sizeof why), "%s", why);
+    plan_evaluate(&in, &l, &balanced);
+    in.split = (LayerSplit){.even = true};
+    CHECK(layout_check(&in, &l, why, sizeof why), "%s", why);
+    plan_evaluate(&in, &l, &even);
+    PlanInput one = small_job(1);
+    one.model.vocab = 256000;
+    one.model.layers = 4;
+    Layout l1 = layout_default();
+    l1.zero = 0;
+    plan_evaluate(&one, &l1, &alone);
+    CHECK(even.last_stage_layers == 4 && even.kind[0].layers == 4, "even split: %d blocks on the last stage, %d on the fullest, by hand 4",
+          even.last_stage_layers, even.kind[0].layers);
+    CHECK(balanced.last_stage_layers < 4, "the planner's balance keeps %d blocks beside the output layer", balanced.last_stage_layers);
+    CHECK(even.micro_batches == alone.micro_batches && close_rel(even.time.compute, alone.time.compute, 1e-12),
+          "even split's last stage computes %.4f s per step, a 4-block job alone %.4f s", even.time.compute, alone.time.compute);
+    in.split = (LayerSplit){.even = false, .first = 3};
+    CHECK(!layout_check(&in, &l, why, sizeof why) && strstr(why, "--layer-split even"), "first-stage layers need the even split");
+}
+
 int main(void) {
     test_zero_example();
     test_megatron_parameters();
@@ -849,6 +908,7 @@ int main(void) {
     test_op_checkpoint();
     test_pipeline_engine();
     test_zero1_allreduce();
+    test_layer_split();
     test_zero3_fsdp();
     test_costs();
     test_reliability();

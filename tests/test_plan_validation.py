@@ -43,6 +43,48 @@ MEGATRON_ORDER = "tp-cp-ep-dp-pp"
 # TP communication overlap (Transformer Engine userbuffers) as the row's configuration sets it.
 TP_OVERLAP = {"tp-overlap": "on"}
 
+# Round 9: layers per pipeline stage as each framework places them (src/plan/layer_split.h), not the planner's
+# balance. Megatron-LM and Megatron-core build num_layers / pp layers on every stage, num_layers / pp / vp in
+# every interleaved chunk (megatron/core/transformer/transformer_block.py, get_num_layers_to_build), unless the
+# configuration sets the first and last stages; so does Megatron-DeepSpeed's GPTModelPipe, which passes DeepSpeed's
+# PipelineModule partition_method 'type:transformer' (the transformer layers uniformly; PipelineModule's own
+# default is 'parameters'; microsoft/Megatron-DeepSpeed megatron/model/gpt_model.py, commit 070c64b). Rows whose
+# framework places layers by another rule give it as first/last below.
+EVEN = {"layer-split": "even"}
+
+
+def ends(first, last):
+    """An even split with the first and last stages' layers fixed (Megatron-core's
+    num_layers_in_first/last_pipeline_stage), the rest evenly over the middle stages."""
+    return {"layer-split": "even", "first-stage-layers": first, "last-stage-layers": last}
+
+
+def embedding_and_loss_in_split(layers, pp):
+    """Megatron-core's account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split: the
+    embedding and the loss count as one layer each, (layers + 2) / pp per stage, so the first and the last stage
+    hold one decoder layer fewer."""
+    per_stage, rest = divmod(layers + 2, pp)
+    assert rest == 0, "Megatron-core needs (layers + 2) to divide into the stages"
+    return ends(per_stage - 1, per_stage - 1)
+
+
+def torchtitan_split(layers, pp, stages_per_rank):
+    """torchtitan's generate_split_points with no split points given (torchtitan/parallelisms/
+    pipelining_utils.py, late 2024): over pp x stages_per_rank stages, stage 0 gets layers // stages, each middle
+    stage one more while the remainder lasts, the last stage the rest; rank r runs stages r, r + pp, ... (the
+    loop style). Returns the per-rank split, which must be even on the middle ranks."""
+    total = pp * stages_per_rank
+    base, extra = divmod(layers, total)
+    sizes = [base]
+    for _ in range(1, total - 1):
+        sizes.append(base + (1 if extra > 0 else 0))
+        extra -= 1 if extra > 0 else 0
+    sizes.append(layers - sum(sizes))
+    per_rank = [sum(sizes[r::pp]) for r in range(pp)]
+    assert len(set(per_rank[1:-1])) <= 1, per_rank
+    return ends(per_rank[0], per_rank[-1])
+
+
 A100 = {"peak": 312e12}
 H100 = {"peak": 989e12}
 
@@ -62,19 +104,21 @@ def nemotron_run(gpus, batch, **more):
     """Megatron-core; the report does not say whether TP communication was overlapped (off, the default), nor
     the pipeline's (on: Megatron-LM's default for interleaved schedules, --no-overlap-p2p-communication)."""
     return dict({"hardware": "h100-sxm", "gpus": gpus, "tp": 8, "pp": 12, "cp": 1, "global-batch": batch,
-                 "micro-batch": 1, "rank-order": MEGATRON_ORDER, "pp-overlap": "on"}, **more)
+                 "micro-batch": 1, "rank-order": MEGATRON_ORDER, "pp-overlap": "on"}, **EVEN, **more)
 
 
 def llama3_run(gpus, cp, batch):
     """Table 4: TP 8, PP 16 on H100; micro-batch 1 assumed. Rank order [TP, CP, PP, DP] (section 3.3.2), the
-    planner's default; TP communication overlap not stated (off, the default)."""
-    return {"hardware": "h100-sxm", "gpus": gpus, "tp": 8, "pp": 16, "cp": cp, "global-batch": batch, "micro-batch": 1}
+    planner's default; TP communication overlap not stated (off, the default). Section 3.3.2: one layer fewer
+    on the first and last stages (7, then 8 on each of the 14 middle stages, of the 126)."""
+    return dict({"hardware": "h100-sxm", "gpus": gpus, "tp": 8, "pp": 16, "cp": cp, "global-batch": batch,
+                 "micro-batch": 1}, **ends(7, 7))
 
 
 def megatron(gpus, tp, pp, batch, **more):
     """A 2021-22 Megatron-LM run: A100 80GB, materialized attention, full
     recomputation, no ZeRO, sequence parallelism or DP overlap (unless given)."""
-    run = dict(MEGATRON_2021, gpus=gpus, tp=tp, pp=pp, **{"global-batch": batch})
+    run = dict(MEGATRON_2021, gpus=gpus, tp=tp, pp=pp, **{"global-batch": batch}, **EVEN)
     run.update(more)
     return run
 
@@ -108,6 +152,17 @@ QWEN3_30B_A3B = swiglu(48, 2048, 32, 4, 768, 151936, 4096, experts=128, **{"top-
 # Qwen3-235B-A22B (its config.json): 94 layers, 64 query heads of 128 and 4 KV heads on a 4096 width, 128
 # experts of 1536 with 8 per token, vocabulary 151936
 QWEN3_235B_A22B = swiglu(94, 4096, 64, 4, 1536, 151936, 4096, experts=128, **{"top-k": 8, "head-dim": 128})
+# Round 9, the Megatron-Bridge recipes' layer placement (src/megatron/bridge/recipes/, commit 3594df9):
+# llama/llama31_405b.py and qwen/qwen3_235b_a22b.py set account_for_embedding_in_pipeline_split and
+# account_for_loss_in_pipeline_split True (PP 8: 15 layers on the first and last stages, 16 on the others; 11
+# and 12 for Qwen3-235B). DeepSeek-V3's recipe (recipes/deepseek/deepseek_v3.py, commit 355cef4) sets a
+# pipeline_model_parallel_layout with its multi-token-prediction layer and the loss on the last stage (PP 16:
+# the embedding and 4 layers, 14 stages of 4, then 1 layer, the MTP layer and the loss; PP 8 x VP 4, the H100
+# row's, is not in its map), which the planner cannot represent (no MTP module): those rows keep the planner's
+# balance.
+LLAMA31_405B_SPLIT = embedding_and_loss_in_split(126, 8)
+QWEN3_235B_SPLIT = embedding_and_loss_in_split(94, 8)
+DEEPSEEK_V3_SPLIT = {"layer-split": "balanced"}
 
 
 def mpt(layers, hidden, heads, seq=2048):
@@ -124,9 +179,9 @@ def nemo(gpus, tp, pp, cp, batch, micro, precision="fp8", **more):
     sequence parallelism with TP, overlapped DP, Megatron's rank order); ZeRO stage and recomputation left to the
     search; TP communication overlap (userbuffers) as each row's recipe sets it (tp-overlap); pipeline sends
     overlapped in interleaved schedules (the launcher's overlap_p2p_comm: True; Megatron-Bridge sets it when
-    VP > 1)."""
+    VP > 1). Layers per stage: Megatron-core's even split (EVEN, round 9) unless the row's recipe sets another."""
     run = {"hardware": "h100-sxm", "gpus": gpus, "tp": tp, "pp": pp, "cp": cp, "global-batch": batch,
-           "micro-batch": micro, "precision": precision, "rank-order": MEGATRON_ORDER, "pp-overlap": "on"}
+           "micro-batch": micro, "precision": precision, "rank-order": MEGATRON_ORDER, "pp-overlap": "on", **EVEN}
     run.update(more)
     return run
 
@@ -154,6 +209,10 @@ def sdpa(run):
 # "both Megatron-LM and DeepSpeed have Pipeline Parallelism and BF16 Optimizer implementations, but we used the
 # ones from DeepSpeed as they are integrated with ZeRO". Its sends: src/plan/pipeline_engine.h.
 DEEPSPEED_PIPE = {"pipeline-engine": "deepspeed"}
+# BLOOM's --pp-partition-method 'type:transformer|embedding' counts the two tied embedding layers as layers
+# (bigscience-workshop/bigscience, train/tr11-176B-ml/README.md: "pp rank 0: [embed | 5 transformer blocks]",
+# ranks 1-10 6 blocks, "pp rank 11: [5 transformer blocks | embed]"); round 9.
+BLOOM_SPLIT = ends(5, 5)
 # BLOOM trained in BF16 with that blog's "BF16 Optimizer" from DeepSpeed: deepspeed/runtime/bf16_optimizer.py
 # accumulates FP32 gradients for the whole stage ("BF16 Optimizer is hardcoded for fp32 gradient accumulation",
 # pipe/engine.py) and hands them to the engine to reduce (get_grads_for_reduction returns
@@ -217,7 +276,7 @@ ROWS = [
      "megatron_tflops", 113),
     ("bloom-176b", "BigScience 2022 (BLOOM), model card and paper", gpt(70, 14336, 112, vocab=250880),
      megatron(384, 4, 12, 2048, zero=1, **{"micro-batch": 2, "net-gbps": 6.25}, **DEEPSPEED_PIPE,
-              **DEEPSPEED_BF16_OPTIMIZER), "megatron_tflops", 150),
+              **DEEPSPEED_BF16_OPTIMIZER, **BLOOM_SPLIT), "megatron_tflops", 150),
     ("llama3-405b-8k", "Llama 3 paper, Table 4", {"model": "llama3-405b"}, llama3_run(8192, 1, 2048),
      "model_tflops", 430),
     ("llama3-405b-16k", "Llama 3 paper, Table 4", {"model": "llama3-405b"}, llama3_run(16384, 1, 2048),
@@ -266,7 +325,7 @@ ROWS = [
     ("bridge-llama3-70b", BRIDGE_2509, {"model": "llama3-70b"}, nemo(64, 4, 8, 1, 128, 1, **{"virtual-stages": 5}, **TP_OVERLAP),
      "tokens_per_gpu", 1619),
     ("bridge-llama31-405b-cp2", BRIDGE_2509, {"model": "llama3-405b"},
-     nemo(1024, 8, 8, 2, 512, 1, **{"virtual-stages": 8}, **TP_OVERLAP), "tokens_per_gpu", 302),
+     nemo(1024, 8, 8, 2, 512, 1, **{"virtual-stages": 8}, **TP_OVERLAP, **LLAMA31_405B_SPLIT), "tokens_per_gpu", 302),
     ("bridge-qwen3-30b-a3b", BRIDGE_2509, QWEN3_30B_A3B, nemo(16, 1, 2, 1, 512, 2, ep=8, **{"virtual-stages": 24}),
      "tokens_per_gpu", 10494),
     # Issue 17: MoE rows from reported GPU hours per trillion tokens (1e12 / (hours x 3600) tokens/s per GPU).
@@ -288,10 +347,12 @@ ROWS = [
     # all-to-all overlap; DeepSeek-V3 without DP overlap and with the shared experts beside the dispatch, its
     # provider's moe_shared_expert_overlap; Qwen3-235B with TP overlap and no recomputation).
     ("bridge-deepseek-v3-1024", BRIDGE_2509, DEEPSEEK_V3_SHAPE,
-     nemo(1024, 2, 8, 1, 8192, 1, ep=64, etp=1, overlap="off", **{"virtual-stages": 4, "ep-overlap": "shared"}),
+     nemo(1024, 2, 8, 1, 8192, 1, ep=64, etp=1, overlap="off", **{"virtual-stages": 4, "ep-overlap": "shared"},
+          **DEEPSEEK_V3_SPLIT),
      "tokens_per_gpu", 1297),
     ("bridge-qwen3-235b-a22b", BRIDGE_2509, QWEN3_235B_A22B,
-     nemo(256, 2, 8, 1, 2048, 1, ep=32, etp=1, recompute="none", **{"virtual-stages": 4}, **TP_OVERLAP),
+     nemo(256, 2, 8, 1, 2048, 1, ep=32, etp=1, recompute="none", **{"virtual-stages": 4}, **TP_OVERLAP,
+          **QWEN3_235B_SPLIT),
      "tokens_per_gpu", 1204),
 ]
 
@@ -381,12 +442,14 @@ FRESH_ROWS = [
     # Table 5: FSDP 8 x TP 8 x PP 8 on 512 GPUs, compile + Float8 + AsyncTP, local batch 32 (global 256), full
     # recomputation, interleaved 1F1B (8 micro-batches of 4, 2 stages per rank).
     ("fresh-tt-405b-512-interleaved", TORCHTITAN_H100, {"model": "llama3-405b"},
-     titan(512, 8, 8, 1, 256, 4, "full", schedule="interleaved", **{"virtual-stages": 2}, **TP_OVERLAP),
+     titan(512, 8, 8, 1, 256, 4, "full", schedule="interleaved", **{"virtual-stages": 2}, **TP_OVERLAP,
+           **torchtitan_split(126, 8, 2)),
      "tokens_per_gpu", 128),
     # Table 6: TP 8 x PP 8 x FSDP 8 (CP 1) at 32768 tokens, compile + Float8 + AsyncTP + 1F1B, local batch 8
     # (global 64; 8 micro-batches of 1), full recomputation.
     ("fresh-tt-405b-512-32k", TORCHTITAN_H100, {"model": "llama3-405b", "seq-len": 32768},
-     titan(512, 8, 8, 1, 64, 1, "full", schedule="1f1b", **TP_OVERLAP), "tokens_per_gpu", 76),
+     titan(512, 8, 8, 1, 64, 1, "full", schedule="1f1b", **TP_OVERLAP, **torchtitan_split(126, 8, 1)),
+     "tokens_per_gpu", 76),
     # MosaicML llm-foundry scripts/train/benchmarking/README.md (commit 061f2c7), the A100 80GB table (1600 Gbps
     # RoCE between nodes: the preset's 25 GB/s per GPU) and the A100 40GB table: the table's micro-batch,
     # accumulation and global batch, FSDP FULL_SHARD, activation checkpointing as full recomputation, MP Mode
@@ -430,7 +493,7 @@ FRESH_ROWS = [
     ("fresh-bridge-llama3-70b-gbs256", BRIDGE_2602, {"model": "llama3-70b"},
      nemo(64, 4, 8, 1, 256, 1, **{"virtual-stages": 5}, **TP_OVERLAP), "tokens_per_gpu", 1621),
     ("fresh-bridge-llama31-405b-gbs1536", BRIDGE_2602, {"model": "llama3-405b"},
-     nemo(1024, 8, 8, 2, 1536, 1, **{"virtual-stages": 8}, **TP_OVERLAP), "tokens_per_gpu", 311),
+     nemo(1024, 8, 8, 2, 1536, 1, **{"virtual-stages": 8}, **TP_OVERLAP, **LLAMA31_405B_SPLIT), "tokens_per_gpu", 311),
     # VP "n/a" in the table: no interleaving (--schedule 1f1b; fixed after the evaluation, which had left the
     # schedule to the search and got v9 at +61.8%: a transcription error, docs/PLANNER.md).
     ("fresh-bridge-gpt-oss-120b", BRIDGE_2602, GPT_OSS_120B,
@@ -446,7 +509,8 @@ FRESH_ROWS = [
     # qwen3_235b_a22b_pretrain_config_h100: CommOverlapConfig(tp_comm_overlap=False) (TP overlap off),
     # moe_router_force_load_balancing = True (balanced), no recomputation.
     ("fresh-bridge-qwen3-235b-gbs8192", BRIDGE_2602, QWEN3_235B_A22B,
-     nemo(256, 2, 8, 1, 8192, 1, ep=32, etp=1, recompute="none", **{"virtual-stages": 4, "ep-overlap": "combined-1f1b"}),
+     nemo(256, 2, 8, 1, 8192, 1, ep=32, etp=1, recompute="none", **{"virtual-stages": 4, "ep-overlap": "combined-1f1b"},
+          **QWEN3_235B_SPLIT),
      "tokens_per_gpu", 1633),
 ]
 
@@ -544,7 +608,8 @@ FRESH2_ROWS = [
     # scripts/performance/configs/llama/llama31_llm_pretrain.py, llama31_405b_pretrain_config_b200, loads
     # userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192 and keeps the recipe's tp_comm_overlap except for NVFP4.
     ("fresh2-bridge-b200-llama31-405b", BRIDGE_2511_B200, {"model": "llama3-405b"},
-     nemo(128, 4, 8, 2, 64, 1, **{"virtual-stages": 8}, **TP_OVERLAP, **B200), "tokens_per_gpu", 661),
+     nemo(128, 4, 8, 2, 64, 1, **{"virtual-stages": 8}, **TP_OVERLAP, **B200, **LLAMA31_405B_SPLIT), "tokens_per_gpu",
+     661),
     # GPT-OSS-120B, 64 B200, BF16, GBS 1280, MBS 4, TP 1 PP 1 EP 64, VP n/a (26.02); ETP 1 (the recipes' base).
     # EP 64 spans the 8 nodes; Megatron's all-to-all dispatcher assumed (the B200 V1 preset read,
     # gpt_oss_workload_base_configs.py, names no flex dispatcher backend; its base config was not read), no
@@ -561,13 +626,13 @@ FRESH2_ROWS = [
     # (QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_FP8_MX_V2 = the B200 FP8_CS V1 preset at 256 GPUs and GBS 8192:
     # moe_a2a_overlap False, moe_token_dispatcher_type "alltoall"); VP n/a is --schedule 1f1b.
     ("fresh2-bridge-b200-qwen3-235b", BRIDGE_2602_B200, QWEN3_235B_A22B,
-     nemo(256, 1, 8, 1, 8192, 1, ep=8, etp=1, schedule="1f1b", **B200), "tokens_per_gpu", 3805),
+     nemo(256, 1, 8, 1, 8192, 1, ep=8, etp=1, schedule="1f1b", **B200, **QWEN3_235B_SPLIT), "tokens_per_gpu", 3805),
     # DeepSeek-V3, 256 B200, FP8-MX, GBS 4096, MBS 1, TP 1 PP 16 EP 8, VP n/a (26.02): the B200 preset
     # (deepseek_workload_base_configs.py: PP 16, EP 8, HybridEP, moe_a2a_overlap False); EP 8 is one node, so
     # the model's 4-node routing limit has nothing to limit (DEEPSEEK_V3_SHAPE, as bridge-deepseek-v3-1024); the
     # page does not say whether its multi-token-prediction module ran (not modelled, as for the V3 rows above).
     ("fresh2-bridge-b200-deepseek-v3", BRIDGE_2602_B200, DEEPSEEK_V3_SHAPE,
-     nemo(256, 1, 16, 1, 4096, 1, ep=8, etp=1, schedule="1f1b", **B200), "tokens_per_gpu", 2689),
+     nemo(256, 1, 16, 1, 4096, 1, ep=8, etp=1, schedule="1f1b", **B200, **DEEPSEEK_V3_SPLIT), "tokens_per_gpu", 2689),
     # torchtitan benchmarks/llama3_8b_h200_2025-06_torchtitan.md (commit bcdeaa3; the same table as
     # llama3-8b_h200_202506_trainy-whitefiber.md): Llama 3.1 8B on 4 and 8 hosts of 8 H200 (NVLink; 400 Gb/s
     # CX-7 per GPU: the h200 preset's), TPS/GPU sampled at iteration 100; torch 2.8.0a0 (NGC 25.05), torchao and

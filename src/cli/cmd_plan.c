@@ -22,6 +22,7 @@
 /* The words of the plan's enumerated flags, in the order their indices mean. */
 static const char *const GRAD_REDUCE_WORDS[] = {"weights", "fp32", NULL};
 static const char *const ZERO1_REDUCE_WORDS[] = {"reduce-scatter", "allreduce", NULL};
+static const char *const LAYER_SPLIT_WORDS[] = {"balanced", "even", NULL};
 
 typedef struct {
     const char *model, *activation, *attention, *precision, *hardware, *calibrate;
@@ -37,7 +38,8 @@ typedef struct {
     int gpus_per_node;
     int tp, pp, dp, cp, ep, etp, zero, micro_batch, virtual_stages;
     const char *recompute, *schedule, *sequence_parallel, *overlap, *cp_algo, *in_network, *tp_overlap, *pp_overlap, *rank_order, *ep_overlap;
-    int grad_reduce, pipeline_engine, zero1_reduce; /* indices into their words */
+    int grad_reduce, pipeline_engine, zero1_reduce, layer_split; /* indices into their words */
+    int first_stage_layers, last_stage_layers;
     bool search;
     int top;
     const char *rank_by;
@@ -447,6 +449,7 @@ static void run(const PlanArgs *a) {
     in->grad_reduce_fp32 = a->grad_reduce == 1;
     in->pipe_engine = (PipelineEngine)a->pipeline_engine;
     in->zero1_allreduce = a->zero1_reduce == 1;
+    in->split = (LayerSplit){.even = a->layer_split == 1, .first = a->first_stage_layers, .last = a->last_stage_layers};
     in->reserve_bytes = a->reserve_gb >= 0 ? a->reserve_gb * 1073741824.0 : -1;
 
     /* the batch over training, and how long */
@@ -599,6 +602,9 @@ int cmd_plan(int argc, char **argv) {
         {"sequence-parallel", OPT_STRING, &a.sequence_parallel, OPT_NO_RANGE, "on|off", "shard norms and dropout over tp", NULL, NULL},
         {"overlap", OPT_STRING, &a.overlap, OPT_NO_RANGE, "on|off", "overlap DP communication with compute", NULL, NULL},
         {"zero1-reduce", OPT_ENUM, &a.zero1_reduce, OPT_NO_RANGE, "reduce-scatter|allreduce", "ZeRO-1's gradient reduction (allreduce: DeepSpeed's BF16_Optimizer, all of a stage's gradients)", "reduce-scatter", ZERO1_REDUCE_WORDS},
+        {"layer-split", OPT_ENUM, &a.layer_split, OPT_NO_RANGE, "balanced|even", "layers per pipeline stage: the planner's balance, or a framework's even split (Megatron-core, DeepSpeed type:transformer, torchtitan)", "balanced", LAYER_SPLIT_WORDS},
+        {"first-stage-layers", OPT_INT, &a.first_stage_layers, 0, 100000, "N", "with --layer-split even: layers on the first stage (Megatron's num_layers_in_first_pipeline_stage; default: as the middle stages)", NULL, NULL},
+        {"last-stage-layers", OPT_INT, &a.last_stage_layers, 0, 100000, "N", "with --layer-split even: layers on the last stage (num_layers_in_last_pipeline_stage)", NULL, NULL},
         {"pipeline-engine", OPT_ENUM, &a.pipeline_engine, OPT_NO_RANGE, "megatron|deepspeed", "whose pipeline sends the activations (deepspeed: PipelineEngine's blocking, partitioned sends)", "megatron", PIPELINE_ENGINE_WORDS},
         {"grad-reduce", OPT_ENUM, &a.grad_reduce, OPT_NO_RANGE, "weights|fp32", "precision of the gradient reduction (fp32: FSDP's reduce_dtype float32, Composer's DEFAULT)", "weights", GRAD_REDUCE_WORDS},
         {"tp-overlap", OPT_STRING, &a.tp_overlap, OPT_NO_RANGE, "on|off", "TP collectives pipelined with their GEMMs (userbuffers; needs sequence parallelism)", NULL, NULL},

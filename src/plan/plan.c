@@ -95,6 +95,16 @@ static bool moe_layout_ok(const ModelShape *m, const Layout *l, char *why, size_
     return true;
 }
 
+/* The layer split names whole layers on every stage (layer_split.h). */
+static bool layer_split_ok(const PlanInput *in, const Layout *l, char *why, size_t n) {
+    if (!in->split.even && (in->split.first > 0 || in->split.last > 0)) {
+        snprintf(why, n, "--first-stage-layers and --last-stage-layers fix the split: use --layer-split even");
+        return false;
+    }
+    int first, middle, last, chunks = l->schedule == SCHEDULE_INTERLEAVED ? l->virtual_stages : 1;
+    return !in->split.even || layer_split_even(&in->split, in->model.layers, l->pp, chunks, &first, &middle, &last, why, n);
+}
+
 bool layout_check(const PlanInput *in, const Layout *l, char *why, size_t n) {
     const ModelShape *m = &in->model;
     if (in->zero1_allreduce && l->zero != 1) {
@@ -154,6 +164,7 @@ bool layout_check(const PlanInput *in, const Layout *l, char *why, size_t n) {
     }
     for (int i = 0; i < in->batch.n; i++)
         if (!batch_splits(in, l, in->batch.batch[i], why, n)) return false;
+    if (!layer_split_ok(in, l, why, n)) return false;
     if (l->schedule == SCHEDULE_INTERLEAVED) {
         if (l->pp < 2 || l->virtual_stages < 2) {
             snprintf(why, n, "the interleaved schedule needs --pp >= 2 and --virtual-stages >= 2");
@@ -321,6 +332,24 @@ static bool balance(Role *roles, int n_roles, int layers, bool use_caps) {
         if (roles[dear].short_by_one == roles[dear].count) roles[dear].layers--, roles[dear].short_by_one = 0;
     }
     return true;
+}
+
+/* A framework's fixed split (layer_split.h): the first stage, the last and
+ * the middle ones hold what the rule gives them; false if a role's layers
+ * exceed what fits. */
+static bool assign_even(const PlanInput *in, const Layout *l, Role *roles, int n_roles) {
+    int first, middle, last, chunks = l->schedule == SCHEDULE_INTERLEAVED ? l->virtual_stages : 1;
+    char why[256];
+    /* layout_check has accepted this split */
+    layer_split_even(&in->split, in->model.layers, l->pp, chunks, &first, &middle, &last, why, sizeof why);
+    bool fits = true;
+    for (int q = 0; q < n_roles; q++) {
+        Role *r = &roles[q];
+        r->layers = r->last ? last : r->position == 0 ? first : middle;
+        r->short_by_one = 0;
+        if (r->layers > r->cap) fits = false;
+    }
+    return fits;
 }
 
 static double role_time(const Role *r) { return r->layers * r->per_layer + r->overhead; }
@@ -494,8 +523,12 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
     Role roles[2 * PLAN_MAX_KINDS + 1];
     const int n_roles = pipeline_roles(in, l, cost, head, head_tp, p2p, roles, out);
     for (int q = 0; q < n_roles; q++) roles[q].cap = blocks_that_fit(in, l, &roles[q], micro_batches);
-    out->fits = balance(roles, n_roles, m->layers, true);
-    if (!out->fits) balance(roles, n_roles, m->layers, false);
+    if (in->split.even) {
+        out->fits = assign_even(in, l, roles, n_roles);
+    } else {
+        out->fits = balance(roles, n_roles, m->layers, true);
+        if (!out->fits) balance(roles, n_roles, m->layers, false);
+    }
 
     /* Memory: the fullest GPU relative to its capacity. */
     double worst = -1;

@@ -15,6 +15,7 @@
 
 #include "plan/batch.h"
 #include "plan/hardware.h"
+#include "plan/layer_split.h"
 #include "plan/layout.h"
 #include "plan/memory.h"
 #include "plan/model.h"
@@ -42,6 +43,7 @@ typedef struct {
     PipelineEngine pipe_engine; /* whose pipeline runs the sends (pipeline_engine.h) */
     bool zero1_allreduce;       /* ZeRO-1 reduces the gradients with a full all-reduce before the weights'
                                  * all-gather (DeepSpeed's BF16_Optimizer), not a reduce-scatter */
+    LayerSplit split;           /* layers per pipeline stage: the planner's balance or a framework's rule */
 } PlanInput;
 
 /* Seconds per optimizer step, exposed (not hidden behind compute). */
