@@ -17,6 +17,8 @@ Debian's vim-runtime):
    gradient, the curvature B_noise, and the curvature B_noise of Adam's
    preconditioned update direction) and its ratio to B_crit (goal: one within
    2x on every setting); the extra gradient passes the curvature estimate cost;
+   and the same at the weights a run at each batch of BS_BENCH_FROZEN_BATCHES
+   (default 16) reached at the target, measured there at lr 0 (no EMA lag);
 3. schedules to the target on 2 processes, in one run: constant 8, 16, 32,
    two ramps 8 -> 32 (over 64K and 256K tokens), adaptive:8:64 and
    goodput:8:64, evaluated every 2 steps: training seconds (the steps' own,
@@ -133,6 +135,26 @@ def estimators(bs, data, model, target, tmp, ema, batch=16):
     return last
 
 
+FROZEN_BATCHES = [b for b in os.environ.get("BS_BENCH_FROZEN_BATCHES", "16").split(",") if b]
+FROZEN_KEYS = ("noise_scale", "noise_scale_curvature")  # P is rebuilt by the measuring steps: not the run's
+
+
+def frozen_estimators(bs, data, model, target, tmp, batch):
+    """The estimators at the weights a run at `batch` reached at the target, without the EMAs' lag: the run's
+    final model loaded and trained at lr 0 for 30 steps at batch 64 (the weights stay; every step measures the
+    same point, on other data: --seed 7), near-uniform averages (--noise-ema 0.999)."""
+    out = os.path.join(tmp, f"frozen_run_{batch}")
+    m, _ = train(bs, data, model, target, ["--global-batch", str(batch), "--eval-every", "4", "--out", out], 1,
+                 os.path.join(tmp, f"frozen_run_{batch}.jsonl"))
+    path = os.path.join(tmp, f"frozen_{batch}.jsonl")
+    run([bs, "train", "--data", os.path.join(data, "train_000000.bin"), "--init-from",
+         os.path.join(out, "model.bin"), "--seq-len", "128", "--micro-batch", "4", "--global-batch", "64", "--lr",
+         "0", "--min-lr", "0", "--steps", "30", "--noise-scale", "--noise-scale-every", "3", "--noise-ema", "0.999",
+         "--threads", "1", "--sample-tokens", "0", "--quiet", "--eval-every", "0", "--seed", "7", "--metrics", path])
+    last = metrics(path)[-1]
+    return dict({k: last[k] for k in FROZEN_KEYS if last.get(k) is not None}, val_loss=m[-1].get("val_loss"))
+
+
 def to_target(m, target):
     """Training seconds, tokens and steps to the target, interpolated linearly in the validation loss between
     the evaluation that reached it and the one before (as batch-sweep does), so the evaluation interval does not
@@ -232,9 +254,16 @@ def main():
                         print(f"  --noise-ema {ema}: {k:29s} {e[k]:8.2f}  ratio to B_crit {e[k] / b_crit:6.2f}",
                               flush=True)
                 print(f"  curvature cost: {e['noise_extra_passes']} extra gradient passes in {e['steps']} steps")
+            frozen = {}
+            for batch in FROZEN_BATCHES:
+                frozen[batch] = f = frozen_estimators(bs, data, model, target, tmp, batch)
+                for k in FROZEN_KEYS:
+                    if k in f:
+                        print(f"  at the target's weights (run at batch {batch}): {k:22s} {f[k]:8.2f}  ratio to "
+                              f"B_crit {f[k] / b_crit:6.2f}", flush=True)
             rows = schedules(bs, data, model, target, tmp)
             results[name] = dict(b_crit=b_crit, interval=interval, lrs=LRS, chosen_lr=chosen, estimators=est,
-                                 schedules=rows, goodput=verdict(rows))
+                                 frozen_estimators=frozen, schedules=rows, goodput=verdict(rows))
             if LINK != "none" and name in LINK_SETTINGS:
                 linked = linked_schedules(bs, data, model, target, tmp)
                 if linked is not None:
