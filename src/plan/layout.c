@@ -11,6 +11,8 @@ static const char *const CP_ALGO_NAMES[] = {"ring", "allgather"};
 static const char *const RANK_ORDER_NAMES[] = {"tp-cp-pp-dp", "tp-cp-ep-dp-pp"};
 static const char *const EP_OVERLAP_NAMES[] = {"off", "shared", "dualpipe", "combined-1f1b"};
 
+int layout_chunks(const Layout *l) { return l->schedule == SCHEDULE_INTERLEAVED ? l->virtual_stages : 1; }
+
 Layout layout_default(void) {
     Layout l = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .zero = 1, .micro_batch = 1,
                 .recompute = RECOMPUTE_NONE, .schedule = SCHEDULE_1F1B, .virtual_stages = 1,

@@ -76,6 +76,8 @@ typedef struct {
  * 1F1B, sequence parallel and overlap on, TP overlap off, the engine's rank
  * order. */
 Layout layout_default(void);
+/* Model chunks per pipeline stage the schedule runs: v when interleaved, else 1. */
+int layout_chunks(const Layout *l);
 int layout_gpus(const Layout *l);
 /* The expert weights' tensor-parallel split: etp, or tp when unset. */
 int layout_expert_tp(const Layout *l);

@@ -42,7 +42,7 @@ double dualpipe_bubble_share(int pp, double forward, double backward, double rec
 }
 
 double combined_1f1b_unpaired(const Layout *l, int micro_batches) {
-    double p = l->pp, v = l->schedule == SCHEDULE_INTERLEAVED ? l->virtual_stages : 1, m = micro_batches;
+    double p = l->pp, v = layout_chunks(l), m = micro_batches;
     double warmup = 2.0 * (p - 1) + (v - 1) * p + 1.0; /* 1 without a pipeline: the first forward */
     return m > 0 ? fmin(1.0, warmup / (m * v)) : 1.0;
 }

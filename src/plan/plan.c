@@ -101,7 +101,7 @@ static bool layer_split_ok(const PlanInput *in, const Layout *l, char *why, size
         snprintf(why, n, "--first-stage-layers and --last-stage-layers fix the split: use --layer-split even");
         return false;
     }
-    int first, middle, last, chunks = l->schedule == SCHEDULE_INTERLEAVED ? l->virtual_stages : 1;
+    int first, middle, last, chunks = layout_chunks(l);
     return !in->split.even || layer_split_even(&in->split, in->model.layers, l->pp, chunks, &first, &middle, &last, why, n);
 }
 
@@ -338,7 +338,7 @@ static bool balance(Role *roles, int n_roles, int layers, bool use_caps) {
  * the middle ones hold what the rule gives them; false if a role's layers
  * exceed what fits. */
 static bool assign_even(const PlanInput *in, const Layout *l, Role *roles, int n_roles) {
-    int first, middle, last, chunks = l->schedule == SCHEDULE_INTERLEAVED ? l->virtual_stages : 1;
+    int first, middle, last, chunks = layout_chunks(l);
     char why[256];
     /* layout_check has accepted this split */
     layer_split_even(&in->split, in->model.layers, l->pp, chunks, &first, &middle, &last, why, sizeof why);
@@ -498,7 +498,7 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
     out->layout = *l;
     double final_batch = plan_batch_final(&in->batch, in->total_tokens);
     int micro_batches = micro_batches_at(in, l, final_batch);
-    double v = l->schedule == SCHEDULE_INTERLEAVED ? l->virtual_stages : 1;
+    double v = layout_chunks(l);
     double e = precision_activation_bytes(in->precision);
     double T = (double)l->micro_batch * m->seq_len / l->cp;
 
