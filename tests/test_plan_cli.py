@@ -82,6 +82,8 @@ class BadInput(unittest.TestCase):
         self.fails(["--model", "llama3-70b", "--gpus", 64, "--tp", 4, "--pp", 4, "--virtual-stages", 5, "--pipeline-engine",
                     "deepspeed"], "--pipeline-engine deepspeed", "--schedule 1f1b")
         self.fails(["--model", "demo", "--layer-split", "sideways"], "--layer-split", "balanced or even")
+        self.fails(["--model", "mixtral-8x7b", "--moe-probs", "up"], "--moe-probs", "combine or activation")
+        self.fails(["--model", "demo", "--moe-probs", "activation"], "--moe-probs activation", "mixture-of-experts")
         self.fails(["--model", "llama3-405b", "--gpus", 1024, "--tp", 8, "--pp", 16, "--layer-split", "even"],
                    "--layer-split even", "126 layers", "--first-stage-layers")
         self.fails(["--model", "llama3-405b", "--gpus", 1024, "--tp", 8, "--pp", 16, "--first-stage-layers", 7],

@@ -552,6 +552,41 @@ static void test_placement(void) {
           "rank order names");
 }
 
+/* A MoE layer's activations, Mixtral 8x7B at 4096 tokens, TP 2 with
+ * sequence parallelism, by hand: outside the TP regions 4 e T h; inside Q,
+ * K, V and the attention output, SwiGLU's three intermediates for each of
+ * the top-k experts, the routed copies as the experts' input e T k h, and,
+ * with the probabilities at the combine, as much again for the experts'
+ * output. Megatron-core >= 0.13 (--moe-probs activation) keeps no output;
+ * the element-wise traffic, which the combine's read of it is part of,
+ * stays the same. */
+static void test_moe_activation_memory(void) {
+    ModelPreset mp;
+    CHECK(model_preset("mixtral-8x7b", &mp), "mixtral preset");
+    ModelShape m = mp.shape;
+    Layout l = layout_default();
+    l.tp = 2, l.ep = 4, l.micro_batch = 1;
+    double e = 2, T = 4096, t = 2, h = m.hidden, q = h, kv = 1024, f = m.ffn, k = m.top_k;
+    double kept = 4 * e * T * h / t + (2 * e * T * q + 2 * e * T * kv + 3 * e * T * f * k + e * T * k * h) / t +
+                  4.0 * m.heads * T / t;
+    double combine = activation_bytes_per_layer(&m, &l, ATTN_FLASH, PREC_BF16, RECOMPUTE_NONE);
+    CHECK(close_rel(combine, kept + e * T * k * h / t, 1e-12), "probabilities at the combine: %.6g bytes, by hand %.6g",
+          combine, kept + e * T * k * h / t);
+    Hardware hw;
+    hardware_preset("h100-sxm", &hw);
+    double traffic = layer_compute(&m, &l, &hw, PREC_BF16, ATTN_FLASH).elementwise;
+    m.moe_probs_in_activation = true;
+    double activation = activation_bytes_per_layer(&m, &l, ATTN_FLASH, PREC_BF16, RECOMPUTE_NONE);
+    CHECK(close_rel(activation, kept, 1e-12), "probabilities in the activation: %.6g bytes, by hand %.6g", activation,
+          kept);
+    CHECK(close_rel(moe_routed_output_bytes(&m, &l, PREC_BF16), e * T * k * h / t, 1e-12), "the experts' output bytes");
+    CHECK(close_rel(layer_compute(&m, &l, &hw, PREC_BF16, ATTN_FLASH).elementwise, traffic, 1e-12),
+          "the element-wise time does not depend on where the probabilities are applied");
+    m.experts = 0;
+    char why[256];
+    CHECK(!model_check(&m, why, sizeof why) && strstr(why, "--moe-probs"), "a dense model rejects --moe-probs: %s", why);
+}
+
 /* Expert imbalance (--moe-imbalance F, the busiest expert rank's tokens
  * over the mean): Mixtral 8x7B on 16 H100, EP 8. That rank's expert MLP runs
  * F x T top-k ep / experts rows per expert, and its dispatch and combine
@@ -902,6 +937,7 @@ int main(void) {
     test_tp_overlap();
     test_placement();
     test_moe_imbalance();
+    test_moe_activation_memory();
     test_flash2();
     test_head_dim();
     test_window();

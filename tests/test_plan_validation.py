@@ -160,6 +160,18 @@ QWEN3_235B_A22B = swiglu(94, 4096, 64, 4, 1536, 151936, 4096, experts=128, **{"t
 # the embedding and 4 layers, 14 stages of 4, then 1 layer, the MTP layer and the loss; PP 8 x VP 4, the H100
 # row's, is not in its map), which the planner cannot represent (no MTP module): those rows keep the planner's
 # balance.
+# Round 10: Megatron-core applies the routing probabilities in the experts' activation (weighted SwiGLU) since
+# v0.13, not at the un-permutation, so the experts' output is not kept for backward
+# (NVIDIA/Megatron-LM megatron/core/transformer/moe/README.md, "MCore v0.13": "Memory efficient token
+# permutation by moving the probs multiplication from unpermutation to activation function of GroupedMLP";
+# TEGroupedMLP.forward in moe/experts.py). Every Megatron-Bridge release (25.09 on) runs a later core: its MoE
+# performance configs set moe_router_fusion, a v0.14 feature of the same README. The DeepSeek papers' own
+# frameworks keep the planner's default (probabilities at the combine): they do not say.
+def mcore_moe(model):
+    """A MoE model as Megatron-core >= 0.13 runs it (--moe-probs activation)."""
+    return dict(model, **{"moe-probs": "activation"})
+
+
 LLAMA31_405B_SPLIT = embedding_and_loss_in_split(126, 8)
 QWEN3_235B_SPLIT = embedding_and_loss_in_split(94, 8)
 DEEPSEEK_V3_SPLIT = {"layer-split": "balanced"}
@@ -326,7 +338,7 @@ ROWS = [
      "tokens_per_gpu", 1619),
     ("bridge-llama31-405b-cp2", BRIDGE_2509, {"model": "llama3-405b"},
      nemo(1024, 8, 8, 2, 512, 1, **{"virtual-stages": 8}, **TP_OVERLAP, **LLAMA31_405B_SPLIT), "tokens_per_gpu", 302),
-    ("bridge-qwen3-30b-a3b", BRIDGE_2509, QWEN3_30B_A3B, nemo(16, 1, 2, 1, 512, 2, ep=8, **{"virtual-stages": 24}),
+    ("bridge-qwen3-30b-a3b", BRIDGE_2509, mcore_moe(QWEN3_30B_A3B), nemo(16, 1, 2, 1, 512, 2, ep=8, **{"virtual-stages": 24}),
      "tokens_per_gpu", 10494),
     # Issue 17: MoE rows from reported GPU hours per trillion tokens (1e12 / (hours x 3600) tokens/s per GPU).
     # V3: EP 64 "spanning 8 nodes" (section 3.2: EP ranks adjacent, 8 per node, which Megatron's order gives with
@@ -346,11 +358,11 @@ ROWS = [
     # capacity factor 1: balanced; no DeepEP, so Megatron's all-to-all dispatcher sends every routed copy, and no
     # all-to-all overlap; DeepSeek-V3 without DP overlap and with the shared experts beside the dispatch, its
     # provider's moe_shared_expert_overlap; Qwen3-235B with TP overlap and no recomputation).
-    ("bridge-deepseek-v3-1024", BRIDGE_2509, DEEPSEEK_V3_SHAPE,
+    ("bridge-deepseek-v3-1024", BRIDGE_2509, mcore_moe(DEEPSEEK_V3_SHAPE),
      nemo(1024, 2, 8, 1, 8192, 1, ep=64, etp=1, overlap="off", **{"virtual-stages": 4, "ep-overlap": "shared"},
           **DEEPSEEK_V3_SPLIT),
      "tokens_per_gpu", 1297),
-    ("bridge-qwen3-235b-a22b", BRIDGE_2509, QWEN3_235B_A22B,
+    ("bridge-qwen3-235b-a22b", BRIDGE_2509, mcore_moe(QWEN3_235B_A22B),
      nemo(256, 2, 8, 1, 2048, 1, ep=32, etp=1, recompute="none", **{"virtual-stages": 4}, **TP_OVERLAP,
           **QWEN3_235B_SPLIT),
      "tokens_per_gpu", 1204),
@@ -496,7 +508,7 @@ FRESH_ROWS = [
      nemo(1024, 8, 8, 2, 1536, 1, **{"virtual-stages": 8}, **TP_OVERLAP, **LLAMA31_405B_SPLIT), "tokens_per_gpu", 311),
     # VP "n/a" in the table: no interleaving (--schedule 1f1b; fixed after the evaluation, which had left the
     # schedule to the search and got v9 at +61.8%: a transcription error, docs/PLANNER.md).
-    ("fresh-bridge-gpt-oss-120b", BRIDGE_2602, GPT_OSS_120B,
+    ("fresh-bridge-gpt-oss-120b", BRIDGE_2602, mcore_moe(GPT_OSS_120B),
      nemo(64, 1, 4, 1, 1280, 1, "bf16", ep=8, etp=1, schedule="1f1b"), "tokens_per_gpu", 5993),
     # Qwen3-235B-A22B at GBS 8192 (round 6, re-read): the transcription had taken the 25.09 recipe's settings
     # (TP overlap, no all-to-all overlap). The recipe that has this row's GBS is the V2 preset,
@@ -508,7 +520,7 @@ FRESH_ROWS = [
     # moe_shared_expert_overlap = False; qwen/qwen3_llm_pretrain.py (commit 05c0c90),
     # qwen3_235b_a22b_pretrain_config_h100: CommOverlapConfig(tp_comm_overlap=False) (TP overlap off),
     # moe_router_force_load_balancing = True (balanced), no recomputation.
-    ("fresh-bridge-qwen3-235b-gbs8192", BRIDGE_2602, QWEN3_235B_A22B,
+    ("fresh-bridge-qwen3-235b-gbs8192", BRIDGE_2602, mcore_moe(QWEN3_235B_A22B),
      nemo(256, 2, 8, 1, 8192, 1, ep=32, etp=1, recompute="none", **{"virtual-stages": 4, "ep-overlap": "combined-1f1b"},
           **QWEN3_235B_SPLIT),
      "tokens_per_gpu", 1633),
@@ -614,24 +626,24 @@ FRESH2_ROWS = [
     # EP 64 spans the 8 nodes; Megatron's all-to-all dispatcher assumed (the B200 V1 preset read,
     # gpt_oss_workload_base_configs.py, names no flex dispatcher backend; its base config was not read), no
     # all-to-all overlap (none set there).
-    ("fresh2-bridge-b200-gpt-oss-120b", BRIDGE_2602_B200, GPT_OSS_120B,
+    ("fresh2-bridge-b200-gpt-oss-120b", BRIDGE_2602_B200, mcore_moe(GPT_OSS_120B),
      nemo(64, 1, 1, 1, 1280, 4, "bf16", ep=64, etp=1, **B200), "tokens_per_gpu", 8047),
     # Qwen3-30B-A3B, 8 B200, FP8-MX, GBS 512, MBS 1 (the table's; the stored qwen3_workload_base_configs.py,
     # commit 01b2977, has MBS 4 for this preset: the table's figure is what was measured), EP 8 (26.02). The
     # preset's HybridEP dispatcher: EP 8 is one node, so every routed copy crosses NVLink once as Megatron's
     # all-to-all sends it (no --moe-node-limit: nothing crosses the network).
-    ("fresh2-bridge-b200-qwen3-30b-a3b", BRIDGE_2602_B200, QWEN3_30B_A3B,
+    ("fresh2-bridge-b200-qwen3-30b-a3b", BRIDGE_2602_B200, mcore_moe(QWEN3_30B_A3B),
      nemo(8, 1, 1, 1, 512, 1, ep=8, etp=1, **B200), "tokens_per_gpu", 9691),
     # Qwen3-235B-A22B, 256 B200, FP8-MX, GBS 8192, MBS 1, TP 1 PP 8 EP 8, VP n/a (26.02): the V2 preset
     # (QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_FP8_MX_V2 = the B200 FP8_CS V1 preset at 256 GPUs and GBS 8192:
     # moe_a2a_overlap False, moe_token_dispatcher_type "alltoall"); VP n/a is --schedule 1f1b.
-    ("fresh2-bridge-b200-qwen3-235b", BRIDGE_2602_B200, QWEN3_235B_A22B,
+    ("fresh2-bridge-b200-qwen3-235b", BRIDGE_2602_B200, mcore_moe(QWEN3_235B_A22B),
      nemo(256, 1, 8, 1, 8192, 1, ep=8, etp=1, schedule="1f1b", **B200, **QWEN3_235B_SPLIT), "tokens_per_gpu", 3805),
     # DeepSeek-V3, 256 B200, FP8-MX, GBS 4096, MBS 1, TP 1 PP 16 EP 8, VP n/a (26.02): the B200 preset
     # (deepseek_workload_base_configs.py: PP 16, EP 8, HybridEP, moe_a2a_overlap False); EP 8 is one node, so
     # the model's 4-node routing limit has nothing to limit (DEEPSEEK_V3_SHAPE, as bridge-deepseek-v3-1024); the
     # page does not say whether its multi-token-prediction module ran (not modelled, as for the V3 rows above).
-    ("fresh2-bridge-b200-deepseek-v3", BRIDGE_2602_B200, DEEPSEEK_V3_SHAPE,
+    ("fresh2-bridge-b200-deepseek-v3", BRIDGE_2602_B200, mcore_moe(DEEPSEEK_V3_SHAPE),
      nemo(256, 1, 16, 1, 4096, 1, ep=8, etp=1, schedule="1f1b", **B200, **DEEPSEEK_V3_SPLIT), "tokens_per_gpu", 2689),
     # torchtitan benchmarks/llama3_8b_h200_2025-06_torchtitan.md (commit bcdeaa3; the same table as
     # llama3-8b_h200_202506_trainy-whitefiber.md): Llama 3.1 8B on 4 and 8 hosts of 8 H200 (NVLink; 400 Gb/s
@@ -650,7 +662,7 @@ FRESH2_ROWS = [
     # The same page's 25.11 DGX-H100 GPT-OSS-120B row, a layout the 26.02 row (fresh-bridge-gpt-oss-120b) does
     # not have: BF16, GBS 512, MBS 4, TP 1 PP 4 EP 8, VP 1 (no interleaving: --schedule 1f1b), ETP 1; the
     # H100 V1 preset (PP 4, recompute_modules ["layernorm", "moe_act"]: the search's).
-    ("fresh2-bridge-gpt-oss-120b-gbs512", BRIDGE_2511, GPT_OSS_120B,
+    ("fresh2-bridge-gpt-oss-120b-gbs512", BRIDGE_2511, mcore_moe(GPT_OSS_120B),
      nemo(64, 1, 4, 1, 512, 4, "bf16", ep=8, etp=1, schedule="1f1b"), "tokens_per_gpu", 5630),
 ]
 

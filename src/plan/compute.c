@@ -136,9 +136,12 @@ LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware 
     c.gemm = c.linear.qkv + c.linear.proj + c.linear.up + c.linear.down + c.linear.shared;
     if (model_is_moe(m)) c.gemm += gemm_time(hw, p, T, m->experts, h, 1);
     c.attention = attention_time(m, l, hw, p, a);
+    /* the element-wise work follows the tensors a layer writes: those it
+     * keeps, and a MoE layer's expert output where it is not kept (the
+     * combine reads it either way) */
     double stored = activation_bytes_per_layer(m, l, a, p, RECOMPUTE_NONE);
     double elementwise_bw = hw->elementwise_bw > 0 ? hw->elementwise_bw : hw->hbm_bw;
-    c.elementwise = ELEMENTWISE_TRAFFIC * stored / elementwise_bw;
+    c.elementwise = ELEMENTWISE_TRAFFIC * (stored + (m->moe_probs_in_activation ? moe_routed_output_bytes(m, l, p) : 0.0)) / elementwise_bw;
     double cast_forward = 0.0, cast_backward = 0.0;
     if (p == PREC_FP8) {
         add_fp8_casts(T, (q + 2.0 * kv) / t, h, 1, &cast_forward, &cast_backward);

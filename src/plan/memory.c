@@ -10,7 +10,9 @@
  *     (q = heads x head dim, h unless the model says otherwise),
  *     MLP e T f per stored intermediate (2 for GELU: its input and output;
  *     3 for SwiGLU: gate, up, product), times top-k plus the shared experts
- *     for MoE;
+ *     for MoE, and the top-k routed copies of the tokens e T k h (the
+ *     experts' input), with as much again for their output unless the
+ *     routing probabilities scale the activation (memory.h);
  *   scores, materialized kernels only: a/t heads x T x s (FULL) or half of
  *     that (CAUSAL): softmax output e, with dropout also its mask and output.
  * Selective recomputation drops the scores; full recomputation keeps only
@@ -47,10 +49,11 @@ double activation_bytes_per_layer(const ModelShape *m, const Layout *l, Attentio
     double mlp = (m->act == ACT_SWIGLU ? 3.0 : 2.0) * e * T * f * experts;
     /* MoE (Megatron's all-to-all token dispatcher): the routed copies of the
      * tokens, top-k per token, are the experts' input (kept for the weight
-     * gradient) and their output before the weighted combine (kept for the
-     * routing probabilities' gradient); permuting and un-permuting them is
-     * the element-wise traffic of a MoE layer */
-    double routed = model_is_moe(m) ? 2.0 * e * T * m->top_k * h : 0.0;
+     * gradient) and, where the routing probabilities scale them at the
+     * combine, their output (kept for the probabilities' gradient; not with
+     * --moe-probs activation, moe_routed_output_bytes) */
+    double routed = model_is_moe(m) ? e * T * m->top_k * h : 0.0;
+    if (!m->moe_probs_in_activation) routed += moe_routed_output_bytes(m, l, p) * t;
     double inside = e * T * q + 2.0 * e * T * kv + e * T * q + mlp + routed;
     double scores = 0.0;
     if (!attention_is_fused(a) && r == RECOMPUTE_NONE) {
@@ -59,6 +62,12 @@ double activation_bytes_per_layer(const ModelShape *m, const Layout *l, Attentio
     }
     if (attention_is_fused(a)) scores = 4.0 * m->heads * T; /* fp32 log-sum-exp per row */
     return outside / outside_divisor + (inside + scores) / t;
+}
+
+double moe_routed_output_bytes(const ModelShape *m, const Layout *l, Precision p) {
+    if (!model_is_moe(m)) return 0.0;
+    double T = (double)l->micro_batch * m->seq_len / l->cp;
+    return precision_activation_bytes(p) * T * m->top_k * m->hidden / l->tp;
 }
 
 double in_flight_micro_batches(const Layout *l, int stage, int micro_batches) {

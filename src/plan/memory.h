@@ -32,6 +32,19 @@ void zero_states(double params, int shards, int stage, StateBytes b, double *wei
  * parallelism and any activation width). */
 double activation_bytes_per_layer(const ModelShape *m, const Layout *l, AttentionImpl a, Precision p, Recompute r);
 
+/* Bytes of the experts' output, the routed copies before the combine, for
+ * one micro-batch of one MoE layer on one GPU (0 for a dense model). The
+ * combine reads them; they are kept for backward only where the routing
+ * probabilities scale them there (the probabilities' gradient needs them).
+ * Megatron-core moved that product into the experts' activation in v0.13
+ * (weighted SwiGLU, which keeps its input and the probabilities: the
+ * model's --moe-probs activation; NVIDIA/Megatron-LM
+ * megatron/core/transformer/moe/README.md, "MCore v0.13": "moving the probs
+ * multiplication from unpermutation to activation function of GroupedMLP";
+ * TEGroupedMLP.forward in moe/experts.py), so there they are element-wise
+ * traffic, not memory. */
+double moe_routed_output_bytes(const ModelShape *m, const Layout *l, Precision p);
+
 /* Micro-batches whose activations stage `stage` (0-based) holds at its peak:
  * GPipe all m; 1F1B min(m, p - stage); interleaved counts Megatron's
  * warm-up chunks, p + (p - 1)/v on the first stage. */

@@ -48,6 +48,10 @@ bool model_check(const ModelShape *m, char *why, size_t n) {
         snprintf(why, n, "--shared-experts, --moe-device-limit and --moe-node-limit need a mixture-of-experts model (--experts > 1)");
         return false;
     }
+    if (m->moe_probs_in_activation && !model_is_moe(m)) {
+        snprintf(why, n, "--moe-probs activation needs a mixture-of-experts model (--experts > 1)");
+        return false;
+    }
     if (m->shared_experts < 0 || m->moe_device_limit < 0 || m->moe_node_limit < 0) {
         snprintf(why, n, "--shared-experts, --moe-device-limit and --moe-node-limit must be >= 0");
         return false;

@@ -39,6 +39,8 @@ typedef struct {
                              * and forwarded over NVLink inside (DeepSeek-V3's node-limited routing; 0: none) */
     int attention_window;   /* sliding window: a query of a windowed layer sees at most this many keys (0: none) */
     int window_layers;      /* how many of the layers have the window (GPT-OSS: every other one) */
+    bool moe_probs_in_activation; /* MoE: the routing probabilities scale the experts' activation (Megatron-core
+                                   * >= 0.13), not their output at the combine: the output is not kept */
 } ModelShape;
 
 int model_head_dim(const ModelShape *m);
