@@ -94,11 +94,13 @@ static void try_rest(Ranking *r, Layout l) {
                     continue;
                 }
                 /* Megatron needs whole layers per chunk when stages are even;
-                 * uneven stages (Llama 3) take any v up to MAX_VIRTUAL */
+                 * uneven stages (Llama 3) take any v up to MAX_VIRTUAL; a
+                 * pinned v may be larger (one layer per chunk) */
                 int per_stage = m->layers / l.pp;
                 bool even = m->layers % l.pp == 0;
-                for (int v = 2; v <= per_stage && (v <= MAX_VIRTUAL || v == s->virtual_stages); v++)
-                    if ((!even || per_stage % v == 0) && pinned_or(s->virtual_stages, v)) {
+                for (int v = 2; v <= per_stage; v++)
+                    if ((v <= MAX_VIRTUAL || v == s->virtual_stages) && (!even || per_stage % v == 0) &&
+                        pinned_or(s->virtual_stages, v)) {
                         l.virtual_stages = v;
                         consider(r, &l);
                     }
