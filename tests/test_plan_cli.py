@@ -201,6 +201,13 @@ class Search(unittest.TestCase):
         self.assertGreater(j["search"]["evaluated"], 100)
         print(f"\n  search of {j['search']['evaluated']} layouts for 16,384 GPUs took {j['search']['seconds']:.3f} s")
 
+    def test_pinned_virtual_stages_above_the_search_range(self):
+        # one layer per chunk (NeMo's Llama 2 70B: 80 layers, PP 4, VP 20): a pinned v above the 16 the
+        # search tries on its own is still tried (round 10; the loop used to end at 17)
+        j = plan_json("--model", "llama3-70b", "--gpus", 64, "--tp", 4, "--pp", 4, "--virtual-stages", 20,
+                      "--schedule", "interleaved", "--search")
+        self.assertEqual((j["plan"]["layout"]["schedule"], j["plan"]["layout"]["virtual_stages"]), ("interleaved", 20))
+
     def test_top_list_is_sorted_and_fits(self):
         j = plan_json("--model", "llama3-70b", "--gpus", 512, "--search", "--top", 10)
         layouts = j["search"]["layouts"]
