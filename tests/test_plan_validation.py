@@ -164,9 +164,10 @@ QWEN3_235B_A22B = swiglu(94, 4096, 64, 4, 1536, 151936, 4096, experts=128, **{"t
 # v0.13, not at the un-permutation, so the experts' output is not kept for backward
 # (NVIDIA/Megatron-LM megatron/core/transformer/moe/README.md, "MCore v0.13": "Memory efficient token
 # permutation by moving the probs multiplication from unpermutation to activation function of GroupedMLP";
-# TEGroupedMLP.forward in moe/experts.py). Every Megatron-Bridge release (25.09 on) runs a later core: its MoE
-# performance configs set moe_router_fusion, a v0.14 feature of the same README. The DeepSeek papers' own
-# frameworks keep the planner's default (probabilities at the combine): they do not say.
+# TEGroupedMLP.forward in moe/experts.py). Every Megatron-Bridge release (25.09 on) runs a later core: its
+# performance scripts required megatron-core>=0.14.0a0 from their early version (scripts/performance/README.md)
+# and its MoE performance configs set moe_router_fusion, a v0.14 feature of the same README. The DeepSeek papers'
+# own frameworks keep the planner's default (probabilities at the combine): they do not say.
 def mcore_moe(model):
     """A MoE model as Megatron-core >= 0.13 runs it (--moe-probs activation)."""
     return dict(model, **{"moe-probs": "activation"})
