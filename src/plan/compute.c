@@ -140,8 +140,9 @@ LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware 
      * keeps, and a MoE layer's expert output where it is not kept (the
      * combine reads it either way) */
     double stored = activation_bytes_per_layer(m, l, a, p, RECOMPUTE_NONE);
+    double unkept = m->moe_probs_in_activation ? moe_routed_output_bytes(m, l, p) : 0.0;
     double elementwise_bw = hw->elementwise_bw > 0 ? hw->elementwise_bw : hw->hbm_bw;
-    c.elementwise = ELEMENTWISE_TRAFFIC * (stored + (m->moe_probs_in_activation ? moe_routed_output_bytes(m, l, p) : 0.0)) / elementwise_bw;
+    c.elementwise = ELEMENTWISE_TRAFFIC * (stored + unkept) / elementwise_bw;
     double cast_forward = 0.0, cast_backward = 0.0;
     if (p == PREC_FP8) {
         add_fp8_casts(T, (q + 2.0 * kv) / t, h, 1, &cast_forward, &cast_backward);

@@ -52,8 +52,8 @@ double activation_bytes_per_layer(const ModelShape *m, const Layout *l, Attentio
      * gradient) and, where the routing probabilities scale them at the
      * combine, their output (kept for the probabilities' gradient; not with
      * --moe-probs activation, moe_routed_output_bytes) */
-    double routed = model_is_moe(m) ? e * T * m->top_k * h : 0.0;
-    if (!m->moe_probs_in_activation) routed += moe_routed_output_bytes(m, l, p) * t;
+    double copies = m->moe_probs_in_activation ? 1.0 : 2.0;
+    double routed = model_is_moe(m) ? copies * e * T * m->top_k * h : 0.0;
     double inside = e * T * q + 2.0 * e * T * kv + e * T * q + mlp + routed;
     double scores = 0.0;
     if (!attention_is_fused(a) && r == RECOMPUTE_NONE) {
