@@ -75,6 +75,11 @@ static uint64_t probe_counted(Trainer *tr, const ProbeSource *src, long micro_ba
     return counted;
 }
 
+bool noise_probe_update(NoiseScale *ns, double micro_sum_sq, long M, double b, double mean_sq) {
+    /* the mean over the M of |g_i|^2 = M^2 micro_sum_sq / M */
+    return noise_scale_update(ns, micro_sum_sq * (double)M, b, mean_sq, (double)M * b);
+}
+
 /* One probe: the K x dp micro-batch gradients' two norms into the average. */
 static void probe_once(Trainer *tr, StepResult *r) {
     Estimators *e = &tr->est;
@@ -91,8 +96,7 @@ static void probe_once(Trainer *tr, StepResult *r) {
     double micro_sq = es.micro_sum_squares; /* this rank's micro-batches, of the loss scaled by 1/M */
     comm_allreduce_double(engine_grid(tr->engine)->dp_group, &micro_sq, 1);
     const double big_sq = engine_grad_sum_squares(tr->engine);
-    const double b = tr->cfg.micro_batch;
-    if (noise_scale_update(&e->probe_noise, micro_sq * (double)M, b, big_sq, (double)M * b)) {
+    if (noise_probe_update(&e->probe_noise, micro_sq, M, tr->cfg.micro_batch, big_sq)) {
         r->noise_probe = noise_scale_simple(&e->probe_noise);
         r->noise_probe_grad_sq = noise_scale_grad_sq(&e->probe_noise);
         r->noise_probe_trace = noise_scale_trace(&e->probe_noise);

@@ -37,6 +37,12 @@
 
 /* After the engine is built: on or off, the average; one line naming the flag for what cannot be done. */
 void noise_probe_setup(Trainer *tr);
+/* One probe into the average ns, from what the engine's pass over M
+ * micro-batches of b sequences leaves: micro_sum_sq = sum over the M of
+ * |g_i / M|^2 (each micro-step's gradient is of the loss scaled by 1/M) and
+ * mean_sq = |g|^2, g = sum_i g_i / M the reduced gradient. False (ns as it
+ * was) when M < 2 or a norm is not finite. */
+bool noise_probe_update(NoiseScale *ns, double micro_sum_sq, long M, double b, double mean_sq);
 /* Before the step's forward and backward: the probe if this step is one
  * (r->noise_probe* set, r->extra_seconds += its time), else r->noise_probe*
  * NaN. A collective over the data-parallel ranks on probe steps. */
