@@ -376,7 +376,7 @@ static void check_probe(Quadratic *q, Rng *rng) {
     }
     NoiseScale ns; /* EMA 0: the second probe's values are its own */
     noise_scale_init(&ns, 0.0);
-    double want_gsq, want_tr;
+    double want_gsq = NAN, want_tr = NAN;
     CHECK(noise_probe_update(&ns, 0.2, 4, B_SMALL, 0.5) && noise_probe_update(&ns, 0.1, 4, B_SMALL, 0.25) &&
               noise_scale_estimates(0.1 * 4, B_SMALL, 0.25, 4 * B_SMALL, &want_gsq, &want_tr),
           "probes");
