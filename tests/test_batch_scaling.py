@@ -24,12 +24,15 @@
 - The noise probe (--noise-probe-every) gives the same values within 1e-6
   from 2 ranks x K 1, ZeRO 0 and 1, as from 1 rank x K 2 (the same
   micro-batches), only at probe steps; turning it on leaves the losses and
-  parameters bit for bit; goodput following it resumes mid-run bit for bit.
+  parameters bit for bit; a checkpoint from before the probe resumes with the
+  probe afresh; goodput following it resumes mid-run bit for bit.
 - Bad schedule, optimizer, scaling, estimator and probe flags get one line
   naming the flag.
 """
+import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import unittest
@@ -241,13 +244,30 @@ class BatchScalingTest(CorpusTest):
             self.assertEqual(other[-1]["noise_probe_micro_batches"], 3, "K = 1 per rank at each of 3 probes")
         # the probe leaves the training trajectory bit for bit (the plain run does not even measure micro norms)
         plain, p_plain = train(self.data, self.path("probe_off"), steps=6, extra=["--global-batch", "4"])
-        on, p_on = train(self.data, self.path("probe_on"), steps=6, extra=probe + ["2", "--noise-probe-ema", "0.5"])
+        ema = probe + ["2", "--noise-probe-ema", "0.5"]
+        on, p_on = train(self.data, self.path("probe_on"), steps=6,
+                         extra=ema + ["--ckpt-dir", self.path("probe_ck"), "--ckpt-every", "3", "--keep-last", "0"])
         self.assertEqual([m["loss"] for m in on], [m["loss"] for m in plain])
         self.assertTrue(np.array_equal(p_on, p_plain))
         # EMA 0.5: the second probe's |G|^2 is the bias-corrected average of the two probes' own
         g1, g2 = probed[0]["noise_probe_grad_sq"], probed[1]["noise_probe_grad_sq"]
         self.assertAlmostEqual([m for m in on if m["step"] == 4][0]["noise_probe_grad_sq"],
                                (0.5 * 0.5 * g1 + 0.5 * g2) / 0.75, delta=1e-9 * abs(g2))
+        # a checkpoint written before the probe (its 5 words cut from schedule.estimators) still resumes: the
+        # trajectory goes on, and the probe starts afresh, so its first value is that probe's own (EMA 0's)
+        old = self.path("probe_old_ck")
+        shutil.copytree(os.path.join(self.path("probe_ck"), "step_00000003"), old)
+        manifest = os.path.join(old, "manifest.json")
+        with open(manifest) as f:
+            j = json.load(f)
+        j["schedule"]["estimators"] = j["schedule"]["estimators"][:-5]
+        with open(manifest, "w") as f:
+            json.dump(j, f)
+        resumed, _ = train(self.data, self.path("probe_old"), steps=6,
+                           extra=ema + ["--resume", old, "--ckpt-dir", self.path("probe_old_ck2")])
+        self.assertEqual([m["loss"] for m in resumed], [m["loss"] for m in on[3:]])
+        self.assertEqual(resumed[0]["noise_probe_grad_sq"], probed[1]["noise_probe_grad_sq"])
+        self.assertNotEqual(resumed[0]["noise_probe_grad_sq"], on[3]["noise_probe_grad_sq"])
 
     def test_goodput_follows_probe_and_resumes(self):
         a, b, lo, hi = 1.0, 0.002, 4, 32
