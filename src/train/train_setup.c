@@ -291,7 +291,8 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     else if (option_given(c->out)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s/ckpt", c->out);
     if (option_given(c->resume)) train_resume(tr);
     tr->metrics = (Metrics){NULL, c->seq_len, comm_size(world), engine_grid(tr->engine)->pp, tr->dp_size, c->balance,
-                            c->noise_scale, c->baseline_tokens_per_s, tr->est.curvature_on, tr->est.goodput_on, tr->est.probe_on};
+                            c->noise_scale, c->baseline_tokens_per_s, tr->est.curvature_on, tr->est.goodput_on,
+                            tr->est.probe_on};
     if (tr->rank == 0) {
         if (tr->ckpt_dir[0]) bs_mkdir_p(tr->ckpt_dir);
         if (option_given(c->out)) bs_mkdir_p(c->out);
