@@ -66,7 +66,7 @@ void estimators_before_step(Trainer *tr, StepResult *r);
 /* After backward, before the update: |P G|^2 and (if due) the curvature
  * measurement, which calls grad (the gradient over the step's batch at the
  * weights as they are, reduced) four times and leaves weights and gradient
- * as they were. r->extra_seconds gets the time it took. */
+ * as they were. Adds the time it took to r->extra_seconds (the probe's is there already). */
 void estimators_after_backward(Trainer *tr, StepResult *r, GradientAt grad, void *ctx);
 /* After the step: the EMAs, the values in r, and (goodput) the step time and
  * the batch of the steps to come (tr->adaptive_batch). */

@@ -22,7 +22,7 @@ typedef struct {
     double noise_probe, noise_probe_grad_sq, noise_probe_trace; /* train/noise_probe.h: at probe steps, else NaN */
     long extra_passes;                     /* curvature's extra forward+backward passes so far */
     long probe_micro_batches;              /* the probe's extra micro-batch passes on this rank so far */
-    double extra_seconds;                  /* this step's time in them */
+    double extra_seconds;                  /* this step's time in them and in the noise probe */
     double goodput, efficiency;            /* --batch-schedule goodput: of this step's batch (NaN: unknown) */
     long next_batch;                       /* goodput: the batch chosen at this step's decision (0: none) */
     double seconds, slowest, fastest; /* this rank's step; max and min over ranks (train/step_stats.h) */
