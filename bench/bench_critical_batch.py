@@ -14,9 +14,11 @@ Debian's vim-runtime):
 2. the estimators at the target: a run at batch 16 with --noise-scale
    --noise-scale-every 10 until the target, at each EMA horizon of HORIZONS;
    each estimator's last value (B_simple, B_simple of the Adam-preconditioned
-   gradient, the curvature B_noise, and the curvature B_noise of Adam's
-   preconditioned update direction) and its ratio to B_crit (goal: one within
-   2x on every setting); the extra gradient passes the curvature estimate cost;
+   gradient, the curvature B_noise, the curvature B_noise of Adam's
+   preconditioned update direction, and the noise probe at the step's weights,
+   PROBE) and its ratio to B_crit (goal: one within 2x on every setting); the
+   extra gradient passes the curvature estimate cost, the probe's extra
+   micro-batches and its value at the probe before;
    and the same at the weights a run at each batch of BS_BENCH_FROZEN_BATCHES
    (default 16) reached at the target, measured there at lr 0 (no EMA lag);
 3. schedules to the target on 2 processes, in one run: constant 8, 16, 32,
@@ -118,12 +120,14 @@ def train(bs, data, model, target, extra, ranks, path, hosts=None):
     return metrics(path), time.monotonic() - t0
 
 
-ESTIMATOR_KEYS = ("noise_scale", "noise_scale_precond", "noise_scale_curvature", "noise_scale_curvature_precond")
+ESTIMATOR_KEYS = ("noise_scale", "noise_scale_precond", "noise_scale_curvature", "noise_scale_curvature_precond",
+                  "noise_scale_probe")
+PROBE = ["--noise-probe-every", "10", "--noise-probe-batches", "8"]  # the probe: 8 extra micro-batches every 10 steps
 
 
 def estimators(bs, data, model, target, tmp, ema, batch=16):
     m, _ = train(bs, data, model, target, ["--global-batch", str(batch), "--eval-every", "4", "--noise-scale",
-                                           "--noise-scale-every", "10", "--noise-ema", str(ema)], 1,
+                                           "--noise-scale-every", "10", "--noise-ema", str(ema)] + PROBE, 1,
                  os.path.join(tmp, f"est_{ema}_{batch}.jsonl"))
     last = {}
     for x in m:
@@ -131,6 +135,9 @@ def estimators(bs, data, model, target, tmp, ema, batch=16):
             if x.get(k) is not None and x[k] == x[k]:
                 last[k] = x[k]
     last["noise_extra_passes"] = max((x.get("noise_extra_passes", 0) for x in m), default=0)
+    last["noise_probe_micro_batches"] = max((x.get("noise_probe_micro_batches", 0) for x in m), default=0)
+    probes = [x["noise_scale_probe"] for x in m if x.get("noise_scale_probe") is not None]
+    last["noise_scale_probe_previous"] = probes[-2] if len(probes) > 1 else None  # its step-to-step spread
     last["steps"] = len(m)
     return last
 
@@ -253,7 +260,9 @@ def main():
                     if k in e:
                         print(f"  --noise-ema {ema}: {k:29s} {e[k]:8.2f}  ratio to B_crit {e[k] / b_crit:6.2f}",
                               flush=True)
-                print(f"  curvature cost: {e['noise_extra_passes']} extra gradient passes in {e['steps']} steps")
+                print(f"  curvature cost: {e['noise_extra_passes']} extra gradient passes in {e['steps']} steps; the "
+                      f"probe's: {e['noise_probe_micro_batches']} extra micro-batches (the probe before its last: "
+                      f"{e['noise_scale_probe_previous']})")
             frozen = {}
             for batch in FROZEN_BATCHES:
                 frozen[batch] = f = frozen_estimators(bs, data, model, target, tmp, batch)

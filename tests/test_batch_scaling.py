@@ -21,11 +21,18 @@
   B_noise(P), picks the batch the formula says at every decision and resumes
   mid-run bit for bit (batch, loss, lr, every estimator's value and the pass
   count, the parameters) from a checkpoint that holds every estimator's EMA.
-- Bad schedule, optimizer, scaling and estimator flags get one line naming
-  the flag.
+- The noise probe (--noise-probe-every) gives the same values within 1e-6
+  from 2 ranks x K 1, ZeRO 0 and 1, as from 1 rank x K 2 (the same
+  micro-batches), only at probe steps; turning it on leaves the losses and
+  parameters bit for bit; a checkpoint from before the probe resumes with the
+  probe afresh; goodput following it resumes mid-run bit for bit.
+- Bad schedule, optimizer, scaling, estimator and probe flags get one line
+  naming the flag.
 """
+import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import unittest
@@ -211,6 +218,79 @@ class BatchScalingTest(CorpusTest):
         self.assertEqual([[m.get(k) for k in keys] for m in resumed], [[m.get(k) for k in keys] for m in full[14:]])
         self.assertTrue(np.array_equal(p_full, p_res))
 
+    def test_noise_probe_layouts_and_trajectory(self):
+        # M = 2 micro-batches of 2 per probe: 2 ranks x K 1 (accumulation 1) and 1 rank x K 2 (accumulation 2) draw
+        # the same sequences; so does ZeRO 1 on 2 ranks. Probes at steps 2, 4 and 6, at weights that differ between
+        # the layouts by summation order only.
+        probe = ["--global-batch", "4", "--noise-probe-every", "2", "--noise-probe-batches"]
+        keys = ("noise_scale_probe", "noise_probe_grad_sq", "noise_probe_trace")
+        one, _ = train(self.data, self.path("probe_1"), steps=6, extra=probe + ["2"])
+        runs = {"2 ranks": train(self.data, self.path("probe_2"), ranks=2, steps=6, extra=probe + ["1"])[0],
+                "2 ranks, ZeRO 1": train(self.data, self.path("probe_2z"), ranks=2, steps=6,
+                                          extra=probe + ["1", "--zero", "1"])[0]}
+        probed = [m for m in one if "noise_probe_trace" in m]
+        self.assertEqual([m["step"] for m in probed], [2, 4, 6])
+        self.assertFalse(any("noise_probe_trace" in m for m in one if m["step"] % 2), "only at probe steps")
+        self.assertEqual([m["noise_probe_micro_batches"] for m in one], [0, 2, 2, 4, 4, 6])
+        for m in probed:
+            self.assertGreater(m["noise_probe_trace"], 0)
+        for name, other in runs.items():
+            for a, b in zip(one, other):
+                for k in keys:
+                    if k in a:
+                        rel = abs(a[k] - b[k]) / abs(a[k])
+                        print(f"probe {name} step {a['step']} {k}: {a[k]:.9g} vs {b[k]:.9g}, relative {rel:.1e}")
+                        self.assertLess(rel, 1e-6, f"{name} step {a['step']} {k}")
+            self.assertEqual(other[-1]["noise_probe_micro_batches"], 3, "K = 1 per rank at each of 3 probes")
+        # the probe leaves the training trajectory bit for bit (the plain run does not even measure micro norms)
+        plain, p_plain = train(self.data, self.path("probe_off"), steps=6, extra=["--global-batch", "4"])
+        ema = probe + ["2", "--noise-probe-ema", "0.5"]
+        on, p_on = train(self.data, self.path("probe_on"), steps=6,
+                         extra=ema + ["--ckpt-dir", self.path("probe_ck"), "--ckpt-every", "3", "--keep-last", "0"])
+        self.assertEqual([m["loss"] for m in on], [m["loss"] for m in plain])
+        self.assertTrue(np.array_equal(p_on, p_plain))
+        # EMA 0.5: the second probe's |G|^2 is the bias-corrected average of the two probes' own
+        g1, g2 = probed[0]["noise_probe_grad_sq"], probed[1]["noise_probe_grad_sq"]
+        self.assertAlmostEqual([m for m in on if m["step"] == 4][0]["noise_probe_grad_sq"],
+                               (0.5 * 0.5 * g1 + 0.5 * g2) / 0.75, delta=1e-9 * abs(g2))
+        # a checkpoint written before the probe (its 5 words cut from schedule.estimators) still resumes: the
+        # trajectory goes on, and the probe starts afresh, so its first value is that probe's own (EMA 0's)
+        old = self.path("probe_old_ck")
+        shutil.copytree(os.path.join(self.path("probe_ck"), "step_00000003"), old)
+        manifest = os.path.join(old, "manifest.json")
+        with open(manifest) as f:
+            j = json.load(f)
+        j["schedule"]["estimators"] = j["schedule"]["estimators"][:-5]
+        with open(manifest, "w") as f:
+            json.dump(j, f)
+        resumed, _ = train(self.data, self.path("probe_old"), steps=6,
+                           extra=ema + ["--resume", old, "--ckpt-dir", self.path("probe_old_ck2")])
+        self.assertEqual([m["loss"] for m in resumed], [m["loss"] for m in on[3:]])
+        self.assertEqual(resumed[0]["noise_probe_grad_sq"], probed[1]["noise_probe_grad_sq"])
+        self.assertNotEqual(resumed[0]["noise_probe_grad_sq"], on[3]["noise_probe_grad_sq"])
+
+    def test_goodput_follows_probe_and_resumes(self):
+        a, b, lo, hi = 1.0, 0.002, 4, 32
+        gp = ["--batch-schedule", f"goodput:{lo}:{hi}", "--train-tokens", str(40 * 8 * T), "--goodput-every", "3",
+              "--goodput-time-model", f"{a}:{b}", "--noise-probe-every", "2", "--noise-probe-batches", "2",
+              "--noise-probe-ema", "0.5", "--goodput-estimator", "probe"]
+        ck = self.path("gpp_ck")
+        full, p_full = train(self.data, self.path("gpp_full"), ranks=2, steps=1,
+                             extra=gp + ["--ckpt-dir", ck, "--ckpt-every", "7", "--keep-last", "0"])
+        bn = None
+        for x in full:  # goodput follows the last probe's value between probes
+            bn = x.get("noise_scale_probe", bn)
+            if bn is not None and x.get("efficiency") is not None:
+                self.assertAlmostEqual(x["efficiency"], (bn + lo) / (bn + x["batch"]), delta=1e-12, msg=x["step"])
+        self.assertGreater(len({x["batch"] for x in full}), 1, "goodput moved the batch")
+        resumed, p_res = train(self.data, self.path("gpp_res"), ranks=2, steps=1,
+                               extra=gp + ["--resume", os.path.join(ck, "step_00000007"),
+                                           "--ckpt-dir", self.path("gpp_ck2")])
+        keys = ("batch", "loss", "lr", "noise_scale_probe", "noise_probe_grad_sq", "noise_probe_trace",
+                "noise_probe_micro_batches", "goodput", "efficiency", "goodput_batch")
+        self.assertEqual([[m.get(k) for k in keys] for m in resumed], [[m.get(k) for k in keys] for m in full[7:]])
+        self.assertTrue(np.array_equal(p_full, p_res))
+
     def test_bad_flags(self):
         for flag, value in (("--batch-schedule", "ramp:4:3:100"), ("--batch-schedule", "step:\"0:8 0:16\""),
                             ("--batch-schedule", "exp:0:100"), ("--batch-schedule", "step:\"0:4 10Q:8\""),
@@ -232,7 +312,13 @@ class BatchScalingTest(CorpusTest):
                                                     "--noise-scale-every", "2"]),
                            ("--goodput-time-model", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
                                                      "--goodput-time-model", "1:-2"]),
-                           ("--batch-schedule", ["--batch-schedule", "goodput:8:4", "--train-tokens", "1000"])):
+                           ("--batch-schedule", ["--batch-schedule", "goodput:8:4", "--train-tokens", "1000"]),
+                           ("--noise-probe-every", ["--noise-probe-every", "-1"]),
+                           ("--noise-probe-every", ["--noise-probe-every", "2", "--zero", "2"]),
+                           ("--noise-probe-batches", ["--noise-probe-every", "2", "--noise-probe-batches", "0"]),
+                           ("--noise-probe-batches", ["--noise-probe-every", "2", "--noise-probe-batches", "1"]),
+                           ("--goodput-estimator", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
+                                                    "--goodput-estimator", "probe"])):
             p = run(["train", "--data", os.path.join(self.data, "train_000000.bin"), "--layers", "2", "--heads", "2",
                      "--channels", "32", "--seq-len", "32", "--micro-batch", "2", "--global-batch", "8", "--steps",
                      "2", "--quiet"] + args, check=False)

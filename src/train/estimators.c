@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "train/noise_probe.h"
 
 _Static_assert(ESTIMATOR_STATE_WORDS <= CKPT_ESTIMATOR_WORDS, "the checkpoint manifest holds the estimators' state");
 
@@ -59,6 +60,9 @@ static void setup_goodput(Trainer *tr) {
     if (c->goodput_estimator == GOODPUT_CURVATURE_PRECOND && !e->precond_grad)
         bs_die("--goodput-estimator curvature-precond needs --noise-scale-every N and --optimizer adamw (the curvature "
                "noise scale of Adam's preconditioned update)");
+    if (c->goodput_estimator == GOODPUT_PROBE && !e->probe_on)
+        bs_die("--goodput-estimator probe needs --noise-probe-every N (the noise scale at the step's weights every N "
+               "steps)");
     const long granule = (long)c->micro_batch * tr->dp_size;
     goodput_init(&e->goodput, tr->adaptive_batch, tr->adaptive_max, granule, 0);
     e->goodput.base = e->goodput.min;
@@ -81,6 +85,7 @@ void estimators_setup(Trainer *tr) {
     e->precond_big_sq = NAN;
     e->precond_on = c->noise_scale && c->optimizer == OPTIM_ADAMW && flat_layout(tr) && !tr->diloco.on;
     if (every > 0) setup_curvature(tr);
+    noise_probe_setup(tr);
     if (e->goodput_on) setup_goodput(tr);
 }
 
@@ -112,8 +117,9 @@ static void probe_signs(const Trainer *tr, int micro_batches, float *signs) {
     curvature_probe_signs(&rng, micro_batches, signs);
 }
 
-void estimators_before_step(Trainer *tr, const StepResult *r) {
+void estimators_before_step(Trainer *tr, StepResult *r) {
     Estimators *e = &tr->est;
+    noise_probe_measure(tr, r);
     if (!e->precond_on && !e->curvature_on) return;
     DataParallel *dp = engine_chunk(tr->engine, 0)->dp;
     Preconditioner p;
@@ -174,7 +180,6 @@ static void measure_curvature(Trainer *tr, const StepResult *r, GradientAt grad,
 
 void estimators_after_backward(Trainer *tr, StepResult *r, GradientAt grad, void *ctx) {
     Estimators *e = &tr->est;
-    r->extra_seconds = 0;
     e->precond_big_sq = NAN;
     Preconditioner p;
     EngineChunk *ch = tr->engine && e->precond_on ? engine_chunk(tr->engine, 0) : NULL;
@@ -186,7 +191,7 @@ void estimators_after_backward(Trainer *tr, StepResult *r, GradientAt grad, void
     dp_set_probe(dp, NULL, NULL); /* the extra passes measure nothing */
     dp_measure_micro_preconditioned(dp, NULL);
     measure_curvature(tr, r, grad, ctx);
-    r->extra_seconds = bs_now() - t0;
+    r->extra_seconds += bs_now() - t0; /* beside the probe's (noise_probe.h) */
 }
 
 /* The noise scale goodput follows. */
@@ -195,6 +200,7 @@ static double followed_noise_scale(const Trainer *tr, const StepResult *r) {
     case GOODPUT_PRECOND: return r->noise_precond;
     case GOODPUT_CURVATURE: return r->noise_curvature;
     case GOODPUT_CURVATURE_PRECOND: return r->noise_curvature_precond;
+    case GOODPUT_PROBE: return noise_scale_simple(&tr->est.probe_noise); /* the last probe's between probes */
     default: return noise_scale_simple(&tr->noise);
     }
 }
@@ -224,6 +230,7 @@ void estimators_after_step(Trainer *tr, StepResult *r, double micro_precond_sq) 
     r->noise_precond = r->noise_curvature = r->noise_curvature_precond = r->goodput = r->efficiency = NAN;
     r->next_batch = 0;
     r->extra_passes = e->extra_passes;
+    r->probe_micro_batches = e->probe_micro_batches;
     const double b_small = tr->cfg.micro_batch, micro_batches = (double)r->batch / b_small;
     if (e->precond_on && !r->skipped && isfinite(e->precond_big_sq)) /* micro norms of the loss scaled by 1/M */
         noise_scale_update(&e->precond, micro_precond_sq * micro_batches, b_small, e->precond_big_sq,
@@ -244,12 +251,17 @@ void estimators_pack(const Trainer *tr, double *words) {
     const double later[4] = {e->curvature_precond.ema_decay, e->curvature_precond.trace_ema,
                              e->curvature_precond.ghg_ema, e->curvature_precond.ema_weight};
     memcpy(words + ESTIMATOR_STATE_WORDS_V1, later, sizeof later);
+    const NoiseScale *probe = &e->probe_noise;
+    const double latest[5] = {probe->ema_decay, probe->grad_sq_ema, probe->trace_ema, probe->ema_weight,
+                              (double)e->probe_micro_batches};
+    memcpy(words + ESTIMATOR_STATE_WORDS_V2, latest, sizeof latest);
 }
 
 void estimators_unpack(Trainer *tr, const double *words, int count) {
     Estimators *e = &tr->est;
-    /* written before these estimators: they start afresh (before B_noise(P): it alone does) */
-    if (count != ESTIMATOR_STATE_WORDS && count != ESTIMATOR_STATE_WORDS_V1) return;
+    /* written before these estimators: they start afresh (before B_noise(P) or the probe: those alone do) */
+    if (count != ESTIMATOR_STATE_WORDS && count != ESTIMATOR_STATE_WORDS_V2 && count != ESTIMATOR_STATE_WORDS_V1)
+        return;
     e->precond.grad_sq_ema = words[1];
     e->precond.trace_ema = words[2];
     e->precond.ema_weight = words[3];
@@ -259,9 +271,15 @@ void estimators_unpack(Trainer *tr, const double *words, int count) {
     e->extra_passes = (long)words[8];
     if (e->goodput_on && !goodput_unpack(&e->goodput, words + 9))
         bs_die("the checkpoint's goodput table is corrupt (%g sizes)", words[9]);
-    if (count < ESTIMATOR_STATE_WORDS) return;
+    if (count < ESTIMATOR_STATE_WORDS_V2) return;
     const double *later = words + ESTIMATOR_STATE_WORDS_V1;
     e->curvature_precond.trace_ema = later[1];
     e->curvature_precond.ghg_ema = later[2];
     e->curvature_precond.ema_weight = later[3];
+    if (count < ESTIMATOR_STATE_WORDS) return;
+    const double *latest = words + ESTIMATOR_STATE_WORDS_V2;
+    e->probe_noise.grad_sq_ema = latest[1];
+    e->probe_noise.trace_ema = latest[2];
+    e->probe_noise.ema_weight = latest[3];
+    e->probe_micro_batches = (long)latest[4];
 }

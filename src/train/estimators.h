@@ -37,7 +37,8 @@
  *    for the estimator --goodput-estimator, with B_0 = MIN. Step times are
  *    rank 0's (broadcast, so every rank decides the same), without the
  *    curvature passes; --goodput-time-model A:B plants t = A + B x batch
- *    instead, for deterministic runs (tests).
+ *    instead, for deterministic runs (tests). --goodput-estimator probe follows
+ *    the noise probe (train/noise_probe.h), the last probe's value between probes.
  *
  * The EMA state, the pass count and the step-time table are saved in
  * checkpoints (estimators_pack). Deliberately not here: B_simple itself
@@ -52,18 +53,20 @@
 
 #define PRECOND_FROM_STEP 5 /* optimizer updates in v_hat before the preconditioned estimator starts */
 #define ESTIMATOR_STATE_WORDS_V1 (4 + 4 + 1 + GOODPUT_STATE_WORDS) /* checkpoints before B_noise(P) */
-#define ESTIMATOR_STATE_WORDS (ESTIMATOR_STATE_WORDS_V1 + 4)     /* estimators_pack */
+#define ESTIMATOR_STATE_WORDS_V2 (ESTIMATOR_STATE_WORDS_V1 + 4) /* checkpoints before the probe */
+#define ESTIMATOR_STATE_WORDS (ESTIMATOR_STATE_WORDS_V2 + 5)    /* estimators_pack */
 
 /* After the engine and batch schedule are set up: what is on, the buffers;
  * one line naming the flag for what cannot be done. */
 void estimators_setup(Trainer *tr);
 void estimators_free(Trainer *tr);
-/* Before the step's forward and backward: the preconditioner and the probe. */
-void estimators_before_step(Trainer *tr, const StepResult *r);
+/* Before the step's forward and backward: the noise probe's measurement
+ * when due (train/noise_probe.h), the preconditioner and the curvature's signed sum. */
+void estimators_before_step(Trainer *tr, StepResult *r);
 /* After backward, before the update: |P G|^2 and (if due) the curvature
  * measurement, which calls grad (the gradient over the step's batch at the
  * weights as they are, reduced) four times and leaves weights and gradient
- * as they were. r->extra_seconds gets the time it took. */
+ * as they were. Adds the time it took to r->extra_seconds (the probe's is there already). */
 void estimators_after_backward(Trainer *tr, StepResult *r, GradientAt grad, void *ctx);
 /* After the step: the EMAs, the values in r, and (goodput) the step time and
  * the batch of the steps to come (tr->adaptive_batch). */

@@ -103,6 +103,12 @@ static void set_policy(json_t *j, const Metrics *m, const StepResult *r, const M
     if (m->curvature && !isnan(r->noise_curvature_precond))
         set(j, "noise_scale_curvature_precond", number(r->noise_curvature_precond));
     if (m->curvature) set(j, "noise_extra_passes", json_integer(r->extra_passes));
+    if (m->probe && !isnan(r->noise_probe_trace)) {
+        set(j, "noise_scale_probe", number(r->noise_probe));
+        set(j, "noise_probe_grad_sq", number(r->noise_probe_grad_sq));
+        set(j, "noise_probe_trace", number(r->noise_probe_trace));
+    }
+    if (m->probe) set(j, "noise_probe_micro_batches", json_integer(r->probe_micro_batches));
     if (m->goodput && !isnan(r->goodput)) set(j, "goodput", number(r->goodput));
     if (m->goodput && !isnan(r->efficiency)) set(j, "efficiency", number(r->efficiency));
     if (m->goodput && r->next_batch > 0) set(j, "goodput_batch", json_integer(r->next_batch));

@@ -22,6 +22,7 @@ typedef struct {
     bool balance, noise_scale;    /* --balance: the split; --noise-scale: B_simple */
     double baseline_tokens_per_s; /* one process's rate for the scaling efficiency (0: none) */
     bool curvature, goodput;      /* --noise-scale-every; --batch-schedule goodput (train/estimators.h) */
+    bool probe;                   /* --noise-probe-every (train/noise_probe.h) */
 } Metrics;
 
 /* The run's state beside the step's result. */

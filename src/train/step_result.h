@@ -19,8 +19,10 @@ typedef struct {
     double noise_scale; /* B_simple in sequences, NaN until resolved */
     double noise_precond, noise_curvature; /* train/estimators.h: B_simple of P g and B_noise, NaN until resolved */
     double noise_curvature_precond;        /* B_noise(P) of the update direction P g, NaN until resolved */
+    double noise_probe, noise_probe_grad_sq, noise_probe_trace; /* train/noise_probe.h: at probe steps, else NaN */
     long extra_passes;                     /* curvature's extra forward+backward passes so far */
-    double extra_seconds;                  /* this step's time in them */
+    long probe_micro_batches;              /* the probe's extra micro-batch passes on this rank so far */
+    double extra_seconds;                  /* this step's time in them and in the noise probe */
     double goodput, efficiency;            /* --batch-schedule goodput: of this step's batch (NaN: unknown) */
     long next_batch;                       /* goodput: the batch chosen at this step's decision (0: none) */
     double seconds, slowest, fastest; /* this rank's step; max and min over ranks (train/step_stats.h) */

@@ -22,7 +22,13 @@
 typedef enum { PRECISION_FP32, PRECISION_BF16, PRECISION_FP8 } Precision;
 typedef enum { DATA_SHUFFLED, DATA_SEQUENTIAL } DataOrder;
 typedef enum { DOC_MASK_AUTO, DOC_MASK_ON, DOC_MASK_OFF } DocMask;
-typedef enum { GOODPUT_SIMPLE, GOODPUT_PRECOND, GOODPUT_CURVATURE, GOODPUT_CURVATURE_PRECOND } GoodputEstimator;
+typedef enum {
+    GOODPUT_SIMPLE,
+    GOODPUT_PRECOND,
+    GOODPUT_CURVATURE,
+    GOODPUT_CURVATURE_PRECOND,
+    GOODPUT_PROBE
+} GoodputEstimator;
 
 /* The words of each enumeration, NULL-terminated, in enum order. */
 extern const char *const TRAIN_PRECISION_WORDS[];
@@ -110,6 +116,9 @@ typedef struct {
     bool balance;                 /* share micro-batches by measured speed */
     double noise_ema;
     int noise_scale_every;          /* the curvature noise scale every N steps (0: off; optim/curvature.h) */
+    int noise_probe_every;          /* the noise scale at the step's weights every N steps (0: off; train/noise_probe.h) */
+    int noise_probe_batches;        /* its extra micro-batches per rank */
+    double noise_probe_ema;         /* smoothing across probes (0: each probe alone) */
     int goodput_every;              /* --batch-schedule goodput: steps between decisions (0: 10) */
     GoodputEstimator goodput_estimator; /* the noise scale goodput follows */
     const char *goodput_time_model; /* tests: "A:B", seconds per step = A + B x batch instead of measured */

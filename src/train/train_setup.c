@@ -256,7 +256,7 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     if (!train_config_check(c, why, sizeof why)) bs_die("%s", why); /* callers other than the command line */
     fault_parse(&tr->fault, c->inject_fault);
     if (strncmp(c->batch_schedule, "adaptive", 8) == 0 || strncmp(c->batch_schedule, "goodput", 7) == 0 ||
-        c->noise_scale_every > 0)
+        c->noise_scale_every > 0 || c->noise_probe_every > 0)
         c->noise_scale = true; /* the policy follows the noise scale; the others are logged beside B_simple */
     setup_engine(tr); /* builds the grid: the data-parallel size is known from here on */
     if (tr->fault.kind == FAULT_NAN || tr->fault.kind == FAULT_NANS) target_nan_fault(tr);
@@ -291,7 +291,8 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     else if (option_given(c->out)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s/ckpt", c->out);
     if (option_given(c->resume)) train_resume(tr);
     tr->metrics = (Metrics){NULL, c->seq_len, comm_size(world), engine_grid(tr->engine)->pp, tr->dp_size, c->balance,
-                            c->noise_scale, c->baseline_tokens_per_s, tr->est.curvature_on, tr->est.goodput_on};
+                            c->noise_scale, c->baseline_tokens_per_s, tr->est.curvature_on, tr->est.goodput_on,
+                            tr->est.probe_on};
     if (tr->rank == 0) {
         if (tr->ckpt_dir[0]) bs_mkdir_p(tr->ckpt_dir);
         if (option_given(c->out)) bs_mkdir_p(c->out);

@@ -112,6 +112,9 @@ typedef struct {
     float *precond_grad;      /* P g for B_noise(P) (NULL unless precond_on and curvature_on) */
     float *signs, *global_signs; /* the probe's: this rank's micro-steps, the global batch's micro-batches */
     int signs_capacity;
+    bool probe_on;            /* --noise-probe-every (train/noise_probe.h) */
+    NoiseScale probe_noise;   /* the probes' estimates, averaged with --noise-probe-ema */
+    long probe_micro_batches; /* the probe's micro-batch passes on this rank so far */
     Goodput goodput;
     long steps_timed;         /* steps this process timed (not saved: the first is not recorded) */
     bool planted;             /* --goodput-time-model */
