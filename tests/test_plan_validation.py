@@ -413,6 +413,11 @@ def titan(gpus, tp, pp, cp, batch, micro, recompute, precision="fp8", **more):
                **{"global-batch": batch, "micro-batch": micro, "grad-reduce": "fp32", "rank-order": MEGATRON_ORDER})
     if cp > 1:
         run["cp-algo"] = "allgather"
+    if precision == "fp8":
+        # Round 11: torchao's Float8Linear keeps the BF16 input for the weight gradient, not an FP8 copy
+        # (pytorch/ao torchao/float8/float8_linear.py, commit 7ca1bfb: matmul_with_hp_or_float8_args.forward
+        # calls ctx.save_for_backward(input_hp, weight_hp_t)).
+        run["fp8-saved-input"] = "bf16"
     run.update(more)
     return run
 

@@ -138,8 +138,11 @@ LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware 
     c.attention = attention_time(m, l, hw, p, a);
     /* the element-wise work follows the tensors a layer writes: those it
      * keeps, and a MoE layer's expert output where it is not kept (the
-     * combine reads it either way) */
-    double stored = activation_bytes_per_layer(m, l, a, p, RECOMPUTE_NONE);
+     * combine reads it either way); under FP8 as written in BF16, the FP8
+     * copies the linear layers keep (memory.h) being the casts' writes,
+     * priced below */
+    Precision written = p == PREC_FP8 ? PREC_BF16 : p;
+    double stored = activation_bytes_per_layer(m, l, a, written, RECOMPUTE_NONE);
     double unkept = m->moe_probs_in_activation ? moe_routed_output_bytes(m, l, p) : 0.0;
     double elementwise_bw = hw->elementwise_bw > 0 ? hw->elementwise_bw : hw->hbm_bw;
     c.elementwise = ELEMENTWISE_TRAFFIC * (stored + unkept) / elementwise_bw;
@@ -159,7 +162,7 @@ LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware 
     c.backward = 2.0 * (c.gemm + c.elementwise) + c.attention_backward + cast_backward / elementwise_bw;
     if (l->recompute == RECOMPUTE_FULL) c.recompute = c.forward;
     if (l->recompute == RECOMPUTE_SELECTIVE && !attention_is_fused(a)) {
-        double scores = stored - activation_bytes_per_layer(m, l, a, p, RECOMPUTE_SELECTIVE);
+        double scores = stored - activation_bytes_per_layer(m, l, a, written, RECOMPUTE_SELECTIVE);
         c.recompute = c.attention + ELEMENTWISE_TRAFFIC * scores / elementwise_bw;
     }
     if (l->recompute == RECOMPUTE_OP) c.recompute = op_recompute_time(m, l, hw, p, &c, cast_forward / elementwise_bw);

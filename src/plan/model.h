@@ -41,6 +41,8 @@ typedef struct {
     int window_layers;      /* how many of the layers have the window (GPT-OSS: every other one) */
     bool moe_probs_in_activation; /* MoE: the routing probabilities scale the experts' activation (Megatron-core
                                    * >= 0.13), not their output at the combine: the output is not kept */
+    bool fp8_keeps_bf16_inputs;   /* FP8: the linear layers keep their BF16 inputs for the weight gradient
+                                   * (torchao's Float8Linear), not FP8 copies (Transformer Engine; memory.h) */
 } ModelShape;
 
 int model_head_dim(const ModelShape *m);
