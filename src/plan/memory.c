@@ -43,7 +43,7 @@ void zero_states(double params, int shards, int stage, StateBytes b, double *wei
 }
 
 double linear_input_bytes(const ModelShape *m, Precision p) {
-    return p == PREC_FP8 && !m->fp8_keeps_bf16_inputs ? 1.0 : precision_activation_bytes(p);
+    return p == PREC_FP8 && m->fp8_linears != FP8_TORCHAO ? 1.0 : precision_activation_bytes(p);
 }
 
 double activation_bytes_per_layer(const ModelShape *m, const Layout *l, AttentionImpl a, Precision p, Recompute r) {

@@ -44,7 +44,7 @@ double activation_bytes_per_layer(const ModelShape *m, const Layout *l, Attentio
  * counted). torchao's Float8Linear keeps the BF16 input
  * (`matmul_with_hp_or_float8_args.forward` saves `input_hp`, pytorch/ao
  * torchao/float8/float8_linear.py, commit 7ca1bfb): the model's
- * fp8_keeps_bf16_inputs, 2 bytes. Otherwise the activation width. */
+ * FP8_TORCHAO, 2 bytes. Otherwise the activation width. */
 double linear_input_bytes(const ModelShape *m, Precision p);
 
 /* Bytes of the experts' output, the routed copies before the combine, for
