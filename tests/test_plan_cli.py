@@ -84,6 +84,8 @@ class BadInput(unittest.TestCase):
         self.fails(["--model", "demo", "--layer-split", "sideways"], "--layer-split", "balanced or even")
         self.fails(["--model", "mixtral-8x7b", "--moe-probs", "up"], "--moe-probs", "combine or activation")
         self.fails(["--model", "demo", "--moe-probs", "activation"], "--moe-probs activation", "mixture-of-experts")
+        self.fails(["--model", "demo", "--precision", "fp8", "--fp8-linears", "apex"], "--fp8-linears", "te, te-delayed or torchao")
+        self.fails(["--model", "demo", "--fp8-linears", "torchao"], "--fp8-linears torchao", "--precision fp8")
         self.fails(["--model", "llama3-405b", "--gpus", 1024, "--tp", 8, "--pp", 16, "--layer-split", "even"],
                    "--layer-split even", "126 layers", "--first-stage-layers")
         self.fails(["--model", "llama3-405b", "--gpus", 1024, "--tp", 8, "--pp", 16, "--first-stage-layers", 7],

@@ -4,7 +4,7 @@
  * Table 1, FLOPs against a count of every matrix product and against that
  * paper's published training times, exact parameter counts of GPT-2 and
  * Llama 3 (their released checkpoints), Korthikanti et al.'s activation
- * memory, pipeline bubbles, NVLink bus bandwidth against NCCL's measured
+ * memory (and what FP8 with Transformer Engine keeps of it), pipeline bubbles, NVLink bus bandwidth against NCCL's measured
  * figure, Young and Daly against the numerical optima of their models, goodput
  * against a Monte Carlo of failures and restarts, the matmul shape model
  * against DeepGEMM's published H800 table, the TP overlap against a hand
@@ -587,6 +587,82 @@ static void test_moe_activation_memory(void) {
     CHECK(!model_check(&m, why, sizeof why) && strstr(why, "--moe-probs"), "a dense model rejects --moe-probs: %s", why);
 }
 
+/* FP8 with Transformer Engine (memory.h, linear_input_bytes): the inputs of
+ * the QKV, projection, FC1 and FC2 matmuls and the experts' input are kept as
+ * FP8 copies, 1 byte; the norms' inputs, Q, K, V, the MLP's other
+ * intermediates and the experts' output stay BF16, and a fused attention
+ * kernel keeps its BF16 output beside the projection's FP8 copy. Korthikanti's
+ * GPT case (materialized attention) becomes s b h (27 + 5 a s / h), and
+ * s b h (8 + 19 / t + 5 a s / h t) with tensor parallelism, by hand below;
+ * torchao's Float8Linear (--fp8-linears torchao) keeps the BF16 bytes, and
+ * the element-wise time is that of the BF16 tensors either way. */
+static void test_fp8_activation_memory(void) {
+    ModelShape m = megatron_gpt(105, 20480, 128);
+    double s = 2048, a = 128, h = 20480, t = 8, sbh = s * h;
+    Layout l = layout_default();
+    l.micro_batch = 1, l.sequence_parallel = false;
+    double fp8 = activation_bytes_per_layer(&m, &l, ATTN_FULL, PREC_FP8, RECOMPUTE_NONE);
+    CHECK(close_rel(fp8, sbh * (27 + 5 * a * s / h), 1e-12), "GPT, FP8: %.0f, by hand %.0f", fp8,
+          sbh * (27 + 5 * a * s / h));
+    l.tp = (int)t;
+    double tp = activation_bytes_per_layer(&m, &l, ATTN_FULL, PREC_FP8, RECOMPUTE_NONE);
+    CHECK(close_rel(tp, sbh * (8 + 19 / t + 5 * a * s / (h * t)), 1e-12), "GPT, FP8, tensor parallel: %.0f", tp);
+    m.fp8_linears = FP8_TORCHAO;
+    CHECK(close_rel(activation_bytes_per_layer(&m, &l, ATTN_FULL, PREC_FP8, RECOMPUTE_NONE),
+                    activation_bytes_per_layer(&m, &l, ATTN_FULL, PREC_BF16, RECOMPUTE_NONE), 1e-12),
+          "torchao's Float8Linear keeps the BF16 bytes");
+
+    ModelPreset mp;
+    CHECK(model_preset("mixtral-8x7b", &mp), "mixtral preset");
+    m = mp.shape;
+    l = layout_default();
+    l.tp = 2, l.ep = 4, l.micro_batch = 1, l.sequence_parallel = true;
+    double e = 2, g = 1, T = 4096, q = m.hidden, kv = 1024, f = m.ffn, k = m.top_k;
+    h = m.hidden, t = 2;
+    double outside = (2 * e + 2 * g) * T * h / t;
+    double attention = (e * T * q + 2 * e * T * kv + e * T * q + g * T * q + 4.0 * m.heads * T) / t;
+    double experts = ((2 * e + g) * T * f * k + (g + e) * T * k * h) / t; /* gate, up, product; input, output */
+    double moe = activation_bytes_per_layer(&m, &l, ATTN_FLASH, PREC_FP8, RECOMPUTE_NONE);
+    CHECK(close_rel(moe, outside + attention + experts, 1e-12), "Mixtral, FP8, fused attention: %.6g, by hand %.6g", moe,
+          outside + attention + experts);
+    Hardware hw;
+    hardware_preset("h100-sxm", &hw);
+    double traffic = layer_compute(&m, &l, &hw, PREC_FP8, ATTN_FLASH).elementwise;
+    m.fp8_linears = FP8_TORCHAO;
+    CHECK(close_rel(layer_compute(&m, &l, &hw, PREC_FP8, ATTN_FLASH).elementwise, traffic, 1e-12),
+          "the element-wise time does not depend on what the linear layers keep");
+    CHECK(activation_bytes_per_layer(&m, &l, ATTN_FLASH, PREC_FP8, RECOMPUTE_NONE) > moe, "the BF16 inputs weigh more");
+}
+
+/* FP8 casts of a Llama 3 8B layer (SwiGLU, TP 1, 8,192 tokens), by hand:
+ * Transformer Engine casts FC1's input once (gate and up one matmul), torchao
+ * twice (w1 and w3), 4 T h bytes more in the forward; under delayed scaling
+ * the norms write the QKV and FC1 inputs in FP8, so those two casts (4 bytes
+ * an element in the forward) become transposes (2 in the backward). */
+static void test_fp8_casts(void) {
+    ModelPreset mp;
+    CHECK(model_preset("llama3-8b", &mp), "llama3-8b preset");
+    ModelShape m = mp.shape;
+    Layout l = layout_default();
+    l.micro_batch = 1;
+    Hardware hw;
+    hardware_preset("h100-sxm", &hw);
+    double T = 8192, h = m.hidden, bw = hw.elementwise_bw > 0 ? hw.elementwise_bw : hw.hbm_bw;
+    LayerCompute te = layer_compute(&m, &l, &hw, PREC_FP8, ATTN_FLASH);
+    m.fp8_linears = FP8_TORCHAO;
+    LayerCompute torchao = layer_compute(&m, &l, &hw, PREC_FP8, ATTN_FLASH);
+    m.fp8_linears = FP8_TE_DELAYED;
+    LayerCompute delayed = layer_compute(&m, &l, &hw, PREC_FP8, ATTN_FLASH);
+    CHECK(close_rel(torchao.forward - te.forward, 4 * T * h / bw, 1e-9), "torchao's second FC1 cast: %.4g s, by hand %.4g",
+          torchao.forward - te.forward, 4 * T * h / bw);
+    CHECK(close_rel(torchao.backward, te.backward, 1e-12), "the same output-gradient casts");
+    CHECK(close_rel(te.forward - delayed.forward, 2 * 4 * T * h / bw, 1e-9), "the norms' fused casts: %.4g s, by hand %.4g",
+          te.forward - delayed.forward, 2 * 4 * T * h / bw);
+    CHECK(close_rel(delayed.backward - te.backward, 2 * 2 * T * h / bw, 1e-9), "their transposes: %.4g s, by hand %.4g",
+          delayed.backward - te.backward, 2 * 2 * T * h / bw);
+    CHECK(close_rel(delayed.elementwise, te.elementwise, 1e-12), "the element-wise time is the same");
+}
+
 /* Expert imbalance (--moe-imbalance F, the busiest expert rank's tokens
  * over the mean): Mixtral 8x7B on 16 H100, EP 8. That rank's expert MLP runs
  * F x T top-k ep / experts rows per expert, and its dispatch and combine
@@ -938,6 +1014,8 @@ int main(void) {
     test_placement();
     test_moe_imbalance();
     test_moe_activation_memory();
+    test_fp8_activation_memory();
+    test_fp8_casts();
     test_flash2();
     test_head_dim();
     test_window();

@@ -187,6 +187,14 @@ def mpt(layers, hidden, heads, seq=2048):
             "attention": "flash2"}
 
 
+# Round 11: the NeMo Framework Launcher's FP8 knobs are delayed scaling's (launcher_scripts/conf/training/gpt3/
+# 175b.yaml, NVIDIA/NeMo-Framework-Launcher commit 056a90e: fp8_margin, fp8_interval, fp8_amax_history_len 1024,
+# fp8_amax_compute_algo max, the DelayedScaling recipe's fields), under which Transformer Engine's LayerNormLinear has
+# the norm write the QKV and FC1 inputs in FP8 (src/plan/compute.c): the NeMo 24.03 and 24.07 rows. The
+# Megatron-Bridge rows' FP8-CS presets are current scaling (the default, --fp8-linears te).
+NEMO_LAUNCHER_FP8 = {"fp8-linears": "te-delayed"}
+
+
 def nemo(gpus, tp, pp, cp, batch, micro, precision="fp8", **more):
     """A NeMo / Megatron-Bridge recipe on DGX H100: Megatron-core with Transformer Engine (flash attention,
     sequence parallelism with TP, overlapped DP, Megatron's rank order); ZeRO stage and recomputation left to the
@@ -305,19 +313,22 @@ ROWS = [
     ("nemotron4-dgxc-128", "NVIDIA DGX Cloud benchmark recipe, Nemotron4 340B 24.11", NEMOTRON4,
      nemotron_run(128, 32, pp=8, schedule="interleaved", **{"virtual-stages": 12}, **TP_OVERLAP), "step_seconds", 4.77),
     # Rows added for issue 22; they take the next positions (and halves).
-    ("nemo-gpt3-5b", NEMO_2407, gpt(24, 4096, 32), nemo(64, 1, 1, 1, 2048, 4), "tokens_per_gpu", 22521),
-    ("nemo-gpt3-20b", NEMO_2407, gpt(44, 6144, 48), nemo(64, 2, 1, 1, 256, 2, **TP_OVERLAP), "tokens_per_gpu", 5851),
-    ("nemo-gpt3-175b", NEMO_2407, gpt(96, 12288, 96), nemo(128, 4, 8, 1, 256, 1, **{"virtual-stages": 6}, **TP_OVERLAP),
+    ("nemo-gpt3-5b", NEMO_2407, gpt(24, 4096, 32), nemo(64, 1, 1, 1, 2048, 4, **NEMO_LAUNCHER_FP8), "tokens_per_gpu", 22521),
+    ("nemo-gpt3-20b", NEMO_2407, gpt(44, 6144, 48), nemo(64, 2, 1, 1, 256, 2, **TP_OVERLAP, **NEMO_LAUNCHER_FP8),
+     "tokens_per_gpu", 5851),
+    ("nemo-gpt3-175b", NEMO_2407, gpt(96, 12288, 96),
+     nemo(128, 4, 8, 1, 256, 1, **{"virtual-stages": 6}, **TP_OVERLAP, **NEMO_LAUNCHER_FP8),
      "tokens_per_gpu", 726),
-    ("nemo-llama2-7b", NEMO_2407, LLAMA2_7B, nemo(8, 1, 1, 1, 128, 1), "tokens_per_gpu", 16847),
-    ("nemo-llama2-70b", NEMO_2407, LLAMA2_70B, nemo(64, 4, 4, 1, 128, 1, **{"virtual-stages": 20}),
+    ("nemo-llama2-7b", NEMO_2407, LLAMA2_7B, nemo(8, 1, 1, 1, 128, 1, **NEMO_LAUNCHER_FP8), "tokens_per_gpu", 16847),
+    ("nemo-llama2-70b", NEMO_2407, LLAMA2_70B, nemo(64, 4, 4, 1, 128, 1, **{"virtual-stages": 20}, **NEMO_LAUNCHER_FP8),
      "tokens_per_gpu", 1707),
-    ("nemo-llama3-8b-cp2", NEMO_2407, {"model": "llama3-8b"}, nemo(8, 1, 1, 2, 128, 1), "tokens_per_gpu", 12036),
-    ("nemo-llama3-70b-cp2", NEMO_2407, {"model": "llama3-70b"}, nemo(64, 4, 4, 2, 128, 1, **{"virtual-stages": 5}, **TP_OVERLAP),
+    ("nemo-llama3-8b-cp2", NEMO_2407, {"model": "llama3-8b"}, nemo(8, 1, 1, 2, 128, 1, **NEMO_LAUNCHER_FP8), "tokens_per_gpu", 12036),
+    ("nemo-llama3-70b-cp2", NEMO_2407, {"model": "llama3-70b"},
+     nemo(64, 4, 4, 2, 128, 1, **{"virtual-stages": 5}, **TP_OVERLAP, **NEMO_LAUNCHER_FP8),
      "tokens_per_gpu", 1533),
-    ("nemo-cp-32k", NEMO_LONG, dict(LLAMA2_7B, **{"seq-len": 32768}), nemo(32, 2, 1, 2, 8, 1), "model_tflops", 610),
-    ("nemo-cp-128k", NEMO_LONG, dict(LLAMA2_7B, **{"seq-len": 131072}), nemo(128, 4, 1, 4, 8, 1), "model_tflops", 555),
-    ("nemo-cp-512k", NEMO_LONG, dict(LLAMA2_7B, **{"seq-len": 524288}), nemo(512, 8, 1, 16, 4, 1), "model_tflops", 549),
+    ("nemo-cp-32k", NEMO_LONG, dict(LLAMA2_7B, **{"seq-len": 32768}), nemo(32, 2, 1, 2, 8, 1, **NEMO_LAUNCHER_FP8), "model_tflops", 610),
+    ("nemo-cp-128k", NEMO_LONG, dict(LLAMA2_7B, **{"seq-len": 131072}), nemo(128, 4, 1, 4, 8, 1, **NEMO_LAUNCHER_FP8), "model_tflops", 555),
+    ("nemo-cp-512k", NEMO_LONG, dict(LLAMA2_7B, **{"seq-len": 524288}), nemo(512, 8, 1, 16, 4, 1, **NEMO_LAUNCHER_FP8), "model_tflops", 549),
     ("mpt-1b-8", MOSAIC, mpt(24, 2048, 16), fsdp("h100-sxm", 8, 112, 14, "none"), "tokens_per_gpu", 45455),
     ("mpt-1b-64", MOSAIC, mpt(24, 2048, 16), fsdp("h100-sxm", 64, 1280, 20, "none"), "tokens_per_gpu", 44402),
     ("mpt-3b-16", MOSAIC, mpt(32, 2560, 20), fsdp("h100-sxm", 16, 480, 10, "none"), "tokens_per_gpu", 24142),
@@ -413,6 +424,11 @@ def titan(gpus, tp, pp, cp, batch, micro, recompute, precision="fp8", **more):
                **{"global-batch": batch, "micro-batch": micro, "grad-reduce": "fp32", "rank-order": MEGATRON_ORDER})
     if cp > 1:
         run["cp-algo"] = "allgather"
+    if precision == "fp8":
+        # Round 11: torchao's Float8Linear keeps the BF16 input for the weight gradient, not an FP8 copy
+        # (pytorch/ao torchao/float8/float8_linear.py, commit 7ca1bfb: matmul_with_hp_or_float8_args.forward
+        # calls ctx.save_for_backward(input_hp, weight_hp_t)), and w1 and w3 are two linears, each casting its input.
+        run["fp8-linears"] = "torchao"
     run.update(more)
     return run
 
@@ -599,16 +615,18 @@ FRESH2_ROWS = [
     # ub_tp_comm_overlap (gpt3/175b.yaml True, as nemo-gpt3-175b; nemotron_8b.yaml true; nemotron_22b.yaml True).
     # GPT-3 175B at 512 GPUs: TP 4, PP 8, VP 6, MBS 2, GBS 2048.
     ("fresh2-nemo-gpt3-175b-512", NEMO_2407_MORE, gpt(96, 12288, 96),
-     nemo(512, 4, 8, 1, 2048, 2, **{"virtual-stages": 6}, **TP_OVERLAP), "tokens_per_gpu", 782),
+     nemo(512, 4, 8, 1, 2048, 2, **{"virtual-stages": 6}, **TP_OVERLAP, **NEMO_LAUNCHER_FP8), "tokens_per_gpu", 782),
     # Llama 2 13B on 16 GPUs: TP 1, PP 4, VP 10, MBS 1, GBS 128 (TP 1: no TP overlap).
-    ("fresh2-nemo-llama2-13b", NEMO_2407_MORE, LLAMA2_13B, nemo(16, 1, 4, 1, 128, 1, **{"virtual-stages": 10}),
+    ("fresh2-nemo-llama2-13b", NEMO_2407_MORE, LLAMA2_13B,
+     nemo(16, 1, 4, 1, 128, 1, **{"virtual-stages": 10}, **NEMO_LAUNCHER_FP8),
      "tokens_per_gpu", 8646),
     # Nemotron-8B on 64 GPUs: TP 2, PP 1, MBS 4, GBS 256.
-    ("fresh2-nemo-nemotron-8b", NEMO_2407_MORE, NEMOTRON3_8B, nemo(64, 2, 1, 1, 256, 4, **TP_OVERLAP),
+    ("fresh2-nemo-nemotron-8b", NEMO_2407_MORE, NEMOTRON3_8B,
+     nemo(64, 2, 1, 1, 256, 4, **TP_OVERLAP, **NEMO_LAUNCHER_FP8),
      "tokens_per_gpu", 12701),
     # Nemotron-22B on 64 GPUs: TP 2, PP 4, VP 10, MBS 2, GBS 256 (the yaml's overlap_p2p_comm True: nemo()'s).
     ("fresh2-nemo-nemotron-22b", NEMO_2407_MORE, NEMOTRON3_22B,
-     nemo(64, 2, 4, 1, 256, 2, **{"virtual-stages": 10}, **TP_OVERLAP), "tokens_per_gpu", 4256),
+     nemo(64, 2, 4, 1, 256, 2, **{"virtual-stages": 10}, **TP_OVERLAP, **NEMO_LAUNCHER_FP8), "tokens_per_gpu", 4256),
     # Megatron-Bridge docs/performance-summary.md (commit df0289c), its DGX-B200 tables of 25.11 (the dense rows)
     # and 26.02 (the MoE rows); nemo() with the B200 preset: GBS, MBS, TP, PP, CP, VP, EP and precision as given,
     # FSDP 0 (ZeRO stage the search's), recomputation the search's (the recipes' recompute_modules lists, e.g.

@@ -24,6 +24,7 @@ static const char *const GRAD_REDUCE_WORDS[] = {"weights", "fp32", NULL};
 static const char *const ZERO1_REDUCE_WORDS[] = {"reduce-scatter", "allreduce", NULL};
 static const char *const LAYER_SPLIT_WORDS[] = {"balanced", "even", NULL};
 static const char *const MOE_PROBS_WORDS[] = {"combine", "activation", NULL};
+static const char *const FP8_LINEARS_WORDS[] = {"te", "te-delayed", "torchao", NULL};
 
 typedef struct {
     const char *model, *activation, *attention, *precision, *hardware, *calibrate;
@@ -39,7 +40,7 @@ typedef struct {
     int gpus_per_node;
     int tp, pp, dp, cp, ep, etp, zero, micro_batch, virtual_stages;
     const char *recompute, *schedule, *sequence_parallel, *overlap, *cp_algo, *in_network, *tp_overlap, *pp_overlap, *rank_order, *ep_overlap;
-    int grad_reduce, pipeline_engine, zero1_reduce, layer_split, moe_probs; /* indices into their words */
+    int grad_reduce, pipeline_engine, zero1_reduce, layer_split, moe_probs, fp8_linears; /* indices into their words */
     int first_stage_layers, last_stage_layers;
     bool search;
     int top;
@@ -164,6 +165,7 @@ static ModelShape build_model(const PlanArgs *a, double *batch_tokens, double *t
     m.moe_device_limit = a->moe_device_limit;
     m.moe_node_limit = a->moe_node_limit;
     m.moe_probs_in_activation = a->moe_probs == 1;
+    m.fp8_linears = (Fp8Linears)a->fp8_linears;
     m.attention_window = a->attention_window;
     m.window_layers = a->attention_window > 0 && a->window_layers == 0 ? m.layers : a->window_layers;
     if (a->dropout) m.dropout = true;
@@ -441,6 +443,8 @@ static void run(const PlanArgs *a) {
     in->fleet = build_fleet(a, r->note, sizeof r->note);
     if (!precision_parse(a->precision, &in->precision)) bs_die("--precision must be bf16, fp8 or fp32 (got '%s')", a->precision);
     if (a->calibrate) in->precision = PREC_FP32;
+    if (in->model.fp8_linears != FP8_TE && in->precision != PREC_FP8)
+        bs_die("--fp8-linears %s needs --precision fp8", FP8_LINEARS_WORDS[in->model.fp8_linears]);
     for (int k = 0; k < in->fleet.kinds; k++)
         if (hardware_peak(&in->fleet.hw[k], in->precision) <= 0)
             bs_die("%s has no %s peak: use --precision bf16", in->fleet.hw[k].name, precision_name(in->precision));
@@ -568,6 +572,7 @@ int cmd_plan(int argc, char **argv) {
         {"shared-experts", OPT_INT, &a.shared_experts, 0, 4096, "N", "MoE: experts every token also passes through, on every rank (DeepSeekMoE)", NULL, NULL},
         {"moe-device-limit", OPT_INT, &a.moe_device_limit, 0, 4096, "M", "MoE: a token's experts on at most M EP ranks, sent once to each (DeepSeek-V2; 0: none)", NULL, NULL},
         {"moe-node-limit", OPT_INT, &a.moe_node_limit, 0, 1 << 20, "M", "MoE: ... on at most M nodes, once over the network to each (DeepSeek-V3; 0: none)", NULL, NULL},
+        {"fp8-linears", OPT_ENUM, &a.fp8_linears, OPT_NO_RANGE, "te|te-delayed|torchao", "FP8: whose linear layers (te: Transformer Engine, FP8 copies of the inputs kept; te-delayed: and under delayed scaling the norms write the QKV and FC1 inputs in FP8; torchao: Float8Linear, BF16 inputs kept, w1 and w3 cast apart)", "te", FP8_LINEARS_WORDS},
         {"moe-probs", OPT_ENUM, &a.moe_probs, OPT_NO_RANGE, "combine|activation", "MoE: where the routing probabilities scale the experts (activation: Megatron-core >= 0.13's weighted SwiGLU, which keeps no expert output)", "combine", MOE_PROBS_WORDS},
         {"dropout", OPT_FLAG, &a.dropout, OPT_NO_RANGE, "", "the model stores dropout masks (Megatron GPT)", NULL, NULL},
         {"attention", OPT_STRING, &a.attention, OPT_NO_RANGE, "full|causal|flash|flash2", "attention kernel (default flash; flash2: FlashAttention-2, slower on Hopper; causal with --calibrate)", NULL, NULL},

@@ -97,10 +97,53 @@ static double attention_time(const ModelShape *m, const Layout *l, const Hardwar
  * once per step (cached over micro-batches: TE's is_first_microbatch), not
  * counted. Bytes per micro-batch. */
 #define FP8_CAST_BYTES 4.0
+/* Under delayed scaling Transformer Engine's LayerNormLinear has the norm
+ * write its output in FP8 (the cast fused into the norm: `ln_out` of dtype
+ * uint8 at NVIDIA/TransformerEngine commit 0004dbd, layernorm_linear.py; TE
+ * 2's normalization.cpp: "Always used fused kernel for FP8 delayed
+ * scaling") and transposes it in the backward for the weight gradient
+ * (`tex.fp8_transpose`: read 1, write 1); no separate cast kernel. */
+#define FP8_TRANSPOSE_BYTES 2.0
 
-static void add_fp8_casts(double rows, double n, double k, double count, double *forward, double *backward) {
-    *forward += FP8_CAST_BYTES * count * rows * k;
+/* The cast of `count` inputs of rows x k: its own kernel before the forward
+ * product, or, written in FP8 by the norm, a transpose in the backward. */
+static void add_input_cast(double rows, double k, double count, bool norm_writes_fp8, double *forward,
+                           double *backward) {
+    if (norm_writes_fp8) *backward += FP8_TRANSPOSE_BYTES * count * rows * k;
+    else *forward += FP8_CAST_BYTES * count * rows * k;
+}
+
+/* The cast of `count` output gradients of rows x n before the backward products. */
+static void add_grad_cast(double rows, double n, double count, double *backward) {
     *backward += FP8_CAST_BYTES * count * rows * n;
+}
+
+/* FP8 casts of one layer, bytes per micro-batch. Transformer Engine's FC1
+ * is one matmul of gate and up (Megatron-core's linear_fc1 doubles its
+ * output width for a gated unit: megatron/core/transformer/mlp.py, commit
+ * 8503f75; TEGroupedMLP's likewise), so its input is cast once; torchao's
+ * w1 and w3 are two Float8Linears, each casting it. */
+static void fp8_casts(const ModelShape *m, double T, double rows, double local_experts, double t, double et,
+                      double *forward, double *backward) {
+    double h = m->hidden, q = model_q_dim(m), kv = model_kv_dim(m), f = m->ffn;
+    double up = m->act == ACT_SWIGLU ? 2.0 : 1.0, fc1_inputs = m->fp8_linears == FP8_TORCHAO ? up : 1.0;
+    /* a MoE layer's router needs the norm's output in BF16: its norm is not fused into FC1 */
+    bool delayed = m->fp8_linears == FP8_TE_DELAYED, dense = !model_is_moe(m);
+    add_input_cast(T, h, 1, delayed, forward, backward);
+    add_grad_cast(T, (q + 2.0 * kv) / t, 1, backward);
+    add_input_cast(T, q / t, 1, false, forward, backward);
+    add_grad_cast(T, h, 1, backward);
+    add_input_cast(rows, h, fc1_inputs * local_experts, delayed && dense, forward, backward);
+    add_grad_cast(rows, f / et, up * local_experts, backward);
+    add_input_cast(rows, f / et, local_experts, false, forward, backward);
+    add_grad_cast(rows, h, local_experts, backward);
+    double shared_f = dense ? 0.0 : m->shared_experts * f / t;
+    if (shared_f > 0) {
+        add_input_cast(T, h, fc1_inputs, false, forward, backward);
+        add_grad_cast(T, shared_f, up, backward);
+        add_input_cast(T, shared_f, 1, false, forward, backward);
+        add_grad_cast(T, h, 1, backward);
+    }
 }
 
 /* torchtitan's per-op checkpointing (op_checkpoint.h): backward first
@@ -138,28 +181,22 @@ LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware 
     c.attention = attention_time(m, l, hw, p, a);
     /* the element-wise work follows the tensors a layer writes: those it
      * keeps, and a MoE layer's expert output where it is not kept (the
-     * combine reads it either way) */
-    double stored = activation_bytes_per_layer(m, l, a, p, RECOMPUTE_NONE);
+     * combine reads it either way); under FP8 as written in BF16, the FP8
+     * copies the linear layers keep (memory.h) being the casts' writes,
+     * priced below */
+    Precision written = p == PREC_FP8 ? PREC_BF16 : p;
+    double stored = activation_bytes_per_layer(m, l, a, written, RECOMPUTE_NONE);
     double unkept = m->moe_probs_in_activation ? moe_routed_output_bytes(m, l, p) : 0.0;
     double elementwise_bw = hw->elementwise_bw > 0 ? hw->elementwise_bw : hw->hbm_bw;
     c.elementwise = ELEMENTWISE_TRAFFIC * (stored + unkept) / elementwise_bw;
     double cast_forward = 0.0, cast_backward = 0.0;
-    if (p == PREC_FP8) {
-        add_fp8_casts(T, (q + 2.0 * kv) / t, h, 1, &cast_forward, &cast_backward);
-        add_fp8_casts(T, h, q / t, 1, &cast_forward, &cast_backward);
-        add_fp8_casts(rows, f / et, h, up * local_experts, &cast_forward, &cast_backward);
-        add_fp8_casts(rows, h, f / et, local_experts, &cast_forward, &cast_backward);
-        if (shared_f > 0) {
-            add_fp8_casts(T, shared_f, h, up, &cast_forward, &cast_backward);
-            add_fp8_casts(T, h, shared_f, 1, &cast_forward, &cast_backward);
-        }
-    }
+    if (p == PREC_FP8) fp8_casts(m, T, rows, local_experts, t, et, &cast_forward, &cast_backward);
     c.forward = c.gemm + c.attention + c.elementwise + cast_forward / elementwise_bw;
     c.attention_backward = (attention_is_fused(a) ? FLASH_BACKWARD_FLOPS / FLASH_BACKWARD_RATE : 2.0) * c.attention;
     c.backward = 2.0 * (c.gemm + c.elementwise) + c.attention_backward + cast_backward / elementwise_bw;
     if (l->recompute == RECOMPUTE_FULL) c.recompute = c.forward;
     if (l->recompute == RECOMPUTE_SELECTIVE && !attention_is_fused(a)) {
-        double scores = stored - activation_bytes_per_layer(m, l, a, p, RECOMPUTE_SELECTIVE);
+        double scores = stored - activation_bytes_per_layer(m, l, a, written, RECOMPUTE_SELECTIVE);
         c.recompute = c.attention + ELEMENTWISE_TRAFFIC * scores / elementwise_bw;
     }
     if (l->recompute == RECOMPUTE_OP) c.recompute = op_recompute_time(m, l, hw, p, &c, cast_forward / elementwise_bw);

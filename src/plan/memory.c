@@ -15,6 +15,11 @@
  *     routing probabilities scale the activation (memory.h);
  *   scores, materialized kernels only: a/t heads x T x s (FULL) or half of
  *     that (CAUSAL): softmax output e, with dropout also its mask and output.
+ * Under FP8 a linear layer keeps its input for the weight gradient as the
+ * FP8 copy it cast for the forward product, g = 1 byte an element (the
+ * inputs of the QKV, FC1, FC2 and expert matmuls), and the attention output,
+ * which the fused kernel keeps in BF16 for its own backward, once more as the
+ * projection's FP8 copy (linear_input_bytes, memory.h).
  * Selective recomputation drops the scores; full recomputation keeps only
  * the layer input e T h (divided by t with sequence parallelism); op
  * recomputation what torchtitan's policy saves (op_checkpoint.h). */
@@ -37,24 +42,32 @@ void zero_states(double params, int shards, int stage, StateBytes b, double *wei
     *optimizer = params * b.optimizer / (stage >= 1 ? n : 1.0);
 }
 
+double linear_input_bytes(const ModelShape *m, Precision p) {
+    return p == PREC_FP8 && m->fp8_linears != FP8_TORCHAO ? 1.0 : precision_activation_bytes(p);
+}
+
 double activation_bytes_per_layer(const ModelShape *m, const Layout *l, AttentionImpl a, Precision p, Recompute r) {
-    double e = precision_activation_bytes(p), t = l->tp;
+    double e = precision_activation_bytes(p), g = linear_input_bytes(m, p), t = l->tp;
     double T = (double)l->micro_batch * m->seq_len / l->cp;
     double h = m->hidden, q = model_q_dim(m), kv = model_kv_dim(m), f = m->ffn;
     double outside_divisor = l->sequence_parallel ? t : 1.0;
     if (r == RECOMPUTE_FULL) return e * T * h / outside_divisor;
     if (r == RECOMPUTE_OP) return op_checkpoint_kept_bytes(m, l, p);
-    double outside = 4.0 * e * T * h + (m->dropout ? 2.0 * T * h : 0.0);
+    /* the two norms' inputs, then the QKV and FC1 inputs (the norms' outputs) */
+    double outside = 2.0 * e * T * h + 2.0 * g * T * h + (m->dropout ? 2.0 * T * h : 0.0);
     double experts = model_is_moe(m) ? m->top_k + m->shared_experts : 1.0;
-    double mlp = (m->act == ACT_SWIGLU ? 3.0 : 2.0) * e * T * f * experts;
+    /* GELU: its input and its output (FC2's input); SwiGLU: gate, up, product (FC2's input) */
+    double mlp = ((m->act == ACT_SWIGLU ? 2.0 : 1.0) * e + g) * T * f * experts;
     /* MoE (Megatron's all-to-all token dispatcher): the routed copies of the
      * tokens, top-k per token, are the experts' input (kept for the weight
      * gradient) and, where the routing probabilities scale them at the
      * combine, their output (kept for the probabilities' gradient; not with
      * --moe-probs activation, moe_routed_output_bytes) */
-    double copies = m->moe_probs_in_activation ? 1.0 : 2.0;
-    double routed = model_is_moe(m) ? copies * e * T * m->top_k * h : 0.0;
-    double inside = e * T * q + 2.0 * e * T * kv + e * T * q + mlp + routed;
+    double output_copy = m->moe_probs_in_activation ? 0.0 : e;
+    double routed = model_is_moe(m) ? (g + output_copy) * T * m->top_k * h : 0.0;
+    /* the attention output: the projection's input, which a fused kernel also keeps for its backward */
+    double output = attention_is_fused(a) ? e * T * q + (g < e ? g * T * q : 0.0) : g * T * q;
+    double inside = e * T * q + 2.0 * e * T * kv + output + mlp + routed;
     double scores = 0.0;
     if (!attention_is_fused(a) && r == RECOMPUTE_NONE) {
         double elems = (m->heads * T * m->seq_len) * (a == ATTN_CAUSAL ? 0.5 : 1.0);

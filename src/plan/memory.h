@@ -32,6 +32,21 @@ void zero_states(double params, int shards, int stage, StateBytes b, double *wei
  * parallelism and any activation width). */
 double activation_bytes_per_layer(const ModelShape *m, const Layout *l, AttentionImpl a, Precision p, Recompute r);
 
+/* Bytes per element of what a linear layer keeps of its input for the
+ * weight gradient. Under FP8, Transformer Engine keeps the FP8 copy it cast
+ * for the forward product and not the BF16 input: 1 byte (te.Linear and
+ * LayerNormLinear at NVIDIA/TransformerEngine commit 0004dbd save
+ * `inputmat_t`, the FP8 transpose, or with sequence parallelism the FP8
+ * `inputmat`, and the norm's FP8 `ln_out`, keeping `inputmat_no_fp8` only
+ * without FP8; TE 2's quantized tensors keep the column-wise FP8 data,
+ * `update_usage(rowwise_usage=False, columnwise_usage=True)` in _Linear and
+ * _GroupedLinear.forward; MXFP8 adds one E8M0 scale per 32 elements, not
+ * counted). torchao's Float8Linear keeps the BF16 input
+ * (`matmul_with_hp_or_float8_args.forward` saves `input_hp`, pytorch/ao
+ * torchao/float8/float8_linear.py, commit 7ca1bfb): the model's
+ * FP8_TORCHAO, 2 bytes. Otherwise the activation width. */
+double linear_input_bytes(const ModelShape *m, Precision p);
+
 /* Bytes of the experts' output, the routed copies before the combine, for
  * one micro-batch of one MoE layer on one GPU (0 for a dense model). The
  * combine reads them; they are kept for backward only where the routing

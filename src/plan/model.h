@@ -18,6 +18,13 @@
 typedef enum { ACT_GELU, ACT_SWIGLU } Activation;
 typedef enum { NORM_LAYERNORM, NORM_RMSNORM } NormKind;
 
+/* The FP8 linear layers of a framework: Transformer Engine's (FP8 copies of
+ * the inputs kept, gate and up one FC1 matmul, every input cast by its own
+ * kernel as under current scaling), the same under delayed scaling, whose
+ * norms write the QKV and FC1 inputs in FP8 themselves, or torchao's
+ * Float8Linear (BF16 inputs kept, each linear casting its own input). */
+typedef enum { FP8_TE, FP8_TE_DELAYED, FP8_TORCHAO } Fp8Linears;
+
 typedef struct {
     char name[32];
     int layers, hidden, heads, kv_heads, ffn, vocab, seq_len;
@@ -41,6 +48,7 @@ typedef struct {
     int window_layers;      /* how many of the layers have the window (GPT-OSS: every other one) */
     bool moe_probs_in_activation; /* MoE: the routing probabilities scale the experts' activation (Megatron-core
                                    * >= 0.13), not their output at the combine: the output is not kept */
+    Fp8Linears fp8_linears;       /* FP8: whose linear layers (what they keep and cast: memory.h, compute.c) */
 } ModelShape;
 
 int model_head_dim(const ModelShape *m);
