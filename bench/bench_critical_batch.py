@@ -21,6 +21,10 @@ Debian's vim-runtime):
    micro-batches and its value at the probe before;
    and the same at the weights a run at each batch of BS_BENCH_FROZEN_BATCHES
    (default 16) reached at the target, measured there at lr 0 (no EMA lag);
+   and the trade-off past the warm-up: `batch-sweep --from` a batch-16
+   checkpoint at the warm-up's end (every batch from the same weights and
+   Adam state), with raw B_simple at the checkpoint's and the target's
+   weights and the probes of a batch-16 continuation;
 3. schedules to the target on 2 processes, in one run: constant 8, 16, 32,
    two ramps 8 -> 32 (over 64K and 256K tokens), adaptive:8:64 and
    goodput:8:64 (following the preconditioned EMA, and following the noise
@@ -159,13 +163,50 @@ def frozen_estimators(bs, data, model, target, tmp, batch):
     out = os.path.join(tmp, f"frozen_run_{batch}")
     m, _ = train(bs, data, model, target, ["--global-batch", str(batch), "--eval-every", "4", "--out", out], 1,
                  os.path.join(tmp, f"frozen_run_{batch}.jsonl"))
-    path = os.path.join(tmp, f"frozen_{batch}.jsonl")
-    run([bs, "train", "--data", os.path.join(data, "train_000000.bin"), "--init-from",
-         os.path.join(out, "model.bin"), "--seq-len", "128", "--micro-batch", "4", "--global-batch", "64", "--lr",
-         "0", "--min-lr", "0", "--steps", "30", "--noise-scale", "--noise-scale-every", "3", "--noise-ema", "0.999",
-         "--threads", "1", "--sample-tokens", "0", "--quiet", "--eval-every", "0", "--seed", "7", "--metrics", path])
+    return dict(frozen_at(bs, data, os.path.join(out, "model.bin"), tmp, str(batch)), val_loss=m[-1].get("val_loss"))
+
+
+def frozen_at(bs, data, model_file, tmp, name):
+    """FROZEN_KEYS at the weights of model_file: 30 steps at lr 0, batch 64, --seed 7, --noise-ema 0.999."""
+    path = os.path.join(tmp, f"frozen_{name}.jsonl")
+    run([bs, "train", "--data", os.path.join(data, "train_000000.bin"), "--init-from", model_file, "--seq-len", "128",
+         "--micro-batch", "4", "--global-batch", "64", "--lr", "0", "--min-lr", "0", "--steps", "30", "--noise-scale",
+         "--noise-scale-every", "3", "--noise-ema", "0.999", "--threads", "1", "--sample-tokens", "0", "--quiet",
+         "--eval-every", "0", "--seed", "7", "--metrics", path])
     last = metrics(path)[-1]
-    return dict({k: last[k] for k in FROZEN_KEYS if last.get(k) is not None}, val_loss=m[-1].get("val_loss"))
+    return {k: last[k] for k in FROZEN_KEYS if last.get(k) is not None}
+
+
+BASE_TOKENS = 65536  # the base run of the shared-checkpoint sweep: batch 16 to the end of COMMON's warm-up
+
+
+def from_checkpoint(bs, data, model, target, tmp):
+    """The trade-off past the warm-up: a base run at batch 16 to BASE_TOKENS (its checkpoint), `batch-sweep --from`
+    it (every batch continues the same weights and Adam state, lr 2e-3, S and E counted from the checkpoint);
+    the raw B_simple at the checkpoint's weights and at the target's (a batch-16 continuation, seed 1), and that
+    continuation's probes (every 4 steps, K = 8): their median and their ratio of summed parts."""
+    base = os.path.join(tmp, "from_base")
+    train_data = ["--data", os.path.join(data, "train_000000.bin"), "--val-data", os.path.join(data, "val_000000.bin")]
+    run([bs, "train"] + train_data + model + COMMON + ["--global-batch", "16", "--train-tokens", str(BASE_TOKENS),
+                                                       "--eval-every", "0", "--out", base])
+    ckpt = os.path.join(base, "ckpt", "step_%08d" % (BASE_TOKENS // (16 * 128)))
+    out = os.path.join(tmp, "from_sweep")
+    run([bs, "batch-sweep", "--batches", BATCHES, "--seeds", str(SEEDS), "--target-loss", str(target), "--max-steps",
+         "1500", "--eval-tokens", "4096", "--out", out, "--from", ckpt, "--", bs, "train"] + train_data + model +
+        [x for x in COMMON if x != "--quiet"])
+    fit = json.load(open(os.path.join(out, "sweep.json")))["fit"]
+    cont = os.path.join(tmp, "from_16")
+    m, _ = train(bs, data, model, target, ["--global-batch", "16", "--seed", "1", "--resume", ckpt,
+                                           "--resume-new-batch", "--eval-every", "2", "--noise-probe-every", "4",
+                                           "--noise-probe-batches", "8", "--out", cont], 1, cont + ".jsonl")
+    probes = [x for x in m if x.get("noise_scale_probe") is not None]
+    values = sorted(x["noise_scale_probe"] for x in probes)
+    return dict(b_crit=fit["b_crit_sequences"], interval=fit.get("interval", {}).get("b_crit_sequences"),
+                s_min=fit["s_min"], frozen_start=frozen_at(bs, data, os.path.join(base, "model.bin"), tmp, "start"),
+                frozen_target=frozen_at(bs, data, os.path.join(cont, "model.bin"), tmp, "target"),
+                probe_median=values[len(values) // 2] if values else None,
+                probe_pooled=sum(x["noise_probe_trace"] for x in probes) / sum(x["noise_probe_grad_sq"] for x in probes)
+                if probes else None)
 
 
 def to_target(m, target):
@@ -280,9 +321,16 @@ def main():
                     if k in f:
                         print(f"  at the target's weights (run at batch {batch}): {k:22s} {f[k]:8.2f}  ratio to "
                               f"B_crit {f[k] / b_crit:6.2f}", flush=True)
+            shared = from_checkpoint(bs, data, model, target, tmp)
+            print(f"  from a shared checkpoint at {BASE_TOKENS} tokens: B_crit {shared['b_crit']:.1f} "
+                  f"{shared['interval']} (S_min {shared['s_min']:.1f}); raw B_simple at the checkpoint's weights "
+                  f"{shared['frozen_start'].get('noise_scale', float('nan')):.2f}, at the target's "
+                  f"{shared['frozen_target'].get('noise_scale', float('nan')):.2f}; probes on the way: median "
+                  f"{shared['probe_median']}, pooled {shared['probe_pooled']}", flush=True)
             rows = schedules(bs, data, model, target, tmp)
             results[name] = dict(b_crit=b_crit, interval=interval, lrs=LRS, chosen_lr=chosen, estimators=est,
-                                 frozen_estimators=frozen, schedules=rows, goodput=verdict(rows))
+                                 frozen_estimators=frozen, from_checkpoint=shared, schedules=rows,
+                                 goodput=verdict(rows))
             if LINK != "none" and name in LINK_SETTINGS:
                 linked = linked_schedules(bs, data, model, target, tmp)
                 if linked is not None:

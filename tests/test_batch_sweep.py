@@ -308,6 +308,54 @@ class BatchSweep(bstest.CorpusTest):
         del no_lr[no_lr.index("--lr"):no_lr.index("--lr") + 2]
         self.refused(base + ["--lrs", "1e-3"] + ["--"] + no_lr, ["--lrs", "add --lr to the train command"])
 
+    def test_from_checkpoint(self):
+        base_steps, base_batch, warmup = 6, 4, ["--warmup-tokens", str(2 * 4 * T)]  # warm-up the same in every run
+        train = self.train_command() + warmup
+        del train[train.index("--warmup"):train.index("--warmup") + 2]
+        bstest.run(train[1:] + ["--global-batch", str(base_batch), "--steps", str(base_steps), "--seed", "1",
+                                "--quiet", "--out", self.path("base")])
+        ckpt = self.path("base/ckpt/step_%08d" % base_steps)
+        p = self.sweep("from", "--max-steps", "300", "--from", ckpt, batches=[2, 8], seeds=1, train=train)
+        self.assertIn("counted from checkpoint %s (step %d, %d tokens)" % (ckpt, base_steps, base_steps * 4 * T),
+                      p.stdout)
+        summary = self.load("from")
+        self.assertEqual(summary["from"], {"checkpoint": ckpt, "step": base_steps, "tokens": base_steps * 4 * T})
+        for r in summary["runs"]:
+            self.assertEqual(r["outcome"], "reached", r)
+            lines = bstest.read_metrics(r["metrics"])
+            self.assertEqual(lines[0]["step"], base_steps + 1)  # continued, not restarted
+            self.assertEqual(lines[0]["tokens"], (base_steps * base_batch + r["batch"]) * T)
+            self.assertAlmostEqual(r["steps"], steps_from_metrics(lines) - base_steps, places=9)
+            self.assertAlmostEqual(r["tokens"], r["steps"] * r["batch"] * T, places=5)
+            self.assertEqual(r["eval_step"], lines[-1]["step"])
+            # the same run as one that switches its batch at the checkpoint's tokens (step schedule), bit for bit:
+            # the optimizer state, the step and the data position carried over
+            switch = self.path("switch_%d.jsonl" % r["batch"])
+            bstest.run(train[1:] + ["--global-batch", str(r["batch"]), "--seed", "1", "--quiet", "--batch-schedule",
+                                    "step:0:%d %d:%d" % (base_batch, base_steps * base_batch * T, r["batch"]),
+                                    "--train-tokens", str(lines[-1]["tokens"]), "--metrics", switch, "--sample-tokens", "0",
+                                    "--eval-every", "0"])
+            switched = {x["step"]: x["loss"] for x in bstest.read_metrics(switch)}
+            self.assertEqual([x["loss"] for x in lines], [switched[x["step"]] for x in lines])
+        fit = summary["fit"]
+        s_min, e_min = numpy_fit([r["steps"] for r in summary["runs"]], [r["tokens"] for r in summary["runs"]])
+        self.assertLess(abs(fit["s_min"] / s_min - 1), 1e-6, (fit, s_min))
+
+    def test_resume_new_batch_refusals(self):
+        train = self.train_command()[1:] + ["--quiet"]
+        bstest.run(train + ["--global-batch", "4", "--steps", "2", "--out", self.path("nb")])
+        ckpt = self.path("nb/ckpt/step_00000002")
+        self.refused(train + ["--global-batch", "8", "--resume", ckpt], ["--global-batch 4", "--resume-new-batch"])
+        self.refused(train + ["--global-batch", "8", "--resume-new-batch"], ["--resume-new-batch needs --resume"])
+        self.refused(train + ["--global-batch", "8", "--resume", ckpt, "--resume-new-batch", "--batch-schedule",
+                              "ramp:4:4:512"], ["--resume-new-batch", "constant", "ramp:4:4:512"])
+        bstest.run(train + ["--global-batch", "8", "--steps", "2", "--batch-schedule", "ramp:4:4:512", "--out",
+                            self.path("nbramp")])
+        self.refused(train + ["--global-batch", "8", "--resume", self.path("nbramp/ckpt/step_00000002"),
+                              "--resume-new-batch"], ["--resume-new-batch", "ramp:4:4:512", "only a constant"])
+        self.refused(["batch-sweep", "--batches", "2,8", "--target-loss", "2", "--out", self.path("bad"), "--from",
+                      self.path("nowhere"), "--"] + self.train_command(), ["--from", "nowhere", "no such checkpoint"])
+
 
 if __name__ == "__main__":
     unittest.main()

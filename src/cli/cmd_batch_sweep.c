@@ -13,7 +13,12 @@
  * --target-val-loss, --metrics, --quiet and --strict-batch, and --eval-every
  * (from --eval-tokens) and --sample-tokens 0 unless the command gives them;
  * it drops --out, --ckpt-dir, --save-model and --resume (every run starts
- * from scratch and keeps only its metrics). Everything else passes through,
+ * from scratch and keeps only its metrics). With --from CKPT every run
+ * instead continues that checkpoint (train --resume CKPT --resume-new-batch:
+ * its weights, optimizer state, step and data position, at the run's batch)
+ * and its steps and tokens are counted from the checkpoint's, so the trade-off
+ * is measured past the warm-up the checkpoint's run went through, for every
+ * batch from the same weights. Everything else passes through,
  * so the learning rate is the command's at every batch: give a constant one
  * (--min-lr equal to --lr) so that the cap does not shape a cosine decay.
  * With --lrs every (batch, lr, seed) is a run, each lr replacing the
@@ -30,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/ckpt.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/run_child.h"
@@ -45,6 +51,7 @@
 
 typedef struct {
     const char *batches, *out, *lrs; /* lrs: NULL when --lrs is not given */
+    const char *from;                /* --from: the checkpoint every run continues ("" : none) */
     int seeds, max_steps, resamples;
     double target;
     long long eval_tokens;
@@ -223,6 +230,18 @@ static void report(SweepResult *r, const SweepOptions *o) {
     printf("wrote %s and %s\n", path, png);
 }
 
+/* --from: the checkpoint's step and tokens, the point every run's steps and tokens are counted from. */
+static void start_from(const char *dir, SweepSettings *s) {
+    if (!bs_path_exists(dir)) bs_die("batch-sweep: --from %s: no such checkpoint", dir);
+    CkptManifest *m = bs_malloc(sizeof *m);
+    ckpt_read_manifest(dir, m);
+    if (strcmp(m->batch_schedule, "constant") != 0)
+        bs_die("batch-sweep: --from %s: written with --batch-schedule %s; only a constant-batch checkpoint continues "
+               "at another batch", dir, m->batch_schedule);
+    s->from = dir, s->from_step = m->step, s->from_tokens = (double)m->tokens_consumed;
+    free(m);
+}
+
 static int sweep(const SweepOptions *o, RunCommand *cmd, const char *command_text) {
     int batches[MAX_BATCHES];
     double lrs[SWEEP_MAX_LRS];
@@ -232,8 +251,9 @@ static int sweep(const SweepOptions *o, RunCommand *cmd, const char *command_tex
     char runs_dir[4200];
     snprintf(runs_dir, sizeof runs_dir, "%s/runs", o->out);
     SweepSettings s = {o->target, o->max_steps, o->eval_tokens, (int)option_count(cmd, "seq-len", 128), runs_dir,
-                       NAN, NAN};
+                       NAN, NAN, NULL, 0, 0};
     if (num_lrs > 0) sweep_lr_base(cmd, &s.base_lr, &s.base_min_lr);
+    if (o->from[0]) start_from(o->from, &s);
     bs_mkdir_p(runs_dir);
     const SweepGrid g = {batches, num_batches, lrs, num_lrs, o->seeds};
     const int total = num_batches * (num_lrs > 0 ? num_lrs : 1) * o->seeds, cells = num_batches * num_lrs;
@@ -264,6 +284,7 @@ int cmd_batch_sweep(int argc, char **argv) {
         {"eval-tokens", OPT_LONG, &o.eval_tokens, 1, 9e18, "TOKENS", "evaluate every this many tokens (--eval-every per batch, unless the command gives it)", "16384", NULL},
         {"out", OPT_STRING, &o.out, OPT_NO_RANGE, "DIR", "sweep.json, pareto.png and runs/", "batch-sweep", NULL},
         {"resamples", OPT_INT, &o.resamples, 10, 1000000, "N", "bootstrap resamples", "1000", NULL},
+        {"from", OPT_STRING, &o.from, OPT_NO_RANGE, "CKPT", "every run continues this checkpoint (a constant-batch one: weights, optimizer state, data position) at its own batch; steps and tokens count from it", "", NULL},
         {"lrs", OPT_STRING, &o.lrs, OPT_NO_RANGE, "LIST", "learning rates to try at every batch, e.g. 1e-3,2e-3,4e-3 (each replaces the command's --lr; the fit keeps each batch's fastest)", NULL, NULL},
     };
     int split = 1;

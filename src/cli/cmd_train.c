@@ -65,6 +65,7 @@ int cmd_train(int argc, char **argv) {
         {"keep-last", OPT_INT, &c.keep_last, 0, 1e6, "N", "checkpoints to keep (0: all)", "3", NULL},
         {"async-ckpt", OPT_FLAG, &c.async_ckpt, OPT_NO_RANGE, "", "copy the state and write checkpoints in the background", NULL, NULL},
         {"resume", OPT_STRING, &c.resume, OPT_NO_RANGE, "DIR|latest", "continue from a checkpoint", "", NULL},
+        {"resume-new-batch", OPT_FLAG, &c.resume_new_batch, OPT_NO_RANGE, "", "with --resume: continue a constant-batch checkpoint at another constant --global-batch (optimizer state, step and data position carry over)", NULL, NULL},
         {"threads", OPT_INT, &c.threads, 0, 1024, "N", "OpenMP/BLAS threads per process (0: OMP_NUM_THREADS or all)", "0", NULL},
         {"log-every", OPT_INT, &c.log_every, 1, 1e9, "STEPS", "progress line interval when not on a terminal", "10", NULL},
         {"quiet", OPT_FLAG, &c.quiet, OPT_NO_RANGE, "", "print nothing but errors", NULL, NULL},

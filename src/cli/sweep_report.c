@@ -44,6 +44,9 @@ static void print_row_start(const SweepResult *r, int run) {
 void sweep_print_table(const SweepResult *r) {
     const SweepSettings *s = r->settings;
     printf("\nvalidation loss %.4g: steps and tokens to reach it (interpolated between evaluations)\n", s->target);
+    if (s->from)
+        printf("counted from checkpoint %s (step %ld, %.0f tokens), which every run continues\n", s->from,
+               s->from_step, s->from_tokens);
     if (r->num_lrs == 0) printf("%7s %6s %9s %12s  %s\n", "batch", "seed", "steps", "tokens", "target");
     else printf("%7s %11s %6s %9s %12s  %s\n", "batch", "lr", "seed", "steps", "tokens", "target");
     for (int i = 0; i < r->num_runs; i++) {
@@ -242,6 +245,9 @@ void sweep_write_json(const SweepResult *r, const char *path) {
         json_object_set_new(root, "lrs", lrs);
         json_object_set_new(root, "lr_choice", choice_json(r));
     }
+    if (s->from)
+        json_object_set_new(root, "from", json_pack("{s:s, s:I, s:f}", "checkpoint", s->from, "step",
+                                                    (json_int_t)s->from_step, "tokens", s->from_tokens));
     json_object_set_new(root, "fit", r->fitted ? fit_json(r) : json_null());
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
     if (!text) bs_die("batch-sweep: cannot encode %s", path);

@@ -20,18 +20,21 @@ int sweep_eval_every(const SweepSettings *s, int batch) {
 
 /* The base command with this run's options; the caller frees it. */
 static void run_command_for(const RunCommand *base, const SweepSettings *s, const SweepRun *run, RunCommand *cmd) {
-    char **words = bs_calloc((size_t)base->count + 3, sizeof(char *));
-    for (int i = 0; i < base->count; i++) words[i] = base->words[i];
-    words[base->count] = "--quiet";           /* the sweep prints one line per run */
-    words[base->count + 1] = "--strict-batch"; /* a batch the layout cannot hold is an error, not rounded */
-    run_command_init(cmd, base->count + 2, words);
+    char **words = bs_calloc((size_t)base->count + 4, sizeof(char *));
+    int n = base->count;
+    for (int i = 0; i < n; i++) words[i] = base->words[i];
+    words[n++] = "--quiet";        /* the sweep prints one line per run */
+    words[n++] = "--strict-batch"; /* a batch the layout cannot hold is an error, not rounded */
+    if (s->from) words[n++] = "--resume-new-batch"; /* each batch continues the one checkpoint */
+    run_command_init(cmd, n, words);
     free(words);
+    if (s->from) run_command_set(cmd, "resume", s->from);
     char value[64];
     snprintf(value, sizeof value, "%d", run->batch);
     run_command_set(cmd, "global-batch", value);
     snprintf(value, sizeof value, "%ld", run->seed);
     run_command_set(cmd, "seed", value);
-    snprintf(value, sizeof value, "%d", s->max_steps);
+    snprintf(value, sizeof value, "%ld", s->from_step + s->max_steps); /* --steps counts from step 0 */
     run_command_set(cmd, "steps", value);
     snprintf(value, sizeof value, "%.17g", s->target);
     run_command_set(cmd, "target-val-loss", value);
@@ -54,8 +57,10 @@ typedef struct {
     double step, tokens, loss;
 } Eval;
 
-/* Reads the run's metrics into `run`; returns the number of lines (0: no file or no steps). */
-static int read_metrics(SweepRun *run, double target) {
+/* Reads the run's metrics into `run`, its steps and tokens counted from the sweep's starting point; returns the
+ * number of lines (0: no file or no steps). */
+static int read_metrics(SweepRun *run, const SweepSettings *s) {
+    const double target = s->target;
     if (!bs_path_exists(run->metrics)) return 0;
     size_t len;
     char *text = bs_read_file(run->metrics, &len);
@@ -66,8 +71,9 @@ static int read_metrics(SweepRun *run, double target) {
         json_t *j = json_loads(line, 0, NULL);
         if (!j) bs_die("batch-sweep: %s: line %d is not JSON", run->metrics, lines + 1);
         lines++;
-        Eval e = {number(j, "step"), number(j, "tokens"), number(j, "val_loss")};
-        run->eval_step = (long)e.step;
+        Eval e = {number(j, "step") - (double)s->from_step, number(j, "tokens") - s->from_tokens,
+                  number(j, "val_loss")};
+        run->eval_step = (long)e.step + s->from_step;
         if (e.step > 0 && isfinite(e.tokens)) run->seq_len = (int)llround(e.tokens / (e.step * run->batch));
         json_decref(j);
         if (reached || !isfinite(e.loss)) continue;
@@ -78,7 +84,7 @@ static int read_metrics(SweepRun *run, double target) {
     free(text);
     if (!reached) return lines;
     run->outcome = RUN_REACHED;
-    run->eval_step = (long)at.step;
+    run->eval_step = (long)at.step + s->from_step;
     run->at_first_eval = isnan(before.step);
     double share = run->at_first_eval ? 1 : (before.loss - target) / (before.loss - at.loss);
     run->steps = run->at_first_eval ? at.step : before.step + share * (at.step - before.step);
@@ -108,7 +114,7 @@ void sweep_run(const RunCommand *base, const SweepSettings *s, int batch, double
     ChildResult r = run_child(cmd.words, 0, false, run_command_ranks(&cmd) > 0);
     if (r.stop_signal) bs_die("batch-sweep: interrupted by signal %d during the run at batch %d, seed %ld",
                               r.stop_signal, batch, seed);
-    int lines = read_metrics(out, s->target);
+    int lines = read_metrics(out, s);
     if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0) {
         char how[128], *text = run_command_text(&cmd);
         run_describe_status(r.status, how, sizeof how);

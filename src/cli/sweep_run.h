@@ -36,6 +36,9 @@ typedef struct {
     int seq_len;           /* the command's --seq-len (for the evaluation interval) */
     const char *runs_dir;  /* each run's metrics file goes here */
     double base_lr, base_min_lr; /* with --lrs: the command's --lr and --min-lr (NaN: none) */
+    const char *from;  /* --from: every run continues this checkpoint (NULL: from scratch) */
+    long from_step;    /* its step and tokens: steps and tokens are counted from them */
+    double from_tokens;
 } SweepSettings;
 
 typedef enum { RUN_REACHED, RUN_NOT_REACHED, RUN_FAILED } RunOutcome;

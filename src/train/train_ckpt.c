@@ -409,6 +409,24 @@ static void read_chunk(EngineChunk *ch, const char *dir, const CkptManifest *m) 
     }
 }
 
+/* The checkpoint's batch schedule must be the run's, unless --resume-new-batch continues a constant batch at
+ * another constant batch (the step counter, the data position and the optimizer state carry over: the run is
+ * the one a step schedule switching at the checkpoint's tokens would have made). */
+static void check_resume_batch(const Trainer *tr, const char *dir, const CkptManifest *m) {
+    const bool same = strcmp(m->batch_schedule, tr->cfg.batch_schedule) == 0 && m->final_batch == tr->cfg.global_batch;
+    if (same) return;
+    if (!tr->cfg.resume_new_batch)
+        bs_die("checkpoint %s was written with --batch-schedule %s --global-batch %ld; resume with the same "
+               "(got %s, %d)%s", dir, m->batch_schedule, m->final_batch, tr->cfg.batch_schedule, tr->cfg.global_batch,
+               strcmp(m->batch_schedule, "constant") == 0 && strcmp(tr->cfg.batch_schedule, "constant") == 0
+                   ? ", or add --resume-new-batch to continue at the new batch" : "");
+    if (strcmp(m->batch_schedule, "constant") != 0)
+        bs_die("--resume-new-batch: checkpoint %s was written with --batch-schedule %s; only a constant batch "
+               "continues at another", dir, m->batch_schedule);
+    if (tr->rank == 0 && !tr->cfg.quiet)
+        printf("continuing checkpoint %s (batch %ld) at batch %d\n", dir, m->final_batch, tr->cfg.global_batch);
+}
+
 void train_resume(Trainer *tr) {
     char dir[4096] = "";
     if (tr->rank == 0) ckpt_resolve(tr->cfg.resume, tr->ckpt_dir, dir, sizeof dir);
@@ -441,9 +459,7 @@ void train_resume(Trainer *tr) {
     if (strcmp(m->optimizer, opt) != 0)
         bs_die("checkpoint %s was written with --optimizer %s, not %s; its optimizer state does not carry over", dir,
                m->optimizer, opt);
-    if (strcmp(m->batch_schedule, tr->cfg.batch_schedule) != 0 || m->final_batch != tr->cfg.global_batch)
-        bs_die("checkpoint %s was written with --batch-schedule %s --global-batch %ld; resume with the same "
-               "(got %s, %d)", dir, m->batch_schedule, m->final_batch, tr->cfg.batch_schedule, tr->cfg.global_batch);
+    check_resume_batch(tr, dir, m);
     for (int c = 0; c < engine_num_chunks(tr->engine); c++) read_chunk(engine_chunk(tr->engine, c), dir, m);
     engine_share_output_weights(tr->engine);
     resume_feedback(tr, dir, m);
@@ -462,7 +478,7 @@ void train_resume(Trainer *tr) {
     tr->noise.trace_ema = m->noise_scale[2];
     tr->noise.ema_weight = m->noise_scale[3];
     estimators_unpack(tr, m->estimators, m->num_estimator_words);
-    if (tr->rank == 0 && (m->data_seed != (uint64_t)tr->cfg.seed || m->data_shuffle != tr->train_data.shuffle))
+    if (tr->rank == 0 && !tr->cfg.resume_new_batch && (m->data_seed != (uint64_t)tr->cfg.seed || m->data_shuffle != tr->train_data.shuffle))
         bs_warn("resuming %s with another --seed or --data-order than it was written with: the data order changes",
                 dir);
     if (tr->rank == 0 && !tr->cfg.quiet)

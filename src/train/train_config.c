@@ -111,6 +111,12 @@ static bool check_combinations(const TrainConfig *c, char *why, size_t n) {
                  "replica's micro-batches with its measured speed, and interleaving needs a multiple of --pp");
         return false;
     }
+    const bool resume = c->resume && *c->resume;
+    if (c->resume_new_batch && (!resume || strcmp(c->batch_schedule, "constant") != 0)) {
+        snprintf(why, n, "--resume-new-batch needs --resume DIR and --batch-schedule constant (got %s%s)",
+                 resume ? "--batch-schedule " : "no --resume", resume ? c->batch_schedule : "");
+        return false;
+    }
     if (c->virtual_stages > 1 && (strcmp(c->grad_compression, "none") != 0 || c->zero_quant_grads)) {
         snprintf(why, n, "--virtual-stages with --grad-compression or --zero-quant-grads is not supported yet (the "
                  "error-feedback residuals are per chunk)");

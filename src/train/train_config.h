@@ -75,6 +75,7 @@ typedef struct {
     /* output */
     const char *out, *metrics, *save_model;
     const char *ckpt_dir, *resume;
+    bool resume_new_batch; /* --resume at another constant --global-batch than the checkpoint's */
     int ckpt_every, keep_last;
     bool async_ckpt; /* write checkpoints from a background thread */
     int threads, log_every;
