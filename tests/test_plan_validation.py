@@ -143,9 +143,9 @@ LLAMA2_70B = swiglu(80, 8192, 64, 8, 28672, 32000, 4096)
 # one more output-layer pass on the last stage). Every V3 row ran it: DeepSeek's own (section 2.2), and both
 # Megatron-Bridge rows by their pages' own figures, 338 / 1297 and 699 / 2689 = 260 GFLOP per token, the
 # 25.11 table's "DeepSeekV3 (w/ MTP)" B200 row's 557 / 2139 = 260, where its "(w/o MTP)" rows give 250
-# (docs/performance-summary.md, commit df0289c); the recipes place it with the loss on the last stage
-# (recipes/deepseek/deepseek_v3.py, set_deepseek_v3_pipeline_model_parallel_layout: [... "decoder", "mtp",
-# "loss"], mtp_num_layers 1).
+# (docs/performance-summary.md, commit df0289c); the library recipe sets it and places it with the loss on the
+# last stage (recipes/deepseek/deepseek_v3.py: deepseek_v3_pretrain_config, mtp_num_layers = 1;
+# set_deepseek_v3_pipeline_model_parallel_layout: [... "decoder", "mtp", "loss"]).
 DEEPSEEK_V3_SHAPE = swiglu(61, 7168, 128, 1, 2048, 129280, 4096, experts=256,
                            **{"top-k": 8, "shared-experts": 1, "head-dim": 122, "mtp-layers": 1})
 DEEPSEEK_V3 = dict(DEEPSEEK_V3_SHAPE, **{"moe-node-limit": 4})
