@@ -98,7 +98,7 @@ double model_head_params(const ModelShape *m) {
     return norm_params(m) + (m->tied_embeddings ? 0.0 : (double)m->vocab * m->hidden);
 }
 
-double model_mtp_extra_params(const ModelShape *m) { return 2.0 * m->hidden * (double)m->hidden + 2.0 * norm_params(m); }
+double model_mtp_extra_params(const ModelShape *m) { return 2.0 * m->hidden * (double)m->hidden + 3.0 * norm_params(m); }
 
 double model_params(const ModelShape *m) {
     double block = model_layer_dense_params(m) + model_layer_expert_params(m);

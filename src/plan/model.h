@@ -72,8 +72,9 @@ double model_layer_expert_params(const ModelShape *m); /* MLP, all routed expert
 double model_mlp_params_one_expert(const ModelShape *m);
 double model_embedding_params(const ModelShape *m);    /* token (+ position) embedding */
 double model_head_params(const ModelShape *m);         /* final norm + untied output layer */
-/* One multi-token prediction module beside its block: the 2h x h projection and its two input norms (the
- * embedding and the output layer are shared with the main model). */
+/* One multi-token prediction module beside its block: the 2h x h projection, its two input norms and its
+ * output norm (Megatron-core's enorm, hnorm, eh_proj, final_layernorm; the embedding and the output layer are
+ * shared with the main model). */
 double model_mtp_extra_params(const ModelShape *m);
 double model_params(const ModelShape *m);
 /* Parameters a token passes through (MoE: top_k routed and the shared experts), for 6N-style rules. */
