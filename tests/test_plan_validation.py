@@ -658,7 +658,7 @@ FRESH2_ROWS = [
      nemo(64, 1, 1, 1, 1280, 4, "bf16", ep=64, etp=1, **B200), "tokens_per_gpu", 8047),
     # Qwen3-30B-A3B, 8 B200, FP8-MX, GBS 512, MBS 1, EP 8 (26.02). Round 12: the recipe the table measured is
     # the one Megatron-Bridge PR 2499 ("Fix Qwen3 30B A3B B200 perf config to use hybridep+flex dispatcher",
-    # merged 2026-02-23) fixed: qwen3_30b_a3b_pretrain_config_b200() hardcoded moe_token_dispatcher_type
+    # opened 2026-02-23, merged) fixed: qwen3_30b_a3b_pretrain_config_b200() hardcoded moe_token_dispatcher_type
     # "alltoall" (Megatron's all-to-all dispatcher, dropless: not the HybridEP this row assumed before),
     # micro_batch_size was unset (WorkloadBaseConfig's default 1: the table's MBS 1 and GA 64; the stored
     # qwen3_workload_base_configs.py, commit 01b2977, has the PR's MBS 4) and cuda_graph_scope lacked "attn"
@@ -671,8 +671,9 @@ FRESH2_ROWS = [
     # (QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_FP8_MX_V2 = the B200 FP8_CS V1 preset at 256 GPUs and GBS 8192:
     # moe_a2a_overlap False, moe_token_dispatcher_type "alltoall"); VP n/a is --schedule 1f1b. Round 12: both as
     # Megatron-Bridge PR 1760 set them for B200 ("Disable moe_a2a_overlap due to CPU overhead for BF16 and
-    # MXFP8. Disable VP for mxfp8", merged 2025-12); MBS 1 (WorkloadBaseConfig's default), no CUDA graphs (none
-    # set in the B200 presets), no recomputation (set_qwen3_common_configs), forced balancing.
+    # MXFP8. Disable VP for mxfp8", opened 2025-12-17, merged); MBS 1 (WorkloadBaseConfig's default), no CUDA
+    # graphs (none set in the B200 presets; the library recipe's cuda_graph_impl "none"), no recomputation
+    # (set_qwen3_common_configs), forced balancing.
     ("fresh2-bridge-b200-qwen3-235b", BRIDGE_2602_B200, mcore_moe(QWEN3_235B_A22B),
      nemo(256, 1, 8, 1, 8192, 1, ep=8, etp=1, schedule="1f1b", recompute="none", **B200, **QWEN3_235B_SPLIT),
      "tokens_per_gpu", 3805),
