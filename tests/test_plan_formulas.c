@@ -10,7 +10,7 @@
  * against DeepGEMM's published H800 table, the TP overlap against a hand
  * computation, group placement by rank order, the MoE imbalance term
  * against a hand computation, fused attention by head dimension and under a
- * sliding window, torchtitan's per-op checkpointing against a count of what
+ * sliding window, multi-token prediction modules by hand, torchtitan's per-op checkpointing against a count of what
  * its policy saves, DeepSpeed's pipeline sends against a count of its
  * schedule's blocking calls, ZeRO-1's full all-reduce by hand, layers per
  * stage by the frameworks' rules, and the small parsers. */
@@ -843,6 +843,48 @@ static void test_window(void) {
           "attention FLOPs per token with the window %.4g", model_attention_core_flops(&m));
 }
 
+/* DeepSeek-V3's multi-token prediction (section 2.2, D modules): each module
+ * is one more block, a projection of [norm(h); norm(embedding)] from 2h to
+ * h and one more pass of the shared output layer and loss, all on the last
+ * stage beside the loss (Megatron-core's pipeline layout "...mL"). By hand:
+ * its parameters, its FLOPs per token, and on one GPU the step's compute
+ * growing by one block (the plan's own per-block time), the projection's
+ * three products and one output-layer pass per micro-batch. */
+static void test_mtp(void) {
+    PlanInput in = small_job(1);
+    in.model.vocab = 32000;
+    Layout l = layout_default();
+    l.dp = 1, l.zero = 0;
+    char why[256];
+    CHECK(layout_check(&in, &l, why, sizeof why), "MTP job: %s", why);
+    PlanResult r0, r1;
+    plan_evaluate(&in, &l, &r0);
+    ModelShape m0 = in.model;
+    in.model.mtp_layers = 1;
+    plan_evaluate(&in, &l, &r1);
+    const ModelShape *m = &in.model;
+    double h = m->hidden, L = m->layers;
+    double block = model_layer_dense_params(m) + model_layer_expert_params(m);
+    /* the projection, two input norms and an output norm (LayerNorm: weight and bias) */
+    CHECK(close_rel(model_params(m) - model_params(&m0), block + 2.0 * h * h + 3.0 * 2.0 * h, 1e-12),
+          "MTP parameters: %.0f more", model_params(m) - model_params(&m0));
+    double flops = 3.0 * (model_layer_flops(m) + 2.0 * h * 32000 + 4.0 * h * h);
+    CHECK(close_rel(model_train_flops_per_token(m, RECOMPUTE_NONE) - model_train_flops_per_token(&m0, RECOMPUTE_NONE), flops,
+                    1e-12),
+          "MTP FLOPs per token: %.6g more, by hand %.6g", model_train_flops_per_token(m, RECOMPUTE_NONE) -
+                                                             model_train_flops_per_token(&m0, RECOMPUTE_NONE), flops);
+    const Hardware *hw = &in.fleet.hw[0];
+    double mb = r0.micro_batches, head = head_compute(&m0, &l, hw, PREC_BF16);
+    double per_block = (r0.time.compute / mb - head) / L, T = (double)l.micro_batch * m->seq_len;
+    double projection = 3.0 * gemm_time(hw, PREC_BF16, T, h, 2.0 * h, 1);
+    double added = r1.time.compute / mb - r0.time.compute / mb, hand = per_block + projection + head;
+    CHECK(close_rel(added, hand, 1e-9), "MTP adds %.4f ms per micro-batch, by hand %.4f", 1e3 * added, 1e3 * hand);
+    CHECK(r1.memory.logits == 2.0 * r0.memory.logits && r1.memory.activations > r0.memory.activations,
+          "MTP keeps a second micro-batch of logits and one more block's activations");
+    in.model.mtp_layers = -1;
+    CHECK(!model_check(&in.model, why, sizeof why) && strstr(why, "--mtp-layers"), "negative --mtp-layers: %s", why);
+}
+
 /* torchtitan's per-op checkpointing on Llama 3 8B (T = 2 x 8192 tokens, TP
  * 1): its matmuls in call order wq, wk, wv, wo, w1, w3, w2; the policy
  * saves the 1st, 3rd, 5th and 7th outputs (q, kv, f, h wide), the SDPA
@@ -1019,6 +1061,7 @@ int main(void) {
     test_flash2();
     test_head_dim();
     test_window();
+    test_mtp();
     test_op_checkpoint();
     test_pipeline_engine();
     test_zero1_allreduce();

@@ -138,10 +138,16 @@ LLAMA2_70B = swiglu(80, 8192, 64, 8, 28672, 32000, 4096)
 # MLA becomes one-KV-head attention whose head dimension (V3 122, V2 133) gives MLA's forward FLOPs per token at
 # 4096 tokens (projections plus QK^T over 192 and AV over 128 dimensions of 128 heads). Routing limits as the
 # papers state them: V3 sends a token to at most 4 nodes (section 2.1.2, "M = 4"), V2 to at most 3 devices
-# (section 2.1.2, "M = 3"). Not modelled: V3's multi-token-prediction module (one more block and output layer,
-# about 3% of the FLOPs).
+# (section 2.1.2, "M = 3"). Round 12: V3's multi-token prediction (section 2.2: one module, D = 1 in its
+# config.json's num_nextn_predict_layers) is modelled (--mtp-layers 1: one more block, the 2h x h projection and
+# one more output-layer pass on the last stage). Every V3 row ran it: DeepSeek's own (section 2.2), and both
+# Megatron-Bridge rows by their pages' own figures, 338 / 1297 and 699 / 2689 = 260 GFLOP per token, the
+# 25.11 table's "DeepSeekV3 (w/ MTP)" B200 row's 557 / 2139 = 260, where its "(w/o MTP)" rows give 250
+# (docs/performance-summary.md, commit df0289c); the library recipe sets it and places it with the loss on the
+# last stage (recipes/deepseek/deepseek_v3.py: deepseek_v3_pretrain_config, mtp_num_layers = 1;
+# set_deepseek_v3_pipeline_model_parallel_layout: [... "decoder", "mtp", "loss"]).
 DEEPSEEK_V3_SHAPE = swiglu(61, 7168, 128, 1, 2048, 129280, 4096, experts=256,
-                           **{"top-k": 8, "shared-experts": 1, "head-dim": 122})
+                           **{"top-k": 8, "shared-experts": 1, "head-dim": 122, "mtp-layers": 1})
 DEEPSEEK_V3 = dict(DEEPSEEK_V3_SHAPE, **{"moe-node-limit": 4})
 DEEPSEEK_V2 = swiglu(60, 5120, 128, 1, 1536, 102400, 4096, experts=160,
                      **{"top-k": 6, "shared-experts": 2, "head-dim": 133, "moe-device-limit": 3})
@@ -642,28 +648,45 @@ FRESH2_ROWS = [
      nemo(128, 4, 8, 2, 64, 1, **{"virtual-stages": 8}, **TP_OVERLAP, **B200, **LLAMA31_405B_SPLIT), "tokens_per_gpu",
      661),
     # GPT-OSS-120B, 64 B200, BF16, GBS 1280, MBS 4, TP 1 PP 1 EP 64, VP n/a (26.02); ETP 1 (the recipes' base).
-    # EP 64 spans the 8 nodes; Megatron's all-to-all dispatcher assumed (the B200 V1 preset read,
-    # gpt_oss_workload_base_configs.py, names no flex dispatcher backend; its base config was not read), no
-    # all-to-all overlap (none set there).
+    # EP 64 spans the 8 nodes. Round 12 read the base: Megatron's all-to-all dispatcher (recipes/gpt_oss,
+    # gpt_oss_120b_pretrain_config: moe_token_dispatcher_type "alltoall", cuda_graph_impl "none", grouped GEMM and
+    # fused permutation), which the B200 preset keeps (GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V1: EP 64, MBS 4,
+    # recompute_modules ["layernorm", "moe_act"], no moe_flex_dispatcher_backend, so gpt_oss_llm_pretrain.py
+    # does not call apply_flex_dispatcher_backend; WorkloadBaseConfig's moe_a2a_overlap defaults to False:
+    # scripts/performance/utils/utils.py); set_gpt_oss_common_configs forces balanced routing.
     ("fresh2-bridge-b200-gpt-oss-120b", BRIDGE_2602_B200, mcore_moe(GPT_OSS_120B),
      nemo(64, 1, 1, 1, 1280, 4, "bf16", ep=64, etp=1, **B200), "tokens_per_gpu", 8047),
-    # Qwen3-30B-A3B, 8 B200, FP8-MX, GBS 512, MBS 1 (the table's; the stored qwen3_workload_base_configs.py,
-    # commit 01b2977, has MBS 4 for this preset: the table's figure is what was measured), EP 8 (26.02). The
-    # preset's HybridEP dispatcher: EP 8 is one node, so every routed copy crosses NVLink once as Megatron's
-    # all-to-all sends it (no --moe-node-limit: nothing crosses the network).
+    # Qwen3-30B-A3B, 8 B200, FP8-MX, GBS 512, MBS 1, EP 8 (26.02). Round 12: the recipe the table measured is
+    # the one Megatron-Bridge PR 2499 ("Fix Qwen3 30B A3B B200 perf config to use hybridep+flex dispatcher",
+    # opened 2026-02-23, merged) fixed: qwen3_30b_a3b_pretrain_config_b200() hardcoded moe_token_dispatcher_type
+    # "alltoall" (Megatron's all-to-all dispatcher, dropless: not the HybridEP this row assumed before),
+    # micro_batch_size was unset (WorkloadBaseConfig's default 1: the table's MBS 1 and GA 64; the stored
+    # qwen3_workload_base_configs.py, commit 01b2977, has the PR's MBS 4) and cuda_graph_scope lacked "attn"
+    # (["moe_router", "moe_preprocess"] captured); no recomputation (set_qwen3_common_configs:
+    # recompute_granularity None), forced balancing. EP 8 is one node, so every routed copy crosses NVLink once
+    # either way (no --moe-node-limit: nothing crosses the network).
     ("fresh2-bridge-b200-qwen3-30b-a3b", BRIDGE_2602_B200, mcore_moe(QWEN3_30B_A3B),
-     nemo(8, 1, 1, 1, 512, 1, ep=8, etp=1, **B200), "tokens_per_gpu", 9691),
+     nemo(8, 1, 1, 1, 512, 1, ep=8, etp=1, recompute="none", **B200), "tokens_per_gpu", 9691),
     # Qwen3-235B-A22B, 256 B200, FP8-MX, GBS 8192, MBS 1, TP 1 PP 8 EP 8, VP n/a (26.02): the V2 preset
     # (QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_FP8_MX_V2 = the B200 FP8_CS V1 preset at 256 GPUs and GBS 8192:
-    # moe_a2a_overlap False, moe_token_dispatcher_type "alltoall"); VP n/a is --schedule 1f1b.
+    # moe_a2a_overlap False, moe_token_dispatcher_type "alltoall"); VP n/a is --schedule 1f1b. Round 12: both as
+    # Megatron-Bridge PR 1760 set them for B200 ("Disable moe_a2a_overlap due to CPU overhead for BF16 and
+    # MXFP8. Disable VP for mxfp8", opened 2025-12-17, merged); MBS 1 (WorkloadBaseConfig's default), no CUDA
+    # graphs (none set in the B200 presets; the library recipe's cuda_graph_impl "none"), no recomputation
+    # (set_qwen3_common_configs), forced balancing.
     ("fresh2-bridge-b200-qwen3-235b", BRIDGE_2602_B200, mcore_moe(QWEN3_235B_A22B),
-     nemo(256, 1, 8, 1, 8192, 1, ep=8, etp=1, schedule="1f1b", **B200, **QWEN3_235B_SPLIT), "tokens_per_gpu", 3805),
+     nemo(256, 1, 8, 1, 8192, 1, ep=8, etp=1, schedule="1f1b", recompute="none", **B200, **QWEN3_235B_SPLIT),
+     "tokens_per_gpu", 3805),
     # DeepSeek-V3, 256 B200, FP8-MX, GBS 4096, MBS 1, TP 1 PP 16 EP 8, VP n/a (26.02): the B200 preset
-    # (deepseek_workload_base_configs.py: PP 16, EP 8, HybridEP, moe_a2a_overlap False); EP 8 is one node, so
-    # the model's 4-node routing limit has nothing to limit (DEEPSEEK_V3_SHAPE, as bridge-deepseek-v3-1024); the
-    # page does not say whether its multi-token-prediction module ran (not modelled, as for the V3 rows above).
+    # (deepseek_workload_base_configs.py: DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V1 at GBS 4096, PP 16, EP 8, HybridEP,
+    # moe_a2a_overlap False, recompute_modules ["mla_up_proj"], not expressible, no CUDA graphs set); EP 8 is one
+    # node, so the model's 4-node routing limit has nothing to limit (DEEPSEEK_V3_SHAPE, as
+    # bridge-deepseek-v3-1024). Round 12: its multi-token-prediction module ran (the page's 260 GFLOP per token,
+    # DEEPSEEK_V3_SHAPE), and the recipe's layout for PP 16 and VP 1 is the embedding and 4 layers, 14 stages of
+    # 4, then one layer, the MTP module and the loss (set_deepseek_v3_pipeline_model_parallel_layout, (16, 1)):
+    # first 4, last 1, which the planner's balance had chosen too.
     ("fresh2-bridge-b200-deepseek-v3", BRIDGE_2602_B200, mcore_moe(DEEPSEEK_V3_SHAPE),
-     nemo(256, 1, 16, 1, 4096, 1, ep=8, etp=1, schedule="1f1b", **B200, **DEEPSEEK_V3_SPLIT), "tokens_per_gpu", 2689),
+     nemo(256, 1, 16, 1, 4096, 1, ep=8, etp=1, schedule="1f1b", **B200, **ends(4, 1)), "tokens_per_gpu", 2689),
     # torchtitan benchmarks/llama3_8b_h200_2025-06_torchtitan.md (commit bcdeaa3; the same table as
     # llama3-8b_h200_202506_trainy-whitefiber.md): Llama 3.1 8B on 4 and 8 hosts of 8 H200 (NVLink; 400 Gb/s
     # CX-7 per GPU: the h200 preset's), TPS/GPU sampled at iteration 100; torch 2.8.0a0 (NGC 25.05), torchao and
@@ -791,6 +814,8 @@ def describe(model, run):
         elif model.get("activation") == "swiglu":
             shape += f" swiglu f{model['ffn']}"
         shape += f" V{model['vocab']} s{model['seq-len']}"
+        if model.get("mtp-layers"):
+            shape += f" mtp{model['mtp-layers']}"
     if run.get("precision", "bf16") != "bf16":
         shape += f", {run['precision']}"
     return shape

@@ -30,7 +30,7 @@ typedef struct {
     const char *model, *activation, *attention, *precision, *hardware, *calibrate;
     int layers, hidden, heads, kv_heads, head_dim, ffn, vocab, seq_len, experts, top_k;
     int shared_experts, moe_device_limit, moe_node_limit;
-    int attention_window, window_layers;
+    int attention_window, window_layers, mtp_layers;
     double moe_imbalance;
     bool dropout;
     long long global_batch, batch_tokens, tokens;
@@ -168,6 +168,7 @@ static ModelShape build_model(const PlanArgs *a, double *batch_tokens, double *t
     m.fp8_linears = (Fp8Linears)a->fp8_linears;
     m.attention_window = a->attention_window;
     m.window_layers = a->attention_window > 0 && a->window_layers == 0 ? m.layers : a->window_layers;
+    m.mtp_layers = a->mtp_layers;
     if (a->dropout) m.dropout = true;
     if (a->activation) {
         if (strcmp(a->activation, "gelu") == 0) m.act = ACT_GELU;
@@ -578,6 +579,7 @@ int cmd_plan(int argc, char **argv) {
         {"attention", OPT_STRING, &a.attention, OPT_NO_RANGE, "full|causal|flash|flash2", "attention kernel (default flash; flash2: FlashAttention-2, slower on Hopper; causal with --calibrate)", NULL, NULL},
         {"attention-window", OPT_INT, &a.attention_window, 0, 1 << 30, "W", "sliding window: a query sees at most W keys (fused kernels; 0: none)", NULL, NULL},
         {"window-layers", OPT_INT, &a.window_layers, 0, 1 << 20, "N", "layers with the window (default all; GPT-OSS: every other one)", NULL, NULL},
+        {"mtp-layers", OPT_INT, &a.mtp_layers, 0, 64, "D", "multi-token prediction modules on the last stage, each a block, a 2h x h projection and one more output-layer pass (DeepSeek-V3: 1; 0: none)", NULL, NULL},
         {"precision", OPT_STRING, &a.precision, OPT_NO_RANGE, "bf16|fp8|fp32", "matmul precision (fp32 with --calibrate)", NULL, NULL},
         {"global-batch", OPT_LONG, &a.global_batch, 0, 1e12, "SEQS", "global batch in sequences (default: the preset's, else 4M tokens)", NULL, NULL},
         {"batch-tokens", OPT_LONG, &a.batch_tokens, 0, 1e15, "TOKENS", "global batch in tokens (k/M/G/T suffixes)", NULL, NULL},

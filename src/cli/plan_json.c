@@ -47,11 +47,11 @@ static json_t *result_json(const PlanReport *r, const PlanResult *p) {
 }
 
 static json_t *model_json(const ModelShape *m) {
-    return json_pack("{s:s, s:f, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:f}", "name", m->name, "parameters",
-                     model_params(m), "layers", m->layers, "hidden", m->hidden, "heads", m->heads, "kv_heads",
-                     m->kv_heads, "ffn", m->ffn, "activation", m->act == ACT_SWIGLU ? "swiglu" : "gelu", "vocab",
-                     m->vocab, "seq_len", m->seq_len, "experts", m->experts, "top_k", m->top_k, "shared_experts",
-                     m->shared_experts, "flops_per_token",
+    return json_pack("{s:s, s:f, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f}", "name", m->name,
+                     "parameters", model_params(m), "layers", m->layers, "hidden", m->hidden, "heads", m->heads,
+                     "kv_heads", m->kv_heads, "ffn", m->ffn, "activation", m->act == ACT_SWIGLU ? "swiglu" : "gelu",
+                     "vocab", m->vocab, "seq_len", m->seq_len, "experts", m->experts, "top_k", m->top_k,
+                     "shared_experts", m->shared_experts, "mtp_layers", m->mtp_layers, "flops_per_token",
                      model_train_flops_per_token(m, RECOMPUTE_NONE));
 }
 

@@ -199,6 +199,7 @@ static void print_header(const PlanReport *r) {
     printf(", %s MLP %d", m->act == ACT_SWIGLU ? "SwiGLU" : "GELU", m->ffn);
     if (model_is_moe(m)) printf(" x %d experts (top %d)", m->experts, m->top_k);
     if (model_is_moe(m) && m->shared_experts > 0) printf(" + %d shared", m->shared_experts);
+    if (m->mtp_layers > 0) printf(", %d MTP module%s", m->mtp_layers, m->mtp_layers > 1 ? "s" : "");
     printf(", vocab %d, seq %d\n", m->vocab, m->seq_len);
     printf("           %s FLOP per token for training (full attention counted; %s with recomputation)\n",
            human(model_train_flops_per_token(m, RECOMPUTE_NONE), b, sizeof b),

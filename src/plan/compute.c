@@ -212,6 +212,13 @@ double head_compute(const ModelShape *m, const Layout *l, const Hardware *hw, Pr
     return 3.0 * gemm_time(hw, p, T, V, m->hidden, 1) + 4.0 * logits_bytes / hw->hbm_bw;
 }
 
+double mtp_extra_compute(const ModelShape *m, const Layout *l, const Hardware *hw, Precision p) {
+    if (m->mtp_layers < 1) return 0.0;
+    double T = (double)l->micro_batch * m->seq_len / l->cp;
+    double projection = 3.0 * gemm_time(hw, p, T, m->hidden / (double)l->tp, 2.0 * m->hidden, 1);
+    return m->mtp_layers * (projection + head_compute(m, l, hw, p));
+}
+
 double optimizer_time(const Hardware *hw, Precision p, double params) {
     /* read weights, gradient, master weights, two moments; write all but the gradient */
     double bytes = p == PREC_FP32 ? 4.0 * (4 + 3) : 2 + 2 + 12 + 2 + 12;

@@ -70,6 +70,9 @@ typedef struct {
 LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware *hw, Precision p, AttentionImpl a);
 /* The output layer and loss (last stage), forward + backward. */
 double head_compute(const ModelShape *m, const Layout *l, const Hardware *hw, Precision p);
+/* What the MTP modules add to the last stage beside their blocks, forward + backward: each one's
+ * projection (a linear layer of T x 2h x h/t) and one more pass of the output layer and loss. */
+double mtp_extra_compute(const ModelShape *m, const Layout *l, const Hardware *hw, Precision p);
 /* The optimizer step over `params` parameters held by this GPU (memory-bound:
  * reads and writes weights, gradients and Adam state). */
 double optimizer_time(const Hardware *hw, Precision p, double params);

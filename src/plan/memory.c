@@ -98,16 +98,19 @@ double in_flight_micro_batches(const Layout *l, int stage, int micro_batches) {
     return fmin(held, m);
 }
 
+/* Blocks a stage holds: its decoder layers, and on the last the MTP modules' blocks. */
+static int stage_blocks(const ModelShape *m, const StageShape *s) { return s->layers + (s->last ? m->mtp_layers : 0); }
+
 void stage_params(const ModelShape *m, const Layout *l, const StageShape *s, double *dense, double *expert) {
-    double d = s->layers * model_layer_dense_params(m);
+    double d = stage_blocks(m, s) * model_layer_dense_params(m);
     if (s->first) d += model_embedding_params(m);
     if (s->last) {
-        d += model_head_params(m);
+        d += model_head_params(m) + m->mtp_layers * model_mtp_extra_params(m);
         /* A tied output layer lives on the last stage too when it is not the first. */
         if (m->tied_embeddings && !s->first) d += (double)m->vocab * m->hidden;
     }
     *dense = d / l->tp;
-    *expert = s->layers * model_layer_expert_params(m) /
+    *expert = stage_blocks(m, s) * model_layer_expert_params(m) /
               (model_is_moe(m) ? (double)layout_expert_tp(l) * l->ep : (double)l->tp);
 }
 
@@ -125,16 +128,17 @@ MemoryBreakdown stage_memory(const ModelShape *m, const Layout *l, AttentionImpl
         mb.weights += w, mb.grads += g, mb.optimizer += o;
     }
     double kept = activation_bytes_per_layer(m, l, a, p, l->recompute);
-    mb.activations = s->in_flight * s->layers * kept;
-    if (l->recompute == RECOMPUTE_FULL && s->layers > 0) /* one layer re-materialized during backward */
+    int blocks = stage_blocks(m, s);
+    mb.activations = s->in_flight * blocks * kept;
+    if (l->recompute == RECOMPUTE_FULL && blocks > 0) /* one layer re-materialized during backward */
         mb.activations += activation_bytes_per_layer(m, l, a, p, RECOMPUTE_NONE);
-    if (l->recompute == RECOMPUTE_OP && s->layers > 0) /* one layer's recomputed part, during its backward */
+    if (l->recompute == RECOMPUTE_OP && blocks > 0) /* one layer's recomputed part, during its backward */
         mb.activations += activation_bytes_per_layer(m, l, a, p, RECOMPUTE_NONE) - kept;
-    if (s->last) {
+    if (s->last) { /* the main output layer's logits and each MTP module's */
         double tokens = (double)l->micro_batch * m->seq_len / l->cp;
-        mb.logits = tokens * model_padded_vocab(m) / l->tp * (precision_activation_bytes(p) + 4.0);
+        mb.logits = (1 + m->mtp_layers) * tokens * model_padded_vocab(m) / l->tp * (precision_activation_bytes(p) + 4.0);
     }
-    if (l->zero >= 3 && s->layers > 0)
+    if (l->zero >= 3 && blocks > 0)
         mb.transient = 2.0 * (model_layer_dense_params(m) / l->tp +
                               model_layer_expert_params(m) / (model_is_moe(m) ? (double)layout_expert_tp(l) * l->ep : l->tp)) *
                        b.weights;

@@ -76,7 +76,7 @@ typedef struct {
 
 typedef struct {
     int layers;        /* transformer blocks on this stage */
-    bool first, last;  /* holds the embedding / the output layer */
+    bool first, last;  /* holds the embedding / the output layer (and the MTP modules: model.h) */
     double in_flight;  /* micro-batches of activations held */
 } StageShape;
 

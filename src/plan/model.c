@@ -56,6 +56,10 @@ bool model_check(const ModelShape *m, char *why, size_t n) {
         snprintf(why, n, "--shared-experts, --moe-device-limit and --moe-node-limit must be >= 0");
         return false;
     }
+    if (m->mtp_layers < 0) {
+        snprintf(why, n, "--mtp-layers %d must be >= 0", m->mtp_layers);
+        return false;
+    }
     if (m->attention_window < 0 || m->window_layers < 0 || m->window_layers > m->layers ||
         (m->window_layers > 0 && m->attention_window == 0)) {
         snprintf(why, n, "--attention-window must be >= 0 and --window-layers between 0 and --layers %d (it needs --attention-window)",
@@ -94,14 +98,18 @@ double model_head_params(const ModelShape *m) {
     return norm_params(m) + (m->tied_embeddings ? 0.0 : (double)m->vocab * m->hidden);
 }
 
+double model_mtp_extra_params(const ModelShape *m) { return 2.0 * m->hidden * (double)m->hidden + 3.0 * norm_params(m); }
+
 double model_params(const ModelShape *m) {
-    return m->layers * (model_layer_dense_params(m) + model_layer_expert_params(m)) + model_embedding_params(m) +
-           model_head_params(m);
+    double block = model_layer_dense_params(m) + model_layer_expert_params(m);
+    return m->layers * block + model_embedding_params(m) + model_head_params(m) +
+           m->mtp_layers * (block + model_mtp_extra_params(m));
 }
 
 double model_active_params(const ModelShape *m) {
-    return m->layers * (model_layer_dense_params(m) + routed_experts(m) * model_mlp_params_one_expert(m)) +
-           model_embedding_params(m) + model_head_params(m);
+    double block = model_layer_dense_params(m) + routed_experts(m) * model_mlp_params_one_expert(m);
+    return m->layers * block + model_embedding_params(m) + model_head_params(m) +
+           m->mtp_layers * (block + model_mtp_extra_params(m));
 }
 
 double model_window_share(const ModelShape *m) {
@@ -123,12 +131,15 @@ double model_layer_flops(const ModelShape *m) {
 }
 
 double model_head_flops(const ModelShape *m) { return 2.0 * m->hidden * (double)model_padded_vocab(m); }
+double model_mtp_projection_flops(const ModelShape *m) { return 2.0 * 2.0 * m->hidden * (double)m->hidden; }
 
 double model_train_flops_per_token(const ModelShape *m, Recompute r) {
-    double layer = model_layer_flops(m), per_token = 3.0 * (m->layers * layer + model_head_flops(m));
-    if (r == RECOMPUTE_FULL) per_token += m->layers * layer;
-    if (r == RECOMPUTE_SELECTIVE) per_token += m->layers * model_attention_core_flops(m);
-    if (r == RECOMPUTE_OP) per_token += m->layers * op_checkpoint_recomputed_flops(m, PREC_BF16);
+    double layer = model_layer_flops(m), blocks = m->layers + m->mtp_layers;
+    double mtp = m->mtp_layers * (model_head_flops(m) + model_mtp_projection_flops(m));
+    double per_token = 3.0 * (blocks * layer + model_head_flops(m) + mtp);
+    if (r == RECOMPUTE_FULL) per_token += blocks * layer;
+    if (r == RECOMPUTE_SELECTIVE) per_token += blocks * model_attention_core_flops(m);
+    if (r == RECOMPUTE_OP) per_token += blocks * op_checkpoint_recomputed_flops(m, PREC_BF16);
     return per_token;
 }
 

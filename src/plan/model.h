@@ -49,6 +49,9 @@ typedef struct {
     bool moe_probs_in_activation; /* MoE: the routing probabilities scale the experts' activation (Megatron-core
                                    * >= 0.13), not their output at the combine: the output is not kept */
     Fp8Linears fp8_linears;       /* FP8: whose linear layers (what they keep and cast: memory.h, compute.c) */
+    int mtp_layers; /* multi-token prediction modules (DeepSeek-V3 section 2.2, D): each one more block, a 2h x h
+                     * projection of [norm(h); norm(embedding)] and one more pass of the shared output layer and
+                     * loss, on the last pipeline stage beside the loss (Megatron-core's layout "...mL") */
 } ModelShape;
 
 int model_head_dim(const ModelShape *m);
@@ -69,6 +72,10 @@ double model_layer_expert_params(const ModelShape *m); /* MLP, all routed expert
 double model_mlp_params_one_expert(const ModelShape *m);
 double model_embedding_params(const ModelShape *m);    /* token (+ position) embedding */
 double model_head_params(const ModelShape *m);         /* final norm + untied output layer */
+/* One multi-token prediction module beside its block: the 2h x h projection, its two input norms and its
+ * output norm (Megatron-core's enorm, hnorm, eh_proj, final_layernorm; the embedding and the output layer are
+ * shared with the main model). */
+double model_mtp_extra_params(const ModelShape *m);
 double model_params(const ModelShape *m);
 /* Parameters a token passes through (MoE: top_k routed and the shared experts), for 6N-style rules. */
 double model_active_params(const ModelShape *m);
@@ -82,8 +89,10 @@ double model_attention_core_flops(const ModelShape *m);
 /* The share of the layers that have the sliding window (0 without one). */
 double model_window_share(const ModelShape *m);
 double model_head_flops(const ModelShape *m);           /* output layer: 2 h V */
-/* Training FLOPs per token: forward + backward (3x forward), plus the
- * recomputed forward work when r is not NONE (hardware FLOPs; for OP the
+double model_mtp_projection_flops(const ModelShape *m); /* one MTP module's projection: 2 x 2h x h */
+/* Training FLOPs per token: forward + backward (3x forward) of the blocks,
+ * the output layer and the MTP modules (each a block, its projection and an
+ * output-layer pass), plus the recomputed forward work when r is not NONE (hardware FLOPs; for OP the
  * matmuls torchtitan's policy recomputes in BF16: op_checkpoint.h). */
 double model_train_flops_per_token(const ModelShape *m, Recompute r);
 

@@ -440,7 +440,7 @@ static int pipeline_roles(const PlanInput *in, const Layout *l, const BlockCost 
             roles[n_roles] = base;
             roles[n_roles].count = 1, roles[n_roles].position = l->pp - 1, roles[n_roles].first = l->pp == 1;
             roles[n_roles].last = true;
-            roles[n_roles].overhead += head[k] + head_tp[k];
+            roles[n_roles].overhead += head[k] + head_tp[k] + in->model.mtp_layers * (cost[k].cp + cost[k].ep);
             n_roles++;
         }
     }
@@ -507,8 +507,11 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
     for (int k = 0; k < f->kinds; k++) {
         const Hardware *hw = &f->hw[k];
         cost[k] = block_cost(in, l, hw, micro_batches);
-        head[k] = head_compute(m, l, hw, in->precision);
-        head_tp[k] = 2.0 * collective_time(hw, COLL_ALLREDUCE, e * T * m->hidden, tp_group(l, hw), NULL);
+        /* the output layer and, beside the loss, each MTP module: its block, projection and output-layer pass */
+        head[k] = head_compute(m, l, hw, in->precision) + mtp_extra_compute(m, l, hw, in->precision) +
+                  m->mtp_layers * cost[k].compute;
+        head_tp[k] = (1 + m->mtp_layers) * 2.0 * collective_time(hw, COLL_ALLREDUCE, e * T * m->hidden, tp_group(l, hw), NULL) +
+                     m->mtp_layers * cost[k].tp;
         bool same_node = f->kinds == 1 && placement_pp_same_node(l, hw->gpus_per_node);
         p2p[k] = l->pp > 1 ? pipeline_sends_per_micro_batch(in->pipe_engine, hw, e * T * m->hidden, tp_group(l, hw), (int)v,
                                                              same_node)
@@ -569,7 +572,8 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
     double compute_mb = r->layers * c->compute + (r->last ? head[r->kind] : 0.0);
     double tp_mb = r->layers * c->tp + (r->last ? head_tp[r->kind] : 0.0);
     double pp_mb = p2p[r->kind];
-    step_at(&sp, micro_batches, &out->time, compute_mb, tp_mb, r->layers * c->cp, r->layers * c->ep, pp_mb);
+    int blocks = r->layers + (r->last ? m->mtp_layers : 0); /* the MTP modules' blocks exchange and gather too */
+    step_at(&sp, micro_batches, &out->time, compute_mb, tp_mb, blocks * c->cp, blocks * c->ep, pp_mb);
 
     /* Throughput and utilization at the final batch. */
     out->micro_batches = micro_batches;
@@ -580,7 +584,7 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
     out->mfu = model_train_flops_per_token(m, RECOMPUTE_NONE) * out->tokens_per_s / peak;
     double hardware_flops = model_train_flops_per_token(m, l->recompute);
     if (l->recompute == RECOMPUTE_OP) /* the policy's recomputed matmuls depend on the precision */
-        hardware_flops += m->layers * (op_checkpoint_recomputed_flops(m, in->precision) - op_checkpoint_recomputed_flops(m, PREC_BF16));
+        hardware_flops += (m->layers + m->mtp_layers) * (op_checkpoint_recomputed_flops(m, in->precision) - op_checkpoint_recomputed_flops(m, PREC_BF16));
     out->hfu = hardware_flops * out->tokens_per_s / peak;
     out->compute_fraction = out->time.compute / out->time.step;
 
@@ -589,8 +593,8 @@ void plan_evaluate(const PlanInput *in, const Layout *l, PlanResult *out) {
         double tokens = plan_batch_segment_tokens(&in->batch, i, in->total_tokens);
         if (tokens <= 0) continue;
         StepTime st;
-        step_at(&sp, micro_batches_at(in, l, in->batch.batch[i]), &st, compute_mb, tp_mb, r->layers * c->cp,
-                r->layers * c->ep, pp_mb);
+        step_at(&sp, micro_batches_at(in, l, in->batch.batch[i]), &st, compute_mb, tp_mb, blocks * c->cp, blocks * c->ep,
+                pp_mb);
         out->train_seconds += tokens / in->batch.batch[i] * st.step;
     }
     out->gpu_hours = out->train_seconds / 3600.0 * gpus;

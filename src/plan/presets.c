@@ -39,17 +39,17 @@
  * 15T+ tokens, Mixtral unpublished (4M, 1T assumed), the demo's 16 x 128
  * tokens for 300 steps. */
 static const ModelPreset MODELS[] = {
-    /*  name          L    h      a    kv   ffn    V       s    mult act        norm            bias   tied   pos    drop  E  k  hd  imbalance shared device node win wl probs  fp8    batch   tokens */
-    {{"gpt2-124m", 12, 768, 12, 12, 3072, 50257, 1024, 128, ACT_GELU, NORM_LAYERNORM, true, true, true, false, 0, 0, 0, 1.0, 0, 0, 0, 0, 0, false, FP8_TE}, 524288, 10e9},
-    {{"gpt2-350m", 24, 1024, 16, 16, 4096, 50257, 1024, 128, ACT_GELU, NORM_LAYERNORM, true, true, true, false, 0, 0, 0, 1.0, 0, 0, 0, 0, 0, false, FP8_TE}, 524288, 10e9},
-    {{"gpt2-774m", 36, 1280, 20, 20, 5120, 50257, 1024, 128, ACT_GELU, NORM_LAYERNORM, true, true, true, false, 0, 0, 0, 1.0, 0, 0, 0, 0, 0, false, FP8_TE}, 524288, 10e9},
-    {{"gpt2-1.5b", 48, 1600, 25, 25, 6400, 50257, 1024, 128, ACT_GELU, NORM_LAYERNORM, true, true, true, false, 0, 0, 0, 1.0, 0, 0, 0, 0, 0, false, FP8_TE}, 524288, 10e9},
-    {{"gpt3-175b", 96, 12288, 96, 96, 49152, 50257, 2048, 128, ACT_GELU, NORM_LAYERNORM, true, true, true, false, 0, 0, 0, 1.0, 0, 0, 0, 0, 0, false, FP8_TE}, 3145728, 300e9},
-    {{"llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, 1, ACT_SWIGLU, NORM_RMSNORM, false, false, false, false, 0, 0, 0, 1.0, 0, 0, 0, 0, 0, false, FP8_TE}, 16777216, 15e12},
-    {{"llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192, 1, ACT_SWIGLU, NORM_RMSNORM, false, false, false, false, 0, 0, 0, 1.0, 0, 0, 0, 0, 0, false, FP8_TE}, 16777216, 15e12},
-    {{"llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192, 1, ACT_SWIGLU, NORM_RMSNORM, false, false, false, false, 0, 0, 0, 1.0, 0, 0, 0, 0, 0, false, FP8_TE}, 16777216, 15.6e12},
-    {{"mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 4096, 1, ACT_SWIGLU, NORM_RMSNORM, false, false, false, false, 8, 2, 0, 1.0, 0, 0, 0, 0, 0, false, FP8_TE}, 4194304, 1e12},
-    {{"demo", 4, 192, 4, 4, 768, 257, 128, 128, ACT_GELU, NORM_LAYERNORM, true, true, true, false, 0, 0, 0, 1.0, 0, 0, 0, 0, 0, false, FP8_TE}, 2048, 614400},
+    /*  name          L    h      a    kv   ffn    V       s    mult act        norm            bias   tied   pos    drop  E  k  hd  imbalance shared device node win wl probs  fp8 mtp  batch   tokens */
+    {{"gpt2-124m", 12, 768, 12, 12, 3072, 50257, 1024, 128, ACT_GELU, NORM_LAYERNORM, true, true, true, false, 0, 0, 0, 1.0, 0, 0, 0, 0, 0, false, FP8_TE, 0}, 524288, 10e9},
+    {{"gpt2-350m", 24, 1024, 16, 16, 4096, 50257, 1024, 128, ACT_GELU, NORM_LAYERNORM, true, true, true, false, 0, 0, 0, 1.0, 0, 0, 0, 0, 0, false, FP8_TE, 0}, 524288, 10e9},
+    {{"gpt2-774m", 36, 1280, 20, 20, 5120, 50257, 1024, 128, ACT_GELU, NORM_LAYERNORM, true, true, true, false, 0, 0, 0, 1.0, 0, 0, 0, 0, 0, false, FP8_TE, 0}, 524288, 10e9},
+    {{"gpt2-1.5b", 48, 1600, 25, 25, 6400, 50257, 1024, 128, ACT_GELU, NORM_LAYERNORM, true, true, true, false, 0, 0, 0, 1.0, 0, 0, 0, 0, 0, false, FP8_TE, 0}, 524288, 10e9},
+    {{"gpt3-175b", 96, 12288, 96, 96, 49152, 50257, 2048, 128, ACT_GELU, NORM_LAYERNORM, true, true, true, false, 0, 0, 0, 1.0, 0, 0, 0, 0, 0, false, FP8_TE, 0}, 3145728, 300e9},
+    {{"llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, 1, ACT_SWIGLU, NORM_RMSNORM, false, false, false, false, 0, 0, 0, 1.0, 0, 0, 0, 0, 0, false, FP8_TE, 0}, 16777216, 15e12},
+    {{"llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192, 1, ACT_SWIGLU, NORM_RMSNORM, false, false, false, false, 0, 0, 0, 1.0, 0, 0, 0, 0, 0, false, FP8_TE, 0}, 16777216, 15e12},
+    {{"llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192, 1, ACT_SWIGLU, NORM_RMSNORM, false, false, false, false, 0, 0, 0, 1.0, 0, 0, 0, 0, 0, false, FP8_TE, 0}, 16777216, 15.6e12},
+    {{"mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 4096, 1, ACT_SWIGLU, NORM_RMSNORM, false, false, false, false, 8, 2, 0, 1.0, 0, 0, 0, 0, 0, false, FP8_TE, 0}, 4194304, 1e12},
+    {{"demo", 4, 192, 4, 4, 768, 257, 128, 128, ACT_GELU, NORM_LAYERNORM, true, true, true, false, 0, 0, 0, 1.0, 0, 0, 0, 0, 0, false, FP8_TE, 0}, 2048, 614400},
 };
 
 static const Hardware HARDWARE[] = {
