@@ -25,7 +25,11 @@
   from 2 ranks x K 1, ZeRO 0 and 1, as from 1 rank x K 2 (the same
   micro-batches), only at probe steps; turning it on leaves the losses and
   parameters bit for bit; a checkpoint from before the probe resumes with the
-  probe afresh; goodput following it resumes mid-run bit for bit.
+  probe afresh; goodput following it resumes mid-run bit for bit. The probe
+  of Adam's preconditioned gradients (noise_scale_probe_precond) appears
+  once the preconditioner exists (optimizer step 5), agrees between the
+  layouts within 1e-6, is not the raw one, is absent under ZeRO 1, and its
+  EMA resumes from a checkpoint bit for bit.
 - Bad schedule, optimizer, scaling, estimator and probe flags get one line
   naming the flag.
 """
@@ -253,14 +257,14 @@ class BatchScalingTest(CorpusTest):
         g1, g2 = probed[0]["noise_probe_grad_sq"], probed[1]["noise_probe_grad_sq"]
         self.assertAlmostEqual([m for m in on if m["step"] == 4][0]["noise_probe_grad_sq"],
                                (0.5 * 0.5 * g1 + 0.5 * g2) / 0.75, delta=1e-9 * abs(g2))
-        # a checkpoint written before the probe (its 5 words cut from schedule.estimators) still resumes: the
-        # trajectory goes on, and the probe starts afresh, so its first value is that probe's own (EMA 0's)
+        # a checkpoint written before the probe (its 9 words, the probe's 5 and the preconditioned probe's 4, cut
+        # from schedule.estimators) still resumes: the trajectory goes on, and the probe starts afresh, so its first value is that probe's own (EMA 0's)
         old = self.path("probe_old_ck")
         shutil.copytree(os.path.join(self.path("probe_ck"), "step_00000003"), old)
         manifest = os.path.join(old, "manifest.json")
         with open(manifest) as f:
             j = json.load(f)
-        j["schedule"]["estimators"] = j["schedule"]["estimators"][:-5]
+        j["schedule"]["estimators"] = j["schedule"]["estimators"][:-9]
         with open(manifest, "w") as f:
             json.dump(j, f)
         resumed, _ = train(self.data, self.path("probe_old"), steps=6,
@@ -268,6 +272,33 @@ class BatchScalingTest(CorpusTest):
         self.assertEqual([m["loss"] for m in resumed], [m["loss"] for m in on[3:]])
         self.assertEqual(resumed[0]["noise_probe_grad_sq"], probed[1]["noise_probe_grad_sq"])
         self.assertNotEqual(resumed[0]["noise_probe_grad_sq"], on[3]["noise_probe_grad_sq"])
+
+    def test_noise_probe_preconditioned(self):
+        # Adam's preconditioner exists from optimizer step 5 (PRECOND_FROM_STEP): probes before the updates of steps
+        # 6, 8 and 10 carry the preconditioned values, those at 2 and 4 not; the same in both layouts (ZeRO 0); an
+        # EMA 0.5 of them resumes from a checkpoint at step 7 to the bit.
+        probe = ["--global-batch", "4", "--noise-probe-every", "2", "--noise-probe-ema", "0.5", "--noise-probe-batches"]
+        keys = ("noise_scale_probe_precond", "noise_probe_precond_grad_sq", "noise_probe_precond_trace")
+        ck = self.path("pp_ck")
+        one, _ = train(self.data, self.path("pp_1"), steps=10,
+                       extra=probe + ["2", "--ckpt-dir", ck, "--ckpt-every", "7", "--keep-last", "0"])
+        two, _ = train(self.data, self.path("pp_2"), ranks=2, steps=10, extra=probe + ["1"])
+        self.assertEqual([m["step"] for m in one if keys[0] in m], [6, 8, 10])
+        self.assertEqual([m["step"] for m in one if "noise_scale_probe" in m], [2, 4, 6, 8, 10])
+        for a, b in zip(one, two):
+            for k in keys:
+                self.assertEqual(k in a, k in b, f"step {a['step']} {k}")
+                if k in a:
+                    self.assertGreater(a[k], 0)
+                    self.assertLess(abs(a[k] - b[k]) / abs(a[k]), 1e-6, f"step {a['step']} {k}: {a[k]} vs {b[k]}")
+        # P changes what is measured: the preconditioned |G|^2 is not the raw one
+        self.assertNotAlmostEqual(one[5]["noise_probe_precond_grad_sq"] / one[5]["noise_probe_grad_sq"], 1.0, places=2)
+        zero1, _ = train(self.data, self.path("pp_z1"), ranks=2, steps=6, extra=probe + ["1", "--zero", "1"])
+        self.assertFalse(any(keys[0] in m for m in zero1), "ZeRO 1 keeps no whole preconditioner: raw probe only")
+        resumed, _ = train(self.data, self.path("pp_res"), steps=10,
+                           extra=probe + ["2", "--resume", os.path.join(ck, "step_00000007"),
+                                          "--ckpt-dir", self.path("pp_ck2")])
+        self.assertEqual([[m.get(k) for k in keys] for m in resumed], [[m.get(k) for k in keys] for m in one[7:]])
 
     def test_goodput_follows_probe_and_resumes(self):
         a, b, lo, hi = 1.0, 0.002, 4, 32

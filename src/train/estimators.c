@@ -99,9 +99,7 @@ void estimators_free(Trainer *tr) {
     free(e->global_signs);
 }
 
-/* Adam's preconditioner before this step's update; false until v_hat
- * averages PRECOND_FROM_STEP updates (estimators.h). */
-static bool preconditioner(Trainer *tr, Preconditioner *p) {
+bool estimators_preconditioner(Trainer *tr, Preconditioner *p) {
     long t = engine_optimizer_step(tr->engine);
     if (!tr->est.precond_on || t < PRECOND_FROM_STEP) return false;
     *p = (Preconditioner){engine_chunk(tr->engine, 0)->state[1], 1.0 / sqrt(1.0 - pow(tr->cfg.beta2, (double)t)),
@@ -123,7 +121,7 @@ void estimators_before_step(Trainer *tr, StepResult *r) {
     if (!e->precond_on && !e->curvature_on) return;
     DataParallel *dp = engine_chunk(tr->engine, 0)->dp;
     Preconditioner p;
-    dp_measure_micro_preconditioned(dp, preconditioner(tr, &p) ? &p : NULL);
+    dp_measure_micro_preconditioned(dp, estimators_preconditioner(tr, &p) ? &p : NULL);
     const int every = tr->cfg.noise_scale_every;
     e->probing = e->curvature_on && (tr->step + 1) % every == 0 && r->batch >= 2L * tr->cfg.micro_batch &&
                  r->accum_steps <= e->signs_capacity;
@@ -170,7 +168,7 @@ static void measure_curvature(Trainer *tr, const StepResult *r, GradientAt grad,
     memcpy(e->saved_params, w, n * sizeof(float));
     measure_forms(tr, &e->curvature, e->probe, e->saved_grad, micro, grad, ctx);
     Preconditioner p;
-    if (e->precond_grad && preconditioner(tr, &p)) {
+    if (e->precond_grad && estimators_preconditioner(tr, &p)) {
         curvature_precondition(&p, e->probe, e->probe, n); /* P z: z is no longer needed */
         curvature_precondition(&p, e->saved_grad, e->precond_grad, n);
         measure_forms(tr, &e->curvature_precond, e->probe, e->precond_grad, micro, grad, ctx);
@@ -183,7 +181,7 @@ void estimators_after_backward(Trainer *tr, StepResult *r, GradientAt grad, void
     e->precond_big_sq = NAN;
     Preconditioner p;
     EngineChunk *ch = tr->engine && e->precond_on ? engine_chunk(tr->engine, 0) : NULL;
-    if (ch && preconditioner(tr, &p))
+    if (ch && estimators_preconditioner(tr, &p))
         e->precond_big_sq = preconditioned_sum_of_squares(dp_update_grads(ch->dp), NULL, ch->update_count, &p);
     if (!e->probing) return;
     double t0 = bs_now();
@@ -255,12 +253,16 @@ void estimators_pack(const Trainer *tr, double *words) {
     const double latest[5] = {probe->ema_decay, probe->grad_sq_ema, probe->trace_ema, probe->ema_weight,
                               (double)e->probe_micro_batches};
     memcpy(words + ESTIMATOR_STATE_WORDS_V2, latest, sizeof latest);
+    const NoiseScale *pp = &e->probe_precond;
+    const double last[4] = {pp->ema_decay, pp->grad_sq_ema, pp->trace_ema, pp->ema_weight};
+    memcpy(words + ESTIMATOR_STATE_WORDS_V3, last, sizeof last);
 }
 
 void estimators_unpack(Trainer *tr, const double *words, int count) {
     Estimators *e = &tr->est;
     /* written before these estimators: they start afresh (before B_noise(P) or the probe: those alone do) */
-    if (count != ESTIMATOR_STATE_WORDS && count != ESTIMATOR_STATE_WORDS_V2 && count != ESTIMATOR_STATE_WORDS_V1)
+    if (count != ESTIMATOR_STATE_WORDS && count != ESTIMATOR_STATE_WORDS_V3 && count != ESTIMATOR_STATE_WORDS_V2 &&
+        count != ESTIMATOR_STATE_WORDS_V1)
         return;
     e->precond.grad_sq_ema = words[1];
     e->precond.trace_ema = words[2];
@@ -276,10 +278,15 @@ void estimators_unpack(Trainer *tr, const double *words, int count) {
     e->curvature_precond.trace_ema = later[1];
     e->curvature_precond.ghg_ema = later[2];
     e->curvature_precond.ema_weight = later[3];
-    if (count < ESTIMATOR_STATE_WORDS) return;
+    if (count < ESTIMATOR_STATE_WORDS_V3) return;
     const double *latest = words + ESTIMATOR_STATE_WORDS_V2;
     e->probe_noise.grad_sq_ema = latest[1];
     e->probe_noise.trace_ema = latest[2];
     e->probe_noise.ema_weight = latest[3];
     e->probe_micro_batches = (long)latest[4];
+    if (count < ESTIMATOR_STATE_WORDS) return;
+    const double *last = words + ESTIMATOR_STATE_WORDS_V3;
+    e->probe_precond.grad_sq_ema = last[1];
+    e->probe_precond.trace_ema = last[2];
+    e->probe_precond.ema_weight = last[3];
 }

@@ -54,7 +54,8 @@
 #define PRECOND_FROM_STEP 5 /* optimizer updates in v_hat before the preconditioned estimator starts */
 #define ESTIMATOR_STATE_WORDS_V1 (4 + 4 + 1 + GOODPUT_STATE_WORDS) /* checkpoints before B_noise(P) */
 #define ESTIMATOR_STATE_WORDS_V2 (ESTIMATOR_STATE_WORDS_V1 + 4) /* checkpoints before the probe */
-#define ESTIMATOR_STATE_WORDS (ESTIMATOR_STATE_WORDS_V2 + 5)    /* estimators_pack */
+#define ESTIMATOR_STATE_WORDS_V3 (ESTIMATOR_STATE_WORDS_V2 + 5) /* checkpoints before the preconditioned probe */
+#define ESTIMATOR_STATE_WORDS (ESTIMATOR_STATE_WORDS_V3 + 4)    /* estimators_pack */
 
 /* After the engine and batch schedule are set up: what is on, the buffers;
  * one line naming the flag for what cannot be done. */
@@ -71,6 +72,10 @@ void estimators_after_backward(Trainer *tr, StepResult *r, GradientAt grad, void
 /* After the step: the EMAs, the values in r, and (goodput) the step time and
  * the batch of the steps to come (tr->adaptive_batch). */
 void estimators_after_step(Trainer *tr, StepResult *r, double micro_precond_sq);
+/* Adam's preconditioner P = 1 / (sqrt(v_hat) + eps) before this step's update: false unless the
+ * preconditioned estimator is on (--noise-scale, AdamW, a flat layout) and v_hat averages PRECOND_FROM_STEP
+ * updates. */
+bool estimators_preconditioner(Trainer *tr, Preconditioner *p);
 /* The state saved in checkpoints (ESTIMATOR_STATE_WORDS doubles), and back. */
 void estimators_pack(const Trainer *tr, double *words);
 void estimators_unpack(Trainer *tr, const double *words, int count);

@@ -108,6 +108,11 @@ static void set_policy(json_t *j, const Metrics *m, const StepResult *r, const M
         set(j, "noise_probe_grad_sq", number(r->noise_probe_grad_sq));
         set(j, "noise_probe_trace", number(r->noise_probe_trace));
     }
+    if (m->probe && !isnan(r->noise_probe_precond_trace)) {
+        set(j, "noise_scale_probe_precond", number(r->noise_probe_precond));
+        set(j, "noise_probe_precond_grad_sq", number(r->noise_probe_precond_grad_sq));
+        set(j, "noise_probe_precond_trace", number(r->noise_probe_precond_trace));
+    }
     if (m->probe) set(j, "noise_probe_micro_batches", json_integer(r->probe_micro_batches));
     if (m->goodput && !isnan(r->goodput)) set(j, "goodput", number(r->goodput));
     if (m->goodput && !isnan(r->efficiency)) set(j, "efficiency", number(r->efficiency));

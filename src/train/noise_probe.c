@@ -7,6 +7,8 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "optim/noise_scale.h"
+#include "train/estimators.h"
 
 /* What the probe cannot work with, or NULL. */
 static const char *probe_refusal(const Trainer *tr) {
@@ -25,6 +27,7 @@ void noise_probe_setup(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
     Estimators *e = &tr->est;
     noise_scale_init(&e->probe_noise, c->noise_probe_ema);
+    noise_scale_init(&e->probe_precond, c->noise_probe_ema);
     if (c->noise_probe_every <= 0) return;
     const char *why = probe_refusal(tr);
     if (why) bs_die("--noise-probe-every needs %s", why);
@@ -80,31 +83,47 @@ bool noise_probe_update(NoiseScale *ns, double micro_sum_sq, long M, double b, d
     return noise_scale_update(ns, micro_sum_sq * (double)M, b, mean_sq, (double)M * b);
 }
 
-/* One probe: the K x dp micro-batch gradients' two norms into the average. */
+/* One probe: the K x dp micro-batch gradients' two norms into the average, and with Adam's preconditioner P
+ * (estimators_preconditioner) the two norms of P g_i into the preconditioned one: P is fixed during the probe,
+ * so P g_i have mean P G and covariance P Sigma P and the same estimator is unbiased for |P G|^2 and
+ * tr(P Sigma P), Pollux's preconditioned noise scale at the step's weights. */
 static void probe_once(Trainer *tr, StepResult *r) {
     Estimators *e = &tr->est;
     const int K = tr->cfg.noise_probe_batches;
     const long M = (long)K * tr->dp_size;
     ProbeSource src = probe_source(tr);
     const uint64_t counted = probe_counted(tr, &src, M);
-    DataParallel *dp = engine_chunk(tr->engine, 0)->dp;
-    dp_set_probe(dp, NULL, NULL); /* the curvature's signed sum and Adam's metric are the step's, set after */
-    dp_measure_micro_preconditioned(dp, NULL);
+    EngineChunk *ch = engine_chunk(tr->engine, 0);
+    Preconditioner p;
+    const bool precond = estimators_preconditioner(tr, &p);
+    dp_set_probe(ch->dp, NULL, NULL); /* the curvature's signed sum and Adam's metric are the step's, set after */
+    dp_measure_micro_preconditioned(ch->dp, precond ? &p : NULL);
     EngineStepStats es =
         engine_forward_backward(tr->engine, K, 1.0f / (float)(counted > 0 ? counted : 1), load_probe_micro, &src);
     e->probe_micro_batches += K;
-    double micro_sq = es.micro_sum_squares; /* this rank's micro-batches, of the loss scaled by 1/M */
-    comm_allreduce_double(engine_grid(tr->engine)->dp_group, &micro_sq, 1);
-    const double big_sq = engine_grad_sum_squares(tr->engine);
-    if (noise_probe_update(&e->probe_noise, micro_sq, M, tr->cfg.micro_batch, big_sq)) {
+    /* this rank's micro-batches, of the loss scaled by 1/M: raw and in Adam's metric */
+    double micro_sq[2] = {es.micro_sum_squares, precond ? dp_micro_precond_sum_squares(ch->dp) : 0};
+    comm_allreduce_double(engine_grid(tr->engine)->dp_group, micro_sq, 2);
+    dp_measure_micro_preconditioned(ch->dp, NULL);
+    const double big_sq = engine_grad_sum_squares(tr->engine), b = tr->cfg.micro_batch;
+    if (noise_probe_update(&e->probe_noise, micro_sq[0], M, b, big_sq)) {
         r->noise_probe = noise_scale_simple(&e->probe_noise);
         r->noise_probe_grad_sq = noise_scale_grad_sq(&e->probe_noise);
         r->noise_probe_trace = noise_scale_trace(&e->probe_noise);
+    }
+    if (!precond) return;
+    /* ZeRO 0 (precond_on): the reduced gradient is whole on every rank */
+    const double big_precond = preconditioned_sum_of_squares(dp_update_grads(ch->dp), NULL, ch->update_count, &p);
+    if (noise_probe_update(&e->probe_precond, micro_sq[1], M, b, big_precond)) {
+        r->noise_probe_precond = noise_scale_simple(&e->probe_precond);
+        r->noise_probe_precond_grad_sq = noise_scale_grad_sq(&e->probe_precond);
+        r->noise_probe_precond_trace = noise_scale_trace(&e->probe_precond);
     }
 }
 
 void noise_probe_measure(Trainer *tr, StepResult *r) {
     r->noise_probe = r->noise_probe_grad_sq = r->noise_probe_trace = NAN;
+    r->noise_probe_precond = r->noise_probe_precond_grad_sq = r->noise_probe_precond_trace = NAN;
     if (!tr->est.probe_on || (tr->step + 1) % tr->cfg.noise_probe_every != 0) return;
     const double t0 = bs_now();
     probe_once(tr, r);

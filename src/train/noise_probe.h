@@ -16,7 +16,11 @@
  * tr(Sigma)/(M b), both unbiased: noise_scale_estimates() with B_small = b
  * (the mean of |g_i|^2) and B_big = M b (|g|^2). B_probe = tr / |G|^2,
  * successive probes averaged as B_simple is with --noise-probe-ema (0: each
- * probe alone, the default: the point is not to carry the lag).
+ * probe alone, the default: the point is not to carry the lag). Where the
+ * preconditioned B_simple runs (--noise-scale with AdamW, ZeRO 0, a flat
+ * layout) and Adam's v_hat exists, the same from P g_i, P = 1/(sqrt(v_hat) +
+ * eps) as it stands before the step: noise_scale_probe_precond, Pollux's
+ * estimator at the step's weights.
  *
  * The training trajectory is bitwise that of a run without the probe: the
  * step's own pass zeroes the gradient and the micro-batch statistics the

@@ -20,6 +20,7 @@ typedef struct {
     double noise_precond, noise_curvature; /* train/estimators.h: B_simple of P g and B_noise, NaN until resolved */
     double noise_curvature_precond;        /* B_noise(P) of the update direction P g, NaN until resolved */
     double noise_probe, noise_probe_grad_sq, noise_probe_trace; /* train/noise_probe.h: at probe steps, else NaN */
+    double noise_probe_precond, noise_probe_precond_grad_sq, noise_probe_precond_trace; /* the same of P g_i */
     long extra_passes;                     /* curvature's extra forward+backward passes so far */
     long probe_micro_batches;              /* the probe's extra micro-batch passes on this rank so far */
     double extra_seconds;                  /* this step's time in them and in the noise probe */

@@ -114,6 +114,7 @@ typedef struct {
     int signs_capacity;
     bool probe_on;            /* --noise-probe-every (train/noise_probe.h) */
     NoiseScale probe_noise;   /* the probes' estimates, averaged with --noise-probe-ema */
+    NoiseScale probe_precond; /* the same of Adam's preconditioned gradients P g_i (when precond_on) */
     long probe_micro_batches; /* the probe's micro-batch passes on this rank so far */
     Goodput goodput;
     long steps_timed;         /* steps this process timed (not saved: the first is not recorded) */
