@@ -19,6 +19,9 @@ Debian's vim-runtime):
    PROBE) and its ratio to B_crit (goal: one within 2x on every setting); the
    extra gradient passes the curvature estimate cost, the probe's extra
    micro-batches and its value at the probe before;
+   the probes at the target over seeds (BS_BENCH_PROBE_SEEDS, default 1337,1,2,3,4:
+   runs at batch 16 with the probe every 5 steps, raw and preconditioned; the
+   last value before the target, the seeds' mean ratio to B_crit);
    and the same at the weights a run at each batch of BS_BENCH_FROZEN_BATCHES
    (default 16) reached at the target, measured there at lr 0 (no EMA lag);
    and the trade-off past the warm-up: `batch-sweep --from` a batch-16
@@ -150,6 +153,26 @@ def estimators(bs, data, model, target, tmp, ema, batch=16):
     last["noise_scale_probe_previous"] = probes[-2] if len(probes) > 1 else None  # its step-to-step spread
     last["steps"] = len(m)
     return last
+
+
+PROBE_SEEDS = [s for s in os.environ.get("BS_BENCH_PROBE_SEEDS", "1337,1,2,3,4").split(",") if s]
+PROBE_KEYS = ("noise_scale_probe", "noise_scale_probe_precond")
+
+
+def probe_runs(bs, data, model, target, tmp, b_crit):
+    """The probes at the target: per seed of PROBE_SEEDS a run at batch 16 to the target with the probe (K = 8
+    micro-batches every 5 steps; raw and through Adam's preconditioner), the last value of each before the
+    target and its ratio to B_crit; and the seeds' mean ratio."""
+    rows = {}
+    for seed in PROBE_SEEDS:
+        m, _ = train(bs, data, model, target, ["--global-batch", "16", "--seed", seed, "--eval-every", "4",
+                                               "--noise-scale", "--noise-probe-every", "5", "--noise-probe-batches",
+                                               "8"], 1, os.path.join(tmp, f"probe_{seed}.jsonl"))
+        rows[seed] = {k: [x[k] for x in m if x.get(k) is not None][-1] for k in PROBE_KEYS}
+        rows[seed]["steps"] = len(m)
+    mean_ratio = {k: sum(r[k] for r in rows.values()) / len(rows) / b_crit for k in PROBE_KEYS}
+    return dict(runs=rows, mean_ratio=mean_ratio,
+                within_2x={k: sum(0.5 <= r[k] / b_crit <= 2 for r in rows.values()) for k in PROBE_KEYS})
 
 
 FROZEN_BATCHES = [b for b in os.environ.get("BS_BENCH_FROZEN_BATCHES", "16").split(",") if b]
@@ -321,6 +344,12 @@ def main():
                     if k in f:
                         print(f"  at the target's weights (run at batch {batch}): {k:22s} {f[k]:8.2f}  ratio to "
                               f"B_crit {f[k] / b_crit:6.2f}", flush=True)
+            probes = probe_runs(bs, data, model, target, tmp, b_crit)
+            for k in PROBE_KEYS:
+                print(f"  {k} at the target (last probe, seeds {','.join(PROBE_SEEDS)}): " +
+                      ", ".join(f"{r[k]:.2f}" for r in probes["runs"].values()) +
+                      f"; seeds' mean ratio to B_crit {probes['mean_ratio'][k]:.2f}, within 2x in "
+                      f"{probes['within_2x'][k]} of {len(PROBE_SEEDS)}", flush=True)
             shared = from_checkpoint(bs, data, model, target, tmp)
             print(f"  from a shared checkpoint at {BASE_TOKENS} tokens: B_crit {shared['b_crit']:.1f} "
                   f"{shared['interval']} (S_min {shared['s_min']:.1f}); raw B_simple at the checkpoint's weights "
@@ -329,7 +358,7 @@ def main():
                   f"{shared['probe_median']}, pooled {shared['probe_pooled']}", flush=True)
             rows = schedules(bs, data, model, target, tmp)
             results[name] = dict(b_crit=b_crit, interval=interval, lrs=LRS, chosen_lr=chosen, estimators=est,
-                                 frozen_estimators=frozen, from_checkpoint=shared, schedules=rows,
+                                 frozen_estimators=frozen, probes=probes, from_checkpoint=shared, schedules=rows,
                                  goodput=verdict(rows))
             if LINK != "none" and name in LINK_SETTINGS:
                 linked = linked_schedules(bs, data, model, target, tmp)

@@ -29,7 +29,9 @@
   of Adam's preconditioned gradients (noise_scale_probe_precond) appears
   once the preconditioner exists (optimizer step 5), agrees between the
   layouts within 1e-6, is not the raw one, is absent under ZeRO 1, and its
-  EMA resumes from a checkpoint bit for bit.
+  EMA resumes from a checkpoint bit for bit; goodput following it
+  (--goodput-estimator probe-precond) uses its last value in the efficiency
+  and resumes bit for bit, and is refused without the probe or with SGD.
 - Bad schedule, optimizer, scaling, estimator and probe flags get one line
   naming the flag.
 """
@@ -300,27 +302,36 @@ class BatchScalingTest(CorpusTest):
                                           "--ckpt-dir", self.path("pp_ck2")])
         self.assertEqual([[m.get(k) for k in keys] for m in resumed], [[m.get(k) for k in keys] for m in one[7:]])
 
-    def test_goodput_follows_probe_and_resumes(self):
+    def goodput_follows(self, estimator, key):
         a, b, lo, hi = 1.0, 0.002, 4, 32
         gp = ["--batch-schedule", f"goodput:{lo}:{hi}", "--train-tokens", str(40 * 8 * T), "--goodput-every", "3",
               "--goodput-time-model", f"{a}:{b}", "--noise-probe-every", "2", "--noise-probe-batches", "2",
-              "--noise-probe-ema", "0.5", "--goodput-estimator", "probe"]
-        ck = self.path("gpp_ck")
-        full, p_full = train(self.data, self.path("gpp_full"), ranks=2, steps=1,
+              "--noise-probe-ema", "0.5", "--goodput-estimator", estimator]
+        ck = self.path(f"gpp_ck_{estimator}")
+        full, p_full = train(self.data, self.path(f"gpp_full_{estimator}"), ranks=2, steps=1,
                              extra=gp + ["--ckpt-dir", ck, "--ckpt-every", "7", "--keep-last", "0"])
-        bn = None
+        bn, followed = None, 0
         for x in full:  # goodput follows the last probe's value between probes
-            bn = x.get("noise_scale_probe", bn)
+            bn = x.get(key, bn)
             if bn is not None and x.get("efficiency") is not None:
                 self.assertAlmostEqual(x["efficiency"], (bn + lo) / (bn + x["batch"]), delta=1e-12, msg=x["step"])
+                followed += 1
+        self.assertGreater(followed, 10)
         self.assertGreater(len({x["batch"] for x in full}), 1, "goodput moved the batch")
-        resumed, p_res = train(self.data, self.path("gpp_res"), ranks=2, steps=1,
+        resumed, p_res = train(self.data, self.path(f"gpp_res_{estimator}"), ranks=2, steps=1,
                                extra=gp + ["--resume", os.path.join(ck, "step_00000007"),
-                                           "--ckpt-dir", self.path("gpp_ck2")])
+                                           "--ckpt-dir", self.path(f"gpp_ck2_{estimator}")])
         keys = ("batch", "loss", "lr", "noise_scale_probe", "noise_probe_grad_sq", "noise_probe_trace",
+                "noise_scale_probe_precond", "noise_probe_precond_grad_sq", "noise_probe_precond_trace",
                 "noise_probe_micro_batches", "goodput", "efficiency", "goodput_batch")
         self.assertEqual([[m.get(k) for k in keys] for m in resumed], [[m.get(k) for k in keys] for m in full[7:]])
         self.assertTrue(np.array_equal(p_full, p_res))
+
+    def test_goodput_follows_probe_and_resumes(self):
+        self.goodput_follows("probe", "noise_scale_probe")
+
+    def test_goodput_follows_preconditioned_probe_and_resumes(self):
+        self.goodput_follows("probe-precond", "noise_scale_probe_precond")
 
     def test_bad_flags(self):
         for flag, value in (("--batch-schedule", "ramp:4:3:100"), ("--batch-schedule", "step:\"0:8 0:16\""),
@@ -338,6 +349,11 @@ class BatchScalingTest(CorpusTest):
                                                     "--optimizer", "sgd"]),
                            ("--goodput-estimator", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
                                                     "--goodput-estimator", "curvature"]),
+                           ("--goodput-estimator", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
+                                                    "--goodput-estimator", "probe-precond"]),
+                           ("--goodput-estimator", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
+                                                    "--goodput-estimator", "probe-precond", "--noise-probe-every", "2",
+                                                    "--optimizer", "sgd"]),
                            ("--goodput-estimator", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
                                                     "--goodput-estimator", "curvature-precond", "--optimizer", "sgd",
                                                     "--noise-scale-every", "2"]),

@@ -63,6 +63,9 @@ static void setup_goodput(Trainer *tr) {
     if (c->goodput_estimator == GOODPUT_PROBE && !e->probe_on)
         bs_die("--goodput-estimator probe needs --noise-probe-every N (the noise scale at the step's weights every N "
                "steps)");
+    if (c->goodput_estimator == GOODPUT_PROBE_PRECOND && !(e->probe_on && e->precond_on))
+        bs_die("--goodput-estimator probe-precond needs --noise-probe-every N, --optimizer adamw, --zero 0 and no "
+               "--tp, --pp or --cp (the probe through Adam's whole second moment)");
     const long granule = (long)c->micro_batch * tr->dp_size;
     goodput_init(&e->goodput, tr->adaptive_batch, tr->adaptive_max, granule, 0);
     e->goodput.base = e->goodput.min;
@@ -199,6 +202,7 @@ static double followed_noise_scale(const Trainer *tr, const StepResult *r) {
     case GOODPUT_CURVATURE: return r->noise_curvature;
     case GOODPUT_CURVATURE_PRECOND: return r->noise_curvature_precond;
     case GOODPUT_PROBE: return noise_scale_simple(&tr->est.probe_noise); /* the last probe's between probes */
+    case GOODPUT_PROBE_PRECOND: return noise_scale_simple(&tr->est.probe_precond);
     default: return noise_scale_simple(&tr->noise);
     }
 }

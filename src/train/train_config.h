@@ -27,7 +27,8 @@ typedef enum {
     GOODPUT_PRECOND,
     GOODPUT_CURVATURE,
     GOODPUT_CURVATURE_PRECOND,
-    GOODPUT_PROBE
+    GOODPUT_PROBE,
+    GOODPUT_PROBE_PRECOND
 } GoodputEstimator;
 
 /* The words of each enumeration, NULL-terminated, in enum order. */
