@@ -70,11 +70,13 @@ COMMON = ["--seq-len", "128", "--micro-batch", "4", "--lr", "2e-3", "--min-lr", 
 SCHEDULES = {"constant 8": (8, "constant"), "constant 16": (16, "constant"), "constant 32": (32, "constant"),
              "ramp 8->32 over 64K": (32, "ramp:8:8:65536"), "ramp 8->32 over 256K": (32, "ramp:8:8:262144"),
              "adaptive:8:64": (64, "adaptive:8:64"), "goodput:8:64": (64, "goodput:8:64"),
-             "goodput:8:64 probe": (64, "goodput:8:64")}
+             "goodput:8:64 probe": (64, "goodput:8:64"), "goodput:8:64 probe-precond": (64, "goodput:8:64")}
 # Schedules' own flags: goodput following the noise probe (B_simple at each decision step's weights, M = 8
 # micro-batches over the 2 ranks, on goodput's default decision steps) instead of the lagging EMA.
 SCHEDULE_FLAGS = {"goodput:8:64 probe": ["--goodput-estimator", "probe", "--noise-probe-every", "10",
-                                         "--noise-probe-batches", "4"]}
+                                         "--noise-probe-batches", "4"],
+                  "goodput:8:64 probe-precond": ["--goodput-estimator", "probe-precond", "--noise-probe-every", "10",
+                                                 "--noise-probe-batches", "4"]}
 
 
 def run(cmd, **kw):
