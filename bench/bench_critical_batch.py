@@ -106,14 +106,18 @@ def metrics(path):
     return [json.loads(line) for line in open(path)]
 
 
+def run_sweep(bs, data, model, target, out, options):
+    """`batch-sweep` of BATCHES x SEEDS to the target with the sweep's own options; its sweep.json."""
+    run([bs, "batch-sweep", "--batches", BATCHES, "--seeds", str(SEEDS), "--target-loss", str(target), "--max-steps",
+         "1500", "--out", out] + options + ["--", bs, "train", "--data", os.path.join(data, "train_000000.bin"),
+                                            "--val-data", os.path.join(data, "val_000000.bin")] + model +
+        [x for x in COMMON if x != "--quiet"])
+    return json.load(open(os.path.join(out, "sweep.json")))
+
+
 def sweep(bs, data, model, target, out):
     """B_crit in sequences, its interval, and {batch: the lr chosen} (empty without LRS)."""
-    cmd = [bs, "batch-sweep", "--batches", BATCHES, "--seeds", str(SEEDS), "--target-loss", str(target),
-           "--max-steps", "1500", "--eval-tokens", "8192", "--out", out] + (["--lrs", LRS] if LRS else []) + [
-           "--", bs, "train", "--data", os.path.join(data, "train_000000.bin"), "--val-data",
-           os.path.join(data, "val_000000.bin")]
-    run(cmd + model + [x for x in COMMON if x != "--quiet"])
-    summary = json.load(open(os.path.join(out, "sweep.json")))
+    summary = run_sweep(bs, data, model, target, out, ["--eval-tokens", "8192"] + (["--lrs", LRS] if LRS else []))
     fit = summary["fit"]
     chosen = {b["batch"]: b["lr"] for b in summary.get("lr_choice", {}).get("batches", [])}
     return fit["b_crit_sequences"], fit.get("interval", {}).get("b_crit_sequences"), chosen
@@ -209,29 +213,25 @@ def from_checkpoint(bs, data, model, target, tmp):
     """The trade-off past the warm-up: a base run at batch 16 to BASE_TOKENS (its checkpoint), `batch-sweep --from`
     it (every batch continues the same weights and Adam state, lr 2e-3, S and E counted from the checkpoint);
     the raw B_simple at the checkpoint's weights and at the target's (a batch-16 continuation, seed 1), and that
-    continuation's probes (every 4 steps, K = 8): their median and their ratio of summed parts."""
+    continuation's probes (every 4 steps, K = 8; raw and preconditioned): the last and the median of each."""
     base = os.path.join(tmp, "from_base")
     train_data = ["--data", os.path.join(data, "train_000000.bin"), "--val-data", os.path.join(data, "val_000000.bin")]
     run([bs, "train"] + train_data + model + COMMON + ["--global-batch", "16", "--train-tokens", str(BASE_TOKENS),
                                                        "--eval-every", "0", "--out", base])
     ckpt = os.path.join(base, "ckpt", "step_%08d" % (BASE_TOKENS // (16 * 128)))
-    out = os.path.join(tmp, "from_sweep")
-    run([bs, "batch-sweep", "--batches", BATCHES, "--seeds", str(SEEDS), "--target-loss", str(target), "--max-steps",
-         "1500", "--eval-tokens", "4096", "--out", out, "--from", ckpt, "--", bs, "train"] + train_data + model +
-        [x for x in COMMON if x != "--quiet"])
-    fit = json.load(open(os.path.join(out, "sweep.json")))["fit"]
+    fit = run_sweep(bs, data, model, target, os.path.join(tmp, "from_sweep"),
+                    ["--eval-tokens", "4096", "--from", ckpt])["fit"]
     cont = os.path.join(tmp, "from_16")
     m, _ = train(bs, data, model, target, ["--global-batch", "16", "--seed", "1", "--resume", ckpt,
                                            "--resume-new-batch", "--eval-every", "2", "--noise-probe-every", "4",
                                            "--noise-probe-batches", "8", "--out", cont], 1, cont + ".jsonl")
-    probes = [x for x in m if x.get("noise_scale_probe") is not None]
-    values = sorted(x["noise_scale_probe"] for x in probes)
+    probes = {}
+    for k in PROBE_KEYS:
+        values = [x[k] for x in m if x.get(k) is not None]
+        probes[k] = dict(last=values[-1], median=sorted(values)[len(values) // 2]) if values else None
     return dict(b_crit=fit["b_crit_sequences"], interval=fit.get("interval", {}).get("b_crit_sequences"),
                 s_min=fit["s_min"], frozen_start=frozen_at(bs, data, os.path.join(base, "model.bin"), tmp, "start"),
-                frozen_target=frozen_at(bs, data, os.path.join(cont, "model.bin"), tmp, "target"),
-                probe_median=values[len(values) // 2] if values else None,
-                probe_pooled=sum(x["noise_probe_trace"] for x in probes) / sum(x["noise_probe_grad_sq"] for x in probes)
-                if probes else None)
+                frozen_target=frozen_at(bs, data, os.path.join(cont, "model.bin"), tmp, "target"), probes=probes)
 
 
 def to_target(m, target):
@@ -356,8 +356,8 @@ def main():
             print(f"  from a shared checkpoint at {BASE_TOKENS} tokens: B_crit {shared['b_crit']:.1f} "
                   f"{shared['interval']} (S_min {shared['s_min']:.1f}); raw B_simple at the checkpoint's weights "
                   f"{shared['frozen_start'].get('noise_scale', float('nan')):.2f}, at the target's "
-                  f"{shared['frozen_target'].get('noise_scale', float('nan')):.2f}; probes on the way: median "
-                  f"{shared['probe_median']}, pooled {shared['probe_pooled']}", flush=True)
+                  f"{shared['frozen_target'].get('noise_scale', float('nan')):.2f}; probes on the way (last, "
+                  f"median): {shared['probes']}", flush=True)
             rows = schedules(bs, data, model, target, tmp)
             results[name] = dict(b_crit=b_crit, interval=interval, lrs=LRS, chosen_lr=chosen, estimators=est,
                                  frozen_estimators=frozen, probes=probes, from_checkpoint=shared, schedules=rows,
