@@ -333,6 +333,28 @@ class BatchScalingTest(CorpusTest):
     def test_goodput_follows_preconditioned_probe_and_resumes(self):
         self.goodput_follows("probe-precond", "noise_scale_probe_precond")
 
+    def test_goodput_given_noise_scale(self):
+        # --goodput-noise-scale: the policy alone, fed a noise scale from outside (batch-sweep's B_crit, say), so a
+        # run separates the policy's choices from any estimator's. Every step's efficiency is the formula's at the
+        # given value, and each decision after the first (which explores twice the batch) is the formula's argmax.
+        a, b, lo, hi, bn = 1.0, 0.002, 4, 32, 0.5  # best over continuous B: sqrt(a bn / b) = 15.8
+        gp = ["--batch-schedule", f"goodput:{lo}:{hi}", "--train-tokens", str(30 * 8 * T), "--goodput-every", "3",
+              "--goodput-time-model", f"{a}:{b}", "--goodput-noise-scale", str(bn)]
+        full, _ = train(self.data, self.path("gp_given"), ranks=2, steps=1, extra=gp)
+
+        def goodput(batch):
+            return batch / (a + b * batch) * (bn + lo) / (bn + batch)
+        best = max(range(lo, hi + 1, 2 * 2), key=goodput)
+        self.assertNotIn(best, (lo, 2 * lo, hi), "the formula's batch is interior on this curve")
+        batch = lo
+        for prev in full[:-1]:
+            self.assertEqual(prev["batch"], batch, f"step {prev['step']}")
+            self.assertAlmostEqual(prev["efficiency"], (bn + lo) / (bn + batch), delta=1e-12, msg=prev["step"])
+            if prev["step"] % 3 == 0:
+                batch = 2 * lo if prev["step"] == 3 else best
+                self.assertEqual(prev["goodput_batch"], batch, f"decision at step {prev['step']}")
+        self.assertEqual(full[-1]["batch"], best)
+
     def test_bad_flags(self):
         for flag, value in (("--batch-schedule", "ramp:4:3:100"), ("--batch-schedule", "step:\"0:8 0:16\""),
                             ("--batch-schedule", "exp:0:100"), ("--batch-schedule", "step:\"0:4 10Q:8\""),
@@ -360,6 +382,9 @@ class BatchScalingTest(CorpusTest):
                            ("--goodput-time-model", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
                                                      "--goodput-time-model", "1:-2"]),
                            ("--batch-schedule", ["--batch-schedule", "goodput:8:4", "--train-tokens", "1000"]),
+                           ("--goodput-noise-scale", ["--goodput-noise-scale", "12"]),
+                           ("--goodput-noise-scale", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
+                                                      "--goodput-noise-scale", "-1"]),
                            ("--noise-probe-every", ["--noise-probe-every", "-1"]),
                            ("--noise-probe-every", ["--noise-probe-every", "2", "--zero", "2"]),
                            ("--noise-probe-batches", ["--noise-probe-every", "2", "--noise-probe-batches", "0"]),

@@ -116,6 +116,7 @@ int cmd_train(int argc, char **argv) {
         {"noise-probe-ema", OPT_DOUBLE, &c.noise_probe_ema, 0, 0.999999, "X", "--noise-probe-every: smoothing across probes (0: each probe alone)", "0", NULL},
         {"goodput-every", OPT_INT, &c.goodput_every, 1, 1 << 30, "N", "--batch-schedule goodput: steps between batch decisions", "10", NULL},
         {"goodput-estimator", OPT_ENUM, &c.goodput_estimator, OPT_NO_RANGE, "NAME", "the noise scale goodput follows: simple, precond, curvature, curvature-precond, probe or probe-precond", "precond", TRAIN_GOODPUT_ESTIMATOR_WORDS},
+        {"goodput-noise-scale", OPT_DOUBLE, &c.goodput_noise_scale, 0, 1e9, "B", "--batch-schedule goodput: follow this noise scale in sequences (batch-sweep's B_crit, say) instead of --goodput-estimator (0: off)", "0", NULL},
         {"goodput-time-model", OPT_STRING, &c.goodput_time_model, OPT_NO_RANGE, "A:B", "testing: seconds per step = A + B x batch instead of measured (deterministic goodput)", "", NULL},
         {"grad-compression", OPT_STRING, &c.grad_compression, OPT_NO_RANGE, "CODEC",
          "gradient reduction: none, fp16, bf16, fp8, int8, topk:FRACTION or onebit", "none", NULL},

@@ -197,6 +197,7 @@ void estimators_after_backward(Trainer *tr, StepResult *r, GradientAt grad, void
 
 /* The noise scale goodput follows. */
 static double followed_noise_scale(const Trainer *tr, const StepResult *r) {
+    if (tr->cfg.goodput_noise_scale > 0) return tr->cfg.goodput_noise_scale; /* given, not estimated */
     switch (tr->cfg.goodput_estimator) {
     case GOODPUT_PRECOND: return r->noise_precond;
     case GOODPUT_CURVATURE: return r->noise_curvature;

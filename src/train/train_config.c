@@ -112,6 +112,10 @@ static bool check_combinations(const TrainConfig *c, char *why, size_t n) {
                  "replica's micro-batches with its measured speed, and interleaving needs a multiple of --pp");
         return false;
     }
+    if (c->goodput_noise_scale > 0 && strncmp(c->batch_schedule, "goodput", 7) != 0) {
+        snprintf(why, n, "--goodput-noise-scale needs --batch-schedule goodput:MIN:MAX (got %s)", c->batch_schedule);
+        return false;
+    }
     const bool resume = c->resume && *c->resume;
     if (c->resume_new_batch && (!resume || strcmp(c->batch_schedule, "constant") != 0)) {
         snprintf(why, n, "--resume-new-batch needs --resume DIR and --batch-schedule constant (got %s%s)",

@@ -123,6 +123,7 @@ typedef struct {
     double noise_probe_ema;         /* smoothing across probes (0: each probe alone) */
     int goodput_every;              /* --batch-schedule goodput: steps between decisions (0: 10) */
     GoodputEstimator goodput_estimator; /* the noise scale goodput follows */
+    double goodput_noise_scale;     /* > 0: goodput follows this noise scale (sequences) instead of an estimate */
     const char *goodput_time_model; /* tests: "A:B", seconds per step = A + B x batch instead of measured */
     /* compressed communication (comm/codec.h, comm/compressed.h) */
     const char *grad_compression;   /* none, fp16, bf16, fp8, int8, topk:FRACTION, onebit */
