@@ -31,7 +31,8 @@ Debian's vim-runtime):
 3. schedules to the target on 2 processes, in one run: constant 8, 16, 32,
    two ramps 8 -> 32 (over 64K and 256K tokens), adaptive:8:64 and
    goodput:8:64 (following the preconditioned EMA, and following the noise
-   probe), evaluated every 2 steps: training seconds (the steps' own,
+   probe), and goodput:8:64 given the fitted B_crit (--goodput-noise-scale:
+   the policy without an estimator's error), evaluated every 2 steps: training seconds (the steps' own,
    evaluations excluded), tokens and steps to the target, interpolated
    between the evaluations around it; goodput's PASS when its seconds are
    below the best constant's and the best ramp's;
@@ -251,10 +252,15 @@ def to_target(m, target):
     return None
 
 
-def schedules(bs, data, model, target, tmp, hosts=None):
-    rows = {}
-    for name, (final, schedule) in SCHEDULES.items():
-        flags = SCHEDULE_FLAGS.get(name, [])
+GIVEN = "goodput:8:64 given B_crit"  # the policy alone: goodput fed the sweep's fitted B_crit (--goodput-noise-scale)
+
+
+def schedules(bs, data, model, target, tmp, hosts=None, b_crit=None):
+    rows, table = {}, dict(SCHEDULES)
+    if b_crit is not None:
+        table[GIVEN] = (64, "goodput:8:64")
+    for name, (final, schedule) in table.items():
+        flags = ["--goodput-noise-scale", f"{b_crit:.3f}"] if name == GIVEN else SCHEDULE_FLAGS.get(name, [])
         path = os.path.join(tmp, name.replace(" ", "_").replace(":", "_").replace(">", "") + ".jsonl")
         m, wall = train(bs, data, model, target, ["--global-batch", str(final), "--batch-schedule", schedule,
                                                   "--eval-every", "2", "--noise-ema", str(SCHEDULE_EMA)] + flags, 2, path,
@@ -286,7 +292,7 @@ def verdict(rows):
     return words
 
 
-def linked_schedules(bs, data, model, target, tmp):
+def linked_schedules(bs, data, model, target, tmp, b_crit=None):
     """The schedules with one rank on each of two test hosts whose links are shaped to LINK; None (and the reason
     printed) where test hosts cannot be made."""
     if os.geteuid() != 0:
@@ -300,7 +306,7 @@ def linked_schedules(bs, data, model, target, tmp):
                 if p.returncode != 0:
                     print(f"  schedules over a shaped link: skipped ({p.stderr.strip()})", flush=True)
                     return None
-            return schedules(bs, data, model, target, tmp, hosts)
+            return schedules(bs, data, model, target, tmp, hosts, b_crit)
     except AssertionError as e:  # TestHosts: the namespaces could not be made
         print(f"  schedules over a shaped link: skipped ({e})", flush=True)
         return None
@@ -358,12 +364,12 @@ def main():
                   f"{shared['frozen_start'].get('noise_scale', float('nan')):.2f}, at the target's "
                   f"{shared['frozen_target'].get('noise_scale', float('nan')):.2f}; probes on the way (last, "
                   f"median): {shared['probes']}", flush=True)
-            rows = schedules(bs, data, model, target, tmp)
+            rows = schedules(bs, data, model, target, tmp, b_crit=b_crit)
             results[name] = dict(b_crit=b_crit, interval=interval, lrs=LRS, chosen_lr=chosen, estimators=est,
                                  frozen_estimators=frozen, probes=probes, from_checkpoint=shared, schedules=rows,
                                  goodput=verdict(rows))
             if LINK != "none" and name in LINK_SETTINGS:
-                linked = linked_schedules(bs, data, model, target, tmp)
+                linked = linked_schedules(bs, data, model, target, tmp, b_crit)
                 if linked is not None:
                     results[name].update(link=LINK, linked_schedules=linked, linked_goodput=verdict(linked))
     json.dump(results, open(out_json, "w"), indent=1)
