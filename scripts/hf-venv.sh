@@ -14,9 +14,9 @@
 # skipped with the reason. It never fails the build.
 set -u
 VENV=${BS_HF_VENV:-$HOME/.cache/batchscale/hf-venv}
-PINS="transformers==4.36.2"
+PINS="transformers==4.36.2 Jinja2==3.1.4"  # Jinja2: peft's save_pretrained writes a model card from a template
 NODEPS="peft==0.7.1 accelerate==0.25.0"
-CHECK="import torch, transformers, safetensors, peft; assert transformers.__version__ == '4.36.2' and peft.__version__ == '0.7.1'"
+CHECK="import torch, transformers, safetensors, peft, jinja2; assert transformers.__version__ == '4.36.2' and peft.__version__ == '0.7.1'"
 if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "$CHECK" 2>/dev/null; then
     exit 0
 fi
