@@ -168,11 +168,27 @@ static void add_route_stats(const MoeLayer *L, MoeStats *st) {
     st->tokens += (double)L->N;
 }
 
+/* logits (N,E) = x (N,C) @ router_w^T, one row at a time in a fixed order: a
+ * row's logits, and so its routing, do not depend on where it sits among the
+ * rows (a BLAS kernel may round a row differently at another offset in the
+ * block, and then equal tokens would not tie under the capacity rule, and a
+ * layout that moves rows could route them differently). */
+static void router_logits(real *logits, const real *x, const real *router_w, size_t N, int C, int E) {
+#pragma omp parallel for schedule(static)
+    for (size_t t = 0; t < N; t++)
+        for (int e = 0; e < E; e++) {
+            const real *xt = x + t * (size_t)C, *w = router_w + (size_t)e * C;
+            real sum = 0;
+            for (int c = 0; c < C; c++) sum += xt[c] * w[c];
+            logits[t * (size_t)E + e] = sum;
+        }
+}
+
 void moe_route(MoeLayer *L, const real *x, size_t N, const real *router_w, const real *bias, MoeStats *stats) {
     if (N > L->max_rows) bs_die("moe: %zu rows exceed the layer's %zu", N, L->max_rows);
     const int E = L->cfg.experts, K = L->cfg.top_k;
     L->N = N;
-    matmul_forward(L->logits, x, router_w, NULL, N, L->cfg.channels, E);
+    router_logits(L->logits, x, router_w, N, L->cfg.channels, E);
 #pragma omp parallel for schedule(static)
     for (size_t t = 0; t < N; t++) route_row(L, t, bias);
     add_route_stats(L, stats);
