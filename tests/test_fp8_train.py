@@ -128,22 +128,37 @@ class Fp8LayoutTest(CorpusTest):
 
     def test_gradient_codec_and_training_scales_do_not_fight(self):
         """--grad-compression fp8 (the codec's own per-block scales, on the fp32 gradients after backward) changes
-        an FP8 run no more than it changes a bf16 run: the codec's effect on bf16, measured here on the same data
-        and layout (DP 2, ten steps), bounds its effect on FP8 (K x, as the layouts: samples of one spread). Scales
-        that interfered (the codec quantizing already-scaled values, or the training amaxes seeing the codec's
-        rounding) would compound and move the FP8 run by far more."""
+        an FP8 run no more, relative to what any rounding-sized change does to it, than it changes a bf16 run
+        relative to the same for bf16. Each precision's sensitivity is measured here: the largest loss gap of the
+        run with its batches' pairs reordered (REORDERINGS, same layout, DP 2, ten steps), its floor; FP8 runs are
+        several times more sensitive than bf16 ones (coarser rounding, amplified over the steps), and how much
+        more depends on the CPU (the raw gap ratio was within 4x on an Intel Xeon, 14.9x on an AMD EPYC family 26,
+        where the bf16 gap itself moved 3.5x with oneDNN's kernel), so the bound compares the codec's gap in
+        units of each precision's floor (K x, as the layouts). Scales that interfered (the codec quantizing
+        already-scaled values, or the training amaxes seeing the codec's rounding) would compound and move the
+        FP8 run by far more than its floor."""
         pairs = pair_shards(self.data, self.path("codec-pairs"))
-        gaps = {}
+        gaps, floors = {}, {}
         for precision, flags in (("bf16", ["--precision", "bf16"]), ("fp8", fp8("delayed"))):
             plain, _, _ = train(self.data, self.path(f"codec-{precision}"), ranks=2, micro=2, extra=pairs + flags)
             coded, _, _ = train(self.data, self.path(f"codec-{precision}-fp8"), ranks=2, micro=2,
                                 extra=pairs + flags + ["--grad-compression", "fp8"])
             self.assertIn("fp8_underflow" if precision == "fp8" else "loss", coded[-1])
             gaps[precision] = loss_gap(coded, plain)
-        print(f"  --grad-compression fp8: loss gap {gaps['bf16']:.2e} on bf16, {gaps['fp8']:.2e} on FP8 "
-              f"({gaps['fp8'] / gaps['bf16']:.2f} x)", flush=True)
+            floors[precision] = 0.0
+            for order in REORDERINGS:
+                label = "".join(map(str, order))
+                data = pair_shards(self.data, self.path(f"codec-{precision}-data{label}"), order)
+                m, _, _ = train(self.data, self.path(f"codec-{precision}-{label}"), ranks=2, micro=2,
+                                extra=data + flags)
+                floors[precision] = max(floors[precision], loss_gap(m, plain))
+        units = {k: gaps[k] / floors[k] for k in gaps}
+        print(f"  --grad-compression fp8: loss gap {gaps['bf16']:.2e} on bf16 (floor {floors['bf16']:.2e}: "
+              f"{units['bf16']:.2f} x), {gaps['fp8']:.2e} on FP8 (floor {floors['fp8']:.2e}: {units['fp8']:.2f} x)",
+              flush=True)
         self.assertGreater(gaps["bf16"], 0, "the codec changed nothing: the bound measured nothing")
-        self.assertLessEqual(gaps["fp8"], K * gaps["bf16"])
+        self.assertGreater(min(floors.values()), 0, "no reordering changed a run: the floor measured nothing")
+        self.assertLessEqual(units["fp8"], K * units["bf16"])
 
     def test_param_gather(self):
         """--fp8-param-gather (ZeRO-3 layers gathered with E4M3 weights): the same bits as quantizing after the
