@@ -23,5 +23,6 @@ bs_isa_test(NAME fp8_kernels COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_fp8.
 # 300 KJV steps against bf16 and the outlier (slow: it runs no code fp8_train does not).
 add_test(NAME fp8_train COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_fp8_train.py layouts)
 add_test(NAME fp8_train_convergence COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_fp8_train.py convergence)
-set_tests_properties(fp8_train fp8_train_convergence PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" TIMEOUT 900)
+set_tests_properties(fp8_train fp8_train_convergence PROPERTIES ENVIRONMENT
+                     "BATCHSCALE=${BS};BF16_DRIVER=$<TARGET_FILE:bf16_driver>" TIMEOUT 900)
 set_tests_properties(fp8_train_convergence PROPERTIES LABELS slow)

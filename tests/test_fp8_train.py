@@ -8,7 +8,10 @@ layouts (CTest fp8_train):
   steps of AdamW, every layout's largest relative loss gap and largest parameter difference <= K x a noise floor
   measured here, the one FP8 process against itself with its sums reordered: the same global batches with their
   micro-batches in another order (three permutations of the four pairs of sequences of each batch) and split
-  into micro-batches of 4 and 2 sequences instead of 8. The scales do not move with the split or the order:
+  into micro-batches of 4 and 2 sequences instead of 8, and, where oneDNN runs, the other bf16 matmul path for the
+  operations outside FP8 (every product's sums in another order, as in tests/test_bf16_train.py: the kind of
+  change TP makes, its partial sums added in another order and then rounded to bf16, which the batch orders
+  alone do not contain; without it block's TP 2 read 4.2x that floor on an AMD EPYC family 26). The scales do not move with the split or the order:
   delayed amaxes are maxima over the step's micro-batches and the data- and tensor-parallel ranks
   (model/fp8_scaling.h), block scales are per block and every block (1x128, and 128x1 along the 128 rows of
   two sequences) holds the same values in every run; so a layout differs from one process only by fp32
@@ -55,7 +58,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bstest import BATCHSCALE, CorpusTest, kjv_corpus, run  # noqa: E402
-from test_bf16_train import LAYOUTS, K, loss_gap, param_gap, train  # noqa: E402
+from bf16_probe import probe  # noqa: E402
+from test_bf16_train import DRIVER, LAYOUTS, K, loss_gap, param_gap, train  # noqa: E402
 
 RESUME_BOUND = 0.02  # another precision for 5 steps from the same state: the bf16 test's measured scale, doubled
 
@@ -95,6 +99,10 @@ class Fp8LayoutTest(CorpusTest):
         for order in REORDERINGS:
             label = "pairs " + "".join(map(str, order))
             runs[label] = dict(extra=pair_shards(self.data, self.path(f"{recipe}-data{label[6:]}"), order))
+        here = probe(DRIVER)
+        if here["available"]:  # the other bf16 matmul path (the ops outside FP8): every product's sums reordered
+            other = "widen" if here["auto"] == "onednn-bf16" else "onednn"
+            runs["--bf16-matmul " + other] = dict(extra=self.pairs + ["--bf16-matmul", other])
         return runs
 
     def check_recipe(self, recipe):
