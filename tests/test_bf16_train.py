@@ -19,16 +19,12 @@ layouts (CTest bf16_train, and again under the AVX2 kernels, bf16_train_isa_avx2
       <= 2E + F. E and F are taken per gradient tensor (its largest element difference).
       A wrongly wired layout (a missing reduction, a micro-batch counted twice, a stale shard) moves the gradient
       by a part of itself, far beyond 2E (E is about 2.5e-3 of the gradient's largest element).
-  (b) Ten steps of AdamW against a noise floor measured here: the one-process run against itself with its sums
-      reordered (accumulation splits of the same global batch: micro-batches of 4, 2 and 1 sequences instead of 8;
-      and, where oneDNN runs, the other matmul path, which reorders every product). Bound: every layout's largest
-      relative loss gap over the ten steps, and its largest parameter difference, <= K x the floor's, K = 4.
-      Why K: bf16 rounding amplifies any difference, whatever its size, into the same chaotic spread once Adam has
-      taken a few steps (a step-1 gradient difference of 1e-7 (micro-batch split) and of 7e-5 (TP 2) both end at
-      1e-5..5e-4 after the corpus's gradient spike at step 6), so the layouts' gaps and the floor's are samples of
-      the same spread; measured worst layout / floor: 0.24 (AMX, oneDNN), 1.34 (OpenBLAS Haswell kernels), about
-      2.2 on an AMD EPYC against a single-split floor (issue 14); K = 4 covers that spread with room, and a real
-      error (a different batch, a wrong learning rate) moves the loss by 1e-2 or more.
+  (b) Ten steps of AdamW, every layout's largest relative loss gap and largest parameter difference <= K x a
+      noise floor measured beside them: the one process against itself with its sums reordered (micro-batches of
+      4, 2 and 1 sequences instead of 8, each batch's pairs of sequences in three other orders, and, where oneDNN
+      runs, the other matmul path, which reorders every product); K = 4. tests/layout_floor.py says why these
+      reorderings and why K; measured worst layout / floor: 0.24 (AMX, oneDNN), 1.34 (OpenBLAS Haswell kernels),
+      about 2.2 on an AMD EPYC against a single-split floor (issue 14).
   The fp32 layout tests (test_model_parallel.py, test_dp.py) stay the correctness check at 1e-5.
 - --bf16-matmul onednn where oneDNN has no bf16 matmul (ONEDNN_MAX_CPU_ISA=AVX2 makes this CPU such a CPU, as an
   AVX2-only AMD EPYC is): one line naming the flag and the ISA, non-zero exit, before any training work; and auto
@@ -51,33 +47,15 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bf16_probe import onednn_or_skip, probe  # noqa: E402
-from bstest import BATCHSCALE, CorpusTest, kjv_corpus, launch, read_metrics, read_model, run  # noqa: E402
+from bf16_probe import onednn_or_skip  # noqa: E402
+from bstest import BATCHSCALE, CorpusTest, kjv_corpus, run  # noqa: E402
+from layout_floor import DRIVER, LAYOUTS, check_layouts, train  # noqa: E402
 from torch_gpt import TENSORS  # noqa: E402
 
-DRIVER = os.environ.get("BF16_DRIVER", "build/tests/bf16_driver")
-LAYOUTS = {"dp2-zero1": ["--dp", "2", "--zero", "1"], "dp2-zero3": ["--dp", "2", "--zero", "3"], "tp2": ["--tp", "2"],
-           "pp2": ["--pp", "2"]}
 FLOOR_MICRO = (4, 2, 1)  # the one-process run's accumulation splits of the global batch of 8
-K = 4  # multi-step bound in units of the measured floor: see the docstring
 # one SGD step at learning rate 1 that only subtracts the gradient
 ONE_STEP = ["--steps", "1", "--optimizer", "sgd", "--momentum", "0", "--weight-decay", "0", "--grad-clip", "0",
             "--warmup", "0"]
-
-
-def train(data, prefix, ranks=1, extra=(), steps=10, micro=8, val=False):
-    metrics, model = prefix + ".jsonl", prefix + ".bin"
-    args = ["train", "--data", os.path.join(data, "train_000000.bin"), "--layers", "4", "--heads", "4",
-            "--channels", "64", "--seq-len", "64", "--micro-batch", str(micro), "--global-batch", "8", "--steps",
-            str(steps), "--lr", "3e-3", "--warmup", "2", "--sample-tokens", "0", "--threads", "1", "--quiet",
-            "--metrics", metrics, "--save-model", model] + list(extra)
-    if val:
-        args += ["--val-data", os.path.join(data, "val_000000.bin"), "--eval-every", str(steps), "--val-batches", "8"]
-    else:
-        args += ["--eval-every", "0"]
-    launch(args, ranks)
-    header, body = read_model(model)
-    return read_metrics(metrics), body, header
 
 
 def split_tensors(header, flat):
@@ -125,15 +103,6 @@ def check_one_pass(test, label, ref16, ref32, got16, got32):
           f"{worst[0]:.4f} ({worst[1]})", flush=True)
 
 
-def loss_gap(run_metrics, reference):
-    """The largest relative loss gap over the steps."""
-    return max(abs(a["loss"] - b["loss"]) / b["loss"] for a, b in zip(run_metrics, reference))
-
-
-def param_gap(p, reference):
-    return float(np.max(np.abs(p.astype(np.float64) - reference)) / np.max(np.abs(reference)))
-
-
 class Bf16LayoutTest(CorpusTest):
     CORPUS_BYTES = 400_000
 
@@ -150,28 +119,7 @@ class Bf16LayoutTest(CorpusTest):
             check_one_pass(self, name, ref["bf16"], ref["fp32"], got["bf16"], got["fp32"])
 
     def test_ten_steps_within_the_noise_floor(self):
-        here = probe(DRIVER)
-        bf16 = ["--precision", "bf16"]
-        one, one_p, _ = train(self.data, self.path("ten-one"), extra=bf16)
-        floor_runs = {f"micro {m}": dict(micro=m, extra=bf16) for m in FLOOR_MICRO}
-        if here["available"]:  # the other matmul path: every product's sums in another order
-            other = "widen" if here["auto"] == "onednn-bf16" else "onednn"
-            floor_runs["--bf16-matmul " + other] = dict(micro=8, extra=bf16 + ["--bf16-matmul", other])
-        floor_loss = floor_param = 0.0
-        for label, kw in floor_runs.items():
-            m, p, _ = train(self.data, self.path("ten-" + label.replace(" ", "_")), **kw)
-            floor_loss, floor_param = max(floor_loss, loss_gap(m, one)), max(floor_param, param_gap(p, one_p))
-            print(f"  floor {label}: loss gap {loss_gap(m, one):.2e}, parameters {param_gap(p, one_p):.2e}",
-                  flush=True)
-        self.assertGreater(floor_loss, 0, "no reordering of the one-process run changed it: the floor measured nothing")
-        for name, extra in LAYOUTS.items():
-            m, p, _ = train(self.data, self.path("ten-" + name), ranks=2, micro=2, extra=extra + bf16)
-            self.assertEqual(len(m), len(one))
-            lg, pg = loss_gap(m, one), param_gap(p, one_p)
-            print(f"  {name}: loss gap {lg:.2e} = {lg / floor_loss:.2f} x floor, parameters {pg:.2e} = "
-                  f"{pg / floor_param:.2f} x floor", flush=True)
-            self.assertLessEqual(lg, K * floor_loss, f"{name}: loss gap {lg:.3g} > {K} x floor {floor_loss:.3g}")
-            self.assertLessEqual(pg, K * floor_param, f"{name}: parameter gap {pg:.3g} > {K} x floor {floor_param:.3g}")
+        check_layouts(self, "bf16", ["--precision", "bf16"], FLOOR_MICRO)
 
     def test_same_bits_at_1_2_and_3_threads(self):
         """On the path auto picks (oneDNN's blocks on AMX here, OpenBLAS's in the AVX2 pass); threads need no cores.

@@ -6,30 +6,22 @@ usage: test_fp8_train.py [layouts | convergence]   (default: layouts)
 layouts (CTest fp8_train):
 - Parallel layouts in FP8, both recipes (DP 2 with ZeRO 1 and 3, TP 2, PP 2) against one FP8 process: ten
   steps of AdamW, every layout's largest relative loss gap and largest parameter difference <= K x a noise floor
-  measured here, the one FP8 process against itself with its sums reordered: the same global batches with their
-  micro-batches in another order (three permutations of the four pairs of sequences of each batch) and split
-  into micro-batches of 4 and 2 sequences instead of 8, and, where oneDNN runs, the other bf16 matmul path for the
-  operations outside FP8 (every product's sums in another order, as in tests/test_bf16_train.py: the kind of
-  change TP makes, its partial sums added in another order and then rounded to bf16, which the batch orders
-  alone do not contain; without it block's TP 2 read 4.2x that floor on an AMD EPYC family 26). The scales do not move with the split or the order:
-  delayed amaxes are maxima over the step's micro-batches and the data- and tensor-parallel ranks
-  (model/fp8_scaling.h), block scales are per block and every block (1x128, and 128x1 along the 128 rows of
-  two sequences) holds the same values in every run; so a layout differs from one process only by fp32
-  summation order, which FP8 rounding amplifies as bf16's does (tests/test_bf16_train.py: K = 4, the same
-  reasoning: the gaps and the floor are samples of the same chaotic spread once Adam has taken a few steps; a
-  real error, e.g. an amax reduced over the wrong group or a scale from the wrong step, moves the loss by far
-  more). A layout run must report FP8 statistics (it ran in FP8).
-  Why the reorderings: splitting the batch alone keeps most fp32 sums in their order (biases, LayerNorm and
-  embedding gradients accumulate micro-batch after micro-batch into one buffer), and the block recipe's
-  products of power-of-two-scaled FP8 values sum almost exactly, so for block the splits alone measured next
-  to nothing (1e-9 to 2e-5) while DP's reduction (half-batch sums added) is a real reordering: that was the
-  "30x the floor" of round 1. Reordered, the one process spreads as far as the layouts do (see
-  docs/PERFORMANCE.md). No micro-batch of 1 sequence: 64 rows would cut block's 128-row weight-gradient
-  blocks, another quantization, not another order. TP 2 in block does quantize differently (a rank's 96-row
-  qkv shard tiles 128x128 from its own first row, as every TP implementation of the recipe does); it is held
-  to the same bound, which it meets, as the check that nothing else differs.
-  The data: the test writes the batches as shards of two sequences each (random windows of the corpus), read
-  in --data-order sequential, so that a reordering permutes files and nothing else.
+  measured here (tests/layout_floor.py, as the bf16 test's: the one FP8 process with its batches split into
+  micro-batches of 4 and 2 sequences, their pairs of sequences in three other orders, and, where oneDNN runs,
+  the other bf16 matmul path for the operations outside FP8; without that last one block's TP 2 read 4.2x the
+  floor on an AMD EPYC family 26). The scales do not move with the split or the order: delayed amaxes are
+  maxima over the step's micro-batches and the data- and tensor-parallel ranks (model/fp8_scaling.h), block
+  scales are per block and every block (1x128, and 128x1 along the 128 rows of two sequences) holds the same
+  values in every run; so a layout differs from one process only by fp32 summation order, which FP8 rounding
+  amplifies as bf16's does (K = 4, the same reasoning; a real error, e.g. an amax reduced over the wrong group
+  or a scale from the wrong step, moves the loss by far more). A layout run must report FP8 statistics (it ran
+  in FP8). For block the splits alone measured next to nothing (1e-9 to 2e-5: products of power-of-two-scaled
+  FP8 values sum almost exactly) while DP's reduction is a real reordering: that was the "30x the floor" of
+  round 1; reordered, the one process spreads as far as the layouts do (see docs/PERFORMANCE.md). No
+  micro-batch of 1 sequence: 64 rows would cut block's 128-row weight-gradient blocks, another quantization,
+  not another order. TP 2 in block does quantize differently (a rank's 96-row qkv shard tiles 128x128 from its
+  own first row, as every TP implementation of the recipe does); it is held to the same bound, which it meets,
+  as the check that nothing else differs.
 - The fp8 gradient codec in FP8 training (--grad-compression fp8, DP 2): its effect on the FP8 run within K x its
   effect on the same bf16 run, measured here (the two sets of scales do not fight).
 - --fp8-param-gather (DP 2, ZeRO 3, delayed; bf16 and fp32 as the higher precision): losses, parameters and the
@@ -58,14 +50,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bstest import BATCHSCALE, CorpusTest, kjv_corpus, run  # noqa: E402
-from bf16_probe import probe  # noqa: E402
-from test_bf16_train import DRIVER, LAYOUTS, K, loss_gap, param_gap, train  # noqa: E402
+from layout_floor import K, REORDERINGS, check_layouts, loss_gap, pair_shards, train  # noqa: E402
 
 RESUME_BOUND = 0.02  # another precision for 5 steps from the same state: the bf16 test's measured scale, doubled
-
-
-T, STEPS, PAIRS = 64, 10, 4  # train()'s --seq-len and steps; a global batch of 8 = 4 pairs of sequences
-REORDERINGS = ((2, 3, 0, 1), (3, 2, 1, 0), (1, 0, 3, 2))  # of each batch's pairs
 FLOOR_SPLITS = (4, 2)  # micro-batch sizes, in sequences (train()'s global batch is 8)
 
 
@@ -73,60 +60,12 @@ def fp8(recipe):
     return ["--precision", "fp8", "--fp8-recipe", recipe]
 
 
-def pair_shards(data, out, order=tuple(range(PAIRS))):
-    """The first STEPS global batches as shards of two sequences each, random windows of the corpus (so a
-    sequence's last target is its pair's first token, the same in every run), each batch's pairs in `order`."""
-    raw = np.fromfile(os.path.join(data, "train_000000.bin"), dtype=np.uint8)
-    header, tokens = raw[:1024].view(np.int32).copy(), raw[1024:].view(np.uint16)
-    windows = np.random.default_rng(0).choice((tokens.size - 1) // T, STEPS * PAIRS * 2, replace=False)
-    os.makedirs(out)
-    for step in range(STEPS):
-        for slot, pair in enumerate(order):
-            a, b = windows[2 * (step * PAIRS + pair):][:2]
-            chunk = np.concatenate([tokens[a * T:a * T + T], tokens[b * T:b * T + T + 1]])
-            header[2] = chunk.size
-            with open(os.path.join(out, f"{step * PAIRS + slot:05d}.bin"), "wb") as f:
-                f.write(header.tobytes() + chunk.tobytes())
-    return ["--data", out, "--data-order", "sequential"]  # after train()'s own --data: the last one counts
-
-
 class Fp8LayoutTest(CorpusTest):
     CORPUS_BYTES = 400_000
 
-    def floor_runs(self, recipe):
-        """The one process's reorderings: label -> train() keywords."""
-        runs = {f"micro {m}": dict(micro=m, extra=self.pairs) for m in FLOOR_SPLITS}
-        for order in REORDERINGS:
-            label = "pairs " + "".join(map(str, order))
-            runs[label] = dict(extra=pair_shards(self.data, self.path(f"{recipe}-data{label[6:]}"), order))
-        here = probe(DRIVER)
-        if here["available"]:  # the other bf16 matmul path (the ops outside FP8): every product's sums reordered
-            other = "widen" if here["auto"] == "onednn-bf16" else "onednn"
-            runs["--bf16-matmul " + other] = dict(extra=self.pairs + ["--bf16-matmul", other])
-        return runs
-
     def check_recipe(self, recipe):
-        self.pairs = pair_shards(self.data, self.path(f"{recipe}-pairs"))
-        one, one_p, _ = train(self.data, self.path(f"{recipe}-one"), extra=self.pairs + fp8(recipe))
-        self.assertIn("fp8_underflow", one[-1], "no FP8 statistics: did the run use FP8?")
-        floor_loss = floor_param = 0.0
-        for label, kw in self.floor_runs(recipe).items():
-            kw["extra"] = kw["extra"] + fp8(recipe)
-            m, p, _ = train(self.data, self.path(f"{recipe}-{label.replace(' ', '')}"), **kw)
-            floor_loss, floor_param = max(floor_loss, loss_gap(m, one)), max(floor_param, param_gap(p, one_p))
-            print(f"  {recipe} floor {label}: loss gap {loss_gap(m, one):.2e}, parameters "
-                  f"{param_gap(p, one_p):.2e}", flush=True)
-        self.assertGreater(floor_loss, 0, "no reordering of the one-process run changed it: the floor measured nothing")
-        for name, extra in LAYOUTS.items():
-            m, p, _ = train(self.data, self.path(f"{recipe}-{name}"), ranks=2, micro=2,
-                            extra=extra + self.pairs + fp8(recipe))
-            self.assertEqual(len(m), len(one))
-            self.assertIn("fp8_underflow", m[-1])
-            lg, pg = loss_gap(m, one), param_gap(p, one_p)
-            print(f"  {recipe} {name}: loss gap {lg:.2e} = {lg / floor_loss:.2f} x floor, parameters {pg:.2e} = "
-                  f"{pg / floor_param:.2f} x floor", flush=True)
-            self.assertLessEqual(lg, K * floor_loss, f"{recipe} {name}: loss gap {lg:.3g} > {K} x {floor_loss:.3g}")
-            self.assertLessEqual(pg, K * floor_param, f"{recipe} {name}: parameters {pg:.3g} > {K} x {floor_param:.3g}")
+        check_layouts(self, recipe, fp8(recipe), FLOOR_SPLITS,
+                      ran=lambda m: self.assertIn("fp8_underflow", m[-1], "no FP8 statistics: did the run use FP8?"))
 
     def test_delayed_layouts_within_the_noise_floor(self):
         self.check_recipe("delayed")

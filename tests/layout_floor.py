@@ -1,0 +1,116 @@
+"""layout_floor.py: parallel layouts in a low precision (bf16, FP8) against one process over ten steps of AdamW,
+within K x a noise floor measured beside them; shared by tests/test_bf16_train.py and tests/test_fp8_train.py.
+
+The floor: the one process against itself with its sums reordered, the largest relative loss gap over the ten
+steps and the largest parameter difference over these runs:
+- the same global batches split into smaller micro-batches (the precision's `splits`, in sequences, of 8);
+- the same batches with their micro-batches in another order (REORDERINGS of the four pairs of sequences of each
+  batch). Why: splitting the batch alone keeps most fp32 sums in their order (biases, LayerNorm and embedding
+  gradients accumulate micro-batch after micro-batch into one buffer), while DP's reduction (half-batch sums added)
+  is a real reordering; on an AMD EPYC family 26 under AddressSanitizer the splits and the matmul path alone read a
+  floor 7x smaller than the normal build's, and TP 2 in bf16 then read 4.1x it;
+- where oneDNN runs, the other bf16 matmul path: every product's sums in another order, the kind of change TP makes
+  (its partial sums added in another order, then rounded to bf16), which the batch orders alone do not contain.
+The data: every run reads the batches as shards of two sequences each (random windows of the corpus) in
+--data-order sequential, so that a reordering permutes files and nothing else.
+
+Why K = 4: rounding to bf16 or FP8 amplifies any difference, whatever its size, into the same chaotic spread once
+Adam has taken a few steps (a step-1 gradient difference of 1e-7 (micro-batch split) and of 7e-5 (TP 2) both end at
+1e-5..5e-4 after the corpus's gradient spike at step 6), so the layouts' gaps and the floor's are samples of the
+same spread; K = 4 covers the measured worst layout / floor with room (docs/PERFORMANCE.md gives the figures per
+CPU), and a real error (a different batch, a wrong learning rate, a stale shard) moves the loss by 1e-2 or more.
+"""
+import os
+
+import numpy as np
+
+from bf16_probe import probe
+from bstest import launch, read_metrics, read_model
+
+DRIVER = os.environ.get("BF16_DRIVER", "build/tests/bf16_driver")
+LAYOUTS = {"dp2-zero1": ["--dp", "2", "--zero", "1"], "dp2-zero3": ["--dp", "2", "--zero", "3"], "tp2": ["--tp", "2"],
+           "pp2": ["--pp", "2"]}
+K = 4  # the bound in units of the measured floor: see above
+T, STEPS, PAIRS = 64, 10, 4  # train()'s --seq-len and steps; a global batch of 8 = 4 pairs of sequences
+REORDERINGS = ((2, 3, 0, 1), (3, 2, 1, 0), (1, 0, 3, 2))  # of each batch's pairs
+
+
+def train(data, prefix, ranks=1, extra=(), steps=STEPS, micro=8, val=False):
+    """The tests' small model (L4 C64, T 64, global batch 8) on the corpus in `data`: (metrics, parameters,
+    model header)."""
+    metrics, model = prefix + ".jsonl", prefix + ".bin"
+    args = ["train", "--data", os.path.join(data, "train_000000.bin"), "--layers", "4", "--heads", "4",
+            "--channels", "64", "--seq-len", str(T), "--micro-batch", str(micro), "--global-batch", "8", "--steps",
+            str(steps), "--lr", "3e-3", "--warmup", "2", "--sample-tokens", "0", "--threads", "1", "--quiet",
+            "--metrics", metrics, "--save-model", model] + list(extra)
+    if val:
+        args += ["--val-data", os.path.join(data, "val_000000.bin"), "--eval-every", str(steps), "--val-batches", "8"]
+    else:
+        args += ["--eval-every", "0"]
+    launch(args, ranks)
+    header, body = read_model(model)
+    return read_metrics(metrics), body, header
+
+
+def loss_gap(run_metrics, reference):
+    """The largest relative loss gap over the steps."""
+    return max(abs(a["loss"] - b["loss"]) / b["loss"] for a, b in zip(run_metrics, reference))
+
+
+def param_gap(p, reference):
+    return float(np.max(np.abs(p.astype(np.float64) - reference)) / np.max(np.abs(reference)))
+
+
+def pair_shards(data, out, order=tuple(range(PAIRS))):
+    """The first STEPS global batches as shards of two sequences each, random windows of the corpus (so a
+    sequence's last target is its pair's first token, the same in every run), each batch's pairs in `order`."""
+    raw = np.fromfile(os.path.join(data, "train_000000.bin"), dtype=np.uint8)
+    header, tokens = raw[:1024].view(np.int32).copy(), raw[1024:].view(np.uint16)
+    windows = np.random.default_rng(0).choice((tokens.size - 1) // T, STEPS * PAIRS * 2, replace=False)
+    os.makedirs(out)
+    for step in range(STEPS):
+        for slot, pair in enumerate(order):
+            a, b = windows[2 * (step * PAIRS + pair):][:2]
+            chunk = np.concatenate([tokens[a * T:a * T + T], tokens[b * T:b * T + T + 1]])
+            header[2] = chunk.size
+            with open(os.path.join(out, f"{step * PAIRS + slot:05d}.bin"), "wb") as f:
+                f.write(header.tobytes() + chunk.tobytes())
+    return ["--data", out, "--data-order", "sequential"]  # after train()'s own --data: the last one counts
+
+
+def floor_runs(test, tag, pairs, splits):
+    """The one process's reorderings: label -> train() keywords (without the precision's flags)."""
+    runs = {f"micro {m}": dict(micro=m, extra=pairs) for m in splits}
+    for order in REORDERINGS:
+        label = "pairs " + "".join(map(str, order))
+        runs[label] = dict(extra=pair_shards(test.data, test.path(f"{tag}-data{label[6:]}"), order))
+    here = probe(DRIVER)
+    if here["available"]:
+        other = "widen" if here["auto"] == "onednn-bf16" else "onednn"
+        runs["--bf16-matmul " + other] = dict(extra=pairs + ["--bf16-matmul", other])
+    return runs
+
+
+def check_layouts(test, tag, flags, splits, ran=lambda metrics: None):
+    """Every layout of LAYOUTS in the precision `flags` within K x the floor (loss gap and parameters); `ran` checks
+    a run's metrics showed the precision at work."""
+    pairs = pair_shards(test.data, test.path(f"{tag}-pairs"))
+    one, one_p, _ = train(test.data, test.path(f"{tag}-one"), extra=pairs + flags)
+    ran(one)
+    floor_loss = floor_param = 0.0
+    for label, kw in floor_runs(test, tag, pairs, splits).items():
+        m, p, _ = train(test.data, test.path(f"{tag}-{label.replace(' ', '')}"), micro=kw.get("micro", 8),
+                        extra=kw["extra"] + flags)
+        floor_loss, floor_param = max(floor_loss, loss_gap(m, one)), max(floor_param, param_gap(p, one_p))
+        print(f"  {tag} floor {label}: loss gap {loss_gap(m, one):.2e}, parameters {param_gap(p, one_p):.2e}",
+              flush=True)
+    test.assertGreater(floor_loss, 0, "no reordering of the one-process run changed it: the floor measured nothing")
+    for name, extra in LAYOUTS.items():
+        m, p, _ = train(test.data, test.path(f"{tag}-{name}"), ranks=2, micro=2, extra=extra + pairs + flags)
+        test.assertEqual(len(m), len(one))
+        ran(m)
+        lg, pg = loss_gap(m, one), param_gap(p, one_p)
+        print(f"  {tag} {name}: loss gap {lg:.2e} = {lg / floor_loss:.2f} x floor, parameters {pg:.2e} = "
+              f"{pg / floor_param:.2f} x floor", flush=True)
+        test.assertLessEqual(lg, K * floor_loss, f"{tag} {name}: loss gap {lg:.3g} > {K} x floor {floor_loss:.3g}")
+        test.assertLessEqual(pg, K * floor_param, f"{tag} {name}: parameters {pg:.3g} > {K} x floor {floor_param:.3g}")
