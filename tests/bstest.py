@@ -43,6 +43,27 @@ def make_corpus(directory, nbytes=200_000, seed=0):
     return out
 
 
+def batch_shards(data, out, order, seq_len, steps, per_shard=1):
+    """The first `steps` global batches of len(order) x per_shard sequences as shards of per_shard sequences each
+    (random windows of data/train_000000.bin; within a shard a sequence's last target is the next one's first
+    token), each batch's shards in `order`: read with the returned flags (--data-order sequential), a reordering
+    permutes files and nothing else. Returns the flags, to go after a run's own --data (the last one counts)."""
+    raw = np.fromfile(os.path.join(data, "train_000000.bin"), dtype=np.uint8)
+    header, tokens = raw[:1024].view(np.int32).copy(), raw[1024:].view(np.uint16)
+    T, slots = seq_len, len(order)
+    windows = np.random.default_rng(0).choice((tokens.size - 1) // T, steps * slots * per_shard, replace=False)
+    os.makedirs(out)
+    for step in range(steps):
+        for slot, shard in enumerate(order):
+            starts = windows[per_shard * (step * slots + shard):][:per_shard]
+            chunk = np.concatenate([tokens[a * T:a * T + T] for a in starts[:-1]] +
+                                   [tokens[starts[-1] * T:starts[-1] * T + T + 1]])
+            header[2] = chunk.size
+            with open(os.path.join(out, f"{step * slots + slot:05d}.bin"), "wb") as f:
+                f.write(header.tobytes() + chunk.tobytes())
+    return ["--data", out, "--data-order", "sequential"]
+
+
 def read_metrics(path):
     with open(path) as f:
         return [json.loads(line) for line in f]

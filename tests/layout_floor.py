@@ -25,7 +25,7 @@ import os
 import numpy as np
 
 from bf16_probe import probe
-from bstest import launch, read_metrics, read_model
+from bstest import batch_shards, launch, read_metrics, read_model
 
 DRIVER = os.environ.get("BF16_DRIVER", "build/tests/bf16_driver")
 LAYOUTS = {"dp2-zero1": ["--dp", "2", "--zero", "1"], "dp2-zero3": ["--dp", "2", "--zero", "3"], "tp2": ["--tp", "2"],
@@ -62,20 +62,10 @@ def param_gap(p, reference):
 
 
 def pair_shards(data, out, order=tuple(range(PAIRS))):
-    """The first STEPS global batches as shards of two sequences each, random windows of the corpus (so a
-    sequence's last target is its pair's first token, the same in every run), each batch's pairs in `order`."""
-    raw = np.fromfile(os.path.join(data, "train_000000.bin"), dtype=np.uint8)
-    header, tokens = raw[:1024].view(np.int32).copy(), raw[1024:].view(np.uint16)
-    windows = np.random.default_rng(0).choice((tokens.size - 1) // T, STEPS * PAIRS * 2, replace=False)
-    os.makedirs(out)
-    for step in range(STEPS):
-        for slot, pair in enumerate(order):
-            a, b = windows[2 * (step * PAIRS + pair):][:2]
-            chunk = np.concatenate([tokens[a * T:a * T + T], tokens[b * T:b * T + T + 1]])
-            header[2] = chunk.size
-            with open(os.path.join(out, f"{step * PAIRS + slot:05d}.bin"), "wb") as f:
-                f.write(header.tobytes() + chunk.tobytes())
-    return ["--data", out, "--data-order", "sequential"]  # after train()'s own --data: the last one counts
+    """The first STEPS global batches as shards of two sequences each (bstest.batch_shards: random windows of the
+    corpus, so a sequence's last target is its pair's first token, the same in every run), each batch's pairs in
+    `order`."""
+    return batch_shards(data, out, order, T, STEPS, per_shard=2)
 
 
 def floor_runs(test, tag, pairs, splits):

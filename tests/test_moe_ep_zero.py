@@ -16,9 +16,9 @@ experts), so a rank updates several pieces of its flat layout.
    (relative), every step's loads equal, the optimizer's first state (Adam's
    m, SGD's momentum) within 1e-5 (max |a-b| / max |b|), the bias equal, and
    the final weights within 1e-5, or under AdamW within the larger of 1e-5
-   and FLOOR_K x a floor measured beside the reference (test_moe_tp.py's
-   bound: the reference's run on 2 data-parallel ranks, only the gradient
-   sum's order changed). The figure printed beside them: the same layout at
+   and FLOOR_K x a floor measured beside the reference (test_moe_model.py's
+   FLOOR_K; the floor: the reference's run on 2 data-parallel ranks, only the
+   gradient sum's order changed). The figure printed beside them: the same layout at
    ZeRO 0 (the summation order of its all-to-all and reductions, which ZeRO
    keeps).
 2. Checkpoints of ep 2 x ZeRO 1 (each file: a range of an ep rank's layout,
@@ -40,7 +40,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bstest  # noqa: E402
 import test_moe_ep as te  # noqa: E402  (read_ep_ckpt)
 import test_moe_model as tm  # noqa: E402  (train, check, rel)
-from test_moe_tp import FLOOR_K  # noqa: E402  (why 4: its comment)
 
 TOL = 1e-5
 # the norms start near 2.2 and fall to 1.6 over the 10 steps: a clip at 0.5 scales every step's gradient
@@ -86,7 +85,7 @@ def weight_bound(tmp, data, setting, oracle, ref_dir):
     _, d = tm.train(tmp, f"dp2_floor_{oracle}_{len(setting)}", data, COMMON + setting + [
         "--steps", "10", "--micro-batch", str(oracle // 2)], ranks=2)
     floor = tm.rel(te.read_ep_ckpt(d, 10)[0], te.read_ep_ckpt(ref_dir, 10)[0])
-    return max(TOL, FLOOR_K * floor), f"; dp 2 without EP {floor:.1e}"
+    return max(TOL, tm.FLOOR_K * floor), f"; dp 2 without EP {floor:.1e}"
 
 
 def layouts(tmp, data):
