@@ -4,11 +4,15 @@
 - Equivalence (the invariant): N in {1, 2, 4} ranks x ZeRO 0-3 x accumulation
   1 and 3, with the same global batch, give the loss sequence of one process
   computing the whole batch within 1e-5 relative over 20 steps, and the same
-  final parameters (max |a-b| / max |b| over all parameters <= 1e-5). Per
-  tensor, small tensors whose exact gradient is nearly zero (the attention
-  key bias) are moved by summation-order noise that Adam amplifies; their
-  tolerance is set from the oracle against itself with its sum reordered
-  (one process with accumulation): 4 x that measured distance, at least 1e-5.
+  final parameters (max |a-b| / max |b|, over all parameters and per
+  tensor). Weights whose exact gradient is zero or nearly (the attention key
+  bias: softmax ignores what it adds; the fc weights of a hidden unit GELU
+  rarely opens) are moved by summation-order noise that Adam amplifies
+  towards lr per step, so the parameters' tolerance, whole and per tensor,
+  is set from the oracle against itself with its sum reordered (one process
+  with accumulation): 4 x that measured distance, at least 1e-5 (on an AMD
+  EPYC family 25 the whole model's floor at the batch of 6 read 2.2e-5, an
+  fc weight; the key bias 1.0e-4 of its own largest value).
 - The same layout run twice is bitwise identical.
 - Bytes per step match theory: all-reduce 2(N-1)/N x gradient bytes per rank
   (ZeRO 0 and 1: reduce-scatter + all-gather is the same volume), ZeRO-3
@@ -90,7 +94,9 @@ class DataParallelTest(CorpusTest):
         self.assertEqual(len(metrics), STEPS, label)
         for step, (m, o) in enumerate(zip(metrics, o_metrics)):
             self.assertLess(abs(m["loss"] - o["loss"]) / o["loss"], 1e-5, f"{label} step {step + 1}")
-        self.assertLess(rel(body, o_body), 1e-5, f"{label}: parameters")
+        whole_floor = rel(r_body, o_body)
+        self.assertLessEqual(rel(body, o_body), max(1e-5, 4 * whole_floor),
+                             f"{label}: parameters (the reordered oracle {whole_floor:.2g})")
         ot, rt, lt = tensors(header, o_body), tensors(header, r_body), tensors(header, body)
         for name in ot:
             floor = rel(rt[name], ot[name])
