@@ -32,7 +32,10 @@ Debian's vim-runtime):
    two ramps 8 -> 32 (over 64K and 256K tokens), adaptive:8:64 and
    goodput:8:64 (following the preconditioned EMA, and following the noise
    probe), and goodput:8:64 given the fitted B_crit (--goodput-noise-scale:
-   the policy without an estimator's error), evaluated every 2 steps: training seconds (the steps' own,
+   the policy without an estimator's error) and given the sweep's local
+   critical batches along the loss (`batch-sweep --along`, 0.5 and 0.2 above
+   the target, fed as --goodput-noise-curve: a noise scale that grows as the
+   loss falls, measured), evaluated every 2 steps: training seconds (the steps' own,
    evaluations excluded), tokens and steps to the target, interpolated
    between the evaluations around it; goodput's PASS when its seconds are
    below the best constant's and the best ramp's;
@@ -116,12 +119,20 @@ def run_sweep(bs, data, model, target, out, options):
     return json.load(open(os.path.join(out, "sweep.json")))
 
 
+ALONG = (0.5, 0.2)  # --along: the losses this far above the target, so the curve has three stretches
+
+
 def sweep(bs, data, model, target, out):
-    """B_crit in sequences, its interval, and {batch: the lr chosen} (empty without LRS)."""
-    summary = run_sweep(bs, data, model, target, out, ["--eval-tokens", "8192"] + (["--lrs", LRS] if LRS else []))
+    """B_crit in sequences, its interval, {batch: the lr chosen} (empty without LRS), and the local critical batches
+    along the loss as a --goodput-noise-curve (None if no stretch was located)."""
+    along = ",".join(f"{target + d:.4g}" for d in ALONG)
+    summary = run_sweep(bs, data, model, target, out, ["--eval-tokens", "8192", "--along", along] +
+                        (["--lrs", LRS] if LRS else []))
     fit = summary["fit"]
     chosen = {b["batch"]: b["lr"] for b in summary.get("lr_choice", {}).get("batches", [])}
-    return fit["b_crit_sequences"], fit.get("interval", {}).get("b_crit_sequences"), chosen
+    curve = ",".join(f"{p['val_loss']:.4g}:{p['local_b_sequences']:.3g}" for p in summary["along"]["points"]
+                     if p.get("local_b_sequences") is not None)
+    return fit["b_crit_sequences"], fit.get("interval", {}).get("b_crit_sequences"), chosen, curve or None
 
 
 def train(bs, data, model, target, extra, ranks, path, hosts=None):
@@ -253,14 +264,17 @@ def to_target(m, target):
 
 
 GIVEN = "goodput:8:64 given B_crit"  # the policy alone: goodput fed the sweep's fitted B_crit (--goodput-noise-scale)
+GIVEN_CURVE = "goodput:8:64 given the B_crit curve"  # fed the sweep's local critical batches (--goodput-noise-curve)
 
 
-def schedules(bs, data, model, target, tmp, hosts=None, b_crit=None):
-    rows, table = {}, dict(SCHEDULES)
+def schedules(bs, data, model, target, tmp, hosts=None, b_crit=None, curve=None):
+    rows, table, given = {}, dict(SCHEDULES), {}
     if b_crit is not None:
-        table[GIVEN] = (64, "goodput:8:64")
+        table[GIVEN], given[GIVEN] = (64, "goodput:8:64"), ["--goodput-noise-scale", f"{b_crit:.3f}"]
+    if curve is not None:
+        table[GIVEN_CURVE], given[GIVEN_CURVE] = (64, "goodput:8:64"), ["--goodput-noise-curve", curve]
     for name, (final, schedule) in table.items():
-        flags = ["--goodput-noise-scale", f"{b_crit:.3f}"] if name == GIVEN else SCHEDULE_FLAGS.get(name, [])
+        flags = given.get(name, SCHEDULE_FLAGS.get(name, []))
         path = os.path.join(tmp, name.replace(" ", "_").replace(":", "_").replace(">", "") + ".jsonl")
         m, wall = train(bs, data, model, target, ["--global-batch", str(final), "--batch-schedule", schedule,
                                                   "--eval-every", "2", "--noise-ema", str(SCHEDULE_EMA)] + flags, 2, path,
@@ -292,7 +306,7 @@ def verdict(rows):
     return words
 
 
-def linked_schedules(bs, data, model, target, tmp, b_crit=None):
+def linked_schedules(bs, data, model, target, tmp, b_crit=None, curve=None):
     """The schedules with one rank on each of two test hosts whose links are shaped to LINK; None (and the reason
     printed) where test hosts cannot be made."""
     if os.geteuid() != 0:
@@ -306,7 +320,7 @@ def linked_schedules(bs, data, model, target, tmp, b_crit=None):
                 if p.returncode != 0:
                     print(f"  schedules over a shaped link: skipped ({p.stderr.strip()})", flush=True)
                     return None
-            return schedules(bs, data, model, target, tmp, hosts, b_crit)
+            return schedules(bs, data, model, target, tmp, hosts, b_crit, curve)
     except AssertionError as e:  # TestHosts: the namespaces could not be made
         print(f"  schedules over a shaped link: skipped ({e})", flush=True)
         return None
@@ -329,8 +343,9 @@ def main():
             corpus_name, model, target = SETTINGS[name]
             data = corpus(bs, tmp, corpus_name)
             print(f"{name}: {corpus_name}, {' '.join(model)}, target validation loss {target}", flush=True)
-            b_crit, interval, chosen = sweep(bs, data, model, target, os.path.join(tmp, name + "_sweep"))
-            print(f"  fitted B_crit {b_crit:.1f} sequences, 95% interval {interval}", flush=True)
+            b_crit, interval, chosen, curve = sweep(bs, data, model, target, os.path.join(tmp, name + "_sweep"))
+            print(f"  fitted B_crit {b_crit:.1f} sequences, 95% interval {interval}; local critical batches along "
+                  f"the loss: {curve}", flush=True)
             if chosen:
                 print("  lr chosen per batch (of " + LRS + "): " +
                       ", ".join(f"{b}: {lr if lr is not None else 'none reached'}" for b, lr in chosen.items()),
@@ -364,12 +379,12 @@ def main():
                   f"{shared['frozen_start'].get('noise_scale', float('nan')):.2f}, at the target's "
                   f"{shared['frozen_target'].get('noise_scale', float('nan')):.2f}; probes on the way (last, "
                   f"median): {shared['probes']}", flush=True)
-            rows = schedules(bs, data, model, target, tmp, b_crit=b_crit)
-            results[name] = dict(b_crit=b_crit, interval=interval, lrs=LRS, chosen_lr=chosen, estimators=est,
+            rows = schedules(bs, data, model, target, tmp, b_crit=b_crit, curve=curve)
+            results[name] = dict(b_crit=b_crit, interval=interval, noise_curve=curve, lrs=LRS, chosen_lr=chosen, estimators=est,
                                  frozen_estimators=frozen, probes=probes, from_checkpoint=shared, schedules=rows,
                                  goodput=verdict(rows))
             if LINK != "none" and name in LINK_SETTINGS:
-                linked = linked_schedules(bs, data, model, target, tmp, b_crit)
+                linked = linked_schedules(bs, data, model, target, tmp, b_crit, curve)
                 if linked is not None:
                     results[name].update(link=LINK, linked_schedules=linked, linked_goodput=verdict(linked))
     json.dump(results, open(out_json, "w"), indent=1)

@@ -32,8 +32,15 @@
   EMA resumes from a checkpoint bit for bit; goodput following it
   (--goodput-estimator probe-precond) uses its last value in the efficiency
   and resumes bit for bit, and is refused without the probe or with SGD.
-- Bad schedule, optimizer, scaling, estimator and probe flags get one line
-  naming the flag.
+- --goodput-temperature: the followed noise scale times the lr schedule's
+  factor: each step's efficiency and decision are the formula's at bn x
+  lr / --lr through a warm-up, and the batch grows with the lr.
+- --goodput-noise-curve: each step's efficiency is the formula's at the
+  curve's noise scale for that step's training loss, each decision the
+  formula's argmax there, both of the curve's stretches are used, and a
+  resume mid-run continues bit for bit.
+- Bad schedule, optimizer, scaling, estimator, probe and curve flags get one
+  line naming the flag.
 """
 import json
 import math
@@ -355,6 +362,74 @@ class BatchScalingTest(CorpusTest):
                 self.assertEqual(prev["goodput_batch"], batch, f"decision at step {prev['step']}")
         self.assertEqual(full[-1]["batch"], best)
 
+    def test_goodput_temperature(self):
+        # --goodput-temperature: the followed noise scale times the lr schedule's factor (the step's lr over --lr;
+        # --lr-scaling none here), so during a long warm-up the policy sees little noise and keeps small batches,
+        # then grows them as the lr rises (and lowers them as the cosine decays it). Each step's efficiency and
+        # each decision are the formula's at bn x lr / 3e-3.
+        a, b, lo, hi, bn, lr = 1.0, 0.05, 4, 32, 60.0, 3e-3  # at the peak lr sqrt(a bn / b) = 35: batch 32
+        gp = ["--batch-schedule", f"goodput:{lo}:{hi}", "--train-tokens", str(60 * 8 * T), "--goodput-every", "3",
+              "--goodput-time-model", f"{a}:{b}", "--goodput-noise-scale", str(bn), "--goodput-temperature",
+              "--warmup-tokens", str(40 * 8 * T)]
+        full, _ = train(self.data, self.path("gp_temp"), ranks=2, steps=1, extra=gp)
+
+        def goodput(batch, noise):
+            return batch / (a + b * batch) * (noise + lo) / (noise + batch)
+        batch, chosen = lo, []
+        for x in full[:-1]:
+            noise = bn * x["lr"] / lr
+            self.assertEqual(x["batch"], batch, f"step {x['step']}")
+            self.assertAlmostEqual(x["efficiency"], (noise + lo) / (noise + batch), delta=1e-12, msg=x["step"])
+            if x["step"] % 3 == 0:
+                best = max(range(lo, hi + 1, 2 * 2), key=lambda B: goodput(B, noise))
+                batch = 2 * lo if x["step"] == 3 else best
+                self.assertEqual(x["goodput_batch"], batch, f"decision at step {x['step']}")
+                chosen.append(batch)
+        self.assertLess(full[5]["lr"], 0.5 * lr, "the run decides inside the warm-up")
+        top = chosen.index(max(chosen))
+        self.assertLess(chosen[1], chosen[top], f"the batch grows with the lr: {chosen}")
+        self.assertEqual(chosen[1:top + 1], sorted(chosen[1:top + 1]), f"and only grows while it rises: {chosen}")
+        self.assertLess(chosen[-1], chosen[top], f"the cosine decay lowers it again: {chosen}")
+
+    def test_goodput_given_noise_curve(self):
+        # --goodput-noise-curve TO:B,...: a noise scale that changes with the training loss (batch-sweep --along's
+        # local critical batches): each step's efficiency is the formula's at the curve's value for that step's
+        # loss, each decision after the first is the formula's argmax there, both stretches of the curve are
+        # used, and a resume from a checkpoint mid-run continues bit for bit.
+        a, b, lo, hi = 1.0, 0.002, 4, 32
+        probe, _ = train(self.data, self.path("gpc_probe"), ranks=2, steps=12)  # where this model's loss goes
+        middle = round(probe[6]["loss"], 3)
+        curve = [(middle, 0.5), (0.01, 60.0)]  # 0.5 sequences until the loss falls to `middle`, then 60
+        gp = ["--batch-schedule", f"goodput:{lo}:{hi}", "--train-tokens", str(30 * 8 * T), "--goodput-every", "3",
+              "--goodput-time-model", f"{a}:{b}", "--goodput-noise-curve", ",".join(f"{l}:{s}" for l, s in curve)]
+        ck = self.path("gpc_ck")
+        full, p_full = train(self.data, self.path("gpc_full"), ranks=2, steps=1,
+                             extra=gp + ["--ckpt-dir", ck, "--ckpt-every", "7", "--keep-last", "0"])
+
+        def at(loss):  # the curve's noise scale: the first stretch whose end the loss is still above
+            return next((s for l, s in curve if l < loss), curve[-1][1])
+
+        def goodput(batch, bn):
+            return batch / (a + b * batch) * (bn + lo) / (bn + batch)
+        used, batch = set(), lo
+        for x in full[:-1]:
+            bn = at(x["loss"])
+            used.add(bn)
+            self.assertEqual(x["batch"], batch, f"step {x['step']}")
+            self.assertAlmostEqual(x["efficiency"], (bn + lo) / (bn + batch), delta=1e-12, msg=x["step"])
+            if x["step"] % 3 == 0:
+                best = max(range(lo, hi + 1, 2 * 2), key=lambda B: goodput(B, bn))
+                batch = 2 * lo if x["step"] == 3 else best
+                self.assertEqual(x["goodput_batch"], batch, f"decision at step {x['step']}")
+        self.assertEqual(used, {0.5, 60.0}, "the run crossed the curve's first loss")
+        self.assertGreater(len({x["batch"] for x in full[3:]}), 1, "the batch followed the curve")
+        resumed, p_res = train(self.data, self.path("gpc_res"), ranks=2, steps=1,
+                               extra=gp + ["--resume", os.path.join(ck, "step_00000007"),
+                                           "--ckpt-dir", self.path("gpc_ck2")])
+        keys = ("batch", "loss", "lr", "goodput", "efficiency", "goodput_batch")
+        self.assertEqual([[m.get(k) for k in keys] for m in resumed], [[m.get(k) for k in keys] for m in full[7:]])
+        self.assertTrue(np.array_equal(p_full, p_res))
+
     def test_bad_flags(self):
         for flag, value in (("--batch-schedule", "ramp:4:3:100"), ("--batch-schedule", "step:\"0:8 0:16\""),
                             ("--batch-schedule", "exp:0:100"), ("--batch-schedule", "step:\"0:4 10Q:8\""),
@@ -385,6 +460,12 @@ class BatchScalingTest(CorpusTest):
                            ("--goodput-noise-scale", ["--goodput-noise-scale", "12"]),
                            ("--goodput-noise-scale", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
                                                       "--goodput-noise-scale", "-1"]),
+                           ("--goodput-noise-curve", ["--goodput-noise-curve", "2.8:9"]),
+                           ("--goodput-temperature", ["--goodput-temperature"]),
+                           ("--goodput-noise-curve", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
+                                                      "--goodput-noise-curve", "2.6:9,2.8:12"]),
+                           ("--goodput-noise-curve", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
+                                                      "--goodput-noise-curve", "2.8:9", "--goodput-noise-scale", "3"]),
                            ("--noise-probe-every", ["--noise-probe-every", "-1"]),
                            ("--noise-probe-every", ["--noise-probe-every", "2", "--zero", "2"]),
                            ("--noise-probe-batches", ["--noise-probe-every", "2", "--noise-probe-batches", "0"]),

@@ -18,6 +18,12 @@ global batches 2, 8 and 16 x seeds 1 and 2, to validation loss 2.6:
   the fit; the other runs take the same steps as before (the runs are
   deterministic and the cap does not change a constant-lr schedule); the fit
   equals numpy's over those 4 runs.
+- --along 2.8,3.0: each loss fitted from the same runs' crossings of it
+  equals numpy's fit of the steps and tokens recomputed from their metrics;
+  the last point is the target's fit; each local critical batch is the
+  stretch's dE_min / dS_min (the first from the start) and the printed
+  --goodput-noise-curve carries them; --along refusals (a loss not above the
+  target, repeated, malformed, empty) come before any run.
 - refusals, one line each naming the flag, exit non-zero: no --batches, an
   empty, malformed, single or repeated batch list, a batch that is not a
   whole number of micro-batches, no --target-loss, no command after --, a
@@ -58,6 +64,7 @@ TARGET = 2.6
 BATCHES = [2, 8, 16]
 SEEDS = 2
 LRS = [1e-3, 3e-3]
+ALONG = [3.0, 2.8]  # --along: losses every run crosses after its first evaluation, on the way to TARGET
 
 
 def numpy_fit(steps, tokens):
@@ -103,12 +110,14 @@ def check_png(test, path):
     test.assertEqual(len(zlib.decompress(idat)), height * (1 + (3 if colour == 2 else 4) * width))
 
 
-def steps_from_metrics(lines):
-    """Steps to TARGET: linear in the validation loss between the evaluation before it and the first at or below."""
+def steps_from_metrics(lines, target=TARGET):
+    """Steps to the target: linear in the validation loss between the evaluation before it and the first at or
+    below."""
     evals = [(line["step"], line["val_loss"]) for line in lines if "val_loss" in line]
-    k = next(i for i, e in enumerate(evals) if e[1] <= TARGET)
+    k = next(i for i, e in enumerate(evals) if e[1] <= target)
+    assert k > 0, "the loss at the first evaluation: the test's eval interval is too coarse"
     (s0, l0), (s1, l1) = evals[k - 1], evals[k]
-    return s0 + (l0 - TARGET) / (l0 - l1) * (s1 - s0)
+    return s0 + (l0 - target) / (l0 - l1) * (s1 - s0)
 
 
 class BatchSweep(bstest.CorpusTest):
@@ -133,7 +142,7 @@ class BatchSweep(bstest.CorpusTest):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.first = cls.sweep("full", "--max-steps", "300")
+        cls.first = cls.sweep("full", "--max-steps", "300", "--along", ",".join(map(str, ALONG[::-1])))
         cls.full = cls.load("full")
         cls.lr_run = cls.sweep("lrs", "--max-steps", "300", "--lrs", "3e-3,1e-3")
         cls.lrs = cls.load("lrs")
@@ -174,6 +183,38 @@ class BatchSweep(bstest.CorpusTest):
             self.assertLessEqual(fit[key], ci[key][1])
         self.assertIn("B_crit = %.2f sequences" % fit["b_crit_sequences"], self.first.stdout)
         check_png(self, self.path("full/pareto.png"))
+
+    def test_along_the_loss(self):
+        # --along (given increasing, fitted decreasing): every loss's fit is numpy's over the runs' own crossings
+        # of it, read from their metrics; the last point is the target's fit; each local critical batch is the
+        # stretch's dE_min / dS_min (the first from the start), and the printed curve gives them to train.
+        along = self.full["along"]["points"]
+        self.assertEqual([p["val_loss"] for p in along], ALONG + [TARGET])
+        fit = self.full["fit"]
+        self.assertEqual((along[-1]["s_min"], along[-1]["e_min_tokens"]), (fit["s_min"], fit["e_min_tokens"]))
+        before, curve = (0.0, 0.0), []
+        for point in along:
+            steps = [steps_from_metrics(bstest.read_metrics(r["metrics"]), point["val_loss"])
+                     for r in self.full["runs"]]
+            tokens = [s * r["batch"] * T for s, r in zip(steps, self.full["runs"])]
+            s_min, e_min = numpy_fit(steps, tokens)
+            self.assertTrue(point["fitted"])
+            self.assertEqual(point["runs_used"], 6)
+            self.assertLess(abs(point["s_min"] / s_min - 1), 1e-6, (point, s_min))
+            self.assertLess(abs(point["e_min_tokens"] / e_min - 1), 1e-6, (point, e_min))
+            lo, hi = point["b_crit_sequences_interval"]
+            self.assertLessEqual(lo, point["b_crit_sequences"])
+            self.assertLessEqual(point["b_crit_sequences"], hi)
+            ds, de = point["s_min"] - before[0], point["e_min_tokens"] - before[1]
+            if ds > 0 and de > 0:
+                self.assertAlmostEqual(point["local_b_sequences"], de / ds / T, places=9)
+                curve.append("%.4g:%.3g" % (point["val_loss"], de / ds / T))
+            else:
+                self.assertIsNone(point["local_b_sequences"])
+            before = (point["s_min"], point["e_min_tokens"])
+        self.assertAlmostEqual(along[0]["local_b_sequences"], along[0]["b_crit_sequences"], places=9)
+        self.assertIn("--goodput-noise-curve " + ",".join(curve), self.first.stdout)
+        self.assertGreater(steps_from_metrics(bstest.read_metrics(self.full["runs"][0]["metrics"]), ALONG[0]), 0)
 
     def test_run_left_out(self):
         full = {(r["batch"], r["seed"]): r for r in self.full["runs"]}
@@ -220,6 +261,9 @@ class BatchSweep(bstest.CorpusTest):
         self.refused(base + ["--batches", "2,8"], ["after --"])
         self.refused(base + ["--batches", "2,8", "--", "echo", "train"], ["batchscale train"])
         self.refused(base + ["--batches", "2,8", "--"] + self.train_command()[:-2], ["--val-data"])
+        for along, why in (("1.5", "not above --target-loss 2"), ("3,3", "given twice"), ("3,", "comma"),
+                           ("3,x", "validation loss"), ("", "give one or more")):
+            self.refused(base + ["--batches", "2,8", "--along", along] + train, ["--along", why])
 
     def test_target_never_reached(self):
         p = self.sweep("never", "--max-steps", "3", batches=[2, 8], seeds=1, check=False)

@@ -33,7 +33,12 @@
  * 4. goodput: the fit recovers a planted t = a + b B exactly; the choice is
  *    the brute-force argmax of B / t(B) x (B_noise + B_0) / (B_noise + B)
  *    over the granule's multiples and brackets sqrt(a B_noise / b); one
- *    measured size explores twice the batch; a table survives pack/unpack. */
+ *    measured size explores twice the batch; a table survives pack/unpack.
+ * 5. The noise curve goodput can follow (optim/noise_curve.h): each loss
+ *    reads the B of its stretch (above the first pair's loss the first B, at
+ *    a pair's loss still that pair's, below the last the last); malformed,
+ *    non-decreasing, non-positive and overlong curves are refused with a
+ *    reason. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -43,6 +48,7 @@
 #include "optim/curvature.h"
 #include "optim/goodput.h"
 #include "optim/grad_norm.h"
+#include "optim/noise_curve.h"
 #include "optim/noise_scale.h"
 #include "train/noise_probe.h"
 
@@ -470,6 +476,26 @@ static void check_goodput(void) {
           "pack / unpack");
 }
 
+static void check_noise_curve(void) {
+    NoiseCurve c;
+    char why[300];
+    CHECK(noise_curve_parse("2.8:9.5,2.6:12,2.45:15.25", &c, why, sizeof why) && c.count == 3, "parse: %s", why);
+    const double at[][2] = {{5.5, 9.5}, {2.81, 9.5}, {2.8, 12}, {2.7, 12}, {2.6, 15.25}, {2.5, 15.25},
+                            {2.45, 15.25}, {2.0, 15.25}};
+    for (size_t k = 0; k < sizeof at / sizeof at[0]; k++)
+        CHECK(noise_curve_at(&c, at[k][0]) == at[k][1], "loss %g: %g (want %g)", at[k][0],
+              noise_curve_at(&c, at[k][0]), at[k][1]);
+    CHECK(isnan(noise_curve_at(&c, NAN)), "a NaN loss reads no noise scale");
+    CHECK(noise_curve_parse("3:4", &c, why, sizeof why) && noise_curve_at(&c, 1) == 4, "one pair");
+    const char *bad[] = {"", "2.8", "2.8:", ":9", "2.8:9,", "2.8:9,2.9:12", "2.8:9,2.8:12", "2.8:0", "-1:4",
+                         "2.8:9;2.6:12", "2.8:9x", "inf:3", "2.8:nan",
+                         "17:1,16:1,15:1,14:1,13:1,12:1,11:1,10:1,9:1,8:1,7:1,6:1,5:1,4:1,3:1,2:1,1:1"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        why[0] = 0;
+        CHECK(!noise_curve_parse(bad[k], &c, why, sizeof why) && why[0], "'%s' refused with a reason", bad[k]);
+    }
+}
+
 int main(void) {
     Rng rng;
     rng_seed(&rng, 2021);
@@ -483,6 +509,7 @@ int main(void) {
     check_unbiased(&q, &rng);
     check_probe(&q, &rng);
     check_goodput();
+    check_noise_curve();
     if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
     return failures ? 1 : 0;
 }

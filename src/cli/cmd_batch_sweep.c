@@ -51,6 +51,7 @@
 
 typedef struct {
     const char *batches, *out, *lrs; /* lrs: NULL when --lrs is not given */
+    const char *along;               /* --along: losses above the target fitted from the same runs (NULL: none) */
     const char *from;                /* --from: the checkpoint every run continues ("" : none) */
     int seeds, max_steps, resamples;
     double target;
@@ -215,9 +216,39 @@ static void run_grid(const RunCommand *cmd, const SweepSettings *s, const SweepG
             }
 }
 
+/* --along: each loss fitted from the same runs' crossings of it (the lr chosen again at each), then the target's own
+ * fit; points[] in decreasing loss, the target last. Returns the count. */
+static int fit_along(const SweepResult *r, const SweepOptions *o, AlongPoint *points) {
+    double losses[SWEEP_MAX_ALONG];
+    const int n = sweep_along_parse(o->along, r->settings->target, losses);
+    const int cells = r->num_batches * r->num_lrs > 0 ? r->num_batches * r->num_lrs : 1;
+    SweepSettings s = *r->settings;
+    SweepRun *runs = bs_malloc(sizeof *runs * (size_t)r->num_runs);
+    for (int k = 0; k < n; k++) {
+        s.target = losses[k];
+        for (int i = 0; i < r->num_runs; i++) sweep_run_at(&r->runs[i], &s, losses[k], &runs[i]);
+        SweepResult q = *r;
+        q.settings = &s, q.runs = runs;
+        q.chosen = bs_calloc((size_t)r->num_batches, sizeof(int));
+        q.cells = bs_calloc((size_t)cells, sizeof(LrCell));
+        q.choice_counts = bs_calloc((size_t)cells, sizeof(int));
+        const bool fitted = r->num_lrs > 0 ? fit_chosen(&q, o->resamples) : fit_runs(&q, o->resamples);
+        points[k] = (AlongPoint){losses[k], fitted, q.runs_used, q.fit, fitted && q.has_interval, q.interval, NAN};
+        free(q.choice_counts);
+        free(q.cells);
+        free(q.chosen);
+    }
+    free(runs);
+    points[n] = (AlongPoint){r->settings->target, true, r->runs_used, r->fit, r->has_interval, r->interval, NAN};
+    sweep_along_local(points, n + 1);
+    return n + 1;
+}
+
 /* Prints and writes the result; dies (after sweep.json) if it could not be fitted. */
 static void report(SweepResult *r, const SweepOptions *o) {
     bool fitted = r->num_lrs > 0 ? fit_chosen(r, o->resamples) : fit_runs(r, o->resamples);
+    AlongPoint along[SWEEP_MAX_ALONG + 1];
+    if (fitted && o->along) r->num_along = fit_along(r, o, along), r->along = along;
     sweep_print_table(r);
     if (r->num_lrs > 0) sweep_print_choice(r);
     char path[4300], png[4300];
@@ -227,6 +258,7 @@ static void report(SweepResult *r, const SweepOptions *o) {
     snprintf(png, sizeof png, "%s/pareto.png", o->out);
     sweep_write_png(r, png);
     sweep_print_fit(r);
+    if (r->num_along > 0) sweep_along_print(r->along, r->num_along, r->seq_len);
     printf("wrote %s and %s\n", path, png);
 }
 
@@ -247,6 +279,8 @@ static int sweep(const SweepOptions *o, RunCommand *cmd, const char *command_tex
     double lrs[SWEEP_MAX_LRS];
     const int num_batches = parse_batches(o->batches, batches);
     const int num_lrs = o->lrs ? sweep_lrs_parse(o->lrs, lrs) : 0;
+    double along[SWEEP_MAX_ALONG];
+    if (o->along) sweep_along_parse(o->along, o->target, along); /* refused before any run, not after all */
     check_command(cmd, batches, num_batches);
     char runs_dir[4200];
     snprintf(runs_dir, sizeof runs_dir, "%s/runs", o->out);
@@ -285,6 +319,7 @@ int cmd_batch_sweep(int argc, char **argv) {
         {"out", OPT_STRING, &o.out, OPT_NO_RANGE, "DIR", "sweep.json, pareto.png and runs/", "batch-sweep", NULL},
         {"resamples", OPT_INT, &o.resamples, 10, 1000000, "N", "bootstrap resamples", "1000", NULL},
         {"from", OPT_STRING, &o.from, OPT_NO_RANGE, "CKPT", "every run continues this checkpoint (a constant-batch one: weights, optimizer state, data position) at its own batch; steps and tokens count from it", "", NULL},
+        {"along", OPT_STRING, &o.along, OPT_NO_RANGE, "LOSSES", "also fit these higher validation losses from the same runs, e.g. 2.8,2.6 (the critical batch as the loss falls, and each stretch's own)", NULL, NULL},
         {"lrs", OPT_STRING, &o.lrs, OPT_NO_RANGE, "LIST", "learning rates to try at every batch, e.g. 1e-3,2e-3,4e-3 (each replaces the command's --lr; the fit keeps each batch's fastest)", NULL, NULL},
     };
     int split = 1;

@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 
+#include "cli/sweep_along.h"
 #include "cli/sweep_run.h"
 #include "optim/critical_batch.h"
 #include "optim/lr_choice.h"
@@ -37,6 +38,8 @@ typedef struct {
     int *chosen;        /* with --lrs, per batch: the chosen lr's index (-1: no run at that batch reached the target) */
     LrCell *cells;      /* with --lrs: [batch * num_lrs + lr], what the choice compared */
     int *choice_counts; /* with --lrs and an interval: [batch * num_lrs + lr], the resamples that chose it */
+    const AlongPoint *along; /* with --along: each loss's fit, decreasing, the target last (cli/sweep_along.h) */
+    int num_along;
 } SweepResult;
 
 /* The run's batch's index in --batches (the runs are in grid order). */

@@ -59,8 +59,7 @@ typedef struct {
 
 /* Reads the run's metrics into `run`, its steps and tokens counted from the sweep's starting point; returns the
  * number of lines (0: no file or no steps). */
-static int read_metrics(SweepRun *run, const SweepSettings *s) {
-    const double target = s->target;
+static int read_metrics(SweepRun *run, const SweepSettings *s, double target) {
     if (!bs_path_exists(run->metrics)) return 0;
     size_t len;
     char *text = bs_read_file(run->metrics, &len);
@@ -103,6 +102,15 @@ static void metrics_path(const SweepSettings *s, SweepRun *run) {
     snprintf(run->metrics, sizeof run->metrics, "%s/batch%d%s_seed%ld.jsonl", s->runs_dir, run->batch, lr, run->seed);
 }
 
+void sweep_run_at(const SweepRun *run, const SweepSettings *s, double loss, SweepRun *out) {
+    *out = *run;
+    out->steps = out->tokens = out->best_val_loss = NAN;
+    out->at_first_eval = false;
+    if (run->outcome == RUN_FAILED) return; /* left out at every loss, as at the target */
+    out->outcome = RUN_NOT_REACHED;
+    read_metrics(out, s, loss);
+}
+
 void sweep_run(const RunCommand *base, const SweepSettings *s, int batch, double lr, long seed, SweepRun *out) {
     memset(out, 0, sizeof *out);
     out->batch = batch, out->seed = seed, out->lr = lr, out->outcome = RUN_NOT_REACHED;
@@ -114,7 +122,7 @@ void sweep_run(const RunCommand *base, const SweepSettings *s, int batch, double
     ChildResult r = run_child(cmd.words, 0, false, run_command_ranks(&cmd) > 0);
     if (r.stop_signal) bs_die("batch-sweep: interrupted by signal %d during the run at batch %d, seed %ld",
                               r.stop_signal, batch, seed);
-    int lines = read_metrics(out, s);
+    int lines = read_metrics(out, s, s->target);
     if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0) {
         char how[128], *text = run_command_text(&cmd);
         run_describe_status(r.status, how, sizeof how);

@@ -65,4 +65,8 @@ int sweep_eval_every(const SweepSettings *s, int batch);
  * command itself is wrong, so every run would), or if the sweep is interrupted. */
 void sweep_run(const RunCommand *base, const SweepSettings *s, int batch, double lr, long seed, SweepRun *out);
 
+/* The same run read at another validation loss (batch-sweep --along): its steps and tokens to `loss`,
+ * interpolated as for the target, from its metrics; a failed run stays failed. */
+void sweep_run_at(const SweepRun *run, const SweepSettings *s, double loss, SweepRun *out);
+
 #endif

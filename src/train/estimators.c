@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "optim/lr_scaling.h"
 #include "train/noise_probe.h"
 
 _Static_assert(ESTIMATOR_STATE_WORDS <= CKPT_ESTIMATOR_WORDS, "the checkpoint manifest holds the estimators' state");
@@ -70,6 +71,10 @@ static void setup_goodput(Trainer *tr) {
     goodput_init(&e->goodput, tr->adaptive_batch, tr->adaptive_max, granule, 0);
     e->goodput.base = e->goodput.min;
     tr->adaptive_batch = e->goodput.min;
+    char why[300];
+    e->curve_on = option_given(c->goodput_noise_curve);
+    if (e->curve_on && !noise_curve_parse(c->goodput_noise_curve, &e->noise_curve, why, sizeof why))
+        bs_die("--goodput-noise-curve %s", why);
     if (!option_given(c->goodput_time_model)) return;
     char tail;
     if (sscanf(c->goodput_time_model, "%lf:%lf%c", &e->planted_a, &e->planted_b, &tail) != 2 || e->planted_a < 0 ||
@@ -198,6 +203,7 @@ void estimators_after_backward(Trainer *tr, StepResult *r, GradientAt grad, void
 /* The noise scale goodput follows. */
 static double followed_noise_scale(const Trainer *tr, const StepResult *r) {
     if (tr->cfg.goodput_noise_scale > 0) return tr->cfg.goodput_noise_scale; /* given, not estimated */
+    if (tr->est.curve_on) return noise_curve_at(&tr->est.noise_curve, r->loss); /* every rank's loss is the batch's */
     switch (tr->cfg.goodput_estimator) {
     case GOODPUT_PRECOND: return r->noise_precond;
     case GOODPUT_CURVATURE: return r->noise_curvature;
@@ -216,7 +222,9 @@ static void goodput_step(Trainer *tr, StepResult *r) {
     if (!e->planted) comm_broadcast_bytes(tr->world, &seconds, sizeof seconds, 0); /* every rank decides the same */
     if (e->planted || e->steps_timed++ > 0) /* a process's first step pays for first touches */
         goodput_record(&e->goodput, r->batch, seconds);
-    const double b_noise = followed_noise_scale(tr, r);
+    double b_noise = followed_noise_scale(tr, r);
+    if (tr->cfg.goodput_temperature) /* the schedule's lr over the peak: the noise a step feels, at its temperature */
+        b_noise *= r->lr / lr_scaling_factor(tr->cfg.lr_scaling, r->batch, tr->base_batch) / tr->cfg.lr;
     if (b_noise > 0) {
         r->efficiency = goodput_efficiency(b_noise, e->goodput.base, r->batch);
         r->goodput = (double)r->batch / goodput_step_seconds(&e->goodput, r->batch) * r->efficiency;

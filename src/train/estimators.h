@@ -39,6 +39,11 @@
  *    curvature passes; --goodput-time-model A:B plants t = A + B x batch
  *    instead, for deterministic runs (tests). --goodput-estimator probe follows
  *    the noise probe (train/noise_probe.h), the last probe's value between probes.
+ *    --goodput-noise-scale B follows a given value instead, --goodput-noise-curve
+ *    a given curve of the step's training loss (optim/noise_curve.h); with
+ *    --goodput-temperature the followed value is multiplied by the lr
+ *    schedule's factor (the step's lr over --lr, --lr-scaling's batch factor
+ *    divided out): at a lower lr a step feels proportionally less noise.
  *
  * The EMA state, the pass count and the step-time table are saved in
  * checkpoints (estimators_pack). Deliberately not here: B_simple itself

@@ -116,6 +116,16 @@ static bool check_combinations(const TrainConfig *c, char *why, size_t n) {
         snprintf(why, n, "--goodput-noise-scale needs --batch-schedule goodput:MIN:MAX (got %s)", c->batch_schedule);
         return false;
     }
+    if (c->goodput_noise_curve && *c->goodput_noise_curve &&
+        (strncmp(c->batch_schedule, "goodput", 7) != 0 || c->goodput_noise_scale > 0)) {
+        snprintf(why, n, "--goodput-noise-curve needs --batch-schedule goodput:MIN:MAX and no --goodput-noise-scale "
+                 "(got --batch-schedule %s%s)", c->batch_schedule, c->goodput_noise_scale > 0 ? " and one" : "");
+        return false;
+    }
+    if (c->goodput_temperature && strncmp(c->batch_schedule, "goodput", 7) != 0) {
+        snprintf(why, n, "--goodput-temperature needs --batch-schedule goodput:MIN:MAX (got %s)", c->batch_schedule);
+        return false;
+    }
     const bool resume = c->resume && *c->resume;
     if (c->resume_new_batch && (!resume || strcmp(c->batch_schedule, "constant") != 0)) {
         snprintf(why, n, "--resume-new-batch needs --resume DIR and --batch-schedule constant (got %s%s)",

@@ -122,8 +122,10 @@ typedef struct {
     int noise_probe_batches;        /* its extra micro-batches per rank */
     double noise_probe_ema;         /* smoothing across probes (0: each probe alone) */
     int goodput_every;              /* --batch-schedule goodput: steps between decisions (0: 10) */
+    bool goodput_temperature;       /* scale the followed noise scale by the lr schedule's factor (estimators.h) */
     GoodputEstimator goodput_estimator; /* the noise scale goodput follows */
     double goodput_noise_scale;     /* > 0: goodput follows this noise scale (sequences) instead of an estimate */
+    const char *goodput_noise_curve; /* "TO:B,...": goodput follows this curve of the loss (optim/noise_curve.h) */
     const char *goodput_time_model; /* tests: "A:B", seconds per step = A + B x batch instead of measured */
     /* compressed communication (comm/codec.h, comm/compressed.h) */
     const char *grad_compression;   /* none, fp16, bf16, fp8, int8, topk:FRACTION, onebit */

@@ -25,6 +25,7 @@
 #include "optim/goodput.h"
 #include "optim/lr_scaling.h"
 #include "optim/lr_schedule.h"
+#include "optim/noise_curve.h"
 #include "optim/noise_scale.h"
 #include "optim/optimizer.h"
 #include "optim/outer_optimizer.h"
@@ -120,6 +121,8 @@ typedef struct {
     long steps_timed;         /* steps this process timed (not saved: the first is not recorded) */
     bool planted;             /* --goodput-time-model */
     double planted_a, planted_b;
+    bool curve_on;            /* --goodput-noise-curve */
+    NoiseCurve noise_curve;
 } Estimators;
 
 typedef struct {
