@@ -35,7 +35,8 @@ Debian's vim-runtime):
    the policy without an estimator's error) and given the sweep's local
    critical batches along the loss (`batch-sweep --along`, 0.5 and 0.2 above
    the target, fed as --goodput-noise-curve: a noise scale that grows as the
-   loss falls, measured), evaluated every 2 steps: training seconds (the steps' own,
+   loss falls, measured, scaled by the lr schedule's factor with
+   --goodput-temperature), evaluated every 2 steps: training seconds (the steps' own,
    evaluations excluded), tokens and steps to the target, interpolated
    between the evaluations around it; goodput's PASS when its seconds are
    below the best constant's and the best ramp's;
@@ -264,7 +265,8 @@ def to_target(m, target):
 
 
 GIVEN = "goodput:8:64 given B_crit"  # the policy alone: goodput fed the sweep's fitted B_crit (--goodput-noise-scale)
-GIVEN_CURVE = "goodput:8:64 given the B_crit curve"  # fed the sweep's local critical batches (--goodput-noise-curve)
+# fed the sweep's local critical batches (--goodput-noise-curve) at the lr schedule's temperature (--goodput-temperature)
+GIVEN_CURVE = "goodput:8:64 given the B_crit curve, temperature"
 
 
 def schedules(bs, data, model, target, tmp, hosts=None, b_crit=None, curve=None):
@@ -272,7 +274,7 @@ def schedules(bs, data, model, target, tmp, hosts=None, b_crit=None, curve=None)
     if b_crit is not None:
         table[GIVEN], given[GIVEN] = (64, "goodput:8:64"), ["--goodput-noise-scale", f"{b_crit:.3f}"]
     if curve is not None:
-        table[GIVEN_CURVE], given[GIVEN_CURVE] = (64, "goodput:8:64"), ["--goodput-noise-curve", curve]
+        table[GIVEN_CURVE], given[GIVEN_CURVE] = (64, "goodput:8:64"), ["--goodput-noise-curve", curve, "--goodput-temperature"]
     for name, (final, schedule) in table.items():
         flags = given.get(name, SCHEDULE_FLAGS.get(name, []))
         path = os.path.join(tmp, name.replace(" ", "_").replace(":", "_").replace(">", "") + ".jsonl")
