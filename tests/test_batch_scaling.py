@@ -362,6 +362,24 @@ class BatchScalingTest(CorpusTest):
                 self.assertEqual(prev["goodput_batch"], batch, f"decision at step {prev['step']}")
         self.assertEqual(full[-1]["batch"], best)
 
+    def replay_goodput(self, metrics, a, b, lo, hi, noise_of):
+        """Checks a planted-time goodput run (2 ranks x micro-batch 2, a decision every 3 steps) against the formula
+        at noise_of(step's metrics): every step's batch and efficiency, every decision (the first explores twice
+        MIN); returns the decisions' batches."""
+        def goodput(batch, noise):
+            return batch / (a + b * batch) * (noise + lo) / (noise + batch)
+        batch, chosen = lo, []
+        for x in metrics[:-1]:
+            noise = noise_of(x)
+            self.assertEqual(x["batch"], batch, f"step {x['step']}")
+            self.assertAlmostEqual(x["efficiency"], (noise + lo) / (noise + batch), delta=1e-12, msg=x["step"])
+            if x["step"] % 3 == 0:
+                best = max(range(lo, hi + 1, 2 * 2), key=lambda B: goodput(B, noise))
+                batch = 2 * lo if x["step"] == 3 else best
+                self.assertEqual(x["goodput_batch"], batch, f"decision at step {x['step']}")
+                chosen.append(batch)
+        return chosen
+
     def test_goodput_temperature(self):
         # --goodput-temperature: the followed noise scale times the lr schedule's factor (the step's lr over --lr;
         # --lr-scaling none here), so during a long warm-up the policy sees little noise and keeps small batches,
@@ -372,19 +390,7 @@ class BatchScalingTest(CorpusTest):
               "--goodput-time-model", f"{a}:{b}", "--goodput-noise-scale", str(bn), "--goodput-temperature",
               "--warmup-tokens", str(40 * 8 * T)]
         full, _ = train(self.data, self.path("gp_temp"), ranks=2, steps=1, extra=gp)
-
-        def goodput(batch, noise):
-            return batch / (a + b * batch) * (noise + lo) / (noise + batch)
-        batch, chosen = lo, []
-        for x in full[:-1]:
-            noise = bn * x["lr"] / lr
-            self.assertEqual(x["batch"], batch, f"step {x['step']}")
-            self.assertAlmostEqual(x["efficiency"], (noise + lo) / (noise + batch), delta=1e-12, msg=x["step"])
-            if x["step"] % 3 == 0:
-                best = max(range(lo, hi + 1, 2 * 2), key=lambda B: goodput(B, noise))
-                batch = 2 * lo if x["step"] == 3 else best
-                self.assertEqual(x["goodput_batch"], batch, f"decision at step {x['step']}")
-                chosen.append(batch)
+        chosen = self.replay_goodput(full, a, b, lo, hi, lambda x: bn * x["lr"] / lr)
         self.assertLess(full[5]["lr"], 0.5 * lr, "the run decides inside the warm-up")
         top = chosen.index(max(chosen))
         self.assertLess(chosen[1], chosen[top], f"the batch grows with the lr: {chosen}")
@@ -406,21 +412,10 @@ class BatchScalingTest(CorpusTest):
         full, p_full = train(self.data, self.path("gpc_full"), ranks=2, steps=1,
                              extra=gp + ["--ckpt-dir", ck, "--ckpt-every", "7", "--keep-last", "0"])
 
-        def at(loss):  # the curve's noise scale: the first stretch whose end the loss is still above
-            return next((s for l, s in curve if l < loss), curve[-1][1])
-
-        def goodput(batch, bn):
-            return batch / (a + b * batch) * (bn + lo) / (bn + batch)
-        used, batch = set(), lo
-        for x in full[:-1]:
-            bn = at(x["loss"])
-            used.add(bn)
-            self.assertEqual(x["batch"], batch, f"step {x['step']}")
-            self.assertAlmostEqual(x["efficiency"], (bn + lo) / (bn + batch), delta=1e-12, msg=x["step"])
-            if x["step"] % 3 == 0:
-                best = max(range(lo, hi + 1, 2 * 2), key=lambda B: goodput(B, bn))
-                batch = 2 * lo if x["step"] == 3 else best
-                self.assertEqual(x["goodput_batch"], batch, f"decision at step {x['step']}")
+        def at(x):  # the curve's noise scale: the first stretch whose end the step's loss is still above
+            return next((s for l, s in curve if l < x["loss"]), curve[-1][1])
+        self.replay_goodput(full, a, b, lo, hi, at)
+        used = {at(x) for x in full[:-1]}
         self.assertEqual(used, {0.5, 60.0}, "the run crossed the curve's first loss")
         self.assertGreater(len({x["batch"] for x in full[3:]}), 1, "the batch followed the curve")
         resumed, p_res = train(self.data, self.path("gpc_res"), ranks=2, steps=1,
