@@ -8,6 +8,10 @@ add_test(NAME plan_formulas COMMAND test_plan_formulas)
 add_executable(test_plan_moe ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_moe.c)
 target_link_libraries(test_plan_moe PRIVATE bscore)
 add_test(NAME plan_moe COMMAND test_plan_moe)
+add_executable(test_plan_kernels_measured ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_kernels_measured.c)
+target_link_libraries(test_plan_kernels_measured PRIVATE bscore)
+add_test(NAME plan_kernels_measured COMMAND test_plan_kernels_measured ${CMAKE_CURRENT_SOURCE_DIR}/data/h200_cublas_gemm.tsv
+         ${CMAKE_CURRENT_SOURCE_DIR}/data/h200_sdpa_attention.tsv)
 
 # CLI behaviour, and the published-runs table of docs/PLANNER.md recomputed.
 # (tests/test_plan_reality.py measures wall-clock time on this machine: run by

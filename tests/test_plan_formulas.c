@@ -7,7 +7,7 @@
  * memory (and what FP8 with Transformer Engine keeps of it), pipeline bubbles, NVLink bus bandwidth against NCCL's measured
  * figure, Young and Daly against the numerical optima of their models, goodput
  * against a Monte Carlo of failures and restarts, the matmul shape model
- * against DeepGEMM's published H800 table, the TP overlap against a hand
+ * capped at the measured MAMF, the TP overlap against a hand
  * computation, group placement by rank order, the MoE imbalance term
  * against a hand computation, fused attention by head dimension and under a
  * sliding window, multi-token prediction modules by hand, torchtitan's per-op checkpointing against a count of what
@@ -449,11 +449,10 @@ static void test_fit(void) {
 }
 
 /* The tile-and-wave matmul model (gemm_model.h): every preset reaches its
- * measured MAMF at the shape it was measured at; its shape curve reproduces
- * DeepGEMM's published FP8 rates on H800 (same SMs, clocks and HBM as the
- * H100 SXM) at m = 4096 as k goes 512 ... 16384, relative to that table's own
- * best (1358 TFLOP/s; the library's fine-grained scaling costs it a few
- * percent of the MAMF); and tensor-parallel splits and short k cost. */
+ * measured MAMF at the shape it was measured at, and no shape goes above it
+ * (a long-k FP8 product, whose fixed part is smaller than the MAMF shape's,
+ * came out 8% above before the cap); tensor-parallel splits and short k
+ * cost. Its fit to measured products is test_plan_gemm_measured's. */
 static void test_gemm_model(void) {
     const char *presets[] = {"a100-80g", "h100-sxm", "h200", "b200"};
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
@@ -470,23 +469,13 @@ static void test_gemm_model(void) {
             double got = gemm_model_rate(&hw, p, s[0], s[1], s[2]);
             CHECK(close_rel(got, want, 1e-9), "%s %s: %.1f TFLOP/s at its MAMF shape, measured %.1f", presets[i],
                   precision_name(p), got / 1e12, want / 1e12);
+            double long_k = gemm_model_rate(&hw, p, 4096, 7168, 16384);
+            CHECK(long_k <= want * (1 + 1e-12), "%s %s: 4096x7168x16384 at %.1f TFLOP/s, above the MAMF %.1f",
+                  presets[i], precision_name(p), long_k / 1e12, want / 1e12);
         }
     }
-    static const double DEEPGEMM[][4] = {{4096, 2112, 7168, 1058}, {4096, 24576, 1536, 990}, {4096, 32768, 512, 590},
-                                         {4096, 7168, 16384, 1358}, {4096, 4096, 7168, 1304}, {4096, 7168, 2048, 1025}};
     Hardware h100;
     hardware_preset("h100-sxm", &h100);
-    double best = gemm_model_rate(&h100, PREC_FP8, 4096, 7168, 16384), sum = 0;
-    int rows = sizeof DEEPGEMM / sizeof DEEPGEMM[0];
-    for (int i = 0; i < rows; i++) {
-        const double *r = DEEPGEMM[i];
-        double predicted = 1358.0 * gemm_model_rate(&h100, PREC_FP8, r[0], r[1], r[2]) / best;
-        double err = predicted / r[3] - 1;
-        sum += fabs(err);
-        CHECK(fabs(err) <= 0.04, "DeepGEMM %.0fx%.0fx%.0f: %.0f TFLOP/s predicted, %.0f published (%+.1f%%)", r[0], r[1],
-              r[2], predicted, r[3], 100 * err);
-    }
-    CHECK(sum / rows <= 0.0175, "DeepGEMM rows: mean |error| %.2f%%, the model's documented 1.7%%", 100 * sum / rows);
     /* Llama 3 8B's MLP on 8,192 tokens: a TP 8 split and a short k reach less of MAMF */
     double whole = gemm_model_shape_factor(&h100, PREC_BF16, 8192, 14336, 4096);
     double split = gemm_model_shape_factor(&h100, PREC_BF16, 8192, 14336 / 8, 4096);
@@ -809,7 +798,8 @@ static void test_head_dim(void) {
         l.micro_batch = 2;
         double T = 2.0 * 4096, flops = 4.0 * T * 4096 * 64 * 64, block = 4096;
         double share = g == 0 ? 420.0 / 579.0 : 171.0 / 189.0;
-        double rate = hw.peak_bf16 * hw.attention_efficiency * SUSTAINED_FRACTION * block / (block + FLASH_HALF_LENGTH) * share;
+        double half_length = g == 0 ? 710.0 : 510.0; /* the Hopper kernels', FlashAttention-2's */
+        double rate = hw.peak_bf16 * hw.attention_efficiency * SUSTAINED_FRACTION * block / (block + half_length) * share;
         LayerCompute c = layer_compute(&m, &l, &hw, PREC_BF16, ATTN_FLASH);
         CHECK(close_rel(c.attention, 0.5 * flops / rate, 1e-12), "%s: attention at head dim 64 %.4f ms, by hand %.4f",
               gpus[g], 1e3 * c.attention, 0.5e3 * flops / rate);
@@ -832,7 +822,7 @@ static void test_window(void) {
     Layout l = layout_default();
     double full_layers = layer_compute(&m, &l, &hw, PREC_BF16, ATTN_FLASH).attention;
     double flops = 4.0 * s * s * 128 * 32, peak = hw.peak_bf16 * hw.attention_efficiency * SUSTAINED_FRACTION;
-    double windowed = window_fraction(s, W) * flops / (peak * W / (W + FLASH_HALF_LENGTH));
+    double windowed = window_fraction(s, W) * flops / (peak * W / (W + 710.0)); /* the Hopper kernels' curve */
     double core_full = model_attention_core_flops(&m);
     m.attention_window = (int)W, m.window_layers = 18;
     double both = layer_compute(&m, &l, &hw, PREC_BF16, ATTN_FLASH).attention;

@@ -34,6 +34,19 @@ static const double FA3_D64[] = {197, 265, 371, 420, 460, 473};
  * so the one share scales both. */
 double flash2_share(double block) { return ratio_at_length(FA2_D128, FA3_D128, block); }
 
+/* Least-squares fits (in log rate, the level free) of L / (L + c) to the
+ * measured forward + backward rates: cuDNN 9.19 on H200, 238, 341, 421,
+ * 484, 524, 560, 548 TFLOP/s at 512 ... 32K tokens (1.3% rms; the earlier
+ * 220, fitted to FlashAttention-3's forward alone, put 512 tokens at 0.71 of
+ * 16K where forward and backward measure 0.42: the backward ramps more
+ * slowly than the forward, 0.61 of its rate at 512 and 0.92 at 16K);
+ * FlashAttention-2 (torch's flash backend) 162 ... 316 TFLOP/s, c = 510
+ * (2.0% rms). */
+#define HOPPER_HALF_LENGTH 710.0
+#define FA2_HALF_LENGTH 510.0
+
+double flash_half_length(bool fa3) { return fa3 ? HOPPER_HALF_LENGTH : FA2_HALF_LENGTH; }
+
 /* Rate at head dimension 64 over 128, causal:
  *   FlashAttention-3 (figure 5(b) over 5(d)): 197 / 292 = 0.67 at 512 ...
  *     473 / 616 = 0.77 at 16K, by block length;

@@ -8,6 +8,15 @@
 
 #include <stdbool.h>
 
+/* Fused attention reaches less of its peak on short blocks: a fraction
+ * L / (L + half length) of it for blocks of L queries and keys. The half
+ * length is the kernel generation's, fitted to the forward plus backward
+ * rate (2.5 x the forward FLOPs) measured on one H200 through PyTorch's
+ * scaled_dot_product_attention, causal, head dimension 128, 512 ... 32K
+ * tokens (tests/data/h200_sdpa_attention.tsv, bench/gpu_kernels.py): the
+ * Hopper kernels (cuDNN's: fa3 true) 710 tokens, FlashAttention-2's 510. */
+double flash_half_length(bool fa3);
+
 /* Fused attention of FlashAttention-2's generation (--attention flash2: the
  * kernels of 2023, before FlashAttention-3 and cuDNN's Hopper kernels) on a
  * GPU whose fused-attention rate is FlashAttention-3's (Hopper:

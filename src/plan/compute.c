@@ -59,7 +59,8 @@ double gemm_time(const Hardware *hw, Precision p, double m, double n, double k, 
  * and the head dimension's (attention_kernels.h). A calibration's measured rate is used as it is. */
 static double fused_rate(const Hardware *hw, Precision p, AttentionImpl a, double block, double T, double s, double d) {
     if (hw->n_gemm > 0) return measured_rate(hw, T, s, d);
-    double rate = hardware_peak(hw, p) * hw->attention_efficiency * SUSTAINED_FRACTION * block / (block + FLASH_HALF_LENGTH);
+    double rate = hardware_peak(hw, p) * hw->attention_efficiency * SUSTAINED_FRACTION * block /
+                  (block + flash_half_length(hw->attention_fa3));
     bool fa3_kernel = a == ATTN_FLASH && hw->attention_fa3;
     if (a == ATTN_FLASH2 && hw->attention_fa3) rate *= flash2_share(block);
     return rate * head_dim_share(d, fa3_kernel, block);

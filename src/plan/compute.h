@@ -29,14 +29,7 @@
  * the two-digit value that puts the median error of the calibration half of
  * docs/PLANNER.md's validation table closest to zero (never per row).
  * Measured calibration rates are used as they are. */
-#define SUSTAINED_FRACTION 0.79
-
-/* Fused attention reaches less of its peak on short blocks: a fraction
- * L / (L + FLASH_HALF_LENGTH) of it for blocks of L queries and keys, fitted
- * to FlashAttention-3's published H100 forward rates at head dimension 128
- * (430, 517, 566, 590, 614, 621 TFLOP/s at 512 ... 16K tokens, pytorch/
- * benchmark D60117034). With context parallelism a block is s/cp long. */
-#define FLASH_HALF_LENGTH 220.0
+#define SUSTAINED_FRACTION 0.82
 
 /* A fused attention backward runs 2.5 times the forward FLOPs (five
  * matmuls against two: the scores are recomputed) at 0.87 of the forward
