@@ -18,7 +18,7 @@ the dispatch (the all-to-all itself is not here: one GPU), forward and backward:
              model prices;
   grouped    the eager layer with one grouped product per matmul (torch._grouped_mm) instead of the loop.
 Each is the median of three timed rounds after a warm-up. The kernels one eager layer launches are counted with
-torch.profiler. eager - graph is the time the host adds; eager / kernels, a layer's host time per kernel where the
+torch.profiler; with --host-only each layer is also run on rows so few that its time is the host's. eager - graph is the time the host adds; eager / kernels, a layer's host time per kernel where the
 host is the bottleneck.
 
     python3 bench/gpu_moe_layer.py --out moe.json        (needs a CUDA GPU; --smoke checks the script on the CPU)
@@ -151,10 +151,11 @@ def kernels_of(fn, cuda):
     return len(kernels), busy, top
 
 
-def measure(config, dev, smoke, timer):
+def measure(config, dev, smoke, timer, host_only=False):
     name, h, f, experts, k, local, rows, tokens = config
-    if smoke:
+    if smoke or host_only:  # host_only: the same layer structure on rows so small the GPU waits for the host
         h, f, rows, tokens = 64, 32, 16, 64
+        name += " host-only" if host_only else ""
     dtype = torch.bfloat16 if dev == "cuda" else torch.float32
     layer = RankMoE(h, f, experts, k, local, rows, tokens, dev, dtype)
     row = {"config": name, "hidden": h, "ffn": f, "experts": experts, "top_k": k, "local_experts": local,
@@ -190,6 +191,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="JSON file to write")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU: checks the script, not a GPU")
+    ap.add_argument("--host-only", action="store_true",
+                    help="also each layer on tiny rows, where its time is the host's (the GPU idles between kernels)")
     args = ap.parse_args()
     cuda = torch.cuda.is_available() and not args.smoke
     if not cuda and not args.smoke:
@@ -199,6 +202,11 @@ def main():
     torch.manual_seed(0)
     t0 = time.time()
     rows = [measure(c, dev, args.smoke, Timer(cuda, 0.1 if cuda else 0.01)) for c in CONFIGS]
+    if args.host_only:
+        rows += [measure(c, dev, args.smoke, Timer(cuda, 0.1 if cuda else 0.01), True) for c in CONFIGS[1:]]
+        for local in (1, 4, 32, 64):  # the host time's growth with the local experts, at one shape
+            c = ("host-only local %d" % local, 2048, 768, 128, 8, local, 16, 64)
+            rows.append(measure(c, dev, args.smoke, Timer(cuda, 0.1 if cuda else 0.01), True))
     with open(args.out, "w") as f:
         json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(0) if cuda else "cpu",
                    "seconds": round(time.time() - t0, 1), "rows": rows}, f, indent=1)
