@@ -60,6 +60,21 @@ DEEPGEMM = [(4096, 2112, 7168), (4096, 24576, 1536), (4096, 32768, 512), (4096, 
             (4096, 7168, 2048)]
 
 
+def graph_of(fn, reps=1, warmups=3):
+    """A CUDA graph of `reps` calls of fn, captured after warm-up calls on a side stream (as capture requires)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmups):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    return graph
+
+
 class Timer:
     """Median seconds per call of fn: CUDA events on a GPU, perf_counter on the CPU. With graph=True the
     timed calls are captured in one CUDA graph and replayed, so a short kernel is timed without the host's
@@ -84,27 +99,14 @@ class Timer:
             fn()
         return (time.perf_counter() - t0) / reps
 
-    def _graph(self, fn, reps):
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(reps):
-                fn()
-        graph.replay()
-        return graph
-
     def seconds(self, fn, rounds=3):
         fn()
         once = self._run(fn, 1)
         reps = int(min(500 if self.graph else 200, max(2, math.ceil(self.min_seconds / max(once, 1e-7)))))
         if not self.graph:
             return statistics.median(self._run(fn, reps) for _ in range(rounds))
-        graph = self._graph(fn, reps)
+        graph = graph_of(fn, reps, warmups=2)
+        graph.replay()
         return statistics.median(self._run(graph.replay, 1) / reps for _ in range(rounds))
 
 
@@ -296,22 +298,38 @@ def meta_of(cuda):
     return meta
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def base_parser(doc):
+    """The GPU scripts' common options: --out and --smoke."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--out", required=True, help="JSON file to write")
-    ap.add_argument("--deadline", type=float, default=330, help="seconds after which no new measurement starts")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU: checks the script, not a GPU")
+    return ap
+
+
+def device_for(args, script):
+    """"cuda", "cpu" for --smoke, or None (said on stdout) where no CUDA GPU is visible: nothing to measure."""
+    if args.smoke:
+        torch.manual_seed(0)
+        return "cpu"
+    if not torch.cuda.is_available():
+        print(f"{script}: no CUDA GPU visible to torch; nothing measured (use --smoke to check the script)")
+        return None
+    torch.manual_seed(0)
+    return "cuda"
+
+
+def main():
+    ap = base_parser(__doc__)
+    ap.add_argument("--deadline", type=float, default=330, help="seconds after which no new measurement starts")
     ap.add_argument("--timing", choices=["eager", "graph"], default="graph",
                     help="products timed as eager calls or replayed from a CUDA graph (default)")
     ap.add_argument("--sweeps", type=int, default=1, help="times the product list is measured (odd sweeps reversed)")
     ap.add_argument("--sections", default="gemm,attention,copy", help="comma-separated: gemm, attention, copy")
     args = ap.parse_args()
-    cuda = torch.cuda.is_available() and not args.smoke
-    if not cuda and not args.smoke:
-        print("gpu_kernels: no CUDA GPU visible to torch; nothing measured (use --smoke to check the script)")
+    dev = device_for(args, "gpu_kernels")
+    if dev is None:
         return 0
-    dev = "cuda" if cuda else "cpu"
-    torch.manual_seed(0)
+    cuda = dev == "cuda"
     rec = Recorder(args.out, args.deadline, dict(meta_of(cuda), timing=args.timing))
     timer = Timer(cuda, 0.03 if cuda else 0.002)
     fp8 = cuda and hasattr(torch, "float8_e4m3fn") and torch.cuda.get_device_capability(0) >= (8, 9)

@@ -23,7 +23,6 @@ host is the bottleneck.
 
     python3 bench/gpu_moe_layer.py --out moe.json        (needs a CUDA GPU; --smoke checks the script on the CPU)
 """
-import argparse
 import json
 import sys
 import time
@@ -31,7 +30,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from gpu_kernels import Timer
+from gpu_kernels import Timer, base_parser, device_for, graph_of
 
 # (name, hidden, expert ffn, experts, top-k, local experts, rows per local expert, tokens per micro-batch):
 # the validation rows' layouts (docs/PLANNER.md), rows per expert = tokens x top-k x EP / experts
@@ -116,19 +115,6 @@ class RankMoE:
         return run
 
 
-def graph_of(fn):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
-
-
 def kernels_of(fn, cuda):
     """CUDA kernels one call launches, and their summed GPU time (s), by torch.profiler."""
     if not cuda:
@@ -188,18 +174,14 @@ def measure(config, dev, smoke, timer, host_only=False):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True, help="JSON file to write")
-    ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU: checks the script, not a GPU")
+    ap = base_parser(__doc__)
     ap.add_argument("--host-only", action="store_true",
                     help="also each layer on tiny rows, where its time is the host's (the GPU idles between kernels)")
     args = ap.parse_args()
-    cuda = torch.cuda.is_available() and not args.smoke
-    if not cuda and not args.smoke:
-        print("gpu_moe_layer: no CUDA GPU visible to torch; nothing measured (use --smoke to check the script)")
+    dev = device_for(args, "gpu_moe_layer")
+    if dev is None:
         return 0
-    dev = "cuda" if cuda else "cpu"
-    torch.manual_seed(0)
+    cuda = dev == "cuda"
     t0 = time.time()
     rows = [measure(c, dev, args.smoke, Timer(cuda, 0.1 if cuda else 0.01)) for c in CONFIGS]
     if args.host_only:

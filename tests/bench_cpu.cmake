@@ -5,3 +5,7 @@ foreach(case default forced)
   set_tests_properties(bench_cpu_${case} PROPERTIES ENVIRONMENT "BATCHSCALE=$<TARGET_FILE:batchscale>"
                        SKIP_RETURN_CODE 77 TIMEOUT 120)
 endforeach()
+
+# The GPU measurement scripts without a GPU (one line, exit 0) and on tiny shapes on the CPU (--smoke).
+add_test(NAME bench_gpu_scripts COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_bench_gpu_scripts.py)
+set_tests_properties(bench_gpu_scripts PROPERTIES TIMEOUT 300)
