@@ -22,9 +22,10 @@ layouts (CTest bf16_train, and again under the AVX2 kernels, bf16_train_isa_avx2
   (b) Ten steps of AdamW, every layout's largest relative loss gap and largest parameter difference <= K x a
       noise floor measured beside them: the one process against itself with its sums reordered (micro-batches of
       4, 2 and 1 sequences instead of 8, each batch's pairs of sequences in three other orders, and, where oneDNN
-      runs, the other matmul path, which reorders every product); K = 4. tests/layout_floor.py says why these
-      reorderings and why K; measured worst layout / floor: 0.24 (AMX, oneDNN), 1.34 (OpenBLAS Haswell kernels),
-      about 2.2 on an AMD EPYC against a single-split floor (issue 14).
+      runs, the other matmul path, which reorders every product, alone and with each of those); K = 4.
+      tests/layout_floor.py says why these reorderings and why K; measured worst layout / floor: 0.24 (AMX,
+      oneDNN), 1.34 (OpenBLAS Haswell kernels), about 2.2 on an AMD EPYC against a single-split floor (issue 14),
+      1.68 (TP 2) on an AMD EPYC family 26 (Zen 5), where the other path alone gave 8.5.
   The fp32 layout tests (test_model_parallel.py, test_dp.py) stay the correctness check at 1e-5.
 - --bf16-matmul onednn where oneDNN has no bf16 matmul (ONEDNN_MAX_CPU_ISA=AVX2 makes this CPU such a CPU, as an
   AVX2-only AMD EPYC is): one line naming the flag and the ISA, non-zero exit, before any training work; and auto

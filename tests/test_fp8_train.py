@@ -8,7 +8,7 @@ layouts (CTest fp8_train):
   steps of AdamW, every layout's largest relative loss gap and largest parameter difference <= K x a noise floor
   measured here (tests/layout_floor.py, as the bf16 test's: the one FP8 process with its batches split into
   micro-batches of 4 and 2 sequences, their pairs of sequences in three other orders, and, where oneDNN runs,
-  the other bf16 matmul path for the operations outside FP8; without that last one block's TP 2 read 4.2x the
+  the other bf16 matmul path outside FP8, alone and with each of those; without it, block's TP 2 read 4.2x the
   floor on an AMD EPYC family 26). The scales do not move with the split or the order: delayed amaxes are
   maxima over the step's micro-batches and the data- and tensor-parallel ranks (model/fp8_scaling.h), block
   scales are per block and every block (1x128, and 128x1 along the 128 rows of two sequences) holds the same
