@@ -21,6 +21,8 @@ the curves can be checked against a machine nobody here modelled:
              benchmark setting: hidden 2048) at sequence lengths 512 ... 32K;
              forward and backward timed apart.
   copy       device-to-device copy bandwidth (bytes read plus written).
+  elementwise  a Llama 3 8B layer's RMSNorm, SwiGLU and residual add at 8,192 tokens, forward and backward,
+             against the bytes each must move (the planner prices element-wise work at HBM bandwidth).
 
 Every rate is the median of three timed rounds, each long enough (30 ms) to
 hide launch overhead, after a warm-up; random normal data. Results go to a
@@ -144,7 +146,7 @@ class Recorder:
 
     def __init__(self, out, deadline, meta):
         self.out, self.deadline, self.t0 = out, deadline, time.time()
-        self.result = {"meta": meta, "gemm": [], "attention": [], "copy": [], "skipped": []}
+        self.result = {"meta": meta, "gemm": [], "attention": [], "copy": [], "elementwise": [], "skipped": []}
         self.sweep = 0
 
     def late(self):
@@ -287,6 +289,41 @@ def copy_section(rec, timer, dev, smoke):
     rec.save()
 
 
+def elementwise_section(rec, timer, dev, smoke):
+    """A Llama 3 8B layer's element-wise work at 8,192 tokens, forward and backward (autograd), against the bytes it
+    must move (each input read and each output written once): the planner prices it at HBM bandwidth."""
+    T, h, f = (8192, 4096, 14336) if not smoke else (64, 32, 64)
+    e = 2  # BF16 bytes
+
+    def randn(*shape):
+        return torch.randn(*shape, device=dev, dtype=torch.bfloat16 if dev == "cuda" else torch.float32)
+    x, w, gate, up, res = randn(T, h), randn(h), randn(T, f), randn(T, f), randn(T, h)
+    for t in (x, w, gate, up, res):
+        t.requires_grad_(True)
+    g_h, g_f = randn(T, h), randn(T, f)
+    norm = getattr(torch.nn.functional, "rms_norm", None)
+    # name: (forward closure, inputs with gradients, output's gradient, bytes forward, bytes backward); the residual
+    # add's backward passes its gradient on without a kernel
+    cases = {
+        "rmsnorm": ((lambda: norm(x, (h,), w, 1e-5)) if norm else None, (x, w), g_h, 2 * T * h * e, 3 * T * h * e),
+        "swiglu": (lambda: torch.nn.functional.silu(gate) * up, (gate, up), g_f, 3 * T * f * e, 5 * T * f * e),
+        "residual": (lambda: x + res, (), g_h, 3 * T * h * e, 0),
+    }
+    for name, (fwd, inputs, grad, fwd_bytes, bwd_bytes) in cases.items():
+        if fwd is None:
+            rec.skip(f"elementwise {name}", f"torch {torch.__version__} has no rms_norm")
+            continue
+        fwd_s = timer.seconds(fwd)
+        row = {"op": name, "tokens": T, "fwd_seconds": fwd_s, "fwd_tbps": fwd_bytes / fwd_s / 1e12}
+        if bwd_bytes:  # gradients returned, not accumulated into .grad (which would add kernels)
+            bwd_s = max(timer.seconds(lambda: torch.autograd.grad(fwd(), inputs, grad)) - fwd_s, 1e-12)
+            row.update(bwd_seconds=bwd_s, bwd_tbps=bwd_bytes / bwd_s / 1e12)
+        rec.add("elementwise", row)
+        print(f"elementwise {name:9s} forward {row['fwd_tbps']:.2f} TB/s, backward "
+              f"{row.get('bwd_tbps', float('nan')):.2f} TB/s of the bytes it must move", flush=True)
+    rec.save()
+
+
 def meta_of(cuda):
     meta = {"torch": torch.__version__, "cuda": torch.version.cuda, "date": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                                             time.gmtime())}
@@ -324,7 +361,8 @@ def main():
     ap.add_argument("--timing", choices=["eager", "graph"], default="graph",
                     help="products timed as eager calls or replayed from a CUDA graph (default)")
     ap.add_argument("--sweeps", type=int, default=1, help="times the product list is measured (odd sweeps reversed)")
-    ap.add_argument("--sections", default="gemm,attention,copy", help="comma-separated: gemm, attention, copy")
+    ap.add_argument("--sections", default="gemm,attention,copy,elementwise",
+                    help="comma-separated: gemm, attention, copy, elementwise")
     args = ap.parse_args()
     dev = device_for(args, "gpu_kernels")
     if dev is None:
@@ -344,6 +382,8 @@ def main():
         attention_sections(rec, timer, dev, args.smoke)
     if "copy" in args.sections:
         copy_section(rec, timer, dev, args.smoke)
+    if "elementwise" in args.sections:
+        elementwise_section(rec, timer, dev, args.smoke)
     rec.save()
     print(f"gpu_kernels: {len(rec.result['gemm'])} products, {len(rec.result['attention'])} attention rows, "
           f"{len(rec.result['skipped'])} skipped, {rec.result['meta']['seconds']} s -> {args.out}")
