@@ -343,16 +343,17 @@ def base_parser(doc):
     return ap
 
 
-def device_for(args, script):
-    """"cuda", "cpu" for --smoke, or None (said on stdout) where no CUDA GPU is visible: nothing to measure."""
+def parse_for_device(ap, script):
+    """The parsed options and the device: "cuda", "cpu" for --smoke, or None (said on stdout) where no CUDA GPU is
+    visible, with nothing to measure."""
+    args = ap.parse_args()
+    torch.manual_seed(0)
     if args.smoke:
-        torch.manual_seed(0)
-        return "cpu"
+        return args, "cpu"
     if not torch.cuda.is_available():
         print(f"{script}: no CUDA GPU visible to torch; nothing measured (use --smoke to check the script)")
-        return None
-    torch.manual_seed(0)
-    return "cuda"
+        return args, None
+    return args, "cuda"
 
 
 def main():
@@ -363,12 +364,11 @@ def main():
     ap.add_argument("--sweeps", type=int, default=1, help="times the product list is measured (odd sweeps reversed)")
     ap.add_argument("--sections", default="gemm,attention,copy,elementwise",
                     help="comma-separated: gemm, attention, copy, elementwise")
-    args = ap.parse_args()
-    dev = device_for(args, "gpu_kernels")
+    args, dev = parse_for_device(ap, "gpu_kernels")
     if dev is None:
         return 0
+    rec = Recorder(args.out, args.deadline, dict(meta_of(dev == "cuda"), timing=args.timing))
     cuda = dev == "cuda"
-    rec = Recorder(args.out, args.deadline, dict(meta_of(cuda), timing=args.timing))
     timer = Timer(cuda, 0.03 if cuda else 0.002)
     fp8 = cuda and hasattr(torch, "float8_e4m3fn") and torch.cuda.get_device_capability(0) >= (8, 9)
     if not fp8:

@@ -30,7 +30,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from gpu_kernels import Timer, base_parser, device_for, graph_of
+from gpu_kernels import Timer, base_parser, graph_of, parse_for_device
 
 # (name, hidden, expert ffn, experts, top-k, local experts, rows per local expert, tokens per micro-batch):
 # the validation rows' layouts (docs/PLANNER.md), rows per expert = tokens x top-k x EP / experts
@@ -177,12 +177,10 @@ def main():
     ap = base_parser(__doc__)
     ap.add_argument("--host-only", action="store_true",
                     help="also each layer on tiny rows, where its time is the host's (the GPU idles between kernels)")
-    args = ap.parse_args()
-    dev = device_for(args, "gpu_moe_layer")
+    args, dev = parse_for_device(ap, "gpu_moe_layer")
     if dev is None:
         return 0
-    cuda = dev == "cuda"
-    t0 = time.time()
+    t0, cuda = time.time(), dev == "cuda"
     rows = [measure(c, dev, args.smoke, Timer(cuda, 0.1 if cuda else 0.01)) for c in CONFIGS]
     if args.host_only:
         rows += [measure(c, dev, args.smoke, Timer(cuda, 0.1 if cuda else 0.01), True) for c in CONFIGS[1:]]
