@@ -12,6 +12,9 @@ add_executable(test_plan_kernels_measured ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_
 target_link_libraries(test_plan_kernels_measured PRIVATE bscore)
 add_test(NAME plan_kernels_measured COMMAND test_plan_kernels_measured ${CMAKE_CURRENT_SOURCE_DIR}/data/h200_cublas_gemm.tsv
          ${CMAKE_CURRENT_SOURCE_DIR}/data/h200_sdpa_attention.tsv)
+add_executable(test_plan_dense_blocks ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_dense_blocks.c)
+target_link_libraries(test_plan_dense_blocks PRIVATE bscore)
+add_test(NAME plan_dense_blocks COMMAND test_plan_dense_blocks ${CMAKE_CURRENT_SOURCE_DIR}/data/h200_dense_blocks.tsv)
 
 # CLI behaviour, and the published-runs table of docs/PLANNER.md recomputed.
 # (tests/test_plan_reality.py measures wall-clock time on this machine: run by

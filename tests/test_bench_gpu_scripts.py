@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-"""test_bench_gpu_scripts.py: the GPU measurement scripts (bench/gpu_kernels.py, bench/gpu_moe_layer.py) keep working
+"""test_bench_gpu_scripts.py: the GPU measurement scripts (bench/gpu_kernels.py, bench/gpu_moe_layer.py,
+bench/gpu_dense_layer.py) keep working
 where no GPU is, as CI is: without a CUDA GPU each says so in one line and exits 0, writing nothing; with --smoke each
 runs its whole measurement on tiny shapes on the CPU and writes rows whose derived figures follow from its timings
-(a product's TFLOP/s from its shape and seconds; a MoE layer's experts' rate from its products' time). The GPU-only
+(a product's TFLOP/s from its shape and seconds; a MoE layer's experts' rate from its products' time; a block's
+forward shorter than its forward and backward). The GPU-only
 parts (FP8, attention backends, CUDA graphs, grouped products) are recorded as skipped with their reason."""
 import json
 import os
@@ -28,7 +30,7 @@ class GpuScriptsTest(unittest.TestCase):
         self.tmp.cleanup()
 
     def test_without_a_gpu_nothing_is_measured(self):
-        for script in ("gpu_kernels.py", "gpu_moe_layer.py"):
+        for script in ("gpu_kernels.py", "gpu_moe_layer.py", "gpu_dense_layer.py"):
             r = run(script, "--out", self.out)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn("no CUDA GPU visible to torch; nothing measured", r.stdout)
@@ -58,6 +60,23 @@ class GpuScriptsTest(unittest.TestCase):
             self.assertAlmostEqual(row["experts_tflops"], flops / row["experts_s"] / 1e12, delta=1e-12)
             self.assertGreater(row["eager_s"], 0)
             self.assertTrue("grouped_s" in row or row.get("grouped_error"), row)
+
+    def test_dense_layer_smoke(self):
+        r = run("gpu_dense_layer.py", "--smoke", "--out", self.out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.out) as f:
+            rows = json.load(f)["rows"]
+        self.assertEqual(len(rows), 13)
+        for row in rows:
+            if row["precision"] == "fp8":  # the CPU has no FP8 products: said, not measured
+                self.assertIn("compute capability", row["skipped"])
+                continue
+            self.assertLess(row["fwd_s"], row["eager_s"], row)
+            d, kv = row["hidden"] // row["heads"], row["kv_heads"]
+            per_token = 2 * row["hidden"] * (2 * row["hidden"] + 2 * kv * d) + 2 * row["hidden"] * row["ffn"] * (
+                2 if row["kind"] == "mpt" else 3)
+            self.assertEqual(row["flops"], 3 * row["micro_batch"] * row["seq"] * (per_token + 2 * row["seq"] *
+                                                                                  row["hidden"]))
 
 
 if __name__ == "__main__":
