@@ -36,11 +36,15 @@ class GpuScriptsTest(unittest.TestCase):
             self.assertIn("no CUDA GPU visible to torch; nothing measured", r.stdout)
             self.assertFalse(os.path.exists(self.out), f"{script} wrote {self.out} without measuring")
 
-    def test_kernels_smoke(self):
-        r = run("gpu_kernels.py", "--smoke", "--sweeps", "2", "--out", self.out)
+    def smoke(self, script, *args):
+        """The JSON a --smoke run of script writes, after checking it exited 0."""
+        r = run(script, "--smoke", *args, "--out", self.out)
         self.assertEqual(r.returncode, 0, r.stderr)
         with open(self.out) as f:
-            d = json.load(f)
+            return json.load(f)
+
+    def test_kernels_smoke(self):
+        d = self.smoke("gpu_kernels.py", "--sweeps", "2")
         self.assertEqual({row["sweep"] for row in d["gemm"]}, {0, 1})
         self.assertGreater(len(d["gemm"]), 300)
         for row in d["gemm"]:
@@ -49,10 +53,7 @@ class GpuScriptsTest(unittest.TestCase):
         self.assertEqual(len(d["copy"]), 1)
 
     def test_moe_layer_smoke(self):
-        r = run("gpu_moe_layer.py", "--smoke", "--out", self.out)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        with open(self.out) as f:
-            rows = json.load(f)["rows"]
+        rows = self.smoke("gpu_moe_layer.py")["rows"]
         self.assertEqual(len(rows), 4)
         for row in rows:
             h, f, e, n = row["hidden"], row["ffn"], row["local_experts"], row["rows_per_expert"]
@@ -62,10 +63,7 @@ class GpuScriptsTest(unittest.TestCase):
             self.assertTrue("grouped_s" in row or row.get("grouped_error"), row)
 
     def test_dense_layer_smoke(self):
-        r = run("gpu_dense_layer.py", "--smoke", "--out", self.out)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        with open(self.out) as f:
-            rows = json.load(f)["rows"]
+        rows = self.smoke("gpu_dense_layer.py")["rows"]
         self.assertEqual(len(rows), 13)
         for row in rows:
             if row["precision"] == "fp8":  # the CPU has no FP8 products: said, not measured
