@@ -19,7 +19,8 @@ Each block is timed, forward and backward of one micro-batch (gradients returned
   eager    the Python calls as an eager framework makes them (llm-foundry);
   graph    the same captured in one CUDA graph and replayed: the GPU's own time, without the host's gaps;
   compile  torch.compile of the block (torchtitan compiles each block), with --compile.
-and the eager forward alone. Each is the median of three timed rounds of at least 0.1 s after a warm-up. One eager
+and the eager forward alone; then the same with the row's recomputation (full: the whole block under
+torch.utils.checkpoint, llm-foundry's activation checkpointing; op: torchtitan's per-op policy). Each is the median of three timed rounds of at least 0.1 s after a warm-up. One eager
 call's kernels are also summed by kind (products, attention, the rest) with torch.profiler.
 
 Without a GPU it says so and exits 0; `--smoke` runs tiny shapes on the CPU to check the script.
@@ -36,22 +37,22 @@ import torch.nn.functional as F
 
 from gpu_kernels import Timer, base_parser, graph_of, meta_of, parse_for_device
 
-# (name, kind, hidden, heads, kv heads, ffn, sequence, micro-batch, precision): the FSDP rows' blocks
-# (tests/test_plan_validation.py: mpt() and fsdp() rows, titan_h200())
+# (name, kind, hidden, heads, kv heads, ffn, sequence, micro-batch, precision, the rows' recomputation): the FSDP
+# rows' blocks (tests/test_plan_validation.py: mpt() and fsdp() rows, titan_h200())
 CONFIGS = [
-    ("mpt-760m mb24", "mpt", 1536, 12, 12, 6144, 2048, 24, "bf16"),
-    ("mpt-1b mb14", "mpt", 2048, 16, 16, 8192, 2048, 14, "bf16"),
-    ("mpt-3b mb10", "mpt", 2560, 20, 20, 10240, 2048, 10, "bf16"),
-    ("mpt-3b mb6", "mpt", 2560, 20, 20, 10240, 2048, 6, "bf16"),
-    ("mpt-7b mb6", "mpt", 4096, 32, 32, 16384, 2048, 6, "bf16"),
-    ("mpt-13b mb2", "mpt", 5120, 40, 40, 20480, 2048, 2, "bf16"),
-    ("mpt-30b mb14", "mpt", 7168, 64, 64, 28672, 2048, 14, "bf16"),
-    ("mpt-30b s8k mb1", "mpt", 7168, 64, 64, 28672, 8192, 1, "bf16"),
-    ("mpt-70b mb8", "mpt", 8192, 64, 64, 32768, 2048, 8, "bf16"),
-    ("mpt-70b mb2", "mpt", 8192, 64, 64, 32768, 2048, 2, "bf16"),
-    ("mpt-7b s32k mb2", "mpt", 4096, 32, 32, 16384, 32768, 2, "bf16"),
-    ("llama3-8b fp8", "llama", 4096, 32, 8, 14336, 8192, 2, "fp8"),
-    ("llama3-8b bf16", "llama", 4096, 32, 8, 14336, 8192, 2, "bf16"),
+    ("mpt-760m mb24", "mpt", 1536, 12, 12, 6144, 2048, 24, "bf16", "none"),
+    ("mpt-1b mb14", "mpt", 2048, 16, 16, 8192, 2048, 14, "bf16", "none"),
+    ("mpt-3b mb10", "mpt", 2560, 20, 20, 10240, 2048, 10, "bf16", "none"),
+    ("mpt-3b mb6", "mpt", 2560, 20, 20, 10240, 2048, 6, "bf16", "none"),
+    ("mpt-7b mb6", "mpt", 4096, 32, 32, 16384, 2048, 6, "bf16", "none"),
+    ("mpt-13b mb2", "mpt", 5120, 40, 40, 20480, 2048, 2, "bf16", "none"),
+    ("mpt-30b mb14", "mpt", 7168, 64, 64, 28672, 2048, 14, "bf16", "full"),
+    ("mpt-30b s8k mb1", "mpt", 7168, 64, 64, 28672, 8192, 1, "bf16", "full"),
+    ("mpt-70b mb8", "mpt", 8192, 64, 64, 32768, 2048, 8, "bf16", "full"),
+    ("mpt-70b mb2", "mpt", 8192, 64, 64, 32768, 2048, 2, "bf16", "full"),
+    ("mpt-7b s32k mb2", "mpt", 4096, 32, 32, 16384, 32768, 2, "bf16", "full"),
+    ("llama3-8b fp8", "llama", 4096, 32, 8, 14336, 8192, 2, "fp8", "op"),
+    ("llama3-8b bf16", "llama", 4096, 32, 8, 14336, 8192, 2, "bf16", "op"),
 ]
 E4M3_MAX, E5M2_MAX = 448.0, 57344.0
 
@@ -209,50 +210,101 @@ def kernel_split(fn):
     return dict({f"kernels_{k}_s": v for k, v in split.items()}, kernels=count)
 
 
+def op_checkpoint_context():
+    """torchtitan's per-op policy (selective_ac_option "op", torchtitan of 2025-06): save the outputs of aten.mm
+    except every second one, of the flash and memory-efficient attention kernels and of max (the amax of FP8
+    scaling); recompute everything else, FP8's _scaled_mm included."""
+    from collections import defaultdict
+
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+    aten = torch.ops.aten
+    save = {aten.mm.default, aten._scaled_dot_product_efficient_attention.default,
+            aten._scaled_dot_product_flash_attention.default, aten.max.default}
+    meta = defaultdict(int)
+
+    def policy(ctx, func, *args, **kwargs):
+        key = ("recompute" if ctx.is_recompute else "forward") + "_mm_count"
+        if func == aten.mm.default:
+            meta[key] += 1
+        keep = func in save and not (func == aten.mm.default and meta[key] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+    return create_selective_checkpoint_contexts(policy)
+
+
+class Recomputed(torch.nn.Module):
+    """The block under activation checkpointing: full (everything recomputed, llm-foundry's) or op (torchtitan's)."""
+
+    def __init__(self, block, mode):
+        super().__init__()
+        self.block, self.mode = block, mode
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+        more = {"context_fn": op_checkpoint_context} if self.mode == "op" else {}
+        # no RNG state to keep (no dropout), and keeping it cannot be captured in a CUDA graph
+        return checkpoint(self.block, x, use_reentrant=False, preserve_rng_state=False, **more)
+
+
+def time_variant(row, suffix, variant, module, step, timer, dev, profile):
+    """row's seconds of one variant of one module (forward + backward; eager also the forward alone and, with
+    profile, the kernels by kind)."""
+    if variant == "eager":
+        row["fwd" + suffix + "_s"] = timer.seconds(lambda: module(step.x))
+        row["eager" + suffix + "_s"] = timer.seconds(step(module))
+        if dev == "cuda" and profile:
+            row.update(kernel_split(step(module)))
+    elif variant == "graph" and dev == "cuda":
+        row["graph" + suffix + "_s"] = timer.seconds(graph_of(step(module)).replay)
+    elif variant == "compile":
+        t0 = time.time()
+        torch._dynamo.reset()  # else a block compiled under another backend or policy is reused
+        compiled = torch.compile(module)
+        step(compiled)()
+        row["compile" + suffix + "_build_s"] = round(time.time() - t0, 1)
+        row["compile" + suffix + "_s"] = timer.seconds(step(compiled))
+
+
+class Step:
+    """Forward and backward of a module on fixed data: gradients returned, as FSDP reduce-scatters them."""
+
+    def __init__(self, x, dout, params):
+        self.x, self.dout, self.params = x, dout, params
+
+    def __call__(self, module):
+        return lambda: torch.autograd.grad(module(self.x), [self.x] + self.params, self.dout)
+
+
 def measure(config, dev, smoke, timer, variants, late):
-    """One block's row: seconds of forward alone and of forward + backward in each variant."""
-    name, kind, h, heads, kv, ffn, seq, mb, precision = config
+    """One block's row: seconds of forward alone and of forward + backward in each variant, and with the row's
+    recomputation (suffix _rc, FlashAttention-2)."""
+    name, kind, h, heads, kv, ffn, seq, mb, precision, recompute = config
     if smoke:
         h, ffn, seq, mb, heads, kv = 64, 128, 32, 2, 4, min(kv * 4 // heads, 4)
     dtype = torch.bfloat16 if dev == "cuda" else torch.float32
     row = {"config": name, "kind": kind, "hidden": h, "heads": heads, "kv_heads": kv, "ffn": ffn, "seq": seq,
-           "micro_batch": mb, "precision": precision, "flops": block_flops(kind, h, heads, kv, ffn, seq, mb)}
+           "micro_batch": mb, "precision": precision, "recompute": recompute,
+           "flops": block_flops(kind, h, heads, kv, ffn, seq, mb)}
     if precision == "fp8" and not (dev == "cuda" and torch.cuda.get_device_capability(0) >= (8, 9)):
         row["skipped"] = "fp8 needs a CUDA GPU of compute capability 8.9 or later"
         print(json.dumps(row), flush=True)
         return row
     block = Block(kind, h, heads, kv, ffn, seq, precision, dev, dtype)
     x = torch.randn(mb, seq, h, device=dev, dtype=dtype, requires_grad=True)
-    dout = torch.randn(mb, seq, h, device=dev, dtype=dtype)
-    params = list(block.parameters())
-
-    def step(fn):
-        return lambda: torch.autograd.grad(fn(x), [x] + params, dout)
-    backends = ["math"] if smoke else (["flash2", "cudnn"] if kind == "llama" else ["flash2"])
-    for backend in backends:
+    step = Step(x, torch.randn(mb, seq, h, device=dev, dtype=dtype), list(block.parameters()))
+    first = "math" if smoke else "flash2"
+    cases = [(first, "", block)] + ([] if smoke else [("cudnn", "_cudnn", block)] if kind == "llama" else [])
+    if recompute != "none":
+        cases.append((first, "_rc", Recomputed(block, recompute)))
+    for backend, suffix, module in cases:
         with attention_backend(backend):
-            tag = "" if backend in ("flash2", "math") else "_" + backend
             for variant in variants:
                 if late():
-                    row[f"{variant}{tag}_error"] = "deadline"
+                    row[f"{variant}{suffix}_error"] = "deadline"
                     continue
                 try:
-                    if variant == "eager":
-                        row["fwd" + tag + "_s"] = timer.seconds(lambda: block(x))
-                        row["eager" + tag + "_s"] = timer.seconds(step(block))
-                        if dev == "cuda" and not tag:
-                            row.update(kernel_split(step(block)))
-                    elif variant == "graph" and dev == "cuda":
-                        row["graph" + tag + "_s"] = timer.seconds(graph_of(step(block)).replay)
-                    elif variant == "compile":
-                        t0 = time.time()
-                        torch._dynamo.reset()  # else the block compiled under the other backend is reused
-                        compiled = torch.compile(block)
-                        step(compiled)()
-                        row["compile" + tag + "_build_s"] = round(time.time() - t0, 1)
-                        row["compile" + tag + "_s"] = timer.seconds(step(compiled))
+                    time_variant(row, suffix, variant, module, step, timer, dev, profile=not suffix)
                 except Exception as e:  # noqa: BLE001 (a backend or variant this torch or GPU lacks: recorded)
-                    row[f"{variant}{tag}_error"] = short(e)
+                    row[f"{variant}{suffix}_error"] = short(e)
     print(json.dumps(row), flush=True)
     return row
 

@@ -70,6 +70,8 @@ class GpuScriptsTest(unittest.TestCase):
                 self.assertIn("compute capability", row["skipped"])
                 continue
             self.assertLess(row["fwd_s"], row["eager_s"], row)
+            if row["recompute"] != "none":  # timed with its recomputation too, or the reason why not said
+                self.assertTrue("eager_rc_s" in row or row.get("eager_rc_error"), row)
             d, kv = row["hidden"] // row["heads"], row["kv_heads"]
             per_token = 2 * row["hidden"] * (2 * row["hidden"] + 2 * kv * d) + 2 * row["hidden"] * row["ffn"] * (
                 2 if row["kind"] == "mpt" else 3)
