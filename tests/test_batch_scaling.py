@@ -344,10 +344,16 @@ class BatchScalingTest(CorpusTest):
         # --goodput-noise-scale: the policy alone, fed a noise scale from outside (batch-sweep's B_crit, say), so a
         # run separates the policy's choices from any estimator's. Every step's efficiency is the formula's at the
         # given value, and each decision after the first (which explores twice the batch) is the formula's argmax.
+        # With --goodput-time-fit the same: the line through the planted times is the planted line.
+        for fit in ([], ["--goodput-time-fit"]):
+            with self.subTest(fit=fit):
+                self.check_goodput_given_noise_scale(fit)
+
+    def check_goodput_given_noise_scale(self, fit):
         a, b, lo, hi, bn = 1.0, 0.002, 4, 32, 0.5  # best over continuous B: sqrt(a bn / b) = 15.8
         gp = ["--batch-schedule", f"goodput:{lo}:{hi}", "--train-tokens", str(30 * 8 * T), "--goodput-every", "3",
-              "--goodput-time-model", f"{a}:{b}", "--goodput-noise-scale", str(bn)]
-        full, _ = train(self.data, self.path("gp_given"), ranks=2, steps=1, extra=gp)
+              "--goodput-time-model", f"{a}:{b}", "--goodput-noise-scale", str(bn)] + fit
+        full, _ = train(self.data, self.path("gp_given" + "_fit" * len(fit)), ranks=2, steps=1, extra=gp)
 
         def goodput(batch):
             return batch / (a + b * batch) * (bn + lo) / (bn + batch)

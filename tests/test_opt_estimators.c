@@ -438,6 +438,29 @@ static long best_batch(double a, double b, double b_noise, long lo, long hi, lon
     return best;
 }
 
+/* --goodput-time-fit: a tried size's time is the fitted line's, not its own
+ * scattered measurement, so the choice is the brute force on the line. */
+static void check_goodput_fitted_times(long lo, long hi, long granule) {
+    const double a = 0.21, b = 0.003, b_noise = 16; /* the 100 Mb/s link's line: sqrt(a B_noise / b) = 33.5 */
+    const long sizes[] = {8, 16, 32, 40};
+    const double scatter[] = {1.0, 1.1, 1.25, 0.9}; /* one size's timing far off the line */
+    Goodput table, line;
+    goodput_init(&table, lo, hi, granule, lo);
+    for (int i = 0; i < 4; i++) goodput_record(&table, sizes[i], (a + b * sizes[i]) * scatter[i]);
+    line = table;
+    line.fitted_times = true;
+    double fa, fb, gp, eff;
+    CHECK(goodput_fit(&line, &fa, &fb), "a line through four sizes");
+    CHECK(goodput_step_seconds(&table, 32) == (a + b * 32) * 1.25, "table: a tried size reads its own time");
+    CHECK(fabs(goodput_step_seconds(&line, 32) - (fa + fb * 32)) < 1e-15, "fitted: a tried size reads the line");
+    long by_table = goodput_choose(&table, b_noise, 16, &gp, &eff), by_line = goodput_choose(&line, b_noise, 16, &gp, &eff);
+    long want = best_batch(fa, fb, b_noise, lo, hi, granule, lo);
+    printf("goodput, fitted times: line t = %.3f + %.4f B through scattered sizes; chose %ld (brute force on the line "
+           "%ld), from the table %ld\n", fa, fb, by_line, want, by_table);
+    CHECK(by_line == want, "fitted times chose %ld, the line's best %ld", by_line, want);
+    CHECK(by_table != 32, "the table reads 32 as 25%% slow and avoids it (chose %ld)", by_table);
+}
+
 static void check_goodput(void) {
     const double a = 0.6, b = 0.004, b_noise = 40;
     const long granule = 4, lo = 8, hi = 256;
@@ -468,6 +491,7 @@ static void check_goodput(void) {
     goodput_record(&flat, 64, 0.004 * 64);
     CHECK(goodput_fit(&flat, &fa, &fb) && fa == 0, "a clamped to 0 (got %g)", fa);
     CHECK(goodput_choose(&flat, b_noise, 64, &gp, &eff) == lo, "no fixed cost: MIN");
+    check_goodput_fitted_times(lo, hi, granule);
     double words[GOODPUT_STATE_WORDS];
     goodput_pack(&g, words);
     Goodput back = g;

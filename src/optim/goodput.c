@@ -53,10 +53,12 @@ bool goodput_fit(const Goodput *g, double *a, double *b) {
 }
 
 double goodput_step_seconds(const Goodput *g, long batch) {
+    double a, b;
+    bool fitted = goodput_fit(g, &a, &b);
+    if (fitted && g->fitted_times) return a + b * (double)batch;
     const GoodputSize *s = find((Goodput *)g, batch);
     if (s) return s->seconds;
-    double a, b;
-    return goodput_fit(g, &a, &b) ? a + b * (double)batch : NAN;
+    return fitted ? a + b * (double)batch : NAN;
 }
 
 double goodput_efficiency(double b_noise, long base, long batch) {

@@ -11,7 +11,9 @@
  *
  * seconds_per_step(B): measured on this run for batch sizes tried (an EMA of
  * the step times at that size), predicted for the others from a least-squares
- * fit of t = a + b B over the tried sizes (each counted once): a is the
+ * fit of t = a + b B over the tried sizes (each counted once); with
+ * fitted_times (--goodput-time-fit) the fit for every size, tried or not, so
+ * one size's timing scatter cannot flip a choice between neighbours: a is the
  * step's fixed cost (the optimizer over all parameters, the gradient
  * all-reduce, per-step overheads), b the per-sequence cost of forward and
  * backward. The fit is constrained to a >= 0 (a negative fixed cost from
@@ -43,6 +45,7 @@ typedef struct {
 
 typedef struct {
     long min, max, granule, base; /* candidates: multiples of granule in [min, max]; base: B_0 */
+    bool fitted_times;            /* seconds per step from the fit for tried sizes too (--goodput-time-fit) */
     int sizes;
     GoodputSize size[GOODPUT_MAX_SIZES];
 } Goodput;
@@ -53,7 +56,7 @@ void goodput_init(Goodput *g, long min, long max, long granule, long base);
 void goodput_record(Goodput *g, long batch, double seconds);
 /* t = a + b B fitted over the measured sizes (a >= 0); false with fewer than two sizes. */
 bool goodput_fit(const Goodput *g, double *a, double *b);
-/* Seconds per step at `batch`: measured if tried, else fitted; NaN when neither. */
+/* Seconds per step at `batch`: measured if tried (unless fitted_times), else fitted; NaN when neither. */
 double goodput_step_seconds(const Goodput *g, long batch);
 double goodput_efficiency(double b_noise, long base, long batch);
 /* The batch for the next steps; `current` when b_noise is not a positive

@@ -70,6 +70,7 @@ static void setup_goodput(Trainer *tr) {
     const long granule = (long)c->micro_batch * tr->dp_size;
     goodput_init(&e->goodput, tr->adaptive_batch, tr->adaptive_max, granule, 0);
     e->goodput.base = e->goodput.min;
+    e->goodput.fitted_times = c->goodput_time_fit;
     tr->adaptive_batch = e->goodput.min;
     char why[300];
     e->curve_on = option_given(c->goodput_noise_curve);

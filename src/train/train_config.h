@@ -127,6 +127,7 @@ typedef struct {
     double goodput_noise_scale;     /* > 0: goodput follows this noise scale (sequences) instead of an estimate */
     const char *goodput_noise_curve; /* "TO:B,...": goodput follows this curve of the loss (optim/noise_curve.h) */
     const char *goodput_time_model; /* tests: "A:B", seconds per step = A + B x batch instead of measured */
+    bool goodput_time_fit;          /* seconds per step from the fitted line for tried sizes too (optim/goodput.h) */
     /* compressed communication (comm/codec.h, comm/compressed.h) */
     const char *grad_compression;   /* none, fp16, bf16, fp8, int8, topk:FRACTION, onebit */
     int compression_block;          /* elements per scale (fp8, int8) */
