@@ -52,13 +52,18 @@ bool goodput_fit(const Goodput *g, double *a, double *b) {
     return *b > 0;
 }
 
-double goodput_step_seconds(const Goodput *g, long batch) {
-    double a, b;
-    bool fitted = goodput_fit(g, &a, &b);
+/* Seconds per step at batch, given the fit (fitted: whether a, b hold one). */
+static double seconds_at(const Goodput *g, long batch, bool fitted, double a, double b) {
     if (fitted && g->fitted_times) return a + b * (double)batch;
     const GoodputSize *s = find((Goodput *)g, batch);
     if (s) return s->seconds;
     return fitted ? a + b * (double)batch : NAN;
+}
+
+double goodput_step_seconds(const Goodput *g, long batch) {
+    double a, b;
+    bool fitted = goodput_fit(g, &a, &b);
+    return seconds_at(g, batch, fitted, a, b);
 }
 
 double goodput_efficiency(double b_noise, long base, long batch) {
@@ -85,7 +90,7 @@ long goodput_choose(const Goodput *g, double b_noise, long current, double *good
     long best = current;
     double best_goodput = -1;
     for (long batch = g->min; batch <= g->max; batch += g->granule) {
-        double seconds = goodput_step_seconds(g, batch);
+        double seconds = seconds_at(g, batch, true, a, b); /* the fit once per decision, not per candidate */
         double value = (double)batch / seconds * goodput_efficiency(b_noise, g->base, batch);
         if (value > best_goodput) {
             best_goodput = value;
