@@ -21,9 +21,13 @@
       (errors of 1-15% vs exact, measured; torch 2.x does not): where
       torch's own result breaks its fp32-accumulation bound, c is skipped
       and said so; at the model's shapes it must hold (oneDNN inside torch)
-      wherever torch's bf16 matmul runs at all: below AVX-512 torch's oneDNN
-      cannot create it ("could not create a primitive descriptor"), and c is
-      skipped, said so once, while a and b still run.
+      wherever torch's bf16 matmul is oneDNN's. Below AVX-512 it is not:
+      torch's oneDNN either cannot create it ("could not create a primitive
+      descriptor", an AVX-512 CPU limited to AVX2) or torch falls back to its
+      own gemm, which accumulates in bf16 for some operand layouts (an
+      AVX2-only AMD EPYC: tests/torch_bf16.py). There c is checked only on the
+      products where torch keeps its bound, the rest said so once, and a and b
+      still run.
    dbias is the fp32 column sum of the unrounded dout: |ours - exact| <=
    gamma(N+1) (sum|dout| + |dbias0|).
 usage: test_bf16_torch.py BF16_DRIVER widen|onednn
@@ -40,6 +44,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bf16_probe import onednn_or_skip  # noqa: E402
+from torch_bf16 import fp32_accumulation_breaks  # noqa: E402
 
 if len(sys.argv) != 3 or sys.argv[2] not in ("widen", "onednn"):
     sys.exit("usage: test_bf16_torch.py BF16_DRIVER widen|onednn")
@@ -47,6 +52,7 @@ DRIVER, PATH = sys.argv[1], sys.argv[2]
 U = 2.0 ** -24
 FAILURES = []
 TORCH_BF16_MATMUL = True  # set by main: whether torch's own bf16 matmul runs here
+TORCH_BF16_IS_ONEDNN = True  # set by main: whether it accumulates in fp32 at the model's shapes (oneDNN's)
 
 
 def gamma(n):
@@ -143,22 +149,26 @@ def test_layer(path, N, IC, OC, tmp):
     return len(compared)
 
 
-def torch_bf16_matmul_runs():
-    """Whether torch's own bf16 matmul runs on this CPU (its oneDNN has none below AVX-512); says so if not."""
+def torch_bf16_matmul_here():
+    """(whether torch's own bf16 matmul runs on this CPU, whether it accumulates in fp32 at the model's shapes);
+    says why not where either fails (its oneDNN has no bf16 matmul below AVX-512)."""
     try:
-        torch.ones(256, 384, dtype=torch.bfloat16) @ torch.ones(384, 1152, dtype=torch.bfloat16)  # a model shape
-        return True
+        broken = fp32_accumulation_breaks()
     except RuntimeError as e:
         print(f"torch {torch.__version__}'s bf16 matmul cannot run on this CPU ({e}): check c (against torch's bf16 "
               "output) skipped; a and b run")
-        return False
+        return False, False
+    if broken:
+        print(f"{broken}: its fallback gemm, not oneDNN's; check c runs only on the products where torch keeps "
+              "its bound, a and b on all")
+    return True, broken is None
 
 
 def main():
-    global TORCH_BF16_MATMUL
+    global TORCH_BF16_MATMUL, TORCH_BF16_IS_ONEDNN
     if PATH == "onednn":
         onednn_or_skip(DRIVER, "bf16_torch_onednn")
-    TORCH_BF16_MATMUL = torch_bf16_matmul_runs()
+    TORCH_BF16_MATMUL, TORCH_BF16_IS_ONEDNN = torch_bf16_matmul_here()
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         if PATH == "widen":
@@ -167,7 +177,7 @@ def main():
             test_layer(PATH, N, IC, OC, tmp)
         # the model's shapes, where torch's bf16 matmul is oneDNN's (fp32 accumulation)
         compared = sum(test_layer(PATH, N, IC, OC, tmp) for N, IC, OC in ((256, 384, 1152), (256, 1536, 384)))
-        expect(compared == 6 or not TORCH_BF16_MATMUL, f"{PATH}: torch's bf16 matmul was usable for {compared} of 6 "
+        expect(compared == 6 or not TORCH_BF16_IS_ONEDNN, f"{PATH}: torch's bf16 matmul was usable for {compared} of 6 "
                "products at the model's shapes")
     if FAILURES:
         print(f"{len(FAILURES)} failures")
