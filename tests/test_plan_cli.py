@@ -267,6 +267,17 @@ class Search(unittest.TestCase):
         self.assertEqual(megatron["plan"]["layout"]["rank_order"], "tp-cp-ep-dp-pp")
         self.assertLess(2 * megatron["plan"]["step_time"]["ep_comm"], engine["plan"]["step_time"]["ep_comm"])
 
+    def test_moe_host_time_sensitivity(self):
+        """An MoE plan says what it does not price: 1 ms per MoE layer and micro-batch costs layers x micro-batches
+        ms per step (the fullest stage's), that share of the step; a dense plan says nothing of it."""
+        args = ["--model", "mixtral-8x7b", "--gpus", 16, "--tp", 1, "--pp", 2, "--ep", 8, "--recompute", "full"]
+        text, j = plan(*args).stdout, plan_json(*args)["plan"]
+        layers = max(s["max_layers"] for s in j["stages"])
+        ms = layers * j["micro_batches"]
+        self.assertIn(f"adds {ms} ms ({layers} layers x {j['micro_batches']}", text)
+        self.assertIn(f"{100 * ms * 1e-3 / j['step_time']['step']:.1f}% of the step", text)
+        self.assertNotIn("host       ", plan("--model", "llama3-8b", "--gpus", 8).stdout)
+
     def test_rank_by_cost_tries_fewer_gpus(self):
         j = plan_json("--model", "llama3-8b", "--gpus", 1024, "--search", "--rank-by", "cost", "--usd-per-gpu-hour", 2)
         costs = [x["cost_usd"] for x in j["search"]["layouts"]]

@@ -176,6 +176,25 @@ static void print_memory(const PlanReport *r) {
            r->plan.fits ? "fits" : "DOES NOT FIT", 100.0 * m->total / m->capacity);
 }
 
+/* MoE: what the step is not priced for, per ms. A dropless dispatcher waits
+ * on the host for each MoE layer's token counts, and launches outside CUDA
+ * graphs can leave the GPU idle; neither has a source the model could take
+ * (docs/PLANNER.md, "Where it misses": 0-10 ms per MoE layer and micro-batch
+ * in published Megatron-Bridge runs), so the report gives the sensitivity. */
+static void print_moe_host(const PlanReport *r) {
+    if (!model_is_moe(&r->in.model)) return;
+    const PlanResult *p = &r->plan;
+    int layers = 0;
+    for (int k = 0; k < r->in.fleet.kinds; k++)
+        if (p->kind[k].layers > layers) layers = p->kind[k].layers;
+    double per_ms = 1e-3 * layers * p->micro_batches; /* seconds per step for 1 ms per layer and micro-batch */
+    printf("host       not priced: host time the GPU waits for in MoE layers (a dropless dispatcher's token counts,\n"
+           "           launches outside CUDA graphs): each 1 ms per layer and micro-batch adds %.0f ms (%d layers x %d\n"
+           "           micro-batches), %.1f%% of the step; published Megatron-Bridge MoE runs lost 0-10 ms, most of them\n"
+           "           2-10 (docs/PLANNER.md, \"Where it misses\")\n",
+           per_ms * 1e3, layers, p->micro_batches, 100 * per_ms / p->time.step);
+}
+
 static void print_step(const PlanReport *r) {
     const StepTime *t = &r->plan.time;
     double p[N_PARTS];
@@ -184,6 +203,7 @@ static void print_step(const PlanReport *r) {
     for (int i = 0; i < N_PARTS; i++)
         if (p[i] > 0) printf("  %-34s %10.1f  %5.1f%%\n", PART_NAMES[i], p[i] * 1e3, 100.0 * p[i] / t->step);
     printf("  %-34s %10.1f  100.0%%\n", "step", t->step * 1e3);
+    print_moe_host(r);
 }
 
 static void print_header(const PlanReport *r) {
