@@ -8,3 +8,6 @@ set_tests_properties(sweep_cli PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" TIMEOUT
 add_executable(test_lr_choice test_lr_choice.c)
 target_link_libraries(test_lr_choice PRIVATE bscore)
 add_test(NAME sweep_lr_choice COMMAND test_lr_choice)
+add_executable(test_schedule_bound test_schedule_bound.c)
+target_link_libraries(test_schedule_bound PRIVATE bscore)
+add_test(NAME sweep_schedule_bound COMMAND test_schedule_bound)

@@ -24,6 +24,12 @@ global batches 2, 8 and 16 x seeds 1 and 2, to validation loss 2.6:
   stretch's dE_min / dS_min (the first from the start) and the printed
   --goodput-noise-curve carries them; --along refusals (a loss not above the
   target, repeated, malformed, empty) come before any run.
+- --step-time 0.2:0.01 with --along: the schedule bound in sweep.json equals
+  one recomputed here from the along points (stretches dS_min with their
+  local critical batch; best constant sqrt(a Bbar / b) and its time, each
+  stretch at its own sqrt(a B_i / b)), and is printed; without --along it is
+  the target's fit alone (gain 0); malformed values are refused before any
+  run.
 - refusals, one line each naming the flag, exit non-zero: no --batches, an
   empty, malformed, single or repeated batch list, a batch that is not a
   whole number of micro-batches, no --target-loss, no command after --, a
@@ -47,6 +53,7 @@ global batches 2, 8 and 16 x seeds 1 and 2, to validation loss 2.6:
   0.001), more than 16, and a command without --lr (saying to add it).
 """
 import json
+import math
 import os
 import struct
 import sys
@@ -65,6 +72,7 @@ BATCHES = [2, 8, 16]
 SEEDS = 2
 LRS = [1e-3, 3e-3]
 ALONG = [3.0, 2.8]  # --along: losses every run crosses after its first evaluation, on the way to TARGET
+STEP_TIME = (0.2, 0.01)  # --step-time A:B: seconds per step = A + B x batch in sequences
 
 
 def numpy_fit(steps, tokens):
@@ -142,9 +150,10 @@ class BatchSweep(bstest.CorpusTest):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.first = cls.sweep("full", "--max-steps", "300", "--along", ",".join(map(str, ALONG[::-1])))
+        cls.first = cls.sweep("full", "--max-steps", "300", "--along", ",".join(map(str, ALONG[::-1])),
+                              "--step-time", "%g:%g" % STEP_TIME)
         cls.full = cls.load("full")
-        cls.lr_run = cls.sweep("lrs", "--max-steps", "300", "--lrs", "3e-3,1e-3")
+        cls.lr_run = cls.sweep("lrs", "--max-steps", "300", "--lrs", "3e-3,1e-3", "--step-time", "%g:%g" % STEP_TIME)
         cls.lrs = cls.load("lrs")
 
     def test_runs_and_interpolation(self):
@@ -216,6 +225,35 @@ class BatchSweep(bstest.CorpusTest):
         self.assertIn("--goodput-noise-curve " + ",".join(curve), self.first.stdout)
         self.assertGreater(steps_from_metrics(bstest.read_metrics(self.full["runs"][0]["metrics"]), ALONG[0]), 0)
 
+    def test_schedule_bound(self):
+        # --step-time: the stretches as --along cuts them, the bound recomputed here from the along points
+        a, b = STEP_TIME
+        bound, stretches, before = self.full["schedule_bound"], [], 0.0
+        for point in self.full["along"]["points"]:
+            ds, before = point["s_min"] - before, point["s_min"]
+            if point["local_b_sequences"] is not None and ds > 0:
+                stretches.append((ds, point["local_b_sequences"]))
+        self.assertEqual((bound["stretches"], bound["left_out"]), (len(stretches), 3 - len(stretches)))
+        steps = sum(s for s, _ in stretches)
+        bbar = sum(s * loc for s, loc in stretches) / steps
+        best = math.sqrt(a * bbar / b)
+        constant = sum(s * (1 + loc / best) * (a + b * best) for s, loc in stretches)
+        grid = np.exp(np.arange(math.log(1e-3), math.log(1e6), 1e-4))  # batches, 1e-4 apart in log
+        seconds = lambda s, loc: s * (1 + loc / grid) * (a + b * grid)  # noqa: E731
+        self.assertLessEqual(constant, np.min(sum(seconds(s, loc) for s, loc in stretches)) * (1 + 1e-12))
+        oracle = sum(np.min(seconds(s, loc)) for s, loc in stretches)  # each stretch at its own best batch
+        for key, want in (("mean_local_sequences", bbar), ("best_constant_sequences", best),
+                          ("constant_seconds", constant)):
+            self.assertAlmostEqual(bound[key] / want, 1, places=9, msg=key)
+        self.assertAlmostEqual(bound["oracle_seconds"] / oracle, 1, places=7)  # a minimum is flat: grid^2 / 8
+        self.assertAlmostEqual(bound["gain"], 1 - bound["oracle_seconds"] / constant, places=12)
+        single = self.lrs["schedule_bound"]  # no --along: the target's fit alone, nothing to adapt to
+        self.assertEqual((single["stretches"], single["left_out"]), (1, 0))
+        self.assertAlmostEqual(single["mean_local_sequences"], self.lrs["fit"]["b_crit_sequences"], places=9)
+        self.assertAlmostEqual(single["gain"], 0, places=12)
+        self.assertIn("best constant batch %.2f sequences" % best, self.first.stdout)
+        self.assertIn("each stretch at its own best batch: %.1f s" % oracle, self.first.stdout)
+
     def test_run_left_out(self):
         full = {(r["batch"], r["seed"]): r for r in self.full["runs"]}
         small = [r for r in self.full["runs"] if r["batch"] == BATCHES[0]]
@@ -264,6 +302,8 @@ class BatchSweep(bstest.CorpusTest):
         for along, why in (("1.5", "not above --target-loss 2"), ("3,3", "given twice"), ("3,", "comma"),
                            ("3,x", "validation loss"), ("", "give one or more")):
             self.refused(base + ["--batches", "2,8", "--along", along] + train, ["--along", why])
+        for step_time in ("0.2", "0.2:", ":0.01", "0:0.01", "0.2:-1", "x:y", "0.2:0.01:3"):
+            self.refused(base + ["--batches", "2,8", "--step-time", step_time] + train, ["--step-time", "A:B"])
 
     def test_target_never_reached(self):
         p = self.sweep("never", "--max-steps", "3", batches=[2, 8], seeds=1, check=False)

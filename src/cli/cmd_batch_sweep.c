@@ -53,6 +53,7 @@ typedef struct {
     const char *batches, *out, *lrs; /* lrs: NULL when --lrs is not given */
     const char *along;               /* --along: losses above the target fitted from the same runs (NULL: none) */
     const char *from;                /* --from: the checkpoint every run continues ("" : none) */
+    const char *step_time;           /* --step-time A:B: the bound on what changing the batch wins (NULL: none) */
     int seeds, max_steps, resamples;
     double target;
     long long eval_tokens;
@@ -249,6 +250,12 @@ static void report(SweepResult *r, const SweepOptions *o) {
     bool fitted = r->num_lrs > 0 ? fit_chosen(r, o->resamples) : fit_runs(r, o->resamples);
     AlongPoint along[SWEEP_MAX_ALONG + 1];
     if (fitted && o->along) r->num_along = fit_along(r, o, along), r->along = along;
+    SweepBound bound = {0};
+    if (fitted && o->step_time) {
+        sweep_step_time_parse(o->step_time, &bound.a, &bound.b);
+        sweep_bound_compute(r->along, r->num_along, &r->fit, r->seq_len, &bound);
+        r->bound = &bound;
+    }
     sweep_print_table(r);
     if (r->num_lrs > 0) sweep_print_choice(r);
     char path[4300], png[4300];
@@ -259,6 +266,7 @@ static void report(SweepResult *r, const SweepOptions *o) {
     sweep_write_png(r, png);
     sweep_print_fit(r);
     if (r->num_along > 0) sweep_along_print(r->along, r->num_along, r->seq_len);
+    if (r->bound) sweep_bound_print(r->bound);
     printf("wrote %s and %s\n", path, png);
 }
 
@@ -281,6 +289,8 @@ static int sweep(const SweepOptions *o, RunCommand *cmd, const char *command_tex
     const int num_lrs = o->lrs ? sweep_lrs_parse(o->lrs, lrs) : 0;
     double along[SWEEP_MAX_ALONG];
     if (o->along) sweep_along_parse(o->along, o->target, along); /* refused before any run, not after all */
+    double a, b;
+    if (o->step_time) sweep_step_time_parse(o->step_time, &a, &b);
     check_command(cmd, batches, num_batches);
     char runs_dir[4200];
     snprintf(runs_dir, sizeof runs_dir, "%s/runs", o->out);
@@ -320,6 +330,7 @@ int cmd_batch_sweep(int argc, char **argv) {
         {"resamples", OPT_INT, &o.resamples, 10, 1000000, "N", "bootstrap resamples", "1000", NULL},
         {"from", OPT_STRING, &o.from, OPT_NO_RANGE, "CKPT", "every run continues this checkpoint (a constant-batch one: weights, optimizer state, data position) at its own batch; steps and tokens count from it", "", NULL},
         {"along", OPT_STRING, &o.along, OPT_NO_RANGE, "LOSSES", "also fit these higher validation losses from the same runs, e.g. 2.8,2.6 (the critical batch as the loss falls, and each stretch's own)", NULL, NULL},
+        {"step-time", OPT_STRING, &o.step_time, OPT_NO_RANGE, "A:B", "seconds per step = A + B x batch in sequences (measured on the cluster): also print what changing the batch during the run can win at best, from the --along stretches (optim/schedule_bound.h)", NULL, NULL},
         {"lrs", OPT_STRING, &o.lrs, OPT_NO_RANGE, "LIST", "learning rates to try at every batch, e.g. 1e-3,2e-3,4e-3 (each replaces the command's --lr; the fit keeps each batch's fastest)", NULL, NULL},
     };
     int split = 1;

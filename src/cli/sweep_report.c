@@ -250,6 +250,7 @@ void sweep_write_json(const SweepResult *r, const char *path) {
                                                     (json_int_t)s->from_step, "tokens", s->from_tokens));
     json_object_set_new(root, "fit", r->fitted ? fit_json(r) : json_null());
     if (r->num_along > 0) json_object_set_new(root, "along", sweep_along_json(r->along, r->num_along, r->seq_len));
+    if (r->bound) json_object_set_new(root, "schedule_bound", sweep_bound_json(r->bound));
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
     if (!text) bs_die("batch-sweep: cannot encode %s", path);
     bs_write_file_atomic(path, text, strlen(text));

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 
 #include "cli/sweep_along.h"
+#include "cli/sweep_bound.h"
 #include "cli/sweep_run.h"
 #include "optim/critical_batch.h"
 #include "optim/lr_choice.h"
@@ -40,6 +41,7 @@ typedef struct {
     int *choice_counts; /* with --lrs and an interval: [batch * num_lrs + lr], the resamples that chose it */
     const AlongPoint *along; /* with --along: each loss's fit, decreasing, the target last (cli/sweep_along.h) */
     int num_along;
+    const SweepBound *bound; /* with --step-time: what changing the batch can win (NULL: not asked) */
 } SweepResult;
 
 /* The run's batch's index in --batches (the runs are in grid order). */
