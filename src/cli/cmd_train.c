@@ -120,7 +120,7 @@ int cmd_train(int argc, char **argv) {
         {"goodput-temperature", OPT_FLAG, &c.goodput_temperature, OPT_NO_RANGE, "", "--batch-schedule goodput: scale the noise scale by the lr schedule's factor (warm-up, decay) over --lr: at a lower lr a step feels less noise", NULL, NULL},
         {"goodput-noise-curve", OPT_STRING, &c.goodput_noise_curve, OPT_NO_RANGE, "TO:B,...", "--batch-schedule goodput: follow a noise scale that changes with the training loss, B sequences until the loss falls to TO (batch-sweep --along prints it)", "", NULL},
         {"goodput-time-fit", OPT_FLAG, &c.goodput_time_fit, OPT_NO_RANGE, "", "--batch-schedule goodput: step times from the line t = a + b x batch fitted over the sizes tried, for tried sizes too (one size's timing scatter does not flip a choice)", NULL, NULL},
-        {"goodput-time-model", OPT_STRING, &c.goodput_time_model, OPT_NO_RANGE, "A:B", "testing: seconds per step = A + B x batch instead of measured (deterministic goodput)", "", NULL},
+        {"goodput-time-model", OPT_STRING, &c.goodput_time_model, OPT_NO_RANGE, "A:B", "--batch-schedule goodput: seconds per step = A + B x batch as given (a line measured once on the cluster, or the planner's) instead of measured: the same choices in every run", "", NULL},
         {"grad-compression", OPT_STRING, &c.grad_compression, OPT_NO_RANGE, "CODEC",
          "gradient reduction: none, fp16, bf16, fp8, int8, topk:FRACTION or onebit", "none", NULL},
         {"compression-block", OPT_INT, &c.compression_block, 1, 1 << 30, "N", "elements per scale (fp8, int8)", "256", NULL},
