@@ -44,19 +44,14 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bf16_probe import onednn_or_skip  # noqa: E402
-from torch_bf16 import fp32_accumulation_breaks  # noqa: E402
+from torch_bf16 import U, fp32_accumulation_breaks, gamma  # noqa: E402
 
 if len(sys.argv) != 3 or sys.argv[2] not in ("widen", "onednn"):
     sys.exit("usage: test_bf16_torch.py BF16_DRIVER widen|onednn")
 DRIVER, PATH = sys.argv[1], sys.argv[2]
-U = 2.0 ** -24
 FAILURES = []
 TORCH_BF16_MATMUL = True  # set by main: whether torch's own bf16 matmul runs here
 TORCH_BF16_IS_ONEDNN = True  # set by main: whether it accumulates in fp32 at the model's shapes (oneDNN's)
-
-
-def gamma(n):
-    return n * U / (1 - n * U)
 
 
 def expect(cond, msg):

@@ -138,9 +138,11 @@ def per_sequence_forward(cfg, p, idx, tgt):
 
 
 def float32_floor(problem, t64, **kw):
-    """{tensor: the larger distance from float64 of two torch float32 samples (the header's floor)}."""
-    samples = [transcription(problem, 8, dtype=torch.float32, per_sequence=ps, **kw)[0] for ps in (False, True)]
-    return {n: max(rel_err(s[n].numpy(), t64[n].numpy()) for s in samples) for n, _, _ in tg.TENSORS}
+    """({tensor: the larger distance from float64 of two torch float32 samples (the header's floor)}, the first
+    sample's losses)."""
+    samples = [transcription(problem, 8, dtype=torch.float32, per_sequence=ps, **kw) for ps in (False, True)]
+    floor = {n: max(rel_err(s[n].numpy(), t64[n].numpy()) for s, _ in samples) for n, _, _ in tg.TENSORS}
+    return floor, samples[0][1]
 
 
 def transcription(problem, H, outer, dtype, prox_mu=0.0, jitter=0, shrink_at=None, per_sequence=False):
@@ -198,9 +200,8 @@ def transcription(problem, H, outer, dtype, prox_mu=0.0, jitter=0, shrink_at=Non
 
 def compare(label, problem, extra, outer, prox_mu=0.0, jitter=0):
     m, final = problem.run(label.replace(" ", "_"), extra)
-    _, t_losses = transcription(problem, 8, outer, torch.float32, prox_mu, jitter)
     t64, _ = transcription(problem, 8, outer, torch.float64, prox_mu, jitter)
-    floor = float32_floor(problem, t64, outer=outer, prox_mu=prox_mu, jitter=jitter)
+    floor, t_losses = float32_floor(problem, t64, outer=outer, prox_mu=prox_mu, jitter=jitter)
     c_losses = [x["loss"] for x in m]
     check(f"{label}: loss sequence ({len(c_losses)} steps)",
           max(abs(a - b) / b for a, b in zip(c_losses, t_losses)) if len(c_losses) == len(t_losses) else 1, 1e-5)
@@ -241,9 +242,8 @@ def main():
         print("3b. a worker lost at step 4 (elastic shrink to 1 process): worker 0 keeps its window")
         m, shrunk = problem.run("shrunk", ["--local-steps", "8", "--resume", os.path.join(ck, "step_00000004"),
                                            "--ckpt-dir", os.path.join(tmp, "ck_shrunk")], ranks=1)
-        _, t_losses = transcription(problem, 8, "nesterov", torch.float32, shrink_at=4)
         t64, _ = transcription(problem, 8, "nesterov", torch.float64, shrink_at=4)
-        floor = float32_floor(problem, t64, outer="nesterov", shrink_at=4)
+        floor, t_losses = float32_floor(problem, t64, outer="nesterov", shrink_at=4)
         c_losses = [x["loss"] for x in m]
         check("shrunk: losses of steps 5-16 vs the transcription",
               max(abs(a - b) / b for a, b in zip(c_losses, t_losses[4:])) if len(c_losses) == 12 else 1, 1e-5)

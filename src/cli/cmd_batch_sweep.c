@@ -54,6 +54,7 @@ typedef struct {
     const char *along;               /* --along: losses above the target fitted from the same runs (NULL: none) */
     const char *from;                /* --from: the checkpoint every run continues ("" : none) */
     const char *step_time;           /* --step-time A:B: the bound on what changing the batch wins (NULL: none) */
+    double step_a, step_b;           /* --step-time's A and B, parsed before any run */
     int seeds, max_steps, resamples;
     double target;
     long long eval_tokens;
@@ -252,7 +253,7 @@ static void report(SweepResult *r, const SweepOptions *o) {
     if (fitted && o->along) r->num_along = fit_along(r, o, along), r->along = along;
     SweepBound bound = {0};
     if (fitted && o->step_time) {
-        sweep_step_time_parse(o->step_time, &bound.a, &bound.b);
+        bound.a = o->step_a, bound.b = o->step_b;
         sweep_bound_compute(r->along, r->num_along, &r->fit, r->seq_len, &bound);
         r->bound = &bound;
     }
@@ -289,8 +290,6 @@ static int sweep(const SweepOptions *o, RunCommand *cmd, const char *command_tex
     const int num_lrs = o->lrs ? sweep_lrs_parse(o->lrs, lrs) : 0;
     double along[SWEEP_MAX_ALONG];
     if (o->along) sweep_along_parse(o->along, o->target, along); /* refused before any run, not after all */
-    double a, b;
-    if (o->step_time) sweep_step_time_parse(o->step_time, &a, &b);
     check_command(cmd, batches, num_batches);
     char runs_dir[4200];
     snprintf(runs_dir, sizeof runs_dir, "%s/runs", o->out);
@@ -347,6 +346,7 @@ int cmd_batch_sweep(int argc, char **argv) {
     if (split + 1 >= argc)
         bs_die("batch-sweep: give the training command after --, e.g. batchscale batch-sweep --batches 8,16 "
                "--target-loss 2.5 -- batchscale train --data ... --val-data ...");
+    if (o.step_time) sweep_step_time_parse(o.step_time, &o.step_a, &o.step_b); /* refused before any run */
     RunCommand cmd;
     run_command_init(&cmd, argc - split - 1, argv + split + 1);
     char *text = run_command_text(&cmd);
