@@ -247,13 +247,14 @@ def from_checkpoint(bs, data, model, target, tmp):
                 frozen_target=frozen_at(bs, data, os.path.join(cont, "model.bin"), tmp, "target"), probes=probes)
 
 
-def to_target(m, target):
+def to_target(m, target, step_seconds=lambda x: x["ms"] / 1000):
     """Training seconds, tokens and steps to the target, interpolated linearly in the validation loss between
     the evaluation that reached it and the one before (as batch-sweep does), so the evaluation interval does not
-    quantise them; seconds are the steps' own (the metrics' ms), evaluation time excluded. None if not reached."""
+    quantise them; seconds are the steps' own (the metrics' ms, or step_seconds of each step's metrics),
+    evaluation time excluded. None if not reached."""
     seconds, prev = 0.0, (0, 0.0, 0, None)  # (step, seconds, tokens, val loss) at the previous evaluation
     for x in m:
-        seconds += x["ms"] / 1000
+        seconds += step_seconds(x)
         if "val_loss" not in x:
             continue
         if x["val_loss"] <= target:

@@ -27,6 +27,7 @@ mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 env OMP_NUM_THRE
     --ops all-reduce,reduce-scatter,all-gather | tee build/bench/comm.txt
 /usr/bin/python3 bench/bench_batch_scaling.py "$BS" build/bench/batch_scaling
 /usr/bin/python3 bench/bench_critical_batch.py "$BS" build/bench/critical_batch.json
+/usr/bin/python3 bench/bench_schedule_race.py "$BS" build/bench/schedule_race.json
 /usr/bin/python3 bench/bench_tokenizer.py "$BS" build/bench/tokenizer.json
 /usr/bin/python3 bench/bench_bf16.py "$BS" build/bench/bf16.json "$VENV/bin/python"
 /usr/bin/python3 bench/bench_fp8.py "$BS" build/bench/fp8.json

@@ -9,3 +9,8 @@ endforeach()
 # The GPU measurement scripts without a GPU (one line, exit 0) and on tiny shapes on the CPU (--smoke).
 add_test(NAME bench_gpu_scripts COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_bench_gpu_scripts.py)
 set_tests_properties(bench_gpu_scripts PROPERTIES TIMEOUT 300)
+
+# bench/bench_schedule_race.py's arithmetic (modelled seconds to the target, paired differences, the verdict) on
+# hand-made metrics.
+add_test(NAME bench_schedule_race COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_bench_schedule_race.py)
+set_tests_properties(bench_schedule_race PROPERTIES TIMEOUT 60)
