@@ -204,20 +204,16 @@ class BatchScalingTest(CorpusTest):
 
         def goodput(batch, bn):
             return batch / (a + b * batch) * (bn + lo) / (bn + batch)
-        batch, decisions, tried = lo, 0, {lo}
+        batch, decisions = lo, 0
         for prev, cur in zip(full, full[1:]):
             self.assertEqual(prev["batch"], batch, f"step {prev['step']}")
             bn = prev.get("noise_scale_curvature_precond")  # the estimator goodput follows
             if bn is not None:
                 self.assertAlmostEqual(prev["efficiency"], (bn + lo) / (bn + batch), delta=1e-12)
                 self.assertAlmostEqual(prev["goodput"], goodput(batch, bn), delta=1e-9)
-            if prev["step"] % 3 == 0 and bn is not None:
-                decisions += 1
-                if len(tried) == 1:  # one measured size: explore twice the batch
-                    batch = min(2 * batch, hi)
-                else:
-                    batch = max(range(lo, hi + 1, 2 * 2), key=lambda B: goodput(B, bn))
-                tried.add(batch)
+            if (prev["step"] % 3 == 0 or prev["step"] == 1) and bn is not None:
+                decisions += 1  # the line is given: no size is explored, every decision is the formula's
+                batch = max(range(lo, hi + 1, 2 * 2), key=lambda B: goodput(B, bn))
                 self.assertEqual(prev["goodput_batch"], batch, f"decision at step {prev['step']}")
         self.assertEqual(full[-1]["batch"], batch)
         self.assertGreater(decisions, 3)
@@ -343,7 +339,8 @@ class BatchScalingTest(CorpusTest):
     def test_goodput_given_noise_scale(self):
         # --goodput-noise-scale: the policy alone, fed a noise scale from outside (batch-sweep's B_crit, say), so a
         # run separates the policy's choices from any estimator's. Every step's efficiency is the formula's at the
-        # given value, and each decision after the first (which explores twice the batch) is the formula's argmax.
+        # given value, and each decision (after the first step, then every 3) is the formula's argmax: with the line
+        # and the noise scale given, nothing is explored.
         # With --goodput-time-fit the same: the line through the planted times is the planted line.
         for fit in ([], ["--goodput-time-fit"]):
             with self.subTest(fit=fit):
@@ -363,15 +360,16 @@ class BatchScalingTest(CorpusTest):
         for prev in full[:-1]:
             self.assertEqual(prev["batch"], batch, f"step {prev['step']}")
             self.assertAlmostEqual(prev["efficiency"], (bn + lo) / (bn + batch), delta=1e-12, msg=prev["step"])
-            if prev["step"] % 3 == 0:
-                batch = 2 * lo if prev["step"] == 3 else best
+            if prev["step"] % 3 == 0 or prev["step"] == 1:
+                batch = best
                 self.assertEqual(prev["goodput_batch"], batch, f"decision at step {prev['step']}")
+        self.assertEqual(full[1]["batch"], best, "the second step runs the formula's batch")
         self.assertEqual(full[-1]["batch"], best)
 
     def replay_goodput(self, metrics, a, b, lo, hi, noise_of):
         """Checks a planted-time goodput run (2 ranks x micro-batch 2, a decision every 3 steps) against the formula
-        at noise_of(step's metrics): every step's batch and efficiency, every decision (the first explores twice
-        MIN); returns the decisions' batches."""
+        at noise_of(step's metrics): every step's batch and efficiency, every decision (after the first step, then
+        every 3; the line is given, so none explores); returns the decisions' batches."""
         def goodput(batch, noise):
             return batch / (a + b * batch) * (noise + lo) / (noise + batch)
         batch, chosen = lo, []
@@ -379,9 +377,8 @@ class BatchScalingTest(CorpusTest):
             noise = noise_of(x)
             self.assertEqual(x["batch"], batch, f"step {x['step']}")
             self.assertAlmostEqual(x["efficiency"], (noise + lo) / (noise + batch), delta=1e-12, msg=x["step"])
-            if x["step"] % 3 == 0:
-                best = max(range(lo, hi + 1, 2 * 2), key=lambda B: goodput(B, noise))
-                batch = 2 * lo if x["step"] == 3 else best
+            if x["step"] % 3 == 0 or x["step"] == 1:
+                batch = max(range(lo, hi + 1, 2 * 2), key=lambda B: goodput(B, noise))
                 self.assertEqual(x["goodput_batch"], batch, f"decision at step {x['step']}")
                 chosen.append(batch)
         return chosen
@@ -399,15 +396,15 @@ class BatchScalingTest(CorpusTest):
         chosen = self.replay_goodput(full, a, b, lo, hi, lambda x: bn * x["lr"] / lr)
         self.assertLess(full[5]["lr"], 0.5 * lr, "the run decides inside the warm-up")
         top = chosen.index(max(chosen))
-        self.assertLess(chosen[1], chosen[top], f"the batch grows with the lr: {chosen}")
-        self.assertEqual(chosen[1:top + 1], sorted(chosen[1:top + 1]), f"and only grows while it rises: {chosen}")
+        self.assertLess(chosen[0], chosen[top], f"the batch grows with the lr: {chosen}")
+        self.assertEqual(chosen[:top + 1], sorted(chosen[:top + 1]), f"and only grows while it rises: {chosen}")
         self.assertLess(chosen[-1], chosen[top], f"the cosine decay lowers it again: {chosen}")
 
     def test_goodput_given_noise_curve(self):
         # --goodput-noise-curve TO:B,...: a noise scale that changes with the training loss (batch-sweep --along's
         # local critical batches): each step's efficiency is the formula's at the curve's value for that step's
-        # loss, each decision after the first is the formula's argmax there, both stretches of the curve are
-        # used, and a resume from a checkpoint mid-run continues bit for bit.
+        # loss, each decision (after the first step, then every 3) is the formula's argmax there, both stretches of
+        # the curve are used, and a resume from a checkpoint mid-run continues bit for bit.
         a, b, lo, hi = 1.0, 0.002, 4, 32
         probe, _ = train(self.data, self.path("gpc_probe"), ranks=2, steps=12)  # where this model's loss goes
         middle = round(probe[6]["loss"], 3)

@@ -24,7 +24,9 @@
  *
  * Exploration: until two batch sizes are measured the fit has one point, so
  * the first decision moves to twice the current batch (within MAX, or to
- * MIN/the next granule below when the current one is MAX).
+ * MIN/the next granule below when the current one is MAX). A line given
+ * from outside (--goodput-time-model) is recorded at MIN and MAX before the
+ * first step, so nothing is explored.
  *
  * Deliberately not here: the timing of steps, the noise-scale estimator, when
  * decisions are taken (the trainer's). */

@@ -82,6 +82,9 @@ static void setup_goodput(Trainer *tr) {
         !(e->planted_b > 0))
         bs_die("--goodput-time-model needs A:B with A >= 0 and B > 0 seconds (got '%s')", c->goodput_time_model);
     e->planted = true;
+    /* A given line needs no exploring: the table holds it at both ends from the start. */
+    goodput_record(&e->goodput, e->goodput.min, e->planted_a + e->planted_b * (double)e->goodput.min);
+    goodput_record(&e->goodput, e->goodput.max, e->planted_a + e->planted_b * (double)e->goodput.max);
 }
 
 void estimators_setup(Trainer *tr) {
@@ -230,8 +233,10 @@ static void goodput_step(Trainer *tr, StepResult *r) {
         r->efficiency = goodput_efficiency(b_noise, e->goodput.base, r->batch);
         r->goodput = (double)r->batch / goodput_step_seconds(&e->goodput, r->batch) * r->efficiency;
     }
+    /* Decisions after the first step (the first loss: with a given line and noise scale nothing waits to be
+     * measured) and then every N steps. */
     const int every = tr->cfg.goodput_every > 0 ? tr->cfg.goodput_every : 10;
-    if ((tr->step + 1) % every != 0) return;
+    if (tr->step != 0 && (tr->step + 1) % every != 0) return;
     double goodput, efficiency;
     tr->adaptive_batch = goodput_choose(&e->goodput, b_noise, tr->adaptive_batch, &goodput, &efficiency);
     r->next_batch = tr->adaptive_batch;
