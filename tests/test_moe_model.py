@@ -6,8 +6,9 @@ every second one's) against PyTorch, and trained by `batchscale train`.
    language-model loss, the aux and z losses and every gradient (with the
    aux and z losses in the objective) against tests/torch_gpt.py's MoE
    transcription in float64, within 1e-5 (max |a-b| / max |b| per tensor),
-   dropless and with a capacity factor that drops; softmax and sigmoid; and
-   --moe-every 2 (layer 0 the dense MLP, layer 1 MoE) with dropping.
+   dropless and with a capacity factor that drops; softmax and sigmoid;
+   --moe-every 2 (layer 0 the dense MLP, layer 1 MoE) with dropping; and
+   top-1 with its default gates (unnormalized) at --moe-routed-scale 2.5.
 2. Layouts: 2 ranks at micro-batch 2 equal 1 process at micro-batch 4 over
    10 steps (losses relative 1e-5; final weights max |a-b| / max |b| within
    the larger of 1e-5 and FLOOR_K x the 1 process's own floor, its batches'
@@ -93,14 +94,14 @@ def unflatten(cfg, flat):
     return out
 
 
-def reference_case(dump, tmp, router, capacity, seed, every=1):
-    B, T, L, C, H, E, K = 4, 16, 2, 32, 4, 4, 2
+def reference_case(dump, tmp, router, capacity, seed, every=1, K=2, gates="normalized", scale=1.0):
+    B, T, L, C, H, E = 4, 16, 2, 32, 4, 4
     aux_c, z_c = 0.05, 0.01
     cfg = dict(V=64, maxT=T, L=L, C=C, H=H, E=E, F=4 * C, every=every)
     moe_layers = L // every  # layers 1, 3, .. for every 2
     path = os.path.join(tmp, "dump.bin")
     subprocess.run([dump, path, str(B), str(T), str(L), str(C), str(H), str(E), str(K), router, str(capacity),
-                    str(aux_c), str(z_c), str(seed), str(every)], check=True)
+                    str(aux_c), str(z_c), str(seed), str(every), gates, str(scale)], check=True)
     raw = open(path, "rb").read()
     N = B * T
     idx = np.frombuffer(raw[:4 * N], np.int32).reshape(B, T)
@@ -114,12 +115,14 @@ def reference_case(dump, tmp, router, capacity, seed, every=1):
     V = cfg["V"]
     wte_full = p["wte"]
     q = dict(p, wte=wte_full[:V])
-    moe = dict(E=E, K=K, F=cfg["F"], router=router, capacity=capacity, aux=aux_c, z=z_c, every=every)
+    moe = dict(E=E, K=K, F=cfg["F"], router=router, capacity=capacity, aux=aux_c, z=z_c, every=every, gates=gates,
+               scale=scale)
     _, lm = torch_gpt.forward(cfg, q, torch.tensor(idx, dtype=torch.long), torch.tensor(tgt, dtype=torch.long),
                               moe=moe)
     aux, z = moe["losses"]
     (lm + aux + z).backward()
-    what = f"{router}, capacity {capacity or 'dropless'}" + (f", --moe-every {every}" if every > 1 else "")
+    what = f"{router}, capacity {capacity or 'dropless'}" + (f", --moe-every {every}" if every > 1 else "") + \
+        (f", top-{K} {gates} x{scale}" if (K, gates, scale) != (2, "normalized", 1.0) else "")
     dropped = [1 - float(s["kept"].sum() / s["routed"].sum()) for s in moe["stats"]]
     c_dropped = [1 - float(c[1] / c[0]) for c in counts]
     check(max(abs(a - b) for a, b in zip(dropped, c_dropped)) == 0,
@@ -152,6 +155,8 @@ def main():
         reference_case(dump, tmp, "softmax", 1.0, 6)
         reference_case(dump, tmp, "sigmoid", 1.25, 7)
         reference_case(dump, tmp, "softmax", 1.0, 8, every=2)  # layer 0 dense, layer 1 MoE
+        reference_case(dump, tmp, "softmax", 1.0, 9, K=1, gates="unnormalized", scale=2.5)  # top-1's default gates
+        reference_case(dump, tmp, "sigmoid", 0, 10, K=1, gates="unnormalized", scale=2.5)
         if len(sys.argv) > 2 and sys.argv[2] == "reference":
             pass
         else:
