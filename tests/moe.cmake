@@ -51,3 +51,7 @@ set_tests_properties(moe_pipeline PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_N
 # Tensor and context parallelism over MoE layers (alone and with EP) against 1 process; tp x ep resharded.
 add_test(NAME moe_tp COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_tp.py)
 set_tests_properties(moe_tp PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)
+
+# The router's gates (--moe-gates, --moe-routed-scale): a top-1 router learns from the language-model loss alone, the gates in checkpoints, bad input.
+add_test(NAME moe_router COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_router.py)
+set_tests_properties(moe_router PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)

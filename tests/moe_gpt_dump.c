@@ -1,7 +1,8 @@
 /* moe_gpt_dump.c: test helper for test_moe_model.py: an MoE GPT's loss, aux
  * and z losses and every gradient on one batch, for the PyTorch reference.
- * usage: moe_gpt_dump OUT B T L C H E K ROUTER CAPACITY AUX Z SEED [EVERY]
- * (EVERY: --moe-every, default 1: layer l has the MoE MLP when (l + 1) % EVERY == 0). The model (vocabulary 64) starts from gpt_init_weights(SEED), then every
+ * usage: moe_gpt_dump OUT B T L C H E K ROUTER CAPACITY AUX Z SEED [EVERY [GATES SCALE]]
+ * (EVERY: --moe-every, default 1: layer l has the MoE MLP when (l + 1) % EVERY == 0; GATES, SCALE:
+ * --moe-gates and --moe-routed-scale, default normalized and 1). The model (vocabulary 64) starts from gpt_init_weights(SEED), then every
  * parameter gets N(0, 0.02) added and the router weights are scaled by 10
  * (scores far apart, so no choice or drop falls between nearly equal
  * scores), tokens and targets drawn from SEED. OUT gets raw float32: the
@@ -19,7 +20,10 @@
 static void write_floats(FILE *f, const float *x, size_t n, const char *path) { bs_fwrite_all(x, n * sizeof(float), f, path); }
 
 int main(int argc, char **argv) {
-    if (argc != 14 && argc != 15) bs_die("usage: moe_gpt_dump OUT B T L C H E K ROUTER CAPACITY AUX Z SEED [EVERY]");
+    if (argc != 14 && argc != 15 && argc != 17)
+        bs_die("usage: moe_gpt_dump OUT B T L C H E K ROUTER CAPACITY AUX Z SEED [EVERY [GATES SCALE]]");
+    MoeGates gates = MOE_GATES_NORMALIZED;
+    if (argc == 17 && !moe_parse_gates(argv[15], &gates)) bs_die("moe_gpt_dump: unknown gates %s", argv[15]);
     const char *path = argv[1];
     int B = atoi(argv[2]), T = atoi(argv[3]);
     MoeRouter router;
@@ -27,7 +31,8 @@ int main(int argc, char **argv) {
     GPTConfig cfg = {.max_seq_len = T, .vocab_size = 64, .num_layers = atoi(argv[4]), .channels = atoi(argv[5]),
                      .num_heads = atoi(argv[6]), .experts = atoi(argv[7]), .moe_top_k = atoi(argv[8]),
                      .moe_router = (int)router, .capacity_factor = atof(argv[10]), .moe_aux_coef = atof(argv[11]),
-                     .moe_z_coef = atof(argv[12]), .moe_every = argc > 14 ? atoi(argv[14]) : 1};
+                     .moe_z_coef = atof(argv[12]), .moe_every = argc > 14 ? atoi(argv[14]) : 1,
+                     .moe_gates = (int)gates, .moe_routed_scale = argc == 17 ? atof(argv[16]) : 1};
     uint64_t seed = strtoull(argv[13], NULL, 10);
     char why[256];
     if (!gpt_config_check(&cfg, why, sizeof why)) bs_die("%s", why);

@@ -7,8 +7,9 @@ usage: test_moe.py TEST_MOE_LAYER
 For each case the driver (tests/test_moe_layer.c) runs one forward and
 backward in float32 on random inputs and writes inputs and results. The
 reference recomputes, from the inputs only: logits x Wr^T; softmax or sigmoid
-scores; the top-k of score + selection bias; combine weights = the chosen
-scores renormalised; capacity ceil(N K / E x factor), dropping the lowest
+scores; the top-k of score + selection bias; combine weights (gates) by
+--moe-gates, each transcribed from the reference that defines it (gates()),
+times the routed scale; capacity ceil(N K / E x factor), dropping the lowest
 scores first, ties to the later row (the driver's last quarter of rows repeat
 its first, so ties occur); GELU(tanh) experts; L_aux = c E sum f_i P_i with f
 before dropping; L_z = c_z mean(logsumexp^2); then the gradient of
@@ -18,8 +19,11 @@ rounding of a few hundred float32 operations is about 1e-6), the gradients
 added to the driver's starting values (backward accumulates), aux and z
 within 1e-5, per-expert routed and kept counts exactly; and per case that
 what it is for happens: rows dropped under a capacity factor (none
-dropless), and the selection bias changing the choice of some row. And the
-same bits at 1 and 3 threads (6000 rows: several matmul row blocks per expert).
+dropless), and the selection bias changing the choice of some row. Top-1
+without the aux and z losses: normalized gates leave the router's gradient
+exactly zero (one renormalised gate is constant), unnormalized and
+pre-softmax give it one (issue 42). And the same bits at 1 and 3 threads
+(6000 rows: several matmul row blocks per expert).
 """
 import math
 import os
@@ -33,15 +37,27 @@ import torch
 TOL = 1e-5
 FAILURES = []
 
-# router, capacity factor, N, C, F, E, K, aux, z, bias scale, seed
+# router, gates, routed scale, capacity factor, N, C, F, E, K, aux, z, bias scale, seed
 CASES = [
-    ("softmax", 0.0, 64, 16, 24, 8, 2, 0.5, 0.1, 0.3, 1),
-    ("sigmoid", 0.0, 64, 16, 24, 8, 2, 0.5, 0.1, 0.3, 2),
-    ("softmax", 1.0, 64, 16, 24, 8, 2, 0.5, 0.1, 0.3, 3),
-    ("sigmoid", 0.75, 64, 16, 24, 8, 2, 0.5, 0.1, 0.3, 4),
-    ("softmax", 1.25, 48, 12, 20, 4, 1, 0.3, 0.05, 0.2, 5),
-    ("sigmoid", 1.0, 40, 8, 16, 6, 3, 0.3, 0.05, 0.2, 6),
+    ("softmax", "normalized", 1.0, 0.0, 64, 16, 24, 8, 2, 0.5, 0.1, 0.3, 1),
+    ("sigmoid", "normalized", 1.0, 0.0, 64, 16, 24, 8, 2, 0.5, 0.1, 0.3, 2),
+    ("softmax", "normalized", 1.0, 1.0, 64, 16, 24, 8, 2, 0.5, 0.1, 0.3, 3),
+    ("sigmoid", "normalized", 1.0, 0.75, 64, 16, 24, 8, 2, 0.5, 0.1, 0.3, 4),
+    ("softmax", "normalized", 1.0, 1.25, 48, 12, 20, 4, 1, 0.3, 0.05, 0.2, 5),
+    ("sigmoid", "normalized", 1.0, 1.0, 40, 8, 16, 6, 3, 0.3, 0.05, 0.2, 6),
 ]
+# each --moe-gates choice at top-1 and top-2, with a routed scale, dropless and dropping
+for k in (1, 2):
+    CASES += [
+        ("softmax", "normalized", 2.5, 1.0, 48, 12, 20, 4, k, 0.3, 0.05, 0.2, 10 + k),
+        ("softmax", "unnormalized", 2.5, 0.0, 48, 12, 20, 4, k, 0.3, 0.05, 0.2, 12 + k),
+        ("softmax", "pre-softmax", 1.0, 1.25, 48, 12, 20, 4, k, 0.3, 0.05, 0.2, 14 + k),
+        ("sigmoid", "unnormalized", 2.5, 1.0, 48, 12, 20, 4, k, 0.3, 0.05, 0.2, 16 + k),
+        ("sigmoid", "normalized", 1.0, 0.0, 48, 12, 20, 4, k, 0.3, 0.05, 0.2, 18 + k),
+    ]
+# top-1 with no aux or z loss: the router's gradient comes from the output alone
+NO_AUX = [("softmax", gates, 1.0, 0.0, 48, 12, 20, 4, 1, 0.0, 0.0, 0.2, 30)
+          for gates in ("normalized", "unnormalized", "pre-softmax")]
 
 
 def expect(cond, msg):
@@ -81,7 +97,23 @@ def kept_mask(chosen, scores, E, cap):
     return keep, ties
 
 
-def reference(p, router, cap_factor, N, C, F, E, K, aux_c, z_c):
+def gates(router, mode, logits, scores, idx):
+    """The combine weights of the chosen experts idx (N, K) as each reference writes them (before the scale):
+    normalized softmax: Megatron-Core's default (moe_router_pre_softmax False), a softmax over the chosen logits;
+    normalized sigmoid: DeepSeek-V3's norm_topk_prob, the chosen scores over their sum; unnormalized: Qwen2-MoE /
+    DeepSeek-V2's norm_topk_prob False, the chosen scores as they are; pre-softmax: Megatron-Core's
+    moe_router_pre_softmax, the softmax over all E logits, then the chosen ones."""
+    if mode == "normalized" and router == "softmax":
+        return torch.softmax(logits.gather(1, idx), -1)
+    if mode == "normalized":
+        chosen = scores.gather(1, idx)
+        return chosen / chosen.sum(1, keepdim=True)
+    if mode == "pre-softmax":
+        return torch.softmax(logits, -1).gather(1, idx)
+    return scores.gather(1, idx)
+
+
+def reference(p, router, mode, scale, cap_factor, N, C, F, E, K, aux_c, z_c):
     x, wr, bias, dout = p["x"], p["wr"], p["bias"], p["dout"]
     ex = p["experts"].view(E, -1)
     fc, fcb = ex[:, :F * C].reshape(E, F, C), ex[:, F * C:F * C + F]
@@ -90,8 +122,7 @@ def reference(p, router, cap_factor, N, C, F, E, K, aux_c, z_c):
     scores = torch.softmax(logits, -1) if router == "softmax" else torch.sigmoid(logits)
     chosen = choose(scores, bias, K)
     idx = torch.tensor(chosen)
-    chosen_scores = scores.gather(1, idx)
-    weights = chosen_scores / chosen_scores.sum(1, keepdim=True)
+    weights = scale * gates(router, mode, logits, scores, idx)
     cap = math.ceil(N * K / E * cap_factor) if cap_factor > 0 else N * K
     keep, ties = kept_mask(chosen, scores, E, cap)
     out = torch.zeros(N, C, dtype=torch.float64)
@@ -113,9 +144,9 @@ def reference(p, router, cap_factor, N, C, F, E, K, aux_c, z_c):
 
 
 def run_case(driver, case, tmp):
-    router, cap, N, C, F, E, K, aux_c, z_c, bias_scale, seed = case
+    router, mode, scale, cap, N, C, F, E, K, aux_c, z_c, bias_scale, seed = case
     path = os.path.join(tmp, "moe.bin")
-    args = [router, cap, N, C, F, E, K, aux_c, z_c, bias_scale, seed]
+    args = [router, mode, scale, cap, N, C, F, E, K, aux_c, z_c, bias_scale, seed]
     log = subprocess.run([driver, path] + [str(a) for a in args],
                          check=True, capture_output=True, text=True).stdout.strip()
     raw = np.fromfile(path, np.float64)
@@ -130,15 +161,15 @@ def run_case(driver, case, tmp):
     shapes = {"x": (N, C), "wr": (E, C), "dout": (N, C)}
     p = {k: torch.tensor(got[k].reshape(shapes.get(k, (-1,))), requires_grad=k in ("x", "wr", "experts"))
          for k in ("x", "wr", "experts", "bias", "dout")}
-    out, aux, z, routed, kept, biased, ties = reference(p, router, cap, N, C, F, E, K, aux_c, z_c)
-    label = f"{router} cap {cap} N{N} E{E} K{K}"
+    out, aux, z, routed, kept, biased, ties = reference(p, router, mode, scale, cap, N, C, F, E, K, aux_c, z_c)
+    label = f"{router} {mode} x{scale} cap {cap} N{N} E{E} K{K}"
     errs = {
         "out": rel(got["out"], out.detach().numpy().ravel()),
         "dx": rel(got["dx"] - got["dx0"], p["x"].grad.numpy().ravel()),
         "drouter": rel(got["dwr"] - got["dwr0"], p["wr"].grad.numpy().ravel()),
         "dexperts": rel(got["dexperts"] - got["dexperts0"], p["experts"].grad.numpy().ravel()),
-        "aux": abs(got["losses"][0] - aux.item()) / abs(aux.item()),
-        "z": abs(got["losses"][1] - z.item()) / abs(z.item()),
+        "aux": abs(got["losses"][0] - aux.item()) / max(abs(aux.item()), 1e-30),
+        "z": abs(got["losses"][1] - z.item()) / max(abs(z.item()), 1e-30),
     }
     dropped = int(routed.sum() - kept.sum())
     print(f"{label}: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()) +
@@ -149,7 +180,21 @@ def run_case(driver, case, tmp):
     expect(np.array_equal(got["kept"], kept), f"{label}: kept {got['kept']} != {kept}")
     expect((dropped > 0) == (cap > 0), f"{label}: {dropped} dropped")
     expect(biased > 0, f"{label}: the selection bias changed no choice")
-    return ties
+    router_grad = float(np.max(np.abs(got["dwr"] - got["dwr0"])))
+    return ties, router_grad, float(p["wr"].grad.abs().max())
+
+
+def check_top1_router_learns(driver, tmp):
+    """Top-1, no aux or z loss: the router's gradient is the output's alone. Normalized gates: exactly zero here
+    and in PyTorch (softmax over one logit); unnormalized and pre-softmax: nonzero (and equal to PyTorch's,
+    run_case)."""
+    for case in NO_AUX:
+        _, grad, ref = run_case(driver, case, tmp)
+        if case[1] == "normalized":
+            expect(grad == 0 and ref == 0, f"top-1 normalized: router gradient {grad:.3e} (PyTorch {ref:.3e}), want 0")
+        else:
+            expect(grad > 1e-3 and ref > 1e-3, f"top-1 {case[1]}: router gradient {grad:.3e} (PyTorch {ref:.3e})")
+        print(f"top-1 {case[1]}, no aux or z loss: largest router gradient {grad:.3e} (PyTorch {ref:.3e})")
 
 
 def check_threads(driver, tmp):
@@ -157,7 +202,7 @@ def check_threads(driver, tmp):
     outs = []
     for threads in (1, 3):
         path = os.path.join(tmp, f"threads{threads}.bin")
-        subprocess.run([driver, path, "sigmoid", "1.5", "6000", "16", "24", "4", "2", "0.5", "0.1", "0.05", "7"],
+        subprocess.run([driver, path, "sigmoid", "unnormalized", "2.5", "1.5", "6000", "16", "24", "4", "2", "0.5", "0.1", "0.05", "7"],
                        check=True, capture_output=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
         outs.append(open(path, "rb").read())
     same = outs[0] == outs[1]
@@ -168,7 +213,8 @@ def check_threads(driver, tmp):
 def main():
     torch.set_default_dtype(torch.float64)
     with tempfile.TemporaryDirectory() as tmp:
-        ties = sum(run_case(sys.argv[1], case, tmp) for case in CASES)
+        ties = sum(run_case(sys.argv[1], case, tmp)[0] for case in CASES)
+        check_top1_router_learns(sys.argv[1], tmp)
         check_threads(sys.argv[1], tmp)
     expect(ties > 0, "no capacity cut fell between equal scores: the tie rule was not exercised")
     print("FAILED" if FAILURES else "ok", f"({len(FAILURES)} failure(s), {len(CASES)} cases)")

@@ -11,7 +11,10 @@
  * constant: the check also asserts that no perturbation changed the
  * per-expert routed or kept counts (else
  * a difference would straddle a kink). Cases: both routers, dropless and
- * with a capacity factor that drops, with a selection bias. */
+ * with a capacity factor that drops, with a selection bias; and each
+ * --moe-gates choice at top-1 and top-2 with a routed scale (1.5): the
+ * unnormalized and pre-softmax gates and top-2 normalized ones give the
+ * router a gradient, top-1 normalized only through the aux and z losses. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,9 +78,10 @@ static void check_grad(Ctx *c, const char *what, double *p, const double *analyt
     CHECK(rel < 1e-6 && max_ref > 0, "%s: rel err %.3e", what, rel);
 }
 
-static void check_case(MoeRouter router, double capacity_factor) {
-    const MoeConfig cfg = {.channels = 6, .hidden = 8, .experts = 4, .top_k = 2, .router = router,
-                           .capacity_factor = capacity_factor, .aux_coef = 0.5, .z_coef = 0.1};
+static void check_case(MoeRouter router, double capacity_factor, MoeGates gates, int top_k, double scale) {
+    const MoeConfig cfg = {.channels = 6, .hidden = 8, .experts = 4, .top_k = top_k, .router = router,
+                           .gates = gates, .routed_scale = scale, .capacity_factor = capacity_factor,
+                           .aux_coef = 0.5, .z_coef = 0.1};
     const size_t N = 16, C = 6, nr = moe_router_numel(&cfg), ne = cfg.experts * moe_expert_numel(&cfg);
     Ctx c = {.layer = moe_create(&cfg, N), .cfg = &cfg, .N = N};
     c.x = rand_vec(N * C, 1), c.wr = rand_vec(nr, 1), c.experts = rand_vec(ne, 0.5), c.bias = rand_vec(4, 0.1);
@@ -88,8 +92,8 @@ static void check_case(MoeRouter router, double capacity_factor) {
     moe_forward(c.layer, c.out, c.x, N, c.wr, c.experts, c.bias, &c.first);
     moe_backward(c.layer, dx, dwr, dexperts, c.w, c.x, c.wr, c.experts, &c.first);
     MoeMetrics m = moe_metrics(&cfg, &c.first);
-    printf("%s router, capacity factor %g: dropped fraction %.3f\n", moe_router_name(router), capacity_factor,
-           m.dropped_fraction);
+    printf("%s router, %s gates, top-%d, scale %g, capacity factor %g: dropped fraction %.3f\n",
+           moe_router_name(router), moe_gates_name(gates), top_k, scale, capacity_factor, m.dropped_fraction);
     CHECK((m.dropped_fraction > 0) == (capacity_factor > 0), "dropped fraction %.3f", m.dropped_fraction);
     check_grad(&c, "dx", c.x, dx, N * C);
     check_grad(&c, "drouter", c.wr, dwr, nr);
@@ -100,10 +104,16 @@ static void check_case(MoeRouter router, double capacity_factor) {
 }
 
 int main(void) {
-    check_case(MOE_ROUTER_SOFTMAX, 0);
-    check_case(MOE_ROUTER_SIGMOID, 0);
-    check_case(MOE_ROUTER_SOFTMAX, 1.0);
-    check_case(MOE_ROUTER_SIGMOID, 0.75);
+    check_case(MOE_ROUTER_SOFTMAX, 0, MOE_GATES_NORMALIZED, 2, 1);
+    check_case(MOE_ROUTER_SIGMOID, 0, MOE_GATES_NORMALIZED, 2, 1);
+    check_case(MOE_ROUTER_SOFTMAX, 1.0, MOE_GATES_NORMALIZED, 2, 1);
+    check_case(MOE_ROUTER_SIGMOID, 0.75, MOE_GATES_NORMALIZED, 2, 1);
+    for (int k = 1; k <= 2; k++) {
+        check_case(MOE_ROUTER_SOFTMAX, 0, MOE_GATES_NORMALIZED, k, 1.5);
+        check_case(MOE_ROUTER_SOFTMAX, 0, MOE_GATES_UNNORMALIZED, k, 1.5);
+        check_case(MOE_ROUTER_SOFTMAX, 1.0, MOE_GATES_PRE_SOFTMAX, k, 1.5);
+        check_case(MOE_ROUTER_SIGMOID, 0, MOE_GATES_UNNORMALIZED, k, 1.5);
+    }
     printf("%s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
     return failures ? 1 : 0;
 }

@@ -2,8 +2,9 @@
  * (src/model/moe.h): one forward and backward of random inputs, every input
  * and result written as float64 for a PyTorch reference.
  *
- * usage: test_moe_layer OUT ROUTER CAPACITY N C F E K AUX Z BIAS SEED
- *   ROUTER softmax|sigmoid, CAPACITY the capacity factor (0: dropless), AUX
+ * usage: test_moe_layer OUT ROUTER GATES SCALE CAPACITY N C F E K AUX Z BIAS SEED
+ *   ROUTER softmax|sigmoid, GATES normalized|unnormalized|pre-softmax, SCALE
+ *   the routed scale, CAPACITY the capacity factor (0: dropless), AUX
  *   and Z the loss coefficients, BIAS the scale of the selection bias.
  * The last quarter of the rows repeat the first ones, so equal scores occur
  * and capacity ties are broken by position. The gradient buffers start at
@@ -38,14 +39,25 @@ static void write_doubles(FILE *f, const float *v, size_t n) {
 
 /* Each bad value gives one line naming its flag. */
 static int check_configs(void) {
-    const MoeConfig good = {.channels = 8, .hidden = 16, .experts = 4, .top_k = 2, .aux_coef = 0.01};
+    const MoeConfig good = {.channels = 8, .hidden = 16, .experts = 4, .top_k = 2, .routed_scale = 1, .aux_coef = 0.01};
     char why[256];
     CHECK(moe_config_check(&good, false, why, sizeof why), "a good config refused");
     struct { MoeConfig c; bool given; const char *flag; } bad[] = {
         {good, false, "--top-k"}, {good, false, "--experts"}, {good, true, "--capacity-factor"},
-        {good, true, "--capacity-factor"}, {good, false, "--moe-ffn"}, {good, false, "--moe-aux-loss"}};
+        {good, true, "--capacity-factor"}, {good, false, "--moe-ffn"}, {good, false, "--moe-aux-loss"},
+        {good, false, "--moe-routed-scale"}, {good, false, "--moe-routed-scale"}, {good, false, "--moe-gates pre-softmax"}};
     bad[0].c.top_k = 5, bad[1].c.experts = 0, bad[2].c.capacity_factor = 0, bad[3].c.capacity_factor = -1.5;
-    bad[4].c.hidden = 0, bad[5].c.aux_coef = -1;
+    bad[4].c.hidden = 0, bad[5].c.aux_coef = -1, bad[6].c.routed_scale = 0, bad[7].c.routed_scale = NAN;
+    bad[8].c.gates = MOE_GATES_PRE_SOFTMAX, bad[8].c.router = MOE_ROUTER_SIGMOID;
+    MoeConfig sigmoid = good;
+    sigmoid.router = MOE_ROUTER_SIGMOID, sigmoid.gates = MOE_GATES_UNNORMALIZED;
+    CHECK(moe_config_check(&sigmoid, false, why, sizeof why), "sigmoid scores with unnormalized gates refused");
+    MoeGates parsed;
+    for (int g = 0; g <= MOE_GATES_PRE_SOFTMAX; g++)
+        CHECK(moe_parse_gates(moe_gates_name((MoeGates)g), &parsed) && parsed == (MoeGates)g, "gates %d's name", g);
+    CHECK(!moe_parse_gates("renormalized", &parsed), "an unknown gates name parsed");
+    CHECK(moe_default_gates(1) == MOE_GATES_UNNORMALIZED && moe_default_gates(2) == MOE_GATES_NORMALIZED,
+          "the default gates: unnormalized at top-1, normalized above");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         why[0] = '\0';
         bool ok = moe_config_check(&bad[i].c, bad[i].given, why, sizeof why);
@@ -87,25 +99,27 @@ static int check_balance(void) {
 
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "check") == 0) return check_configs() | check_balance();
-    if (argc != 13) bs_die("usage: test_moe_layer OUT ROUTER CAPACITY N C F E K AUX Z BIAS SEED");
-    MoeConfig cfg = {.channels = atoi(argv[5]), .hidden = atoi(argv[6]), .experts = atoi(argv[7]),
-                     .top_k = atoi(argv[8]), .capacity_factor = atof(argv[3]), .aux_coef = atof(argv[9]),
-                     .z_coef = atof(argv[10])};
-    const size_t N = (size_t)atol(argv[4]);
+    if (argc != 15) bs_die("usage: test_moe_layer OUT ROUTER GATES SCALE CAPACITY N C F E K AUX Z BIAS SEED");
+    enum { OUT = 1, ROUTER, GATES, SCALE, CAPACITY, ROWS, CHANNELS, HIDDEN, EXPERTS, TOPK, AUX, Z, BIAS, SEED };
+    MoeConfig cfg = {.channels = atoi(argv[CHANNELS]), .hidden = atoi(argv[HIDDEN]), .experts = atoi(argv[EXPERTS]),
+                     .top_k = atoi(argv[TOPK]), .routed_scale = atof(argv[SCALE]),
+                     .capacity_factor = atof(argv[CAPACITY]), .aux_coef = atof(argv[AUX]), .z_coef = atof(argv[Z])};
+    const size_t N = (size_t)atol(argv[ROWS]);
     char why[256];
-    if (!moe_parse_router(argv[2], &cfg.router)) bs_die("unknown router %s", argv[2]);
+    if (!moe_parse_router(argv[ROUTER], &cfg.router)) bs_die("unknown router %s", argv[ROUTER]);
+    if (!moe_parse_gates(argv[GATES], &cfg.gates)) bs_die("unknown gates %s", argv[GATES]);
     if (!moe_config_check(&cfg, cfg.capacity_factor != 0, why, sizeof why)) bs_die("%s", why);
     const size_t C = (size_t)cfg.channels, E = (size_t)cfg.experts, nr = moe_router_numel(&cfg);
     const size_t ne = E * moe_expert_numel(&cfg);
     Rng rng;
-    rng_seed(&rng, (uint64_t)atoll(argv[12]));
+    rng_seed(&rng, (uint64_t)atoll(argv[SEED]));
     float *x = random_floats(&rng, N * C, 1), *wr = random_floats(&rng, nr, 0.5);
-    float *experts = random_floats(&rng, ne, 0.3), *bias = random_floats(&rng, E, atof(argv[11]));
+    float *experts = random_floats(&rng, ne, 0.3), *bias = random_floats(&rng, E, atof(argv[BIAS]));
     float *dout = random_floats(&rng, N * C, 1), *dx = random_floats(&rng, N * C, 1);
     float *dwr = random_floats(&rng, nr, 1), *dexperts = random_floats(&rng, ne, 1);
     for (size_t i = N - N / 4; i < N; i++) memcpy(x + i * C, x + (i - (N - N / 4)) * C, sizeof(float) * C);
-    FILE *f = fopen(argv[1], "wb");
-    if (!f) bs_die("cannot write %s", argv[1]);
+    FILE *f = fopen(argv[OUT], "wb");
+    if (!f) bs_die("cannot write %s", argv[OUT]);
     const float *inputs[] = {x, wr, experts, bias, dout, dx, dwr, dexperts};
     const size_t sizes[] = {N * C, nr, ne, E, N * C, N * C, nr, ne};
     for (int i = 0; i < 8; i++) write_doubles(f, inputs[i], sizes[i]);

@@ -135,7 +135,7 @@ static int tied_cuts(const MoeConfig *cfg, const Oracle *o) {
 static int check_case(Comm *world, MoeRouter router, double capacity_factor) {
     const int ep = comm_size(world), rank = comm_rank(world);
     const MoeConfig cfg = {.channels = C, .hidden = F, .experts = E, .top_k = K, .router = router,
-                           .capacity_factor = capacity_factor, .aux_coef = 0.5, .z_coef = 0.1};
+                           .routed_scale = 1, .capacity_factor = capacity_factor, .aux_coef = 0.5, .z_coef = 0.1};
     Oracle o = make_oracle(&cfg, ep, rank);
     MoeParallel *p = moe_parallel_create(&cfg, world, o.N);
     const int first = moe_parallel_first_expert(p), local = moe_parallel_local_experts(p);

@@ -117,7 +117,8 @@ def moe_top_k(key, K):
 def moe_mlp(moe, router, experts, bias, x):
     """A Mixture-of-Experts MLP over one capacity group x (N, C), written from the issue's formulas: router logits
     l = x Wr^T; scores softmax(l) or sigmoid(l); the K largest s + bias chosen (bias for selection only), combine
-    weights the chosen scores renormalised; capacity ceil(N K / E x factor) per expert (factor 0: none), the lowest
+    weights the chosen scores renormalised (moe "gates" normalized, the default) or as they are (unnormalized,
+    pre-softmax), times moe "scale" (default 1); capacity ceil(N K / E x factor) per expert (factor 0: none), the lowest
     scores dropped first, ties to the later row; a dropped assignment adds 0. experts: (E, 2FC + F + C) blocks
     fc (F,C), fcb (F), fcproj (C,F), fcprojb (C). Returns out (N, C) and the group's statistics: routed (E), kept
     (E), prob sum (E; the sigmoid's normalised), sum of logsumexp^2, tokens."""
@@ -127,7 +128,9 @@ def moe_mlp(moe, router, experts, bias, x):
     scores = torch.softmax(logits, -1) if moe["router"] == "softmax" else torch.sigmoid(logits)
     chosen = moe_top_k(scores + bias, K)
     picked = scores.gather(1, chosen)
-    weights = picked / picked.sum(1, keepdim=True)
+    if moe.get("gates", "normalized") == "normalized":
+        picked = picked / picked.sum(1, keepdim=True)
+    weights = moe.get("scale", 1.0) * picked
     cap = math.ceil(N * K / E * moe["capacity"]) if moe["capacity"] > 0 else N * K
     out = torch.zeros_like(x)
     kept = [0] * E

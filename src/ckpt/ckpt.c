@@ -140,8 +140,11 @@ static json_t *manifest_to_json(const CkptManifest *m) {
     if (m->ep > 1) json_object_set_new(json_object_get(j, "layout"), "ep", json_integer(m->ep));
     if (gpt_is_moe(&m->model)) /* the layer blocks hold the router and the experts */
         json_object_set_new(json_object_get(j, "model"), "moe",
-                            json_pack("{s:i, s:i, s:i, s:i}", "experts", m->model.experts, "top_k", m->model.moe_top_k,
-                                      "ffn", m->model.moe_ffn, "every", m->model.moe_every > 1 ? m->model.moe_every : 1));
+                            json_pack("{s:i, s:i, s:i, s:i, s:s, s:f}", "experts", m->model.experts, "top_k",
+                                      m->model.moe_top_k, "ffn", m->model.moe_ffn, "every",
+                                      m->model.moe_every > 1 ? m->model.moe_every : 1, "gates",
+                                      moe_gates_name((MoeGates)m->model.moe_gates), "routed_scale",
+                                      m->model.moe_routed_scale != 0 ? m->model.moe_routed_scale : 1));
     if (m->model.lora_rank > 0) /* the shards hold the adapters only */
         json_object_set_new(json_object_get(j, "model"), "lora",
                             json_pack("{s:i, s:i}", "rank", m->model.lora_rank, "targets", m->model.lora_targets));
@@ -256,13 +259,20 @@ static bool read_model_parts(json_t *j, const char *path, CkptManifest *m, char 
         REFUSE("%s is corrupt: model.lora must hold a rank (1-65536) and a targets mask (1-15)", path);
     json_t *moe = json_object_get(json_object_get(j, "model"), "moe"); /* absent: a dense model */
     m->model.moe_every = 1; /* "every" absent: every layer's MLP is MoE */
-    if (moe && (json_unpack(moe, "{s:i, s:i, s:i, s?i}", "experts", &m->model.experts, "top_k", &m->model.moe_top_k,
-                            "ffn", &m->model.moe_ffn, "every", &m->model.moe_every) != 0 ||
+    const char *gates = "normalized"; /* "gates", "routed_scale" absent: written before --moe-gates, renormalised */
+    MoeGates parsed = MOE_GATES_NORMALIZED;
+    m->model.moe_routed_scale = 1;
+    if (moe && (json_unpack(moe, "{s:i, s:i, s:i, s?i, s?s, s?F}", "experts", &m->model.experts, "top_k",
+                            &m->model.moe_top_k, "ffn", &m->model.moe_ffn, "every", &m->model.moe_every, "gates",
+                            &gates, "routed_scale", &m->model.moe_routed_scale) != 0 ||
                 m->model.experts < 2 || m->model.experts > MOE_MAX_EXPERTS || m->model.moe_top_k < 1 ||
                 m->model.moe_top_k > m->model.experts || m->model.moe_ffn < 1 || m->model.moe_ffn > (1 << 20) ||
-                m->model.moe_every < 1 || m->model.moe_every > m->model.num_layers))
-        REFUSE("%s is corrupt: model.moe must hold experts (2-%d), top_k (1-experts), ffn (1-2^20) and every "
-               "(1-layers)", path, MOE_MAX_EXPERTS);
+                m->model.moe_every < 1 || m->model.moe_every > m->model.num_layers || !moe_parse_gates(gates, &parsed) ||
+                !(m->model.moe_routed_scale > 0 && m->model.moe_routed_scale <= 1e6)))
+        REFUSE("%s is corrupt: model.moe must hold experts (2-%d), top_k (1-experts), ffn (1-2^20), every "
+               "(1-layers), gates (normalized, unnormalized or pre-softmax) and routed_scale (0-1e6]", path,
+               MOE_MAX_EXPERTS);
+    m->model.moe_gates = (int)parsed;
     return true;
 }
 

@@ -151,7 +151,9 @@ int cmd_train(int argc, char **argv) {
         {"experts", OPT_INT, &c.experts, 0, MOE_MAX_EXPERTS, "E", "Mixture of Experts: every layer's MLP is E experts behind a router (0 or 1: a dense MLP)", "0", NULL},
         {"moe-top-k", OPT_INT, &c.moe_top_k, 1, MOE_MAX_EXPERTS, "K", "MoE: experts each token is routed to", "2", NULL},
         {"moe-ffn", OPT_INT, &c.moe_ffn, 0, 1 << 20, "F", "MoE: each expert's hidden width (0: 4 x channels)", "0", NULL},
-        {"router", OPT_ENUM, &c.moe_router, OPT_NO_RANGE, "R", "MoE: softmax, or sigmoid scores (DeepSeek-V3); top-k weights renormalised", "softmax", TRAIN_MOE_ROUTER_WORDS},
+        {"router", OPT_ENUM, &c.moe_router, OPT_NO_RANGE, "R", "MoE: softmax, or sigmoid scores (DeepSeek-V3)", "softmax", TRAIN_MOE_ROUTER_WORDS},
+        {"moe-gates", OPT_ENUM, &c.moe_gates, OPT_NO_RANGE, "G", "MoE: the combine weights: the top-k scores renormalised to sum 1 (normalized: Mixtral, Megatron's default), as they are (unnormalized: norm_topk_prob false), or pre-softmax (Megatron's name for unnormalized, softmax router); auto: normalized for --moe-top-k > 1, unnormalized for 1 (one renormalised gate is 1 and its router would not learn)", "auto", TRAIN_MOE_GATES_WORDS},
+        {"moe-routed-scale", OPT_DOUBLE, &c.moe_routed_scale, 1e-6, 1e6, "S", "MoE: every routed gate times S (DeepSeek-V3's routed_scaling_factor)", "1", NULL},
         {"capacity-factor", OPT_STRING, &c.capacity_factor, OPT_NO_RANGE, "F", "MoE: each expert computes at most ceil(T K / E x F) tokens of a sequence, the lowest scores dropped (default: dropless)", "", NULL},
         {"dropless", OPT_FLAG, &c.dropless, OPT_NO_RANGE, "", "MoE: never drop a token (the default)", NULL, NULL},
         {"moe-aux-loss", OPT_DOUBLE, &c.moe_aux_loss, 0, 1e6, "C", "MoE: the load-balancing loss c E sum f_i P_i (Switch)", "1e-2", NULL},
@@ -159,7 +161,7 @@ int cmd_train(int argc, char **argv) {
         {"moe-bias-update", OPT_DOUBLE, &c.moe_bias_update, 0, 1e6, "U", "MoE: loss-free balancing, each expert's selection bias += U sign(mean load - load) per step (0: off)", "0", NULL},
         {"moe-every", OPT_INT, &c.moe_every, 1, 1 << 20, "N", "MoE: layer l (from 0) has the MoE MLP when (l + 1) % N == 0, the others the dense MLP (2: layers 1, 3, ..)", "1", NULL},
         {"ep", OPT_INT, &c.ep, 1, 1 << 20, "N", "MoE: expert-parallel ranks, inside --dp (--zero 0)", "1", NULL},
-        {"moe-skew", OPT_DOUBLE, &c.moe_skew, -1e6, 1e6, "F", "tests: every layer's selection bias of expert 0 starts at F (a skewed router)", "0", NULL},
+        {"moe-skew", OPT_DOUBLE, &c.moe_skew, 1e-6, 1e6, "F", "tests: every MoE layer's router row of expert 0 starts multiplied by F (a skewed router)", "1", NULL},
         {"save-adapters", OPT_STRING, &c.save_adapters, OPT_NO_RANGE, "DIR", "LoRA: write the final adapters as a peft directory (adapter_model.safetensors, adapter_config.json)", "", NULL},
     };
     const int count = (int)(sizeof specs / sizeof specs[0]);

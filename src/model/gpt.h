@@ -70,6 +70,8 @@ typedef struct {
     int experts, moe_top_k, moe_ffn; /* moe_ffn: each expert's hidden width (0: 4C) */
     int moe_every;
     int moe_router;                  /* MoeRouter */
+    int moe_gates;                   /* MoeGates: how the chosen scores become combine weights */
+    double moe_routed_scale;         /* every routed gate's factor (DeepSeek-V3's routed_scaling_factor; 0: 1) */
     double capacity_factor;          /* 0: dropless */
     double moe_aux_coef, moe_z_coef, moe_bias_update;
 } GPTConfig;

@@ -77,8 +77,11 @@ int gpt_moe_layers_before(const GPTConfig *cfg, int layer) { return gpt_is_moe(c
 
 MoeConfig gpt_moe_config(const GPTConfig *cfg) {
     /* a tensor-parallel shard's experts hold moe_ffn / tp of the hidden units */
-    return (MoeConfig){cfg->channels,        cfg->moe_ffn / gpt_tp_size(cfg), cfg->experts, cfg->moe_top_k, (MoeRouter)cfg->moe_router,
-                       cfg->capacity_factor, cfg->moe_aux_coef, cfg->moe_z_coef};
+    return (MoeConfig){.channels = cfg->channels, .hidden = cfg->moe_ffn / gpt_tp_size(cfg), .experts = cfg->experts,
+                       .top_k = cfg->moe_top_k, .router = (MoeRouter)cfg->moe_router, .gates = (MoeGates)cfg->moe_gates,
+                       .routed_scale = cfg->moe_routed_scale != 0 ? cfg->moe_routed_scale : 1,
+                       .capacity_factor = cfg->capacity_factor, .aux_coef = cfg->moe_aux_coef,
+                       .z_coef = cfg->moe_z_coef};
 }
 
 bool gpt_set_shard(GPTConfig *cfg, int tp_size, int tp_rank, int pp_size_, int pp_rank_, int first_layer,

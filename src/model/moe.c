@@ -147,7 +147,10 @@ static void route_row(MoeLayer *L, size_t t, const real *bias) {
         chosen[k] = best;
         total += s[best];
     }
-    for (int k = 0; k < K; k++) L->slot_weight[t * K + k] = s[chosen[k]] / total;
+    /* the gates: S s / total (normalized) or S s */
+    const bool normalized = L->cfg.gates == MOE_GATES_NORMALIZED;
+    for (int k = 0; k < K; k++)
+        L->slot_weight[t * K + k] = (normalized ? s[chosen[k]] / total : s[chosen[k]]) * (real)L->cfg.routed_scale;
 }
 
 /* The router probability P_i counts: s for softmax, s / sum s for sigmoid. */
@@ -251,10 +254,16 @@ static void router_row_backward(MoeLayer *L, size_t t, const real *a, real zscal
     const int E = L->cfg.experts, K = L->cfg.top_k;
     const real *s = L->scores + t * E, *l = L->logits + t * E;
     const int32_t *chosen = L->slot_expert + t * K;
-    real ds[MOE_MAX_EXPERTS] = {0}, total = 0, wd = 0;
-    for (int k = 0; k < K; k++) total += s[chosen[k]], wd += L->slot_weight[t * K + k] * L->slot_dweight[t * K + k];
-    /* w_k = s_k / total: dw/ds_j = (dw_j - sum_k w_k dw_k) / total */
-    for (int k = 0; k < K; k++) ds[chosen[k]] += (L->slot_dweight[t * K + k] - wd) / total;
+    const real scale = (real)L->cfg.routed_scale, *dw = L->slot_dweight + t * K;
+    real ds[MOE_MAX_EXPERTS] = {0}, total = 0, gdw = 0;
+    for (int k = 0; k < K; k++) total += s[chosen[k]];
+    if (L->cfg.gates == MOE_GATES_NORMALIZED) {
+        /* w_k = S g_k, g_k = s_k / total: ds_j = S (dw_j - sum_k g_k dw_k) / total, exactly 0 at K = 1 */
+        for (int k = 0; k < K; k++) gdw += s[chosen[k]] / total * dw[k];
+        for (int k = 0; k < K; k++) ds[chosen[k]] += scale * (dw[k] - gdw) / total;
+    } else { /* w_k = S s_k */
+        for (int k = 0; k < K; k++) ds[chosen[k]] += scale * dw[k];
+    }
     real *dl = L->dlogits + t * E;
     if (L->cfg.router == MOE_ROUTER_SOFTMAX) {
         real sd = 0;

@@ -13,8 +13,17 @@
  *   sigmoid router: scores s = sigmoid(l)          (DeepSeek-V3)
  *   the K experts with the largest s_i + bias_i are chosen (bias: the
  *   loss-free balancing bias, for SELECTION only; ties go to the lower
- *   expert index), and their combine weights are the chosen scores
- *   renormalised to sum 1: w_k = s_{e_k} / sum_j s_{e_j}.
+ *   expert index), and their combine weights (gates) are, by cfg.gates:
+ *     normalized:   w_k = S s_{e_k} / sum_j s_{e_j}  (Mixtral, norm_topk_prob;
+ *                   for softmax scores equal to Megatron's default, top-k
+ *                   of the logits then a softmax over the k)
+ *     unnormalized: w_k = S s_{e_k}  (norm_topk_prob False)
+ *     pre-softmax:  the same as unnormalized, Megatron's name for it with
+ *                   softmax scores (moe_router_pre_softmax: the softmax over
+ *                   all E before the top-k); softmax router only
+ *   with S = cfg.routed_scale (DeepSeek-V3's routed_scaling_factor). A single
+ *   normalized gate is S whatever the logits: top-1 normalized gives the
+ *   router no gradient from the output (moe_default_gates avoids it).
  *   out[t] = sum_k w_k expert_{e_k}(x[t]), summed in slot order k = 0..K-1.
  * Capacity (capacity_factor > 0): each expert computes at most
  * ceil(tokens K / E x factor) rows; over that, the assignments with the
@@ -50,6 +59,8 @@
 enum { MOE_MAX_EXPERTS = 256 };
 
 typedef enum { MOE_ROUTER_SOFTMAX, MOE_ROUTER_SIGMOID } MoeRouter;
+/* How the chosen scores become combine weights (see above). */
+typedef enum { MOE_GATES_NORMALIZED, MOE_GATES_UNNORMALIZED, MOE_GATES_PRE_SOFTMAX } MoeGates;
 
 typedef struct {
     int channels; /* C */
@@ -57,6 +68,8 @@ typedef struct {
     int experts;  /* E (--experts) */
     int top_k;    /* K (--top-k) */
     MoeRouter router;
+    MoeGates gates;         /* --moe-gates */
+    double routed_scale;    /* S > 0 (--moe-routed-scale): every gate's factor */
     double capacity_factor; /* > 0: capacity ceil(tokens K / E x factor) per expert; 0: dropless */
     double aux_coef;        /* c (--moe-aux-loss) */
     double z_coef;          /* c_z (--moe-z-loss) */
@@ -71,6 +84,11 @@ bool moe_config_check(const MoeConfig *cfg, bool capacity_given, char *why, size
 bool moe_ep_check(int experts, int ep, int dp_size, char *why, size_t why_size);
 bool moe_parse_router(const char *name, MoeRouter *out);
 const char *moe_router_name(MoeRouter router);
+bool moe_parse_gates(const char *name, MoeGates *out);
+const char *moe_gates_name(MoeGates gates); /* "normalized", "unnormalized", "pre-softmax" */
+/* The gates a config gets when none is asked for: normalized for K > 1,
+ * unnormalized for K = 1 (where one renormalised gate is constant). */
+MoeGates moe_default_gates(int top_k);
 
 size_t moe_router_numel(const MoeConfig *cfg); /* E C */
 size_t moe_expert_numel(const MoeConfig *cfg); /* 2 F C + F + C */

@@ -28,6 +28,13 @@ bool moe_config_check(const MoeConfig *c, bool capacity_given, char *why, size_t
         snprintf(why, why_size, "--moe-aux-loss must be a number >= 0 (got %g)", c->aux_coef);
     else if (!(c->z_coef >= 0 && isfinite(c->z_coef)))
         snprintf(why, why_size, "--moe-z-loss must be a number >= 0 (got %g)", c->z_coef);
+    else if (!(c->routed_scale > 0 && isfinite(c->routed_scale)))
+        snprintf(why, why_size, "--moe-routed-scale must be a number > 0 (got %g)", c->routed_scale);
+    else if ((unsigned)c->gates > MOE_GATES_PRE_SOFTMAX)
+        snprintf(why, why_size, "--moe-gates: unknown gates %d", (int)c->gates);
+    else if (c->gates == MOE_GATES_PRE_SOFTMAX && c->router != MOE_ROUTER_SOFTMAX)
+        snprintf(why, why_size, "--moe-gates pre-softmax is the softmax router's (Megatron's moe_router_pre_softmax); "
+                 "with --router %s take unnormalized", moe_router_name(c->router));
     else
         return true;
     return false;
@@ -51,6 +58,23 @@ bool moe_parse_router(const char *name, MoeRouter *out) {
 }
 
 const char *moe_router_name(MoeRouter router) { return router == MOE_ROUTER_SIGMOID ? "sigmoid" : "softmax"; }
+
+static const char *const GATES_NAMES[] = {"normalized", "unnormalized", "pre-softmax"};
+
+bool moe_parse_gates(const char *name, MoeGates *out) {
+    for (int i = 0; i <= MOE_GATES_PRE_SOFTMAX; i++)
+        if (strcmp(name, GATES_NAMES[i]) == 0) {
+            *out = (MoeGates)i;
+            return true;
+        }
+    return false;
+}
+
+const char *moe_gates_name(MoeGates gates) {
+    return (unsigned)gates <= MOE_GATES_PRE_SOFTMAX ? GATES_NAMES[gates] : "unknown";
+}
+
+MoeGates moe_default_gates(int top_k) { return top_k > 1 ? MOE_GATES_NORMALIZED : MOE_GATES_UNNORMALIZED; }
 
 size_t moe_router_numel(const MoeConfig *c) { return (size_t)c->experts * c->channels; }
 size_t moe_expert_numel(const MoeConfig *c) { return 2 * (size_t)c->hidden * c->channels + c->hidden + c->channels; }

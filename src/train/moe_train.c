@@ -26,9 +26,12 @@ void moe_train_setup(Trainer *tr) {
     tr->moe.metrics = bs_calloc((size_t)tr->moe.layers, sizeof(MoeMetrics));
     for (int c = 0; c < engine_num_chunks(tr->engine); c++) {
         GPT *model = &engine_chunk(tr->engine, c)->model;
-        for (int i = 0; i < gpt_stage_layers(&model->cfg); i++)
-            if (gpt_layer_is_moe(cfg, gpt_first_layer(&model->cfg) + i))
-                model->moe_bias[(size_t)i * cfg->experts] = (float)tr->cfg.moe_skew;
+        const int first = gpt_first_layer(&model->cfg);
+        for (int l = first; l < first + gpt_stage_layers(&model->cfg); l++)
+            if (gpt_layer_is_moe(cfg, l)) {
+                float *row = model->params + gpt_tensor_offset(&model->cfg, TK_ROUTER, l); /* expert 0's */
+                for (int j = 0; j < cfg->channels; j++) row[j] *= (float)tr->cfg.moe_skew;
+            }
     }
 }
 

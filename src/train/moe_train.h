@@ -26,8 +26,9 @@
 
 #include "train/trainer_state.h"
 
-/* --moe-skew F: every layer's selection bias of expert 0 starts at F, a
- * skewed router start (before any resume, which replaces it). */
+/* --moe-skew F: every MoE layer's router row of expert 0 starts multiplied
+ * by F, a skewed router start (before any resume, which replaces it; the
+ * parameters whole on every rank: ZeRO 3 is refused with MoE). */
 void moe_train_setup(Trainer *tr);
 /* After the step's update (updated: false for a skipped step, which keeps
  * the bias): the bias update and the step's metrics into tr->moe. */

@@ -427,6 +427,15 @@ static void check_resume_batch(const Trainer *tr, const char *dir, const CkptMan
         printf("continuing checkpoint %s (batch %ld) at batch %d\n", dir, m->final_batch, tr->cfg.global_batch);
 }
 
+/* The combine weights are part of the model's function: a checkpoint resumes with the gates it was trained with. */
+static void check_resume_gates(const char *dir, const GPTConfig *had, const GPTConfig *want) {
+    const MoeConfig a = gpt_moe_config(had), b = gpt_moe_config(want);
+    if (a.gates != b.gates || a.routed_scale != b.routed_scale)
+        bs_die("checkpoint %s was written with --moe-gates %s --moe-routed-scale %g, not --moe-gates %s "
+               "--moe-routed-scale %g; resume with the same", dir, moe_gates_name(a.gates), a.routed_scale,
+               moe_gates_name(b.gates), b.routed_scale);
+}
+
 void train_resume(Trainer *tr) {
     char dir[4096] = "";
     if (tr->rank == 0) ckpt_resolve(tr->cfg.resume, tr->ckpt_dir, dir, sizeof dir);
@@ -455,6 +464,7 @@ void train_resume(Trainer *tr) {
         bs_die("checkpoint %s holds a model of --experts %d --moe-top-k %d --moe-ffn %d --moe-every %d, not --experts "
                "%d --moe-top-k %d --moe-ffn %d --moe-every %d; resume with the same", dir, a->experts, a->moe_top_k,
                a->moe_ffn, every_a, b->experts, b->moe_top_k, b->moe_ffn, every_b);
+    if (gpt_is_moe(a)) check_resume_gates(dir, a, b);
     const char *opt = optimizer_kind_name(tr->cfg.optimizer);
     if (strcmp(m->optimizer, opt) != 0)
         bs_die("checkpoint %s was written with --optimizer %s, not %s; its optimizer state does not carry over", dir,

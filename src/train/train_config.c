@@ -9,11 +9,13 @@
 
 #include "kernels/kernels.h"
 #include "model/lora.h"
+#include "model/moe.h"
 
 const char *const TRAIN_PRECISION_WORDS[] = {"fp32", "bf16", "fp8", NULL};
 const char *const TRAIN_BF16_MATMUL_WORDS[] = {"auto", "onednn", "widen", NULL};
 const char *const TRAIN_DATA_ORDER_WORDS[] = {"shuffled", "sequential", NULL};
 const char *const TRAIN_MOE_ROUTER_WORDS[] = {"softmax", "sigmoid", NULL};
+const char *const TRAIN_MOE_GATES_WORDS[] = {"auto", "normalized", "unnormalized", "pre-softmax", NULL};
 const char *const TRAIN_OPTIMIZER_WORDS[] = {"adamw", "sgd", "lamb", "lars", "onebit-adam", NULL};
 const char *const TRAIN_LR_SCALING_WORDS[] = {"none", "linear", "sqrt", NULL};
 const char *const TRAIN_PP_SCHEDULE_WORDS[] = {"gpipe", "1f1b", "interleaved", "zbh1", NULL};
@@ -202,7 +204,9 @@ static bool check_moe(const TrainConfig *c, char *why, size_t n) {
     if (c->experts <= 1) {
         const char *flag = factor > 0 ? "--capacity-factor" : c->dropless ? "--dropless"
                            : c->moe_bias_update > 0 ? "--moe-bias-update" : c->ep > 1 ? "--ep"
-                           : c->moe_skew != 0 ? "--moe-skew" : c->moe_every != 1 ? "--moe-every" : NULL;
+                           : c->moe_skew != 1 ? "--moe-skew" : c->moe_every != 1 ? "--moe-every"
+                           : c->moe_gates != 0 ? "--moe-gates" : c->moe_routed_scale != 1 ? "--moe-routed-scale"
+                           : NULL;
         if (flag) snprintf(why, n, "%s needs --experts E (E > 1: a Mixture-of-Experts model)", flag);
         return !flag;
     }
@@ -226,6 +230,8 @@ static bool check_moe(const TrainConfig *c, char *why, size_t n) {
         return true;
     return false;
 }
+
+int train_moe_gates(const TrainConfig *c) { return c->moe_gates > 0 ? c->moe_gates - 1 : (int)moe_default_gates(c->moe_top_k); }
 
 bool train_config_check(const TrainConfig *c, char *why, size_t why_size) {
     why[0] = 0;

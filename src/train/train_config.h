@@ -48,6 +48,7 @@ extern const char *const TRAIN_GOODPUT_ESTIMATOR_WORDS[];
 extern const char *const TRAIN_FP8_RECIPE_WORDS[];
 extern const char *const TRAIN_FP8_AMAX_ALGO_WORDS[];
 extern const char *const TRAIN_MOE_ROUTER_WORDS[]; /* MoeRouter order */
+extern const char *const TRAIN_MOE_GATES_WORDS[];  /* "auto", then MoeGates order */
 extern const char *const TRAIN_FP8_HIGH_PRECISION_WORDS[]; /* fp32, bf16: PRECISION_FP32, PRECISION_BF16 */
 
 typedef struct {
@@ -167,11 +168,13 @@ typedef struct {
     /* Mixture of Experts (model/moe.h): every layer's MLP with experts > 1 */
     int experts, moe_top_k, moe_ffn; /* moe_ffn 0: 4 x channels */
     int moe_router;                  /* MoeRouter: softmax or sigmoid */
+    int moe_gates;                   /* 0 auto (moe_default_gates), else MoeGates + 1 (train_moe_gates) */
+    double moe_routed_scale;         /* every routed gate's factor (DeepSeek-V3's routed_scaling_factor) */
     const char *capacity_factor;     /* --capacity-factor text ("": dropless) */
     bool dropless;
     double moe_aux_loss, moe_z_loss, moe_bias_update;
     int moe_every, ep;               /* ep: expert-parallel ranks inside dp (parallel/grid.h) */
-    double moe_skew;                 /* tests: every layer's selection bias of expert 0 starts here */
+    double moe_skew;                 /* tests: every MoE layer's router row of expert 0 starts multiplied by this */
 } TrainConfig;
 
 /* Everything that can be checked without the process group: flag
@@ -181,5 +184,7 @@ typedef struct {
 bool train_config_check(const TrainConfig *c, char *why, size_t why_size);
 /* --capacity-factor's value (0: dropless); false with one line if it is not a number > 0. */
 bool train_capacity_factor(const TrainConfig *c, double *factor, char *why, size_t why_size);
+/* --moe-gates resolved: as given, or auto's choice for --moe-top-k (MoeGates). */
+int train_moe_gates(const TrainConfig *c);
 
 #endif

@@ -63,6 +63,7 @@ static GPTConfig model_shape(Trainer *tr) {
         mc.experts = c->experts, mc.moe_top_k = c->moe_top_k, mc.moe_ffn = c->moe_ffn, mc.moe_router = c->moe_router;
         mc.moe_aux_coef = c->moe_aux_loss, mc.moe_z_coef = c->moe_z_loss, mc.moe_bias_update = c->moe_bias_update;
         mc.moe_every = c->moe_every;
+        mc.moe_gates = train_moe_gates(c), mc.moe_routed_scale = c->moe_routed_scale;
         if (!train_capacity_factor(c, &mc.capacity_factor, why, sizeof why)) bs_die("%s", why);
     }
     if (!gpt_config_check(&mc, why, sizeof why)) bs_die("%s", why);
