@@ -17,6 +17,7 @@
 #include "train/compression.h"
 #include "train/diloco.h"
 #include "train/estimators.h"
+#include "train/lora_flags.h"
 #include "train/moe_train.h"
 #include "train/train_ckpt.h"
 
@@ -253,7 +254,8 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     tr->rank = comm_rank(world);
     if (c->threads > 0) omp_set_num_threads(c->threads);
     char why[512];
-    if (!train_config_check(c, why, sizeof why)) bs_die("%s", why); /* callers other than the command line */
+    if (!lora_flags_resolve(c, why, sizeof why)) bs_die("%s", why); /* callers other than the command line */
+    if (!train_config_check(c, why, sizeof why)) bs_die("%s", why);
     fault_parse(&tr->fault, c->inject_fault);
     if (strncmp(c->batch_schedule, "adaptive", 8) == 0 || strncmp(c->batch_schedule, "goodput", 7) == 0 ||
         c->noise_scale_every > 0 || c->noise_probe_every > 0)
