@@ -27,7 +27,9 @@ batch 8, and the adapted model is exported merged (--lora-merge: W + s B A).
    qkv,fc writes them in adapter_config.json with the base's path and hash
    (peft's "revision"); --lora-init of that directory with no LoRA flag
    gives bit for bit the run with all four flags set to the saved values;
-   editing lora_alpha in the file changes the loss (the file is read); a
+   editing lora_alpha in the file changes the loss (the file is read);
+   loading them over another base warns in one line (they load, as peft
+   would load them), over their own base says nothing; a
    flag set to another value is refused in one line naming the flag and the
    file, as are configs batchscale cannot apply as peft would (use_rslora, a
    target outside the four layers) and --lora-init without a config or
@@ -53,7 +55,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import Checks, launch, make_corpus, read_metrics, read_model, rel  # noqa: E402
+from bstest import Checks, launch, make_corpus, one_line_error, read_metrics, read_model, rel  # noqa: E402
 
 TOL = 1e-5
 check = Checks()
@@ -72,14 +74,9 @@ def train(d, name, extra, ranks=1, check_rc=True):
 
 
 def refused(p, named, ranks=1):
-    """A refusal: a non-zero exit and exactly one line of stderr naming `named`; under mpirun every rank checks
-    alike, so exactly one such line from each rank (the launcher's own lines aside)."""
-    lines = p.stderr.strip().splitlines()
-    if ranks > 1:
-        lines = [x for x in lines if x.startswith("batchscale:")]
-        ok = all(sum(x.startswith(f"batchscale: [rank {r}] ") for x in lines) == 1 for r in range(ranks))
-        return p.returncode != 0 and ok and len(lines) == ranks and all(named in x for x in lines)
-    return p.returncode != 0 and len(lines) == 1 and named in lines[0]
+    """A refusal: a non-zero exit and exactly one line of stderr naming `named` (bstest.one_line_error)."""
+    line = one_line_error(p, ranks)
+    return p.returncode != 0 and line is not None and named in line
 
 
 def base_hash(step_dir):
@@ -88,7 +85,7 @@ def base_hash(step_dir):
         return json.load(f)["model"]["lora"].get("base_xxh64", "(none)")
 
 
-def round_trip(d, base, ck_hash):
+def round_trip(d, base, other, ck_hash):
     """8. --save-adapters writes what the run used; --lora-init takes it back, flags left out."""
     saved = os.path.join(d, "saved")
     train(d, "save", ["--init-from", base, "--steps", "4", "--lora-rank", "4", "--lora-alpha", "8", "--lora-dropout",
@@ -107,6 +104,12 @@ def round_trip(d, base, ck_hash):
     check(unset[0]["loss"] == given[0]["loss"],
           f"--lora-init with the LoRA flags left out runs as with the saved values given ({unset[0]['loss']:.6f} "
           f"vs {given[0]['loss']:.6f})")
+    same, moved = (train(d, "load_base", ["--init-from", b, "--steps", "1", "--lora-init", saved], check_rc=False)
+                   for b in (base, other))
+    check(same.returncode == 0 and same.stderr == "" and moved.returncode == 0 and
+          f"trained over a base of hash {ck_hash}" in (one_line_error(moved) or ""),
+          f"--lora-init over another base than the adapters' warns in one line, over theirs says nothing "
+          f"({moved.stderr.strip()[:140]})")
     edited = os.path.join(d, "edited")
     shutil.copytree(saved, edited)
     with open(os.path.join(edited, "adapter_config.json"), "w") as f:
@@ -232,7 +235,7 @@ def main():
         check(refused(p, "--init-from " + other),
               f"resuming a LoRA checkpoint over another base is refused in one line ({p.stderr.strip()[:150]})")
 
-        round_trip(d, base, ck_hash)
+        round_trip(d, base, other, ck_hash)
 
         # 6. DiLoCo over LoRA: only the adapters' pseudo-gradient crosses the link, every H steps
         m, w = train(d, "diloco", lora + ["--local-steps", "4", "--outer-optimizer", "avg"], 2)

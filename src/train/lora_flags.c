@@ -1,8 +1,10 @@
 /* lora_flags.c: the LoRA flags against --lora-init's adapter_config.json (see lora_flags.h). */
 #include "train/lora_flags.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 
+#include "core/error.h"
 #include "core/io.h"
 #include "model/adapter_config.h"
 #include "model/lora.h"
@@ -58,4 +60,16 @@ bool lora_flags_resolve(TrainConfig *c, char *why, size_t why_size) {
     if (c->lora_dropout == LORA_DROPOUT_UNSET) c->lora_dropout = 0;
     if (!c->lora_targets || !*c->lora_targets) c->lora_targets = lora_targets_text((1 << LORA_NUM_TARGETS) - 1);
     return true;
+}
+
+void lora_flags_check_base(const TrainConfig *c, uint64_t base_hash) {
+    char path[4200], why[512];
+    AdapterConfig a;
+    if (!c->lora_init || !*c->lora_init) return;
+    adapter_config_path(c->lora_init, path, sizeof path);
+    if (!bs_path_exists(path) || !adapter_config_read(path, &a, why, sizeof why) || !a.base_hash) return;
+    if (a.base_hash != base_hash)
+        bs_warn("--lora-init %s: the adapters were trained over a base of hash %016" PRIx64 " (%s), not this run's "
+                "%016" PRIx64 " (--init-from %s)", c->lora_init, a.base_hash, a.base_model[0] ? a.base_model : "seeded",
+                base_hash, c->init_from && *c->init_from ? c->init_from : "none: seeded");
 }

@@ -261,6 +261,7 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
         c->noise_scale_every > 0 || c->noise_probe_every > 0)
         c->noise_scale = true; /* the policy follows the noise scale; the others are logged beside B_simple */
     setup_engine(tr); /* builds the grid: the data-parallel size is known from here on */
+    if (tr->rank == 0) lora_flags_check_base(c, engine_base_hash(tr->engine));
     if (tr->fault.kind == FAULT_NAN || tr->fault.kind == FAULT_NANS) target_nan_fault(tr);
     moe_train_setup(tr); /* before a resume replaces the parameters */
     int per_step = c->micro_batch * tr->dp_size;
