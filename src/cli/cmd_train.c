@@ -171,8 +171,9 @@ int cmd_train(int argc, char **argv) {
         return 0;
     }
     char why[512];
-    if (!lora_flags_resolve(&c, why, sizeof why)) bs_die("%s", why); /* LoRA flags left out: --lora-init's */
-    if (!train_config_check(&c, why, sizeof why)) bs_die("%s", why); /* before any process group exists */
+    TrainConfig resolved = c; /* c as given goes to config.json: flags left out stay so on a repeat */
+    if (!lora_flags_resolve(&resolved, why, sizeof why)) bs_die("%s", why); /* LoRA flags left out: --lora-init's */
+    if (!train_config_check(&resolved, why, sizeof why)) bs_die("%s", why); /* before any process group exists */
     int mpi_argc = args.argc;
     char **mpi_argv = args.argv;
     Comm *world = comm_init(&mpi_argc, &mpi_argv, c.comm_algo, c.ranks_per_node, c.comm_timeout, "data-parallel");
