@@ -3,6 +3,7 @@ corpus, read metrics and llm.c model files."""
 import json
 import os
 import random
+import re
 import subprocess
 import tempfile
 import unittest
@@ -134,6 +135,22 @@ class Checks:
         print(("ok   " if ok else "FAIL ") + what, flush=True)
         if not ok:
             self.failed.append(what)
+
+
+def one_line_error(p, ranks=1):
+    """The one line a refused command wrote to stderr, or None if it wrote none or more than one. A single
+    process must write exactly one line. Under mpirun every rank checks alike and says so with its rank
+    ("batchscale: [rank R] ..."): exactly one line from each rank that spoke, all the same message (returned
+    without the rank), the launcher's own lines aside."""
+    lines = p.stderr.strip().splitlines()
+    if ranks == 1:
+        return lines[0] if len(lines) == 1 else None
+    ours = [x for x in lines if x.startswith("batchscale")]
+    tagged = [re.match(r"batchscale: \[rank (\d+)\] (.*)", x) for x in ours]
+    if not ours or not all(tagged) or len({m.group(1) for m in tagged}) != len(ours):
+        return None
+    messages = {m.group(2) for m in tagged}
+    return "batchscale: " + messages.pop() if len(messages) == 1 else None
 
 
 def rel(a, b):

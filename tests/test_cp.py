@@ -23,7 +23,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import CorpusTest, layout_run, rel  # noqa: E402
+from bstest import CorpusTest, layout_run, one_line_error, rel  # noqa: E402
 
 L, H, C, T = 2, 4, 32, 512  # cp 4 cuts each sequence into 8 chunks of 64 rows: one attention row block each
 TOL = 1e-5
@@ -131,7 +131,9 @@ class ContextParallelTest(CorpusTest):
         for ranks, extra, seq_len, needle in cases:
             p = train(self.data, self.path("bad"), ranks=ranks, extra=extra, check=False, seq_len=seq_len)
             self.assertNotEqual(p.returncode, 0, extra)
-            self.assertIn(needle, p.stderr, extra)
+            line = one_line_error(p, ranks)
+            self.assertIsNotNone(line, f"{extra}: not one line:\n{p.stderr}")
+            self.assertIn(needle, line, extra)
             self.assertNotIn("step ", p.stdout, f"{extra}: work started")
             self.assertNotIn("Segmentation", p.stderr, extra)
 

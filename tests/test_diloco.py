@@ -66,7 +66,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_gpt as tg  # noqa: E402
-from bstest import BATCHSCALE, MPIRUN  # noqa: E402
+from bstest import BATCHSCALE, MPIRUN, one_line_error  # noqa: E402
 
 torch.set_num_threads(1)
 CFG = dict(L=2, H=2, C=32, V=70, maxT=24)
@@ -278,7 +278,7 @@ def main():
                                "--optimizer onebit-adam"),
                               (["--local-steps", "-1"], "--local-steps")):
             p = problem.run("bad", extra, check_rc=False)
-            ok = p.returncode != 0 and needle in p.stderr and "step " not in p.stdout
+            ok = p.returncode != 0 and needle in (one_line_error(p, WORKERS) or "") and "step " not in p.stdout
             check(f"refused: {' '.join(extra)}", 0.0 if ok else 1.0, 0.0)
     print("FAILED: " + "; ".join(failures) if failures else "ok")
     return 1 if failures else 0

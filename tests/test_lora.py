@@ -19,7 +19,21 @@ batch 8, and the adapted model is exported merged (--lora-merge: W + s B A).
    gradient and two Adam moments), far below full fine-tuning's 4 per model
    element; measured against a full fine-tuning run of the same model.
 4. A checkpoint at step 4 resumes to the same final weights bit for bit, and
-   resuming it without --lora-rank is refused in one line.
+   resuming it without --lora-rank is refused in one line. Its manifest
+   records the frozen base's hash (XXH64 of the base in the logical layout),
+   the same from TP 2 and TP 2 x DP 2 runs; resuming over a base file with
+   one weight changed is refused in one line.
+8. Adapters round-trip: --save-adapters at alpha 8, dropout 0.1, targets
+   qkv,fc writes them in adapter_config.json with the base's path and hash
+   (peft's "revision"); --lora-init of that directory with no LoRA flag
+   gives bit for bit the run with all four flags set to the saved values;
+   editing lora_alpha in the file changes the loss (the file is read);
+   loading them over another base warns in one line (they load, as peft
+   would load them), over their own base says nothing; a
+   flag set to another value is refused in one line naming the flag and the
+   file, as are configs batchscale cannot apply as peft would (use_rslora, a
+   target outside the four layers) and --lora-init without a config or
+   --lora-rank.
 7. --base-weights bf16 and int8 (the frozen linear weights kept in 2 or 1
    bytes, int8 with a per-row scale) give bit for bit the run of an fp32 base
    over a file rounded the same way in NumPy; their state bytes and final
@@ -27,18 +41,21 @@ batch 8, and the adapted model is exported merged (--lora-merge: W + s B A).
 6. DiLoCo (--local-steps 4) over LoRA synchronises only the adapters: the
    bytes sent are the adapters' pseudo-gradient every 4th step, nothing
    between, and the base stays frozen.
-5. Bad input, one line each: --lora-targets with an unknown layer, LoRA flags
-   without --lora-rank, --zero 3, --precision bf16, int8 base weights with
-   --tp, --lora-init of a file holding other tensors.
+5. Bad input, exactly one line of stderr each (under mpirun, exactly one
+   from each rank; the launcher's own lines aside): --lora-targets with an
+   unknown layer, LoRA flags without --lora-rank, --zero 3, --precision bf16,
+   int8 base weights with --tp, --lora-init of a file holding other tensors.
 """
+import json
 import os
+import shutil
 import sys
 import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import Checks, launch, make_corpus, read_metrics, read_model, rel  # noqa: E402
+from bstest import Checks, launch, make_corpus, one_line_error, read_metrics, read_model, rel  # noqa: E402
 
 TOL = 1e-5
 check = Checks()
@@ -54,6 +71,68 @@ def train(d, name, extra, ranks=1, check_rc=True):
     if not check_rc:
         return p
     return read_metrics(metrics), read_model(model)[1]
+
+
+def refused(p, named, ranks=1):
+    """A refusal: a non-zero exit and exactly one line of stderr naming `named` (bstest.one_line_error)."""
+    line = one_line_error(p, ranks)
+    return p.returncode != 0 and line is not None and named in line
+
+
+def base_hash(step_dir):
+    """The frozen base's hash a LoRA checkpoint's manifest records."""
+    with open(os.path.join(step_dir, "manifest.json")) as f:
+        return json.load(f)["model"]["lora"].get("base_xxh64", "(none)")
+
+
+def round_trip(d, base, other, ck_hash):
+    """8. --save-adapters writes what the run used; --lora-init takes it back, flags left out."""
+    saved = os.path.join(d, "saved")
+    train(d, "save", ["--init-from", base, "--steps", "4", "--lora-rank", "4", "--lora-alpha", "8", "--lora-dropout",
+                      "0.1", "--lora-targets", "qkv,fc", "--save-adapters", saved])
+    with open(os.path.join(saved, "adapter_config.json")) as f:
+        cfg = json.load(f)
+    check(cfg["r"] == 4 and cfg["lora_alpha"] == 8 and cfg["lora_dropout"] == 0.1 and
+          cfg["target_modules"] == ["attn.c_attn", "mlp.c_fc"] and
+          cfg["base_model_name_or_path"] == os.path.realpath(base) and cfg["revision"] == "batchscale-xxh64:" + ck_hash,
+          f"adapter_config.json holds the run's r, alpha, dropout, targets, base path and base hash: "
+          f"{ {k: cfg.get(k) for k in ('r', 'lora_alpha', 'lora_dropout', 'target_modules', 'revision')} }")
+    load = ["--init-from", base, "--steps", "1", "--lora-init", saved]
+    unset, _ = train(d, "load_unset", load)
+    given, _ = train(d, "load_set", load + ["--lora-rank", "4", "--lora-alpha", "8", "--lora-dropout", "0.1",
+                                            "--lora-targets", "qkv,fc"])
+    check(unset[0]["loss"] == given[0]["loss"],
+          f"--lora-init with the LoRA flags left out runs as with the saved values given ({unset[0]['loss']:.6f} "
+          f"vs {given[0]['loss']:.6f})")
+    same, moved = (train(d, "load_base", ["--init-from", b, "--steps", "1", "--lora-init", saved], check_rc=False)
+                   for b in (base, other))
+    check(same.returncode == 0 and same.stderr == "" and moved.returncode == 0 and
+          f"trained over a base of hash {ck_hash}" in (one_line_error(moved) or ""),
+          f"--lora-init over another base than the adapters' warns in one line, over theirs says nothing "
+          f"({moved.stderr.strip()[:140]})")
+    edited = os.path.join(d, "edited")
+    shutil.copytree(saved, edited)
+    with open(os.path.join(edited, "adapter_config.json"), "w") as f:
+        json.dump(dict(cfg, lora_alpha=16), f)
+    alpha16, _ = train(d, "load_edit", ["--init-from", base, "--steps", "1", "--lora-init", edited])
+    check(alpha16[0]["loss"] != unset[0]["loss"],
+          f"lora_alpha 16 in the file changes the loss ({alpha16[0]['loss']:.6f} vs {unset[0]['loss']:.6f})")
+    bad_configs = {"rslora": dict(cfg, use_rslora=True), "head": dict(cfg, target_modules=["c_attn", "lm_head"])}
+    for name, bad_cfg in bad_configs.items():
+        os.makedirs(os.path.join(d, name))
+        with open(os.path.join(d, name, "adapter_config.json"), "w") as f:
+            json.dump(bad_cfg, f)
+    cases = [(["--lora-init", saved, "--lora-alpha", "16"], "--lora-alpha 16 differs from lora_alpha 8"),
+             (["--lora-init", saved, "--lora-rank", "8"], "--lora-rank 8 differs from r 4"),
+             (["--lora-init", saved, "--lora-dropout", "0"], "--lora-dropout 0 differs from lora_dropout 0.1"),
+             (["--lora-init", saved, "--lora-targets", "all"], "--lora-targets all differs from target_modules"),
+             (["--lora-init", os.path.join(d, "rslora")], "use_rslora"),
+             (["--lora-init", os.path.join(d, "head")], "'lm_head'"),
+             (["--lora-init", os.path.join(d, "data")], "give --lora-rank")]
+    for extra, named in cases:
+        p = train(d, "bad", ["--init-from", base, "--steps", "1"] + extra, check_rc=False)
+        check(refused(p, named), f"{' '.join(extra[2:]) or extra[1]}: refused in one line naming {named!r} "
+                                 f"({p.stderr.strip()[:150]})")
 
 
 def round_linear(body, header, kind):
@@ -88,13 +167,16 @@ def main():
         lora = ["--init-from", base, "--steps", "8", "--lora-rank", "4", "--lora-alpha", "8", "--lora-merge"]
 
         ref_m, ref_w = train(d, "ref", lora)
+        layout_hashes = {}
         ref_loss = [x["loss"] for x in ref_m]
         changed = rel(ref_w, base_w)
         check(changed > 1e-4, f"the merged model moved from the base ({changed:.2e}): the adapters trained")
         for name, extra, ranks in [("dp2 zero0", ["--zero", "0"], 2), ("dp2 zero1", ["--zero", "1"], 2),
                                    ("dp2 zero2", ["--zero", "2"], 2), ("tp2", ["--tp", "2"], 2),
                                    ("tp2 dp2 zero1", ["--tp", "2", "--zero", "1"], 4)]:
-            m, w = train(d, name.replace(" ", "_"), lora + extra, ranks)
+            ck_dir = os.path.join(d, "ck_" + name.replace(" ", "_"))  # the base's hash in the manifest, per layout
+            m, w = train(d, name.replace(" ", "_"), lora + extra + ["--ckpt-every", "8", "--ckpt-dir", ck_dir], ranks)
+            layout_hashes[name] = base_hash(os.path.join(ck_dir, "step_00000008"))
             loss_err = max(abs(a - b) / b for a, b in zip([x["loss"] for x in m], ref_loss))
             check(len(m) == len(ref_m) and loss_err <= TOL, f"{name}: losses vs 1 process {loss_err:.2e}")
             w_err = rel(w, ref_w)
@@ -140,6 +222,20 @@ def main():
                   check_rc=False)
         check(p.returncode != 0 and "--lora-rank 4" in p.stderr and len(p.stderr.strip().splitlines()) == 1,
               f"resuming a LoRA checkpoint without --lora-rank: one line ({p.stderr.strip()[:100]})")
+        ck_hash = base_hash(at4)
+        check(len(ck_hash) == 16 and all(h == ck_hash for h in layout_hashes.values()),
+              f"the manifest records the frozen base's hash {ck_hash}, the same from {sorted(layout_hashes)}")
+        header, body = read_model(base)
+        other = os.path.join(d, "base_other.bin")
+        with open(other, "wb") as f:  # the base with one weight changed
+            f.write(header.tobytes())
+            f.write(np.concatenate([body[:-1], body[-1:] + np.float32(1e-3)]).tobytes())
+        p = train(d, "otherbase", ["--init-from", other] + lora[2:] + ["--resume", at4, "--ckpt-dir", ck],
+                  check_rc=False)
+        check(refused(p, "--init-from " + other),
+              f"resuming a LoRA checkpoint over another base is refused in one line ({p.stderr.strip()[:150]})")
+
+        round_trip(d, base, other, ck_hash)
 
         # 6. DiLoCo over LoRA: only the adapters' pseudo-gradient crosses the link, every H steps
         m, w = train(d, "diloco", lora + ["--local-steps", "4", "--outer-optimizer", "avg"], 2)
@@ -175,11 +271,10 @@ def main():
                (["--base-weights", "bf16"], "--base-weights"),
                (["--lora-rank", "4", "--lora-init", base], base)]
         for extra, named in bad:
-            ranks = 2 if "--zero" in extra or "--tp" in extra else 1
+            ranks = 2 if "--tp" in extra else 1  # the layout checks need the processes the layout names
             p = train(d, "bad", ["--init-from", base, "--steps", "1"] + extra, ranks, check_rc=False)
-            lines = [x for x in p.stderr.strip().splitlines() if "batchscale" in x or "error" in x]
-            check(p.returncode != 0 and named in p.stderr and len(lines) >= 1,
-                  f"{' '.join(extra)}: refused naming {named} ({p.stderr.strip().splitlines()[-1][:110] if p.stderr.strip() else 'no message'})")
+            check(refused(p, named, ranks),
+                  f"{' '.join(extra)}: refused in one line naming {named} ({p.stderr.strip()[:150] or 'no message'})")
     print(f"{len(check.failed)} failure(s)")
     return 1 if check.failed else 0
 

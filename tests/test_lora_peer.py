@@ -5,18 +5,21 @@ Runs under the Hugging Face venv (scripts/hf-venv.sh: transformers 4.36.2 and
 peft 0.7.1 on Debian's torch); exits 77 (skipped, with the reason) without it.
 
 A random GPT-2 (every parameter drawn, as in test_hf_peer.py) is saved with
-save_pretrained; peft wraps it with rank-4 adapters on all four linear layers
-(c_attn, attn.c_proj, c_fc, mlp.c_proj; alpha 8, no dropout) whose A and B are
+save_pretrained; peft wraps it with rank-4 adapters on two of the four linear
+layers, named as peft users do (target_modules ["c_attn", "mlp.c_proj"];
+alpha 12, the default of neither side; the run's dropout) whose A and B are
 both drawn (peft starts B at zero, which would leave A's first gradients zero
 and hide a wrong dA), and saves them. `batchscale train --init-from DIR
---lora-init ADAPTERS` then runs 6 AdamW steps (weight decay 0.1 on the
+--lora-init ADAPTERS` with no other LoRA flag (r, alpha, dropout and targets
+come from peft's adapter_config.json) then runs 6 AdamW steps (weight decay 0.1 on the
 adapters as torch.optim.AdamW applies it to its group, constant lr, no
 clipping) on the same sequences as a torch.optim.AdamW loop over peft's
 trainable parameters. Checked within 1e-5 (fp32 on both sides; only the
 summation order differs, and 6 Adam steps do not amplify it past 1e-6 here):
   - every step's loss;
   - the trained adapters (--save-adapters, read back with safetensors), and
-    peft loads that directory (PeftModel.from_pretrained) to the same logits;
+    peft loads that directory (PeftModel.from_pretrained) to the same logits,
+    with the same r, alpha, dropout and target modules, and the base's path;
   - --lora-merge --save-model: the merged weights equal merge_and_unload()'s;
   - the base weights in the merged file outside the adapted layers are the
     file's own (frozen: LayerNorms, embeddings untouched by training);
@@ -34,7 +37,7 @@ import tempfile
 
 HF_PYTHON = os.environ.get("BS_HF_PYTHON", "")
 TOL = 1e-5
-STEPS, B, T, V, RANK, ALPHA, LR, WD = 6, 2, 32, 257, 4, 8.0, 2e-3, 0.1
+STEPS, B, T, V, RANK, ALPHA, LR, WD = 6, 2, 32, 257, 4, 12.0, 2e-3, 0.1
 DROPOUT, SEED = 0.1, 5
 
 PEER = r'''
@@ -53,8 +56,8 @@ with torch.no_grad():
     for name, p in base.named_parameters():
         p.normal_(1.0 if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")) else 0.0, 0.1)
 base.save_pretrained(d + "/base", safe_serialization=True)
-targets = ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
-model = get_peft_model(base, LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0,
+targets = ["c_attn", "mlp.c_proj"]  # peft's suffix match: attn.c_attn and mlp.c_proj, not attn.c_proj
+model = get_peft_model(base, LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, lora_dropout=dropout,
                                         fan_in_fan_out=True, bias="none"))
 with torch.no_grad():
     for name, p in model.named_parameters():
@@ -121,6 +124,9 @@ state = {k: v for k, v in model.state_dict().items() if "lora_" in k}
 # our exported adapters, loaded by peft onto the same base
 ours = PeftModel.from_pretrained(GPT2LMHeadModel.from_pretrained(d + "/base"), d + "/ours")
 ours.eval()
+loaded = ours.peft_config["default"]
+ours_config = {"r": loaded.r, "lora_alpha": loaded.lora_alpha, "lora_dropout": loaded.lora_dropout,
+               "target_modules": sorted(loaded.target_modules), "base": loaded.base_model_name_or_path}
 with torch.no_grad():
     our_logits = ours(input_ids=probe).logits
 saved = load_file(d + "/ours/adapter_model.safetensors")
@@ -134,7 +140,9 @@ merge_err = max(rel(mine[k], merged[k]) for k in mine)  # both Conv1D (in, out)
 base_file = load_file(d + "/base/model.safetensors")
 frozen_same = all(torch.equal(mine[k], base_file[k]) for k in mine if "ln_" in k or "wte" in k or "wpe" in k)
 json.dump({"losses": losses, "adapter_err": adapter_err, "missing": missing, "logits_err": rel(our_logits, ref_logits),
-           "merge_err": merge_err, "frozen_same": frozen_same}, open(d + "/peer.json", "w"))
+           "merge_err": merge_err, "frozen_same": frozen_same, "ours_config": ours_config,
+           "adapted": sorted(set(k.split(".h.0.")[1].rsplit(".lora_", 1)[0] for k in saved if ".h.0." in k))},
+          open(d + "/peer.json", "w"))
 '''
 
 # the base, adapters and stream are written by the first half of PEER; split it at the training loop's output
@@ -171,8 +179,7 @@ def run_pair(bs, d, dropout):
          "--seq-len", str(T), "--micro-batch", str(B), "--global-batch", str(B), "--steps", str(STEPS),
          "--lr", str(LR), "--min-lr", str(LR), "--warmup", "0", "--weight-decay", str(WD), "--grad-clip", "0",
          "--beta2", "0.95", "--eval-every", "0", "--sample-tokens", "0", "--threads", "1", "--quiet",
-         "--lora-rank", str(RANK), "--lora-alpha", str(ALPHA), "--lora-init", d + "/init_adapters",
-         "--lora-dropout", str(dropout), "--seed", str(SEED),
+         "--lora-init", d + "/init_adapters", "--seed", str(SEED),
          "--save-adapters", d + "/ours", "--lora-merge", "--save-model", d + "/merged.safetensors",
          "--metrics", metrics])
     run([HF_PYTHON, "-c", PEER] + args)
@@ -197,6 +204,11 @@ def main():
             (not peer["missing"], f"the exported adapter names are peft's (differences: {peer['missing'][:4]})"),
             (peer["adapter_err"] <= TOL, f"trained adapters vs peft's: {peer['adapter_err']:.2e}"),
             (peer["logits_err"] <= TOL, f"peft loads --save-adapters: logits {peer['logits_err']:.2e}"),
+            (peer["adapted"] == ["attn.c_attn", "mlp.c_proj"] and peer["ours_config"] == {
+                "r": RANK, "lora_alpha": ALPHA, "lora_dropout": 0.0, "target_modules": ["attn.c_attn", "mlp.c_proj"],
+                "base": os.path.realpath(d + "/base")} and dpeer["ours_config"]["lora_dropout"] == DROPOUT,
+             f"--lora-init took r, alpha, dropout and targets from peft's file, and peft reads them back from "
+             f"--save-adapters: {peer['ours_config']}, adapted {peer['adapted']}"),
             (peer["merge_err"] <= TOL, f"--lora-merge weights vs merge_and_unload(): {peer['merge_err']:.2e}"),
             (peer["frozen_same"], "the frozen base (embeddings, LayerNorms) leaves training bit for bit"),
             (len(dours) == STEPS and drop_err <= TOL and dpeer["adapter_err"] <= TOL,

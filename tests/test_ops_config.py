@@ -123,6 +123,7 @@ class ConfigFiles(bstest.CorpusTest):
         self.assert_refused(None, ["not a JSON object"], text="[1, 2]\n")
         missing = train(["--config", self.path("missing.json")], check=False)
         self.assertEqual(missing.returncode, 1)
+        self.assertEqual(len(missing.stderr.strip().splitlines()), 1, missing.stderr)
         self.assertIn("missing.json", missing.stderr)
 
 

@@ -120,6 +120,7 @@ class Report(bstest.CorpusTest):
             f.write('{"step": 1, "loss": 2}\nnot json\n')
         p = report([self.run_dir, "--metrics", bad, "--out", self.path("bad_report")], check=False)
         self.assertEqual(p.returncode, 1)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
         self.assertIn("line 2", p.stderr)
 
 

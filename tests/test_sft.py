@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_gpt as tg  # noqa: E402
-from bstest import BATCHSCALE, MPIRUN, read_metrics, read_model, rel  # noqa: E402
+from bstest import BATCHSCALE, MPIRUN, one_line_error, read_metrics, read_model, rel  # noqa: E402
 
 torch.set_num_threads(1)
 DUMP = os.environ.get("GPT_DUMP", "build/tests/gpt_dump")
@@ -208,12 +208,13 @@ def check_bad_input(tmp):
     open(os.path.join(good, "train_000001.mask"), "wb").write(bytes(count))
     p = subprocess.run([BATCHSCALE, "train", "--data", good, "--layers", "1", "--heads", "1", "--channels", "8",
                         "--seq-len", "16", "--steps", "1", "--quiet"], capture_output=True, text=True)
-    check("mixed masked and unmasked shards refused", p.returncode != 0 and "all or none" in p.stderr, p.stderr.strip())
+    check("mixed masked and unmasked shards refused in one line",
+          p.returncode != 0 and "all or none" in (one_line_error(p) or ""), p.stderr.strip())
     p = subprocess.run(MPIRUN + ["-np", "2", BATCHSCALE, "train", "--data", good, "--layers", "1", "--heads", "1",
                                  "--channels", "8", "--seq-len", "256", "--cp", "2", "--doc-mask", "on", "--steps",
                                  "1", "--quiet"], capture_output=True, text=True)
-    check("--doc-mask on with --cp refused", p.returncode != 0 and "--doc-mask on with --cp" in p.stderr,
-          p.stderr.strip()[:200])
+    check("--doc-mask on with --cp refused in one line",
+          p.returncode != 0 and "--doc-mask on with --cp" in (one_line_error(p, 2) or ""), p.stderr.strip()[:200])
 
 
 def main():

@@ -145,9 +145,10 @@ static json_t *manifest_to_json(const CkptManifest *m) {
                                       m->model.moe_every > 1 ? m->model.moe_every : 1, "gates",
                                       moe_gates_name((MoeGates)m->model.moe_gates), "routed_scale",
                                       m->model.moe_routed_scale != 0 ? m->model.moe_routed_scale : 1));
-    if (m->model.lora_rank > 0) /* the shards hold the adapters only */
+    if (m->model.lora_rank > 0) /* the shards hold the adapters only; the base is identified by its hash */
         json_object_set_new(json_object_get(j, "model"), "lora",
-                            json_pack("{s:i, s:i}", "rank", m->model.lora_rank, "targets", m->model.lora_targets));
+                            json_pack("{s:i, s:i, s:o}", "rank", m->model.lora_rank, "targets", m->model.lora_targets,
+                                      "base_xxh64", u64_hex(m->lora_base_hash)));
     json_object_set_new(j, "tokenizer", json_string(m->tokenizer[0] ? m->tokenizer : "byte"));
     json_object_set_new(j, "schedule", json_pack("{s:s, s:I, s:I, s:o}", "batch", m->batch_schedule, "global_batch",
                                                  (json_int_t)m->final_batch, "current_batch",
@@ -257,6 +258,8 @@ static bool read_model_parts(json_t *j, const char *path, CkptManifest *m, char 
                  m->model.lora_rank < 1 || m->model.lora_rank > 65536 || m->model.lora_targets < 1 ||
                  m->model.lora_targets > 15))
         REFUSE("%s is corrupt: model.lora must hold a rank (1-65536) and a targets mask (1-15)", path);
+    json_t *base = json_object_get(lora, "base_xxh64"); /* absent: written before the base was hashed */
+    if (base && !parse_hex(base, &m->lora_base_hash)) REFUSE("%s is corrupt: model.lora.base_xxh64 is not hex", path);
     json_t *moe = json_object_get(json_object_get(j, "model"), "moe"); /* absent: a dense model */
     m->model.moe_every = 1; /* "every" absent: every layer's MLP is MoE */
     const char *gates = "normalized"; /* "gates", "routed_scale" absent: written before --moe-gates, renormalised */

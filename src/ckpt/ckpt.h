@@ -58,6 +58,7 @@ typedef struct CkptManifest {
     double noise_scale[4];    /* gradient noise scale estimator state (optim/noise_scale.h) */
     int num_estimator_words;  /* 0: none saved (older checkpoints) */
     double estimators[CKPT_ESTIMATOR_WORDS]; /* the other estimators and goodput's table (train/estimators.h) */
+    uint64_t lora_base_hash;  /* LoRA: the frozen base's lora_base_hash (0: not recorded, older checkpoints) */
     int num_files;
     CkptFile files[CKPT_MAX_FILES];
 } CkptManifest;

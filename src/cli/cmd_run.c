@@ -136,6 +136,16 @@ static int smaller_size(const RunCommand *cmd, int ranks, int min_ranks) {
     return 0;
 }
 
+static void check_elastic(const RunCommand *cmd, const RunOptions *o) {
+    int ranks = run_command_ranks(cmd);
+    if (ranks < 1) bs_die("run --elastic: the command must give mpirun a process count (-np N) to reduce");
+    if (o->min_ranks > ranks) bs_die("run: --min-ranks %d is more than the job's %d processes", o->min_ranks, ranks);
+    if (!command_count(cmd, "global-batch") || !command_count(cmd, "micro-batch"))
+        bs_die("run --elastic: give the train command --global-batch and --micro-batch explicitly: the global batch "
+               "must not change with the number of processes (the trainer accumulates to keep it)");
+}
+
+/* Bad usage dies with one line before any warning. */
 static void check_command(const RunCommand *cmd, const RunOptions *o, char *ckpt_dir, size_t n) {
     if (cmd->train_at < 0)
         bs_die("run: the command must run `batchscale train` (no word 'train' after a batchscale executable in it)");
@@ -143,16 +153,10 @@ static void check_command(const RunCommand *cmd, const RunOptions *o, char *ckpt
     if (dir && *dir) snprintf(ckpt_dir, n, "%s", dir);
     else if (out && *out) snprintf(ckpt_dir, n, "%s/ckpt", out);
     else bs_die("run: the train command needs --ckpt-dir DIR (or --out DIR) so that a restart can resume");
+    if (o->elastic) check_elastic(cmd, o);
     const char *every = run_command_get(cmd, "ckpt-every");
     if (!every || atoi(every) == 0)
         bs_warn("run: the train command has no --ckpt-every: it checkpoints only at its end, so a restart starts over");
-    if (!o->elastic) return;
-    int ranks = run_command_ranks(cmd);
-    if (ranks < 1) bs_die("run --elastic: the command must give mpirun a process count (-np N) to reduce");
-    if (o->min_ranks > ranks) bs_die("run: --min-ranks %d is more than the job's %d processes", o->min_ranks, ranks);
-    if (!command_count(cmd, "global-batch") || !command_count(cmd, "micro-batch"))
-        bs_die("run --elastic: give the train command --global-batch and --micro-batch explicitly: the global batch "
-               "must not change with the number of processes (the trainer accumulates to keep it)");
 }
 
 static int exit_code(int status) {

@@ -9,6 +9,7 @@
 #include "comm/comm.h"
 #include "core/error.h"
 #include "model/moe.h"
+#include "train/lora_flags.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 
@@ -141,12 +142,12 @@ int cmd_train(int argc, char **argv) {
         {"outer-momentum", OPT_DOUBLE, &c.outer_momentum, 0, 0.999999, "MU", "outer momentum (avg: 0)", "0.9", NULL},
         {"doc-mask", OPT_ENUM, &c.doc_mask, OPT_NO_RANGE, "MODE", "attention inside each packed document (documents start at end-of-text): auto (on for loss-masked SFT data), on or off", "auto", TRAIN_DOC_MASK_WORDS},
         {"prox-mu", OPT_DOUBLE, &c.prox_mu, 0, 1e6, "MU", "FedProx: mu/2 |w - global|^2 added to the inner loss", "0", NULL},
-        {"lora-rank", OPT_INT, &c.lora_rank, 0, 65536, "R", "LoRA: train rank-R adapters over the frozen model (0: train the whole model)", "0", NULL},
-        {"lora-alpha", OPT_DOUBLE, &c.lora_alpha, 1e-9, 1e9, "A", "LoRA: the adapters' scale is A / R", "16", NULL},
-        {"lora-targets", OPT_STRING, &c.lora_targets, OPT_NO_RANGE, "LIST", "LoRA: the adapted layers, comma-separated: qkv, attproj, fc, fcproj or all", "qkv,attproj,fc,fcproj", NULL},
-        {"lora-init", OPT_STRING, &c.lora_init, OPT_NO_RANGE, "PATH", "LoRA: start the adapters from a peft adapter file or directory", "", NULL},
+        {"lora-rank", OPT_INT, &c.lora_rank, 0, 65536, "R", "LoRA: train rank-R adapters over the frozen model (0: --lora-init's r, else train the whole model)", "0", NULL},
+        {"lora-alpha", OPT_DOUBLE, &c.lora_alpha, 0, 1e9, "A", "LoRA: the adapters' scale is A / R (0: --lora-init's lora_alpha, else 16)", "0", NULL},
+        {"lora-targets", OPT_STRING, &c.lora_targets, OPT_NO_RANGE, "LIST", "LoRA: the adapted layers, comma-separated: qkv, attproj, fc, fcproj or all (default: --lora-init's target_modules, else all)", "", NULL},
+        {"lora-init", OPT_STRING, &c.lora_init, OPT_NO_RANGE, "PATH", "LoRA: start the adapters from a peft adapter directory or file; the LoRA flags left out take its adapter_config.json's values, and one set to another value is refused", "", NULL},
         {"lora-merge", OPT_FLAG, &c.lora_merge, OPT_NO_RANGE, "", "LoRA: --save-model and --out's model.bin get B A folded into the weights (else the base model; the adapters go to --save-adapters)", NULL, NULL},
-        {"lora-dropout", OPT_DOUBLE, &c.lora_dropout, 0, 0.95, "P", "LoRA: dropout on the adapters' input in training (masks keyed by the data and the step, so every layout drops the same)", "0", NULL},
+        {"lora-dropout", OPT_DOUBLE, &c.lora_dropout, -1, 0.95, "P", "LoRA: dropout on the adapters' input in training (masks keyed by the data and the step, so every layout drops the same; -1: --lora-init's lora_dropout, else 0)", "-1", NULL},
         {"base-weights", OPT_ENUM, &c.base_weights, OPT_NO_RANGE, "TYPE", "LoRA: keep the frozen base's linear weights in fp32, bf16 or int8 (per-row scales), dequantized for each use", "fp32", TRAIN_BASE_WEIGHTS_WORDS},
         {"experts", OPT_INT, &c.experts, 0, MOE_MAX_EXPERTS, "E", "Mixture of Experts: every layer's MLP is E experts behind a router (0 or 1: a dense MLP)", "0", NULL},
         {"moe-top-k", OPT_INT, &c.moe_top_k, 1, MOE_MAX_EXPERTS, "K", "MoE: experts each token is routed to", "2", NULL},
@@ -172,7 +173,9 @@ int cmd_train(int argc, char **argv) {
         return 0;
     }
     char why[512];
-    if (!train_config_check(&c, why, sizeof why)) bs_die("%s", why); /* before any process group exists */
+    TrainConfig resolved = c; /* c as given goes to config.json: flags left out stay so on a repeat */
+    if (!lora_flags_resolve(&resolved, why, sizeof why)) bs_die("%s", why); /* LoRA flags left out: --lora-init's */
+    if (!train_config_check(&resolved, why, sizeof why)) bs_die("%s", why); /* before any process group exists */
     int mpi_argc = args.argc;
     char **mpi_argv = args.argv;
     Comm *world = comm_init(&mpi_argc, &mpi_argv, c.comm_algo, c.ranks_per_node, c.comm_timeout, "data-parallel");

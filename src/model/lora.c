@@ -1,10 +1,11 @@
-/* lora.c: the LoRA branch forward and backward, merging, and the targets
- * flag (see lora.h). */
+/* lora.c: the LoRA branch forward and backward, merging, the targets
+ * flag and the frozen base's hash (see lora.h). */
 #include "model/lora.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "core/rng.h"
 #include "kernels/kernels.h"
@@ -122,9 +123,14 @@ bool lora_parse_targets(const char *text, int *mask, char *why, size_t why_size)
     return true;
 }
 
-void lora_format_targets(int mask, char *out, size_t size) {
-    size_t n = 0;
-    out[0] = '\0';
-    for (int t = 0; t < LORA_NUM_TARGETS; t++)
-        if (mask >> t & 1) n += (size_t)snprintf(out + n, n < size ? size - n : 0, "%s%s", n ? "," : "", target_names[t]);
+const char *lora_targets_text(int mask) {
+    static const char *const text[1 << LORA_NUM_TARGETS] = {
+        "", "qkv", "attproj", "qkv,attproj", "fc", "qkv,fc", "attproj,fc", "qkv,attproj,fc", "fcproj", "qkv,fcproj",
+        "attproj,fcproj", "qkv,attproj,fcproj", "fc,fcproj", "qkv,fc,fcproj", "attproj,fc,fcproj",
+        "qkv,attproj,fc,fcproj"}; /* by mask, in target order */
+    return text[mask & ((1 << LORA_NUM_TARGETS) - 1)];
 }
+
+void lora_format_targets(int mask, char *out, size_t size) { snprintf(out, size, "%s", lora_targets_text(mask)); }
+
+uint64_t lora_base_hash(const float *base, size_t count) { return XXH64(base, count * sizeof(float), 0); }

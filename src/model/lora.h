@@ -29,8 +29,8 @@
  * summed over the group in forward, B is whole, and B u is added by the
  * group's rank 0 only (like the layer's bias) before the layer's all-reduce.
  *
- * Also here: the flag values (--lora-targets) and folding B A into W
- * (--lora-merge). */
+ * Also here: the flag values (--lora-targets), folding B A into W
+ * (--lora-merge) and the frozen base's hash. */
 #ifndef BS_MODEL_LORA_H
 #define BS_MODEL_LORA_H
 
@@ -86,7 +86,15 @@ void lora_merge(float *W, const float *A, const float *B, int rank, float scale,
 /* Parses --lora-targets (comma-separated qkv, attproj, fc, fcproj, or all)
  * into a mask of 1 << LORA_TARGET_*; false with a one-line reason. */
 bool lora_parse_targets(const char *text, int *mask, char *why, size_t why_size);
-/* The mask back as text ("qkv,fc"), into out. */
+/* The mask back as text ("qkv,fc"), into out; or as a constant string. */
 void lora_format_targets(int mask, char *out, size_t size);
+const char *lora_targets_text(int mask);
+
+/* The frozen base's identity: XXH64 of its count floats in the whole
+ * model's logical layout (the BASE part of the unsplit model, as read from
+ * --init-from or seeded, before --base-weights rounds it), so every layout
+ * of the same base gives the same hash. Recorded in checkpoints and in
+ * saved adapters. */
+uint64_t lora_base_hash(const float *base, size_t count);
 
 #endif

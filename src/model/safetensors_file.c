@@ -550,21 +550,6 @@ void safetensors_write_adapters(const char *path, const GPTConfig *cfg, const fl
     write_tensors(path, cfg, params, ADAPTER_KINDS, json_pack("{s:s}", "format", "pt"));
 }
 
-void safetensors_write_peft_config(const char *path, const GPTConfig *cfg, double alpha) {
-    static const char *const modules[LORA_NUM_TARGETS] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
-    json_t *targets = json_array();
-    for (int t = 0; t < LORA_NUM_TARGETS; t++)
-        if (cfg->lora_targets >> t & 1) json_array_append_new(targets, json_string(modules[t]));
-    json_t *j = json_pack("{s:s, s:s, s:i, s:f, s:o, s:f, s:b, s:s, s:s, s:b, s:b}", "peft_type", "LORA", "task_type",
-                          "CAUSAL_LM", "r", cfg->lora_rank, "lora_alpha", alpha, "target_modules", targets,
-                          "lora_dropout", 0.0, "fan_in_fan_out", 1, "bias", "none", "base_model_name_or_path", "",
-                          "inference_mode", 1, "init_lora_weights", 1);
-    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    bs_write_file_atomic(path, text, strlen(text));
-    free(text);
-    json_decref(j);
-}
-
 void safetensors_write_hf_config(const char *path, const GPTConfig *cfg) {
     json_t *j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:f, s:f, s:f, s:b, s:b, s:n}",
                           "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "n_layer", cfg->num_layers,

@@ -48,7 +48,6 @@ void safetensors_write_hf_config(const char *path, const GPTConfig *cfg);
  * missing or misshapen adapter and any other tensor (dies). */
 void safetensors_read_adapters(const char *path, const GPTConfig *cfg, float *params);
 void safetensors_write_adapters(const char *path, const GPTConfig *cfg, const float *params);
-/* peft's adapter_config.json beside it (LoRA, r, alpha, the target modules, fan_in_fan_out for Conv1D). */
-void safetensors_write_peft_config(const char *path, const GPTConfig *cfg, double alpha);
+/* peft's adapter_config.json beside it: model/adapter_config.h. */
 
 #endif

@@ -47,6 +47,7 @@ struct Engine {
     long optimizer_step;
     ContextLoad context_load; /* cp > 1: whole sequences in, this rank's chunks out */
     MoeEpContext moe_ep;      /* ep > 1: the MoE layers over the EP group */
+    uint64_t base_hash;       /* LoRA: lora_base_hash of the frozen base */
 };
 
 const Grid *engine_grid(const Engine *e) { return e->grid; }
@@ -55,6 +56,7 @@ EngineChunk *engine_chunk(Engine *e, int c) { return &e->chunks[c]; }
 int engine_virtual_stages(const Engine *e) { return e->virtual_stages; }
 long engine_optimizer_step(const Engine *e) { return e->optimizer_step; }
 void engine_set_optimizer_step(Engine *e, long step) { e->optimizer_step = step; }
+uint64_t engine_base_hash(const Engine *e) { return e->base_hash; }
 
 void engine_stage_layers(const Engine *e, int vs, int *first, int *count) {
     *first = e->vs_first[vs];
@@ -119,16 +121,14 @@ static void init_lora_chunk(Engine *e, EngineChunk *ch, const GPTConfig *whole) 
     GPTConfig base = gpt_part_config(&ch->model.cfg, GPT_PART_BASE);
     const size_t n = gpt_num_params(&base);
     float *values = bs_malloc(n * sizeof(float)); /* this shard's base in fp32 */
-    if (e->cfg.init_from) {
-        GPT file;
-        GPTConfig file_cfg = gpt_part_config(whole, GPT_PART_BASE);
-        gpt_create_with(&file, &file_cfg, GPT_ALLOC_PARAMS);
-        model_file_read_params(e->cfg.init_from, &file);
-        mp_copy_from_logical(&base, file.params, values, 0, n);
-        gpt_free(&file);
-    } else {
-        gpt_init_range(&base, e->cfg.seed, values, 0, n);
-    }
+    GPT file; /* the whole base in the logical layout: read, or seeded */
+    GPTConfig file_cfg = gpt_part_config(whole, GPT_PART_BASE);
+    gpt_create_with(&file, &file_cfg, GPT_ALLOC_PARAMS);
+    if (e->cfg.init_from) model_file_read_params(e->cfg.init_from, &file);
+    else gpt_init_range(&file_cfg, e->cfg.seed, file.params, 0, file.num_params);
+    e->base_hash = lora_base_hash(file.params, file.num_params); /* alike in every layout */
+    mp_copy_from_logical(&base, file.params, values, 0, n);
+    gpt_free(&file);
     gpt_set_frozen_base(&ch->model, values); /* kept in fp32, or its linear weights in bf16 / int8 */
     free(values);
     gpt_init_weights(&ch->model, e->cfg.seed);

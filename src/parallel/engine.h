@@ -126,6 +126,7 @@ void engine_stage_layers(const Engine *e, int vs, int *first, int *count);
 int engine_virtual_stages(const Engine *e); /* p v */
 long engine_optimizer_step(const Engine *e);
 void engine_set_optimizer_step(Engine *e, long step);
+uint64_t engine_base_hash(const Engine *e); /* LoRA: the frozen base's hash (model/lora.h; 0 without LoRA) */
 /* Guard: the first non-finite forward layer and gradient block (global
  * numbers, -1: none) this rank saw in the last step. */
 int engine_first_nonfinite_layer(const Engine *e);

@@ -15,6 +15,7 @@
  * layout and from there to whichever old shard holds it. */
 #include "train/train_ckpt.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,7 @@ static CkptManifest *snapshot_manifest(const Trainer *tr) {
     m->seqs_consumed = tr->seqs_consumed;
     m->tokens_consumed = tr->seqs_consumed * (uint64_t)tr->cfg.seq_len;
     m->model = tr->model;
+    m->lora_base_hash = engine_base_hash(tr->engine);
     m->sample_rng = tr->sample_rng;
     m->data_seed = (uint64_t)tr->cfg.seed;
     m->data_shuffle = tr->train_data.shuffle;
@@ -458,6 +460,10 @@ void train_resume(Trainer *tr) {
                "resume with the same (a LoRA checkpoint holds the adapters, the base comes from --init-from)", dir,
                a->lora_rank, had, b->lora_rank, want);
     }
+    if (a->lora_rank > 0 && m->lora_base_hash != 0 && m->lora_base_hash != engine_base_hash(tr->engine))
+        bs_die("checkpoint %s trained its adapters over a frozen base of hash %016" PRIx64 ", but --init-from %s "
+               "gives %016" PRIx64 "; resume over the same base", dir, m->lora_base_hash,
+               tr->cfg.init_from && *tr->cfg.init_from ? tr->cfg.init_from : "(none: seeded)", engine_base_hash(tr->engine));
     const int every_a = a->moe_every > 1 ? a->moe_every : 1, every_b = b->moe_every > 1 ? b->moe_every : 1;
     if (a->experts != b->experts ||
         (gpt_is_moe(a) && (a->moe_top_k != b->moe_top_k || a->moe_ffn != b->moe_ffn || every_a != every_b)))

@@ -158,9 +158,9 @@ typedef struct {
     /* supervised fine-tuning data (prepare --format chat-jsonl) */
     DocMask doc_mask;             /* attention inside each packed document: auto (with loss-masked data), on, off */
     /* LoRA fine-tuning (model/lora.h) */
-    int lora_rank;                /* 0: train the whole model */
-    double lora_alpha, lora_dropout;
-    const char *lora_targets;     /* --lora-targets text */
+    int lora_rank;                /* 0: train the whole model (or left unset: --lora-init's) */
+    double lora_alpha, lora_dropout; /* left unset (train/lora_flags.h): --lora-init's, else 16 and 0 */
+    const char *lora_targets;     /* --lora-targets text ("": --lora-init's, else all four) */
     const char *lora_init;        /* peft adapters to start from */
     bool lora_merge;              /* exports fold B A into the weights */
     const char *save_adapters;    /* peft directory for the final adapters */

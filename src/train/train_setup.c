@@ -17,6 +17,7 @@
 #include "train/compression.h"
 #include "train/diloco.h"
 #include "train/estimators.h"
+#include "train/lora_flags.h"
 #include "train/moe_train.h"
 #include "train/train_ckpt.h"
 
@@ -254,12 +255,14 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     tr->rank = comm_rank(world);
     if (c->threads > 0) omp_set_num_threads(c->threads);
     char why[512];
-    if (!train_config_check(c, why, sizeof why)) bs_die("%s", why); /* callers other than the command line */
+    if (!lora_flags_resolve(c, why, sizeof why)) bs_die("%s", why); /* callers other than the command line */
+    if (!train_config_check(c, why, sizeof why)) bs_die("%s", why);
     fault_parse(&tr->fault, c->inject_fault);
     if (strncmp(c->batch_schedule, "adaptive", 8) == 0 || strncmp(c->batch_schedule, "goodput", 7) == 0 ||
         c->noise_scale_every > 0 || c->noise_probe_every > 0)
         c->noise_scale = true; /* the policy follows the noise scale; the others are logged beside B_simple */
     setup_engine(tr); /* builds the grid: the data-parallel size is known from here on */
+    if (tr->rank == 0) lora_flags_check_base(c, engine_base_hash(tr->engine));
     if (tr->fault.kind == FAULT_NAN || tr->fault.kind == FAULT_NANS) target_nan_fault(tr);
     moe_train_setup(tr); /* before a resume replaces the parameters */
     int per_step = c->micro_batch * tr->dp_size;

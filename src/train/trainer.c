@@ -16,6 +16,7 @@
 #include "core/io.h"
 #include "core/timer.h"
 #include "core/trace.h"
+#include "model/adapter_config.h"
 #include "model/gpt.h"
 #include "model/llmc_file.h"
 #include "model/model_file.h"
@@ -307,8 +308,12 @@ static void export_adapters(const Trainer *tr, const GPT *m) {
     bs_mkdir_p(dir);
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
     safetensors_write_adapters(path, &m->cfg, m->params);
+    AdapterConfig a = {m->cfg.lora_rank, tr->cfg.lora_alpha, tr->cfg.lora_dropout, m->cfg.lora_targets, "",
+                       engine_base_hash(tr->engine)};
+    if (option_given(tr->cfg.init_from) && !realpath(tr->cfg.init_from, a.base_model)) /* the base's path, absolute */
+        snprintf(a.base_model, sizeof a.base_model, "%s", tr->cfg.init_from);
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
-    safetensors_write_peft_config(path, &m->cfg, tr->cfg.lora_alpha);
+    adapter_config_write(path, &a);
 }
 
 static void export_models(Trainer *tr) {
