@@ -236,6 +236,19 @@ static void check_schedule(Trainer *tr) {
     }
 }
 
+/* Every output path is checked on rank 0 (the one that writes them) before any work, so a run does not train
+ * for nothing and fail to write its result. */
+static void check_outputs(const TrainConfig *c, int rank) {
+    const struct { const char *flag, *path; bool is_dir; } outputs[] = {
+        {"--save-model", c->save_model, false}, {"--save-adapters", c->save_adapters, true},
+        {"--out", c->out, true}, {"--ckpt-dir", c->ckpt_dir, true}, {"--metrics", c->metrics, false},
+        {"--trace", c->trace, false}, {"--tensorboard", c->tensorboard, true}};
+    char why[4400];
+    for (size_t i = 0; rank == 0 && i < sizeof outputs / sizeof outputs[0]; i++)
+        if (option_given(outputs[i].path) && !bs_check_writable(outputs[i].path, outputs[i].is_dir, why, sizeof why))
+            bs_die("%s %s: %s", outputs[i].flag, outputs[i].path, why);
+}
+
 /* The step's statistics across ranks, --balance, the guard. */
 static void setup_policies(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
@@ -255,6 +268,8 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     char why[512];
     if (!train_config_check(c, why, sizeof why)) bs_die("%s", why); /* callers other than the command line */
     fault_parse(&tr->fault, c->inject_fault);
+    fault_check_rank(&tr->fault, comm_size(world));
+    check_outputs(c, tr->rank);
     if (strncmp(c->batch_schedule, "adaptive", 8) == 0 || strncmp(c->batch_schedule, "goodput", 7) == 0 ||
         c->noise_scale_every > 0 || c->noise_probe_every > 0)
         c->noise_scale = true; /* the policy follows the noise scale; the others are logged beside B_simple */
