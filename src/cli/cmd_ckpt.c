@@ -323,6 +323,8 @@ static int ckpt_import(int argc, char **argv) {
         bs_die("--data-order must be 'shuffled' or 'sequential' (got '%s')", data_order);
     GPTConfig cfg = {.num_heads = heads};
     model_file_read_config(from, &cfg);
+    if (heads > 0 && cfg.num_heads != heads)
+        bs_die("ckpt import: --heads %d contradicts %s, whose n_head is %d", heads, from, cfg.num_heads);
     GPT model;
     gpt_create_with(&model, &cfg, GPT_ALLOC_PARAMS);
     model_file_read_params(from, &model);

@@ -169,6 +169,9 @@ int cmd_train(int argc, char **argv) {
         config_args_free(&args);
         return 0;
     }
+    c.shape_given.layers = options_given(specs, count, args.argc, args.argv, "layers");
+    c.shape_given.heads = options_given(specs, count, args.argc, args.argv, "heads");
+    c.shape_given.channels = options_given(specs, count, args.argc, args.argv, "channels");
     char why[512];
     if (!train_config_check(&c, why, sizeof why)) bs_die("%s", why); /* before any process group exists */
     int mpi_argc = args.argc;
