@@ -234,6 +234,18 @@ class ErrorTest(unittest.TestCase):
         rewrite_safetensors(self.model("m.safetensors"), bad_st, edit_data=poison)
         self.fails(["sample", "--model", bad_st, "--tokens", "4"], bad_st, "h.1.mlp.c_fc.weight", "NaN")
         self.fails(tiny_train_args(self.data, steps=3, **{"init-from": bad_st}), bad_st, "h.1.mlp.c_fc.weight")
+        lora = {"init-from": self.model("m.bin"), "lora-rank": 2}
+        adapters, bad_adapters = os.path.join(self.dir, "adapters"), os.path.join(self.dir, "nan_adapters")
+        run(tiny_train_args(self.data, steps=1, **lora, **{"save-adapters": adapters}))
+        shutil.copytree(adapters, bad_adapters, dirs_exist_ok=True)
+        bad_file = os.path.join(bad_adapters, "adapter_model.safetensors")
+
+        def poison_adapter(header, data):
+            begin = header["base_model.model.transformer.h.0.attn.c_attn.lora_A.weight"]["data_offsets"][0]
+            data[begin:begin + 4] = struct.pack("<f", float("nan"))
+        rewrite_safetensors(os.path.join(adapters, "adapter_model.safetensors"), bad_file, edit_data=poison_adapter)
+        self.fails(tiny_train_args(self.data, steps=1, **lora, **{"lora-init": bad_adapters}), bad_file,
+                   "h.0.attn.c_attn.lora_A.weight", "NaN")
         bad_bin = os.path.join(self.dir, "inf.bin")
         shutil.copy(self.model("m.bin"), bad_bin)
         with open(bad_bin, "r+b") as f:  # the last float: lnfb
@@ -311,6 +323,14 @@ class ErrorTest(unittest.TestCase):
             "no such rank": (tiny_train_args(self.data, steps=1, **{"inject-fault": "exit:5:1"}), "--inject-fault",
                              "rank 5"),
         }
+        unmasked = os.path.join(self.dir, "masked_none")  # SFT shards prepared elsewhere: every mask byte 0
+        os.makedirs(unmasked, exist_ok=True)
+        shard = os.path.join(unmasked, "train_000000.bin")
+        shutil.copy(self.shard, shard)
+        with open(os.path.join(unmasked, "train_000000.mask"), "wb") as f:
+            f.write(bytes((os.path.getsize(shard) - 1024) // 2))
+        cases["no supervised tokens in the shards"] = (tiny_train_args(self.data, steps=1, data=shard,
+                                                                       **{"doc-mask": "off"}), shard, "loss masks")
         long_corpus = os.path.join(self.dir, "long")  # enough tokens for one sequence: the memory is what fails
         os.makedirs(long_corpus, exist_ok=True)
         cases["sequence cannot fit"] = (tiny_train_args(make_corpus(long_corpus, nbytes=1_100_000), steps=1,
