@@ -232,8 +232,10 @@ class ErrorTest(unittest.TestCase):
             begin = header["transformer.h.1.mlp.c_fc.weight"]["data_offsets"][0]
             data[begin + 4 * 7:begin + 4 * 8] = struct.pack("<f", float("nan"))
         rewrite_safetensors(self.model("m.safetensors"), bad_st, edit_data=poison)
-        self.fails(["sample", "--model", bad_st, "--tokens", "4"], bad_st, "h.1.mlp.c_fc.weight", "NaN")
-        self.fails(tiny_train_args(self.data, steps=3, **{"init-from": bad_st}), bad_st, "h.1.mlp.c_fc.weight")
+        with self.subTest("sample, safetensors"):
+            self.fails(["sample", "--model", bad_st, "--tokens", "4"], bad_st, "h.1.mlp.c_fc.weight", "NaN")
+        with self.subTest("train, safetensors"):
+            self.fails(tiny_train_args(self.data, steps=3, **{"init-from": bad_st}), bad_st, "h.1.mlp.c_fc.weight")
         lora = {"init-from": self.model("m.bin"), "lora-rank": 2}
         adapters, bad_adapters = os.path.join(self.dir, "adapters"), os.path.join(self.dir, "nan_adapters")
         run(tiny_train_args(self.data, steps=1, **lora, **{"save-adapters": adapters}))
@@ -244,14 +246,16 @@ class ErrorTest(unittest.TestCase):
             begin = header["base_model.model.transformer.h.0.attn.c_attn.lora_A.weight"]["data_offsets"][0]
             data[begin:begin + 4] = struct.pack("<f", float("nan"))
         rewrite_safetensors(os.path.join(adapters, "adapter_model.safetensors"), bad_file, edit_data=poison_adapter)
-        self.fails(tiny_train_args(self.data, steps=1, **lora, **{"lora-init": bad_adapters}), bad_file,
-                   "h.0.attn.c_attn.lora_A.weight", "NaN")
+        with self.subTest("adapters"):
+            self.fails(tiny_train_args(self.data, steps=1, **lora, **{"lora-init": bad_adapters}), bad_file,
+                       "h.0.attn.c_attn.lora_A.weight", "NaN")
         bad_bin = os.path.join(self.dir, "inf.bin")
         shutil.copy(self.model("m.bin"), bad_bin)
         with open(bad_bin, "r+b") as f:  # the last float: lnfb
             f.seek(-4, os.SEEK_END)
             f.write(struct.pack("<f", float("inf")))
-        self.fails(["sample", "--model", bad_bin, "--tokens", "4"], bad_bin, "lnfb", "infinity")
+        with self.subTest("sample, llm.c"):
+            self.fails(["sample", "--model", bad_bin, "--tokens", "4"], bad_bin, "lnfb", "infinity")
         ck = os.path.join(self.dir, "ck_nan")
         run(tiny_train_args(self.data, steps=2, **{"ckpt-dir": ck}))
         step = os.path.join(ck, "step_00000002")
@@ -268,8 +272,10 @@ class ErrorTest(unittest.TestCase):
         entry["xxh64"] = f"{xxh64(bytes(body)):016x}"
         with open(manifest, "w") as f:
             json.dump(m, f)
-        self.fails(tiny_train_args(self.data, steps=3, resume=step), rank_file, "parameter 100", "NaN")
-        self.fails(["sample", "--ckpt", step, "--tokens", "4"], rank_file, "parameter 100")
+        with self.subTest("resume, checkpoint"):
+            self.fails(tiny_train_args(self.data, steps=3, resume=step), rank_file, "parameter 100", "NaN")
+        with self.subTest("sample, checkpoint"):
+            self.fails(["sample", "--ckpt", step, "--tokens", "4"], rank_file, "parameter 100")
 
     def test_outputs_checked_before_training(self):
         """Item 3: every output path is checked before the first step: one line naming the flag, and no step is
