@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +16,7 @@
 #include "core/io.h"
 #include "kernels/bf16.h"
 #include "kernels/minifloat.h"
+#include "kernels/vecmath.h"
 
 #define MAX_HEADER_BYTES (100u << 20) /* the format's limit */
 #define PREFIX "transformer."
@@ -268,13 +268,12 @@ static bool read_tensor(StFile *f, const char *name, size_t rows, size_t cols, b
     const unsigned char *src = f->map + f->data_start +
                                (size_t)json_integer_value(json_array_get(json_object_get(e, "data_offsets"), 0));
     for (size_t i = 0; i < rows; i++)
-        for (size_t j = 0; j < c; j++) {
-            const float x = element(src + (i * c + j) * bytes, dtype);
-            if (!isfinite(x)) /* every reader comes through here: models, the tied head, adapters */
-                REFUSE(f, "%s: tensor %s holds %s at element %zu (the file's weights are damaged)", f->path, name,
-                       isnan(x) ? "a NaN" : "an infinity", i * c + j);
-            dst[transpose ? j * rows + i : i * c + j] = x;
-        }
+        for (size_t j = 0; j < c; j++)
+            dst[transpose ? j * rows + i : i * c + j] = element(src + (i * c + j) * bytes, dtype);
+    const size_t bad = floats_first_nonfinite(dst, rows * c); /* every reader comes through here */
+    if (bad < rows * c) /* named by its place in the file (a transposed one's row and column swapped back) */
+        REFUSE(f, "%s: tensor %s holds %s at element %zu (the file's weights are damaged)", f->path, name,
+               isnan(dst[bad]) ? "a NaN" : "an infinity", transpose ? bad % rows * c + bad / rows : bad);
     return true;
 }
 
