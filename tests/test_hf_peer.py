@@ -196,7 +196,7 @@ def bad_files(t, d):
                        "unexpected tensor transformer.h.0.extra"),
         "metadata": (edit(lambda h: h["__metadata__"].update(n_head=4)), data, "__metadata__ value n_head is not a string"),
         "shape": (edit(lambda h: h["transformer.wpe.weight"].update(shape=[32, 64])), data,
-                  "tensor wpe.weight has shape [32, ...], expected [32, 32]"),
+                  "n_positions 64 disagrees with the weights' 32 (wpe.weight's rows)"),  # the metadata's sizes
     }
     for label, (h, blob, needle) in cases.items():
         path = f"{d}/bad_{label}.safetensors"

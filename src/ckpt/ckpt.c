@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/io.h"
 #include "core/range.h"
+#include "kernels/vecmath.h"
 
 #define RANK_MAGIC "BSCKPT01"
 
@@ -464,6 +465,17 @@ void ckpt_read_range(const char *dir, const CkptManifest *m, size_t offset, size
     ckpt_read_shard_range(dir, m, 0, offset, count, params, state);
 }
 
+/* One pass over values just read (array -1: the parameters, else optimizer state array a): a NaN or an infinity
+ * is refused, naming the file and the parameter's index in the model shard's flat layout. */
+static void check_finite(const char *path, int array, const float *x, size_t n, size_t first_index) {
+    size_t bad = floats_first_nonfinite(x, n);
+    if (bad == n) return;
+    char what[48] = "parameter";
+    if (array >= 0) snprintf(what, sizeof what, "optimizer state %d of parameter", array);
+    bs_die("%s: %s %zu holds %s (the checkpoint's values are damaged)", path, what, first_index + bad,
+           isnan(x[bad]) ? "a NaN" : "an infinity");
+}
+
 void ckpt_read_shard_range(const char *dir, const CkptManifest *m, int shard, size_t offset, size_t count,
                            float *params, float *const *state) {
     size_t covered = 0;
@@ -486,6 +498,7 @@ void ckpt_read_shard_range(const char *dir, const CkptManifest *m, int shard, si
                             (long long)range_offset_in(part, file) * 4;
             if (fseeko(f, pos, SEEK_SET) != 0) bs_die("cannot seek in %s", path);
             bs_fread_exact(dst + range_offset_in(part, wanted), part.count * sizeof(float), f, path);
+            check_finite(path, a, dst + range_offset_in(part, wanted), part.count, part.offset);
         }
         fclose(f);
         covered += part.count;

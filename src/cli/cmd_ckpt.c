@@ -263,7 +263,9 @@ static int ckpt_export(int argc, char **argv) {
         bs_die("ckpt export: --format must be llmc or safetensors (got '%s')", format);
     if (npos != 1) bs_die("ckpt export: give the checkpoint directory (batchscale ckpt export --out PATH DIR)");
     if (!*out) bs_die("ckpt export: --out PATH is required (the file or directory to write)");
-    char dir[4096], why[600];
+    char dir[4096], why[600], unwritable[4400];
+    if (!bs_check_writable(out, strcmp(format, "safetensors") == 0, unwritable, sizeof unwritable))
+        bs_die("ckpt export: --out %s: %s", out, unwritable);
     resolve_checkpoint(pos[0], dir, sizeof dir);
     CkptManifest *m = bs_malloc(sizeof *m);
     ckpt_read_manifest(dir, m);
@@ -312,6 +314,8 @@ static int ckpt_import(int argc, char **argv) {
     if (*llmc) from = llmc;
     if (!*from || !*out) bs_die("ckpt import: --from PATH and --out DIR are required");
     if (global_batch == 0) bs_die("ckpt import: --global-batch is required (train --resume checks it)");
+    char unwritable[4400];
+    if (!bs_check_writable(out, true, unwritable, sizeof unwritable)) bs_die("ckpt import: --out %s: %s", out, unwritable);
     OptimizerKind kind;
     char why[256];
     if (!optimizer_kind_parse(optimizer, &kind, why, sizeof why)) bs_die("%s", why);
@@ -319,6 +323,8 @@ static int ckpt_import(int argc, char **argv) {
         bs_die("--data-order must be 'shuffled' or 'sequential' (got '%s')", data_order);
     GPTConfig cfg = {.num_heads = heads};
     model_file_read_config(from, &cfg);
+    if (heads > 0 && cfg.num_heads != heads)
+        bs_die("ckpt import: --heads %d contradicts %s, whose n_head is %d", heads, from, cfg.num_heads);
     GPT model;
     gpt_create_with(&model, &cfg, GPT_ALLOC_PARAMS);
     model_file_read_params(from, &model);

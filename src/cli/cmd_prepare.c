@@ -223,6 +223,8 @@ int cmd_prepare(int argc, char **argv) {
         if (size < 0 || access(files[i], R_OK) != 0) bs_die("--in: cannot read %s", files[i]);
         total_bytes += size;
     }
+    if (!chat && total_bytes == 0)
+        bs_die("--in %s: %s empty: no documents to prepare", in, nfiles == 1 ? "the file is" : "every file is");
     bs_mkdir_p(out);
     remove_old_shards(out);
     PrepareJob job = {out, val_fraction, (size_t)shard_tokens, threads, !quiet && (force_progress ||

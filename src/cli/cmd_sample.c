@@ -51,7 +51,7 @@ int cmd_sample(int argc, char **argv) {
         snprintf(recorded, sizeof recorded, "%s", m->tokenizer);
         free(m);
     } else {
-        GPTConfig cfg;
+        GPTConfig cfg = {0}; /* no heads but the file's */
         model_file_read_config(model_file, &cfg);
         gpt_create(&model, &cfg);
         model_file_read_params(model_file, &model);

@@ -172,6 +172,9 @@ int cmd_train(int argc, char **argv) {
         config_args_free(&args);
         return 0;
     }
+    c.shape_given.layers = options_given(specs, count, args.argc, args.argv, "layers");
+    c.shape_given.heads = options_given(specs, count, args.argc, args.argv, "heads");
+    c.shape_given.channels = options_given(specs, count, args.argc, args.argv, "channels");
     char why[512];
     TrainConfig resolved = c; /* c as given goes to config.json: flags left out stay so on a repeat */
     if (!lora_flags_resolve(&resolved, why, sizeof why)) bs_die("%s", why); /* LoRA flags left out: --lora-init's */

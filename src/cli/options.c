@@ -118,9 +118,8 @@ static void set_value(const OptionSpec *s, const char *arg) {
     }
 }
 
-bool options_parse(const OptionSpec *specs, int count, int argc, char **argv, const char *usage) {
-    for (int i = 0; i < count; i++)
-        if (specs[i].def) set_value(&specs[i], specs[i].def);
+/* getopt_long's table for specs (option i answers 1000 + i), with --help; the caller frees it. */
+static struct option *long_options(const OptionSpec *specs, int count) {
     struct option *longopts = bs_calloc((size_t)count + 2, sizeof(struct option));
     for (int i = 0; i < count; i++) {
         longopts[i].name = specs[i].name;
@@ -129,6 +128,24 @@ bool options_parse(const OptionSpec *specs, int count, int argc, char **argv, co
     }
     longopts[count].name = "help";
     longopts[count].val = 'h';
+    return longopts;
+}
+
+bool options_given(const OptionSpec *specs, int count, int argc, char **argv, const char *name) {
+    struct option *longopts = long_options(specs, count);
+    bool given = false;
+    optind = 1;
+    opterr = 0;
+    for (int c; (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1;)
+        given = given || (c >= 1000 && strcmp(specs[c - 1000].name, name) == 0);
+    free(longopts);
+    return given;
+}
+
+bool options_parse(const OptionSpec *specs, int count, int argc, char **argv, const char *usage) {
+    for (int i = 0; i < count; i++)
+        if (specs[i].def) set_value(&specs[i], specs[i].def);
+    struct option *longopts = long_options(specs, count);
     optind = 1;
     opterr = 0;
     bool go_on = true;

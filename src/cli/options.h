@@ -37,6 +37,9 @@ typedef struct {
  * out-of-range numbers die with one line. Returns false if --help was given
  * (help already printed). Positional arguments are not accepted. */
 bool options_parse(const OptionSpec *specs, int count, int argc, char **argv, const char *usage);
+/* Whether argv (already parsed by options_parse) gives option `name`, in any spelling getopt_long accepts
+ * (--name V, --name=V, an unambiguous prefix): a default is not "given". */
+bool options_given(const OptionSpec *specs, int count, int argc, char **argv, const char *name);
 void options_print_help(const OptionSpec *specs, int count, const char *usage);
 /* Parses "12", "2.5M", "1G" (powers of 1000) into *out; false if malformed. */
 bool parse_count(const char *text, double *out);

@@ -119,5 +119,8 @@ int prepare_chat(char **files, int nfiles, const Tokenizer *tok, double val_frac
     token_list_free(&c.list);
     shard_writer_finish(train);
     shard_writer_finish(val);
+    if (train->counted == 0) /* training on it would be a loss of 0 and no gradient */
+        bs_die("--in: none of the %d training example(s) in the %d file(s) given has an assistant message or a "
+               "response: no token would count in the loss", val_from, nfiles);
     return total;
 }

@@ -80,6 +80,51 @@ void bs_mkdir_p(const char *path) {
     if (!bs_is_dir(path)) bs_die("%s exists and is not a directory", path);
 }
 
+/* A directory that exists and that this process may create files in. */
+static bool writable_dir(const char *dir, char *why, size_t why_size) {
+    if (!bs_is_dir(dir)) {
+        snprintf(why, why_size, "%s is not a directory", dir);
+        return false;
+    }
+    char probe[4200]; /* a file made and removed at once: access() would pass root on a read-only mount */
+    snprintf(probe, sizeof probe, "%s/.batchscale-probe-XXXXXX", dir);
+    int fd = mkstemp(probe);
+    if (fd < 0) {
+        snprintf(why, why_size, "cannot write in directory %s: %s", dir, strerror(errno));
+        return false;
+    }
+    close(fd);
+    unlink(probe);
+    return true;
+}
+
+bool bs_check_writable(const char *path, bool is_dir, char *why, size_t why_size) {
+    char dir[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof dir) {
+        snprintf(why, why_size, "bad output path '%s'", path);
+        return false;
+    }
+    if (bs_path_exists(path) && bs_is_dir(path) != is_dir) {
+        snprintf(why, why_size, "%s exists and is %s", path, is_dir ? "not a directory" : "a directory");
+        return false;
+    }
+    if (is_dir && bs_path_exists(path)) return writable_dir(path, why, why_size);
+    memcpy(dir, path, n + 1);
+    while (n > 1 && dir[n - 1] == '/') dir[--n] = '\0';
+    for (;;) { /* the parent; for a directory to create, the nearest ancestor that exists */
+        char *slash = strrchr(dir, '/');
+        if (!slash) snprintf(dir, sizeof dir, ".");
+        else slash[slash == dir] = '\0';
+        if (!is_dir || bs_path_exists(dir) || strcmp(dir, ".") == 0 || strcmp(dir, "/") == 0) break;
+    }
+    if (!is_dir && !bs_path_exists(dir)) {
+        snprintf(why, why_size, "cannot write %s: directory %s does not exist", path, dir);
+        return false;
+    }
+    return writable_dir(dir, why, why_size);
+}
+
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     (void)st, (void)flag, (void)ftw;
     return remove(path);

@@ -19,6 +19,13 @@ bool bs_path_exists(const char *path);
 bool bs_is_dir(const char *path);
 long long bs_file_size(const char *path); /* -1 if it cannot be read */
 void bs_mkdir_p(const char *path);
+/* Whether a file (is_dir false) or a directory (is_dir true) could be written
+ * at path, checked before any work and leaving nothing behind: a file's
+ * directory must exist and be writable (files are written to PATH.tmp and
+ * renamed); a directory that does not exist yet must be creatable (its
+ * nearest existing ancestor a writable directory). False with the reason,
+ * naming the path, in why. */
+bool bs_check_writable(const char *path, bool is_dir, char *why, size_t why_size);
 /* Remove a file or a directory tree; returns 0 on success. */
 int bs_remove_tree(const char *path);
 /* Whole file into a NUL-terminated buffer the caller frees. */

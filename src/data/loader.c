@@ -54,8 +54,17 @@ static void open_masks(DataLoader *loader, const char *source) {
         found += loss_mask_open(&masks[i], loader->shards[i].path, loader->shards[i].num_tokens);
     if (found > 0 && found < loader->num_shards)
         bs_die("%s: %d of its %d shards have loss masks (.mask files): all or none", source, found, loader->num_shards);
-    if (found == 0) free(masks);
-    else loader->masks = masks;
+    if (found == 0) {
+        free(masks);
+        return;
+    }
+    bool any = false; /* a token the loss counts: stops at the first, so a real data set costs little */
+    for (int i = 0; i < loader->num_shards && !any; i++)
+        for (size_t t = 0; t < loader->shards[i].num_tokens && !any; t++) any = masks[i].counted[t] != 0;
+    if (!any)
+        bs_die("%s: its loss masks count no token (no assistant response in the data): the loss would be 0 and "
+               "nothing learned", source);
+    loader->masks = masks;
 }
 
 void loader_open(DataLoader *loader, const char *source, int T, int vocab_size, uint64_t seed, bool shuffle) {

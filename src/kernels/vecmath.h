@@ -11,6 +11,7 @@
 #ifndef BS_KERNELS_VECMATH_H
 #define BS_KERNELS_VECMATH_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -45,6 +46,15 @@ static inline bool floats_all_finite(const float *x, size_t n) {
 #pragma omp parallel for simd reduction(+ : sum) schedule(static)
     for (size_t i = 0; i < n; i++) sum += x[i] * 0.0f;
     return sum == 0.0f;
+}
+
+/* The index of the first NaN or inf in x[0..n), n when all are finite (one
+ * parallel pass; the scan only where there is one to find). */
+static inline size_t floats_first_nonfinite(const float *x, size_t n) {
+    if (floats_all_finite(x, n)) return n;
+    size_t i = 0;
+    while (i < n && isfinite(x[i])) i++;
+    return i;
 }
 
 #endif

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/io.h"
+#include "kernels/vecmath.h"
 
 static void read_header(const char *path, FILE *f, int32_t header[256]) {
     long long size = bs_file_size(path);
@@ -37,6 +38,16 @@ void llmc_model_read_config(const char *path, GPTConfig *cfg) {
     read_header(path, f, header);
     fclose(f);
     config_from_header(path, header, cfg);
+}
+
+/* One pass over a tensor just read: a NaN or an infinity is refused, naming the file and the tensor. */
+static void check_finite(const char *path, TensorKind kind, int layer, const float *x, size_t n) {
+    size_t bad = floats_first_nonfinite(x, n);
+    if (bad == n) return;
+    char where[32] = "";
+    if (gpt_tensor_is_per_layer(kind)) snprintf(where, sizeof where, " of layer %d", layer);
+    bs_die("%s: tensor %s%s holds %s at element %zu (the file's weights are damaged)", path, gpt_tensor_name(kind),
+           where, isnan(x[bad]) ? "a NaN" : "an infinity", bad);
 }
 
 /* Rows of wte as stored in the file (llm.c pads to its own multiple). */
@@ -81,6 +92,7 @@ void llmc_model_read_params(const char *path, GPT *model) {
             } else {
                 bs_fread_exact(dst, n * sizeof(float), f, path);
             }
+            check_finite(path, kind, l, dst, gpt_tensor_numel(cfg, kind));
         }
     }
     fclose(f);

@@ -11,8 +11,11 @@
 
 #include "model/gpt.h"
 
-/* The shape into cfg (cfg->num_heads is kept where a safetensors file does
- * not say); dies with one line naming the file. */
+/* The shape into cfg, from the weights and the sizes declared beside them
+ * (a safetensors file's metadata and config.json must agree with its
+ * tensors); cfg->num_heads, if > 0, stands where a safetensors file declares
+ * no n_head, and with neither it is refused. Dies with one line naming the
+ * file and the field. */
 void model_file_read_config(const char *path, GPTConfig *cfg);
 /* The weights into a whole model created with that config. */
 void model_file_read_params(const char *path, GPT *model);

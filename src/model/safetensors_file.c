@@ -16,6 +16,7 @@
 #include "core/io.h"
 #include "kernels/bf16.h"
 #include "kernels/minifloat.h"
+#include "kernels/vecmath.h"
 
 #define MAX_HEADER_BYTES (100u << 20) /* the format's limit */
 #define PREFIX "transformer."
@@ -269,6 +270,10 @@ static bool read_tensor(StFile *f, const char *name, size_t rows, size_t cols, b
     for (size_t i = 0; i < rows; i++)
         for (size_t j = 0; j < c; j++)
             dst[transpose ? j * rows + i : i * c + j] = element(src + (i * c + j) * bytes, dtype);
+    const size_t bad = floats_first_nonfinite(dst, rows * c); /* every reader comes through here */
+    if (bad < rows * c) /* named by its place in the file (a transposed one's row and column swapped back) */
+        REFUSE(f, "%s: tensor %s holds %s at element %zu (the file's weights are damaged)", f->path, name,
+               isnan(dst[bad]) ? "a NaN" : "an infinity", transpose ? bad % rows * c + bad / rows : bad);
     return true;
 }
 
@@ -315,27 +320,63 @@ static bool check_names(StFile *f, int layers) {
     return true;
 }
 
-/* n_head from the metadata, else from the config.json beside the file; 0 if neither says. */
-static bool heads_of(StFile *f, int *heads) {
-    json_t *meta = json_object_get(f->header, "__metadata__");
-    const char *text = json_string_value(json_object_get(meta, "n_head"));
-    *heads = 0;
-    if (text) {
-        *heads = atoi(text);
-        if (*heads <= 0) REFUSE(f, "%s: __metadata__ n_head '%s' is not a positive integer", f->path, text);
-        return true;
+/* ---- the declared shape: __metadata__ (written here) and config.json (save_pretrained's) ---- */
+
+/* One declared size as a positive int: a JSON integer, or (metadata) a string of digits; 0 when absent. */
+static bool declared_int(StFile *f, const char *source, json_t *v, const char *field, int *out) {
+    *out = 0;
+    if (!v || json_is_null(v)) return true;
+    const char *text = json_string_value(v);
+    char *end = NULL;
+    long long n = json_is_integer(v) ? json_integer_value(v) : text ? strtoll(text, &end, 10) : -1;
+    if ((text && (end == text || *end)) || n <= 0 || n > (1 << 30))
+        REFUSE(f, "%s: %s is not a positive integer", source, field);
+    *out = (int)n;
+    return true;
+}
+
+/* Every size source declares agrees with the weights' shape c; its n_head into *heads (which must agree with one
+ * declared before). */
+static bool check_declared(StFile *f, const char *source, json_t *obj, const GPTConfig *c, int *heads) {
+    const struct { const char *field; int weights; const char *from; } sizes[] = {
+        {"n_layer", c->num_layers, "h.N layers"}, {"n_embd", c->channels, "wte.weight's columns"},
+        {"n_positions", c->max_seq_len, "wpe.weight's rows"}, {"n_ctx", c->max_seq_len, "wpe.weight's rows"},
+        {"vocab_size", c->vocab_size, "wte.weight's rows"}, {"n_inner", 4 * c->channels, "4 x n_embd, the MLP"}};
+    int v;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        if (!declared_int(f, source, json_object_get(obj, sizes[i].field), sizes[i].field, &v)) return false;
+        if (v && v != sizes[i].weights)
+            REFUSE(f, "%s: %s %d disagrees with the weights' %d (%s)", source, sizes[i].field, v, sizes[i].weights,
+                   sizes[i].from);
     }
+    if (!declared_int(f, source, json_object_get(obj, "n_head"), "n_head", &v)) return false;
+    if (v && *heads && v != *heads) REFUSE(f, "%s: n_head %d disagrees with __metadata__'s %d", source, v, *heads);
+    if (v) *heads = v;
+    return true;
+}
+
+/* The heads (not in the tensors) from the metadata and the config.json beside the file, each checked against the
+ * weights' shape c; with neither, c->num_heads as the caller gave it (0: refused). */
+static bool heads_of(StFile *f, GPTConfig *c) {
+    int heads = 0;
+    json_t *meta = json_object_get(f->header, "__metadata__");
+    if (meta && !check_declared(f, f->path, meta, c, &heads)) return false;
     char dir[4096], config[4200];
     snprintf(dir, sizeof dir, "%s", f->path);
     snprintf(config, sizeof config, "%s/config.json", dirname(dir));
-    if (!bs_path_exists(config)) return true;
-    json_error_t err;
-    json_t *j = json_load_file(config, 0, &err);
-    if (!j) REFUSE(f, "%s: not JSON: %s (line %d)", config, err.text, err.line);
-    json_t *h = json_object_get(j, "n_head");
-    *heads = json_is_integer(h) ? (int)json_integer_value(h) : 0;
-    json_decref(j);
-    if (*heads <= 0) REFUSE(f, "%s has no positive integer n_head", config);
+    if (bs_path_exists(config)) {
+        json_error_t err;
+        json_t *j = json_load_file(config, 0, &err);
+        if (!j) REFUSE(f, "%s: not JSON: %s (line %d)", config, err.text, err.line);
+        bool ok = json_is_object(j) && check_declared(f, config, j, c, &heads);
+        json_decref(j);
+        if (!ok && !f->why[0]) REFUSE(f, "%s: not a JSON object", config);
+        if (!ok) return false;
+    }
+    if (!heads && c->num_heads <= 0)
+        REFUSE(f, "%s: no n_head (the number of attention heads is not in the weights): neither its __metadata__ nor "
+               "%s gives it", f->path, bs_path_exists(config) ? config : "a config.json beside it");
+    if (heads) c->num_heads = heads;
     return true;
 }
 
@@ -344,14 +385,12 @@ static bool shape_of(StFile *f, GPTConfig *cfg) {
     json_t *wte = lookup(f, "wte.weight"), *wpe = lookup(f, "wpe.weight");
     if (!wte || !wpe || ndim(wte) != 2 || ndim(wpe) != 2)
         REFUSE(f, "%s: wte.weight and wpe.weight must be present and 2-dimensional", f->path);
-    int heads;
-    if (!heads_of(f, &heads)) return false;
     if (dim(wte, 0) > (1u << 30) || dim(wte, 1) > (1u << 16) || dim(wpe, 0) > (1u << 20))
         REFUSE(f, "%s: wte.weight [%zu, %zu] / wpe.weight [%zu, ...] are beyond this engine's limits", f->path,
                dim(wte, 0), dim(wte, 1), dim(wpe, 0));
     GPTConfig c = {.max_seq_len = (int)dim(wpe, 0), .vocab_size = (int)dim(wte, 0), .num_layers = count_layers(f),
-                   .num_heads = heads ? heads : cfg->num_heads, .channels = (int)dim(wte, 1)};
-    if (!check_names(f, c.num_layers)) return false;
+                   .num_heads = cfg->num_heads, .channels = (int)dim(wte, 1)};
+    if (!check_names(f, c.num_layers) || !heads_of(f, &c)) return false;
     char why[256];
     if (!gpt_config_check(&c, why, sizeof why)) REFUSE(f, "%s holds an invalid model shape: %s", f->path, why);
     *cfg = c;

@@ -26,8 +26,11 @@
 
 /* Whether path starts like a safetensors file (a header length, then '{'). */
 bool safetensors_is_file(const char *path);
-/* The shape from the tensors into cfg; heads from the file's metadata or the
- * config.json beside it, else cfg->num_heads as given. Dies with one line. */
+/* The shape from the tensors into cfg; every size the file's metadata or the
+ * config.json beside it declares (n_layer, n_embd, n_positions, n_ctx,
+ * vocab_size, n_inner, n_head) must agree with them; heads from those, else
+ * cfg->num_heads if > 0, else refused. Every tensor read is checked finite.
+ * Dies with one line naming the file and the field or tensor. */
 void safetensors_read_config(const char *path, GPTConfig *cfg);
 /* The weights into a whole model created with that config. */
 void safetensors_read_params(const char *path, GPT *model);

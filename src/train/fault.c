@@ -39,9 +39,14 @@ void fault_parse(FaultPlan *f, const char *spec) {
     f->factor = value;
 }
 
+void fault_check_rank(const FaultPlan *f, int world) {
+    if (f->kind != FAULT_NONE && (f->rank < 0 || f->rank >= world))
+        bs_die("--inject-fault %s: rank %d does not exist (%d process%s)", f->spec, f->rank, world,
+               world == 1 ? "" : "es");
+}
+
 void fault_target_nan(FaultPlan *f, const FaultLayout *l) {
-    if (f->rank < 0 || f->rank >= l->world)
-        bs_die("--inject-fault %s: rank %d does not exist (%d processes)", f->spec, f->rank, l->world);
+    fault_check_rank(f, l->world);
     int stage = f->rank / l->tp % l->pp, first = l->stage_first[stage], n = l->stage_layers[stage];
     if (f->layer < 0) {
         f->block = first + 1;

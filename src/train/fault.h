@@ -31,6 +31,9 @@ typedef struct {
 /* stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER], slow:RANK:FACTOR, or ""
  * (none). Bad text dies with one line naming --inject-fault. */
 void fault_parse(FaultPlan *f, const char *spec);
+/* Any kind: the plan's rank must be one of the world's (every rank checks;
+ * dies with one line naming --inject-fault). */
+void fault_check_rank(const FaultPlan *f, int world);
 /* nan, nans: checks the rank and the layer exist and the layer is on that
  * rank's stage (every rank checks, so all stop with the same line), and
  * sets the gradient block to poison. */

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/io.h"
@@ -49,11 +50,15 @@ static GPTConfig model_shape(Trainer *tr) {
     GPTConfig mc = {.max_seq_len = c->seq_len, .vocab_size = vocab, .num_layers = c->layers,
                     .num_heads = c->heads, .channels = c->channels};
     if (option_given(c->init_from)) {
+        mc.num_heads = c->shape_given.heads ? c->heads : 0; /* where the file does not say */
         model_file_read_config(c->init_from, &mc);
+        char mismatch[4400];
+        if (!train_check_init_shape(c, &mc, mismatch, sizeof mismatch)) bs_die("%s", mismatch);
         if (c->seq_len > mc.max_seq_len)
             bs_die("--seq-len %d is longer than the model's maximum sequence length %d (from %s)", c->seq_len,
                    mc.max_seq_len, c->init_from);
         c->vocab_size = mc.vocab_size;
+        c->layers = mc.num_layers, c->heads = mc.num_heads, c->channels = mc.channels; /* the file's, from here on */
     }
     if (mc.vocab_size != tokenizer_vocab_size(tr->tok)) { /* e.g. random-token benchmarks: no text to show */
         tokenizer_free(tr->tok);
@@ -71,6 +76,9 @@ static GPTConfig model_shape(Trainer *tr) {
     mc.lora_rank = c->lora_rank;
     mc.base_weights = c->base_weights;
     if (c->lora_rank > 0 && !lora_parse_targets(c->lora_targets, &mc.lora_targets, why, sizeof why)) bs_die("%s", why);
+    if (c->lora_rank > mc.channels) /* every adapted layer's smaller side is C (qkv C->3C, fc C->4C, ...) */
+        bs_die("--lora-rank %d is larger than the model's width %d, the smaller side of every adapted layer (a "
+               "rank above it adds parameters and no capacity)", c->lora_rank, mc.channels);
     return mc;
 }
 
@@ -102,10 +110,26 @@ static void setup_doc_mask(Trainer *tr, EngineConfig *ec) {
     ec->doc_separator = tokenizer_eot(tr->tok);
 }
 
+/* A run whose activations cannot fit is refused before allocating them. The bound is the whole model's
+ * activations for one micro-batch (and its weights) shared evenly by the tp x pp x cp ranks that split it: no
+ * rank holds less than that share, so this refuses no run that would fit. */
+static void check_memory(const TrainConfig *c, const GPTConfig *mc) {
+    const double split = (double)c->tp * c->pp * c->cp;
+    const double params = (double)gpt_padded_vocab(mc->vocab_size) * mc->channels +
+                          (double)mc->max_seq_len * mc->channels + 12.0 * mc->num_layers * mc->channels * mc->channels;
+    const double need = ((double)gpt_acts_bytes(mc, c->micro_batch, c->seq_len, true) + 4 * params) / split;
+    const double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (have > 0 && need > have)
+        bs_die("--seq-len %d with --micro-batch %d needs at least %.1f GB per process (activations of a micro-batch "
+               "and the weights of a %d-layer, %d-wide model), more than this machine's %.1f GB: lower --seq-len or "
+               "--micro-batch", c->seq_len, c->micro_batch, need / 1e9, mc->num_layers, mc->channels, have / 1e9);
+}
+
 /* The engine: grid, model chunks, their data-parallel shards and optimizer state, the pipeline. */
 static void setup_engine(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
     tr->model = model_shape(tr);
+    check_memory(c, &tr->model);
     int *layers = stage_layers(c, &tr->model);
     EngineConfig ec = {.tp = c->tp, .pp = c->pp, .dp = c->dp, .cp = c->cp, .ep = c->ep, .cp_algo = c->cp_algo,
                        .cp_split = c->cp_split, .virtual_stages = c->virtual_stages,
@@ -238,6 +262,19 @@ static void check_schedule(Trainer *tr) {
     }
 }
 
+/* Every output path is checked on rank 0 (the one that writes them) before any work, so a run does not train
+ * for nothing and fail to write its result. */
+static void check_outputs(const TrainConfig *c, int rank) {
+    const struct { const char *flag, *path; bool is_dir; } outputs[] = {
+        {"--save-model", c->save_model, false}, {"--save-adapters", c->save_adapters, true},
+        {"--out", c->out, true}, {"--ckpt-dir", c->ckpt_dir, true}, {"--metrics", c->metrics, false},
+        {"--trace", c->trace, false}, {"--tensorboard", c->tensorboard, true}};
+    char why[4400];
+    for (size_t i = 0; rank == 0 && i < sizeof outputs / sizeof outputs[0]; i++)
+        if (option_given(outputs[i].path) && !bs_check_writable(outputs[i].path, outputs[i].is_dir, why, sizeof why))
+            bs_die("%s %s: %s", outputs[i].flag, outputs[i].path, why);
+}
+
 /* The step's statistics across ranks, --balance, the guard. */
 static void setup_policies(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
@@ -258,6 +295,8 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     if (!lora_flags_resolve(c, why, sizeof why)) bs_die("%s", why); /* callers other than the command line */
     if (!train_config_check(c, why, sizeof why)) bs_die("%s", why);
     fault_parse(&tr->fault, c->inject_fault);
+    fault_check_rank(&tr->fault, comm_size(world));
+    check_outputs(c, tr->rank);
     if (strncmp(c->batch_schedule, "adaptive", 8) == 0 || strncmp(c->batch_schedule, "goodput", 7) == 0 ||
         c->noise_scale_every > 0 || c->noise_probe_every > 0)
         c->noise_scale = true; /* the policy follows the noise scale; the others are logged beside B_simple */
@@ -294,6 +333,9 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     if (option_given(c->ckpt_dir)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s", c->ckpt_dir);
     else if (option_given(c->out)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s/ckpt", c->out);
     if (option_given(c->resume)) train_resume(tr);
+    if (option_given(c->resume) && !tr->adaptive && tr->step > tr->total_steps)
+        bs_die("--resume %s is at step %ld, past the %ld step(s) of this run (%s): nothing to train", c->resume,
+               tr->step, tr->total_steps, c->train_tokens > 0 ? "--train-tokens" : "--steps");
     tr->metrics = (Metrics){NULL, c->seq_len, comm_size(world), engine_grid(tr->engine)->pp, tr->dp_size, c->balance,
                             c->noise_scale, c->baseline_tokens_per_s, tr->est.curvature_on, tr->est.goodput_on,
                             tr->est.probe_on};
