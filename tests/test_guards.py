@@ -89,7 +89,7 @@ class GuardTest(CorpusTest):
         for ranks, layout, spec, message in cases:
             _, p = train(self.data, self.path("bad_target"), ranks=ranks, steps=2, layers=3, check=False,
                          extra=layout + ["--inject-fault", spec])
-            self.assertEqual(p.returncode, 1, spec)
+            self.assertEqual(p.returncode, 2, spec)  # a usage error, found at set-up
             self.assertIn(message, p.stderr, spec)
             if ranks == 1:
                 self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)

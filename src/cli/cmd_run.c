@@ -8,7 +8,9 @@
  * --comm-timeout) and abort, so the launcher itself never needs a timer.
  * After a failure it logs the time, the newest complete checkpoint and the
  * work lost since it, and runs the command again with `--resume latest` (only
- * once a checkpoint exists), up to --max-restarts times.
+ * once a checkpoint exists), up to --max-restarts times. A job that exits 2
+ * (BS_EXIT_USAGE: a flag, a combination, the layout, an input file) is not
+ * restarted: the same command would fail the same way.
  *
  * Restarted commands differ from the first in three ways, all logged: they
  * resume; they drop --inject-fault and the BATCHSCALE_CKPT_FAULT variable
@@ -35,7 +37,8 @@
  * SIGUSR1 sent to the launcher itself is passed on (to mpirun as SIGUSR1,
  * see run_child.h); the job checkpoints and ends, and the launcher exits
  * with its status (75) without restarting, so that the scheduler can requeue
- * it. A launch that finds a complete checkpoint already (a requeued job, a
+ * it; also when mpirun, signalled as well, reports 1, as long as a complete
+ * checkpoint was written after the signal. A launch that finds a complete checkpoint already (a requeued job, a
  * repeated command) resumes from it: --resume latest is added.
  *
  * Deliberately not here: health checks of machines, growing a job again,
@@ -172,17 +175,20 @@ typedef struct {
 static bool preempted(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == PREEMPT_EXIT_CODE; }
 
 /* The launcher itself was told to stop: the job has been passed the signal
- * and has ended; no restart. */
+ * and has ended; no restart. It stopped cleanly if it says so (75) or if a
+ * complete checkpoint was written after the signal: a scheduler that
+ * signals every process (SLURM's scancel) reaches mpirun too, and mpirun
+ * then exits 1 whatever its ranks did. */
 static int stop_requested(const ChildResult *r, CkptPoint now, RunLog *log) {
     char how[128], at[64];
     run_describe_status(r->status, how, sizeof how);
-    bool clean = preempted(r->status);
+    bool clean = preempted(r->status) || (now.step >= 0 && now.written >= r->stop_time);
     run_log_event(log, "interrupted",
                   json_pack("{s:i, s:s, s:b, s:o}", "signal", r->stop_signal, "status", how, "preempted", clean,
                             "ckpt_step", step_json(now.step)),
                   "stopped by signal %d (%s)%s; last complete checkpoint: %s; not restarting", r->stop_signal, how,
                   clean ? ": the job finished its step and checkpointed" : "", step_text(now.step, at, sizeof at));
-    return exit_code(r->status);
+    return clean ? PREEMPT_EXIT_CODE : exit_code(r->status);
 }
 
 /* A failed attempt: logs it; returns -1 to restart (on fewer ranks after the
@@ -202,6 +208,11 @@ static int after_failure(RunCommand *cmd, const RunOptions *o, RunState *s, int 
                             "progress", progress),
                   "attempt %d on %d ranks failed (%s); last complete checkpoint: %s; %.1f s of work lost since it",
                   attempt, s->ranks, how, step_text(now.step, at, sizeof at), lost);
+    if (WIFEXITED(r->status) && WEXITSTATUS(r->status) == BS_EXIT_USAGE) {
+        run_log_event(log, "give-up", json_pack("{s:i}", "exit_code", BS_EXIT_USAGE),
+                      "exit %d is a usage or configuration error: restarting cannot help", BS_EXIT_USAGE);
+        return BS_EXIT_USAGE;
+    }
     if (s->failures++ == o->max_restarts) {
         run_log_event(log, "give-up", json_pack("{s:i}", "restarts", attempt), "no restarts left (--max-restarts %d)",
                       o->max_restarts);
