@@ -317,6 +317,7 @@ int cmd_run(int argc, char **argv) {
                        "--ckpt-every S\n\nRuns a training job and restarts it from its newest complete checkpoint "
                        "when it fails\n(a rank killed or stalled), optionally on fewer processes (--elastic)."))
         return 0;
+    int before = bs_die_status(BS_EXIT_USAGE); /* until the job starts: a command that cannot work as given */
     if (split + 1 >= argc)
         bs_die("run: give the job's command after --, e.g. batchscale run -- mpirun -np 2 batchscale train "
                "--ckpt-dir DIR --ckpt-every 50 ...");
@@ -324,6 +325,7 @@ int cmd_run(int argc, char **argv) {
     run_command_init(&cmd, argc - split - 1, argv + split + 1);
     char ckpt_dir[4096];
     check_command(&cmd, &o, ckpt_dir, sizeof ckpt_dir);
+    bs_die_status(before);
     run_signals_block();
     RunLog log;
     run_log_open(&log, o.log);

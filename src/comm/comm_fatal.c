@@ -14,8 +14,8 @@
  * then the failing rank waits the whole grace.
  *
  * Deliberately not here: the launcher's own notice of a non-zero exit
- * (mpirun prints it unless run with -q; no process of the job can silence
- * it). Errors in a thread other than MPI's (a checkpoint writer) are printed
+ * (OpenMPI's mpirun prints 11 lines unless run with -q, and no process of
+ * the job can silence it; MPICH's mpiexec prints none). Errors in a thread other than MPI's (a checkpoint writer) are printed
  * with the rank at once: MPI may be called from the main thread only. */
 #include <stdlib.h>
 #include <unistd.h>

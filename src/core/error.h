@@ -29,7 +29,7 @@
 int bs_launcher_rank(void);
 int bs_launcher_size(void);
 
-/* Exit statuses (README, "Exit statuses"); 75 is train/preempt.h's. */
+/* Exit statuses (README, Operations: "Exit statuses and errors under mpirun"); 75 is train/preempt.h's. */
 #define BS_EXIT_ERROR 1 /* a failure while working: `batchscale run` restarts the job */
 #define BS_EXIT_USAGE 2 /* a flag, a combination, the layout or an input cannot work: never retried */
 
