@@ -11,8 +11,9 @@ bytes; the tmpfs holds 2.5 S):
 - a temporary directory left by a process killed mid-write (made by hand,
   S - 64 KiB) does not stop the next `--resume latest` either: it is removed
   before the next checkpoint is written, not only after it.
-Mounting needs root (CAP_SYS_ADMIN); without it the test skips (77) and
-says why.
+All of it twice: with the checkpoint written by the main thread, and with
+--async-ckpt (by a writer thread). Mounting needs root (CAP_SYS_ADMIN);
+without it the test skips (77) and says why.
 """
 import os
 import shutil
@@ -41,24 +42,24 @@ def fill(path, nbytes):
         f.write(b"\0" * nbytes)
 
 
-def train(data, ckpt, steps, resume):
-    extra = ["--keep-last", "1", "--quiet"] + (["--resume", "latest"] if resume else [])
+def train(data, ckpt, steps, resume, writer):
+    extra = ["--keep-last", "1", "--quiet"] + (["--resume", "latest"] if resume else []) + writer
     return run([BATCHSCALE] + train_args(data, ckpt, steps, extra=extra), check=False)
 
 
-def scenario(data, disk, size, check):
+def scenario(data, disk, size, check, writer):
     ckpt = os.path.join(disk, "ckpt")
-    first = train(data, ckpt, 2, resume=False)
+    first = train(data, ckpt, 2, resume=False, writer=writer)
     check(first.returncode == 0, f"a first checkpoint fits (step 2): {first.stderr.strip()}")
     filler = os.path.join(disk, "other_file")
     fill(filler, size - MARGIN)
-    full = train(data, ckpt, 4, resume=True)
+    full = train(data, ckpt, 4, resume=True, writer=writer)
     errors = full.stderr.strip().splitlines()
     check(full.returncode == 1 and len(errors) == 1 and "No space left on device" in errors[0],
           f"the full disk stops the resumed run with one line, exit 1 (got {full.returncode}: {errors})")
     check(leftovers(ckpt) == [], f"the failed write removed its temporary directory (left: {leftovers(ckpt)})")
     os.remove(filler)
-    again = train(data, ckpt, 5, resume=True)
+    again = train(data, ckpt, 5, resume=True, writer=writer)
     check(again.returncode == 0 and os.path.isdir(step_dir(ckpt, 5)) and not os.path.isdir(step_dir(ckpt, 2)),
           f"--resume latest continues from step 2 and writes step 5 (exit {again.returncode}: "
           f"{again.stderr.strip()})")
@@ -67,7 +68,7 @@ def scenario(data, disk, size, check):
     crashed = os.path.join(ckpt, ".tmp-step_00000099")
     os.makedirs(crashed)
     fill(os.path.join(crashed, "rank_00000.bin"), size - MARGIN)  # what a killed writer leaves
-    after_crash = train(data, ckpt, 6, resume=True)
+    after_crash = train(data, ckpt, 6, resume=True, writer=writer)
     check(after_crash.returncode == 0 and os.path.isdir(step_dir(ckpt, 6)) and leftovers(ckpt) == [],
           f"a crashed write's directory is removed before the next write (exit {after_crash.returncode}: "
           f"{after_crash.stderr.strip()})")
@@ -80,18 +81,19 @@ def main():
         probe = os.path.join(tmp, "probe")
         run([BATCHSCALE] + train_args(data, probe, 2, extra=["--quiet"]))
         size = dir_bytes(step_dir(probe, 2))
-        disk = tempfile.mkdtemp(dir=tmp)
         kib = (size * 5 // 2 + 1023) // 1024
-        mount = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", disk],
-                               capture_output=True, text=True)
-        if mount.returncode != 0:
-            print(f"SKIP: cannot mount a {kib} KiB tmpfs (needs root): {mount.stderr.strip()}")
-            return SKIP
-        print(f"checkpoint {size} bytes; tmpfs {kib} KiB")
-        try:
-            scenario(data, disk, size, check)
-        finally:
-            subprocess.run(["umount", disk], check=True)
+        for writer in ([], ["--async-ckpt"]):  # the write from the main thread, and from the writer thread
+            disk = tempfile.mkdtemp(dir=tmp)
+            mount = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", disk],
+                                   capture_output=True, text=True)
+            if mount.returncode != 0:
+                print(f"SKIP: cannot mount a {kib} KiB tmpfs (needs root): {mount.stderr.strip()}")
+                return SKIP
+            print(f"checkpoint {size} bytes; tmpfs {kib} KiB; train {' '.join(writer)}")
+            try:
+                scenario(data, disk, size, check, writer)
+            finally:
+                subprocess.run(["umount", disk], check=True)
     return 1 if check.failed else 0
 
 

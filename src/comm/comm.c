@@ -9,16 +9,19 @@
 #include "core/error.h"
 #include "core/timer.h"
 
-/* At exit before comm_finalize (an error): a lone process finalizes quietly;
- * in a job, the launcher ends the other ranks when this one exits (non-zero,
- * or without finalizing), so no MPI_Abort and no banner of its own. */
+/* At exit before comm_finalize (an error): a lone process finalizes quietly
+ * (not from another thread, a checkpoint writer's error, while the main one
+ * may be inside MPI); in a job, the launcher ends the other ranks when this
+ * one exits (non-zero, or without finalizing), so no MPI_Abort and no banner
+ * of its own. */
 static void finalize_alone(void) {
-    int initialized = 0, finalized = 0, size = 1;
+    int initialized = 0, finalized = 0, size = 1, main_thread = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
     if (!initialized || finalized) return;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size == 1) MPI_Finalize();
+    MPI_Is_thread_main(&main_thread);
+    if (size == 1 && main_thread) MPI_Finalize();
 }
 
 void comm_check(int rc, const Comm *comm, const char *what) {

@@ -8,15 +8,18 @@
  * reply, which a rank waiting in a collective sends when the notice reaches
  * it (comm_fatal_poll). Every rank failed: rank 0 prints the line, every rank
  * finalizes MPI (so none exits before rank 0 has printed) and exits with the
- * status. Otherwise the failing rank prints it with its rank
- * and exits; the launcher ends the others (OpenMPI and MPICH end a job whose
- * process exits non-zero). A rank busy outside a collective cannot reply:
- * then the failing rank waits the whole grace.
+ * status. Otherwise the failing rank prints it with its rank and exits; the
+ * launcher ends the others (OpenMPI and MPICH end a job whose process exits
+ * non-zero). A rank busy outside a collective cannot reply: then the failing
+ * rank waits the whole grace. An error in a thread other than MPI's (a
+ * checkpoint writer) is printed with the rank at once and ends the process
+ * with _exit: MPI may be called from the main thread only, and exit's
+ * handlers would race the main thread inside MPI.
  *
  * Deliberately not here: the launcher's own notice of a non-zero exit
  * (OpenMPI's mpirun prints 11 lines unless run with -q, and no process of
- * the job can silence it; MPICH's mpiexec prints none). Errors in a thread other than MPI's (a checkpoint writer) are printed
- * with the rank at once: MPI may be called from the main thread only. */
+ * the job can silence it; MPICH's mpiexec prints none). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -95,6 +98,10 @@ static void report(const char *msg, int status, void *ctx) {
         return;
     }
     bs_print_error(msg, 1);
+    if (initialized && !finalized && !main_thread) { /* exit's clean-up would race the main thread inside MPI */
+        fflush(NULL);
+        _exit(status);
+    }
 }
 
 void comm_fatal_install(void) { bs_set_fatal_reporter(report, NULL); }
