@@ -38,8 +38,9 @@
  * see run_child.h); the job checkpoints and ends, and the launcher exits
  * with its status (75) without restarting, so that the scheduler can requeue
  * it; also when mpirun, signalled as well, reports 1, as long as a complete
- * checkpoint was written after the signal. A launch that finds a complete checkpoint already (a requeued job, a
- * repeated command) resumes from it: --resume latest is added.
+ * checkpoint was written after the signal. A launch that finds a complete
+ * checkpoint already (a requeued job, a repeated command) resumes from it:
+ * --resume latest is added.
  *
  * Deliberately not here: health checks of machines, growing a job again,
  * and a watchdog of its own (the trainer's --comm-timeout is the one). */
