@@ -3,7 +3,8 @@
 # test and batchscale against MPICH (cmake -DBS_MPICH=ON) in BUILD_DIR and
 # runs them with MPICH's launcher: every collective for 2 and 3 ranks and an
 # emulated 2x2 node layout, and a 2-rank ZeRO-1 training run against the
-# single-process run. usage: mpich_check.sh SOURCE_DIR BUILD_DIR
+# single-process run, and an error every rank meets (one line, status 2).
+# usage: mpich_check.sh SOURCE_DIR BUILD_DIR
 set -eu
 SRC=$1
 BUILD=$2
@@ -33,3 +34,13 @@ worst = max(abs(x - y) / y for x, y in zip(a, b))
 print(f"MPICH 2-rank ZeRO-1 vs 1 process: max relative loss difference {worst:.1e}")
 assert worst < 1e-5
 PY
+# An error every rank meets (issue 48): one line from rank 0, status 2 from every rank, no MPI_Abort.
+set +e
+OUT=$(OMP_NUM_THREADS=1 $RUN -np 2 "$BUILD/batchscale" $ARGS --micro-batch 4 --no-such-flag 2>&1)
+RC=$?
+set -e
+if [ "$RC" != 2 ] || [ "$(printf '%s\n' "$OUT" | wc -l)" != 1 ]; then
+    printf 'a bad flag on 2 MPICH ranks: status %s (expected 2), output (expected one line):\n%s\n' "$RC" "$OUT"
+    exit 1
+fi
+echo "MPICH: a bad flag on 2 ranks is one line, status 2"

@@ -5,6 +5,9 @@ add_test(NAME ops_logs COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_logs.p
 set_tests_properties(ops_logs PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" TIMEOUT 300)
 add_test(NAME ops_preempt COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_preempt.py)
 set_tests_properties(ops_preempt PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" TIMEOUT 300)
+# How a job under mpirun ends: errors once, no MPI_ABORT banner, exit statuses (issue 48).
+add_test(NAME ops_exit COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_exit.py)
+set_tests_properties(ops_exit PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" TIMEOUT 300)
 # The test hosts (network namespaces) need root; without it these skip (77).
 add_test(NAME ops_hosts COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_hosts.py)
 add_test(NAME ops_hosts_netem COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_hosts.py --netem)

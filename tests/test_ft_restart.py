@@ -188,8 +188,15 @@ class RestartTest(CorpusTest):
 
     def test_gives_up_after_max_restarts(self):
         log = self.path("giveup_log.jsonl")
-        args = train_args(os.path.join(self.dir, "missing"), self.path("giveup_ckpt"), 5, extra=["--ckpt-every", "1"])
-        p = run([BATCHSCALE, "run", "--max-restarts", "2", "--restart-delay", "0", "--log", log, "--"] + job(1, args),
+        # a job that fails while it works, every time (exit 1); a usage error (exit 2) is not retried at all
+        # (test_ops_exit.py)
+        failing = self.path("failing/batchscale")
+        os.makedirs(os.path.dirname(failing), exist_ok=True)
+        with open(failing, "w") as f:
+            f.write("#!/bin/sh\necho 'batchscale: error: a failure at run time' >&2\nexit 1\n")
+        os.chmod(failing, 0o755)
+        args = train_args(self.data, self.path("giveup_ckpt"), 5, extra=["--ckpt-every", "1"])
+        p = run([BATCHSCALE, "run", "--max-restarts", "2", "--restart-delay", "0", "--log", log, "--", failing] + args,
                 check=False)
         self.assertEqual(p.returncode, 1)
         kinds = [e["event"] for e in read_log(log)]

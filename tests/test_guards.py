@@ -89,7 +89,7 @@ class GuardTest(CorpusTest):
         for ranks, layout, spec, message in cases:
             _, p = train(self.data, self.path("bad_target"), ranks=ranks, steps=2, layers=3, check=False,
                          extra=layout + ["--inject-fault", spec])
-            self.assertEqual(p.returncode, 1, spec)
+            self.assertEqual(p.returncode, 2, spec)  # a usage error, found at set-up
             line = one_line_error(p, ranks)
             self.assertIsNotNone(line, f"{spec}: not one line:\n{p.stderr}")
             self.assertIn(message, line, spec)

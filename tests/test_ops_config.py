@@ -11,7 +11,7 @@
   model file is the same bits, and OTHER/config.json differs only in --out.
   Also for 2 ranks under mpirun (ZeRO-1), whose config.json records 2 processes.
 - Bad files: not JSON (the line is named), an unknown option, a value of the
-  wrong type, a config naming another: one line naming the file, exit 1.
+  wrong type, a config naming another: one line naming the file, exit 2.
 """
 import json
 import os
@@ -106,7 +106,7 @@ class ConfigFiles(bstest.CorpusTest):
         with open(path, "w") as f:
             f.write(text if text is not None else json.dumps(options))
         p = train(["--config", path, "--out", self.path("never")], check=False)
-        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.returncode, 2, p.stderr)  # a configuration error (README, "Exit statuses")
         lines = p.stderr.strip().splitlines()
         self.assertEqual(len(lines), 1, p.stderr)
         for w in [path] + words:
@@ -122,7 +122,7 @@ class ConfigFiles(bstest.CorpusTest):
         self.assert_refused({"config": "x.json"}, ["cannot name another"])
         self.assert_refused(None, ["not a JSON object"], text="[1, 2]\n")
         missing = train(["--config", self.path("missing.json")], check=False)
-        self.assertEqual(missing.returncode, 1)
+        self.assertEqual(missing.returncode, 2)
         self.assertEqual(len(missing.stderr.strip().splitlines()), 1, missing.stderr)
         self.assertIn("missing.json", missing.stderr)
 

@@ -159,24 +159,36 @@ static json_t *manifest_to_json(const CkptManifest *m) {
     return j;
 }
 
+void ckpt_remove_unfinished(const char *ckpt_dir) {
+    for (;;) { /* batches of 64 names, read again after each: removing while reading skips names */
+        DIR *d = opendir(ckpt_dir);
+        if (!d) return;
+        struct dirent *e;
+        char stale[64][300];
+        int nstale = 0;
+        while ((e = readdir(d)) && nstale < 64)
+            if (strncmp(e->d_name, ".tmp-step_", 10) == 0) /* left by a crash or a failed write: never complete */
+                snprintf(stale[nstale++], sizeof stale[0], "%s/%.250s", ckpt_dir, e->d_name);
+        closedir(d);
+        for (int i = 0; i < nstale; i++) bs_remove_tree(stale[i]);
+        if (nstale < 64) return;
+    }
+}
+
 static void prune_old(const char *ckpt_dir, int keep_last) {
+    ckpt_remove_unfinished(ckpt_dir);
+    if (keep_last <= 0) return;
     DIR *d = opendir(ckpt_dir);
     if (!d) return;
     long steps[4096];
     int n = 0;
     struct dirent *e;
-    char stale[64][300];
-    int nstale = 0;
     while ((e = readdir(d)) && n < 4096) {
         long s;
         char tail;
         if (sscanf(e->d_name, "step_%ld%c", &s, &tail) == 1) steps[n++] = s;
-        else if (strncmp(e->d_name, ".tmp-step_", 10) == 0 && nstale < 64) /* left by a crash: never complete */
-            snprintf(stale[nstale++], sizeof stale[0], "%s/%.250s", ckpt_dir, e->d_name);
     }
     closedir(d);
-    for (int i = 0; i < nstale; i++) bs_remove_tree(stale[i]);
-    if (keep_last <= 0) return;
     /* sort descending, drop everything past keep_last */
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++)

@@ -67,6 +67,11 @@ typedef struct CkptManifest {
 void ckpt_step_dir(char *out, size_t n, const char *ckpt_dir, long step);
 void ckpt_tmp_dir(char *out, size_t n, const char *ckpt_dir, long step);
 
+/* Removes every temporary directory in ckpt_dir (a write that crashed or
+ * failed: never complete, and holding disk space the next write needs). Only
+ * the one job that writes ckpt_dir may call it, before it writes. */
+void ckpt_remove_unfinished(const char *ckpt_dir);
+
 /* Every writing rank: writes its range of params and state into tmp_dir
  * (state: CKPT_STATE_ARRAYS arrays of count floats, or NULL for zeros) and
  * fills *info. */

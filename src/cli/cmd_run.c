@@ -8,7 +8,9 @@
  * --comm-timeout) and abort, so the launcher itself never needs a timer.
  * After a failure it logs the time, the newest complete checkpoint and the
  * work lost since it, and runs the command again with `--resume latest` (only
- * once a checkpoint exists), up to --max-restarts times.
+ * once a checkpoint exists), up to --max-restarts times. A job that exits 2
+ * (BS_EXIT_USAGE: a flag, a combination, the layout, an input file) is not
+ * restarted: the same command would fail the same way.
  *
  * Restarted commands differ from the first in three ways, all logged: they
  * resume; they drop --inject-fault and the BATCHSCALE_CKPT_FAULT variable
@@ -35,8 +37,10 @@
  * SIGUSR1 sent to the launcher itself is passed on (to mpirun as SIGUSR1,
  * see run_child.h); the job checkpoints and ends, and the launcher exits
  * with its status (75) without restarting, so that the scheduler can requeue
- * it. A launch that finds a complete checkpoint already (a requeued job, a
- * repeated command) resumes from it: --resume latest is added.
+ * it; also when mpirun, signalled as well, reports 1, as long as a complete
+ * checkpoint was written after the signal. A launch that finds a complete
+ * checkpoint already (a requeued job, a repeated command) resumes from it:
+ * --resume latest is added.
  *
  * Deliberately not here: health checks of machines, growing a job again,
  * and a watchdog of its own (the trainer's --comm-timeout is the one). */
@@ -176,17 +180,20 @@ typedef struct {
 static bool preempted(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == PREEMPT_EXIT_CODE; }
 
 /* The launcher itself was told to stop: the job has been passed the signal
- * and has ended; no restart. */
+ * and has ended; no restart. It stopped cleanly if it says so (75) or if a
+ * complete checkpoint was written after the signal: a scheduler that
+ * signals every process (SLURM's scancel) reaches mpirun too, and mpirun
+ * then exits 1 whatever its ranks did. */
 static int stop_requested(const ChildResult *r, CkptPoint now, RunLog *log) {
     char how[128], at[64];
     run_describe_status(r->status, how, sizeof how);
-    bool clean = preempted(r->status);
+    bool clean = preempted(r->status) || (now.step >= 0 && now.written >= r->stop_time);
     run_log_event(log, "interrupted",
                   json_pack("{s:i, s:s, s:b, s:o}", "signal", r->stop_signal, "status", how, "preempted", clean,
                             "ckpt_step", step_json(now.step)),
                   "stopped by signal %d (%s)%s; last complete checkpoint: %s; not restarting", r->stop_signal, how,
                   clean ? ": the job finished its step and checkpointed" : "", step_text(now.step, at, sizeof at));
-    return exit_code(r->status);
+    return clean ? PREEMPT_EXIT_CODE : exit_code(r->status);
 }
 
 /* A failed attempt: logs it; returns -1 to restart (on fewer ranks after the
@@ -206,6 +213,11 @@ static int after_failure(RunCommand *cmd, const RunOptions *o, RunState *s, int 
                             "progress", progress),
                   "attempt %d on %d ranks failed (%s); last complete checkpoint: %s; %.1f s of work lost since it",
                   attempt, s->ranks, how, step_text(now.step, at, sizeof at), lost);
+    if (WIFEXITED(r->status) && WEXITSTATUS(r->status) == BS_EXIT_USAGE) {
+        run_log_event(log, "give-up", json_pack("{s:i}", "exit_code", BS_EXIT_USAGE),
+                      "exit %d is a usage or configuration error: restarting cannot help", BS_EXIT_USAGE);
+        return BS_EXIT_USAGE;
+    }
     if (s->failures++ == o->max_restarts) {
         run_log_event(log, "give-up", json_pack("{s:i}", "restarts", attempt), "no restarts left (--max-restarts %d)",
                       o->max_restarts);
@@ -310,6 +322,7 @@ int cmd_run(int argc, char **argv) {
                        "--ckpt-every S\n\nRuns a training job and restarts it from its newest complete checkpoint "
                        "when it fails\n(a rank killed or stalled), optionally on fewer processes (--elastic)."))
         return 0;
+    int before = bs_die_status(BS_EXIT_USAGE); /* until the job starts: a command that cannot work as given */
     if (split + 1 >= argc)
         bs_die("run: give the job's command after --, e.g. batchscale run -- mpirun -np 2 batchscale train "
                "--ckpt-dir DIR --ckpt-every 50 ...");
@@ -317,6 +330,7 @@ int cmd_run(int argc, char **argv) {
     run_command_init(&cmd, argc - split - 1, argv + split + 1);
     char ckpt_dir[4096];
     check_command(&cmd, &o, ckpt_dir, sizeof ckpt_dir);
+    bs_die_status(before);
     run_signals_block();
     RunLog log;
     run_log_open(&log, o.log);

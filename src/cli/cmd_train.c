@@ -166,10 +166,13 @@ int cmd_train(int argc, char **argv) {
         {"save-adapters", OPT_STRING, &c.save_adapters, OPT_NO_RANGE, "DIR", "LoRA: write the final adapters as a peft directory (adapter_model.safetensors, adapter_config.json)", "", NULL},
     };
     const int count = (int)(sizeof specs / sizeof specs[0]);
+    comm_start(NULL, NULL);         /* first: under mpirun a bad flag is then one line from rank 0 */
+    bs_die_status(BS_EXIT_USAGE);   /* until the trainer is set up (train_run) */
     ConfigArgs args = config_file_expand(specs, count, argc, argv); /* the file's flags first: the command line wins */
     if (!options_parse(specs, count, args.argc, args.argv,
                        "usage: batchscale train [options]\n\nTrains a GPT-2 style model on token shards.")) {
         config_args_free(&args);
+        comm_stop();
         return 0;
     }
     c.shape_given.layers = options_given(specs, count, args.argc, args.argv, "layers");

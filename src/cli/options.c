@@ -142,7 +142,7 @@ bool options_given(const OptionSpec *specs, int count, int argc, char **argv, co
     return given;
 }
 
-bool options_parse(const OptionSpec *specs, int count, int argc, char **argv, const char *usage) {
+static bool parse_flags(const OptionSpec *specs, int count, int argc, char **argv, const char *usage) {
     for (int i = 0; i < count; i++)
         if (specs[i].def) set_value(&specs[i], specs[i].def);
     struct option *longopts = long_options(specs, count);
@@ -166,5 +166,12 @@ bool options_parse(const OptionSpec *specs, int count, int argc, char **argv, co
     }
     if (go_on && optind < argc) bs_die("unexpected argument '%s' (see --help)", argv[optind]);
     free(longopts);
+    return go_on;
+}
+
+bool options_parse(const OptionSpec *specs, int count, int argc, char **argv, const char *usage) {
+    int before = bs_die_status(BS_EXIT_USAGE); /* a bad flag is a usage error in every command */
+    bool go_on = parse_flags(specs, count, argc, argv, usage);
+    bs_die_status(before);
     return go_on;
 }

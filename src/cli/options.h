@@ -34,7 +34,7 @@ typedef struct {
 #define OPT_NO_RANGE 1, 0
 
 /* Sets every option's default, then parses argv[1..]. Unknown options, missing or malformed values and
- * out-of-range numbers die with one line. Returns false if --help was given
+ * out-of-range numbers die with one line and status BS_EXIT_USAGE (core/error.h). Returns false if --help was given
  * (help already printed). Positional arguments are not accepted. */
 bool options_parse(const OptionSpec *specs, int count, int argc, char **argv, const char *usage);
 /* Whether argv (already parsed by options_parse) gives option `name`, in any spelling getopt_long accepts

@@ -63,7 +63,7 @@ ChildResult run_child(char *const *words, int attempt, bool clear_fault, bool mp
     int err = 0;
     ssize_t got = read(report[0], &err, sizeof err); /* 0: exec succeeded and closed the pipe */
     close(report[0]);
-    ChildResult r = {0, 0};
+    ChildResult r = {0, 0, 0};
     if (got == (ssize_t)sizeof err) {
         waitpid(pid, &r.status, 0);
         bs_die("cannot run '%s': %s", words[0], strerror(err));
@@ -81,7 +81,12 @@ ChildResult run_child(char *const *words, int attempt, bool clear_fault, bool mp
             continue;
         }
         bool first = r.stop_signal == 0;
-        if (first) r.stop_signal = sig;
+        if (first) {
+            struct timespec t;
+            clock_gettime(CLOCK_REALTIME, &t);
+            r.stop_signal = sig;
+            r.stop_time = (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+        }
         if (info.si_code != SI_KERNEL) kill(pid, forwarded(sig, first, mpi_launcher)); /* a terminal's reached it */
     }
 }

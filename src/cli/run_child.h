@@ -26,6 +26,7 @@ void run_signals_block(void);
 typedef struct {
     int status;       /* waitpid status */
     int stop_signal;  /* the first SIGINT, SIGTERM or SIGUSR1 received while it ran, else 0 */
+    double stop_time; /* when it came (Unix time, as a file's modification time) */
 } ChildResult;
 
 /* Runs words[0] (searched in PATH) with words as argv, with the environment

@@ -318,11 +318,16 @@ bool comm_test(CommOp *op) {
 
 void comm_wait(CommOp *op) {
     Comm *c = op->comm;
-    double t0 = bs_now();
+    double t0 = bs_now(), polled = t0;
     const char *what = op->what;
     size_t bytes = op->payload_bytes;
     while (!comm_test(op)) {
-        if (bs_now() - t0 > c->timeout_s) {
+        double now = bs_now();
+        if (now - polled > COMM_FATAL_POLL_S) { /* a rank that failed waits to hear whether this one works on */
+            comm_fatal_poll();
+            polled = now;
+        }
+        if (now - t0 > c->timeout_s) {
             int who = (!op->uses_mpi && op->current_phase < op->num_phases)
                           ? ring_waiting_on(&op->phase[op->current_phase])
                           : -1;

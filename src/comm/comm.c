@@ -9,16 +9,19 @@
 #include "core/error.h"
 #include "core/timer.h"
 
-/* At exit before comm_finalize (an error): a lone process finalizes quietly;
- * in a job, MPI_Abort ends every other rank instead of leaving it waiting. */
-static void abort_unfinished(void) {
-    int initialized = 0, finalized = 0, size = 1;
+/* At exit before comm_finalize (an error): a lone process finalizes quietly
+ * (not from another thread, a checkpoint writer's error, while the main one
+ * may be inside MPI); in a job, the launcher ends the other ranks when this
+ * one exits (non-zero, or without finalizing), so no MPI_Abort and no banner
+ * of its own. */
+static void finalize_alone(void) {
+    int initialized = 0, finalized = 0, size = 1, main_thread = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
     if (!initialized || finalized) return;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size == 1) MPI_Finalize();
-    else MPI_Abort(MPI_COMM_WORLD, 1);
+    MPI_Is_thread_main(&main_thread);
+    if (size == 1 && main_thread) MPI_Finalize();
 }
 
 void comm_check(int rc, const Comm *comm, const char *what) {
@@ -144,15 +147,28 @@ static void setup_nodes(Comm *c, int ranks_per_node) {
     c->ranks_per_node = ranks_per_node;
 }
 
-Comm *comm_init(int *argc, char ***argv, CommAlgo algo, int ranks_per_node, double timeout_s, const char *name) {
-    int provided;
+void comm_start(int *argc, char ***argv) {
+    int initialized = 0, provided;
+    MPI_Initialized(&initialized);
+    if (initialized) return;
     if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) bs_die("MPI_Init failed");
-    atexit(abort_unfinished);
+    atexit(finalize_alone);
+    comm_fatal_install();
+}
+
+void comm_stop(void) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+}
+
+Comm *comm_init(int *argc, char ***argv, CommAlgo algo, int ranks_per_node, double timeout_s, const char *name) {
+    comm_start(argc, argv);
     Comm *world = wrap(MPI_COMM_WORLD, algo, timeout_s, name);
     char mine[COMM_HOST_CHARS] = "";
     gethostname(mine, sizeof mine - 1);
     char *hosts = bs_malloc((size_t)world->size * COMM_HOST_CHARS);
-    MPI_Allgather(mine, COMM_HOST_CHARS, MPI_CHAR, hosts, COMM_HOST_CHARS, MPI_CHAR, MPI_COMM_WORLD);
+    comm_allgather_bytes(world, mine, COMM_HOST_CHARS, hosts); /* polls: a rank failing before it hears back */
     world->hosts = hosts;
     if (ranks_per_node > 0 && world->size % ranks_per_node != 0)
         bs_die("--ranks-per-node %d does not divide the %d processes", ranks_per_node, world->size);
@@ -241,12 +257,17 @@ void comm_partition(const Comm *comm, size_t total, int rank, size_t *offset, si
 
 /* Waits for a single MPI request with the group's timeout. */
 static void wait_request(Comm *comm, MPI_Request *req, const char *what, size_t bytes) {
-    double t0 = bs_now();
+    double t0 = bs_now(), polled = t0;
     int flag = 0;
     for (;;) {
         comm_check(MPI_Test(req, &flag, MPI_STATUS_IGNORE), comm, what);
         if (flag) break;
-        if (bs_now() - t0 > comm->timeout_s) comm_timeout(comm, what, bytes, -1);
+        double now = bs_now();
+        if (now - polled > COMM_FATAL_POLL_S) {
+            comm_fatal_poll();
+            polled = now;
+        }
+        if (now - t0 > comm->timeout_s) comm_timeout(comm, what, bytes, -1);
     }
     comm->stats.wait_seconds += bs_now() - t0;
 }

@@ -41,10 +41,17 @@ typedef struct {
     uint64_t operations;
 } CommStats;
 
-/* Initializes MPI (safe without mpirun: a world of one) and returns the world
+/* Starts MPI (safe without mpirun: a world of one; argc and argv may be
+ * NULL) unless it runs already. From then on a fatal error (bs_die) ends the
+ * job without MPI_Abort, printed once when every rank fails alike
+ * (comm_fatal.c), and a lone process that exits finalizes MPI. A command
+ * calls it before reading its flags, so that a bad flag under mpirun is one
+ * line. comm_stop finalizes MPI where no comm_init followed (--help). */
+void comm_start(int *argc, char ***argv);
+void comm_stop(void);
+/* Starts MPI (comm_start) and returns the world
  * group. ranks_per_node > 0 emulates nodes of that many consecutive ranks;
- * 0 detects them (MPI_Comm_split_type SHARED). Registers an exit hook that
- * aborts the whole job if this process exits before comm_finalize. */
+ * 0 detects them (MPI_Comm_split_type SHARED). */
 Comm *comm_init(int *argc, char ***argv, CommAlgo algo, int ranks_per_node, double timeout_s, const char *name);
 /* Sub-group of the ranks that pass the same color, ordered by key; every
  * rank of the parent calls it; a negative color joins no group (NULL). */

@@ -36,6 +36,13 @@ struct Comm {
 
 #define COMM_HOST_CHARS 64
 
+/* comm_fatal.c: makes bs_die end a job without MPI_Abort (called once MPI is
+ * up); answers a failed rank's notice while this one waits in a collective,
+ * every COMM_FATAL_POLL_S at most. */
+void comm_fatal_install(void);
+void comm_fatal_poll(void);
+#define COMM_FATAL_POLL_S 0.05
+
 /* One ring pass (reduce-scatter and/or all-gather, or a broadcast chain) on
  * one group, segment by segment. */
 typedef struct {

@@ -74,6 +74,10 @@ static CkptManifest *snapshot_manifest(const Trainer *tr) {
     return m;
 }
 
+/* bs_die while a checkpoint is being written (a full disk): its temporary
+ * directory goes, so that it does not hold the space a resumed job needs. */
+static void remove_unfinished_write(void *tmp_dir) { bs_remove_tree(tmp_dir); }
+
 /* After every rank's files are complete: rank 0 writes the manifest and
  * makes the checkpoint visible. Collective. */
 static void commit(Trainer *tr, const char *tmp, const AsyncCkpt *a, CkptManifest *m) {
@@ -89,6 +93,7 @@ static void commit(Trainer *tr, const char *tmp, const AsyncCkpt *a, CkptManifes
         }
     }
     comm_barrier(tr->world);
+    bs_set_fatal_cleanup(NULL, NULL);
 }
 
 /* One file per chunk (named by rank x chunks + chunk), and the rank's error-feedback residuals. */
@@ -213,9 +218,10 @@ double train_save(Trainer *tr) {
     AsyncCkpt *a = &tr->async;
     ckpt_tmp_dir(a->tmp, sizeof a->tmp, tr->ckpt_dir, tr->step);
     if (tr->rank == 0) {
-        bs_remove_tree(a->tmp);
+        ckpt_remove_unfinished(tr->ckpt_dir); /* a failed or crashed write's space is needed now */
         bs_mkdir_p(a->tmp);
     }
+    bs_set_fatal_cleanup(remove_unfinished_write, a->tmp); /* until committed (commit) */
     comm_barrier(tr->world);
     fp8_ckpt_save(tr, a->tmp);
     moe_ckpt_save(tr, a->tmp);

@@ -429,6 +429,7 @@ int train_run(const TrainConfig *cfg, Comm *world) {
     Trainer *tr = bs_calloc(1, sizeof *tr);
     preempt_catch(); /* a signal during set-up stops the job after its first step */
     train_setup(tr, cfg, world);
+    bs_die_status(BS_EXIT_ERROR); /* set up: a failure from here on may pass, `batchscale run` restarts */
     const TrainConfig *c = &tr->cfg;
     banner_print(tr);
     watch_init(&tr->watch, c, tr->rank, comm_size(world), tr->model.num_layers,
