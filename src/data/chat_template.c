@@ -63,9 +63,44 @@ static size_t copy_literal(const char *s, size_t *i, char *out) {
     return k;
 }
 
-/* Jinja source -> canonical text: inside {{ }} and {% %} no whitespace
- * outside literals, no '-'/'+' whitespace controls, literals re-quoted;
- * text outside tags as it is (caller frees). */
+/* A tag opens at s[*i] ("{{" or "{%"): writes it, applies Hugging Face's
+ * Jinja whitespace rules to the text before it (a '-' strips all trailing
+ * whitespace; lstrip_blocks strips a block tag's line indent unless '+'),
+ * and moves past its control character. */
+static size_t open_tag(const char *s, size_t *i, char *out, size_t k) {
+    const char kind = s[*i + 1], control = s[*i + 2];
+    if (control == '-') {
+        while (k > 0 && is_space(out[k - 1])) k--;
+    } else if (kind == '%' && control != '+') {
+        size_t j = k;
+        while (j > 0 && (out[j - 1] == ' ' || out[j - 1] == '\t')) j--;
+        if (j == 0 || out[j - 1] == '\n') k = j;
+    }
+    out[k++] = '{', out[k++] = kind;
+    *i += 2 + (control == '-' || control == '+');
+    return k;
+}
+
+/* A tag closes at s[*i] ("}}" or "%}", maybe after '-' or '+'): writes it and
+ * skips the text's whitespace a '-' strips, or a block tag's one newline
+ * (trim_blocks) unless '+'. */
+static size_t close_tag(const char *s, size_t *i, char *out, size_t k) {
+    const char control = s[*i] == '-' || s[*i] == '+' ? s[(*i)++] : 0;
+    const char kind = s[*i];
+    out[k++] = kind, out[k++] = '}';
+    *i += 2;
+    if (control == '-') {
+        while (is_space(s[*i])) (*i)++;
+    } else if (kind == '%' && control != '+' && s[*i] == '\n') {
+        (*i)++;
+    }
+    return k;
+}
+
+/* Jinja source -> canonical text: the text outside tags as Hugging Face's
+ * environment (trim_blocks, lstrip_blocks) and the '-'/'+' controls leave
+ * it; inside {{ }} and {% %} no whitespace outside string literals, literals
+ * re-quoted (caller frees). */
 static char *normalise(const char *s) {
     char *out = bs_malloc(2 * strlen(s) + 3);
     size_t k = 0, i = 0;
@@ -73,18 +108,14 @@ static char *normalise(const char *s) {
     while (s[i]) {
         if (!in_tag) {
             if (s[i] == '{' && (s[i + 1] == '{' || s[i + 1] == '%')) {
-                out[k++] = s[i], out[k++] = s[i + 1];
-                i += 2;
-                if (s[i] == '-' || s[i] == '+') i++;
+                k = open_tag(s, &i, out, k);
                 in_tag = true;
             } else {
                 out[k++] = s[i++];
             }
-        } else if ((s[i] == '-' || s[i] == '+') && (s[i + 1] == '}' || s[i + 1] == '%') && s[i + 2] == '}') {
-            i++;
-        } else if ((s[i] == '}' || s[i] == '%') && s[i + 1] == '}') {
-            out[k++] = s[i], out[k++] = '}';
-            i += 2;
+        } else if (((s[i] == '-' || s[i] == '+') && (s[i + 1] == '}' || s[i + 1] == '%') && s[i + 2] == '}') ||
+                   ((s[i] == '}' || s[i] == '%') && s[i + 1] == '}')) {
+            k = close_tag(s, &i, out, k);
             in_tag = false;
         } else if (s[i] == '\'' || s[i] == '"') {
             k += copy_literal(s, &i, out + k);
