@@ -29,7 +29,8 @@ loss masks, packed documents, against PyTorch (Debian's python3-torch).
 4. Bad input: malformed lines (one line naming the file and line), shards
    with and without masks mixed, --doc-mask with --cp, a --seq-len other
    than the data's windows, an unknown --chat-template, --chat-template with
-   --format text: one line each.
+   --format text: one line each; SFT data without its windows' length (an
+   earlier prepare) trains with a warning.
 """
 import json
 import os
@@ -307,6 +308,13 @@ def check_bad_input(tmp):
     p = subprocess.run([BATCHSCALE, "train", "--data", good, "--layers", "1", "--heads", "1", "--channels", "8",
                         "--seq-len", "128", "--steps", "1", "--quiet", "--doc-mask", "off"], capture_output=True, text=True)
     one_line(p, "train --seq-len 128 on data packed for 256 refused", "packs its examples whole into windows of 256")
+    summary = json.load(open(os.path.join(good, "prepare.json")))
+    del summary["seq_len"]  # as an earlier version wrote it
+    json.dump(summary, open(os.path.join(good, "prepare.json"), "w"))
+    p = subprocess.run([BATCHSCALE, "train", "--data", good, "--layers", "1", "--heads", "1", "--channels", "8",
+                        "--seq-len", "128", "--steps", "1", "--quiet"], capture_output=True, text=True)
+    check("SFT data prepared before whole-example packing: trains, with a warning", p.returncode == 0 and
+          "prepared before examples were packed whole" in p.stderr, p.stderr.strip()[:300])
     p, _ = prepare(tmp, "bad_template", [json.dumps({"prompt": "a", "response": "b"})], ["--chat-template", "vicuna"])
     one_line(p, "an unknown --chat-template refused", "--chat-template must be plain, chatml, llama3")
     p = subprocess.run([BATCHSCALE, "prepare", "--in", os.path.join(tmp, "good.jsonl"), "--out", os.path.join(tmp, "t"),

@@ -43,6 +43,10 @@ static void check_packed_windows(const char *source, int seq_len) {
         bs_die("--seq-len %d: %s packs its examples whole into windows of %lld tokens (%s): train with --seq-len %lld "
                "or prepare it again with --seq-len %d", seq_len, source, (long long)json_integer_value(packed), path,
                (long long)json_integer_value(packed), seq_len);
+    const char *format = json_string_value(json_object_get(j, "format"));
+    if (!packed && format && strcmp(format, "chat-jsonl") == 0)
+        bs_warn("%s was prepared before examples were packed whole into windows (no seq_len in %s): some examples "
+                "are cut across two sequences; prepare it again with --seq-len %d", source, path, seq_len);
     json_decref(j);
 }
 
