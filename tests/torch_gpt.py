@@ -164,8 +164,9 @@ def moe_losses(moe, stats):
     return aux, moe["z"] * stats["lse_sq"] / n
 
 
-def forward(cfg, p, idx, targets=None, attn_mask=None, moe=None):
+def forward(cfg, p, idx, targets=None, attn_mask=None, moe=None, positions=None):
     """idx, targets: (B, T) int64. Returns logits (B,T,V) and mean loss. attn_mask: see causal_attention.
+    positions: (B, T) int64, each token's position (packed documents restart theirs), 0..T-1 when None.
     moe (a dict: E, K, F, router, capacity, aux, z, optional every; p then holds router (L,E,C), experts
     (L,E,2FC+F+C) and moe_bias (L,E) beside or instead of the dense MLP): the MLP of layer l with
     (l + 1) % every == 0 (every: 1 if absent) is moe_mlp, each sequence its own capacity group,
@@ -174,7 +175,7 @@ def forward(cfg, p, idx, targets=None, attn_mask=None, moe=None):
     B, T = idx.shape
     C, H, L = cfg["C"], cfg["H"], cfg["L"]
     hs = C // H
-    x = p["wte"][idx] + p["wpe"][:T]
+    x = p["wte"][idx] + (p["wpe"][:T] if positions is None else p["wpe"][positions])
     if moe is not None:
         moe["losses"], moe["stats"] = (0.0, 0.0), []
     for l in range(L):

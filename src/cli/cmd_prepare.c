@@ -74,18 +74,19 @@ static void remove_old_shards(const char *out) {
     }
 }
 
-static void write_summary_json(const char *out, const Tokenizer *tok, int docs, long long bytes, const ShardWriter *train,
-                               const ShardWriter *val) {
+static json_t *summary_json(const char *out, const Tokenizer *tok, int docs, long long bytes, const ShardWriter *train,
+                            const ShardWriter *val) {
     json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:I, s:I, s:i, s:I, s:i, s:I}", "format",
                           train->masked ? "chat-jsonl" : "text", "tokenizer", tokenizer_spec(tok),
                           "vocab_size", tokenizer_vocab_size(tok), "eot", (int)tokenizer_eot(tok), "documents", docs,
                           "bytes", (json_int_t)bytes, "train_tokens", (json_int_t)train->total, "train_shards",
                           train->index, "val_tokens", (json_int_t)val->total, "val_shards", val->index,
                           "shard_tokens", (json_int_t)train->shard_tokens);
-    if (train->masked) {
-        json_object_set_new(j, "train_counted_tokens", json_integer((json_int_t)train->counted));
-        json_object_set_new(j, "val_counted_tokens", json_integer((json_int_t)val->counted));
-    }
+    if (!j) bs_die("out of memory writing %s/prepare.json", out);
+    return j;
+}
+
+static void write_summary_json(const char *out, json_t *j) {
     char *text = json_dumps(j, JSON_INDENT(2));
     if (!text) bs_die("out of memory writing %s/prepare.json", out);
     char path[4200];
@@ -105,17 +106,28 @@ typedef struct {
     long long total_bytes;
 } PrepareJob;
 
-/* --format chat-jsonl (cli/prepare_chat.h). */
-static void prepare_chat_format(const PrepareJob *job, char **files, int nfiles, const Tokenizer *tok) {
+/* --format chat-jsonl (cli/prepare_chat.h): the summary records the template,
+ * the windows' length (train checks its --seq-len against it) and the drops. */
+static void prepare_chat_format(const PrepareJob *job, char **files, int nfiles, const Tokenizer *tok,
+                                const ChatOptions *opt) {
     ShardWriter train, val;
-    shard_writer_init(&train, job->out, "train", job->shard_tokens, true);
-    shard_writer_init(&val, job->out, "val", job->shard_tokens, true);
-    int examples = prepare_chat(files, nfiles, tok, job->val_fraction, &train, &val);
-    write_summary_json(job->out, tok, examples, job->total_bytes, &train, &val);
+    shard_writer_init_windows(&train, job->out, "train", job->shard_tokens, opt->seq_len);
+    shard_writer_init_windows(&val, job->out, "val", job->shard_tokens, opt->seq_len);
+    ChatCounts n = prepare_chat(files, nfiles, tok, opt, &train, &val);
+    json_t *j = summary_json(job->out, tok, n.examples, job->total_bytes, &train, &val);
+    json_object_set_new(j, "train_counted_tokens", json_integer((json_int_t)train.counted));
+    json_object_set_new(j, "val_counted_tokens", json_integer((json_int_t)val.counted));
+    json_object_set_new(j, "chat_template", json_string(chat_template_name(opt->chat_template)));
+    json_object_set_new(j, "seq_len", json_integer(opt->seq_len));
+    json_object_set_new(j, "dropped_examples", json_integer((json_int_t)n.dropped));
+    write_summary_json(job->out, j);
+    if (n.dropped > 0) bs_warn("%zu examples dropped: longer than --seq-len %d", n.dropped, opt->seq_len);
     if (!job->quiet)
-        printf("prepared %d chat example(s) with %s: train %zu tokens (%zu counted by the loss) in %d shard(s), "
-               "val %zu tokens (%zu counted) in %d shard(s) -> %s\n", examples, tokenizer_spec(tok), train.total,
-               train.counted, train.index, val.total, val.counted, val.index, job->out);
+        printf("prepared %d chat example(s) with %s, template %s, packed whole into windows of %d: train %zu tokens "
+               "(%zu counted by the loss) in %d shard(s), val %zu tokens (%zu counted) in %d shard(s); %zu examples "
+               "dropped: longer than --seq-len -> %s\n", n.examples, tokenizer_spec(tok),
+               chat_template_name(opt->chat_template), opt->seq_len, train.total, train.counted, train.index,
+               val.total, val.counted, val.index, n.dropped, job->out);
 }
 
 /* --format text: every file a document, encoded in parallel spans (see the header). */
@@ -166,7 +178,7 @@ static void prepare_text_format(const PrepareJob *job, char **files, int nfiles,
     shard_writer_finish(&train);
     shard_writer_finish(&val);
     show_progress(&progress, bytes_done, train.total + val.total, true);
-    write_summary_json(out, tok, docs, bytes_done, &train, &val);
+    write_summary_json(out, summary_json(out, tok, docs, bytes_done, &train, &val));
     if (val_fraction > 0 && val.total == 0)
         bs_warn("no validation tokens: the documents are too short (or have no place to cut) for --val-fraction %g",
                 val_fraction);
@@ -185,7 +197,8 @@ static void prepare_text_format(const PrepareJob *job, char **files, int nfiles,
 }
 
 int cmd_prepare(int argc, char **argv) {
-    const char *in = "", *out = "", *name = "byte", *vocab_dir = "", *format = "text";
+    const char *in = "", *out = "", *name = "byte", *vocab_dir = "", *format = "text", *template_arg = "";
+    int seq_len = 0;
     double val_fraction = 0.05;
     long long shard_tokens = 100000000;
     int threads = 0;
@@ -195,7 +208,9 @@ int cmd_prepare(int argc, char **argv) {
         {"format", OPT_STRING, &format, OPT_NO_RANGE, "FORMAT", "text (one document per file) or chat-jsonl (SFT examples, one JSON object per line: loss masks beside the shards)", NULL, NULL},
         {"out", OPT_STRING, &out, OPT_NO_RANGE, "DIR", "output directory for train_*.bin and val_*.bin", NULL, NULL},
         {"tokenizer", OPT_STRING, &name, OPT_NO_RANGE, "NAME", "byte, gpt2 (with --vocab-dir), or a tokenizer file", NULL, NULL},
-        {"vocab-dir", OPT_STRING, &vocab_dir, OPT_NO_RANGE, "DIR", "GPT-2's encoder.json and vocab.bpe, for --tokenizer gpt2", NULL, NULL},
+        {"vocab-dir", OPT_STRING, &vocab_dir, OPT_NO_RANGE, "DIR", "for --tokenizer gpt2: GPT-2's encoder.json and vocab.bpe, or a Hugging Face tokenizer directory (vocab.json, merges.txt)", NULL, NULL},
+        {"chat-template", OPT_STRING, &template_arg, OPT_NO_RANGE, "NAME", "chat-jsonl: plain, chatml, llama3, or a Hugging Face tokenizer_config.json (or its directory) whose chat_template is one of those (default plain)", NULL, NULL},
+        {"seq-len", OPT_INT, &seq_len, 1, 1 << 20, "TOKENS", "chat-jsonl: the training --seq-len; examples are packed whole into windows of it (default 128, train's)", NULL, NULL},
         {"val-fraction", OPT_DOUBLE, &val_fraction, 0, 0.5, "X", "share of each document (its end) kept for validation", NULL, NULL},
         {"shard-tokens", OPT_LONG, &shard_tokens, 1024, 2147483647.0, "N", "tokens per shard file", NULL, NULL},
         {"threads", OPT_INT, &threads, 0, 1024, "N", "encoding threads (0: OMP_NUM_THREADS or all cores)", NULL, NULL},
@@ -211,6 +226,17 @@ int cmd_prepare(int argc, char **argv) {
     const bool chat = strcmp(format, "chat-jsonl") == 0;
     if (!chat && strcmp(format, "text") != 0) bs_die("--format must be text or chat-jsonl (got '%s')", format);
     if (!*out) bs_die("--out is required (the directory for the shards)");
+    if (!chat && (*template_arg || seq_len))
+        bs_die("--%s goes with --format chat-jsonl", *template_arg ? "chat-template" : "seq-len");
+    ChatOptions chat_opt = {CHAT_TEMPLATE_PLAIN, seq_len ? seq_len : 128, val_fraction};
+    char why[4400];
+    if (*template_arg && !chat_template_parse(template_arg, &chat_opt.chat_template)) {
+        if (!bs_path_exists(template_arg))
+            bs_die("--chat-template must be plain, chatml, llama3 or a Hugging Face tokenizer_config.json (or its "
+                   "directory) (got '%s')", template_arg);
+        if (!chat_template_from_hf(template_arg, &chat_opt.chat_template, why, sizeof why))
+            bs_die("--chat-template %s", why);
+    }
     int nfiles;
     char **files = text_inputs_list(in, "--in", &nfiles);
     Tokenizer *tok = tokenizer_load(name, vocab_dir);
@@ -229,7 +255,7 @@ int cmd_prepare(int argc, char **argv) {
     remove_old_shards(out);
     PrepareJob job = {out, val_fraction, (size_t)shard_tokens, threads, !quiet && (force_progress ||
                       isatty(STDERR_FILENO)), quiet, total_bytes};
-    if (chat) prepare_chat_format(&job, files, nfiles, tok);
+    if (chat) prepare_chat_format(&job, files, nfiles, tok, &chat_opt);
     else prepare_text_format(&job, files, nfiles, tok);
     tokenizer_free(tok);
     text_inputs_free(files, nfiles);

@@ -25,7 +25,7 @@ int cmd_sample(int argc, char **argv) {
         {"model", OPT_STRING, &model_file, OPT_NO_RANGE, "FILE", "a model file (llm.c or safetensors, or a Hugging Face directory) instead of a checkpoint", NULL, NULL},
         {"prompt", OPT_STRING, &prompt, OPT_NO_RANGE, "TEXT", "text to continue (default: start of a document)", NULL, NULL},
         {"tokenizer", OPT_STRING, &tokenizer, OPT_NO_RANGE, "NAME", "byte, gpt2 (with --vocab-dir) or a file (default: the checkpoint's, else byte)", NULL, NULL},
-        {"vocab-dir", OPT_STRING, &vocab_dir, OPT_NO_RANGE, "DIR", "GPT-2's encoder.json and vocab.bpe, for --tokenizer gpt2", NULL, NULL},
+        {"vocab-dir", OPT_STRING, &vocab_dir, OPT_NO_RANGE, "DIR", "GPT-2's encoder.json and vocab.bpe, or a Hugging Face tokenizer directory (vocab.json, merges.txt), for --tokenizer gpt2", NULL, NULL},
         {"tokens", OPT_INT, &tokens, 1, 1e6, "N", "tokens to generate", NULL, NULL},
         {"temperature", OPT_DOUBLE, &temperature, 0, 100, "T", "sampling temperature (0: greedy)", NULL, NULL},
         {"top-k", OPT_INT, &top_k, 0, 1 << 30, "K", "sample among the K most likely tokens (0: all)", NULL, NULL},

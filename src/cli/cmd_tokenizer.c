@@ -21,7 +21,7 @@
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define TOKENIZER_OPTIONS(name, dir)                                                                              \
     {"tokenizer", OPT_STRING, &(name), OPT_NO_RANGE, "NAME", "byte, gpt2 (with --vocab-dir), or a tokenizer file", NULL, NULL}, \
-    {"vocab-dir", OPT_STRING, &(dir), OPT_NO_RANGE, "DIR", "GPT-2's encoder.json and vocab.bpe, for --tokenizer gpt2", NULL, NULL}
+    {"vocab-dir", OPT_STRING, &(dir), OPT_NO_RANGE, "DIR", "GPT-2's encoder.json and vocab.bpe, or a Hugging Face tokenizer directory (vocab.json, merges.txt), for --tokenizer gpt2", NULL, NULL}
 
 static int tokenizer_train(int argc, char **argv) {
     const char *in = "", *out = "";

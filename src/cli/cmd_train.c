@@ -35,7 +35,7 @@ int cmd_train(int argc, char **argv) {
          "bf16 products: auto (oneDNN where the CPU has bf16 arithmetic), onednn (AVX-512 only), or widen (fp32 sgemm)", "auto", TRAIN_BF16_MATMUL_WORDS},
         {"vocab-size", OPT_INT, &c.vocab_size, 0, 1 << 30, "N", "vocabulary size (0: the tokenizer's)", "0", NULL},
         {"tokenizer", OPT_STRING, &c.tokenizer, OPT_NO_RANGE, "NAME", "byte, gpt2 or a trained FILE (default: the data's)", "", NULL},
-        {"vocab-dir", OPT_STRING, &c.vocab_dir, OPT_NO_RANGE, "DIR", "GPT-2's encoder.json and vocab.bpe (--tokenizer gpt2)", "", NULL},
+        {"vocab-dir", OPT_STRING, &c.vocab_dir, OPT_NO_RANGE, "DIR", "GPT-2's encoder.json and vocab.bpe, or a Hugging Face tokenizer directory (vocab.json, merges.txt) (--tokenizer gpt2)", "", NULL},
         {"init-from", OPT_STRING, &c.init_from, OPT_NO_RANGE, "PATH", "start from an llm.c model file, a .safetensors file or a Hugging Face GPT-2 directory (sets the shape)", "", NULL},
         {"micro-batch", OPT_INT, &c.micro_batch, 1, 1 << 20, "SEQS", "sequences per micro-step per process", "8", NULL},
         {"global-batch", OPT_INT, &c.global_batch, 0, 1 << 30, "SEQS", "sequences per optimizer step (0: micro-batch x dp)", "0", NULL},

@@ -67,9 +67,50 @@ static void bytes_to_string(const ByteUnicode *t, const unsigned char *b, size_t
     out[k] = '\0';
 }
 
-/* encoder.json -> token bytes by id; returns the vocabulary size. */
-static int read_encoder(const ByteUnicode *table, const char *path, uint32_t **offset_out, unsigned char **bytes_out,
-                        int32_t *eot_out) {
+/* One added token of a Hugging Face directory: fine when it is the vocabulary's own token of that id. */
+static void check_added_token(const char *file, const char *content, json_int_t id, const char **key_of, size_t vocab) {
+    if (!content) bs_die("%s: an added token without a \"content\" string", file);
+    if (id < 0 || (size_t)id >= vocab || strcmp(key_of[id], content) != 0)
+        bs_die("%s: added token \"%s\" (id %lld) is not the vocabulary's own token of that id: added tokens beyond "
+               "vocab.json are not supported", file, content, (long long)id);
+}
+
+/* A Hugging Face directory's added tokens (tokenizer_config.json's
+ * added_tokens_decoder, tokenizer.json's added_tokens, added_tokens.json)
+ * must all be tokens of vocab.json already: nothing it defines is dropped. */
+static void check_added_tokens(const char *dir, const char **key_of, size_t vocab) {
+    const char *names[] = {"tokenizer_config.json", "tokenizer.json", "added_tokens.json"};
+    for (int f = 0; f < 3; f++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, names[f]);
+        if (!bs_path_exists(path)) continue;
+        json_error_t err;
+        json_t *root = json_load_file(path, 0, &err);
+        if (!root) bs_die("%s is not valid JSON (line %d: %s)", path, err.line, err.text);
+        const char *key;
+        json_t *v;
+        size_t i;
+        if (f == 0) {
+            json_object_foreach(json_object_get(root, "added_tokens_decoder"), key, v)
+                check_added_token(path, json_string_value(json_object_get(v, "content")), strtoll(key, NULL, 10),
+                                  key_of, vocab);
+        } else if (f == 1) {
+            json_array_foreach(json_object_get(root, "added_tokens"), i, v)
+                check_added_token(path, json_string_value(json_object_get(v, "content")),
+                                  json_is_integer(json_object_get(v, "id")) ? json_integer_value(json_object_get(v, "id")) : -1,
+                                  key_of, vocab);
+        } else {
+            json_object_foreach(root, key, v)
+                check_added_token(path, key, json_is_integer(v) ? json_integer_value(v) : -1, key_of, vocab);
+        }
+        json_decref(root);
+    }
+}
+
+/* encoder.json (or vocab.json) -> token bytes by id; returns the vocabulary
+ * size. hf_dir: a Hugging Face directory whose added tokens are checked (NULL: none). */
+static int read_encoder(const ByteUnicode *table, const char *path, const char *hf_dir, uint32_t **offset_out,
+                        unsigned char **bytes_out, int32_t *eot_out) {
     json_error_t err;
     json_t *root = json_load_file(path, 0, &err);
     if (!root) bs_die("%s is not valid JSON (line %d: %s)", path, err.line, err.text);
@@ -104,6 +145,7 @@ static int read_encoder(const ByteUnicode *table, const char *path, uint32_t **o
         offset[id + 1] = offset[id] + (uint32_t)len;
     }
     if (eot < 0) bs_die("%s has no \"%s\" token", path, BPE_EOT_TEXT);
+    if (hf_dir) check_added_tokens(hf_dir, key_of, vocab);
     free(key_of);
     json_decref(root);
     *offset_out = offset;
@@ -136,19 +178,35 @@ static void parse_merge(const ByteUnicode *table, const ByteMap *ids, char *line
     *left = id[0], *right = id[1], *result = (int32_t)*v;
 }
 
+/* The directory's two files: GPT-2's encoder.json and vocab.bpe, else a Hugging
+ * Face tokenizer's vocab.json and merges.txt (the same formats); true for the latter. */
+static bool vocabulary_files(const char *dir, char *enc_path, char *bpe_path, size_t n) {
+    if (!bs_is_dir(dir)) bs_die("vocabulary directory %s does not exist; it must hold GPT-2's encoder.json and vocab.bpe (" WHERE_TO_GET "), or a Hugging Face tokenizer's vocab.json and merges.txt", dir);
+    snprintf(enc_path, n, "%s/vocab.json", dir);
+    snprintf(bpe_path, n, "%s/merges.txt", dir);
+    char gpt2_enc[4096];
+    snprintf(gpt2_enc, sizeof gpt2_enc, "%s/encoder.json", dir);
+    const bool hf = bs_path_exists(enc_path) && !bs_path_exists(gpt2_enc);
+    if (hf) {
+        if (!bs_path_exists(bpe_path)) bs_die("%s is missing; a Hugging Face GPT-2 tokenizer directory holds vocab.json and merges.txt", bpe_path);
+        return true;
+    }
+    snprintf(enc_path, n, "%s", gpt2_enc);
+    snprintf(bpe_path, n, "%s/vocab.bpe", dir);
+    if (!bs_path_exists(enc_path)) bs_die("%s is missing; get GPT-2's encoder.json and vocab.bpe " WHERE_TO_GET " (or give a Hugging Face tokenizer directory with vocab.json and merges.txt)", enc_path);
+    if (!bs_path_exists(bpe_path)) bs_die("%s is missing; get GPT-2's encoder.json and vocab.bpe " WHERE_TO_GET, bpe_path);
+    return false;
+}
+
 void gpt2_bpe_load(BpeModel *m, const char *dir) {
     char enc_path[4096], bpe_path[4096];
-    snprintf(enc_path, sizeof enc_path, "%s/encoder.json", dir);
-    snprintf(bpe_path, sizeof bpe_path, "%s/vocab.bpe", dir);
-    if (!bs_is_dir(dir)) bs_die("vocabulary directory %s does not exist; it must hold GPT-2's encoder.json and vocab.bpe (" WHERE_TO_GET ")", dir);
-    if (!bs_path_exists(enc_path)) bs_die("%s is missing; get GPT-2's encoder.json and vocab.bpe " WHERE_TO_GET, enc_path);
-    if (!bs_path_exists(bpe_path)) bs_die("%s is missing; get GPT-2's encoder.json and vocab.bpe " WHERE_TO_GET, bpe_path);
+    const bool hf = vocabulary_files(dir, enc_path, bpe_path, sizeof enc_path);
     ByteUnicode table;
     byte_unicode_init(&table);
     uint32_t *offset;
     unsigned char *bytes;
     int32_t eot;
-    int vocab = read_encoder(&table, enc_path, &offset, &bytes, &eot);
+    int vocab = read_encoder(&table, enc_path, hf ? dir : NULL, &offset, &bytes, &eot);
 
     ByteMap ids;
     bytemap_init(&ids, (size_t)vocab);
@@ -175,6 +233,8 @@ void gpt2_bpe_load(BpeModel *m, const char *dir) {
         line_no++;
         size_t n = strlen(line);
         if (n > 0 && line[n - 1] == '\r') line[--n] = '\0';
+        if (line_no == 1 && hf && strncmp(line, "#version", 8) != 0) /* Hugging Face skips line 1 unread */
+            bs_die("%s line 1: expected the \"#version: ...\" header a merges.txt starts with", bpe_path);
         if (n == 0 || (line_no == 1 && strncmp(line, "#version", 8) == 0)) continue;
         parse_merge(&table, &ids, line, bpe_path, line_no, scratch, &left[num_merges], &right[num_merges],
                     &result[num_merges]);
@@ -184,7 +244,7 @@ void gpt2_bpe_load(BpeModel *m, const char *dir) {
     free(text);
     bytemap_free(&ids);
     char source[4200];
-    snprintf(source, sizeof source, "GPT-2 vocabulary in %s", dir);
+    snprintf(source, sizeof source, "%s vocabulary in %s", hf ? "Hugging Face GPT-2" : "GPT-2", dir);
     bpe_model_build(m, vocab, eot, offset, bytes, num_merges, left, right, result, source);
 }
 

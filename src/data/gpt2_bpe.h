@@ -16,8 +16,12 @@
 
 #include "data/bpe.h"
 
-/* Reads DIR/encoder.json and DIR/vocab.bpe; dies with one line naming the
- * file (and line) on anything missing or malformed. */
+/* Reads DIR/encoder.json and DIR/vocab.bpe, or a Hugging Face tokenizer
+ * directory's vocab.json and merges.txt (the same formats; merges.txt must
+ * start with its "#version" line, which Hugging Face skips unread, and every
+ * added token the directory defines must be vocab.json's own token of its
+ * id); dies with one line naming the file (and line) on anything missing or
+ * malformed. */
 void gpt2_bpe_load(BpeModel *m, const char *dir);
 /* Writes DIR/encoder.json and DIR/vocab.bpe (DIR is created). */
 void gpt2_bpe_save(const BpeModel *m, const char *dir);

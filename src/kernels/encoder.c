@@ -11,7 +11,7 @@ void encoder_forward(real *out, const int32_t *tokens, const real *wte, const re
         for (int t = 0; t < T; t++) {
             real *o = out + ((size_t)b * T + t) * C;
             int token = tokens[b * T + t];
-            const real *pe = wpe ? wpe + (size_t)(positions ? positions[t] : t) * C : NULL;
+            const real *pe = wpe ? wpe + (size_t)(positions ? positions[b * T + t] : t) * C : NULL;
             if (token >= v_begin && token < v_end) {
                 const real *we = wte + (size_t)(token - v_begin) * C;
                 if (pe) for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
@@ -42,7 +42,7 @@ void encoder_backward(real *dwte, real *dwpe, const real *dout, const int32_t *t
                     for (int c = c0; c < c1; c++) we[c] += d[c];
                 }
                 if (dwpe) {
-                    real *pe = dwpe + (size_t)(positions ? positions[t] : t) * C;
+                    real *pe = dwpe + (size_t)(positions ? positions[b * T + t] : t) * C;
                     for (int c = c0; c < c1; c++) pe[c] += d[c];
                 }
             }

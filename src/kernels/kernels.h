@@ -16,9 +16,9 @@
 
 #include "kernels/real.h"
 
-/* out (B,T,C) = wte[token - v_begin] + wpe[pos(t)], pos(t) = positions[t]
- * (T entries: a context-parallel rank's tokens keep their true positions) or
- * t when positions is NULL. wte holds the rows of tokens [v_begin, v_end) (a
+/* out (B,T,C) = wte[token - v_begin] + wpe[pos(b,t)], pos(b,t) = positions[b T + t]
+ * ((B,T): a context-parallel rank's tokens keep their true positions, packed
+ * documents restart at 0) or t when positions is NULL. wte holds the rows of tokens [v_begin, v_end) (a
  * vocabulary shard, or all of it); other tokens add 0. wpe may be NULL
  * (positions added elsewhere). */
 void encoder_forward(real *out, const int32_t *tokens, const real *wte, const real *wpe, const int32_t *positions,

@@ -174,9 +174,24 @@ static Widths widths(const GPTConfig *cfg) {
     return w;
 }
 
-/* The local tokens' true positions (context parallelism), NULL for 0..t-1. */
-static const int32_t *positions_of(const GPT *model) {
-    return model->context ? context_attention_positions(model->context) : NULL;
+/* Each token's position (b,t) for the encoder: its true one under context
+ * parallelism, counted from its document's first token (the separator) in
+ * packed documents; NULL for 0..t-1 in every row (then nothing changes). */
+static const int32_t *positions_of(const GPT *model, GPTActs *acts, const int32_t *inputs, int b, int t) {
+    if (model->context) {
+        for (int s = 0; s < b; s++)
+            memcpy(acts->positions + (size_t)s * t, context_attention_positions(model->context), sizeof(int32_t) * (size_t)t);
+        return acts->positions;
+    }
+    if (model->doc_separator < 0 || !inputs) return NULL;
+    for (int s = 0; s < b; s++) {
+        int32_t start = 0;
+        for (int i = 0; i < t; i++) {
+            if (inputs[(size_t)s * t + i] == model->doc_separator) start = i;
+            acts->positions[(size_t)s * t + i] = i - start;
+        }
+    }
+    return acts->positions;
 }
 
 static bool has_adapter(const GPTConfig *cfg, int target) {
@@ -324,6 +339,7 @@ void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for
     }
     if (gpt_tp_size(cfg) > 1) acts->row_stats = bs_malloc(3 * BT * sizeof(double));
     acts->doc_start = bs_malloc(BT * sizeof(int32_t));
+    acts->positions = bs_malloc(BT * sizeof(int32_t));
     if (lora_scratch_numel(cfg, B, T) > 0) acts->lora_row_keys = bs_malloc(BT * sizeof(uint64_t));
     if (gpt_is_moe(cfg)) {
         const MoeConfig moe = gpt_moe_config(cfg);
@@ -378,6 +394,7 @@ void gpt_acts_free(GPTActs *acts) {
     free(acts->row_stats);
     free(acts->stash);
     free(acts->doc_start);
+    free(acts->positions);
     free(acts->lora_row_keys);
     memset(acts, 0, sizeof *acts);
 }
@@ -622,7 +639,7 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
     if (gpt_has_encoder(cfg)) {
         emb = dense_params(model, access, 0);
         encoder_forward(acts->encoded, inputs, emb, lead ? emb + (size_t)w.Vl * C : NULL, /* wpe follows wte */
-                        positions_of(model), w.v_begin, w.v_begin + w.Vl, b, t, C);
+                        positions_of(model, acts, inputs, b, t), w.v_begin, w.v_begin + w.Vl, b, t, C);
         tp_sum(model, acts->encoded, N * C);
         if (!gpt_has_head(cfg)) params_done(access, 0);
     }
@@ -901,8 +918,8 @@ static void layer_weight(const Pass *x, int i, LayerTensors g, LayerStash s) {
 static void encoder_grads(const Pass *x, float *demb, const float *dout, const int32_t *inputs) {
     GPT *model = x->model;
     const size_t n = gpt_tensor_numel(&model->cfg, TK_WTE);
-    encoder_backward(demb, demb + n, dout, inputs, positions_of(model), x->w.v_begin, x->w.v_begin + x->w.Vl, x->b,
-                     x->t, x->w.C);
+    encoder_backward(demb, demb + n, dout, inputs, positions_of(model, x->acts, inputs, x->b, x->t), x->w.v_begin,
+                     x->w.v_begin + x->w.Vl, x->b, x->t, x->w.C);
     if (model->extra_wte_grad) {
         for (size_t i = 0; i < n; i++) demb[i] += model->extra_wte_grad[i];
         model->extra_wte_grad = NULL;

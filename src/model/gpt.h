@@ -329,6 +329,7 @@ typedef struct {
     float *stash;        /* split sets only: what gpt_backward_weight needs from gpt_backward_input */
     size_t stashed_rows; /* rows gpt_backward_input kept for gpt_backward_weight (0: none pending) */
     int32_t *doc_start;  /* (B,T): the first position of each token's document (model->doc_separator >= 0) */
+    int32_t *positions;  /* (B,T): each token's position for the encoder (context parallelism, packed documents) */
     float *lora_scratch; /* LoRA: lora.h's LoraScratch */
     uint64_t *lora_row_keys; /* LoRA dropout: each token's key (B,T), set by a training forward */
     bool lora_dropout_on;    /* the last forward trained with dropout: backward uses the same masks */

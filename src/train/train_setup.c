@@ -23,19 +23,41 @@
 #include "train/train_ckpt.h"
 
 
-/* The tokenizer: --tokenizer, else the one the data was prepared with
- * (prepare.json beside the shards), else byte-level. */
-static Tokenizer *load_tokenizer(const TrainConfig *c) {
-    if (option_given(c->tokenizer)) return tokenizer_load(c->tokenizer, c->vocab_dir);
-    char dir[4096], path[4200];
-    snprintf(dir, sizeof dir, "%s", c->data);
+/* The prepare.json beside a source's shards (NULL if none), and its path in path. */
+static json_t *prepare_summary(const char *source, char *path, size_t n) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", source);
     if (!bs_is_dir(dir)) {
         char *slash = strrchr(dir, '/');
         if (slash) *slash = '\0';
         else snprintf(dir, sizeof dir, ".");
     }
-    snprintf(path, sizeof path, "%s/prepare.json", dir);
-    json_t *j = bs_path_exists(path) ? json_load_file(path, 0, NULL) : NULL;
+    snprintf(path, n, "%s/prepare.json", dir);
+    return bs_path_exists(path) ? json_load_file(path, 0, NULL) : NULL;
+}
+
+/* SFT data packed whole into windows (data/sft_pack.h) must be read in windows of the same length. */
+static void check_packed_windows(const char *source, int seq_len) {
+    char path[4200];
+    json_t *j = prepare_summary(source, path, sizeof path);
+    json_t *packed = json_object_get(j, "seq_len");
+    if (json_is_integer(packed) && json_integer_value(packed) != seq_len)
+        bs_die("--seq-len %d: %s packs its examples whole into windows of %lld tokens (%s): train with --seq-len %lld "
+               "or prepare it again with --seq-len %d", seq_len, source, (long long)json_integer_value(packed), path,
+               (long long)json_integer_value(packed), seq_len);
+    const char *format = json_string_value(json_object_get(j, "format"));
+    if (!packed && format && strcmp(format, "chat-jsonl") == 0)
+        bs_warn("%s was prepared before examples were packed whole into windows (no seq_len in %s): some examples "
+                "are cut across two sequences; prepare it again with --seq-len %d", source, path, seq_len);
+    json_decref(j);
+}
+
+/* The tokenizer: --tokenizer, else the one the data was prepared with
+ * (prepare.json beside the shards), else byte-level. */
+static Tokenizer *load_tokenizer(const TrainConfig *c) {
+    if (option_given(c->tokenizer)) return tokenizer_load(c->tokenizer, c->vocab_dir);
+    char path[4200];
+    json_t *j = prepare_summary(c->data, path, sizeof path);
     const char *name = j ? json_string_value(json_object_get(j, "tokenizer")) : NULL;
     Tokenizer *t = tokenizer_load(name ? name : "byte", NULL);
     json_decref(j);
@@ -318,6 +340,8 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     trace_init(&tr->trace, option_given(c->trace));
     engine_set_trace(tr->engine, option_given(c->trace) ? &tr->trace : NULL);
     bool shuffle = c->data_order == DATA_SHUFFLED;
+    check_packed_windows(c->data, c->seq_len);
+    if (option_given(c->val_data)) check_packed_windows(c->val_data, c->seq_len);
     loader_open(&tr->train_data, c->data, c->seq_len, tr->model.vocab_size, (uint64_t)c->seed, shuffle);
     if (option_given(c->val_data)) {
         loader_open(&tr->val_data, c->val_data, c->seq_len, tr->model.vocab_size, 0, false);
