@@ -139,18 +139,17 @@ class Checks:
 
 def one_line_error(p, ranks=1):
     """The one line a refused command wrote to stderr, or None if it wrote none or more than one. A single
-    process must write exactly one line. Under mpirun every rank checks alike and says so with its rank
-    ("batchscale: [rank R] ..."): exactly one line from each rank that spoke, all the same message (returned
-    without the rank), the launcher's own lines aside."""
+    process must write exactly one line. Under mpirun an error every rank finds is printed once, by rank 0
+    ("batchscale: error: ..."), and one that a single rank finds by that rank alone ("batchscale: [rank R]
+    error: ..."): exactly one line of ours in either case (returned without the rank), the launcher's own
+    lines aside."""
     lines = p.stderr.strip().splitlines()
     if ranks == 1:
         return lines[0] if len(lines) == 1 else None
     ours = [x for x in lines if x.startswith("batchscale")]
-    tagged = [re.match(r"batchscale: \[rank (\d+)\] (.*)", x) for x in ours]
-    if not ours or not all(tagged) or len({m.group(1) for m in tagged}) != len(ours):
+    if len(ours) != 1:
         return None
-    messages = {m.group(2) for m in tagged}
-    return "batchscale: " + messages.pop() if len(messages) == 1 else None
+    return re.sub(r"^batchscale: \[rank \d+\] ", "batchscale: ", ours[0])
 
 
 def rel(a, b):
