@@ -140,8 +140,11 @@ static json_t *manifest_to_json(const CkptManifest *m) {
     if (m->ep > 1) json_object_set_new(json_object_get(j, "layout"), "ep", json_integer(m->ep));
     if (gpt_is_moe(&m->model)) /* the layer blocks hold the router and the experts */
         json_object_set_new(json_object_get(j, "model"), "moe",
-                            json_pack("{s:i, s:i, s:i, s:i}", "experts", m->model.experts, "top_k", m->model.moe_top_k,
-                                      "ffn", m->model.moe_ffn, "every", m->model.moe_every > 1 ? m->model.moe_every : 1));
+                            json_pack("{s:i, s:i, s:i, s:i, s:s, s:f}", "experts", m->model.experts, "top_k",
+                                      m->model.moe_top_k, "ffn", m->model.moe_ffn, "every",
+                                      m->model.moe_every > 1 ? m->model.moe_every : 1, "router",
+                                      moe_router_name((MoeRouter)m->model.moe_router), "capacity_factor",
+                                      m->model.capacity_factor));
     if (m->model.lora_rank > 0) /* the shards hold the adapters only */
         json_object_set_new(json_object_get(j, "model"), "lora",
                             json_pack("{s:i, s:i}", "rank", m->model.lora_rank, "targets", m->model.lora_targets));
@@ -247,6 +250,20 @@ static bool fail_with(json_t *j) {
     return false;
 }
 
+/* model.moe's router and capacity factor (absent in older checkpoints: softmax, dropless). */
+static bool read_moe_router(json_t *moe, const char *path, CkptManifest *m, char *why, size_t why_size) {
+    const char *router = "softmax";
+    double factor = 0;
+    MoeRouter kind;
+    if (json_unpack(moe, "{s?s, s?F}", "router", &router, "capacity_factor", &factor) != 0 ||
+        !moe_parse_router(router, &kind) || !(factor >= 0 && factor < 1e6))
+        REFUSE("%s is corrupt: model.moe's router must be softmax or sigmoid and its capacity_factor a number >= 0",
+               path);
+    m->model.moe_router = (int)kind;
+    m->model.capacity_factor = factor;
+    return true;
+}
+
 /* The manifest's optional model parts: LoRA adapters, MoE experts (absent: a dense model trained whole). */
 static bool read_model_parts(json_t *j, const char *path, CkptManifest *m, char *why, size_t why_size) {
     json_t *lora = json_object_get(json_object_get(j, "model"), "lora"); /* absent: the whole model trained */
@@ -263,7 +280,7 @@ static bool read_model_parts(json_t *j, const char *path, CkptManifest *m, char 
                 m->model.moe_every < 1 || m->model.moe_every > m->model.num_layers))
         REFUSE("%s is corrupt: model.moe must hold experts (2-%d), top_k (1-experts), ffn (1-2^20) and every "
                "(1-layers)", path, MOE_MAX_EXPERTS);
-    return true;
+    return !moe || read_moe_router(moe, path, m, why, why_size);
 }
 
 /* The manifest's file list: names, shards, ranges, sizes and checksums, no two ranges of a shard overlapping. */

@@ -10,11 +10,15 @@
  *   export [--format llmc|safetensors] --out PATH DIR
  *                               the parameters as an llm.c fp32 model file or
  *                               a Hugging Face GPT-2 directory (from a
- *                               checkpoint of any layout; --llmc FILE: llmc)
+ *                               checkpoint of any layout; --llmc FILE: llmc);
+ *                               an MoE model with its experts, routers and
+ *                               selection bias (safetensors only: llm.c's
+ *                               file cannot hold them, refused)
  *   import --from PATH --out DIR --global-batch N
  *                               DIR/step_00000000: the parameters, zero
  *                               optimizer state, step 0: `train --resume`
  *                               starts from it as from --init-from PATH
+ *                               (an MoE directory: its bias in moe_bias.bin)
  *
  * Deliberately not here: resharding (any layout reads any checkpoint
  * directly) and editing a checkpoint's training state. */
@@ -33,6 +37,7 @@
 #include "model/safetensors_file.h"
 #include "optim/noise_scale.h"
 #include "optim/optimizer.h"
+#include "train/moe_train.h"
 #include "train/train_ckpt.h"
 
 #define OPTION_COUNT(specs) ((int)(sizeof specs / sizeof specs[0]))
@@ -243,6 +248,17 @@ static void write_export(const char *format, const char *out, const GPT *model) 
     safetensors_write_hf_config(path, &model->cfg);
 }
 
+/* An MoE checkpoint's selection bias (model state beside the flat buffer) into the whole model. */
+static void read_selection_bias(const char *dir, GPT *model) {
+    int layers = 0, experts = 0;
+    float *bias = moe_bias_file_read(dir, &layers, &experts);
+    if (!bias || layers != model->cfg.num_layers || experts != model->cfg.experts)
+        bs_die("ckpt export: %s holds an MoE model without its selection bias for %d experts in %d layers "
+               "(moe_bias.bin missing or of another shape)", dir, model->cfg.experts, model->cfg.num_layers);
+    memcpy(model->moe_bias, bias, (size_t)layers * experts * sizeof(float));
+    free(bias);
+}
+
 static int ckpt_export(int argc, char **argv) {
     const char *llmc = "", *format = "llmc", *out = "";
     const OptionSpec specs[] = {
@@ -272,9 +288,13 @@ static int ckpt_export(int argc, char **argv) {
         bs_die("ckpt export: %s holds LoRA adapters (rank %d) without their frozen base; resume it with train "
                "--init-from BASE --resume ... and export with --save-adapters DIR or --lora-merge --save-model FILE",
                dir, m->model.lora_rank);
+    if (gpt_is_moe(&m->model) && strcmp(format, "llmc") == 0)
+        bs_die("ckpt export: %s holds an MoE model (%d experts): an llm.c file holds a dense GPT-2 and cannot hold "
+               "its experts and routers; use --format safetensors", dir, m->model.experts);
     GPT model;
     gpt_create_with(&model, &m->model, GPT_ALLOC_PARAMS);
     train_ckpt_read(dir, m, &model.cfg, 0, model.num_params, model.params, NULL); /* any layout */
+    if (gpt_is_moe(&m->model)) read_selection_bias(dir, &model);
     write_export(format, out, &model);
     printf("exported %s (step %ld) to %s (%s)\n", dir, m->step, out, format);
     gpt_free(&model);
@@ -331,6 +351,7 @@ static int ckpt_import(int argc, char **argv) {
     bs_remove_tree(tmp);
     bs_mkdir_p(tmp);
     ckpt_write_rank_file(tmp, 0, 0, model.num_params, model.params, NULL, &m->files[0]);
+    if (gpt_is_moe(&model.cfg)) moe_bias_file_write(tmp, cfg.num_layers, cfg.experts, model.moe_bias);
     m->num_files = 1;
     m->model = model.cfg;
     rng_seed(&m->sample_rng, (uint64_t)seed ^ 0x5ca1ab1eULL); /* as train seeds its sampler (train/trainer.c) */
