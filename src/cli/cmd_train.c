@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/config_file.h"
+#include "cli/model_flags.h"
 #include "cli/options.h"
 #include "cli/run_config.h"
 #include "comm/comm.h"
@@ -159,6 +160,7 @@ int cmd_train(int argc, char **argv) {
         {"moe-bias-update", OPT_DOUBLE, &c.moe_bias_update, 0, 1e6, "U", "MoE: loss-free balancing, each expert's selection bias += U sign(mean load - load) per step (0: off)", "0", NULL},
         {"moe-every", OPT_INT, &c.moe_every, 1, 1 << 20, "N", "MoE: layer l (from 0) has the MoE MLP when (l + 1) % N == 0, the others the dense MLP (2: layers 1, 3, ..)", "1", NULL},
         {"ep", OPT_INT, &c.ep, 1, 1 << 20, "N", "MoE: expert-parallel ranks, inside --dp (--zero 0)", "1", NULL},
+        {"upcycle-noise", OPT_DOUBLE, &c.upcycle_noise, 0, 10, "S", "MoE --init-from a dense model (sparse upcycling): each expert is its MLP + S x rms(tensor) x N(0,1) per element, seeded by --seed (0: exact copies)", "0.01", NULL},
         {"moe-skew", OPT_DOUBLE, &c.moe_skew, -1e6, 1e6, "F", "tests: every layer's selection bias of expert 0 starts at F (a skewed router)", "0", NULL},
         {"save-adapters", OPT_STRING, &c.save_adapters, OPT_NO_RANGE, "DIR", "LoRA: write the final adapters as a peft directory (adapter_model.safetensors, adapter_config.json)", "", NULL},
     };
@@ -169,6 +171,7 @@ int cmd_train(int argc, char **argv) {
         config_args_free(&args);
         return 0;
     }
+    model_flags_adopt(&c, args.argc, args.argv); /* an MoE --init-from file sets the MoE flags */
     char why[512];
     if (!train_config_check(&c, why, sizeof why)) bs_die("%s", why); /* before any process group exists */
     int mpi_argc = args.argc;
