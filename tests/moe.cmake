@@ -51,3 +51,7 @@ set_tests_properties(moe_pipeline PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_N
 # Tensor and context parallelism over MoE layers (alone and with EP) against 1 process; tp x ep resharded.
 add_test(NAME moe_tp COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_tp.py)
 set_tests_properties(moe_tp PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)
+
+# Nothing dropped: an MoE checkpoint to safetensors (every expert, router and bias; logits against PyTorch) and back bitwise, sparse upcycling, one-line refusals.
+add_test(NAME moe_export COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_export.py $<TARGET_FILE:moe_gpt_dump>)
+set_tests_properties(moe_export PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)
