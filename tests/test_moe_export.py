@@ -12,7 +12,8 @@ src/model/moe_upcycle.h, src/cli/model_flags.h).
    checkpoint's parameters and bias bit for bit.
 3. Upcycling a dense model (--init-from dense --experts 4): at --upcycle-noise 0 every expert is the dense MLP bit
    for bit, the router is seeded, and the first step's loss equals the dense model's within 1e-6 (the top-k weights
-   sum to 1 and every expert computes the same MLP: only the weighted sum's rounding differs, ~1e-8 here); at 0.01
+   sum to 1 and every expert computes the same MLP: only the weighted sum's rounding differs, ~1e-8 here), and so
+   do the logits of the exported upcycled model and of the dense file (moe_gpt_dump --logits); at 0.01
    each expert's weights move by 0.01 x their tensor's rms (within 10%), the experts differ, the loss moves by more
    than 1e-6, and the same --seed gives the same experts bit for bit, another seed others.
 4. What a converter cannot carry is refused in one line: llm.c export of an MoE model, flags that contradict the
@@ -229,7 +230,7 @@ def back(tmp, data, ck_flat, ck_bias, out):
           f"train --init-from DIR (lr 0, one step) keeps them bit for bit, the MoE shape from the file: {manifest}")
 
 
-def upcycle(tmp, data):
+def upcycle(tmp, data, dump):
     """3: a dense model upcycled into an MoE one."""
     dense = os.path.join(tmp, "dense.bin")
     launch(["train", "--data", data, "--eval-every", "0", "--sample-tokens", "0", "--threads", "1", "--quiet",
@@ -258,6 +259,12 @@ def upcycle(tmp, data):
     e0 = abs(loss0 - d_loss) / d_loss
     check(e0 < 1e-6, f"noise 0: the first step's loss {loss0:.7f} equals the dense model's {d_loss:.7f} within 1e-6 "
                      f"({e0:.1e})")
+    hf0 = os.path.join(tmp, "hf_up0")
+    launch(["ckpt", "export", "--format", "safetensors", "--out", hf0, os.path.join(tmp, "up_n0_ckpt")], 1)
+    _, dense_logits = engine_logits(dump, dense, tmp, 2, 32, 5)
+    _, up_logits = engine_logits(dump, hf0, tmp, 2, 32, 5)
+    el = rel(up_logits, dense_logits)
+    check(el < 1e-6, f"noise 0: the exported upcycled model's logits equal the dense model's within 1e-6 ({el:.1e})")
     loss1, p1, _ = runs["n1"]
     moved = [float(np.sqrt(np.mean((p1["experts"][l][e][:F * C] - dense_mlp[l][:F * C]) ** 2)) /
                    np.sqrt(np.mean(dense_mlp[l][:F * C] ** 2))) for l in range(L) for e in range(E)]
@@ -324,7 +331,7 @@ def main():
         data = os.path.join(bstest.make_corpus(tmp), "train_000000.bin")
         ck, out, flat, bias = export(tmp, data, dump)
         back(tmp, data, flat, bias, out)
-        dense = upcycle(tmp, data)
+        dense = upcycle(tmp, data, dump)
         refusals(tmp, data, ck, out, dense)
     if check.failed:
         print(f"{len(check.failed)} check(s) failed")
