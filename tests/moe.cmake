@@ -54,4 +54,5 @@ set_tests_properties(moe_tp PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THR
 
 # Nothing dropped: an MoE checkpoint to safetensors (every expert, router and bias; logits against PyTorch) and back bitwise, sparse upcycling, one-line refusals.
 add_test(NAME moe_export COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_export.py $<TARGET_FILE:moe_gpt_dump>)
-set_tests_properties(moe_export PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)
+set_tests_properties(moe_export PROPERTIES ENVIRONMENT
+  "BATCHSCALE=${BS};OMP_NUM_THREADS=1;BS_HF_PYTHON=${BS_HF_VENV}/bin/python" TIMEOUT 300)

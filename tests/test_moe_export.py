@@ -7,7 +7,8 @@ src/model/moe_upcycle.h, src/cli/model_flags.h).
    expected tensors (every expert, the gate and its e_score_correction_bias, no dense MLP in the MoE layer), each
    equal bit for bit to the checkpoint's (moe_bias.bin for the bias); config.json states the MoE fields. This file's
    tensors, read here by their Hugging Face names, through tests/torch_gpt.py's MoE GPT in float64 give the engine's
-   logits (moe_gpt_dump --logits reading the same directory) within 1e-5 (max |a-b| / max |b|).
+   logits (moe_gpt_dump --logits reading the same directory) within 1e-5 (max |a-b| / max |b|); transformers'
+   AutoModelForCausalLM refuses it (with the hf venv: BS_HF_PYTHON).
 2. Back: `ckpt import` and `train --init-from DIR` (lr 0, one step; the MoE flags from the file) reproduce the
    checkpoint's parameters and bias bit for bit.
 3. Upcycling a dense model (--init-from dense --experts 4): at --upcycle-noise 0 every expert is the dense MLP bit
@@ -167,6 +168,30 @@ def engine_logits(dump, model_dir, tmp, B, T, seed):
     return idx, np.frombuffer(raw[4 * B * T:], np.float32).reshape(B, T, -1)
 
 
+AUTO = """import sys
+from transformers import AutoModelForCausalLM
+try:
+    AutoModelForCausalLM.from_pretrained(sys.argv[1])
+except (KeyError, ValueError) as e:
+    print("refused:", repr(e))
+    sys.exit(0)
+print("loaded")
+sys.exit(1)
+"""
+
+
+def auto_refuses(out):
+    """transformers' Auto classes refuse the directory (main's export loaded as a GPT-2 with random MLPs); skipped,
+    saying so, without the hf venv (scripts/hf-venv.sh)."""
+    py = os.environ.get("BS_HF_PYTHON", "")
+    if not os.path.exists(py):
+        print(f"skip transformers' AutoModelForCausalLM check: no {py or 'BS_HF_PYTHON'}")
+        return
+    p = subprocess.run([py, "-c", AUTO, out], capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"transformers' AutoModelForCausalLM refuses the directory rather than load a dense "
+                             f"GPT-2: {p.stdout.strip()[:100]}")
+
+
 def export(tmp, data, dump):
     """1: a trained MoE checkpoint to safetensors, every tensor carried and the logits PyTorch's."""
     _, ck = train(tmp, "moe", data, SHAPE + MOE + ["--steps", "3", "--moe-bias-update", "1e-2", "--lr", "3e-3"])
@@ -200,6 +225,7 @@ def export(tmp, data, dump):
                 decoder_sparse_step=EVERY, scoring_func="sigmoid", norm_topk_prob=True, capacity_factor=0.0)
     check(stated == want and meta.get("num_experts") == str(E), f"config.json (and the metadata) state the MoE "
                                                                 f"model: {stated}")
+    auto_refuses(out)
     p = to_reference(t, cfg)
     moe = dict(E=E, K=K, F=F, router=cfg["scoring_func"], capacity=cfg["capacity_factor"], aux=0.0, z=0.0,
                every=cfg["decoder_sparse_step"])
