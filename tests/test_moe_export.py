@@ -8,7 +8,8 @@ src/model/moe_upcycle.h, src/cli/model_flags.h).
    equal bit for bit to the checkpoint's (moe_bias.bin for the bias); config.json states the MoE fields. This file's
    tensors, read here by their Hugging Face names, through tests/torch_gpt.py's MoE GPT in float64 give the engine's
    logits (moe_gpt_dump --logits reading the same directory) within 1e-5 (max |a-b| / max |b|); transformers'
-   AutoModelForCausalLM refuses it (with the hf venv: BS_HF_PYTHON).
+   AutoModelForCausalLM refuses it (with the hf venv: BS_HF_PYTHON); the run's --out directory holds the same
+   tensors (model.safetensors: llm.c's model.bin cannot hold them).
 2. Back: `ckpt import` and `train --init-from DIR` (lr 0, one step; the MoE flags from the file) reproduce the
    checkpoint's parameters and bias bit for bit.
 3. Upcycling a dense model (--init-from dense --experts 4): at --upcycle-noise 0 every expert is the dense MLP bit
@@ -194,7 +195,9 @@ def auto_refuses(out):
 
 def export(tmp, data, dump):
     """1: a trained MoE checkpoint to safetensors, every tensor carried and the logits PyTorch's."""
-    _, ck = train(tmp, "moe", data, SHAPE + MOE + ["--steps", "3", "--moe-bias-update", "1e-2", "--lr", "3e-3"])
+    run_dir = os.path.join(tmp, "moe_run")
+    _, ck = train(tmp, "moe", data, SHAPE + MOE + ["--steps", "3", "--moe-bias-update", "1e-2", "--lr", "3e-3",
+                                                   "--out", run_dir])
     flat, bias = read_ckpt(ck, 3)
     check(np.abs(bias).max() > 0, f"the checkpoint's selection bias is nonzero (max {np.abs(bias).max():.3f})")
     out = os.path.join(tmp, "hf_moe")
@@ -225,6 +228,10 @@ def export(tmp, data, dump):
                 decoder_sparse_step=EVERY, scoring_func="sigmoid", norm_topk_prob=True, capacity_factor=0.0)
     check(stated == want and meta.get("num_experts") == str(E), f"config.json (and the metadata) state the MoE "
                                                                 f"model: {stated}")
+    saved = os.path.join(run_dir, "model.safetensors")
+    s, _ = read_st(saved) if os.path.exists(saved) else ({}, None)
+    check(sorted(s) == sorted(t) and all(np.array_equal(s[k], t[k]) for k in t),
+          f"train --out's model.safetensors holds the same {len(s)} tensors, equal bit for bit")
     auto_refuses(out)
     p = to_reference(t, cfg)
     moe = dict(E=E, K=K, F=F, router=cfg["scoring_func"], capacity=cfg["capacity_factor"], aux=0.0, z=0.0,

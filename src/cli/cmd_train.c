@@ -58,7 +58,7 @@ int cmd_train(int argc, char **argv) {
         {"sample-tokens", OPT_INT, &c.sample_tokens, 0, 1e6, "N", "tokens per sample (0: no samples)", "200", NULL},
         {"temperature", OPT_DOUBLE, &c.temperature, 0, 100, "T", "sampling temperature (0: greedy)", "0.8", NULL},
         {"top-k", OPT_INT, &c.top_k, 0, 1 << 30, "K", "sample among the K most likely tokens (0: all)", "40", NULL},
-        {"out", OPT_STRING, &c.out, OPT_NO_RANGE, "DIR", "run directory: final model.bin and ckpt/", "", NULL},
+        {"out", OPT_STRING, &c.out, OPT_NO_RANGE, "DIR", "run directory: final model.bin (an MoE model: model.safetensors) and ckpt/", "", NULL},
         {"metrics", OPT_STRING, &c.metrics, OPT_NO_RANGE, "FILE", "JSON-lines metrics, one object per step", "", NULL},
         {"save-model", OPT_STRING, &c.save_model, OPT_NO_RANGE, "FILE", "write the final model: safetensors if FILE ends in .safetensors, else an llm.c file", "", NULL},
         {"ckpt-dir", OPT_STRING, &c.ckpt_dir, OPT_NO_RANGE, "DIR", "checkpoint directory (default OUT/ckpt)", "", NULL},
