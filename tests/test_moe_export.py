@@ -20,7 +20,8 @@ src/model/moe_upcycle.h, src/cli/model_flags.h).
    than 1e-6, and the same --seed gives the same experts bit for bit, another seed others.
 4. What a converter cannot carry is refused in one line: llm.c export of an MoE model, flags that contradict the
    file's MoE shape, safetensors files with a missing, extra or misplaced expert tensor or MoE tensors without
-   num_experts, norm_topk_prob false.
+   num_experts, norm_topk_prob false; an older checkpoint that does not record its router exported without
+   --router, or --router against the recorded one, or resumed with another --router.
 usage: test_moe_export.py MOE_GPT_DUMP   (BATCHSCALE in the environment)
 """
 import json
@@ -328,6 +329,29 @@ def crafted(tmp, out, name, edit, config_edit=None):
     return d
 
 
+def unrecorded(tmp, data, ck):
+    """The router in the manifest: an older checkpoint's (without it) needs ckpt export --router, a contradicting
+    one is refused, and so is resuming with another --router."""
+    old = os.path.join(tmp, "old_ckpt")
+    shutil.copytree(ck, old)
+    path = os.path.join(old, "step_00000003", "manifest.json")
+    m = json.load(open(path))
+    del m["model"]["moe"]["router"], m["model"]["moe"]["capacity_factor"]
+    json.dump(m, open(path, "w"))
+    hf = os.path.join(tmp, "old_hf")
+    p = launch(["ckpt", "export", "--format", "safetensors", "--out", hf, old], 1, check=False)
+    refused(p, "give --router", "ckpt export of a checkpoint whose manifest does not record the router")
+    launch(["ckpt", "export", "--format", "safetensors", "--out", hf, "--router", "sigmoid", old], 1)
+    cfg = json.load(open(os.path.join(hf, "config.json")))
+    check(cfg["scoring_func"] == "sigmoid" and "capacity_factor" not in cfg,
+          "with --router sigmoid it exports, stating that router and no capacity factor it does not know")
+    p = launch(["ckpt", "export", "--format", "safetensors", "--out", hf, "--router", "softmax", ck], 1, check=False)
+    refused(p, "--router softmax contradicts", "ckpt export --router against the recorded one")
+    flags = SHAPE + MOE[:-1] + ["softmax", "--resume", os.path.join(ck, "step_00000003"), "--steps", "4"]
+    refused(train(tmp, "bad", data, flags, check_rc=False), "--router sigmoid, not softmax",
+            "resuming a sigmoid-router checkpoint with --router softmax")
+
+
 def refusals(tmp, data, ck, out, dense):
     """4: one line each."""
     p = launch(["ckpt", "export", "--format", "llmc", "--out", os.path.join(tmp, "x.bin"), ck], 1, check=False)
@@ -342,6 +366,7 @@ def refusals(tmp, data, ck, out, dense):
                   check_rc=False), "--moe-ffn 64", "upcycling with --moe-ffn other than 4 C")
     refused(train(tmp, "bad", data, SHAPE + ["--experts", "4", "--save-model", os.path.join(tmp, "m.bin")] + base,
                   check_rc=False), "--save-model", "--save-model to an llm.c file of an MoE model")
+    unrecorded(tmp, data, ck)
     x = PREFIX + "h.1.mlp."
     cases = [("missing", lambda t: t.pop(x + "experts.3.c_proj.bias"), None, "experts.3.c_proj.bias is missing"),
              ("extra", lambda t: t.update({x + "experts.4.c_fc.bias": t[x + "experts.0.c_fc.bias"]}), None,

@@ -104,6 +104,17 @@ static json_t *u64_hex(uint64_t v) {
     return json_string(buf);
 }
 
+/* model.moe: the MoE shape, the router and capacity factor (left out where unrecorded). */
+static json_t *moe_json(const GPTConfig *g) {
+    json_t *moe = json_pack("{s:i, s:i, s:i, s:i}", "experts", g->experts, "top_k", g->moe_top_k, "ffn", g->moe_ffn,
+                            "every", g->moe_every > 1 ? g->moe_every : 1);
+    if (g->moe_router != CKPT_UNRECORDED)
+        json_object_set_new(moe, "router", json_string(moe_router_name((MoeRouter)g->moe_router)));
+    if (g->capacity_factor != CKPT_UNRECORDED)
+        json_object_set_new(moe, "capacity_factor", json_real(g->capacity_factor));
+    return moe;
+}
+
 static json_t *manifest_to_json(const CkptManifest *m) {
     json_t *files = json_array();
     for (int i = 0; i < m->num_files; i++) {
@@ -140,11 +151,7 @@ static json_t *manifest_to_json(const CkptManifest *m) {
     if (m->ep > 1) json_object_set_new(json_object_get(j, "layout"), "ep", json_integer(m->ep));
     if (gpt_is_moe(&m->model)) /* the layer blocks hold the router and the experts */
         json_object_set_new(json_object_get(j, "model"), "moe",
-                            json_pack("{s:i, s:i, s:i, s:i, s:s, s:f}", "experts", m->model.experts, "top_k",
-                                      m->model.moe_top_k, "ffn", m->model.moe_ffn, "every",
-                                      m->model.moe_every > 1 ? m->model.moe_every : 1, "router",
-                                      moe_router_name((MoeRouter)m->model.moe_router), "capacity_factor",
-                                      m->model.capacity_factor));
+                            moe_json(&m->model));
     if (m->model.lora_rank > 0) /* the shards hold the adapters only */
         json_object_set_new(json_object_get(j, "model"), "lora",
                             json_pack("{s:i, s:i}", "rank", m->model.lora_rank, "targets", m->model.lora_targets));
@@ -250,13 +257,13 @@ static bool fail_with(json_t *j) {
     return false;
 }
 
-/* model.moe's router and capacity factor (absent in older checkpoints: softmax, dropless). */
+/* model.moe's router and capacity factor (absent in older checkpoints: CKPT_UNRECORDED). */
 static bool read_moe_router(json_t *moe, const char *path, CkptManifest *m, char *why, size_t why_size) {
-    const char *router = "softmax";
-    double factor = 0;
-    MoeRouter kind;
+    const char *router = NULL;
+    double factor = CKPT_UNRECORDED;
+    MoeRouter kind = (MoeRouter)CKPT_UNRECORDED;
     if (json_unpack(moe, "{s?s, s?F}", "router", &router, "capacity_factor", &factor) != 0 ||
-        !moe_parse_router(router, &kind) || !(factor >= 0 && factor < 1e6))
+        (router && !moe_parse_router(router, &kind)) || !(factor == CKPT_UNRECORDED || (factor >= 0 && factor < 1e6)))
         REFUSE("%s is corrupt: model.moe's router must be softmax or sigmoid and its capacity_factor a number >= 0",
                path);
     m->model.moe_router = (int)kind;

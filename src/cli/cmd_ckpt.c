@@ -259,13 +259,32 @@ static void read_selection_bias(const char *dir, GPT *model) {
     free(bias);
 }
 
+/* An MoE checkpoint's router: the manifest's, or (one that predates its record) --router; a contradiction refused. */
+static void settle_router(const char *dir, GPTConfig *model, const char *given) {
+    MoeRouter router = MOE_ROUTER_SOFTMAX;
+    if (*given && !gpt_is_moe(model))
+        bs_die("ckpt export: --router is for an MoE checkpoint; %s holds a dense model", dir);
+    if (*given && !moe_parse_router(given, &router))
+        bs_die("ckpt export: --router must be softmax or sigmoid (got '%s')", given);
+    if (!gpt_is_moe(model)) return;
+    if (model->moe_router == CKPT_UNRECORDED && !*given)
+        bs_die("ckpt export: %s does not record its MoE router (an older checkpoint): give --router softmax or "
+               "sigmoid, as it was trained", dir);
+    if (model->moe_router != CKPT_UNRECORDED && *given && (int)router != model->moe_router)
+        bs_die("ckpt export: --router %s contradicts %s, trained with the %s router", given, dir,
+               moe_router_name((MoeRouter)model->moe_router));
+    if (model->moe_router == CKPT_UNRECORDED) model->moe_router = (int)router;
+}
+
 static int ckpt_export(int argc, char **argv) {
-    const char *llmc = "", *format = "llmc", *out = "";
+    const char *llmc = "", *format = "llmc", *out = "", *router = "";
     const OptionSpec specs[] = {
         {"format", OPT_STRING, &format, OPT_NO_RANGE, "FORMAT", "llmc (an llm.c fp32 model file) or safetensors (a "
          "Hugging Face GPT-2 directory: model.safetensors and config.json)", NULL, NULL},
         {"out", OPT_STRING, &out, OPT_NO_RANGE, "PATH", "the file (llmc) or directory (safetensors) to write", NULL, NULL},
         {"llmc", OPT_STRING, &llmc, OPT_NO_RANGE, "FILE", "the same as --format llmc --out FILE", NULL, NULL},
+        {"router", OPT_STRING, &router, OPT_NO_RANGE, "NAME", "an MoE checkpoint whose manifest predates the "
+         "router's record: softmax or sigmoid, as it was trained", NULL, NULL},
     };
     char *pos[1] = {NULL};
     int npos = take_positionals(specs, OPTION_COUNT(specs), &argc, argv, pos, 1, "export");
@@ -284,6 +303,7 @@ static int ckpt_export(int argc, char **argv) {
     CkptManifest *m = bs_malloc(sizeof *m);
     ckpt_read_manifest(dir, m);
     if (!ckpt_verify(dir, m, why, sizeof why)) bs_die("%s", why);
+    settle_router(dir, &m->model, router);
     if (m->model.lora_rank > 0)
         bs_die("ckpt export: %s holds LoRA adapters (rank %d) without their frozen base; resume it with train "
                "--init-from BASE --resume ... and export with --save-adapters DIR or --lora-merge --save-model FILE",

@@ -32,7 +32,8 @@ void model_file_read_params(const char *path, GPT *model) {
     char buf[4200];
     const char *file = resolve(path, buf, sizeof buf);
     if (model_file_is_safetensors_name(file) || safetensors_is_file(file)) safetensors_read_params(file, model);
-    else if (gpt_is_moe(&model->cfg)) bs_die("%s is an llm.c model file: it holds a dense GPT-2, not --experts %d", path, model->cfg.experts);
+    else if (gpt_is_moe(&model->cfg))
+        bs_die("%s is an llm.c model file: it holds a dense GPT-2, not --experts %d", path, model->cfg.experts);
     else llmc_model_read_params(file, model);
 }
 

@@ -58,6 +58,7 @@ void st_moe_describe(const GPTConfig *cfg, json_t *obj, bool as_strings) {
         {"moe_intermediate_size", cfg->moe_ffn}, {"decoder_sparse_step", cfg->moe_every > 1 ? cfg->moe_every : 1},
         {"capacity_factor", cfg->capacity_factor}};
     for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++) {
+        if (numbers[i].value < 0) continue; /* a capacity factor an older checkpoint did not record */
         char text[32];
         snprintf(text, sizeof text, "%.17g", numbers[i].value);
         const bool integer = i < 4;

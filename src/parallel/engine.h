@@ -53,7 +53,7 @@ typedef struct {
     OptimizerConfig optimizer;
     uint64_t seed;             /* initialisation */
     const char *init_from;     /* a model file to start from (llm.c or safetensors), or NULL */
-    double upcycle_noise;      /* a dense init_from file into an MoE model: each expert's perturbation (moe_upcycle.h) */
+    double upcycle_noise;      /* a dense init_from into an MoE model: each expert's perturbation (moe_upcycle.h) */
     bool bf16;
     MatmulBF16Path bf16_path;
     bool measure_micro_norms;  /* noise scale: every micro-step's local gradient norm */
