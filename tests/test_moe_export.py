@@ -49,12 +49,12 @@ PREFIX = "transformer."
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
-def train(tmp, name, data, extra, check_rc=True):
+def train(tmp, name, data, extra, check_rc=True, ranks=1):
     out = os.path.join(tmp, name)
     args = ["train", "--data", data, "--eval-every", "0", "--sample-tokens", "0", "--threads", "1", "--quiet",
             "--seq-len", "32", "--micro-batch", "4", "--global-batch", "4", "--data-order", "sequential",
             "--metrics", out + ".jsonl", "--ckpt-dir", out + "_ckpt"] + extra
-    p = launch(args, 1, check=check_rc)
+    p = launch(args + (["--comm-timeout", "60"] if ranks > 1 else []), ranks, check=check_rc)
     if not check_rc:
         return p
     return [json.loads(line) for line in open(out + ".jsonl")], out + "_ckpt"
@@ -262,6 +262,15 @@ def back(tmp, data, ck_flat, ck_bias, out):
     check(np.array_equal(f, ck_flat) and np.array_equal(b, ck_bias) and manifest["experts"] == E and
           manifest["every"] == EVERY and manifest["router"] == "sigmoid",
           f"train --init-from DIR (lr 0, one step) keeps them bit for bit, the MoE shape from the file: {manifest}")
+    for layout in (["--pp", "2"], ["--ep", "2"]):  # each stage its layers' bias; each ep rank its experts
+        _, d = train(tmp, "init_from_" + layout[0][2:], data, ["--init-from", out, "--steps", "1", "--lr", "0",
+                                                                "--min-lr", "0", "--micro-batch", "2"] + layout,
+                     ranks=2)
+        again = os.path.join(tmp, "again_" + layout[0][2:])  # its rank files are shards: read through ckpt export
+        launch(["ckpt", "export", "--format", "safetensors", "--out", again, d], 1)
+        same = [open(os.path.join(x, "model.safetensors"), "rb").read() for x in (out, again)]
+        check(same[0] == same[1], f"train --init-from DIR on 2 ranks with {' '.join(layout)} keeps them bit for bit "
+                                  "(its export is the same file)")
 
 
 def upcycle(tmp, data, dump):

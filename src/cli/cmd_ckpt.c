@@ -13,7 +13,8 @@
  *                               checkpoint of any layout; --llmc FILE: llmc);
  *                               an MoE model with its experts, routers and
  *                               selection bias (safetensors only: llm.c's
- *                               file cannot hold them, refused)
+ *                               file cannot hold them, refused; --router for
+ *                               a checkpoint that does not record it)
  *   import --from PATH --out DIR --global-batch N
  *                               DIR/step_00000000: the parameters, zero
  *                               optimizer state, step 0: `train --resume`
