@@ -10,8 +10,9 @@ src/model/moe_upcycle.h, src/cli/model_flags.h).
    logits (moe_gpt_dump --logits reading the same directory) within 1e-5 (max |a-b| / max |b|); transformers'
    AutoModelForCausalLM refuses it (with the hf venv: BS_HF_PYTHON); the run's --out directory holds the same
    tensors (model.safetensors: llm.c's model.bin cannot hold them).
-2. Back: `ckpt import` and `train --init-from DIR` (lr 0, one step; the MoE flags from the file) reproduce the
-   checkpoint's parameters and bias bit for bit.
+2. Back: `ckpt import` and `train --init-from DIR` (lr 0, one step; the MoE flags from the file; also under --pp 2
+   and --ep 2) reproduce the checkpoint's parameters and bias bit for bit; `sample` generates the same text from
+   the checkpoint and from the directory.
 3. Upcycling a dense model (--init-from dense --experts 4): at --upcycle-noise 0 every expert is the dense MLP bit
    for bit, the router is seeded, and the first step's loss equals the dense model's within 1e-6 (the top-k weights
    sum to 1 and every expert computes the same MLP: only the weighted sum's rounding differs, ~1e-8 here), and so
@@ -249,8 +250,14 @@ def export(tmp, data, dump):
     return ck, out, flat, bias
 
 
-def back(tmp, data, ck_flat, ck_bias, out):
-    """2: ckpt import and train --init-from read the directory back bit for bit."""
+def back(tmp, data, ck_flat, ck_bias, out, ck):
+    """2: ckpt import and train --init-from read the directory back bit for bit; sample generates the same text
+    from the checkpoint (its bias included) and from the directory."""
+    texts = [subprocess.run([bstest.BATCHSCALE, "sample", src, path, "--tokens", "40", "--seed", "3", "--prompt",
+                             "the lord"], capture_output=True, check=True).stdout  # bytes: a young model's tokens
+             for src, path in (("--ckpt", ck), ("--model", out))]
+    check(texts[0] == texts[1] and len(texts[0]) > 40, "sample --ckpt and --model of its export generate the same "
+                                                       "text (the checkpoint's selection bias read by both)")
     imp = os.path.join(tmp, "imported")
     launch(["ckpt", "import", "--from", out, "--out", imp, "--global-batch", "4"], 1)
     f, b = read_ckpt(imp, 0)
@@ -397,7 +404,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(bstest.make_corpus(tmp), "train_000000.bin")
         ck, out, flat, bias = export(tmp, data, dump)
-        back(tmp, data, flat, bias, out)
+        back(tmp, data, flat, bias, out, ck)
         dense = upcycle(tmp, data, dump)
         refusals(tmp, data, ck, out, dense)
     if check.failed:

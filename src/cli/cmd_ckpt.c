@@ -249,17 +249,6 @@ static void write_export(const char *format, const char *out, const GPT *model) 
     safetensors_write_hf_config(path, &model->cfg);
 }
 
-/* An MoE checkpoint's selection bias (model state beside the flat buffer) into the whole model. */
-static void read_selection_bias(const char *dir, GPT *model) {
-    int layers = 0, experts = 0;
-    float *bias = moe_bias_file_read(dir, &layers, &experts);
-    if (!bias || layers != model->cfg.num_layers || experts != model->cfg.experts)
-        bs_die("ckpt export: %s holds an MoE model without its selection bias for %d experts in %d layers "
-               "(moe_bias.bin missing or of another shape)", dir, model->cfg.experts, model->cfg.num_layers);
-    memcpy(model->moe_bias, bias, (size_t)layers * experts * sizeof(float));
-    free(bias);
-}
-
 /* An MoE checkpoint's router: the manifest's, or (one that predates its record) --router; a contradiction refused. */
 static void settle_router(const char *dir, GPTConfig *model, const char *given) {
     MoeRouter router = MOE_ROUTER_SOFTMAX;
@@ -315,7 +304,7 @@ static int ckpt_export(int argc, char **argv) {
     GPT model;
     gpt_create_with(&model, &m->model, GPT_ALLOC_PARAMS);
     train_ckpt_read(dir, m, &model.cfg, 0, model.num_params, model.params, NULL); /* any layout */
-    if (gpt_is_moe(&m->model)) read_selection_bias(dir, &model);
+    if (gpt_is_moe(&m->model)) moe_bias_file_load(dir, &model);
     write_export(format, out, &model);
     printf("exported %s (step %ld) to %s (%s)\n", dir, m->step, out, format);
     gpt_free(&model);

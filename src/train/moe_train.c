@@ -113,6 +113,16 @@ float *moe_bias_file_read(const char *dir, int *layers, int *experts) {
     return bias;
 }
 
+void moe_bias_file_load(const char *dir, GPT *model) {
+    int layers = 0, experts = 0;
+    float *bias = moe_bias_file_read(dir, &layers, &experts);
+    if (!bias || layers != model->cfg.num_layers || experts != model->cfg.experts)
+        bs_die("checkpoint %s holds an MoE model without its selection bias for %d experts in %d layers "
+               "(moe_bias.bin missing or of another shape)", dir, model->cfg.experts, model->cfg.num_layers);
+    memcpy(model->moe_bias, bias, (size_t)layers * experts * sizeof(float));
+    free(bias);
+}
+
 void moe_ckpt_save(const Trainer *tr, const char *dir) {
     if (!gpt_is_moe(&tr->model)) return;
     const int L = tr->model.num_layers, E = tr->model.experts;

@@ -42,6 +42,8 @@ void moe_ckpt_save(const Trainer *tr, const char *dir);
  * returns a new array (NULL: no such file; dies if damaged). */
 void moe_bias_file_write(const char *dir, int layers, int experts, const float *bias);
 float *moe_bias_file_read(const char *dir, int *layers, int *experts);
+/* A checkpoint's bias into a whole MoE model (ckpt export, sample); dies in one line if absent or misshapen. */
+void moe_bias_file_load(const char *dir, GPT *model);
 void moe_ckpt_resume(Trainer *tr, const char *dir);
 
 #endif
