@@ -55,3 +55,7 @@ set_tests_properties(moe_tp PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THR
 # The router's gates (--moe-gates, --moe-routed-scale): a top-1 router learns from the language-model loss alone, the gates in checkpoints, bad input.
 add_test(NAME moe_router COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_router.py)
 set_tests_properties(moe_router PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1" TIMEOUT 300)
+# Nothing dropped: an MoE checkpoint to safetensors (every expert, router and bias; logits against PyTorch) and back bitwise, sparse upcycling, one-line refusals.
+add_test(NAME moe_export COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_export.py $<TARGET_FILE:moe_gpt_dump>)
+set_tests_properties(moe_export PROPERTIES ENVIRONMENT
+  "BATCHSCALE=${BS};OMP_NUM_THREADS=1;BS_HF_PYTHON=${BS_HF_VENV}/bin/python" TIMEOUT 300)

@@ -7,7 +7,11 @@
  * (scores far apart, so no choice or drop falls between nearly equal
  * scores), tokens and targets drawn from SEED. OUT gets raw float32: the
  * flat parameters, the mean language-model loss, the aux and z losses, the
- * flat gradients, then per MoE layer the routed and kept assignments. */
+ * flat gradients, then per MoE layer the routed and kept assignments.
+ * usage: moe_gpt_dump --logits MODEL OUT B T SEED: the model read from a
+ * model file or directory (model/model_file.h, the MoE selection bias
+ * included) on B x T tokens drawn from SEED; OUT gets the tokens (int32) and
+ * the logits (B, T, V) as float32. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,10 +20,40 @@
 #include "core/io.h"
 #include "core/rng.h"
 #include "model/gpt.h"
+#include "model/model_file.h"
 
 static void write_floats(FILE *f, const float *x, size_t n, const char *path) { bs_fwrite_all(x, n * sizeof(float), f, path); }
 
+/* --logits: a model file's logits, as the engine reads and runs it. */
+static int dump_logits(int argc, char **argv) {
+    if (argc != 7) bs_die("usage: moe_gpt_dump --logits MODEL OUT B T SEED");
+    const char *model_path = argv[2], *path = argv[3];
+    const int B = atoi(argv[4]), T = atoi(argv[5]);
+    GPTConfig cfg = {0};
+    model_file_read_config(model_path, &cfg);
+    GPT model;
+    gpt_create_with(&model, &cfg, GPT_ALLOC_PARAMS);
+    model_file_read_params(model_path, &model);
+    Rng rng;
+    rng_seed(&rng, strtoull(argv[6], NULL, 10));
+    const size_t N = (size_t)B * T, V = (size_t)cfg.vocab_size;
+    int32_t *inputs = bs_malloc(N * sizeof(int32_t));
+    for (size_t i = 0; i < N; i++) inputs[i] = (int32_t)(rng_next(&rng) % V);
+    GPTActs acts;
+    gpt_acts_create(&acts, &cfg, B, T, false);
+    gpt_forward(&model, &acts, inputs, NULL, B, T, 0, NULL);
+    FILE *f = bs_fopen(path, "wb");
+    bs_fwrite_all(inputs, N * sizeof(int32_t), f, path);
+    for (size_t r = 0; r < N; r++) write_floats(f, acts.logits + r * (size_t)cfg.padded_vocab_size, V, path);
+    bs_fclose_synced(f, path);
+    gpt_acts_free(&acts);
+    gpt_free(&model);
+    free(inputs);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--logits") == 0) return dump_logits(argc, argv);
     if (argc != 14 && argc != 15 && argc != 17)
         bs_die("usage: moe_gpt_dump OUT B T L C H E K ROUTER CAPACITY AUX Z SEED [EVERY [GATES SCALE]]");
     MoeGates gates = MOE_GATES_NORMALIZED;

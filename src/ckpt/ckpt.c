@@ -105,6 +105,19 @@ static json_t *u64_hex(uint64_t v) {
     return json_string(buf);
 }
 
+/* model.moe: the MoE shape, the router and capacity factor (left out where unrecorded). */
+static json_t *moe_json(const GPTConfig *g) {
+    json_t *moe = json_pack("{s:i, s:i, s:i, s:i}", "experts", g->experts, "top_k", g->moe_top_k, "ffn", g->moe_ffn,
+                            "every", g->moe_every > 1 ? g->moe_every : 1);
+    json_object_set_new(moe, "gates", json_string(moe_gates_name((MoeGates)g->moe_gates)));
+    json_object_set_new(moe, "routed_scale", json_real(g->moe_routed_scale != 0 ? g->moe_routed_scale : 1));
+    if (g->moe_router != CKPT_UNRECORDED)
+        json_object_set_new(moe, "router", json_string(moe_router_name((MoeRouter)g->moe_router)));
+    if (g->capacity_factor != CKPT_UNRECORDED)
+        json_object_set_new(moe, "capacity_factor", json_real(g->capacity_factor));
+    return moe;
+}
+
 static json_t *manifest_to_json(const CkptManifest *m) {
     json_t *files = json_array();
     for (int i = 0; i < m->num_files; i++) {
@@ -141,11 +154,7 @@ static json_t *manifest_to_json(const CkptManifest *m) {
     if (m->ep > 1) json_object_set_new(json_object_get(j, "layout"), "ep", json_integer(m->ep));
     if (gpt_is_moe(&m->model)) /* the layer blocks hold the router and the experts */
         json_object_set_new(json_object_get(j, "model"), "moe",
-                            json_pack("{s:i, s:i, s:i, s:i, s:s, s:f}", "experts", m->model.experts, "top_k",
-                                      m->model.moe_top_k, "ffn", m->model.moe_ffn, "every",
-                                      m->model.moe_every > 1 ? m->model.moe_every : 1, "gates",
-                                      moe_gates_name((MoeGates)m->model.moe_gates), "routed_scale",
-                                      m->model.moe_routed_scale != 0 ? m->model.moe_routed_scale : 1));
+                            moe_json(&m->model));
     if (m->model.lora_rank > 0) /* the shards hold the adapters only; the base is identified by its hash */
         json_object_set_new(json_object_get(j, "model"), "lora",
                             json_pack("{s:i, s:i, s:o}", "rank", m->model.lora_rank, "targets", m->model.lora_targets,
@@ -264,6 +273,20 @@ static bool fail_with(json_t *j) {
     return false;
 }
 
+/* model.moe's router and capacity factor (absent in older checkpoints: CKPT_UNRECORDED). */
+static bool read_moe_router(json_t *moe, const char *path, CkptManifest *m, char *why, size_t why_size) {
+    const char *router = NULL;
+    double factor = CKPT_UNRECORDED;
+    MoeRouter kind = (MoeRouter)CKPT_UNRECORDED;
+    if (json_unpack(moe, "{s?s, s?F}", "router", &router, "capacity_factor", &factor) != 0 ||
+        (router && !moe_parse_router(router, &kind)) || !(factor == CKPT_UNRECORDED || (factor >= 0 && factor < 1e6)))
+        REFUSE("%s is corrupt: model.moe's router must be softmax or sigmoid and its capacity_factor a number >= 0",
+               path);
+    m->model.moe_router = (int)kind;
+    m->model.capacity_factor = factor;
+    return true;
+}
+
 /* The manifest's optional model parts: LoRA adapters, MoE experts (absent: a dense model trained whole). */
 static bool read_model_parts(json_t *j, const char *path, CkptManifest *m, char *why, size_t why_size) {
     json_t *lora = json_object_get(json_object_get(j, "model"), "lora"); /* absent: the whole model trained */
@@ -289,7 +312,7 @@ static bool read_model_parts(json_t *j, const char *path, CkptManifest *m, char 
                "(1-layers), gates (normalized, unnormalized or pre-softmax) and routed_scale (0-1e6]", path,
                MOE_MAX_EXPERTS);
     m->model.moe_gates = (int)parsed;
-    return true;
+    return !moe || read_moe_router(moe, path, m, why, why_size);
 }
 
 /* The manifest's file list: names, shards, ranges, sizes and checksums, no two ranges of a shard overlapping. */

@@ -36,11 +36,13 @@ typedef struct {
     uint64_t xxh64;
 } CkptFile;
 
+enum { CKPT_UNRECORDED = -1 };
+
 typedef struct CkptManifest {
     long step;                /* optimizer steps completed */
     uint64_t seqs_consumed;   /* data position: sequences consumed by all ranks */
     uint64_t tokens_consumed;
-    GPTConfig model;
+    GPTConfig model; /* an MoE model's moe_router, capacity_factor: CKPT_UNRECORDED where the manifest predates them */
     Rng sample_rng;
     uint64_t data_seed;
     bool data_shuffle;

@@ -10,11 +10,16 @@
  *   export [--format llmc|safetensors] --out PATH DIR
  *                               the parameters as an llm.c fp32 model file or
  *                               a Hugging Face GPT-2 directory (from a
- *                               checkpoint of any layout; --llmc FILE: llmc)
+ *                               checkpoint of any layout; --llmc FILE: llmc);
+ *                               an MoE model with its experts, routers and
+ *                               selection bias (safetensors only: llm.c's
+ *                               file cannot hold them, refused; --router for
+ *                               a checkpoint that does not record it)
  *   import --from PATH --out DIR --global-batch N
  *                               DIR/step_00000000: the parameters, zero
  *                               optimizer state, step 0: `train --resume`
  *                               starts from it as from --init-from PATH
+ *                               (an MoE directory: its bias in moe_bias.bin)
  *
  * Deliberately not here: resharding (any layout reads any checkpoint
  * directly) and editing a checkpoint's training state. */
@@ -33,6 +38,7 @@
 #include "model/safetensors_file.h"
 #include "optim/noise_scale.h"
 #include "optim/optimizer.h"
+#include "train/moe_train.h"
 #include "train/train_ckpt.h"
 
 #define OPTION_COUNT(specs) ((int)(sizeof specs / sizeof specs[0]))
@@ -243,13 +249,32 @@ static void write_export(const char *format, const char *out, const GPT *model) 
     safetensors_write_hf_config(path, &model->cfg);
 }
 
+/* An MoE checkpoint's router: the manifest's, or (one that predates its record) --router; a contradiction refused. */
+static void settle_router(const char *dir, GPTConfig *model, const char *given) {
+    MoeRouter router = MOE_ROUTER_SOFTMAX;
+    if (*given && !gpt_is_moe(model))
+        bs_die("ckpt export: --router is for an MoE checkpoint; %s holds a dense model", dir);
+    if (*given && !moe_parse_router(given, &router))
+        bs_die("ckpt export: --router must be softmax or sigmoid (got '%s')", given);
+    if (!gpt_is_moe(model)) return;
+    if (model->moe_router == CKPT_UNRECORDED && !*given)
+        bs_die("ckpt export: %s does not record its MoE router (an older checkpoint): give --router softmax or "
+               "sigmoid, as it was trained", dir);
+    if (model->moe_router != CKPT_UNRECORDED && *given && (int)router != model->moe_router)
+        bs_die("ckpt export: --router %s contradicts %s, trained with the %s router", given, dir,
+               moe_router_name((MoeRouter)model->moe_router));
+    if (model->moe_router == CKPT_UNRECORDED) model->moe_router = (int)router;
+}
+
 static int ckpt_export(int argc, char **argv) {
-    const char *llmc = "", *format = "llmc", *out = "";
+    const char *llmc = "", *format = "llmc", *out = "", *router = "";
     const OptionSpec specs[] = {
         {"format", OPT_STRING, &format, OPT_NO_RANGE, "FORMAT", "llmc (an llm.c fp32 model file) or safetensors (a "
          "Hugging Face GPT-2 directory: model.safetensors and config.json)", NULL, NULL},
         {"out", OPT_STRING, &out, OPT_NO_RANGE, "PATH", "the file (llmc) or directory (safetensors) to write", NULL, NULL},
         {"llmc", OPT_STRING, &llmc, OPT_NO_RANGE, "FILE", "the same as --format llmc --out FILE", NULL, NULL},
+        {"router", OPT_STRING, &router, OPT_NO_RANGE, "NAME", "an MoE checkpoint whose manifest predates the "
+         "router's record: softmax or sigmoid, as it was trained", NULL, NULL},
     };
     char *pos[1] = {NULL};
     int npos = take_positionals(specs, OPTION_COUNT(specs), &argc, argv, pos, 1, "export");
@@ -270,13 +295,18 @@ static int ckpt_export(int argc, char **argv) {
     CkptManifest *m = bs_malloc(sizeof *m);
     ckpt_read_manifest(dir, m);
     if (!ckpt_verify(dir, m, why, sizeof why)) bs_die("%s", why);
+    settle_router(dir, &m->model, router);
     if (m->model.lora_rank > 0)
         bs_die("ckpt export: %s holds LoRA adapters (rank %d) without their frozen base; resume it with train "
                "--init-from BASE --resume ... and export with --save-adapters DIR or --lora-merge --save-model FILE",
                dir, m->model.lora_rank);
+    if (gpt_is_moe(&m->model) && strcmp(format, "llmc") == 0)
+        bs_die("ckpt export: %s holds an MoE model (%d experts): an llm.c file holds a dense GPT-2 and cannot hold "
+               "its experts and routers; use --format safetensors", dir, m->model.experts);
     GPT model;
     gpt_create_with(&model, &m->model, GPT_ALLOC_PARAMS);
     train_ckpt_read(dir, m, &model.cfg, 0, model.num_params, model.params, NULL); /* any layout */
+    if (gpt_is_moe(&m->model)) moe_bias_file_load(dir, &model);
     write_export(format, out, &model);
     printf("exported %s (step %ld) to %s (%s)\n", dir, m->step, out, format);
     gpt_free(&model);
@@ -337,6 +367,7 @@ static int ckpt_import(int argc, char **argv) {
     bs_remove_tree(tmp);
     bs_mkdir_p(tmp);
     ckpt_write_rank_file(tmp, 0, 0, model.num_params, model.params, NULL, &m->files[0]);
+    if (gpt_is_moe(&model.cfg)) moe_bias_file_write(tmp, cfg.num_layers, cfg.experts, model.moe_bias);
     m->num_files = 1;
     m->model = model.cfg;
     rng_seed(&m->sample_rng, (uint64_t)seed ^ 0x5ca1ab1eULL); /* as train seeds its sampler (train/trainer.c) */

@@ -14,6 +14,7 @@
 #include "data/tokenizer.h"
 #include "model/model_file.h"
 #include "train/sample.h"
+#include "train/moe_train.h"
 
 int cmd_sample(int argc, char **argv) {
     const char *ckpt = "", *model_file = "", *prompt = "", *tokenizer = "", *vocab_dir = "";
@@ -48,6 +49,7 @@ int cmd_sample(int argc, char **argv) {
         if (!ckpt_verify(dir, m, why, sizeof why)) bs_die("%s", why);
         gpt_create(&model, &m->model);
         train_ckpt_read(dir, m, &model.cfg, 0, model.num_params, model.params, NULL);
+        if (gpt_is_moe(&model.cfg)) moe_bias_file_load(dir, &model); /* routing needs the selection bias */
         snprintf(recorded, sizeof recorded, "%s", m->tokenizer);
         free(m);
     } else {

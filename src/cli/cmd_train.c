@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/config_file.h"
+#include "cli/model_flags.h"
 #include "cli/options.h"
 #include "cli/run_config.h"
 #include "comm/comm.h"
@@ -58,7 +59,7 @@ int cmd_train(int argc, char **argv) {
         {"sample-tokens", OPT_INT, &c.sample_tokens, 0, 1e6, "N", "tokens per sample (0: no samples)", "200", NULL},
         {"temperature", OPT_DOUBLE, &c.temperature, 0, 100, "T", "sampling temperature (0: greedy)", "0.8", NULL},
         {"top-k", OPT_INT, &c.top_k, 0, 1 << 30, "K", "sample among the K most likely tokens (0: all)", "40", NULL},
-        {"out", OPT_STRING, &c.out, OPT_NO_RANGE, "DIR", "run directory: final model.bin and ckpt/", "", NULL},
+        {"out", OPT_STRING, &c.out, OPT_NO_RANGE, "DIR", "run directory: final model.bin (an MoE model: model.safetensors) and ckpt/", "", NULL},
         {"metrics", OPT_STRING, &c.metrics, OPT_NO_RANGE, "FILE", "JSON-lines metrics, one object per step", "", NULL},
         {"save-model", OPT_STRING, &c.save_model, OPT_NO_RANGE, "FILE", "write the final model: safetensors if FILE ends in .safetensors, else an llm.c file", "", NULL},
         {"ckpt-dir", OPT_STRING, &c.ckpt_dir, OPT_NO_RANGE, "DIR", "checkpoint directory (default OUT/ckpt)", "", NULL},
@@ -162,6 +163,7 @@ int cmd_train(int argc, char **argv) {
         {"moe-bias-update", OPT_DOUBLE, &c.moe_bias_update, 0, 1e6, "U", "MoE: loss-free balancing, each expert's selection bias += U sign(mean load - load) per step (0: off)", "0", NULL},
         {"moe-every", OPT_INT, &c.moe_every, 1, 1 << 20, "N", "MoE: layer l (from 0) has the MoE MLP when (l + 1) % N == 0, the others the dense MLP (2: layers 1, 3, ..)", "1", NULL},
         {"ep", OPT_INT, &c.ep, 1, 1 << 20, "N", "MoE: expert-parallel ranks, inside --dp (--zero 0)", "1", NULL},
+        {"upcycle-noise", OPT_DOUBLE, &c.upcycle_noise, 0, 10, "S", "MoE --init-from a dense model (sparse upcycling): each expert is its MLP + S x rms(tensor) x N(0,1) per element, seeded by --seed (0: exact copies)", "0.01", NULL},
         {"moe-skew", OPT_DOUBLE, &c.moe_skew, 1e-6, 1e6, "F", "tests: every MoE layer's router row of expert 0 starts multiplied by F (a skewed router)", "1", NULL},
         {"save-adapters", OPT_STRING, &c.save_adapters, OPT_NO_RANGE, "DIR", "LoRA: write the final adapters as a peft directory (adapter_model.safetensors, adapter_config.json)", "", NULL},
     };
@@ -178,6 +180,7 @@ int cmd_train(int argc, char **argv) {
     c.shape_given.layers = options_given(specs, count, args.argc, args.argv, "layers");
     c.shape_given.heads = options_given(specs, count, args.argc, args.argv, "heads");
     c.shape_given.channels = options_given(specs, count, args.argc, args.argv, "channels");
+    model_flags_adopt(&c, specs, count, args.argc, args.argv); /* an MoE --init-from file sets the MoE flags */
     char why[512];
     TrainConfig resolved = c; /* c as given goes to config.json: flags left out stay so on a repeat */
     if (!lora_flags_resolve(&resolved, why, sizeof why)) bs_die("%s", why); /* LoRA flags left out: --lora-init's */

@@ -100,7 +100,9 @@ void llmc_model_read_params(const char *path, GPT *model) {
 
 void llmc_model_write(const char *path, const GPT *model) {
     const GPTConfig *cfg = &model->cfg;
-    if (gpt_is_moe(cfg)) bs_die("%s: an MoE model is kept in checkpoints only (llm.c files hold dense GPT-2 models)", path);
+    if (gpt_is_moe(cfg))
+        bs_die("%s: an llm.c model file holds a dense GPT-2 and cannot hold the %d experts and routers of this MoE "
+               "model (write safetensors instead)", path, cfg->experts);
     int32_t header[256] = {0};
     header[0] = LLMC_MODEL_MAGIC;
     header[1] = LLMC_MODEL_VERSION_FP32;

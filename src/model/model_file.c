@@ -29,15 +29,15 @@ void model_file_read_config(const char *path, GPTConfig *cfg) {
 }
 
 void model_file_read_params(const char *path, GPT *model) {
-    if (gpt_is_moe(&model->cfg)) bs_die("%s: an MoE model cannot start from a model file (they hold dense GPT-2 models)", path);
     char buf[4200];
     const char *file = resolve(path, buf, sizeof buf);
     if (model_file_is_safetensors_name(file) || safetensors_is_file(file)) safetensors_read_params(file, model);
+    else if (gpt_is_moe(&model->cfg))
+        bs_die("%s is an llm.c model file: it holds a dense GPT-2, not --experts %d", path, model->cfg.experts);
     else llmc_model_read_params(file, model);
 }
 
 void model_file_write(const char *path, const GPT *model) {
-    if (gpt_is_moe(&model->cfg)) bs_die("%s: an MoE model is kept in checkpoints only (model files hold dense GPT-2 models)", path);
-    if (model_file_is_safetensors_name(path)) safetensors_write(path, model);
+    if (model_file_is_safetensors_name(path)) safetensors_write(path, model); /* MoE too (safetensors_moe.h) */
     else llmc_model_write(path, model);
 }

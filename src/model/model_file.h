@@ -3,7 +3,8 @@
  *   llm.c's fp32 model file (model/llmc_file.h): the default;
  *   Hugging Face safetensors (model/safetensors_file.h): a file whose name
  *   ends in .safetensors, or a directory holding model.safetensors (what
- *   save_pretrained writes, its config.json giving the heads). */
+ *   save_pretrained writes, its config.json giving the heads); the only
+ *   one that holds an MoE model (model/safetensors_moe.h). */
 #ifndef BS_MODEL_MODEL_FILE_H
 #define BS_MODEL_MODEL_FILE_H
 

@@ -17,6 +17,7 @@
 #include "kernels/bf16.h"
 #include "kernels/minifloat.h"
 #include "kernels/vecmath.h"
+#include "model/safetensors_moe.h"
 
 #define MAX_HEADER_BYTES (100u << 20) /* the format's limit */
 #define PREFIX "transformer."
@@ -234,7 +235,7 @@ static void file_shape(const GPTConfig *cfg, TensorKind k, size_t *rows, size_t 
 /* The entry for a GPT-2 name, with or without the prefix (NULL: absent;
  * check_names refuses a file that has both). */
 static json_t *lookup(const StFile *f, const char *name) {
-    char prefixed[160];
+    char prefixed[256];
     snprintf(prefixed, sizeof prefixed, PREFIX "%s", name);
     json_t *a = json_object_get(f->header, prefixed);
     return a ? a : json_object_get(f->header, name);
@@ -287,8 +288,9 @@ static int count_layers(const StFile *f) {
     return n;
 }
 
-/* A name (without the prefix) this engine reads or knowingly ignores. */
-static bool known_name(const char *name, int layers) {
+/* A name (without the prefix) this engine reads or knowingly ignores: an MoE layer's experts, not a dense MLP. */
+static bool known_name(const char *name, const GPTConfig *cfg) {
+    const int layers = cfg->num_layers;
     int layer = -1;
     char rest[96] = "";
     if (strcmp(name, "lm_head.weight") == 0 || strcmp(name, "wte.weight") == 0 || strcmp(name, "wpe.weight") == 0 ||
@@ -300,20 +302,22 @@ static bool known_name(const char *name, int layers) {
     if (strcmp(canonical, name) != 0) return false; /* "h.01.", "h.+1.": not GPT-2's */
     bool known = strcmp(rest, "attn.bias") == 0 || strcmp(rest, "attn.masked_bias") == 0;
     for (int k = TK_FIRST_LAYER_KIND; k <= TK_LAST_LAYER_KIND && !known; k++)
-        known = strcmp(rest, hf_name((TensorKind)k).name) == 0;
-    return known;
+        known = strcmp(rest, hf_name((TensorKind)k).name) == 0 && gpt_layer_tensor_numel(cfg, (TensorKind)k, layer) > 0;
+    return known || st_moe_known_name(cfg, layer, rest);
 }
 
-/* Every name is a GPT-2 tensor, an ignored mask buffer or the tied head, present once. */
-static bool check_names(StFile *f, int layers) {
+/* Every name is a tensor of cfg's model, an ignored mask buffer or the tied head, present once. */
+static bool check_names(StFile *f, const GPTConfig *cfg) {
     const char *key;
     json_t *e;
     json_object_foreach(f->header, key, e) {
         if (strcmp(key, "__metadata__") == 0) continue;
         bool prefixed = strncmp(key, PREFIX, strlen(PREFIX)) == 0;
         const char *name = prefixed ? key + strlen(PREFIX) : key;
-        if (!known_name(name, layers))
-            REFUSE(f, "%s: unexpected tensor %s (not a GPT-2 parameter of a %d-layer model)", f->path, key, layers);
+        if (!known_name(name, cfg))
+            REFUSE(f, "%s: unexpected tensor %s (not a parameter of a %d-layer GPT-2%s)", f->path, key,
+                   cfg->num_layers, gpt_is_moe(cfg) ? " with these experts" : "; MoE tensors need num_experts in "
+                   "config.json");
         if (prefixed && json_object_get(f->header, name))
             REFUSE(f, "%s: both %s and %s are present", f->path, key, name);
     }
@@ -380,6 +384,19 @@ static bool heads_of(StFile *f, GPTConfig *c) {
     return true;
 }
 
+/* The MoE fields (safetensors_moe.h) from the metadata, else from the config.json beside the file. */
+static bool moe_of(StFile *f, GPTConfig *cfg) {
+    char dir[4096], config[4200];
+    snprintf(dir, sizeof dir, "%s", f->path);
+    snprintf(config, sizeof config, "%s/config.json", dirname(dir));
+    json_t *meta = json_object_get(f->header, "__metadata__");
+    json_t *j = bs_path_exists(config) ? json_load_file(config, 0, NULL) : NULL; /* heads_of refused bad JSON */
+    bool ok = st_moe_read_fields(meta, j, json_object_get(meta, "num_experts") ? f->path : config, cfg, f->why,
+                                 sizeof f->why);
+    json_decref(j);
+    return ok;
+}
+
 /* The shape from an open, valid file. */
 static bool shape_of(StFile *f, GPTConfig *cfg) {
     json_t *wte = lookup(f, "wte.weight"), *wpe = lookup(f, "wpe.weight");
@@ -390,7 +407,7 @@ static bool shape_of(StFile *f, GPTConfig *cfg) {
                dim(wte, 0), dim(wte, 1), dim(wpe, 0));
     GPTConfig c = {.max_seq_len = (int)dim(wpe, 0), .vocab_size = (int)dim(wte, 0), .num_layers = count_layers(f),
                    .num_heads = cfg->num_heads, .channels = (int)dim(wte, 1)};
-    if (!check_names(f, c.num_layers) || !heads_of(f, &c)) return false;
+    if (!heads_of(f, &c) || !moe_of(f, &c) || !check_names(f, &c)) return false;
     char why[256];
     if (!gpt_config_check(&c, why, sizeof why)) REFUSE(f, "%s holds an invalid model shape: %s", f->path, why);
     *cfg = c;
@@ -417,34 +434,38 @@ void safetensors_read_config(const char *path, GPTConfig *cfg) {
     if (!safetensors_try_read_config(path, cfg, why, sizeof why)) bs_die("%s", why);
 }
 
-/* Calls fn on every tensor in file order with its file shape (rows, cols; cols 0 for a vector); false at the first
- * that fails. */
-typedef bool (*TensorFn)(void *ctx, TensorKind kind, int layer, size_t rows, size_t cols);
-static bool for_each_tensor(const GPTConfig *cfg, KindSet set, TensorFn fn, void *ctx) {
+/* Calls fn on every tensor in file order with its name and file shape; false at the first that fails. The
+ * model's set ends with the MoE layers' tensors (safetensors_moe.h). */
+static bool for_each_tensor(const GPTConfig *cfg, KindSet set, StPieceFn fn, void *ctx) {
     for (int k = set.first; k < set.end; k++) {
         TensorKind kind = (TensorKind)k;
-        size_t rows, cols;
+        StPiece p = {.conv1d = hf_name(kind).conv1d};
         if (gpt_tensor_numel(cfg, kind) == 0) continue; /* an adapter the run does not have */
-        file_shape(cfg, kind, &rows, &cols);
-        for (int l = 0; l < (gpt_tensor_is_per_layer(kind) ? cfg->num_layers : 1); l++)
-            if (!fn(ctx, kind, l, rows, cols)) return false;
+        file_shape(cfg, kind, &p.rows, &p.cols);
+        for (int l = 0; l < (gpt_tensor_is_per_layer(kind) ? cfg->num_layers : 1); l++) {
+            if (gpt_layer_tensor_numel(cfg, kind, l) == 0) continue; /* the dense MLP of an MoE layer */
+            p.offset = gpt_tensor_offset(cfg, kind, l);
+            full_name(kind, l, p.name, sizeof p.name);
+            if (!fn(ctx, &p)) return false;
+        }
     }
-    return true;
+    return set.first != MODEL_KINDS.first || !gpt_is_moe(cfg) || st_moe_for_each(cfg, fn, ctx);
 }
 
 typedef struct {
     StFile *file;
     const GPTConfig *cfg;
     float *params;
+    const char *prefix; /* before every name (peft's), or "" */
+    float *bias;        /* MoE: the selection bias, (layers, E) */
 } Reading;
 
-static bool read_one(void *ctx, TensorKind kind, int layer, size_t rows, size_t cols) {
+static bool read_one(void *ctx, const StPiece *p) {
     Reading *r = ctx;
-    char name[160] = "";
-    if (gpt_tensor_is_adapter(kind)) snprintf(name, sizeof name, PEFT_PREFIX);
-    full_name(kind, layer, name + strlen(name), sizeof name - strlen(name));
-    return read_tensor(r->file, name, rows, cols, hf_name(kind).conv1d,
-                       r->params + gpt_tensor_offset(r->cfg, kind, layer));
+    char name[200];
+    snprintf(name, sizeof name, "%s%s", r->prefix, p->name);
+    if (p->state && !lookup(r->file, name)) return true; /* no selection bias: 0 */
+    return read_tensor(r->file, name, p->rows, p->cols, p->conv1d, (p->state ? r->bias : r->params) + p->offset);
 }
 
 /* lm_head.weight, if present, must be wte (tied). */
@@ -465,13 +486,14 @@ static bool check_head(StFile *f, const GPT *model) {
 bool safetensors_try_read_params(const char *path, GPT *model, char *why, size_t why_size) {
     const GPTConfig *cfg = &model->cfg;
     StFile f;
-    bool ok = st_try_open(&f, path) && check_names(&f, cfg->num_layers);
+    bool ok = st_try_open(&f, path) && check_names(&f, cfg);
     if (ok && count_layers(&f) != cfg->num_layers) {
         snprintf(f.why, sizeof f.why, "%s holds %d layers, not %d", path, count_layers(&f), cfg->num_layers);
         ok = false;
     }
     if (ok) memset(model->params, 0, model->num_params * sizeof(float)); /* wte's padded rows stay 0 */
-    Reading r = {&f, cfg, model->params};
+    if (ok && model->moe_bias) memset(model->moe_bias, 0, (size_t)cfg->num_layers * cfg->experts * sizeof(float));
+    Reading r = {&f, cfg, model->params, "", model->moe_bias};
     ok = ok && for_each_tensor(cfg, MODEL_KINDS, read_one, &r) && check_head(&f, model);
     if (!ok) give_reason(&f, why, why_size);
     st_close(&f);
@@ -505,7 +527,7 @@ static bool check_adapter_names(StFile *f, const GPTConfig *cfg) {
 
 void safetensors_read_adapters(const char *path, const GPTConfig *cfg, float *params) {
     StFile f;
-    Reading r = {&f, cfg, params};
+    Reading r = {&f, cfg, params, PEFT_PREFIX, NULL};
     bool ok = st_try_open(&f, path) && check_adapter_names(&f, cfg) && for_each_tensor(cfg, ADAPTER_KINDS, read_one, &r);
     char why[4608];
     if (!ok) give_reason(&f, why, sizeof why);
@@ -520,13 +542,16 @@ static json_t *metadata(const GPTConfig *cfg) {
     snprintf(v[0], 16, "%d", cfg->num_layers), snprintf(v[1], 16, "%d", cfg->num_heads);
     snprintf(v[2], 16, "%d", cfg->channels), snprintf(v[3], 16, "%d", cfg->max_seq_len);
     snprintf(v[4], 16, "%d", cfg->vocab_size);
-    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "format", "pt", "n_layer", v[0], "n_head", v[1], "n_embd",
-                     v[2], "n_positions", v[3], "vocab_size", v[4]);
+    json_t *meta = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "format", "pt", "n_layer", v[0], "n_head", v[1],
+                             "n_embd", v[2], "n_positions", v[3], "vocab_size", v[4]);
+    if (gpt_is_moe(cfg)) st_moe_describe(cfg, meta, true); /* a lone file states its experts too */
+    return meta;
 }
 
 typedef struct {
     const GPTConfig *cfg;
     const float *params;
+    const float *bias; /* MoE: the selection bias, (layers, E) */
     const char *prefix;
     json_t *header;
     size_t at;         /* the header pass: bytes of the data area so far */
@@ -534,12 +559,11 @@ typedef struct {
     const char *path;
 } Writing;
 
-static bool describe_one(void *ctx, TensorKind kind, int layer, size_t rows, size_t cols) {
+static bool describe_one(void *ctx, const StPiece *p) {
     Writing *w = ctx;
-    char name[160];
-    snprintf(name, sizeof name, "%s", w->prefix);
-    full_name(kind, layer, name + strlen(name), sizeof name - strlen(name));
-    size_t bytes = rows * (cols ? cols : 1) * sizeof(float);
+    char name[200];
+    snprintf(name, sizeof name, "%s%s", w->prefix, p->name);
+    const size_t rows = p->rows, cols = p->cols, bytes = rows * (cols ? cols : 1) * sizeof(float);
     json_t *shape = cols ? json_pack("[I, I]", (json_int_t)rows, (json_int_t)cols) : json_pack("[I]", (json_int_t)rows);
     json_object_set_new(w->header, name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape,
                                                    "data_offsets", (json_int_t)w->at, (json_int_t)(w->at + bytes)));
@@ -547,23 +571,24 @@ static bool describe_one(void *ctx, TensorKind kind, int layer, size_t rows, siz
     return true;
 }
 
-static bool write_one(void *ctx, TensorKind kind, int layer, size_t rows, size_t cols) {
+static bool write_one(void *ctx, const StPiece *p) {
     Writing *w = ctx;
-    const float *src = w->params + gpt_tensor_offset(w->cfg, kind, layer);
-    const size_t width = cols ? cols : 1, count = rows * width;
+    const float *src = (p->state ? w->bias : w->params) + p->offset;
+    const size_t rows = p->rows, width = p->cols ? p->cols : 1, count = rows * width;
     float *buf = bs_malloc(count * sizeof(float));
     for (size_t i = 0; i < rows; i++) /* the file's (rows, cols); Conv1D weights are ours transposed */
-        for (size_t j = 0; j < width; j++) buf[i * width + j] = hf_name(kind).conv1d ? src[j * rows + i] : src[i * width + j];
+        for (size_t j = 0; j < width; j++) buf[i * width + j] = p->conv1d ? src[j * rows + i] : src[i * width + j];
     bs_fwrite_all(buf, count * sizeof(float), w->out, w->path);
     free(buf);
     return true;
 }
 
-/* The tensors of `set` in cfg's layout from params, atomically. */
-static void write_tensors(const char *path, const GPTConfig *cfg, const float *params, KindSet set, json_t *meta) {
+/* The tensors of `set` in cfg's layout from params (and an MoE model's selection bias), atomically. */
+static void write_tensors(const char *path, const GPTConfig *cfg, const float *params, const float *bias, KindSet set,
+                          json_t *meta) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    Writing w = {cfg, params, set.prefix, json_object(), 0, NULL, tmp};
+    Writing w = {cfg, params, bias, set.prefix, json_object(), 0, NULL, tmp};
     json_object_set_new(w.header, "__metadata__", meta);
     for_each_tensor(cfg, set, describe_one, &w);
     char *text = json_dumps(w.header, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -582,11 +607,11 @@ static void write_tensors(const char *path, const GPTConfig *cfg, const float *p
 }
 
 void safetensors_write(const char *path, const GPT *model) {
-    write_tensors(path, &model->cfg, model->params, MODEL_KINDS, metadata(&model->cfg));
+    write_tensors(path, &model->cfg, model->params, model->moe_bias, MODEL_KINDS, metadata(&model->cfg));
 }
 
 void safetensors_write_adapters(const char *path, const GPTConfig *cfg, const float *params) {
-    write_tensors(path, cfg, params, ADAPTER_KINDS, json_pack("{s:s}", "format", "pt"));
+    write_tensors(path, cfg, params, NULL, ADAPTER_KINDS, json_pack("{s:s}", "format", "pt"));
 }
 
 void safetensors_write_hf_config(const char *path, const GPTConfig *cfg) {
@@ -596,6 +621,11 @@ void safetensors_write_hf_config(const char *path, const GPTConfig *cfg) {
                           "vocab_size", cfg->vocab_size, "activation_function", "gelu_new", "layer_norm_epsilon",
                           1e-5, "resid_pdrop", 0.0, "embd_pdrop", 0.0, "attn_pdrop", 0.0, "scale_attn_weights", 1,
                           "tie_word_embeddings", 1, "n_inner");
+    if (gpt_is_moe(cfg)) { /* no transformers class: a model_type its Auto classes refuse (safetensors_moe.h) */
+        json_object_set_new(j, "architectures", json_pack("[s]", "GPT2MoEForCausalLM"));
+        json_object_set_new(j, "model_type", json_string(ST_MOE_MODEL_TYPE));
+        st_moe_describe(cfg, j, false);
+    }
     char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     bs_write_file_atomic(path, text, strlen(text));
     free(text);

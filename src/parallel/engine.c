@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/io.h"
 #include "model/model_file.h"
+#include "model/moe_upcycle.h"
 #include "model/safetensors_file.h"
 #include "parallel/model_parallel.h"
 #include "parallel/moe_hooks.h"
@@ -93,8 +94,28 @@ static GPTConfig chunk_config(const Engine *e, const GPTConfig *whole, int tp_in
     return c;
 }
 
-/* Parameters from the llm.c file, the seeded initialisation, or (ZeRO-3)
- * the seeded values of this rank's shard only. */
+/* The whole model from the --init-from file: as it is, or (a dense file, an
+ * MoE model) upcycled, the router seeded (model/moe_upcycle.h). */
+static void read_init_file(const Engine *e, const GPTConfig *whole, GPT *file) {
+    GPTConfig stated = {.num_heads = whole->num_heads};
+    model_file_read_config(e->cfg.init_from, &stated);
+    if (!gpt_is_moe(whole) || gpt_is_moe(&stated)) {
+        model_file_read_params(e->cfg.init_from, file);
+        return;
+    }
+    GPT dense;
+    gpt_create_with(&dense, &stated, GPT_ALLOC_PARAMS);
+    model_file_read_params(e->cfg.init_from, &dense);
+    gpt_init_weights(file, e->cfg.seed);
+    char why[256];
+    if (!moe_upcycle(&dense, file, e->cfg.seed, e->cfg.upcycle_noise, why, sizeof why))
+        bs_die("--init-from %s: %s", e->cfg.init_from, why);
+    gpt_free(&dense);
+}
+
+/* Parameters from the model file, the seeded initialisation, or (ZeRO-3)
+ * the seeded values of this rank's shard only. An MoE model's selection bias
+ * (its stage's layers) comes with the file's parameters. */
 static void init_chunk(Engine *e, EngineChunk *ch, const GPTConfig *whole) {
     const GPTConfig *mc = &ch->model.cfg;
     size_t shard_off, shard_cnt;
@@ -102,10 +123,13 @@ static void init_chunk(Engine *e, EngineChunk *ch, const GPTConfig *whole) {
     if (e->cfg.init_from) {
         GPT file;
         gpt_create_with(&file, whole, GPT_ALLOC_PARAMS);
-        model_file_read_params(e->cfg.init_from, &file);
+        read_init_file(e, whole, &file);
         float *dst = dp_params_at(ch->dp, 0, ch->model.num_params);
         if (dst) mp_copy_from_logical(mc, file.params, dst, 0, ch->model.num_params);
         else mp_copy_from_logical(mc, file.params, dp_update_params(ch->dp), shard_off, shard_cnt);
+        if (file.moe_bias)
+            memcpy(ch->model.moe_bias, file.moe_bias + (size_t)gpt_first_layer(mc) * whole->experts,
+                   (size_t)gpt_stage_layers(mc) * whole->experts * sizeof(float));
         gpt_free(&file);
     } else if (ch->model.params) {
         gpt_init_weights(&ch->model, e->cfg.seed);

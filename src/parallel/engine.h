@@ -52,7 +52,8 @@ typedef struct {
     DPOptions data_parallel;   /* ZeRO stage, buckets, compression */
     OptimizerConfig optimizer;
     uint64_t seed;             /* initialisation */
-    const char *init_from;     /* an llm.c model file to start from, or NULL */
+    const char *init_from;     /* a model file to start from (llm.c or safetensors), or NULL */
+    double upcycle_noise;      /* a dense init_from into an MoE model: each expert's perturbation (moe_upcycle.h) */
     bool bf16;
     MatmulBF16Path bf16_path;
     bool measure_micro_norms;  /* noise scale: every micro-step's local gradient norm */

@@ -28,7 +28,7 @@ void moe_train_setup(Trainer *tr) {
         GPT *model = &engine_chunk(tr->engine, c)->model;
         const int first = gpt_first_layer(&model->cfg);
         for (int l = first; l < first + gpt_stage_layers(&model->cfg); l++)
-            if (gpt_layer_is_moe(cfg, l)) {
+            if (gpt_layer_is_moe(cfg, l) && tr->cfg.moe_skew != 1) {
                 float *row = model->params + gpt_tensor_offset(&model->cfg, TK_ROUTER, l); /* expert 0's */
                 for (int j = 0; j < cfg->channels; j++) row[j] *= (float)tr->cfg.moe_skew;
             }
@@ -87,47 +87,70 @@ void moe_gather_bias(const Trainer *tr, float *out) {
 
 static void bias_path(char *out, size_t n, const char *dir) { snprintf(out, n, "%s/moe_bias.bin", dir); }
 
-void moe_ckpt_save(const Trainer *tr, const char *dir) {
-    if (!gpt_is_moe(&tr->model)) return;
-    const uint32_t head[2] = {(uint32_t)tr->model.num_layers, (uint32_t)tr->model.experts};
-    float *bias = bs_malloc((size_t)head[0] * head[1] * sizeof(float));
-    moe_gather_bias(tr, bias); /* every rank: a collective over the pipeline group */
-    if (tr->rank == 0) {
-        char path[4200];
-        bias_path(path, sizeof path, dir);
-        FILE *f = fopen(path, "wb");
-        if (!f) bs_die("cannot write %s", path);
-        bs_fwrite_all(MOE_CKPT_MAGIC, 8, f, path);
-        bs_fwrite_all(head, sizeof head, f, path);
-        bs_fwrite_all(bias, (size_t)head[0] * head[1] * sizeof(float), f, path);
-        bs_fclose_synced(f, path);
-    }
-    free(bias);
-}
-
-void moe_ckpt_resume(Trainer *tr, const char *dir) {
+void moe_bias_file_write(const char *dir, int layers, int experts, const float *bias) {
+    const uint32_t head[2] = {(uint32_t)layers, (uint32_t)experts};
     char path[4200];
     bias_path(path, sizeof path, dir);
-    const bool moe = gpt_is_moe(&tr->model), has = bs_path_exists(path);
-    if (!moe && has) bs_die("checkpoint %s holds an MoE model (%s): resume with its --experts", dir, path);
-    if (!moe) return;
-    if (!has) bs_die("checkpoint %s holds no MoE balancing bias (moe_bias.bin): it was written by a dense model, "
-                     "not --experts %d", dir, tr->model.experts);
+    FILE *f = fopen(path, "wb");
+    if (!f) bs_die("cannot write %s", path);
+    bs_fwrite_all(MOE_CKPT_MAGIC, 8, f, path);
+    bs_fwrite_all(head, sizeof head, f, path);
+    bs_fwrite_all(bias, (size_t)head[0] * head[1] * sizeof(float), f, path);
+    bs_fclose_synced(f, path);
+}
+
+float *moe_bias_file_read(const char *dir, int *layers, int *experts) {
+    char path[4200];
+    bias_path(path, sizeof path, dir);
+    if (!bs_path_exists(path)) return NULL;
     size_t len;
     char *data = bs_read_file(path, &len);
     uint32_t head[2] = {0, 0};
     if (len >= 16) memcpy(head, data + 8, sizeof head);
     if (len < 16 || memcmp(data, MOE_CKPT_MAGIC, 8) != 0 || len != 16 + (size_t)head[0] * head[1] * sizeof(float))
         bs_die("%s is damaged (not a batchscale MoE bias file)", path);
-    if ((int)head[0] != tr->model.num_layers || (int)head[1] != tr->model.experts)
-        bs_die("checkpoint %s holds an MoE model of %u experts in %u layers, not --experts %d in %d", dir, head[1],
-               head[0], tr->model.experts, tr->model.num_layers);
-    const float *bias = (const float *)(data + 16); /* every layer's, dense ones zero */
-    for (int c = 0; c < engine_num_chunks(tr->engine); c++) { /* this rank's layers */
+    *layers = (int)head[0], *experts = (int)head[1];
+    float *bias = bs_malloc(len - 16 + sizeof(float));
+    memcpy(bias, data + 16, len - 16);
+    free(data);
+    return bias;
+}
+
+void moe_bias_file_load(const char *dir, GPT *model) {
+    int layers = 0, experts = 0;
+    float *bias = moe_bias_file_read(dir, &layers, &experts);
+    if (!bias || layers != model->cfg.num_layers || experts != model->cfg.experts)
+        bs_die("checkpoint %s holds an MoE model without its selection bias for %d experts in %d layers "
+               "(moe_bias.bin missing or of another shape)", dir, model->cfg.experts, model->cfg.num_layers);
+    memcpy(model->moe_bias, bias, (size_t)layers * experts * sizeof(float));
+    free(bias);
+}
+
+void moe_ckpt_save(const Trainer *tr, const char *dir) {
+    if (!gpt_is_moe(&tr->model)) return;
+    const int L = tr->model.num_layers, E = tr->model.experts;
+    float *bias = bs_malloc((size_t)L * E * sizeof(float));
+    moe_gather_bias(tr, bias); /* every rank: a collective over the pipeline group */
+    if (tr->rank == 0) moe_bias_file_write(dir, L, E, bias);
+    free(bias);
+}
+
+void moe_ckpt_resume(Trainer *tr, const char *dir) {
+    int layers = 0, experts = 0;
+    float *bias = moe_bias_file_read(dir, &layers, &experts);
+    const bool moe = gpt_is_moe(&tr->model);
+    if (!moe && bias) bs_die("checkpoint %s holds an MoE model (moe_bias.bin): resume with its --experts", dir);
+    if (!moe) return;
+    if (!bias) bs_die("checkpoint %s holds no MoE balancing bias (moe_bias.bin): it was written by a dense model, "
+                      "not --experts %d", dir, tr->model.experts);
+    if (layers != tr->model.num_layers || experts != tr->model.experts)
+        bs_die("checkpoint %s holds an MoE model of %d experts in %d layers, not --experts %d in %d", dir, experts,
+               layers, tr->model.experts, tr->model.num_layers);
+    for (int c = 0; c < engine_num_chunks(tr->engine); c++) { /* this rank's layers; dense ones zero */
         GPT *model = &engine_chunk(tr->engine, c)->model;
         const size_t E = (size_t)tr->model.experts;
         memcpy(model->moe_bias, bias + (size_t)gpt_first_layer(&model->cfg) * E,
                (size_t)gpt_stage_layers(&model->cfg) * E * sizeof(float));
     }
-    free(data);
+    free(bias);
 }

@@ -20,7 +20,8 @@
  *   floats (layer by layer; the dense layers of --moe-every N > 1 zero)
  * read on every rank at resume (each takes its stage's layers); a checkpoint
  * of another MoE shape (or of a dense model, which has no such file) is
- * refused in one line. */
+ * refused in one line. The bias goes into and comes from model files as
+ * h.N.mlp.gate.e_score_correction_bias (model/safetensors_moe.h). */
 #ifndef BS_TRAIN_MOE_TRAIN_H
 #define BS_TRAIN_MOE_TRAIN_H
 
@@ -38,6 +39,12 @@ void moe_train_end_step(Trainer *tr, bool updated);
 void moe_gather_bias(const Trainer *tr, float *out);
 /* A collective (moe_gather_bias); world rank 0 writes the file. */
 void moe_ckpt_save(const Trainer *tr, const char *dir);
+/* The file alone (ckpt export and import): (layers, E) floats; reading
+ * returns a new array (NULL: no such file; dies if damaged). */
+void moe_bias_file_write(const char *dir, int layers, int experts, const float *bias);
+float *moe_bias_file_read(const char *dir, int *layers, int *experts);
+/* A checkpoint's bias into a whole MoE model (ckpt export, sample); dies in one line if absent or misshapen. */
+void moe_bias_file_load(const char *dir, GPT *model);
 void moe_ckpt_resume(Trainer *tr, const char *dir);
 
 #endif

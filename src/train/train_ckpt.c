@@ -477,6 +477,9 @@ void train_resume(Trainer *tr) {
                "%d --moe-top-k %d --moe-ffn %d --moe-every %d; resume with the same", dir, a->experts, a->moe_top_k,
                a->moe_ffn, every_a, b->experts, b->moe_top_k, b->moe_ffn, every_b);
     if (gpt_is_moe(a)) check_resume_gates(dir, a, b);
+    if (gpt_is_moe(a) && a->moe_router != CKPT_UNRECORDED && a->moe_router != b->moe_router)
+        bs_die("checkpoint %s was trained with --router %s, not %s; resume with the same", dir,
+               moe_router_name((MoeRouter)a->moe_router), moe_router_name((MoeRouter)b->moe_router));
     const char *opt = optimizer_kind_name(tr->cfg.optimizer);
     if (strcmp(m->optimizer, opt) != 0)
         bs_die("checkpoint %s was written with --optimizer %s, not %s; its optimizer state does not carry over", dir,

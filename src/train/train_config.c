@@ -10,6 +10,7 @@
 #include "kernels/kernels.h"
 #include "model/lora.h"
 #include "model/moe.h"
+#include "model/model_file.h"
 
 const char *const TRAIN_PRECISION_WORDS[] = {"fp32", "bf16", "fp8", NULL};
 const char *const TRAIN_BF16_MATMUL_WORDS[] = {"auto", "onednn", "widen", NULL};
@@ -193,8 +194,8 @@ static const char *moe_refusal(const TrainConfig *c) {
            : c->lora_rank > 0 ? "--lora-rank"
            : c->balance ? "--balance (every replica runs the same micro-steps: the MoE statistics are summed per micro-step)"
            : c->local_steps > 0 ? "--local-steps (DiLoCo workers would share routing statistics every micro-step)"
-           : (c->init_from && *c->init_from) ? "--init-from (model files hold dense GPT-2 models)"
-           : (c->save_model && *c->save_model) ? "--save-model (an MoE model is kept in checkpoints only)"
+           : (c->save_model && *c->save_model && !model_file_is_safetensors_name(c->save_model))
+               ? "--save-model to an llm.c file (it holds a dense GPT-2: give a name ending in .safetensors)"
            : NULL;
 }
 

@@ -177,6 +177,7 @@ typedef struct {
     double moe_aux_loss, moe_z_loss, moe_bias_update;
     int moe_every, ep;               /* ep: expert-parallel ranks inside dp (parallel/grid.h) */
     double moe_skew;                 /* tests: every MoE layer's router row of expert 0 starts multiplied by this */
+    double upcycle_noise;            /* --init-from a dense file with --experts: each expert's perturbation */
 } TrainConfig;
 
 /* Everything that can be checked without the process group: flag

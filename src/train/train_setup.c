@@ -158,6 +158,7 @@ static void setup_engine(Trainer *tr) {
                        .stage_layers = layers, .schedule = c->pp_schedule, .micro_batch = c->micro_batch,
                        .seq_len = c->seq_len, .seed = (uint64_t)c->seed,
                        .init_from = option_given(c->init_from) ? c->init_from : NULL,
+                       .upcycle_noise = c->upcycle_noise,
                        .bf16 = c->precision == PRECISION_BF16, .bf16_path = c->bf16_matmul,
                        .measure_micro_norms = c->noise_scale};
     const Fp8Options fp8 = {c->fp8_recipe, c->fp8_amax_history, c->fp8_amax_algo, c->fp8_margin};

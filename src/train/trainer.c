@@ -18,7 +18,6 @@
 #include "core/trace.h"
 #include "model/adapter_config.h"
 #include "model/gpt.h"
-#include "model/llmc_file.h"
 #include "model/model_file.h"
 #include "model/safetensors_file.h"
 #include "optim/grad_norm.h"
@@ -324,10 +323,10 @@ static void export_models(Trainer *tr) {
     if (tr->rank == 0 && c->lora_merge) gpt_merge_adapters(&m); /* model files hold the base tensors only */
     if (tr->rank == 0) {
         if (option_given(c->save_model)) model_file_write(c->save_model, &m);
-        if (option_given(c->out) && !gpt_is_moe(&m.cfg)) { /* an MoE model lives in the checkpoints only */
+        if (option_given(c->out)) { /* an MoE model in safetensors: llm.c's file cannot hold its experts */
             char path[4200];
-            snprintf(path, sizeof path, "%s/model.bin", c->out);
-            llmc_model_write(path, &m);
+            snprintf(path, sizeof path, gpt_is_moe(&m.cfg) ? "%s/model.safetensors" : "%s/model.bin", c->out);
+            model_file_write(path, &m);
         }
     }
     gpt_free(&m);

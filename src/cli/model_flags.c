@@ -1,0 +1,61 @@
+/* model_flags.c: an MoE --init-from file's shape into train's flags (see model_flags.h). */
+#include "cli/model_flags.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "model/moe.h"
+#include "model/model_file.h"
+
+static void value_text(const char *name, int value, char *out, size_t n) {
+    if (strcmp(name, "router") == 0) snprintf(out, n, "%s", moe_router_name((MoeRouter)value));
+    else snprintf(out, n, "%d", value);
+}
+
+/* The router's gates and scale the file states; --moe-gates / --moe-routed-scale given otherwise are refused
+ * (unnormalized and pre-softmax give the same numbers). */
+static void adopt_gates(TrainConfig *c, const GPTConfig *file, bool gates_given, bool scale_given) {
+    const MoeGates given = (MoeGates)train_moe_gates(c), stated = (MoeGates)file->moe_gates;
+    if (gates_given && (given == MOE_GATES_NORMALIZED) != (stated == MOE_GATES_NORMALIZED))
+        bs_die("--moe-gates %s contradicts --init-from %s, whose gates are %s (leave the flag out: the file sets it)",
+               moe_gates_name(given), c->init_from, moe_gates_name(stated));
+    if (scale_given && c->moe_routed_scale != file->moe_routed_scale)
+        bs_die("--moe-routed-scale %g contradicts --init-from %s, whose routed_scaling_factor is %g (leave the flag "
+               "out: the file sets it)", c->moe_routed_scale, c->init_from, file->moe_routed_scale);
+    if (!gates_given) c->moe_gates = (int)stated + 1;
+    c->moe_routed_scale = file->moe_routed_scale;
+}
+
+void model_flags_adopt(TrainConfig *c, const OptionSpec *specs, int count, int argc, char **argv) {
+    if (!c->init_from || !*c->init_from) return;
+    GPTConfig file = {.num_heads = c->heads};
+    model_file_read_config(c->init_from, &file);
+    const bool upcycle = !gpt_is_moe(&file) && c->experts > 1; /* a dense file into an MoE model */
+    if (options_given(specs, count, argc, argv, "upcycle-noise") && !upcycle)
+        bs_die("--upcycle-noise needs --init-from a dense model and --experts E (%s is %s)", c->init_from,
+               gpt_is_moe(&file) ? "an MoE model already" : "dense but --experts is not given");
+    if (upcycle && c->moe_ffn > 0 && c->moe_ffn != 4 * file.channels)
+        bs_die("--moe-ffn %d: upcycling --init-from %s copies its MLP (hidden width %d) into every expert; leave "
+               "--moe-ffn out", c->moe_ffn, c->init_from, 4 * file.channels);
+    if (!gpt_is_moe(&file)) return;
+    const int ffn = c->moe_ffn > 0 ? c->moe_ffn : 4 * file.channels; /* 0: 4 x channels */
+    const struct { const char *name; int *flag; int given_value, file_value; } fields[] = {
+        {"experts", &c->experts, c->experts, file.experts},
+        {"moe-top-k", &c->moe_top_k, c->moe_top_k, file.moe_top_k},
+        {"moe-ffn", &c->moe_ffn, ffn, file.moe_ffn},
+        {"moe-every", &c->moe_every, c->moe_every, file.moe_every > 1 ? file.moe_every : 1},
+        {"router", &c->moe_router, c->moe_router, file.moe_router}};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        if (options_given(specs, count, argc, argv, fields[i].name) && fields[i].given_value != fields[i].file_value) {
+            char given[32], stated[32];
+            value_text(fields[i].name, *fields[i].flag, given, sizeof given);
+            value_text(fields[i].name, fields[i].file_value, stated, sizeof stated);
+            bs_die("--%s %s contradicts --init-from %s, an MoE model of --%s %s (leave the flag out: the file sets it)",
+                   fields[i].name, given, c->init_from, fields[i].name, stated);
+        }
+        *fields[i].flag = fields[i].file_value;
+    }
+    adopt_gates(c, &file, options_given(specs, count, argc, argv, "moe-gates"),
+                options_given(specs, count, argc, argv, "moe-routed-scale"));
+}
