@@ -25,6 +25,7 @@ src/model/moe_upcycle.h, src/cli/model_flags.h).
    --router, or --router against the recorded one, or resumed with another --router.
 usage: test_moe_export.py MOE_GPT_DUMP   (BATCHSCALE in the environment)
 """
+import glob
 import json
 import os
 import shutil
@@ -375,7 +376,9 @@ def refusals(tmp, data, ck, out, dense):
     base = ["--steps", "1", "--lr", "0", "--min-lr", "0"]
     for extra, text in [(["--moe-top-k", "1"], "--moe-top-k 1 contradicts"), (["--experts", "8"], "--experts 8"),
                         (["--experts", "1"], "--experts 1"), (["--router", "softmax"], "--router softmax"),
-                        (["--moe-every", "1"], "--moe-every 1"), (["--upcycle-noise", "0"], "--upcycle-noise")]:
+                        (["--moe-every", "1"], "--moe-every 1"), (["--upcycle-noise", "0"], "--upcycle-noise"),
+                        (["--moe-gates", "unnormalized"], "--moe-gates unnormalized contradicts"),
+                        (["--moe-routed-scale", "2"], "--moe-routed-scale 2 contradicts")]:
         refused(train(tmp, "bad", data, ["--init-from", out] + base + extra, check_rc=False), text,
                 f"--init-from an MoE directory with {' '.join(extra)}")
     refused(train(tmp, "bad", data, ["--init-from", dense, "--experts", "4", "--moe-ffn", "64"] + base,
@@ -390,12 +393,20 @@ def refusals(tmp, data, ck, out, dense):
              ("dense_too", lambda t: t.update({x + "c_fc.bias": t[x + "experts.0.c_fc.bias"]}), None,
               "unexpected tensor " + x + "c_fc.bias"),
              ("no_fields", lambda t: None, lambda c: c.pop("num_experts"), "MoE tensors need num_experts"),
-             ("unnormalised", lambda t: None, lambda c: c.update(norm_topk_prob=False), "norm_topk_prob")]
+             ("bad_norm", lambda t: None, lambda c: c.update(norm_topk_prob="maybe"), "norm_topk_prob must be true or")]
     for name, edit, config_edit, text in cases:
         d = crafted(tmp, out, "st_" + name, edit, config_edit)
         p = launch(["ckpt", "import", "--from", d, "--out", os.path.join(tmp, "imp_" + name), "--global-batch", "4"],
                    1, check=False)
         refused(p, text, f"ckpt import of a directory with {name.replace('_', ' ')}")
+    d = crafted(tmp, out, "st_unnormalized", lambda t: None, lambda c: c.update(norm_topk_prob=False,
+                                                                                   routed_scaling_factor=2.5))
+    imported = os.path.join(tmp, "imp_unnormalized")
+    launch(["ckpt", "import", "--from", d, "--out", imported, "--global-batch", "4"], 1)
+    manifests = glob.glob(os.path.join(imported, "step_*", "manifest.json"))
+    moe = json.load(open(manifests[0]))["model"]["moe"] if manifests else {}
+    check(moe.get("gates") == "unnormalized" and moe.get("routed_scale") == 2.5,
+          f"norm_topk_prob false, routed_scaling_factor 2.5 import as --moe-gates unnormalized, scale 2.5: {moe}")
 
 
 def main():

@@ -81,6 +81,7 @@ static bool field_text(json_t *from, const char *key, char *out, size_t n) {
     json_t *v = json_object_get(from, key);
     if (json_is_string(v)) snprintf(out, n, "%s", json_string_value(v));
     else if (json_is_integer(v)) snprintf(out, n, "%lld", (long long)json_integer_value(v));
+    else if (json_is_real(v)) snprintf(out, n, "%.17g", json_real_value(v));
     else if (json_is_boolean(v)) snprintf(out, n, "%s", json_is_true(v) ? "true" : "false");
     else return false;
     return true;
