@@ -36,6 +36,13 @@ void model_file_read_params(const char *path, GPT *model) {
     else llmc_model_read_params(file, model);
 }
 
+LlmcReader *model_file_open_llmc(const char *path, const GPTConfig *cfg) {
+    char buf[4200];
+    const char *file = resolve(path, buf, sizeof buf);
+    if (model_file_is_safetensors_name(file) || safetensors_is_file(file)) return NULL;
+    return llmc_reader_open(file, cfg);
+}
+
 void model_file_write(const char *path, const GPT *model) {
     if (gpt_is_moe(&model->cfg)) bs_die("%s: an MoE model is kept in checkpoints only (model files hold dense GPT-2 models)", path);
     if (model_file_is_safetensors_name(path)) safetensors_write(path, model);

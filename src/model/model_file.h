@@ -10,12 +10,16 @@
 #include <stdbool.h>
 
 #include "model/gpt.h"
+#include "model/llmc_file.h"
 
 /* The shape into cfg (cfg->num_heads is kept where a safetensors file does
  * not say); dies with one line naming the file. */
 void model_file_read_config(const char *path, GPTConfig *cfg);
 /* The weights into a whole model created with that config. */
 void model_file_read_params(const char *path, GPT *model);
+/* An llm.c file opened for reading tensor by tensor (model/llmc_file.h);
+ * NULL for a safetensors file. */
+LlmcReader *model_file_open_llmc(const char *path, const GPTConfig *cfg);
 /* Writes atomically: safetensors if path ends in .safetensors, else llm.c. */
 void model_file_write(const char *path, const GPT *model);
 bool model_file_is_safetensors_name(const char *path);
