@@ -12,7 +12,8 @@ loss after the last step (a validation loss over 16 batches) of the NF4 and
 bf16 bases and their relative gap; the bytes the frozen base holds
 (state_bytes - the adapters' state). The fp32 run's memory is taken from a
 3-step run (the peak is reached in the first step: nothing is allocated
-inside the loop). What stays fp32 with NF4: wte (50304 x 768 with its
+inside the loop). The three runs go at once, one thread each: only memory
+and losses are reported, which do not depend on the machine's load. What stays fp32 with NF4: wte (50304 x 768 with its
 padding, 154 MB), wpe, LayerNorms and biases; with one fp32 matrix of
 scratch (the largest, fc: 9.4 MB) for the dequantized weight in use, and the
 activations. So the ratio is bounded below by (wte + NF4 linear) / (wte +
@@ -30,22 +31,28 @@ from bench_fp8 import corpus  # noqa: E402
 
 STEPS = int(os.environ.get("BS_BENCH_NF4_STEPS", os.environ.get("BS_BENCH_STEPS", 200)))
 SHAPE = ["--layers", "12", "--heads", "12", "--channels", "768", "--vocab-size", "50257", "--seq-len", "32"]
-COMMON = ["--micro-batch", "1", "--global-batch", "1", "--sample-tokens", "0", "--threads", "2", "--quiet"]
+COMMON = ["--micro-batch", "1", "--global-batch", "1", "--sample-tokens", "0", "--threads", "1", "--quiet"]
 LORA = ["--lora-rank", "8", "--lora-alpha", "16", "--lr", "1e-3", "--min-lr", "1e-4", "--warmup", "20"]
 PROBE = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
          "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
 
 
-def run(bs, data, d, name, extra):
-    """One training run under the memory probe: (metrics rows, peak resident MB)."""
+def start(bs, data, d, name, extra):
+    """One training run under the memory probe, started."""
     metrics = os.path.join(d, name + ".jsonl")
     cmd = [bs, "train", "--data", os.path.join(data, "train_000000.bin"), "--val-data",
            os.path.join(data, "val_000000.bin"), "--metrics", metrics] + SHAPE + COMMON + extra
-    p = subprocess.run([sys.executable, "-c", PROBE] + cmd, capture_output=True, text=True,
-                       env=dict(os.environ, OMP_NUM_THREADS="2"))
+    return subprocess.Popen([sys.executable, "-c", PROBE] + cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, OMP_NUM_THREADS="1")), metrics
+
+
+def finish(name, started):
+    """Its metrics rows and peak resident MB."""
+    p, metrics = started
+    out, err = p.communicate()
     if p.returncode != 0:
-        raise SystemExit(f"bench_nf4: {name} failed (exit {p.returncode}):\n{p.stderr}")
-    return [json.loads(line) for line in open(metrics)], int(p.stdout.split()[-1]) / 1024
+        raise SystemExit(f"bench_nf4: {name} failed (exit {p.returncode}):\n{err}")
+    return [json.loads(line) for line in open(metrics)], int(out.split()[-1]) / 1024
 
 
 def main():
@@ -58,15 +65,17 @@ def main():
         subprocess.run([bs, "train", "--data", os.path.join(data, "train_000000.bin"), "--steps", "1", "--lr", "0",
                         "--min-lr", "0", "--eval-every", "0", "--save-model", base] + SHAPE + COMMON,
                        check=True, env=dict(os.environ, OMP_NUM_THREADS="2"))
-        start = ["--init-from", base] + LORA
+        begin = ["--init-from", base] + LORA
+        runs = {kind: start(bs, data, d, kind, begin + ["--base-weights", kind, "--steps", str(steps),
+                                                         "--eval-every", str(steps), "--val-batches", "16"])
+                for kind, steps in (("fp32", 3), ("bf16", STEPS), ("nf4", STEPS))}
         rows = {}
-        for kind, steps in (("fp32", 3), ("bf16", STEPS), ("nf4", STEPS)):
-            m, rss = run(bs, data, d, kind, start + ["--base-weights", kind, "--steps", str(steps),
-                                                     "--eval-every", str(steps), "--val-batches", "16"])
+        for kind, started in runs.items():
+            m, rss = finish(kind, started)
             last = m[-1]
+            steps = last["step"]
             rows[kind] = {"peak_rss_mb": rss, "steps": steps, "val_loss": last.get("val_loss"),
-                          "loss": last["loss"], "state_bytes": last["state_bytes"],
-                          "tokens_per_s": last.get("tokens_per_s")}
+                          "loss": last["loss"], "state_bytes": last["state_bytes"]}
         fp32 = rows["fp32"]["peak_rss_mb"]
         print(f"LoRA rank 8 over a 124M-class base (L=12 C=768 V=50257), seq 32, batch 1, {STEPS} steps:")
         print(f"{'base':6} {'peak RSS MB':>12} {'vs fp32':>8} {'state bytes':>12} {'val loss':>9}")

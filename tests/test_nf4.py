@@ -27,10 +27,12 @@ there; either way the block dequantizes to zeros).
    transcription's value for value.
 2. A LoRA run with --base-weights nf4 equals, bit for bit (losses and merged
    weights), fp32 LoRA over a file whose linear weights are the
-   transcription's dequantized NF4; with --lr 0 the merged model is that file.
+   transcription's dequantized NF4, and itself from the same base saved as
+   safetensors; with --lr 0 the merged model is that file.
 3. Streaming: each layer (C 768) of a base read from a file adds to the
    peak resident memory its weights' bytes once: at most 1.25x their fp32
-   bytes with an fp32 base (loading through a second fp32 copy made it 2x),
+   bytes with an fp32 base, from an llm.c or a safetensors file (loading
+   through a second fp32 copy made it 2x),
    and NF4's bytes + 15% of fp32's with an NF4 base; and NF4 saves at least
    80% of what it should at 4 layers.
 4. --base-weights nf4 with --tp 2 is refused in one line.
@@ -211,13 +213,18 @@ def check_streaming(d):
     for L in (2, 4):
         shape = ["--layers", str(L), "--heads", "12", "--channels", str(C)]
         train(d, f"big{L}", shape + ["--steps", "1"])
-        for kind in ("fp32", "nf4"):
-            rss[(kind, L)] = peak_rss_mb(d, shape + ["--lora-rank", "4", "--base-weights", kind, "--init-from",
-                                                     os.path.join(d, f"big{L}.bin")])
-    per_layer = {kind: (rss[(kind, 4)] - rss[(kind, 2)]) / 2 for kind in ("fp32", "nf4")}
-    check(per_layer["fp32"] <= 1.25 * fp32_layer,
-          f"fp32 base: each layer costs {per_layer['fp32']:.1f} MB of peak memory, its {fp32_layer:.1f} MB of "
-          f"weights once (at most 1.25x; a second fp32 copy while loading makes it 2x)")
+        train(d, f"big{L}_st", shape + ["--steps", "1", "--save-model", os.path.join(d, f"big{L}.safetensors")],
+              check_rc=False).check_returncode()
+        for kind, file in (("fp32", "bin"), ("nf4", "bin"), ("fp32", "safetensors")):
+            rss[(kind, file, L)] = peak_rss_mb(d, shape + ["--lora-rank", "4", "--base-weights", kind, "--init-from",
+                                                           os.path.join(d, f"big{L}.{file}")])
+    per_layer = {key[:2]: (rss[key[:2] + (4,)] - rss[key[:2] + (2,)]) / 2 for key in rss if key[2] == 4}
+    for file in ("bin", "safetensors"):
+        check(per_layer[("fp32", file)] <= 1.25 * fp32_layer,
+              f"fp32 base from a .{file} file: each layer costs {per_layer[('fp32', file)]:.1f} MB of peak memory, "
+              f"its {fp32_layer:.1f} MB of weights once (at most 1.25x; a second fp32 copy while loading makes it 2x)")
+    per_layer = {kind: per_layer[(kind, "bin")] for kind in ("fp32", "nf4")}
+    rss = {(kind, L): rss[(kind, "bin", L)] for kind in ("fp32", "nf4") for L in (2, 4)}
     check(per_layer["nf4"] <= nf4_layer + 0.15 * fp32_layer,
           f"nf4 base: each layer costs {per_layer['nf4']:.1f} MB of peak memory: its {nf4_layer:.1f} MB of NF4 "
           f"(+ at most 15% of its fp32 size for activations; an fp32 copy while loading would add 100%)")
@@ -241,12 +248,19 @@ def main():
         with open(rounded, "wb") as f:
             f.write(header.tobytes())
             f.write(rounded_w.tobytes())
+        # the same model again (training is deterministic) as safetensors
+        train(d, "base_st", ["--layers", "2", "--heads", "4", "--channels", "96", "--steps", "4", "--save-model",
+                             os.path.join(d, "base.safetensors")], check_rc=False).check_returncode()
         lora = ["--init-from", base, "--steps", "6", "--lora-rank", "4", "--lora-alpha", "8", "--lora-merge"]
         _, zero_w = train(d, "zero", lora + ["--base-weights", "nf4", "--lr", "0", "--min-lr", "0"])
         check(np.array_equal(zero_w, rounded_w), "with --lr 0 the merged model is the transcription's NF4 base "
                                                  f"value for value ({np.count_nonzero(zero_w != rounded_w)} differ)")
         q_m, q_w = train(d, "q", lora + ["--base-weights", "nf4"])
         o_m, o_w = train(d, "o", ["--init-from", rounded] + lora[2:])
+        s_m, s_w = train(d, "s", ["--init-from", os.path.join(d, "base.safetensors")] + lora[2:] +
+                         ["--base-weights", "nf4"])
+        check([x["loss"] for x in s_m] == [x["loss"] for x in q_m]
+              and np.array_equal(s_w, q_w), "--base-weights nf4 from the same base as safetensors: the same run")
         f_m, _ = train(d, "f", lora)
         same = [x["loss"] for x in q_m] == [x["loss"] for x in o_m] and np.array_equal(q_w, o_w)
         check(same, f"--base-weights nf4 equals fp32 LoRA over the NF4-rounded file bit for bit (state bytes "

@@ -2,7 +2,6 @@
 #include "model/frozen_load.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 #include "core/error.h"
 #include "core/range.h"
@@ -14,14 +13,13 @@ typedef struct {
     const GPTConfig *logical; /* the whole model's base part */
     ShardRun *runs;           /* local -> logical */
     int num_runs;
-    LlmcReader *llmc;         /* an llm.c file, read range by range */
-    float *whole;             /* a safetensors file, read whole */
-    uint64_t seed;            /* neither: seeded */
+    ModelReader *file;        /* read range by range */
+    uint64_t seed;            /* no file: seeded */
 } Source;
 
 /* Segment seg of the local base (one tensor) into dst. */
 static void fill(const Source *s, ParamSegment seg, float *dst) {
-    if (!s->llmc && !s->whole) {
+    if (!s->file) {
         gpt_init_range(s->local, s->seed, dst, seg.offset, seg.count);
         return;
     }
@@ -32,8 +30,7 @@ static void fill(const Source *s, ParamSegment seg, float *dst) {
         if (range_empty(part)) continue;
         const size_t logical = s->runs[i].logical + range_offset_in(part, run);
         float *to = dst + range_offset_in(part, wanted);
-        if (s->whole) memcpy(to, s->whole + logical, part.count * sizeof(float));
-        else llmc_reader_read(s->llmc, seg.kind, seg.layer, logical - tensor_start, part.count, to);
+        model_file_read_range(s->file, seg.kind, seg.layer, logical - tensor_start, part.count, to);
     }
 }
 
@@ -45,24 +42,12 @@ static int linear_index(TensorKind kind) {
     return -1;
 }
 
-static void open_source(Source *s, const char *path, GPT *whole_file) {
-    s->llmc = NULL;
-    s->whole = NULL;
-    if (!path) return;
-    s->llmc = model_file_open_llmc(path, s->logical);
-    if (s->llmc) return;
-    gpt_create_with(whole_file, s->logical, GPT_ALLOC_PARAMS); /* safetensors: whole, then copied from */
-    model_file_read_params(path, whole_file);
-    s->whole = whole_file->params;
-}
-
 void gpt_load_frozen_base(GPT *model, const char *path, uint64_t seed) {
     const GPTConfig base = gpt_part_config(&model->cfg, GPT_PART_BASE), kept = gpt_frozen_config(&model->cfg);
     const GPTConfig whole = gpt_logical_config(&model->cfg), logical = gpt_part_config(&whole, GPT_PART_BASE);
     Source s = {.local = &base, .logical = &logical, .seed = seed};
     s.runs = gpt_shard_runs_alloc(&base, &s.num_runs);
-    GPT whole_file = {0};
-    open_source(&s, path, &whole_file);
+    s.file = path ? model_file_open(path, &logical) : NULL;
     const int cap = gpt_max_segments(&base);
     ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
     const int n = gpt_param_segments(&base, segs, cap);
@@ -75,6 +60,5 @@ void gpt_load_frozen_base(GPT *model, const char *path, uint64_t seed) {
     }
     free(segs);
     free(s.runs);
-    llmc_reader_close(s.llmc);
-    if (s.whole) gpt_free(&whole_file);
+    model_file_close(s.file);
 }

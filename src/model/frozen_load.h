@@ -1,12 +1,10 @@
 /* frozen_load.h: LoRA's frozen base filled in place, tensor by tensor, with
- * this shard's elements only: read from an llm.c model file range by range
- * (each tensor-parallel rank reads its rows or columns, nothing else), or
- * seeded. A linear weight matrix passes through one matrix of fp32 scratch
- * into its frozen format (model/frozen_linear.h); everything else is written
- * straight into the fp32 part. So no fp32 copy of the base exists beyond
- * what the frozen format itself keeps in fp32. A safetensors file is still
- * read whole (fp32) and copied from: its tensors may be transposed or in
- * 16-bit types, and reading ranges of those is not written yet. */
+ * this shard's elements only: read from a model file (llm.c or safetensors)
+ * range by range (each tensor-parallel rank reads its rows or columns,
+ * nothing else), or seeded. A linear weight matrix passes through one
+ * matrix of fp32 scratch into its frozen format (model/frozen_linear.h);
+ * everything else is written straight into the fp32 part. So no fp32 copy of
+ * the base exists beyond what the frozen format itself keeps in fp32. */
 #ifndef BS_MODEL_FROZEN_LOAD_H
 #define BS_MODEL_FROZEN_LOAD_H
 

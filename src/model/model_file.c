@@ -2,6 +2,7 @@
 #include "model/model_file.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -36,11 +37,31 @@ void model_file_read_params(const char *path, GPT *model) {
     else llmc_model_read_params(file, model);
 }
 
-LlmcReader *model_file_open_llmc(const char *path, const GPTConfig *cfg) {
+struct ModelReader {
+    LlmcReader *llmc;
+    SafetensorsReader *st;
+};
+
+ModelReader *model_file_open(const char *path, const GPTConfig *cfg) {
+    if (gpt_is_moe(cfg)) bs_die("%s: an MoE model cannot start from a model file (they hold dense GPT-2 models)", path);
     char buf[4200];
     const char *file = resolve(path, buf, sizeof buf);
-    if (model_file_is_safetensors_name(file) || safetensors_is_file(file)) return NULL;
-    return llmc_reader_open(file, cfg);
+    ModelReader *r = bs_calloc(1, sizeof *r);
+    if (model_file_is_safetensors_name(file) || safetensors_is_file(file)) r->st = safetensors_reader_open(file, cfg);
+    else r->llmc = llmc_reader_open(file, cfg);
+    return r;
+}
+
+void model_file_read_range(ModelReader *r, TensorKind kind, int layer, size_t within, size_t count, float *dst) {
+    if (r->st) safetensors_reader_read(r->st, kind, layer, within, count, dst);
+    else llmc_reader_read(r->llmc, kind, layer, within, count, dst);
+}
+
+void model_file_close(ModelReader *r) {
+    if (!r) return;
+    llmc_reader_close(r->llmc);
+    safetensors_reader_close(r->st);
+    free(r);
 }
 
 void model_file_write(const char *path, const GPT *model) {

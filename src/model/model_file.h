@@ -10,16 +10,20 @@
 #include <stdbool.h>
 
 #include "model/gpt.h"
-#include "model/llmc_file.h"
 
 /* The shape into cfg (cfg->num_heads is kept where a safetensors file does
  * not say); dies with one line naming the file. */
 void model_file_read_config(const char *path, GPTConfig *cfg);
 /* The weights into a whole model created with that config. */
 void model_file_read_params(const char *path, GPT *model);
-/* An llm.c file opened for reading tensor by tensor (model/llmc_file.h);
- * NULL for a safetensors file. */
-LlmcReader *model_file_open_llmc(const char *path, const GPTConfig *cfg);
+/* Either format read tensor by tensor: the file checked against cfg's whole
+ * model when opened, then any elements [within, within + count) of one
+ * tensor (kind, global layer) in this engine's order, wte's padded rows 0
+ * (model/llmc_file.h, model/safetensors_file.h). */
+typedef struct ModelReader ModelReader;
+ModelReader *model_file_open(const char *path, const GPTConfig *cfg);
+void model_file_read_range(ModelReader *r, TensorKind kind, int layer, size_t within, size_t count, float *dst);
+void model_file_close(ModelReader *r);
 /* Writes atomically: safetensors if path ends in .safetensors, else llm.c. */
 void model_file_write(const char *path, const GPT *model);
 bool model_file_is_safetensors_name(const char *path);
