@@ -34,7 +34,10 @@ there; either way the block dequantizes to zeros).
    bytes with an fp32 base, from an llm.c or a safetensors file (loading
    through a second fp32 copy made it 2x),
    and NF4's bytes + 15% of fp32's with an NF4 base; and NF4 saves at least
-   80% of what it should at 4 layers.
+   80% of what it should at 4 layers. Under TP 2 (bf16 base) a rank's cost
+   per layer is at most half the layer's fp32 bytes (its half in bf16 is a
+   quarter; reading the whole layer in fp32, as before, costs all of it):
+   each rank reads only its shard.
 4. --base-weights nf4 with --tp 2 is refused in one line.
 """
 import os
@@ -45,7 +48,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import Checks, launch, make_corpus, read_metrics, read_model  # noqa: E402
+from bstest import MPIRUN, Checks, launch, make_corpus, read_metrics, read_model  # noqa: E402
 
 check = Checks()
 F = np.float32
@@ -190,9 +193,10 @@ def train(d, name, extra, ranks=1, check_rc=True):
     return read_metrics(metrics), read_model(model)[1]
 
 
-def peak_rss_mb(d, extra):
-    """Peak resident memory (MB) of one single-process run, measured by a parent that runs nothing else."""
-    args = [os.environ["BATCHSCALE"], "train", "--data", os.path.join(d, "data", "train_000000.bin"),
+def peak_rss_mb(d, extra, ranks=1):
+    """Peak resident memory (MB) of a run (under mpirun: its largest process), measured by a parent that runs
+    nothing else."""
+    args = (MPIRUN + ["-np", str(ranks)] if ranks > 1 else []) + [os.environ["BATCHSCALE"], "train", "--data", os.path.join(d, "data", "train_000000.bin"),
             "--seq-len", "32", "--micro-batch", "1", "--global-batch", "1", "--steps", "1", "--eval-every", "0",
             "--sample-tokens", "0", "--threads", "1", "--quiet"] + extra
     probe = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
@@ -218,7 +222,14 @@ def check_streaming(d):
         for kind, file in (("fp32", "bin"), ("nf4", "bin"), ("fp32", "safetensors")):
             rss[(kind, file, L)] = peak_rss_mb(d, shape + ["--lora-rank", "4", "--base-weights", kind, "--init-from",
                                                            os.path.join(d, f"big{L}.{file}")])
+        rss[("bf16 tp2", "bin", L)] = peak_rss_mb(d, shape + ["--lora-rank", "4", "--base-weights", "bf16", "--tp", "2",
+                                                              "--init-from", os.path.join(d, f"big{L}.bin")], ranks=2)
     per_layer = {key[:2]: (rss[key[:2] + (4,)] - rss[key[:2] + (2,)]) / 2 for key in rss if key[2] == 4}
+    # its half of the layer in bf16 is fp32_layer / 4 (6.8 MB) plus activations (1.4 MB measured); a rank that
+    # reads the whole layer in fp32 pays fp32_layer (27 MB) or more: the bound halfway between tells them apart
+    check(per_layer[("bf16 tp2", "bin")] <= fp32_layer / 2,
+          f"bf16 base, TP 2: each layer costs a rank {per_layer[('bf16 tp2', 'bin')]:.1f} MB of peak memory (its half "
+          f"in bf16: {fp32_layer / 4:.1f} MB; at most {fp32_layer / 2:.1f}): each rank reads only its shard")
     for file in ("bin", "safetensors"):
         check(per_layer[("fp32", file)] <= 1.25 * fp32_layer,
               f"fp32 base from a .{file} file: each layer costs {per_layer[('fp32', file)]:.1f} MB of peak memory, "
