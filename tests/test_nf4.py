@@ -38,8 +38,10 @@ there; either way the block dequantizes to zeros).
    per layer is at most half the layer's fp32 bytes (its half in bf16 is a
    quarter; reading the whole layer in fp32, as before, costs all of it):
    each rank reads only its shard.
-4. --base-weights nf4 with --tp 2 is refused in one line.
+4. --base-weights nf4 with --tp 2 is refused, and a safetensors base whose
+   lm_head differs from its wte (checked as wte is streamed), in one line.
 """
+import json
 import os
 import subprocess
 import sys
@@ -181,6 +183,25 @@ def nf4_file(body, header):
     return out
 
 
+def with_head(d, path):
+    """A copy of safetensors file `path` with an lm_head.weight that is its wte but for one element."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], "little")
+    header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+    key = "transformer.wte.weight" if "transformer.wte.weight" in header else "wte.weight"
+    begin, end = header[key]["data_offsets"]
+    head = np.frombuffer(data[begin:end], dtype=F).copy()
+    head[5] += 1
+    header["lm_head.weight"] = dict(header[key], data_offsets=[len(data), len(data) + head.nbytes])
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    out = os.path.join(d, "untied.safetensors")
+    with open(out, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + data + head.tobytes())
+    return out
+
+
 def train(d, name, extra, ranks=1, check_rc=True):
     metrics, model = os.path.join(d, name + ".jsonl"), os.path.join(d, name + ".bin")
     args = ["train", "--data", os.path.join(d, "data", "train_000000.bin"), "--seq-len", "32",
@@ -281,7 +302,12 @@ def main():
                              "--tp", "2"], 2, check_rc=False)
         lines = [x for x in p.stderr.strip().splitlines() if "--base-weights nf4" in x]
         check(p.returncode != 0 and len(lines) >= 1,
-              f"--base-weights nf4 --tp 2 refused ({p.stderr.strip().splitlines()[-1][:120] if p.stderr.strip() else 'no message'})")
+              f"--base-weights nf4 --tp 2 refused ({lines[0][:150] if lines else p.stderr.strip()[:150]})")
+        untied = with_head(d, os.path.join(d, "base.safetensors"))
+        p = train(d, "untied", ["--init-from", untied] + lora[2:] + ["--base-weights", "nf4"], check_rc=False)
+        lines = p.stderr.strip().splitlines()
+        check(p.returncode != 0 and len(lines) == 1 and "lm_head.weight differs from wte.weight" in lines[0],
+              f"a safetensors base whose lm_head is not its wte: one line ({lines[0][:150] if lines else 'none'})")
         check_streaming(d)
     print(f"{len(check.failed)} failure(s)")
     return 1 if check.failed else 0
