@@ -35,4 +35,5 @@ mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 env OMP_NUM_THRE
 /usr/bin/python3 bench/bench_compress.py "$BS" build/bench/compress.json
 /usr/bin/python3 bench/bench_diloco.py "$BS" build/bench/diloco.json
 /usr/bin/python3 bench/bench_lora.py "$BS" build/bench/lora.json
+/usr/bin/python3 bench/bench_nf4.py "$BS" build/bench/nf4.json
 /usr/bin/python3 bench/bench_moe.py "$BS" build/bench/moe.json

@@ -149,7 +149,7 @@ int cmd_train(int argc, char **argv) {
         {"lora-init", OPT_STRING, &c.lora_init, OPT_NO_RANGE, "PATH", "LoRA: start the adapters from a peft adapter directory or file; the LoRA flags left out take its adapter_config.json's values, and one set to another value is refused", "", NULL},
         {"lora-merge", OPT_FLAG, &c.lora_merge, OPT_NO_RANGE, "", "LoRA: --save-model and --out's model.bin get B A folded into the weights (else the base model; the adapters go to --save-adapters)", NULL, NULL},
         {"lora-dropout", OPT_DOUBLE, &c.lora_dropout, -1, 0.95, "P", "LoRA: dropout on the adapters' input in training (masks keyed by the data and the step, so every layout drops the same; -1: --lora-init's lora_dropout, else 0)", "-1", NULL},
-        {"base-weights", OPT_ENUM, &c.base_weights, OPT_NO_RANGE, "TYPE", "LoRA: keep the frozen base's linear weights in fp32, bf16 or int8 (per-row scales), dequantized for each use", "fp32", TRAIN_BASE_WEIGHTS_WORDS},
+        {"base-weights", OPT_ENUM, &c.base_weights, OPT_NO_RANGE, "TYPE", "LoRA: keep the frozen base's linear weights in fp32, bf16, int8 (per-row scales) or nf4 (QLoRA: 4-bit NormalFloat, blocks of 64, double-quantised scales), dequantized for each use", "fp32", TRAIN_BASE_WEIGHTS_WORDS},
         {"experts", OPT_INT, &c.experts, 0, MOE_MAX_EXPERTS, "E", "Mixture of Experts: every layer's MLP is E experts behind a router (0 or 1: a dense MLP)", "0", NULL},
         {"moe-top-k", OPT_INT, &c.moe_top_k, 1, MOE_MAX_EXPERTS, "K", "MoE: experts each token is routed to", "2", NULL},
         {"moe-ffn", OPT_INT, &c.moe_ffn, 0, 1 << 20, "F", "MoE: each expert's hidden width (0: 4 x channels)", "0", NULL},

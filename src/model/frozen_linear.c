@@ -7,19 +7,41 @@
 
 #include "core/error.h"
 #include "kernels/bf16.h"
+#include "model/nf4.h"
 
-static size_t code_bytes(BaseWeights kind) { return kind == BASE_WEIGHTS_BF16 ? 2 : 1; }
+/* What one matrix of n elements and R rows occupies in each array. */
+typedef struct {
+    size_t bytes, scales, block_codes;
+} Footprint;
 
-/* Where matrix `which` of `layer` starts: its first element and its first row. */
-static void position(const FrozenLinear *f, int layer, int which, size_t *element, size_t *row) {
-    size_t per_layer = 0, rows_per_layer = 0, before = 0, rows_before = 0;
+static Footprint footprint(BaseWeights kind, size_t R, size_t n) {
+    if (kind == BASE_WEIGHTS_BF16) return (Footprint){2 * n, 0, 0};
+    if (kind == BASE_WEIGHTS_INT8) return (Footprint){n, R, 0};
+    const Nf4Sizes s = nf4_sizes(n);
+    return (Footprint){s.code_bytes, s.groups + 1, s.blocks}; /* absmax2 values and the offset */
+}
+
+static Footprint add(Footprint a, Footprint b) {
+    return (Footprint){a.bytes + b.bytes, a.scales + b.scales, a.block_codes + b.block_codes};
+}
+
+/* Where matrix `which` of `layer` starts in each array (which = 0, layer = layers: the totals). */
+static Footprint position(const FrozenLinear *f, int layer, int which) {
+    Footprint per_layer = {0, 0, 0}, before = {0, 0, 0};
     for (int m = 0; m < FROZEN_LINEARS; m++) {
-        if (m == which) before = per_layer, rows_before = rows_per_layer;
-        per_layer += f->rows[m] * f->cols[m];
-        rows_per_layer += f->rows[m];
+        if (m == which) before = per_layer;
+        per_layer = add(per_layer, footprint(f->kind, f->rows[m], f->rows[m] * f->cols[m]));
     }
-    *element = (size_t)layer * per_layer + before;
-    *row = (size_t)layer * rows_per_layer + rows_before;
+    const size_t L = (size_t)layer;
+    return add((Footprint){L * per_layer.bytes, L * per_layer.scales, L * per_layer.block_codes}, before);
+}
+
+/* Matrix `which` of `layer` as an NF4 tensor. */
+static Nf4Tensor nf4_tensor(const FrozenLinear *f, int layer, int which) {
+    const Footprint at = position(f, layer, which);
+    const Nf4Sizes s = nf4_sizes(f->rows[which] * f->cols[which]);
+    return (Nf4Tensor){f->codes + at.bytes, f->block_codes + at.block_codes, f->scales + at.scales,
+                       f->scales + at.scales + s.groups};
 }
 
 FrozenLinear *frozen_linear_create(BaseWeights kind, int layers, const size_t rows[FROZEN_LINEARS],
@@ -29,10 +51,15 @@ FrozenLinear *frozen_linear_create(BaseWeights kind, int layers, const size_t ro
     f->layers = layers;
     memcpy(f->rows, rows, sizeof f->rows);
     memcpy(f->cols, cols, sizeof f->cols);
-    size_t elements, all_rows;
-    position(f, layers, 0, &elements, &all_rows); /* one past the last layer */
-    f->codes = bs_calloc(elements ? elements : 1, code_bytes(kind));
-    if (kind == BASE_WEIGHTS_INT8) f->scales = bs_calloc(all_rows ? all_rows : 1, sizeof(float));
+    const Footprint all = position(f, layers, 0);
+    f->codes = bs_calloc(all.bytes ? all.bytes : 1, 1);
+    if (all.scales) f->scales = bs_calloc(all.scales, sizeof(float));
+    if (all.block_codes) {
+        f->block_codes = bs_calloc(all.block_codes, 1);
+        size_t most = 0;
+        for (int m = 0; m < FROZEN_LINEARS; m++) most = most > rows[m] * cols[m] ? most : rows[m] * cols[m];
+        f->scratch = bs_calloc(nf4_sizes(most).blocks, sizeof(float));
+    }
     return f;
 }
 
@@ -40,43 +67,50 @@ void frozen_linear_free(FrozenLinear *f) {
     if (!f) return;
     free(f->codes);
     free(f->scales);
+    free(f->block_codes);
+    free(f->scratch);
     free(f);
 }
 
 void frozen_linear_store(FrozenLinear *f, int layer, int which, const float *w) {
-    size_t at, row0;
-    position(f, layer, which, &at, &row0);
+    const Footprint at = position(f, layer, which);
     const size_t R = f->rows[which], K = f->cols[which];
-    if (f->kind == BASE_WEIGHTS_BF16) {
-        bf16_from_floats((bf16 *)(void *)f->codes + at, w, R * K);
+    if (f->kind == BASE_WEIGHTS_NF4) {
+        nf4_quantize(w, R * K, nf4_tensor(f, layer, which), f->scratch);
         return;
     }
-    int8_t *codes = (int8_t *)f->codes + at;
+    if (f->kind == BASE_WEIGHTS_BF16) {
+        bf16_from_floats((bf16 *)(void *)(f->codes + at.bytes), w, R * K);
+        return;
+    }
+    int8_t *codes = (int8_t *)f->codes + at.bytes;
     for (size_t r = 0; r < R; r++) {
         float amax = 0;
         for (size_t k = 0; k < K; k++) amax = fmaxf(amax, fabsf(w[r * K + k]));
         const float scale = amax > 0 ? amax / 127.0f : 1.0f;
-        f->scales[row0 + r] = scale;
+        f->scales[at.scales + r] = scale;
         for (size_t k = 0; k < K; k++) codes[r * K + k] = (int8_t)rintf(w[r * K + k] / scale);
     }
 }
 
 void frozen_linear_load(const FrozenLinear *f, int layer, int which, float *w) {
-    size_t at, row0;
-    position(f, layer, which, &at, &row0);
+    const Footprint at = position(f, layer, which);
     const size_t R = f->rows[which], K = f->cols[which];
-    if (f->kind == BASE_WEIGHTS_BF16) {
-        bf16_to_floats(w, (const bf16 *)(const void *)f->codes + at, R * K);
+    if (f->kind == BASE_WEIGHTS_NF4) {
+        nf4_dequantize(nf4_tensor(f, layer, which), R * K, w);
         return;
     }
-    const int8_t *codes = (const int8_t *)f->codes + at;
+    if (f->kind == BASE_WEIGHTS_BF16) {
+        bf16_to_floats(w, (const bf16 *)(const void *)(f->codes + at.bytes), R * K);
+        return;
+    }
+    const int8_t *codes = (const int8_t *)f->codes + at.bytes;
     for (size_t r = 0; r < R; r++)
-        for (size_t k = 0; k < K; k++) w[r * K + k] = (float)codes[r * K + k] * f->scales[row0 + r];
+        for (size_t k = 0; k < K; k++) w[r * K + k] = (float)codes[r * K + k] * f->scales[at.scales + r];
 }
 
 size_t frozen_linear_bytes(const FrozenLinear *f) {
     if (!f) return 0;
-    size_t elements, rows;
-    position(f, f->layers, 0, &elements, &rows);
-    return elements * code_bytes(f->kind) + (f->scales ? rows * sizeof(float) : 0);
+    const Footprint all = position(f, f->layers, 0);
+    return all.bytes + all.scales * sizeof(float) + all.block_codes;
 }

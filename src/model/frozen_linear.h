@@ -1,8 +1,10 @@
-/* frozen_linear.h: LoRA's frozen base stored in low precision (QLoRA-like,
- * --base-weights): the four linear weight matrices of every layer of a shard
- * kept as bf16 codes, or as int8 codes with one fp32 scale per output row
- * (absmax: scale = max |w_row| / 127, q = round-half-even(w / scale)), and
- * turned back into fp32 for each use: w = bf16 value, or w = q x scale.
+/* frozen_linear.h: LoRA's frozen base stored in low precision
+ * (--base-weights): the four linear weight matrices of every layer of a shard
+ * kept as bf16 codes, as int8 codes with one fp32 scale per output row
+ * (absmax: scale = max |w_row| / 127, q = round-half-even(w / scale)), or as
+ * QLoRA's NF4 with double-quantised block scales, each matrix one tensor
+ * (model/nf4.h), and turned back into fp32 for each use: w = bf16 value,
+ * w = q x scale, or NF4's dequantisation.
  * The rest of the base (embeddings, LayerNorms, biases) stays fp32 beside it
  * (GPT_PART_BASE_NONLINEAR). The adapters, their gradients and their
  * optimizer state are fp32. Dequantized values are exactly what a model file
@@ -14,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { BASE_WEIGHTS_FP32, BASE_WEIGHTS_BF16, BASE_WEIGHTS_INT8 } BaseWeights;
+typedef enum { BASE_WEIGHTS_FP32, BASE_WEIGHTS_BF16, BASE_WEIGHTS_INT8, BASE_WEIGHTS_NF4 } BaseWeights;
 
 #define FROZEN_LINEARS 4 /* qkv, attproj, fc, fcproj */
 
@@ -22,11 +24,13 @@ typedef struct {
     BaseWeights kind;
     int layers;
     size_t rows[FROZEN_LINEARS], cols[FROZEN_LINEARS]; /* each matrix (out, in) */
-    unsigned char *codes; /* layer by layer, matrix by matrix: 2 (bf16) or 1 (int8) bytes per element */
-    float *scales;        /* int8: one per row, same order */
+    unsigned char *codes; /* layer by layer, matrix by matrix: 2 (bf16), 1 (int8) or 1/2 (nf4) bytes per element */
+    float *scales;        /* int8: one per row, same order; nf4: each matrix's absmax2 values, then its offset */
+    unsigned char *block_codes; /* nf4: each matrix's 8-bit absmax codes, one per block of 64 */
+    float *scratch;       /* nf4: one matrix's block absmax values while quantizing */
 } FrozenLinear;
 
-/* Storage for `layers` layers of the four matrices (bf16 or int8). */
+/* Storage for `layers` layers of the four matrices (bf16, int8 or nf4). */
 FrozenLinear *frozen_linear_create(BaseWeights kind, int layers, const size_t rows[FROZEN_LINEARS],
                                    const size_t cols[FROZEN_LINEARS]);
 void frozen_linear_free(FrozenLinear *f);

@@ -25,14 +25,16 @@ static GPTConfig frozen_config(const GPTConfig *cfg) {
     return gpt_part_config(cfg, cfg->base_weights == BASE_WEIGHTS_FP32 ? GPT_PART_BASE : GPT_PART_BASE_NONLINEAR);
 }
 
+GPTConfig gpt_frozen_config(const GPTConfig *cfg) { return frozen_config(cfg); }
+
 /* --base-weights bf16|int8: the shard's four linear weights per layer (out, in), and their scratch. */
 static void create_frozen_linear(GPT *model) {
     const GPTConfig *cfg = &model->cfg;
     const size_t C = (size_t)cfg->channels, T = (size_t)gpt_tp_size(cfg);
     const size_t rows[FROZEN_LINEARS] = {3 * C / T, C, 4 * C / T, C}, cols[FROZEN_LINEARS] = {C, C / T, C, 4 * C / T};
     model->frozen_linear = frozen_linear_create(cfg->base_weights, gpt_stage_layers(cfg), rows, cols);
-    size_t n = 0;
-    for (int m = 0; m < FROZEN_LINEARS; m++) n += rows[m] * cols[m];
+    size_t n = 0; /* one matrix at a time: the largest */
+    for (int m = 0; m < FROZEN_LINEARS; m++) n = n > rows[m] * cols[m] ? n : rows[m] * cols[m];
     model->linear_scratch = bs_calloc(n, sizeof(float));
 }
 
@@ -456,16 +458,12 @@ static float *frozen_block(const GPT *model, int block) {
     return block_start(&base, model->frozen, block);
 }
 
-/* The four linear weights of a frozen layer's tensors t, dequantized into the scratch when stored apart. */
-static void frozen_linear_weights(const GPT *model, int block, LayerTensors *t) {
-    if (!model->frozen_linear) return;
-    float *w = model->linear_scratch, **slots[FROZEN_LINEARS] = {&t->qkvw, &t->attprojw, &t->fcw, &t->fcprojw};
-    const FrozenLinear *f = model->frozen_linear;
-    for (int m = 0; m < FROZEN_LINEARS; m++) {
-        frozen_linear_load(f, block - 1 - gpt_first_layer(&model->cfg), m, w);
-        *slots[m] = w;
-        w += f->rows[m] * f->cols[m];
-    }
+/* Linear weight `which` (qkv, attproj, fc, fcproj) of local layer i for use now: w, or where the frozen base
+ * keeps it apart (w NULL), dequantized into the one-matrix scratch, which the next such call overwrites. */
+static const float *use_weight(const GPT *model, const float *w, int i, int which) {
+    if (w || !model->frozen_linear) return w;
+    frozen_linear_load(model->frozen_linear, i, which, model->linear_scratch);
+    return model->linear_scratch;
 }
 
 void gpt_frozen_base(const GPT *model, float *out) {
@@ -507,8 +505,7 @@ static LayerTensors layer_params(const GPT *model, const BlockAccess *a, int blo
     LayerTensors p = gpt_layer_tensors(&model->cfg, params_of(model, a, block), block - 1);
     if (!model->frozen) return p;
     GPTConfig base = frozen_config(&model->cfg);
-    LayerTensors t = gpt_layer_tensors(&base, frozen_block(model, block), block - 1);
-    frozen_linear_weights(model, block, &t);
+    LayerTensors t = gpt_layer_tensors(&base, frozen_block(model, block), block - 1); /* linear weights: use_weight */
     memcpy(t.lora_a, p.lora_a, sizeof t.lora_a);
     memcpy(t.lora_b, p.lora_b, sizeof t.lora_b);
     return t;
@@ -650,13 +647,14 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
         LayerActs a = layer_acts(acts, cfg, i);
         layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
         round_input(model, a.ln1, N * C);
-        linear_forward(model, fp8_site(model, i, SITE_QKV), a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * w.Cl);
+        linear_forward(model, fp8_site(model, i, SITE_QKV), a.qkv, a.ln1, use_weight(model, p.qkvw, i, 0), p.qkvb,
+                       N, C, 3 * w.Cl);
         lora_add(model, acts, p, &a, i, LORA_TARGET_QKV, a.qkv, a.ln1, N, C, 3 * w.Cl);
         if (model->context) context_attention_forward(model->context, a.atty, a.att, a.qkv, b, t);
         else attention_forward_docs(a.atty, a.att, a.qkv, docs, b, t, w.Cl, w.Hl);
         round_input(model, a.atty, N * w.Cl);
-        linear_forward(model, fp8_site(model, i, SITE_ATTPROJ), acts->proj_out, a.atty, p.attprojw,
-                       lead ? p.attprojb : NULL, N, w.Cl, C);
+        linear_forward(model, fp8_site(model, i, SITE_ATTPROJ), acts->proj_out, a.atty,
+                       use_weight(model, p.attprojw, i, 1), lead ? p.attprojb : NULL, N, w.Cl, C);
         lora_add(model, acts, p, &a, i, LORA_TARGET_ATTPROJ, acts->proj_out, a.atty, N, w.Cl, C);
         tp_sum(model, acts->proj_out, N * C);
         residual_forward(a.residual2, residual, acts->proj_out, N * C);
@@ -665,12 +663,13 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
             moe_mlp_forward(model, acts, p, &a, i, b, t, dloss != 0);
         } else {
             round_input(model, a.ln2, N * C);
-            linear_forward(model, fp8_site(model, i, SITE_FC), a.fch, a.ln2, p.fcw, p.fcb, N, C, w.F);
+            linear_forward(model, fp8_site(model, i, SITE_FC), a.fch, a.ln2, use_weight(model, p.fcw, i, 2), p.fcb,
+                           N, C, w.F);
             lora_add(model, acts, p, &a, i, LORA_TARGET_FC, a.fch, a.ln2, N, C, w.F);
             gelu_forward(a.fch_gelu, a.fch, N * w.F);
             round_input(model, a.fch_gelu, N * w.F);
-            linear_forward(model, fp8_site(model, i, SITE_FCPROJ), acts->proj_out, a.fch_gelu, p.fcprojw,
-                           lead ? p.fcprojb : NULL, N, w.F, C);
+            linear_forward(model, fp8_site(model, i, SITE_FCPROJ), acts->proj_out, a.fch_gelu,
+                           use_weight(model, p.fcprojw, i, 3), lead ? p.fcprojb : NULL, N, w.F, C);
             lora_add(model, acts, p, &a, i, LORA_TARGET_FCPROJ, acts->proj_out, a.fch_gelu, N, w.F, C);
             tp_sum(model, acts->proj_out, N * C);
         }
@@ -855,12 +854,12 @@ static void mlp_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, Layer
     const Widths w = x->w;
     const int C = w.C;
     const size_t N = x->N;
-    linear_pass(x, acts->dfch, &(Linear){acts->dresidual, true, a->fch_gelu, p.fcprojw, g.fcprojw, g.fcprojb,
-                                         s.dfcproj, w.F, C, fp8_site(x->model, i, SITE_FCPROJ),
+    linear_pass(x, acts->dfch, &(Linear){acts->dresidual, true, a->fch_gelu,
+                                         use_weight(x->model, p.fcprojw, i, 3), g.fcprojw, g.fcprojb, s.dfcproj, w.F, C, fp8_site(x->model, i, SITE_FCPROJ),
                                         lora_branch(x->model, acts, p, g, i, LORA_TARGET_FCPROJ), a->lora_u[LORA_TARGET_FCPROJ]});
     gelu_backward(acts->dfch, a->fch, acts->dfch, N * w.F);
-    linear_pass(x, acts->dln, &(Linear){acts->dfch, false, a->ln2, p.fcw, g.fcw, g.fcb, s.dfch, C, w.F,
-                                        fp8_site(x->model, i, SITE_FC),
+    linear_pass(x, acts->dln, &(Linear){acts->dfch, false, a->ln2, use_weight(x->model, p.fcw, i, 2), g.fcw, g.fcb,
+                                        s.dfch, C, w.F, fp8_site(x->model, i, SITE_FC),
                                         lora_branch(x->model, acts, p, g, i, LORA_TARGET_FC), a->lora_u[LORA_TARGET_FC]});
     tp_sum(x->model, acts->dln, N * C);
 }
@@ -881,16 +880,16 @@ static void layer_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, Lay
     layernorm_pass(x, acts->dresidual,
                    &(Norm){acts->dln, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, g.ln2w, g.ln2b, s.dln2});
     /* attention: residual2 = inp + attproj(attention(qkv(ln1(inp)))) */
-    linear_pass(x, acts->datty, &(Linear){acts->dresidual, true, a.atty, p.attprojw, g.attprojw, g.attprojb,
-                                          s.dattproj, w.Cl, C, fp8_site(x->model, i, SITE_ATTPROJ),
+    linear_pass(x, acts->datty, &(Linear){acts->dresidual, true, a.atty, use_weight(x->model, p.attprojw, i, 1),
+                                          g.attprojw, g.attprojb, s.dattproj, w.Cl, C, fp8_site(x->model, i, SITE_ATTPROJ),
                                         lora_branch(x->model, acts, p, g, i, LORA_TARGET_ATTPROJ), a.lora_u[LORA_TARGET_ATTPROJ]});
     if (x->model->context)
         context_attention_backward(x->model->context, acts->dqkv, acts->datty, a.qkv, a.atty, a.att, x->b, x->t);
     else
         attention_backward(acts->dqkv, acts->att_scratch, acts->scratch_slots, acts->datty, a.qkv, a.att, x->b, x->t,
                            w.Cl, w.Hl);
-    linear_pass(x, acts->dln, &(Linear){acts->dqkv, false, a.ln1, p.qkvw, g.qkvw, g.qkvb, s.dqkv, C, 3 * w.Cl,
-                                        fp8_site(x->model, i, SITE_QKV),
+    linear_pass(x, acts->dln, &(Linear){acts->dqkv, false, a.ln1, use_weight(x->model, p.qkvw, i, 0), g.qkvw, g.qkvb,
+                                        s.dqkv, C, 3 * w.Cl, fp8_site(x->model, i, SITE_QKV),
                                         lora_branch(x->model, acts, p, g, i, LORA_TARGET_QKV), a.lora_u[LORA_TARGET_QKV]});
     tp_sum(x->model, acts->dln, N * C);
     layernorm_pass(x, acts->dresidual, &(Norm){acts->dln, inp, p.ln1w, a.ln1_mean, a.ln1_rstd, g.ln1w, g.ln1b, s.dln1});

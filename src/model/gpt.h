@@ -253,7 +253,7 @@ typedef struct {
      * adapters; the frozen base model (its BASE part, no gradient) lives here */
     float *frozen;
     FrozenLinear *frozen_linear; /* --base-weights bf16|int8: the base's linear weights, apart from frozen */
-    float *linear_scratch;       /* one layer's four linear weights in fp32, dequantized for use */
+    float *linear_scratch;       /* one linear weight matrix in fp32, dequantized for its use (the largest) */
     float lora_scale; /* alpha / r */
     float lora_dropout;  /* dropout on the branches' input in training (lora.h: a mask from the data) */
     uint64_t lora_seed;  /* the mask's seed */
@@ -290,6 +290,8 @@ void gpt_free(GPT *model);
 void gpt_frozen_base(const GPT *model, float *out);
 void gpt_set_frozen_base(GPT *model, const float *base);
 size_t gpt_frozen_bytes(const GPT *model); /* what the frozen base occupies (0 without LoRA) */
+/* The layout of model->frozen: the base part, without the linear weights when frozen_linear keeps them. */
+GPTConfig gpt_frozen_config(const GPTConfig *cfg);
 /* A whole model holding base and adapters (GPT_PART_ALL): W += s B A in
  * every adapted layer (the adapters stay as they are; in lora.c). */
 void gpt_merge_adapters(GPT *model);

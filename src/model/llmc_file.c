@@ -56,8 +56,9 @@ static size_t file_tensor_numel(const GPTConfig *cfg, int file_vp, TensorKind k)
     return gpt_tensor_numel(cfg, k);
 }
 
-void llmc_model_read_params(const char *path, GPT *model) {
-    const GPTConfig *cfg = &model->cfg;
+/* Opens path for cfg's whole model: the header's shape must be cfg's and the size its tensors'; *file_vp gets the
+ * file's padded vocabulary. */
+static FILE *open_checked(const char *path, const GPTConfig *cfg, int *file_vp) {
     FILE *f = bs_fopen(path, "rb");
     int32_t header[256];
     read_header(path, f, header);
@@ -69,15 +70,22 @@ void llmc_model_read_params(const char *path, GPT *model) {
         bs_die("%s holds a model of shape L=%d H=%d C=%d T=%d V=%d, not the requested L=%d H=%d C=%d T=%d V=%d", path,
                file_cfg.num_layers, file_cfg.num_heads, file_cfg.channels, file_cfg.max_seq_len, file_cfg.vocab_size,
                cfg->num_layers, cfg->num_heads, cfg->channels, cfg->max_seq_len, cfg->vocab_size);
-    int file_vp = header[7];
+    *file_vp = header[7];
     size_t expected = 1024;
     for (int k = 0; k < TK_BASE_COUNT; k++) {
         size_t layers = gpt_tensor_is_per_layer((TensorKind)k) ? (size_t)cfg->num_layers : 1;
-        expected += layers * file_tensor_numel(cfg, file_vp, (TensorKind)k) * sizeof(float);
+        expected += layers * file_tensor_numel(cfg, *file_vp, (TensorKind)k) * sizeof(float);
     }
     if ((size_t)bs_file_size(path) != expected)
         bs_die("%s is truncated or corrupt: expected %zu bytes for its header's shape, found %lld", path, expected,
                bs_file_size(path));
+    return f;
+}
+
+void llmc_model_read_params(const char *path, GPT *model) {
+    const GPTConfig *cfg = &model->cfg;
+    int file_vp;
+    FILE *f = open_checked(path, cfg, &file_vp);
     memset(model->params, 0, model->num_params * sizeof(float));
     for (int k = 0; k < TK_BASE_COUNT; k++) {
         TensorKind kind = (TensorKind)k;
@@ -96,6 +104,47 @@ void llmc_model_read_params(const char *path, GPT *model) {
         }
     }
     fclose(f);
+}
+
+struct LlmcReader {
+    FILE *file;
+    char path[4096];
+    GPTConfig cfg;
+    int file_vp;
+};
+
+LlmcReader *llmc_reader_open(const char *path, const GPTConfig *cfg) {
+    LlmcReader *r = bs_calloc(1, sizeof *r);
+    r->cfg = gpt_logical_config(cfg);
+    r->cfg.part = GPT_PART_ALL;
+    r->file = open_checked(path, &r->cfg, &r->file_vp);
+    snprintf(r->path, sizeof r->path, "%s", path);
+    return r;
+}
+
+void llmc_reader_read(LlmcReader *r, TensorKind kind, int layer, size_t within, size_t count, float *dst) {
+    const GPTConfig *cfg = &r->cfg;
+    size_t at = 256; /* in floats from the file's start: the header is 256 int32 */
+    for (int k = 0; k < (int)kind; k++)
+        at += (gpt_tensor_is_per_layer((TensorKind)k) ? (size_t)cfg->num_layers : 1) *
+              file_tensor_numel(cfg, r->file_vp, (TensorKind)k);
+    at += (size_t)layer * file_tensor_numel(cfg, r->file_vp, kind) + within;
+    size_t stored = count; /* wte's rows beyond the vocabulary are padding: 0 */
+    if (kind == TK_WTE) {
+        const size_t keep = (size_t)cfg->vocab_size * cfg->channels;
+        stored = within >= keep ? 0 : within + count > keep ? keep - within : count;
+        memset(dst + stored, 0, (count - stored) * sizeof(float));
+    }
+    if (stored == 0) return;
+    if (fseek(r->file, (long)(at * sizeof(float)), SEEK_SET) != 0) bs_die("seek failed in %s", r->path);
+    bs_fread_exact(dst, stored * sizeof(float), r->file, r->path);
+    check_finite(r->path, kind, layer, dst, stored);
+}
+
+void llmc_reader_close(LlmcReader *r) {
+    if (!r) return;
+    fclose(r->file);
+    free(r);
 }
 
 void llmc_model_write(const char *path, const GPT *model) {

@@ -14,6 +14,14 @@
 void llmc_model_read_config(const char *path, GPTConfig *cfg);
 /* Reads the weights into a model created with the file's config. */
 void llmc_model_read_params(const char *path, GPT *model);
+/* Reading tensor by tensor (LoRA's frozen base streamed into its format):
+ * the file checked against cfg's whole model as above, then any elements
+ * [within, within + count) of one tensor (kind, global layer) in this
+ * engine's order (wte's padded rows read as 0). */
+typedef struct LlmcReader LlmcReader;
+LlmcReader *llmc_reader_open(const char *path, const GPTConfig *cfg);
+void llmc_reader_read(LlmcReader *r, TensorKind kind, int layer, size_t within, size_t count, float *dst);
+void llmc_reader_close(LlmcReader *r);
 /* Writes atomically. */
 void llmc_model_write(const char *path, const GPT *model);
 

@@ -132,5 +132,3 @@ const char *lora_targets_text(int mask) {
 }
 
 void lora_format_targets(int mask, char *out, size_t size) { snprintf(out, size, "%s", lora_targets_text(mask)); }
-
-uint64_t lora_base_hash(const float *base, size_t count) { return XXH64(base, count * sizeof(float), 0); }

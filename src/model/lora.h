@@ -90,11 +90,5 @@ bool lora_parse_targets(const char *text, int *mask, char *why, size_t why_size)
 void lora_format_targets(int mask, char *out, size_t size);
 const char *lora_targets_text(int mask);
 
-/* The frozen base's identity: XXH64 of its count floats in the whole
- * model's logical layout (the BASE part of the unsplit model, as read from
- * --init-from or seeded, before --base-weights rounds it), so every layout
- * of the same base gives the same hash. Recorded in checkpoints and in
- * saved adapters. */
-uint64_t lora_base_hash(const float *base, size_t count);
 
 #endif

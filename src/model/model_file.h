@@ -20,8 +20,22 @@
 void model_file_read_config(const char *path, GPTConfig *cfg);
 /* The weights into a whole model created with that config. */
 void model_file_read_params(const char *path, GPT *model);
+/* Either format read tensor by tensor: the file checked against cfg's whole
+ * model when opened, then any elements [within, within + count) of one
+ * tensor (kind, global layer) in this engine's order, wte's padded rows 0
+ * (model/llmc_file.h, model/safetensors_file.h). */
+typedef struct ModelReader ModelReader;
+ModelReader *model_file_open(const char *path, const GPTConfig *cfg);
+void model_file_read_range(ModelReader *r, TensorKind kind, int layer, size_t within, size_t count, float *dst);
+void model_file_close(ModelReader *r);
 /* Writes atomically: safetensors if path ends in .safetensors, else llm.c. */
 void model_file_write(const char *path, const GPT *model);
 bool model_file_is_safetensors_name(const char *path);
+/* XXH64 of the model file's bytes (a directory: its model.safetensors), read
+ * in small pieces (the file is not mapped, so it adds nothing to the resident
+ * memory): a base model's identity. Dies with one line if it cannot be read. */
+uint64_t model_file_hash(const char *path);
+/* A seeded model's identity: XXH64 of the seed and the shape (its values follow from them). */
+uint64_t model_seeded_hash(const GPTConfig *cfg, uint64_t seed);
 
 #endif

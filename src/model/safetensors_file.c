@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,20 +255,40 @@ static float element(const unsigned char *p, const char *dtype) {
     return strcmp(dtype, "BF16") == 0 ? bf16_to_float(h) : mini_to_float(h, &MINI_FP16);
 }
 
+/* Tensor `name`'s entry if it has the expected (rows, cols) shape and a dtype read here; NULL (why in f) if not. */
+static json_t *expected_tensor(StFile *f, const char *name, size_t rows, size_t cols) {
+    json_t *e = lookup(f, name);
+    if (!e) {
+        snprintf(f->why, sizeof f->why, "%s: tensor %s is missing", f->path, name);
+        return NULL;
+    }
+    size_t want_dims = cols ? 2 : 1;
+    if (ndim(e) != want_dims || dim(e, 0) != rows || (cols && dim(e, 1) != cols)) {
+        snprintf(f->why, sizeof f->why, "%s: tensor %s has shape [%zu%s], expected [%zu%s%zu]", f->path, name,
+                 ndim(e) ? dim(e, 0) : 0, ndim(e) > 1 ? ", ..." : "", rows, cols ? ", " : "", cols ? cols : (size_t)0);
+        return NULL;
+    }
+    const char *dtype = json_string_value(json_object_get(e, "dtype"));
+    if (strcmp(dtype, "F32") != 0 && strcmp(dtype, "BF16") != 0 && strcmp(dtype, "F16") != 0) {
+        snprintf(f->why, sizeof f->why, "%s: tensor %s is %s; F32, BF16 and F16 are read", f->path, name, dtype);
+        return NULL;
+    }
+    return e;
+}
+
+static const unsigned char *tensor_data(const StFile *f, json_t *e) {
+    return f->map + f->data_start + (size_t)json_integer_value(json_array_get(json_object_get(e, "data_offsets"), 0));
+}
+
+static const char *tensor_dtype(json_t *e) { return json_string_value(json_object_get(e, "dtype")); }
+
 /* Tensor `name` of the expected (rows, cols) shape into dst, (out, in) order. */
 static bool read_tensor(StFile *f, const char *name, size_t rows, size_t cols, bool transpose, float *dst) {
-    json_t *e = lookup(f, name);
-    if (!e) REFUSE(f, "%s: tensor %s is missing", f->path, name);
-    size_t want_dims = cols ? 2 : 1;
-    if (ndim(e) != want_dims || dim(e, 0) != rows || (cols && dim(e, 1) != cols))
-        REFUSE(f, "%s: tensor %s has shape [%zu%s], expected [%zu%s%zu]", f->path, name, ndim(e) ? dim(e, 0) : 0,
-               ndim(e) > 1 ? ", ..." : "", rows, cols ? ", " : "", cols ? cols : (size_t)0);
-    const char *dtype = json_string_value(json_object_get(e, "dtype"));
-    if (strcmp(dtype, "F32") != 0 && strcmp(dtype, "BF16") != 0 && strcmp(dtype, "F16") != 0)
-        REFUSE(f, "%s: tensor %s is %s; F32, BF16 and F16 are read", f->path, name, dtype);
+    json_t *e = expected_tensor(f, name, rows, cols);
+    if (!e) return false;
+    const char *dtype = tensor_dtype(e);
     size_t bytes = dtype_size(dtype), c = cols ? cols : 1;
-    const unsigned char *src = f->map + f->data_start +
-                               (size_t)json_integer_value(json_array_get(json_object_get(e, "data_offsets"), 0));
+    const unsigned char *src = tensor_data(f, e);
     for (size_t i = 0; i < rows; i++)
         for (size_t j = 0; j < c; j++)
             dst[transpose ? j * rows + i : i * c + j] = element(src + (i * c + j) * bytes, dtype);
@@ -503,6 +524,72 @@ bool safetensors_try_read_params(const char *path, GPT *model, char *why, size_t
 void safetensors_read_params(const char *path, GPT *model) {
     char why[4608];
     if (!safetensors_try_read_params(path, model, why, sizeof why)) bs_die("%s", why);
+}
+
+struct SafetensorsReader {
+    StFile file;
+    GPTConfig cfg;
+};
+
+static bool check_one(void *ctx, const StPiece *p) {
+    return p->state || expected_tensor(ctx, p->name, p->rows, p->cols) != NULL; /* the selection bias: optional */
+}
+
+SafetensorsReader *safetensors_reader_open(const char *path, const GPTConfig *cfg) {
+    SafetensorsReader *r = bs_calloc(1, sizeof *r);
+    r->cfg = gpt_logical_config(cfg);
+    r->cfg.part = GPT_PART_ALL;
+    StFile *f = &r->file;
+    bool ok = st_try_open(f, path) && check_names(f, &r->cfg);
+    if (ok && count_layers(f) != cfg->num_layers) {
+        snprintf(f->why, sizeof f->why, "%s holds %d layers, not %d", path, count_layers(f), cfg->num_layers);
+        ok = false;
+    }
+    ok = ok && for_each_tensor(&r->cfg, MODEL_KINDS, check_one, f) &&
+         (!lookup(f, "lm_head.weight") ||
+          expected_tensor(f, "lm_head.weight", (size_t)cfg->vocab_size, (size_t)cfg->channels));
+    if (!ok) bs_die("%s", f->why);
+    return r;
+}
+
+/* Gives back the mapped pages of [p, p + n): read once, they need not stay resident. */
+static void release(const unsigned char *p, size_t n) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), start = (uintptr_t)p & ~(page - 1);
+    madvise((void *)start, (uintptr_t)p + n - start, MADV_DONTNEED);
+}
+
+void safetensors_reader_read(SafetensorsReader *r, TensorKind kind, int layer, size_t within, size_t count,
+                             float *dst) {
+    StFile *f = &r->file;
+    char name[128]; /* lookup prefixes it within 160 */
+    full_name(kind, layer, name, sizeof name);
+    json_t *e = lookup(f, name), *head = kind == TK_WTE ? lookup(f, "lm_head.weight") : NULL;
+    size_t rows, cols;
+    file_shape(&r->cfg, kind, &rows, &cols);
+    const size_t c = cols ? cols : 1, stored = rows * c, bytes = dtype_size(tensor_dtype(e));
+    const bool transpose = hf_name(kind).conv1d;
+    const unsigned char *src = tensor_data(f, e), *head_src = head ? tensor_data(f, head) : NULL;
+    for (size_t i = 0; i < count; i++) {
+        const size_t at = within + i, from = transpose ? (at % rows) * c + at / rows : at;
+        dst[i] = at < stored ? element(src + from * bytes, tensor_dtype(e)) : 0.0f; /* wte's padded rows: 0 */
+        if (head_src && at < stored) {
+            const float tied = element(head_src + from * dtype_size(tensor_dtype(head)), tensor_dtype(head));
+            if (memcmp(&tied, dst + i, sizeof tied) != 0)
+                bs_die("%s: lm_head.weight differs from wte.weight; this engine ties them", f->path);
+        }
+    }
+    release(src, stored * bytes);
+    if (head_src) release(head_src, stored * dtype_size(tensor_dtype(head)));
+    const size_t bad = floats_first_nonfinite(dst, count);
+    if (bad < count) /* as read_tensor says it */
+        bs_die("%s: tensor %s holds %s at element %zu (the file's weights are damaged)", f->path, name,
+               isnan(dst[bad]) ? "a NaN" : "an infinity", within + bad);
+}
+
+void safetensors_reader_close(SafetensorsReader *r) {
+    if (!r) return;
+    st_close(&r->file);
+    free(r);
 }
 
 /* Every name is one of cfg's adapters in peft's naming. */

@@ -37,6 +37,16 @@ void safetensors_read_params(const char *path, GPT *model);
 /* The same, returning false with the one-line reason instead of dying. */
 bool safetensors_try_read_config(const char *path, GPTConfig *cfg, char *why, size_t why_size);
 bool safetensors_try_read_params(const char *path, GPT *model, char *why, size_t why_size);
+/* Reading tensor by tensor (LoRA's frozen base streamed into its format):
+ * the file checked against cfg's whole model as above (lm_head against wte
+ * as each range of wte is read), then any elements [within, within + count)
+ * of one tensor (kind, global layer) in this engine's order ((out, in);
+ * wte's padded rows as 0). The mapped pages read are given back. */
+typedef struct SafetensorsReader SafetensorsReader;
+SafetensorsReader *safetensors_reader_open(const char *path, const GPTConfig *cfg);
+void safetensors_reader_read(SafetensorsReader *r, TensorKind kind, int layer, size_t within, size_t count,
+                             float *dst);
+void safetensors_reader_close(SafetensorsReader *r);
 /* Writes the whole model (fp32, "transformer." names, the shape as
  * metadata) atomically. */
 void safetensors_write(const char *path, const GPT *model);

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/io.h"
+#include "model/frozen_load.h"
 #include "model/model_file.h"
 #include "model/moe_upcycle.h"
 #include "model/safetensors_file.h"
@@ -142,19 +143,9 @@ static void init_chunk(Engine *e, EngineChunk *ch, const GPTConfig *whole) {
  * (the same values the whole model would start from), the adapters seeded
  * (A Kaiming-uniform, B zero) or read from --lora-init's file. */
 static void init_lora_chunk(Engine *e, EngineChunk *ch, const GPTConfig *whole) {
-    GPTConfig base = gpt_part_config(&ch->model.cfg, GPT_PART_BASE);
-    const size_t n = gpt_num_params(&base);
-    float *values = bs_malloc(n * sizeof(float)); /* this shard's base in fp32 */
-    GPT file; /* the whole base in the logical layout: read, or seeded */
-    GPTConfig file_cfg = gpt_part_config(whole, GPT_PART_BASE);
-    gpt_create_with(&file, &file_cfg, GPT_ALLOC_PARAMS);
-    if (e->cfg.init_from) model_file_read_params(e->cfg.init_from, &file);
-    else gpt_init_range(&file_cfg, e->cfg.seed, file.params, 0, file.num_params);
-    e->base_hash = lora_base_hash(file.params, file.num_params); /* alike in every layout */
-    mp_copy_from_logical(&base, file.params, values, 0, n);
-    gpt_free(&file);
-    gpt_set_frozen_base(&ch->model, values); /* kept in fp32, or its linear weights in bf16 / int8 */
-    free(values);
+    gpt_load_frozen_base(&ch->model, e->cfg.init_from, e->cfg.seed); /* this shard's, tensor by tensor */
+    const GPTConfig base = gpt_part_config(whole, GPT_PART_BASE); /* the base's identity, alike in every layout */
+    e->base_hash = e->cfg.init_from ? model_file_hash(e->cfg.init_from) : model_seeded_hash(&base, e->cfg.seed);
     gpt_init_weights(&ch->model, e->cfg.seed);
     if (e->cfg.lora_init) {
         GPTConfig adapters = gpt_part_config(whole, GPT_PART_ADAPTERS);
@@ -180,6 +171,8 @@ static void check_lora(const Engine *e, const GPTConfig *whole) {
                          ? "--lora-dropout and --cp (the masks are keyed by whole sequences)"
                      : whole->base_weights == BASE_WEIGHTS_INT8 && e->grid->tp > 1
                          ? "--base-weights int8 and --tp (a row-parallel shard would scale its part of each row alone)"
+                     : whole->base_weights == BASE_WEIGHTS_NF4 && e->grid->tp > 1
+                         ? "--base-weights nf4 and --tp (a shard's blocks and their double quantisation differ from the whole matrix's)"
                      : NULL;
     if (no) bs_die("--lora-rank %d does not work with %s", whole->lora_rank, no);
 }

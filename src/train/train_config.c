@@ -25,7 +25,7 @@ const char *const TRAIN_CP_ALGO_WORDS[] = {"ring", "allgather", NULL};
 const char *const TRAIN_CP_SPLIT_WORDS[] = {"zigzag", "contiguous", NULL};
 const char *const TRAIN_OUTER_OPTIMIZER_WORDS[] = {"nesterov", "sgd", "avg", NULL};
 const char *const TRAIN_DOC_MASK_WORDS[] = {"auto", "on", "off", NULL};
-const char *const TRAIN_BASE_WEIGHTS_WORDS[] = {"fp32", "bf16", "int8", NULL};
+const char *const TRAIN_BASE_WEIGHTS_WORDS[] = {"fp32", "bf16", "int8", "nf4", NULL};
 const char *const TRAIN_GOODPUT_ESTIMATOR_WORDS[] = {"simple", "precond", "curvature", "curvature-precond", "probe",
                                                      "probe-precond", NULL};
 const char *const TRAIN_FP8_RECIPE_WORDS[] = {"delayed", "block", NULL};
