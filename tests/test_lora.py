@@ -104,8 +104,8 @@ def round_trip(d, base, other, ck_hash):
     check(unset[0]["loss"] == given[0]["loss"],
           f"--lora-init with the LoRA flags left out runs as with the saved values given ({unset[0]['loss']:.6f} "
           f"vs {given[0]['loss']:.6f})")
-    same, moved = (train(d, "load_base", ["--init-from", b, "--steps", "1", "--lora-init", saved], check_rc=False)
-                   for b in (base, other))
+    same, moved = (train(d, "load_base", ["--init-from", b, "--steps", "1", "--lora-init", saved, "--lora-merge"],
+                         check_rc=False) for b in (base, other))
     check(same.returncode == 0 and same.stderr == "" and moved.returncode == 0 and
           f"trained over a base of hash {ck_hash}" in (one_line_error(moved) or ""),
           f"--lora-init over another base than the adapters' warns in one line, over theirs says nothing "
@@ -275,6 +275,14 @@ def main():
             p = train(d, "bad", ["--init-from", base, "--steps", "1"] + extra, ranks, check_rc=False)
             check(refused(p, named, ranks),
                   f"{' '.join(extra)}: refused in one line naming {named} ({p.stderr.strip()[:150] or 'no message'})")
+        # the base saved without the trained adapters is said, once; with --lora-merge nothing is said
+        for extra, warned in ((["--lora-rank", "4"], True), (["--lora-rank", "4", "--lora-merge"], False)):
+            p = train(d, "saved_base", ["--init-from", base, "--steps", "1"] + extra, check_rc=False)
+            lines = p.stderr.strip().splitlines()
+            check(p.returncode == 0 and (lines == [] if not warned else
+                                         len(lines) == 1 and "without the trained adapters" in lines[0]),
+                  f"--save-model with {' '.join(extra)}: {'one warning line' if warned else 'no warning'} "
+                  f"({p.stderr.strip()[:150] or 'no message'})")
     print(f"{len(check.failed)} failure(s)")
     return 1 if check.failed else 0
 

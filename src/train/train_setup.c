@@ -298,6 +298,13 @@ static void check_outputs(const TrainConfig *c, int rank) {
             bs_die("%s %s: %s", outputs[i].flag, outputs[i].path, why);
 }
 
+/* LoRA: a model file saved without the adapters is the frozen base; said once set-up has passed every check. */
+static void warn_base_only(const TrainConfig *c, int rank) {
+    if (rank == 0 && c->lora_rank > 0 && option_given(c->save_model) && !c->lora_merge && !option_given(c->save_adapters))
+        bs_warn("--save-model %s gets the frozen base without the trained adapters: add --lora-merge (folded into "
+                "the weights) or --save-adapters DIR (a peft directory)", c->save_model);
+}
+
 /* The step's statistics across ranks, --balance, the guard. */
 static void setup_policies(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
@@ -369,6 +376,7 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
         if (option_given(c->out)) bs_mkdir_p(c->out);
         if (option_given(c->metrics)) tr->metrics.file = metrics_open(c->metrics, tr->step);
     }
+    warn_base_only(c, tr->rank);
     progress_init(&tr->progress, stdout, c->log_every);
 }
 
