@@ -14,14 +14,12 @@ FrozenEmbedding *frozen_embedding_create(size_t rows, int C) {
     f->C = C;
     const size_t n = rows * (size_t)C;
     f->codes = bs_calloc(n > 0 ? n : 1, sizeof(bf16));
-    f->scratch = bs_calloc((size_t)FROZEN_HEAD_BLOCK * (size_t)C, sizeof(float));
     return f;
 }
 
 void frozen_embedding_free(FrozenEmbedding *f) {
     if (!f) return;
     free(f->codes);
-    free(f->scratch);
     free(f);
 }
 
@@ -59,8 +57,8 @@ void frozen_embedding_encode(const FrozenEmbedding *f, float *out, const int32_t
 /* Rows v0 .. v0+n-1 of w in fp32: in place, or widened into the scratch. */
 static const float *block_rows(FrozenWte w, size_t v0, size_t n) {
     if (w.values) return w.values + v0 * (size_t)w.C;
-    frozen_embedding_load(w.codes, v0, n, w.codes->scratch);
-    return w.codes->scratch;
+    frozen_embedding_load(w.codes, v0, n, w.scratch);
+    return w.scratch;
 }
 
 static size_t block_size(FrozenWte w, size_t v0) {

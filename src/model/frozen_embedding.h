@@ -5,7 +5,8 @@
  * block of rows at a time, the encoder widens the rows it gathers, and the
  * head (logits = x wte^T and its input gradient dx = dlogits wte) runs over
  * the vocabulary in fixed blocks of FROZEN_HEAD_BLOCK rows, each widened
- * into one block of fp32 scratch. A frozen wte kept in fp32 goes through the
+ * into the fp32 scratch the frozen linear weights are dequantized into (idle
+ * while the head runs). A frozen wte kept in fp32 goes through the
  * same blocks (read in place), so both give the same bits on the same
  * values, and at any thread count (the blocks do not depend on it). wte has
  * no gradient: under LoRA it is frozen. */
@@ -17,19 +18,20 @@
 
 #include "kernels/bf16.h"
 
-enum { FROZEN_HEAD_BLOCK = 1024 }; /* vocabulary rows per block: 3 MB of fp32 scratch at C 768 */
+enum { FROZEN_HEAD_BLOCK = 1024 }; /* vocabulary rows per block (the scratch holds at least one) */
 
 typedef struct {
     size_t rows;    /* the shard's vocabulary rows (padding included) */
     int C;
     bf16 *codes;    /* (rows, C) */
-    float *scratch; /* FROZEN_HEAD_BLOCK x C: one block widened */
 } FrozenEmbedding;
 
-/* The frozen wte the head reads: fp32 values in place, or (values NULL) bf16 codes. */
+/* The frozen wte the head reads: fp32 values in place, or (values NULL) bf16 codes widened a block at a time
+ * into scratch (FROZEN_HEAD_BLOCK x C floats). */
 typedef struct {
     const float *values;
     const FrozenEmbedding *codes;
+    float *scratch;
     size_t rows;
     int C;
 } FrozenWte;

@@ -35,7 +35,7 @@ static void create_frozen_linear(GPT *model) {
     const size_t C = (size_t)cfg->channels, T = (size_t)gpt_tp_size(cfg);
     const size_t rows[FROZEN_LINEARS] = {3 * C / T, C, 4 * C / T, C}, cols[FROZEN_LINEARS] = {C, C / T, C, 4 * C / T};
     model->frozen_linear = frozen_linear_create(cfg->base_weights, gpt_stage_layers(cfg), rows, cols);
-    size_t n = 0; /* one matrix at a time: the largest */
+    size_t n = FROZEN_HEAD_BLOCK * C; /* one matrix at a time (the largest), or one block of wte's rows */
     for (int m = 0; m < FROZEN_LINEARS; m++) n = n > rows[m] * cols[m] ? n : rows[m] * cols[m];
     model->linear_scratch = bs_calloc(n, sizeof(float));
     const GPTConfig base = gpt_part_config(cfg, GPT_PART_BASE);
@@ -502,7 +502,7 @@ static const float *wpe_of(const GPT *model, const float *emb, Widths w) {
 
 /* LoRA's frozen tied wte for the head (emb: block 0's parameters). */
 static FrozenWte frozen_wte(const GPT *model, const float *emb, Widths w) {
-    return (FrozenWte){model->frozen_wte ? NULL : emb, model->frozen_wte, (size_t)w.Vl, w.C};
+    return (FrozenWte){model->frozen_wte ? NULL : emb, model->frozen_wte, model->linear_scratch, (size_t)w.Vl, w.C};
 }
 
 /* A layer's parameters: under LoRA the frozen base's tensors with the adapters beside them. */
