@@ -33,7 +33,8 @@ there; either way the block dequantizes to zeros).
 2b. wte kept in bf16 (any reduced base) with the tied head in blocks of
    vocabulary rows: --base-weights bf16 with a vocabulary of 2500 (three
    blocks) equals fp32 LoRA over the bf16-rounded file bit for bit, at 1 and
-   2 threads and under TP 2.
+   2 threads and under TP 2; on GPT-2's vocabulary it saves half of wte's
+   fp32 bytes of peak memory.
 3. Streaming: each layer (C 768) of a base read from a file adds to the
    peak resident memory its weights' bytes once: at most 1.25x their fp32
    bytes with an fp32 base, from an llm.c or a safetensors file (loading
@@ -321,6 +322,24 @@ def check_embedding(d):
           "bf16 base: 1 and 2 threads give the same bits")
 
 
+def check_embedding_memory(d):
+    """GPT-2's vocabulary on one layer of C 768: a bf16 base saves half of wte's and of the linear weights' fp32
+    bytes of peak memory, less its one matrix of fp32 scratch (an fp32 wte beside it saved only the linear
+    weights' half)."""
+    C, Vp = 768, 50304
+    shape = ["--layers", "1", "--heads", "12", "--channels", str(C), "--vocab-size", "50257"]
+    train(d, "gpt2v", shape + ["--steps", "1"])
+    rss = {kind: peak_rss_mb(d, shape + ["--lora-rank", "4", "--base-weights", kind, "--init-from",
+                                         os.path.join(d, "gpt2v.bin")]) for kind in ("fp32", "bf16")}
+    wte, linear, scratch = Vp * C * 4 / 2 ** 20, 12 * C * C * 4 / 2 ** 20, 4 * C * C * 4 / 2 ** 20
+    saved, should = rss["fp32"] - rss["bf16"], (wte + linear) / 2 - scratch
+    check(saved >= 0.9 * should,
+          f"bf16 base, vocabulary 50257: {saved:.1f} MB less peak memory than the fp32 base's ({rss['bf16']:.0f} vs "
+          f"{rss['fp32']:.0f} MB), at least 90% of the {should:.1f} MB it should (half wte's {wte:.1f} MB and the "
+          f"layer's {linear:.1f} MB, less the {scratch:.1f} MB fp32 scratch; the linear weights alone would save "
+          f"{linear / 2 - scratch:.1f} MB)")
+
+
 def main():
     driver = sys.argv[1]
     check_driver(driver)
@@ -361,6 +380,7 @@ def main():
         check(p.returncode != 0 and len(lines) == 1 and "lm_head.weight differs from wte.weight" in lines[0],
               f"a safetensors base whose lm_head is not its wte: one line ({lines[0][:150] if lines else 'none'})")
         check_embedding(d)
+        check_embedding_memory(d)
         check_streaming(d)
     print(f"{len(check.failed)} failure(s)")
     return 1 if check.failed else 0
