@@ -13,11 +13,13 @@ bf16 bases and their relative gap; the bytes the frozen base holds
 (state_bytes - the adapters' state). The fp32 run's memory is taken from a
 3-step run (the peak is reached in the first step: nothing is allocated
 inside the loop). The three runs go at once, one thread each: only memory
-and losses are reported, which do not depend on the machine's load. What stays fp32 with NF4: wte (50304 x 768 with its
-padding, 154 MB), wpe, LayerNorms and biases; with one fp32 matrix of
-scratch (the largest, fc: 9.4 MB) for the dequantized weight in use, and the
-activations. So the ratio is bounded below by (wte + NF4 linear) / (wte +
-fp32 linear), about 0.40, whatever the overheads.
+and losses are reported, which do not depend on the machine's load. With a
+reduced base wte (50304 x 768 with its padding) is kept in bf16 (74 MiB, 147
+in fp32); wpe, LayerNorms and biases stay fp32; one fp32 scratch (the
+largest matrix, fc: 9 MiB) holds the dequantized weight in use or a block of
+wte's rows for the head. What every run holds alike (activations, logits,
+the adapters' state, libraries, the mapped tokens: about 76 MiB) puts the
+ratio's floor near 0.35 (docs/PERFORMANCE.md).
 usage: bench_nf4.py BATCHSCALE OUT_JSON"""
 import json
 import os

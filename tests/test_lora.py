@@ -35,7 +35,7 @@ batch 8, and the adapted model is exported merged (--lora-merge: W + s B A).
    target outside the four layers) and --lora-init without a config or
    --lora-rank.
 7. --base-weights bf16 and int8 (the frozen linear weights kept in 2 or 1
-   bytes, int8 with a per-row scale) give bit for bit the run of an fp32 base
+   bytes, int8 with a per-row scale; wte in bf16) give bit for bit the run of an fp32 base
    over a file rounded the same way in NumPy; their state bytes and final
    loss against the fp32 base are printed.
 6. DiLoCo (--local-steps 4) over LoRA synchronises only the adapters: the
@@ -135,10 +135,16 @@ def round_trip(d, base, other, ck_hash):
                                  f"({p.stderr.strip()[:150]})")
 
 
+def bf16_bits(w):
+    """w rounded to bf16 by round-to-nearest-even of the bits, kept in float32."""
+    u = w.view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32)
+
+
 def round_linear(body, header, kind):
-    """The llm.c file's values with each layer's four linear weights (out, in) rounded as --base-weights stores
-    them: bf16 by round-to-nearest-even of the bits, int8 by absmax per output row (scale = max|w| / 127,
-    q = rint(w / scale), w = q x scale), all in float32."""
+    """The llm.c file's values as a reduced --base-weights stores them: wte in bf16, each layer's four linear
+    weights (out, in) in bf16, or int8 by absmax per output row (scale = max|w| / 127, q = rint(w / scale),
+    w = q x scale), all in float32."""
     T, V, L, C, Vp = (int(header[i]) for i in (2, 3, 4, 6, 7))
     sizes = [("wte", Vp * C), ("wpe", T * C), ("ln1w", L * C), ("ln1b", L * C), ("qkvw", L * 3 * C * C),
              ("qkvb", L * 3 * C), ("attprojw", L * C * C), ("attprojb", L * C), ("ln2w", L * C), ("ln2b", L * C),
@@ -149,12 +155,13 @@ def round_linear(body, header, kind):
         if name in shapes:
             w = out[at:at + n].reshape(L, *shapes[name])
             if kind == "bf16":
-                u = w.view(np.uint32).astype(np.uint64)
-                w[...] = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32)
+                w[...] = bf16_bits(w)
             else:
                 scale = np.abs(w).max(axis=2, keepdims=True) / np.float32(127)
                 scale[scale == 0] = 1
                 w[...] = np.rint(w / scale).astype(np.float32) * scale
+        elif name == "wte":
+            out[at:at + n] = bf16_bits(out[at:at + n])
         at += n
     return out
 

@@ -27,8 +27,14 @@ there; either way the block dequantizes to zeros).
    transcription's value for value.
 2. A LoRA run with --base-weights nf4 equals, bit for bit (losses and merged
    weights), fp32 LoRA over a file whose linear weights are the
-   transcription's dequantized NF4, and itself from the same base saved as
+   transcription's dequantized NF4 and whose wte is rounded to bf16 (by
+   torch where importable), and itself from the same base saved as
    safetensors; with --lr 0 the merged model is that file.
+2b. wte kept in bf16 (any reduced base) with the tied head in blocks of
+   vocabulary rows: --base-weights bf16 with a vocabulary of 2500 (three
+   blocks) equals fp32 LoRA over the bf16-rounded file bit for bit, at 1 and
+   2 threads and under TP 2; on GPT-2's vocabulary it saves half of wte's
+   fp32 bytes of peak memory.
 3. Streaming: each layer (C 768) of a base read from a file adds to the
    peak resident memory its weights' bytes once: at most 1.25x their fp32
    bytes with an fp32 base, from an llm.c or a safetensors file (loading
@@ -166,8 +172,19 @@ def check_driver(driver):
                            f"{__import__('torch').__version__}: {np.count_nonzero(ulps)} of 256 entries 1 ulp apart")
 
 
-def nf4_file(body, header):
-    """The llm.c file's values with each layer's four linear weights (out, in) through NF4 and back."""
+def bf16_round(x):
+    """x rounded to bfloat16 (to nearest, ties to even) and back, by torch where it is importable."""
+    try:
+        import torch
+    except ImportError:  # the same rounding on the bits (x finite): add 0x7fff plus the lowest kept bit, cut
+        u = x.astype(F).view(np.uint32).astype(np.uint64)
+        return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(F)
+    return torch.from_numpy(np.ascontiguousarray(x, dtype=F)).to(torch.bfloat16).float().numpy()
+
+
+def reduced_file(body, header, linear_round):
+    """The llm.c file's values as a reduced frozen base holds them: wte in bf16, each layer's four linear
+    weights (out, in) through linear_round."""
     T, V, L, C, Vp = (int(header[i]) for i in (2, 3, 4, 6, 7))
     sizes = [("wte", Vp * C), ("wpe", T * C), ("ln1w", L * C), ("ln1b", L * C), ("qkvw", L * 3 * C * C),
              ("qkvb", L * 3 * C), ("attprojw", L * C * C), ("attprojb", L * C), ("ln2w", L * C), ("ln2b", L * C),
@@ -178,9 +195,21 @@ def nf4_file(body, header):
         if name in linear:
             for layer in range(L):
                 w = out[at + layer * n // L:at + (layer + 1) * n // L]
-                w[...] = dequantize(*quantize(w), w.size)
+                w[...] = linear_round(w)
+        elif name == "wte":
+            out[at:at + n] = bf16_round(out[at:at + n])
         at += n
     return out
+
+
+def nf4_file(body, header):
+    return reduced_file(body, header, lambda w: dequantize(*quantize(w), w.size))
+
+
+def write_model(path, header, body):
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(body.tobytes())
 
 
 def with_head(d, path):
@@ -202,11 +231,11 @@ def with_head(d, path):
     return out
 
 
-def train(d, name, extra, ranks=1, check_rc=True):
+def train(d, name, extra, ranks=1, check_rc=True, threads=1):
     metrics, model = os.path.join(d, name + ".jsonl"), os.path.join(d, name + ".bin")
     args = ["train", "--data", os.path.join(d, "data", "train_000000.bin"), "--seq-len", "32",
             "--micro-batch", "2", "--global-batch", "4", "--lr", "3e-3", "--warmup", "2", "--eval-every", "0",
-            "--sample-tokens", "0", "--threads", "1", "--comm-timeout", "60", "--quiet", "--metrics", metrics,
+            "--sample-tokens", "0", "--threads", str(threads), "--comm-timeout", "60", "--quiet", "--metrics", metrics,
             "--save-model", model] + extra
     p = launch(args, ranks, check=check_rc)
     if not check_rc:
@@ -267,6 +296,50 @@ def check_streaming(d):
           f"{rss[('nf4', 4)] / rss[('fp32', 4)]:.2f}x)")
 
 
+def check_embedding(d):
+    """A reduced base keeps wte in bf16 and runs the tied head over it in blocks of 1024 vocabulary rows: with a
+    vocabulary of 2500 (three blocks, two under TP 2) --base-weights bf16 equals fp32 LoRA over a file whose wte
+    and linear weights were rounded to bf16 beforehand, bit for bit, at 1 and 2 threads and under TP 2."""
+    shape = ["--layers", "2", "--heads", "4", "--channels", "96", "--vocab-size", "2500"]
+    _, body = train(d, "wide", shape + ["--steps", "4"])
+    header = read_model(os.path.join(d, "wide.bin"))[0]
+    write_model(os.path.join(d, "wide_bf16.bin"), header, reduced_file(body, header, bf16_round))
+    lora = ["--steps", "4", "--lora-rank", "4", "--lora-alpha", "8", "--lora-merge"]
+    runs = {}
+    for threads, ranks in ((1, 1), (2, 1), (1, 2)):
+        extra = lora + (["--tp", "2"] if ranks == 2 else [])
+        q_m, q_w = train(d, f"wq{threads}{ranks}", ["--init-from", os.path.join(d, "wide.bin"), "--base-weights",
+                                                      "bf16"] + extra, ranks, threads=threads)
+        o_m, o_w = train(d, f"wo{threads}{ranks}", ["--init-from", os.path.join(d, "wide_bf16.bin")] + extra, ranks,
+                         threads=threads)
+        losses = [x["loss"] for x in q_m]
+        runs[(threads, ranks)] = (losses, q_w)
+        same = losses == [x["loss"] for x in o_m] and np.array_equal(q_w, o_w)
+        check(same, f"bf16 base with wte in bf16, {threads} thread(s), TP {ranks}: equals fp32 LoRA over the "
+                    f"bf16-rounded file bit for bit ({np.count_nonzero(q_w != o_w)} merged values differ; state bytes "
+                    f"{q_m[-1]['state_bytes']} vs {o_m[-1]['state_bytes']})")
+    check(runs[(1, 1)][0] == runs[(2, 1)][0] and np.array_equal(runs[(1, 1)][1], runs[(2, 1)][1]),
+          "bf16 base: 1 and 2 threads give the same bits")
+
+
+def check_embedding_memory(d):
+    """GPT-2's vocabulary on one layer of C 768: a bf16 base saves half of wte's and of the linear weights' fp32
+    bytes of peak memory, less its one matrix of fp32 scratch (an fp32 wte beside it saved only the linear
+    weights' half)."""
+    C, Vp = 768, 50304
+    shape = ["--layers", "1", "--heads", "12", "--channels", str(C), "--vocab-size", "50257"]
+    train(d, "gpt2v", shape + ["--steps", "1"])
+    rss = {kind: peak_rss_mb(d, shape + ["--lora-rank", "4", "--base-weights", kind, "--init-from",
+                                         os.path.join(d, "gpt2v.bin")]) for kind in ("fp32", "bf16")}
+    wte, linear, scratch = Vp * C * 4 / 2 ** 20, 12 * C * C * 4 / 2 ** 20, 4 * C * C * 4 / 2 ** 20
+    saved, should = rss["fp32"] - rss["bf16"], (wte + linear) / 2 - scratch
+    check(saved >= 0.9 * should,
+          f"bf16 base, vocabulary 50257: {saved:.1f} MB less peak memory than the fp32 base's ({rss['bf16']:.0f} vs "
+          f"{rss['fp32']:.0f} MB), at least 90% of the {should:.1f} MB it should (half wte's {wte:.1f} MB and the "
+          f"layer's {linear:.1f} MB, less the {scratch:.1f} MB fp32 scratch; the linear weights alone would save "
+          f"{linear / 2 - scratch:.1f} MB)")
+
+
 def main():
     driver = sys.argv[1]
     check_driver(driver)
@@ -277,9 +350,7 @@ def main():
         header = read_model(base)[0]
         rounded = os.path.join(d, "base_nf4.bin")
         rounded_w = nf4_file(base_w, header)
-        with open(rounded, "wb") as f:
-            f.write(header.tobytes())
-            f.write(rounded_w.tobytes())
+        write_model(rounded, header, rounded_w)
         # the same model again (training is deterministic) as safetensors
         train(d, "base_st", ["--layers", "2", "--heads", "4", "--channels", "96", "--steps", "4", "--save-model",
                              os.path.join(d, "base.safetensors")], check_rc=False).check_returncode()
@@ -308,6 +379,8 @@ def main():
         lines = p.stderr.strip().splitlines()
         check(p.returncode != 0 and len(lines) == 1 and "lm_head.weight differs from wte.weight" in lines[0],
               f"a safetensors base whose lm_head is not its wte: one line ({lines[0][:150] if lines else 'none'})")
+        check_embedding(d)
+        check_embedding_memory(d)
         check_streaming(d)
     print(f"{len(check.failed)} failure(s)")
     return 1 if check.failed else 0

@@ -19,23 +19,49 @@
 
 static size_t block_count(size_t n, size_t block) { return (n + block - 1) / block; }
 
+/* Row block b of out (rows, ldo apart) = inp @ weight^T (+ bias): one single-threaded gemm. */
+static void forward_block(real *out, size_t ldo, const real *inp, const real *weight, const real *bias, size_t N,
+                          int IC, int OC, size_t b) {
+    const size_t r0 = b * MATMUL_ROW_BLOCK;
+    const size_t rows = N - r0 < MATMUL_ROW_BLOCK ? N - r0 : MATMUL_ROW_BLOCK;
+    real *o = out + r0 * ldo;
+    real beta = 0;
+    if (bias) {
+        for (size_t i = 0; i < rows; i++)
+            for (int c = 0; c < OC; c++) o[i * ldo + c] = bias[c];
+        beta = 1;
+    }
+    /* out[r0:r0+rows] (rows,OC) = inp[r0:r0+rows] (rows,IC) @ weight^T (IC,OC) */
+    bs_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, OC, IC, 1, inp + r0 * IC, IC, weight, IC, beta, o,
+            (int)ldo);
+}
+
 void matmul_forward(real *out, const real *inp, const real *weight, const real *bias, size_t N, int IC, int OC) {
     const size_t blocks = block_count(N, MATMUL_ROW_BLOCK);
 #pragma omp parallel for schedule(dynamic, 1)
-    for (size_t b = 0; b < blocks; b++) {
-        const size_t r0 = b * MATMUL_ROW_BLOCK;
-        const size_t rows = N - r0 < MATMUL_ROW_BLOCK ? N - r0 : MATMUL_ROW_BLOCK;
-        real *o = out + r0 * OC;
-        real beta = 0;
-        if (bias) {
-            for (size_t i = 0; i < rows; i++)
-                for (int c = 0; c < OC; c++) o[i * OC + c] = bias[c];
-            beta = 1;
-        }
-        /* out[r0:r0+rows] (rows,OC) = inp[r0:r0+rows] (rows,IC) @ weight^T (IC,OC) */
-        bs_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, OC, IC, 1, inp + r0 * IC, IC, weight, IC, beta,
-                o, OC);
-    }
+    for (size_t b = 0; b < blocks; b++) forward_block(out, (size_t)OC, inp, weight, bias, N, IC, OC, b);
+}
+
+void matmul_forward_columns(real *out, size_t ldo, const real *inp, const real *weight, size_t N, int IC, int OC) {
+    const size_t blocks = block_count(N, MATMUL_ROW_BLOCK);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t b = 0; b < blocks; b++) forward_block(out, ldo, inp, weight, NULL, N, IC, OC, b);
+}
+
+/* Row block b of dinp (rows,IC) = dout (rows,OC; ldd apart) @ weight (OC,IC) + beta dinp. */
+static void input_block(real *dinp, const real *dout, size_t ldd, const real *weight, size_t N, int IC, int OC,
+                        real beta, size_t b) {
+    const size_t r0 = b * MATMUL_ROW_BLOCK;
+    const size_t rows = N - r0 < MATMUL_ROW_BLOCK ? N - r0 : MATMUL_ROW_BLOCK;
+    bs_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, IC, OC, 1, dout + r0 * ldd, (int)ldd, weight, IC,
+            beta, dinp + r0 * IC, IC);
+}
+
+void matmul_backward_input_columns(real *dinp, const real *dout, size_t ldd, const real *weight, size_t N, int IC,
+                                   int OC, bool accumulate) {
+    const size_t blocks = block_count(N, MATMUL_ROW_BLOCK);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t b = 0; b < blocks; b++) input_block(dinp, dout, ldd, weight, N, IC, OC, accumulate ? 1 : 0, b);
 }
 
 void matmul_backward(real *dinp, real *dweight, real *dbias, const real *dout, const real *inp,
@@ -51,11 +77,7 @@ void matmul_backward(real *dinp, real *dweight, real *dbias, const real *dout, c
          * dweight blocks of half their size come out even) */
         const size_t b = dinp_first ? i : (i + row_blocks) % (row_blocks + out_blocks);
         if (b < row_blocks) {
-            /* dinp[r0:r0+rows] (rows,IC) = dout[r0:r0+rows] (rows,OC) @ weight (OC,IC) */
-            const size_t r0 = b * MATMUL_ROW_BLOCK;
-            const size_t rows = N - r0 < MATMUL_ROW_BLOCK ? N - r0 : MATMUL_ROW_BLOCK;
-            bs_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, IC, OC, 1, dout + r0 * OC, OC, weight, IC,
-                    0, dinp + r0 * IC, IC);
+            input_block(dinp, dout, (size_t)OC, weight, N, IC, OC, 0, b);
         } else {
             /* dweight[o0:o0+n] (n,IC) += dout[:, o0:o0+n]^T (n,N) @ inp (N,IC) */
             const size_t o0 = (b - row_blocks) * MATMUL_DWEIGHT_BLOCK;

@@ -5,8 +5,9 @@
  * QLoRA's NF4 with double-quantised block scales, each matrix one tensor
  * (model/nf4.h), and turned back into fp32 for each use: w = bf16 value,
  * w = q x scale, or NF4's dequantisation.
- * The rest of the base (embeddings, LayerNorms, biases) stays fp32 beside it
- * (GPT_PART_BASE_NONLINEAR). The adapters, their gradients and their
+ * wte is kept in bf16 beside it (model/frozen_embedding.h); the rest of the
+ * base (wpe, LayerNorms, biases) stays fp32
+ * (GPT_PART_BASE_FP32). The adapters, their gradients and their
  * optimizer state are fp32. Dequantized values are exactly what a model file
  * holding them in fp32 would give, so a run on a pre-rounded file is this
  * run's oracle bit for bit. */

@@ -42,6 +42,16 @@ static int linear_index(TensorKind kind) {
     return -1;
 }
 
+/* wte kept in bf16: its segment a block of rows at a time through scratch (no fp32 copy). */
+static void fill_embedding(const Source *s, ParamSegment seg, FrozenEmbedding *wte, float *scratch) {
+    const size_t C = (size_t)wte->C;
+    for (size_t r0 = 0; r0 < wte->rows; r0 += FROZEN_HEAD_BLOCK) {
+        const size_t n = wte->rows - r0 < FROZEN_HEAD_BLOCK ? wte->rows - r0 : FROZEN_HEAD_BLOCK;
+        fill(s, (ParamSegment){seg.offset + r0 * C, n * C, seg.kind, seg.layer}, scratch);
+        frozen_embedding_store(wte, r0, n, scratch);
+    }
+}
+
 void gpt_load_frozen_base(GPT *model, const char *path, uint64_t seed) {
     const GPTConfig base = gpt_part_config(&model->cfg, GPT_PART_BASE), kept = gpt_frozen_config(&model->cfg);
     const GPTConfig whole = gpt_logical_config(&model->cfg), logical = gpt_part_config(&whole, GPT_PART_BASE);
@@ -52,6 +62,10 @@ void gpt_load_frozen_base(GPT *model, const char *path, uint64_t seed) {
     ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
     const int n = gpt_param_segments(&base, segs, cap);
     for (int i = 0; i < n; i++) {
+        if (segs[i].kind == TK_WTE && model->frozen_wte) {
+            fill_embedding(&s, segs[i], model->frozen_wte, model->linear_scratch);
+            continue;
+        }
         const int which = model->frozen_linear ? linear_index(segs[i].kind) : -1;
         float *dst = which >= 0 ? model->linear_scratch
                                 : model->frozen + gpt_tensor_offset(&kept, segs[i].kind, segs[i].layer);

@@ -20,22 +20,26 @@
 #include "kernels/kernels.h"
 #include "kernels/vecmath.h"
 
-/* Where LoRA's frozen base is kept: the BASE part, or without the linear weights when they are stored apart. */
+/* Where LoRA's frozen base is kept in fp32: the BASE part, or without the linear weights and wte when they are
+ * stored apart. */
 static GPTConfig frozen_config(const GPTConfig *cfg) {
-    return gpt_part_config(cfg, cfg->base_weights == BASE_WEIGHTS_FP32 ? GPT_PART_BASE : GPT_PART_BASE_NONLINEAR);
+    return gpt_part_config(cfg, cfg->base_weights == BASE_WEIGHTS_FP32 ? GPT_PART_BASE : GPT_PART_BASE_FP32);
 }
 
 GPTConfig gpt_frozen_config(const GPTConfig *cfg) { return frozen_config(cfg); }
 
-/* --base-weights bf16|int8: the shard's four linear weights per layer (out, in), and their scratch. */
+/* --base-weights bf16|int8|nf4: the shard's four linear weights per layer (out, in), and their scratch; wte
+ * (its vocabulary rows) in bf16. */
 static void create_frozen_linear(GPT *model) {
     const GPTConfig *cfg = &model->cfg;
     const size_t C = (size_t)cfg->channels, T = (size_t)gpt_tp_size(cfg);
     const size_t rows[FROZEN_LINEARS] = {3 * C / T, C, 4 * C / T, C}, cols[FROZEN_LINEARS] = {C, C / T, C, 4 * C / T};
     model->frozen_linear = frozen_linear_create(cfg->base_weights, gpt_stage_layers(cfg), rows, cols);
-    size_t n = 0; /* one matrix at a time: the largest */
+    size_t n = FROZEN_HEAD_BLOCK * C; /* one matrix at a time (the largest), or one block of wte's rows */
     for (int m = 0; m < FROZEN_LINEARS; m++) n = n > rows[m] * cols[m] ? n : rows[m] * cols[m];
     model->linear_scratch = bs_calloc(n, sizeof(float));
+    const GPTConfig base = gpt_part_config(cfg, GPT_PART_BASE);
+    model->frozen_wte = frozen_embedding_create(gpt_tensor_numel(&base, TK_WTE) / C, (int)C);
 }
 
 void gpt_create(GPT *model, const GPTConfig *cfg) { gpt_create_with(model, cfg, GPT_ALLOC_PARAMS | GPT_ALLOC_GRADS); }
@@ -58,6 +62,7 @@ void gpt_create_with(GPT *model, const GPTConfig *cfg, int alloc) {
     GPTConfig base = frozen_config(cfg);
     model->frozen = cfg->part == GPT_PART_ADAPTERS ? bs_calloc(gpt_num_params(&base), sizeof(float)) : NULL;
     model->frozen_linear = NULL;
+    model->frozen_wte = NULL;
     model->linear_scratch = NULL;
     if (model->frozen && cfg->base_weights != BASE_WEIGHTS_FP32) create_frozen_linear(model);
     model->lora_scale = 1.0f;
@@ -94,6 +99,8 @@ void gpt_free(GPT *model) {
     free(model->frozen);
     frozen_linear_free(model->frozen_linear);
     model->frozen_linear = NULL;
+    frozen_embedding_free(model->frozen_wte);
+    model->frozen_wte = NULL;
     free(model->linear_scratch);
     model->linear_scratch = NULL;
     free(model->moe_bias);
@@ -217,7 +224,7 @@ static size_t lora_widest(const GPTConfig *cfg) {
 
 /* LoRA's scratch (lora.h's LoraScratch): two products at any width, and du (N, r). */
 static size_t lora_scratch_numel(const GPTConfig *cfg, int B, int T) {
-    if (cfg->lora_rank == 0 || cfg->part == GPT_PART_BASE || cfg->part == GPT_PART_BASE_NONLINEAR) return 0;
+    if (cfg->lora_rank == 0 || cfg->part == GPT_PART_BASE || cfg->part == GPT_PART_BASE_FP32) return 0;
     return (size_t)B * T * (2 * lora_widest(cfg) + (size_t)cfg->lora_rank);
 }
 
@@ -469,6 +476,8 @@ static const float *use_weight(const GPT *model, const float *w, int i, int whic
 void gpt_frozen_base(const GPT *model, float *out) {
     GPTConfig kept = frozen_config(&model->cfg), base = gpt_part_config(&model->cfg, GPT_PART_BASE);
     gpt_copy_tensors(&kept, model->frozen, &base, out);
+    const FrozenEmbedding *wte = model->frozen_wte;
+    if (wte) frozen_embedding_load(wte, 0, wte->rows, out + gpt_tensor_offset(&base, TK_WTE, 0));
     for (int i = 0; i < gpt_stage_layers(&model->cfg) && model->frozen_linear; i++) {
         const int layer = gpt_first_layer(&base) + i;
         LayerTensors t = gpt_layer_tensors(&base, block_start(&base, out, layer + 1), layer);
@@ -480,12 +489,15 @@ void gpt_frozen_base(const GPT *model, float *out) {
 size_t gpt_frozen_bytes(const GPT *model) {
     if (!model->frozen) return 0;
     GPTConfig kept = frozen_config(&model->cfg);
-    return gpt_num_params(&kept) * sizeof(float) + frozen_linear_bytes(model->frozen_linear);
+    return gpt_num_params(&kept) * sizeof(float) + frozen_linear_bytes(model->frozen_linear) +
+           frozen_embedding_bytes(model->frozen_wte);
 }
 
 void gpt_set_frozen_base(GPT *model, const float *base_values) {
     GPTConfig kept = frozen_config(&model->cfg), base = gpt_part_config(&model->cfg, GPT_PART_BASE);
     gpt_copy_tensors(&base, base_values, &kept, model->frozen);
+    FrozenEmbedding *wte = model->frozen_wte;
+    if (wte) frozen_embedding_store(wte, 0, wte->rows, base_values + gpt_tensor_offset(&base, TK_WTE, 0));
     for (int i = 0; i < gpt_stage_layers(&model->cfg) && model->frozen_linear; i++) {
         const int layer = gpt_first_layer(&base) + i;
         LayerTensors t = gpt_layer_tensors(&base, block_start(&base, (float *)base_values, layer + 1), layer);
@@ -498,6 +510,16 @@ void gpt_set_frozen_base(GPT *model, const float *base_values) {
  * hold none of the embeddings or the final LayerNorm). */
 static float *dense_params(const GPT *model, const BlockAccess *a, int block) {
     return model->frozen ? frozen_block(model, block) : params_of(model, a, block);
+}
+
+/* Block 0's wpe (emb: the block): after wte, unless wte is kept apart (frozen in bf16). */
+static const float *wpe_of(const GPT *model, const float *emb, Widths w) {
+    return model->frozen_wte ? emb : emb + (size_t)w.Vl * w.C;
+}
+
+/* LoRA's frozen tied wte for the head (emb: block 0's parameters). */
+static FrozenWte frozen_wte(const GPT *model, const float *emb, Widths w) {
+    return (FrozenWte){model->frozen_wte ? NULL : emb, model->frozen_wte, model->linear_scratch, (size_t)w.Vl, w.C};
 }
 
 /* A layer's parameters: under LoRA the frozen base's tensors with the adapters beside them. */
@@ -635,8 +657,13 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
     float *emb = NULL;
     if (gpt_has_encoder(cfg)) {
         emb = dense_params(model, access, 0);
-        encoder_forward(acts->encoded, inputs, emb, lead ? emb + (size_t)w.Vl * C : NULL, /* wpe follows wte */
-                        positions_of(model, acts, inputs, b, t), w.v_begin, w.v_begin + w.Vl, b, t, C);
+        const float *wpe = lead ? wpe_of(model, emb, w) : NULL;
+        const int32_t *pos = positions_of(model, acts, inputs, b, t);
+        if (model->frozen_wte)
+            frozen_embedding_encode(model->frozen_wte, acts->encoded, inputs, wpe, pos, w.v_begin, w.v_begin + w.Vl, b,
+                                    t);
+        else
+            encoder_forward(acts->encoded, inputs, emb, wpe, pos, w.v_begin, w.v_begin + w.Vl, b, t, C);
         tp_sum(model, acts->encoded, N * C);
         if (!gpt_has_head(cfg)) params_done(access, 0);
     }
@@ -684,7 +711,8 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
     round_input(model, acts->lnf, N * C);
     params_done(access, L + 1);
     const float *wte = emb ? emb : model->head_wte;
-    linear_forward(model, NO_SITE, acts->logits, acts->lnf, wte, NULL, N, C, w.Vl);
+    if (model->frozen) frozen_head_forward(frozen_wte(model, emb, w), acts->logits, acts->lnf, N); /* LoRA */
+    else linear_forward(model, NO_SITE, acts->logits, acts->lnf, wte, NULL, N, C, w.Vl);
     if (emb) params_done(access, 0);
     if (!targets) return 0;
     return loss_forward(model, acts, targets, N, dloss);
@@ -814,10 +842,12 @@ static void head_pass(const Pass *x, const float *wte, float *dwte) {
     const GPTConfig *cfg = &x->model->cfg;
     const int C = x->w.C, L = cfg->num_layers;
     const size_t N = x->N;
-    /* logits = lnf @ wte^T */
-    linear_pass(x, acts->dln, &(Linear){.dout = acts->logits, .inp = acts->lnf, .weight = wte, .dweight = dwte,
-                                        .stash = acts->logits, .IC = C, .OC = x->w.Vl,
-                                        .site = NO_SITE});
+    /* logits = lnf @ wte^T; LoRA: wte frozen, its input gradient alone */
+    if (x->model->frozen)
+        frozen_head_backward(frozen_wte(x->model, wte, x->w), acts->dln, acts->logits, N);
+    else
+        linear_pass(x, acts->dln, &(Linear){.dout = acts->logits, .inp = acts->lnf, .weight = wte, .dweight = dwte,
+                                            .stash = acts->logits, .IC = C, .OC = x->w.Vl, .site = NO_SITE});
     tp_sum(x->model, acts->dln, N * C);
     memset(acts->dresidual, 0, N * C * sizeof(float));
     float *dlnf = dense_grads(x, L + 1);

@@ -34,6 +34,7 @@
 #include "kernels/matmul_bf16.h"
 #include "model/context_attention.h"
 #include "model/fp8_scaling.h"
+#include "model/frozen_embedding.h"
 #include "model/frozen_linear.h"
 #include "model/lora.h"
 #include "model/moe.h"
@@ -41,9 +42,10 @@
 /* Which tensors a flat buffer holds: all of them, or (LoRA: the base frozen,
  * only the adapters trained) the base model's or the adapters' alone. A part
  * keeps the block structure; the other part's tensors have no elements. */
-typedef enum { GPT_PART_ALL, GPT_PART_BASE, GPT_PART_ADAPTERS, GPT_PART_BASE_NONLINEAR } GPTPart;
-/* GPT_PART_BASE_NONLINEAR: the base without the four linear weight matrices
- * of each layer (a low-precision frozen base keeps those apart: model/frozen_linear.h). */
+typedef enum { GPT_PART_ALL, GPT_PART_BASE, GPT_PART_ADAPTERS, GPT_PART_BASE_FP32 } GPTPart;
+/* GPT_PART_BASE_FP32: the base without the four linear weight matrices
+ * of each layer and wte, which a low-precision frozen base keeps apart
+ * (model/frozen_linear.h, model/frozen_embedding.h). */
 
 typedef struct {
     int max_seq_len; /* T max (rows of wpe) */
@@ -252,8 +254,9 @@ typedef struct {
     /* LoRA (cfg.part == GPT_PART_ADAPTERS): params and grads hold the
      * adapters; the frozen base model (its BASE part, no gradient) lives here */
     float *frozen;
-    FrozenLinear *frozen_linear; /* --base-weights bf16|int8: the base's linear weights, apart from frozen */
-    float *linear_scratch;       /* one linear weight matrix in fp32, dequantized for its use (the largest) */
+    FrozenLinear *frozen_linear; /* --base-weights bf16|int8|nf4: the base's linear weights, apart from frozen */
+    FrozenEmbedding *frozen_wte; /* and then wte in bf16, apart from frozen */
+    float *linear_scratch;       /* one linear weight matrix (the largest) or block of wte's rows in fp32 */
     float lora_scale; /* alpha / r */
     float lora_dropout;  /* dropout on the branches' input in training (lora.h: a mask from the data) */
     uint64_t lora_seed;  /* the mask's seed */

@@ -170,7 +170,8 @@ static bool in_part(const GPTConfig *cfg, TensorKind k) {
                (cfg->lora_targets >> adapter_target(k) & 1);
     if (is_moe_kind(k) && !gpt_is_moe(cfg)) return false;
     if (is_dense_mlp_kind(k) && !has_dense_layer(cfg)) return false;
-    if (cfg->part == GPT_PART_BASE_NONLINEAR) return k != TK_QKVW && k != TK_ATTPROJW && k != TK_FCW && k != TK_FCPROJW;
+    if (cfg->part == GPT_PART_BASE_FP32)
+        return k != TK_WTE && k != TK_QKVW && k != TK_ATTPROJW && k != TK_FCW && k != TK_FCPROJW;
     return cfg->part != GPT_PART_ADAPTERS;
 }
 
