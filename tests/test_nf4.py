@@ -56,7 +56,8 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import MPIRUN, Checks, launch, make_corpus, read_metrics, read_model  # noqa: E402
+from bstest import MPIRUN, Checks, make_corpus, read_model  # noqa: E402
+from test_lora import train as lora_run  # noqa: E402
 
 check = Checks()
 F = np.float32
@@ -232,15 +233,7 @@ def with_head(d, path):
 
 
 def train(d, name, extra, ranks=1, check_rc=True, threads=1):
-    metrics, model = os.path.join(d, name + ".jsonl"), os.path.join(d, name + ".bin")
-    args = ["train", "--data", os.path.join(d, "data", "train_000000.bin"), "--seq-len", "32",
-            "--micro-batch", "2", "--global-batch", "4", "--lr", "3e-3", "--warmup", "2", "--eval-every", "0",
-            "--sample-tokens", "0", "--threads", str(threads), "--comm-timeout", "60", "--quiet", "--metrics", metrics,
-            "--save-model", model] + extra
-    p = launch(args, ranks, check=check_rc)
-    if not check_rc:
-        return p
-    return read_metrics(metrics), read_model(model)[1]
+    return lora_run(d, name, extra, ranks, check_rc, global_batch=4, threads=threads)
 
 
 def peak_rss_mb(d, extra, ranks=1):
