@@ -57,8 +57,8 @@ def check(label, ok, detail=""):
         failures.append(label)
 
 
-def doc_mask(idx, eot):
-    """(B,T,T) True where query i may see key j: j <= i and j at or after the last end-of-text at or before i."""
+def doc_starts(idx, eot):
+    """(B,T) the position of the last end-of-text at or before each token (0 before the first)."""
     B, T = idx.shape
     start = torch.zeros(B, T, dtype=torch.long)
     for b in range(B):
@@ -67,21 +67,18 @@ def doc_mask(idx, eot):
             if idx[b, i] == eot:
                 s = i
             start[b, i] = s
-    j = torch.arange(T)
+    return start
+
+
+def doc_mask(idx, eot):
+    """(B,T,T) True where query i may see key j: j <= i and j at or after the last end-of-text at or before i."""
+    start, j = doc_starts(idx, eot), torch.arange(idx.shape[1])
     return (j[None, None, :] <= j[None, :, None]) & (j[None, None, :] >= start[:, :, None])
 
 
 def doc_positions(idx, eot):
     """(B,T) each token's position counted from the last end-of-text at or before it (0 before the first)."""
-    B, T = idx.shape
-    pos = torch.zeros(B, T, dtype=torch.long)
-    for b in range(B):
-        s = 0
-        for i in range(T):
-            if idx[b, i] == eot:
-                s = i
-            pos[b, i] = i - s
-    return pos
+    return torch.arange(idx.shape[1])[None, :] - doc_starts(idx, eot)
 
 
 def masked_loss_sum(logits, targets):
