@@ -57,14 +57,14 @@ void comm_fatal_poll(void) {
 
 /* Tells every other rank; true if every one of them fails too. */
 static bool all_fail(int status, int rank, int size) {
-    int *out = malloc(sizeof(int)); /* never freed: the process exits with the sends in flight */
+    static int out; /* outlives the sends: the process exits with them in flight */
     char *heard = calloc((size_t)size, 1);
-    if (!out || !heard) return false;
-    *out = status;
+    if (!heard) return false;
+    out = status;
     for (int r = 0; r < size; r++) {
         if (r == rank) continue;
         MPI_Request req;
-        MPI_Isend(out, 1, MPI_INT, r, FATAL_TAG, MPI_COMM_WORLD, &req);
+        MPI_Isend(&out, 1, MPI_INT, r, FATAL_TAG, MPI_COMM_WORLD, &req);
         MPI_Request_free(&req);
     }
     int others = 0;
