@@ -96,8 +96,9 @@ class ExitTest(CorpusTest):
 
     def test_every_process_signalled(self):
         ckpt, metrics, log = self.path("all_ckpt"), self.path("all.jsonl"), self.path("all_log.jsonl")
-        train = train_args(self.data, ckpt, 24, extra=["--ckpt-every", "10", "--quiet", "--metrics", metrics,
-                                                       "--inject-fault", "slow:0:40"])
+        steps = 400  # rank 0 computes 40x slower: the signal after 3 steps finds the job mid-run on any machine
+        train = train_args(self.data, ckpt, steps, extra=["--ckpt-every", "10", "--quiet", "--metrics", metrics,
+                                                          "--inject-fault", "slow:0:40"])
         launcher = subprocess.Popen([BATCHSCALE, "run", "--restart-delay", "0", "--log", log, "--"] + job(2, train),
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                     env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
@@ -109,7 +110,7 @@ class ExitTest(CorpusTest):
         self.assertEqual([e["event"] for e in events], ["start", "interrupted"], err)
         self.assertTrue(events[1]["preempted"], err)
         stop = events[1]["ckpt_step"]
-        self.assertTrue(0 < stop < 24 and os.path.isdir(step_dir(ckpt, stop)), err)
+        self.assertTrue(0 < stop < steps and os.path.isdir(step_dir(ckpt, stop)), err)
         deadline = time.monotonic() + 10
         while rank_pids(ckpt) and time.monotonic() < deadline:
             time.sleep(0.1)
