@@ -177,10 +177,7 @@ int cmd_train(int argc, char **argv) {
         comm_stop();
         return 0;
     }
-    c.shape_given.layers = options_given(specs, count, args.argc, args.argv, "layers");
-    c.shape_given.heads = options_given(specs, count, args.argc, args.argv, "heads");
-    c.shape_given.channels = options_given(specs, count, args.argc, args.argv, "channels");
-    model_flags_adopt(&c, specs, count, args.argc, args.argv); /* an MoE --init-from file sets the MoE flags */
+    model_flags_adopt(&c, specs, count, args.argc, args.argv); /* an --init-from file sets the shape flags */
     char why[512];
     TrainConfig resolved = c; /* c as given goes to config.json: flags left out stay so on a repeat */
     if (!lora_flags_resolve(&resolved, why, sizeof why)) bs_die("%s", why); /* LoRA flags left out: --lora-init's */

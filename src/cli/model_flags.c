@@ -1,4 +1,4 @@
-/* model_flags.c: an MoE --init-from file's shape into train's flags (see model_flags.h). */
+/* model_flags.c: an --init-from file's shape (and MoE fields) into train's flags (see model_flags.h). */
 #include "cli/model_flags.h"
 
 #include <stdio.h>
@@ -27,10 +27,37 @@ static void adopt_gates(TrainConfig *c, const GPTConfig *file, bool gates_given,
     c->moe_routed_scale = file->moe_routed_scale;
 }
 
+/* One flag the file states: its int field, the value to compare (a default already resolved), the file's. */
+typedef struct {
+    const char *name;
+    int *flag;
+    int given_value, file_value;
+} StatedFlag;
+
+/* Each flag given with another value than the file's is refused in one line; then every flag takes the file's. */
+static void adopt_fields(TrainConfig *c, const StatedFlag *fields, size_t n, const OptionSpec *specs, int count,
+                         int argc, char **argv) {
+    for (size_t i = 0; i < n; i++) {
+        if (options_given(specs, count, argc, argv, fields[i].name) && fields[i].given_value != fields[i].file_value) {
+            char given[32], stated[32];
+            value_text(fields[i].name, fields[i].given_value, given, sizeof given);
+            value_text(fields[i].name, fields[i].file_value, stated, sizeof stated);
+            bs_die("--%s %s contradicts --init-from %s, whose model has --%s %s (leave the flag out: the file sets it)",
+                   fields[i].name, given, c->init_from, fields[i].name, stated);
+        }
+        *fields[i].flag = fields[i].file_value;
+    }
+}
+
 void model_flags_adopt(TrainConfig *c, const OptionSpec *specs, int count, int argc, char **argv) {
     if (!c->init_from || !*c->init_from) return;
-    GPTConfig file = {.num_heads = c->heads};
+    GPTConfig file = {.num_heads = options_given(specs, count, argc, argv, "heads") ? c->heads : 0}; /* 0: declared */
     model_file_read_config(c->init_from, &file);
+    const StatedFlag shape[] = {{"layers", &c->layers, c->layers, file.num_layers},
+                                {"heads", &c->heads, c->heads, file.num_heads},
+                                {"channels", &c->channels, c->channels, file.channels},
+                                {"vocab-size", &c->vocab_size, c->vocab_size, file.vocab_size}};
+    adopt_fields(c, shape, sizeof shape / sizeof shape[0], specs, count, argc, argv);
     const bool upcycle = !gpt_is_moe(&file) && c->experts > 1; /* a dense file into an MoE model */
     if (options_given(specs, count, argc, argv, "upcycle-noise") && !upcycle)
         bs_die("--upcycle-noise needs --init-from a dense model and --experts E (%s is %s)", c->init_from,
@@ -40,22 +67,12 @@ void model_flags_adopt(TrainConfig *c, const OptionSpec *specs, int count, int a
                "--moe-ffn out", c->moe_ffn, c->init_from, 4 * file.channels);
     if (!gpt_is_moe(&file)) return;
     const int ffn = c->moe_ffn > 0 ? c->moe_ffn : 4 * file.channels; /* 0: 4 x channels */
-    const struct { const char *name; int *flag; int given_value, file_value; } fields[] = {
-        {"experts", &c->experts, c->experts, file.experts},
-        {"moe-top-k", &c->moe_top_k, c->moe_top_k, file.moe_top_k},
-        {"moe-ffn", &c->moe_ffn, ffn, file.moe_ffn},
-        {"moe-every", &c->moe_every, c->moe_every, file.moe_every > 1 ? file.moe_every : 1},
-        {"router", &c->moe_router, c->moe_router, file.moe_router}};
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-        if (options_given(specs, count, argc, argv, fields[i].name) && fields[i].given_value != fields[i].file_value) {
-            char given[32], stated[32];
-            value_text(fields[i].name, *fields[i].flag, given, sizeof given);
-            value_text(fields[i].name, fields[i].file_value, stated, sizeof stated);
-            bs_die("--%s %s contradicts --init-from %s, an MoE model of --%s %s (leave the flag out: the file sets it)",
-                   fields[i].name, given, c->init_from, fields[i].name, stated);
-        }
-        *fields[i].flag = fields[i].file_value;
-    }
+    const StatedFlag moe[] = {{"experts", &c->experts, c->experts, file.experts},
+                              {"moe-top-k", &c->moe_top_k, c->moe_top_k, file.moe_top_k},
+                              {"moe-ffn", &c->moe_ffn, ffn, file.moe_ffn},
+                              {"moe-every", &c->moe_every, c->moe_every, file.moe_every > 1 ? file.moe_every : 1},
+                              {"router", &c->moe_router, c->moe_router, file.moe_router}};
+    adopt_fields(c, moe, sizeof moe / sizeof moe[0], specs, count, argc, argv);
     adopt_gates(c, &file, options_given(specs, count, argc, argv, "moe-gates"),
                 options_given(specs, count, argc, argv, "moe-routed-scale"));
 }

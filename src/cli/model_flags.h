@@ -1,7 +1,9 @@
 /* model_flags.h: the model a `train --init-from` file states, into train's
- * flags: an MoE file (model/safetensors_moe.h) sets --experts, --moe-top-k,
- * --moe-ffn, --moe-every and --router to its own; one of those flags given
- * with another value is refused in one line, naming it. A dense file leaves
+ * flags: every file sets --layers, --heads, --channels and --vocab-size; an
+ * MoE file (model/safetensors_moe.h) also --experts, --moe-top-k, --moe-ffn,
+ * --moe-every, --router, --moe-gates and --moe-routed-scale; one of those
+ * flags given with another value is refused in one line, naming it (--heads
+ * given stands where a file declares no heads). A dense file leaves
  * them as given (--experts E > 1 then upcycles it: model/moe_upcycle.h,
  * --moe-ffn must then be the MLP's 4 C); --upcycle-noise without upcycling
  * is refused. */

@@ -234,22 +234,6 @@ static bool check_moe(const TrainConfig *c, char *why, size_t n) {
 
 int train_moe_gates(const TrainConfig *c) { return c->moe_gates > 0 ? c->moe_gates - 1 : (int)moe_default_gates(c->moe_top_k); }
 
-bool train_check_init_shape(const TrainConfig *c, const GPTConfig *file, char *why, size_t n) {
-    const struct { bool given; const char *flag, *field; int value, in_file; } flags[] = {
-        {c->shape_given.layers, "--layers", "layers", c->layers, file->num_layers},
-        {c->shape_given.heads, "--heads", "attention heads", c->heads, file->num_heads},
-        {c->shape_given.channels, "--channels", "channels", c->channels, file->channels},
-        {c->vocab_size > 0, "--vocab-size", "tokens in its vocabulary", c->vocab_size, file->vocab_size}};
-    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
-        if (flags[i].given && flags[i].value != flags[i].in_file) {
-            snprintf(why, n, "%s %d contradicts --init-from %s, which has %d %s (the file sets the shape: drop the "
-                     "flag or give %d)", flags[i].flag, flags[i].value, c->init_from, flags[i].in_file, flags[i].field,
-                     flags[i].in_file);
-            return false;
-        }
-    return true;
-}
-
 bool train_config_check(const TrainConfig *c, char *why, size_t why_size) {
     why[0] = 0;
     if (!check_local_steps(c, why, why_size)) return false;

@@ -60,7 +60,6 @@ typedef struct {
     int vocab_size;                    /* 0: the tokenizer's */
     const char *tokenizer, *vocab_dir; /* "": the data's (prepare.json), else byte */
     const char *init_from; /* llm.c model file to start from */
-    struct { bool layers, heads, channels; } shape_given; /* flags given, not defaults (the file's shape rules) */
     /* batch */
     int micro_batch;  /* sequences per micro-step per rank */
     int global_batch; /* sequences per optimizer step; 0: micro_batch x dp */
@@ -185,9 +184,6 @@ typedef struct {
  * the fault and batch-schedule specs, the pipeline schedule's shape as far
  * as the flags fix it. False with one line naming the flag. */
 bool train_config_check(const TrainConfig *c, char *why, size_t why_size);
-/* --init-from sets the shape: a shape flag given beside it must agree with the file's shape (`file`, read from
- * `c->init_from`); false with the one line naming the flag, the file and the field. */
-bool train_check_init_shape(const TrainConfig *c, const GPTConfig *file, char *why, size_t why_size);
 /* --capacity-factor's value (0: dropless); false with one line if it is not a number > 0. */
 bool train_capacity_factor(const TrainConfig *c, double *factor, char *why, size_t why_size);
 /* --moe-gates resolved: as given, or auto's choice for --moe-top-k (MoeGates). */

@@ -72,10 +72,8 @@ static GPTConfig model_shape(Trainer *tr) {
     GPTConfig mc = {.max_seq_len = c->seq_len, .vocab_size = vocab, .num_layers = c->layers,
                     .num_heads = c->heads, .channels = c->channels};
     if (option_given(c->init_from)) {
-        mc.num_heads = c->shape_given.heads ? c->heads : 0; /* where the file does not say */
-        model_file_read_config(c->init_from, &mc);
-        char mismatch[4400];
-        if (!train_check_init_shape(c, &mc, mismatch, sizeof mismatch)) bs_die("%s", mismatch);
+        model_file_read_config(c->init_from, &mc); /* the flags agree with it (cli/model_flags.c); --heads stands
+                                                     where the file declares none */
         if (c->seq_len > mc.max_seq_len)
             bs_die("--seq-len %d is longer than the model's maximum sequence length %d (from %s)", c->seq_len,
                    mc.max_seq_len, c->init_from);
