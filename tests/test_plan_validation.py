@@ -270,7 +270,7 @@ class ValidationTest(unittest.TestCase):
             self.assertEqual(cells[-4:-1], [r["published"], r["predicted"], r["error"]],
                              f"{r['id']}: the document says {cells[-4:-1]}, the planner now gives "
                              f"{[r['published'], r['predicted'], r['error']]}: regenerate the table with "
-                             f"tests/test_plan_validation.py --markdown")
+                             f"scripts/gen-doc-tables.py (tests/test_plan_validation.py --markdown prints it)")
             self.assertEqual(cells[0], r["half"], f"{r['id']}: the document puts it in another half")
             self.assertEqual(cells[6], r["layout"], f"{r['id']}: layout changed")
         for line in markdown(rows).split("\n\n")[-1].splitlines():
