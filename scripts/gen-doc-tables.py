@@ -26,7 +26,8 @@ TABLES = [
 def generated(command):
     p = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     if p.returncode != 0:
-        sys.exit(f"gen-doc-tables: {' '.join(command[1:])} failed: {p.stderr.strip().splitlines()[-1:]}")
+        last = (p.stderr.strip().splitlines() or ["no message"])[-1]
+        sys.exit(f"gen-doc-tables: {' '.join(command[1:])} failed: {last}")
     return p.stdout.rstrip("\n").split("\n")
 
 
