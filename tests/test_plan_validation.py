@@ -54,6 +54,9 @@ class Row:
     command-line tokens given to the planner and as a dict (a flag without a value maps to None)."""
 
     def __init__(self, fields):
+        missing = [k for k in ("id", "half", "source", "metric", "published", "flags") if not fields.get(k)]
+        if missing:
+            raise AssertionError(f"{ROWS_FILE}: row {fields.get('id')}: no {', '.join(missing)}")
         self.id, self.half, self.source, self.metric = fields["id"], fields["half"], fields["source"], fields["metric"]
         self.published = float(fields["published"])
         self.args = fields["flags"].split()
@@ -67,11 +70,14 @@ class Row:
 def load_rows(path=ROWS_FILE):
     """The rows of the data file, in its order; '#' lines are comments, the first other line is the header."""
     with open(path) as f:
-        reader = csv.DictReader((line for line in f if not line.startswith("#")), delimiter="\t")
+        reader = csv.DictReader((line for line in f if not line.startswith("#")), delimiter="\t", quoting=csv.QUOTE_NONE)
         rows = [Row(fields) for fields in reader]
+    ids = [row.id for row in rows]
     for row in rows:
         if row.half not in HALVES:
             raise AssertionError(f"{path}: {row.id}: half '{row.half}' is not one of {', '.join(HALVES)}")
+        if ids.count(row.id) > 1:
+            raise AssertionError(f"{path}: row id {row.id} appears more than once")
     return rows
 
 
