@@ -70,8 +70,8 @@ class Row:
 def load_rows(path=ROWS_FILE):
     """The rows of the data file, in its order; '#' lines are comments, the first other line is the header."""
     with open(path) as f:
-        reader = csv.DictReader((line for line in f if not line.startswith("#")), delimiter="\t", quoting=csv.QUOTE_NONE)
-        rows = [Row(fields) for fields in reader]
+        lines = (line for line in f if not line.startswith("#"))
+        rows = [Row(fields) for fields in csv.DictReader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)]
     ids = [row.id for row in rows]
     for row in rows:
         if row.half not in HALVES:
