@@ -16,10 +16,14 @@ add_executable(test_plan_dense_blocks ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_dens
 target_link_libraries(test_plan_dense_blocks PRIVATE bscore)
 add_test(NAME plan_dense_blocks COMMAND test_plan_dense_blocks ${CMAKE_CURRENT_SOURCE_DIR}/data/h200_dense_blocks.tsv)
 
-# CLI behaviour, and the published-runs table of docs/PLANNER.md recomputed.
+# CLI behaviour, and the published-runs table of docs/reference/planner-validation.md recomputed.
 # (tests/test_plan_reality.py measures wall-clock time on this machine: run by
 # hand, never registered.)
 foreach(t cli validation)
   add_test(NAME plan_${t} COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_${t}.py)
-  set_tests_properties(plan_${t} PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};PLANNER_DOC=${PROJECT_SOURCE_DIR}/docs/PLANNER.md")
+  set_tests_properties(plan_${t} PROPERTIES ENVIRONMENT
+                      "BATCHSCALE=${BS};PLANNER_DOC=${PROJECT_SOURCE_DIR}/docs/reference/planner-validation.md")
 endforeach()
+# The docs' generated tables equal what scripts/gen-doc-tables.py makes from their data (tests/data/*.tsv).
+add_test(NAME doc_tables COMMAND ${PY} ${PROJECT_SOURCE_DIR}/scripts/gen-doc-tables.py --check)
+set_tests_properties(doc_tables PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}")
