@@ -448,6 +448,8 @@ static void run(const PlanArgs *a) {
     in->fleet = build_fleet(a, r->note, sizeof r->note);
     if (!precision_parse(a->precision, &in->precision)) bs_die("--precision must be bf16, fp8 or fp32 (got '%s')", a->precision);
     if (a->calibrate) in->precision = PREC_FP32;
+    if (in->precision != PREC_FP8 && a->assumptions.origin[SWITCH_FP8_LINEARS] == ORIGIN_STACK)
+        in->model.fp8_linears = FP8_TE; /* a stack's FP8 linears leave a BF16 run as it is */
     if (in->model.fp8_linears != FP8_TE && in->precision != PREC_FP8)
         bs_die("--fp8-linears %s needs --precision fp8", FP8_LINEARS_WORDS[in->model.fp8_linears]);
     for (int k = 0; k < in->fleet.kinds; k++)

@@ -13,6 +13,8 @@
 #define BIT(x) (1u << (x))
 #define ZERO_0 BIT(0)
 #define ZERO_0_1 (BIT(0) | BIT(1))
+#define ZERO_0_1_2 (BIT(0) | BIT(1) | BIT(2))
+#define ZERO_0_1_3 (BIT(0) | BIT(1) | BIT(3))
 #define ZERO_FSDP (BIT(0) | BIT(2) | BIT(3)) /* NO_SHARD, SHARD_GRAD_OP, FULL_SHARD */
 #define RC_NONE_FULL (BIT(RECOMPUTE_NONE) | BIT(RECOMPUTE_FULL))
 #define RC_MEGATRON (BIT(RECOMPUTE_NONE) | BIT(RECOMPUTE_SELECTIVE) | BIT(RECOMPUTE_FULL))
@@ -25,18 +27,18 @@
     [SWITCH_GRAD_REDUCE] = "weights", [SWITCH_PIPELINE_ENGINE] = "megatron", [SWITCH_LAYER_SPLIT] = "even",            \
     [SWITCH_RANK_ORDER] = "tp-cp-ep-dp-pp"
 
-/* Megatron-core under Megatron-LM's pretrain_gpt.py, its argument defaults. */
+/* Megatron-core under Megatron-LM's pretrain_gpt.py: its argument defaults and example configuration. */
 #define MEGATRON_CORE                                                                                                 \
     [SWITCH_TP_OVERLAP] = "off", [SWITCH_PP_OVERLAP] = "on", [SWITCH_OVERLAP] = "off",                                 \
-    [SWITCH_SEQUENCE_PARALLEL] = "off", [SWITCH_RECOMPUTE] = "none", [SWITCH_ZERO] = "0", [SWITCH_ATTENTION] = "flash", \
+    [SWITCH_SEQUENCE_PARALLEL] = "on", [SWITCH_RECOMPUTE] = "none", [SWITCH_ZERO] = "0", [SWITCH_ATTENTION] = "flash", \
     [SWITCH_GRAD_REDUCE] = "weights", [SWITCH_PIPELINE_ENGINE] = "megatron", [SWITCH_LAYER_SPLIT] = "even",            \
     [SWITCH_ZERO1_REDUCE] = "reduce-scatter", [SWITCH_RANK_ORDER] = "tp-cp-ep-dp-pp", [SWITCH_CP_ALGO] = "ring"
 
-/* NeMo's recipes over Megatron-core: distributed optimizer with overlapped
+/* NeMo's recipes over Megatron-core: a distributed optimizer with overlapped
  * reduction, sequence parallelism, TP communication overlap. */
 #define NEMO                                                                                                          \
     [SWITCH_TP_OVERLAP] = "on", [SWITCH_PP_OVERLAP] = "on", [SWITCH_OVERLAP] = "on",                                   \
-    [SWITCH_SEQUENCE_PARALLEL] = "on", [SWITCH_RECOMPUTE] = "none", [SWITCH_ZERO] = "1", [SWITCH_ATTENTION] = "flash",  \
+    [SWITCH_SEQUENCE_PARALLEL] = "on", [SWITCH_RECOMPUTE] = "none", [SWITCH_ATTENTION] = "flash",                      \
     [SWITCH_GRAD_REDUCE] = "weights", [SWITCH_PIPELINE_ENGINE] = "megatron", [SWITCH_LAYER_SPLIT] = "even",            \
     [SWITCH_ZERO1_REDUCE] = "reduce-scatter", [SWITCH_RANK_ORDER] = "tp-cp-ep-dp-pp", [SWITCH_CP_ALGO] = "ring"
 
@@ -65,9 +67,11 @@ static const StackPreset PRESETS[] = {
      {MEGATRON_CORE, [SWITCH_FP8_LINEARS] = "te-delayed", [SWITCH_MOE_PROBS] = "activation"}, ZERO_0_1, RC_MEGATRON, true,
      true},
     {"nemo", "24.07", "NeMo Framework Launcher recipes (NeMo 1, Megatron-core < 0.13, FP8 delayed scaling)",
-     {NEMO, [SWITCH_FP8_LINEARS] = "te-delayed", [SWITCH_MOE_PROBS] = "combine"}, ZERO_0_1, RC_MEGATRON, true, true},
+     {NEMO, [SWITCH_ZERO] = "2", [SWITCH_FP8_LINEARS] = "te-delayed", [SWITCH_MOE_PROBS] = "combine"}, ZERO_0_1_2, RC_MEGATRON,
+     true, true},
     {"nemo", "25.09", "Megatron-Bridge recipes (NeMo 25.09 on, Megatron-core >= 0.14, FP8 current scaling)",
-     {NEMO, [SWITCH_FP8_LINEARS] = "te", [SWITCH_MOE_PROBS] = "activation"}, ZERO_0_1, RC_MEGATRON, true, true},
+     {NEMO, [SWITCH_ZERO] = "1", [SWITCH_FP8_LINEARS] = "te", [SWITCH_MOE_PROBS] = "activation"}, ZERO_0_1_3, RC_MEGATRON,
+     true, true},
     {"deepspeed", "0.5", "Megatron-DeepSpeed on DeepSpeed's PipelineEngine, FP16 ZeRO-1 optimizer (MT-NLG)",
      {DEEPSPEED_PIPE, [SWITCH_ZERO] = "1", [SWITCH_GRAD_REDUCE] = "weights", [SWITCH_ZERO1_REDUCE] = "reduce-scatter"},
      ZERO_0_1, RC_NONE_FULL, false, true},
