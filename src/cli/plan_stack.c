@@ -51,7 +51,10 @@ void plan_stack_apply(const char *stack, const OptionSpec *specs, int n_specs, i
             out->origin[s] = ORIGIN_STACK;
         } else out->origin[s] = ORIGIN_DEFAULT;
     }
-    if (st && !st->pipeline && !options_given(specs, n_specs, argc, argv, "pp")) set_option(find_spec(specs, n_specs, "pp"), "1");
+    const bool has[] = {st && st->tensor_parallel, st && st->context_parallel, st && st->pipeline};
+    const char *const degrees[] = {"tp", "cp", "pp"};
+    for (int i = 0; st && i < 3; i++) /* what the stack cannot split, it does not */
+        if (!has[i] && !options_given(specs, n_specs, argc, argv, degrees[i])) set_option(find_spec(specs, n_specs, degrees[i]), "1");
 }
 
 void plan_stack_restrict(const Assumptions *as, SearchSpace *space) {

@@ -42,7 +42,7 @@ typedef struct {
     unsigned recompute_policies;     /* bit r (Recompute): the policies it can run */
     bool recompute_per_run;          /* the search picks the policy; value[SWITCH_RECOMPUTE] is the stack's
                                         own default, the reference a search's choice is compared with */
-    bool pipeline;                   /* false: no pipeline parallelism (pp is 1) */
+    bool tensor_parallel, context_parallel, pipeline; /* the parallelisms it has (without one, its degree is 1) */
 } StackPreset;
 
 /* "name" (its latest version) or "name@version"; false with a one-line
