@@ -24,3 +24,7 @@ foreach(t cli validation stacks)
   add_test(NAME plan_${t} COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_${t}.py)
   set_tests_properties(plan_${t} PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};PLANNER_DOC=${PROJECT_SOURCE_DIR}/docs/PLANNER.md")
 endforeach()
+# The Python package (python/): built by pip in a fresh virtual environment, its answers against the CLI's
+# --json; skips (77) with its reason where venv or pip cannot be had.
+add_test(NAME plan_python COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_python.py)
+set_tests_properties(plan_python PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" SKIP_RETURN_CODE 77 TIMEOUT 1500)

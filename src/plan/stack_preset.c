@@ -99,12 +99,6 @@ const StackPreset *stack_presets(int *count) {
 
 const char *model_switch_key(ModelSwitch s) { return s >= 0 && s < SWITCH_COUNT ? SWITCH_KEYS[s] : "?"; }
 
-bool stack_allows_zero(const StackPreset *p, int stage) { return stage >= 0 && stage < 32 && (p->zero_stages & BIT(stage)); }
-
-bool stack_allows_recompute(const StackPreset *p, int policy) {
-    return policy >= 0 && policy < 32 && (p->recompute_policies & BIT(policy));
-}
-
 bool stack_preset_find(const char *spec, const StackPreset **out, char *why, size_t n) {
     const char *at = strchr(spec, '@');
     size_t name_len = at ? (size_t)(at - spec) : strlen(spec);

@@ -52,8 +52,5 @@ bool stack_preset_find(const char *spec, const StackPreset **out, char *why, siz
 const StackPreset *stack_presets(int *count);
 /* The switch's key in reports ("tp_overlap"). */
 const char *model_switch_key(ModelSwitch s);
-/* Whether the stack can run this ZeRO stage / recomputation policy. */
-bool stack_allows_zero(const StackPreset *p, int stage);
-bool stack_allows_recompute(const StackPreset *p, int policy);
 
 #endif
