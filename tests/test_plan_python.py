@@ -5,7 +5,7 @@
 builds the planner as a native library; the module's answers must equal `batchscale plan --json`'s for a dozen
 configurations (dense and MoE, context parallelism, a mixed fleet, a stack preset, a search, a batch schedule,
 cost ranking, a scaling sweep), apart from the search's own wall-clock seconds; a bad argument raises ValueError
-with the planner's one-line reason; read_metrics reads a run's metrics.jsonl. Skips (exit 77) with its reason
+with the planner's one-line reason; read_metrics reads a run's metrics.jsonl; examples/plan_notebook.py runs. Skips (exit 77) with its reason
 where venv or pip cannot be had (no network for the build's setuptools and no local setuptools and wheel).
 """
 import json
@@ -153,6 +153,15 @@ class PythonPackageTest(unittest.TestCase):
         line = p.stderr.strip()
         self.assertEqual(len(line.splitlines()), 1, p.stderr)
         self.assertEqual("batchscale: error: " + self.got["error"], line)
+
+    def test_example_script_runs(self):
+        """examples/plan_notebook.py: its tables (and charts where matplotlib is installed) from the package."""
+        p = subprocess.run([self.python, os.path.join(ROOT, "examples", "plan_notebook.py"), "--out-dir", self.tmp],
+                           capture_output=True, text=True, timeout=600, cwd=self.tmp)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("GPUs   tokens/s/GPU  efficiency", p.stdout)
+        self.assertRegex(p.stdout, r"\n 16384 .*\(frontier\)\n")
+        self.assertTrue("matplotlib is not installed" in p.stdout or os.path.exists(os.path.join(self.tmp, "plan_frontier.png")))
 
     def test_read_metrics(self):
         self.assertEqual(self.got["metrics"], self.steps)

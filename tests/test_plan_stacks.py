@@ -215,6 +215,8 @@ class PresetTest(unittest.TestCase):
         line = [w for w in warnings if w.startswith(f"zero {layout['zero']} chosen by search")]
         self.assertEqual(len(line), 1, warnings)
         self.assertIn(f"step {100 * change:+.1f}% vs the stack's 3 (torchtitan@2025.09)", line[0])
+        text = plan(*job, "--stack", "torchtitan", "--search", "--top", "1")
+        self.assertIn("warning    " + line[0] + "\n", text)
         quiet = plan_json(*job, *pinned, "--zero", str(layout["zero"]))["assumptions"]["warnings"]
         self.assertEqual(quiet, [], "no warning for a switch the user pinned")
 
@@ -236,6 +238,11 @@ class PresetsOnlyTableTest(unittest.TestCase):
                 mean, worst, failed = figures({k: v for k, v in errors.items() if k in ids})
                 report.append((label, part, mean, worst, failed))
                 print(f"{label:17s} {part:15s} mean {100 * mean:5.1f}%  worst {100 * worst:6.1f}%  no layout {failed}")
+        print("rows the preset moves by more than 2 points (no preset -> preset; pinned):")
+        for rid, err in presets.items():
+            if bare[rid] is None or abs(err - bare[rid]) > 0.02:
+                before = "no layout" if bare[rid] is None else f"{100 * bare[rid]:+.1f}%"
+                print(f"  {rid:36s} {stacks[rid]:20s} {before:>9s} -> {100 * err:+.1f}%; pinned {100 * pinned[rid]:+.1f}%")
         with open(DOC) as f:
             doc = f.read()
         for label, part, mean, worst, failed in report:
