@@ -31,7 +31,7 @@
 #define MEGATRON_CORE                                                                                                 \
     [SWITCH_TP_OVERLAP] = "off", [SWITCH_PP_OVERLAP] = "on", [SWITCH_OVERLAP] = "off",                                 \
     [SWITCH_SEQUENCE_PARALLEL] = "on", [SWITCH_RECOMPUTE] = "none", [SWITCH_ZERO] = "0", [SWITCH_ATTENTION] = "flash", \
-    [SWITCH_GRAD_REDUCE] = "weights", [SWITCH_PIPELINE_ENGINE] = "megatron", [SWITCH_LAYER_SPLIT] = "even",            \
+    [SWITCH_GRAD_REDUCE] = "fp32", [SWITCH_PIPELINE_ENGINE] = "megatron", [SWITCH_LAYER_SPLIT] = "even",            \
     [SWITCH_ZERO1_REDUCE] = "reduce-scatter", [SWITCH_RANK_ORDER] = "tp-cp-ep-dp-pp", [SWITCH_CP_ALGO] = "ring"
 
 /* NeMo's recipes over Megatron-core: a distributed optimizer with overlapped
@@ -39,7 +39,7 @@
 #define NEMO                                                                                                          \
     [SWITCH_TP_OVERLAP] = "on", [SWITCH_PP_OVERLAP] = "on", [SWITCH_OVERLAP] = "on",                                   \
     [SWITCH_SEQUENCE_PARALLEL] = "on", [SWITCH_RECOMPUTE] = "none", [SWITCH_ATTENTION] = "flash",                      \
-    [SWITCH_GRAD_REDUCE] = "weights", [SWITCH_PIPELINE_ENGINE] = "megatron", [SWITCH_LAYER_SPLIT] = "even",            \
+    [SWITCH_GRAD_REDUCE] = "fp32", [SWITCH_PIPELINE_ENGINE] = "megatron", [SWITCH_LAYER_SPLIT] = "even",               \
     [SWITCH_ZERO1_REDUCE] = "reduce-scatter", [SWITCH_RANK_ORDER] = "tp-cp-ep-dp-pp", [SWITCH_CP_ALGO] = "ring"
 
 /* Megatron-DeepSpeed: Megatron's layers, DeepSpeed's PipelineEngine. */
@@ -67,11 +67,11 @@ static const StackPreset PRESETS[] = {
      {MEGATRON_CORE, [SWITCH_FP8_LINEARS] = "te-delayed", [SWITCH_MOE_PROBS] = "activation"}, ZERO_0_1, RC_MEGATRON, true,
      true, true, true},
     {"nemo", "24.07", "NeMo Framework Launcher recipes (NeMo 1, Megatron-core < 0.13, FP8 delayed scaling)",
-     {NEMO, [SWITCH_ZERO] = "2", [SWITCH_FP8_LINEARS] = "te-delayed", [SWITCH_MOE_PROBS] = "combine"}, ZERO_0_1_2, RC_MEGATRON,
-     true, true, true, true},
+     {NEMO, [SWITCH_ZERO] = "2", [SWITCH_FP8_LINEARS] = "te-delayed", [SWITCH_MOE_PROBS] = "combine"}, ZERO_0_1_2,
+     RC_MEGATRON, true, true, true, true},
     {"nemo", "25.09", "Megatron-Bridge recipes (NeMo 25.09 on, Megatron-core >= 0.14, FP8 current scaling)",
-     {NEMO, [SWITCH_ZERO] = "1", [SWITCH_FP8_LINEARS] = "te", [SWITCH_MOE_PROBS] = "activation"}, ZERO_0_1_3, RC_MEGATRON,
-     true, true, true, true},
+     {NEMO, [SWITCH_ZERO] = "1", [SWITCH_FP8_LINEARS] = "te", [SWITCH_MOE_PROBS] = "activation"}, ZERO_0_1_3,
+     RC_MEGATRON, true, true, true, true},
     {"deepspeed", "0.5", "Megatron-DeepSpeed on DeepSpeed's PipelineEngine, ZeRO off unless configured (MT-NLG)",
      {DEEPSPEED_PIPE, [SWITCH_ZERO] = "0", [SWITCH_GRAD_REDUCE] = "weights", [SWITCH_ZERO1_REDUCE] = "reduce-scatter"},
      ZERO_0_1, RC_NONE_FULL, false, true, false, true},
