@@ -14,6 +14,7 @@
 #include "cli/options.h"
 #include "cli/plan_config.h"
 #include "cli/plan_report.h"
+#include "cli/plan_stack.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "plan/pipeline_engine.h"
@@ -51,6 +52,8 @@ typedef struct {
     double amortize_years, hours_per_year;
     bool json, scaling;
     const char *plot, *scaling_mode, *config;
+    const char *stack;       /* --stack NAME[@VERSION] */
+    Assumptions assumptions; /* each modelling switch's origin (plan_stack.c) */
     int scaling_from, scaling_to;
 } PlanArgs;
 
@@ -164,7 +167,8 @@ static ModelShape build_model(const PlanArgs *a, double *batch_tokens, double *t
     m.shared_experts = a->shared_experts;
     m.moe_device_limit = a->moe_device_limit;
     m.moe_node_limit = a->moe_node_limit;
-    m.moe_probs_in_activation = a->moe_probs == 1;
+    /* a stack's MoE setting leaves a dense model as it is */
+    m.moe_probs_in_activation = a->moe_probs == 1 && (m.experts > 1 || a->assumptions.origin[SWITCH_MOE_PROBS] != ORIGIN_STACK);
     m.fp8_linears = (Fp8Linears)a->fp8_linears;
     m.attention_window = a->attention_window;
     m.window_layers = a->attention_window > 0 && a->window_layers == 0 ? m.layers : a->window_layers;
@@ -444,6 +448,8 @@ static void run(const PlanArgs *a) {
     in->fleet = build_fleet(a, r->note, sizeof r->note);
     if (!precision_parse(a->precision, &in->precision)) bs_die("--precision must be bf16, fp8 or fp32 (got '%s')", a->precision);
     if (a->calibrate) in->precision = PREC_FP32;
+    if (in->precision != PREC_FP8 && a->assumptions.origin[SWITCH_FP8_LINEARS] == ORIGIN_STACK)
+        in->model.fp8_linears = FP8_TE; /* a stack's FP8 linears leave a BF16 run as it is */
     if (in->model.fp8_linears != FP8_TE && in->precision != PREC_FP8)
         bs_die("--fp8-linears %s needs --precision fp8", FP8_LINEARS_WORDS[in->model.fp8_linears]);
     for (int k = 0; k < in->fleet.kinds; k++)
@@ -508,6 +514,7 @@ static void run(const PlanArgs *a) {
     r->weak = strcmp(a->scaling_mode, "weak") == 0;
 
     SearchSpace space = search_space(a);
+    plan_stack_restrict(&a->assumptions, &space);
     if (a->search || !layout_given(a)) {
         r->searched = true;
         double t0 = bs_now();
@@ -527,6 +534,9 @@ static void run(const PlanArgs *a) {
         plan_evaluate(in, &l, &r->plan);
     }
     if (r->searched && strcmp(a->rank_by, "cost") == 0) in->fleet.count[0] = layout_gpus(&r->plan.layout);
+    r->assumptions = a->assumptions;
+    assumptions_read_values(&r->assumptions, in, &r->plan.layout);
+    if (r->searched) assumptions_check_search(&r->assumptions, in, &r->plan);
     fill_reliability(r);
     if (in->fleet.kinds == 1) {
         r->ideal_gpu_tokens_per_s = ideal_single_gpu_tokens_per_s(in);
@@ -621,6 +631,7 @@ int cmd_plan(int argc, char **argv) {
         {"pp-overlap", OPT_STRING, &a.pp_overlap, OPT_NO_RANGE, "on|off", "interleaved schedule: pipeline sends beside compute (Megatron's overlap_p2p_comm)", NULL, NULL},
         {"ep-overlap", OPT_STRING, &a.ep_overlap, OPT_NO_RANGE, "off|shared|dualpipe|combined-1f1b", "MoE all-to-all beside the shared experts (DeepSeek-V2), the paired micro-batch (DeepSeek-V3's DualPipe) or the adjacent micro-batch's forward/backward (Megatron-core's combined 1F1B)", NULL, NULL},
         {"rank-order", OPT_STRING, &a.rank_order, OPT_NO_RANGE, "tp-cp-pp-dp|tp-cp-ep-dp-pp", "rank order: the engine's and Llama 3's, or Megatron's (ep next to cp, pp outermost)", NULL, NULL},
+        {"stack", OPT_STRING, &a.stack, OPT_NO_RANGE, "NAME[@VERSION]", "training stack whose defaults set the modelling switches not given, and whose layouts bound --search: megatron-lm, megatron-core, nemo, deepspeed, llm-foundry, torchtitan (docs/reference/stacks.md)", NULL, NULL},
         {"search", OPT_FLAG, &a.search, OPT_NO_RANGE, "", "search all layouts (layout options pin fields)", NULL, NULL},
         {"top", OPT_INT, &a.top, 1, SEARCH_MAX_TOP, "N", "layouts to list", NULL, NULL},
         {"rank-by", OPT_STRING, &a.rank_by, OPT_NO_RANGE, "time|cost", "cost also tries fewer nodes", NULL, NULL},
@@ -649,6 +660,8 @@ int cmd_plan(int argc, char **argv) {
     MergedArgs merged = plan_config_merge(specs, n_specs, argc, argv);
     bool go = options_parse(specs, n_specs, merged.argc, merged.argv, USAGE);
     if (go) {
+        a.search = a.search || !layout_given(&a); /* before the stack's values, which are not the user's layout */
+        plan_stack_apply(a.stack, specs, n_specs, merged.argc, merged.argv, a.search, &a.assumptions);
         if (a.plot) {
             const char *dot = strrchr(a.plot, '.');
             if (!dot || (strcasecmp(dot, ".png") != 0 && strcasecmp(dot, ".svg") != 0))

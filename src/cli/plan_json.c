@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "cli/plan_report.h"
+#include "cli/plan_stack.h"
 #include "core/error.h"
 
 static json_t *layout_json(const Layout *l) {
@@ -101,6 +102,7 @@ void report_print_json(const PlanReport *r) {
     if (r->have_reference)
         json_object_set_new(root, "reference", json_pack("{s:i, s:f}", "gpus", r->reference_gpus, "efficiency", r->reference_efficiency));
     if (r->note[0]) json_object_set_new(root, "note", json_string(r->note));
+    json_object_set_new(root, "assumptions", plan_stack_json(&r->assumptions));
     if (r->linear_efficiency > 0) json_object_set_new(root, "linear_efficiency", json_real(r->linear_efficiency));
     if (r->searched) {
         json_t *layouts = json_array();

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli/plan_report.h"
+#include "cli/plan_stack.h"
 #include "plan/comms.h"
 #include "plan/presets.h"
 
@@ -229,6 +230,7 @@ static void print_header(const PlanReport *r) {
     if (in->batch.n > 1) printf(" at the end of a %d-step schedule", in->batch.n);
     printf("; %s tokens in total\n", human(in->total_tokens, b, sizeof b));
     if (r->note[0]) printf("note       %s\n", r->note);
+    plan_stack_print(&r->assumptions);
 }
 
 static void print_layout(const PlanReport *r) {

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 
+#include "plan/assumptions.h"
 #include "plan/cost.h"
 #include "plan/plan.h"
 #include "plan/reliability.h"
@@ -54,6 +55,7 @@ typedef struct {
     int n_points, baseline;
     ScalePoint points[SCALING_MAX_POINTS];
     char note[256];             /* an assumption worth stating (calibration) */
+    Assumptions assumptions;    /* where each modelling switch came from */
 } PlanReport;
 
 /* GPU-hours including failures, and their cost at each kind's rate. */

@@ -8,7 +8,9 @@
 #define MAX_VIRTUAL 16
 
 SearchSpace search_space_all(int top) {
-    SearchSpace s = {.zero = -1, .recompute = -1, .schedule = -1, .overlap = true, .sequence_parallel = true, .top = top};
+    SearchSpace s = {.zero = -1, .recompute = -1, .schedule = -1, .overlap = true, .sequence_parallel = true, .top = top,
+                     .zero_stages = 0xFu, /* torchtitan's op policy only when given or a stack has it */
+                     .recompute_policies = (1u << RECOMPUTE_NONE) | (1u << RECOMPUTE_SELECTIVE) | (1u << RECOMPUTE_FULL)};
     return s;
 }
 
@@ -74,13 +76,12 @@ static void try_rest(Ranking *r, Layout l) {
     const SearchSpace *s = r->space;
     const ModelShape *m = &r->in->model;
     for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_OP; rc++) {
-        if (s->recompute >= 0 && s->recompute != rc) continue;
-        if (rc == RECOMPUTE_OP && s->recompute != rc) continue; /* a framework's policy: only when given */
+        if (s->recompute >= 0 ? s->recompute != rc : !(s->recompute_policies & (1u << rc))) continue;
         /* flash attention keeps no scores: selective equals none */
         if (rc == RECOMPUTE_SELECTIVE && attention_is_fused(r->in->attention) && s->recompute < 0) continue;
         l.recompute = (Recompute)rc;
         for (int z = 0; z <= 3; z++) {
-            if (s->zero >= 0 && s->zero != z) continue;
+            if (s->zero >= 0 ? s->zero != z : !(s->zero_stages & (1u << z))) continue;
             if (z > 0 && l.dp * l.cp == 1 && s->zero < 0) continue;
             l.zero = z;
             for (int sched = SCHEDULE_1F1B; sched <= SCHEDULE_INTERLEAVED; sched++) {

@@ -25,6 +25,8 @@ typedef struct {
     /* > 0 pins the field; 0 searches it (zero, recompute, schedule: -1 searches) */
     int tp, pp, dp, cp, ep, micro_batch, virtual_stages;
     int zero, recompute, schedule;
+    unsigned zero_stages, recompute_policies; /* unpinned, the search tries stage z / policy r where bit z / r is set
+                                                 (a stack's space); search_space_all: ZeRO 0-3, none/selective/full */
     bool overlap, sequence_parallel, tp_overlap; /* tp_overlap applies where tp > 1 with sequence parallelism */
     bool pp_overlap;                             /* applies to interleaved layouts */
     CpAlgo cp_algo; /* an input, as overlap is */
