@@ -247,5 +247,30 @@ class TokDataTest(unittest.TestCase):
         self.assertGreater(len(p.stdout.strip()), len("And God said") + 40)  # 40 tokens of several bytes each
         self.fails(["sample", "--ckpt", ckpt, "--tokenizer", "byte", "--tokens", "5"], "vocabulary of 600", "--tokenizer")
 
+    def test_shard_not_resident(self):
+        """Training reads its windows from the shard file: a 32 MiB shard adds to the process's peak resident
+        memory only what it copies (checking every token at open and mapping the windows, it added all 32 MiB)."""
+        rng = np.random.default_rng(7)
+        peaks = {}
+        for name, n in (("small", 1 << 16), ("large", 1 << 24)):
+            path = self.path(name + ".bin")
+            header = np.zeros(256, dtype=np.int32)
+            header[:3] = (20240520, 1, n)
+            with open(path, "wb") as f:
+                f.write(header.tobytes() + rng.integers(0, 256, n, dtype=np.uint16).tobytes())
+            probe = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
+                     "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+            p = subprocess.run([sys.executable, "-c", probe, os.environ["BATCHSCALE"], "train", "--data", path,
+                                "--vocab-size", "256", "--layers", "1", "--heads", "2", "--channels", "32",
+                                "--seq-len", "64", "--micro-batch", "4", "--steps", "20", "--eval-every", "0",
+                                "--sample-tokens", "0", "--threads", "1", "--quiet"], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            peaks[name] = int(p.stdout.split()[-1]) / 1024
+        # 32 MiB resident or (nearly) none: the bound halfway between tells them apart
+        self.assertLess(peaks["large"] - peaks["small"], 16,
+                        f"peak resident memory {peaks['large']:.1f} MiB on a 32 MiB shard vs {peaks['small']:.1f} on "
+                        f"a 128 KiB one: the shard's pages are held")
+
+
 if __name__ == "__main__":
     unittest.main()

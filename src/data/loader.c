@@ -90,6 +90,7 @@ void loader_open(DataLoader *loader, const char *source, int T, int vocab_size, 
     loader->shuffle = shuffle;
     loader->perm_epoch = UINT64_MAX;
     if (shuffle) loader->perm = bs_malloc(loader->num_windows * sizeof(uint32_t));
+    loader->window = bs_malloc(((size_t)T + 1) * sizeof(uint16_t));
 }
 
 void loader_close(DataLoader *loader) {
@@ -99,6 +100,7 @@ void loader_close(DataLoader *loader) {
     free(loader->shards);
     free(loader->first_window);
     free(loader->perm);
+    free(loader->window);
     memset(loader, 0, sizeof *loader);
 }
 
@@ -138,7 +140,8 @@ void loader_sequence(DataLoader *loader, uint64_t seq, int32_t *inputs, int32_t 
     int shard;
     size_t first;
     locate(loader, seq, &shard, &first);
-    const uint16_t *src = loader->shards[shard].tokens + first;
+    uint16_t *src = loader->window;
+    shard_read(&loader->shards[shard], first, (size_t)loader->T + 1, src);
     const uint8_t *counted = loader->masks ? loader->masks[shard].counted + first : NULL;
     for (int t = 0; t < loader->T; t++) {
         inputs[t] = src[t];
