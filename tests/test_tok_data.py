@@ -271,6 +271,28 @@ class TokDataTest(unittest.TestCase):
                         f"peak resident memory {peaks['large']:.1f} MiB on a 32 MiB shard vs {peaks['small']:.1f} on "
                         f"a 128 KiB one: the shard's pages are held")
 
+    def test_many_shards(self):
+        """A source of 1,100 shards trains under a soft limit of 1,024 open files (each shard stays open while
+        training reads it: the loader raises the soft limit toward the hard one)."""
+        import resource
+        src = self.path("many")
+        os.makedirs(src, exist_ok=True)
+        rng = np.random.default_rng(3)
+        header = np.zeros(256, dtype=np.int32)
+        header[:3] = (20240520, 1, 200)
+        for i in range(1100):
+            with open(os.path.join(src, f"s_{i:05d}.bin"), "wb") as f:
+                f.write(header.tobytes() + rng.integers(0, 256, 200, dtype=np.uint16).tobytes())
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        if hard != resource.RLIM_INFINITY and hard < 1400:
+            self.skipTest(f"the hard limit on open files is {hard}")
+        p = subprocess.run([os.environ["BATCHSCALE"], "train", "--data", src, "--vocab-size", "256", "--layers", "1",
+                            "--heads", "2", "--channels", "32", "--seq-len", "64", "--micro-batch", "4", "--steps",
+                            "3", "--eval-every", "0", "--sample-tokens", "0", "--threads", "1", "--quiet"],
+                           capture_output=True, text=True,
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard)))
+        self.assertEqual(p.returncode, 0, p.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()

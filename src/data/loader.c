@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "core/error.h"
 #include "core/io.h"
@@ -67,11 +68,22 @@ static void open_masks(DataLoader *loader, const char *source) {
     loader->masks = masks;
 }
 
+/* Each shard keeps its file open (shard_read): a source of many shards raises the soft limit on open files
+ * toward the hard one (past it, opening a shard fails with a line naming it). */
+static void allow_open_files(size_t shards) {
+    const rlim_t want = (rlim_t)shards + 256; /* and what else the process opens */
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY || r.rlim_cur >= want) return;
+    r.rlim_cur = r.rlim_max != RLIM_INFINITY && r.rlim_max < want ? r.rlim_max : want;
+    setrlimit(RLIMIT_NOFILE, &r);
+}
+
 void loader_open(DataLoader *loader, const char *source, int T, int vocab_size, uint64_t seed, bool shuffle) {
     memset(loader, 0, sizeof *loader);
     char **paths = list_sources(source, &loader->num_shards);
     loader->shards = bs_calloc((size_t)loader->num_shards, sizeof(TokenShard));
     loader->first_window = bs_calloc((size_t)loader->num_shards + 1, sizeof(size_t));
+    allow_open_files((size_t)loader->num_shards);
     for (int i = 0; i < loader->num_shards; i++) {
         shard_open(&loader->shards[i], paths[i], vocab_size);
         size_t n = loader->shards[i].num_tokens;

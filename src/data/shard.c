@@ -76,7 +76,8 @@ bool shard_try_open(TokenShard *shard, const char *path, int vocab_size, char *w
     shard->fd = -1;
     int fd = open(path, O_RDONLY);
     if (fd < 0) {
-        snprintf(why, why_size, "cannot open token shard %s: %s", path, strerror(errno));
+        snprintf(why, why_size, "cannot open token shard %s: %s%s", path, strerror(errno),
+                 errno == EMFILE ? " (each shard stays open while training reads it: raise ulimit -n)" : "");
         return false;
     }
     struct stat st = {0};

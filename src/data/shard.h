@@ -25,7 +25,7 @@ typedef struct {
     size_t map_bytes;
     const uint16_t *tokens; /* mapped, for reads in place */
     size_t num_tokens;
-    int fd;                 /* open while the shard is: shard_read */
+    int fd;                 /* open while the shard is (shard_read): one file descriptor per shard */
 } TokenShard;
 
 /* vocab_size > 0: every token must be < vocab_size. */
