@@ -15,11 +15,11 @@ bf16 bases and their relative gap; the bytes the frozen base holds
 inside the loop). The three runs go at once, one thread each: only memory
 and losses are reported, which do not depend on the machine's load. With a
 reduced base wte (50304 x 768 with its padding) is kept in bf16 (74 MiB, 147
-in fp32); wpe, LayerNorms and biases stay fp32; one fp32 scratch (the
-largest matrix, fc: 9 MiB) holds the dequantized weight in use or a block of
-wte's rows for the head. What every run holds alike (activations, logits,
-the adapters' state, libraries, the mapped tokens: about 76 MiB) puts the
-ratio's floor near 0.35 (docs/PERFORMANCE.md).
+in fp32); wpe, LayerNorms and biases stay fp32; one fp32 scratch of one
+block of rows (64 of a linear weight or 256 of wte's: 0.75 MiB) holds what
+the frozen matmul in progress dequantized. What every run holds alike
+(activations, logits, the adapters' state, libraries: about 67 MiB) is most
+of the rest (docs/PERFORMANCE.md).
 usage: bench_nf4.py BATCHSCALE OUT_JSON"""
 import json
 import os

@@ -31,10 +31,11 @@ there; either way the block dequantizes to zeros).
    torch where importable), and itself from the same base saved as
    safetensors; with --lr 0 the merged model is that file.
 2b. wte kept in bf16 (any reduced base) with the tied head in blocks of
-   vocabulary rows: --base-weights bf16 with a vocabulary of 2500 (three
+   vocabulary rows: --base-weights bf16 with a vocabulary of 2500 (ten
    blocks) equals fp32 LoRA over the bf16-rounded file bit for bit, at 1 and
    2 threads and under TP 2; on GPT-2's vocabulary it saves half of wte's
-   fp32 bytes of peak memory.
+   fp32 bytes of peak memory. An NF4 base's fp32 scratch is one block of
+   rows (the frozen products dequantize a block at a time), not a matrix.
 3. Streaming: each layer (C 768) of a base read from a file adds to the
    peak resident memory its weights' bytes once: at most 1.25x their fp32
    bytes with an fp32 base, from an llm.c or a safetensors file (loading
@@ -290,8 +291,8 @@ def check_streaming(d):
 
 
 def check_embedding(d):
-    """A reduced base keeps wte in bf16 and runs the tied head over it in blocks of 1024 vocabulary rows: with a
-    vocabulary of 2500 (three blocks, two under TP 2) --base-weights bf16 equals fp32 LoRA over a file whose wte
+    """A reduced base keeps wte in bf16 and runs the tied head over it in blocks of 256 vocabulary rows: with a
+    vocabulary of 2500 (ten blocks, five under TP 2) --base-weights bf16 equals fp32 LoRA over a file whose wte
     and linear weights were rounded to bf16 beforehand, bit for bit, at 1 and 2 threads and under TP 2."""
     shape = ["--layers", "2", "--heads", "4", "--channels", "96", "--vocab-size", "2500"]
     _, body = train(d, "wide", shape + ["--steps", "4"])
@@ -317,7 +318,7 @@ def check_embedding(d):
 
 def check_embedding_memory(d):
     """GPT-2's vocabulary on one layer of C 768: a bf16 base saves half of wte's and of the linear weights' fp32
-    bytes of peak memory, less its one matrix of fp32 scratch (an fp32 wte beside it saved only the linear
+    bytes of peak memory, less at most one matrix of fp32 scratch (an fp32 wte beside it saved only the linear
     weights' half)."""
     C, Vp = 768, 50304
     shape = ["--layers", "1", "--heads", "12", "--channels", str(C), "--vocab-size", "50257"]
@@ -331,6 +332,30 @@ def check_embedding_memory(d):
           f"{rss['fp32']:.0f} MB), at least 90% of the {should:.1f} MB it should (half wte's {wte:.1f} MB and the "
           f"layer's {linear:.1f} MB, less the {scratch:.1f} MB fp32 scratch; the linear weights alone would save "
           f"{linear / 2 - scratch:.1f} MB)")
+
+
+def check_scratch_memory(d):
+    """GPT-2's vocabulary on one layer of C 768: an NF4 base saves half of wte's fp32 bytes and its linear
+    weights' fp32 bytes less their NF4 bytes, less only one block of rows of fp32 scratch (the frozen products
+    dequantize a block of rows at a time: 256 rows of wte or 64 of fcproj, 0.75 MB), not a whole matrix (fc's 9 MB,
+    as when each use dequantized the matrix)."""
+    C, Vp = 768, 50304
+    shape = ["--layers", "1", "--heads", "12", "--channels", str(C), "--vocab-size", "50257"]
+    train(d, "gpt2s", shape + ["--steps", "1"])
+    rss = {kind: peak_rss_mb(d, shape + ["--lora-rank", "4", "--base-weights", kind, "--init-from",
+                                         os.path.join(d, "gpt2s.bin")]) for kind in ("fp32", "nf4")}
+    MB = 2 ** 20
+    wte, linear = Vp * C * 4 / MB, 12 * C * C * 4 / MB
+    nf4 = 12 * C * C * (0.5 + 1 / 64 + 4 / 64 / 256) / MB
+    block, matrix = 256 * C * 4 / MB, 4 * C * C * 4 / MB
+    should = wte / 2 + linear - nf4 - block
+    saved = rss["fp32"] - rss["nf4"]
+    # the two scratch sizes differ by 8.25 MB: the bound halfway between tells them apart
+    check(saved >= should - (matrix - block) / 2,
+          f"NF4 base, one layer of C {C}: {saved:.1f} MB less peak memory than the fp32 base's ({rss['nf4']:.0f} vs "
+          f"{rss['fp32']:.0f} MB); it should save {should:.1f} MB (half wte's {wte:.1f}, the layer's {linear:.1f} "
+          f"less its {nf4:.1f} in NF4, less one block of scratch, {block:.2f}; a whole matrix of scratch, "
+          f"{matrix:.1f}, would save {should + block - matrix:.1f})")
 
 
 def main():
@@ -374,6 +399,7 @@ def main():
               f"a safetensors base whose lm_head is not its wte: one line ({lines[0][:150] if lines else 'none'})")
         check_embedding(d)
         check_embedding_memory(d)
+        check_scratch_memory(d)
         check_streaming(d)
     print(f"{len(check.failed)} failure(s)")
     return 1 if check.failed else 0

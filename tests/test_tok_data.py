@@ -247,5 +247,52 @@ class TokDataTest(unittest.TestCase):
         self.assertGreater(len(p.stdout.strip()), len("And God said") + 40)  # 40 tokens of several bytes each
         self.fails(["sample", "--ckpt", ckpt, "--tokenizer", "byte", "--tokens", "5"], "vocabulary of 600", "--tokenizer")
 
+    def test_shard_not_resident(self):
+        """Training reads its windows from the shard file: a 32 MiB shard adds to the process's peak resident
+        memory only what it copies (checking every token at open and mapping the windows, it added all 32 MiB)."""
+        rng = np.random.default_rng(7)
+        peaks = {}
+        for name, n in (("small", 1 << 16), ("large", 1 << 24)):
+            path = self.path(name + ".bin")
+            header = np.zeros(256, dtype=np.int32)
+            header[:3] = (20240520, 1, n)
+            with open(path, "wb") as f:
+                f.write(header.tobytes() + rng.integers(0, 256, n, dtype=np.uint16).tobytes())
+            probe = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
+                     "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+            p = subprocess.run([sys.executable, "-c", probe, os.environ["BATCHSCALE"], "train", "--data", path,
+                                "--vocab-size", "256", "--layers", "1", "--heads", "2", "--channels", "32",
+                                "--seq-len", "64", "--micro-batch", "4", "--steps", "20", "--eval-every", "0",
+                                "--sample-tokens", "0", "--threads", "1", "--quiet"], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            peaks[name] = int(p.stdout.split()[-1]) / 1024
+        # 32 MiB resident or (nearly) none: the bound halfway between tells them apart
+        self.assertLess(peaks["large"] - peaks["small"], 16,
+                        f"peak resident memory {peaks['large']:.1f} MiB on a 32 MiB shard vs {peaks['small']:.1f} on "
+                        f"a 128 KiB one: the shard's pages are held")
+
+    def test_many_shards(self):
+        """A source of 1,100 shards trains under a soft limit of 1,024 open files (each shard stays open while
+        training reads it: the loader raises the soft limit toward the hard one)."""
+        import resource
+        src = self.path("many")
+        os.makedirs(src, exist_ok=True)
+        rng = np.random.default_rng(3)
+        header = np.zeros(256, dtype=np.int32)
+        header[:3] = (20240520, 1, 200)
+        for i in range(1100):
+            with open(os.path.join(src, f"s_{i:05d}.bin"), "wb") as f:
+                f.write(header.tobytes() + rng.integers(0, 256, 200, dtype=np.uint16).tobytes())
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        if hard != resource.RLIM_INFINITY and hard < 1400:
+            self.skipTest(f"the hard limit on open files is {hard}")
+        p = subprocess.run([os.environ["BATCHSCALE"], "train", "--data", src, "--vocab-size", "256", "--layers", "1",
+                            "--heads", "2", "--channels", "32", "--seq-len", "64", "--micro-batch", "4", "--steps",
+                            "3", "--eval-every", "0", "--sample-tokens", "0", "--threads", "1", "--quiet"],
+                           capture_output=True, text=True,
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard)))
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()

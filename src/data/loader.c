@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "core/error.h"
 #include "core/io.h"
@@ -67,11 +68,22 @@ static void open_masks(DataLoader *loader, const char *source) {
     loader->masks = masks;
 }
 
+/* Each shard keeps its file open (shard_read): a source of many shards raises the soft limit on open files
+ * toward the hard one (past it, opening a shard fails with a line naming it). */
+static void allow_open_files(size_t shards) {
+    const rlim_t want = (rlim_t)shards + 256; /* and what else the process opens */
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY || r.rlim_cur >= want) return;
+    r.rlim_cur = r.rlim_max != RLIM_INFINITY && r.rlim_max < want ? r.rlim_max : want;
+    setrlimit(RLIMIT_NOFILE, &r);
+}
+
 void loader_open(DataLoader *loader, const char *source, int T, int vocab_size, uint64_t seed, bool shuffle) {
     memset(loader, 0, sizeof *loader);
     char **paths = list_sources(source, &loader->num_shards);
     loader->shards = bs_calloc((size_t)loader->num_shards, sizeof(TokenShard));
     loader->first_window = bs_calloc((size_t)loader->num_shards + 1, sizeof(size_t));
+    allow_open_files((size_t)loader->num_shards);
     for (int i = 0; i < loader->num_shards; i++) {
         shard_open(&loader->shards[i], paths[i], vocab_size);
         size_t n = loader->shards[i].num_tokens;
@@ -90,6 +102,7 @@ void loader_open(DataLoader *loader, const char *source, int T, int vocab_size, 
     loader->shuffle = shuffle;
     loader->perm_epoch = UINT64_MAX;
     if (shuffle) loader->perm = bs_malloc(loader->num_windows * sizeof(uint32_t));
+    loader->window = bs_malloc(((size_t)T + 1) * sizeof(uint16_t));
 }
 
 void loader_close(DataLoader *loader) {
@@ -99,6 +112,7 @@ void loader_close(DataLoader *loader) {
     free(loader->shards);
     free(loader->first_window);
     free(loader->perm);
+    free(loader->window);
     memset(loader, 0, sizeof *loader);
 }
 
@@ -138,7 +152,8 @@ void loader_sequence(DataLoader *loader, uint64_t seq, int32_t *inputs, int32_t 
     int shard;
     size_t first;
     locate(loader, seq, &shard, &first);
-    const uint16_t *src = loader->shards[shard].tokens + first;
+    uint16_t *src = loader->window;
+    shard_read(&loader->shards[shard], first, (size_t)loader->T + 1, src);
     const uint8_t *counted = loader->masks ? loader->masks[shard].counted + first : NULL;
     for (int t = 0; t < loader->T; t++) {
         inputs[t] = src[t];

@@ -32,6 +32,7 @@ typedef struct {
     uint32_t *perm; /* permutation of the current epoch (shuffle only) */
     uint64_t perm_epoch;
     LossMask *masks; /* per shard, NULL when the source has none */
+    uint16_t *window; /* the T+1 tokens of the sequence being read (shard_read) */
 } DataLoader;
 
 /* source: a shard file, a directory (its *.bin files, sorted), or a glob. */

@@ -53,10 +53,11 @@ enum { MATMUL_ROW_BLOCK = 1024, MATMUL_DWEIGHT_BLOCK = 384 };
 
 /* out (N,OC) = inp (N,IC) @ weight (OC,IC)^T + bias (OC); bias may be NULL */
 void matmul_forward(real *out, const real *inp, const real *weight, const real *bias, size_t N, int IC, int OC);
-/* The same without bias into columns of a wider out: row i of out starts
- * ldo elements after row i-1 (a slice of the columns of a larger product,
- * same bits as in the whole product per row block) */
-void matmul_forward_columns(real *out, size_t ldo, const real *inp, const real *weight, size_t N, int IC, int OC);
+/* The same into columns of a wider out: row i of out starts ldo elements
+ * after row i-1 (a slice of the columns of a larger product, same bits as in
+ * the whole product per row block); bias (OC) may be NULL */
+void matmul_forward_columns(real *out, size_t ldo, const real *inp, const real *weight, const real *bias, size_t N,
+                            int IC, int OC);
 /* dinp (N,IC) = dout (N,OC; row i ldd elements after row i-1) @ weight
  * (OC,IC), added to dinp when accumulate: a product whose sum over the output
  * channels is cut into slices, one call per slice */

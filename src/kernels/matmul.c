@@ -42,10 +42,11 @@ void matmul_forward(real *out, const real *inp, const real *weight, const real *
     for (size_t b = 0; b < blocks; b++) forward_block(out, (size_t)OC, inp, weight, bias, N, IC, OC, b);
 }
 
-void matmul_forward_columns(real *out, size_t ldo, const real *inp, const real *weight, size_t N, int IC, int OC) {
+void matmul_forward_columns(real *out, size_t ldo, const real *inp, const real *weight, const real *bias, size_t N,
+                            int IC, int OC) {
     const size_t blocks = block_count(N, MATMUL_ROW_BLOCK);
 #pragma omp parallel for schedule(dynamic, 1)
-    for (size_t b = 0; b < blocks; b++) forward_block(out, ldo, inp, weight, NULL, N, IC, OC, b);
+    for (size_t b = 0; b < blocks; b++) forward_block(out, ldo, inp, weight, bias, N, IC, OC, b);
 }
 
 /* Row block b of dinp (rows,IC) = dout (rows,OC; ldd apart) @ weight (OC,IC) + beta dinp. */

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "kernels/kernels.h"
 
 FrozenEmbedding *frozen_embedding_create(size_t rows, int C) {
     FrozenEmbedding *f = bs_calloc(1, sizeof *f);
@@ -54,27 +53,12 @@ void frozen_embedding_encode(const FrozenEmbedding *f, float *out, const int32_t
     }
 }
 
-/* Rows v0 .. v0+n-1 of w in fp32: in place, or widened into the scratch. */
-static const float *block_rows(FrozenWte w, size_t v0, size_t n) {
-    if (w.values) return w.values + v0 * (size_t)w.C;
-    frozen_embedding_load(w.codes, v0, n, w.scratch);
-    return w.scratch;
+/* frozen_embedding_load on an untyped source (FrozenRows). */
+static void widen_rows(const void *source, int index, size_t row0, size_t n, float *dst) {
+    (void)index; /* one matrix */
+    frozen_embedding_load(source, row0, n, dst);
 }
 
-static size_t block_size(FrozenWte w, size_t v0) {
-    return w.rows - v0 < FROZEN_HEAD_BLOCK ? w.rows - v0 : FROZEN_HEAD_BLOCK;
-}
-
-void frozen_head_forward(FrozenWte w, float *logits, const float *x, size_t N) {
-    for (size_t v0 = 0; v0 < w.rows; v0 += FROZEN_HEAD_BLOCK) {
-        const size_t n = block_size(w, v0);
-        matmul_forward_columns(logits + v0, w.rows, x, block_rows(w, v0, n), N, w.C, (int)n);
-    }
-}
-
-void frozen_head_backward(FrozenWte w, float *dx, const float *dlogits, size_t N) {
-    for (size_t v0 = 0; v0 < w.rows; v0 += FROZEN_HEAD_BLOCK) {
-        const size_t n = block_size(w, v0);
-        matmul_backward_input_columns(dx, dlogits + v0, w.rows, block_rows(w, v0, n), N, w.C, (int)n, v0 > 0);
-    }
+FrozenMatrix frozen_head_matrix(const float *values, const FrozenEmbedding *f, float *scratch, size_t rows, int C) {
+    return (FrozenMatrix){values, widen_rows, f, 0, scratch, rows, FROZEN_HEAD_BLOCK, C};
 }

@@ -4,9 +4,10 @@
  * compute dtype. No fp32 copy of it exists at any moment: it is filled a
  * block of rows at a time, the encoder widens the rows it gathers, and the
  * head (logits = x wte^T and its input gradient dx = dlogits wte) runs over
- * the vocabulary in fixed blocks of FROZEN_HEAD_BLOCK rows, each widened
- * into the fp32 scratch the frozen linear weights are dequantized into (idle
- * while the head runs). A frozen wte kept in fp32 goes through the
+ * the vocabulary in fixed blocks of FROZEN_HEAD_BLOCK rows
+ * (model/frozen_matrix.h), each widened into the fp32 scratch the frozen
+ * linear weights' blocks are dequantized into (idle while the head runs).
+ * A frozen wte kept in fp32 goes through the
  * same blocks (read in place), so both give the same bits on the same
  * values, and at any thread count (the blocks do not depend on it). wte has
  * no gradient: under LoRA it is frozen. */
@@ -17,24 +18,13 @@
 #include <stdint.h>
 
 #include "kernels/bf16.h"
-
-enum { FROZEN_HEAD_BLOCK = 1024 }; /* vocabulary rows per block (the scratch holds at least one) */
+#include "model/frozen_matrix.h"
 
 typedef struct {
     size_t rows;    /* the shard's vocabulary rows (padding included) */
     int C;
     bf16 *codes;    /* (rows, C) */
 } FrozenEmbedding;
-
-/* The frozen wte the head reads: fp32 values in place, or (values NULL) bf16 codes widened a block at a time
- * into scratch (FROZEN_HEAD_BLOCK x C floats). */
-typedef struct {
-    const float *values;
-    const FrozenEmbedding *codes;
-    float *scratch;
-    size_t rows;
-    int C;
-} FrozenWte;
 
 FrozenEmbedding *frozen_embedding_create(size_t rows, int C);
 void frozen_embedding_free(FrozenEmbedding *f);
@@ -46,9 +36,9 @@ void frozen_embedding_load(const FrozenEmbedding *f, size_t row0, size_t n, floa
 /* out (B,T,C) = wte[token - v_begin] + wpe[pos(t)], as encoder_forward (kernels.h) on the widened rows. */
 void frozen_embedding_encode(const FrozenEmbedding *f, float *out, const int32_t *tokens, const float *wpe,
                              const int32_t *positions, int v_begin, int v_end, int B, int T);
-/* logits (N, rows) = x (N, C) @ wte^T. */
-void frozen_head_forward(FrozenWte w, float *logits, const float *x, size_t N);
-/* dx (N, C) = dlogits (N, rows) @ wte (written, not added). */
-void frozen_head_backward(FrozenWte w, float *dx, const float *dlogits, size_t N);
+/* The tied head's matrix (model/frozen_matrix.h: logits = x wte^T, dx = dlogits wte): the fp32 wte read in
+ * place (values), or (values NULL) f's bf16 codes widened a block of FROZEN_HEAD_BLOCK rows at a time into
+ * scratch. */
+FrozenMatrix frozen_head_matrix(const float *values, const FrozenEmbedding *f, float *scratch, size_t rows, int C);
 
 #endif

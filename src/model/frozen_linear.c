@@ -59,6 +59,7 @@ FrozenLinear *frozen_linear_create(BaseWeights kind, int layers, const size_t ro
         size_t most = 0;
         for (int m = 0; m < FROZEN_LINEARS; m++) most = most > rows[m] * cols[m] ? most : rows[m] * cols[m];
         f->scratch = bs_calloc(nf4_sizes(most).blocks, sizeof(float));
+        nf4_dynamic_map(f->map);
     }
     return f;
 }
@@ -72,45 +73,67 @@ void frozen_linear_free(FrozenLinear *f) {
     free(f);
 }
 
-void frozen_linear_store(FrozenLinear *f, int layer, int which, const float *w) {
+void frozen_linear_store_rows(FrozenLinear *f, int layer, int which, size_t row0, size_t n, const float *w) {
     const Footprint at = position(f, layer, which);
-    const size_t R = f->rows[which], K = f->cols[which];
+    const size_t R = f->rows[which], K = f->cols[which], first = row0 * K;
     if (f->kind == BASE_WEIGHTS_NF4) {
-        nf4_quantize(w, R * K, nf4_tensor(f, layer, which), f->scratch);
+        const Nf4Tensor t = nf4_tensor(f, layer, which);
+        nf4_quantize_range(w, first, n * K, t, f->scratch);
+        if (row0 + n == R) nf4_quantize_finish(R * K, t, f->scratch); /* the last rows: the whole matrix is in */
         return;
     }
     if (f->kind == BASE_WEIGHTS_BF16) {
-        bf16_from_floats((bf16 *)(void *)(f->codes + at.bytes), w, R * K);
+        bf16_from_floats((bf16 *)(void *)(f->codes + at.bytes) + first, w, n * K);
         return;
     }
-    int8_t *codes = (int8_t *)f->codes + at.bytes;
-    for (size_t r = 0; r < R; r++) {
+    int8_t *codes = (int8_t *)f->codes + at.bytes + first;
+    float *scales = f->scales + at.scales + row0;
+    for (size_t r = 0; r < n; r++) {
         float amax = 0;
         for (size_t k = 0; k < K; k++) amax = fmaxf(amax, fabsf(w[r * K + k]));
         const float scale = amax > 0 ? amax / 127.0f : 1.0f;
-        f->scales[at.scales + r] = scale;
+        scales[r] = scale;
         for (size_t k = 0; k < K; k++) codes[r * K + k] = (int8_t)rintf(w[r * K + k] / scale);
     }
 }
 
-void frozen_linear_load(const FrozenLinear *f, int layer, int which, float *w) {
+void frozen_linear_store(FrozenLinear *f, int layer, int which, const float *w) {
+    frozen_linear_store_rows(f, layer, which, 0, f->rows[which], w);
+}
+
+void frozen_linear_load_rows(const FrozenLinear *f, int layer, int which, size_t row0, size_t n, float *w) {
     const Footprint at = position(f, layer, which);
-    const size_t R = f->rows[which], K = f->cols[which];
+    const size_t K = f->cols[which], first = row0 * K;
     if (f->kind == BASE_WEIGHTS_NF4) {
-        nf4_dequantize(nf4_tensor(f, layer, which), R * K, w);
+        nf4_dequantize_range(nf4_tensor(f, layer, which), f->map, first, n * K, w);
         return;
     }
     if (f->kind == BASE_WEIGHTS_BF16) {
-        bf16_to_floats(w, (const bf16 *)(const void *)(f->codes + at.bytes), R * K);
+        bf16_to_floats(w, (const bf16 *)(const void *)(f->codes + at.bytes) + first, n * K);
         return;
     }
-    const int8_t *codes = (const int8_t *)f->codes + at.bytes;
-    for (size_t r = 0; r < R; r++)
-        for (size_t k = 0; k < K; k++) w[r * K + k] = (float)codes[r * K + k] * f->scales[at.scales + r];
+    const int8_t *codes = (const int8_t *)f->codes + at.bytes + first;
+    const float *scales = f->scales + at.scales + row0;
+    for (size_t r = 0; r < n; r++)
+        for (size_t k = 0; k < K; k++) w[r * K + k] = (float)codes[r * K + k] * scales[r];
+}
+
+void frozen_linear_load(const FrozenLinear *f, int layer, int which, float *w) {
+    frozen_linear_load_rows(f, layer, which, 0, f->rows[which], w);
 }
 
 size_t frozen_linear_bytes(const FrozenLinear *f) {
     if (!f) return 0;
     const Footprint all = position(f, f->layers, 0);
     return all.bytes + all.scales * sizeof(float) + all.block_codes;
+}
+
+/* frozen_linear_load_rows on an untyped source (FrozenRows): index = layer x FROZEN_LINEARS + which. */
+static void widen_rows(const void *source, int index, size_t row0, size_t n, float *dst) {
+    frozen_linear_load_rows(source, index / FROZEN_LINEARS, index % FROZEN_LINEARS, row0, n, dst);
+}
+
+FrozenMatrix frozen_linear_matrix(const FrozenLinear *f, int layer, int which, float *scratch) {
+    return (FrozenMatrix){NULL, widen_rows, f, layer * FROZEN_LINEARS + which, scratch, f->rows[which],
+                          FROZEN_LINEAR_BLOCK, (int)f->cols[which]};
 }

@@ -52,6 +52,16 @@ static void fill_embedding(const Source *s, ParamSegment seg, FrozenEmbedding *w
     }
 }
 
+/* A linear weight kept reduced: its segment a block of FROZEN_LINEAR_BLOCK rows at a time through scratch. */
+static void fill_linear(const Source *s, ParamSegment seg, FrozenLinear *f, int layer, int which, float *scratch) {
+    const size_t rows = f->rows[which], cols = f->cols[which];
+    for (size_t r0 = 0; r0 < rows; r0 += FROZEN_LINEAR_BLOCK) {
+        const size_t n = rows - r0 < FROZEN_LINEAR_BLOCK ? rows - r0 : FROZEN_LINEAR_BLOCK;
+        fill(s, (ParamSegment){seg.offset + r0 * cols, n * cols, seg.kind, seg.layer}, scratch);
+        frozen_linear_store_rows(f, layer, which, r0, n, scratch);
+    }
+}
+
 void gpt_load_frozen_base(GPT *model, const char *path, uint64_t seed) {
     const GPTConfig base = gpt_part_config(&model->cfg, GPT_PART_BASE), kept = gpt_frozen_config(&model->cfg);
     const GPTConfig whole = gpt_logical_config(&model->cfg), logical = gpt_part_config(&whole, GPT_PART_BASE);
@@ -67,10 +77,11 @@ void gpt_load_frozen_base(GPT *model, const char *path, uint64_t seed) {
             continue;
         }
         const int which = model->frozen_linear ? linear_index(segs[i].kind) : -1;
-        float *dst = which >= 0 ? model->linear_scratch
-                                : model->frozen + gpt_tensor_offset(&kept, segs[i].kind, segs[i].layer);
-        fill(&s, segs[i], dst);
-        if (which >= 0) frozen_linear_store(model->frozen_linear, segs[i].layer - gpt_first_layer(&base), which, dst);
+        if (which >= 0)
+            fill_linear(&s, segs[i], model->frozen_linear, segs[i].layer - gpt_first_layer(&base), which,
+                        model->linear_scratch);
+        else
+            fill(&s, segs[i], model->frozen + gpt_tensor_offset(&kept, segs[i].kind, segs[i].layer));
     }
     free(segs);
     free(s.runs);

@@ -35,8 +35,11 @@ static void create_frozen_linear(GPT *model) {
     const size_t C = (size_t)cfg->channels, T = (size_t)gpt_tp_size(cfg);
     const size_t rows[FROZEN_LINEARS] = {3 * C / T, C, 4 * C / T, C}, cols[FROZEN_LINEARS] = {C, C / T, C, 4 * C / T};
     model->frozen_linear = frozen_linear_create(cfg->base_weights, gpt_stage_layers(cfg), rows, cols);
-    size_t n = FROZEN_HEAD_BLOCK * C; /* one matrix at a time (the largest), or one block of wte's rows */
-    for (int m = 0; m < FROZEN_LINEARS; m++) n = n > rows[m] * cols[m] ? n : rows[m] * cols[m];
+    size_t n = FROZEN_HEAD_BLOCK * C; /* one block of a matrix's rows (the largest), or of wte's */
+    for (int m = 0; m < FROZEN_LINEARS; m++) {
+        const size_t block = rows[m] < FROZEN_LINEAR_BLOCK ? rows[m] : FROZEN_LINEAR_BLOCK;
+        n = n > block * cols[m] ? n : block * cols[m];
+    }
     model->linear_scratch = bs_calloc(n, sizeof(float));
     const GPTConfig base = gpt_part_config(cfg, GPT_PART_BASE);
     model->frozen_wte = frozen_embedding_create(gpt_tensor_numel(&base, TK_WTE) / C, (int)C);
@@ -465,12 +468,21 @@ static float *frozen_block(const GPT *model, int block) {
     return block_start(&base, model->frozen, block);
 }
 
-/* Linear weight `which` (qkv, attproj, fc, fcproj) of local layer i for use now: w, or where the frozen base
- * keeps it apart (w NULL), dequantized into the one-matrix scratch, which the next such call overwrites. */
-static const float *use_weight(const GPT *model, const float *w, int i, int which) {
-    if (w || !model->frozen_linear) return w;
-    frozen_linear_load(model->frozen_linear, i, which, model->linear_scratch);
-    return model->linear_scratch;
+/* LoRA: linear weight `which` (qkv, attproj, fc, fcproj) of local layer i, (rows, cols), for the frozen
+ * products (frozen_matrix.h): w read in place, or where the frozen base keeps it apart (w NULL) dequantized a
+ * block of rows at a time into the scratch. Without LoRA: none (rows 0). */
+static FrozenMatrix frozen_weight(const GPT *model, const float *w, int i, int which, int rows, int cols) {
+    if (!model->frozen) return (FrozenMatrix){0};
+    if (!w) return frozen_linear_matrix(model->frozen_linear, i, which, model->linear_scratch);
+    return (FrozenMatrix){.values = w, .rows = (size_t)rows, .block = FROZEN_LINEAR_BLOCK, .cols = cols};
+}
+
+/* Linear layer `which` of local layer i forward: out (N,OC) = inp (N,IC) @ weight^T + bias; under LoRA over the
+ * frozen matrix in blocks of rows. */
+static void layer_linear_forward(const GPT *model, int i, int which, float *out, const float *inp,
+                                 const float *weight, const float *bias, size_t N, int IC, int OC) {
+    if (model->frozen) frozen_matrix_forward(frozen_weight(model, weight, i, which, OC, IC), out, inp, bias, N);
+    else linear_forward(model, fp8_site(model, i, which), out, inp, weight, bias, N, IC, OC);
 }
 
 void gpt_frozen_base(const GPT *model, float *out) {
@@ -518,8 +530,9 @@ static const float *wpe_of(const GPT *model, const float *emb, Widths w) {
 }
 
 /* LoRA's frozen tied wte for the head (emb: block 0's parameters). */
-static FrozenWte frozen_wte(const GPT *model, const float *emb, Widths w) {
-    return (FrozenWte){model->frozen_wte ? NULL : emb, model->frozen_wte, model->linear_scratch, (size_t)w.Vl, w.C};
+static FrozenMatrix frozen_wte(const GPT *model, const float *emb, Widths w) {
+    return frozen_head_matrix(model->frozen_wte ? NULL : emb, model->frozen_wte, model->linear_scratch,
+                              (size_t)w.Vl, w.C);
 }
 
 /* A layer's parameters: under LoRA the frozen base's tensors with the adapters beside them. */
@@ -527,7 +540,7 @@ static LayerTensors layer_params(const GPT *model, const BlockAccess *a, int blo
     LayerTensors p = gpt_layer_tensors(&model->cfg, params_of(model, a, block), block - 1);
     if (!model->frozen) return p;
     GPTConfig base = frozen_config(&model->cfg);
-    LayerTensors t = gpt_layer_tensors(&base, frozen_block(model, block), block - 1); /* linear weights: use_weight */
+    LayerTensors t = gpt_layer_tensors(&base, frozen_block(model, block), block - 1); /* linear weights: frozen_weight */
     memcpy(t.lora_a, p.lora_a, sizeof t.lora_a);
     memcpy(t.lora_b, p.lora_b, sizeof t.lora_b);
     return t;
@@ -674,14 +687,13 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
         LayerActs a = layer_acts(acts, cfg, i);
         layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
         round_input(model, a.ln1, N * C);
-        linear_forward(model, fp8_site(model, i, SITE_QKV), a.qkv, a.ln1, use_weight(model, p.qkvw, i, 0), p.qkvb,
-                       N, C, 3 * w.Cl);
+        layer_linear_forward(model, i, SITE_QKV, a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * w.Cl);
         lora_add(model, acts, p, &a, i, LORA_TARGET_QKV, a.qkv, a.ln1, N, C, 3 * w.Cl);
         if (model->context) context_attention_forward(model->context, a.atty, a.att, a.qkv, b, t);
         else attention_forward_docs(a.atty, a.att, a.qkv, docs, b, t, w.Cl, w.Hl);
         round_input(model, a.atty, N * w.Cl);
-        linear_forward(model, fp8_site(model, i, SITE_ATTPROJ), acts->proj_out, a.atty,
-                       use_weight(model, p.attprojw, i, 1), lead ? p.attprojb : NULL, N, w.Cl, C);
+        layer_linear_forward(model, i, SITE_ATTPROJ, acts->proj_out, a.atty, p.attprojw, lead ? p.attprojb : NULL, N,
+                             w.Cl, C);
         lora_add(model, acts, p, &a, i, LORA_TARGET_ATTPROJ, acts->proj_out, a.atty, N, w.Cl, C);
         tp_sum(model, acts->proj_out, N * C);
         residual_forward(a.residual2, residual, acts->proj_out, N * C);
@@ -690,13 +702,12 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
             moe_mlp_forward(model, acts, p, &a, i, b, t, dloss != 0);
         } else {
             round_input(model, a.ln2, N * C);
-            linear_forward(model, fp8_site(model, i, SITE_FC), a.fch, a.ln2, use_weight(model, p.fcw, i, 2), p.fcb,
-                           N, C, w.F);
+            layer_linear_forward(model, i, SITE_FC, a.fch, a.ln2, p.fcw, p.fcb, N, C, w.F);
             lora_add(model, acts, p, &a, i, LORA_TARGET_FC, a.fch, a.ln2, N, C, w.F);
             gelu_forward(a.fch_gelu, a.fch, N * w.F);
             round_input(model, a.fch_gelu, N * w.F);
-            linear_forward(model, fp8_site(model, i, SITE_FCPROJ), acts->proj_out, a.fch_gelu,
-                           use_weight(model, p.fcprojw, i, 3), lead ? p.fcprojb : NULL, N, w.F, C);
+            layer_linear_forward(model, i, SITE_FCPROJ, acts->proj_out, a.fch_gelu, p.fcprojw, lead ? p.fcprojb : NULL,
+                                 N, w.F, C);
             lora_add(model, acts, p, &a, i, LORA_TARGET_FCPROJ, acts->proj_out, a.fch_gelu, N, w.F, C);
             tp_sum(model, acts->proj_out, N * C);
         }
@@ -711,7 +722,7 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
     round_input(model, acts->lnf, N * C);
     params_done(access, L + 1);
     const float *wte = emb ? emb : model->head_wte;
-    if (model->frozen) frozen_head_forward(frozen_wte(model, emb, w), acts->logits, acts->lnf, N); /* LoRA */
+    if (model->frozen) frozen_matrix_forward(frozen_wte(model, emb, w), acts->logits, acts->lnf, NULL, N); /* LoRA */
     else linear_forward(model, NO_SITE, acts->logits, acts->lnf, wte, NULL, N, C, w.Vl);
     if (emb) params_done(access, 0);
     if (!targets) return 0;
@@ -764,7 +775,15 @@ typedef struct {
     int site; /* fp8 mode: its FP8 site, else NO_SITE */
     LoraBranch lora;       /* its LoRA branch (lora.A NULL: none), fused pass only */
     const float *lora_u;   /* the branch's u from forward */
+    FrozenMatrix frozen;   /* LoRA: the frozen weight (frozen_weight; rows 0: none) */
 } Linear;
+
+/* dinp (written) = dout @ weight, and dweight, dbias (+=, may be NULL) in the same call; a frozen weight (no
+ * gradients) in blocks of its rows. */
+static void linear_grads(const Linear *op, float *dinp, float *dweight, float *dbias, size_t N) {
+    if (op->frozen.rows) frozen_matrix_backward(op->frozen, dinp, op->dout, N);
+    else matmul_backward(dinp, dweight, dbias, op->dout, op->inp, op->weight, N, op->IC, op->OC);
+}
 
 /* dinp (written), and fused the parameter gradients, else dout kept. In bf16
  * mode the matmuls take dout rounded (in place unless reused, else through
@@ -776,13 +795,13 @@ static void linear_pass(const Pass *x, float *dinp, const Linear *op) {
     if (x->split && op->stash != op->dout) memcpy(op->stash, op->dout, n * sizeof(float));
     float *dweight = x->split ? NULL : op->dweight, *dbias = x->split ? NULL : op->dbias;
     if (op->lora.A) {
-        matmul_backward(dinp, dweight, dbias, op->dout, op->inp, op->weight, N, op->IC, op->OC);
+        linear_grads(op, dinp, dweight, dbias, N);
         lora_backward(&op->lora, dinp, op->dout, op->lora_u, op->inp, lora_scratch_of(x->acts, &model->cfg), N,
                       op->IC, op->OC);
         return;
     }
     if (!model->bf16 && op->site == NO_SITE) {
-        matmul_backward(dinp, dweight, dbias, op->dout, op->inp, op->weight, N, op->IC, op->OC);
+        linear_grads(op, dinp, dweight, dbias, N);
         return;
     }
     if (dbias) bias_backward(dbias, op->dout, N, op->OC);
@@ -844,7 +863,7 @@ static void head_pass(const Pass *x, const float *wte, float *dwte) {
     const size_t N = x->N;
     /* logits = lnf @ wte^T; LoRA: wte frozen, its input gradient alone */
     if (x->model->frozen)
-        frozen_head_backward(frozen_wte(x->model, wte, x->w), acts->dln, acts->logits, N);
+        frozen_matrix_backward(frozen_wte(x->model, wte, x->w), acts->dln, acts->logits, N);
     else
         linear_pass(x, acts->dln, &(Linear){.dout = acts->logits, .inp = acts->lnf, .weight = wte, .dweight = dwte,
                                             .stash = acts->logits, .IC = C, .OC = x->w.Vl, .site = NO_SITE});
@@ -885,12 +904,14 @@ static void mlp_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, Layer
     const int C = w.C;
     const size_t N = x->N;
     linear_pass(x, acts->dfch, &(Linear){acts->dresidual, true, a->fch_gelu,
-                                         use_weight(x->model, p.fcprojw, i, 3), g.fcprojw, g.fcprojb, s.dfcproj, w.F, C, fp8_site(x->model, i, SITE_FCPROJ),
-                                        lora_branch(x->model, acts, p, g, i, LORA_TARGET_FCPROJ), a->lora_u[LORA_TARGET_FCPROJ]});
+                                         p.fcprojw, g.fcprojw, g.fcprojb, s.dfcproj, w.F, C, fp8_site(x->model, i, SITE_FCPROJ),
+                                        lora_branch(x->model, acts, p, g, i, LORA_TARGET_FCPROJ), a->lora_u[LORA_TARGET_FCPROJ],
+                                        frozen_weight(x->model, p.fcprojw, i, SITE_FCPROJ, C, w.F)});
     gelu_backward(acts->dfch, a->fch, acts->dfch, N * w.F);
-    linear_pass(x, acts->dln, &(Linear){acts->dfch, false, a->ln2, use_weight(x->model, p.fcw, i, 2), g.fcw, g.fcb,
+    linear_pass(x, acts->dln, &(Linear){acts->dfch, false, a->ln2, p.fcw, g.fcw, g.fcb,
                                         s.dfch, C, w.F, fp8_site(x->model, i, SITE_FC),
-                                        lora_branch(x->model, acts, p, g, i, LORA_TARGET_FC), a->lora_u[LORA_TARGET_FC]});
+                                        lora_branch(x->model, acts, p, g, i, LORA_TARGET_FC), a->lora_u[LORA_TARGET_FC],
+                                        frozen_weight(x->model, p.fcw, i, SITE_FC, w.F, C)});
     tp_sum(x->model, acts->dln, N * C);
 }
 
@@ -910,17 +931,19 @@ static void layer_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, Lay
     layernorm_pass(x, acts->dresidual,
                    &(Norm){acts->dln, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, g.ln2w, g.ln2b, s.dln2});
     /* attention: residual2 = inp + attproj(attention(qkv(ln1(inp)))) */
-    linear_pass(x, acts->datty, &(Linear){acts->dresidual, true, a.atty, use_weight(x->model, p.attprojw, i, 1),
+    linear_pass(x, acts->datty, &(Linear){acts->dresidual, true, a.atty, p.attprojw,
                                           g.attprojw, g.attprojb, s.dattproj, w.Cl, C, fp8_site(x->model, i, SITE_ATTPROJ),
-                                        lora_branch(x->model, acts, p, g, i, LORA_TARGET_ATTPROJ), a.lora_u[LORA_TARGET_ATTPROJ]});
+                                        lora_branch(x->model, acts, p, g, i, LORA_TARGET_ATTPROJ), a.lora_u[LORA_TARGET_ATTPROJ],
+                                        frozen_weight(x->model, p.attprojw, i, SITE_ATTPROJ, C, w.Cl)});
     if (x->model->context)
         context_attention_backward(x->model->context, acts->dqkv, acts->datty, a.qkv, a.atty, a.att, x->b, x->t);
     else
         attention_backward(acts->dqkv, acts->att_scratch, acts->scratch_slots, acts->datty, a.qkv, a.att, x->b, x->t,
                            w.Cl, w.Hl);
-    linear_pass(x, acts->dln, &(Linear){acts->dqkv, false, a.ln1, use_weight(x->model, p.qkvw, i, 0), g.qkvw, g.qkvb,
+    linear_pass(x, acts->dln, &(Linear){acts->dqkv, false, a.ln1, p.qkvw, g.qkvw, g.qkvb,
                                         s.dqkv, C, 3 * w.Cl, fp8_site(x->model, i, SITE_QKV),
-                                        lora_branch(x->model, acts, p, g, i, LORA_TARGET_QKV), a.lora_u[LORA_TARGET_QKV]});
+                                        lora_branch(x->model, acts, p, g, i, LORA_TARGET_QKV), a.lora_u[LORA_TARGET_QKV],
+                                        frozen_weight(x->model, p.qkvw, i, SITE_QKV, 3 * w.Cl, C)});
     tp_sum(x->model, acts->dln, N * C);
     layernorm_pass(x, acts->dresidual, &(Norm){acts->dln, inp, p.ln1w, a.ln1_mean, a.ln1_rstd, g.ln1w, g.ln1b, s.dln1});
 }

@@ -256,7 +256,7 @@ typedef struct {
     float *frozen;
     FrozenLinear *frozen_linear; /* --base-weights bf16|int8|nf4: the base's linear weights, apart from frozen */
     FrozenEmbedding *frozen_wte; /* and then wte in bf16, apart from frozen */
-    float *linear_scratch;       /* one linear weight matrix (the largest) or block of wte's rows in fp32 */
+    float *linear_scratch;       /* one block of a linear weight's or of wte's rows in fp32 (frozen_matrix.h) */
     float lora_scale; /* alpha / r */
     float lora_dropout;  /* dropout on the branches' input in training (lora.h: a mask from the data) */
     uint64_t lora_seed;  /* the mask's seed */

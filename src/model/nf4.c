@@ -75,20 +75,23 @@ static int quantize_one(float x, float inverse, const float *values, int count, 
     return nearest(s, values, count);
 }
 
-void nf4_quantize(const float *x, size_t n, Nf4Tensor t, float *absmax) {
-    const Nf4Sizes sz = nf4_sizes(n);
-    for (size_t i = 0; i < sz.code_bytes; i++) t.codes[i] = 0;
-    double sum = 0;
-    for (size_t b = 0; b < sz.blocks; b++) {
-        const size_t first = b * NF4_BLOCK, len = n - first < NF4_BLOCK ? n - first : NF4_BLOCK;
-        absmax[b] = block_absmax(x + first, len);
-        sum += absmax[b];
+void nf4_quantize_range(const float *x, size_t first, size_t count, Nf4Tensor t, float *absmax) {
+    for (size_t i = first / 2; i < (first + count + 1) / 2; i++) t.codes[i] = 0;
+    for (size_t b = first / NF4_BLOCK; b * NF4_BLOCK < first + count; b++) {
+        const size_t begin = b * NF4_BLOCK, end = first + count - begin < NF4_BLOCK ? first + count : begin + NF4_BLOCK;
+        absmax[b] = block_absmax(x + (begin - first), end - begin);
         const float inverse = absmax[b] > 0.0f ? 1.0f / absmax[b] : 0.0f;
-        for (size_t i = first; i < first + len; i++) {
-            const int code = quantize_one(x[i], inverse, NF4_VALUES, 16, NF4_ZERO);
+        for (size_t i = begin; i < end; i++) {
+            const int code = quantize_one(x[i - first], inverse, NF4_VALUES, 16, NF4_ZERO);
             t.codes[i / 2] |= (uint8_t)(i % 2 == 0 ? code << 4 : code);
         }
     }
+}
+
+void nf4_quantize_finish(size_t n, Nf4Tensor t, float *absmax) {
+    const Nf4Sizes sz = nf4_sizes(n);
+    double sum = 0;
+    for (size_t b = 0; b < sz.blocks; b++) sum += absmax[b];
     const float offset = sz.blocks ? (float)(sum / (double)sz.blocks) : 0.0f;
     *t.offset = offset;
     float map[256];
@@ -106,17 +109,26 @@ void nf4_quantize(const float *x, size_t n, Nf4Tensor t, float *absmax) {
     }
 }
 
-void nf4_dequantize(Nf4Tensor t, size_t n, float *x) {
-    const Nf4Sizes sz = nf4_sizes(n);
-    float map[256];
-    nf4_dynamic_map(map);
-    for (size_t b = 0; b < sz.blocks; b++) {
+void nf4_quantize(const float *x, size_t n, Nf4Tensor t, float *absmax) {
+    nf4_quantize_range(x, 0, n, t, absmax);
+    nf4_quantize_finish(n, t, absmax);
+}
+
+void nf4_dequantize_range(Nf4Tensor t, const float map[256], size_t first, size_t count, float *x) {
+    for (size_t b = first / NF4_BLOCK; b * NF4_BLOCK < first + count; b++) {
         const float scaled = map[t.absmax_codes[b]] * t.absmax2[b / NF4_ABSMAX_BLOCK];
         const float absmax = scaled + *t.offset;
-        const size_t first = b * NF4_BLOCK, last = n - first < NF4_BLOCK ? n : first + NF4_BLOCK;
-        for (size_t i = first; i < last; i++) {
+        const size_t begin = b * NF4_BLOCK > first ? b * NF4_BLOCK : first;
+        const size_t end = first + count - b * NF4_BLOCK < NF4_BLOCK ? first + count : (b + 1) * NF4_BLOCK;
+        for (size_t i = begin; i < end; i++) {
             const int code = i % 2 == 0 ? t.codes[i / 2] >> 4 : t.codes[i / 2] & 15;
-            x[i] = NF4_VALUES[code] * absmax;
+            x[i - first] = NF4_VALUES[code] * absmax;
         }
     }
+}
+
+void nf4_dequantize(Nf4Tensor t, size_t n, float *x) {
+    float map[256];
+    nf4_dynamic_map(map);
+    nf4_dequantize_range(t, map, 0, n, x);
 }

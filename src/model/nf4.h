@@ -50,7 +50,15 @@ void nf4_dynamic_map(float map[256]);
 
 /* Quantizes x (n floats); scratch holds nf4_sizes(n).blocks floats. */
 void nf4_quantize(const float *x, size_t n, Nf4Tensor t, float *scratch);
+/* The same in pieces, with the same bits: elements first .. first+count-1
+ * (x holds them; first a multiple of NF4_BLOCK) coded and their blocks'
+ * absmax kept in scratch, then, once every piece of the n elements is in,
+ * the double quantisation of the absmax values. */
+void nf4_quantize_range(const float *x, size_t first, size_t count, Nf4Tensor t, float *scratch);
+void nf4_quantize_finish(size_t n, Nf4Tensor t, float *scratch);
 /* Dequantizes into x (n floats). */
 void nf4_dequantize(Nf4Tensor t, size_t n, float *x);
+/* Elements first .. first+count-1 (any range) into x, given the dynamic map. */
+void nf4_dequantize_range(Nf4Tensor t, const float map[256], size_t first, size_t count, float *x);
 
 #endif
