@@ -15,6 +15,9 @@ add_test(NAME plan_kernels_measured COMMAND test_plan_kernels_measured ${CMAKE_C
 add_executable(test_plan_dense_blocks ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_dense_blocks.c)
 target_link_libraries(test_plan_dense_blocks PRIVATE bs_plan)
 add_test(NAME plan_dense_blocks COMMAND test_plan_dense_blocks ${CMAKE_CURRENT_SOURCE_DIR}/data/h200_dense_blocks.tsv)
+add_executable(test_plan_answer ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_answer.c)
+target_link_libraries(test_plan_answer PRIVATE bs_plan)
+add_test(NAME plan_answer COMMAND test_plan_answer)
 # The planner's programs link src/plan alone: neither what CMake links them
 # with (every target reached through target_link_libraries) nor what the
 # programs load may be MPI, oneDNN, BLAS or cairo.
@@ -41,9 +44,9 @@ function(bs_link_closure target out)
   string(REPLACE ";" "," found "${found}")
   set(${out} "${found}" PARENT_SCOPE)
 endfunction()
-bs_link_closure(test_plan_formulas PLAN_LINKS)
+bs_link_closure(test_plan_answer PLAN_LINKS)
 add_test(NAME plan_links_alone COMMAND ${CMAKE_COMMAND} "-DLINKS=${PLAN_LINKS}"
-         -DPROGRAMS=$<TARGET_FILE:test_plan_formulas>,$<TARGET_FILE:test_plan_moe>
+         -DPROGRAMS=$<TARGET_FILE:test_plan_formulas>,$<TARGET_FILE:test_plan_moe>,$<TARGET_FILE:test_plan_answer>
          -P ${CMAKE_CURRENT_SOURCE_DIR}/plan_links_alone.cmake)
 
 # CLI behaviour, and the published-runs table of docs/PLANNER.md recomputed.
