@@ -3,18 +3,51 @@
 #
 
 add_executable(test_plan_formulas ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_formulas.c)
-target_link_libraries(test_plan_formulas PRIVATE bscore)
+target_link_libraries(test_plan_formulas PRIVATE bs_plan)
 add_test(NAME plan_formulas COMMAND test_plan_formulas)
 add_executable(test_plan_moe ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_moe.c)
-target_link_libraries(test_plan_moe PRIVATE bscore)
+target_link_libraries(test_plan_moe PRIVATE bs_plan)
 add_test(NAME plan_moe COMMAND test_plan_moe)
 add_executable(test_plan_kernels_measured ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_kernels_measured.c)
-target_link_libraries(test_plan_kernels_measured PRIVATE bscore)
+target_link_libraries(test_plan_kernels_measured PRIVATE bs_plan)
 add_test(NAME plan_kernels_measured COMMAND test_plan_kernels_measured ${CMAKE_CURRENT_SOURCE_DIR}/data/h200_cublas_gemm.tsv
          ${CMAKE_CURRENT_SOURCE_DIR}/data/h200_sdpa_attention.tsv)
 add_executable(test_plan_dense_blocks ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_dense_blocks.c)
-target_link_libraries(test_plan_dense_blocks PRIVATE bscore)
+target_link_libraries(test_plan_dense_blocks PRIVATE bs_plan)
 add_test(NAME plan_dense_blocks COMMAND test_plan_dense_blocks ${CMAKE_CURRENT_SOURCE_DIR}/data/h200_dense_blocks.tsv)
+add_executable(test_plan_answer ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_answer.c)
+target_link_libraries(test_plan_answer PRIVATE bs_plan)
+add_test(NAME plan_answer COMMAND test_plan_answer)
+# The planner's programs link src/plan alone: neither what CMake links them
+# with (every target reached through target_link_libraries) nor what the
+# programs load may be MPI, oneDNN, BLAS or cairo.
+function(bs_link_closure target out)
+  set(seen "")
+  set(found "")
+  set(todo ${target})
+  while(todo)
+    list(POP_FRONT todo t)
+    if(t IN_LIST seen)
+      continue()
+    endif()
+    list(APPEND seen ${t})
+    list(APPEND found ${t})
+    if(TARGET ${t})
+      foreach(property LINK_LIBRARIES INTERFACE_LINK_LIBRARIES)
+        get_target_property(libs ${t} ${property})
+        if(libs)
+          list(APPEND todo ${libs})
+        endif()
+      endforeach()
+    endif()
+  endwhile()
+  string(REPLACE ";" "," found "${found}")
+  set(${out} "${found}" PARENT_SCOPE)
+endfunction()
+bs_link_closure(test_plan_answer PLAN_LINKS)
+add_test(NAME plan_links_alone COMMAND ${CMAKE_COMMAND} "-DLINKS=${PLAN_LINKS}"
+         -DPROGRAMS=$<TARGET_FILE:test_plan_formulas>,$<TARGET_FILE:test_plan_moe>,$<TARGET_FILE:test_plan_answer>
+         -P ${CMAKE_CURRENT_SOURCE_DIR}/plan_links_alone.cmake)
 
 # CLI behaviour, the published-runs table of docs/reference/planner-validation.md recomputed, and
 # the stack presets (docs/reference/stacks.md) with that table run through them.

@@ -1,5 +1,5 @@
 /* test_critical_batch.c: the trade-off fit and its bootstrap
- * (src/optim/critical_batch) on points drawn from the formula.
+ * (src/sweep/critical_batch) on points drawn from the formula.
  *
  * Truth: S_min = 50 steps, B_crit = 12 sequences of 128 tokens (E_min =
  * 76,800 tokens); batches 4..256 sequences (7, doubling), 3 seeds each, as a
@@ -33,7 +33,7 @@
 
 #include "check.h"
 #include "core/rng.h"
-#include "optim/critical_batch.h"
+#include "sweep/critical_batch.h"
 
 #define T 128.0
 #define S_MIN 50.0

@@ -1,5 +1,5 @@
 /* test_lr_choice.c: the per-batch learning-rate choice and its bootstrap
- * (src/optim/lr_choice) on synthetic sweeps.
+ * (src/sweep/lr_choice) on synthetic sweeps.
  *
  * Truth: S(B) = S_min (1 + B_crit / B) with S_min = 50 steps, B_crit = 12
  * sequences of 128 tokens; batches 4..256 (7, doubling) x 3 lrs x 3 seeds.
@@ -37,7 +37,7 @@
 
 #include "check.h"
 #include "core/rng.h"
-#include "optim/lr_choice.h"
+#include "sweep/lr_choice.h"
 
 #define T 128.0
 #define S_MIN 50.0

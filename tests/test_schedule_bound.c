@@ -1,5 +1,5 @@
 /* test_schedule_bound.c: the bound on what changing the batch can win
- * (src/optim/schedule_bound), against brute force on the same model.
+ * (src/sweep/schedule_bound), against brute force on the same model.
  *
  * 1. The best constant batch: no batch on a fine grid (1e-3 steps in log B,
  *    1e-3 to 1e6 sequences) takes less time than the closed form's
@@ -21,7 +21,7 @@
 
 #include "check.h"
 #include "core/rng.h"
-#include "optim/schedule_bound.h"
+#include "sweep/schedule_bound.h"
 
 static double grid_minimum(const LossStretch *s, int n, double a, double b, double *at) {
     double best = INFINITY;

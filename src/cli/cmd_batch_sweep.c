@@ -5,7 +5,7 @@
  * 1..--seeds, each to --target-loss (a validation loss, cli/sweep_run.h says
  * why) or --max-steps, one after another as child processes; records the
  * steps S and tokens E each took; fits McCandlish et al.'s trade-off with a
- * bootstrap interval (optim/critical_batch.h); prints the table and S_min,
+ * bootstrap interval (sweep/critical_batch.h); prints the table and S_min,
  * E_min, B_crit; writes OUT/sweep.json, OUT/pareto.png and each run's
  * metrics under OUT/runs/.
  *
@@ -25,7 +25,7 @@
  * command's --lr (and scaling its --min-lr, cli/sweep_lr.h); per batch the
  * lr whose runs reach the target in the fewest steps is kept, and the fit
  * and its bootstrap use only the kept lr's runs, the choice made again in
- * every resample (optim/lr_choice.h).
+ * every resample (sweep/lr_choice.h).
  * A run that does not reach the target, or fails after its first step, is
  * reported as such and left out of the fit; fewer than two batch sizes
  * reaching it is an error (after sweep.json records the runs). Deliberately
@@ -44,10 +44,9 @@
 #include "cli/sweep_run.h"
 #include "core/error.h"
 #include "core/io.h"
+#include "sweep/fit.h"
 
 #define MAX_BATCHES 64
-#define BOOTSTRAP_SEED 20180614 /* fixed: the interval is reproducible (the date of McCandlish et al.'s preprint) */
-#define LEVEL 0.95
 
 typedef struct {
     const char *batches, *out, *lrs; /* lrs: NULL when --lrs is not given */
@@ -115,60 +114,26 @@ static void check_command(RunCommand *cmd, const int *batches, int n) {
                    "(every run keeps the command's micro-batch)", batches[i], micro, dp, dp == 1 ? "" : "s");
 }
 
-/* The range of the fitted runs' batches, in tokens, and whether B_crit lies within it. */
-static bool within_batches(const SweepResult *r) {
-    double lo = INFINITY, hi = 0;
-    for (int i = 0; i < r->num_runs; i++)
-        if (sweep_run_in_fit(r, i))
-            lo = fmin(lo, (double)r->runs[i].batch * r->seq_len), hi = fmax(hi, (double)r->runs[i].batch * r->seq_len);
-    return r->fit.b_crit >= lo && r->fit.b_crit <= hi;
+/* The runs as the fit sees them (sweep/fit.h), into points[]. */
+static SweepRuns fit_view(const SweepResult *r, const SweepRun *runs, int resamples, SweepPoint *points) {
+    for (int i = 0; i < r->num_runs; i++) {
+        const SweepRun *u = &runs[i];
+        points[i] = (SweepPoint){u->batch, sweep_batch_index(r, i), u->lr_index, u->outcome == RUN_REACHED, u->steps,
+                                 u->tokens};
+    }
+    return (SweepRuns){points, r->num_runs, r->num_batches, r->num_lrs, r->seeds, r->seq_len, resamples};
 }
 
-/* Fits the runs that reached the target; false if fewer than two batch sizes did. */
+/* Fits the runs (with --lrs, each batch's lr chosen first) into r; false if fewer than two batch sizes reached the
+ * target. */
 static bool fit_runs(SweepResult *r, int resamples) {
-    TradeoffPoint *points = bs_malloc(sizeof *points * (size_t)r->num_runs);
-    int n = 0, per_batch_max = 0, count = 0;
-    for (int i = 0; i < r->num_runs; i++) {
-        const SweepRun *u = &r->runs[i];
-        count = i > 0 && u->batch == r->runs[i - 1].batch ? count : 0;
-        if (u->outcome != RUN_REACHED) continue;
-        points[n++] = (TradeoffPoint){u->steps, u->tokens, u->batch};
-        if (++count > per_batch_max) per_batch_max = count;
-    }
-    char why[200];
-    r->runs_used = n;
-    r->fitted = tradeoff_fit(points, n, &r->fit, why, sizeof why);
-    if (r->fitted) {
-        r->within_batches = within_batches(r);
-        r->has_interval = per_batch_max >= 2;
-        if (r->has_interval) tradeoff_bootstrap(points, n, resamples, LEVEL, BOOTSTRAP_SEED, &r->interval);
-    }
+    SweepPoint *points = bs_malloc(sizeof *points * (size_t)r->num_runs);
+    const SweepRuns in = fit_view(r, r->runs, resamples, points);
+    SweepFit f = {.chosen = r->chosen, .cells = r->cells, .choice_counts = r->choice_counts};
+    sweep_fit(&in, &f);
     free(points);
-    return r->fitted;
-}
-
-/* With --lrs: chooses the lr per batch, fits its runs that reached the target, and bootstraps with the choice
- * inside; false if fewer than two batch sizes reached it. */
-static bool fit_chosen(SweepResult *r, int resamples) {
-    GridRun *grid = bs_malloc(sizeof *grid * (size_t)r->num_runs);
-    TradeoffPoint *points = bs_malloc(sizeof *points * (size_t)r->num_runs);
-    for (int i = 0; i < r->num_runs; i++) {
-        const SweepRun *u = &r->runs[i];
-        grid[i] = (GridRun){sweep_batch_index(r, i), u->lr_index, u->outcome == RUN_REACHED, u->steps, u->tokens};
-    }
-    const LrGrid g = {grid, r->num_runs, r->num_batches, r->num_lrs};
-    lr_choose(&g, r->cells, r->chosen);
-    char why[200];
-    r->runs_used = lr_chosen_points(&g, r->chosen, points);
-    r->fitted = tradeoff_fit(points, r->runs_used, &r->fit, why, sizeof why);
-    if (r->fitted) {
-        r->within_batches = within_batches(r);
-        r->has_interval = r->seeds >= 2;
-        if (r->has_interval)
-            lr_choice_bootstrap(&g, resamples, LEVEL, BOOTSTRAP_SEED, &r->interval, r->choice_counts);
-    }
-    free(points);
-    free(grid);
+    r->fitted = f.fitted, r->runs_used = f.runs_used, r->fit = f.fit, r->interval = f.interval;
+    r->has_interval = f.has_interval, r->within_batches = f.within_batches;
     return r->fitted;
 }
 
@@ -223,32 +188,26 @@ static void run_grid(const RunCommand *cmd, const SweepSettings *s, const SweepG
 static int fit_along(const SweepResult *r, const SweepOptions *o, AlongPoint *points) {
     double losses[SWEEP_MAX_ALONG];
     const int n = sweep_along_parse(o->along, r->settings->target, losses);
-    const int cells = r->num_batches * r->num_lrs > 0 ? r->num_batches * r->num_lrs : 1;
     SweepSettings s = *r->settings;
     SweepRun *runs = bs_malloc(sizeof *runs * (size_t)r->num_runs);
+    SweepPoint *crossed = bs_malloc(sizeof *crossed * (size_t)(r->num_runs * n));
+    SweepRuns at[SWEEP_MAX_ALONG];
     for (int k = 0; k < n; k++) {
         s.target = losses[k];
         for (int i = 0; i < r->num_runs; i++) sweep_run_at(&r->runs[i], &s, losses[k], &runs[i]);
-        SweepResult q = *r;
-        q.settings = &s, q.runs = runs;
-        q.chosen = bs_calloc((size_t)r->num_batches, sizeof(int));
-        q.cells = bs_calloc((size_t)cells, sizeof(LrCell));
-        q.choice_counts = bs_calloc((size_t)cells, sizeof(int));
-        const bool fitted = r->num_lrs > 0 ? fit_chosen(&q, o->resamples) : fit_runs(&q, o->resamples);
-        points[k] = (AlongPoint){losses[k], fitted, q.runs_used, q.fit, fitted && q.has_interval, q.interval, NAN};
-        free(q.choice_counts);
-        free(q.cells);
-        free(q.chosen);
+        at[k] = fit_view(r, runs, o->resamples, crossed + k * r->num_runs);
     }
+    const SweepFit target = {.runs_used = r->runs_used, .fit = r->fit, .has_interval = r->has_interval,
+                             .interval = r->interval};
+    const int count = sweep_along_fit(at, losses, n, r->settings->target, &target, points);
+    free(crossed);
     free(runs);
-    points[n] = (AlongPoint){r->settings->target, true, r->runs_used, r->fit, r->has_interval, r->interval, NAN};
-    sweep_along_local(points, n + 1);
-    return n + 1;
+    return count;
 }
 
 /* Prints and writes the result; dies (after sweep.json) if it could not be fitted. */
 static void report(SweepResult *r, const SweepOptions *o) {
-    bool fitted = r->num_lrs > 0 ? fit_chosen(r, o->resamples) : fit_runs(r, o->resamples);
+    bool fitted = fit_runs(r, o->resamples);
     AlongPoint along[SWEEP_MAX_ALONG + 1];
     if (fitted && o->along) r->num_along = fit_along(r, o, along), r->along = along;
     SweepBound bound = {0};
@@ -329,7 +288,7 @@ int cmd_batch_sweep(int argc, char **argv) {
         {"resamples", OPT_INT, &o.resamples, 10, 1000000, "N", "bootstrap resamples", "1000", NULL},
         {"from", OPT_STRING, &o.from, OPT_NO_RANGE, "CKPT", "every run continues this checkpoint (a constant-batch one: weights, optimizer state, data position) at its own batch; steps and tokens count from it", "", NULL},
         {"along", OPT_STRING, &o.along, OPT_NO_RANGE, "LOSSES", "also fit these higher validation losses from the same runs, e.g. 2.8,2.6 (the critical batch as the loss falls, and each stretch's own)", NULL, NULL},
-        {"step-time", OPT_STRING, &o.step_time, OPT_NO_RANGE, "A:B", "seconds per step = A + B x batch in sequences (measured on the cluster): also print what changing the batch during the run can win at best, from the --along stretches (optim/schedule_bound.h)", NULL, NULL},
+        {"step-time", OPT_STRING, &o.step_time, OPT_NO_RANGE, "A:B", "seconds per step = A + B x batch in sequences (measured on the cluster): also print what changing the batch during the run can win at best, from the --along stretches (sweep/schedule_bound.h)", NULL, NULL},
         {"lrs", OPT_STRING, &o.lrs, OPT_NO_RANGE, "LIST", "learning rates to try at every batch, e.g. 1e-3,2e-3,4e-3 (each replaces the command's --lr; the fit keeps each batch's fastest)", NULL, NULL},
     };
     int split = 1;

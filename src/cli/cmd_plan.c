@@ -1,9 +1,9 @@
 /* cmd_plan.c: `batchscale plan`: flags (or a JSON config) -> the job, the
  * fleet and a layout or a search -> the report (table, JSON, chart).
  *
- * This file only turns options into plan/ inputs and picks what to compute;
- * the arithmetic is in src/plan, the printing in plan_report.c, plan_json.c
- * and plan_plot.c. */
+ * This file only turns options into plan/ inputs and picks what to ask;
+ * the answer (search, comparisons, explanation) is plan/answer.h's, the
+ * printing plan_report.c's, plan_json.c's and plan_plot.c's. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -333,12 +333,7 @@ static SearchSpace search_space(const PlanArgs *a) {
     return s;
 }
 
-static void fill_reliability(PlanReport *r) {
-    r->reliability = reliability_estimate(&r->reliability_in, layout_gpus(&r->plan.layout), r->plan.train_seconds);
-    r->cost_usd = report_cost(r, &r->plan, &r->reliability);
-}
-
-static void die_fits_nowhere(const PlanReport *r) {
+static void die_fits_nowhere(const PlanAnswer *r) {
     const PlanResult *lean = &r->stats.least_memory;
     const Hardware *hw = &r->in.fleet.hw[lean->memory_kind];
     int gpus = fleet_gpus(&r->in.fleet);
@@ -359,113 +354,8 @@ static void die_fits_nowhere(const PlanReport *r) {
            r->in.model.name, gpus, hw->name, layout, need / 1073741824.0, usable / 1073741824.0, suggest);
 }
 
-/* Cost ranking: the same job on 1, 2, 4, ... nodes up to the fleet. */
-static void search_by_cost(PlanReport *r, const SearchSpace *space) {
-    if (r->in.fleet.kinds > 1) bs_die("--rank-by cost needs one GPU kind (it varies the GPU count)");
-    int gpus = fleet_gpus(&r->in.fleet), node = r->in.fleet.hw[0].gpus_per_node;
-    PlanResult *found = bs_malloc(SEARCH_MAX_TOP * sizeof(PlanResult));
-    r->n_top = 0;
-    SearchSpace s = *space;
-    s.dp = 0;
-    for (int count = node < gpus ? node : gpus;; count = count * 2 < gpus ? count * 2 : gpus) {
-        PlanInput at = r->in;
-        at.fleet.count[0] = count;
-        SearchStats stats;
-        int n = plan_search(&at, &s, found, &stats);
-        if (count == gpus) r->stats = stats;
-        for (int i = 0; i < n; i++) {
-            Reliability rel = reliability_estimate(&r->reliability_in, count, found[i].train_seconds);
-            double cost = report_cost(r, &found[i], &rel);
-            int pos = r->n_top < space->top ? r->n_top : space->top;
-            while (pos > 0 && cost < r->top_cost[pos - 1]) pos--;
-            if (pos >= space->top) continue;
-            int last = r->n_top < space->top ? r->n_top : space->top - 1;
-            memmove(&r->top[pos + 1], &r->top[pos], (size_t)(last - pos) * sizeof(PlanResult));
-            memmove(&r->top_cost[pos + 1], &r->top_cost[pos], (size_t)(last - pos) * sizeof(double));
-            r->top[pos] = found[i], r->top_cost[pos] = cost;
-            if (r->n_top < space->top) r->n_top++;
-        }
-        if (count == gpus) break;
-    }
-    free(found);
-}
-
-/* Tokens/s per GPU against the smallest fleet of whole nodes that fits. */
-static void compare_with_one_node(PlanReport *r, const SearchSpace *space) {
-    if (r->in.fleet.kinds > 1) return;
-    int gpus = layout_gpus(&r->plan.layout), node = r->in.fleet.hw[0].gpus_per_node;
-    if (gpus <= node) return;
-    PlanInput at = r->in;
-    at.fleet.count[0] = gpus;
-    at.batch = r->in.batch;
-    ScalePoint pts[SCALING_MAX_POINTS];
-    int base;
-    for (int from = node; from < gpus; from *= 2) {
-        int n = scaling_sweep(&at, space, true, from, from, pts, &base);
-        if (n == 1 && base == 0) {
-            r->have_reference = true;
-            r->reference_gpus = from;
-            r->reference_efficiency = (r->plan.tokens_per_s / gpus) / (pts[0].best.tokens_per_s / from);
-            return;
-        }
-    }
-}
-
-/* Mixed fleet: each kind alone, at its own count and at the whole count. */
-static void compare_kinds_alone(PlanReport *r, const SearchSpace *space) {
-    if (r->in.fleet.kinds < 2) return;
-    int total = fleet_gpus(&r->in.fleet);
-    SearchSpace s = *space;
-    s.top = 1;
-    s.tp = s.pp = s.dp = s.cp = s.ep = 0;
-    for (int k = 0; k < r->in.fleet.kinds; k++)
-        for (int whole = 0; whole < 2; whole++) {
-            FleetAlternative *alt = &r->alone[r->n_alone++];
-            PlanInput at = r->in;
-            at.fleet.kinds = 1;
-            at.fleet.hw[0] = r->in.fleet.hw[k];
-            at.fleet.count[0] = whole ? total : r->in.fleet.count[k];
-            at.reserve_bytes = r->in.reserve_bytes;
-            alt->gpus = at.fleet.count[0];
-            snprintf(alt->label, sizeof alt->label, "%d x %s", alt->gpus, at.fleet.hw[0].name);
-            SearchStats stats;
-            alt->found = plan_search(&at, &s, &alt->best, &stats) > 0;
-            if (alt->found) {
-                PlanReport one = *r;
-                one.in = at;
-                one.money[0] = r->money[k];
-                Reliability rel = reliability_estimate(&r->reliability_in, alt->gpus, alt->best.train_seconds);
-                alt->cost_usd = report_cost(&one, &alt->best, &rel);
-            }
-        }
-}
-
-static void run(const PlanArgs *a) {
-    PlanReport *r = bs_calloc(1, sizeof *r);
-    PlanInput *in = &r->in;
-    double preset_batch, preset_tokens;
-    in->model = build_model(a, &preset_batch, &preset_tokens);
-    in->fleet = build_fleet(a, r->note, sizeof r->note);
-    if (!precision_parse(a->precision, &in->precision)) bs_die("--precision must be bf16, fp8 or fp32 (got '%s')", a->precision);
-    if (a->calibrate) in->precision = PREC_FP32;
-    if (in->precision != PREC_FP8 && a->assumptions.origin[SWITCH_FP8_LINEARS] == ORIGIN_STACK)
-        in->model.fp8_linears = FP8_TE; /* a stack's FP8 linears leave a BF16 run as it is */
-    if (in->model.fp8_linears != FP8_TE && in->precision != PREC_FP8)
-        bs_die("--fp8-linears %s needs --precision fp8", FP8_LINEARS_WORDS[in->model.fp8_linears]);
-    for (int k = 0; k < in->fleet.kinds; k++)
-        if (hardware_peak(&in->fleet.hw[k], in->precision) <= 0)
-            bs_die("%s has no %s peak: use --precision bf16", in->fleet.hw[k].name, precision_name(in->precision));
-    in->attention = a->calibrate ? ATTN_CAUSAL : ATTN_FLASH;
-    if (a->attention && !attention_parse(a->attention, &in->attention))
-        bs_die("--attention must be full, causal, flash or flash2 (got '%s')", a->attention);
-    in->jitter = a->jitter;
-    in->grad_reduce_fp32 = a->grad_reduce == 1;
-    in->pipe_engine = (PipelineEngine)a->pipeline_engine;
-    in->zero1_allreduce = a->zero1_reduce == 1;
-    in->split = (LayerSplit){.even = a->layer_split == 1, .first = a->first_stage_layers, .last = a->last_stage_layers};
-    in->reserve_bytes = a->reserve_gb >= 0 ? a->reserve_gb * 1073741824.0 : -1;
-
-    /* the batch over training, and how long */
+/* The batch over training (a schedule or one batch, whole sequences), and how many tokens in all. */
+static void set_batch(const PlanArgs *a, PlanInput *in, double preset_batch, double preset_tokens) {
     double seq = in->model.seq_len;
     in->total_tokens = a->tokens > 0 ? (double)a->tokens : preset_tokens > 0 ? preset_tokens : 20.0 * model_params(&in->model);
     char why[512];
@@ -485,7 +375,12 @@ static void run(const PlanArgs *a) {
                    a->batch_schedule ? "--batch-schedule" : "--batch-tokens", in->batch.batch[i], (int)seq, (int)seq,
                    fmax(1.0, round(seqs)) * seq);
     }
+}
 
+/* The rates per GPU kind, the failure model's inputs, the loss the critical batch is read at, and what to rank by
+ * and how to scale. */
+static void set_costs(const PlanArgs *a, PlanAnswer *r) {
+    const PlanInput *in = &r->in;
     MoneyInput *money = r->money;
     double rate[PLAN_MAX_KINDS], price[PLAN_MAX_KINDS], power[PLAN_MAX_KINDS], od[PLAN_MAX_KINDS], spot[PLAN_MAX_KINDS];
     int kinds = in->fleet.kinds;
@@ -512,43 +407,64 @@ static void run(const PlanArgs *a) {
     if (strcmp(a->scaling_mode, "weak") != 0 && strcmp(a->scaling_mode, "strong") != 0)
         bs_die("--scaling-mode must be weak or strong (got '%s')", a->scaling_mode);
     r->weak = strcmp(a->scaling_mode, "weak") == 0;
+}
 
+/* Searches (or evaluates the given layout) and completes the answer. */
+static void answer(const PlanArgs *a, PlanAnswer *r) {
+    PlanInput *in = &r->in;
+    char why[512];
     SearchSpace space = search_space(a);
     plan_stack_restrict(&a->assumptions, &space);
     if (a->search || !layout_given(a)) {
-        r->searched = true;
+        const bool by_cost = strcmp(a->rank_by, "cost") == 0;
+        if (by_cost && in->fleet.kinds > 1) bs_die("--rank-by cost needs one GPU kind (it varies the GPU count)");
         double t0 = bs_now();
-        if (strcmp(a->rank_by, "cost") == 0) search_by_cost(r, &space);
-        else r->n_top = plan_search(in, &space, r->top, &r->stats);
+        plan_answer_search(r, &space, by_cost);
         r->search_seconds = bs_now() - t0;
         if (r->n_top == 0) die_fits_nowhere(r);
-        r->plan = r->top[0];
-        if (strcmp(a->rank_by, "time") == 0)
-            for (int i = 0; i < r->n_top; i++) {
-                Reliability rel = reliability_estimate(&r->reliability_in, layout_gpus(&r->top[i].layout), r->top[i].train_seconds);
-                r->top_cost[i] = report_cost(r, &r->top[i], &rel);
-            }
     } else {
         Layout l = explicit_layout(a, in);
         if (!layout_check(in, &l, why, sizeof why)) bs_die("%s", why);
         plan_evaluate(in, &l, &r->plan);
     }
-    if (r->searched && strcmp(a->rank_by, "cost") == 0) in->fleet.count[0] = layout_gpus(&r->plan.layout);
     r->assumptions = a->assumptions;
     assumptions_read_values(&r->assumptions, in, &r->plan.layout);
     if (r->searched) assumptions_check_search(&r->assumptions, in, &r->plan);
-    fill_reliability(r);
-    if (in->fleet.kinds == 1) {
-        r->ideal_gpu_tokens_per_s = ideal_single_gpu_tokens_per_s(in);
-        r->linear_efficiency = r->plan.tokens_per_s / layout_gpus(&r->plan.layout) / r->ideal_gpu_tokens_per_s;
-    }
-    compare_with_one_node(r, &space);
-    compare_kinds_alone(r, &space);
-    if (a->scaling || a->plot) {
-        if (in->fleet.kinds > 1) bs_die("--scaling and --plot need a single GPU kind");
-        if (a->scaling_from < 1 || a->scaling_to < a->scaling_from) bs_die("--scaling-from must be >= 1 and <= --scaling-to");
-        r->n_points = scaling_sweep(in, &space, r->weak, a->scaling_from, a->scaling_to, r->points, &r->baseline);
-    }
+    const bool scaling = a->scaling || a->plot;
+    if (scaling && in->fleet.kinds > 1) bs_die("--scaling and --plot need a single GPU kind");
+    if (scaling && (a->scaling_from < 1 || a->scaling_to < a->scaling_from))
+        bs_die("--scaling-from must be >= 1 and <= --scaling-to");
+    plan_answer_finish(r, &space, scaling, a->scaling_from, a->scaling_to);
+}
+
+static void run(const PlanArgs *a) {
+    PlanAnswer *r = bs_calloc(1, sizeof *r);
+    PlanInput *in = &r->in;
+    double preset_batch, preset_tokens;
+    in->model = build_model(a, &preset_batch, &preset_tokens);
+    in->fleet = build_fleet(a, r->note, sizeof r->note);
+    if (!precision_parse(a->precision, &in->precision)) bs_die("--precision must be bf16, fp8 or fp32 (got '%s')", a->precision);
+    if (a->calibrate) in->precision = PREC_FP32;
+    if (in->precision != PREC_FP8 && a->assumptions.origin[SWITCH_FP8_LINEARS] == ORIGIN_STACK)
+        in->model.fp8_linears = FP8_TE; /* a stack's FP8 linears leave a BF16 run as it is */
+    if (in->model.fp8_linears != FP8_TE && in->precision != PREC_FP8)
+        bs_die("--fp8-linears %s needs --precision fp8", FP8_LINEARS_WORDS[in->model.fp8_linears]);
+    for (int k = 0; k < in->fleet.kinds; k++)
+        if (hardware_peak(&in->fleet.hw[k], in->precision) <= 0)
+            bs_die("%s has no %s peak: use --precision bf16", in->fleet.hw[k].name, precision_name(in->precision));
+    in->attention = a->calibrate ? ATTN_CAUSAL : ATTN_FLASH;
+    if (a->attention && !attention_parse(a->attention, &in->attention))
+        bs_die("--attention must be full, causal, flash or flash2 (got '%s')", a->attention);
+    in->jitter = a->jitter;
+    in->grad_reduce_fp32 = a->grad_reduce == 1;
+    in->pipe_engine = (PipelineEngine)a->pipeline_engine;
+    in->zero1_allreduce = a->zero1_reduce == 1;
+    in->split = (LayerSplit){.even = a->layer_split == 1, .first = a->first_stage_layers, .last = a->last_stage_layers};
+    in->reserve_bytes = a->reserve_gb >= 0 ? a->reserve_gb * 1073741824.0 : -1;
+
+    set_batch(a, in, preset_batch, preset_tokens);
+    set_costs(a, r);
+    answer(a, r);
     if (a->json) report_print_json(r);
     else report_print(r);
     if (a->plot) report_plot(r, a->plot);

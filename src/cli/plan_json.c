@@ -32,7 +32,7 @@ static json_t *time_json(const StepTime *t) {
                      t->dp_comm, "optimizer", t->optimizer, "straggler", t->straggler, "step", t->step);
 }
 
-static json_t *result_json(const PlanReport *r, const PlanResult *p) {
+static json_t *result_json(const PlanAnswer *r, const PlanResult *p) {
     json_t *stages = json_array();
     for (int k = 0; k < r->in.fleet.kinds; k++)
         json_array_append_new(stages, json_pack("{s:s, s:i, s:i, s:f}", "hardware", r->in.fleet.hw[k].name, "stages",
@@ -66,7 +66,7 @@ static json_t *fleet_json(const Fleet *f, Precision p) {
     return a;
 }
 
-static json_t *money_json(const PlanReport *r) {
+static json_t *money_json(const PlanAnswer *r) {
     json_t *a = json_array();
     for (int k = 0; k < r->in.fleet.kinds; k++) {
         const MoneyInput *m = &r->money[k];
@@ -80,7 +80,7 @@ static json_t *money_json(const PlanReport *r) {
     return a;
 }
 
-void report_print_json(const PlanReport *r) {
+void report_print_json(const PlanAnswer *r) {
     const PlanInput *in = &r->in;
     json_t *schedule = json_array();
     for (int i = 0; i < in->batch.n; i++)
@@ -111,11 +111,9 @@ void report_print_json(const PlanReport *r) {
             json_object_set_new(one, "cost_usd", json_real(r->top_cost[i]));
             json_array_append_new(layouts, one);
         }
-        char why[2048];
-        report_why(r, why, sizeof why);
         json_object_set_new(root, "search", json_pack("{s:I, s:I, s:f, s:s, s:o, s:s}", "evaluated", (json_int_t)r->stats.evaluated,
                                                       "fitting", (json_int_t)r->stats.fitting, "seconds", r->search_seconds,
-                                                      "rank_by", r->rank_by, "layouts", layouts, "why", why));
+                                                      "rank_by", r->rank_by, "layouts", layouts, "why", r->why));
     }
     if (r->n_alone) {
         json_t *alts = json_array();

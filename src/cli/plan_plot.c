@@ -41,7 +41,7 @@ static void text_at(cairo_t *cr, double x, double y, const char *s, double align
     cairo_show_text(cr, s);
 }
 
-static void draw_axes(cairo_t *cr, const Axes *a, const PlanReport *r) {
+static void draw_axes(cairo_t *cr, const Axes *a, const PlanAnswer *r) {
     char label[160];
     cairo_set_line_width(cr, 1.0);
     cairo_set_font_size(cr, 12);
@@ -80,7 +80,7 @@ static void draw_axes(cairo_t *cr, const Axes *a, const PlanReport *r) {
     text_at(cr, WIDTH / 2, 28, label, 0.5);
 }
 
-static void draw_series(cairo_t *cr, const Axes *a, const PlanReport *r, bool efficiency) {
+static void draw_series(cairo_t *cr, const Axes *a, const PlanAnswer *r, bool efficiency) {
     if (efficiency) cairo_set_source_rgb(cr, 0.1, 0.3, 0.7);
     else cairo_set_source_rgb(cr, 0.75, 0.35, 0.05);
     cairo_set_line_width(cr, 2.2);
@@ -107,7 +107,7 @@ static void draw_series(cairo_t *cr, const Axes *a, const PlanReport *r, bool ef
     }
 }
 
-static void draw(cairo_t *cr, const PlanReport *r) {
+static void draw(cairo_t *cr, const PlanAnswer *r) {
     Axes a = {log2(r->points[0].gpus), log2(r->points[r->n_points - 1].gpus), 1.0, INFINITY, -INFINITY};
     if (a.x1 <= a.x0) a.x1 = a.x0 + 1;
     for (int i = 0; i < r->n_points; i++)
@@ -126,7 +126,7 @@ static void draw(cairo_t *cr, const PlanReport *r) {
     draw_series(cr, &a, r, false);
 }
 
-void report_plot(const PlanReport *r, const char *path) {
+void report_plot(const PlanAnswer *r, const char *path) {
     if (r->n_points == 0) bs_die("--plot %s: no scaling points to draw", path);
     const char *dot = strrchr(path, '.');
     bool svg = dot && strcasecmp(dot, ".svg") == 0;

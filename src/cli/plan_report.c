@@ -1,10 +1,6 @@
-/* plan_report.c: the readable report of `batchscale plan` and the
- * explanation of why a search's winner wins (see plan_report.h).
- *
- * The explanation is computed, not canned: it compares the winner with the
- * runner-up component by component, names the fastest layout that did not
- * fit, and evaluates the winner's neighbours (half the pipeline or tensor
- * degree, less recomputation, a lower ZeRO stage) to say what stops each. */
+/* plan_report.c: the readable report of `batchscale plan` (see
+ * plan_report.h); the explanation of why a search's winner wins is the
+ * answer's (plan/explain.h). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,26 +8,10 @@
 #include "cli/plan_report.h"
 #include "cli/plan_stack.h"
 #include "plan/comms.h"
+#include "plan/explain.h"
 #include "plan/presets.h"
 
 #define GIB 1073741824.0
-
-static const char *const PART_NAMES[] = {"compute", "TP communication", "CP communication", "EP communication",
-                                         "pipeline sends", "pipeline bubble", "DP communication", "optimizer step",
-                                         "stragglers"};
-#define N_PARTS 9
-
-static void parts_of(const StepTime *t, double *out) {
-    double v[N_PARTS] = {t->compute, t->tp_comm, t->cp_comm, t->ep_comm, t->pp_comm, t->bubble, t->dp_comm, t->optimizer, t->straggler};
-    memcpy(out, v, sizeof v);
-}
-
-double report_cost(const PlanReport *r, const PlanResult *p, const Reliability *rel) {
-    double hours = rel->wall_s / 3600.0, usd = 0;
-    if (r->in.fleet.kinds == 1) return layout_gpus(&p->layout) * hours * planning_rate(&r->money[0]);
-    for (int k = 0; k < r->in.fleet.kinds; k++) usd += r->in.fleet.count[k] * hours * planning_rate(&r->money[k]);
-    return usd;
-}
 
 /* 1.2K, 3.4M, 5.6B, 7.8T */
 static const char *human(double x, char *buf, size_t n) {
@@ -43,15 +23,6 @@ static const char *human(double x, char *buf, size_t n) {
     return buf;
 }
 
-static const char *duration(double s, char *buf, size_t n) {
-    if (s < 1) snprintf(buf, n, "%.1f ms", s * 1e3);
-    else if (s < 120) snprintf(buf, n, "%.1f s", s);
-    else if (s < 7200) snprintf(buf, n, "%.1f min", s / 60);
-    else if (s < 3 * 86400) snprintf(buf, n, "%.1f h", s / 3600);
-    else snprintf(buf, n, "%.1f days", s / 86400);
-    return buf;
-}
-
 static const char *money(double usd, char *buf, size_t n) {
     char h[24];
     if (usd < 1000) snprintf(buf, n, "$%.2f", usd);
@@ -59,114 +30,7 @@ static const char *money(double usd, char *buf, size_t n) {
     return buf;
 }
 
-static int largest_part(const StepTime *t, bool overheads_only) {
-    double p[N_PARTS];
-    parts_of(t, p);
-    int best = overheads_only ? 1 : 0;
-    for (int i = best; i < N_PARTS; i++)
-        if (p[i] > p[best]) best = i;
-    return best;
-}
-
-/* "bubble 120 ms less, DP communication 30 ms more" for b against a. */
-static void differences(const StepTime *a, const StepTime *b, char *buf, size_t n) {
-    double pa[N_PARTS], pb[N_PARTS];
-    parts_of(a, pa);
-    parts_of(b, pb);
-    int first = -1, second = -1;
-    for (int i = 0; i < N_PARTS; i++) {
-        double d = fabs(pb[i] - pa[i]);
-        if (first < 0 || d > fabs(pb[first] - pa[first])) second = first, first = i;
-        else if (second < 0 || d > fabs(pb[second] - pa[second])) second = i;
-    }
-    char d1[32], d2[32];
-    snprintf(buf, n, "%s %s %s, %s %s %s", PART_NAMES[first], duration(fabs(pb[first] - pa[first]), d1, sizeof d1),
-             pb[first] > pa[first] ? "more" : "less", PART_NAMES[second],
-             duration(fabs(pb[second] - pa[second]), d2, sizeof d2), pb[second] > pa[second] ? "more" : "less");
-}
-
-static size_t append(char *buf, size_t used, size_t n, const char *fmt, const char *a, const char *b, const char *c) {
-    if (used >= n) return used;
-    int w = snprintf(buf + used, n - used, fmt, a, b, c);
-    return w > 0 ? used + (size_t)w : used;
-}
-
-/* What stops a neighbour of the winner from beating it. */
-static size_t neighbour(const PlanReport *r, Layout l, const char *what, char *buf, size_t used, size_t n) {
-    char why[256], line[320], d[32];
-    if (!layout_check(&r->in, &l, why, sizeof why)) {
-        if (l.schedule != SCHEDULE_INTERLEAVED) return used;
-        l.schedule = SCHEDULE_1F1B, l.virtual_stages = 1; /* interleaving needs m to be a multiple of p */
-        if (!layout_check(&r->in, &l, why, sizeof why)) return used;
-    }
-    PlanResult res;
-    plan_evaluate(&r->in, &l, &res);
-    if (!res.fits) {
-        snprintf(line, sizeof line, "%.1f GiB per GPU, over the %.1f GiB usable", (res.memory.total - res.memory.reserve) / GIB,
-                 (res.memory.capacity - res.memory.reserve) / GIB);
-        return append(buf, used, n, " %s would not fit: %s.", what, line, "");
-    }
-    if (res.train_seconds <= r->plan.train_seconds) return used;
-    snprintf(d, sizeof d, "%.1f%%", 100.0 * (res.train_seconds / r->plan.train_seconds - 1));
-    differences(&r->plan.time, &res.time, line, sizeof line);
-    return append(buf, used, n, " %s fits but is %s slower (%s).", what, d, line);
-}
-
-void report_why(const PlanReport *r, char *buf, size_t n) {
-    size_t used = 0;
-    buf[0] = '\0';
-    char layout[128], line[320], pct[32];
-    const PlanResult *w = &r->plan;
-    if (r->n_top > 1) {
-        layout_format(&r->top[1].layout, layout, sizeof layout);
-        double lead = 100.0 * (r->top[1].train_seconds / w->train_seconds - 1);
-        snprintf(pct, sizeof pct, "%.1f%%", lead);
-        differences(&w->time, &r->top[1].time, line, sizeof line);
-        used = append(buf, used, n, "It beats #2 (%s) by %s: #2 has %s.", layout, pct, line);
-    }
-    if (r->stats.have_fastest_unfit) {
-        const PlanResult *u = &r->stats.fastest_unfit;
-        layout_format(&u->layout, layout, sizeof layout);
-        snprintf(pct, sizeof pct, "%.1f%%", 100.0 * (1 - u->train_seconds / w->train_seconds));
-        snprintf(line, sizeof line, "%.1f GiB per GPU (%.1f GiB of activations) where %.1f GiB are usable",
-                 (u->memory.total - u->memory.reserve) / GIB, u->memory.activations / GIB,
-                 (u->memory.capacity - u->memory.reserve) / GIB);
-        used = append(buf, used, n, " The fastest layout of all, %s, would be %s faster but needs %s.", layout, pct, line);
-    }
-    Layout l = w->layout;
-    char what[64];
-    if (l.pp > 1 && l.pp % 2 == 0) {
-        Layout v = l;
-        v.pp /= 2, v.dp *= 2;
-        snprintf(what, sizeof what, "Half the pipeline (pp%d dp%d)", v.pp, v.dp);
-        used = neighbour(r, v, what, buf, used, n);
-    }
-    if (l.tp > 1) {
-        Layout v = l;
-        v.tp /= 2, v.dp *= 2;
-        v.sequence_parallel = v.sequence_parallel && v.tp > 1;
-        snprintf(what, sizeof what, "Half the tensor parallelism (tp%d dp%d)", v.tp, v.dp);
-        used = neighbour(r, v, what, buf, used, n);
-    }
-    if (l.recompute != RECOMPUTE_NONE) {
-        Layout v = l;
-        v.recompute = RECOMPUTE_NONE;
-        used = neighbour(r, v, "Without recomputation it", buf, used, n);
-    }
-    if (l.zero > 0) {
-        Layout v = l;
-        v.zero = l.zero - 1;
-        snprintf(what, sizeof what, "ZeRO %d", v.zero);
-        used = neighbour(r, v, what, buf, used, n);
-    }
-    int big = largest_part(&w->time, true);
-    double p[N_PARTS];
-    parts_of(&w->time, p);
-    snprintf(pct, sizeof pct, "%.1f%%", 100.0 * p[big] / w->time.step);
-    used = append(buf, used, n, " Its largest overhead is the %s (%s of the step).", PART_NAMES[big], pct, "");
-}
-
-static void print_memory(const PlanReport *r) {
+static void print_memory(const PlanAnswer *r) {
     const MemoryBreakdown *m = &r->plan.memory;
     const char *names[] = {"weights", "gradients", "optimizer state", "activations", "logits (last stage)", "ZeRO-3 gathered layers", "reserve (runtime, buffers)"};
     double v[] = {m->weights, m->grads, m->optimizer, m->activations, m->logits, m->transient, m->reserve};
@@ -182,7 +46,7 @@ static void print_memory(const PlanReport *r) {
  * graphs can leave the GPU idle; neither has a source the model could take
  * (docs/PLANNER.md, "Where it misses": 0-10 ms per MoE layer and micro-batch
  * in published Megatron-Bridge runs), so the report gives the sensitivity. */
-static void print_moe_host(const PlanReport *r) {
+static void print_moe_host(const PlanAnswer *r) {
     if (!model_is_moe(&r->in.model)) return;
     const PlanResult *p = &r->plan;
     int layers = 0;
@@ -196,18 +60,18 @@ static void print_moe_host(const PlanReport *r) {
            per_ms * 1e3, layers, p->micro_batches, 100 * per_ms / p->time.step);
 }
 
-static void print_step(const PlanReport *r) {
+static void print_step(const PlanAnswer *r) {
     const StepTime *t = &r->plan.time;
-    double p[N_PARTS];
-    parts_of(t, p);
+    double p[PLAN_STEP_PARTS];
+    plan_step_parts(t, p);
     printf("\nstep time (exposed)                        ms    share\n");
-    for (int i = 0; i < N_PARTS; i++)
-        if (p[i] > 0) printf("  %-34s %10.1f  %5.1f%%\n", PART_NAMES[i], p[i] * 1e3, 100.0 * p[i] / t->step);
+    for (int i = 0; i < PLAN_STEP_PARTS; i++)
+        if (p[i] > 0) printf("  %-34s %10.1f  %5.1f%%\n", plan_step_part_name(i), p[i] * 1e3, 100.0 * p[i] / t->step);
     printf("  %-34s %10.1f  100.0%%\n", "step", t->step * 1e3);
     print_moe_host(r);
 }
 
-static void print_header(const PlanReport *r) {
+static void print_header(const PlanAnswer *r) {
     const PlanInput *in = &r->in;
     const ModelShape *m = &in->model;
     char a[32], b[32], c[32];
@@ -233,7 +97,7 @@ static void print_header(const PlanReport *r) {
     plan_stack_print(&r->assumptions);
 }
 
-static void print_layout(const PlanReport *r) {
+static void print_layout(const PlanAnswer *r) {
     const PlanResult *p = &r->plan;
     char layout[128];
     layout_format(&p->layout, layout, sizeof layout);
@@ -246,7 +110,7 @@ static void print_layout(const PlanReport *r) {
            p->micro_batches == 1 ? "" : "es");
 }
 
-static void print_outcome(const PlanReport *r) {
+static void print_outcome(const PlanAnswer *r) {
     const PlanResult *p = &r->plan;
     char a[32], b[32], c[32], d[32], e[32];
     double gpus = layout_gpus(&p->layout);
@@ -262,15 +126,15 @@ static void print_outcome(const PlanReport *r) {
     if (r->have_reference)
         printf("; %.1f%% of the tokens/s per GPU on %d GPUs", 100 * r->reference_efficiency, r->reference_gpus);
     printf("\n");
-    printf("time       %s to train without failures; %s GPU-hours\n", duration(p->train_seconds, a, sizeof a),
+    printf("time       %s to train without failures; %s GPU-hours\n", plan_duration_text(p->train_seconds, a, sizeof a),
            human(p->gpu_hours, b, sizeof b));
     const Reliability *rel = &r->reliability;
     const ReliabilityInput *ri = &r->reliability_in;
     printf("failures   MTBF %s GPU-hours per GPU -> %s for the job; %.1f interruptions expected\n",
-           human(ri->mtbf_gpu_hours, a, sizeof a), duration(rel->job_mtbf_s, b, sizeof b), rel->interruptions);
+           human(ri->mtbf_gpu_hours, a, sizeof a), plan_duration_text(rel->job_mtbf_s, b, sizeof b), rel->interruptions);
     printf("           checkpoint %s every %s (Daly; Young: %s), restart %s: goodput %.1f%%, %s wall clock\n",
-           duration(ri->checkpoint_seconds, a, sizeof a), duration(rel->daly_s, b, sizeof b), duration(rel->young_s, c, sizeof c),
-           duration(ri->restart_seconds, d, sizeof d), 100 * rel->goodput, duration(rel->wall_s, e, sizeof e));
+           plan_duration_text(ri->checkpoint_seconds, a, sizeof a), plan_duration_text(rel->daly_s, b, sizeof b), plan_duration_text(rel->young_s, c, sizeof c),
+           plan_duration_text(ri->restart_seconds, d, sizeof d), 100 * rel->goodput, plan_duration_text(rel->wall_s, e, sizeof e));
     double wall_gpu_hours = rel->wall_s / 3600 * gpus;
     printf("cost       ");
     bool any = false;
@@ -303,21 +167,21 @@ static void print_outcome(const PlanReport *r) {
                data_inefficiency(p->batch_tokens, r->critical_batch));
 }
 
-static void print_alternatives(const PlanReport *r) {
+static void print_alternatives(const PlanAnswer *r) {
     if (r->n_alone == 0) return;
     char a[32], b[32];
     printf("\nmixed fleet against each kind alone (the slowest device sets the pace of its stages)\n");
     printf("  %-28s %12s %14s\n", "fleet", "time", "cost");
-    printf("  %-28s %12s %14s\n", "the mix", duration(r->plan.train_seconds, a, sizeof a), r->cost_usd > 0 ? money(r->cost_usd, b, sizeof b) : "-");
+    printf("  %-28s %12s %14s\n", "the mix", plan_duration_text(r->plan.train_seconds, a, sizeof a), r->cost_usd > 0 ? money(r->cost_usd, b, sizeof b) : "-");
     for (int i = 0; i < r->n_alone; i++) {
         const FleetAlternative *alt = &r->alone[i];
         if (!alt->found) printf("  %-28s %12s %14s\n", alt->label, "no fit", "-");
-        else printf("  %-28s %12s %14s\n", alt->label, duration(alt->best.train_seconds, a, sizeof a),
+        else printf("  %-28s %12s %14s\n", alt->label, plan_duration_text(alt->best.train_seconds, a, sizeof a),
                     alt->cost_usd > 0 ? money(alt->cost_usd, b, sizeof b) : "-");
     }
 }
 
-static void print_search(const PlanReport *r) {
+static void print_search(const PlanAnswer *r) {
     char a[32], layout[128];
     printf("\nsearch     %ld layouts evaluated, %ld fit, in %.3f s; best by %s:\n", r->stats.evaluated, r->stats.fitting,
            r->search_seconds, r->rank_by);
@@ -327,15 +191,13 @@ static void print_search(const PlanReport *r) {
         layout_format(&p->layout, layout, sizeof layout);
         char t[32], c[32];
         printf(" %2d  %-44s %5d %12s %10s %5.1f%% %9.1f %10s\n", i + 1, layout, layout_gpus(&p->layout),
-               duration(p->train_seconds, t, sizeof t), human(p->tokens_per_s, a, sizeof a), 100 * p->mfu, p->memory.total / GIB,
+               plan_duration_text(p->train_seconds, t, sizeof t), human(p->tokens_per_s, a, sizeof a), 100 * p->mfu, p->memory.total / GIB,
                r->top_cost[i] > 0 ? money(r->top_cost[i], c, sizeof c) : "-");
     }
-    char why[2048];
-    report_why(r, why, sizeof why);
-    printf("why #1     %s\n", why);
+    printf("why #1     %s\n", r->why);
 }
 
-static void print_sweep(const PlanReport *r) {
+static void print_sweep(const PlanAnswer *r) {
     if (r->n_points == 0) return;
     char a[32], b[32], layout[128];
     printf("\nscaling (%s: %s), best layout at each size\n", r->weak ? "weak" : "strong",
@@ -350,21 +212,20 @@ static void print_sweep(const PlanReport *r) {
         }
         const PlanResult *p = &s->best;
         layout_format(&p->layout, layout, sizeof layout);
-        int big = largest_part(&p->time, true);
-        double parts[N_PARTS];
-        parts_of(&p->time, parts);
-        Reliability rel = reliability_estimate(&r->reliability_in, s->gpus, p->train_seconds);
+        int big = plan_largest_part(&p->time, true);
+        double parts[PLAN_STEP_PARTS];
+        plan_step_parts(&p->time, parts);
         printf("  %6d  %-40s %10s %8s %6.1f%% %7.1f%% %6.1f%% %5.1f%% %7.1f%%  %s %.1f%%\n", s->gpus, layout,
                human(p->tokens_per_s, a, sizeof a), human(p->tokens_per_s / s->gpus, b, sizeof b), 100 * s->linear,
-               100 * s->linear * rel.goodput, 100 * s->efficiency, 100 * p->mfu, 100 * p->compute_fraction,
-               PART_NAMES[big], 100.0 * parts[big] / p->time.step);
+               100 * s->linear * r->point_goodput[i], 100 * s->efficiency, 100 * p->mfu, 100 * p->compute_fraction,
+               plan_step_part_name(big), 100.0 * parts[big] / p->time.step);
     }
     printf("  linear: tokens/s against GPUs x one GPU computing alone; +failures: times goodput");
     if (r->baseline >= 0) printf("; vs ref: tokens/s per GPU against %d GPUs", r->points[r->baseline].gpus);
     printf("\n");
 }
 
-void report_print(const PlanReport *r) {
+void report_print(const PlanAnswer *r) {
     print_header(r);
     print_layout(r);
     print_memory(r);

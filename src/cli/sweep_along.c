@@ -36,17 +36,6 @@ int sweep_along_parse(const char *text, double target, double *losses) {
     return n;
 }
 
-void sweep_along_local(AlongPoint *p, int n) {
-    double s_before = 0, e_before = 0; /* the sweep's start: steps and tokens count from it */
-    for (int k = 0; k < n; k++) {
-        p[k].local = NAN;
-        if (!p[k].fitted) continue;
-        const double ds = p[k].fit.s_min - s_before, de = p[k].fit.e_min - e_before;
-        if (ds > 0 && de > 0) p[k].local = de / ds;
-        s_before = p[k].fit.s_min, e_before = p[k].fit.e_min;
-    }
-}
-
 void sweep_along_print(const AlongPoint *p, int n, int seq_len) {
     const double t = seq_len;
     printf("\nthe critical batch along the loss (the same runs, each loss fitted on its own; local: the stretch from "

@@ -19,26 +19,6 @@ void sweep_step_time_parse(const char *text, double *a, double *b) {
            "(e.g. --step-time 0.21:0.003)", text);
 }
 
-void sweep_bound_compute(const AlongPoint *along, int n, const TradeoffFit *fit, int seq_len, SweepBound *out) {
-    LossStretch stretch[SWEEP_MAX_ALONG + 1];
-    int used = 0, left_out = 0;
-    const double t = seq_len;
-    if (n == 0) {
-        stretch[used++] = (LossStretch){fit->s_min, fit->b_crit / t};
-    } else {
-        double s_before = 0; /* the stretches as sweep_along_local cuts them */
-        for (int k = 0; k < n; k++) {
-            if (!along[k].fitted) continue;
-            const double ds = along[k].fit.s_min - s_before;
-            s_before = along[k].fit.s_min;
-            if (isfinite(along[k].local) && ds > 0) stretch[used++] = (LossStretch){ds, along[k].local / t};
-            else left_out++;
-        }
-    }
-    out->stretches = used, out->left_out = left_out;
-    out->computed = schedule_bound(stretch, used, out->a, out->b, &out->bound);
-}
-
 void sweep_bound_print(const SweepBound *s) {
     printf("\nwhat changing the batch can win at best (each stretch of the loss takes dS_min (1 + B_local / B) steps;\n"
            "a step takes %.4g + %.4g x B seconds):\n", s->a, s->b);

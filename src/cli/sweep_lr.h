@@ -8,7 +8,7 @@
  * equal to --lr) stays constant, exactly. An lr is written as the shortest
  * %g spelling that reads back as the same double ("0.002", "1e-05"): on the
  * child's command line and in the metrics file name. Deliberately not here:
- * the choice of an lr per batch (optim/lr_choice.h). */
+ * the choice of an lr per batch (sweep/lr_choice.h). */
 #ifndef BS_CLI_SWEEP_LR_H
 #define BS_CLI_SWEEP_LR_H
 

@@ -16,8 +16,8 @@
 #include "cli/sweep_along.h"
 #include "cli/sweep_bound.h"
 #include "cli/sweep_run.h"
-#include "optim/critical_batch.h"
-#include "optim/lr_choice.h"
+#include "sweep/critical_batch.h"
+#include "sweep/lr_choice.h"
 
 typedef struct {
     const SweepSettings *settings;

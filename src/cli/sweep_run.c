@@ -12,6 +12,7 @@
 #include "cli/sweep_lr.h"
 #include "core/error.h"
 #include "core/io.h"
+#include "sweep/crossing.h"
 
 int sweep_eval_every(const SweepSettings *s, int batch) {
     long long every = llround((double)s->eval_tokens / ((double)batch * s->seq_len));
@@ -52,42 +53,32 @@ static double number(json_t *j, const char *key) {
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
-/* An evaluation point of the metrics. */
-typedef struct {
-    double step, tokens, loss;
-} Eval;
-
 /* Reads the run's metrics into `run`, its steps and tokens counted from the sweep's starting point; returns the
  * number of lines (0: no file or no steps). */
 static int read_metrics(SweepRun *run, const SweepSettings *s, double target) {
     if (!bs_path_exists(run->metrics)) return 0;
     size_t len;
     char *text = bs_read_file(run->metrics, &len);
-    Eval before = {NAN, NAN, NAN}, at = {NAN, NAN, NAN};
+    SweepCrossing crossing;
+    sweep_crossing_start(&crossing, target);
     int lines = 0;
-    bool reached = false;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         json_t *j = json_loads(line, 0, NULL);
         if (!j) bs_die("batch-sweep: %s: line %d is not JSON", run->metrics, lines + 1);
         lines++;
-        Eval e = {number(j, "step") - (double)s->from_step, number(j, "tokens") - s->from_tokens,
-                  number(j, "val_loss")};
+        SweepEval e = {number(j, "step") - (double)s->from_step, number(j, "tokens") - s->from_tokens,
+                       number(j, "val_loss")};
         run->eval_step = (long)e.step + s->from_step;
         if (e.step > 0 && isfinite(e.tokens)) run->seq_len = (int)llround(e.tokens / (e.step * run->batch));
         json_decref(j);
-        if (reached || !isfinite(e.loss)) continue;
-        if (!(run->best_val_loss <= e.loss)) run->best_val_loss = e.loss;
-        if (e.loss <= target) reached = true, at = e;
-        else before = e;
+        sweep_crossing_add(&crossing, e);
     }
     free(text);
-    if (!reached) return lines;
+    run->best_val_loss = crossing.best_loss;
+    if (!crossing.reached) return lines;
     run->outcome = RUN_REACHED;
-    run->eval_step = (long)at.step + s->from_step;
-    run->at_first_eval = isnan(before.step);
-    double share = run->at_first_eval ? 1 : (before.loss - target) / (before.loss - at.loss);
-    run->steps = run->at_first_eval ? at.step : before.step + share * (at.step - before.step);
-    run->tokens = run->at_first_eval ? at.tokens : before.tokens + share * (at.tokens - before.tokens);
+    run->eval_step = (long)crossing.at.step + s->from_step;
+    sweep_crossing_point(&crossing, &run->steps, &run->tokens, &run->at_first_eval);
     return lines;
 }
 

@@ -17,7 +17,8 @@
  * the one before (tokens likewise), so the evaluation interval (--eval-tokens)
  * does not quantise S. A run that reaches the target at its first evaluation
  * has no evaluation before it in the metrics (step 0's is only printed): its
- * steps are that evaluation's, an upper bound, flagged. With --lrs the run
+ * steps are that evaluation's, an upper bound, flagged (sweep/crossing.h
+ * interpolates; this reads the metrics). With --lrs the run
  * also gets its own --lr and a scaled --min-lr (cli/sweep_lr.h), and its
  * metrics are runs/batchB_lrX_seedK.jsonl (X: sweep_lr_spell's spelling);
  * without, runs/batchB_seedK.jsonl. Deliberately not here: the grid, the fit

@@ -1,5 +1,5 @@
 /* lr_choice.c: the per-batch learning-rate choice and its bootstrap (see lr_choice.h). */
-#include "optim/lr_choice.h"
+#include "sweep/lr_choice.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -16,7 +16,7 @@
  *      ascending).
  * An lr none of whose runs reached the target is never chosen: a batch with
  * no such run has no choice (-1) and is not in the fit. The fit is
- * optim/critical_batch.h's tradeoff_fit over the chosen lr's runs that
+ * sweep/critical_batch.h's tradeoff_fit over the chosen lr's runs that
  * reached the target, one bootstrap group per batch.
  *
  * The interval includes the uncertainty of the choice: each resample draws,
@@ -30,13 +30,13 @@
  * every run reached this draws what tradeoff_bootstrap draws and gives its
  * interval exactly. Deliberately not here: running the runs and the grid's
  * command lines (cli/sweep_lr.h). */
-#ifndef BS_OPTIM_LR_CHOICE_H
-#define BS_OPTIM_LR_CHOICE_H
+#ifndef BS_SWEEP_LR_CHOICE_H
+#define BS_SWEEP_LR_CHOICE_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "optim/critical_batch.h"
+#include "sweep/critical_batch.h"
 
 typedef struct {
     int batch, lr;        /* indices: the batch (0..num_batches-1) and the lr in the ascending grid */

@@ -1,5 +1,5 @@
 /* critical_batch.c: the trade-off fit and its bootstrap (see critical_batch.h). */
-#include "optim/critical_batch.h"
+#include "sweep/critical_batch.h"
 
 #include <math.h>
 #include <stdio.h>

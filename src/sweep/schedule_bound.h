@@ -22,8 +22,8 @@
  * goodput's included: a batch that adapts pays only where the local critical
  * batch spreads by orders of magnitude over the run. Deliberately not here:
  * the warm-up's interplay with the batch, and the estimators' own cost. */
-#ifndef BS_OPTIM_SCHEDULE_BOUND_H
-#define BS_OPTIM_SCHEDULE_BOUND_H
+#ifndef BS_SWEEP_SCHEDULE_BOUND_H
+#define BS_SWEEP_SCHEDULE_BOUND_H
 
 #include <stdbool.h>
 

@@ -1,5 +1,5 @@
 /* schedule_bound.c: the best constant batch against an oracle schedule (see schedule_bound.h). */
-#include "optim/schedule_bound.h"
+#include "sweep/schedule_bound.h"
 
 #include <math.h>
 

@@ -36,8 +36,8 @@
  * resampled spread is about sqrt((k - 1)/k) of the true one, so with 3
  * seeds a 95% interval covers about 89% (tests/test_critical_batch.c
  * measures it). Deliberately not here: running the runs (cli/sweep_run.h). */
-#ifndef BS_OPTIM_CRITICAL_BATCH_H
-#define BS_OPTIM_CRITICAL_BATCH_H
+#ifndef BS_SWEEP_CRITICAL_BATCH_H
+#define BS_SWEEP_CRITICAL_BATCH_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -71,7 +71,7 @@ typedef struct {
     double level;    /* the central share the intervals hold, e.g. 0.95 */
     int resamples;   /* resamples drawn (refits done: resamples - unfitted) */
     int unbracketed; /* of them, how many put B_crit on the search's bound */
-    int unfitted;    /* resamples left with fewer than two batch sizes, skipped (only optim/lr_choice.h's) */
+    int unfitted;    /* resamples left with fewer than two batch sizes, skipped (only sweep/lr_choice.h's) */
 } TradeoffInterval;
 
 /* The stratified bootstrap described above, over points that tradeoff_fit accepts. */
