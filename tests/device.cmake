@@ -1,0 +1,16 @@
+# device.cmake: the device seam (src/device/) and its kernels (prefix device_).
+# Every check runs through `sim` on any machine; the `gpu` label marks the
+# same checks on a CUDA GPU, which skip (exit 77, with the reason) where none
+# answers and fail instead under BS_REQUIRE_GPU=1.
+add_executable(test_device_kernels test_device_kernels.c)
+target_link_libraries(test_device_kernels PRIVATE bscore)
+add_executable(test_device_sim test_device_sim.c)
+target_link_libraries(test_device_sim PRIVATE bscore)
+
+add_test(NAME device_kernels_sim COMMAND test_device_kernels sim)
+add_test(NAME device_sim_seam COMMAND test_device_sim sim)
+add_test(NAME device_kernels_gpu COMMAND test_device_kernels cuda)
+add_test(NAME device_seam_gpu COMMAND test_device_sim cuda)
+set_tests_properties(device_kernels_sim device_sim_seam PROPERTIES LABELS device ENVIRONMENT OMP_NUM_THREADS=1)
+set_tests_properties(device_kernels_gpu device_seam_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP}
+  ENVIRONMENT OMP_NUM_THREADS=1)
