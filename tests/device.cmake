@@ -14,3 +14,11 @@ add_test(NAME device_seam_gpu COMMAND test_device_sim cuda)
 set_tests_properties(device_kernels_sim device_sim_seam PROPERTIES LABELS device ENVIRONMENT OMP_NUM_THREADS=1)
 set_tests_properties(device_kernels_gpu device_seam_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP}
   ENVIRONMENT OMP_NUM_THREADS=1)
+
+# The whole GPT-2 step on the device against the CPU model (model/gpt_device.h).
+add_executable(test_gpt_device test_gpt_device.c)
+target_link_libraries(test_gpt_device PRIVATE bscore)
+add_test(NAME device_gpt_sim COMMAND test_gpt_device sim)
+add_test(NAME device_gpt_gpu COMMAND test_gpt_device cuda)
+set_tests_properties(device_gpt_sim PROPERTIES LABELS device ENVIRONMENT OMP_NUM_THREADS=1)
+set_tests_properties(device_gpt_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP} ENVIRONMENT OMP_NUM_THREADS=1)

@@ -19,7 +19,7 @@ typedef struct {
 } Harness;
 
 /* argv[1] is "sim" or "cuda"; exits (77 or 1) when the device cannot be opened */
-static Harness harness_open(int argc, char **argv, uint64_t seed) {
+static inline Harness harness_open(int argc, char **argv, uint64_t seed) {
     const char *name = argc > 1 ? argv[1] : "sim";
     DeviceKind kind = strcmp(name, "cuda") == 0 ? DEVICE_CUDA : DEVICE_SIM;
     DeviceOptions opt = {.seed = seed};
@@ -39,12 +39,12 @@ static Harness harness_open(int argc, char **argv, uint64_t seed) {
     return h;
 }
 
-static void harness_close(Harness *h) {
+static inline void harness_close(Harness *h) {
     device_stream_destroy(h->dev, h->stream);
     device_close(h->dev);
 }
 
-static void harness_check(const Harness *h, int rc, const char *what) {
+static inline void harness_check(const Harness *h, int rc, const char *what) {
     if (rc != 0) {
         printf("FAIL: %s: %s\n", what, device_error(h->dev));
         exit(1);
@@ -52,7 +52,7 @@ static void harness_check(const Harness *h, int rc, const char *what) {
 }
 
 /* a device copy of host (n bytes) */
-static void *harness_upload(Harness *h, const void *host, size_t n) {
+static inline void *harness_upload(Harness *h, const void *host, size_t n) {
     void *p = device_alloc(h->dev, n);
     if (!p) harness_check(h, -1, "alloc");
     harness_check(h, device_copy(h->dev, h->stream, p, host, n, COPY_HOST_TO_DEVICE), "copy in");
@@ -61,19 +61,19 @@ static void *harness_upload(Harness *h, const void *host, size_t n) {
 }
 
 /* a new device buffer of n bytes, uninitialised */
-static void *harness_alloc(Harness *h, size_t n) {
+static inline void *harness_alloc(Harness *h, size_t n) {
     void *p = device_alloc(h->dev, n);
     if (!p) harness_check(h, -1, "alloc");
     return p;
 }
 
 /* host (n bytes) = device, after everything queued */
-static void harness_download(Harness *h, void *host, const void *dev, size_t n) {
+static inline void harness_download(Harness *h, void *host, const void *dev, size_t n) {
     harness_check(h, device_copy(h->dev, h->stream, host, dev, n, COPY_DEVICE_TO_HOST), "copy out");
     harness_check(h, device_stream_sync(h->dev, h->stream), "sync");
 }
 
-static void harness_launch(Harness *h, const DeviceCall *call) {
+static inline void harness_launch(Harness *h, const DeviceCall *call) {
     harness_check(h, device_launch(h->dev, h->stream, call), "launch");
 }
 

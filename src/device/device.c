@@ -53,6 +53,7 @@ void device_event_destroy(Device *d, DeviceEvent *e) {
 int device_copy(Device *d, DeviceStream *s, void *dst, const void *src, size_t n, DeviceCopyKind kind) {
     return d->ops->copy(d, s, dst, src, n, kind);
 }
+int device_zero(Device *d, DeviceStream *s, void *p, size_t n) { return d->ops->zero(d, s, p, n); }
 int device_event_record(Device *d, DeviceStream *s, DeviceEvent *e) { return d->ops->event_record(d, s, e); }
 int device_stream_wait(Device *d, DeviceStream *s, DeviceEvent *e) { return d->ops->stream_wait(d, s, e); }
 int device_launch(Device *d, DeviceStream *s, const DeviceCall *call) {

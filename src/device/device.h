@@ -52,6 +52,8 @@ DeviceEvent *device_event_create(Device *d);
 void device_event_destroy(Device *d, DeviceEvent *e);
 
 int device_copy(Device *d, DeviceStream *s, void *dst, const void *src, size_t n, DeviceCopyKind kind);
+/* n bytes of device memory at p set to 0 */
+int device_zero(Device *d, DeviceStream *s, void *p, size_t n);
 /* e completes when the work queued on s so far has run */
 int device_event_record(Device *d, DeviceStream *s, DeviceEvent *e);
 /* work queued on s after this waits for e's latest record (none: no wait) */

@@ -22,6 +22,7 @@ typedef struct {
     DeviceEvent *(*event_create)(Device *d);
     void (*event_destroy)(Device *d, DeviceEvent *e);
     int (*copy)(Device *d, DeviceStream *s, void *dst, const void *src, size_t n, DeviceCopyKind kind);
+    int (*zero)(Device *d, DeviceStream *s, void *p, size_t n);
     int (*event_record)(Device *d, DeviceStream *s, DeviceEvent *e);
     int (*stream_wait)(Device *d, DeviceStream *s, DeviceEvent *e);
     int (*launch)(Device *d, DeviceStream *s, const DeviceCall *call);

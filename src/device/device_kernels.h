@@ -27,7 +27,8 @@ typedef enum {
     DK_COUNT
 } DeviceKernel;
 
-/* encoder_forward / encoder_backward over the whole vocabulary (tokens (B,T)) */
+/* encoder_forward / encoder_backward over the whole vocabulary (tokens (B,T);
+ * one outside [0, V) adds no row and gets no gradient, as in kernels.h) */
 typedef struct {
     float *out, *dwte, *dwpe;       /* out (forward); dwte (V,C) +=, dwpe (T,C) += (backward) */
     const float *wte, *wpe, *dout;  /* forward's tables; backward's incoming gradient */

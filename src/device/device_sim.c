@@ -69,7 +69,10 @@ static int sim_ready(const DeviceStream *s) {
 
 static void sim_run(const SimOp *op) {
     switch (op->kind) {
-    case SIM_COPY: memcpy(op->dst, op->src, op->n); break;
+    case SIM_COPY:
+        if (op->src) memcpy(op->dst, op->src, op->n);
+        else memset(op->dst, 0, op->n); /* device_zero */
+        break;
     case SIM_LAUNCH: sim_run_kernel(&op->call); break;
     case SIM_RECORD:
         if (op->generation > op->event->done) op->event->done = op->generation;
@@ -155,6 +158,11 @@ static int sim_copy(Device *d, DeviceStream *s, void *dst, const void *src, size
     return sim_push(d, s, &op);
 }
 
+static int sim_zero(Device *d, DeviceStream *s, void *p, size_t n) {
+    SimOp op = {.kind = SIM_COPY, .dst = p, .src = NULL, .n = n};
+    return sim_push(d, s, &op);
+}
+
 static int sim_event_record(Device *d, DeviceStream *s, DeviceEvent *e) {
     SimOp op = {.kind = SIM_RECORD, .event = e, .generation = ++e->recorded};
     return sim_push(d, s, &op);
@@ -197,6 +205,7 @@ static const DeviceOps sim_ops = {
     .event_create = sim_event_create,
     .event_destroy = sim_event_destroy,
     .copy = sim_copy,
+    .zero = sim_zero,
     .event_record = sim_event_record,
     .stream_wait = sim_stream_wait,
     .launch = sim_launch,

@@ -111,12 +111,22 @@ BS_HD void km_adamw_element(const AdamWArgs *a, size_t i) {
     if (a->params_bf16) a->params_bf16[i] = km_bf16(p);
 }
 
+/* Element i of the encoder's output (B,T,C): a token outside [0, V) adds
+ * no embedding row (as kernels.h's encoder outside its vocabulary range). */
+BS_HD void km_encoder_forward_element(const EncoderArgs *a, size_t i) {
+    const size_t r = i / a->C, c = i % a->C;
+    const int token = a->tokens[r];
+    const float pe = a->wpe[(r % a->T) * a->C + c];
+    a->out[i] = token >= 0 && token < a->V ? a->wte[(size_t)token * a->C + c] + pe : pe;
+}
+
 /* Channel c of the embeddings' gradients: rows added in order, so two
  * tokens hitting one row never race. */
 BS_HD void km_encoder_backward_column(const EncoderArgs *a, int c) {
     for (int r = 0; r < a->B * a->T; r++) {
+        const int token = a->tokens[r];
         float d = a->dout[(size_t)r * a->C + c];
-        a->dwte[(size_t)a->tokens[r] * a->C + c] += d;
+        if (token >= 0 && token < a->V) a->dwte[(size_t)token * a->C + c] += d;
         a->dwpe[(size_t)(r % a->T) * a->C + c] += d;
     }
 }

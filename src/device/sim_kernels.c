@@ -11,10 +11,7 @@
 #include "kernels/kernels.h"
 
 static void sim_encoder_forward(const EncoderArgs *a) {
-    for (int r = 0; r < a->B * a->T; r++) {
-        const float *we = a->wte + (size_t)a->tokens[r] * a->C, *pe = a->wpe + (size_t)(r % a->T) * a->C;
-        for (int c = 0; c < a->C; c++) a->out[(size_t)r * a->C + c] = we[c] + pe[c];
-    }
+    for (size_t i = 0; i < (size_t)a->B * a->T * a->C; i++) km_encoder_forward_element(a, i);
 }
 
 static void sim_encoder_backward(const EncoderArgs *a) {

@@ -37,9 +37,7 @@ __device__ static float block_reduce(float x, float *shared) {
 
 __global__ static void encoder_forward_kernel(EncoderArgs a) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)a.B * a.T * a.C) return;
-    size_t r = i / a.C, c = i % a.C;
-    a.out[i] = a.wte[(size_t)a.tokens[r] * a.C + c] + a.wpe[(r % a.T) * a.C + c];
+    if (i < (size_t)a.B * a.T * a.C) km_encoder_forward_element(&a, i);
 }
 
 __global__ static void encoder_backward_kernel(EncoderArgs a) {

@@ -74,6 +74,10 @@ static int cuda_copy(Device *d, DeviceStream *s, void *dst, const void *src, siz
     return check(d, cudaMemcpyAsync(dst, src, n, k, (cudaStream_t)s), "cudaMemcpyAsync");
 }
 
+static int cuda_zero(Device *d, DeviceStream *s, void *p, size_t n) {
+    return check(d, cudaMemsetAsync(p, 0, n, (cudaStream_t)s), "cudaMemsetAsync");
+}
+
 static int cuda_event_record(Device *d, DeviceStream *s, DeviceEvent *e) {
     return check(d, cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s), "cudaEventRecord");
 }
@@ -181,7 +185,7 @@ static void cuda_close(Device *d) {
 
 static const DeviceOps cuda_ops = {
     "cuda",         cuda_close,        cuda_alloc,        cuda_free,       cuda_stream_create,
-    cuda_stream_destroy, cuda_event_create, cuda_event_destroy, cuda_copy, cuda_event_record,
+    cuda_stream_destroy, cuda_event_create, cuda_event_destroy, cuda_copy, cuda_zero, cuda_event_record,
     cuda_stream_wait,    cuda_launch,       cuda_stream_sync,   cuda_sync,
 };
 
