@@ -22,3 +22,10 @@ add_test(NAME device_gpt_sim COMMAND test_gpt_device sim)
 add_test(NAME device_gpt_gpu COMMAND test_gpt_device cuda)
 set_tests_properties(device_gpt_sim PROPERTIES LABELS device ENVIRONMENT OMP_NUM_THREADS=1)
 set_tests_properties(device_gpt_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP} ENVIRONMENT OMP_NUM_THREADS=1)
+
+# train --device sim|cuda against --device cpu through the CLI.
+add_test(NAME device_train_sim COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_train.py sim)
+add_test(NAME device_train_gpu COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_train.py cuda)
+set_tests_properties(device_train_sim PROPERTIES LABELS device ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1")
+set_tests_properties(device_train_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP}
+  ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1")

@@ -319,7 +319,8 @@ int gpt_device_adamw(GPTDevice *g, const AdamWStep *s) {
         const size_t o = g->segs[i].offset;
         const float wd = gpt_tensor_decays(g->segs[i].kind) ? s->weight_decay : 0.0f;
         DeviceCall call = {.kernel = DK_ADAMW};
-        call.a.adamw = (AdamWArgs){g->params + o, g->m + o, g->v + o, NULL, g->grads + o, g->segs[i].count, s->beta1, s->beta2,
+        const size_t trained = gpt_tensor_trained(&g->cfg, g->segs[i].kind); /* not wte's padded rows */
+        call.a.adamw = (AdamWArgs){g->params + o, g->m + o, g->v + o, NULL, g->grads + o, trained, s->beta1, s->beta2,
                                    s->eps, s->grad_scale, step_size, 1.0f - s->lr * wd, bias2_sqrt};
         TRY(launch(g, &call));
     }
