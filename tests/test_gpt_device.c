@@ -6,7 +6,8 @@
  * the CPU's. Then what sim exists to catch (`sim` only): the step with its
  * event wait on the token upload removed reads tokens before they arrive
  * under some seeds, and the step with the gradients' zeroing removed
- * updates with NaN. `test_gpt_device cuda` runs the same on a GPU. */
+ * updates with NaN. Two device runs of the same steps are bitwise equal.
+ * `test_gpt_device cuda` runs the same on a GPU. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,29 @@ static GPTDevice *device_model(Harness *h, const GPTConfig *cfg, const float *pa
         exit(1);
     }
     return g;
+}
+
+/* 3 device steps from the model's initial weights; the parameters after them into out. */
+static void three_steps(Harness *h, const GPTConfig *cfg, const float *init, float *out) {
+    GPTDevice *g = device_model(h, cfg, init, 0);
+    for (int s = 0; s < 3; s++) device_step(h, g, s);
+    gpt_device_get_state(g, out, NULL, NULL, NULL);
+    gpt_device_free(g);
+}
+
+/* Determinism: two runs of the same steps give the same bits (no atomics in any sum). */
+static void two_runs_bitwise(Harness *h, const GPTConfig *cfg) {
+    GPT model;
+    gpt_create(&model, cfg);
+    gpt_init_weights(&model, 1337);
+    float *a = malloc(sizeof *a * model.num_params), *b = malloc(sizeof *b * model.num_params);
+    three_steps(h, cfg, model.params, a);
+    three_steps(h, cfg, model.params, b);
+    int same = memcmp(a, b, sizeof *a * model.num_params) == 0;
+    printf("two runs of 3 steps: %s\n", same ? "bitwise equal" : "DIFFERENT");
+    CHECK(same, "two device runs of the same steps differ");
+    free(a), free(b);
+    gpt_free(&model);
 }
 
 static void compare_training(Harness *h, const GPTConfig *cfg) {
@@ -158,6 +182,7 @@ int main(int argc, char **argv) {
     Harness h = harness_open(argc, argv, 3);
     const int sim = strcmp(device_name(h.dev), "sim") == 0;
     compare_training(&h, &cfg);
+    two_runs_bitwise(&h, &cfg);
     harness_close(&h);
     if (sim) sim_catches(argc, argv);
     printf("%s\n", failures ? "FAILED" : "device training equals the CPU's");
