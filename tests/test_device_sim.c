@@ -4,7 +4,7 @@
  * NaN, independent streams really run in more than one order, a consumer
  * whose event wait is removed reads its input before the producer wrote it
  * under some seeds, and a gradient accumulated into a buffer nobody
- * initialised comes out NaN. */
+ * initialised comes out NaN; and a memory limit refuses what does not fit. */
 #include <math.h>
 #include <string.h>
 
@@ -52,6 +52,20 @@ static int producer_consumer(Harness *h, int wait) {
     device_event_destroy(h->dev, ready);
     device_stream_destroy(h->dev, producer);
     return right;
+}
+
+/* sim with a memory limit: what does not fit is refused with the reason; freeing makes room again. */
+static void test_memory_limit(void) {
+    DeviceOptions opt = {.seed = 1, .memory_limit = 1000};
+    char reason[256];
+    Device *d = device_open(DEVICE_SIM, &opt, reason, sizeof reason);
+    void *a = device_alloc(d, 600), *b = device_alloc(d, 600);
+    CHECK(a && !b && strstr(device_error(d), "out of device memory"), "sim: 1200 bytes fit in 1000 (%s)", device_error(d));
+    device_free(d, a);
+    b = device_alloc(d, 1000);
+    CHECK(b != NULL, "sim: freed memory was not given back");
+    device_free(d, b);
+    device_close(d);
 }
 
 static void test_nan_fill(Harness *h) {
@@ -119,6 +133,7 @@ int main(int argc, char **argv) {
     CHECK(right == SEEDS, "producer -> event -> consumer wrong under %d seeds", SEEDS - right);
     if (sim) {
         test_nan_fill(&h);
+        test_memory_limit();
         printf("wait removed: %d of %d seeds read the input before it was written\n", wrong_without_wait, SEEDS);
         CHECK(wrong_without_wait > 0, "sim: removing the event wait went unnoticed under all %d seeds", SEEDS);
         printf("unordered writers: stream 1 last under %d seeds, stream 2 under %d\n", order[1], order[2]);

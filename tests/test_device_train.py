@@ -13,9 +13,10 @@ under BS_REQUIRE_GPU=1):
   resumes its own checkpoint bit for bit, and each side resumes the other's
   within the bounds above;
 - bad input: one line on stderr and a non-zero exit for a flag the device
-  does not run yet, and (sim) for --device cuda where no GPU answers. (A
-  model too big for the GPU is the same one line from cudaMalloc's failure,
-  "out of GPU memory: ..."; no test forces it yet.)
+  does not run yet, (sim) for a model that does not fit the device
+  (--sim-memory 1: a 1 MB device; on a GPU cudaMalloc's failure gives the
+  same line, "out of GPU memory: ...", which no test forces), and (sim) for
+  --device cuda where no GPU answers.
 """
 import os
 import sys
@@ -95,6 +96,9 @@ class DeviceTrainTest(CorpusTest):
     def test_refusals(self):
         self.assertIn("--precision", self.refused("--device", DEVICE, "--precision", "bf16"))
         self.assertIn("--tp", self.refused("--device", DEVICE, "--tp", "2"))
+        if DEVICE == "sim":  # a model that does not fit the (simulated) device
+            self.assertIn("out of device memory", self.refused("--device", "sim", "--sim-memory", "1"))
+            self.assertIn("--sim-memory", self.refused("--sim-memory", "1"))
         if DEVICE == "sim":  # where no GPU answers (or CUDA is not built in): one line naming --device cuda
             p = run(["train", *SHAPE, "--steps", "1", "--data", os.path.join(self.data, "train_000000.bin"),
                      "--device", "cuda"], check=False)

@@ -24,7 +24,8 @@
 typedef enum { DEVICE_CUDA, DEVICE_SIM } DeviceKind;
 
 typedef struct {
-    uint64_t seed; /* sim: the seed of the order queued work runs in */
+    uint64_t seed;       /* sim: the seed of the order queued work runs in */
+    size_t memory_limit; /* sim: the simulated device's memory in bytes (0: as much as the host gives) */
 } DeviceOptions;
 
 typedef struct Device Device;

@@ -42,6 +42,7 @@ struct DeviceEvent {
 typedef struct {
     Device base;
     Rng rng;
+    size_t limit, used; /* bytes: the simulated memory (0: no limit) and what is allocated */
     DeviceStream **streams;
     int nstreams, cap;
 } SimDevice;
@@ -102,19 +103,30 @@ static int sim_drain(Device *d) {
     }
 }
 
+/* Each block starts with its size (HEADER bytes, keeping the alignment malloc gives). */
+enum { HEADER = 16 };
+
 static void *sim_alloc(Device *d, size_t n) {
-    void *p = malloc(n ? n : 1);
+    SimDevice *sd = sim(d);
+    unsigned char *p = sd->limit && n > sd->limit - sd->used ? NULL : malloc(HEADER + n);
     if (!p) {
-        device_fail(d, "out of device memory: %zu bytes asked for", n);
+        device_fail(d, "out of device memory: %zu bytes asked for, %zu of %zu free", n,
+                    sd->limit ? sd->limit - sd->used : 0, sd->limit);
         return NULL;
     }
-    memset(p, 0xff, n); /* every float NaN, every int -1 */
-    return p;
+    memcpy(p, &n, sizeof n);
+    sd->used += n;
+    memset(p + HEADER, 0xff, n); /* every float NaN, every int -1 */
+    return p + HEADER;
 }
 
 static void sim_free(Device *d, void *p) {
+    size_t n;
+    unsigned char *block = (unsigned char *)p - HEADER;
     sim_drain(d);
-    free(p);
+    memcpy(&n, block, sizeof n);
+    sim(d)->used -= n;
+    free(block);
 }
 
 static DeviceStream *sim_stream_create(Device *d) {
@@ -221,5 +233,6 @@ Device *device_sim_open(const DeviceOptions *options, char *reason, size_t reaso
     }
     sd->base.ops = &sim_ops;
     rng_seed(&sd->rng, options ? options->seed : 0);
+    sd->limit = options ? options->memory_limit : 0;
     return &sd->base;
 }

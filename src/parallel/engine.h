@@ -69,6 +69,7 @@ typedef struct {
     const char *lora_init;     /* the adapters from a peft adapter file (NULL: A Kaiming-uniform, B zero) */
     bool on_device;            /* the step on a device (parallel/engine_device.h), not the CPU */
     DeviceKind device;         /* which, when on_device */
+    size_t sim_memory;         /* --device sim: the simulated device's bytes (0: no limit) */
 } EngineConfig;
 
 /* One model chunk of this rank: a shard of the flat layout with its own

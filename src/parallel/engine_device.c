@@ -34,7 +34,7 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
         return NULL;
     }
     EngineDevice *d = bs_calloc(1, sizeof *d);
-    DeviceOptions options = {.seed = cfg->seed};
+    DeviceOptions options = {.seed = cfg->seed, .memory_limit = cfg->sim_memory};
     d->B = cfg->micro_batch;
     d->T = cfg->seq_len;
     d->dev = device_open(kind, &options, reason, reason_size);

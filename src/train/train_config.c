@@ -237,6 +237,10 @@ int train_moe_gates(const TrainConfig *c) { return c->moe_gates > 0 ? c->moe_gat
 
 /* --device cuda|sim runs the plain step of one process for now (model/gpt_device.h). */
 static bool check_device(const TrainConfig *c, char *why, size_t n) {
+    if (c->sim_memory_mb > 0 && c->device != TRAIN_DEVICE_SIM) {
+        snprintf(why, n, "--sim-memory needs --device sim (got --device %s)", TRAIN_DEVICE_WORDS[c->device]);
+        return false;
+    }
     if (c->device == TRAIN_DEVICE_CPU) return true;
     const char *flag = c->precision != PRECISION_FP32 ? "--precision bf16 or fp8"
                        : c->optimizer != OPTIM_ADAMW ? "--optimizer other than adamw"

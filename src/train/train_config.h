@@ -59,6 +59,7 @@ typedef struct {
     int layers, heads, channels, seq_len;
     Precision precision;     /* fp32 or bf16 (matmuls in bf16, fp32 accumulation and masters) */
     TrainDevice device;      /* where the step runs: the CPU, a CUDA GPU, or sim (the device seam on the host, tests) */
+    int sim_memory_mb;       /* --device sim: the simulated device's memory (0: no limit) */
     MatmulBF16Path bf16_matmul; /* bf16: auto, onednn or widen (see kernels/matmul_bf16.h) */
     int vocab_size;                    /* 0: the tokenizer's */
     const char *tokenizer, *vocab_dir; /* "": the data's (prepare.json), else byte */
