@@ -29,3 +29,10 @@ add_test(NAME device_train_gpu COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_de
 set_tests_properties(device_train_sim PROPERTIES LABELS device ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1")
 set_tests_properties(device_train_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP}
   ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1")
+
+# The PyTorch GPU peer of scripts/gpu-check.sh keeps running: without a GPU it
+# says so in one line; with one, a tiny model's figures.
+add_test(NAME device_torch_peer COMMAND ${PY} ${PROJECT_SOURCE_DIR}/bench/gpu_torch_gpt.py --steps 2 --warmup 0
+  --L 1 --H 1 --C 32 --V 100 --T 16 --B 1 --modes eager-fp32)
+set_tests_properties(device_torch_peer PROPERTIES LABELS device
+  PASS_REGULAR_EXPRESSION "no CUDA GPU visible to torch; nothing measured|\"tokens_per_s\"")
