@@ -105,6 +105,24 @@ static int lt_layouts(Device *d, const LtProduct *p, cublasLtMatrixLayout_t l[3]
     return check_lt(d, cublasLtMatrixLayoutCreate(&l[2], CUDA_R_32F, p->m, p->n, p->m), "layout D");
 }
 
+/* A pointer's alignment in bytes, at most 256 (cuBLASLt assumes 256 unless told:
+ * tensors at flat-buffer offsets may be less aligned). */
+static uint32_t alignment(const void *p) {
+    uintptr_t a = (uintptr_t)p & (~(uintptr_t)p + 1);
+    return a == 0 || a > 256 ? 256u : (uint32_t)a;
+}
+
+static int lt_alignments(Device *d, cublasLtMatmulPreference_t pref, const LtProduct *p) {
+    const cublasLtMatmulPreferenceAttributes_t attr[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    const uint32_t align[] = {alignment(p->A), alignment(p->B), alignment(p->D), alignment(p->D)};
+    for (int i = 0; i < 4; i++)
+        if (check_lt(d, cublasLtMatmulPreferenceSetAttribute(pref, attr[i], &align[i], sizeof align[i]), "alignment"))
+            return -1;
+    return 0;
+}
+
 static int lt_matmul(Device *d, const LtProduct *p, cudaStream_t stream) {
     CudaDevice *cd = cuda(d);
     cublasLtMatmulDesc_t desc = NULL;
@@ -125,6 +143,7 @@ static int lt_matmul(Device *d, const LtProduct *p, cudaStream_t stream) {
     if (!rc) rc = check_lt(d, cublasLtMatmulPreferenceCreate(&pref), "preference");
     if (!rc) rc = check_lt(d, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), "workspace");
     if (!rc) rc = check_lt(d, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes), "reduction");
+    if (!rc) rc = lt_alignments(d, pref, p);
     if (!rc) rc = check_lt(d, cublasLtMatmulAlgoGetHeuristic(cd->lt, desc, l[0], l[1], l[2], l[2], pref, 1, &algo, &found), "heuristic");
     if (!rc && found == 0) rc = device_fail(d, "cuBLASLt: no algorithm for a %d x %d x %d product", p->m, p->n, p->k);
     const float alpha = 1.0f;
