@@ -54,8 +54,20 @@ static void expect_close(Harness *h, const char *what, const float *dev, const f
 
 static float *up(Harness *h, const float *x, size_t n) { return harness_upload(h, x, sizeof *x * n); }
 
-static void test_encoder(Harness *h) {
-    int32_t tokens[N];
+/* documents: each row starts new ones at two positions */
+static void document_starts(int32_t doc_start[N]) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0, start = 0; t < T; t++) {
+            if (t == 11 + 7 * b || t == 40 - b) start = t;
+            doc_start[b * T + t] = start;
+        }
+}
+
+/* docs: positions restart at each document's start (as gpt.c's packed documents) */
+static void test_encoder(Harness *h, int docs) {
+    int32_t tokens[N], doc_start[N], positions[N];
+    document_starts(doc_start);
+    for (int i = 0; i < N; i++) positions[i] = i % T - doc_start[i];
     for (int i = 0; i < N; i++) tokens[i] = (int32_t)rng_below(&rng, i % 7 ? V : 3); /* repeats too */
     float *wte = random_floats((size_t)V * C, 1), *wpe = random_floats((size_t)T * C, 1);
     float *out = malloc(sizeof *out * N * C), *dout = random_floats((size_t)N * C, 1);
@@ -63,15 +75,16 @@ static void test_encoder(Harness *h) {
     DeviceCall call = {.kernel = DK_ENCODER_FORWARD};
     call.a.encoder = (EncoderArgs){harness_alloc(h, sizeof(float) * N * C), up(h, dwte, (size_t)V * C),
                                    up(h, dwpe, (size_t)T * C), up(h, wte, (size_t)V * C), up(h, wpe, (size_t)T * C),
-                                   up(h, dout, (size_t)N * C), harness_upload(h, tokens, sizeof tokens), B, T, C, V};
+                                   up(h, dout, (size_t)N * C), harness_upload(h, tokens, sizeof tokens),
+                                   docs ? harness_upload(h, doc_start, sizeof doc_start) : NULL, B, T, C, V};
     harness_launch(h, &call);
-    encoder_forward(out, tokens, wte, wpe, NULL, 0, V, B, T, C);
-    expect_close(h, "encoder forward", call.a.encoder.out, out, (size_t)N * C);
+    encoder_forward(out, tokens, wte, wpe, docs ? positions : NULL, 0, V, B, T, C);
+    expect_close(h, docs ? "encoder forward docs" : "encoder forward", call.a.encoder.out, out, (size_t)N * C);
     call.kernel = DK_ENCODER_BACKWARD;
     harness_launch(h, &call);
-    encoder_backward(dwte, dwpe, dout, tokens, NULL, 0, V, B, T, C);
-    expect_close(h, "encoder backward dwte", call.a.encoder.dwte, dwte, (size_t)V * C);
-    expect_close(h, "encoder backward dwpe", call.a.encoder.dwpe, dwpe, (size_t)T * C);
+    encoder_backward(dwte, dwpe, dout, tokens, docs ? positions : NULL, 0, V, B, T, C);
+    expect_close(h, docs ? "encoder backward docs dwte" : "encoder backward dwte", call.a.encoder.dwte, dwte, (size_t)V * C);
+    expect_close(h, docs ? "encoder backward docs dwpe" : "encoder backward dwpe", call.a.encoder.dwpe, dwpe, (size_t)T * C);
 }
 
 static void test_layernorm(Harness *h) {
@@ -114,15 +127,11 @@ static void test_elementwise(Harness *h) {
     expect_close(h, "residual forward", call.a.elementwise.out, want, n);
 }
 
-/* documents: each row starts new documents at a few positions (docs), or plain causal */
+/* docs: attention inside documents (document_starts), or plain causal */
 static void test_attention(Harness *h, int docs) {
     const size_t nqkv = (size_t)N * 3 * C, natt = (size_t)B * H * T * T;
     int32_t doc_start[N];
-    for (int b = 0; b < B; b++)
-        for (int t = 0, start = 0; t < T; t++) {
-            if (t == 11 + 7 * b || t == 40 - b) start = t;
-            doc_start[b * T + t] = start;
-        }
+    document_starts(doc_start);
     float *qkv = random_floats(nqkv, 1), *dout = random_floats((size_t)N * C, 1);
     float *out = malloc(sizeof *out * N * C), *att = malloc(sizeof *att * natt);
     float *dqkv = malloc(sizeof *dqkv * nqkv), *scratch = malloc(sizeof *scratch * T * T);
@@ -268,7 +277,8 @@ int main(int argc, char **argv) {
     rng_seed(&rng, 42);
     Harness h = harness_open(argc, argv, 7);
     printf("device %s\n", device_name(h.dev));
-    test_encoder(&h);
+    test_encoder(&h, 0);
+    test_encoder(&h, 1);
     test_layernorm(&h);
     test_elementwise(&h);
     test_attention(&h, 0);

@@ -1,7 +1,8 @@
 /* test_gpt_device.c: the whole GPT-2 step on a device against the CPU model
  * (model/gpt.h + optim/adamw.h), from the same initial weights and data:
  * L4 H4 C64 T64, micro-batch 4, 10 AdamW steps with clipping at norm 1,
- * a padded vocabulary and masked targets. Each step's loss within 1e-5
+ * a padded vocabulary and masked targets (and 3 steps with attention inside
+ * documents, token 0 the separator). Each step's loss within 1e-5
  * relative and, after 10 steps, every parameter within 1e-4 (absolute) of
  * the CPU's. Then what sim exists to catch (`sim` only): the step with its
  * event wait on the token upload removed reads tokens before they arrive
@@ -18,16 +19,16 @@
 #include "model/gpt_device.h"
 #include "optim/grad_norm.h"
 
-enum { L = 4, H = 4, C = 64, T = 64, V = 250, B = 4, N = B * T, STEPS = 10, SEEDS = 16 };
+enum { L = 4, H = 4, C = 64, T = 64, V = 250, B = 4, N = B * T, STEPS = 10, SEEDS = 16, SEPARATOR = 0 };
 
 static const AdamWStep STEP = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
 
-/* step s's micro-batch: a seeded walk over the vocabulary, every 13th target masked */
+/* step s's micro-batch: seeded tokens, one in 16 the document separator (token 0), every 13th target masked */
 static void batch(int s, int32_t *inputs, int32_t *targets) {
     Rng rng;
     rng_seed(&rng, 1000 + (uint64_t)s);
     int32_t tok[N + 1];
-    for (int i = 0; i <= N; i++) tok[i] = (int32_t)rng_below(&rng, V);
+    for (int i = 0; i <= N; i++) tok[i] = rng_below(&rng, 16) == 0 ? SEPARATOR : (int32_t)rng_below(&rng, V);
     for (int i = 0; i < N; i++) {
         inputs[i] = tok[i];
         targets[i] = i % 13 == 5 ? -1 : tok[i + 1];
@@ -101,21 +102,25 @@ static void two_runs_bitwise(Harness *h, const GPTConfig *cfg) {
     gpt_free(&model);
 }
 
-static void compare_training(Harness *h, const GPTConfig *cfg) {
+/* steps AdamW steps on both sides; separator >= 0: attention inside documents */
+static void compare_training(Harness *h, const GPTConfig *cfg, int steps, int32_t separator) {
     GPT model;
     GPTActs acts;
     gpt_create(&model, cfg);
     gpt_init_weights(&model, 1337);
+    model.doc_separator = separator;
     gpt_acts_create(&acts, cfg, B, T, true);
     GPTDevice *g = device_model(h, cfg, model.params, 0);
+    gpt_device_set_doc_separator(g, separator);
     const size_t n = model.num_params;
     float *m = calloc(n, sizeof *m), *v = calloc(n, sizeof *v), *got = malloc(sizeof *got * n);
     ParamSegment *segs = malloc(sizeof *segs * (size_t)gpt_max_segments(cfg));
     const int nseg = gpt_param_segments(cfg, segs, gpt_max_segments(cfg));
-    for (int s = 0; s < STEPS; s++) {
+    for (int s = 0; s < steps; s++) {
         double want = cpu_step(&model, &acts, m, v, s, segs, nseg), loss = device_step(h, g, s);
         double rel = fabs(loss - want) / fabs(want);
-        printf("step %2d loss cpu %.7f device %.7f relative difference %.2g\n", s + 1, want / N, loss / N, rel);
+        printf("%s step %2d loss cpu %.7f device %.7f relative difference %.2g\n", separator >= 0 ? "documents" : "causal",
+               s + 1, want / N, loss / N, rel);
         CHECK(rel <= 1e-5, "step %d: loss %.9g vs the CPU's %.9g", s + 1, loss, want);
     }
     gpt_device_get_state(g, got, NULL, NULL, NULL);
@@ -124,8 +129,8 @@ static void compare_training(Harness *h, const GPTConfig *cfg) {
         double d = fabs((double)got[i] - model.params[i]);
         worst = d > worst || d != d ? d : worst;
     }
-    printf("after %d steps: largest parameter difference %.3g (bound 1e-4)\n", STEPS, worst);
-    CHECK(worst <= 1e-4, "parameters differ by %g after %d steps", worst, STEPS);
+    printf("after %d steps: largest parameter difference %.3g (bound 1e-4)\n", steps, worst);
+    CHECK(worst <= 1e-4, "parameters differ by %g after %d steps", worst, steps);
     free(m), free(v), free(got), free(segs);
     gpt_device_free(g);
     gpt_acts_free(&acts);
@@ -181,7 +186,8 @@ int main(int argc, char **argv) {
     }
     Harness h = harness_open(argc, argv, 3);
     const int sim = strcmp(device_name(h.dev), "sim") == 0;
-    compare_training(&h, &cfg);
+    compare_training(&h, &cfg, STEPS, -1);
+    compare_training(&h, &cfg, 3, SEPARATOR);
     two_runs_bitwise(&h, &cfg);
     harness_close(&h);
     if (sim) sim_catches(argc, argv);

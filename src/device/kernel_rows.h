@@ -111,12 +111,18 @@ BS_HD void km_adamw_element(const AdamWArgs *a, size_t i) {
     if (a->params_bf16) a->params_bf16[i] = km_bf16(p);
 }
 
+/* Row r's position: t, or t - its document's start. */
+BS_HD size_t km_position(const EncoderArgs *a, size_t r) {
+    const size_t t = r % a->T;
+    return a->doc_start ? t - (size_t)a->doc_start[r] : t;
+}
+
 /* Element i of the encoder's output (B,T,C): a token outside [0, V) adds
  * no embedding row (as kernels.h's encoder outside its vocabulary range). */
 BS_HD void km_encoder_forward_element(const EncoderArgs *a, size_t i) {
     const size_t r = i / a->C, c = i % a->C;
     const int token = a->tokens[r];
-    const float pe = a->wpe[(r % a->T) * a->C + c];
+    const float pe = a->wpe[km_position(a, r) * a->C + c];
     a->out[i] = token >= 0 && token < a->V ? a->wte[(size_t)token * a->C + c] + pe : pe;
 }
 
@@ -127,7 +133,7 @@ BS_HD void km_encoder_backward_column(const EncoderArgs *a, int c) {
         const int token = a->tokens[r];
         float d = a->dout[(size_t)r * a->C + c];
         if (token >= 0 && token < a->V) a->dwte[(size_t)token * a->C + c] += d;
-        a->dwpe[(size_t)(r % a->T) * a->C + c] += d;
+        a->dwpe[km_position(a, (size_t)r) * a->C + c] += d;
     }
 }
 

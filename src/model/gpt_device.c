@@ -26,7 +26,8 @@ struct GPTDevice {
     int B, T, debug, nseg;
     size_t nparams;
     float *params, *grads, *m, *v, *acts;
-    int32_t *tokens; /* inputs (B T) then targets (B T) */
+    int32_t *tokens; /* inputs (B T), targets (B T), each token's document start (B T) */
+    int32_t doc_separator, *host_doc_start;
     double *sums;    /* per tensor */
     int64_t *offsets;
     ParamSegment *segs;
@@ -95,7 +96,8 @@ static int allocate(GPTDevice *g) {
     const size_t bytes = g->nparams * sizeof(float), N = (size_t)g->B * g->T;
     g->layer = calloc((size_t)g->cfg.num_layers, sizeof *g->layer);
     g->host_losses = malloc(sizeof(float) * N);
-    if (!g->layer || !g->host_losses) return -1;
+    g->host_doc_start = malloc(sizeof(int32_t) * N);
+    if (!g->layer || !g->host_losses || !g->host_doc_start) return -1;
     g->compute = device_stream_create(g->dev);
     g->copy = device_stream_create(g->dev);
     g->tokens_ready = device_event_create(g->dev);
@@ -105,7 +107,7 @@ static int allocate(GPTDevice *g) {
         if (!(*state[i] = device_alloc(g->dev, bytes))) return -1;
     if (!(g->acts = device_alloc(g->dev, sizeof(float) * carve_acts(g, NULL)))) return -1;
     carve_acts(g, g->acts);
-    if (!(g->tokens = device_alloc(g->dev, sizeof(int32_t) * 2 * N))) return -1;
+    if (!(g->tokens = device_alloc(g->dev, sizeof(int32_t) * 3 * N))) return -1;
     return make_segments(g);
 }
 
@@ -121,7 +123,8 @@ GPTDevice *gpt_device_create(Device *dev, const GPTConfig *cfg, int B, int T, in
         snprintf(reason, reason_size, "out of host memory");
         return NULL;
     }
-    *g = (GPTDevice){.dev = dev, .cfg = *cfg, .B = B, .T = T, .debug = debug, .nparams = gpt_num_params(cfg)};
+    *g = (GPTDevice){.dev = dev, .cfg = *cfg, .B = B, .T = T, .debug = debug, .nparams = gpt_num_params(cfg),
+                     .doc_separator = -1};
     if (allocate(g) != 0) {
         snprintf(reason, reason_size, "%s", device_error(dev)[0] ? device_error(dev) : "out of host memory");
         gpt_device_free(g);
@@ -140,6 +143,7 @@ void gpt_device_free(GPTDevice *g) {
     free(g->layer);
     free(g->segs);
     free(g->host_losses);
+    free(g->host_doc_start);
     free(g->host_sums);
     free(g);
 }
@@ -162,6 +166,8 @@ int gpt_device_get_state(GPTDevice *g, float *params, float *grads, float *m, fl
         if (dst[i]) TRY(device_copy(g->dev, g->compute, dst[i], src[i], bytes, COPY_DEVICE_TO_HOST));
     return device_stream_sync(g->dev, g->compute);
 }
+
+void gpt_device_set_doc_separator(GPTDevice *g, int32_t separator) { g->doc_separator = separator; }
 
 int gpt_device_zero_grads(GPTDevice *g) {
     if (g->debug & GPT_DEVICE_SKIP_GRAD_ZERO) return 0;
@@ -192,9 +198,12 @@ static int elementwise(GPTDevice *g, DeviceKernel k, float *out, const float *a,
     return launch(g, &call);
 }
 
+/* Each token's document start on the device, NULL without documents. */
+static const int32_t *doc_starts(const GPTDevice *g) { return g->doc_separator >= 0 ? g->tokens + 2 * rows(g) : NULL; }
+
 static int attention(GPTDevice *g, DeviceKernel k, const DeviceLayerActs *a) {
     DeviceCall call = {.kernel = k};
-    call.a.attention = (AttentionArgs){a->atty, a->att, g->dqkv, g->scratch, a->qkv, g->datty, NULL,
+    call.a.attention = (AttentionArgs){a->atty, a->att, g->dqkv, g->scratch, a->qkv, g->datty, doc_starts(g),
                                        g->B, g->T, g->cfg.channels, g->cfg.num_heads};
     return launch(g, &call);
 }
@@ -246,11 +255,24 @@ static int layer_backward(GPTDevice *g, int l, const float *inp) {
                                                                 .inp = inp, .weight = p.ln1w, .mean = a->ln1_mean, .rstd = a->ln1_rstd});
 }
 
+/* Each token's document: the position of the last separator at or before it in its sequence (0 if none). */
+static void document_starts(GPTDevice *g, const int32_t *inputs) {
+    for (int b = 0; b < g->B; b++)
+        for (int t = 0, start = 0; t < g->T; t++) {
+            if (inputs[(size_t)b * g->T + t] == g->doc_separator) start = t;
+            g->host_doc_start[(size_t)b * g->T + t] = start;
+        }
+}
+
 /* The tokens in on the copy stream; the compute stream waits for them. */
 static int upload_tokens(GPTDevice *g, const int32_t *inputs, const int32_t *targets) {
     const size_t bytes = rows(g) * sizeof(int32_t);
     TRY(device_copy(g->dev, g->copy, g->tokens, inputs, bytes, COPY_HOST_TO_DEVICE));
     TRY(device_copy(g->dev, g->copy, g->tokens + rows(g), targets, bytes, COPY_HOST_TO_DEVICE));
+    if (g->doc_separator >= 0) {
+        document_starts(g, inputs);
+        TRY(device_copy(g->dev, g->copy, g->tokens + 2 * rows(g), g->host_doc_start, bytes, COPY_HOST_TO_DEVICE));
+    }
     TRY(device_event_record(g->dev, g->copy, g->tokens_ready));
     return g->debug & GPT_DEVICE_SKIP_TOKEN_WAIT ? 0 : device_stream_wait(g->dev, g->compute, g->tokens_ready);
 }
@@ -260,7 +282,8 @@ static int forward(GPTDevice *g, float dloss) {
     const int C = cfg->channels, L = cfg->num_layers;
     DeviceCall enc = {.kernel = DK_ENCODER_FORWARD};
     enc.a.encoder = (EncoderArgs){.out = g->encoded, .wte = tensor(g, g->params, TK_WTE), .wpe = tensor(g, g->params, TK_WPE),
-                                  .tokens = g->tokens, .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};
+                                  .tokens = g->tokens, .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C,
+                                  .V = cfg->vocab_size};
     TRY(launch(g, &enc));
     for (int l = 0; l < L; l++) TRY(layer_forward(g, l, l ? g->layer[l - 1].residual3 : g->encoded));
     float *lnf = tensor(g, g->params, TK_LNFW);
@@ -285,7 +308,7 @@ static int backward(GPTDevice *g) {
     for (int l = L - 1; l >= 0; l--) TRY(layer_backward(g, l, l ? g->layer[l - 1].residual3 : g->encoded));
     DeviceCall enc = {.kernel = DK_ENCODER_BACKWARD};
     enc.a.encoder = (EncoderArgs){.dwte = dwte, .dwpe = tensor(g, g->grads, TK_WPE), .dout = g->dresidual, .tokens = g->tokens,
-                                  .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};
+                                  .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};
     return launch(g, &enc);
 }
 

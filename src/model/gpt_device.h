@@ -5,7 +5,9 @@
  * resharding read them as they read the CPU's. The activations are one
  * device allocation made at creation; nothing is allocated inside a step.
  * Token batches go in on a copy stream, which the compute stream waits for
- * through an event. For now the whole dense model in fp32 on one process
+ * through an event, with each token's document start when documents are
+ * masked (attention inside the document, as gpt.h's doc_separator). For now
+ * the whole dense model in fp32 on one process
  * (no tensor/pipeline/context parallelism, MoE or LoRA: refused with a
  * reason). Errors: -1 (or NULL) and the reason in reason / device_error. */
 #ifndef BS_MODEL_GPT_DEVICE_H
@@ -34,6 +36,8 @@ void gpt_device_free(GPTDevice *g);
 int gpt_device_set_state(GPTDevice *g, const float *params, const float *m, const float *v);
 int gpt_device_get_state(GPTDevice *g, float *params, float *grads, float *m, float *v);
 int gpt_device_zero_grads(GPTDevice *g);
+/* Attention stays inside documents starting at this token id (-1: off, the default). */
+void gpt_device_set_doc_separator(GPTDevice *g, int32_t separator);
 /* One micro-batch forward and backward: the gradients += d(dloss x sum of
  * token losses); *loss_sum = the sum of its token losses (masked targets
  * < 0 count 0). inputs and targets (B T) are read before it returns. */

@@ -18,7 +18,6 @@ struct EngineDevice {
 static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, int world_size) {
     if (world_size > 1) return "runs one process for now (no mpirun)";
     if (cfg->bf16 || cfg->fp8) return "trains in fp32 for now";
-    if (cfg->doc_mask) return "has no document mask yet";
     if (cfg->measure_micro_norms) return "does not measure micro-step norms yet";
     if (chunk->model.frozen) return "does not train adapters over a frozen base yet";
     if (chunk->update_offset != 0 || chunk->update_count != chunk->model.num_params)
@@ -43,6 +42,7 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
         engine_device_free(d);
         return NULL;
     }
+    if (cfg->doc_mask) gpt_device_set_doc_separator(d->model, cfg->doc_separator);
     d->inputs = bs_malloc(sizeof(int32_t) * (size_t)d->B * d->T);
     d->targets = bs_malloc(sizeof(int32_t) * (size_t)d->B * d->T);
     engine_device_upload(d, chunk);
