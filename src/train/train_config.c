@@ -250,7 +250,9 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
                        : strncmp(c->batch_schedule, "adaptive", 8) == 0 || strncmp(c->batch_schedule, "goodput", 7) == 0
                            ? "--batch-schedule adaptive or goodput"
                        : strcmp(c->grad_compression, "none") != 0 ? "--grad-compression"
-                       : c->outlier_scale != 0 ? "--outlier-scale" : NULL;
+                       : c->outlier_scale != 0 ? "--outlier-scale"
+                       : c->inject_fault && strncmp(c->inject_fault, "nan", 3) == 0 ? "--inject-fault nan (host gradients)"
+                       : NULL;
     if (flag) snprintf(why, n, "--device %s does not work with %s yet (the device runs fp32 AdamW on one process)",
                        TRAIN_DEVICE_WORDS[c->device], flag);
     return !flag;
