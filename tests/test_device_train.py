@@ -5,9 +5,9 @@
 (a GPU; skipped with exit 77 and the reason where none answers, a failure
 under BS_REQUIRE_GPU=1):
 - the whole model: L4 H4 C64 T64, micro-batch 4 accumulated to 8, 10 AdamW
-  steps with clipping and two validations: losses within 1e-5 relative of
-  the CPU's, every parameter within 1e-4 (the issue's bounds; fp32 on both,
-  sums in other orders);
+  steps with clipping and two validations: losses (and the metrics' per-layer
+  gradient norms) within 1e-5 relative of the CPU's, every parameter within
+  1e-4 (the issue's bounds; fp32 on both, sums in other orders);
 - checkpoints: the device's checkpoint holds the device's state bit for bit
   (exported, it equals the model the run saved from the device), the device
   resumes its own checkpoint bit for bit, and each side resumes the other's
@@ -50,17 +50,18 @@ class DeviceTrainTest(CorpusTest):
         run(["train", *SHAPE, "--data", os.path.join(self.data, "train_000000.bin"), "--device", device,
              "--out", out, "--metrics", out + ".jsonl", *extra])
         lines = read_metrics(out + ".jsonl")
-        return [m["loss"] for m in lines], [m["val_loss"] for m in lines if "val_loss" in m], \
-            read_model(os.path.join(out, "model.bin"))[1]
+        return ([m["loss"] for m in lines], [m["val_loss"] for m in lines if "val_loss" in m],
+                read_model(os.path.join(out, "model.bin"))[1], [x for m in lines for x in m["grad_norm_layers"]])
 
     def assert_close(self, got, want, what):
-        got_l, got_v, got_p = got
-        want_l, want_v, want_p = want
-        self.assertEqual(len(got_l), len(want_l), what)
-        self.assertEqual(len(got_v), len(want_v), what)
-        rel = max(abs(a - b) / abs(b) for a, b in zip(got_l + got_v, want_l + want_v))
+        """losses, validation losses and per-layer gradient norms within 1e-5 relative, parameters within 1e-4"""
+        got_l, got_v, got_p, got_n = got
+        want_l, want_v, want_p, want_n = want
+        for a, b in ((got_l, want_l), (got_v, want_v), (got_n, want_n)):
+            self.assertEqual(len(a), len(b), what)
+        rel = max(abs(a - b) / abs(b) for a, b in zip(got_l + got_v + got_n, want_l + want_v + want_n))
         diff = float(np.max(np.abs(got_p.astype(np.float64) - want_p)))
-        print(f"{what}: losses within {rel:.2g} relative, parameters within {diff:.2g}")
+        print(f"{what}: losses and layer norms within {rel:.2g} relative, parameters within {diff:.2g}")
         self.assertLessEqual(rel, 1e-5, what)
         self.assertLessEqual(diff, 1e-4, what)
 
@@ -81,7 +82,8 @@ class DeviceTrainTest(CorpusTest):
         again = self.train("dev_again", DEVICE, *resume("dev_ck"))
         self.assertEqual(again[0], dev[0][5:], "the device's resume of its own checkpoint changed the losses")
         self.assertTrue(np.array_equal(again[2], dev[2]), "the device's resume of its own checkpoint changed the model")
-        tail = lambda run_: (run_[0][5:], run_[1], run_[2])
+        per_step = len(dev[3]) // len(dev[0])  # layer norms per metrics line
+        tail = lambda run_: (run_[0][5:], run_[1], run_[2], run_[3][5 * per_step:])
         self.assert_close(self.train("cpu_from_dev", "cpu", *resume("dev_ck")), tail(dev), "cpu resumes the device's")
         self.assert_close(self.train("dev_from_cpu", DEVICE, *resume("cpu_ck")), tail(cpu), "the device resumes cpu's")
 

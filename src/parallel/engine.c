@@ -426,7 +426,8 @@ static double bubble_simulated(Engine *e, const PipeStats *ps) {
 EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad load, void *ctx) {
     if (e->device) {
         e->chunks[0].model.first_nonfinite_layer = -1;
-        return (EngineStepStats){.loss_sum = engine_device_train(e->device, m, dloss, load, ctx), .max_live = 1};
+        return (EngineStepStats){.loss_sum = engine_device_train(e->device, &e->chunks[0], m, dloss, load, ctx),
+                                 .max_live = 1};
     }
     for (int c = 0; c < e->num_chunks; c++) {
         comm_reset_stats(e->chunk_comm[c]);

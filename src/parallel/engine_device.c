@@ -78,9 +78,11 @@ static double run(EngineDevice *d, int m, int counted, float dloss, PipeLoad loa
     return total;
 }
 
-double engine_device_train(EngineDevice *d, int m, float dloss, PipeLoad load, void *ctx) {
+double engine_device_train(EngineDevice *d, EngineChunk *chunk, int m, float dloss, PipeLoad load, void *ctx) {
     check(d, gpt_device_zero_grads(d->model));
-    return run(d, m, m, dloss, load, ctx);
+    double loss = run(d, m, m, dloss, load, ctx);
+    check(d, gpt_device_get_state(d->model, NULL, chunk->model.grads, NULL, NULL)); /* per-layer norms read them */
+    return loss;
 }
 
 double engine_device_evaluate(EngineDevice *d, int m, int counted, PipeLoad load, void *ctx) {

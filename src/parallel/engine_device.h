@@ -1,9 +1,10 @@
 /* engine_device.h: the engine's step on a device (--device cuda|sim): the
  * one chunk's parameters, gradients and AdamW moments live in flat device
  * buffers (model/gpt_device.h) at the CPU layout's offsets; the host keeps
- * the loop, data, schedules and files. After each update the parameters and
- * moments are copied back into the chunk's host buffers, so checkpoints,
- * evaluation's callers, sampling and export read them as on the CPU; after
+ * the loop, data, schedules and files. The gradients after each backward,
+ * and the parameters and moments after each update, are copied back into the
+ * chunk's host buffers, so checkpoints, per-layer norms, sampling and export
+ * read them as on the CPU; after
  * the host replaced them (resume) they are copied in again. */
 #ifndef BS_PARALLEL_ENGINE_DEVICE_H
 #define BS_PARALLEL_ENGINE_DEVICE_H
@@ -20,8 +21,9 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
 void engine_device_free(EngineDevice *d);
 /* The chunk's parameters and moments from the host into the device. */
 void engine_device_upload(EngineDevice *d, const EngineChunk *chunk);
-/* m micro-batches forward and backward (gradients zeroed first); the loss sum. */
-double engine_device_train(EngineDevice *d, int m, float dloss, PipeLoad load, void *ctx);
+/* m micro-batches forward and backward (gradients zeroed first), the
+ * gradients then copied into chunk's host buffer; the loss sum. */
+double engine_device_train(EngineDevice *d, EngineChunk *chunk, int m, float dloss, PipeLoad load, void *ctx);
 /* Forward only of m micro-batches, of which the first `counted` count. */
 double engine_device_evaluate(EngineDevice *d, int m, int counted, PipeLoad load, void *ctx);
 double engine_device_grad_sum_squares(EngineDevice *d);
