@@ -23,6 +23,8 @@ int cmd_train(int argc, char **argv) {
         {"channels", OPT_INT, &c.channels, 1, 65536, "N", "model width", "128", NULL},
         {"seq-len", OPT_INT, &c.seq_len, 1, 1 << 20, "TOKENS", "sequence length (and the model's maximum)", "128", NULL},
         {"precision", OPT_ENUM, &c.precision, OPT_NO_RANGE, "P", "fp32, bf16 (matmuls in bf16, fp32 masters) or fp8 (the transformer layers' matmuls in FP8: --fp8-recipe)", "fp32", TRAIN_PRECISION_WORDS},
+        {"device", OPT_ENUM, &c.device, OPT_NO_RANGE, "D", "where the step runs: cpu, cuda (an NVIDIA GPU) or sim (the device seam on the host: tests)", "cpu", TRAIN_DEVICE_WORDS},
+        {"sim-memory", OPT_INT, &c.sim_memory_mb, 0, 1 << 30, "MB", "--device sim: the simulated device's memory (0: no limit; tests of a model that does not fit)", "0", NULL},
         {"fp8-recipe", OPT_ENUM, &c.fp8_recipe, OPT_NO_RANGE, "R",
          "fp8: delayed (E4M3 forward, E5M2 gradients, per-tensor scales from an amax history) or block (E4M3, power-of-two scales per 1x128 / 128x128 block)", "delayed", TRAIN_FP8_RECIPE_WORDS},
         {"fp8-amax-history", OPT_INT, &c.fp8_amax_history, 1, 1 << 20, "STEPS", "fp8 delayed: steps of amax history", "1024", NULL},

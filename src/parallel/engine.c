@@ -11,6 +11,7 @@
 #include "model/model_file.h"
 #include "model/moe_upcycle.h"
 #include "model/safetensors_file.h"
+#include "parallel/engine_device.h"
 #include "parallel/model_parallel.h"
 #include "parallel/moe_hooks.h"
 
@@ -50,6 +51,7 @@ struct Engine {
     ContextLoad context_load; /* cp > 1: whole sequences in, this rank's chunks out */
     MoeEpContext moe_ep;      /* ep > 1: the MoE layers over the EP group */
     uint64_t base_hash;       /* LoRA: lora_base_hash of the frozen base */
+    EngineDevice *device;     /* --device cuda|sim: the step there (NULL: on the CPU) */
 };
 
 const Grid *engine_grid(const Engine *e) { return e->grid; }
@@ -288,6 +290,7 @@ void engine_share_output_weights(Engine *e) {
     EngineChunk *ch = tied_chunk(e);
     mp_share_output_weights(e->grid, &ch->model, ch->dp);
     for (int c = 0; c < e->num_chunks; c++) gpt_refresh_bf16(&e->chunks[c].model);
+    if (e->device) engine_device_upload(e->device, &e->chunks[0]); /* the host's state replaced the device's (resume) */
 }
 
 Engine *engine_create(Comm *world, const GPTConfig *whole, const EngineConfig *cfg) {
@@ -324,11 +327,17 @@ Engine *engine_create(Comm *world, const GPTConfig *whole, const EngineConfig *c
                                         bs_malloc(tokens * sizeof(int32_t))};
     }
     engine_share_output_weights(e);
+    if (cfg->on_device) {
+        char reason[512];
+        e->device = engine_device_create(cfg->device, cfg, &e->chunks[0], comm_size(world), reason, sizeof reason);
+        if (!e->device) bs_die("--device %s: %s", cfg->device == DEVICE_CUDA ? "cuda" : "sim", reason);
+    }
     return e;
 }
 
 void engine_free(Engine *e) {
     if (!e) return;
+    engine_device_free(e->device);
     pipeline_free(e->pipe);
     for (int c = 0; c < e->num_chunks; c++) {
         EngineChunk *ch = &e->chunks[c];
@@ -415,6 +424,11 @@ static double bubble_simulated(Engine *e, const PipeStats *ps) {
 }
 
 EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad load, void *ctx) {
+    if (e->device) {
+        e->chunks[0].model.first_nonfinite_layer = -1;
+        return (EngineStepStats){.loss_sum = engine_device_train(e->device, &e->chunks[0], m, dloss, load, ctx),
+                                 .max_live = 1};
+    }
     for (int c = 0; c < e->num_chunks; c++) {
         comm_reset_stats(e->chunk_comm[c]);
         dp_begin_step(e->chunks[c].dp);
@@ -444,6 +458,7 @@ EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad 
 }
 
 double engine_grad_sum_squares(Engine *e) {
+    if (e->device) return engine_device_grad_sum_squares(e->device);
     double sum = 0;
     for (int c = 0; c < e->num_chunks; c++) sum += mp_local_grad_sum_squares(&e->chunks[c].model, e->chunks[c].dp);
     const bool sharded = e->cfg.data_parallel.zero_stage >= 1;
@@ -486,6 +501,10 @@ void engine_after_update(Engine *e) {
 void engine_update(Engine *e, double lr, float grad_scale) {
     const bool sharded = sharded_over_data(e) || e->grid->tp > 1;
     OptimizerStep step = {(float)lr, grad_scale, ++e->optimizer_step};
+    if (e->device) {
+        engine_device_update(e->device, &e->chunks[0], &e->cfg.optimizer, lr, grad_scale, step.step);
+        return;
+    }
     for (int c = 0; c < e->num_chunks; c++) {
         EngineChunk *ch = &e->chunks[c];
         optimizer_step_pieces(&ch->opt, ch->pieces, ch->num_pieces, &step, sharded ? sum_tensor_norms : NULL,
@@ -495,6 +514,7 @@ void engine_update(Engine *e, double lr, float grad_scale) {
 }
 
 double engine_evaluate(Engine *e, int m, int counted, PipeLoad load, void *ctx) {
+    if (e->device) return engine_device_evaluate(e->device, m, counted, load, ctx);
     void *local_ctx;
     PipeLoad local = local_loader(e, load, ctx, &local_ctx);
     double loss = pipeline_eval(e->pipe, m, counted, local, local_ctx);

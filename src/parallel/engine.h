@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "device/device.h"
 #include "model/gpt.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel.h"
@@ -66,6 +67,9 @@ typedef struct {
     float lora_alpha;          /* the branch's scale is alpha / rank */
     float lora_dropout;        /* on the branches' input in training, masks keyed by the data and the step (lora.h) */
     const char *lora_init;     /* the adapters from a peft adapter file (NULL: A Kaiming-uniform, B zero) */
+    bool on_device;            /* the step on a device (parallel/engine_device.h), not the CPU */
+    DeviceKind device;         /* which, when on_device */
+    size_t sim_memory;         /* --device sim: the simulated device's bytes (0: no limit) */
 } EngineConfig;
 
 /* One model chunk of this rank: a shard of the flat layout with its own

@@ -13,6 +13,7 @@
 #include "model/model_file.h"
 
 const char *const TRAIN_PRECISION_WORDS[] = {"fp32", "bf16", "fp8", NULL};
+const char *const TRAIN_DEVICE_WORDS[] = {"cpu", "cuda", "sim", NULL};
 const char *const TRAIN_BF16_MATMUL_WORDS[] = {"auto", "onednn", "widen", NULL};
 const char *const TRAIN_DATA_ORDER_WORDS[] = {"shuffled", "sequential", NULL};
 const char *const TRAIN_MOE_ROUTER_WORDS[] = {"softmax", "sigmoid", NULL};
@@ -234,9 +235,33 @@ static bool check_moe(const TrainConfig *c, char *why, size_t n) {
 
 int train_moe_gates(const TrainConfig *c) { return c->moe_gates > 0 ? c->moe_gates - 1 : (int)moe_default_gates(c->moe_top_k); }
 
+/* --device cuda|sim runs the plain step of one process for now (model/gpt_device.h). */
+static bool check_device(const TrainConfig *c, char *why, size_t n) {
+    if (c->sim_memory_mb > 0 && c->device != TRAIN_DEVICE_SIM) {
+        snprintf(why, n, "--sim-memory needs --device sim (got --device %s)", TRAIN_DEVICE_WORDS[c->device]);
+        return false;
+    }
+    if (c->device == TRAIN_DEVICE_CPU) return true;
+    const char *flag = c->precision != PRECISION_FP32 ? "--precision bf16 or fp8"
+                       : c->optimizer != OPTIM_ADAMW ? "--optimizer other than adamw"
+                       : c->tp > 1 || c->pp > 1 || c->cp > 1 || c->virtual_stages > 1 ? "--tp, --pp, --cp or --virtual-stages"
+                       : c->experts > 1 ? "--experts" : c->lora_rank > 0 ? "--lora-rank"
+                       : c->local_steps > 0 ? "--local-steps" : c->noise_scale || c->noise_scale_every > 0 ? "--noise-scale"
+                       : strncmp(c->batch_schedule, "adaptive", 8) == 0 || strncmp(c->batch_schedule, "goodput", 7) == 0
+                           ? "--batch-schedule adaptive or goodput"
+                       : strcmp(c->grad_compression, "none") != 0 ? "--grad-compression"
+                       : c->outlier_scale != 0 ? "--outlier-scale"
+                       : c->inject_fault && strncmp(c->inject_fault, "nan", 3) == 0 ? "--inject-fault nan (host gradients)"
+                       : NULL;
+    if (flag) snprintf(why, n, "--device %s does not work with %s yet (the device runs fp32 AdamW on one process)",
+                       TRAIN_DEVICE_WORDS[c->device], flag);
+    return !flag;
+}
+
 bool train_config_check(const TrainConfig *c, char *why, size_t why_size) {
     why[0] = 0;
     if (!check_local_steps(c, why, why_size)) return false;
     return check_combinations(c, why, why_size) && check_pipeline(c, why, why_size) &&
-           check_context(c, why, why_size) && check_lora(c, why, why_size) && check_moe(c, why, why_size);
+           check_context(c, why, why_size) && check_lora(c, why, why_size) && check_moe(c, why, why_size) &&
+           check_device(c, why, why_size);
 }

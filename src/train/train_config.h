@@ -21,6 +21,7 @@
 #include "parallel/schedule.h"
 
 typedef enum { PRECISION_FP32, PRECISION_BF16, PRECISION_FP8 } Precision;
+typedef enum { TRAIN_DEVICE_CPU, TRAIN_DEVICE_CUDA, TRAIN_DEVICE_SIM } TrainDevice;
 typedef enum { DATA_SHUFFLED, DATA_SEQUENTIAL } DataOrder;
 typedef enum { DOC_MASK_AUTO, DOC_MASK_ON, DOC_MASK_OFF } DocMask;
 typedef enum {
@@ -34,6 +35,7 @@ typedef enum {
 
 /* The words of each enumeration, NULL-terminated, in enum order. */
 extern const char *const TRAIN_PRECISION_WORDS[];
+extern const char *const TRAIN_DEVICE_WORDS[];
 extern const char *const TRAIN_BF16_MATMUL_WORDS[];
 extern const char *const TRAIN_DATA_ORDER_WORDS[];
 extern const char *const TRAIN_OPTIMIZER_WORDS[];
@@ -56,6 +58,8 @@ typedef struct {
     /* model */
     int layers, heads, channels, seq_len;
     Precision precision;     /* fp32 or bf16 (matmuls in bf16, fp32 accumulation and masters) */
+    TrainDevice device;      /* where the step runs: the CPU, a CUDA GPU, or sim (the device seam on the host, tests) */
+    int sim_memory_mb;       /* --device sim: the simulated device's memory (0: no limit) */
     MatmulBF16Path bf16_matmul; /* bf16: auto, onednn or widen (see kernels/matmul_bf16.h) */
     int vocab_size;                    /* 0: the tokenizer's */
     const char *tokenizer, *vocab_dir; /* "": the data's (prepare.json), else byte */

@@ -169,6 +169,9 @@ static void setup_engine(Trainer *tr) {
     ec.lora_dropout = (float)c->lora_dropout;
     ec.lora_init = option_given(c->lora_init) ? c->lora_init : NULL;
     setup_doc_mask(tr, &ec);
+    ec.on_device = c->device != TRAIN_DEVICE_CPU;
+    ec.device = c->device == TRAIN_DEVICE_CUDA ? DEVICE_CUDA : DEVICE_SIM;
+    ec.sim_memory = (size_t)c->sim_memory_mb << 20;
     ec.data_parallel = (DPOptions){.zero_stage = c->zero, .bucket_floats = (size_t)(c->bucket_mb * 1024 * 1024 / sizeof(float)),
                         .overlap = !c->no_overlap};
     compression_dp_options(c, &ec.data_parallel);

@@ -1,0 +1,97 @@
+#!/bin/bash
+# gpu-check.sh: the CUDA backend's whole check in one device call of about 8
+# minutes, on a machine with one NVIDIA GPU (H100/H200), the CUDA toolkit,
+# compute-sanitizer and PyTorch. Each phase runs under its own timeout and
+# writes its log to $OUT as it finishes; $OUT/summary.txt gets one line per
+# phase (exit status, seconds) and the speed figures.
+#
+# Prepare on a development machine: scripts/gpu-bundle.sh (the binaries and
+# the Debian libraries the GPU machine lacks, in build-gpu/gpu-bundle.tar.xz),
+# then carry that file: run(command="scripts/gpu-check.sh",
+# carry=["build-gpu/gpu-bundle.tar.xz"]).
+#
+# Phases: env (GPU, driver, toolkit, torch); unpack (the bundle, --version);
+# tests (the gpu-labelled checks of tests/device.cmake with BS_REQUIRE_GPU=1:
+# a skip fails); sanitizer (compute-sanitizer memcheck and racecheck on three
+# steps of a tiny model); speed (GPT-2 124M, T 1024, micro-batch 8:
+# batchscale --device cuda in fp32, then the PyTorch peer in fp32 and bf16,
+# eager and torch.compile: tokens/s and MFU, bench/gpu_torch_gpt.py).
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-check-out}
+BUNDLE=${BUNDLE:-build-gpu/gpu-bundle.tar.xz}
+mkdir -p "$OUT"
+WORK=$(mktemp -d)
+BS=$WORK/bin/batchscale
+PY=${PYTHON:-python3}
+export OUT BUNDLE WORK BS PY
+
+note() { echo "$*" | tee -a "$OUT/summary.txt"; }
+# phase NAME SECONDS COMMAND...: the command's output in $OUT/NAME.log (a function of
+# this script runs in a bash of its own: timeout runs programs)
+phase() {
+    local name=$1 limit=$2 start=$SECONDS rc
+    shift 2
+    [ "$(type -t "$1")" = function ] && set -- bash -c "$*"
+    timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+    rc=$?
+    note "$name: exit $rc in $((SECONDS - start)) s (limit $limit s)$([ $rc = 124 ] && echo ': timed out')"
+    return $rc
+}
+
+env_report() {
+    nvidia-smi; nvcc --version; compute-sanitizer --version | head -2
+    $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())'
+}
+
+unpack() {
+    tar -xJf "$BUNDLE" -C "$WORK" && "$BS" --version
+}
+# The bundle's libraries first; OpenMPI and PMIx find their plug-ins in it, and
+# a process alone starts no server of its own.
+export LD_LIBRARY_PATH=$WORK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export OMPI_MCA_mca_base_component_path=$WORK/lib/openmpi3 PMIX_MCA_mca_base_component_path=$WORK/lib/pmix
+export OMPI_MCA_ess_singleton_isolated=1 OMP_NUM_THREADS=4 BS_REQUIRE_GPU=1 BATCHSCALE=$BS
+export PATH=$PATH:/usr/local/cuda/bin # nvcc, compute-sanitizer
+
+# A byte-level corpus (word salad, tests/bstest.py) prepared into shards.
+corpus() {
+    $PY -c 'import sys; sys.path.insert(0, "tests"); import bstest; bstest.BATCHSCALE = sys.argv[1]; print(bstest.make_corpus(sys.argv[2], nbytes=400_000))' "$BS" "$WORK"
+}
+
+TINY=(train --device cuda --layers 2 --heads 2 --channels 64 --seq-len 64 --micro-batch 4 --steps 3 --quiet
+      --sample-tokens 0 --eval-every 0 --data "$WORK/data/train_000000.bin")
+GPT2=(train --device cuda --layers 12 --heads 12 --channels 768 --seq-len 1024 --vocab-size 50257 --micro-batch 8
+      --steps 12 --warmup 2 --quiet --sample-tokens 0 --eval-every 0 --data "$WORK/data/train_000000.bin")
+
+# tokens/s of a metrics file (median of the steps after the second) and MFU against the GPU's dense fp32 peak.
+speed_line() {
+    $PY - "$1" <<'PY'
+import json, statistics, sys
+sys.path.insert(0, "bench")
+import gpu_torch_gpt as g
+import torch
+rows = [json.loads(l) for l in open(sys.argv[1])]
+tps = statistics.median(r["tokens_per_s"] for r in rows[2:])
+cfg = dict(L=12, H=12, C=768, V=50257, maxT=1024)
+p = g.peak(torch.cuda.get_device_name(), "fp32")
+print(json.dumps(dict(peer="batchscale", mode="device-fp32", tokens_per_s=tps,
+                      mfu=tps * g.flops_per_token(cfg) / (p * 1e12) if p else None)))
+PY
+}
+
+export -f env_report unpack corpus
+phase env 20 env_report
+phase unpack 60 unpack || { note "no binary: stopping"; exit 1; }
+phase corpus 30 corpus
+phase test_device_seam 30 "$WORK/bin/test_device_sim" cuda
+phase test_device_kernels 40 "$WORK/bin/test_device_kernels" cuda
+phase test_device_gpt 60 "$WORK/bin/test_gpt_device" cuda
+phase test_device_train 120 "$PY" tests/test_device_train.py cuda
+phase memcheck 50 compute-sanitizer --tool memcheck --error-exitcode 3 "$BS" "${TINY[@]}"
+phase racecheck 50 compute-sanitizer --tool racecheck --error-exitcode 3 "$BS" "${TINY[@]}"
+phase speed_batchscale_fp32 90 "$BS" "${GPT2[@]}" --metrics "$OUT/gpt2_fp32.jsonl" &&
+    speed_line "$OUT/gpt2_fp32.jsonl" | tee -a "$OUT/summary.txt"
+phase speed_batchscale_bf16 20 "$BS" "${GPT2[@]}" --precision bf16 # refused in one line until the device has bf16
+phase speed_pytorch 120 "$PY" bench/gpu_torch_gpt.py --steps 15 --modes eager-fp32,eager-bf16,compile-bf16
+grep '^{' "$OUT/speed_pytorch.log" >>"$OUT/summary.txt"
+rm -rf "$WORK"

@@ -1,0 +1,237 @@
+/* device_cuda.cu: the device seam on an NVIDIA GPU (device.h): cudart
+ * memory, streams and events, the kernels of cuda_kernels.cu, and the linear
+ * layers through cuBLASLt (fp32 with TF32 off: CUBLAS_COMPUTE_32F; or bf16
+ * operands with fp32 accumulation and output). Row-major (rows, cols) is
+ * column-major (cols, rows), so out (N,OC) = inp weight^T is
+ * out^T = weight^T' inp^T with weight transposed: m = OC, n = N, k = IC. Any
+ * cudart error while opening means "no GPU" (a machine with the toolkit but
+ * no driver reports an insufficient driver). */
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "device/cuda/cuda_kernels.h"
+#include "device/device_impl.h"
+
+enum { LT_WORKSPACE = 32 << 20 };
+
+typedef struct {
+    Device base;
+    cublasLtHandle_t lt;
+    void *workspace;
+} CudaDevice;
+
+static CudaDevice *cuda(Device *d) { return (CudaDevice *)d; }
+
+static int check(Device *d, cudaError_t e, const char *what) {
+    return e == cudaSuccess ? 0 : device_fail(d, "cuda: %s: %s", what, cudaGetErrorString(e));
+}
+
+static int check_lt(Device *d, cublasStatus_t s, const char *what) {
+    return s == CUBLAS_STATUS_SUCCESS ? 0 : device_fail(d, "cuBLASLt: %s: status %d", what, (int)s);
+}
+
+static void *cuda_alloc(Device *d, size_t n) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, n ? n : 1);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        size_t free_bytes = 0, total = 0;
+        cudaMemGetInfo(&free_bytes, &total);
+        device_fail(d, "out of GPU memory: %zu bytes asked for, %zu of %zu free", n, free_bytes, total);
+        return NULL;
+    }
+    return check(d, e, "cudaMalloc") ? NULL : p;
+}
+
+static void cuda_free(Device *d, void *p) { check(d, cudaFree(p), "cudaFree"); }
+
+static DeviceStream *cuda_stream_create(Device *d) {
+    cudaStream_t s = NULL;
+    return check(d, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate") ? NULL
+                                                                                                : (DeviceStream *)s;
+}
+
+static void cuda_stream_destroy(Device *d, DeviceStream *s) {
+    check(d, cudaStreamDestroy((cudaStream_t)s), "cudaStreamDestroy");
+}
+
+static DeviceEvent *cuda_event_create(Device *d) {
+    cudaEvent_t e = NULL;
+    return check(d, cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate") ? NULL
+                                                                                              : (DeviceEvent *)e;
+}
+
+static void cuda_event_destroy(Device *d, DeviceEvent *e) {
+    check(d, cudaEventDestroy((cudaEvent_t)e), "cudaEventDestroy");
+}
+
+static int cuda_copy(Device *d, DeviceStream *s, void *dst, const void *src, size_t n, DeviceCopyKind kind) {
+    cudaMemcpyKind k = kind == COPY_HOST_TO_DEVICE   ? cudaMemcpyHostToDevice
+                       : kind == COPY_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost
+                                                     : cudaMemcpyDeviceToDevice;
+    return check(d, cudaMemcpyAsync(dst, src, n, k, (cudaStream_t)s), "cudaMemcpyAsync");
+}
+
+static int cuda_zero(Device *d, DeviceStream *s, void *p, size_t n) {
+    return check(d, cudaMemsetAsync(p, 0, n, (cudaStream_t)s), "cudaMemsetAsync");
+}
+
+static int cuda_event_record(Device *d, DeviceStream *s, DeviceEvent *e) {
+    return check(d, cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s), "cudaEventRecord");
+}
+
+static int cuda_stream_wait(Device *d, DeviceStream *s, DeviceEvent *e) {
+    return check(d, cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0), "cudaStreamWaitEvent");
+}
+
+/* One cuBLASLt product D (m,n) = alpha op(A) op(B) + beta D, column-major,
+ * A (lda) and B (ldb) of type ab, D fp32; bias (m) added when not NULL. */
+typedef struct {
+    cublasOperation_t ta, tb;
+    int m, n, k, lda, ldb;
+    const void *A, *B;
+    float *D, beta;
+    const float *bias;
+    cudaDataType_t ab;
+} LtProduct;
+
+static int lt_layouts(Device *d, const LtProduct *p, cublasLtMatrixLayout_t l[3]) {
+    int rows_a = p->ta == CUBLAS_OP_N ? p->m : p->k, cols_a = p->ta == CUBLAS_OP_N ? p->k : p->m;
+    int rows_b = p->tb == CUBLAS_OP_N ? p->k : p->n, cols_b = p->tb == CUBLAS_OP_N ? p->n : p->k;
+    if (check_lt(d, cublasLtMatrixLayoutCreate(&l[0], p->ab, rows_a, cols_a, p->lda), "layout A")) return -1;
+    if (check_lt(d, cublasLtMatrixLayoutCreate(&l[1], p->ab, rows_b, cols_b, p->ldb), "layout B")) return -1;
+    return check_lt(d, cublasLtMatrixLayoutCreate(&l[2], CUDA_R_32F, p->m, p->n, p->m), "layout D");
+}
+
+/* A pointer's alignment in bytes, at most 256 (cuBLASLt assumes 256 unless told:
+ * tensors at flat-buffer offsets may be less aligned). */
+static uint32_t alignment(const void *p) {
+    uintptr_t a = (uintptr_t)p & (~(uintptr_t)p + 1);
+    return a == 0 || a > 256 ? 256u : (uint32_t)a;
+}
+
+static int lt_alignments(Device *d, cublasLtMatmulPreference_t pref, const LtProduct *p) {
+    const cublasLtMatmulPreferenceAttributes_t attr[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    const uint32_t align[] = {alignment(p->A), alignment(p->B), alignment(p->D), alignment(p->D)};
+    for (int i = 0; i < 4; i++)
+        if (check_lt(d, cublasLtMatmulPreferenceSetAttribute(pref, attr[i], &align[i], sizeof align[i]), "alignment"))
+            return -1;
+    return 0;
+}
+
+static int lt_matmul(Device *d, const LtProduct *p, cudaStream_t stream) {
+    CudaDevice *cd = cuda(d);
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t l[3] = {NULL, NULL, NULL};
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t algo;
+    int found = 0, rc = check_lt(d, cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+    size_t ws = LT_WORKSPACE;
+    /* split-K may reduce in the workspace, never in place in the output (a fixed order) */
+    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_INPLACE;
+    cublasLtEpilogue_t epi = p->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    if (!rc) rc = check_lt(d, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &p->ta, sizeof p->ta), "transa");
+    if (!rc) rc = check_lt(d, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &p->tb, sizeof p->tb), "transb");
+    if (!rc) rc = check_lt(d, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "epilogue");
+    if (!rc && p->bias)
+        rc = check_lt(d, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias, sizeof p->bias), "bias");
+    if (!rc) rc = lt_layouts(d, p, l);
+    if (!rc) rc = check_lt(d, cublasLtMatmulPreferenceCreate(&pref), "preference");
+    if (!rc) rc = check_lt(d, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), "workspace");
+    if (!rc) rc = check_lt(d, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes), "reduction");
+    if (!rc) rc = lt_alignments(d, pref, p);
+    if (!rc) rc = check_lt(d, cublasLtMatmulAlgoGetHeuristic(cd->lt, desc, l[0], l[1], l[2], l[2], pref, 1, &algo, &found), "heuristic");
+    if (!rc && found == 0) rc = device_fail(d, "cuBLASLt: no algorithm for a %d x %d x %d product", p->m, p->n, p->k);
+    const float alpha = 1.0f;
+    if (!rc)
+        rc = check_lt(d, cublasLtMatmul(cd->lt, desc, &alpha, p->A, l[0], p->B, l[1], &p->beta, p->D, l[2], p->D, l[2],
+                                        &algo.algo, cd->workspace, ws, stream), "matmul");
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    for (int i = 0; i < 3; i++)
+        if (l[i]) cublasLtMatrixLayoutDestroy(l[i]);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    return rc;
+}
+
+static int cuda_matmul_forward(Device *d, const MatmulArgs *a, cudaStream_t s) {
+    const int bf16 = a->inp_bf16 != NULL;
+    LtProduct p = {CUBLAS_OP_T, CUBLAS_OP_N, a->OC, a->N, a->IC, a->IC, a->IC,
+                   bf16 ? (const void *)a->weight_bf16 : (const void *)a->weight,
+                   bf16 ? (const void *)a->inp_bf16 : (const void *)a->inp, a->out, 0.0f, a->bias,
+                   bf16 ? CUDA_R_16BF : CUDA_R_32F};
+    return lt_matmul(d, &p, s);
+}
+
+/* dinp^T (IC,N) = weight^T (IC,OC) dout^T (OC,N); dweight^T (IC,OC) += inp^T (IC,N) dout (N,OC) */
+static int cuda_matmul_backward(Device *d, const MatmulArgs *a, cudaStream_t s) {
+    if (a->dinp) {
+        LtProduct p = {CUBLAS_OP_N, CUBLAS_OP_N, a->IC, a->N, a->OC, a->IC, a->OC, a->weight, a->dout, a->dinp, 0.0f,
+                       NULL, CUDA_R_32F};
+        if (lt_matmul(d, &p, s)) return -1;
+    }
+    if (a->dweight) {
+        LtProduct p = {CUBLAS_OP_N, CUBLAS_OP_T, a->IC, a->OC, a->N, a->IC, a->OC, a->inp, a->dout, a->dweight, 1.0f,
+                       NULL, CUDA_R_32F};
+        if (lt_matmul(d, &p, s)) return -1;
+    }
+    return a->dbias ? check(d, cuda_bias_backward(a->dbias, a->dout, a->N, a->OC, s), "bias backward") : 0;
+}
+
+static int cuda_launch(Device *d, DeviceStream *s, const DeviceCall *call) {
+    cudaStream_t stream = (cudaStream_t)s;
+    if (call->kernel == DK_MATMUL_FORWARD) return cuda_matmul_forward(d, &call->a.matmul, stream);
+    if (call->kernel == DK_MATMUL_BACKWARD) return cuda_matmul_backward(d, &call->a.matmul, stream);
+    return check(d, cuda_launch_kernel(call, stream), "kernel launch");
+}
+
+static int cuda_stream_sync(Device *d, DeviceStream *s) {
+    return check(d, cudaStreamSynchronize((cudaStream_t)s), "cudaStreamSynchronize");
+}
+
+static int cuda_sync(Device *d) { return check(d, cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
+static void cuda_close(Device *d) {
+    CudaDevice *cd = cuda(d);
+    cudaDeviceSynchronize();
+    cudaFree(cd->workspace);
+    cublasLtDestroy(cd->lt);
+    free(cd);
+}
+
+static const DeviceOps cuda_ops = {
+    "cuda",         cuda_close,        cuda_alloc,        cuda_free,       cuda_stream_create,
+    cuda_stream_destroy, cuda_event_create, cuda_event_destroy, cuda_copy, cuda_zero, cuda_event_record,
+    cuda_stream_wait,    cuda_launch,       cuda_stream_sync,   cuda_sync,
+};
+
+extern "C" Device *device_cuda_open(char *reason, size_t reason_size) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        snprintf(reason, reason_size, "no CUDA GPU: %s", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+        return NULL;
+    }
+    CudaDevice *cd = (CudaDevice *)calloc(1, sizeof *cd);
+    if (!cd) {
+        snprintf(reason, reason_size, "out of host memory");
+        return NULL;
+    }
+    cd->base.ops = &cuda_ops;
+    if ((e = cudaMalloc(&cd->workspace, LT_WORKSPACE)) != cudaSuccess || cublasLtCreate(&cd->lt) != CUBLAS_STATUS_SUCCESS) {
+        snprintf(reason, reason_size, "no usable CUDA GPU: %s", e != cudaSuccess ? cudaGetErrorString(e) : "cublasLtCreate failed");
+        cudaFree(cd->workspace);
+        free(cd);
+        return NULL;
+    }
+    return &cd->base;
+}
+
+#define BS_STR2(x) #x
+#define BS_STR(x) BS_STR2(x)
+extern "C" const char *device_cuda_build_info(void) {
+    return "built in (sm_80, sm_90a; CUDA " BS_STR(__CUDACC_VER_MAJOR__) "." BS_STR(__CUDACC_VER_MINOR__) ")";
+}

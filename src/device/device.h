@@ -1,0 +1,70 @@
+/* device.h: the device seam: where the engine's buffers live and its kernels
+ * run, behind one interface with two implementations.
+ *
+ * - cuda: cudart streams and events, the kernels of src/device/cuda/, and
+ *   cuBLASLt products (built in when CMake finds nvcc: BS_CUDA).
+ * - sim: the same seam on the host, for tests. Work queued on a stream runs
+ *   only at a synchronisation, in a shuffled (seeded) order that keeps each
+ *   stream's order and every event wait, and new allocations are filled with
+ *   NaN (every byte 0xff), so a missing wait or a read of memory nobody wrote
+ *   shows up as a wrong or NaN result on a CPU.
+ *
+ * Copies and launches are asynchronous on a stream; a host buffer given to a
+ * copy must stay untouched until a synchronisation that covers it. Errors
+ * come back as -1 (or NULL) with a one-line reason in device_error(); the
+ * seam knows no flag names. */
+#ifndef BS_DEVICE_DEVICE_H
+#define BS_DEVICE_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device/device_kernels.h"
+
+typedef enum { DEVICE_CUDA, DEVICE_SIM } DeviceKind;
+
+typedef struct {
+    uint64_t seed;       /* sim: the seed of the order queued work runs in */
+    size_t memory_limit; /* sim: the simulated device's memory in bytes (0: as much as the host gives) */
+} DeviceOptions;
+
+typedef struct Device Device;
+typedef struct DeviceStream DeviceStream;
+typedef struct DeviceEvent DeviceEvent;
+
+typedef enum { COPY_HOST_TO_DEVICE, COPY_DEVICE_TO_HOST, COPY_DEVICE_TO_DEVICE } DeviceCopyKind;
+
+/* The device, or NULL with the reason in reason (cuda: not built in, no GPU). */
+Device *device_open(DeviceKind kind, const DeviceOptions *options, char *reason, size_t reason_size);
+void device_close(Device *d);
+/* "cuda" or "sim" */
+const char *device_name(const Device *d);
+/* The last error's one-line reason ("" if none). */
+const char *device_error(const Device *d);
+
+/* n bytes of device memory (sim: filled with NaN), NULL with a reason when
+ * the device has no room; free waits for all work queued on the device. */
+void *device_alloc(Device *d, size_t n);
+void device_free(Device *d, void *p);
+
+DeviceStream *device_stream_create(Device *d);
+void device_stream_destroy(Device *d, DeviceStream *s);
+DeviceEvent *device_event_create(Device *d);
+void device_event_destroy(Device *d, DeviceEvent *e);
+
+int device_copy(Device *d, DeviceStream *s, void *dst, const void *src, size_t n, DeviceCopyKind kind);
+/* n bytes of device memory at p set to 0 */
+int device_zero(Device *d, DeviceStream *s, void *p, size_t n);
+/* e completes when the work queued on s so far has run */
+int device_event_record(Device *d, DeviceStream *s, DeviceEvent *e);
+/* work queued on s after this waits for e's latest record (none: no wait) */
+int device_stream_wait(Device *d, DeviceStream *s, DeviceEvent *e);
+/* One of the engine's kernels (device_kernels.h) on s. */
+int device_launch(Device *d, DeviceStream *s, const DeviceCall *call);
+int device_stream_sync(Device *d, DeviceStream *s);
+int device_sync(Device *d);
+
+/* "built in (sm_80, sm_90a; CUDA 13.0)" or "not built in": --version's line. */
+const char *device_cuda_build(void);
+
+#endif

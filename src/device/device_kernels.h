@@ -1,0 +1,127 @@
+/* device_kernels.h: the engine's kernels as the device seam launches them:
+ * one name per kernel and its arguments (device pointers, shapes), the same
+ * shapes and meanings as their CPU counterparts in kernels/kernels.h and
+ * optim/. Plain C, read by the C files and by nvcc. */
+#ifndef BS_DEVICE_DEVICE_KERNELS_H
+#define BS_DEVICE_DEVICE_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    DK_ENCODER_FORWARD,
+    DK_ENCODER_BACKWARD,
+    DK_LAYERNORM_FORWARD,
+    DK_LAYERNORM_BACKWARD,
+    DK_GELU_FORWARD,
+    DK_GELU_BACKWARD,
+    DK_RESIDUAL_FORWARD,
+    DK_ATTENTION_FORWARD,
+    DK_ATTENTION_BACKWARD,
+    DK_SOFTMAX_XENT,
+    DK_MATMUL_FORWARD,
+    DK_MATMUL_BACKWARD,
+    DK_ADAMW,
+    DK_SUM_OF_SQUARES,
+    DK_NONFINITE,
+    DK_COUNT
+} DeviceKernel;
+
+/* encoder_forward / encoder_backward over the whole vocabulary (tokens (B,T);
+ * one outside [0, V) adds no row and gets no gradient, as in kernels.h).
+ * Token (b,t)'s position is t, or t - doc_start[b T + t] (packed documents
+ * restart theirs). */
+typedef struct {
+    float *out, *dwte, *dwpe;       /* out (forward); dwte (V,C) +=, dwpe (T,C) += (backward) */
+    const float *wte, *wpe, *dout;  /* forward's tables; backward's incoming gradient */
+    const int32_t *tokens;          /* (B,T) */
+    const int32_t *doc_start;       /* (B,T) or NULL */
+    int B, T, C, V;
+} EncoderArgs;
+
+/* layernorm_forward / layernorm_backward: out, mean, rstd written; dinp, dweight, dbias += */
+typedef struct {
+    float *out, *mean, *rstd, *dinp, *dweight, *dbias;
+    const float *inp, *weight, *bias, *dout;
+    int N, C;
+} LayernormArgs;
+
+/* gelu (out = gelu(inp); backward writes dinp = gelu'(inp) dout), residual (out = a + b) */
+typedef struct {
+    float *out;
+    const float *a, *b; /* gelu: a = inp, b = dout (backward) */
+    size_t n;
+} ElementwiseArgs;
+
+/* attention_forward_docs / attention_backward. doc_start (B,T) may be NULL
+ * (plain causal); scratch (B,H,T,T) holds dS in backward. */
+typedef struct {
+    float *out, *att, *dqkv, *scratch;
+    const float *qkv, *dout;
+    const int32_t *doc_start;
+    int B, T, C, H;
+} AttentionArgs;
+
+/* softmax_xent_forward_backward: losses (N) written; with dloss != 0 the
+ * logits (N,Vp) become their gradient */
+typedef struct {
+    float *logits, *losses;
+    const int32_t *targets;
+    int N, V, Vp;
+    float dloss;
+} XentArgs;
+
+/* matmul_forward (out = inp weight^T + bias) / matmul_backward (dinp
+ * written, dweight and dbias +=; each may be NULL). With inp_bf16 and
+ * weight_bf16 set, forward multiplies those bf16 operands (fp32
+ * accumulation) instead of inp and weight. */
+typedef struct {
+    float *out, *dinp, *dweight, *dbias;
+    const float *inp, *weight, *bias, *dout;
+    const uint16_t *inp_bf16, *weight_bf16;
+    int N, IC, OC;
+} MatmulArgs;
+
+/* adamw_update on n parameters; params_bf16 (NULL: none) gets the bf16
+ * rounding of each updated parameter. step_size = lr / (1 - beta1^t),
+ * decay = 1 - lr wd, bias2_sqrt = sqrt(1 - beta2^t), computed by the host. */
+typedef struct {
+    float *params, *m, *v;
+    uint16_t *params_bf16;
+    const float *grads;
+    size_t n;
+    float beta1, beta2, eps, grad_scale, step_size, decay, bias2_sqrt;
+} AdamWArgs;
+
+/* sums (tensors) = sum of x[offsets[i] .. offsets[i + 1])^2, in double;
+ * offsets (tensors + 1) lives on the device */
+typedef struct {
+    double *sums;
+    const float *x;
+    const int64_t *offsets;
+    int tensors;
+} SumSquaresArgs;
+
+/* *flag (an int on the device) = 1 if any of x (n) is NaN or infinite, else 0 */
+typedef struct {
+    int32_t *flag;
+    const float *x;
+    size_t n;
+} NonfiniteArgs;
+
+typedef struct {
+    DeviceKernel kernel;
+    union {
+        EncoderArgs encoder;
+        LayernormArgs layernorm;
+        ElementwiseArgs elementwise;
+        AttentionArgs attention;
+        XentArgs xent;
+        MatmulArgs matmul;
+        AdamWArgs adamw;
+        SumSquaresArgs sumsq;
+        NonfiniteArgs nonfinite;
+    } a;
+} DeviceCall;
+
+#endif

@@ -1,0 +1,11 @@
+/* sim_kernels.h: the device kernels run on the host for the sim device: the
+ * CUDA kernels' per-element arithmetic (kernel_math.h) in plain loops, the
+ * products through the CPU's matmul (kernels/kernels.h). */
+#ifndef BS_DEVICE_SIM_KERNELS_H
+#define BS_DEVICE_SIM_KERNELS_H
+
+#include "device/device_kernels.h"
+
+void sim_run_kernel(const DeviceCall *call);
+
+#endif

@@ -1,0 +1,351 @@
+/* gpt_device.c: the GPT-2 step on a device (gpt_device.h), op for op as
+ * gpt.c runs it on the CPU (the same buffers' roles, the same accumulation
+ * into the residual's gradient), each op one launch on the compute stream. */
+#include "model/gpt_device.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TRY(x)                                                                                                        \
+    do {                                                                                                              \
+        if ((x) != 0) return -1;                                                                                      \
+    } while (0)
+
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2;
+    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *residual3;
+} DeviceLayerActs;
+
+struct GPTDevice {
+    Device *dev;
+    DeviceStream *compute, *copy;
+    DeviceEvent *tokens_ready;
+    GPTConfig cfg;
+    int B, T, debug, nseg;
+    size_t nparams;
+    float *params, *grads, *m, *v, *acts;
+    int32_t *tokens; /* inputs (B T), targets (B T), each token's document start (B T) */
+    int32_t doc_separator, *host_doc_start;
+    double *sums;    /* per tensor */
+    int64_t *offsets;
+    ParamSegment *segs;
+    float *host_losses;
+    double *host_sums;
+    /* activations (pointers into acts) */
+    float *encoded, *proj_out, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+    float *dresidual, *dln, *datty, *dqkv, *dfch, *scratch;
+    DeviceLayerActs *layer;
+};
+
+static float *take(float **cursor, size_t n) {
+    float *p = *cursor;
+    *cursor += n;
+    return p;
+}
+
+/* Carves the activations from one allocation; returns the floats it needs (base NULL: only counts). */
+static size_t carve_acts(GPTDevice *g, float *base) {
+    const size_t N = (size_t)g->B * g->T, C = (size_t)g->cfg.channels, att = (size_t)g->B * g->cfg.num_heads * g->T * g->T;
+    float *c = base;
+    for (int l = 0; l < g->cfg.num_layers; l++) {
+        DeviceLayerActs *a = &g->layer[l];
+        a->ln1 = take(&c, N * C), a->ln1_mean = take(&c, N), a->ln1_rstd = take(&c, N), a->qkv = take(&c, 3 * N * C);
+        a->atty = take(&c, N * C), a->att = take(&c, att), a->residual2 = take(&c, N * C), a->ln2 = take(&c, N * C);
+        a->ln2_mean = take(&c, N), a->ln2_rstd = take(&c, N), a->fch = take(&c, 4 * N * C);
+        a->fch_gelu = take(&c, 4 * N * C), a->residual3 = take(&c, N * C);
+    }
+    g->encoded = take(&c, N * C), g->proj_out = take(&c, N * C), g->lnf = take(&c, N * C);
+    g->lnf_mean = take(&c, N), g->lnf_rstd = take(&c, N), g->logits = take(&c, N * g->cfg.padded_vocab_size);
+    g->losses = take(&c, N), g->dresidual = take(&c, N * C), g->dln = take(&c, N * C), g->datty = take(&c, N * C);
+    g->dqkv = take(&c, 3 * N * C), g->dfch = take(&c, 4 * N * C), g->scratch = take(&c, att);
+    return (size_t)(c - base);
+}
+
+static const char *unsupported(const GPTConfig *cfg) {
+    if (gpt_tp_size(cfg) > 1 || !gpt_has_encoder(cfg) || !gpt_has_head(cfg) || gpt_cp_size(cfg) > 1)
+        return "a device runs the whole model in one process for now (no --tp, --pp or --cp)";
+    if (gpt_is_moe(cfg)) return "a device runs dense models for now (no MoE)";
+    if (cfg->lora_rank > 0) return "a device does not train LoRA adapters yet";
+    return NULL;
+}
+
+/* Per-tensor offsets of the layout, on the host and the device. */
+static int make_segments(GPTDevice *g) {
+    g->segs = malloc(sizeof *g->segs * (size_t)gpt_max_segments(&g->cfg));
+    if (!g->segs) return -1;
+    g->nseg = gpt_param_segments(&g->cfg, g->segs, gpt_max_segments(&g->cfg));
+    int64_t *off = malloc(sizeof *off * (size_t)(g->nseg + 1));
+    g->host_sums = malloc(sizeof *g->host_sums * (size_t)g->nseg);
+    g->sums = device_alloc(g->dev, sizeof *g->sums * (size_t)g->nseg);
+    g->offsets = device_alloc(g->dev, sizeof *off * (size_t)(g->nseg + 1));
+    if (!off || !g->host_sums || !g->sums || !g->offsets) {
+        free(off);
+        return -1;
+    }
+    for (int i = 0; i < g->nseg; i++) off[i] = (int64_t)g->segs[i].offset;
+    off[g->nseg] = g->nseg ? (int64_t)(g->segs[g->nseg - 1].offset + g->segs[g->nseg - 1].count) : 0;
+    int rc = device_copy(g->dev, g->compute, g->offsets, off, sizeof *off * (size_t)(g->nseg + 1), COPY_HOST_TO_DEVICE);
+    rc = rc ? rc : device_stream_sync(g->dev, g->compute);
+    free(off);
+    return rc;
+}
+
+static int allocate(GPTDevice *g) {
+    const size_t bytes = g->nparams * sizeof(float), N = (size_t)g->B * g->T;
+    g->layer = calloc((size_t)g->cfg.num_layers, sizeof *g->layer);
+    g->host_losses = malloc(sizeof(float) * N);
+    g->host_doc_start = malloc(sizeof(int32_t) * N);
+    if (!g->layer || !g->host_losses || !g->host_doc_start) return -1;
+    g->compute = device_stream_create(g->dev);
+    g->copy = device_stream_create(g->dev);
+    g->tokens_ready = device_event_create(g->dev);
+    if (!g->compute || !g->copy || !g->tokens_ready) return -1;
+    float **state[] = {&g->params, &g->grads, &g->m, &g->v};
+    for (int i = 0; i < 4; i++)
+        if (!(*state[i] = device_alloc(g->dev, bytes))) return -1;
+    if (!(g->acts = device_alloc(g->dev, sizeof(float) * carve_acts(g, NULL)))) return -1;
+    carve_acts(g, g->acts);
+    if (!(g->tokens = device_alloc(g->dev, sizeof(int32_t) * 3 * N))) return -1;
+    return make_segments(g);
+}
+
+GPTDevice *gpt_device_create(Device *dev, const GPTConfig *cfg, int B, int T, int debug, char *reason,
+                             size_t reason_size) {
+    const char *why = unsupported(cfg);
+    if (why) {
+        snprintf(reason, reason_size, "%s", why);
+        return NULL;
+    }
+    GPTDevice *g = calloc(1, sizeof *g);
+    if (!g) {
+        snprintf(reason, reason_size, "out of host memory");
+        return NULL;
+    }
+    *g = (GPTDevice){.dev = dev, .cfg = *cfg, .B = B, .T = T, .debug = debug, .nparams = gpt_num_params(cfg),
+                     .doc_separator = -1};
+    if (allocate(g) != 0) {
+        snprintf(reason, reason_size, "%s", device_error(dev)[0] ? device_error(dev) : "out of host memory");
+        gpt_device_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+void gpt_device_free(GPTDevice *g) {
+    if (!g) return;
+    void *dev_buffers[] = {g->params, g->grads, g->m, g->v, g->acts, g->tokens, g->sums, g->offsets};
+    for (size_t i = 0; i < sizeof dev_buffers / sizeof dev_buffers[0]; i++) device_free(g->dev, dev_buffers[i]);
+    device_event_destroy(g->dev, g->tokens_ready);
+    device_stream_destroy(g->dev, g->copy);
+    device_stream_destroy(g->dev, g->compute);
+    free(g->layer);
+    free(g->segs);
+    free(g->host_losses);
+    free(g->host_doc_start);
+    free(g->host_sums);
+    free(g);
+}
+
+int gpt_device_set_state(GPTDevice *g, const float *params, const float *m, const float *v) {
+    const size_t bytes = g->nparams * sizeof(float);
+    const float *src[] = {params, m, v};
+    float *dst[] = {g->params, g->m, g->v};
+    for (int i = 0; i < 3; i++)
+        TRY(src[i] ? device_copy(g->dev, g->compute, dst[i], src[i], bytes, COPY_HOST_TO_DEVICE)
+                   : device_zero(g->dev, g->compute, dst[i], bytes));
+    return device_stream_sync(g->dev, g->compute);
+}
+
+int gpt_device_get_state(GPTDevice *g, float *params, float *grads, float *m, float *v) {
+    const size_t bytes = g->nparams * sizeof(float);
+    float *dst[] = {params, grads, m, v};
+    const float *src[] = {g->params, g->grads, g->m, g->v};
+    for (int i = 0; i < 4; i++)
+        if (dst[i]) TRY(device_copy(g->dev, g->compute, dst[i], src[i], bytes, COPY_DEVICE_TO_HOST));
+    return device_stream_sync(g->dev, g->compute);
+}
+
+void gpt_device_set_doc_separator(GPTDevice *g, int32_t separator) { g->doc_separator = separator; }
+
+int gpt_device_zero_grads(GPTDevice *g) {
+    if (g->debug & GPT_DEVICE_SKIP_GRAD_ZERO) return 0;
+    return device_zero(g->dev, g->compute, g->grads, g->nparams * sizeof(float));
+}
+
+static int launch(GPTDevice *g, const DeviceCall *call) { return device_launch(g->dev, g->compute, call); }
+
+static size_t rows(const GPTDevice *g) { return (size_t)g->B * g->T; }
+
+static int layernorm(GPTDevice *g, DeviceKernel k, LayernormArgs a) {
+    DeviceCall call = {.kernel = k, .a.layernorm = a};
+    call.a.layernorm.N = (int)rows(g);
+    call.a.layernorm.C = g->cfg.channels;
+    return launch(g, &call);
+}
+
+static int linear(GPTDevice *g, DeviceKernel k, MatmulArgs a, int IC, int OC) {
+    DeviceCall call = {.kernel = k, .a.matmul = a};
+    call.a.matmul.N = (int)rows(g);
+    call.a.matmul.IC = IC;
+    call.a.matmul.OC = OC;
+    return launch(g, &call);
+}
+
+static int elementwise(GPTDevice *g, DeviceKernel k, float *out, const float *a, const float *b, size_t n) {
+    DeviceCall call = {.kernel = k, .a.elementwise = {out, a, b, n}};
+    return launch(g, &call);
+}
+
+/* Each token's document start on the device, NULL without documents. */
+static const int32_t *doc_starts(const GPTDevice *g) { return g->doc_separator >= 0 ? g->tokens + 2 * rows(g) : NULL; }
+
+static int attention(GPTDevice *g, DeviceKernel k, const DeviceLayerActs *a) {
+    DeviceCall call = {.kernel = k};
+    call.a.attention = (AttentionArgs){a->atty, a->att, g->dqkv, g->scratch, a->qkv, g->datty, doc_starts(g),
+                                       g->B, g->T, g->cfg.channels, g->cfg.num_heads};
+    return launch(g, &call);
+}
+
+static LayerTensors layer_tensors(const GPTDevice *g, float *base, int l) {
+    return gpt_layer_tensors(&g->cfg, base + gpt_tensor_offset(&g->cfg, TK_LN1W, l), l);
+}
+
+static float *tensor(const GPTDevice *g, float *base, TensorKind k) { return base + gpt_tensor_offset(&g->cfg, k, 0); }
+
+/* One layer's forward from residual (N,C) to a->residual3, as gpt_forward. */
+static int layer_forward(GPTDevice *g, int l, const float *residual) {
+    const int C = g->cfg.channels;
+    const size_t NC = rows(g) * (size_t)C;
+    const LayerTensors p = layer_tensors(g, g->params, l);
+    const DeviceLayerActs *a = &g->layer[l];
+    TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = a->ln1, .mean = a->ln1_mean, .rstd = a->ln1_rstd,
+                                                            .inp = residual, .weight = p.ln1w, .bias = p.ln1b}));
+    TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = a->qkv, .inp = a->ln1, .weight = p.qkvw, .bias = p.qkvb}, C, 3 * C));
+    TRY(attention(g, DK_ATTENTION_FORWARD, a));
+    TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = g->proj_out, .inp = a->atty, .weight = p.attprojw, .bias = p.attprojb}, C, C));
+    TRY(elementwise(g, DK_RESIDUAL_FORWARD, a->residual2, residual, g->proj_out, NC));
+    TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = a->ln2, .mean = a->ln2_mean, .rstd = a->ln2_rstd,
+                                                            .inp = a->residual2, .weight = p.ln2w, .bias = p.ln2b}));
+    TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = a->fch, .inp = a->ln2, .weight = p.fcw, .bias = p.fcb}, C, 4 * C));
+    TRY(elementwise(g, DK_GELU_FORWARD, a->fch_gelu, a->fch, NULL, 4 * NC));
+    TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = g->proj_out, .inp = a->fch_gelu, .weight = p.fcprojw, .bias = p.fcprojb}, 4 * C, C));
+    return elementwise(g, DK_RESIDUAL_FORWARD, a->residual3, a->residual2, g->proj_out, NC);
+}
+
+/* One layer's backward: g->dresidual from its output's gradient to its input's, as gpt.c's layer_pass. */
+static int layer_backward(GPTDevice *g, int l, const float *inp) {
+    const int C = g->cfg.channels;
+    const LayerTensors p = layer_tensors(g, g->params, l), d = layer_tensors(g, g->grads, l);
+    const DeviceLayerActs *a = &g->layer[l];
+    TRY(linear(g, DK_MATMUL_BACKWARD, (MatmulArgs){.dinp = g->dfch, .dweight = d.fcprojw, .dbias = d.fcprojb, .dout = g->dresidual,
+                                                   .inp = a->fch_gelu, .weight = p.fcprojw}, 4 * C, C));
+    TRY(elementwise(g, DK_GELU_BACKWARD, g->dfch, a->fch, g->dfch, 4 * rows(g) * (size_t)C));
+    TRY(linear(g, DK_MATMUL_BACKWARD, (MatmulArgs){.dinp = g->dln, .dweight = d.fcw, .dbias = d.fcb, .dout = g->dfch,
+                                                   .inp = a->ln2, .weight = p.fcw}, C, 4 * C));
+    TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = d.ln2w, .dbias = d.ln2b, .dout = g->dln,
+                                                             .inp = a->residual2, .weight = p.ln2w, .mean = a->ln2_mean, .rstd = a->ln2_rstd}));
+    TRY(linear(g, DK_MATMUL_BACKWARD, (MatmulArgs){.dinp = g->datty, .dweight = d.attprojw, .dbias = d.attprojb, .dout = g->dresidual,
+                                                   .inp = a->atty, .weight = p.attprojw}, C, C));
+    TRY(attention(g, DK_ATTENTION_BACKWARD, a));
+    TRY(linear(g, DK_MATMUL_BACKWARD, (MatmulArgs){.dinp = g->dln, .dweight = d.qkvw, .dbias = d.qkvb, .dout = g->dqkv,
+                                                   .inp = a->ln1, .weight = p.qkvw}, C, 3 * C));
+    return layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = d.ln1w, .dbias = d.ln1b, .dout = g->dln,
+                                                                .inp = inp, .weight = p.ln1w, .mean = a->ln1_mean, .rstd = a->ln1_rstd});
+}
+
+/* Each token's document: the position of the last separator at or before it in its sequence (0 if none). */
+static void document_starts(GPTDevice *g, const int32_t *inputs) {
+    for (int b = 0; b < g->B; b++)
+        for (int t = 0, start = 0; t < g->T; t++) {
+            if (inputs[(size_t)b * g->T + t] == g->doc_separator) start = t;
+            g->host_doc_start[(size_t)b * g->T + t] = start;
+        }
+}
+
+/* The tokens in on the copy stream; the compute stream waits for them. */
+static int upload_tokens(GPTDevice *g, const int32_t *inputs, const int32_t *targets) {
+    const size_t bytes = rows(g) * sizeof(int32_t);
+    TRY(device_copy(g->dev, g->copy, g->tokens, inputs, bytes, COPY_HOST_TO_DEVICE));
+    TRY(device_copy(g->dev, g->copy, g->tokens + rows(g), targets, bytes, COPY_HOST_TO_DEVICE));
+    if (g->doc_separator >= 0) {
+        document_starts(g, inputs);
+        TRY(device_copy(g->dev, g->copy, g->tokens + 2 * rows(g), g->host_doc_start, bytes, COPY_HOST_TO_DEVICE));
+    }
+    TRY(device_event_record(g->dev, g->copy, g->tokens_ready));
+    return g->debug & GPT_DEVICE_SKIP_TOKEN_WAIT ? 0 : device_stream_wait(g->dev, g->compute, g->tokens_ready);
+}
+
+static int forward(GPTDevice *g, float dloss) {
+    const GPTConfig *cfg = &g->cfg;
+    const int C = cfg->channels, L = cfg->num_layers;
+    DeviceCall enc = {.kernel = DK_ENCODER_FORWARD};
+    enc.a.encoder = (EncoderArgs){.out = g->encoded, .wte = tensor(g, g->params, TK_WTE), .wpe = tensor(g, g->params, TK_WPE),
+                                  .tokens = g->tokens, .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C,
+                                  .V = cfg->vocab_size};
+    TRY(launch(g, &enc));
+    for (int l = 0; l < L; l++) TRY(layer_forward(g, l, l ? g->layer[l - 1].residual3 : g->encoded));
+    float *lnf = tensor(g, g->params, TK_LNFW);
+    TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = g->lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd,
+                                                            .inp = g->layer[L - 1].residual3, .weight = lnf, .bias = lnf + C}));
+    TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = g->logits, .inp = g->lnf, .weight = enc.a.encoder.wte}, C,
+               cfg->padded_vocab_size));
+    DeviceCall xent = {.kernel = DK_SOFTMAX_XENT};
+    xent.a.xent = (XentArgs){g->logits, g->losses, g->tokens + rows(g), (int)rows(g), cfg->vocab_size, cfg->padded_vocab_size, dloss};
+    return launch(g, &xent);
+}
+
+static int backward(GPTDevice *g) {
+    const GPTConfig *cfg = &g->cfg;
+    const int C = cfg->channels, L = cfg->num_layers;
+    float *dwte = tensor(g, g->grads, TK_WTE), *lnf = tensor(g, g->params, TK_LNFW), *dlnf = tensor(g, g->grads, TK_LNFW);
+    TRY(linear(g, DK_MATMUL_BACKWARD, (MatmulArgs){.dinp = g->dln, .dweight = dwte, .dout = g->logits, .inp = g->lnf,
+                                                   .weight = tensor(g, g->params, TK_WTE)}, C, cfg->padded_vocab_size));
+    TRY(device_zero(g->dev, g->compute, g->dresidual, rows(g) * (size_t)C * sizeof(float)));
+    TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = dlnf, .dbias = dlnf + C, .dout = g->dln,
+                                                             .inp = g->layer[L - 1].residual3, .weight = lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd}));
+    for (int l = L - 1; l >= 0; l--) TRY(layer_backward(g, l, l ? g->layer[l - 1].residual3 : g->encoded));
+    DeviceCall enc = {.kernel = DK_ENCODER_BACKWARD};
+    enc.a.encoder = (EncoderArgs){.dwte = dwte, .dwpe = tensor(g, g->grads, TK_WPE), .dout = g->dresidual, .tokens = g->tokens,
+                                  .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};
+    return launch(g, &enc);
+}
+
+int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum) {
+    TRY(upload_tokens(g, inputs, targets));
+    TRY(forward(g, dloss));
+    if (dloss != 0) TRY(backward(g));
+    TRY(device_copy(g->dev, g->compute, g->host_losses, g->losses, rows(g) * sizeof(float), COPY_DEVICE_TO_HOST));
+    TRY(device_stream_sync(g->dev, g->compute));
+    double sum = 0;
+    for (size_t i = 0; i < rows(g); i++) sum += g->host_losses[i];
+    *loss_sum = sum;
+    return 0;
+}
+
+int gpt_device_grad_sum_squares(GPTDevice *g, double *out) {
+    DeviceCall call = {.kernel = DK_SUM_OF_SQUARES, .a.sumsq = {g->sums, g->grads, g->offsets, g->nseg}};
+    TRY(launch(g, &call));
+    TRY(device_copy(g->dev, g->compute, g->host_sums, g->sums, sizeof(double) * (size_t)g->nseg, COPY_DEVICE_TO_HOST));
+    TRY(device_stream_sync(g->dev, g->compute));
+    double s = 0;
+    for (int i = 0; i < g->nseg; i++) s += g->host_sums[i];
+    *out = s;
+    return 0;
+}
+
+int gpt_device_adamw(GPTDevice *g, const AdamWStep *s) {
+    const float step_size = s->lr / (1.0f - powf(s->beta1, (float)s->step));
+    const float bias2_sqrt = sqrtf(1.0f - powf(s->beta2, (float)s->step));
+    for (int i = 0; i < g->nseg; i++) {
+        const size_t o = g->segs[i].offset;
+        const float wd = gpt_tensor_decays(g->segs[i].kind) ? s->weight_decay : 0.0f;
+        DeviceCall call = {.kernel = DK_ADAMW};
+        const size_t trained = gpt_tensor_trained(&g->cfg, g->segs[i].kind); /* not wte's padded rows */
+        call.a.adamw = (AdamWArgs){g->params + o, g->m + o, g->v + o, NULL, g->grads + o, trained, s->beta1, s->beta2,
+                                   s->eps, s->grad_scale, step_size, 1.0f - s->lr * wd, bias2_sqrt};
+        TRY(launch(g, &call));
+    }
+    return device_stream_sync(g->dev, g->compute);
+}

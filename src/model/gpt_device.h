@@ -1,0 +1,50 @@
+/* gpt_device.h: the GPT-2 training step on a device (device/device.h):
+ * forward, backward, the gradient's per-tensor sums of squares and AdamW,
+ * with parameters, gradients and both moments in flat device buffers at the
+ * CPU layout's offsets (gpt_tensor_offset), so ranges, checkpoints and
+ * resharding read them as they read the CPU's. The activations are one
+ * device allocation made at creation; nothing is allocated inside a step.
+ * Token batches go in on a copy stream, which the compute stream waits for
+ * through an event, with each token's document start when documents are
+ * masked (attention inside the document, as gpt.h's doc_separator). For now
+ * the whole dense model in fp32 on one process
+ * (no tensor/pipeline/context parallelism, MoE or LoRA: refused with a
+ * reason). Errors: -1 (or NULL) and the reason in reason / device_error. */
+#ifndef BS_MODEL_GPT_DEVICE_H
+#define BS_MODEL_GPT_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device/device.h"
+#include "model/gpt.h"
+#include "optim/adamw.h"
+
+typedef struct GPTDevice GPTDevice;
+
+/* Tests of what sim catches: the step leaves out one event wait (the
+ * compute stream's on the token upload) or one initialisation (the
+ * gradients' zeroing). */
+enum { GPT_DEVICE_SKIP_TOKEN_WAIT = 1, GPT_DEVICE_SKIP_GRAD_ZERO = 2 };
+
+/* Micro-batches of B sequences of T tokens; debug: the flags above (0: none). */
+GPTDevice *gpt_device_create(Device *dev, const GPTConfig *cfg, int B, int T, int debug, char *reason,
+                             size_t reason_size);
+void gpt_device_free(GPTDevice *g);
+/* The state from the host (flat layout, gpt_num_params floats each; m and v
+ * NULL: zeros), and back (any NULL is skipped). */
+int gpt_device_set_state(GPTDevice *g, const float *params, const float *m, const float *v);
+int gpt_device_get_state(GPTDevice *g, float *params, float *grads, float *m, float *v);
+int gpt_device_zero_grads(GPTDevice *g);
+/* Attention stays inside documents starting at this token id (-1: off, the default). */
+void gpt_device_set_doc_separator(GPTDevice *g, int32_t separator);
+/* One micro-batch forward and backward: the gradients += d(dloss x sum of
+ * token losses); *loss_sum = the sum of its token losses (masked targets
+ * < 0 count 0). inputs and targets (B T) are read before it returns. */
+int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum);
+/* The gradient's sum of squares (every tensor, summed in layout order). */
+int gpt_device_grad_sum_squares(GPTDevice *g, double *out);
+/* AdamW on every tensor (weight decay where gpt_tensor_decays), s->weight_decay the rate. */
+int gpt_device_adamw(GPTDevice *g, const AdamWStep *s);
+
+#endif

@@ -1,0 +1,103 @@
+/* engine_device.c: the engine's step on a device (engine_device.h). A
+ * device error inside a step ends the run with its one-line reason. */
+#include "parallel/engine_device.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "model/gpt_device.h"
+
+struct EngineDevice {
+    Device *dev;
+    GPTDevice *model;
+    int B, T;
+    int32_t *inputs, *targets; /* one micro-batch on the host */
+};
+
+static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, int world_size) {
+    if (world_size > 1) return "runs one process for now (no mpirun)";
+    if (cfg->bf16 || cfg->fp8) return "trains in fp32 for now";
+    if (cfg->measure_micro_norms) return "does not measure micro-step norms yet";
+    if (chunk->model.frozen) return "does not train adapters over a frozen base yet";
+    if (chunk->update_offset != 0 || chunk->update_count != chunk->model.num_params)
+        return "needs the whole flat buffer in one process";
+    return NULL;
+}
+
+EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, const EngineChunk *chunk, int world_size,
+                                   char *reason, size_t reason_size) {
+    const char *no = refusal(cfg, chunk, world_size);
+    if (no) {
+        snprintf(reason, reason_size, "the device %s", no);
+        return NULL;
+    }
+    EngineDevice *d = bs_calloc(1, sizeof *d);
+    DeviceOptions options = {.seed = cfg->seed, .memory_limit = cfg->sim_memory};
+    d->B = cfg->micro_batch;
+    d->T = cfg->seq_len;
+    d->dev = device_open(kind, &options, reason, reason_size);
+    if (d->dev) d->model = gpt_device_create(d->dev, &chunk->model.cfg, d->B, d->T, 0, reason, reason_size);
+    if (!d->model) {
+        engine_device_free(d);
+        return NULL;
+    }
+    if (cfg->doc_mask) gpt_device_set_doc_separator(d->model, cfg->doc_separator);
+    d->inputs = bs_malloc(sizeof(int32_t) * (size_t)d->B * d->T);
+    d->targets = bs_malloc(sizeof(int32_t) * (size_t)d->B * d->T);
+    engine_device_upload(d, chunk);
+    return d;
+}
+
+void engine_device_free(EngineDevice *d) {
+    if (!d) return;
+    gpt_device_free(d->model);
+    device_close(d->dev);
+    free(d->inputs);
+    free(d->targets);
+    free(d);
+}
+
+static void check(EngineDevice *d, int rc) {
+    if (rc != 0) bs_die("device %s: %s", device_name(d->dev), device_error(d->dev));
+}
+
+void engine_device_upload(EngineDevice *d, const EngineChunk *chunk) {
+    check(d, gpt_device_set_state(d->model, chunk->model.params, chunk->state[0], chunk->state[1]));
+}
+
+/* micro-batches [0, m), the first `counted` adding to the loss; dloss 0: forward only */
+static double run(EngineDevice *d, int m, int counted, float dloss, PipeLoad load, void *ctx) {
+    double total = 0;
+    for (int micro = 0; micro < m; micro++) {
+        double loss = 0;
+        load(ctx, micro, d->inputs, d->targets);
+        check(d, gpt_device_step(d->model, d->inputs, d->targets, dloss, &loss));
+        if (micro < counted) total += loss;
+    }
+    return total;
+}
+
+double engine_device_train(EngineDevice *d, EngineChunk *chunk, int m, float dloss, PipeLoad load, void *ctx) {
+    check(d, gpt_device_zero_grads(d->model));
+    double loss = run(d, m, m, dloss, load, ctx);
+    check(d, gpt_device_get_state(d->model, NULL, chunk->model.grads, NULL, NULL)); /* per-layer norms read them */
+    return loss;
+}
+
+double engine_device_evaluate(EngineDevice *d, int m, int counted, PipeLoad load, void *ctx) {
+    return run(d, m, counted, 0.0f, load, ctx);
+}
+
+double engine_device_grad_sum_squares(EngineDevice *d) {
+    double s = 0;
+    check(d, gpt_device_grad_sum_squares(d->model, &s));
+    return s;
+}
+
+void engine_device_update(EngineDevice *d, EngineChunk *chunk, const OptimizerConfig *opt, double lr,
+                          float grad_scale, long step) {
+    AdamWStep s = {(float)lr, opt->beta1, opt->beta2, opt->eps, opt->weight_decay, grad_scale, step};
+    check(d, gpt_device_adamw(d->model, &s));
+    check(d, gpt_device_get_state(d->model, chunk->model.params, NULL, chunk->state[0], chunk->state[1]));
+}

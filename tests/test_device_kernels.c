@@ -1,0 +1,295 @@
+/* test_device_kernels.c: every device kernel against its CPU counterpart
+ * (kernels/kernels.h, optim/) at the test model's shapes (L4 H4 C64 T64,
+ * micro-batch 4, a padded vocabulary). `test_device_kernels sim` runs the
+ * CUDA kernels' arithmetic on the host (CI); `test_device_kernels cuda` runs
+ * the kernels themselves (skipped, exit 77, without a GPU).
+ *
+ * fp32: each output within 1e-5 of the CPU's, relative to the output's
+ * largest magnitude (the sums run in other orders; an elementwise relative
+ * bound would fail on outputs that cancel to near 0). bf16 products: each
+ * element within the bound of its operands' bf16 rounding (below). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/rng.h"
+#include "device_harness.h"
+#include "kernels/bf16.h"
+#include "kernels/kernels.h"
+#include "optim/adamw.h"
+#include "optim/grad_norm.h"
+
+enum { B = 4, T = 64, C = 64, H = 4, V = 250, VP = 256, N = B * T };
+static const double FP32_BOUND = 1e-5;
+
+static Rng rng;
+
+static float *random_floats(size_t n, float scale) {
+    float *x = malloc(sizeof *x * n);
+    for (size_t i = 0; i < n; i++) x[i] = (2 * rng_uniform(&rng) - 1) * scale;
+    return x;
+}
+
+/* max |got - want| / max |want| */
+static double relative_error(const float *got, const float *want, size_t n) {
+    double err = 0, top = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        err = d > err || d != d ? d : err;
+        top = fabs(want[i]) > top ? fabs(want[i]) : top;
+    }
+    return top > 0 ? err / top : err;
+}
+
+/* The device buffer dev (n floats) against want. */
+static void expect_close(Harness *h, const char *what, const float *dev, const float *want, size_t n) {
+    float *got = malloc(sizeof *got * n);
+    harness_download(h, got, dev, sizeof *got * n);
+    double err = relative_error(got, want, n);
+    printf("%-28s relative error %.3g (bound %.0e)\n", what, err, FP32_BOUND);
+    CHECK(err <= FP32_BOUND, "%s: relative error %g > %g", what, err, FP32_BOUND);
+    free(got);
+}
+
+static float *up(Harness *h, const float *x, size_t n) { return harness_upload(h, x, sizeof *x * n); }
+
+/* documents: each row starts new ones at two positions */
+static void document_starts(int32_t doc_start[N]) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0, start = 0; t < T; t++) {
+            if (t == 11 + 7 * b || t == 40 - b) start = t;
+            doc_start[b * T + t] = start;
+        }
+}
+
+/* docs: positions restart at each document's start (as gpt.c's packed documents) */
+static void test_encoder(Harness *h, int docs) {
+    int32_t tokens[N], doc_start[N], positions[N];
+    document_starts(doc_start);
+    for (int i = 0; i < N; i++) positions[i] = i % T - doc_start[i];
+    for (int i = 0; i < N; i++) tokens[i] = (int32_t)rng_below(&rng, i % 7 ? V : 3); /* repeats too */
+    float *wte = random_floats((size_t)V * C, 1), *wpe = random_floats((size_t)T * C, 1);
+    float *out = malloc(sizeof *out * N * C), *dout = random_floats((size_t)N * C, 1);
+    float *dwte = random_floats((size_t)V * C, 1), *dwpe = random_floats((size_t)T * C, 1);
+    DeviceCall call = {.kernel = DK_ENCODER_FORWARD};
+    call.a.encoder = (EncoderArgs){harness_alloc(h, sizeof(float) * N * C), up(h, dwte, (size_t)V * C),
+                                   up(h, dwpe, (size_t)T * C), up(h, wte, (size_t)V * C), up(h, wpe, (size_t)T * C),
+                                   up(h, dout, (size_t)N * C), harness_upload(h, tokens, sizeof tokens),
+                                   docs ? harness_upload(h, doc_start, sizeof doc_start) : NULL, B, T, C, V};
+    harness_launch(h, &call);
+    encoder_forward(out, tokens, wte, wpe, docs ? positions : NULL, 0, V, B, T, C);
+    expect_close(h, docs ? "encoder forward docs" : "encoder forward", call.a.encoder.out, out, (size_t)N * C);
+    call.kernel = DK_ENCODER_BACKWARD;
+    harness_launch(h, &call);
+    encoder_backward(dwte, dwpe, dout, tokens, docs ? positions : NULL, 0, V, B, T, C);
+    expect_close(h, docs ? "encoder backward docs dwte" : "encoder backward dwte", call.a.encoder.dwte, dwte, (size_t)V * C);
+    expect_close(h, docs ? "encoder backward docs dwpe" : "encoder backward dwpe", call.a.encoder.dwpe, dwpe, (size_t)T * C);
+}
+
+static void test_layernorm(Harness *h) {
+    float *inp = random_floats((size_t)N * C, 2), *w = random_floats(C, 1), *b = random_floats(C, 1);
+    float *out = malloc(sizeof *out * N * C), mean[N], rstd[N], *dout = random_floats((size_t)N * C, 1);
+    float *dinp = random_floats((size_t)N * C, 1), *dw = random_floats(C, 1), *db = random_floats(C, 1);
+    DeviceCall call = {.kernel = DK_LAYERNORM_FORWARD};
+    call.a.layernorm = (LayernormArgs){harness_alloc(h, sizeof(float) * N * C), harness_alloc(h, sizeof mean),
+                                       harness_alloc(h, sizeof rstd), up(h, dinp, (size_t)N * C), up(h, dw, C),
+                                       up(h, db, C), up(h, inp, (size_t)N * C), up(h, w, C), up(h, b, C),
+                                       up(h, dout, (size_t)N * C), N, C};
+    harness_launch(h, &call);
+    layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+    expect_close(h, "layernorm forward", call.a.layernorm.out, out, (size_t)N * C);
+    expect_close(h, "layernorm forward mean", call.a.layernorm.mean, mean, N);
+    expect_close(h, "layernorm forward rstd", call.a.layernorm.rstd, rstd, N);
+    call.kernel = DK_LAYERNORM_BACKWARD;
+    harness_launch(h, &call);
+    layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    expect_close(h, "layernorm backward dinp", call.a.layernorm.dinp, dinp, (size_t)N * C);
+    expect_close(h, "layernorm backward dweight", call.a.layernorm.dweight, dw, C);
+    expect_close(h, "layernorm backward dbias", call.a.layernorm.dbias, db, C);
+}
+
+static void test_elementwise(Harness *h) {
+    const size_t n = (size_t)N * 4 * C;
+    float *x = random_floats(n, 4), *y = random_floats(n, 1), *want = malloc(sizeof *want * n);
+    DeviceCall call = {.kernel = DK_GELU_FORWARD};
+    call.a.elementwise = (ElementwiseArgs){harness_alloc(h, sizeof(float) * n), up(h, x, n), up(h, y, n), n};
+    harness_launch(h, &call);
+    gelu_forward(want, x, n);
+    expect_close(h, "gelu forward", call.a.elementwise.out, want, n);
+    call.kernel = DK_GELU_BACKWARD;
+    harness_launch(h, &call);
+    gelu_backward(want, x, y, n);
+    expect_close(h, "gelu backward", call.a.elementwise.out, want, n);
+    call.kernel = DK_RESIDUAL_FORWARD;
+    harness_launch(h, &call);
+    residual_forward(want, x, y, n);
+    expect_close(h, "residual forward", call.a.elementwise.out, want, n);
+}
+
+/* docs: attention inside documents (document_starts), or plain causal */
+static void test_attention(Harness *h, int docs) {
+    const size_t nqkv = (size_t)N * 3 * C, natt = (size_t)B * H * T * T;
+    int32_t doc_start[N];
+    document_starts(doc_start);
+    float *qkv = random_floats(nqkv, 1), *dout = random_floats((size_t)N * C, 1);
+    float *out = malloc(sizeof *out * N * C), *att = malloc(sizeof *att * natt);
+    float *dqkv = malloc(sizeof *dqkv * nqkv), *scratch = malloc(sizeof *scratch * T * T);
+    DeviceCall call = {.kernel = DK_ATTENTION_FORWARD};
+    call.a.attention = (AttentionArgs){harness_alloc(h, sizeof(float) * N * C), harness_alloc(h, sizeof(float) * natt),
+                                       harness_alloc(h, sizeof(float) * nqkv), harness_alloc(h, sizeof(float) * natt),
+                                       up(h, qkv, nqkv), up(h, dout, (size_t)N * C),
+                                       docs ? harness_upload(h, doc_start, sizeof doc_start) : NULL, B, T, C, H};
+    harness_launch(h, &call);
+    attention_forward_docs(out, att, qkv, docs ? doc_start : NULL, B, T, C, H);
+    expect_close(h, docs ? "attention forward docs" : "attention forward", call.a.attention.out, out, (size_t)N * C);
+    expect_close(h, docs ? "attention forward docs P" : "attention forward P", call.a.attention.att, att, natt);
+    call.kernel = DK_ATTENTION_BACKWARD;
+    harness_launch(h, &call);
+    attention_backward(dqkv, scratch, 1, dout, qkv, att, B, T, C, H);
+    expect_close(h, docs ? "attention backward docs" : "attention backward", call.a.attention.dqkv, dqkv, nqkv);
+}
+
+static void test_softmax_xent(Harness *h) {
+    int32_t targets[N];
+    for (int i = 0; i < N; i++) targets[i] = i % 9 == 4 ? -1 : (int32_t)rng_below(&rng, V);
+    float *logits = random_floats((size_t)N * VP, 3), losses[N];
+    DeviceCall call = {.kernel = DK_SOFTMAX_XENT};
+    call.a.xent = (XentArgs){up(h, logits, (size_t)N * VP), harness_alloc(h, sizeof losses),
+                             harness_upload(h, targets, sizeof targets), N, V, VP, 1.0f / N};
+    harness_launch(h, &call);
+    softmax_xent_forward_backward(logits, losses, targets, N, V, VP, 1.0f / N);
+    expect_close(h, "softmax xent losses", call.a.xent.losses, losses, N);
+    expect_close(h, "softmax xent dlogits", call.a.xent.logits, logits, (size_t)N * VP);
+}
+
+/* out = inp weight^T + bias, then its backward (dinp written, dweight and dbias +=) */
+static void test_matmul(Harness *h, int IC, int OC) {
+    const size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;
+    float *inp = random_floats(ni, 1), *w = random_floats(nw, 0.2f), *bias = random_floats(OC, 1);
+    float *dout = random_floats(no, 1), *dw = random_floats(nw, 1), *db = random_floats(OC, 1);
+    float *out = malloc(sizeof *out * no), *dinp = malloc(sizeof *dinp * ni);
+    DeviceCall call = {.kernel = DK_MATMUL_FORWARD};
+    call.a.matmul = (MatmulArgs){harness_alloc(h, sizeof(float) * no), harness_alloc(h, sizeof(float) * ni),
+                                 up(h, dw, nw), up(h, db, OC), up(h, inp, ni), up(h, w, nw), up(h, bias, OC),
+                                 up(h, dout, no), NULL, NULL, N, IC, OC};
+    harness_launch(h, &call);
+    matmul_forward(out, inp, w, bias, N, IC, OC);
+    char what[64];
+    snprintf(what, sizeof what, "matmul forward %dx%d", IC, OC);
+    expect_close(h, what, call.a.matmul.out, out, no);
+    call.kernel = DK_MATMUL_BACKWARD;
+    harness_launch(h, &call);
+    matmul_backward(dinp, dw, db, dout, inp, w, N, IC, OC);
+    snprintf(what, sizeof what, "matmul backward dinp %dx%d", IC, OC);
+    expect_close(h, what, call.a.matmul.dinp, dinp, ni);
+    snprintf(what, sizeof what, "matmul backward dweight %dx%d", IC, OC);
+    expect_close(h, what, call.a.matmul.dweight, dw, nw);
+    snprintf(what, sizeof what, "matmul backward dbias %dx%d", IC, OC);
+    expect_close(h, what, call.a.matmul.dbias, db, OC);
+}
+
+/* bf16 operands: each output within its rounding bound of the fp32 product
+ * of the unrounded operands. A bf16 rounding moves a value by at most 2^-9
+ * of itself, so a product x w by at most (2^-8 + 2^-18) |x w|; summed over
+ * k: sum_k |x_k w_k| (2^-8 + 2^-18), plus the fp32 bound for the order. */
+static void test_matmul_bf16(Harness *h, int IC, int OC) {
+    const size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;
+    float *inp = random_floats(ni, 1), *w = random_floats(nw, 0.2f), *out = malloc(sizeof *out * no);
+    float *got = malloc(sizeof *got * no);
+    bf16 *inp16 = malloc(sizeof *inp16 * ni), *w16 = malloc(sizeof *w16 * nw);
+    bf16_from_floats(inp16, inp, ni);
+    bf16_from_floats(w16, w, nw);
+    DeviceCall call = {.kernel = DK_MATMUL_FORWARD};
+    call.a.matmul = (MatmulArgs){.out = harness_alloc(h, sizeof(float) * no), .inp_bf16 = harness_upload(h, inp16, sizeof *inp16 * ni),
+                                 .weight_bf16 = harness_upload(h, w16, sizeof *w16 * nw), .N = N, .IC = IC, .OC = OC};
+    harness_launch(h, &call);
+    matmul_forward(out, inp, w, NULL, N, IC, OC);
+    harness_download(h, got, call.a.matmul.out, sizeof *got * no);
+    int bad = 0;
+    double worst = 0;
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) {
+            double mag = 0;
+            for (int k = 0; k < IC; k++) mag += fabs((double)inp[(size_t)i * IC + k] * w[(size_t)o * IC + k]);
+            double bound = mag * (0x1p-8 + 0x1p-18) + FP32_BOUND * mag, err = fabs(got[(size_t)i * OC + o] - out[(size_t)i * OC + o]);
+            worst = mag > 0 && err / bound > worst ? err / bound : worst;
+            bad += !(err <= bound);
+        }
+    printf("matmul forward bf16 %dx%-8d worst error / bound %.3g\n", IC, OC, worst);
+    CHECK(bad == 0, "matmul bf16 %dx%d: %d outputs beyond their rounding bound", IC, OC, bad);
+}
+
+static void test_adamw(Harness *h) {
+    const size_t n = 10000;
+    float *p = random_floats(n, 1), *g = random_floats(n, 1), *m = random_floats(n, 0.1f), *v = random_floats(n, 0.01f);
+    for (size_t i = 0; i < n; i++) v[i] *= v[i]; /* a second moment is >= 0 */
+    AdamWStep s = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 0.5f, .step = 3};
+    DeviceCall call = {.kernel = DK_ADAMW};
+    call.a.adamw = (AdamWArgs){up(h, p, n), up(h, m, n), up(h, v, n), harness_alloc(h, sizeof(bf16) * n), up(h, g, n), n,
+                               s.beta1, s.beta2, s.eps, s.grad_scale, s.lr / (1.0f - powf(s.beta1, (float)s.step)),
+                               1.0f - s.lr * s.weight_decay, sqrtf(1.0f - powf(s.beta2, (float)s.step))};
+    harness_launch(h, &call);
+    adamw_update(p, g, m, v, n, &s);
+    expect_close(h, "adamw params", call.a.adamw.params, p, n);
+    expect_close(h, "adamw m", call.a.adamw.m, m, n);
+    expect_close(h, "adamw v", call.a.adamw.v, v, n);
+    float *got = malloc(sizeof *got * n);
+    bf16 *got16 = malloc(sizeof *got16 * n);
+    harness_download(h, got, call.a.adamw.params, sizeof *got * n);
+    harness_download(h, got16, call.a.adamw.params_bf16, sizeof *got16 * n);
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) differ += got16[i] != bf16_from_float(got[i]);
+    printf("adamw bf16 refresh            %zu of %zu differ from bf16(param)\n", differ, n);
+    CHECK(differ == 0, "adamw: %zu bf16 copies are not the rounding of their parameter", differ);
+}
+
+static void test_sums(Harness *h) {
+    const int64_t offsets[] = {0, 10, 10, 3000, 20000};
+    const int tensors = 4;
+    float *x = random_floats(20000, 3);
+    float want[4], got[4];
+    double sums[4];
+    DeviceCall call = {.kernel = DK_SUM_OF_SQUARES};
+    call.a.sumsq = (SumSquaresArgs){harness_alloc(h, sizeof sums), up(h, x, 20000), harness_upload(h, offsets, sizeof offsets), tensors};
+    harness_launch(h, &call);
+    harness_download(h, sums, call.a.sumsq.sums, sizeof sums);
+    for (int t = 0; t < tensors; t++) {
+        want[t] = (float)sum_of_squares(x + offsets[t], (size_t)(offsets[t + 1] - offsets[t]));
+        got[t] = (float)sums[t];
+    }
+    double err = relative_error(got, want, (size_t)tensors);
+    printf("%-28s relative error %.3g (bound %.0e)\n", "per-tensor sums of squares", err, FP32_BOUND);
+    CHECK(err <= FP32_BOUND && sums[1] == 0, "sums of squares: relative error %g, empty tensor %g", err, sums[1]);
+    int32_t flag;
+    DeviceCall nf = {.kernel = DK_NONFINITE};
+    nf.a.nonfinite = (NonfiniteArgs){harness_alloc(h, sizeof flag), call.a.sumsq.x, 20000};
+    const float poison[] = {INFINITY, -INFINITY, NAN};
+    for (int i = -1; i < 3; i++) {
+        if (i >= 0) harness_check(h, device_copy(h->dev, h->stream, (float *)call.a.sumsq.x + 777 * (i + 1), &poison[i], sizeof(float), COPY_HOST_TO_DEVICE), "poison");
+        harness_launch(h, &nf);
+        harness_download(h, &flag, nf.a.nonfinite.flag, sizeof flag);
+        CHECK(flag == (i >= 0), "nonfinite flag %d after %d poisoned values", flag, i + 1);
+    }
+}
+
+int main(int argc, char **argv) {
+    rng_seed(&rng, 42);
+    Harness h = harness_open(argc, argv, 7);
+    printf("device %s\n", device_name(h.dev));
+    test_encoder(&h, 0);
+    test_encoder(&h, 1);
+    test_layernorm(&h);
+    test_elementwise(&h);
+    test_attention(&h, 0);
+    test_attention(&h, 1);
+    test_softmax_xent(&h);
+    test_matmul(&h, C, 3 * C);
+    test_matmul(&h, 4 * C, C);
+    test_matmul_bf16(&h, C, 4 * C);
+    test_adamw(&h);
+    test_sums(&h);
+    harness_close(&h);
+    printf("%s\n", failures ? "FAILED" : "all kernels agree");
+    return failures != 0;
+}
