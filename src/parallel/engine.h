@@ -128,6 +128,10 @@ int engine_virtual_stages(const Engine *e); /* p v */
 long engine_optimizer_step(const Engine *e);
 void engine_set_optimizer_step(Engine *e, long step);
 uint64_t engine_base_hash(const Engine *e); /* LoRA: the frozen base's hash (model/lora.h; 0 without LoRA) */
+/* Chunk c's gradient over the range it updates, as reduced by the last engine_forward_backward. */
+float *engine_reduced_gradients(Engine *e, int c);
+/* This rank's optimizer state: `arrays` floats per element each chunk updates. */
+size_t engine_optimizer_state_bytes(const Engine *e, int arrays);
 /* Guard: the first non-finite forward layer and gradient block (global
  * numbers, -1: none) this rank saw in the last step. */
 int engine_first_nonfinite_layer(const Engine *e);

@@ -16,7 +16,7 @@ static void print_compression(const Trainer *tr) {
     if (c->zero_quant_weights || c->zero_hpz)
         printf("compression: ZeRO++%s%s\n", c->zero_quant_weights ? " qwZ (int8 parameter gathers)" : "",
                c->zero_hpz ? " hpZ (backward gathers inside the node)" : "");
-    if (tr->onebit.on)
+    if (c->optimizer == OPTIM_ONEBIT_ADAM)
         printf("compression: 1-bit Adam, full precision for %d steps, then 1-bit momentum with error feedback\n",
                c->freeze_step);
 }

@@ -28,7 +28,7 @@ static const char *curvature_refusal(const Trainer *tr) {
     if (!flat_layout(tr)) return "--zero 0 and no --tp, --pp or --cp (it keeps the whole gradient, weights and a probe on every rank)";
     if (c->precision != PRECISION_FP32) return "--precision fp32 (bf16 or fp8 rounding of the moved weights would swamp the differences)";
     if (c->balance) return "no --balance (the probe's signs follow the interleaved micro-batch order)";
-    if (tr->onebit.on || tr->diloco.on) return "full gradient reduction (not 1-bit Adam or DiLoCo)";
+    if (tr->cfg.optimizer == OPTIM_ONEBIT_ADAM || tr->cfg.local_steps > 0) return "full gradient reduction (not 1-bit Adam or DiLoCo)";
     return NULL;
 }
 
@@ -95,7 +95,7 @@ void estimators_setup(Trainer *tr) {
     curvature_init(&e->curvature, pow(c->noise_ema, every > 0 ? every : 1)); /* the same horizon in steps */
     curvature_init(&e->curvature_precond, e->curvature.ema_decay);
     e->precond_big_sq = NAN;
-    e->precond_on = c->noise_scale && c->optimizer == OPTIM_ADAMW && flat_layout(tr) && !tr->diloco.on;
+    e->precond_on = c->noise_scale && c->optimizer == OPTIM_ADAMW && flat_layout(tr) && tr->cfg.local_steps == 0;
     if (every > 0) setup_curvature(tr);
     noise_probe_setup(tr);
     if (e->goodput_on) setup_goodput(tr);

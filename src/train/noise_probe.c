@@ -18,7 +18,7 @@ static const char *probe_refusal(const Trainer *tr) {
         return "no --tp, --pp, --cp or --ep (its micro-batch norms are of whole gradients on one rank)";
     if (c->zero > 1) return "--zero 0 or 1 (the layouts it is tested with)";
     if (c->precision != PRECISION_FP32) return "--precision fp32 (the layouts it is tested with)";
-    if (tr->onebit.on || tr->diloco.on) return "full gradient reduction (not 1-bit Adam or DiLoCo)";
+    if (tr->cfg.optimizer == OPTIM_ONEBIT_ADAM || tr->cfg.local_steps > 0) return "full gradient reduction (not 1-bit Adam or DiLoCo)";
     if (gpt_is_moe(&tr->model)) return "a dense model (the experts' load statistics would count its passes)";
     return NULL;
 }

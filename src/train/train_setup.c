@@ -15,11 +15,7 @@
 #include "core/io.h"
 #include "model/model_file.h"
 #include "parallel/grid.h"
-#include "train/compression.h"
-#include "train/diloco.h"
-#include "train/estimators.h"
 #include "train/lora_flags.h"
-#include "train/moe_train.h"
 #include "train/train_ckpt.h"
 
 
@@ -171,16 +167,17 @@ static void setup_engine(Trainer *tr) {
     setup_doc_mask(tr, &ec);
     ec.data_parallel = (DPOptions){.zero_stage = c->zero, .bucket_floats = (size_t)(c->bucket_mb * 1024 * 1024 / sizeof(float)),
                         .overlap = !c->no_overlap};
-    compression_dp_options(c, &ec.data_parallel);
-    if (c->local_steps > 0) ec.data_parallel.grad_codec.kind = CODEC_NONE; /* DiLoCo's codec is on its pseudo-gradient */
     ec.optimizer = (OptimizerConfig){c->optimizer, (float)c->beta1, (float)c->beta2, (float)c->eps,
                                      (float)c->weight_decay, (float)c->momentum, (float)c->dampening, c->nesterov,
                                      (float)c->lars_eta, c->lamb_clamp};
+    features_configure(&tr->cx, &ec);
     tr->engine = engine_create(tr->world, &tr->model, &ec);
     free(layers);
     const Grid *g = engine_grid(tr->engine);
     tr->dp_size = g->dp;
     tr->dp_index = g->dp_index;
+    tr->cx.engine = tr->engine;
+    tr->cx.dp_size = tr->dp_size, tr->cx.dp_index = tr->dp_index;
 }
 
 /* Parses the batch schedule and plans the run's length in steps and tokens. */
@@ -232,18 +229,6 @@ static void setup_batch_schedule(Trainer *tr) {
         tr->total_steps = c->steps;
         tr->total_tokens = budget;
     }
-}
-
-/* A NaN's target must exist: the rank, and a layer on that rank's pipeline
- * stage (with virtual stages, in the stage's first chunk). */
-static void target_nan_fault(Trainer *tr) {
-    const Grid *g = engine_grid(tr->engine);
-    int *first = bs_malloc(sizeof(int) * (size_t)g->pp), *count = bs_malloc(sizeof(int) * (size_t)g->pp);
-    for (int s = 0; s < g->pp; s++) engine_stage_layers(tr->engine, s, &first[s], &count[s]);
-    FaultLayout layout = {comm_size(tr->world), tr->model.num_layers, g->tp, g->pp, first, count};
-    fault_target_nan(&tr->fault, &layout);
-    free(first);
-    free(count);
 }
 
 /* The pipeline schedule must run every step's micro-batches (interleaved:
@@ -303,13 +288,12 @@ static void warn_base_only(const TrainConfig *c, int rank) {
                 "the weights) or --save-adapters DIR (a peft directory)", c->save_model);
 }
 
-/* The step's statistics across ranks, --balance, the guard. */
+/* The step's statistics across ranks, --balance. */
 static void setup_policies(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
     step_stats_init(&tr->stats, tr->world, c->straggler_threshold);
     const Grid *g = engine_grid(tr->engine);
     balance_init(&tr->balance, c->balance, tr->dp_size, tr->dp_index, g->tp * g->pp, c->micro_batch);
-    guard_init(&tr->guard, c->skip_spikes, c->spike_window, c->max_skips);
 }
 
 void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
@@ -318,20 +302,18 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     TrainConfig *c = &tr->cfg;
     tr->world = world;
     tr->rank = comm_rank(world);
+    tr->cx = (TrainContext){.cfg = c, .world = world, .model = &tr->model, .rank = tr->rank,
+                            .world_size = comm_size(world), .trainer = tr};
     if (c->threads > 0) omp_set_num_threads(c->threads);
     char why[512];
     if (!lora_flags_resolve(c, why, sizeof why)) bs_die("%s", why); /* callers other than the command line */
     if (!train_config_check(c, why, sizeof why)) bs_die("%s", why);
-    fault_parse(&tr->fault, c->inject_fault);
-    fault_check_rank(&tr->fault, comm_size(world));
     check_outputs(c, tr->rank);
     if (strncmp(c->batch_schedule, "adaptive", 8) == 0 || strncmp(c->batch_schedule, "goodput", 7) == 0 ||
         c->noise_scale_every > 0 || c->noise_probe_every > 0)
         c->noise_scale = true; /* the policy follows the noise scale; the others are logged beside B_simple */
     setup_engine(tr); /* builds the grid: the data-parallel size is known from here on */
     if (tr->rank == 0) lora_flags_check_base(c, engine_base_hash(tr->engine));
-    if (tr->fault.kind == FAULT_NAN || tr->fault.kind == FAULT_NANS) target_nan_fault(tr);
-    moe_train_setup(tr); /* before a resume replaces the parameters */
     int per_step = c->micro_batch * tr->dp_size;
     if (c->global_batch == 0) c->global_batch = per_step;
     if (c->global_batch % per_step != 0)
@@ -339,9 +321,9 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
                c->micro_batch, tr->dp_size);
     setup_batch_schedule(tr);
     check_schedule(tr);
-    onebit_setup(tr); /* after the schedule: an adaptive one measures the noise scale */
-    diloco_setup(tr);
-    estimators_setup(tr);
+    tr->cx.total_steps = tr->total_steps;
+    features_create(&tr->features, &tr->cx); /* after the schedule (an adaptive one measures the noise scale),
+                                                before a resume replaces the parameters */
     setup_policies(tr);
     trace_init(&tr->trace, option_given(c->trace));
     engine_set_trace(tr->engine, option_given(c->trace) ? &tr->trace : NULL);
@@ -363,6 +345,7 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     if (option_given(c->ckpt_dir)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s", c->ckpt_dir);
     else if (option_given(c->out)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s/ckpt", c->out);
     if (option_given(c->resume)) train_resume(tr);
+    tr->cx.step = tr->step, tr->cx.seqs_consumed = tr->seqs_consumed;
     if (option_given(c->resume) && !tr->adaptive && tr->step > tr->total_steps)
         bs_die("--resume %s is at step %ld, past the %ld step(s) of this run (%s): nothing to train", c->resume,
                tr->step, tr->total_steps, c->train_tokens > 0 ? "--train-tokens" : "--steps");
@@ -383,15 +366,11 @@ void train_teardown(Trainer *tr) {
     loader_close(&tr->train_data);
     if (tr->has_val) loader_close(&tr->val_data);
     trace_free(&tr->trace);
-    compression_free(tr); /* before the optimizer state: its momentum may be state[0] */
-    diloco_free(tr);
-    estimators_free(tr);
-    free(tr->moe.metrics);
+    features_free(&tr->features, &tr->cx); /* before the engine: 1-bit Adam's momentum may be its state */
     engine_free(tr->engine);
     if (tr->tok) tokenizer_free(tr->tok);
     step_stats_free(&tr->stats);
     balance_free(&tr->balance);
-    guard_free(&tr->guard);
     train_save_free(tr);
 }
 
