@@ -154,4 +154,22 @@ void engine_set_local_gradients(Engine *e, bool local);
 /* Tied output weights: after parameters were replaced (resume). Collective. */
 void engine_share_output_weights(Engine *e);
 
+/* A chunk's data-parallel buffers and shards (engine_chunk.c; data_parallel.h says what each is). */
+float *engine_chunk_update_params(EngineChunk *ch); /* the parameters of the range it updates */
+float *engine_chunk_update_grads(EngineChunk *ch);  /* their gradient, as reduced */
+float *engine_chunk_params_at(EngineChunk *ch, size_t offset, size_t count); /* NULL: not held (ZeRO-3) */
+void engine_chunk_shard_range(const EngineChunk *ch, size_t *offset, size_t *count);
+int engine_chunk_num_pieces(const EngineChunk *ch);
+DPPiece engine_chunk_piece(const EngineChunk *ch, int k);
+bool engine_chunk_experts_sharded_apart(const EngineChunk *ch);
+void engine_chunk_gather_state(EngineChunk *ch, const float *packed, size_t offset, size_t count, float *out);
+/* Whether this rank's copy of a tensor of that kind counts in norms (model_parallel.h). */
+bool engine_chunk_counts_in_norm(const EngineChunk *ch, TensorKind kind);
+void engine_chunk_residuals(EngineChunk *ch, float **worker, size_t *worker_count, float **server,
+                            size_t *server_count);
+void engine_chunk_reset_residuals(EngineChunk *ch);
+void engine_chunk_measure_micro_preconditioned(EngineChunk *ch, const Preconditioner *p);
+double engine_chunk_micro_precond_sum_squares(const EngineChunk *ch);
+void engine_chunk_set_probe(EngineChunk *ch, float *probe, const float *signs);
+
 #endif

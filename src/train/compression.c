@@ -143,7 +143,7 @@ static void onebit_update(const TrainContext *cx, OnebitState *o, double lr) {
     }
     long step = engine_optimizer_step(cx->engine) + 1;
     engine_set_optimizer_step(cx->engine, step);
-    float *params = dp_update_params(ch->dp);
+    float *params = engine_chunk_update_params(ch);
     const float *v = ch->state[1];
     const Range mine = range_make(ch->update_offset, ch->update_count);
     for (int i = 0; i < ch->opt.num_tensors; i++) { /* tensor by tensor: decay or not; wte's padding untouched */
@@ -166,7 +166,7 @@ static int arrays_of(void *state, const TrainContext *cx, int workers, CkptExtra
     int n = 0;
     float *worker, *server;
     size_t worker_count, server_count;
-    dp_residuals(only_chunk(cx)->dp, &worker, &worker_count, &server, &server_count);
+    engine_chunk_residuals(only_chunk(cx), &worker, &worker_count, &server, &server_count);
     if (worker) arrays[n++] = (CkptExtraArray){"grad_worker", worker, worker_count};
     if (server) arrays[n++] = (CkptExtraArray){"grad_server", server, server_count};
     if (o->worker_residual) {
@@ -183,7 +183,7 @@ static int arrays_of(void *state, const TrainContext *cx, int workers, CkptExtra
 /* Forgets every residual (after a skipped step, whose reduction may have left NaN in them; or on resuming
  * under another layout). */
 static void reset_arrays(void *state, const TrainContext *cx) {
-    dp_reset_residuals(only_chunk(cx)->dp);
+    engine_chunk_reset_residuals(only_chunk(cx));
     OnebitState *o = state;
     if (o->worker_residual) memset(o->worker_residual, 0, only_chunk(cx)->model.num_params * sizeof(float));
     if (o->server_residual) memset(o->server_residual, 0, o->server_count * sizeof(float));

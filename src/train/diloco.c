@@ -30,7 +30,7 @@ typedef struct {
 static EngineChunk *chunk(const TrainContext *cx) { return engine_chunk(cx->engine, 0); }
 
 /* The worker's weights: the whole chunk (ZeRO 0). */
-static float *local_weights(const TrainContext *cx) { return dp_update_params(chunk(cx)->dp); }
+static float *local_weights(const TrainContext *cx) { return engine_chunk_update_params(chunk(cx)); }
 
 static void check_combination(const TrainContext *cx) {
     const TrainConfig *c = cx->cfg;
@@ -142,7 +142,7 @@ static double grad_sum_squares(void *state, const TrainContext *cx) {
 static void prox(const TrainContext *cx, const DilocoState *d) {
     const float mu = (float)cx->cfg->prox_mu;
     if (mu == 0) return;
-    float *grads = dp_update_grads(chunk(cx)->dp);
+    float *grads = engine_chunk_update_grads(chunk(cx));
     const float *w = local_weights(cx);
     for (size_t i = 0; i < d->count; i++) grads[i] += mu * (w[i] - d->global[i]);
 }

@@ -131,20 +131,20 @@ void estimators_before_step(Trainer *tr, StepResult *r) {
     Estimators *e = &tr->est;
     noise_probe_measure(tr, r);
     if (!e->precond_on && !e->curvature_on) return;
-    DataParallel *dp = engine_chunk(tr->engine, 0)->dp;
+    EngineChunk *ch0 = engine_chunk(tr->engine, 0);
     Preconditioner p;
-    dp_measure_micro_preconditioned(dp, estimators_preconditioner(tr, &p) ? &p : NULL);
+    engine_chunk_measure_micro_preconditioned(ch0, estimators_preconditioner(tr, &p) ? &p : NULL);
     const int every = tr->cfg.noise_scale_every;
     e->probing = e->curvature_on && (tr->step + 1) % every == 0 && r->batch >= 2L * tr->cfg.micro_batch &&
                  r->accum_steps <= e->signs_capacity;
     if (!e->probing) {
-        dp_set_probe(dp, NULL, NULL);
+        engine_chunk_set_probe(ch0, NULL, NULL);
         return;
     }
     memset(e->probe, 0, engine_chunk(tr->engine, 0)->update_count * sizeof(float));
     probe_signs(tr, (int)(r->batch / tr->cfg.micro_batch), e->global_signs);
     for (int k = 0; k < r->accum_steps; k++) e->signs[k] = e->global_signs[k * tr->dp_size + tr->dp_index];
-    dp_set_probe(dp, e->probe, e->signs);
+    engine_chunk_set_probe(ch0, e->probe, e->signs);
 }
 
 /* z^T H z and v^T H v by central differences at the saved weights (two
@@ -155,7 +155,7 @@ static void measure_forms(Trainer *tr, Curvature *c, const float *z, const float
     Estimators *e = &tr->est;
     EngineChunk *ch = engine_chunk(tr->engine, 0);
     const size_t n = ch->update_count;
-    float *w = dp_update_params(ch->dp);
+    float *w = engine_chunk_update_params(ch);
     const double hz = curvature_step(w, z, n), hv = curvature_step(w, v, n);
     double zhz = curvature_form(w, e->saved_params, z, n, hz, grad, ctx, NULL);
     double vhv = curvature_form(w, e->saved_params, v, n, hv, grad, ctx, NULL);
@@ -170,7 +170,7 @@ static void measure_curvature(Trainer *tr, const StepResult *r, GradientAt grad,
     Estimators *e = &tr->est;
     EngineChunk *ch = engine_chunk(tr->engine, 0);
     const size_t n = ch->update_count;
-    float *w = dp_update_params(ch->dp), *g = dp_update_grads(ch->dp);
+    float *w = engine_chunk_update_params(ch), *g = engine_chunk_update_grads(ch);
     const int micro = (int)(r->batch / tr->cfg.micro_batch);
     comm_allreduce(engine_grid(tr->engine)->dp_group, e->probe, n); /* sum_i s_i g_i / M over the global batch */
     double sign_sum = 0;
@@ -194,12 +194,12 @@ void estimators_after_backward(Trainer *tr, StepResult *r, GradientAt grad, void
     Preconditioner p;
     EngineChunk *ch = tr->engine && e->precond_on ? engine_chunk(tr->engine, 0) : NULL;
     if (ch && estimators_preconditioner(tr, &p))
-        e->precond_big_sq = preconditioned_sum_of_squares(dp_update_grads(ch->dp), NULL, ch->update_count, &p);
+        e->precond_big_sq = preconditioned_sum_of_squares(engine_chunk_update_grads(ch), NULL, ch->update_count, &p);
     if (!e->probing) return;
     double t0 = bs_now();
-    DataParallel *dp = engine_chunk(tr->engine, 0)->dp;
-    dp_set_probe(dp, NULL, NULL); /* the extra passes measure nothing */
-    dp_measure_micro_preconditioned(dp, NULL);
+    EngineChunk *ch0 = engine_chunk(tr->engine, 0);
+    engine_chunk_set_probe(ch0, NULL, NULL); /* the extra passes measure nothing */
+    engine_chunk_measure_micro_preconditioned(ch0, NULL);
     measure_curvature(tr, r, grad, ctx);
     r->extra_seconds += bs_now() - t0; /* beside the probe's (noise_probe.h) */
 }

@@ -26,7 +26,7 @@ static void before_forward(void *state, const TrainContext *cx, TrainStep *s) {
 
 static void record(void *state, const TrainContext *cx, StepRecord *mine) {
     const Trainer *tr = state;
-    if (tr->est.precond_on) mine->micro_sq_precond = dp_micro_precond_sum_squares(engine_chunk(cx->engine, 0)->dp);
+    if (tr->est.precond_on) mine->micro_sq_precond = engine_chunk_micro_precond_sum_squares(engine_chunk(cx->engine, 0));
 }
 
 /* Before the update: the step's weights. */

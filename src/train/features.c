@@ -14,11 +14,11 @@
 #include "optim/grad_norm.h"
 
 extern const Feature preempt_feature, guard_feature, fp8_feature, moe_feature, compression_feature, diloco_feature,
-    estimators_feature, fault_feature;
+    estimators_feature, fault_feature, grad_norm_ranks_feature;
 
 static const Feature *const FEATURES[] = {
     &preempt_feature, &guard_feature, &fp8_feature, &moe_feature, &compression_feature, &diloco_feature,
-    &estimators_feature, &fault_feature,
+    &estimators_feature, &fault_feature, &grad_norm_ranks_feature,
 };
 
 enum { FEATURE_COUNT = sizeof FEATURES / sizeof FEATURES[0] };

@@ -96,15 +96,15 @@ static void probe_once(Trainer *tr, StepResult *r) {
     EngineChunk *ch = engine_chunk(tr->engine, 0);
     Preconditioner p;
     const bool precond = estimators_preconditioner(tr, &p);
-    dp_set_probe(ch->dp, NULL, NULL); /* the curvature's signed sum and Adam's metric are the step's, set after */
-    dp_measure_micro_preconditioned(ch->dp, precond ? &p : NULL);
+    engine_chunk_set_probe(ch, NULL, NULL); /* the curvature's signed sum and Adam's metric are the step's, set after */
+    engine_chunk_measure_micro_preconditioned(ch, precond ? &p : NULL);
     EngineStepStats es =
         engine_forward_backward(tr->engine, K, 1.0f / (float)(counted > 0 ? counted : 1), load_probe_micro, &src);
     e->probe_micro_batches += K;
     /* this rank's micro-batches, of the loss scaled by 1/M: raw and in Adam's metric */
-    double micro_sq[2] = {es.micro_sum_squares, precond ? dp_micro_precond_sum_squares(ch->dp) : 0};
+    double micro_sq[2] = {es.micro_sum_squares, precond ? engine_chunk_micro_precond_sum_squares(ch) : 0};
     comm_allreduce_double(engine_grid(tr->engine)->dp_group, micro_sq, 2);
-    dp_measure_micro_preconditioned(ch->dp, NULL);
+    engine_chunk_measure_micro_preconditioned(ch, NULL);
     const double big_sq = engine_grad_sum_squares(tr->engine), b = tr->cfg.micro_batch;
     if (noise_probe_update(&e->probe_noise, micro_sq[0], M, b, big_sq)) {
         r->noise_probe = noise_scale_simple(&e->probe_noise);
@@ -113,7 +113,7 @@ static void probe_once(Trainer *tr, StepResult *r) {
     }
     if (!precond) return;
     /* ZeRO 0 (precond_on): the reduced gradient is whole on every rank */
-    const double big_precond = preconditioned_sum_of_squares(dp_update_grads(ch->dp), NULL, ch->update_count, &p);
+    const double big_precond = preconditioned_sum_of_squares(engine_chunk_update_grads(ch), NULL, ch->update_count, &p);
     if (noise_probe_update(&e->probe_precond, micro_sq[1], M, b, big_precond)) {
         r->noise_probe_precond = noise_scale_simple(&e->probe_precond);
         r->noise_probe_precond_grad_sq = noise_scale_grad_sq(&e->probe_precond);

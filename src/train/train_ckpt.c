@@ -141,7 +141,7 @@ static void gather_piece_state(EngineChunk *ch, CkptPiece *p) {
         p->state[k] = NULL;
         if (k >= OPTIMIZER_MAX_STATE || !ch->state[k]) continue;
         p->gathered[k] = bs_malloc((p->count ? p->count : 1) * sizeof(float));
-        dp_gather_state(ch->dp, ch->state[k], p->offset, p->count, p->gathered[k]);
+        engine_chunk_gather_state(ch, ch->state[k], p->offset, p->count, p->gathered[k]);
         p->state[k] = p->gathered[k];
     }
 }
@@ -159,12 +159,12 @@ static void release_gathered(AsyncCkpt *a) {
 static void describe_piece(Trainer *tr, int c, CkptPiece *p) {
     const Grid *g = engine_grid(tr->engine);
     EngineChunk *ch = engine_chunk(tr->engine, c);
-    dp_shard_range(ch->dp, &p->offset, &p->count);
+    engine_chunk_shard_range(ch, &p->offset, &p->count);
     if (g->ep > 1) /* each ep rank's layout (its experts) split over its expert-data-parallel group */
         comm_partition(g->edp_group, ch->model.num_params, comm_rank(g->edp_group), &p->offset, &p->count);
-    p->params = dp_params_at(ch->dp, p->offset, p->count);
+    p->params = engine_chunk_params_at(ch, p->offset, p->count);
     p->shard = g->tp_index + ch->virtual_stage * g->tp + g->ep_index * g->tp * engine_virtual_stages(tr->engine);
-    if (dp_experts_sharded_apart(ch->dp)) {
+    if (engine_chunk_experts_sharded_apart(ch)) {
         gather_piece_state(ch, p);
         return;
     }
@@ -385,15 +385,15 @@ static void resume_arrays(Trainer *tr, const char *dir, const CkptManifest *m) {
 /* A chunk's parameters (all it holds, or its ZeRO-3 shard) and optimizer state. */
 static void read_chunk(EngineChunk *ch, const char *dir, const CkptManifest *m) {
     size_t total = ch->model.num_params, off, count;
-    float *params = dp_params_at(ch->dp, 0, total);
+    float *params = engine_chunk_params_at(ch, 0, total);
     if (params) {
         train_ckpt_read(dir, m, &ch->model.cfg, 0, total, params, NULL);
     } else {
-        dp_shard_range(ch->dp, &off, &count);
-        train_ckpt_read(dir, m, &ch->model.cfg, off, count, dp_params_at(ch->dp, off, count), NULL);
+        engine_chunk_shard_range(ch, &off, &count);
+        train_ckpt_read(dir, m, &ch->model.cfg, off, count, engine_chunk_params_at(ch, off, count), NULL);
     }
-    for (int k = 0; k < dp_num_pieces(ch->dp); k++) { /* the optimizer state of each piece this rank updates */
-        const DPPiece piece = dp_piece(ch->dp, k);
+    for (int k = 0; k < engine_chunk_num_pieces(ch); k++) { /* the optimizer state of each piece this rank updates */
+        const DPPiece piece = engine_chunk_piece(ch, k);
         float *state[CKPT_STATE_ARRAYS];
         for (int a = 0; a < CKPT_STATE_ARRAYS; a++)
             state[a] = a < OPTIMIZER_MAX_STATE && ch->state[a] ? ch->state[a] + piece.packed : NULL;

@@ -14,7 +14,6 @@
 #include "core/error.h"
 #include "core/io.h"
 #include "model/model_file.h"
-#include "parallel/grid.h"
 #include "train/lora_flags.h"
 #include "train/train_ckpt.h"
 

@@ -10,8 +10,6 @@
 #include "core/error.h"
 #include "core/range.h"
 #include "optim/grad_norm.h"
-#include "parallel/data_parallel.h"
-#include "parallel/model_parallel.h"
 
 void watch_init(Watch *w, const TrainConfig *c, int rank, int ranks, int layers, double flops_per_token) {
     *w = (Watch){0};
@@ -47,11 +45,11 @@ static void add_chunk(Watch *w, const EngineChunk *ch) {
     int cap = gpt_max_segments(cfg);
     ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
     int n = gpt_param_segments(cfg, segs, cap);
-    for (int k = 0; k < dp_num_pieces(ch->dp); k++) {
-        const DPPiece p = dp_piece(ch->dp, k);
+    for (int k = 0; k < engine_chunk_num_pieces(ch); k++) {
+        const DPPiece p = engine_chunk_piece(ch, k);
         const Range mine = range_make(p.offset, p.count);
         for (int i = 0; i < n; i++) {
-            if (!mp_counts_in_norm(cfg, ch->dp, segs[i].kind)) continue;
+            if (!engine_chunk_counts_in_norm(ch, segs[i].kind)) continue;
             Range part = range_intersect(range_make(segs[i].offset, segs[i].count), mine);
             if (range_empty(part)) continue;
             const int b = block_of(&segs[i], w->blocks);
