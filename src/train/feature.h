@@ -9,7 +9,8 @@
  *
  * The step, as the hooks see it:
  *   before_step      the top of the step, before its batch is chosen
- *   before_forward   the batch is known (r->batch, r->accum_steps)
+ *   before_forward   the batch is known (r->batch; r->accum_steps and
+ *                    s->replica_start, which a feature may change)
  *   after_backward   forward and backward done, the gradient norm known
  *   record           this rank's entries of the step's one all-gather
  *   veto             skip the update (writes r->skip_reason)
@@ -18,6 +19,7 @@
  *                    the engine's (clipped by --grad-clip)
  *   after_update     updated or skipped (r->skipped)
  *   after_step       the step's statistics are in r
+ *   observe          evaluated; what a watcher measures (per-layer norms)
  *   metrics          keys added to the step's metrics line (rank 0)
  *   end_step         the step's line and checkpoint are written
  * and around it: configure (the engine's options, before it exists), create,
@@ -69,6 +71,7 @@ typedef struct {
     const StepStats *stats;        /* after the exchange */
     double compute;                /* this rank's compute seconds (features may add to it in after_backward) */
     double grad_sq;                /* the squared gradient norm the guard and the metrics see */
+    int64_t replica_start;         /* this replica's first sequence in the batch (-1: the replicas interleave) */
     GradientAt gradient_pass;      /* the step's batch again at the weights as they are now, reduced */
     void *pass_ctx;
 } TrainStep;
@@ -97,6 +100,10 @@ typedef struct {
     void (*before_update)(void *state, const TrainContext *cx, TrainStep *s);
     void (*after_update)(void *state, const TrainContext *cx, TrainStep *s);
     void (*after_step)(void *state, const TrainContext *cx, TrainStep *s);
+    /* the step over and evaluated (val_loss NaN: not), before its metrics line; records: every rank's
+     * entries of the step's all-gather, in rank order. A collective where a feature measures. */
+    void (*observe)(void *state, const TrainContext *cx, const StepResult *r, const StepRecord *records,
+                    double val_loss);
     void (*metrics)(void *state, const TrainContext *cx, json_t *record);
     void (*end_step)(void *state, const TrainContext *cx, const StepResult *r);
     int (*stopped)(void *state, const TrainContext *cx, int signal, const char *ckpt_dir); /* exit status */

@@ -1,6 +1,7 @@
 /* features.c: the feature list and the calls over the active features (see
  * features.h). A new feature is one file defining its Feature table and one
- * line in the list below. The order is the order of the hooks: MoE before
+ * line in the list below. The order is the order of the hooks: --balance
+ * before the estimators (it sets the step's micro-batches), MoE before
  * DiLoCo (a skewed router start before DiLoCo keeps the initial weights),
  * compression before DiLoCo (their checkpoint arrays and engine options in
  * that order), injected faults after the estimators (a NaN goes into the
@@ -13,12 +14,12 @@
 #include "core/error.h"
 #include "optim/grad_norm.h"
 
-extern const Feature preempt_feature, guard_feature, fp8_feature, moe_feature, compression_feature, diloco_feature,
-    estimators_feature, fault_feature, grad_norm_ranks_feature;
+extern const Feature preempt_feature, guard_feature, balance_feature, fp8_feature, moe_feature, compression_feature,
+    diloco_feature, estimators_feature, fault_feature, watch_feature, grad_norm_ranks_feature;
 
 static const Feature *const FEATURES[] = {
-    &preempt_feature, &guard_feature, &fp8_feature, &moe_feature, &compression_feature, &diloco_feature,
-    &estimators_feature, &fault_feature, &grad_norm_ranks_feature,
+    &preempt_feature, &guard_feature, &balance_feature, &fp8_feature, &moe_feature, &compression_feature, &diloco_feature,
+    &estimators_feature, &fault_feature, &watch_feature, &grad_norm_ranks_feature,
 };
 
 enum { FEATURE_COUNT = sizeof FEATURES / sizeof FEATURES[0] };

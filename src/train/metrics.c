@@ -86,11 +86,6 @@ static void set_policy(json_t *j, const Metrics *m, const StepResult *r, const M
     set(j, "max_live_microbatches", json_integer(r->max_live));
     set(j, "batch", json_integer(r->batch));
     set(j, "accumulation", json_integer(r->accum_steps));
-    if (m->balance) {
-        json_t *split = json_array();
-        for (int d = 0; d < m->replicas; d++) json_array_append_new(split, json_integer(s->split[d]));
-        set(j, "micro_batches_per_replica", split);
-    }
     if (r->skipped) set(j, "skipped", json_string(r->skip_reason));
     if (s->ckpt_stall > 0) set(j, "ckpt_stall_ms", metrics_number(s->ckpt_stall * 1e3));
     set(j, "compute_ms_median", metrics_number(r->median_compute * 1e3));
@@ -120,26 +115,6 @@ static void set_policy(json_t *j, const Metrics *m, const StepResult *r, const M
     if (m->goodput && r->next_batch > 0) set(j, "goodput_batch", json_integer(r->next_batch));
 }
 
-/* The root of each of n squared norms, as an array. */
-static json_t *roots(const double *sq, int n) {
-    json_t *a = json_array();
-    for (int i = 0; i < n; i++) json_array_append_new(a, metrics_number(sqrt(sq[i])));
-    return a;
-}
-
-/* Per block (embeddings, layers, final LayerNorm) and per rank (train/watch.h); the MFU. */
-static void set_norms(json_t *j, const Metrics *m, const StepResult *r, const Watch *w) {
-    if (!w || !w->on) return;
-    set(j, "grad_norm_layers", roots(w->grad_sq, w->blocks));
-    set(j, "weight_norm_layers", roots(w->weight_sq, w->blocks));
-    if (!isnan(w->rank_grad[0])) {
-        json_t *ranks = json_array();
-        for (int k = 0; k < w->ranks; k++) json_array_append_new(ranks, metrics_number(w->rank_grad[k]));
-        set(j, "grad_norm_ranks", ranks);
-    }
-    if (w->peak_flops > 0) set(j, "mfu", metrics_number(watch_mfu(w, r, m->seq_len)));
-}
-
 void metrics_write(const Metrics *m, const StepResult *r, const MetricsStep *s) {
     if (!m->file) return;
     const double tokens_per_s = step_tokens_per_s(r, m->seq_len);
@@ -158,7 +133,6 @@ void metrics_write(const Metrics *m, const StepResult *r, const MetricsStep *s) 
     if (m->baseline_tokens_per_s > 0)
         set(j, "scaling_efficiency", metrics_number(tokens_per_s / (m->replicas * m->baseline_tokens_per_s)));
     if (!isnan(s->val_loss)) set(j, "val_loss", metrics_number(s->val_loss));
-    set_norms(j, m, r, s->watch);
     if (s->add) s->add(s->add_ctx, j);
     char *line = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
     fprintf(m->file, "%s\n", line);

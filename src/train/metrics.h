@@ -14,13 +14,12 @@
 #include <jansson.h>
 
 #include "train/step_result.h"
-#include "train/watch.h"
 
 typedef struct {
     FILE *file;                   /* NULL: no metrics (another rank, or no --metrics) */
     int seq_len, ranks, pp;       /* pp > 1: the pipeline's bubble fields */
     int replicas;                 /* data-parallel */
-    bool balance, noise_scale;    /* --balance: the split; --noise-scale: B_simple */
+    bool noise_scale;             /* --noise-scale: B_simple */
     double baseline_tokens_per_s; /* one process's rate for the scaling efficiency (0: none) */
     bool curvature, goodput;      /* --noise-scale-every; --batch-schedule goodput (train/estimators.h) */
     bool probe;                   /* --noise-probe-every (train/noise_probe.h) */
@@ -32,10 +31,8 @@ typedef struct {
     uint64_t tokens;   /* consumed so far */
     double val_loss;   /* NaN: not evaluated at this step */
     double ckpt_stall; /* seconds the previous step's checkpoint stopped training (0: none) */
-    const int *split;  /* --balance: micro-batches per replica */
     size_t state_bytes, buffer_bytes; /* this rank's parameters, gradients and optimizer state; buffers */
     size_t activation_bytes;          /* this rank's activation sets, backward scratch, context-attention buffers */
-    const Watch *watch;               /* per-layer and per-rank gradient norms, weight norms, MFU (NULL: none) */
     void (*add)(void *ctx, json_t *record); /* the features' keys (train/feature.h), last (NULL: none) */
     void *add_ctx;
 } MetricsStep;

@@ -287,13 +287,8 @@ static void warn_base_only(const TrainConfig *c, int rank) {
                 "the weights) or --save-adapters DIR (a peft directory)", c->save_model);
 }
 
-/* The step's statistics across ranks, --balance. */
-static void setup_policies(Trainer *tr) {
-    const TrainConfig *c = &tr->cfg;
-    step_stats_init(&tr->stats, tr->world, c->straggler_threshold);
-    const Grid *g = engine_grid(tr->engine);
-    balance_init(&tr->balance, c->balance, tr->dp_size, tr->dp_index, g->tp * g->pp, c->micro_batch);
-}
+/* The step's statistics across ranks. */
+static void setup_policies(Trainer *tr) { step_stats_init(&tr->stats, tr->world, tr->cfg.straggler_threshold); }
 
 void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     memset(tr, 0, sizeof *tr);
@@ -348,7 +343,7 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     if (option_given(c->resume) && !tr->adaptive && tr->step > tr->total_steps)
         bs_die("--resume %s is at step %ld, past the %ld step(s) of this run (%s): nothing to train", c->resume,
                tr->step, tr->total_steps, c->train_tokens > 0 ? "--train-tokens" : "--steps");
-    tr->metrics = (Metrics){NULL, c->seq_len, comm_size(world), engine_grid(tr->engine)->pp, tr->dp_size, c->balance,
+    tr->metrics = (Metrics){NULL, c->seq_len, comm_size(world), engine_grid(tr->engine)->pp, tr->dp_size,
                             c->noise_scale, c->baseline_tokens_per_s, tr->est.curvature_on, tr->est.goodput_on,
                             tr->est.probe_on};
     if (tr->rank == 0) {
@@ -369,7 +364,6 @@ void train_teardown(Trainer *tr) {
     engine_free(tr->engine);
     if (tr->tok) tokenizer_free(tr->tok);
     step_stats_free(&tr->stats);
-    balance_free(&tr->balance);
     train_save_free(tr);
 }
 

@@ -55,13 +55,14 @@ static MicroSource train_source(Trainer *tr, int64_t replica_start) {
 }
 
 /* Forward and backward over this replica's micro-batches through the engine. */
-static EngineStepStats forward_backward(Trainer *tr, const StepResult *r) {
+static EngineStepStats forward_backward(Trainer *tr, const TrainStep *s) {
+    const StepResult *r = s->r;
     engine_set_local_gradients(tr->engine, features_local_gradients(&tr->features, &tr->cx));
-    MicroSource src = train_source(tr, balance_first_sequence(&tr->balance));
+    MicroSource src = train_source(tr, s->replica_start);
     return engine_forward_backward(tr->engine, r->accum_steps, loss_scale(tr, r), micro_source_load, &src);
 }
 
-/* A feature's gradient pass (the curvature measurement's): the step's batch
+/* A feature's gradient pass: the step's batch
  * again at the weights as they are now, reduced. */
 typedef struct {
     Trainer *tr;
@@ -88,15 +89,15 @@ static StepResult train_step(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
     FeatureList *f = &tr->features;
     StepResult r = {0};
-    TrainStep s = {.r = &r, .gradient_pass = gradient_pass};
+    TrainStep s = {.r = &r, .replica_start = -1, .gradient_pass = gradient_pass};
     sync_context(tr);
     FEATURES_CALL(f, before_step, &tr->cx, &s);
     r.batch = current_batch(tr);
-    r.accum_steps = balance_micro_batches(&tr->balance, r.batch);
+    r.accum_steps = (int)(r.batch / c->micro_batch) / tr->dp_size; /* each replica an equal share */
     r.counted = loader_counted(&tr->train_data, tr->seqs_consumed, (uint64_t)r.batch); /* every rank: the whole batch */
     double t_start = bs_now();
     FEATURES_CALL(f, before_forward, &tr->cx, &s);
-    EngineStepStats es = forward_backward(tr, &r);
+    EngineStepStats es = forward_backward(tr, &s);
     s.engine = &es;
     s.compute = es.busy;
     FEATURES_CALL(f, after_backward, &tr->cx, &s);
@@ -120,7 +121,6 @@ static StepResult train_step(Trainer *tr) {
     FEATURES_CALL(f, after_update, &tr->cx, &s);
     trace_add(&tr->trace, "optimizer", "compute", t_opt, bs_now());
     step_result_record(&r, &st, &es, tr->engine, bs_now() - t_exchanged);
-    balance_update(&tr->balance, st.compute);
     r.seconds = bs_now() - t_start;
     FEATURES_CALL(f, after_step, &tr->cx, &s);
     tr->seqs_consumed += (uint64_t)r.batch;
@@ -142,8 +142,8 @@ static void write_step_metrics(Trainer *tr, const StepResult *r, double val_loss
     DPMemory mem = engine_memory(tr->engine);
     size_t opt_bytes = engine_optimizer_state_bytes(tr->engine, optimizer_state_arrays(tr->cfg.optimizer));
     MetricsStep s = {tr->step, tr->seqs_consumed * (uint64_t)tr->cfg.seq_len, val_loss, tr->last_ckpt_stall,
-                     tr->balance.split, mem.param_bytes + mem.grad_bytes + opt_bytes, mem.buffer_bytes,
-                     engine_activation_bytes(tr->engine), &tr->watch, add_feature_metrics, tr};
+                     mem.param_bytes + mem.grad_bytes + opt_bytes, mem.buffer_bytes,
+                     engine_activation_bytes(tr->engine), add_feature_metrics, tr};
     metrics_write(&tr->metrics, r, &s);
 }
 
@@ -174,8 +174,7 @@ static bool after_step(Trainer *tr, Report *rp, const StepResult *r, long start_
     const bool last = run_done(tr);
     const bool evaluated = tr->has_val && c->eval_every > 0 && (tr->step % c->eval_every == 0 || last);
     const double val_loss = evaluated ? train_evaluate(tr) : NAN;
-    watch_measure(&tr->watch, tr->engine, c, &tr->stats); /* per-layer norms: a collective when on */
-    if (tr->rank == 0) watch_write_tensorboard(&tr->watch, r, tr->step, val_loss, c->seq_len);
+    FEATURES_CALL(&tr->features, observe, &tr->cx, r, tr->stats.records, val_loss); /* e.g. per-layer norms */
     /* the step's metrics line before its checkpoint: a run killed between the two resumes from the checkpoint
      * before, never past a line that was not written; so a checkpoint's stall is reported on the next step's line */
     write_step_metrics(tr, r, val_loss);
@@ -185,7 +184,7 @@ static bool after_step(Trainer *tr, Report *rp, const StepResult *r, long start_
         tr->last_ckpt_stall = train_save(tr);
         report_checkpoint(rp, tr->step, tr->last_ckpt_stall, c->async_ckpt);
     }
-    FEATURES_CALL(&tr->features, end_step, &tr->cx, r); /* e.g. the guard's patience */
+    FEATURES_CALL(&tr->features, end_step, &tr->cx, r);
     bool timed = tr->step > start_step + 1 || tr->total_steps - start_step == 1;
     report_step(rp, r, &(ReportStep){tr->step, shown_total(tr), timed, evaluated, val_loss});
     if (c->target_val_loss > 0 && !isnan(val_loss) && val_loss <= c->target_val_loss) {
@@ -202,8 +201,6 @@ int train_run(const TrainConfig *cfg, Comm *world) {
     bs_die_status(BS_EXIT_ERROR); /* set up: a failure from here on may pass, `batchscale run` restarts */
     const TrainConfig *c = &tr->cfg;
     banner_print(tr);
-    watch_init(&tr->watch, c, tr->rank, comm_size(world), tr->model.num_layers,
-               gpt_flops_per_token(&tr->model, c->seq_len));
     double origin = bs_now();
     Report rp;
     report_init(&rp, &tr->progress, tr->rank == 0 && !c->quiet, c, tr->dp_size,
@@ -227,7 +224,6 @@ int train_run(const TrainConfig *cfg, Comm *world) {
     train_write_trace(tr, origin);
     if (!stopped_by) report_summary(&rp);
     if (c->sample_tokens > 0 && !stopped_by) train_print_sample(tr);
-    watch_free(&tr->watch);
     train_teardown(tr);
     free(tr);
     return status;

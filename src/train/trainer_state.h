@@ -29,14 +29,12 @@
 #include "optim/noise_scale.h"
 #include "optim/optimizer.h"
 #include "parallel/engine.h"
-#include "train/balance.h"
 #include "train/features.h"
 #include "train/metrics.h"
 #include "train/progress.h"
 #include "train/step_result.h"
 #include "train/step_stats.h"
 #include "train/trainer.h"
-#include "train/watch.h"
 
 #define TRAIN_MAX_CHUNKS PIPE_MAX_CHUNKS /* model chunks per rank (parallel/pipeline.h) */
 
@@ -119,11 +117,9 @@ typedef struct Trainer {
     Trace trace;
     char ckpt_dir[4096];
     StepStatsExchange stats; /* the step's statistics across ranks, one collective */
-    Balance balance;     /* --balance: micro-batches per replica by measured speed */
     AsyncCkpt async;
     double last_ckpt_stall; /* seconds, for the metrics of the step after the one that wrote a checkpoint */
     bool resharded;         /* resumed from a checkpoint written under another layout */
-    Watch watch; /* per-layer and per-rank norms, MFU, TensorBoard (train/watch.h) */
     Estimators est; /* precond and curvature noise scales, goodput (train/estimators.h) */
     TrainContext cx;       /* what the features see (train/feature.h) */
     FeatureList features;  /* the active ones, in hook order */
