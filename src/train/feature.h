@@ -37,6 +37,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_extra.h"
 #include "comm/comm.h"
+#include "data/loader.h"
 #include "model/gpt.h"
 #include "optim/curvature.h"
 #include "parallel/engine.h"
@@ -44,10 +45,15 @@
 #include "train/step_stats.h"
 #include "train/train_config.h"
 
-struct Trainer;
-
 /* A text option was given (not NULL or empty). */
 static inline bool option_given(const char *value) { return value && *value; }
+
+/* The trainer's batch size per step, which a feature may steer (an adaptive or goodput schedule). */
+typedef struct {
+    bool adaptive;                     /* --batch-schedule adaptive:MIN:MAX or goodput:MIN:MAX */
+    long adaptive_batch, adaptive_max; /* its current batch (saved in checkpoints) and bound */
+    long base_batch;                   /* --lr-scaling's reference batch */
+} BatchPolicy;
 
 /* What a feature sees of the job. The trainer keeps it current: step and
  * seqs_consumed are the counters before the step in flight. */
@@ -61,7 +67,8 @@ typedef struct {
     long step;                   /* optimizer steps done */
     long total_steps;            /* planned (LONG_MAX: until the token budget is spent) */
     uint64_t seqs_consumed;      /* data position */
-    struct Trainer *trainer;     /* the noise-scale estimators only (train/feature_estimators.c): not yet narrowed */
+    BatchPolicy *batch;          /* the batch policy a feature may steer */
+    DataLoader *train_data;      /* the training data (a feature's extra passes over it) */
 } TrainContext;
 
 /* The step in flight. */

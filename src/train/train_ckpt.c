@@ -60,10 +60,7 @@ static CkptManifest *snapshot_manifest(const Trainer *tr) {
     m->optimizer_step = engine_optimizer_step(tr->engine);
     snprintf(m->batch_schedule, sizeof m->batch_schedule, "%s", tr->cfg.batch_schedule);
     m->final_batch = tr->cfg.global_batch;
-    m->current_batch = tr->adaptive ? tr->adaptive_batch : 0;
-    const NoiseScale *ns = &tr->noise;
-    double noise[4] = {ns->ema_decay, ns->grad_sq_ema, ns->trace_ema, ns->ema_weight};
-    memcpy(m->noise_scale, noise, sizeof noise);
+    m->current_batch = tr->batch.adaptive ? tr->batch.adaptive_batch : 0;
     FEATURES_CALL(&tr->features, pack, &tr->cx, m);
     return m;
 }
@@ -481,10 +478,7 @@ void train_resume(Trainer *tr) {
     tr->seqs_consumed = m->seqs_consumed;
     engine_set_optimizer_step(tr->engine, m->optimizer_step);
     tr->sample_rng = m->sample_rng;
-    if (tr->adaptive) tr->adaptive_batch = m->current_batch;
-    tr->noise.grad_sq_ema = m->noise_scale[1];
-    tr->noise.trace_ema = m->noise_scale[2];
-    tr->noise.ema_weight = m->noise_scale[3];
+    if (tr->batch.adaptive) tr->batch.adaptive_batch = m->current_batch;
     FEATURES_CALL(&tr->features, unpack, &tr->cx, m);
     if (tr->rank == 0 && !tr->cfg.resume_new_batch && (m->data_seed != (uint64_t)tr->cfg.seed || m->data_shuffle != tr->train_data.shuffle))
         bs_warn("resuming %s with another --seed or --data-order than it was written with: the data order changes",

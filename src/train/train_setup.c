@@ -196,10 +196,9 @@ static void setup_batch_schedule(Trainer *tr) {
         if (lo < 2L * c->micro_batch)
             bs_die("--batch-schedule %s:%ld:%ld: MIN must hold at least two micro-batches (%d) so the noise "
                    "scale can be measured", kind, lo, hi, 2 * c->micro_batch);
-        tr->adaptive = true;
-        tr->est.goodput_on = goodput;
-        tr->adaptive_batch = lo;
-        tr->adaptive_max = hi;
+        tr->batch.adaptive = true;
+        tr->batch.adaptive_batch = lo;
+        tr->batch.adaptive_max = hi;
         c->noise_scale = true; /* the policy follows the measured noise scale */
         if (c->train_tokens == 0)
             bs_die("--batch-schedule %s needs --train-tokens (the number of steps is not known)", kind);
@@ -208,8 +207,8 @@ static void setup_batch_schedule(Trainer *tr) {
         if (!batch_schedule_parse(c->batch_schedule, &tr->batch_schedule, why, sizeof why)) bs_die("%s", why);
         if (!batch_schedule_prepare(&tr->batch_schedule, c->global_batch, budget, why, sizeof why)) bs_die("%s", why);
     }
-    tr->base_batch = c->base_batch > 0 ? c->base_batch : c->global_batch;
-    if (tr->adaptive) { /* steps unknown: stop on tokens */
+    tr->batch.base_batch = c->base_batch > 0 ? c->base_batch : c->global_batch;
+    if (tr->batch.adaptive) { /* steps unknown: stop on tokens */
         tr->total_steps = LONG_MAX;
         tr->total_tokens = budget;
     } else if (c->train_tokens > 0) { /* count the steps the schedule takes to spend the budget */
@@ -252,10 +251,10 @@ static void check_schedule(Trainer *tr) {
     const long granule = (long)c->micro_batch * tr->dp_size;
     char ignore[256];
     long realised;
-    if (tr->adaptive) { /* MIN, then whole micro-steps up to MAX */
-        batch_round(tr->adaptive_batch, granule, false, &realised, ignore, sizeof ignore);
+    if (tr->batch.adaptive) { /* MIN, then whole micro-steps up to MAX */
+        batch_round(tr->batch.adaptive_batch, granule, false, &realised, ignore, sizeof ignore);
         check_schedule_at(tr, realised);
-        for (long b = (tr->adaptive_batch + granule - 1) / granule * granule; b <= tr->adaptive_max; b += granule)
+        for (long b = (tr->batch.adaptive_batch + granule - 1) / granule * granule; b <= tr->batch.adaptive_max; b += granule)
             check_schedule_at(tr, b);
         return;
     }
@@ -297,7 +296,7 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     tr->world = world;
     tr->rank = comm_rank(world);
     tr->cx = (TrainContext){.cfg = c, .world = world, .model = &tr->model, .rank = tr->rank,
-                            .world_size = comm_size(world), .trainer = tr};
+                            .world_size = comm_size(world), .batch = &tr->batch, .train_data = &tr->train_data};
     if (c->threads > 0) omp_set_num_threads(c->threads);
     char why[512];
     if (!lora_flags_resolve(c, why, sizeof why)) bs_die("%s", why); /* callers other than the command line */
@@ -334,18 +333,17 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     double step_tokens = (double)c->global_batch * c->seq_len; /* of the final batch */
     double warmup = c->warmup_tokens > 0 ? (double)c->warmup_tokens : c->warmup * step_tokens;
     tr->lr = (LrSchedule){c->lr, c->min_lr, warmup, (double)tr->total_tokens};
-    noise_scale_init(&tr->noise, c->noise_ema);
 
     if (option_given(c->ckpt_dir)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s", c->ckpt_dir);
     else if (option_given(c->out)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s/ckpt", c->out);
     if (option_given(c->resume)) train_resume(tr);
     tr->cx.step = tr->step, tr->cx.seqs_consumed = tr->seqs_consumed;
-    if (option_given(c->resume) && !tr->adaptive && tr->step > tr->total_steps)
+    if (option_given(c->resume) && !tr->batch.adaptive && tr->step > tr->total_steps)
         bs_die("--resume %s is at step %ld, past the %ld step(s) of this run (%s): nothing to train", c->resume,
                tr->step, tr->total_steps, c->train_tokens > 0 ? "--train-tokens" : "--steps");
     tr->metrics = (Metrics){NULL, c->seq_len, comm_size(world), engine_grid(tr->engine)->pp, tr->dp_size,
-                            c->noise_scale, c->baseline_tokens_per_s, tr->est.curvature_on, tr->est.goodput_on,
-                            tr->est.probe_on};
+                            c->noise_scale, c->baseline_tokens_per_s, c->noise_scale_every > 0,
+                            strncmp(c->batch_schedule, "goodput", 7) == 0, c->noise_probe_every > 0};
     if (tr->rank == 0) {
         if (tr->ckpt_dir[0]) bs_mkdir_p(tr->ckpt_dir);
         if (option_given(c->out)) bs_mkdir_p(c->out);

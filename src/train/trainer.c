@@ -35,7 +35,7 @@ static void sync_context(Trainer *tr) {
 /* The global batch of the step starting now, rounded to whole micro-steps. */
 static long current_batch(Trainer *tr) {
     char why[256] = "";
-    long realised, want = tr->adaptive ? tr->adaptive_batch
+    long realised, want = tr->batch.adaptive ? tr->batch.adaptive_batch
                                        : batch_at(&tr->batch_schedule, tr->seqs_consumed * (uint64_t)tr->cfg.seq_len);
     if (!batch_round(want, (long)tr->cfg.micro_batch * tr->dp_size, tr->cfg.strict_batch, &realised, why, sizeof why))
         bs_die("%s", why);
@@ -110,7 +110,7 @@ static StepResult train_step(Trainer *tr) {
     r.grad_norm = sqrt(s.grad_sq);
     /* warm-up and decay on the token axis, so a changing batch does not distort them */
     double tokens_after = (double)(tr->seqs_consumed + (uint64_t)r.batch) * c->seq_len;
-    r.lr = lr_at(&tr->lr, tokens_after) * lr_scaling_factor(c->lr_scaling, r.batch, tr->base_batch);
+    r.lr = lr_at(&tr->lr, tokens_after) * lr_scaling_factor(c->lr_scaling, r.batch, tr->batch.base_batch);
     r.skipped = features_veto(f, &tr->cx, &s);
     if (!r.skipped) {
         GradientPass pass = {tr, &r};
@@ -155,7 +155,7 @@ static bool run_done(const Trainer *tr) {
 
 /* The steps the progress line shows: planned, or (adaptive) estimated from the tokens still to go. */
 static long shown_total(const Trainer *tr) {
-    if (!tr->adaptive) return tr->total_steps;
+    if (!tr->batch.adaptive) return tr->total_steps;
     return (long)ceil(tr->step * (double)tr->total_tokens / ((double)tr->seqs_consumed * tr->cfg.seq_len));
 }
 

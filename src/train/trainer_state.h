@@ -2,7 +2,7 @@
  * run the job (trainer.c, train_output.c), set it up (train_setup.c), save or
  * restore it (train_ckpt.c) and describe it (banner.c). The features
  * (train/feature.h) keep their state to themselves and see only the context
- * (cx); the noise-scale estimators are the one exception still. */
+ * (cx). */
 #ifndef BS_TRAIN_TRAINER_STATE_H
 #define BS_TRAIN_TRAINER_STATE_H
 
@@ -65,31 +65,6 @@ typedef struct {
     char extra_label[CKPT_EXTRA_LABEL];
 } AsyncCkpt;
 
-/* The noise-scale estimators beyond B_simple and the goodput policy (train/estimators.h). */
-typedef struct {
-    bool precond_on, curvature_on, goodput_on;
-    NoiseScale precond;
-    double precond_big_sq;    /* this step's |P G|^2 (NaN: not measured) */
-    Curvature curvature;
-    Curvature curvature_precond; /* B_noise(P) on the update direction P g (optim/curvature.h) */
-    long extra_passes;        /* forward+backward passes over a global batch spent on curvature */
-    bool probing;             /* this step measures curvature */
-    float *probe, *saved_grad, *saved_params;
-    float *precond_grad;      /* P g for B_noise(P) (NULL unless precond_on and curvature_on) */
-    float *signs, *global_signs; /* the probe's: this rank's micro-steps, the global batch's micro-batches */
-    int signs_capacity;
-    bool probe_on;            /* --noise-probe-every (train/noise_probe.h) */
-    NoiseScale probe_noise;   /* the probes' estimates, averaged with --noise-probe-ema */
-    NoiseScale probe_precond; /* the same of Adam's preconditioned gradients P g_i (when precond_on) */
-    long probe_micro_batches; /* the probe's micro-batch passes on this rank so far */
-    Goodput goodput;
-    long steps_timed;         /* steps this process timed (not saved: the first is not recorded) */
-    bool planted;             /* --goodput-time-model */
-    double planted_a, planted_b;
-    bool curve_on;            /* --goodput-noise-curve */
-    NoiseCurve noise_curve;
-} Estimators;
-
 typedef struct Trainer {
     TrainConfig cfg;
     Comm *world;
@@ -101,13 +76,10 @@ typedef struct Trainer {
     bool has_val;
     BatchSchedule batch_schedule;
     LrScaling lr_scaling;
-    long base_batch;
     bool batch_warned;
     long total_steps;       /* planned optimizer steps (from --steps or --train-tokens) */
     uint64_t total_tokens;  /* planned tokens */
-    NoiseScale noise;
-    bool adaptive;                     /* --batch-schedule adaptive:MIN:MAX */
-    long adaptive_batch, adaptive_max; /* its current batch (saved in checkpoints) and bound */
+    BatchPolicy batch; /* --batch-schedule adaptive|goodput: the batch the noise-scale feature steers */
     long step;              /* optimizer steps done */
     uint64_t seqs_consumed; /* data position */
     Rng sample_rng;
@@ -120,7 +92,6 @@ typedef struct Trainer {
     AsyncCkpt async;
     double last_ckpt_stall; /* seconds, for the metrics of the step after the one that wrote a checkpoint */
     bool resharded;         /* resumed from a checkpoint written under another layout */
-    Estimators est; /* precond and curvature noise scales, goodput (train/estimators.h) */
     TrainContext cx;       /* what the features see (train/feature.h) */
     FeatureList features;  /* the active ones, in hook order */
 } Trainer;
