@@ -26,6 +26,9 @@ endif()
 add_test(NAME ops_tensorboard COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_tensorboard.py)
 set_tests_properties(ops_tensorboard PROPERTIES TIMEOUT 180
                      ENVIRONMENT "BATCHSCALE=${BS};BS_TEST_PYTHON=${BS_OPS_VENV}/bin/python")
+# --log-grad-norm-per-rank: each rank's local gradient norm in the metrics (issue 46's feature-module demonstration).
+add_test(NAME ops_grad_norm_ranks COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_grad_norm_ranks.py)
+set_tests_properties(ops_grad_norm_ranks PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" TIMEOUT 180)
 add_test(NAME ops_report COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_report.py)
 add_test(NAME ops_report_browser COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_report.py --browser)
 set_tests_properties(ops_report ops_report_browser PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" TIMEOUT 180

@@ -107,6 +107,7 @@ int cmd_train(int argc, char **argv) {
         {"warmup-tokens", OPT_LONG, &c.warmup_tokens, 0, 9e18, "TOKENS", "warm-up length in tokens (0: --warmup steps)", "0", NULL},
         {"train-tokens", OPT_LONG, &c.train_tokens, 0, 9e18, "TOKENS", "train this many tokens (0: --steps steps)", "0", NULL},
         {"noise-scale", OPT_FLAG, &c.noise_scale, OPT_NO_RANGE, "", "estimate the gradient noise scale (critical batch)", NULL, NULL},
+        {"log-grad-norm-per-rank", OPT_FLAG, &c.log_grad_norm_per_rank, OPT_NO_RANGE, "", "each rank's local gradient norm before the reduction in the metrics (grad_norm_per_rank)", NULL, NULL},
         {"skip-spikes", OPT_DOUBLE, &c.skip_spikes, 0, 1e6, "Z", "skip steps whose loss is Z standard deviations above recent ones (0: off)", "0", NULL},
         {"spike-window", OPT_INT, &c.spike_window, 1, 1e6, "STEPS", "steps the spike statistics look back", "50", NULL},
         {"max-skips", OPT_INT, &c.max_skips, 1, 1e9, "N", "stop after N skipped steps in a row", "10", NULL},

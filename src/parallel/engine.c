@@ -62,6 +62,14 @@ long engine_optimizer_step(const Engine *e) { return e->optimizer_step; }
 void engine_set_optimizer_step(Engine *e, long step) { e->optimizer_step = step; }
 uint64_t engine_base_hash(const Engine *e) { return e->base_hash; }
 
+float *engine_reduced_gradients(Engine *e, int c) { return dp_update_grads(e->chunks[c].dp); }
+
+size_t engine_optimizer_state_bytes(const Engine *e, int arrays) {
+    size_t bytes = 0;
+    for (int c = 0; c < e->num_chunks; c++) bytes += e->chunks[c].update_count * sizeof(float) * (size_t)arrays;
+    return bytes;
+}
+
 void engine_stage_layers(const Engine *e, int vs, int *first, int *count) {
     *first = e->vs_first[vs];
     *count = e->vs_layers[vs];

@@ -132,6 +132,10 @@ int engine_virtual_stages(const Engine *e); /* p v */
 long engine_optimizer_step(const Engine *e);
 void engine_set_optimizer_step(Engine *e, long step);
 uint64_t engine_base_hash(const Engine *e); /* LoRA: the frozen base's hash (model/lora.h; 0 without LoRA) */
+/* Chunk c's gradient over the range it updates, as reduced by the last engine_forward_backward. */
+float *engine_reduced_gradients(Engine *e, int c);
+/* This rank's optimizer state: `arrays` floats per element each chunk updates. */
+size_t engine_optimizer_state_bytes(const Engine *e, int arrays);
 /* Guard: the first non-finite forward layer and gradient block (global
  * numbers, -1: none) this rank saw in the last step. */
 int engine_first_nonfinite_layer(const Engine *e);
@@ -153,5 +157,23 @@ void engine_set_trace(Engine *e, Trace *trace);
 void engine_set_local_gradients(Engine *e, bool local);
 /* Tied output weights: after parameters were replaced (resume). Collective. */
 void engine_share_output_weights(Engine *e);
+
+/* A chunk's data-parallel buffers and shards (engine_chunk.c; data_parallel.h says what each is). */
+float *engine_chunk_update_params(EngineChunk *ch); /* the parameters of the range it updates */
+float *engine_chunk_update_grads(EngineChunk *ch);  /* their gradient, as reduced */
+float *engine_chunk_params_at(EngineChunk *ch, size_t offset, size_t count); /* NULL: not held (ZeRO-3) */
+void engine_chunk_shard_range(const EngineChunk *ch, size_t *offset, size_t *count);
+int engine_chunk_num_pieces(const EngineChunk *ch);
+DPPiece engine_chunk_piece(const EngineChunk *ch, int k);
+bool engine_chunk_experts_sharded_apart(const EngineChunk *ch);
+void engine_chunk_gather_state(EngineChunk *ch, const float *packed, size_t offset, size_t count, float *out);
+/* Whether this rank's copy of a tensor of that kind counts in norms (model_parallel.h). */
+bool engine_chunk_counts_in_norm(const EngineChunk *ch, TensorKind kind);
+void engine_chunk_residuals(EngineChunk *ch, float **worker, size_t *worker_count, float **server,
+                            size_t *server_count);
+void engine_chunk_reset_residuals(EngineChunk *ch);
+void engine_chunk_measure_micro_preconditioned(EngineChunk *ch, const Preconditioner *p);
+double engine_chunk_micro_precond_sum_squares(const EngineChunk *ch);
+void engine_chunk_set_probe(EngineChunk *ch, float *probe, const float *signs);
 
 #endif

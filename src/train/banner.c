@@ -16,7 +16,7 @@ static void print_compression(const Trainer *tr) {
     if (c->zero_quant_weights || c->zero_hpz)
         printf("compression: ZeRO++%s%s\n", c->zero_quant_weights ? " qwZ (int8 parameter gathers)" : "",
                c->zero_hpz ? " hpZ (backward gathers inside the node)" : "");
-    if (tr->onebit.on)
+    if (c->optimizer == OPTIM_ONEBIT_ADAM)
         printf("compression: 1-bit Adam, full precision for %d steps, then 1-bit momentum with error feedback\n",
                c->freeze_step);
 }
@@ -76,7 +76,7 @@ void banner_print(const Trainer *tr) {
            c->global_batch * c->seq_len, omp_get_max_threads());
     if (strcmp(c->batch_schedule, "constant") != 0 || c->lr_scaling != LR_SCALING_NONE)
         printf("schedule: batch %s, lr scaling %s (base batch %ld), %ld steps, %.3g tokens\n", c->batch_schedule,
-               TRAIN_LR_SCALING_WORDS[c->lr_scaling], tr->base_batch, tr->total_steps, (double)tr->total_tokens);
+               TRAIN_LR_SCALING_WORDS[c->lr_scaling], tr->batch.base_batch, tr->total_steps, (double)tr->total_tokens);
     printf("optimizer: %s\n", TRAIN_OPTIMIZER_WORDS[c->optimizer]);
     if (first->bf16)
         printf("precision: bf16 matmuls on %s (this CPU %s bf16 arithmetic), fp32 masters and accumulation\n",

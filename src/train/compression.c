@@ -10,11 +10,25 @@
 #include "optim/grad_norm.h"
 #include "optim/onebit_adam.h"
 
+/* 1-bit Adam's compression stage. */
+typedef struct {
+    bool on;                 /* --optimizer onebit-adam */
+    float *momentum;         /* m over the whole flat buffer, the same on every rank (ZeRO-1: apart from the shard's state) */
+    bool momentum_current;   /* momentum holds m (else it is gathered from the optimizer state first) */
+    float *worker_residual;  /* num_params floats */
+    float *server_residual;  /* this rank's chunk */
+    size_t server_count;
+    CompressedScratch *scratch;
+} OnebitState;
+
 /* 1-bit Adam and the residuals of compressed reductions run with one model
  * chunk per rank (the configuration check refuses virtual stages with them). */
-static EngineChunk *only_chunk(Trainer *tr) { return engine_chunk(tr->engine, 0); }
+static EngineChunk *only_chunk(const TrainContext *cx) { return engine_chunk(cx->engine, 0); }
 
-void compression_dp_options(const TrainConfig *c, DPOptions *opt) {
+/* The data-parallel options from the flags; one line naming the flag on a bad value or combination. */
+static void configure(const TrainContext *cx, EngineConfig *ec) {
+    const TrainConfig *c = cx->cfg;
+    DPOptions *opt = &ec->data_parallel;
     char why[256];
     if (c->compression_block < 1) bs_die("--compression-block must be at least 1 (got %d)", c->compression_block);
     if (!codec_parse(c->grad_compression, (size_t)c->compression_block, &opt->grad_codec, why, sizeof why))
@@ -52,20 +66,21 @@ void compression_dp_options(const TrainConfig *c, DPOptions *opt) {
         bs_die("--fp8-param-gather and --zero-quant-weights are two encodings of the same gather: pick one");
 }
 
-void onebit_setup(Trainer *tr) {
-    const TrainConfig *c = &tr->cfg;
-    OnebitState *o = &tr->onebit;
+/* After the optimizer is set up: checks and allocates 1-bit Adam's state. */
+static void *create(const TrainContext *cx) {
+    const TrainConfig *c = cx->cfg;
+    OnebitState *o = bs_calloc(1, sizeof *o);
     o->on = c->optimizer == OPTIM_ONEBIT_ADAM;
     if (!o->on) {
         if (c->freeze_step > 0) bs_die("--freeze-step is 1-bit Adam's: it needs --optimizer onebit-adam");
-        return;
+        return o;
     }
     if (c->freeze_step < 1)
         bs_die("--optimizer onebit-adam needs --freeze-step S >= 1: the steps of full-precision Adam before the "
                "variance is frozen (about 15-25%% of the run)");
     if (c->zero > 1) bs_die("--optimizer onebit-adam needs --zero 0 or 1 (every rank keeps the whole momentum)");
-    const Grid *g = engine_grid(tr->engine);
-    EngineChunk *ch = only_chunk(tr);
+    const Grid *g = engine_grid(cx->engine);
+    EngineChunk *ch = only_chunk(cx);
     if (g->tp > 1 || g->pp > 1) bs_die("--optimizer onebit-adam needs --tp 1 --pp 1 (data parallelism only)");
     if (strcmp(c->grad_compression, "none") != 0 || c->zero_quant_grads)
         bs_die("--optimizer onebit-adam compresses the momentum itself: leave --grad-compression none");
@@ -74,7 +89,7 @@ void onebit_setup(Trainer *tr) {
                "gradient, and each rank's gradient must be an equal share", c->balance ? "--balance" : "--noise-scale "
                "(or an adaptive batch schedule)");
     size_t total = ch->model.num_params;
-    if (tr->dp_size > 1) {
+    if (cx->dp_size > 1) {
         o->worker_residual = bs_calloc(total ? total : 1, sizeof(float));
         o->server_count = compressed_server_floats(g->dp_group, 0, total, total);
         o->server_residual = bs_calloc(o->server_count ? o->server_count : 1, sizeof(float));
@@ -82,48 +97,53 @@ void onebit_setup(Trainer *tr) {
     }
     /* stage 0: the optimizer's m is already the whole buffer */
     o->momentum = ch->update_count == total ? ch->state[0] : bs_calloc(total ? total : 1, sizeof(float));
+    return o;
 }
 
-void compression_free(Trainer *tr) {
-    OnebitState *o = &tr->onebit;
-    if (o->on && o->momentum != only_chunk(tr)->state[0]) free(o->momentum);
+/* Before the optimizer state: the momentum may be state[0]. */
+static void destroy(void *state, const TrainContext *cx) {
+    OnebitState *o = state;
+    if (o->on && o->momentum != only_chunk(cx)->state[0]) free(o->momentum);
     free(o->worker_residual);
     free(o->server_residual);
     compressed_scratch_free(o->scratch);
-    memset(o, 0, sizeof *o);
+    free(o);
 }
 
-bool onebit_compressing(const Trainer *tr) {
-    return tr->onebit.on && engine_optimizer_step(tr->engine) + 1 > tr->cfg.freeze_step;
+/* The next optimizer step is in 1-bit Adam's compression stage. */
+static bool compressing(void *state, const TrainContext *cx) {
+    const OnebitState *o = state;
+    return o->on && engine_optimizer_step(cx->engine) + 1 > cx->cfg->freeze_step;
 }
 
-double onebit_grad_sum_squares(Trainer *tr) {
-    double n = tr->dp_size;
-    const GPT *model = &only_chunk(tr)->model;
+/* The compression stage's squared gradient norm (compression.h). Collective. */
+static double onebit_grad_sum_squares(const TrainContext *cx) {
+    double n = cx->dp_size;
+    const GPT *model = &only_chunk(cx)->model;
     double s = sum_of_squares(model->grads, model->num_params) * n * n;
-    comm_allreduce_double(engine_grid(tr->engine)->dp_group, &s, 1);
+    comm_allreduce_double(engine_grid(cx->engine)->dp_group, &s, 1);
     return s / n;
 }
 
-void onebit_update(Trainer *tr, double lr) {
-    OnebitState *o = &tr->onebit;
-    const TrainConfig *c = &tr->cfg;
-    EngineChunk *ch = only_chunk(tr);
-    Comm *dpc = engine_grid(tr->engine)->dp_group;
+/* The compression stage's update (momentum exchange and apply). Collective. */
+static void onebit_update(const TrainContext *cx, OnebitState *o, double lr) {
+    const TrainConfig *c = cx->cfg;
+    EngineChunk *ch = only_chunk(cx);
+    Comm *dpc = engine_grid(cx->engine)->dp_group;
     size_t total = ch->model.num_params;
     if (!o->momentum_current && o->momentum != ch->state[0]) { /* ZeRO-1: the whole m from the shards */
         memcpy(o->momentum + ch->update_offset, ch->state[0], ch->update_count * sizeof(float));
         comm_allgather(dpc, o->momentum, 0, total, total);
     }
     o->momentum_current = true;
-    onebit_adam_local_momentum(o->momentum, ch->model.grads, total, (float)c->beta1, (float)tr->dp_size);
-    if (tr->dp_size > 1) {
+    onebit_adam_local_momentum(o->momentum, ch->model.grads, total, (float)c->beta1, (float)cx->dp_size);
+    if (cx->dp_size > 1) {
         Compression z = {{CODEC_ONEBIT, 0, 0}, COMPRESSED_EXCHANGE, true, o->worker_residual, o->server_residual};
         comm_wait(comm_start_compressed_allreduce(dpc, o->scratch, &z, o->momentum, 0, total, total));
     }
-    long step = engine_optimizer_step(tr->engine) + 1;
-    engine_set_optimizer_step(tr->engine, step);
-    float *params = dp_update_params(ch->dp);
+    long step = engine_optimizer_step(cx->engine) + 1;
+    engine_set_optimizer_step(cx->engine, step);
+    float *params = engine_chunk_update_params(ch);
     const float *v = ch->state[1];
     const Range mine = range_make(ch->update_offset, ch->update_count);
     for (int i = 0; i < ch->opt.num_tensors; i++) { /* tensor by tensor: decay or not; wte's padding untouched */
@@ -139,28 +159,65 @@ void onebit_update(Trainer *tr, double lr) {
         memcpy(ch->state[0], o->momentum + ch->update_offset, ch->update_count * sizeof(float));
 }
 
-int compression_feedback_arrays(Trainer *tr, int workers, CkptExtraArray *arrays, char *label, size_t label_size) {
-    const TrainConfig *c = &tr->cfg;
+static int arrays_of(void *state, const TrainContext *cx, int workers, CkptExtraArray *arrays, char *label,
+                     size_t label_size) {
+    const OnebitState *o = state;
+    const TrainConfig *c = cx->cfg;
     int n = 0;
     float *worker, *server;
     size_t worker_count, server_count;
-    dp_residuals(only_chunk(tr)->dp, &worker, &worker_count, &server, &server_count);
+    engine_chunk_residuals(only_chunk(cx), &worker, &worker_count, &server, &server_count);
     if (worker) arrays[n++] = (CkptExtraArray){"grad_worker", worker, worker_count};
     if (server) arrays[n++] = (CkptExtraArray){"grad_server", server, server_count};
-    if (tr->onebit.worker_residual) {
-        arrays[n++] = (CkptExtraArray){"onebit_worker", tr->onebit.worker_residual,
-                                        only_chunk(tr)->model.num_params};
-        arrays[n++] = (CkptExtraArray){"onebit_server", tr->onebit.server_residual, tr->onebit.server_count};
+    if (o->worker_residual) {
+        arrays[n++] = (CkptExtraArray){"onebit_worker", o->worker_residual,
+                                        only_chunk(cx)->model.num_params};
+        arrays[n++] = (CkptExtraArray){"onebit_server", o->server_residual, o->server_count};
     }
     snprintf(label, label_size, "grad %s/%d%s%s, dp %d of %d, zero %d, %s", c->grad_compression,
-             c->compression_block, option_given(c->compression_scheme) ? "/" : "", c->compression_scheme, tr->dp_index,
+             c->compression_block, option_given(c->compression_scheme) ? "/" : "", c->compression_scheme, cx->dp_index,
              workers, c->zero, c->zero_quant_grads ? "qgZ" : c->optimizer == OPTIM_ONEBIT_ADAM ? "1-bit Adam" : "-");
     return n;
 }
 
-void compression_reset_feedback(Trainer *tr) {
-    dp_reset_residuals(only_chunk(tr)->dp);
-    OnebitState *o = &tr->onebit;
-    if (o->worker_residual) memset(o->worker_residual, 0, only_chunk(tr)->model.num_params * sizeof(float));
+/* Forgets every residual (after a skipped step, whose reduction may have left NaN in them; or on resuming
+ * under another layout). */
+static void reset_arrays(void *state, const TrainContext *cx) {
+    engine_chunk_reset_residuals(only_chunk(cx));
+    OnebitState *o = state;
+    if (o->worker_residual) memset(o->worker_residual, 0, only_chunk(cx)->model.num_params * sizeof(float));
     if (o->server_residual) memset(o->server_residual, 0, o->server_count * sizeof(float));
 }
+
+static double grad_sum_squares(void *state, const TrainContext *cx) {
+    return compressing(state, cx) ? onebit_grad_sum_squares(cx) : engine_grad_sum_squares(cx->engine);
+}
+
+static float unit_loss_scale(void *state, const TrainContext *cx) {
+    (void)state, (void)cx;
+    return 1.0f;
+}
+
+/* Steps 1..S: AdamW on the reduced gradient, clipped; then the compression stage (no clipping). */
+static void update(void *state, const TrainContext *cx, const StepResult *r) {
+    if (!compressing(state, cx)) {
+        engine_update(cx->engine, r->lr, clip_coefficient(r->grad_norm, cx->cfg->grad_clip));
+        return;
+    }
+    onebit_update(cx, state, r->lr);
+    engine_after_update(cx->engine);
+}
+
+static const UpdatePath ONEBIT_PATH = {compressing, unit_loss_scale, grad_sum_squares, update};
+
+static const UpdatePath *update_path(void *state) { return ((const OnebitState *)state)->on ? &ONEBIT_PATH : NULL; }
+
+/* What a bad step left unsent is not worth sending. */
+static void after_update(void *state, const TrainContext *cx, TrainStep *s) {
+    if (s->r->skipped) reset_arrays(state, cx);
+}
+
+const Feature compression_feature = {
+    .name = "compression", .configure = configure, .create = create, .free = destroy, .update_path = update_path,
+    .after_update = after_update, .arrays = arrays_of, .reset_arrays = reset_arrays,
+};

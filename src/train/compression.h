@@ -25,33 +25,16 @@
  * checkpoints hold. The global gradient norm is not known in the
  * compression stage, so there is no clipping there; the reported grad_norm
  * is the root mean square over ranks of each rank's own estimate of the
- * global gradient (group size x its gradient). */
+ * global gradient (group size x its gradient).
+ *
+ * A feature (train/feature.h): compression_feature, always on (the
+ * data-parallel options, the residuals in checkpoints); with --optimizer
+ * onebit-adam its update path. */
 #ifndef BS_TRAIN_COMPRESSION_H
 #define BS_TRAIN_COMPRESSION_H
 
-#include "ckpt/ckpt_extra.h"
-#include "parallel/data_parallel.h"
-#include "train/trainer_state.h"
+#include "train/feature.h"
 
-/* Fills the compression fields of the data-parallel options; dies with one
- * line naming the flag on a bad value or combination. */
-void compression_dp_options(const TrainConfig *cfg, DPOptions *opt);
-/* After the optimizer is set up: checks and allocates 1-bit Adam's state. */
-void onebit_setup(Trainer *tr);
-void compression_free(Trainer *tr);
-
-/* True when the next optimizer step is in 1-bit Adam's compression stage. */
-bool onebit_compressing(const Trainer *tr);
-/* The compression stage's squared gradient norm (see above). Collective. */
-double onebit_grad_sum_squares(Trainer *tr);
-/* The compression stage's update (momentum exchange and apply). Collective. */
-void onebit_update(Trainer *tr, double lr);
-
-/* This rank's error-feedback residuals (gradient codec and 1-bit Adam) as
- * checkpoint arrays, and the label they are valid for. Returns the count. */
-int compression_feedback_arrays(Trainer *tr, int workers, CkptExtraArray *arrays, char *label, size_t label_size);
-/* Forgets every residual (after a skipped step, whose reduction may have
- * left NaN in them; or on resuming under another layout). */
-void compression_reset_feedback(Trainer *tr);
+extern const Feature compression_feature;
 
 #endif

@@ -8,18 +8,36 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "optim/grad_norm.h"
+#include "optim/outer_optimizer.h"
+#include "comm/compressed.h"
 
-static EngineChunk *chunk(Trainer *tr) { return engine_chunk(tr->engine, 0); }
+/* The outer loop's state, over chunk 0's flat buffer. */
+typedef struct {
+    OuterConfig outer;
+    float *global, *velocity, *delta, *local; /* count floats each; local: the worker's weights while a checkpoint
+                                                 holds the global ones */
+    size_t count;
+    Codec codec;                             /* the pseudo-gradient's (--grad-compression) */
+    CompressedScheme scheme;
+    float *worker_residual, *server_residual; /* error feedback of a lossy codec */
+    size_t server_count;
+    CompressedScratch *scratch;
+    double worker_grad_norm;                 /* this worker's own gradient norm: what it clips by */
+    int survivors_of;                        /* an elastic shrink: the checkpoint's workers (0: none) */
+} DilocoState;
+
+static EngineChunk *chunk(const TrainContext *cx) { return engine_chunk(cx->engine, 0); }
 
 /* The worker's weights: the whole chunk (ZeRO 0). */
-static float *local_weights(Trainer *tr) { return dp_update_params(chunk(tr)->dp); }
+static float *local_weights(const TrainContext *cx) { return engine_chunk_update_params(chunk(cx)); }
 
-static void check_combination(const Trainer *tr) {
-    const TrainConfig *c = &tr->cfg;
-    const Grid *g = engine_grid(tr->engine);
+static void check_combination(const TrainContext *cx) {
+    const TrainConfig *c = cx->cfg;
+    const Grid *g = engine_grid(cx->engine);
     const char *refused = c->zero != 0 ? "--zero 1-3 (each worker keeps its own optimizer state: use --zero 0)"
                           : g->cp > 1 ? "--cp (context-parallel ranks must reduce their partial gradients every step)"
-                          : engine_num_chunks(tr->engine) > 1 ? "--virtual-stages"
+                          : engine_num_chunks(cx->engine) > 1 ? "--virtual-stages"
                           : c->optimizer == OPTIM_ONEBIT_ADAM ? "--optimizer onebit-adam"
                           : c->balance ? "--balance"
                           : c->noise_scale || strncmp(c->batch_schedule, "adaptive", 8) == 0 ? "--noise-scale"
@@ -38,50 +56,57 @@ static long window_steps(const TrainConfig *c, long window, int worker) {
     return c->local_steps - (long)(key % (uint64_t)(c->local_steps_jitter + 1));
 }
 
-bool diloco_idle(const Trainer *tr, long step) {
-    const TrainConfig *c = &tr->cfg;
-    if (!tr->diloco.on || c->local_steps_jitter == 0) return false;
+static bool idle(const TrainContext *cx, long step) {
+    const TrainConfig *c = cx->cfg;
+    if (c->local_steps_jitter == 0) return false;
     long window = (step - 1) / c->local_steps, at = (step - 1) % c->local_steps;
-    return at >= window_steps(c, window, tr->dp_index);
+    return at >= window_steps(c, window, cx->dp_index);
 }
 
-static void setup_codec(Trainer *tr) {
-    const TrainConfig *c = &tr->cfg;
-    DilocoState *d = &tr->diloco;
+static void setup_codec(const TrainContext *cx, DilocoState *d) {
+    const TrainConfig *c = cx->cfg;
     char why[256];
     if (!codec_parse(c->grad_compression, (size_t)c->compression_block, &d->codec, why, sizeof why))
         bs_die("%s", why);
     d->scheme = compressed_default_scheme(&d->codec);
     if (option_given(c->compression_scheme) && !compressed_parse_scheme(c->compression_scheme, &d->scheme))
         bs_die("--compression-scheme must be ring or exchange (got '%s')", c->compression_scheme);
-    if (d->codec.kind == CODEC_NONE || tr->dp_size == 1) return;
-    Comm *dpc = engine_grid(tr->engine)->dp_group;
+    if (d->codec.kind == CODEC_NONE || cx->dp_size == 1) return;
+    Comm *dpc = engine_grid(cx->engine)->dp_group;
     d->worker_residual = bs_calloc(d->count, sizeof(float));
     d->server_count = compressed_server_floats(dpc, 0, d->count, d->count);
     d->server_residual = bs_calloc(d->server_count ? d->server_count : 1, sizeof(float));
     d->scratch = compressed_scratch_new();
 }
 
-void diloco_setup(Trainer *tr) {
-    const TrainConfig *c = &tr->cfg;
-    DilocoState *d = &tr->diloco;
-    d->on = c->local_steps > 0;
-    if (!d->on) return;
-    check_combination(tr);
+static bool wanted(const TrainConfig *cfg) { return cfg->local_steps > 0; }
+
+/* DiLoCo's codec is on its pseudo-gradient, not the gradient. */
+static void configure(const TrainContext *cx, EngineConfig *ec) {
+    (void)cx;
+    ec->data_parallel.grad_codec.kind = CODEC_NONE;
+}
+
+static void *create(const TrainContext *cx) {
+    const TrainConfig *c = cx->cfg;
+    DilocoState *d = bs_calloc(1, sizeof *d);
+    check_combination(cx);
     d->outer = (OuterConfig){c->outer_optimizer, (float)c->outer_lr, (float)c->outer_momentum};
     if (c->outer_optimizer == OUTER_AVG) d->outer.lr = 1, d->outer.momentum = 0;
-    d->count = chunk(tr)->model.num_params;
+    d->count = chunk(cx)->model.num_params;
     size_t n = d->count ? d->count : 1;
     d->global = bs_malloc(n * sizeof(float));
     d->velocity = bs_calloc(n, sizeof(float));
     d->delta = bs_malloc(n * sizeof(float));
     d->local = bs_malloc(n * sizeof(float));
-    memcpy(d->global, local_weights(tr), d->count * sizeof(float));
-    setup_codec(tr);
+    memcpy(d->global, local_weights(cx), d->count * sizeof(float));
+    setup_codec(cx, d);
+    return d;
 }
 
-void diloco_free(Trainer *tr) {
-    DilocoState *d = &tr->diloco;
+static void destroy(void *state, const TrainContext *cx) {
+    (void)cx;
+    DilocoState *d = state;
     free(d->global);
     free(d->velocity);
     free(d->delta);
@@ -89,110 +114,162 @@ void diloco_free(Trainer *tr) {
     free(d->worker_residual);
     free(d->server_residual);
     compressed_scratch_free(d->scratch);
-    memset(d, 0, sizeof *d);
+    free(d);
 }
 
-float diloco_loss_scale(const Trainer *tr) { return tr->diloco.on ? (float)tr->dp_size : 1.0f; }
-
-double diloco_grad_sum_squares(Trainer *tr) {
-    double mine = engine_grad_sum_squares(tr->engine), sum = mine; /* ZeRO 0: over this worker's ranks only */
-    tr->diloco.worker_grad_norm = sqrt(mine);
-    comm_allreduce_double(engine_grid(tr->engine)->dp_group, &sum, 1);
-    return sum / tr->dp_size;
+/* Each worker's gradients stay its own. */
+static bool local_gradients(void *state, const TrainContext *cx) {
+    (void)state, (void)cx;
+    return true;
 }
 
-void diloco_prox(Trainer *tr) {
-    const DilocoState *d = &tr->diloco;
-    const float mu = (float)tr->cfg.prox_mu;
-    if (!d->on || mu == 0) return;
-    float *grads = dp_update_grads(chunk(tr)->dp);
-    const float *w = local_weights(tr);
+/* Each worker's mean loss is over its share of the global batch. */
+static float loss_scale(void *state, const TrainContext *cx) {
+    (void)state;
+    return (float)cx->dp_size;
+}
+
+/* The mean over the workers of each one's own squared norm (kept for its clipping). */
+static double grad_sum_squares(void *state, const TrainContext *cx) {
+    DilocoState *d = state;
+    double mine = engine_grad_sum_squares(cx->engine), sum = mine; /* ZeRO 0: over this worker's ranks only */
+    d->worker_grad_norm = sqrt(mine);
+    comm_allreduce_double(engine_grid(cx->engine)->dp_group, &sum, 1);
+    return sum / cx->dp_size;
+}
+
+/* FedProx: grads += mu (local - global), before the inner step. */
+static void prox(const TrainContext *cx, const DilocoState *d) {
+    const float mu = (float)cx->cfg->prox_mu;
+    if (mu == 0) return;
+    float *grads = engine_chunk_update_grads(chunk(cx));
+    const float *w = local_weights(cx);
     for (size_t i = 0; i < d->count; i++) grads[i] += mu * (w[i] - d->global[i]);
 }
 
 /* delta summed over the workers, then their mean: exactly, or through the codec with error feedback. With
  * --local-steps-jitter each worker's delta weighs by the tokens it trained on (its inner steps). */
-static void average_delta(Trainer *tr, long window) {
-    DilocoState *d = &tr->diloco;
-    Comm *dpc = engine_grid(tr->engine)->dp_group;
-    double steps = (double)window_steps(&tr->cfg, window, tr->dp_index), total = steps;
-    if (tr->cfg.local_steps_jitter > 0) {
+static void average_delta(const TrainContext *cx, DilocoState *d, long window) {
+    Comm *dpc = engine_grid(cx->engine)->dp_group;
+    double steps = (double)window_steps(cx->cfg, window, cx->dp_index), total = steps;
+    if (cx->cfg->local_steps_jitter > 0) {
         for (size_t i = 0; i < d->count; i++) d->delta[i] *= (float)steps;
         comm_allreduce_double(dpc, &total, 1);
     }
-    if (tr->dp_size > 1 && d->codec.kind == CODEC_NONE) comm_allreduce(dpc, d->delta, d->count);
-    if (tr->dp_size > 1 && d->codec.kind != CODEC_NONE) {
-        Compression z = {d->codec, d->scheme, !tr->cfg.no_error_feedback, d->worker_residual, d->server_residual};
+    if (cx->dp_size > 1 && d->codec.kind == CODEC_NONE) comm_allreduce(dpc, d->delta, d->count);
+    if (cx->dp_size > 1 && d->codec.kind != CODEC_NONE) {
+        Compression z = {d->codec, d->scheme, !cx->cfg->no_error_feedback, d->worker_residual, d->server_residual};
         comm_wait(comm_start_compressed_allreduce(dpc, d->scratch, &z, d->delta, 0, d->count, d->count));
     }
-    const float inv = tr->cfg.local_steps_jitter > 0 ? (float)(1.0 / total) : 1.0f / (float)tr->dp_size;
+    const float inv = cx->cfg->local_steps_jitter > 0 ? (float)(1.0 / total) : 1.0f / (float)cx->dp_size;
     for (size_t i = 0; i < d->count; i++) d->delta[i] *= inv;
 }
 
-void diloco_after_step(Trainer *tr, long step) {
-    DilocoState *d = &tr->diloco;
-    if (!d->on || step % tr->cfg.local_steps != 0) return;
-    float *w = local_weights(tr);
+/* --local-steps-jitter: a worker whose window is done sits out the update; else FedProx's term, then the
+ * inner step clipped by the worker's own norm. */
+static void update(void *state, const TrainContext *cx, const StepResult *r) {
+    DilocoState *d = state;
+    if (idle(cx, cx->step + 1)) return;
+    prox(cx, d);
+    engine_update(cx->engine, r->lr, clip_coefficient(d->worker_grad_norm, cx->cfg->grad_clip));
+}
+
+static const UpdatePath PATH = {local_gradients, loss_scale, grad_sum_squares, update};
+
+static const UpdatePath *update_path(void *state) {
+    (void)state;
+    return &PATH;
+}
+
+/* A window's end: the outer step (a skipped inner step included). Collective over the data-parallel group. */
+static void after_update(void *state, const TrainContext *cx, TrainStep *s) {
+    (void)s;
+    DilocoState *d = state;
+    const long step = cx->step + 1;
+    if (step % cx->cfg->local_steps != 0) return;
+    float *w = local_weights(cx);
     for (size_t i = 0; i < d->count; i++) d->delta[i] = d->global[i] - w[i];
-    average_delta(tr, step / tr->cfg.local_steps - 1);
+    average_delta(cx, d, step / cx->cfg->local_steps - 1);
     outer_step(&d->outer, d->global, d->velocity, d->delta, d->count);
     memcpy(w, d->global, d->count * sizeof(float));
-    engine_after_update(tr->engine); /* tied output weights and bf16 copies from the new weights */
+    engine_after_update(cx->engine); /* tied output weights and bf16 copies from the new weights */
 }
 
 /* ---- checkpoints ---- */
 
-void diloco_before_save(Trainer *tr) {
-    DilocoState *d = &tr->diloco;
-    if (!d->on) return;
-    memcpy(d->local, local_weights(tr), d->count * sizeof(float));
-    memcpy(local_weights(tr), d->global, d->count * sizeof(float));
+static void before_save(void *state, const TrainContext *cx) {
+    DilocoState *d = state;
+    memcpy(d->local, local_weights(cx), d->count * sizeof(float));
+    memcpy(local_weights(cx), d->global, d->count * sizeof(float));
 }
 
-void diloco_after_save(Trainer *tr) {
-    DilocoState *d = &tr->diloco;
-    if (d->on) memcpy(local_weights(tr), d->local, d->count * sizeof(float));
+static void after_save(void *state, const TrainContext *cx) {
+    DilocoState *d = state;
+    memcpy(local_weights(cx), d->local, d->count * sizeof(float));
 }
 
-int diloco_arrays(Trainer *tr, int workers, CkptExtraArray *arrays, char *label, size_t label_size) {
-    DilocoState *d = &tr->diloco;
-    if (!d->on) return 0;
-    EngineChunk *ch = chunk(tr);
+static int arrays_of(void *state, const TrainContext *cx, int workers, CkptExtraArray *arrays, char *label,
+                     size_t label_size) {
+    DilocoState *d = state;
+    char worker[64]; /* the label's length as checkpoints have it */
+    EngineChunk *ch = chunk(cx);
     int n = 0;
     arrays[n++] = (CkptExtraArray){"diloco_local", d->local, d->count};
     arrays[n++] = (CkptExtraArray){"diloco_velocity", d->velocity, d->count};
-    for (int k = 0; k < optimizer_state_arrays(tr->cfg.optimizer); k++)
+    for (int k = 0; k < optimizer_state_arrays(cx->cfg->optimizer); k++)
         arrays[n++] = (CkptExtraArray){k == 0 ? "diloco_inner_state0" : "diloco_inner_state1", ch->state[k],
                                         ch->update_count};
     if (d->worker_residual) {
         arrays[n++] = (CkptExtraArray){"diloco_worker", d->worker_residual, d->count};
         arrays[n++] = (CkptExtraArray){"diloco_server", d->server_residual, d->server_count};
     }
-    snprintf(label, label_size, "diloco H=%d %s, dp %d of %d, %s", tr->cfg.local_steps,
-             TRAIN_OUTER_OPTIMIZER_WORDS[tr->cfg.outer_optimizer], tr->dp_index, workers,
-             optimizer_kind_name(tr->cfg.optimizer));
+    snprintf(worker, sizeof worker, "diloco H=%d %s, dp %d of %d, %s", cx->cfg->local_steps,
+             TRAIN_OUTER_OPTIMIZER_WORDS[cx->cfg->outer_optimizer], cx->dp_index, workers,
+             optimizer_kind_name(cx->cfg->optimizer));
+    snprintf(label, label_size, "%s", worker);
     return n;
 }
 
-int diloco_survivor_source(const Trainer *tr, const CkptManifest *m) {
-    const Grid *g = engine_grid(tr->engine);
-    if (!tr->diloco.on || tr->diloco.worker_residual || m->dp <= tr->dp_size || m->tp != g->tp || m->pp != g->pp ||
+static int survivor_source(void *state, const TrainContext *cx, const CkptManifest *m) {
+    DilocoState *d = state;
+    const Grid *g = engine_grid(cx->engine);
+    if (d->worker_residual || m->dp <= cx->dp_size || m->tp != g->tp || m->pp != g->pp ||
         m->cp != g->cp)
         return -1;
-    return ((tr->dp_index * g->pp + g->pp_index) * g->cp + g->cp_index) * g->tp + g->tp_index; /* grid.h's order */
+    d->survivors_of = m->dp;
+    return ((cx->dp_index * g->pp + g->pp_index) * g->cp + g->cp_index) * g->tp + g->tp_index; /* grid.h's order */
 }
 
-void diloco_after_resume(Trainer *tr, bool restored) {
-    DilocoState *d = &tr->diloco;
-    if (!d->on) return;
-    memcpy(d->global, local_weights(tr), d->count * sizeof(float)); /* the manifest's weights are the global ones */
+static void reset_arrays(void *state, const TrainContext *cx) {
+    (void)cx;
+    ((DilocoState *)state)->survivors_of = 0;
+}
+
+static const char *fresh_arrays_note(void *state) {
+    (void)state;
+    return "DiLoCo's per-worker state and any error-feedback residuals start afresh";
+}
+
+static void after_resume(void *state, const TrainContext *cx, bool restored) {
+    DilocoState *d = state;
+    if (restored && d->survivors_of > 0 && cx->rank == 0)
+        bs_warn("DiLoCo: %d of the checkpoint's %d workers continue their window, worker i from worker i's state; "
+                "the others' pseudo-gradients of this window are discarded", cx->dp_size, d->survivors_of);
+    memcpy(d->global, local_weights(cx), d->count * sizeof(float)); /* the manifest's weights are the global ones */
     if (restored) {
-        memcpy(local_weights(tr), d->local, d->count * sizeof(float));
+        memcpy(local_weights(cx), d->local, d->count * sizeof(float));
     } else {
         memset(d->velocity, 0, d->count * sizeof(float));
-        if (tr->rank == 0)
+        if (cx->rank == 0)
             bs_warn("DiLoCo: the checkpoint holds no per-worker state for this layout: every worker restarts its "
                     "window from the global weights, the outer momentum from zero");
     }
-    engine_share_output_weights(tr->engine);
+    engine_share_output_weights(cx->engine);
 }
+
+const Feature diloco_feature = {
+    .name = "diloco", .wanted = wanted, .configure = configure, .create = create, .free = destroy, .update_path = update_path,
+    .after_update = after_update, .before_save = before_save, .after_save = after_save, .arrays = arrays_of,
+    .reset_arrays = reset_arrays, .fresh_arrays_note = fresh_arrays_note, .survivor_source = survivor_source,
+    .after_resume = after_resume,
+};

@@ -17,42 +17,40 @@ _Static_assert(ESTIMATOR_STATE_WORDS <= CKPT_ESTIMATOR_WORDS, "the checkpoint ma
 
 /* The whole flat buffer is on this rank beside the whole optimizer state:
  * ZeRO 0, one model chunk, no tensor, pipeline or context parallelism. */
-static bool flat_layout(const Trainer *tr) {
-    const Grid *g = engine_grid(tr->engine);
-    return tr->cfg.zero == 0 && g->tp == 1 && g->pp == 1 && g->cp == 1 && engine_num_chunks(tr->engine) == 1;
+static bool flat_layout(const TrainContext *cx) {
+    const Grid *g = engine_grid(cx->engine);
+    return cx->cfg->zero == 0 && g->tp == 1 && g->pp == 1 && g->cp == 1 && engine_num_chunks(cx->engine) == 1;
 }
 
 /* What the curvature measurement cannot work with, or NULL. */
-static const char *curvature_refusal(const Trainer *tr) {
-    const TrainConfig *c = &tr->cfg;
-    if (!flat_layout(tr)) return "--zero 0 and no --tp, --pp or --cp (it keeps the whole gradient, weights and a probe on every rank)";
+static const char *curvature_refusal(const TrainContext *cx) {
+    const TrainConfig *c = cx->cfg;
+    if (!flat_layout(cx)) return "--zero 0 and no --tp, --pp or --cp (it keeps the whole gradient, weights and a probe on every rank)";
     if (c->precision != PRECISION_FP32) return "--precision fp32 (bf16 or fp8 rounding of the moved weights would swamp the differences)";
     if (c->balance) return "no --balance (the probe's signs follow the interleaved micro-batch order)";
-    if (tr->onebit.on || tr->diloco.on) return "full gradient reduction (not 1-bit Adam or DiLoCo)";
+    if (cx->cfg->optimizer == OPTIM_ONEBIT_ADAM || cx->cfg->local_steps > 0) return "full gradient reduction (not 1-bit Adam or DiLoCo)";
     return NULL;
 }
 
-static void setup_curvature(Trainer *tr) {
-    const TrainConfig *c = &tr->cfg;
-    Estimators *e = &tr->est;
-    const char *why = curvature_refusal(tr);
+static void setup_curvature(const TrainContext *cx, Estimators *e) {
+    const TrainConfig *c = cx->cfg;
+    const char *why = curvature_refusal(cx);
     if (why) bs_die("--noise-scale-every needs %s", why);
     e->curvature_on = true;
-    size_t n = engine_chunk(tr->engine, 0)->update_count;
+    size_t n = engine_chunk(cx->engine, 0)->update_count;
     e->probe = bs_calloc(n, sizeof(float));
     e->saved_grad = bs_calloc(n, sizeof(float));
     e->saved_params = bs_calloc(n, sizeof(float));
     if (e->precond_on) e->precond_grad = bs_calloc(n, sizeof(float));
-    long largest = tr->adaptive_max > c->global_batch ? tr->adaptive_max : c->global_batch;
-    e->signs_capacity = (int)(largest / ((long)c->micro_batch * tr->dp_size)) + 1;
+    long largest = cx->batch->adaptive_max > c->global_batch ? cx->batch->adaptive_max : c->global_batch;
+    e->signs_capacity = (int)(largest / ((long)c->micro_batch * cx->dp_size)) + 1;
     e->signs = bs_calloc((size_t)e->signs_capacity, sizeof(float));
     e->global_signs = bs_calloc((size_t)(largest / c->micro_batch + 1), sizeof(float));
 }
 
 /* goodput:MIN:MAX: the table over multiples of the granule, B_0 = MIN, the planted time model. */
-static void setup_goodput(Trainer *tr) {
-    const TrainConfig *c = &tr->cfg;
-    Estimators *e = &tr->est;
+static void setup_goodput(const TrainContext *cx, Estimators *e) {
+    const TrainConfig *c = cx->cfg;
     if (c->goodput_estimator == GOODPUT_PRECOND && !e->precond_on)
         bs_die("--goodput-estimator precond needs --optimizer adamw, --zero 0 and no --tp, --pp or --cp (Adam's whole "
                "second moment beside the gradient): use --goodput-estimator simple");
@@ -67,11 +65,11 @@ static void setup_goodput(Trainer *tr) {
     if (c->goodput_estimator == GOODPUT_PROBE_PRECOND && !(e->probe_on && e->precond_on))
         bs_die("--goodput-estimator probe-precond needs --noise-probe-every N, --optimizer adamw, --zero 0 and no "
                "--tp, --pp or --cp (the probe through Adam's whole second moment)");
-    const long granule = (long)c->micro_batch * tr->dp_size;
-    goodput_init(&e->goodput, tr->adaptive_batch, tr->adaptive_max, granule, 0);
+    const long granule = (long)c->micro_batch * cx->dp_size;
+    goodput_init(&e->goodput, cx->batch->adaptive_batch, cx->batch->adaptive_max, granule, 0);
     e->goodput.base = e->goodput.min;
     e->goodput.fitted_times = c->goodput_time_fit;
-    tr->adaptive_batch = e->goodput.min;
+    cx->batch->adaptive_batch = e->goodput.min;
     char why[300];
     e->curve_on = option_given(c->goodput_noise_curve);
     if (e->curve_on && !noise_curve_parse(c->goodput_noise_curve, &e->noise_curve, why, sizeof why))
@@ -87,22 +85,21 @@ static void setup_goodput(Trainer *tr) {
     goodput_record(&e->goodput, e->goodput.max, e->planted_a + e->planted_b * (double)e->goodput.max);
 }
 
-void estimators_setup(Trainer *tr) {
-    const TrainConfig *c = &tr->cfg;
-    Estimators *e = &tr->est;
+void estimators_setup(const TrainContext *cx, Estimators *e) {
+    const TrainConfig *c = cx->cfg;
     noise_scale_init(&e->precond, c->noise_ema);
     const int every = c->noise_scale_every;
     curvature_init(&e->curvature, pow(c->noise_ema, every > 0 ? every : 1)); /* the same horizon in steps */
     curvature_init(&e->curvature_precond, e->curvature.ema_decay);
     e->precond_big_sq = NAN;
-    e->precond_on = c->noise_scale && c->optimizer == OPTIM_ADAMW && flat_layout(tr) && !tr->diloco.on;
-    if (every > 0) setup_curvature(tr);
-    noise_probe_setup(tr);
-    if (e->goodput_on) setup_goodput(tr);
+    e->precond_on = c->noise_scale && c->optimizer == OPTIM_ADAMW && flat_layout(cx) && cx->cfg->local_steps == 0;
+    if (every > 0) setup_curvature(cx, e);
+    noise_probe_setup(cx, e);
+    if (e->goodput_on) setup_goodput(cx, e);
 }
 
-void estimators_free(Trainer *tr) {
-    Estimators *e = &tr->est;
+void estimators_free(const TrainContext *cx, Estimators *e) {
+    (void)cx;
     free(e->probe);
     free(e->saved_grad);
     free(e->saved_params);
@@ -111,155 +108,148 @@ void estimators_free(Trainer *tr) {
     free(e->global_signs);
 }
 
-bool estimators_preconditioner(Trainer *tr, Preconditioner *p) {
-    long t = engine_optimizer_step(tr->engine);
-    if (!tr->est.precond_on || t < PRECOND_FROM_STEP) return false;
-    *p = (Preconditioner){engine_chunk(tr->engine, 0)->state[1], 1.0 / sqrt(1.0 - pow(tr->cfg.beta2, (double)t)),
-                          tr->cfg.eps};
+bool estimators_preconditioner(const TrainContext *cx, Estimators *e, Preconditioner *p) {
+    long t = engine_optimizer_step(cx->engine);
+    if (!e->precond_on || t < PRECOND_FROM_STEP) return false;
+    *p = (Preconditioner){engine_chunk(cx->engine, 0)->state[1], 1.0 / sqrt(1.0 - pow(cx->cfg->beta2, (double)t)),
+                          cx->cfg->eps};
     return true;
 }
 
 /* The probe's signs of this step's M micro-batches, indexed by place in the
  * global batch (whatever the layout), from the seed and the step. */
-static void probe_signs(const Trainer *tr, int micro_batches, float *signs) {
+static void probe_signs(const TrainContext *cx, int micro_batches, float *signs) {
     Rng rng;
-    rng_seed(&rng, ((uint64_t)tr->cfg.seed * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)tr->step << 20) ^ 0x5eedc0feULL);
+    rng_seed(&rng, ((uint64_t)cx->cfg->seed * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)cx->step << 20) ^ 0x5eedc0feULL);
     curvature_probe_signs(&rng, micro_batches, signs);
 }
 
-void estimators_before_step(Trainer *tr, StepResult *r) {
-    Estimators *e = &tr->est;
-    noise_probe_measure(tr, r);
+void estimators_before_step(const TrainContext *cx, Estimators *e, StepResult *r) {
+    noise_probe_measure(cx, e, r);
     if (!e->precond_on && !e->curvature_on) return;
-    DataParallel *dp = engine_chunk(tr->engine, 0)->dp;
+    EngineChunk *ch0 = engine_chunk(cx->engine, 0);
     Preconditioner p;
-    dp_measure_micro_preconditioned(dp, estimators_preconditioner(tr, &p) ? &p : NULL);
-    const int every = tr->cfg.noise_scale_every;
-    e->probing = e->curvature_on && (tr->step + 1) % every == 0 && r->batch >= 2L * tr->cfg.micro_batch &&
+    engine_chunk_measure_micro_preconditioned(ch0, estimators_preconditioner(cx, e, &p) ? &p : NULL);
+    const int every = cx->cfg->noise_scale_every;
+    e->probing = e->curvature_on && (cx->step + 1) % every == 0 && r->batch >= 2L * cx->cfg->micro_batch &&
                  r->accum_steps <= e->signs_capacity;
     if (!e->probing) {
-        dp_set_probe(dp, NULL, NULL);
+        engine_chunk_set_probe(ch0, NULL, NULL);
         return;
     }
-    memset(e->probe, 0, engine_chunk(tr->engine, 0)->update_count * sizeof(float));
-    probe_signs(tr, (int)(r->batch / tr->cfg.micro_batch), e->global_signs);
-    for (int k = 0; k < r->accum_steps; k++) e->signs[k] = e->global_signs[k * tr->dp_size + tr->dp_index];
-    dp_set_probe(dp, e->probe, e->signs);
+    memset(e->probe, 0, engine_chunk(cx->engine, 0)->update_count * sizeof(float));
+    probe_signs(cx, (int)(r->batch / cx->cfg->micro_batch), e->global_signs);
+    for (int k = 0; k < r->accum_steps; k++) e->signs[k] = e->global_signs[k * cx->dp_size + cx->dp_index];
+    engine_chunk_set_probe(ch0, e->probe, e->signs);
 }
 
 /* z^T H z and v^T H v by central differences at the saved weights (two
  * gradient passes each, none for a zero direction) into the EMAs c; the
  * weights left as they were, the gradient buffer overwritten. */
-static void measure_forms(Trainer *tr, Curvature *c, const float *z, const float *v, int micro, GradientAt grad,
+static void measure_forms(const TrainContext *cx, Estimators *e, Curvature *c, const float *z, const float *v, int micro, GradientAt grad,
                           void *ctx) {
-    Estimators *e = &tr->est;
-    EngineChunk *ch = engine_chunk(tr->engine, 0);
+    EngineChunk *ch = engine_chunk(cx->engine, 0);
     const size_t n = ch->update_count;
-    float *w = dp_update_params(ch->dp);
+    float *w = engine_chunk_update_params(ch);
     const double hz = curvature_step(w, z, n), hv = curvature_step(w, v, n);
     double zhz = curvature_form(w, e->saved_params, z, n, hz, grad, ctx, NULL);
     double vhv = curvature_form(w, e->saved_params, v, n, hv, grad, ctx, NULL);
-    curvature_update(c, zhz, vhv, tr->cfg.micro_batch, micro);
+    curvature_update(c, zhz, vhv, cx->cfg->micro_batch, micro);
     e->extra_passes += (hz > 0 ? 2 : 0) + (hv > 0 ? 2 : 0);
 }
 
 /* B_noise from (z, g) and, once Adam's preconditioner exists, B_noise(P)
  * from (P z, P g) at this step's weights (curvature.h): the probe made z,
  * then four gradient passes per pair; weights and gradient left as they were. */
-static void measure_curvature(Trainer *tr, const StepResult *r, GradientAt grad, void *ctx) {
-    Estimators *e = &tr->est;
-    EngineChunk *ch = engine_chunk(tr->engine, 0);
+static void measure_curvature(const TrainContext *cx, Estimators *e, const StepResult *r, GradientAt grad, void *ctx) {
+    EngineChunk *ch = engine_chunk(cx->engine, 0);
     const size_t n = ch->update_count;
-    float *w = dp_update_params(ch->dp), *g = dp_update_grads(ch->dp);
-    const int micro = (int)(r->batch / tr->cfg.micro_batch);
-    comm_allreduce(engine_grid(tr->engine)->dp_group, e->probe, n); /* sum_i s_i g_i / M over the global batch */
+    float *w = engine_chunk_update_params(ch), *g = engine_chunk_update_grads(ch);
+    const int micro = (int)(r->batch / cx->cfg->micro_batch);
+    comm_allreduce(engine_grid(cx->engine)->dp_group, e->probe, n); /* sum_i s_i g_i / M over the global batch */
     double sign_sum = 0;
     for (int i = 0; i < micro; i++) sign_sum += e->global_signs[i];
     for (size_t i = 0; i < n; i++) e->probe[i] = (float)(micro * (double)e->probe[i] - sign_sum * g[i]); /* z */
     memcpy(e->saved_grad, g, n * sizeof(float));
     memcpy(e->saved_params, w, n * sizeof(float));
-    measure_forms(tr, &e->curvature, e->probe, e->saved_grad, micro, grad, ctx);
+    measure_forms(cx, e, &e->curvature, e->probe, e->saved_grad, micro, grad, ctx);
     Preconditioner p;
-    if (e->precond_grad && estimators_preconditioner(tr, &p)) {
+    if (e->precond_grad && estimators_preconditioner(cx, e, &p)) {
         curvature_precondition(&p, e->probe, e->probe, n); /* P z: z is no longer needed */
         curvature_precondition(&p, e->saved_grad, e->precond_grad, n);
-        measure_forms(tr, &e->curvature_precond, e->probe, e->precond_grad, micro, grad, ctx);
+        measure_forms(cx, e, &e->curvature_precond, e->probe, e->precond_grad, micro, grad, ctx);
     }
     memcpy(g, e->saved_grad, n * sizeof(float));
 }
 
-void estimators_after_backward(Trainer *tr, StepResult *r, GradientAt grad, void *ctx) {
-    Estimators *e = &tr->est;
+void estimators_after_backward(const TrainContext *cx, Estimators *e, StepResult *r, GradientAt grad, void *ctx) {
     e->precond_big_sq = NAN;
     Preconditioner p;
-    EngineChunk *ch = tr->engine && e->precond_on ? engine_chunk(tr->engine, 0) : NULL;
-    if (ch && estimators_preconditioner(tr, &p))
-        e->precond_big_sq = preconditioned_sum_of_squares(dp_update_grads(ch->dp), NULL, ch->update_count, &p);
+    EngineChunk *ch = cx->engine && e->precond_on ? engine_chunk(cx->engine, 0) : NULL;
+    if (ch && estimators_preconditioner(cx, e, &p))
+        e->precond_big_sq = preconditioned_sum_of_squares(engine_chunk_update_grads(ch), NULL, ch->update_count, &p);
     if (!e->probing) return;
     double t0 = bs_now();
-    DataParallel *dp = engine_chunk(tr->engine, 0)->dp;
-    dp_set_probe(dp, NULL, NULL); /* the extra passes measure nothing */
-    dp_measure_micro_preconditioned(dp, NULL);
-    measure_curvature(tr, r, grad, ctx);
+    EngineChunk *ch0 = engine_chunk(cx->engine, 0);
+    engine_chunk_set_probe(ch0, NULL, NULL); /* the extra passes measure nothing */
+    engine_chunk_measure_micro_preconditioned(ch0, NULL);
+    measure_curvature(cx, e, r, grad, ctx);
     r->extra_seconds += bs_now() - t0; /* beside the probe's (noise_probe.h) */
 }
 
 /* The noise scale goodput follows. */
-static double followed_noise_scale(const Trainer *tr, const StepResult *r) {
-    if (tr->cfg.goodput_noise_scale > 0) return tr->cfg.goodput_noise_scale; /* given, not estimated */
-    if (tr->est.curve_on) return noise_curve_at(&tr->est.noise_curve, r->loss); /* every rank's loss is the batch's */
-    switch (tr->cfg.goodput_estimator) {
+static double followed_noise_scale(const TrainContext *cx, Estimators *e, const StepResult *r) {
+    if (cx->cfg->goodput_noise_scale > 0) return cx->cfg->goodput_noise_scale; /* given, not estimated */
+    if (e->curve_on) return noise_curve_at(&e->noise_curve, r->loss); /* every rank's loss is the batch's */
+    switch (cx->cfg->goodput_estimator) {
     case GOODPUT_PRECOND: return r->noise_precond;
     case GOODPUT_CURVATURE: return r->noise_curvature;
     case GOODPUT_CURVATURE_PRECOND: return r->noise_curvature_precond;
-    case GOODPUT_PROBE: return noise_scale_simple(&tr->est.probe_noise); /* the last probe's between probes */
-    case GOODPUT_PROBE_PRECOND: return noise_scale_simple(&tr->est.probe_precond);
-    default: return noise_scale_simple(&tr->noise);
+    case GOODPUT_PROBE: return noise_scale_simple(&e->probe_noise); /* the last probe's between probes */
+    case GOODPUT_PROBE_PRECOND: return noise_scale_simple(&e->probe_precond);
+    default: return noise_scale_simple(&e->simple);
     }
 }
 
 /* The step's time into the table (rank 0's, or planted), its goodput, and at
  * a decision point the batch of the steps to come. */
-static void goodput_step(Trainer *tr, StepResult *r) {
-    Estimators *e = &tr->est;
+static void goodput_step(const TrainContext *cx, Estimators *e, StepResult *r) {
     double seconds = e->planted ? e->planted_a + e->planted_b * (double)r->batch : r->seconds - r->extra_seconds;
-    if (!e->planted) comm_broadcast_bytes(tr->world, &seconds, sizeof seconds, 0); /* every rank decides the same */
+    if (!e->planted) comm_broadcast_bytes(cx->world, &seconds, sizeof seconds, 0); /* every rank decides the same */
     if (e->planted || e->steps_timed++ > 0) /* a process's first step pays for first touches */
         goodput_record(&e->goodput, r->batch, seconds);
-    double b_noise = followed_noise_scale(tr, r);
-    if (tr->cfg.goodput_temperature) /* the schedule's lr over the peak: the noise a step feels, at its temperature */
-        b_noise *= r->lr / lr_scaling_factor(tr->cfg.lr_scaling, r->batch, tr->base_batch) / tr->cfg.lr;
+    double b_noise = followed_noise_scale(cx, e, r);
+    if (cx->cfg->goodput_temperature) /* the schedule's lr over the peak: the noise a step feels, at its temperature */
+        b_noise *= r->lr / lr_scaling_factor(cx->cfg->lr_scaling, r->batch, cx->batch->base_batch) / cx->cfg->lr;
     if (b_noise > 0) {
         r->efficiency = goodput_efficiency(b_noise, e->goodput.base, r->batch);
         r->goodput = (double)r->batch / goodput_step_seconds(&e->goodput, r->batch) * r->efficiency;
     }
     /* Decisions after the first step (the first loss: with a given line and noise scale nothing waits to be
      * measured) and then every N steps. */
-    const int every = tr->cfg.goodput_every > 0 ? tr->cfg.goodput_every : 10;
-    if (tr->step != 0 && (tr->step + 1) % every != 0) return;
+    const int every = cx->cfg->goodput_every > 0 ? cx->cfg->goodput_every : 10;
+    if (cx->step != 0 && (cx->step + 1) % every != 0) return;
     double goodput, efficiency;
-    tr->adaptive_batch = goodput_choose(&e->goodput, b_noise, tr->adaptive_batch, &goodput, &efficiency);
-    r->next_batch = tr->adaptive_batch;
+    cx->batch->adaptive_batch = goodput_choose(&e->goodput, b_noise, cx->batch->adaptive_batch, &goodput, &efficiency);
+    r->next_batch = cx->batch->adaptive_batch;
 }
 
-void estimators_after_step(Trainer *tr, StepResult *r, double micro_precond_sq) {
-    Estimators *e = &tr->est;
+void estimators_after_step(const TrainContext *cx, Estimators *e, StepResult *r, double micro_precond_sq) {
     r->noise_precond = r->noise_curvature = r->noise_curvature_precond = r->goodput = r->efficiency = NAN;
     r->next_batch = 0;
     r->extra_passes = e->extra_passes;
     r->probe_micro_batches = e->probe_micro_batches;
-    const double b_small = tr->cfg.micro_batch, micro_batches = (double)r->batch / b_small;
+    const double b_small = cx->cfg->micro_batch, micro_batches = (double)r->batch / b_small;
     if (e->precond_on && !r->skipped && isfinite(e->precond_big_sq)) /* micro norms of the loss scaled by 1/M */
         noise_scale_update(&e->precond, micro_precond_sq * micro_batches, b_small, e->precond_big_sq,
                            (double)r->batch);
     if (e->precond_on) r->noise_precond = noise_scale_simple(&e->precond);
     if (e->curvature_on) r->noise_curvature = curvature_noise_scale(&e->curvature);
     if (e->precond_grad) r->noise_curvature_precond = curvature_noise_scale(&e->curvature_precond);
-    if (e->goodput_on) goodput_step(tr, r);
+    if (e->goodput_on) goodput_step(cx, e, r);
 }
 
-void estimators_pack(const Trainer *tr, double *words) {
-    const Estimators *e = &tr->est;
+void estimators_pack(const Estimators *e, double *words) {
     const double fixed[9] = {e->precond.ema_decay, e->precond.grad_sq_ema, e->precond.trace_ema,
                              e->precond.ema_weight, e->curvature.ema_decay, e->curvature.trace_ema,
                              e->curvature.ghg_ema, e->curvature.ema_weight, (double)e->extra_passes};
@@ -277,8 +267,7 @@ void estimators_pack(const Trainer *tr, double *words) {
     memcpy(words + ESTIMATOR_STATE_WORDS_V3, last, sizeof last);
 }
 
-void estimators_unpack(Trainer *tr, const double *words, int count) {
-    Estimators *e = &tr->est;
+void estimators_unpack(Estimators *e, const double *words, int count) {
     /* written before these estimators: they start afresh (before B_noise(P) or the probe: those alone do) */
     if (count != ESTIMATOR_STATE_WORDS && count != ESTIMATOR_STATE_WORDS_V3 && count != ESTIMATOR_STATE_WORDS_V2 &&
         count != ESTIMATOR_STATE_WORDS_V1)

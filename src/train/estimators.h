@@ -53,8 +53,11 @@
 
 #include <stdbool.h>
 
+#include "optim/curvature.h"
 #include "optim/goodput.h"
-#include "train/trainer_state.h"
+#include "optim/noise_curve.h"
+#include "optim/noise_scale.h"
+#include "train/feature.h"
 
 #define PRECOND_FROM_STEP 5 /* optimizer updates in v_hat before the preconditioned estimator starts */
 #define ESTIMATOR_STATE_WORDS_V1 (4 + 4 + 1 + GOODPUT_STATE_WORDS) /* checkpoints before B_noise(P) */
@@ -62,27 +65,54 @@
 #define ESTIMATOR_STATE_WORDS_V3 (ESTIMATOR_STATE_WORDS_V2 + 5) /* checkpoints before the preconditioned probe */
 #define ESTIMATOR_STATE_WORDS (ESTIMATOR_STATE_WORDS_V3 + 4)    /* estimators_pack */
 
+/* The noise-scale estimators and the goodput policy: the noise-scale feature's state. */
+typedef struct {
+    NoiseScale simple;        /* B_simple (optim/noise_scale.h), which an adaptive batch follows */
+    bool precond_on, curvature_on, goodput_on;
+    NoiseScale precond;
+    double precond_big_sq;    /* this step's |P G|^2 (NaN: not measured) */
+    Curvature curvature;
+    Curvature curvature_precond; /* B_noise(P) on the update direction P g (optim/curvature.h) */
+    long extra_passes;        /* forward+backward passes over a global batch spent on curvature */
+    bool probing;             /* this step measures curvature */
+    float *probe, *saved_grad, *saved_params;
+    float *precond_grad;      /* P g for B_noise(P) (NULL unless precond_on and curvature_on) */
+    float *signs, *global_signs; /* the probe's: this rank's micro-steps, the global batch's micro-batches */
+    int signs_capacity;
+    bool probe_on;            /* --noise-probe-every (train/noise_probe.h) */
+    NoiseScale probe_noise;   /* the probes' estimates, averaged with --noise-probe-ema */
+    NoiseScale probe_precond; /* the same of Adam's preconditioned gradients P g_i (when precond_on) */
+    long probe_micro_batches; /* the probe's micro-batch passes on this rank so far */
+    Goodput goodput;
+    long steps_timed;         /* steps this process timed (not saved: the first is not recorded) */
+    bool planted;             /* --goodput-time-model */
+    double planted_a, planted_b;
+    bool curve_on;            /* --goodput-noise-curve */
+    NoiseCurve noise_curve;
+} Estimators;
+
+
 /* After the engine and batch schedule are set up: what is on, the buffers;
  * one line naming the flag for what cannot be done. */
-void estimators_setup(Trainer *tr);
-void estimators_free(Trainer *tr);
+void estimators_setup(const TrainContext *cx, Estimators *e);
+void estimators_free(const TrainContext *cx, Estimators *e);
 /* Before the step's forward and backward: the noise probe's measurement
  * when due (train/noise_probe.h), the preconditioner and the curvature's signed sum. */
-void estimators_before_step(Trainer *tr, StepResult *r);
+void estimators_before_step(const TrainContext *cx, Estimators *e, StepResult *r);
 /* After backward, before the update: |P G|^2 and (if due) the curvature
  * measurement, which calls grad (the gradient over the step's batch at the
  * weights as they are, reduced) four times and leaves weights and gradient
  * as they were. Adds the time it took to r->extra_seconds (the probe's is there already). */
-void estimators_after_backward(Trainer *tr, StepResult *r, GradientAt grad, void *ctx);
+void estimators_after_backward(const TrainContext *cx, Estimators *e, StepResult *r, GradientAt grad, void *ctx);
 /* After the step: the EMAs, the values in r, and (goodput) the step time and
- * the batch of the steps to come (tr->adaptive_batch). */
-void estimators_after_step(Trainer *tr, StepResult *r, double micro_precond_sq);
+ * the batch of the steps to come (cx->batch). */
+void estimators_after_step(const TrainContext *cx, Estimators *e, StepResult *r, double micro_precond_sq);
 /* Adam's preconditioner P = 1 / (sqrt(v_hat) + eps) before this step's update: false unless the
  * preconditioned estimator is on (--noise-scale, AdamW, a flat layout) and v_hat averages PRECOND_FROM_STEP
  * updates. */
-bool estimators_preconditioner(Trainer *tr, Preconditioner *p);
+bool estimators_preconditioner(const TrainContext *cx, Estimators *e, Preconditioner *p);
 /* The state saved in checkpoints (ESTIMATOR_STATE_WORDS doubles), and back. */
-void estimators_pack(const Trainer *tr, double *words);
-void estimators_unpack(Trainer *tr, const double *words, int count);
+void estimators_pack(const Estimators *e, double *words);
+void estimators_unpack(Estimators *e, const double *words, int count);
 
 #endif

@@ -14,14 +14,14 @@ static void layer_path(char *out, size_t n, const char *dir, int layer) {
     snprintf(out, n, "%s/fp8_layer_%05d.bin", dir, layer);
 }
 
-static bool delayed(const Trainer *tr) {
-    return tr->cfg.precision == PRECISION_FP8 && tr->cfg.fp8_recipe == FP8_RECIPE_DELAYED;
+static bool delayed(const TrainContext *cx) {
+    return cx->cfg->precision == PRECISION_FP8 && cx->cfg->fp8_recipe == FP8_RECIPE_DELAYED;
 }
 
-void fp8_ckpt_save(const Trainer *tr, const char *dir) {
-    const Grid *g = engine_grid(tr->engine);
-    if (!delayed(tr) || g->tp_index != 0 || comm_rank(g->dp_group) != 0) return;
-    Engine *e = tr->engine;
+void fp8_ckpt_save(const TrainContext *cx, const char *dir) {
+    const Grid *g = engine_grid(cx->engine);
+    if (!delayed(cx) || g->tp_index != 0 || comm_rank(g->dp_group) != 0) return;
+    Engine *e = cx->engine;
     for (int c = 0; c < engine_num_chunks(e); c++) {
         const GPT *model = &engine_chunk(e, c)->model;
         const size_t per_site = fp8_scaling_site_floats(model->fp8);
@@ -75,18 +75,18 @@ static bool read_layer(GPT *model, int local, const char *dir, char *why, size_t
     return true;
 }
 
-void fp8_ckpt_resume(Trainer *tr, const char *dir) {
-    if (!delayed(tr)) return;
+void fp8_ckpt_resume(const TrainContext *cx, const char *dir) {
+    if (!delayed(cx)) return;
     char why[600] = "";
     double missing = 0;
-    Engine *e = tr->engine;
+    Engine *e = cx->engine;
     for (int c = 0; c < engine_num_chunks(e); c++) {
         GPT *model = &engine_chunk(e, c)->model;
         for (int i = 0; i < gpt_stage_layers(&model->cfg); i++)
             if (!read_layer(model, i, dir, why, sizeof why)) missing = 1;
     }
     /* all ranks restore, or none: a layer restored beside a fresh one would be a mixture of runs */
-    comm_allreduce_max_double(tr->world, &missing, 1);
+    comm_allreduce_max_double(cx->world, &missing, 1);
     if (missing == 0) return;
     for (int c = 0; c < engine_num_chunks(e); c++) {
         GPT *model = &engine_chunk(e, c)->model;
@@ -94,7 +94,7 @@ void fp8_ckpt_resume(Trainer *tr, const char *dir) {
         fp8_scaling_free(model->fp8);
         model->fp8 = fresh;
     }
-    if (tr->rank == 0)
+    if (cx->rank == 0)
         bs_warn("fp8 scales start fresh (1, empty amax histories): %s",
                 why[0] ? why : "another rank's layers have none");
 }

@@ -17,11 +17,11 @@
 #ifndef BS_TRAIN_FP8_CKPT_H
 #define BS_TRAIN_FP8_CKPT_H
 
-#include "train/trainer_state.h"
+#include "train/feature.h"
 
 /* Writes this rank's share into the checkpoint's directory (a collective-free call on every rank). */
-void fp8_ckpt_save(const Trainer *tr, const char *dir);
+void fp8_ckpt_save(const TrainContext *cx, const char *dir);
 /* Restores the state of every local layer from dir, or leaves it fresh (see above). */
-void fp8_ckpt_resume(Trainer *tr, const char *dir);
+void fp8_ckpt_resume(const TrainContext *cx, const char *dir);
 
 #endif

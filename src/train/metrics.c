@@ -29,7 +29,9 @@ void metrics_close(Metrics *m) {
     m->file = NULL;
 }
 
-static json_t *number(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+json_t *metrics_number(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
+
 
 static void set(json_t *j, const char *key, json_t *value) { json_object_set_new(j, key, value); }
 
@@ -38,8 +40,8 @@ static void set_fp8(json_t *j, const StepResult *r) {
     static const char *const kinds[3] = {"input", "weight", "grad"};
     json_t *under = json_object(), *over = json_object();
     for (int k = 0; k < 3; k++) {
-        set(under, kinds[k], number(r->fp8_underflow[k]));
-        set(over, kinds[k], number(r->fp8_overflow[k]));
+        set(under, kinds[k], metrics_number(r->fp8_underflow[k]));
+        set(over, kinds[k], metrics_number(r->fp8_overflow[k]));
     }
     set(j, "fp8_underflow", under);
     set(j, "fp8_overflow", over);
@@ -47,35 +49,35 @@ static void set_fp8(json_t *j, const StepResult *r) {
 
 /* Time, throughput and communication. */
 static void set_timing(json_t *j, const Metrics *m, const StepResult *r, double tokens_per_s) {
-    set(j, "ms", number(r->seconds * 1e3));
-    set(j, "tokens_per_s", number(tokens_per_s));
-    set(j, "compute_ms", number((r->seconds - r->comm_exposed - r->cp_exposed - r->moe_a2a_exposed) * 1e3));
-    set(j, "comm_exposed_ms", number(r->comm_exposed * 1e3));
-    set(j, "comm_busy_ms", number(r->comm_busy * 1e3));
+    set(j, "ms", metrics_number(r->seconds * 1e3));
+    set(j, "tokens_per_s", metrics_number(tokens_per_s));
+    set(j, "compute_ms", metrics_number((r->seconds - r->comm_exposed - r->cp_exposed - r->moe_a2a_exposed) * 1e3));
+    set(j, "comm_exposed_ms", metrics_number(r->comm_exposed * 1e3));
+    set(j, "comm_busy_ms", metrics_number(r->comm_busy * 1e3));
     set(j, "comm_bytes", json_integer((json_int_t)r->comm_bytes));
     set(j, "comm_bytes_fp32", json_integer((json_int_t)r->comm_bytes_fp32));
-    if (r->comm_bytes > 0) set(j, "compression_ratio", number((double)r->comm_bytes_fp32 / (double)r->comm_bytes));
+    if (r->comm_bytes > 0) set(j, "compression_ratio", metrics_number((double)r->comm_bytes_fp32 / (double)r->comm_bytes));
     if (r->moe_a2a_bytes > 0) {
         set(j, "moe_a2a_bytes", json_integer((json_int_t)r->moe_a2a_bytes));
-        set(j, "moe_a2a_exposed_ms", number(r->moe_a2a_exposed * 1e3));
+        set(j, "moe_a2a_exposed_ms", metrics_number(r->moe_a2a_exposed * 1e3));
     }
     if (r->cp_bytes > 0) {
         set(j, "cp_bytes", json_integer((json_int_t)r->cp_bytes));
-        set(j, "cp_exposed_ms", number(r->cp_exposed * 1e3));
+        set(j, "cp_exposed_ms", metrics_number(r->cp_exposed * 1e3));
     }
     if (r->fp8) set_fp8(j, r);
-    set(j, "step_ms_max", number(r->slowest * 1e3));
-    set(j, "step_ms_min", number(r->fastest * 1e3));
+    set(j, "step_ms_max", metrics_number(r->slowest * 1e3));
+    set(j, "step_ms_min", metrics_number(r->fastest * 1e3));
     set(j, "ranks", json_integer(m->ranks));
     if (m->pp > 1) {
-        set(j, "bubble", number(r->bubble));
+        set(j, "bubble", metrics_number(r->bubble));
         /* theory, two conventions: idle over busy time (Megatron's (p-1)/m), and the idle share of the step,
          * the measured bubble's convention ((p-1)/(m+p-1)) */
-        set(j, "bubble_theory", number(r->bubble_theory / (1 - r->bubble_theory)));
-        set(j, "bubble_theory_share", number(r->bubble_theory));
-        set(j, "bubble_simulated", number(r->bubble_simulated));
-        set(j, "pipe_busy_ms", number(r->pipe_busy * 1e3));
-        set(j, "pipe_idle_ms", number(r->pipe_idle * 1e3));
+        set(j, "bubble_theory", metrics_number(r->bubble_theory / (1 - r->bubble_theory)));
+        set(j, "bubble_theory_share", metrics_number(r->bubble_theory));
+        set(j, "bubble_simulated", metrics_number(r->bubble_simulated));
+        set(j, "pipe_busy_ms", metrics_number(r->pipe_busy * 1e3));
+        set(j, "pipe_idle_ms", metrics_number(r->pipe_idle * 1e3));
     }
 }
 
@@ -84,74 +86,33 @@ static void set_policy(json_t *j, const Metrics *m, const StepResult *r, const M
     set(j, "max_live_microbatches", json_integer(r->max_live));
     set(j, "batch", json_integer(r->batch));
     set(j, "accumulation", json_integer(r->accum_steps));
-    if (m->balance) {
-        json_t *split = json_array();
-        for (int d = 0; d < m->replicas; d++) json_array_append_new(split, json_integer(s->split[d]));
-        set(j, "micro_batches_per_replica", split);
-    }
     if (r->skipped) set(j, "skipped", json_string(r->skip_reason));
-    set(j, "skips", json_integer(s->skips));
-    if (s->ckpt_stall > 0) set(j, "ckpt_stall_ms", number(s->ckpt_stall * 1e3));
-    set(j, "compute_ms_median", number(r->median_compute * 1e3));
+    if (s->ckpt_stall > 0) set(j, "ckpt_stall_ms", metrics_number(s->ckpt_stall * 1e3));
+    set(j, "compute_ms_median", metrics_number(r->median_compute * 1e3));
     if (r->straggler >= 0) set(j, "straggler", json_integer(r->straggler));
     if (m->noise_scale && !isnan(r->noise_scale)) {
-        set(j, "noise_scale", number(r->noise_scale));
-        set(j, "noise_scale_tokens", number(r->noise_scale * m->seq_len));
+        set(j, "noise_scale", metrics_number(r->noise_scale));
+        set(j, "noise_scale_tokens", metrics_number(r->noise_scale * m->seq_len));
     }
-    if (m->noise_scale && !isnan(r->noise_precond)) set(j, "noise_scale_precond", number(r->noise_precond));
-    if (m->curvature && !isnan(r->noise_curvature)) set(j, "noise_scale_curvature", number(r->noise_curvature));
+    if (m->noise_scale && !isnan(r->noise_precond)) set(j, "noise_scale_precond", metrics_number(r->noise_precond));
+    if (m->curvature && !isnan(r->noise_curvature)) set(j, "noise_scale_curvature", metrics_number(r->noise_curvature));
     if (m->curvature && !isnan(r->noise_curvature_precond))
-        set(j, "noise_scale_curvature_precond", number(r->noise_curvature_precond));
+        set(j, "noise_scale_curvature_precond", metrics_number(r->noise_curvature_precond));
     if (m->curvature) set(j, "noise_extra_passes", json_integer(r->extra_passes));
     if (m->probe && !isnan(r->noise_probe_trace)) {
-        set(j, "noise_scale_probe", number(r->noise_probe));
-        set(j, "noise_probe_grad_sq", number(r->noise_probe_grad_sq));
-        set(j, "noise_probe_trace", number(r->noise_probe_trace));
+        set(j, "noise_scale_probe", metrics_number(r->noise_probe));
+        set(j, "noise_probe_grad_sq", metrics_number(r->noise_probe_grad_sq));
+        set(j, "noise_probe_trace", metrics_number(r->noise_probe_trace));
     }
     if (m->probe && !isnan(r->noise_probe_precond_trace)) {
-        set(j, "noise_scale_probe_precond", number(r->noise_probe_precond));
-        set(j, "noise_probe_precond_grad_sq", number(r->noise_probe_precond_grad_sq));
-        set(j, "noise_probe_precond_trace", number(r->noise_probe_precond_trace));
+        set(j, "noise_scale_probe_precond", metrics_number(r->noise_probe_precond));
+        set(j, "noise_probe_precond_grad_sq", metrics_number(r->noise_probe_precond_grad_sq));
+        set(j, "noise_probe_precond_trace", metrics_number(r->noise_probe_precond_trace));
     }
     if (m->probe) set(j, "noise_probe_micro_batches", json_integer(r->probe_micro_batches));
-    if (m->goodput && !isnan(r->goodput)) set(j, "goodput", number(r->goodput));
-    if (m->goodput && !isnan(r->efficiency)) set(j, "efficiency", number(r->efficiency));
+    if (m->goodput && !isnan(r->goodput)) set(j, "goodput", metrics_number(r->goodput));
+    if (m->goodput && !isnan(r->efficiency)) set(j, "efficiency", metrics_number(r->efficiency));
     if (m->goodput && r->next_batch > 0) set(j, "goodput_batch", json_integer(r->next_batch));
-}
-
-/* The root of each of n squared norms, as an array. */
-static json_t *roots(const double *sq, int n) {
-    json_t *a = json_array();
-    for (int i = 0; i < n; i++) json_array_append_new(a, number(sqrt(sq[i])));
-    return a;
-}
-
-/* Per block (embeddings, layers, final LayerNorm) and per rank (train/watch.h); the MFU. */
-static void set_norms(json_t *j, const Metrics *m, const StepResult *r, const Watch *w) {
-    if (!w || !w->on) return;
-    set(j, "grad_norm_layers", roots(w->grad_sq, w->blocks));
-    set(j, "weight_norm_layers", roots(w->weight_sq, w->blocks));
-    if (!isnan(w->rank_grad[0])) {
-        json_t *ranks = json_array();
-        for (int k = 0; k < w->ranks; k++) json_array_append_new(ranks, number(w->rank_grad[k]));
-        set(j, "grad_norm_ranks", ranks);
-    }
-    if (w->peak_flops > 0) set(j, "mfu", number(watch_mfu(w, r, m->seq_len)));
-}
-
-/* MoE: per layer the max/mean load and the dropped share; the step's aux and z losses. */
-static void set_moe(json_t *j, const MetricsStep *s) {
-    if (s->moe_layers == 0) return;
-    json_t *load = json_array(), *dropped = json_array();
-    for (int l = 0; l < s->moe_layers; l++) {
-        const MoeMetrics *x = &s->moe[l];
-        json_array_append_new(load, number(x->mean_load > 0 ? x->max_load / x->mean_load : 0));
-        json_array_append_new(dropped, number(x->dropped_fraction));
-    }
-    set(j, "moe_load_max_mean", load);
-    set(j, "moe_dropped", dropped);
-    set(j, "moe_aux_loss", number(s->moe_aux_loss));
-    set(j, "moe_z_loss", number(s->moe_z_loss));
 }
 
 void metrics_write(const Metrics *m, const StepResult *r, const MetricsStep *s) {
@@ -159,9 +120,9 @@ void metrics_write(const Metrics *m, const StepResult *r, const MetricsStep *s) 
     const double tokens_per_s = step_tokens_per_s(r, m->seq_len);
     json_t *j = json_object();
     set(j, "step", json_integer(s->step));
-    set(j, "loss", number(r->loss));
-    set(j, "lr", number(r->lr));
-    set(j, "grad_norm", number(r->grad_norm));
+    set(j, "loss", metrics_number(r->loss));
+    set(j, "lr", metrics_number(r->lr));
+    set(j, "grad_norm", metrics_number(r->grad_norm));
     set(j, "tokens", json_integer((json_int_t)s->tokens));
     set_timing(j, m, r, tokens_per_s);
     set_policy(j, m, r, s);
@@ -170,10 +131,9 @@ void metrics_write(const Metrics *m, const StepResult *r, const MetricsStep *s) 
     set(j, "activation_bytes", json_integer((json_int_t)s->activation_bytes));
     set(j, "peak_rss_bytes", json_integer((json_int_t)r->peak_rss));
     if (m->baseline_tokens_per_s > 0)
-        set(j, "scaling_efficiency", number(tokens_per_s / (m->replicas * m->baseline_tokens_per_s)));
-    if (!isnan(s->val_loss)) set(j, "val_loss", number(s->val_loss));
-    set_norms(j, m, r, s->watch);
-    set_moe(j, s);
+        set(j, "scaling_efficiency", metrics_number(tokens_per_s / (m->replicas * m->baseline_tokens_per_s)));
+    if (!isnan(s->val_loss)) set(j, "val_loss", metrics_number(s->val_loss));
+    if (s->add) s->add(s->add_ctx, j);
     char *line = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
     fprintf(m->file, "%s\n", line);
     fflush(m->file);

@@ -11,15 +11,15 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "model/moe.h"
+#include <jansson.h>
+
 #include "train/step_result.h"
-#include "train/watch.h"
 
 typedef struct {
     FILE *file;                   /* NULL: no metrics (another rank, or no --metrics) */
     int seq_len, ranks, pp;       /* pp > 1: the pipeline's bubble fields */
     int replicas;                 /* data-parallel */
-    bool balance, noise_scale;    /* --balance: the split; --noise-scale: B_simple */
+    bool noise_scale;             /* --noise-scale: B_simple */
     double baseline_tokens_per_s; /* one process's rate for the scaling efficiency (0: none) */
     bool curvature, goodput;      /* --noise-scale-every; --batch-schedule goodput (train/estimators.h) */
     bool probe;                   /* --noise-probe-every (train/noise_probe.h) */
@@ -29,21 +29,19 @@ typedef struct {
 typedef struct {
     long step;
     uint64_t tokens;   /* consumed so far */
-    long skips;        /* steps skipped so far */
     double val_loss;   /* NaN: not evaluated at this step */
     double ckpt_stall; /* seconds the previous step's checkpoint stopped training (0: none) */
-    const int *split;  /* --balance: micro-batches per replica */
     size_t state_bytes, buffer_bytes; /* this rank's parameters, gradients and optimizer state; buffers */
     size_t activation_bytes;          /* this rank's activation sets, backward scratch, context-attention buffers */
-    const Watch *watch;               /* per-layer and per-rank gradient norms, weight norms, MFU (NULL: none) */
-    int moe_layers;                   /* MoE models: per layer's step metrics (0: a dense model) */
-    const MoeMetrics *moe;
-    double moe_aux_loss, moe_z_loss;  /* the step's MoE losses in the objective, summed over layers */
+    void (*add)(void *ctx, json_t *record); /* the features' keys (train/feature.h), last (NULL: none) */
+    void *add_ctx;
 } MetricsStep;
 
 /* The file at path for a run at step `step` (0: a new file). */
 FILE *metrics_open(const char *path, long step);
 void metrics_write(const Metrics *m, const StepResult *r, const MetricsStep *s);
 void metrics_close(Metrics *m);
+/* x as a JSON number, or null when it is not finite. */
+json_t *metrics_number(double x);
 
 #endif

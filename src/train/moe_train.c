@@ -8,39 +8,57 @@
 
 #include "core/error.h"
 #include "core/io.h"
+#include "train/metrics.h"
 
 #define MOE_CKPT_MAGIC "BSMOEB01"
 
+/* The last step's, for its metrics. */
+typedef struct {
+    int layers;
+    MoeMetrics *metrics; /* per MoE layer: loads, dropped share, its aux and z losses */
+    double aux_loss, z_loss; /* what the step added to the objective, summed over layers */
+} MoeTrainState;
+
 /* The pipeline group: the ranks holding the other stages' layers. */
-static Comm *stages_group(const Trainer *tr) { return engine_grid(tr->engine)->pp_group; }
+static Comm *stages_group(const TrainContext *cx) { return engine_grid(cx->engine)->pp_group; }
 
 /* Sums every stage's part of a whole-model array (zero outside a rank's own layers) over the pipeline group. */
-static void sum_over_stages(const Trainer *tr, double *values, int n) {
-    if (comm_size(stages_group(tr)) > 1) comm_allreduce_double(stages_group(tr), values, n);
+static void sum_over_stages(const TrainContext *cx, double *values, int n) {
+    if (comm_size(stages_group(cx)) > 1) comm_allreduce_double(stages_group(cx), values, n);
 }
 
-void moe_train_setup(Trainer *tr) {
-    const GPTConfig *cfg = &tr->model;
-    if (!gpt_is_moe(cfg)) return;
-    tr->moe.layers = gpt_moe_layers_before(cfg, cfg->num_layers);
-    tr->moe.metrics = bs_calloc((size_t)tr->moe.layers, sizeof(MoeMetrics));
-    for (int c = 0; c < engine_num_chunks(tr->engine); c++) {
-        GPT *model = &engine_chunk(tr->engine, c)->model;
+/* --moe-skew F: every MoE layer's router row of expert 0 starts multiplied by F (before any resume). */
+static void *create(const TrainContext *cx) {
+    const GPTConfig *cfg = cx->model;
+    MoeTrainState *st = bs_calloc(1, sizeof *st);
+    if (!gpt_is_moe(cfg)) return st;
+    st->layers = gpt_moe_layers_before(cfg, cfg->num_layers);
+    st->metrics = bs_calloc((size_t)st->layers, sizeof(MoeMetrics));
+    for (int c = 0; c < engine_num_chunks(cx->engine); c++) {
+        GPT *model = &engine_chunk(cx->engine, c)->model;
         const int first = gpt_first_layer(&model->cfg);
         for (int l = first; l < first + gpt_stage_layers(&model->cfg); l++)
-            if (gpt_layer_is_moe(cfg, l) && tr->cfg.moe_skew != 1) {
+            if (gpt_layer_is_moe(cfg, l) && cx->cfg->moe_skew != 1) {
                 float *row = model->params + gpt_tensor_offset(&model->cfg, TK_ROUTER, l); /* expert 0's */
-                for (int j = 0; j < cfg->channels; j++) row[j] *= (float)tr->cfg.moe_skew;
+                for (int j = 0; j < cfg->channels; j++) row[j] *= (float)cx->cfg->moe_skew;
             }
     }
+    return st;
+}
+
+static void destroy(void *state, const TrainContext *cx) {
+    (void)cx;
+    MoeTrainState *st = state;
+    free(st->metrics);
+    free(st);
 }
 
 /* This rank's chunks' step: the bias update of their MoE layers; their
  * statistics into all (every layer's, zero elsewhere) and their weighted
  * losses into losses[0..1]. */
-static void chunks_end_step(Trainer *tr, bool updated, MoeStats *all, double losses[2]) {
-    for (int c = 0; c < engine_num_chunks(tr->engine); c++) {
-        GPT *model = &engine_chunk(tr->engine, c)->model;
+static void chunks_end_step(const TrainContext *cx, bool updated, MoeStats *all, double losses[2]) {
+    for (int c = 0; c < engine_num_chunks(cx->engine); c++) {
+        GPT *model = &engine_chunk(cx->engine, c)->model;
         const MoeConfig moe = gpt_moe_config(&model->cfg);
         const int first = gpt_first_layer(&model->cfg);
         for (int i = 0; i < gpt_stage_layers(&model->cfg); i++) {
@@ -55,32 +73,35 @@ static void chunks_end_step(Trainer *tr, bool updated, MoeStats *all, double los
     }
 }
 
-void moe_train_end_step(Trainer *tr, bool updated) {
-    const GPTConfig *cfg = &tr->model;
+/* After the step's update (a skipped step keeps the bias): the bias update and the step's metrics. */
+static void after_update(void *state, const TrainContext *cx, TrainStep *s) {
+    MoeTrainState *st = state;
+    const bool updated = !s->r->skipped;
+    const GPTConfig *cfg = cx->model;
     if (!gpt_is_moe(cfg)) return;
     const int L = cfg->num_layers, n = L * (int)MOE_STATS_DOUBLES + 2;
     double *buf = bs_calloc((size_t)n, sizeof(double)); /* every layer's statistics, then the aux and z losses */
     MoeStats *all = (MoeStats *)buf;
-    chunks_end_step(tr, updated, all, buf + n - 2);
-    sum_over_stages(tr, buf, n);
+    chunks_end_step(cx, updated, all, buf + n - 2);
+    sum_over_stages(cx, buf, n);
     const MoeConfig moe = gpt_moe_config(cfg);
     for (int l = 0, k = 0; l < L; l++)
-        if (gpt_layer_is_moe(cfg, l)) tr->moe.metrics[k++] = moe_metrics(&moe, &all[l]);
-    tr->moe.aux_loss = buf[n - 2];
-    tr->moe.z_loss = buf[n - 1];
+        if (gpt_layer_is_moe(cfg, l)) st->metrics[k++] = moe_metrics(&moe, &all[l]);
+    st->aux_loss = buf[n - 2];
+    st->z_loss = buf[n - 1];
     free(buf);
 }
 
-void moe_gather_bias(const Trainer *tr, float *out) {
-    const GPTConfig *cfg = &tr->model;
+static void gather_bias(const TrainContext *cx, float *out) {
+    const GPTConfig *cfg = cx->model;
     const size_t E = (size_t)cfg->experts, n = (size_t)cfg->num_layers * E;
     double *all = bs_calloc(n, sizeof(double)); /* floats are exact in doubles, and x + 0 is x */
-    for (int c = 0; c < engine_num_chunks(tr->engine); c++) {
-        const GPT *model = &engine_chunk(tr->engine, c)->model;
+    for (int c = 0; c < engine_num_chunks(cx->engine); c++) {
+        const GPT *model = &engine_chunk(cx->engine, c)->model;
         const size_t first = (size_t)gpt_first_layer(&model->cfg) * E;
         for (size_t i = 0; i < (size_t)gpt_stage_layers(&model->cfg) * E; i++) all[first + i] = model->moe_bias[i];
     }
-    sum_over_stages(tr, all, (int)n);
+    sum_over_stages(cx, all, (int)n);
     for (size_t i = 0; i < n; i++) out[i] = (float)all[i];
     free(all);
 }
@@ -126,31 +147,61 @@ void moe_bias_file_load(const char *dir, GPT *model) {
     free(bias);
 }
 
-void moe_ckpt_save(const Trainer *tr, const char *dir) {
-    if (!gpt_is_moe(&tr->model)) return;
-    const int L = tr->model.num_layers, E = tr->model.experts;
+static void save_files(void *state, const TrainContext *cx, const char *dir) {
+    (void)state;
+    if (!gpt_is_moe(cx->model)) return;
+    const int L = cx->model->num_layers, E = cx->model->experts;
     float *bias = bs_malloc((size_t)L * E * sizeof(float));
-    moe_gather_bias(tr, bias); /* every rank: a collective over the pipeline group */
-    if (tr->rank == 0) moe_bias_file_write(dir, L, E, bias);
+    gather_bias(cx, bias); /* every rank: a collective over the pipeline group */
+    if (cx->rank == 0) moe_bias_file_write(dir, L, E, bias);
     free(bias);
 }
 
-void moe_ckpt_resume(Trainer *tr, const char *dir) {
+static void resume_files(void *state, const TrainContext *cx, const char *dir) {
+    (void)state;
     int layers = 0, experts = 0;
     float *bias = moe_bias_file_read(dir, &layers, &experts);
-    const bool moe = gpt_is_moe(&tr->model);
+    const bool moe = gpt_is_moe(cx->model);
     if (!moe && bias) bs_die("checkpoint %s holds an MoE model (moe_bias.bin): resume with its --experts", dir);
     if (!moe) return;
     if (!bias) bs_die("checkpoint %s holds no MoE balancing bias (moe_bias.bin): it was written by a dense model, "
-                      "not --experts %d", dir, tr->model.experts);
-    if (layers != tr->model.num_layers || experts != tr->model.experts)
+                      "not --experts %d", dir, cx->model->experts);
+    if (layers != cx->model->num_layers || experts != cx->model->experts)
         bs_die("checkpoint %s holds an MoE model of %d experts in %d layers, not --experts %d in %d", dir, experts,
-               layers, tr->model.experts, tr->model.num_layers);
-    for (int c = 0; c < engine_num_chunks(tr->engine); c++) { /* this rank's layers; dense ones zero */
-        GPT *model = &engine_chunk(tr->engine, c)->model;
-        const size_t E = (size_t)tr->model.experts;
+               layers, cx->model->experts, cx->model->num_layers);
+    for (int c = 0; c < engine_num_chunks(cx->engine); c++) { /* this rank's layers; dense ones zero */
+        GPT *model = &engine_chunk(cx->engine, c)->model;
+        const size_t E = (size_t)cx->model->experts;
         memcpy(model->moe_bias, bias + (size_t)gpt_first_layer(&model->cfg) * E,
                (size_t)gpt_stage_layers(&model->cfg) * E * sizeof(float));
     }
     free(bias);
 }
+
+/* The selection bias of every stage into a gathered model (sampling, export). Collective. */
+static void complete_model(void *state, const TrainContext *cx, GPT *model) {
+    (void)state;
+    if (model->moe_bias) gather_bias(cx, model->moe_bias);
+}
+
+/* Per MoE layer the max/mean load and the dropped share; the step's aux and z losses. */
+static void metrics(void *state, const TrainContext *cx, json_t *record) {
+    (void)cx;
+    const MoeTrainState *st = state;
+    if (st->layers == 0) return;
+    json_t *load = json_array(), *dropped = json_array();
+    for (int l = 0; l < st->layers; l++) {
+        const MoeMetrics *x = &st->metrics[l];
+        json_array_append_new(load, metrics_number(x->mean_load > 0 ? x->max_load / x->mean_load : 0));
+        json_array_append_new(dropped, metrics_number(x->dropped_fraction));
+    }
+    json_object_set_new(record, "moe_load_max_mean", load);
+    json_object_set_new(record, "moe_dropped", dropped);
+    json_object_set_new(record, "moe_aux_loss", metrics_number(st->aux_loss));
+    json_object_set_new(record, "moe_z_loss", metrics_number(st->z_loss));
+}
+
+const Feature moe_feature = {
+    .name = "moe", .create = create, .free = destroy, .after_update = after_update, .metrics = metrics,
+    .complete_model = complete_model, .save_files = save_files, .resume_files = resume_files,
+};

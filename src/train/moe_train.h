@@ -21,30 +21,23 @@
  * read on every rank at resume (each takes its stage's layers); a checkpoint
  * of another MoE shape (or of a dense model, which has no such file) is
  * refused in one line. The bias goes into and comes from model files as
- * h.N.mlp.gate.e_score_correction_bias (model/safetensors_moe.h). */
+ * h.N.mlp.gate.e_score_correction_bias (model/safetensors_moe.h).
+ *
+ * A feature (train/feature.h): moe_feature, always on (a dense run refuses an
+ * MoE checkpoint); --moe-skew F starts every MoE layer's router row of expert
+ * 0 multiplied by F (tests). */
 #ifndef BS_TRAIN_MOE_TRAIN_H
 #define BS_TRAIN_MOE_TRAIN_H
 
-#include "train/trainer_state.h"
+#include "train/feature.h"
 
-/* --moe-skew F: every MoE layer's router row of expert 0 starts multiplied
- * by F, a skewed router start (before any resume, which replaces it; the
- * parameters whole on every rank: ZeRO 3 is refused with MoE). */
-void moe_train_setup(Trainer *tr);
-/* After the step's update (updated: false for a skipped step, which keeps
- * the bias): the bias update and the step's metrics into tr->moe. */
-void moe_train_end_step(Trainer *tr, bool updated);
-/* Every layer's bias (layers x E floats, dense layers zero) into out on every
- * rank: a collective over the pipeline group. */
-void moe_gather_bias(const Trainer *tr, float *out);
-/* A collective (moe_gather_bias); world rank 0 writes the file. */
-void moe_ckpt_save(const Trainer *tr, const char *dir);
+extern const Feature moe_feature;
+
 /* The file alone (ckpt export and import): (layers, E) floats; reading
  * returns a new array (NULL: no such file; dies if damaged). */
 void moe_bias_file_write(const char *dir, int layers, int experts, const float *bias);
 float *moe_bias_file_read(const char *dir, int *layers, int *experts);
 /* A checkpoint's bias into a whole MoE model (ckpt export, sample); dies in one line if absent or misshapen. */
 void moe_bias_file_load(const char *dir, GPT *model);
-void moe_ckpt_resume(Trainer *tr, const char *dir);
 
 #endif

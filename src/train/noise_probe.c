@@ -11,30 +11,29 @@
 #include "train/estimators.h"
 
 /* What the probe cannot work with, or NULL. */
-static const char *probe_refusal(const Trainer *tr) {
-    const TrainConfig *c = &tr->cfg;
-    const Grid *g = engine_grid(tr->engine);
-    if (g->tp > 1 || g->pp > 1 || g->cp > 1 || g->ep > 1 || engine_num_chunks(tr->engine) != 1)
+static const char *probe_refusal(const TrainContext *cx) {
+    const TrainConfig *c = cx->cfg;
+    const Grid *g = engine_grid(cx->engine);
+    if (g->tp > 1 || g->pp > 1 || g->cp > 1 || g->ep > 1 || engine_num_chunks(cx->engine) != 1)
         return "no --tp, --pp, --cp or --ep (its micro-batch norms are of whole gradients on one rank)";
     if (c->zero > 1) return "--zero 0 or 1 (the layouts it is tested with)";
     if (c->precision != PRECISION_FP32) return "--precision fp32 (the layouts it is tested with)";
-    if (tr->onebit.on || tr->diloco.on) return "full gradient reduction (not 1-bit Adam or DiLoCo)";
-    if (gpt_is_moe(&tr->model)) return "a dense model (the experts' load statistics would count its passes)";
+    if (cx->cfg->optimizer == OPTIM_ONEBIT_ADAM || cx->cfg->local_steps > 0) return "full gradient reduction (not 1-bit Adam or DiLoCo)";
+    if (gpt_is_moe(cx->model)) return "a dense model (the experts' load statistics would count its passes)";
     return NULL;
 }
 
-void noise_probe_setup(Trainer *tr) {
-    const TrainConfig *c = &tr->cfg;
-    Estimators *e = &tr->est;
+void noise_probe_setup(const TrainContext *cx, Estimators *e) {
+    const TrainConfig *c = cx->cfg;
     noise_scale_init(&e->probe_noise, c->noise_probe_ema);
     noise_scale_init(&e->probe_precond, c->noise_probe_ema);
     if (c->noise_probe_every <= 0) return;
-    const char *why = probe_refusal(tr);
+    const char *why = probe_refusal(cx);
     if (why) bs_die("--noise-probe-every needs %s", why);
-    if ((long)c->noise_probe_batches * tr->dp_size < 2)
+    if ((long)c->noise_probe_batches * cx->dp_size < 2)
         bs_die("--noise-probe-batches %d on %d data-parallel rank(s) gives %ld micro-batch(es): the probe needs at "
-               "least two (their spread is the noise)", c->noise_probe_batches, tr->dp_size,
-               (long)c->noise_probe_batches * tr->dp_size);
+               "least two (their spread is the noise)", c->noise_probe_batches, cx->dp_size,
+               (long)c->noise_probe_batches * cx->dp_size);
     e->probe_on = true;
 }
 
@@ -42,7 +41,7 @@ void noise_probe_setup(Trainer *tr) {
  * i = k x dp + replica of the M, its sequences drawn from the seed, the step
  * and i within the training data's current epoch (noise_probe.h). */
 typedef struct {
-    Trainer *tr;
+    const TrainContext *cx;
     uint64_t key;   /* the seed and the step */
     uint64_t epoch_first, windows; /* the first sequence of the current epoch; sequences per epoch */
     int replicas, replica;
@@ -50,31 +49,31 @@ typedef struct {
 
 static uint64_t probe_sequence(const ProbeSource *src, long micro_batch, int b) {
     Rng rng;
-    rng_seed(&rng, src->key ^ rng_mix64((uint64_t)micro_batch * (uint64_t)src->tr->cfg.micro_batch + (uint64_t)b));
+    rng_seed(&rng, src->key ^ rng_mix64((uint64_t)micro_batch * (uint64_t)src->cx->cfg->micro_batch + (uint64_t)b));
     return src->epoch_first + rng_below(&rng, src->windows);
 }
 
 static void load_probe_micro(void *ctx, int micro, int32_t *inputs, int32_t *targets) {
     const ProbeSource *src = ctx;
-    const int B = src->tr->cfg.micro_batch, T = src->tr->cfg.seq_len;
+    const int B = src->cx->cfg->micro_batch, T = src->cx->cfg->seq_len;
     const long i = (long)micro * src->replicas + src->replica;
     for (int b = 0; b < B; b++)
-        loader_sequence(&src->tr->train_data, probe_sequence(src, i, b), inputs + (size_t)b * T,
+        loader_sequence(src->cx->train_data, probe_sequence(src, i, b), inputs + (size_t)b * T,
                         targets + (size_t)b * T);
 }
 
-static ProbeSource probe_source(Trainer *tr) {
-    const uint64_t windows = tr->train_data.num_windows;
-    const uint64_t key = rng_mix64(rng_mix64((uint64_t)tr->cfg.seed ^ 0x70726f6265ULL) + (uint64_t)tr->step);
-    return (ProbeSource){tr, key, tr->seqs_consumed / windows * windows, windows, tr->dp_size, tr->dp_index};
+static ProbeSource probe_source(const TrainContext *cx) {
+    const uint64_t windows = cx->train_data->num_windows;
+    const uint64_t key = rng_mix64(rng_mix64((uint64_t)cx->cfg->seed ^ 0x70726f6265ULL) + (uint64_t)cx->step);
+    return (ProbeSource){cx, key, cx->seqs_consumed / windows * windows, windows, cx->dp_size, cx->dp_index};
 }
 
 /* The tokens the probe's loss counts, over all M micro-batches (every rank the same). */
-static uint64_t probe_counted(Trainer *tr, const ProbeSource *src, long micro_batches) {
+static uint64_t probe_counted(const TrainContext *cx, const ProbeSource *src, long micro_batches) {
     uint64_t counted = 0;
     for (long i = 0; i < micro_batches; i++)
-        for (int b = 0; b < tr->cfg.micro_batch; b++)
-            counted += loader_counted(&tr->train_data, probe_sequence(src, i, b), 1);
+        for (int b = 0; b < cx->cfg->micro_batch; b++)
+            counted += loader_counted(cx->train_data, probe_sequence(src, i, b), 1);
     return counted;
 }
 
@@ -87,25 +86,24 @@ bool noise_probe_update(NoiseScale *ns, double micro_sum_sq, long M, double b, d
  * (estimators_preconditioner) the two norms of P g_i into the preconditioned one: P is fixed during the probe,
  * so P g_i have mean P G and covariance P Sigma P and the same estimator is unbiased for |P G|^2 and
  * tr(P Sigma P), Pollux's preconditioned noise scale at the step's weights. */
-static void probe_once(Trainer *tr, StepResult *r) {
-    Estimators *e = &tr->est;
-    const int K = tr->cfg.noise_probe_batches;
-    const long M = (long)K * tr->dp_size;
-    ProbeSource src = probe_source(tr);
-    const uint64_t counted = probe_counted(tr, &src, M);
-    EngineChunk *ch = engine_chunk(tr->engine, 0);
+static void probe_once(const TrainContext *cx, Estimators *e, StepResult *r) {
+    const int K = cx->cfg->noise_probe_batches;
+    const long M = (long)K * cx->dp_size;
+    ProbeSource src = probe_source(cx);
+    const uint64_t counted = probe_counted(cx, &src, M);
+    EngineChunk *ch = engine_chunk(cx->engine, 0);
     Preconditioner p;
-    const bool precond = estimators_preconditioner(tr, &p);
-    dp_set_probe(ch->dp, NULL, NULL); /* the curvature's signed sum and Adam's metric are the step's, set after */
-    dp_measure_micro_preconditioned(ch->dp, precond ? &p : NULL);
+    const bool precond = estimators_preconditioner(cx, e, &p);
+    engine_chunk_set_probe(ch, NULL, NULL); /* the curvature's signed sum and Adam's metric are the step's, set after */
+    engine_chunk_measure_micro_preconditioned(ch, precond ? &p : NULL);
     EngineStepStats es =
-        engine_forward_backward(tr->engine, K, 1.0f / (float)(counted > 0 ? counted : 1), load_probe_micro, &src);
+        engine_forward_backward(cx->engine, K, 1.0f / (float)(counted > 0 ? counted : 1), load_probe_micro, &src);
     e->probe_micro_batches += K;
     /* this rank's micro-batches, of the loss scaled by 1/M: raw and in Adam's metric */
-    double micro_sq[2] = {es.micro_sum_squares, precond ? dp_micro_precond_sum_squares(ch->dp) : 0};
-    comm_allreduce_double(engine_grid(tr->engine)->dp_group, micro_sq, 2);
-    dp_measure_micro_preconditioned(ch->dp, NULL);
-    const double big_sq = engine_grad_sum_squares(tr->engine), b = tr->cfg.micro_batch;
+    double micro_sq[2] = {es.micro_sum_squares, precond ? engine_chunk_micro_precond_sum_squares(ch) : 0};
+    comm_allreduce_double(engine_grid(cx->engine)->dp_group, micro_sq, 2);
+    engine_chunk_measure_micro_preconditioned(ch, NULL);
+    const double big_sq = engine_grad_sum_squares(cx->engine), b = cx->cfg->micro_batch;
     if (noise_probe_update(&e->probe_noise, micro_sq[0], M, b, big_sq)) {
         r->noise_probe = noise_scale_simple(&e->probe_noise);
         r->noise_probe_grad_sq = noise_scale_grad_sq(&e->probe_noise);
@@ -113,7 +111,7 @@ static void probe_once(Trainer *tr, StepResult *r) {
     }
     if (!precond) return;
     /* ZeRO 0 (precond_on): the reduced gradient is whole on every rank */
-    const double big_precond = preconditioned_sum_of_squares(dp_update_grads(ch->dp), NULL, ch->update_count, &p);
+    const double big_precond = preconditioned_sum_of_squares(engine_chunk_update_grads(ch), NULL, ch->update_count, &p);
     if (noise_probe_update(&e->probe_precond, micro_sq[1], M, b, big_precond)) {
         r->noise_probe_precond = noise_scale_simple(&e->probe_precond);
         r->noise_probe_precond_grad_sq = noise_scale_grad_sq(&e->probe_precond);
@@ -121,11 +119,11 @@ static void probe_once(Trainer *tr, StepResult *r) {
     }
 }
 
-void noise_probe_measure(Trainer *tr, StepResult *r) {
+void noise_probe_measure(const TrainContext *cx, Estimators *e, StepResult *r) {
     r->noise_probe = r->noise_probe_grad_sq = r->noise_probe_trace = NAN;
     r->noise_probe_precond = r->noise_probe_precond_grad_sq = r->noise_probe_precond_trace = NAN;
-    if (!tr->est.probe_on || (tr->step + 1) % tr->cfg.noise_probe_every != 0) return;
+    if (!e->probe_on || (cx->step + 1) % cx->cfg->noise_probe_every != 0) return;
     const double t0 = bs_now();
-    probe_once(tr, r);
+    probe_once(cx, e, r);
     r->extra_seconds += bs_now() - t0;
 }

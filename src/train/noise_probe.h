@@ -37,10 +37,10 @@
 #ifndef BS_TRAIN_NOISE_PROBE_H
 #define BS_TRAIN_NOISE_PROBE_H
 
-#include "train/trainer_state.h"
+#include "train/estimators.h"
 
 /* After the engine is built: on or off, the average; one line naming the flag for what cannot be done. */
-void noise_probe_setup(Trainer *tr);
+void noise_probe_setup(const TrainContext *cx, Estimators *e);
 /* One probe into the average ns, from what the engine's pass over M
  * micro-batches of b sequences leaves: micro_sum_sq = sum over the M of
  * |g_i / M|^2 (each micro-step's gradient is of the loss scaled by 1/M) and
@@ -50,6 +50,6 @@ bool noise_probe_update(NoiseScale *ns, double micro_sum_sq, long M, double b, d
 /* Before the step's forward and backward: the probe if this step is one
  * (r->noise_probe* set, r->extra_seconds += its time), else r->noise_probe*
  * NaN. A collective over the data-parallel ranks on probe steps. */
-void noise_probe_measure(Trainer *tr, StepResult *r);
+void noise_probe_measure(const TrainContext *cx, Estimators *e, StepResult *r);
 
 #endif

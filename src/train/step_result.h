@@ -6,6 +6,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "parallel/engine.h"
+#include "train/step_stats.h"
+
 typedef struct {
     bool skipped;           /* the guard kept the update from happening */
     char skip_reason[192];
@@ -47,6 +50,11 @@ typedef struct {
     double fp8_underflow[3];          /* per kind (input, weight, grad): share of non-zero values flushed to zero */
     double fp8_overflow[3];           /* per kind: share of values saturated at the format's max */
 } StepResult;
+
+/* The exchange's statistics (step_stats.h), the engine's and its traffic into r; `after`: this rank's seconds
+ * since the exchange. */
+void step_result_record(StepResult *r, const StepStats *st, const EngineStepStats *es, const Engine *e,
+                        double after);
 
 /* Tokens per second of the step, timed by its slowest rank. */
 static inline double step_tokens_per_s(const StepResult *r, int seq_len) {

@@ -22,15 +22,10 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_extra.h"
-#include "train/fp8_ckpt.h"
 #include "core/error.h"
 #include "core/io.h"
 #include "core/range.h"
 #include "core/timer.h"
-#include "train/compression.h"
-#include "train/diloco.h"
-#include "train/estimators.h"
-#include "train/moe_train.h"
 
 /* The manifest of the state as it is now (rank 0 fills in the files at
  * commit). Its pipeline split counts model stages: pipeline ranks x
@@ -65,12 +60,8 @@ static CkptManifest *snapshot_manifest(const Trainer *tr) {
     m->optimizer_step = engine_optimizer_step(tr->engine);
     snprintf(m->batch_schedule, sizeof m->batch_schedule, "%s", tr->cfg.batch_schedule);
     m->final_batch = tr->cfg.global_batch;
-    m->current_batch = tr->adaptive ? tr->adaptive_batch : 0;
-    const NoiseScale *ns = &tr->noise;
-    double noise[4] = {ns->ema_decay, ns->grad_sq_ema, ns->trace_ema, ns->ema_weight};
-    memcpy(m->noise_scale, noise, sizeof noise);
-    m->num_estimator_words = ESTIMATOR_STATE_WORDS;
-    estimators_pack(tr, m->estimators);
+    m->current_batch = tr->batch.adaptive ? tr->batch.adaptive_batch : 0;
+    FEATURES_CALL(&tr->features, pack, &tr->cx, m);
     return m;
 }
 
@@ -133,15 +124,10 @@ void train_save_poll(Trainer *tr) {
     if (not_done == 0) train_save_finish(tr);
 }
 
-/* This rank's extra state (error-feedback residuals, DiLoCo's worker state)
- * and the label it is valid for with `workers` data-parallel ranks. */
+/* This rank's extra state (the features' arrays: error-feedback residuals, DiLoCo's worker state) and the
+ * label it is valid for with `workers` data-parallel ranks. */
 static int rank_arrays(Trainer *tr, int workers, CkptExtraArray *arrays, char *label, size_t label_size) {
-    char worker[64];
-    int n = compression_feedback_arrays(tr, workers, arrays, label, label_size);
-    int k = diloco_arrays(tr, workers, arrays + n, worker, sizeof worker);
-    size_t used = strlen(label);
-    if (k > 0) snprintf(label + used, label_size - used, "; %s", worker);
-    return n + k;
+    return features_arrays(&tr->features, &tr->cx, workers, arrays, label, label_size);
 }
 
 /* Expert parallelism at ZeRO 1-2: the file's range holds dense state that
@@ -152,7 +138,7 @@ static void gather_piece_state(EngineChunk *ch, CkptPiece *p) {
         p->state[k] = NULL;
         if (k >= OPTIMIZER_MAX_STATE || !ch->state[k]) continue;
         p->gathered[k] = bs_malloc((p->count ? p->count : 1) * sizeof(float));
-        dp_gather_state(ch->dp, ch->state[k], p->offset, p->count, p->gathered[k]);
+        engine_chunk_gather_state(ch, ch->state[k], p->offset, p->count, p->gathered[k]);
         p->state[k] = p->gathered[k];
     }
 }
@@ -170,12 +156,12 @@ static void release_gathered(AsyncCkpt *a) {
 static void describe_piece(Trainer *tr, int c, CkptPiece *p) {
     const Grid *g = engine_grid(tr->engine);
     EngineChunk *ch = engine_chunk(tr->engine, c);
-    dp_shard_range(ch->dp, &p->offset, &p->count);
+    engine_chunk_shard_range(ch, &p->offset, &p->count);
     if (g->ep > 1) /* each ep rank's layout (its experts) split over its expert-data-parallel group */
         comm_partition(g->edp_group, ch->model.num_params, comm_rank(g->edp_group), &p->offset, &p->count);
-    p->params = dp_params_at(ch->dp, p->offset, p->count);
+    p->params = engine_chunk_params_at(ch, p->offset, p->count);
     p->shard = g->tp_index + ch->virtual_stage * g->tp + g->ep_index * g->tp * engine_virtual_stages(tr->engine);
-    if (dp_experts_sharded_apart(ch->dp)) {
+    if (engine_chunk_experts_sharded_apart(ch)) {
         gather_piece_state(ch, p);
         return;
     }
@@ -223,11 +209,10 @@ double train_save(Trainer *tr) {
     }
     bs_set_fatal_cleanup(remove_unfinished_write, a->tmp); /* until committed (commit) */
     comm_barrier(tr->world);
-    fp8_ckpt_save(tr, a->tmp);
-    moe_ckpt_save(tr, a->tmp);
+    FEATURES_CALL(&tr->features, save_files, &tr->cx, a->tmp);
     a->rank = tr->rank;
     a->num_pieces = engine_num_chunks(tr->engine);
-    diloco_before_save(tr); /* the global weights in the parameters while they are written */
+    FEATURES_CALL(&tr->features, before_save, &tr->cx); /* DiLoCo: the global weights in the parameters */
     for (int c = 0; c < a->num_pieces; c++) describe_piece(tr, c, &a->pieces[c]);
     a->num_extra = rank_arrays(tr, tr->dp_size, a->extra, a->extra_label, sizeof a->extra_label);
     a->manifest = tr->rank == 0 ? snapshot_manifest(tr) : NULL;
@@ -235,14 +220,14 @@ double train_save(Trainer *tr) {
         write_pieces(a);
         release_gathered(a);
         commit(tr, a->tmp, a, a->manifest);
-        diloco_after_save(tr);
+        FEATURES_CALL(&tr->features, after_save, &tr->cx);
         free(a->manifest);
         a->manifest = NULL;
         return bs_now() - t0;
     }
     copy_aside(a); /* written from a thread while training goes on */
     release_gathered(a);
-    diloco_after_save(tr);
+    FEATURES_CALL(&tr->features, after_save, &tr->cx);
     atomic_store(&a->done, 0);
     if (pthread_create(&a->thread, NULL, async_writer, a) != 0) bs_die("cannot start the checkpoint writer thread");
     a->pending = true;
@@ -359,57 +344,53 @@ void train_ckpt_read(const char *dir, const CkptManifest *m, const GPTConfig *cf
     free(old);
 }
 
-/* Error-feedback residuals belong to one rank of one layout and codec: read
- * back when the layout and codec are the same, else they start from zero
- * (the run continues correctly, losing what was not yet sent) and rank 0
- * says so once. */
-/* DiLoCo after an elastic shrink: each worker from the old worker with its index (diloco.h). True if all did. */
+/* The features' arrays (error-feedback residuals, DiLoCo's worker state) belong to one rank of one layout and
+ * codec: read back when the layout and codec are the same, else they start afresh (the run continues
+ * correctly, losing what was not yet sent) and the lowest failing rank says so once. */
+
+/* After an elastic shrink (DiLoCo): each rank from the checkpoint rank a feature names. True if all did. */
 static bool resume_survivor(Trainer *tr, const char *dir, const CkptManifest *m) {
-    int source = diloco_survivor_source(tr, m);
+    int source = features_survivor_source(&tr->features, &tr->cx, m);
     double failed = source < 0;
     comm_allreduce_max_double(tr->world, &failed, 1);
     if (failed > 0) return false;
-    CkptExtraArray extra[TRAIN_FEEDBACK_ARRAYS];
+    CkptExtraArray extra[FEATURE_ARRAYS_MAX];
     char label[CKPT_EXTRA_LABEL], why[512] = "";
     int n = rank_arrays(tr, m->dp, extra, label, sizeof label);
     failed = ckpt_read_extra(dir, source, label, extra, n, why, sizeof why) ? 0 : 1;
     comm_allreduce_max_double(tr->world, &failed, 1);
     if (failed > 0) return false;
-    if (tr->rank == 0)
-        bs_warn("DiLoCo: %d of the checkpoint's %d workers continue their window, worker i from worker i's state; "
-                "the others' pseudo-gradients of this window are discarded", tr->dp_size, m->dp);
-    diloco_after_resume(tr, true);
+    FEATURES_CALL(&tr->features, after_resume, &tr->cx, true);
     return true;
 }
 
-static void resume_feedback(Trainer *tr, const char *dir, const CkptManifest *m) {
-    CkptExtraArray extra[TRAIN_FEEDBACK_ARRAYS];
+static void resume_arrays(Trainer *tr, const char *dir, const CkptManifest *m) {
+    CkptExtraArray extra[FEATURE_ARRAYS_MAX];
     char label[CKPT_EXTRA_LABEL], why[512] = "";
     int n = rank_arrays(tr, tr->dp_size, extra, label, sizeof label);
     bool ok = n == 0 || ckpt_read_extra(dir, tr->rank, label, extra, n, why, sizeof why);
     int world = comm_size(tr->world);
     double first_failed = ok ? 0 : world - tr->rank; /* max: the lowest failing rank */
     comm_allreduce_max_double(tr->world, &first_failed, 1); /* all ranks restore, or none (so all start equal) */
-    if (first_failed > 0) compression_reset_feedback(tr);
+    if (first_failed > 0) FEATURES_CALL(&tr->features, reset_arrays, &tr->cx);
     if (first_failed > 0 && resume_survivor(tr, dir, m)) return;
     if (first_failed > 0 && world - (int)first_failed == tr->rank)
-        bs_warn("%s: %s", tr->diloco.on ? "DiLoCo's per-worker state and any error-feedback residuals start afresh"
-                                        : "error-feedback residuals start from zero", why);
-    diloco_after_resume(tr, first_failed == 0);
+        bs_warn("%s: %s", features_fresh_arrays_note(&tr->features), why);
+    FEATURES_CALL(&tr->features, after_resume, &tr->cx, first_failed == 0);
 }
 
 /* A chunk's parameters (all it holds, or its ZeRO-3 shard) and optimizer state. */
 static void read_chunk(EngineChunk *ch, const char *dir, const CkptManifest *m) {
     size_t total = ch->model.num_params, off, count;
-    float *params = dp_params_at(ch->dp, 0, total);
+    float *params = engine_chunk_params_at(ch, 0, total);
     if (params) {
         train_ckpt_read(dir, m, &ch->model.cfg, 0, total, params, NULL);
     } else {
-        dp_shard_range(ch->dp, &off, &count);
-        train_ckpt_read(dir, m, &ch->model.cfg, off, count, dp_params_at(ch->dp, off, count), NULL);
+        engine_chunk_shard_range(ch, &off, &count);
+        train_ckpt_read(dir, m, &ch->model.cfg, off, count, engine_chunk_params_at(ch, off, count), NULL);
     }
-    for (int k = 0; k < dp_num_pieces(ch->dp); k++) { /* the optimizer state of each piece this rank updates */
-        const DPPiece piece = dp_piece(ch->dp, k);
+    for (int k = 0; k < engine_chunk_num_pieces(ch); k++) { /* the optimizer state of each piece this rank updates */
+        const DPPiece piece = engine_chunk_piece(ch, k);
         float *state[CKPT_STATE_ARRAYS];
         for (int a = 0; a < CKPT_STATE_ARRAYS; a++)
             state[a] = a < OPTIMIZER_MAX_STATE && ch->state[a] ? ch->state[a] + piece.packed : NULL;
@@ -487,9 +468,8 @@ void train_resume(Trainer *tr) {
     check_resume_batch(tr, dir, m);
     for (int c = 0; c < engine_num_chunks(tr->engine); c++) read_chunk(engine_chunk(tr->engine, c), dir, m);
     engine_share_output_weights(tr->engine);
-    resume_feedback(tr, dir, m);
-    fp8_ckpt_resume(tr, dir);
-    moe_ckpt_resume(tr, dir);
+    resume_arrays(tr, dir, m);
+    FEATURES_CALL(&tr->features, resume_files, &tr->cx, dir);
     const Grid *g = engine_grid(tr->engine);
     tr->resharded = m->tp != g->tp || m->pp != engine_virtual_stages(tr->engine) || m->dp != g->dp || m->cp != g->cp ||
                     m->ep != g->ep ||
@@ -498,11 +478,8 @@ void train_resume(Trainer *tr) {
     tr->seqs_consumed = m->seqs_consumed;
     engine_set_optimizer_step(tr->engine, m->optimizer_step);
     tr->sample_rng = m->sample_rng;
-    if (tr->adaptive) tr->adaptive_batch = m->current_batch;
-    tr->noise.grad_sq_ema = m->noise_scale[1];
-    tr->noise.trace_ema = m->noise_scale[2];
-    tr->noise.ema_weight = m->noise_scale[3];
-    estimators_unpack(tr, m->estimators, m->num_estimator_words);
+    if (tr->batch.adaptive) tr->batch.adaptive_batch = m->current_batch;
+    FEATURES_CALL(&tr->features, unpack, &tr->cx, m);
     if (tr->rank == 0 && !tr->cfg.resume_new_batch && (m->data_seed != (uint64_t)tr->cfg.seed || m->data_shuffle != tr->train_data.shuffle))
         bs_warn("resuming %s with another --seed or --data-order than it was written with: the data order changes",
                 dir);

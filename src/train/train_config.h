@@ -18,7 +18,7 @@
 #include "optim/lr_scaling.h"
 #include "optim/optimizer.h"
 #include "optim/outer_optimizer.h"
-#include "parallel/schedule.h"
+#include "parallel/engine.h" /* the engine's enums: schedule, context-parallel algorithm */
 
 typedef enum { PRECISION_FP32, PRECISION_BF16, PRECISION_FP8 } Precision;
 typedef enum { TRAIN_DEVICE_CPU, TRAIN_DEVICE_CUDA, TRAIN_DEVICE_SIM } TrainDevice;
@@ -116,6 +116,7 @@ typedef struct {
     long long warmup_tokens;      /* 0: --warmup steps of the final batch */
     long long train_tokens;       /* 0: --steps steps of the final batch */
     bool noise_scale;             /* estimate the gradient noise scale */
+    bool log_grad_norm_per_rank;  /* each rank's local gradient norm in the metrics (train/feature_grad_norm_ranks.c) */
     double target_val_loss;       /* stop once the validation loss reaches this (0: off) */
     /* guards and stragglers */
     double skip_spikes;           /* skip a step whose loss is this many standard deviations high (0: off) */

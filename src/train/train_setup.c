@@ -14,12 +14,7 @@
 #include "core/error.h"
 #include "core/io.h"
 #include "model/model_file.h"
-#include "parallel/grid.h"
-#include "train/compression.h"
-#include "train/diloco.h"
-#include "train/estimators.h"
 #include "train/lora_flags.h"
-#include "train/moe_train.h"
 #include "train/train_ckpt.h"
 
 
@@ -174,16 +169,17 @@ static void setup_engine(Trainer *tr) {
     ec.sim_memory = (size_t)c->sim_memory_mb << 20;
     ec.data_parallel = (DPOptions){.zero_stage = c->zero, .bucket_floats = (size_t)(c->bucket_mb * 1024 * 1024 / sizeof(float)),
                         .overlap = !c->no_overlap};
-    compression_dp_options(c, &ec.data_parallel);
-    if (c->local_steps > 0) ec.data_parallel.grad_codec.kind = CODEC_NONE; /* DiLoCo's codec is on its pseudo-gradient */
     ec.optimizer = (OptimizerConfig){c->optimizer, (float)c->beta1, (float)c->beta2, (float)c->eps,
                                      (float)c->weight_decay, (float)c->momentum, (float)c->dampening, c->nesterov,
                                      (float)c->lars_eta, c->lamb_clamp};
+    features_configure(&tr->cx, &ec);
     tr->engine = engine_create(tr->world, &tr->model, &ec);
     free(layers);
     const Grid *g = engine_grid(tr->engine);
     tr->dp_size = g->dp;
     tr->dp_index = g->dp_index;
+    tr->cx.engine = tr->engine;
+    tr->cx.dp_size = tr->dp_size, tr->cx.dp_index = tr->dp_index;
 }
 
 /* Parses the batch schedule and plans the run's length in steps and tokens. */
@@ -203,10 +199,9 @@ static void setup_batch_schedule(Trainer *tr) {
         if (lo < 2L * c->micro_batch)
             bs_die("--batch-schedule %s:%ld:%ld: MIN must hold at least two micro-batches (%d) so the noise "
                    "scale can be measured", kind, lo, hi, 2 * c->micro_batch);
-        tr->adaptive = true;
-        tr->est.goodput_on = goodput;
-        tr->adaptive_batch = lo;
-        tr->adaptive_max = hi;
+        tr->batch.adaptive = true;
+        tr->batch.adaptive_batch = lo;
+        tr->batch.adaptive_max = hi;
         c->noise_scale = true; /* the policy follows the measured noise scale */
         if (c->train_tokens == 0)
             bs_die("--batch-schedule %s needs --train-tokens (the number of steps is not known)", kind);
@@ -215,8 +210,8 @@ static void setup_batch_schedule(Trainer *tr) {
         if (!batch_schedule_parse(c->batch_schedule, &tr->batch_schedule, why, sizeof why)) bs_die("%s", why);
         if (!batch_schedule_prepare(&tr->batch_schedule, c->global_batch, budget, why, sizeof why)) bs_die("%s", why);
     }
-    tr->base_batch = c->base_batch > 0 ? c->base_batch : c->global_batch;
-    if (tr->adaptive) { /* steps unknown: stop on tokens */
+    tr->batch.base_batch = c->base_batch > 0 ? c->base_batch : c->global_batch;
+    if (tr->batch.adaptive) { /* steps unknown: stop on tokens */
         tr->total_steps = LONG_MAX;
         tr->total_tokens = budget;
     } else if (c->train_tokens > 0) { /* count the steps the schedule takes to spend the budget */
@@ -235,18 +230,6 @@ static void setup_batch_schedule(Trainer *tr) {
         tr->total_steps = c->steps;
         tr->total_tokens = budget;
     }
-}
-
-/* A NaN's target must exist: the rank, and a layer on that rank's pipeline
- * stage (with virtual stages, in the stage's first chunk). */
-static void target_nan_fault(Trainer *tr) {
-    const Grid *g = engine_grid(tr->engine);
-    int *first = bs_malloc(sizeof(int) * (size_t)g->pp), *count = bs_malloc(sizeof(int) * (size_t)g->pp);
-    for (int s = 0; s < g->pp; s++) engine_stage_layers(tr->engine, s, &first[s], &count[s]);
-    FaultLayout layout = {comm_size(tr->world), tr->model.num_layers, g->tp, g->pp, first, count};
-    fault_target_nan(&tr->fault, &layout);
-    free(first);
-    free(count);
 }
 
 /* The pipeline schedule must run every step's micro-batches (interleaved:
@@ -271,10 +254,10 @@ static void check_schedule(Trainer *tr) {
     const long granule = (long)c->micro_batch * tr->dp_size;
     char ignore[256];
     long realised;
-    if (tr->adaptive) { /* MIN, then whole micro-steps up to MAX */
-        batch_round(tr->adaptive_batch, granule, false, &realised, ignore, sizeof ignore);
+    if (tr->batch.adaptive) { /* MIN, then whole micro-steps up to MAX */
+        batch_round(tr->batch.adaptive_batch, granule, false, &realised, ignore, sizeof ignore);
         check_schedule_at(tr, realised);
-        for (long b = (tr->adaptive_batch + granule - 1) / granule * granule; b <= tr->adaptive_max; b += granule)
+        for (long b = (tr->batch.adaptive_batch + granule - 1) / granule * granule; b <= tr->batch.adaptive_max; b += granule)
             check_schedule_at(tr, b);
         return;
     }
@@ -306,14 +289,8 @@ static void warn_base_only(const TrainConfig *c, int rank) {
                 "the weights) or --save-adapters DIR (a peft directory)", c->save_model);
 }
 
-/* The step's statistics across ranks, --balance, the guard. */
-static void setup_policies(Trainer *tr) {
-    const TrainConfig *c = &tr->cfg;
-    step_stats_init(&tr->stats, tr->world, c->straggler_threshold);
-    const Grid *g = engine_grid(tr->engine);
-    balance_init(&tr->balance, c->balance, tr->dp_size, tr->dp_index, g->tp * g->pp, c->micro_batch);
-    guard_init(&tr->guard, c->skip_spikes, c->spike_window, c->max_skips);
-}
+/* The step's statistics across ranks. */
+static void setup_policies(Trainer *tr) { step_stats_init(&tr->stats, tr->world, tr->cfg.straggler_threshold); }
 
 void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     memset(tr, 0, sizeof *tr);
@@ -321,20 +298,18 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     TrainConfig *c = &tr->cfg;
     tr->world = world;
     tr->rank = comm_rank(world);
+    tr->cx = (TrainContext){.cfg = c, .world = world, .model = &tr->model, .rank = tr->rank,
+                            .world_size = comm_size(world), .batch = &tr->batch, .train_data = &tr->train_data};
     if (c->threads > 0) omp_set_num_threads(c->threads);
     char why[512];
     if (!lora_flags_resolve(c, why, sizeof why)) bs_die("%s", why); /* callers other than the command line */
     if (!train_config_check(c, why, sizeof why)) bs_die("%s", why);
-    fault_parse(&tr->fault, c->inject_fault);
-    fault_check_rank(&tr->fault, comm_size(world));
     check_outputs(c, tr->rank);
     if (strncmp(c->batch_schedule, "adaptive", 8) == 0 || strncmp(c->batch_schedule, "goodput", 7) == 0 ||
         c->noise_scale_every > 0 || c->noise_probe_every > 0)
         c->noise_scale = true; /* the policy follows the noise scale; the others are logged beside B_simple */
     setup_engine(tr); /* builds the grid: the data-parallel size is known from here on */
     if (tr->rank == 0) lora_flags_check_base(c, engine_base_hash(tr->engine));
-    if (tr->fault.kind == FAULT_NAN || tr->fault.kind == FAULT_NANS) target_nan_fault(tr);
-    moe_train_setup(tr); /* before a resume replaces the parameters */
     int per_step = c->micro_batch * tr->dp_size;
     if (c->global_batch == 0) c->global_batch = per_step;
     if (c->global_batch % per_step != 0)
@@ -342,9 +317,9 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
                c->micro_batch, tr->dp_size);
     setup_batch_schedule(tr);
     check_schedule(tr);
-    onebit_setup(tr); /* after the schedule: an adaptive one measures the noise scale */
-    diloco_setup(tr);
-    estimators_setup(tr);
+    tr->cx.total_steps = tr->total_steps;
+    features_create(&tr->features, &tr->cx); /* after the schedule (an adaptive one measures the noise scale),
+                                                before a resume replaces the parameters */
     setup_policies(tr);
     trace_init(&tr->trace, option_given(c->trace));
     engine_set_trace(tr->engine, option_given(c->trace) ? &tr->trace : NULL);
@@ -361,17 +336,17 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     double step_tokens = (double)c->global_batch * c->seq_len; /* of the final batch */
     double warmup = c->warmup_tokens > 0 ? (double)c->warmup_tokens : c->warmup * step_tokens;
     tr->lr = (LrSchedule){c->lr, c->min_lr, warmup, (double)tr->total_tokens};
-    noise_scale_init(&tr->noise, c->noise_ema);
 
     if (option_given(c->ckpt_dir)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s", c->ckpt_dir);
     else if (option_given(c->out)) snprintf(tr->ckpt_dir, sizeof tr->ckpt_dir, "%s/ckpt", c->out);
     if (option_given(c->resume)) train_resume(tr);
-    if (option_given(c->resume) && !tr->adaptive && tr->step > tr->total_steps)
+    tr->cx.step = tr->step, tr->cx.seqs_consumed = tr->seqs_consumed;
+    if (option_given(c->resume) && !tr->batch.adaptive && tr->step > tr->total_steps)
         bs_die("--resume %s is at step %ld, past the %ld step(s) of this run (%s): nothing to train", c->resume,
                tr->step, tr->total_steps, c->train_tokens > 0 ? "--train-tokens" : "--steps");
-    tr->metrics = (Metrics){NULL, c->seq_len, comm_size(world), engine_grid(tr->engine)->pp, tr->dp_size, c->balance,
-                            c->noise_scale, c->baseline_tokens_per_s, tr->est.curvature_on, tr->est.goodput_on,
-                            tr->est.probe_on};
+    tr->metrics = (Metrics){NULL, c->seq_len, comm_size(world), engine_grid(tr->engine)->pp, tr->dp_size,
+                            c->noise_scale, c->baseline_tokens_per_s, c->noise_scale_every > 0,
+                            strncmp(c->batch_schedule, "goodput", 7) == 0, c->noise_probe_every > 0};
     if (tr->rank == 0) {
         if (tr->ckpt_dir[0]) bs_mkdir_p(tr->ckpt_dir);
         if (option_given(c->out)) bs_mkdir_p(c->out);
@@ -386,15 +361,10 @@ void train_teardown(Trainer *tr) {
     loader_close(&tr->train_data);
     if (tr->has_val) loader_close(&tr->val_data);
     trace_free(&tr->trace);
-    compression_free(tr); /* before the optimizer state: its momentum may be state[0] */
-    diloco_free(tr);
-    estimators_free(tr);
-    free(tr->moe.metrics);
+    features_free(&tr->features, &tr->cx); /* before the engine: 1-bit Adam's momentum may be its state */
     engine_free(tr->engine);
     if (tr->tok) tokenizer_free(tr->tok);
     step_stats_free(&tr->stats);
-    balance_free(&tr->balance);
-    guard_free(&tr->guard);
     train_save_free(tr);
 }
 

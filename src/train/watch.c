@@ -10,8 +10,7 @@
 #include "core/error.h"
 #include "core/range.h"
 #include "optim/grad_norm.h"
-#include "parallel/data_parallel.h"
-#include "parallel/model_parallel.h"
+#include "train/metrics.h"
 
 void watch_init(Watch *w, const TrainConfig *c, int rank, int ranks, int layers, double flops_per_token) {
     *w = (Watch){0};
@@ -47,11 +46,11 @@ static void add_chunk(Watch *w, const EngineChunk *ch) {
     int cap = gpt_max_segments(cfg);
     ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
     int n = gpt_param_segments(cfg, segs, cap);
-    for (int k = 0; k < dp_num_pieces(ch->dp); k++) {
-        const DPPiece p = dp_piece(ch->dp, k);
+    for (int k = 0; k < engine_chunk_num_pieces(ch); k++) {
+        const DPPiece p = engine_chunk_piece(ch, k);
         const Range mine = range_make(p.offset, p.count);
         for (int i = 0; i < n; i++) {
-            if (!mp_counts_in_norm(cfg, ch->dp, segs[i].kind)) continue;
+            if (!engine_chunk_counts_in_norm(ch, segs[i].kind)) continue;
             Range part = range_intersect(range_make(segs[i].offset, segs[i].count), mine);
             if (range_empty(part)) continue;
             const int b = block_of(&segs[i], w->blocks);
@@ -62,7 +61,7 @@ static void add_chunk(Watch *w, const EngineChunk *ch) {
     free(segs);
 }
 
-void watch_measure(Watch *w, Engine *e, const TrainConfig *c, const StepStatsExchange *stats) {
+void watch_measure(Watch *w, Engine *e, const TrainConfig *c, const StepRecord *records) {
     if (!w->on) return;
     memset(w->grad_sq, 0, 2 * (size_t)w->blocks * sizeof(double));
     for (int k = 0; k < engine_num_chunks(e); k++) add_chunk(w, engine_chunk(e, k));
@@ -70,7 +69,7 @@ void watch_measure(Watch *w, Engine *e, const TrainConfig *c, const StepStatsExc
     const Grid *g = engine_grid(e);
     comm_allreduce_double(c->zero >= 1 ? g->world : g->mp_group, w->grad_sq, 2 * w->blocks);
     if (g->ep > 1 && c->zero == 0) comm_allreduce_double(g->ep_group, w->grad_sq, 2 * w->blocks); /* each its experts */
-    for (int r = 0; r < w->ranks; r++) w->rank_grad[r] = c->noise_scale ? sqrt(stats->records[r].micro_sq) : NAN;
+    for (int r = 0; r < w->ranks; r++) w->rank_grad[r] = c->noise_scale ? sqrt(records[r].micro_sq) : NAN;
 }
 
 double watch_mfu(const Watch *w, const StepResult *r, int seq_len) {
@@ -111,4 +110,23 @@ void watch_write_tensorboard(Watch *w, const StepResult *r, long step, double va
         tensorboard_scalar(tb, tag, w->rank_grad[k]);
     }
     tensorboard_end(tb);
+}
+
+/* The root of each of n squared norms, as an array. */
+static json_t *roots(const double *sq, int n) {
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(a, metrics_number(sqrt(sq[i])));
+    return a;
+}
+
+void watch_metrics(const Watch *w, json_t *record, double mfu) {
+    if (!w->on) return;
+    json_object_set_new(record, "grad_norm_layers", roots(w->grad_sq, w->blocks));
+    json_object_set_new(record, "weight_norm_layers", roots(w->weight_sq, w->blocks));
+    if (!isnan(w->rank_grad[0])) {
+        json_t *ranks = json_array();
+        for (int k = 0; k < w->ranks; k++) json_array_append_new(ranks, metrics_number(w->rank_grad[k]));
+        json_object_set_new(record, "grad_norm_ranks", ranks);
+    }
+    if (w->peak_flops > 0) json_object_set_new(record, "mfu", metrics_number(mfu));
 }

@@ -22,6 +22,8 @@
 #include "parallel/engine.h"
 #include "train/step_result.h"
 #include "train/step_stats.h"
+#include <jansson.h>
+
 #include "train/tensorboard.h"
 #include "train/train_config.h"
 
@@ -41,10 +43,12 @@ typedef struct {
 void watch_init(Watch *w, const TrainConfig *c, int rank, int ranks, int layers, double flops_per_token);
 void watch_free(Watch *w);
 /* After the step's update, on every rank (collective when on); stats: the step's exchange. */
-void watch_measure(Watch *w, Engine *e, const TrainConfig *c, const StepStatsExchange *stats);
+void watch_measure(Watch *w, Engine *e, const TrainConfig *c, const StepRecord *records);
 /* The model FLOPs utilisation of the step (NaN without --peak-gflops). */
 double watch_mfu(const Watch *w, const StepResult *r, int seq_len);
 /* Rank 0: the step's scalars into the event file. */
 void watch_write_tensorboard(Watch *w, const StepResult *r, long step, double val_loss, int seq_len);
+/* The norms into a metrics line ("grad_norm_layers", "weight_norm_layers", "grad_norm_ranks", "mfu"). */
+void watch_metrics(const Watch *w, json_t *record, double mfu);
 
 #endif
