@@ -19,15 +19,15 @@ _Static_assert(ESTIMATOR_STATE_WORDS <= CKPT_ESTIMATOR_WORDS, "the checkpoint ma
  * ZeRO 0, one model chunk, no tensor, pipeline or context parallelism. */
 static bool flat_layout(const Trainer *tr) {
     const Grid *g = engine_grid(tr->engine);
-    return tr->cfg.zero == 0 && g->tp == 1 && g->pp == 1 && g->cp == 1 && engine_num_chunks(tr->engine) == 1;
+    return tr->cfg.parallel.zero == 0 && g->tp == 1 && g->pp == 1 && g->cp == 1 && engine_num_chunks(tr->engine) == 1;
 }
 
 /* What the curvature measurement cannot work with, or NULL. */
 static const char *curvature_refusal(const Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
     if (!flat_layout(tr)) return "--zero 0 and no --tp, --pp or --cp (it keeps the whole gradient, weights and a probe on every rank)";
-    if (c->precision != PRECISION_FP32) return "--precision fp32 (bf16 or fp8 rounding of the moved weights would swamp the differences)";
-    if (c->balance) return "no --balance (the probe's signs follow the interleaved micro-batch order)";
+    if (c->precision.mode != PRECISION_FP32) return "--precision fp32 (bf16 or fp8 rounding of the moved weights would swamp the differences)";
+    if (c->guards.balance) return "no --balance (the probe's signs follow the interleaved micro-batch order)";
     if (tr->onebit.on || tr->diloco.on) return "full gradient reduction (not 1-bit Adam or DiLoCo)";
     return NULL;
 }
@@ -43,44 +43,44 @@ static void setup_curvature(Trainer *tr) {
     e->saved_grad = bs_calloc(n, sizeof(float));
     e->saved_params = bs_calloc(n, sizeof(float));
     if (e->precond_on) e->precond_grad = bs_calloc(n, sizeof(float));
-    long largest = tr->adaptive_max > c->global_batch ? tr->adaptive_max : c->global_batch;
-    e->signs_capacity = (int)(largest / ((long)c->micro_batch * tr->dp_size)) + 1;
+    long largest = tr->adaptive_max > c->batch.global_batch ? tr->adaptive_max : c->batch.global_batch;
+    e->signs_capacity = (int)(largest / ((long)c->batch.micro_batch * tr->dp_size)) + 1;
     e->signs = bs_calloc((size_t)e->signs_capacity, sizeof(float));
-    e->global_signs = bs_calloc((size_t)(largest / c->micro_batch + 1), sizeof(float));
+    e->global_signs = bs_calloc((size_t)(largest / c->batch.micro_batch + 1), sizeof(float));
 }
 
 /* goodput:MIN:MAX: the table over multiples of the granule, B_0 = MIN, the planted time model. */
 static void setup_goodput(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
     Estimators *e = &tr->est;
-    if (c->goodput_estimator == GOODPUT_PRECOND && !e->precond_on)
+    if (c->estimators.goodput_estimator == GOODPUT_PRECOND && !e->precond_on)
         bs_die("--goodput-estimator precond needs --optimizer adamw, --zero 0 and no --tp, --pp or --cp (Adam's whole "
                "second moment beside the gradient): use --goodput-estimator simple");
-    if (c->goodput_estimator == GOODPUT_CURVATURE && !e->curvature_on)
+    if (c->estimators.goodput_estimator == GOODPUT_CURVATURE && !e->curvature_on)
         bs_die("--goodput-estimator curvature needs --noise-scale-every N (the curvature noise scale every N steps)");
-    if (c->goodput_estimator == GOODPUT_CURVATURE_PRECOND && !e->precond_grad)
+    if (c->estimators.goodput_estimator == GOODPUT_CURVATURE_PRECOND && !e->precond_grad)
         bs_die("--goodput-estimator curvature-precond needs --noise-scale-every N and --optimizer adamw (the curvature "
                "noise scale of Adam's preconditioned update)");
-    if (c->goodput_estimator == GOODPUT_PROBE && !e->probe_on)
+    if (c->estimators.goodput_estimator == GOODPUT_PROBE && !e->probe_on)
         bs_die("--goodput-estimator probe needs --noise-probe-every N (the noise scale at the step's weights every N "
                "steps)");
-    if (c->goodput_estimator == GOODPUT_PROBE_PRECOND && !(e->probe_on && e->precond_on))
+    if (c->estimators.goodput_estimator == GOODPUT_PROBE_PRECOND && !(e->probe_on && e->precond_on))
         bs_die("--goodput-estimator probe-precond needs --noise-probe-every N, --optimizer adamw, --zero 0 and no "
                "--tp, --pp or --cp (the probe through Adam's whole second moment)");
-    const long granule = (long)c->micro_batch * tr->dp_size;
+    const long granule = (long)c->batch.micro_batch * tr->dp_size;
     goodput_init(&e->goodput, tr->adaptive_batch, tr->adaptive_max, granule, 0);
     e->goodput.base = e->goodput.min;
-    e->goodput.fitted_times = c->goodput_time_fit;
+    e->goodput.fitted_times = c->estimators.goodput_time_fit;
     tr->adaptive_batch = e->goodput.min;
     char why[300];
-    e->curve_on = option_given(c->goodput_noise_curve);
-    if (e->curve_on && !noise_curve_parse(c->goodput_noise_curve, &e->noise_curve, why, sizeof why))
+    e->curve_on = option_given(c->estimators.goodput_noise_curve);
+    if (e->curve_on && !noise_curve_parse(c->estimators.goodput_noise_curve, &e->noise_curve, why, sizeof why))
         bs_die("--goodput-noise-curve %s", why);
-    if (!option_given(c->goodput_time_model)) return;
+    if (!option_given(c->estimators.goodput_time_model)) return;
     char tail;
-    if (sscanf(c->goodput_time_model, "%lf:%lf%c", &e->planted_a, &e->planted_b, &tail) != 2 || e->planted_a < 0 ||
+    if (sscanf(c->estimators.goodput_time_model, "%lf:%lf%c", &e->planted_a, &e->planted_b, &tail) != 2 || e->planted_a < 0 ||
         !(e->planted_b > 0))
-        bs_die("--goodput-time-model needs A:B with A >= 0 and B > 0 seconds (got '%s')", c->goodput_time_model);
+        bs_die("--goodput-time-model needs A:B with A >= 0 and B > 0 seconds (got '%s')", c->estimators.goodput_time_model);
     e->planted = true;
     /* A given line needs no exploring: the table holds it at both ends from the start. */
     goodput_record(&e->goodput, e->goodput.min, e->planted_a + e->planted_b * (double)e->goodput.min);
@@ -90,12 +90,12 @@ static void setup_goodput(Trainer *tr) {
 void estimators_setup(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
     Estimators *e = &tr->est;
-    noise_scale_init(&e->precond, c->noise_ema);
-    const int every = c->noise_scale_every;
-    curvature_init(&e->curvature, pow(c->noise_ema, every > 0 ? every : 1)); /* the same horizon in steps */
+    noise_scale_init(&e->precond, c->estimators.noise_ema);
+    const int every = c->estimators.noise_scale_every;
+    curvature_init(&e->curvature, pow(c->estimators.noise_ema, every > 0 ? every : 1)); /* the same horizon in steps */
     curvature_init(&e->curvature_precond, e->curvature.ema_decay);
     e->precond_big_sq = NAN;
-    e->precond_on = c->noise_scale && c->optimizer == OPTIM_ADAMW && flat_layout(tr) && !tr->diloco.on;
+    e->precond_on = c->estimators.noise_scale && c->optim.kind == OPTIM_ADAMW && flat_layout(tr) && !tr->diloco.on;
     if (every > 0) setup_curvature(tr);
     noise_probe_setup(tr);
     if (e->goodput_on) setup_goodput(tr);
@@ -114,8 +114,8 @@ void estimators_free(Trainer *tr) {
 bool estimators_preconditioner(Trainer *tr, Preconditioner *p) {
     long t = engine_optimizer_step(tr->engine);
     if (!tr->est.precond_on || t < PRECOND_FROM_STEP) return false;
-    *p = (Preconditioner){engine_chunk(tr->engine, 0)->state[1], 1.0 / sqrt(1.0 - pow(tr->cfg.beta2, (double)t)),
-                          tr->cfg.eps};
+    *p = (Preconditioner){engine_chunk(tr->engine, 0)->state[1], 1.0 / sqrt(1.0 - pow(tr->cfg.optim.beta2, (double)t)),
+                          tr->cfg.optim.eps};
     return true;
 }
 
@@ -123,7 +123,7 @@ bool estimators_preconditioner(Trainer *tr, Preconditioner *p) {
  * global batch (whatever the layout), from the seed and the step. */
 static void probe_signs(const Trainer *tr, int micro_batches, float *signs) {
     Rng rng;
-    rng_seed(&rng, ((uint64_t)tr->cfg.seed * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)tr->step << 20) ^ 0x5eedc0feULL);
+    rng_seed(&rng, ((uint64_t)tr->cfg.model.seed * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)tr->step << 20) ^ 0x5eedc0feULL);
     curvature_probe_signs(&rng, micro_batches, signs);
 }
 
@@ -134,15 +134,15 @@ void estimators_before_step(Trainer *tr, StepResult *r) {
     DataParallel *dp = engine_chunk(tr->engine, 0)->dp;
     Preconditioner p;
     dp_measure_micro_preconditioned(dp, estimators_preconditioner(tr, &p) ? &p : NULL);
-    const int every = tr->cfg.noise_scale_every;
-    e->probing = e->curvature_on && (tr->step + 1) % every == 0 && r->batch >= 2L * tr->cfg.micro_batch &&
+    const int every = tr->cfg.estimators.noise_scale_every;
+    e->probing = e->curvature_on && (tr->step + 1) % every == 0 && r->batch >= 2L * tr->cfg.batch.micro_batch &&
                  r->accum_steps <= e->signs_capacity;
     if (!e->probing) {
         dp_set_probe(dp, NULL, NULL);
         return;
     }
     memset(e->probe, 0, engine_chunk(tr->engine, 0)->update_count * sizeof(float));
-    probe_signs(tr, (int)(r->batch / tr->cfg.micro_batch), e->global_signs);
+    probe_signs(tr, (int)(r->batch / tr->cfg.batch.micro_batch), e->global_signs);
     for (int k = 0; k < r->accum_steps; k++) e->signs[k] = e->global_signs[k * tr->dp_size + tr->dp_index];
     dp_set_probe(dp, e->probe, e->signs);
 }
@@ -159,7 +159,7 @@ static void measure_forms(Trainer *tr, Curvature *c, const float *z, const float
     const double hz = curvature_step(w, z, n), hv = curvature_step(w, v, n);
     double zhz = curvature_form(w, e->saved_params, z, n, hz, grad, ctx, NULL);
     double vhv = curvature_form(w, e->saved_params, v, n, hv, grad, ctx, NULL);
-    curvature_update(c, zhz, vhv, tr->cfg.micro_batch, micro);
+    curvature_update(c, zhz, vhv, tr->cfg.batch.micro_batch, micro);
     e->extra_passes += (hz > 0 ? 2 : 0) + (hv > 0 ? 2 : 0);
 }
 
@@ -171,7 +171,7 @@ static void measure_curvature(Trainer *tr, const StepResult *r, GradientAt grad,
     EngineChunk *ch = engine_chunk(tr->engine, 0);
     const size_t n = ch->update_count;
     float *w = dp_update_params(ch->dp), *g = dp_update_grads(ch->dp);
-    const int micro = (int)(r->batch / tr->cfg.micro_batch);
+    const int micro = (int)(r->batch / tr->cfg.batch.micro_batch);
     comm_allreduce(engine_grid(tr->engine)->dp_group, e->probe, n); /* sum_i s_i g_i / M over the global batch */
     double sign_sum = 0;
     for (int i = 0; i < micro; i++) sign_sum += e->global_signs[i];
@@ -206,9 +206,9 @@ void estimators_after_backward(Trainer *tr, StepResult *r, GradientAt grad, void
 
 /* The noise scale goodput follows. */
 static double followed_noise_scale(const Trainer *tr, const StepResult *r) {
-    if (tr->cfg.goodput_noise_scale > 0) return tr->cfg.goodput_noise_scale; /* given, not estimated */
+    if (tr->cfg.estimators.goodput_noise_scale > 0) return tr->cfg.estimators.goodput_noise_scale; /* given, not estimated */
     if (tr->est.curve_on) return noise_curve_at(&tr->est.noise_curve, r->loss); /* every rank's loss is the batch's */
-    switch (tr->cfg.goodput_estimator) {
+    switch (tr->cfg.estimators.goodput_estimator) {
     case GOODPUT_PRECOND: return r->noise_precond;
     case GOODPUT_CURVATURE: return r->noise_curvature;
     case GOODPUT_CURVATURE_PRECOND: return r->noise_curvature_precond;
@@ -227,15 +227,15 @@ static void goodput_step(Trainer *tr, StepResult *r) {
     if (e->planted || e->steps_timed++ > 0) /* a process's first step pays for first touches */
         goodput_record(&e->goodput, r->batch, seconds);
     double b_noise = followed_noise_scale(tr, r);
-    if (tr->cfg.goodput_temperature) /* the schedule's lr over the peak: the noise a step feels, at its temperature */
-        b_noise *= r->lr / lr_scaling_factor(tr->cfg.lr_scaling, r->batch, tr->base_batch) / tr->cfg.lr;
+    if (tr->cfg.estimators.goodput_temperature) /* the schedule's lr over the peak: the noise a step feels, at its temperature */
+        b_noise *= r->lr / lr_scaling_factor(tr->cfg.batch.lr_scaling, r->batch, tr->base_batch) / tr->cfg.optim.lr;
     if (b_noise > 0) {
         r->efficiency = goodput_efficiency(b_noise, e->goodput.base, r->batch);
         r->goodput = (double)r->batch / goodput_step_seconds(&e->goodput, r->batch) * r->efficiency;
     }
     /* Decisions after the first step (the first loss: with a given line and noise scale nothing waits to be
      * measured) and then every N steps. */
-    const int every = tr->cfg.goodput_every > 0 ? tr->cfg.goodput_every : 10;
+    const int every = tr->cfg.estimators.goodput_every > 0 ? tr->cfg.estimators.goodput_every : 10;
     if (tr->step != 0 && (tr->step + 1) % every != 0) return;
     double goodput, efficiency;
     tr->adaptive_batch = goodput_choose(&e->goodput, b_noise, tr->adaptive_batch, &goodput, &efficiency);
@@ -248,7 +248,7 @@ void estimators_after_step(Trainer *tr, StepResult *r, double micro_precond_sq) 
     r->next_batch = 0;
     r->extra_passes = e->extra_passes;
     r->probe_micro_batches = e->probe_micro_batches;
-    const double b_small = tr->cfg.micro_batch, micro_batches = (double)r->batch / b_small;
+    const double b_small = tr->cfg.batch.micro_batch, micro_batches = (double)r->batch / b_small;
     if (e->precond_on && !r->skipped && isfinite(e->precond_big_sq)) /* micro norms of the loss scaled by 1/M */
         noise_scale_update(&e->precond, micro_precond_sq * micro_batches, b_small, e->precond_big_sq,
                            (double)r->batch);

@@ -15,7 +15,7 @@ static void layer_path(char *out, size_t n, const char *dir, int layer) {
 }
 
 static bool delayed(const Trainer *tr) {
-    return tr->cfg.precision == PRECISION_FP8 && tr->cfg.fp8_recipe == FP8_RECIPE_DELAYED;
+    return tr->cfg.precision.mode == PRECISION_FP8 && tr->cfg.precision.fp8_recipe == FP8_RECIPE_DELAYED;
 }
 
 void fp8_ckpt_save(const Trainer *tr, const char *dir) {

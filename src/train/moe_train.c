@@ -28,9 +28,9 @@ void moe_train_setup(Trainer *tr) {
         GPT *model = &engine_chunk(tr->engine, c)->model;
         const int first = gpt_first_layer(&model->cfg);
         for (int l = first; l < first + gpt_stage_layers(&model->cfg); l++)
-            if (gpt_layer_is_moe(cfg, l) && tr->cfg.moe_skew != 1) {
+            if (gpt_layer_is_moe(cfg, l) && tr->cfg.debug.moe_skew != 1) {
                 float *row = model->params + gpt_tensor_offset(&model->cfg, TK_ROUTER, l); /* expert 0's */
-                for (int j = 0; j < cfg->channels; j++) row[j] *= (float)tr->cfg.moe_skew;
+                for (int j = 0; j < cfg->channels; j++) row[j] *= (float)tr->cfg.debug.moe_skew;
             }
     }
 }

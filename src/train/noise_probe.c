@@ -16,8 +16,8 @@ static const char *probe_refusal(const Trainer *tr) {
     const Grid *g = engine_grid(tr->engine);
     if (g->tp > 1 || g->pp > 1 || g->cp > 1 || g->ep > 1 || engine_num_chunks(tr->engine) != 1)
         return "no --tp, --pp, --cp or --ep (its micro-batch norms are of whole gradients on one rank)";
-    if (c->zero > 1) return "--zero 0 or 1 (the layouts it is tested with)";
-    if (c->precision != PRECISION_FP32) return "--precision fp32 (the layouts it is tested with)";
+    if (c->parallel.zero > 1) return "--zero 0 or 1 (the layouts it is tested with)";
+    if (c->precision.mode != PRECISION_FP32) return "--precision fp32 (the layouts it is tested with)";
     if (tr->onebit.on || tr->diloco.on) return "full gradient reduction (not 1-bit Adam or DiLoCo)";
     if (gpt_is_moe(&tr->model)) return "a dense model (the experts' load statistics would count its passes)";
     return NULL;
@@ -26,15 +26,15 @@ static const char *probe_refusal(const Trainer *tr) {
 void noise_probe_setup(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
     Estimators *e = &tr->est;
-    noise_scale_init(&e->probe_noise, c->noise_probe_ema);
-    noise_scale_init(&e->probe_precond, c->noise_probe_ema);
-    if (c->noise_probe_every <= 0) return;
+    noise_scale_init(&e->probe_noise, c->estimators.noise_probe_ema);
+    noise_scale_init(&e->probe_precond, c->estimators.noise_probe_ema);
+    if (c->estimators.noise_probe_every <= 0) return;
     const char *why = probe_refusal(tr);
     if (why) bs_die("--noise-probe-every needs %s", why);
-    if ((long)c->noise_probe_batches * tr->dp_size < 2)
+    if ((long)c->estimators.noise_probe_batches * tr->dp_size < 2)
         bs_die("--noise-probe-batches %d on %d data-parallel rank(s) gives %ld micro-batch(es): the probe needs at "
-               "least two (their spread is the noise)", c->noise_probe_batches, tr->dp_size,
-               (long)c->noise_probe_batches * tr->dp_size);
+               "least two (their spread is the noise)", c->estimators.noise_probe_batches, tr->dp_size,
+               (long)c->estimators.noise_probe_batches * tr->dp_size);
     e->probe_on = true;
 }
 
@@ -50,13 +50,13 @@ typedef struct {
 
 static uint64_t probe_sequence(const ProbeSource *src, long micro_batch, int b) {
     Rng rng;
-    rng_seed(&rng, src->key ^ rng_mix64((uint64_t)micro_batch * (uint64_t)src->tr->cfg.micro_batch + (uint64_t)b));
+    rng_seed(&rng, src->key ^ rng_mix64((uint64_t)micro_batch * (uint64_t)src->tr->cfg.batch.micro_batch + (uint64_t)b));
     return src->epoch_first + rng_below(&rng, src->windows);
 }
 
 static void load_probe_micro(void *ctx, int micro, int32_t *inputs, int32_t *targets) {
     const ProbeSource *src = ctx;
-    const int B = src->tr->cfg.micro_batch, T = src->tr->cfg.seq_len;
+    const int B = src->tr->cfg.batch.micro_batch, T = src->tr->cfg.model.seq_len;
     const long i = (long)micro * src->replicas + src->replica;
     for (int b = 0; b < B; b++)
         loader_sequence(&src->tr->train_data, probe_sequence(src, i, b), inputs + (size_t)b * T,
@@ -65,7 +65,7 @@ static void load_probe_micro(void *ctx, int micro, int32_t *inputs, int32_t *tar
 
 static ProbeSource probe_source(Trainer *tr) {
     const uint64_t windows = tr->train_data.num_windows;
-    const uint64_t key = rng_mix64(rng_mix64((uint64_t)tr->cfg.seed ^ 0x70726f6265ULL) + (uint64_t)tr->step);
+    const uint64_t key = rng_mix64(rng_mix64((uint64_t)tr->cfg.model.seed ^ 0x70726f6265ULL) + (uint64_t)tr->step);
     return (ProbeSource){tr, key, tr->seqs_consumed / windows * windows, windows, tr->dp_size, tr->dp_index};
 }
 
@@ -73,7 +73,7 @@ static ProbeSource probe_source(Trainer *tr) {
 static uint64_t probe_counted(Trainer *tr, const ProbeSource *src, long micro_batches) {
     uint64_t counted = 0;
     for (long i = 0; i < micro_batches; i++)
-        for (int b = 0; b < tr->cfg.micro_batch; b++)
+        for (int b = 0; b < tr->cfg.batch.micro_batch; b++)
             counted += loader_counted(&tr->train_data, probe_sequence(src, i, b), 1);
     return counted;
 }
@@ -89,7 +89,7 @@ bool noise_probe_update(NoiseScale *ns, double micro_sum_sq, long M, double b, d
  * tr(P Sigma P), Pollux's preconditioned noise scale at the step's weights. */
 static void probe_once(Trainer *tr, StepResult *r) {
     Estimators *e = &tr->est;
-    const int K = tr->cfg.noise_probe_batches;
+    const int K = tr->cfg.estimators.noise_probe_batches;
     const long M = (long)K * tr->dp_size;
     ProbeSource src = probe_source(tr);
     const uint64_t counted = probe_counted(tr, &src, M);
@@ -105,7 +105,7 @@ static void probe_once(Trainer *tr, StepResult *r) {
     double micro_sq[2] = {es.micro_sum_squares, precond ? dp_micro_precond_sum_squares(ch->dp) : 0};
     comm_allreduce_double(engine_grid(tr->engine)->dp_group, micro_sq, 2);
     dp_measure_micro_preconditioned(ch->dp, NULL);
-    const double big_sq = engine_grad_sum_squares(tr->engine), b = tr->cfg.micro_batch;
+    const double big_sq = engine_grad_sum_squares(tr->engine), b = tr->cfg.batch.micro_batch;
     if (noise_probe_update(&e->probe_noise, micro_sq[0], M, b, big_sq)) {
         r->noise_probe = noise_scale_simple(&e->probe_noise);
         r->noise_probe_grad_sq = noise_scale_grad_sq(&e->probe_noise);
@@ -124,7 +124,7 @@ static void probe_once(Trainer *tr, StepResult *r) {
 void noise_probe_measure(Trainer *tr, StepResult *r) {
     r->noise_probe = r->noise_probe_grad_sq = r->noise_probe_trace = NAN;
     r->noise_probe_precond = r->noise_probe_precond_grad_sq = r->noise_probe_precond_trace = NAN;
-    if (!tr->est.probe_on || (tr->step + 1) % tr->cfg.noise_probe_every != 0) return;
+    if (!tr->est.probe_on || (tr->step + 1) % tr->cfg.estimators.noise_probe_every != 0) return;
     const double t0 = bs_now();
     probe_once(tr, r);
     r->extra_seconds += bs_now() - t0;

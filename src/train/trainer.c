@@ -52,7 +52,7 @@ typedef struct {
 
 static void load_micro(void *ctx, int micro, int32_t *inputs, int32_t *targets) {
     const MicroSource *src = ctx;
-    const int B = src->tr->cfg.micro_batch, T = src->tr->cfg.seq_len;
+    const int B = src->tr->cfg.batch.micro_batch, T = src->tr->cfg.model.seq_len;
     uint64_t start = src->replica_start >= 0
                          ? src->first + (uint64_t)src->replica_start + (uint64_t)micro * (uint64_t)B
                          : src->first + ((uint64_t)micro * (uint64_t)src->stride + (uint64_t)src->tr->dp_index) *
@@ -65,7 +65,7 @@ static void load_micro(void *ctx, int micro, int32_t *inputs, int32_t *targets) 
  * accumulation granularity, never shrinking, within [MIN, MAX]. */
 static void adapt_batch(Trainer *tr, double noise_scale) {
     if (!tr->adaptive || tr->est.goodput_on || isnan(noise_scale)) return; /* goodput: estimators.h decides */
-    long granule = (long)tr->cfg.micro_batch * tr->dp_size;
+    long granule = (long)tr->cfg.batch.micro_batch * tr->dp_size;
     long target = (long)(noise_scale / granule) * granule;
     if (target > tr->adaptive_max) target = tr->adaptive_max;
     if (target > tr->adaptive_batch) tr->adaptive_batch = target;
@@ -75,8 +75,8 @@ static void adapt_batch(Trainer *tr, double noise_scale) {
 static long current_batch(Trainer *tr) {
     char why[256] = "";
     long realised, want = tr->adaptive ? tr->adaptive_batch
-                                       : batch_at(&tr->batch_schedule, tr->seqs_consumed * (uint64_t)tr->cfg.seq_len);
-    if (!batch_round(want, (long)tr->cfg.micro_batch * tr->dp_size, tr->cfg.strict_batch, &realised, why, sizeof why))
+                                       : batch_at(&tr->batch_schedule, tr->seqs_consumed * (uint64_t)tr->cfg.model.seq_len);
+    if (!batch_round(want, (long)tr->cfg.batch.micro_batch * tr->dp_size, tr->cfg.batch.strict, &realised, why, sizeof why))
         bs_die("%s", why);
     if (why[0] && !tr->batch_warned && tr->rank == 0) bs_warn("%s", why);
     if (why[0]) tr->batch_warned = true;
@@ -142,15 +142,15 @@ static void apply_update(Trainer *tr, const StepResult *r, bool onebit) {
         if (diloco_idle(tr, tr->step + 1)) return; /* --local-steps-jitter: this worker's window is done */
         diloco_prox(tr);
         double norm = tr->diloco.on ? tr->diloco.worker_grad_norm : r->grad_norm; /* a worker clips its own */
-        engine_update(tr->engine, r->lr, clip_coefficient(norm, tr->cfg.grad_clip));
+        engine_update(tr->engine, r->lr, clip_coefficient(norm, tr->cfg.optim.grad_clip));
     }
 }
 
 /* The gradient noise scale B_simple from this step (NaN when off or skipped);
  * an adaptive batch follows it. */
 static double measure_noise(Trainer *tr, const StepResult *r, double micro_sq, double grad_sq) {
-    const int B = tr->cfg.micro_batch;
-    if (!tr->cfg.noise_scale || r->skipped) return NAN;
+    const int B = tr->cfg.batch.micro_batch;
+    if (!tr->cfg.estimators.noise_scale || r->skipped) return NAN;
     /* micro-step gradients are of the loss scaled by 1/(batch T): rescale to mean-loss units */
     double micro_batches = (double)r->batch / B;
     double small_sq = micro_sq * micro_batches; /* mean over micro-batches of (M |g_m|)^2 */
@@ -197,7 +197,7 @@ static void record_stats(Trainer *tr, StepResult *r, const StepStats *st, const 
     CommStats experts = engine_expert_stats(tr->engine);
     r->moe_a2a_bytes = experts.bytes_sent;
     r->moe_a2a_exposed = experts.wait_seconds;
-    if (tr->cfg.precision == PRECISION_FP8) record_fp8(tr, r);
+    if (tr->cfg.precision.mode == PRECISION_FP8) record_fp8(tr, r);
 }
 
 static StepResult train_step(Trainer *tr) {
@@ -219,8 +219,8 @@ static StepResult train_step(Trainer *tr) {
     r.loss = st.loss_sum / (double)(r.counted > 0 ? r.counted : 1);
     r.grad_norm = sqrt(grad_sq);
     /* warm-up and decay on the token axis, so a changing batch does not distort them */
-    double tokens_after = (double)(tr->seqs_consumed + (uint64_t)r.batch) * c->seq_len;
-    r.lr = lr_at(&tr->lr, tokens_after) * lr_scaling_factor(c->lr_scaling, r.batch, tr->base_batch);
+    double tokens_after = (double)(tr->seqs_consumed + (uint64_t)r.batch) * c->model.seq_len;
+    r.lr = lr_at(&tr->lr, tokens_after) * lr_scaling_factor(c->batch.lr_scaling, r.batch, tr->base_batch);
     r.skipped = skip_update(tr, &r, &st, grad_sq);
     if (!r.skipped) {
         GradientPass pass = {tr, &r};
@@ -250,10 +250,10 @@ static StepResult train_step(Trainer *tr) {
  * number of forwards (collectives under ZeRO-3 and pipelines need it) and
  * counts only real batches. */
 static double evaluate(Trainer *tr) {
-    if (!tr->has_val || tr->cfg.val_batches <= 0) return NAN;
-    const int B = tr->cfg.micro_batch;
-    const int rounds = (tr->cfg.val_batches + tr->dp_size - 1) / tr->dp_size;
-    const int mine = tr->cfg.val_batches / tr->dp_size + (tr->dp_index < tr->cfg.val_batches % tr->dp_size ? 1 : 0);
+    if (!tr->has_val || tr->cfg.eval.val_batches <= 0) return NAN;
+    const int B = tr->cfg.batch.micro_batch;
+    const int rounds = (tr->cfg.eval.val_batches + tr->dp_size - 1) / tr->dp_size;
+    const int mine = tr->cfg.eval.val_batches / tr->dp_size + (tr->dp_index < tr->cfg.eval.val_batches % tr->dp_size ? 1 : 0);
     MicroSource src = {tr, &tr->val_data, 0, tr->dp_size, -1};
     double loss = engine_evaluate(tr->engine, rounds, mine, load_micro, &src);
     const Grid *g = engine_grid(tr->engine);
@@ -272,27 +272,27 @@ static double evaluate(Trainer *tr) {
 static GPT full_model(Trainer *tr) {
     GPT m;
     gpt_create_with(&m, &tr->model, tr->rank == 0 ? GPT_ALLOC_PARAMS : 0);
-    if (tr->model.lora_rank > 0) m.lora_scale = (float)(tr->cfg.lora_alpha / tr->cfg.lora_rank);
+    if (tr->model.lora_rank > 0) m.lora_scale = (float)(tr->cfg.lora.alpha / tr->cfg.lora.rank);
     engine_gather_model(tr->engine, m.params);
     if (m.moe_bias) moe_gather_bias(tr, m.moe_bias); /* MoE: the selection bias of every stage, for sampling */
     return m;
 }
 
 static void print_sample(Trainer *tr) {
-    if (tr->cfg.sample_tokens <= 0 || tr->cfg.quiet || !tr->tok) return;
+    if (tr->cfg.eval.sample_tokens <= 0 || tr->cfg.output.quiet || !tr->tok) return;
     GPT m = full_model(tr);
     if (tr->rank == 0) {
         GPTActs acts;
         gpt_acts_create(&acts, &m.cfg, 1, m.cfg.max_seq_len, false);
-        int n = tr->cfg.sample_tokens;
+        int n = tr->cfg.eval.sample_tokens;
         int32_t *tokens = bs_malloc((size_t)(n + 1) * sizeof(int32_t));
         tokens[0] = tokenizer_eot(tr->tok);
-        SampleParams sp = {(float)tr->cfg.temperature, tr->cfg.top_k};
+        SampleParams sp = {(float)tr->cfg.eval.temperature, tr->cfg.eval.top_k};
         int len = sample_generate(&m, &acts, tokens, 1, n, &sp, &tr->sample_rng);
         size_t bytes;
         unsigned char *text = tokenizer_decode(tr->tok, tokens + 1, (size_t)len - 1, &bytes);
         progress_line(&tr->progress, "--- sample at step %ld (temperature %.2f, top-k %d) ---\n%s\n---", tr->step,
-                      tr->cfg.temperature, tr->cfg.top_k, (char *)text);
+                      tr->cfg.eval.temperature, tr->cfg.eval.top_k, (char *)text);
         free(text);
         free(tokens);
         gpt_acts_free(&acts);
@@ -302,30 +302,30 @@ static void print_sample(Trainer *tr) {
 
 /* LoRA: the adapters as a peft directory. */
 static void export_adapters(const Trainer *tr, const GPT *m) {
-    const char *dir = tr->cfg.save_adapters;
+    const char *dir = tr->cfg.lora.save_adapters;
     char path[4200];
     bs_mkdir_p(dir);
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
     safetensors_write_adapters(path, &m->cfg, m->params);
-    AdapterConfig a = {m->cfg.lora_rank, tr->cfg.lora_alpha, tr->cfg.lora_dropout, m->cfg.lora_targets, "",
+    AdapterConfig a = {m->cfg.lora_rank, tr->cfg.lora.alpha, tr->cfg.lora.dropout, m->cfg.lora_targets, "",
                        engine_base_hash(tr->engine)};
-    if (option_given(tr->cfg.init_from) && !realpath(tr->cfg.init_from, a.base_model)) /* the base's path, absolute */
-        snprintf(a.base_model, sizeof a.base_model, "%s", tr->cfg.init_from);
+    if (option_given(tr->cfg.model.init_from) && !realpath(tr->cfg.model.init_from, a.base_model)) /* the base's path, absolute */
+        snprintf(a.base_model, sizeof a.base_model, "%s", tr->cfg.model.init_from);
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
     adapter_config_write(path, &a);
 }
 
 static void export_models(Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
-    if (!option_given(c->save_model) && !option_given(c->out) && !option_given(c->save_adapters)) return;
+    if (!option_given(c->output.save_model) && !option_given(c->output.out) && !option_given(c->lora.save_adapters)) return;
     GPT m = full_model(tr);
-    if (tr->rank == 0 && option_given(c->save_adapters)) export_adapters(tr, &m);
-    if (tr->rank == 0 && c->lora_merge) gpt_merge_adapters(&m); /* model files hold the base tensors only */
+    if (tr->rank == 0 && option_given(c->lora.save_adapters)) export_adapters(tr, &m);
+    if (tr->rank == 0 && c->lora.merge) gpt_merge_adapters(&m); /* model files hold the base tensors only */
     if (tr->rank == 0) {
-        if (option_given(c->save_model)) model_file_write(c->save_model, &m);
-        if (option_given(c->out)) { /* an MoE model in safetensors: llm.c's file cannot hold its experts */
+        if (option_given(c->output.save_model)) model_file_write(c->output.save_model, &m);
+        if (option_given(c->output.out)) { /* an MoE model in safetensors: llm.c's file cannot hold its experts */
             char path[4200];
-            snprintf(path, sizeof path, gpt_is_moe(&m.cfg) ? "%s/model.safetensors" : "%s/model.bin", c->out);
+            snprintf(path, sizeof path, gpt_is_moe(&m.cfg) ? "%s/model.safetensors" : "%s/model.bin", c->output.out);
             model_file_write(path, &m);
         }
     }
@@ -341,8 +341,8 @@ static void write_step_metrics(Trainer *tr, const StepResult *r, double val_loss
     size_t opt_bytes = 0;
     for (int c = 0; c < engine_num_chunks(tr->engine); c++)
         opt_bytes += engine_chunk(tr->engine, c)->update_count * sizeof(float) *
-                     (size_t)optimizer_state_arrays(tr->cfg.optimizer);
-    MetricsStep s = {tr->step, tr->seqs_consumed * (uint64_t)tr->cfg.seq_len, tr->guard.skips, val_loss,
+                     (size_t)optimizer_state_arrays(tr->cfg.optim.kind);
+    MetricsStep s = {tr->step, tr->seqs_consumed * (uint64_t)tr->cfg.model.seq_len, tr->guard.skips, val_loss,
                      tr->last_ckpt_stall, tr->balance.split, mem.param_bytes + mem.grad_bytes + opt_bytes,
                      mem.buffer_bytes, engine_activation_bytes(tr->engine), &tr->watch,
                      tr->moe.layers, tr->moe.metrics, tr->moe.aux_loss, tr->moe.z_loss};
@@ -350,14 +350,14 @@ static void write_step_metrics(Trainer *tr, const StepResult *r, double val_loss
 }
 
 static void write_trace(Trainer *tr, double origin) {
-    if (!option_given(tr->cfg.trace)) return;
+    if (!option_given(tr->cfg.output.trace)) return;
     char *mine = trace_events_json(&tr->trace, tr->rank, origin);
     char *all = comm_gather_text(engine_grid(tr->engine)->dp_group, mine, ",\n", 0);
     free(mine);
     if (tr->rank == 0) {
-        FILE *f = bs_fopen(tr->cfg.trace, "wb");
+        FILE *f = bs_fopen(tr->cfg.output.trace, "wb");
         fprintf(f, "{\"traceEvents\":[\n%s\n],\"displayTimeUnit\":\"ms\"}\n", all);
-        bs_fclose_synced(f, tr->cfg.trace);
+        bs_fclose_synced(f, tr->cfg.output.trace);
         free(all);
     }
 }
@@ -365,19 +365,19 @@ static void write_trace(Trainer *tr, double origin) {
 /* ---- the job ---- */
 
 static bool run_done(const Trainer *tr) {
-    return tr->step >= tr->total_steps || tr->seqs_consumed * (uint64_t)tr->cfg.seq_len >= tr->total_tokens;
+    return tr->step >= tr->total_steps || tr->seqs_consumed * (uint64_t)tr->cfg.model.seq_len >= tr->total_tokens;
 }
 
 /* The steps the progress line shows: planned, or (adaptive) estimated from the tokens still to go. */
 static long shown_total(const Trainer *tr) {
     if (!tr->adaptive) return tr->total_steps;
-    return (long)ceil(tr->step * (double)tr->total_tokens / ((double)tr->seqs_consumed * tr->cfg.seq_len));
+    return (long)ceil(tr->step * (double)tr->total_tokens / ((double)tr->seqs_consumed * tr->cfg.model.seq_len));
 }
 
 /* A periodic checkpoint is due after the step just done (the last step's is the end's). */
 static bool checkpoint_due(const Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
-    return tr->ckpt_dir[0] && c->ckpt_every > 0 && tr->step % c->ckpt_every == 0 && !run_done(tr);
+    return tr->ckpt_dir[0] && c->output.ckpt_every > 0 && tr->step % c->output.ckpt_every == 0 && !run_done(tr);
 }
 
 /* Between two steps: evaluation, metrics, checkpoint, the guard's patience,
@@ -387,10 +387,10 @@ static bool after_step(Trainer *tr, Report *rp, const StepResult *r, long start_
     const TrainConfig *c = &tr->cfg;
     report_events(rp, r, tr->step);
     const bool last = run_done(tr);
-    const bool evaluated = tr->has_val && c->eval_every > 0 && (tr->step % c->eval_every == 0 || last);
+    const bool evaluated = tr->has_val && c->eval.every > 0 && (tr->step % c->eval.every == 0 || last);
     const double val_loss = evaluated ? evaluate(tr) : NAN;
     watch_measure(&tr->watch, tr->engine, c, &tr->stats); /* per-layer norms: a collective when on */
-    if (tr->rank == 0) watch_write_tensorboard(&tr->watch, r, tr->step, val_loss, c->seq_len);
+    if (tr->rank == 0) watch_write_tensorboard(&tr->watch, r, tr->step, val_loss, c->model.seq_len);
     /* the step's metrics line before its checkpoint: a run killed between the two resumes from the checkpoint
      * before, never past a line that was not written; so a checkpoint's stall is reported on the next step's line */
     write_step_metrics(tr, r, val_loss);
@@ -398,16 +398,16 @@ static bool after_step(Trainer *tr, Report *rp, const StepResult *r, long start_
     train_save_poll(tr);
     if (checkpoint_due(tr)) {
         tr->last_ckpt_stall = train_save(tr);
-        report_checkpoint(rp, tr->step, tr->last_ckpt_stall, c->async_ckpt);
+        report_checkpoint(rp, tr->step, tr->last_ckpt_stall, c->output.async_ckpt);
     }
     guard_stop_if_stuck(&tr->guard, tr->step, r->skip_reason);
     bool timed = tr->step > start_step + 1 || tr->total_steps - start_step == 1;
     report_step(rp, r, &(ReportStep){tr->step, shown_total(tr), timed, evaluated, val_loss});
-    if (c->target_val_loss > 0 && !isnan(val_loss) && val_loss <= c->target_val_loss) {
-        report_target_reached(rp, c->target_val_loss, tr->step, (double)tr->seqs_consumed * c->seq_len);
+    if (c->eval.target_val_loss > 0 && !isnan(val_loss) && val_loss <= c->eval.target_val_loss) {
+        report_target_reached(rp, c->eval.target_val_loss, tr->step, (double)tr->seqs_consumed * c->model.seq_len);
         return false;
     }
-    if (c->sample_every > 0 && tr->step % c->sample_every == 0 && !last) print_sample(tr);
+    if (c->eval.sample_every > 0 && tr->step % c->eval.sample_every == 0 && !last) print_sample(tr);
     return true;
 }
 
@@ -432,12 +432,12 @@ int train_run(const TrainConfig *cfg, Comm *world) {
     const TrainConfig *c = &tr->cfg;
     banner_print(tr);
     watch_init(&tr->watch, c, tr->rank, comm_size(world), tr->model.num_layers,
-               gpt_flops_per_token(&tr->model, c->seq_len));
+               gpt_flops_per_token(&tr->model, c->model.seq_len));
     double origin = bs_now();
     Report rp;
-    report_init(&rp, &tr->progress, tr->rank == 0 && !c->quiet, c, tr->dp_size,
-                gpt_flops_per_token(&tr->model, c->seq_len));
-    if (tr->step == 0 && tr->has_val && c->eval_every > 0) report_first_val(&rp, evaluate(tr));
+    report_init(&rp, &tr->progress, tr->rank == 0 && !c->output.quiet, c, tr->dp_size,
+                gpt_flops_per_token(&tr->model, c->model.seq_len));
+    if (tr->step == 0 && tr->has_val && c->eval.every > 0) report_first_val(&rp, evaluate(tr));
     const long start_step = tr->step;
     int stopped_by = 0;  /* the stop signal every rank agreed on */
     long saved_at = -1;  /* the step of the last periodic checkpoint */
@@ -456,7 +456,7 @@ int train_run(const TrainConfig *cfg, Comm *world) {
     else export_models(tr);
     write_trace(tr, origin);
     if (!stopped_by) report_summary(&rp);
-    if (c->sample_tokens > 0 && !stopped_by) print_sample(tr);
+    if (c->eval.sample_tokens > 0 && !stopped_by) print_sample(tr);
     watch_free(&tr->watch);
     train_teardown(tr);
     preempt_release();
