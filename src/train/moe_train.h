@@ -27,7 +27,7 @@
 
 #include "train/trainer_state.h"
 
-/* --moe-skew F: every MoE layer's router row of expert 0 starts multiplied
+/* --debug-moe-skew F: every MoE layer's router row of expert 0 starts multiplied
  * by F, a skewed router start (before any resume, which replaces it; the
  * parameters whole on every rank: ZeRO 3 is refused with MoE). */
 void moe_train_setup(Trainer *tr);

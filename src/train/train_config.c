@@ -97,7 +97,7 @@ static bool check_combinations(const TrainConfig *c, char *why, size_t n) {
         return false;
     }
     if (c->debug.outlier_scale != 0 && c->parallel.zero >= 3) {
-        snprintf(why, n, "--outlier-scale needs each rank's parameters whole: not with --zero 3");
+        snprintf(why, n, "--debug-outlier-scale needs each rank's parameters whole: not with --zero 3");
         return false;
     }
     if (c->guards.balance && c->parallel.zero >= 2) {
@@ -205,7 +205,7 @@ static bool check_moe(const TrainConfig *c, char *why, size_t n) {
     if (c->moe.experts <= 1) {
         const char *flag = factor > 0 ? "--capacity-factor" : c->moe.dropless ? "--dropless"
                            : c->moe.bias_update > 0 ? "--moe-bias-update" : c->moe.ep > 1 ? "--ep"
-                           : c->debug.moe_skew != 1 ? "--moe-skew" : c->moe.every != 1 ? "--moe-every"
+                           : c->debug.moe_skew != 1 ? "--debug-moe-skew" : c->moe.every != 1 ? "--moe-every"
                            : c->moe.gates != 0 ? "--moe-gates" : c->moe.routed_scale != 1 ? "--moe-routed-scale"
                            : NULL;
         if (flag) snprintf(why, n, "%s needs --experts E (E > 1: a Mixture-of-Experts model)", flag);

@@ -2,7 +2,8 @@
  * are C enums (the command line's words for each are the tables below, in
  * enum order), and train_config_check validates the whole configuration
  * before any process group exists, each error one line naming the flag.
- * The defaults live with the flags, in the option table of cli/cmd_train.c. */
+ * The defaults live with the flags, in the option table of cli/train_options.c,
+ * one section per area below; train_config_check runs each area's rules. */
 #ifndef BS_TRAIN_TRAIN_CONFIG_H
 #define BS_TRAIN_TRAIN_CONFIG_H
 

@@ -151,7 +151,7 @@ typedef struct {
     Progress progress;
     Trace trace;
     char ckpt_dir[4096];
-    FaultPlan fault; /* --inject-fault */
+    FaultPlan fault; /* --debug-inject-fault */
     Guard guard;     /* skips a step's update on a non-finite value or a loss spike */
     StepStatsExchange stats; /* the step's statistics across ranks, one collective */
     Balance balance;     /* --balance: micro-batches per replica by measured speed */
