@@ -83,12 +83,17 @@ static bool check_pipeline(const TrainConfig *c, char *why, size_t n) {
     return true;
 }
 
-/* What the layers below need of each other's flags. */
-static bool check_combinations(const TrainConfig *c, char *why, size_t n) {
+/* Optimizer and schedule. */
+static bool check_optim(const TrainConfig *c, char *why, size_t n) {
     if (c->optim.min_lr > c->optim.lr) {
         snprintf(why, n, "--min-lr %g is larger than --lr %g", c->optim.min_lr, c->optim.lr);
         return false;
     }
+    return true;
+}
+
+/* Precision: bf16 products through oneDNN need a CPU with bf16 arithmetic. */
+static bool check_precision(const TrainConfig *c, char *why, size_t n) {
     const bool bf16 = c->precision.mode == PRECISION_BF16 ||
                       (c->precision.mode == PRECISION_FP8 && c->precision.fp8_high_precision == PRECISION_BF16);
     if (bf16 && c->precision.bf16_matmul == MATMUL_BF16_ONEDNN && !matmul_bf16_onednn_available()) {
@@ -96,10 +101,20 @@ static bool check_combinations(const TrainConfig *c, char *why, size_t n) {
                  "AVX-512): use auto or widen", matmul_bf16_cpu_isa());
         return false;
     }
+    return true;
+}
+
+/* The test-only knobs. */
+static bool check_debug(const TrainConfig *c, char *why, size_t n) {
     if (c->debug.outlier_scale != 0 && c->parallel.zero >= 3) {
         snprintf(why, n, "--debug-outlier-scale needs each rank's parameters whole: not with --zero 3");
         return false;
     }
+    return true;
+}
+
+/* Guards and stragglers: --balance against what needs every replica in step. */
+static bool check_guards(const TrainConfig *c, char *why, size_t n) {
     if (c->guards.balance && c->parallel.zero >= 2) {
         snprintf(why, n, "--balance needs --zero 0 or 1: ZeRO 2 and 3 reduce every micro-step, so every replica must "
                  "run the same number");
@@ -115,6 +130,11 @@ static bool check_combinations(const TrainConfig *c, char *why, size_t n) {
                  "replica's micro-batches with its measured speed, and interleaving needs a multiple of --pp");
         return false;
     }
+    return true;
+}
+
+/* Noise scale and goodput: the goodput flags need --batch-schedule goodput. */
+static bool check_estimators(const TrainConfig *c, char *why, size_t n) {
     if (c->estimators.goodput_noise_scale > 0 && strncmp(c->batch.schedule, "goodput", 7) != 0) {
         snprintf(why, n, "--goodput-noise-scale needs --batch-schedule goodput:MIN:MAX (got %s)", c->batch.schedule);
         return false;
@@ -129,12 +149,22 @@ static bool check_combinations(const TrainConfig *c, char *why, size_t n) {
         snprintf(why, n, "--goodput-temperature needs --batch-schedule goodput:MIN:MAX (got %s)", c->batch.schedule);
         return false;
     }
+    return true;
+}
+
+/* Checkpoints and output. */
+static bool check_output(const TrainConfig *c, char *why, size_t n) {
     const bool resume = c->output.resume && *c->output.resume;
     if (c->output.resume_new_batch && (!resume || strcmp(c->batch.schedule, "constant") != 0)) {
         snprintf(why, n, "--resume-new-batch needs --resume DIR and --batch-schedule constant (got %s%s)",
                  resume ? "--batch-schedule " : "no --resume", resume ? c->batch.schedule : "");
         return false;
     }
+    return true;
+}
+
+/* Gradient compression. */
+static bool check_compression(const TrainConfig *c, char *why, size_t n) {
     if (c->parallel.virtual_stages > 1 && (strcmp(c->compression.codec, "none") != 0 || c->parallel.zero_quant_grads)) {
         snprintf(why, n, "--virtual-stages with --grad-compression or --zero-quant-grads is not supported yet (the "
                  "error-feedback residuals are per chunk)");
@@ -162,7 +192,8 @@ static bool check_lora(const TrainConfig *c, char *why, size_t n) {
     return true;
 }
 
-static bool check_local_steps(const TrainConfig *c, char *why, size_t n) {
+/* DiLoCo / FedAvg. */
+static bool check_diloco(const TrainConfig *c, char *why, size_t n) {
     if (c->diloco.local_steps_jitter > 0 && c->diloco.local_steps == 0) {
         snprintf(why, n, "--local-steps-jitter needs --local-steps H (DiLoCo/FedAvg windows)");
         return false;
@@ -234,9 +265,15 @@ static bool check_moe(const TrainConfig *c, char *why, size_t n) {
 
 int train_moe_gates(const TrainConfig *c) { return c->moe.gates > 0 ? c->moe.gates - 1 : (int)moe_default_gates(c->moe.top_k); }
 
+/* Each area's rules, in the order they are checked (the first broken one is reported). */
+typedef bool (*AreaCheck)(const TrainConfig *c, char *why, size_t n);
+static const AreaCheck AREA_CHECKS[] = {check_diloco, check_optim,    check_precision, check_debug,
+                                        check_guards, check_estimators, check_output,  check_compression,
+                                        check_pipeline, check_context,  check_lora,    check_moe};
+
 bool train_config_check(const TrainConfig *c, char *why, size_t why_size) {
     why[0] = 0;
-    if (!check_local_steps(c, why, why_size)) return false;
-    return check_combinations(c, why, why_size) && check_pipeline(c, why, why_size) &&
-           check_context(c, why, why_size) && check_lora(c, why, why_size) && check_moe(c, why, why_size);
+    for (size_t i = 0; i < sizeof AREA_CHECKS / sizeof AREA_CHECKS[0]; i++)
+        if (!AREA_CHECKS[i](c, why, why_size)) return false;
+    return true;
 }
