@@ -44,7 +44,9 @@ static void format_value(const OptionSpec *s, char *buf, size_t n) {
         break;
     }
     case OPT_FLAG: snprintf(buf, n, "%s", *(bool *)s->target ? "on" : "off"); break;
-    case OPT_ENUM: snprintf(buf, n, "%s", s->words[*(int *)s->target]); break;
+    case OPT_ENUM: /* an index below 0: not given */
+        snprintf(buf, n, "%s", *(int *)s->target >= 0 ? s->words[*(int *)s->target] : "(none)");
+        break;
     }
 }
 

@@ -17,7 +17,7 @@ typedef enum {
     OPT_FLOAT,  /* float */
     OPT_STRING, /* const char * (points into argv) */
     OPT_FLAG,   /* bool, no argument: sets true */
-    OPT_ENUM,   /* int: the index of the word given among `words` */
+    OPT_ENUM,   /* int: the index of the word given among `words` (a default below 0: not given) */
 } OptionType;
 
 typedef struct {
