@@ -6,7 +6,7 @@ global batch 8, BS_BENCH_STEPS steps, default 300): the final validation
 loss of fp32, bf16, FP8 delayed and FP8 block, each FP8 run's underflow
 (non-zero values flushed to zero) and overflow (saturated) shares per tensor
 kind (input, weight, grad; mean over the steps, from the metrics), and the
-same with the outlier injection (--outlier-scale 1000) for bf16 and both
+same with the outlier injection (--debug-outlier-scale 1000) for bf16 and both
 recipes. Tokens/s are recorded but mean nothing about FP8 speed: this CPU
 has no FP8 arithmetic, the FP8 layer here is fp32 sgemm plus quantization.
 Bytes saved by FP8 parameter gathers: 2 ranks, ZeRO 3, FP8 delayed, 4 steps,
@@ -76,7 +76,7 @@ def main():
             results["runs"][name] = train(bs, data, d, name, extra, steps)
         for name in OUTLIER:
             results["runs"][name + "+outlier"] = train(bs, data, d, name + "_outlier",
-                                                       RUNS[name] + ["--outlier-scale", "1000"], steps)
+                                                       RUNS[name] + ["--debug-outlier-scale", "1000"], steps)
         results["gather_bytes"] = gather_bytes(bs, data, d)
     g = results["gather_bytes"]
     results["fp8_param_gather_bytes_saved"] = 1 - g["fp8 gathers"] / g["fp32 gathers"]

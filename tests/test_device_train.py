@@ -98,7 +98,7 @@ class DeviceTrainTest(CorpusTest):
     def test_refusals(self):
         self.assertIn("--precision", self.refused("--device", DEVICE, "--precision", "bf16"))
         self.assertIn("--tp", self.refused("--device", DEVICE, "--tp", "2"))
-        self.assertIn("--inject-fault", self.refused("--device", DEVICE, "--inject-fault", "nan:0:1"))
+        self.assertIn("--debug-inject-fault", self.refused("--device", DEVICE, "--debug-inject-fault", "nan:0:1"))
         if DEVICE == "sim":  # a model that does not fit the (simulated) device
             self.assertIn("out of device memory", self.refused("--device", "sim", "--sim-memory", "1"))
             self.assertIn("--sim-memory", self.refused("--sim-memory", "1"))

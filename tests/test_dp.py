@@ -210,7 +210,7 @@ class FaultTest(unittest.TestCase):
                                          "--layers", "2", "--heads", "2", "--channels", "32", "--seq-len", "32",
                                          "--micro-batch", "2", "--steps", "50", "--eval-every", "0",
                                          "--sample-tokens", "0", "--threads", "1", "--quiet",
-                                         "--comm-timeout", str(self.TIMEOUT_S), "--inject-fault", fault]
+                                         "--comm-timeout", str(self.TIMEOUT_S), "--debug-inject-fault", fault]
         if metrics:
             cmd += ["--metrics", metrics]
         try:

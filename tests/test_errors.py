@@ -326,7 +326,7 @@ class ErrorTest(unittest.TestCase):
                                  "--resume", "step 4", "--steps"),
             "rank above the width": (tiny_train_args(self.data, steps=1, channels=64, **{"lora-rank": 1000}),
                                      "--lora-rank 1000", "64"),
-            "no such rank": (tiny_train_args(self.data, steps=1, **{"inject-fault": "exit:5:1"}), "--inject-fault",
+            "no such rank": (tiny_train_args(self.data, steps=1, **{"debug-inject-fault": "exit:5:1"}), "--debug-inject-fault",
                              "rank 5"),
         }
         unmasked = os.path.join(self.dir, "masked_none")  # SFT shards prepared elsewhere: every mask byte 0

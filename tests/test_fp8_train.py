@@ -34,7 +34,7 @@ layouts (CTest fp8_train):
 convergence (fp8_train_convergence, slow):
 - 300 steps on the shipped corpus (the King James Bible, byte-level): delayed and block within 1% of bf16's
   final validation loss.
-- An injected outlier (--outlier-scale 1000: LayerNorm 1's gain of channel 0 x1000 in every layer, so every qkv
+- An injected outlier (--debug-outlier-scale 1000: LayerNorm 1's gain of channel 0 x1000 in every layer, so every qkv
   input carries one channel 1000x the others, the same in every precision): neither recipe diverges (both still
   learn), and the per-tensor delayed recipe shows the underflow it causes in the metrics (fp8_underflow.input
   over 10x its value without the outlier, and above block's over the first steps).
@@ -179,7 +179,7 @@ class Fp8LayoutTest(CorpusTest):
                             (["--precision", "fp8", "--fp8-amax-history", "0"], "--fp8-amax-history"),
                             (["--precision", "fp8", "--fp8-amax-algo", "mean"], "--fp8-amax-algo"),
                             (["--precision", "fp8", "--fp8-high-precision", "fp8"], "--fp8-high-precision"),
-                            (["--outlier-scale", "10", "--zero", "3"], "--outlier-scale"),
+                            (["--debug-outlier-scale", "10", "--zero", "3"], "--debug-outlier-scale"),
                             (["--precision", "fp8", "--fp8-recipe", "block", "--zero", "3", "--fp8-param-gather"],
                              "--fp8-param-gather")):
             p = run(base + extra, check=False)
@@ -197,7 +197,7 @@ class Fp8ConvergenceTest(unittest.TestCase):
             for label, extra in (("bf16", ["--precision", "bf16"]), ("delayed", fp8("delayed")),
                                  ("block", fp8("block"))):
                 for outlier in ("", "1000"):
-                    more = ["--outlier-scale", outlier] if outlier else []
+                    more = ["--debug-outlier-scale", outlier] if outlier else []
                     m, _, _ = train(data, os.path.join(d, label + outlier), steps=300, val=True,
                                     extra=small + extra + more)
                     runs[label + outlier] = m

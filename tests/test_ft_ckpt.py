@@ -100,7 +100,7 @@ class CheckpointTest(CorpusTest):
     def run_until(self, ranks, ckpt, steps, stop, extra=()):
         """Runs the job planned for `steps` steps and kills it at the start of step
         stop + 1 (the schedule must be the full run's for bitwise results)."""
-        p = run(job(ranks, train_args(self.data, ckpt, steps, extra=["--quiet", "--inject-fault",
+        p = run(job(ranks, train_args(self.data, ckpt, steps, extra=["--quiet", "--debug-inject-fault",
                                                                      f"exit:{ranks - 1}:{stop + 1}"] + list(extra))),
                 check=False)
         self.assertIn(p.returncode, (-9, 137), p.stderr)

@@ -2,7 +2,7 @@
 """test_ft_restart.py: `batchscale run`, the restart launcher.
 
 - Kill -9: a 2-rank job under the launcher loses a rank three times: once by
-  --inject-fault exit:R:S on the first launch (the launcher drops the flag
+  --debug-inject-fault exit:R:S on the first launch (the launcher drops the flag
   on restarts), then twice by this test sending SIGKILL to a random rank
   process at a random step of later attempts. The final parameters, the
   optimizer state and every step's loss equal an uninterrupted run's
@@ -77,7 +77,7 @@ class RestartTest(CorpusTest):
         first = (rng.randrange(2), rng.randrange(3, 8))
         cmd = [BATCHSCALE, "run", "--max-restarts", "6", "--restart-delay", "0", "--log", log, "--"] + job(
             2, train_args(self.data, ckpt, steps, extra=["--ckpt-every", "2", "--quiet", "--metrics", metrics,
-                                                         "--inject-fault", f"exit:{first[0]}:{first[1]}"]))
+                                                         "--debug-inject-fault", f"exit:{first[0]}:{first[1]}"]))
         launcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                     env=dict(os.environ, OMP_NUM_THREADS="1"))
         killed = []  # (attempt, rank, step reached when killed)
@@ -114,9 +114,9 @@ class RestartTest(CorpusTest):
         for f in failures:
             self.assertNotEqual(f["exit_code"], 0)
             self.assertGreaterEqual(f["lost_s"], 0)
-        self.assertIn("--inject-fault", events[0]["command"])
+        self.assertIn("--debug-inject-fault", events[0]["command"])
         for r in restarts:
-            self.assertNotIn("--inject-fault", r["command"])
+            self.assertNotIn("--debug-inject-fault", r["command"])
             self.assertIn("--resume latest", r["command"])
         self.assertEqual(failures[0]["ckpt_step"], (first[1] - 1) // 2 * 2, "the injected fault's checkpoint")
         self.assertEqual(err.count("batchscale run:"), len(events), "one stderr line per event")
@@ -134,7 +134,7 @@ class RestartTest(CorpusTest):
                                                                                   ref_metrics])))
         ckpt, metrics, log = self.path("elastic_ckpt"), self.path("elastic.jsonl"), self.path("elastic_log.jsonl")
         train = train_args(self.data, ckpt, steps, extra=["--ckpt-every", "2", "--quiet", "--metrics", metrics,
-                                                          "--inject-fault", "exit:3:5"])
+                                                          "--debug-inject-fault", "exit:3:5"])
         cmd = ([BATCHSCALE, "run", "--elastic", "--min-ranks", "1", "--max-restarts", "5", "--restart-delay", "0",
                 "--log", log, "--"] + MPIRUN + ["-np", "4", os.path.join(HERE, "test_ft_lost_node.sh"), BATCHSCALE] +
                train)
@@ -161,7 +161,7 @@ class RestartTest(CorpusTest):
         """A hung rank: the others time out (--comm-timeout), abort, and the launcher restarts."""
         ckpt, log = self.path("stall_ckpt"), self.path("stall_log.jsonl")
         args = train_args(self.data, ckpt, 8, extra=["--ckpt-every", "2", "--quiet", "--comm-timeout", "2",
-                                                     "--inject-fault", "stall:1:4"])
+                                                     "--debug-inject-fault", "stall:1:4"])
         p = run([BATCHSCALE, "run", "--restart-delay", "0", "--log", log, "--"] + job(2, args), timeout=120)
         self.assertIn("timed out after 2 s waiting for rank 1", p.stderr)
         kinds = [e["event"] for e in read_log(log)]

@@ -8,7 +8,7 @@
   layer, a stage's non-first layer) of a 3-layer model: ZeRO-2, ZeRO-3,
   tp 2, pp 2 and tp 2 x pp 2 (4 ranks); the run goes on, exits 0, every
   other step's loss is finite. A target that does not exist (a rank, a layer,
-  a layer on another pipeline stage) is one line naming --inject-fault.
+  a layer on another pipeline stage) is one line naming --debug-inject-fault.
 - A run that keeps producing non-finite values stops after --max-skips
   skips in a row with a clear message instead of looping.
 - A loss spike beyond --skip-spikes standard deviations is skipped.
@@ -44,7 +44,7 @@ class GuardTest(CorpusTest):
     def test_nan_skips_exactly_that_step(self):
         ck = self.path("ck_nan")
         m, p = train(self.data, self.path("nan"),
-                     extra=["--inject-fault", "nan:1:3", "--ckpt-dir", ck, "--ckpt-every", "1", "--keep-last", "0"])
+                     extra=["--debug-inject-fault", "nan:1:3", "--ckpt-dir", ck, "--ckpt-every", "1", "--keep-last", "0"])
         skipped = [x["step"] for x in m if "skipped" in x]
         self.assertEqual(skipped, [3])
         self.assertIn("rank 1", m[2]["skipped"])
@@ -66,7 +66,7 @@ class GuardTest(CorpusTest):
             label = "_".join(layout).replace("-", "") + f"_r{rank}_l{layer}"
             ck = self.path("ck_" + label)
             m, p = train(self.data, self.path(label), ranks=ranks, steps=5, layers=3, check=False,
-                         extra=layout + ["--inject-fault", f"nan:{rank}:3:{layer}", "--ckpt-dir", ck,
+                         extra=layout + ["--debug-inject-fault", f"nan:{rank}:3:{layer}", "--ckpt-dir", ck,
                                          "--ckpt-every", "1", "--keep-last", "0"])
             self.assertEqual(p.returncode, 0, f"{label}: {p.stderr}")
             reason = f"non-finite value on rank {rank} at layer {layer}"
@@ -80,15 +80,15 @@ class GuardTest(CorpusTest):
             self.assertNotEqual(sums[1], sums[2], f"{label}: the next step should update again")
 
     def test_nan_target_must_exist(self):
-        syntax = "error: --inject-fault must be stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER] or slow"
-        cases = [(1, [], "nan:0:3:3", "error: --inject-fault nan:0:3:3: layer 3 does not exist (3 layers)"),
-                 (2, [], "nan:2:3", "error: --inject-fault nan:2:3: rank 2 does not exist (2 processes)"),
-                 (2, ["--pp", "2"], "nan:0:3:2", "error: --inject-fault nan:0:3:2: rank 0 holds layers [0, 2), not "
+        syntax = "error: --debug-inject-fault must be stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER] or slow"
+        cases = [(1, [], "nan:0:3:3", "error: --debug-inject-fault nan:0:3:3: layer 3 does not exist (3 layers)"),
+                 (2, [], "nan:2:3", "error: --debug-inject-fault nan:2:3: rank 2 does not exist (2 processes)"),
+                 (2, ["--pp", "2"], "nan:0:3:2", "error: --debug-inject-fault nan:0:3:2: rank 0 holds layers [0, 2), not "
                                                  "layer 2"),
                  (1, [], "nan:0:3:-1", syntax), (1, [], "exit:0:3:1", syntax)]
         for ranks, layout, spec, message in cases:
             _, p = train(self.data, self.path("bad_target"), ranks=ranks, steps=2, layers=3, check=False,
-                         extra=layout + ["--inject-fault", spec])
+                         extra=layout + ["--debug-inject-fault", spec])
             self.assertEqual(p.returncode, 2, spec)  # a usage error, found at set-up
             line = one_line_error(p, ranks)
             self.assertIsNotNone(line, f"{spec}: not one line:\n{p.stderr}")
@@ -96,7 +96,7 @@ class GuardTest(CorpusTest):
 
     def test_consecutive_skips_stop_the_run(self):
         m, p = train(self.data, self.path("blowup"), steps=30, check=False,
-                     extra=["--inject-fault", "nans:0:5", "--max-skips", "3"])
+                     extra=["--debug-inject-fault", "nans:0:5", "--max-skips", "3"])
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("3 steps in a row skipped", p.stderr)
         self.assertEqual([x["step"] for x in m if "skipped" in x], [5, 6, 7])
@@ -123,10 +123,10 @@ class GuardTest(CorpusTest):
 
     def test_straggler_named_and_balanced(self):
         plain, _ = train(self.data, self.path("plain"))
-        slow, p = train(self.data, self.path("slow"), extra=["--inject-fault", "slow:1:3"])
+        slow, p = train(self.data, self.path("slow"), extra=["--debug-inject-fault", "slow:1:3"])
         self.assertIn("rank 1 is a straggler", p.stdout)
         self.assertTrue(any(x.get("straggler") == 1 for x in slow))
-        bal, _ = train(self.data, self.path("balanced"), extra=["--inject-fault", "slow:1:3", "--balance"])
+        bal, _ = train(self.data, self.path("balanced"), extra=["--debug-inject-fault", "slow:1:3", "--balance"])
         split = bal[-1]["micro_batches_per_replica"]
         self.assertEqual(sum(split), 8)
         self.assertGreater(split[0], split[1], "the faster rank should take more micro-batches")

@@ -15,7 +15,7 @@ every second one's) against PyTorch, and trained by `batchscale train`.
    sequences reordered: why beside FLOOR_K), dropless and dropping, ZeRO 0
    and 1. Every run reads the same batches as one-sequence shards.
 3. Loss-free balancing on KJV: a top-1 router skewed in its weights
-   (--moe-skew: expert 0's router row scaled) and frozen (learning rate 0),
+   (--debug-moe-skew: expert 0's router row scaled) and frozen (learning rate 0),
    so only the bias can balance it: with --moe-bias-update the max/mean
    load falls below 1.3 and below the unskewed router's, not without; the
    bias (in the checkpoint) equals on 1 and 2 ranks.
@@ -259,17 +259,17 @@ BALANCE_STEPS = (31, 40)  # the window where the load must be balanced (steps 1-
 
 def balance(tmp, kjv):
     """Loss-free balancing of a skewed router on KJV. Top-1 (4 experts), expert 0's router row x10 in every layer
-    (--moe-skew 10: its logits spread 10 times wider, so it wins about half the tokens), and the weights frozen
+    (--debug-moe-skew 10: its logits spread 10 times wider, so it wins about half the tokens), and the weights frozen
     (--lr 0): nothing but the selection bias can correct the skew. The step's max/mean load (the worst layer's),
     averaged over BALANCE_STEPS: with --moe-bias-update 5e-3 below 1.3 and below the unskewed router's own (the
-    same run at --moe-skew 1, no bias update: what the data give an untrained router), while the control (skewed,
+    same run at --debug-moe-skew 1, no bias update: what the data give an untrained router), while the control (skewed,
     no bias update) stays above 1.6. Measured on this corpus (the default seed, then --seed 1, 2, 3): step 1 1.85,
     1.86, 2.02, 2.15; with the update 1.15, 1.21, 1.24, 1.24; unskewed 1.75, 1.51, 1.54, 1.32; the control 1.78,
     1.89, 2.16, 2.21. At 1e-3 the sign steps are too small for 40 steps (1.59, 1.90 at seeds 1, 2), at 1e-2 they
     overshoot (1.33-1.38). The bias equals on 1 and 2 ranks."""
     common = ["--seq-len", "64", "--global-batch", "8", "--steps", str(BALANCE_STEPS[1]), "--moe-top-k", "1",
               "--lr", "0", "--min-lr", "0"]
-    skewed = common + ["--moe-skew", "10"]
+    skewed = common + ["--debug-moe-skew", "10"]
     lo, hi = BALANCE_STEPS
 
     def window(rows):

@@ -98,7 +98,7 @@ class ExitTest(CorpusTest):
         ckpt, metrics, log = self.path("all_ckpt"), self.path("all.jsonl"), self.path("all_log.jsonl")
         steps = 400  # rank 0 computes 40x slower: the signal after 3 steps finds the job mid-run on any machine
         train = train_args(self.data, ckpt, steps, extra=["--ckpt-every", "10", "--quiet", "--metrics", metrics,
-                                                          "--inject-fault", "slow:0:40"])
+                                                          "--debug-inject-fault", "slow:0:40"])
         launcher = subprocess.Popen([BATCHSCALE, "run", "--restart-delay", "0", "--log", log, "--"] + job(2, train),
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                     env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)

@@ -215,7 +215,7 @@ class MultiHost(bstest.CorpusTest):
         steps, every = 40, 5
         ckpt, ref_ckpt = self.path("elastic_ckpt"), self.path("elastic_ref_ckpt")
         flags = ["--zero", "0", "--ckpt-every", str(every), "--keep-last", "0", "--comm-timeout", "10"]
-        args = self.train_args("elastic", flags + ["--ckpt-dir", ckpt, "--inject-fault", "slow:0:40"], steps=steps)
+        args = self.train_args("elastic", flags + ["--ckpt-dir", ckpt, "--debug-inject-fault", "slow:0:40"], steps=steps)
         cmd = [BATCHSCALE, "run", "--elastic", "--shrink-after", "1", "--min-ranks", "2", "--max-restarts", "3",
                "--"] + self.hosts.mpirun_args(4, [BATCHSCALE] + args)
         err = open(self.path("elastic.err"), "w")

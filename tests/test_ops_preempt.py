@@ -31,7 +31,7 @@ from test_ft_common import (BATCHSCALE, CorpusTest, job, losses_by_step, read_ch
                             run, step_dir, train_args)
 
 STEPS, EVERY = 24, 10
-SLOW = ["--inject-fault", "slow:0:40"]  # rank 0 sleeps 39x its compute: a step lasts long enough to signal into
+SLOW = ["--debug-inject-fault", "slow:0:40"]  # rank 0 sleeps 39x its compute: a step lasts long enough to signal into
 PREEMPTED = 75
 
 
@@ -108,7 +108,7 @@ class Preemption(CorpusTest):
                       f"{step_dir(ckpt, stop)}; exit {PREEMPTED}", err)
         self.assertEqual(err.count("preempted: SIGTERM"), 1, "one line, from rank 0")
         self.assertIn("--resume latest", events[2]["command"])
-        self.assertNotIn("--inject-fault", events[2]["command"])
+        self.assertNotIn("--debug-inject-fault", events[2]["command"])
         self.assert_equals_reference(ckpt, metrics)
 
     def test_launcher_signalled_then_requeued(self):
@@ -134,7 +134,7 @@ class Preemption(CorpusTest):
         self.assertIn("--resume latest", events[0]["command"])
         self.assert_equals_reference(ckpt, metrics)
 
-    def one_process(self, name, micro=2, extra=("--inject-fault", "slow:0:400")):  # steps of about 0.1 s
+    def one_process(self, name, micro=2, extra=("--debug-inject-fault", "slow:0:400")):  # steps of about 0.1 s
         ckpt, metrics = self.path(name + "_ckpt"), self.path(name + ".jsonl")
         cmd = job(1, train_args(self.data, ckpt, 1000, micro=micro, global_batch=micro,
                                 extra=["--ckpt-every", "500", "--quiet", "--metrics", metrics] + list(extra)))

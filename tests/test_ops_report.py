@@ -71,7 +71,7 @@ class Report(bstest.CorpusTest):
                 "--layers", "2", "--heads", "2", "--channels", "32", "--seq-len", "32", "--micro-batch", "2",
                 "--global-batch", "4", "--lr", "3e-3", "--warmup", "2", "--eval-every", "4", "--val-batches", "2",
                 "--sample-tokens", "0", "--threads", "1", "--noise-scale", "--ckpt-every", "4", "--peak-gflops", "100",
-                "--inject-fault", "nan:0:3", "--out", cls.run_dir, "--metrics", os.path.join(cls.run_dir, "m.jsonl"),
+                "--debug-inject-fault", "nan:0:3", "--out", cls.run_dir, "--metrics", os.path.join(cls.run_dir, "m.jsonl"),
                 "--quiet"]
         bstest.run(args + ["--steps", str(STEPS - 2)])  # ends at step 10, checkpoint at 8 and 10
         # resume from step 8: steps 9 and 10 are written again (the metrics keep lines up to the checkpoint's step,

@@ -36,7 +36,7 @@ from test_ft_common import (BATCHSCALE, MPIRUN, CorpusTest, job, losses_by_step,
 
 EXAMPLE = os.path.join(os.path.dirname(HERE), "examples", "train.sbatch")
 STEPS, EVERY = 24, 10
-SLOW = "--inject-fault slow:0:40"  # rank 0 sleeps 39x its compute: steps long enough to signal into
+SLOW = "--debug-inject-fault slow:0:40"  # rank 0 sleeps 39x its compute: steps long enough to signal into
 
 
 def read_text(path):

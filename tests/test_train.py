@@ -7,7 +7,11 @@
 - accumulation: micro 2 x accumulation 4 equals micro 8 (one big batch)
   within 1e-5 relative over 10 steps, losses and parameters;
 - resume: stopping at a checkpoint and resuming gives the uninterrupted run's
-  losses and final weights bit for bit.
+  losses and final weights bit for bit;
+- help: `train --help` lists the options by section, each area's flags under
+  its heading (all the --lora-* flags and --save-adapters together), and hides
+  the test-only --debug-* options, which `--help-debug` lists; their old names
+  are unknown options.
 """
 import os
 import sys
@@ -78,6 +82,55 @@ class TrainTest(unittest.TestCase):
         self.assertEqual(steps, ["step_00000004", "step_00000006"])  # keep-last 2
         resumed, _ = self.train("l2", steps=8, resume="latest", **{"ckpt-dir": ck})
         self.assertEqual(len(resumed), 2)  # steps 7 and 8
+
+
+def sections(text):
+    """{heading: [flag, ...]} of a --help text: the lines before the first heading under "", those after a
+    section's blank line (--help, --help-debug) under "end"."""
+    out, heading = {"": [], "end": []}, ""
+    for line in text.splitlines():
+        if not line and heading:
+            heading = "end"
+        elif line and not line.startswith(" ") and line.endswith(":"):
+            heading = line[:-1]
+            out[heading] = []
+        elif line.startswith("  --"):
+            out[heading].append(line.split()[0])
+    return out
+
+
+class HelpTest(unittest.TestCase):
+    DEBUG = ["--debug-inject-fault", "--debug-outlier-scale", "--debug-moe-skew"]
+
+    def test_sections(self):
+        s = sections(run(["train", "--help"]).stdout)
+        for heading in ("Model", "Precision", "Batch size", "Optimizer and schedule", "Data", "Parallelism",
+                        "Checkpoints and output", "LoRA fine-tuning", "Mixture of Experts", "DiLoCo / FedAvg "
+                        "(low-communication training)", "Noise scale and goodput"):
+            self.assertIn(heading, s)
+        self.assertEqual(s[""], [], "every option stands under a section heading")
+        self.assertEqual(s["end"], ["--help", "--help-debug"])
+        lora = s["LoRA fine-tuning"]
+        for flag in ("--lora-rank", "--lora-alpha", "--lora-init", "--lora-dropout", "--save-adapters", "--base-weights"):
+            self.assertIn(flag, lora)
+        self.assertIn("--experts", s["Mixture of Experts"])
+        self.assertIn("--tp", s["Parallelism"])
+        listed = [flag for flags in s.values() for flag in flags]
+        self.assertEqual(len(listed), len(set(listed)), "an option listed twice")
+        for flag in self.DEBUG + ["--inject-fault", "--outlier-scale", "--moe-skew"]:
+            self.assertNotIn(flag, listed)
+
+    def test_debug_help(self):
+        s = sections(run(["train", "--help-debug"]).stdout)
+        debug = [flags for heading, flags in s.items() if heading.startswith("Debugging")]
+        self.assertEqual(debug, [self.DEBUG])
+        self.assertIn("--lora-rank", s["LoRA fine-tuning"])
+
+    def test_old_test_flags_unknown(self):
+        for flag in ("--inject-fault", "--outlier-scale", "--moe-skew"):
+            p = run(["train", flag, "1"], check=False)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertEqual(p.stderr.strip().splitlines(), [f"batchscale: error: unknown option '{flag}' (see --help)"])
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ static const char *const ZERO1_REDUCE_WORDS[] = {"reduce-scatter", "allreduce", 
 static const char *const LAYER_SPLIT_WORDS[] = {"balanced", "even", NULL};
 static const char *const MOE_PROBS_WORDS[] = {"combine", "activation", NULL};
 static const char *const FP8_LINEARS_WORDS[] = {"te", "te-delayed", "torchao", NULL};
+static const char *const ON_OFF_WORDS[] = {"on", "off", NULL};
+enum { ON, OFF }; /* ON_OFF_WORDS */
 
 typedef struct {
     const char *model, *activation, *attention, *precision, *hardware, *calibrate;
@@ -40,7 +42,9 @@ typedef struct {
     double peak_tflops, gemm_efficiency, hbm_gb, hbm_tbps, nvlink_gbps, net_gbps, net_latency_us;
     int gpus_per_node;
     int tp, pp, dp, cp, ep, etp, zero, micro_batch, virtual_stages;
-    const char *recompute, *schedule, *sequence_parallel, *overlap, *cp_algo, *in_network, *tp_overlap, *pp_overlap, *rank_order, *ep_overlap;
+    int recompute, schedule; /* indices into their words; -1: not given (searched, or the default) */
+    int sequence_parallel, overlap, in_network, tp_overlap, pp_overlap; /* ON or OFF */
+    int cp_algo, rank_order, ep_overlap; /* indices into their words */
     int grad_reduce, pipeline_engine, zero1_reduce, layer_split, moe_probs, fp8_linears; /* indices into their words */
     int first_stage_layers, last_stage_layers;
     bool search;
@@ -76,14 +80,7 @@ static PlanArgs plan_args_defaults(void) {
     a.scaling_mode = "weak";
     a.scaling_from = 8;
     a.scaling_to = 16384;
-    a.overlap = "on";
-    a.sequence_parallel = "on";
-    a.cp_algo = "ring";
-    a.tp_overlap = "off";
-    a.pp_overlap = "off";
-    a.ep_overlap = "off";
-    a.rank_order = "tp-cp-pp-dp";
-    a.in_network = "off";
+    a.recompute = a.schedule = -1;
     return a;
 }
 
@@ -118,12 +115,6 @@ static void parse_per_kind(const char *flag, const char *text, int kinds, double
             bs_die("--%s '%s': expected a number per GPU kind (e.g. 2.5 or 1.2,2.5)", flag, text);
         }
     }
-}
-
-static bool parse_on_off(const char *flag, const char *v) {
-    if (strcmp(v, "on") == 0) return true;
-    if (strcmp(v, "off") == 0) return false;
-    bs_die("--%s must be on or off (got '%s')", flag, v);
 }
 
 static ModelShape build_model(const PlanArgs *a, double *batch_tokens, double *train_tokens) {
@@ -248,44 +239,14 @@ static Fleet build_fleet(const PlanArgs *a, char *note, size_t note_size) {
     if (a->gpus > 0 && fleet_gpus(&f) != a->gpus)
         bs_die("--gpus %d disagrees with --hardware '%s' (%d GPUs): drop one of them", a->gpus, a->hardware, fleet_gpus(&f));
     apply_hardware_overrides(a, &f);
-    bool in_network = parse_on_off("in-network-reduction", a->in_network);
+    bool in_network = a->in_network == ON;
     for (int k = 0; k < f.kinds; k++) f.hw[k].in_network = in_network;
     return f;
 }
 
 static bool layout_given(const PlanArgs *a) {
     return a->tp > 0 || a->pp > 0 || a->dp > 0 || a->cp > 0 || a->ep > 0 || a->micro_batch > 0 || a->zero >= 0 ||
-           a->virtual_stages > 0 || a->recompute || a->schedule;
-}
-
-static Recompute parse_recompute(const char *s) {
-    Recompute r;
-    if (!recompute_parse(s, &r)) bs_die("--recompute must be none, selective, full or op (got '%s')", s);
-    return r;
-}
-
-static PlanSchedule parse_schedule(const char *s) {
-    PlanSchedule p;
-    if (!plan_schedule_parse(s, &p)) bs_die("--schedule must be 1f1b, gpipe or interleaved (got '%s')", s);
-    return p;
-}
-
-static CpAlgo parse_cp_algo(const char *s) {
-    CpAlgo c;
-    if (!cp_algo_parse(s, &c)) bs_die("--cp-algo must be ring or allgather (got '%s')", s);
-    return c;
-}
-
-static RankOrder parse_rank_order(const char *s) {
-    RankOrder o;
-    if (!rank_order_parse(s, &o)) bs_die("--rank-order must be tp-cp-pp-dp or tp-cp-ep-dp-pp (got '%s')", s);
-    return o;
-}
-
-static EpOverlap parse_ep_overlap(const char *s) {
-    EpOverlap o;
-    if (!ep_overlap_parse(s, &o)) bs_die("--ep-overlap must be off, shared, dualpipe or combined-1f1b (got '%s')", s);
-    return o;
+           a->virtual_stages > 0 || a->recompute >= 0 || a->schedule >= 0;
 }
 
 static Layout explicit_layout(const PlanArgs *a, const PlanInput *in) {
@@ -301,16 +262,16 @@ static Layout explicit_layout(const PlanArgs *a, const PlanInput *in) {
                l.cp, l.pp, model_par, gpus);
     l.micro_batch = a->micro_batch > 0 ? a->micro_batch : 1;
     l.zero = a->zero >= 0 ? a->zero : (l.dp * l.cp > 1 ? 1 : 0);
-    if (a->recompute) l.recompute = parse_recompute(a->recompute);
+    if (a->recompute >= 0) l.recompute = (Recompute)a->recompute;
     l.virtual_stages = a->virtual_stages > 0 ? a->virtual_stages : 1;
-    l.schedule = a->schedule ? parse_schedule(a->schedule) : (l.virtual_stages > 1 ? SCHEDULE_INTERLEAVED : SCHEDULE_1F1B);
-    l.sequence_parallel = parse_on_off("sequence-parallel", a->sequence_parallel) && l.tp > 1;
-    l.overlap = parse_on_off("overlap", a->overlap);
-    l.cp_algo = parse_cp_algo(a->cp_algo);
-    l.tp_overlap = parse_on_off("tp-overlap", a->tp_overlap) && l.tp > 1;
-    l.pp_overlap = parse_on_off("pp-overlap", a->pp_overlap) && l.schedule == SCHEDULE_INTERLEAVED;
-    l.rank_order = parse_rank_order(a->rank_order);
-    l.ep_overlap = l.ep > 1 ? parse_ep_overlap(a->ep_overlap) : EP_OVERLAP_OFF;
+    l.schedule = a->schedule >= 0 ? (PlanSchedule)a->schedule : (l.virtual_stages > 1 ? SCHEDULE_INTERLEAVED : SCHEDULE_1F1B);
+    l.sequence_parallel = a->sequence_parallel == ON && l.tp > 1;
+    l.overlap = a->overlap == ON;
+    l.cp_algo = (CpAlgo)a->cp_algo;
+    l.tp_overlap = a->tp_overlap == ON && l.tp > 1;
+    l.pp_overlap = a->pp_overlap == ON && l.schedule == SCHEDULE_INTERLEAVED;
+    l.rank_order = (RankOrder)a->rank_order;
+    l.ep_overlap = l.ep > 1 ? (EpOverlap)a->ep_overlap : EP_OVERLAP_OFF;
     l.etp = a->etp;
     return l;
 }
@@ -320,15 +281,15 @@ static SearchSpace search_space(const PlanArgs *a) {
     s.tp = a->tp, s.pp = a->pp, s.dp = a->dp, s.cp = a->cp, s.ep = a->ep, s.micro_batch = a->micro_batch;
     s.virtual_stages = a->virtual_stages;
     s.zero = a->zero;
-    if (a->recompute) s.recompute = (int)parse_recompute(a->recompute);
-    if (a->schedule) s.schedule = (int)parse_schedule(a->schedule);
-    s.overlap = parse_on_off("overlap", a->overlap);
-    s.sequence_parallel = parse_on_off("sequence-parallel", a->sequence_parallel);
-    s.cp_algo = parse_cp_algo(a->cp_algo);
-    s.tp_overlap = parse_on_off("tp-overlap", a->tp_overlap);
-    s.pp_overlap = parse_on_off("pp-overlap", a->pp_overlap);
-    s.rank_order = parse_rank_order(a->rank_order);
-    s.ep_overlap = parse_ep_overlap(a->ep_overlap);
+    if (a->recompute >= 0) s.recompute = a->recompute;
+    if (a->schedule >= 0) s.schedule = a->schedule;
+    s.overlap = a->overlap == ON;
+    s.sequence_parallel = a->sequence_parallel == ON;
+    s.cp_algo = (CpAlgo)a->cp_algo;
+    s.tp_overlap = a->tp_overlap == ON;
+    s.pp_overlap = a->pp_overlap == ON;
+    s.rank_order = (RankOrder)a->rank_order;
+    s.ep_overlap = (EpOverlap)a->ep_overlap;
     s.etp = a->etp;
     return s;
 }
@@ -521,32 +482,32 @@ int cmd_plan(int argc, char **argv) {
         {"gpus-per-node", OPT_INT, &a.gpus_per_node, 0, 4096, "N", "override: GPUs in one NVLink domain", NULL, NULL},
         {"nvlink-gbps", OPT_DOUBLE, &a.nvlink_gbps, 0, 1e5, "GB/s", "override: NVLink per GPU per direction", NULL, NULL},
         {"net-gbps", OPT_DOUBLE, &a.net_gbps, 0, 1e5, "GB/s", "override: inter-node per GPU per direction", NULL, NULL},
-        {"in-network-reduction", OPT_STRING, &a.in_network, OPT_NO_RANGE, "on|off", "switches reduce all-reduces (NVLink SHARP where the GPU has it, InfiniBand SHARP)", NULL, NULL},
+        {"in-network-reduction", OPT_ENUM, &a.in_network, OPT_NO_RANGE, "on|off", "switches reduce all-reduces (NVLink SHARP where the GPU has it, InfiniBand SHARP)", "off", ON_OFF_WORDS},
         {"net-latency-us", OPT_DOUBLE, &a.net_latency_us, 0, 1e6, "US", "override: inter-node latency per step", NULL, NULL},
         {"tp", OPT_INT, &a.tp, 0, 1 << 20, "N", "tensor parallel (layout options pin a --search)", NULL, NULL},
         {"pp", OPT_INT, &a.pp, 0, 1 << 20, "N", "pipeline parallel", NULL, NULL},
         {"dp", OPT_INT, &a.dp, 0, 1 << 24, "N", "data parallel (default: GPUs / (tp x cp x pp))", NULL, NULL},
         {"cp", OPT_INT, &a.cp, 0, 1 << 20, "N", "context parallel", NULL, NULL},
-        {"cp-algo", OPT_STRING, &a.cp_algo, OPT_NO_RANGE, "ring|allgather", "context parallelism: ring (overlapped) or all-gather of K/V (exposed; Llama 3)", NULL, NULL},
+        {"cp-algo", OPT_ENUM, &a.cp_algo, OPT_NO_RANGE, "ring|allgather", "context parallelism: ring (overlapped) or all-gather of K/V (exposed; Llama 3)", "ring", CP_ALGO_WORDS},
         {"ep", OPT_INT, &a.ep, 0, 1 << 20, "N", "expert parallel (MoE)", NULL, NULL},
         {"etp", OPT_INT, &a.etp, 0, 1 << 20, "N", "MoE: expert tensor parallel (0: tp; below tp, Megatron's expert_tensor_parallel_size)", NULL, NULL},
         {"zero", OPT_INT, &a.zero, -1, 3, "STAGE", "ZeRO stage over dp x cp (-1: 1 when dp > 1)", NULL, NULL},
         {"micro-batch", OPT_INT, &a.micro_batch, 0, 1 << 20, "SEQS", "sequences per micro-batch", NULL, NULL},
-        {"recompute", OPT_STRING, &a.recompute, OPT_NO_RANGE, "none|selective|full|op", "activation recomputation (default none; op: torchtitan's per-op policy)", NULL, NULL},
-        {"schedule", OPT_STRING, &a.schedule, OPT_NO_RANGE, "1f1b|gpipe|interleaved", "pipeline schedule", NULL, NULL},
+        {"recompute", OPT_ENUM, &a.recompute, OPT_NO_RANGE, "none|selective|full|op", "activation recomputation (default none; op: torchtitan's per-op policy)", NULL, RECOMPUTE_WORDS},
+        {"schedule", OPT_ENUM, &a.schedule, OPT_NO_RANGE, "1f1b|gpipe|interleaved", "pipeline schedule", NULL, PLAN_SCHEDULE_WORDS},
         {"virtual-stages", OPT_INT, &a.virtual_stages, 0, 1024, "V", "model chunks per stage (interleaved)", NULL, NULL},
-        {"sequence-parallel", OPT_STRING, &a.sequence_parallel, OPT_NO_RANGE, "on|off", "shard norms and dropout over tp", NULL, NULL},
-        {"overlap", OPT_STRING, &a.overlap, OPT_NO_RANGE, "on|off", "overlap DP communication with compute", NULL, NULL},
+        {"sequence-parallel", OPT_ENUM, &a.sequence_parallel, OPT_NO_RANGE, "on|off", "shard norms and dropout over tp", "on", ON_OFF_WORDS},
+        {"overlap", OPT_ENUM, &a.overlap, OPT_NO_RANGE, "on|off", "overlap DP communication with compute", "on", ON_OFF_WORDS},
         {"zero1-reduce", OPT_ENUM, &a.zero1_reduce, OPT_NO_RANGE, "reduce-scatter|allreduce", "ZeRO-1's gradient reduction (allreduce: DeepSpeed's BF16_Optimizer, all of a stage's gradients)", "reduce-scatter", ZERO1_REDUCE_WORDS},
         {"layer-split", OPT_ENUM, &a.layer_split, OPT_NO_RANGE, "balanced|even", "layers per pipeline stage: the planner's balance, or a framework's even split (Megatron-core, DeepSpeed type:transformer, torchtitan)", "balanced", LAYER_SPLIT_WORDS},
         {"first-stage-layers", OPT_INT, &a.first_stage_layers, 0, 100000, "N", "with --layer-split even: layers on the first stage (Megatron's num_layers_in_first_pipeline_stage; default: as the middle stages)", NULL, NULL},
         {"last-stage-layers", OPT_INT, &a.last_stage_layers, 0, 100000, "N", "with --layer-split even: layers on the last stage (num_layers_in_last_pipeline_stage)", NULL, NULL},
         {"pipeline-engine", OPT_ENUM, &a.pipeline_engine, OPT_NO_RANGE, "megatron|deepspeed", "whose pipeline sends the activations (deepspeed: PipelineEngine's blocking, partitioned sends)", "megatron", PIPELINE_ENGINE_WORDS},
         {"grad-reduce", OPT_ENUM, &a.grad_reduce, OPT_NO_RANGE, "weights|fp32", "precision of the gradient reduction (fp32: FSDP's reduce_dtype float32, Composer's DEFAULT)", "weights", GRAD_REDUCE_WORDS},
-        {"tp-overlap", OPT_STRING, &a.tp_overlap, OPT_NO_RANGE, "on|off", "TP collectives pipelined with their GEMMs (userbuffers; needs sequence parallelism)", NULL, NULL},
-        {"pp-overlap", OPT_STRING, &a.pp_overlap, OPT_NO_RANGE, "on|off", "interleaved schedule: pipeline sends beside compute (Megatron's overlap_p2p_comm)", NULL, NULL},
-        {"ep-overlap", OPT_STRING, &a.ep_overlap, OPT_NO_RANGE, "off|shared|dualpipe|combined-1f1b", "MoE all-to-all beside the shared experts (DeepSeek-V2), the paired micro-batch (DeepSeek-V3's DualPipe) or the adjacent micro-batch's forward/backward (Megatron-core's combined 1F1B)", NULL, NULL},
-        {"rank-order", OPT_STRING, &a.rank_order, OPT_NO_RANGE, "tp-cp-pp-dp|tp-cp-ep-dp-pp", "rank order: the engine's and Llama 3's, or Megatron's (ep next to cp, pp outermost)", NULL, NULL},
+        {"tp-overlap", OPT_ENUM, &a.tp_overlap, OPT_NO_RANGE, "on|off", "TP collectives pipelined with their GEMMs (userbuffers; needs sequence parallelism)", "off", ON_OFF_WORDS},
+        {"pp-overlap", OPT_ENUM, &a.pp_overlap, OPT_NO_RANGE, "on|off", "interleaved schedule: pipeline sends beside compute (Megatron's overlap_p2p_comm)", "off", ON_OFF_WORDS},
+        {"ep-overlap", OPT_ENUM, &a.ep_overlap, OPT_NO_RANGE, "off|shared|dualpipe|combined-1f1b", "MoE all-to-all beside the shared experts (DeepSeek-V2), the paired micro-batch (DeepSeek-V3's DualPipe) or the adjacent micro-batch's forward/backward (Megatron-core's combined 1F1B)", "off", EP_OVERLAP_WORDS},
+        {"rank-order", OPT_ENUM, &a.rank_order, OPT_NO_RANGE, "tp-cp-pp-dp|tp-cp-ep-dp-pp", "rank order: the engine's and Llama 3's, or Megatron's (ep next to cp, pp outermost)", "tp-cp-pp-dp", RANK_ORDER_WORDS},
         {"stack", OPT_STRING, &a.stack, OPT_NO_RANGE, "NAME[@VERSION]", "training stack whose defaults set the modelling switches not given, and whose layouts bound --search: megatron-lm, megatron-core, nemo, deepspeed, llm-foundry, torchtitan (docs/reference/stacks.md)", NULL, NULL},
         {"search", OPT_FLAG, &a.search, OPT_NO_RANGE, "", "search all layouts (layout options pin fields)", NULL, NULL},
         {"top", OPT_INT, &a.top, 1, SEARCH_MAX_TOP, "N", "layouts to list", NULL, NULL},

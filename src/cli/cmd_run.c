@@ -13,7 +13,7 @@
  * restarted: the same command would fail the same way.
  *
  * Restarted commands differ from the first in three ways, all logged: they
- * resume; they drop --inject-fault and the BATCHSCALE_CKPT_FAULT variable
+ * resume; they drop --debug-inject-fault and the BATCHSCALE_CKPT_FAULT variable
  * (a test's injected fault models a failure that happened once, and the
  * restart models the repaired job); and they see BATCHSCALE_RESTART=<attempt>
  * in their environment (0 on the first launch).
@@ -251,7 +251,7 @@ static void prepare_restart(RunCommand *cmd, const RunOptions *o, const RunState
                             RunLog *log) {
     char at[64];
     if (now.step >= 0) run_command_set(cmd, "resume", "latest");
-    run_command_remove(cmd, "inject-fault");
+    run_command_remove(cmd, "debug-inject-fault");
     char *text = run_command_text(cmd);
     run_log_event(log, "restart",
                   json_pack("{s:i, s:i, s:o, s:f, s:s}", "attempt", attempt + 1, "ranks", s->ranks, "from_step",

@@ -19,12 +19,12 @@ static void adopt_gates(TrainConfig *c, const GPTConfig *file, bool gates_given,
     const MoeGates given = (MoeGates)train_moe_gates(c), stated = (MoeGates)file->moe_gates;
     if (gates_given && (given == MOE_GATES_NORMALIZED) != (stated == MOE_GATES_NORMALIZED))
         bs_die("--moe-gates %s contradicts --init-from %s, whose gates are %s (leave the flag out: the file sets it)",
-               moe_gates_name(given), c->init_from, moe_gates_name(stated));
-    if (scale_given && c->moe_routed_scale != file->moe_routed_scale)
+               moe_gates_name(given), c->model.init_from, moe_gates_name(stated));
+    if (scale_given && c->moe.routed_scale != file->moe_routed_scale)
         bs_die("--moe-routed-scale %g contradicts --init-from %s, whose routed_scaling_factor is %g (leave the flag "
-               "out: the file sets it)", c->moe_routed_scale, c->init_from, file->moe_routed_scale);
-    if (!gates_given) c->moe_gates = (int)stated + 1;
-    c->moe_routed_scale = file->moe_routed_scale;
+               "out: the file sets it)", c->moe.routed_scale, c->model.init_from, file->moe_routed_scale);
+    if (!gates_given) c->moe.gates = (int)stated + 1;
+    c->moe.routed_scale = file->moe_routed_scale;
 }
 
 /* One flag the file states: its int field, the value to compare (a default already resolved), the file's. */
@@ -43,35 +43,35 @@ static void adopt_fields(TrainConfig *c, const StatedFlag *fields, size_t n, con
             value_text(fields[i].name, fields[i].given_value, given, sizeof given);
             value_text(fields[i].name, fields[i].file_value, stated, sizeof stated);
             bs_die("--%s %s contradicts --init-from %s, whose model has --%s %s (leave the flag out: the file sets it)",
-                   fields[i].name, given, c->init_from, fields[i].name, stated);
+                   fields[i].name, given, c->model.init_from, fields[i].name, stated);
         }
         *fields[i].flag = fields[i].file_value;
     }
 }
 
 void model_flags_adopt(TrainConfig *c, const OptionSpec *specs, int count, int argc, char **argv) {
-    if (!c->init_from || !*c->init_from) return;
-    GPTConfig file = {.num_heads = options_given(specs, count, argc, argv, "heads") ? c->heads : 0}; /* 0: declared */
-    model_file_read_config(c->init_from, &file);
-    const StatedFlag shape[] = {{"layers", &c->layers, c->layers, file.num_layers},
-                                {"heads", &c->heads, c->heads, file.num_heads},
-                                {"channels", &c->channels, c->channels, file.channels},
-                                {"vocab-size", &c->vocab_size, c->vocab_size, file.vocab_size}};
+    if (!c->model.init_from || !*c->model.init_from) return;
+    GPTConfig file = {.num_heads = options_given(specs, count, argc, argv, "heads") ? c->model.heads : 0}; /* 0: declared */
+    model_file_read_config(c->model.init_from, &file);
+    const StatedFlag shape[] = {{"layers", &c->model.layers, c->model.layers, file.num_layers},
+                                {"heads", &c->model.heads, c->model.heads, file.num_heads},
+                                {"channels", &c->model.channels, c->model.channels, file.channels},
+                                {"vocab-size", &c->model.vocab_size, c->model.vocab_size, file.vocab_size}};
     adopt_fields(c, shape, sizeof shape / sizeof shape[0], specs, count, argc, argv);
-    const bool upcycle = !gpt_is_moe(&file) && c->experts > 1; /* a dense file into an MoE model */
+    const bool upcycle = !gpt_is_moe(&file) && c->moe.experts > 1; /* a dense file into an MoE model */
     if (options_given(specs, count, argc, argv, "upcycle-noise") && !upcycle)
-        bs_die("--upcycle-noise needs --init-from a dense model and --experts E (%s is %s)", c->init_from,
+        bs_die("--upcycle-noise needs --init-from a dense model and --experts E (%s is %s)", c->model.init_from,
                gpt_is_moe(&file) ? "an MoE model already" : "dense but --experts is not given");
-    if (upcycle && c->moe_ffn > 0 && c->moe_ffn != 4 * file.channels)
+    if (upcycle && c->moe.ffn > 0 && c->moe.ffn != 4 * file.channels)
         bs_die("--moe-ffn %d: upcycling --init-from %s copies its MLP (hidden width %d) into every expert; leave "
-               "--moe-ffn out", c->moe_ffn, c->init_from, 4 * file.channels);
+               "--moe-ffn out", c->moe.ffn, c->model.init_from, 4 * file.channels);
     if (!gpt_is_moe(&file)) return;
-    const int ffn = c->moe_ffn > 0 ? c->moe_ffn : 4 * file.channels; /* 0: 4 x channels */
-    const StatedFlag moe[] = {{"experts", &c->experts, c->experts, file.experts},
-                              {"moe-top-k", &c->moe_top_k, c->moe_top_k, file.moe_top_k},
-                              {"moe-ffn", &c->moe_ffn, ffn, file.moe_ffn},
-                              {"moe-every", &c->moe_every, c->moe_every, file.moe_every > 1 ? file.moe_every : 1},
-                              {"router", &c->moe_router, c->moe_router, file.moe_router}};
+    const int ffn = c->moe.ffn > 0 ? c->moe.ffn : 4 * file.channels; /* 0: 4 x channels */
+    const StatedFlag moe[] = {{"experts", &c->moe.experts, c->moe.experts, file.experts},
+                              {"moe-top-k", &c->moe.top_k, c->moe.top_k, file.moe_top_k},
+                              {"moe-ffn", &c->moe.ffn, ffn, file.moe_ffn},
+                              {"moe-every", &c->moe.every, c->moe.every, file.moe_every > 1 ? file.moe_every : 1},
+                              {"router", &c->moe.router, c->moe.router, file.moe_router}};
     adopt_fields(c, moe, sizeof moe / sizeof moe[0], specs, count, argc, argv);
     adopt_gates(c, &file, options_given(specs, count, argc, argv, "moe-gates"),
                 options_given(specs, count, argc, argv, "moe-routed-scale"));

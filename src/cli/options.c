@@ -44,21 +44,42 @@ static void format_value(const OptionSpec *s, char *buf, size_t n) {
         break;
     }
     case OPT_FLAG: snprintf(buf, n, "%s", *(bool *)s->target ? "on" : "off"); break;
-    case OPT_ENUM: snprintf(buf, n, "%s", s->words[*(int *)s->target]); break;
+    case OPT_ENUM: /* an index below 0: not given */
+        snprintf(buf, n, "%s", *(int *)s->target >= 0 ? s->words[*(int *)s->target] : "(none)");
+        break;
     }
 }
 
-void options_print_help(const OptionSpec *specs, int count, const char *usage) {
+static void print_option(const OptionSpec *s) {
+    char def[64], left[64];
+    format_value(s, def, sizeof def);
+    if (s->type == OPT_FLAG) snprintf(left, sizeof left, "--%s", s->name);
+    else snprintf(left, sizeof left, "--%s %s", s->name, s->unit && *s->unit ? s->unit : "X");
+    printf("  %-30s %s [%s]\n", left, s->help, def);
+}
+
+void options_print_table_help(const OptionTable *table, bool show_hidden, const char *usage) {
     printf("%s\n\noptions (default in brackets):\n", usage);
-    for (int i = 0; i < count; i++) {
-        const OptionSpec *s = &specs[i];
-        char def[64], left[64];
-        format_value(s, def, sizeof def);
-        if (s->type == OPT_FLAG) snprintf(left, sizeof left, "--%s", s->name);
-        else snprintf(left, sizeof left, "--%s %s", s->name, s->unit && *s->unit ? s->unit : "X");
-        printf("  %-30s %s [%s]\n", left, s->help, def);
+    if (table->section_count == 0)
+        for (int i = 0; i < table->count; i++) print_option(&table->specs[i]);
+    for (int k = 0, first = 0; k < table->section_count; first += table->sections[k].count, k++) {
+        const OptionSection *sec = &table->sections[k];
+        if (sec->hidden && !show_hidden) continue;
+        printf("\n%s:\n", sec->title);
+        for (int i = first; i < first + sec->count; i++) print_option(&table->specs[i]);
     }
+    if (table->section_count > 0) printf("\n");
     printf("  %-30s %s\n", "--help", "show this help");
+    for (int k = 0; k < table->section_count; k++)
+        if (table->sections[k].hidden) {
+            printf("  %-30s %s\n", "--help-debug", "show this help with the test-only options too");
+            break;
+        }
+}
+
+void options_print_help(const OptionSpec *specs, int count, const char *usage) {
+    const OptionTable table = {specs, count, NULL, 0};
+    options_print_table_help(&table, false, usage);
 }
 
 /* "a, b or c" */
@@ -118,9 +139,9 @@ static void set_value(const OptionSpec *s, const char *arg) {
     }
 }
 
-/* getopt_long's table for specs (option i answers 1000 + i), with --help; the caller frees it. */
+/* getopt_long's table for specs (option i answers 1000 + i), with --help and --help-debug; the caller frees it. */
 static struct option *long_options(const OptionSpec *specs, int count) {
-    struct option *longopts = bs_calloc((size_t)count + 2, sizeof(struct option));
+    struct option *longopts = bs_calloc((size_t)count + 3, sizeof(struct option));
     for (int i = 0; i < count; i++) {
         longopts[i].name = specs[i].name;
         longopts[i].has_arg = specs[i].type == OPT_FLAG ? no_argument : required_argument;
@@ -128,6 +149,8 @@ static struct option *long_options(const OptionSpec *specs, int count) {
     }
     longopts[count].name = "help";
     longopts[count].val = 'h';
+    longopts[count + 1].name = "help-debug";
+    longopts[count + 1].val = 'H';
     return longopts;
 }
 
@@ -142,7 +165,9 @@ bool options_given(const OptionSpec *specs, int count, int argc, char **argv, co
     return given;
 }
 
-static bool parse_flags(const OptionSpec *specs, int count, int argc, char **argv, const char *usage) {
+static bool parse_flags(const OptionTable *table, int argc, char **argv, const char *usage) {
+    const OptionSpec *specs = table->specs;
+    const int count = table->count;
     for (int i = 0; i < count; i++)
         if (specs[i].def) set_value(&specs[i], specs[i].def);
     struct option *longopts = long_options(specs, count);
@@ -153,8 +178,8 @@ static bool parse_flags(const OptionSpec *specs, int count, int argc, char **arg
         int idx = -1;
         int c = getopt_long(argc, argv, ":h", longopts, &idx);
         if (c == -1) break;
-        if (c == 'h') {
-            options_print_help(specs, count, usage);
+        if (c == 'h' || c == 'H') {
+            options_print_table_help(table, c == 'H', usage);
             go_on = false;
             break;
         }
@@ -169,9 +194,14 @@ static bool parse_flags(const OptionSpec *specs, int count, int argc, char **arg
     return go_on;
 }
 
-bool options_parse(const OptionSpec *specs, int count, int argc, char **argv, const char *usage) {
+bool options_parse_table(const OptionTable *table, int argc, char **argv, const char *usage) {
     int before = bs_die_status(BS_EXIT_USAGE); /* a bad flag is a usage error in every command */
-    bool go_on = parse_flags(specs, count, argc, argv, usage);
+    bool go_on = parse_flags(table, argc, argv, usage);
     bs_die_status(before);
     return go_on;
+}
+
+bool options_parse(const OptionSpec *specs, int count, int argc, char **argv, const char *usage) {
+    const OptionTable table = {specs, count, NULL, 0};
+    return options_parse_table(&table, argc, argv, usage);
 }

@@ -17,7 +17,7 @@ typedef enum {
     OPT_FLOAT,  /* float */
     OPT_STRING, /* const char * (points into argv) */
     OPT_FLAG,   /* bool, no argument: sets true */
-    OPT_ENUM,   /* int: the index of the word given among `words` */
+    OPT_ENUM,   /* int: the index of the word given among `words` (a default below 0: not given) */
 } OptionType;
 
 typedef struct {
@@ -33,14 +33,35 @@ typedef struct {
 
 #define OPT_NO_RANGE 1, 0
 
+/* A run of consecutive options in a table, printed under its heading by --help; a hidden section
+ * (test-only flags) is printed by --help-debug only. Its options parse either way. */
+typedef struct {
+    const char *title;
+    int count;
+    bool hidden;
+} OptionSection;
+
+/* A command's options, grouped: sections cover specs in order (none: one untitled group). */
+typedef struct {
+    const OptionSpec *specs;
+    int count;
+    const OptionSection *sections;
+    int section_count;
+} OptionTable;
+
 /* Sets every option's default, then parses argv[1..]. Unknown options, missing or malformed values and
  * out-of-range numbers die with one line and status BS_EXIT_USAGE (core/error.h). Returns false if --help was given
  * (help already printed). Positional arguments are not accepted. */
 bool options_parse(const OptionSpec *specs, int count, int argc, char **argv, const char *usage);
+/* options_parse over a table by sections: --help prints each visible section under its heading,
+ * --help-debug the hidden ones too. */
+bool options_parse_table(const OptionTable *table, int argc, char **argv, const char *usage);
 /* Whether argv (already parsed by options_parse) gives option `name`, in any spelling getopt_long accepts
  * (--name V, --name=V, an unambiguous prefix): a default is not "given". */
 bool options_given(const OptionSpec *specs, int count, int argc, char **argv, const char *name);
 void options_print_help(const OptionSpec *specs, int count, const char *usage);
+/* --help by section; hidden sections too where show_hidden. */
+void options_print_table_help(const OptionTable *table, bool show_hidden, const char *usage);
 /* Parses "12", "2.5M", "1G" (powers of 1000) into *out; false if malformed. */
 bool parse_count(const char *text, double *out);
 

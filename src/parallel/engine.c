@@ -176,7 +176,7 @@ static void check_lora(const Engine *e, const GPTConfig *whole) {
                      : e->grid->pp > 1 ? "--pp (the frozen tied embeddings are not shared between stages yet)"
                      : c->fp8 ? "--precision fp8"
                      : c->bf16 ? "--precision bf16 (adapters train in fp32 over an fp32 base)"
-                     : c->outlier_scale != 0 ? "--outlier-scale"
+                     : c->outlier_scale != 0 ? "--debug-outlier-scale"
                      : c->lora_dropout > 0 && e->grid->cp > 1
                          ? "--lora-dropout and --cp (the masks are keyed by whole sequences)"
                      : whole->base_weights == BASE_WEIGHTS_INT8 && e->grid->tp > 1
@@ -187,13 +187,13 @@ static void check_lora(const Engine *e, const GPTConfig *whole) {
     if (no) bs_die("--lora-rank %d does not work with %s", whole->lora_rank, no);
 }
 
-/* --outlier-scale F (tests): LayerNorm 1's gain of channel 0 times F in each
+/* --debug-outlier-scale F (tests): LayerNorm 1's gain of channel 0 times F in each
  * layer, an activation outlier in every qkv input, alike in every precision. */
 static void inject_outlier(Engine *e, EngineChunk *ch) {
     if (e->cfg.outlier_scale == 0) return;
     const GPTConfig *mc = &ch->model.cfg;
     float *params = dp_params_at(ch->dp, 0, ch->model.num_params);
-    if (!params) bs_die("--outlier-scale needs each rank's parameters whole (not --zero 3)");
+    if (!params) bs_die("--debug-outlier-scale needs each rank's parameters whole (not --zero 3)");
     for (int i = 0; i < gpt_stage_layers(mc); i++) {
         size_t offset, count;
         gpt_block_range(mc, gpt_first_layer(mc) + i + 1, &offset, &count);

@@ -4,12 +4,12 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const RECOMPUTE_NAMES[] = {"none", "selective", "full", "op"};
-static const char *const SCHEDULE_NAMES[] = {"1f1b", "gpipe", "interleaved"};
+const char *const RECOMPUTE_WORDS[] = {"none", "selective", "full", "op", NULL};
+const char *const PLAN_SCHEDULE_WORDS[] = {"1f1b", "gpipe", "interleaved", NULL};
 static const char *const ATTENTION_NAMES[] = {"full", "causal", "flash", "flash2"};
-static const char *const CP_ALGO_NAMES[] = {"ring", "allgather"};
-static const char *const RANK_ORDER_NAMES[] = {"tp-cp-pp-dp", "tp-cp-ep-dp-pp"};
-static const char *const EP_OVERLAP_NAMES[] = {"off", "shared", "dualpipe", "combined-1f1b"};
+const char *const CP_ALGO_WORDS[] = {"ring", "allgather", NULL};
+const char *const RANK_ORDER_WORDS[] = {"tp-cp-pp-dp", "tp-cp-ep-dp-pp", NULL};
+const char *const EP_OVERLAP_WORDS[] = {"off", "shared", "dualpipe", "combined-1f1b", NULL};
 
 int layout_chunks(const Layout *l) { return l->schedule == SCHEDULE_INTERLEAVED ? l->virtual_stages : 1; }
 
@@ -27,13 +27,13 @@ int layout_expert_dp(const Layout *l) {
     return group > 0 ? l->tp * l->cp * l->dp / group : 1;
 }
 
-const char *recompute_name(Recompute r) { return RECOMPUTE_NAMES[r]; }
-const char *plan_schedule_name(PlanSchedule s) { return SCHEDULE_NAMES[s]; }
+const char *recompute_name(Recompute r) { return RECOMPUTE_WORDS[r]; }
+const char *plan_schedule_name(PlanSchedule s) { return PLAN_SCHEDULE_WORDS[s]; }
 const char *attention_name(AttentionImpl a) { return ATTENTION_NAMES[a]; }
 bool attention_is_fused(AttentionImpl a) { return a == ATTN_FLASH || a == ATTN_FLASH2; }
-const char *cp_algo_name(CpAlgo c) { return CP_ALGO_NAMES[c]; }
-const char *rank_order_name(RankOrder o) { return RANK_ORDER_NAMES[o]; }
-const char *ep_overlap_name(EpOverlap o) { return EP_OVERLAP_NAMES[o]; }
+const char *cp_algo_name(CpAlgo c) { return CP_ALGO_WORDS[c]; }
+const char *rank_order_name(RankOrder o) { return RANK_ORDER_WORDS[o]; }
+const char *ep_overlap_name(EpOverlap o) { return EP_OVERLAP_WORDS[o]; }
 
 static bool parse_name(const char *s, const char *const *names, int count, int *out) {
     for (int i = 0; i < count; i++)
@@ -46,14 +46,14 @@ static bool parse_name(const char *s, const char *const *names, int count, int *
 
 bool recompute_parse(const char *s, Recompute *out) {
     int i;
-    if (!parse_name(s, RECOMPUTE_NAMES, 4, &i)) return false;
+    if (!parse_name(s, RECOMPUTE_WORDS, 4, &i)) return false;
     *out = (Recompute)i;
     return true;
 }
 
 bool plan_schedule_parse(const char *s, PlanSchedule *out) {
     int i;
-    if (!parse_name(s, SCHEDULE_NAMES, 3, &i)) return false;
+    if (!parse_name(s, PLAN_SCHEDULE_WORDS, 3, &i)) return false;
     *out = (PlanSchedule)i;
     return true;
 }
@@ -67,21 +67,21 @@ bool attention_parse(const char *s, AttentionImpl *out) {
 
 bool cp_algo_parse(const char *s, CpAlgo *out) {
     int i;
-    if (!parse_name(s, CP_ALGO_NAMES, 2, &i)) return false;
+    if (!parse_name(s, CP_ALGO_WORDS, 2, &i)) return false;
     *out = (CpAlgo)i;
     return true;
 }
 
 bool rank_order_parse(const char *s, RankOrder *out) {
     int i;
-    if (!parse_name(s, RANK_ORDER_NAMES, 2, &i)) return false;
+    if (!parse_name(s, RANK_ORDER_WORDS, 2, &i)) return false;
     *out = (RankOrder)i;
     return true;
 }
 
 bool ep_overlap_parse(const char *s, EpOverlap *out) {
     int i;
-    if (!parse_name(s, EP_OVERLAP_NAMES, 4, &i)) return false;
+    if (!parse_name(s, EP_OVERLAP_WORDS, 4, &i)) return false;
     *out = (EpOverlap)i;
     return true;
 }

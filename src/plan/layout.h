@@ -91,6 +91,12 @@ const char *attention_name(AttentionImpl a);
 const char *cp_algo_name(CpAlgo c);
 const char *rank_order_name(RankOrder o);
 const char *ep_overlap_name(EpOverlap o);
+/* The names above, NULL-terminated, in enum order (the command line's words). */
+extern const char *const RECOMPUTE_WORDS[];
+extern const char *const PLAN_SCHEDULE_WORDS[];
+extern const char *const CP_ALGO_WORDS[];
+extern const char *const RANK_ORDER_WORDS[];
+extern const char *const EP_OVERLAP_WORDS[];
 /* Parse a name; false if unknown. */
 bool recompute_parse(const char *s, Recompute *out);
 bool plan_schedule_parse(const char *s, PlanSchedule *out);

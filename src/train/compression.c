@@ -30,39 +30,39 @@ static void configure(const TrainContext *cx, EngineConfig *ec) {
     const TrainConfig *c = cx->cfg;
     DPOptions *opt = &ec->data_parallel;
     char why[256];
-    if (c->compression_block < 1) bs_die("--compression-block must be at least 1 (got %d)", c->compression_block);
-    if (!codec_parse(c->grad_compression, (size_t)c->compression_block, &opt->grad_codec, why, sizeof why))
+    if (c->compression.block < 1) bs_die("--compression-block must be at least 1 (got %d)", c->compression.block);
+    if (!codec_parse(c->compression.codec, (size_t)c->compression.block, &opt->grad_codec, why, sizeof why))
         bs_die("%s", why);
     opt->grad_scheme = compressed_default_scheme(&opt->grad_codec);
-    opt->error_feedback = !c->no_error_feedback;
-    if (c->zero_quant_grads) { /* ZeRO++'s qgZ: the hierarchical int8 all-to-all reduce-scatter, no residual */
+    opt->error_feedback = !c->compression.no_error_feedback;
+    if (c->parallel.zero_quant_grads) { /* ZeRO++'s qgZ: the hierarchical int8 all-to-all reduce-scatter, no residual */
         if (opt->grad_codec.kind != CODEC_NONE && opt->grad_codec.kind != CODEC_INT8)
             bs_die("--zero-quant-grads reduces gradients in int8: it cannot be combined with --grad-compression %s",
-                   c->grad_compression);
-        if (c->zero < 1) bs_die("--zero-quant-grads quantizes the gradient reduce-scatter: it needs --zero 1, 2 or 3");
-        if (option_given(c->compression_scheme))
+                   c->compression.codec);
+        if (c->parallel.zero < 1) bs_die("--zero-quant-grads quantizes the gradient reduce-scatter: it needs --zero 1, 2 or 3");
+        if (option_given(c->compression.scheme))
             bs_die("--compression-scheme does not apply to --zero-quant-grads (qgZ is its own scheme: int8 all-to-all "
                    "inside the node, then across nodes)");
-        opt->grad_codec = (Codec){CODEC_INT8, (size_t)c->compression_block, 0};
+        opt->grad_codec = (Codec){CODEC_INT8, (size_t)c->compression.block, 0};
         opt->grad_scheme = COMPRESSED_QGZ;
         opt->error_feedback = false; /* as ZeRO++ */
     }
-    if (option_given(c->compression_scheme) && !compressed_parse_scheme(c->compression_scheme, &opt->grad_scheme))
-        bs_die("--compression-scheme must be ring or exchange (got '%s')", c->compression_scheme);
+    if (option_given(c->compression.scheme) && !compressed_parse_scheme(c->compression.scheme, &opt->grad_scheme))
+        bs_die("--compression-scheme must be ring or exchange (got '%s')", c->compression.scheme);
     if (opt->grad_scheme == COMPRESSED_RING && !codec_is_elementwise(&opt->grad_codec) &&
         opt->grad_codec.kind != CODEC_NONE)
         bs_die("--compression-scheme ring cannot carry %s encodings (partial sums of them do not add); use exchange",
-               c->grad_compression);
-    opt->quant_weights = c->zero_quant_weights;
-    opt->quant_block = (size_t)c->compression_block;
-    opt->hpz = c->zero_hpz;
-    if ((c->zero_quant_weights || c->zero_hpz) && c->zero != 3)
-        bs_die("--zero-quant-weights and --zero-hpz gather parameters: they need --zero 3 (got --zero %d)", c->zero);
-    opt->fp8_gather = c->fp8_param_gather;
-    if (c->fp8_param_gather && (c->zero != 3 || c->precision != PRECISION_FP8 || c->fp8_recipe != FP8_RECIPE_DELAYED))
+               c->compression.codec);
+    opt->quant_weights = c->parallel.zero_quant_weights;
+    opt->quant_block = (size_t)c->compression.block;
+    opt->hpz = c->parallel.zero_hpz;
+    if ((c->parallel.zero_quant_weights || c->parallel.zero_hpz) && c->parallel.zero != 3)
+        bs_die("--zero-quant-weights and --zero-hpz gather parameters: they need --zero 3 (got --zero %d)", c->parallel.zero);
+    opt->fp8_gather = c->precision.fp8_param_gather;
+    if (c->precision.fp8_param_gather && (c->parallel.zero != 3 || c->precision.mode != PRECISION_FP8 || c->precision.fp8_recipe != FP8_RECIPE_DELAYED))
         bs_die("--fp8-param-gather needs --zero 3 --precision fp8 --fp8-recipe delayed (block's 128x128 weight tiles "
                "cross ZeRO shards)");
-    if (c->fp8_param_gather && c->zero_quant_weights)
+    if (c->precision.fp8_param_gather && c->parallel.zero_quant_weights)
         bs_die("--fp8-param-gather and --zero-quant-weights are two encodings of the same gather: pick one");
 }
 
@@ -70,23 +70,23 @@ static void configure(const TrainContext *cx, EngineConfig *ec) {
 static void *create(const TrainContext *cx) {
     const TrainConfig *c = cx->cfg;
     OnebitState *o = bs_calloc(1, sizeof *o);
-    o->on = c->optimizer == OPTIM_ONEBIT_ADAM;
+    o->on = c->optim.kind == OPTIM_ONEBIT_ADAM;
     if (!o->on) {
-        if (c->freeze_step > 0) bs_die("--freeze-step is 1-bit Adam's: it needs --optimizer onebit-adam");
+        if (c->optim.freeze_step > 0) bs_die("--freeze-step is 1-bit Adam's: it needs --optimizer onebit-adam");
         return o;
     }
-    if (c->freeze_step < 1)
+    if (c->optim.freeze_step < 1)
         bs_die("--optimizer onebit-adam needs --freeze-step S >= 1: the steps of full-precision Adam before the "
                "variance is frozen (about 15-25%% of the run)");
-    if (c->zero > 1) bs_die("--optimizer onebit-adam needs --zero 0 or 1 (every rank keeps the whole momentum)");
+    if (c->parallel.zero > 1) bs_die("--optimizer onebit-adam needs --zero 0 or 1 (every rank keeps the whole momentum)");
     const Grid *g = engine_grid(cx->engine);
     EngineChunk *ch = only_chunk(cx);
     if (g->tp > 1 || g->pp > 1) bs_die("--optimizer onebit-adam needs --tp 1 --pp 1 (data parallelism only)");
-    if (strcmp(c->grad_compression, "none") != 0 || c->zero_quant_grads)
+    if (strcmp(c->compression.codec, "none") != 0 || c->parallel.zero_quant_grads)
         bs_die("--optimizer onebit-adam compresses the momentum itself: leave --grad-compression none");
-    if (c->noise_scale || c->balance)
+    if (c->estimators.noise_scale || c->guards.balance)
         bs_die("--optimizer onebit-adam cannot be combined with %s: after --freeze-step no rank sees the reduced "
-               "gradient, and each rank's gradient must be an equal share", c->balance ? "--balance" : "--noise-scale "
+               "gradient, and each rank's gradient must be an equal share", c->guards.balance ? "--balance" : "--noise-scale "
                "(or an adaptive batch schedule)");
     size_t total = ch->model.num_params;
     if (cx->dp_size > 1) {
@@ -113,7 +113,7 @@ static void destroy(void *state, const TrainContext *cx) {
 /* The next optimizer step is in 1-bit Adam's compression stage. */
 static bool compressing(void *state, const TrainContext *cx) {
     const OnebitState *o = state;
-    return o->on && engine_optimizer_step(cx->engine) + 1 > cx->cfg->freeze_step;
+    return o->on && engine_optimizer_step(cx->engine) + 1 > cx->cfg->optim.freeze_step;
 }
 
 /* The compression stage's squared gradient norm (compression.h). Collective. */
@@ -136,7 +136,7 @@ static void onebit_update(const TrainContext *cx, OnebitState *o, double lr) {
         comm_allgather(dpc, o->momentum, 0, total, total);
     }
     o->momentum_current = true;
-    onebit_adam_local_momentum(o->momentum, ch->model.grads, total, (float)c->beta1, (float)cx->dp_size);
+    onebit_adam_local_momentum(o->momentum, ch->model.grads, total, (float)c->optim.beta1, (float)cx->dp_size);
     if (cx->dp_size > 1) {
         Compression z = {{CODEC_ONEBIT, 0, 0}, COMPRESSED_EXCHANGE, true, o->worker_residual, o->server_residual};
         comm_wait(comm_start_compressed_allreduce(dpc, o->scratch, &z, o->momentum, 0, total, total));
@@ -150,8 +150,8 @@ static void onebit_update(const TrainContext *cx, OnebitState *o, double lr) {
         const OptimTensor *t = &ch->opt.tensors[i];
         const Range part = range_intersect(range_make(t->offset, t->count), mine);
         if (range_empty(part)) continue;
-        OnebitAdamStep s = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps,
-                            t->decays ? (float)c->weight_decay : 0.0f, 1.0f, step, c->freeze_step};
+        OnebitAdamStep s = {(float)lr, (float)c->optim.beta1, (float)c->optim.beta2, (float)c->optim.eps,
+                            t->decays ? (float)c->optim.weight_decay : 0.0f, 1.0f, step, c->optim.freeze_step};
         size_t at = range_offset_in(part, mine);
         onebit_adam_apply(params + at, o->momentum + part.offset, v + at, part.count, &s);
     }
@@ -174,9 +174,9 @@ static int arrays_of(void *state, const TrainContext *cx, int workers, CkptExtra
                                         only_chunk(cx)->model.num_params};
         arrays[n++] = (CkptExtraArray){"onebit_server", o->server_residual, o->server_count};
     }
-    snprintf(label, label_size, "grad %s/%d%s%s, dp %d of %d, zero %d, %s", c->grad_compression,
-             c->compression_block, option_given(c->compression_scheme) ? "/" : "", c->compression_scheme, cx->dp_index,
-             workers, c->zero, c->zero_quant_grads ? "qgZ" : c->optimizer == OPTIM_ONEBIT_ADAM ? "1-bit Adam" : "-");
+    snprintf(label, label_size, "grad %s/%d%s%s, dp %d of %d, zero %d, %s", c->compression.codec,
+             c->compression.block, option_given(c->compression.scheme) ? "/" : "", c->compression.scheme, cx->dp_index,
+             workers, c->parallel.zero, c->parallel.zero_quant_grads ? "qgZ" : c->optim.kind == OPTIM_ONEBIT_ADAM ? "1-bit Adam" : "-");
     return n;
 }
 
@@ -201,7 +201,7 @@ static float unit_loss_scale(void *state, const TrainContext *cx) {
 /* Steps 1..S: AdamW on the reduced gradient, clipped; then the compression stage (no clipping). */
 static void update(void *state, const TrainContext *cx, const StepResult *r) {
     if (!compressing(state, cx)) {
-        engine_update(cx->engine, r->lr, clip_coefficient(r->grad_norm, cx->cfg->grad_clip));
+        engine_update(cx->engine, r->lr, clip_coefficient(r->grad_norm, cx->cfg->optim.grad_clip));
         return;
     }
     onebit_update(cx, state, r->lr);

@@ -35,42 +35,42 @@ static float *local_weights(const TrainContext *cx) { return engine_chunk_update
 static void check_combination(const TrainContext *cx) {
     const TrainConfig *c = cx->cfg;
     const Grid *g = engine_grid(cx->engine);
-    const char *refused = c->zero != 0 ? "--zero 1-3 (each worker keeps its own optimizer state: use --zero 0)"
+    const char *refused = c->parallel.zero != 0 ? "--zero 1-3 (each worker keeps its own optimizer state: use --zero 0)"
                           : g->cp > 1 ? "--cp (context-parallel ranks must reduce their partial gradients every step)"
                           : engine_num_chunks(cx->engine) > 1 ? "--virtual-stages"
-                          : c->optimizer == OPTIM_ONEBIT_ADAM ? "--optimizer onebit-adam"
-                          : c->balance ? "--balance"
-                          : c->noise_scale || strncmp(c->batch_schedule, "adaptive", 8) == 0 ? "--noise-scale"
-                          : c->zero_quant_grads || c->zero_quant_weights || c->zero_hpz ? "--zero-quant-*/--zero-hpz"
+                          : c->optim.kind == OPTIM_ONEBIT_ADAM ? "--optimizer onebit-adam"
+                          : c->guards.balance ? "--balance"
+                          : c->estimators.noise_scale || strncmp(c->batch.schedule, "adaptive", 8) == 0 ? "--noise-scale"
+                          : c->parallel.zero_quant_grads || c->parallel.zero_quant_weights || c->parallel.zero_hpz ? "--zero-quant-*/--zero-hpz"
                           : NULL;
     if (refused) bs_die("--local-steps cannot be combined with %s", refused);
-    if (c->local_steps_jitter >= c->local_steps)
+    if (c->diloco.local_steps_jitter >= c->diloco.local_steps)
         bs_die("--local-steps-jitter %d must be below --local-steps %d (every worker takes at least one step)",
-               c->local_steps_jitter, c->local_steps);
+               c->diloco.local_steps_jitter, c->diloco.local_steps);
 }
 
 /* The inner steps worker `worker` takes in window `window`: H - j, j in [0, jitter] from a seeded hash. */
 static long window_steps(const TrainConfig *c, long window, int worker) {
-    if (c->local_steps_jitter == 0) return c->local_steps;
-    uint64_t key = rng_mix64(rng_mix64((uint64_t)c->seed) + (uint64_t)window * 0x9e3779b97f4a7c15ULL + (uint64_t)worker);
-    return c->local_steps - (long)(key % (uint64_t)(c->local_steps_jitter + 1));
+    if (c->diloco.local_steps_jitter == 0) return c->diloco.local_steps;
+    uint64_t key = rng_mix64(rng_mix64((uint64_t)c->model.seed) + (uint64_t)window * 0x9e3779b97f4a7c15ULL + (uint64_t)worker);
+    return c->diloco.local_steps - (long)(key % (uint64_t)(c->diloco.local_steps_jitter + 1));
 }
 
 static bool idle(const TrainContext *cx, long step) {
     const TrainConfig *c = cx->cfg;
-    if (c->local_steps_jitter == 0) return false;
-    long window = (step - 1) / c->local_steps, at = (step - 1) % c->local_steps;
+    if (c->diloco.local_steps_jitter == 0) return false;
+    long window = (step - 1) / c->diloco.local_steps, at = (step - 1) % c->diloco.local_steps;
     return at >= window_steps(c, window, cx->dp_index);
 }
 
 static void setup_codec(const TrainContext *cx, DilocoState *d) {
     const TrainConfig *c = cx->cfg;
     char why[256];
-    if (!codec_parse(c->grad_compression, (size_t)c->compression_block, &d->codec, why, sizeof why))
+    if (!codec_parse(c->compression.codec, (size_t)c->compression.block, &d->codec, why, sizeof why))
         bs_die("%s", why);
     d->scheme = compressed_default_scheme(&d->codec);
-    if (option_given(c->compression_scheme) && !compressed_parse_scheme(c->compression_scheme, &d->scheme))
-        bs_die("--compression-scheme must be ring or exchange (got '%s')", c->compression_scheme);
+    if (option_given(c->compression.scheme) && !compressed_parse_scheme(c->compression.scheme, &d->scheme))
+        bs_die("--compression-scheme must be ring or exchange (got '%s')", c->compression.scheme);
     if (d->codec.kind == CODEC_NONE || cx->dp_size == 1) return;
     Comm *dpc = engine_grid(cx->engine)->dp_group;
     d->worker_residual = bs_calloc(d->count, sizeof(float));
@@ -79,7 +79,7 @@ static void setup_codec(const TrainContext *cx, DilocoState *d) {
     d->scratch = compressed_scratch_new();
 }
 
-static bool wanted(const TrainConfig *cfg) { return cfg->local_steps > 0; }
+static bool wanted(const TrainConfig *cfg) { return cfg->diloco.local_steps > 0; }
 
 /* DiLoCo's codec is on its pseudo-gradient, not the gradient. */
 static void configure(const TrainContext *cx, EngineConfig *ec) {
@@ -91,8 +91,8 @@ static void *create(const TrainContext *cx) {
     const TrainConfig *c = cx->cfg;
     DilocoState *d = bs_calloc(1, sizeof *d);
     check_combination(cx);
-    d->outer = (OuterConfig){c->outer_optimizer, (float)c->outer_lr, (float)c->outer_momentum};
-    if (c->outer_optimizer == OUTER_AVG) d->outer.lr = 1, d->outer.momentum = 0;
+    d->outer = (OuterConfig){c->diloco.outer_optimizer, (float)c->diloco.outer_lr, (float)c->diloco.outer_momentum};
+    if (c->diloco.outer_optimizer == OUTER_AVG) d->outer.lr = 1, d->outer.momentum = 0;
     d->count = chunk(cx)->model.num_params;
     size_t n = d->count ? d->count : 1;
     d->global = bs_malloc(n * sizeof(float));
@@ -140,7 +140,7 @@ static double grad_sum_squares(void *state, const TrainContext *cx) {
 
 /* FedProx: grads += mu (local - global), before the inner step. */
 static void prox(const TrainContext *cx, const DilocoState *d) {
-    const float mu = (float)cx->cfg->prox_mu;
+    const float mu = (float)cx->cfg->diloco.prox_mu;
     if (mu == 0) return;
     float *grads = engine_chunk_update_grads(chunk(cx));
     const float *w = local_weights(cx);
@@ -152,16 +152,16 @@ static void prox(const TrainContext *cx, const DilocoState *d) {
 static void average_delta(const TrainContext *cx, DilocoState *d, long window) {
     Comm *dpc = engine_grid(cx->engine)->dp_group;
     double steps = (double)window_steps(cx->cfg, window, cx->dp_index), total = steps;
-    if (cx->cfg->local_steps_jitter > 0) {
+    if (cx->cfg->diloco.local_steps_jitter > 0) {
         for (size_t i = 0; i < d->count; i++) d->delta[i] *= (float)steps;
         comm_allreduce_double(dpc, &total, 1);
     }
     if (cx->dp_size > 1 && d->codec.kind == CODEC_NONE) comm_allreduce(dpc, d->delta, d->count);
     if (cx->dp_size > 1 && d->codec.kind != CODEC_NONE) {
-        Compression z = {d->codec, d->scheme, !cx->cfg->no_error_feedback, d->worker_residual, d->server_residual};
+        Compression z = {d->codec, d->scheme, !cx->cfg->compression.no_error_feedback, d->worker_residual, d->server_residual};
         comm_wait(comm_start_compressed_allreduce(dpc, d->scratch, &z, d->delta, 0, d->count, d->count));
     }
-    const float inv = cx->cfg->local_steps_jitter > 0 ? (float)(1.0 / total) : 1.0f / (float)cx->dp_size;
+    const float inv = cx->cfg->diloco.local_steps_jitter > 0 ? (float)(1.0 / total) : 1.0f / (float)cx->dp_size;
     for (size_t i = 0; i < d->count; i++) d->delta[i] *= inv;
 }
 
@@ -171,7 +171,7 @@ static void update(void *state, const TrainContext *cx, const StepResult *r) {
     DilocoState *d = state;
     if (idle(cx, cx->step + 1)) return;
     prox(cx, d);
-    engine_update(cx->engine, r->lr, clip_coefficient(d->worker_grad_norm, cx->cfg->grad_clip));
+    engine_update(cx->engine, r->lr, clip_coefficient(d->worker_grad_norm, cx->cfg->optim.grad_clip));
 }
 
 static const UpdatePath PATH = {local_gradients, loss_scale, grad_sum_squares, update};
@@ -186,10 +186,10 @@ static void after_update(void *state, const TrainContext *cx, TrainStep *s) {
     (void)s;
     DilocoState *d = state;
     const long step = cx->step + 1;
-    if (step % cx->cfg->local_steps != 0) return;
+    if (step % cx->cfg->diloco.local_steps != 0) return;
     float *w = local_weights(cx);
     for (size_t i = 0; i < d->count; i++) d->delta[i] = d->global[i] - w[i];
-    average_delta(cx, d, step / cx->cfg->local_steps - 1);
+    average_delta(cx, d, step / cx->cfg->diloco.local_steps - 1);
     outer_step(&d->outer, d->global, d->velocity, d->delta, d->count);
     memcpy(w, d->global, d->count * sizeof(float));
     engine_after_update(cx->engine); /* tied output weights and bf16 copies from the new weights */
@@ -216,16 +216,16 @@ static int arrays_of(void *state, const TrainContext *cx, int workers, CkptExtra
     int n = 0;
     arrays[n++] = (CkptExtraArray){"diloco_local", d->local, d->count};
     arrays[n++] = (CkptExtraArray){"diloco_velocity", d->velocity, d->count};
-    for (int k = 0; k < optimizer_state_arrays(cx->cfg->optimizer); k++)
+    for (int k = 0; k < optimizer_state_arrays(cx->cfg->optim.kind); k++)
         arrays[n++] = (CkptExtraArray){k == 0 ? "diloco_inner_state0" : "diloco_inner_state1", ch->state[k],
                                         ch->update_count};
     if (d->worker_residual) {
         arrays[n++] = (CkptExtraArray){"diloco_worker", d->worker_residual, d->count};
         arrays[n++] = (CkptExtraArray){"diloco_server", d->server_residual, d->server_count};
     }
-    snprintf(worker, sizeof worker, "diloco H=%d %s, dp %d of %d, %s", cx->cfg->local_steps,
-             TRAIN_OUTER_OPTIMIZER_WORDS[cx->cfg->outer_optimizer], cx->dp_index, workers,
-             optimizer_kind_name(cx->cfg->optimizer));
+    snprintf(worker, sizeof worker, "diloco H=%d %s, dp %d of %d, %s", cx->cfg->diloco.local_steps,
+             TRAIN_OUTER_OPTIMIZER_WORDS[cx->cfg->diloco.outer_optimizer], cx->dp_index, workers,
+             optimizer_kind_name(cx->cfg->optim.kind));
     snprintf(label, label_size, "%s", worker);
     return n;
 }

@@ -19,16 +19,16 @@ _Static_assert(ESTIMATOR_STATE_WORDS <= CKPT_ESTIMATOR_WORDS, "the checkpoint ma
  * ZeRO 0, one model chunk, no tensor, pipeline or context parallelism. */
 static bool flat_layout(const TrainContext *cx) {
     const Grid *g = engine_grid(cx->engine);
-    return cx->cfg->zero == 0 && g->tp == 1 && g->pp == 1 && g->cp == 1 && engine_num_chunks(cx->engine) == 1;
+    return cx->cfg->parallel.zero == 0 && g->tp == 1 && g->pp == 1 && g->cp == 1 && engine_num_chunks(cx->engine) == 1;
 }
 
 /* What the curvature measurement cannot work with, or NULL. */
 static const char *curvature_refusal(const TrainContext *cx) {
     const TrainConfig *c = cx->cfg;
     if (!flat_layout(cx)) return "--zero 0 and no --tp, --pp or --cp (it keeps the whole gradient, weights and a probe on every rank)";
-    if (c->precision != PRECISION_FP32) return "--precision fp32 (bf16 or fp8 rounding of the moved weights would swamp the differences)";
-    if (c->balance) return "no --balance (the probe's signs follow the interleaved micro-batch order)";
-    if (cx->cfg->optimizer == OPTIM_ONEBIT_ADAM || cx->cfg->local_steps > 0) return "full gradient reduction (not 1-bit Adam or DiLoCo)";
+    if (c->precision.mode != PRECISION_FP32) return "--precision fp32 (bf16 or fp8 rounding of the moved weights would swamp the differences)";
+    if (c->guards.balance) return "no --balance (the probe's signs follow the interleaved micro-batch order)";
+    if (cx->cfg->optim.kind == OPTIM_ONEBIT_ADAM || cx->cfg->diloco.local_steps > 0) return "full gradient reduction (not 1-bit Adam or DiLoCo)";
     return NULL;
 }
 
@@ -42,43 +42,43 @@ static void setup_curvature(const TrainContext *cx, Estimators *e) {
     e->saved_grad = bs_calloc(n, sizeof(float));
     e->saved_params = bs_calloc(n, sizeof(float));
     if (e->precond_on) e->precond_grad = bs_calloc(n, sizeof(float));
-    long largest = cx->batch->adaptive_max > c->global_batch ? cx->batch->adaptive_max : c->global_batch;
-    e->signs_capacity = (int)(largest / ((long)c->micro_batch * cx->dp_size)) + 1;
+    long largest = cx->batch->adaptive_max > c->batch.global_batch ? cx->batch->adaptive_max : c->batch.global_batch;
+    e->signs_capacity = (int)(largest / ((long)c->batch.micro_batch * cx->dp_size)) + 1;
     e->signs = bs_calloc((size_t)e->signs_capacity, sizeof(float));
-    e->global_signs = bs_calloc((size_t)(largest / c->micro_batch + 1), sizeof(float));
+    e->global_signs = bs_calloc((size_t)(largest / c->batch.micro_batch + 1), sizeof(float));
 }
 
 /* goodput:MIN:MAX: the table over multiples of the granule, B_0 = MIN, the planted time model. */
 static void setup_goodput(const TrainContext *cx, Estimators *e) {
     const TrainConfig *c = cx->cfg;
-    if (c->goodput_estimator == GOODPUT_PRECOND && !e->precond_on)
+    if (c->estimators.goodput_estimator == GOODPUT_PRECOND && !e->precond_on)
         bs_die("--goodput-estimator precond needs --optimizer adamw, --zero 0 and no --tp, --pp or --cp (Adam's whole "
                "second moment beside the gradient): use --goodput-estimator simple");
-    if (c->goodput_estimator == GOODPUT_CURVATURE && !e->curvature_on)
+    if (c->estimators.goodput_estimator == GOODPUT_CURVATURE && !e->curvature_on)
         bs_die("--goodput-estimator curvature needs --noise-scale-every N (the curvature noise scale every N steps)");
-    if (c->goodput_estimator == GOODPUT_CURVATURE_PRECOND && !e->precond_grad)
+    if (c->estimators.goodput_estimator == GOODPUT_CURVATURE_PRECOND && !e->precond_grad)
         bs_die("--goodput-estimator curvature-precond needs --noise-scale-every N and --optimizer adamw (the curvature "
                "noise scale of Adam's preconditioned update)");
-    if (c->goodput_estimator == GOODPUT_PROBE && !e->probe_on)
+    if (c->estimators.goodput_estimator == GOODPUT_PROBE && !e->probe_on)
         bs_die("--goodput-estimator probe needs --noise-probe-every N (the noise scale at the step's weights every N "
                "steps)");
-    if (c->goodput_estimator == GOODPUT_PROBE_PRECOND && !(e->probe_on && e->precond_on))
+    if (c->estimators.goodput_estimator == GOODPUT_PROBE_PRECOND && !(e->probe_on && e->precond_on))
         bs_die("--goodput-estimator probe-precond needs --noise-probe-every N, --optimizer adamw, --zero 0 and no "
                "--tp, --pp or --cp (the probe through Adam's whole second moment)");
-    const long granule = (long)c->micro_batch * cx->dp_size;
+    const long granule = (long)c->batch.micro_batch * cx->dp_size;
     goodput_init(&e->goodput, cx->batch->adaptive_batch, cx->batch->adaptive_max, granule, 0);
     e->goodput.base = e->goodput.min;
-    e->goodput.fitted_times = c->goodput_time_fit;
+    e->goodput.fitted_times = c->estimators.goodput_time_fit;
     cx->batch->adaptive_batch = e->goodput.min;
     char why[300];
-    e->curve_on = option_given(c->goodput_noise_curve);
-    if (e->curve_on && !noise_curve_parse(c->goodput_noise_curve, &e->noise_curve, why, sizeof why))
+    e->curve_on = option_given(c->estimators.goodput_noise_curve);
+    if (e->curve_on && !noise_curve_parse(c->estimators.goodput_noise_curve, &e->noise_curve, why, sizeof why))
         bs_die("--goodput-noise-curve %s", why);
-    if (!option_given(c->goodput_time_model)) return;
+    if (!option_given(c->estimators.goodput_time_model)) return;
     char tail;
-    if (sscanf(c->goodput_time_model, "%lf:%lf%c", &e->planted_a, &e->planted_b, &tail) != 2 || e->planted_a < 0 ||
+    if (sscanf(c->estimators.goodput_time_model, "%lf:%lf%c", &e->planted_a, &e->planted_b, &tail) != 2 || e->planted_a < 0 ||
         !(e->planted_b > 0))
-        bs_die("--goodput-time-model needs A:B with A >= 0 and B > 0 seconds (got '%s')", c->goodput_time_model);
+        bs_die("--goodput-time-model needs A:B with A >= 0 and B > 0 seconds (got '%s')", c->estimators.goodput_time_model);
     e->planted = true;
     /* A given line needs no exploring: the table holds it at both ends from the start. */
     goodput_record(&e->goodput, e->goodput.min, e->planted_a + e->planted_b * (double)e->goodput.min);
@@ -87,12 +87,12 @@ static void setup_goodput(const TrainContext *cx, Estimators *e) {
 
 void estimators_setup(const TrainContext *cx, Estimators *e) {
     const TrainConfig *c = cx->cfg;
-    noise_scale_init(&e->precond, c->noise_ema);
-    const int every = c->noise_scale_every;
-    curvature_init(&e->curvature, pow(c->noise_ema, every > 0 ? every : 1)); /* the same horizon in steps */
+    noise_scale_init(&e->precond, c->estimators.noise_ema);
+    const int every = c->estimators.noise_scale_every;
+    curvature_init(&e->curvature, pow(c->estimators.noise_ema, every > 0 ? every : 1)); /* the same horizon in steps */
     curvature_init(&e->curvature_precond, e->curvature.ema_decay);
     e->precond_big_sq = NAN;
-    e->precond_on = c->noise_scale && c->optimizer == OPTIM_ADAMW && flat_layout(cx) && cx->cfg->local_steps == 0;
+    e->precond_on = c->estimators.noise_scale && c->optim.kind == OPTIM_ADAMW && flat_layout(cx) && cx->cfg->diloco.local_steps == 0;
     if (every > 0) setup_curvature(cx, e);
     noise_probe_setup(cx, e);
     if (e->goodput_on) setup_goodput(cx, e);
@@ -111,8 +111,8 @@ void estimators_free(const TrainContext *cx, Estimators *e) {
 bool estimators_preconditioner(const TrainContext *cx, Estimators *e, Preconditioner *p) {
     long t = engine_optimizer_step(cx->engine);
     if (!e->precond_on || t < PRECOND_FROM_STEP) return false;
-    *p = (Preconditioner){engine_chunk(cx->engine, 0)->state[1], 1.0 / sqrt(1.0 - pow(cx->cfg->beta2, (double)t)),
-                          cx->cfg->eps};
+    *p = (Preconditioner){engine_chunk(cx->engine, 0)->state[1], 1.0 / sqrt(1.0 - pow(cx->cfg->optim.beta2, (double)t)),
+                          cx->cfg->optim.eps};
     return true;
 }
 
@@ -120,7 +120,7 @@ bool estimators_preconditioner(const TrainContext *cx, Estimators *e, Preconditi
  * global batch (whatever the layout), from the seed and the step. */
 static void probe_signs(const TrainContext *cx, int micro_batches, float *signs) {
     Rng rng;
-    rng_seed(&rng, ((uint64_t)cx->cfg->seed * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)cx->step << 20) ^ 0x5eedc0feULL);
+    rng_seed(&rng, ((uint64_t)cx->cfg->model.seed * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)cx->step << 20) ^ 0x5eedc0feULL);
     curvature_probe_signs(&rng, micro_batches, signs);
 }
 
@@ -130,15 +130,15 @@ void estimators_before_step(const TrainContext *cx, Estimators *e, StepResult *r
     EngineChunk *ch0 = engine_chunk(cx->engine, 0);
     Preconditioner p;
     engine_chunk_measure_micro_preconditioned(ch0, estimators_preconditioner(cx, e, &p) ? &p : NULL);
-    const int every = cx->cfg->noise_scale_every;
-    e->probing = e->curvature_on && (cx->step + 1) % every == 0 && r->batch >= 2L * cx->cfg->micro_batch &&
+    const int every = cx->cfg->estimators.noise_scale_every;
+    e->probing = e->curvature_on && (cx->step + 1) % every == 0 && r->batch >= 2L * cx->cfg->batch.micro_batch &&
                  r->accum_steps <= e->signs_capacity;
     if (!e->probing) {
         engine_chunk_set_probe(ch0, NULL, NULL);
         return;
     }
     memset(e->probe, 0, engine_chunk(cx->engine, 0)->update_count * sizeof(float));
-    probe_signs(cx, (int)(r->batch / cx->cfg->micro_batch), e->global_signs);
+    probe_signs(cx, (int)(r->batch / cx->cfg->batch.micro_batch), e->global_signs);
     for (int k = 0; k < r->accum_steps; k++) e->signs[k] = e->global_signs[k * cx->dp_size + cx->dp_index];
     engine_chunk_set_probe(ch0, e->probe, e->signs);
 }
@@ -154,7 +154,7 @@ static void measure_forms(const TrainContext *cx, Estimators *e, Curvature *c, c
     const double hz = curvature_step(w, z, n), hv = curvature_step(w, v, n);
     double zhz = curvature_form(w, e->saved_params, z, n, hz, grad, ctx, NULL);
     double vhv = curvature_form(w, e->saved_params, v, n, hv, grad, ctx, NULL);
-    curvature_update(c, zhz, vhv, cx->cfg->micro_batch, micro);
+    curvature_update(c, zhz, vhv, cx->cfg->batch.micro_batch, micro);
     e->extra_passes += (hz > 0 ? 2 : 0) + (hv > 0 ? 2 : 0);
 }
 
@@ -165,7 +165,7 @@ static void measure_curvature(const TrainContext *cx, Estimators *e, const StepR
     EngineChunk *ch = engine_chunk(cx->engine, 0);
     const size_t n = ch->update_count;
     float *w = engine_chunk_update_params(ch), *g = engine_chunk_update_grads(ch);
-    const int micro = (int)(r->batch / cx->cfg->micro_batch);
+    const int micro = (int)(r->batch / cx->cfg->batch.micro_batch);
     comm_allreduce(engine_grid(cx->engine)->dp_group, e->probe, n); /* sum_i s_i g_i / M over the global batch */
     double sign_sum = 0;
     for (int i = 0; i < micro; i++) sign_sum += e->global_signs[i];
@@ -199,9 +199,9 @@ void estimators_after_backward(const TrainContext *cx, Estimators *e, StepResult
 
 /* The noise scale goodput follows. */
 static double followed_noise_scale(const TrainContext *cx, Estimators *e, const StepResult *r) {
-    if (cx->cfg->goodput_noise_scale > 0) return cx->cfg->goodput_noise_scale; /* given, not estimated */
+    if (cx->cfg->estimators.goodput_noise_scale > 0) return cx->cfg->estimators.goodput_noise_scale; /* given, not estimated */
     if (e->curve_on) return noise_curve_at(&e->noise_curve, r->loss); /* every rank's loss is the batch's */
-    switch (cx->cfg->goodput_estimator) {
+    switch (cx->cfg->estimators.goodput_estimator) {
     case GOODPUT_PRECOND: return r->noise_precond;
     case GOODPUT_CURVATURE: return r->noise_curvature;
     case GOODPUT_CURVATURE_PRECOND: return r->noise_curvature_precond;
@@ -219,15 +219,15 @@ static void goodput_step(const TrainContext *cx, Estimators *e, StepResult *r) {
     if (e->planted || e->steps_timed++ > 0) /* a process's first step pays for first touches */
         goodput_record(&e->goodput, r->batch, seconds);
     double b_noise = followed_noise_scale(cx, e, r);
-    if (cx->cfg->goodput_temperature) /* the schedule's lr over the peak: the noise a step feels, at its temperature */
-        b_noise *= r->lr / lr_scaling_factor(cx->cfg->lr_scaling, r->batch, cx->batch->base_batch) / cx->cfg->lr;
+    if (cx->cfg->estimators.goodput_temperature) /* the schedule's lr over the peak: the noise a step feels, at its temperature */
+        b_noise *= r->lr / lr_scaling_factor(cx->cfg->batch.lr_scaling, r->batch, cx->batch->base_batch) / cx->cfg->optim.lr;
     if (b_noise > 0) {
         r->efficiency = goodput_efficiency(b_noise, e->goodput.base, r->batch);
         r->goodput = (double)r->batch / goodput_step_seconds(&e->goodput, r->batch) * r->efficiency;
     }
     /* Decisions after the first step (the first loss: with a given line and noise scale nothing waits to be
      * measured) and then every N steps. */
-    const int every = cx->cfg->goodput_every > 0 ? cx->cfg->goodput_every : 10;
+    const int every = cx->cfg->estimators.goodput_every > 0 ? cx->cfg->estimators.goodput_every : 10;
     if (cx->step != 0 && (cx->step + 1) % every != 0) return;
     double goodput, efficiency;
     cx->batch->adaptive_batch = goodput_choose(&e->goodput, b_noise, cx->batch->adaptive_batch, &goodput, &efficiency);
@@ -239,7 +239,7 @@ void estimators_after_step(const TrainContext *cx, Estimators *e, StepResult *r,
     r->next_batch = 0;
     r->extra_passes = e->extra_passes;
     r->probe_micro_batches = e->probe_micro_batches;
-    const double b_small = cx->cfg->micro_batch, micro_batches = (double)r->batch / b_small;
+    const double b_small = cx->cfg->batch.micro_batch, micro_batches = (double)r->batch / b_small;
     if (e->precond_on && !r->skipped && isfinite(e->precond_big_sq)) /* micro norms of the loss scaled by 1/M */
         noise_scale_update(&e->precond, micro_precond_sq * micro_batches, b_small, e->precond_big_sq,
                            (double)r->batch);

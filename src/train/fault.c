@@ -31,7 +31,7 @@ void fault_parse(FaultPlan *f, const char *spec) {
     if (ok && spec[used] != '\0') /* :LAYER */
         ok = nan_kind && sscanf(spec + used, ":%d%c", &f->layer, &tail) == 1 && f->layer >= 0;
     if (!ok)
-        bs_die("--inject-fault must be stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER] or slow:RANK:FACTOR (got '%s')",
+        bs_die("--debug-inject-fault must be stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER] or slow:RANK:FACTOR (got '%s')",
                spec);
     f->kind = kind;
     f->rank = rank;
@@ -41,7 +41,7 @@ void fault_parse(FaultPlan *f, const char *spec) {
 
 void fault_check_rank(const FaultPlan *f, int world) {
     if (f->kind != FAULT_NONE && (f->rank < 0 || f->rank >= world))
-        bs_die("--inject-fault %s: rank %d does not exist (%d process%s)", f->spec, f->rank, world,
+        bs_die("--debug-inject-fault %s: rank %d does not exist (%d process%s)", f->spec, f->rank, world,
                world == 1 ? "" : "es");
 }
 
@@ -53,9 +53,9 @@ void fault_target_nan(FaultPlan *f, const FaultLayout *l) {
         return;
     }
     if (f->layer >= l->num_layers)
-        bs_die("--inject-fault %s: layer %d does not exist (%d layers)", f->spec, f->layer, l->num_layers);
+        bs_die("--debug-inject-fault %s: layer %d does not exist (%d layers)", f->spec, f->layer, l->num_layers);
     if (f->layer < first || f->layer >= first + n)
-        bs_die("--inject-fault %s: rank %d holds layers [%d, %d), not layer %d", f->spec, f->rank, first, first + n,
+        bs_die("--debug-inject-fault %s: rank %d holds layers [%d, %d), not layer %d", f->spec, f->rank, first, first + n,
                f->layer);
     f->block = f->layer + 1;
 }

@@ -1,4 +1,4 @@
-/* fault.h: --inject-fault, the faults tests inject into a run: a rank that
+/* fault.h: --debug-inject-fault, the faults tests inject into a run: a rank that
  * stalls or dies at a step, a NaN in a rank's gradient (once, or every step
  * from one on), a rank slower than the others. It parses the flag, checks the
  * target exists and answers "does it strike now"; the trainer acts (poisons
@@ -29,10 +29,10 @@ typedef struct {
 } FaultLayout;
 
 /* stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER], slow:RANK:FACTOR, or ""
- * (none). Bad text dies with one line naming --inject-fault. */
+ * (none). Bad text dies with one line naming --debug-inject-fault. */
 void fault_parse(FaultPlan *f, const char *spec);
 /* Any kind: the plan's rank must be one of the world's (every rank checks;
- * dies with one line naming --inject-fault). */
+ * dies with one line naming --debug-inject-fault). */
 void fault_check_rank(const FaultPlan *f, int world);
 /* nan, nans: checks the rank and the layer exist and the layer is on that
  * rank's stage (every rank checks, so all stop with the same line), and

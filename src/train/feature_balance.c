@@ -11,12 +11,12 @@
 #include "train/balance.h"
 #include "train/feature.h"
 
-static bool wanted(const TrainConfig *cfg) { return cfg->balance; }
+static bool wanted(const TrainConfig *cfg) { return cfg->guards.balance; }
 
 static void *create(const TrainContext *cx) {
     Balance *b = bs_calloc(1, sizeof *b);
     const Grid *g = engine_grid(cx->engine);
-    balance_init(b, true, cx->dp_size, cx->dp_index, g->tp * g->pp, cx->cfg->micro_batch);
+    balance_init(b, true, cx->dp_size, cx->dp_index, g->tp * g->pp, cx->cfg->batch.micro_batch);
     return b;
 }
 

@@ -14,8 +14,8 @@
 
 static void *create(const TrainContext *cx) {
     Estimators *e = bs_calloc(1, sizeof *e);
-    noise_scale_init(&e->simple, cx->cfg->noise_ema);
-    e->goodput_on = strncmp(cx->cfg->batch_schedule, "goodput", 7) == 0;
+    noise_scale_init(&e->simple, cx->cfg->estimators.noise_ema);
+    e->goodput_on = strncmp(cx->cfg->batch.schedule, "goodput", 7) == 0;
     estimators_setup(cx, e);
     return e;
 }
@@ -44,7 +44,7 @@ static void before_update(void *state, const TrainContext *cx, TrainStep *s) {
 static void adapt_batch(const TrainContext *cx, const Estimators *e, double noise_scale) {
     BatchPolicy *b = cx->batch;
     if (!b->adaptive || e->goodput_on || isnan(noise_scale)) return; /* goodput: estimators.h decides */
-    long granule = (long)cx->cfg->micro_batch * cx->dp_size;
+    long granule = (long)cx->cfg->batch.micro_batch * cx->dp_size;
     long target = (long)(noise_scale / granule) * granule;
     if (target > b->adaptive_max) target = b->adaptive_max;
     if (target > b->adaptive_batch) b->adaptive_batch = target;
@@ -53,8 +53,8 @@ static void adapt_batch(const TrainContext *cx, const Estimators *e, double nois
 /* The gradient noise scale B_simple from this step (NaN when off or skipped); an adaptive batch follows it. */
 static double measure_noise(const TrainContext *cx, Estimators *e, const StepResult *r, double micro_sq,
                             double grad_sq) {
-    const int B = cx->cfg->micro_batch;
-    if (!cx->cfg->noise_scale || r->skipped) return NAN;
+    const int B = cx->cfg->batch.micro_batch;
+    if (!cx->cfg->estimators.noise_scale || r->skipped) return NAN;
     /* micro-step gradients are of the loss scaled by 1/(batch T): rescale to mean-loss units */
     double micro_batches = (double)r->batch / B;
     double small_sq = micro_sq * micro_batches; /* mean over micro-batches of (M |g_m|)^2 */

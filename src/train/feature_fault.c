@@ -1,20 +1,20 @@
-/* feature_fault.c: --inject-fault (train/fault.h) as a feature
+/* feature_fault.c: --debug-inject-fault (train/fault.h) as a feature
  * (train/feature.h): the plan is checked before the engine is built, its
  * NaN's target once the layers are placed; a rank stalls or dies before its
  * step, a NaN goes into a layer's gradient, a slow rank idles after its
- * backward. On with --inject-fault. */
+ * backward. On with --debug-inject-fault. */
 #include <stdlib.h>
 
 #include "core/error.h"
 #include "train/fault.h"
 #include "train/feature.h"
 
-static bool wanted(const TrainConfig *cfg) { return cfg->inject_fault && *cfg->inject_fault; }
+static bool wanted(const TrainConfig *cfg) { return cfg->debug.inject_fault && *cfg->debug.inject_fault; }
 
 static void configure(const TrainContext *cx, EngineConfig *ec) {
     (void)ec;
     FaultPlan plan;
-    fault_parse(&plan, cx->cfg->inject_fault);
+    fault_parse(&plan, cx->cfg->debug.inject_fault);
     fault_check_rank(&plan, cx->world_size);
 }
 
@@ -32,7 +32,7 @@ static void target_nan(FaultPlan *plan, const TrainContext *cx) {
 
 static void *create(const TrainContext *cx) {
     FaultPlan *plan = bs_calloc(1, sizeof *plan);
-    fault_parse(plan, cx->cfg->inject_fault);
+    fault_parse(plan, cx->cfg->debug.inject_fault);
     if (plan->kind == FAULT_NAN || plan->kind == FAULT_NANS) target_nan(plan, cx);
     return plan;
 }

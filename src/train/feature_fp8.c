@@ -6,7 +6,7 @@
 #include "train/feature.h"
 #include "train/fp8_ckpt.h"
 
-static bool wanted(const TrainConfig *cfg) { return cfg->precision == PRECISION_FP8; }
+static bool wanted(const TrainConfig *cfg) { return cfg->precision.mode == PRECISION_FP8; }
 
 /* The step's FP8 underflow and overflow shares per tensor kind (a collective). */
 static void after_step(void *state, const TrainContext *cx, TrainStep *s) {

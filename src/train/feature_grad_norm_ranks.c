@@ -22,7 +22,7 @@ typedef struct {
     double *norms; /* per world rank, the last step's */
 } GradNormRanks;
 
-static bool wanted(const TrainConfig *cfg) { return cfg->log_grad_norm_per_rank; }
+static bool wanted(const TrainConfig *cfg) { return cfg->estimators.log_grad_norm_per_rank; }
 
 static void configure(const TrainContext *cx, EngineConfig *ec) {
     (void)cx;

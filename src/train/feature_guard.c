@@ -11,7 +11,7 @@
 
 static void *create(const TrainContext *cx) {
     Guard *g = bs_calloc(1, sizeof *g);
-    guard_init(g, cx->cfg->skip_spikes, cx->cfg->spike_window, cx->cfg->max_skips);
+    guard_init(g, cx->cfg->guards.skip_spikes, cx->cfg->guards.spike_window, cx->cfg->guards.max_skips);
     return g;
 }
 

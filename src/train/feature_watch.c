@@ -18,7 +18,7 @@ typedef struct {
 static void *create(const TrainContext *cx) {
     WatchState *w = bs_calloc(1, sizeof *w);
     watch_init(&w->watch, cx->cfg, cx->rank, cx->world_size, cx->model->num_layers,
-               gpt_flops_per_token(cx->model, cx->cfg->seq_len));
+               gpt_flops_per_token(cx->model, cx->cfg->model.seq_len));
     return w;
 }
 
@@ -32,8 +32,8 @@ static void observe(void *state, const TrainContext *cx, const StepResult *r, co
                     double val_loss) {
     WatchState *w = state;
     watch_measure(&w->watch, cx->engine, cx->cfg, records); /* per-layer norms: a collective when on */
-    w->mfu = watch_mfu(&w->watch, r, cx->cfg->seq_len);
-    if (cx->rank == 0) watch_write_tensorboard(&w->watch, r, cx->step, val_loss, cx->cfg->seq_len);
+    w->mfu = watch_mfu(&w->watch, r, cx->cfg->model.seq_len);
+    if (cx->rank == 0) watch_write_tensorboard(&w->watch, r, cx->step, val_loss, cx->cfg->model.seq_len);
 }
 
 static void metrics(void *state, const TrainContext *cx, json_t *record) {

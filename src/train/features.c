@@ -44,7 +44,7 @@ static double engine_sum_squares(void *state, const TrainContext *cx) {
 
 static void engine_step(void *state, const TrainContext *cx, const StepResult *r) {
     (void)state;
-    engine_update(cx->engine, r->lr, clip_coefficient(r->grad_norm, cx->cfg->grad_clip));
+    engine_update(cx->engine, r->lr, clip_coefficient(r->grad_norm, cx->cfg->optim.grad_clip));
 }
 
 static const UpdatePath ENGINE_PATH = {reduced_gradients, unit_loss_scale, engine_sum_squares, engine_step};

@@ -15,7 +15,7 @@ static void layer_path(char *out, size_t n, const char *dir, int layer) {
 }
 
 static bool delayed(const TrainContext *cx) {
-    return cx->cfg->precision == PRECISION_FP8 && cx->cfg->fp8_recipe == FP8_RECIPE_DELAYED;
+    return cx->cfg->precision.mode == PRECISION_FP8 && cx->cfg->precision.fp8_recipe == FP8_RECIPE_DELAYED;
 }
 
 void fp8_ckpt_save(const TrainContext *cx, const char *dir) {

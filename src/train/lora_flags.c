@@ -21,55 +21,55 @@ static bool settle(double *flag, double unset, double adapter, const char *name,
 
 static bool settle_targets(TrainConfig *c, int adapter, const char *path, char *why, size_t why_size) {
     int mask;
-    if (!c->lora_targets || !*c->lora_targets) c->lora_targets = lora_targets_text(adapter);
-    if (!lora_parse_targets(c->lora_targets, &mask, why, why_size)) return false;
+    if (!c->lora.targets || !*c->lora.targets) c->lora.targets = lora_targets_text(adapter);
+    if (!lora_parse_targets(c->lora.targets, &mask, why, why_size)) return false;
     if (mask == adapter) return true;
     snprintf(why, why_size, "--lora-targets %s differs from target_modules in %s (%s); leave --lora-targets out to "
-             "take it", c->lora_targets, path, lora_targets_text(adapter));
+             "take it", c->lora.targets, path, lora_targets_text(adapter));
     return false;
 }
 
 /* The adapter's config, where --lora-init has one; false with the reason where it cannot be used. */
 static bool settle_from_adapter(TrainConfig *c, char *why, size_t why_size) {
     char path[4200];
-    adapter_config_path(c->lora_init, path, sizeof path);
+    adapter_config_path(c->lora.init, path, sizeof path);
     if (!bs_path_exists(path)) {
-        if (c->lora_rank > 0) return true; /* a bare adapter file: the flags say what it is */
-        snprintf(why, why_size, "--lora-init %s: no %s to take the rank from; give --lora-rank R", c->lora_init, path);
+        if (c->lora.rank > 0) return true; /* a bare adapter file: the flags say what it is */
+        snprintf(why, why_size, "--lora-init %s: no %s to take the rank from; give --lora-rank R", c->lora.init, path);
         return false;
     }
     AdapterConfig a;
     if (!adapter_config_read(path, &a, why, why_size)) return false;
-    double rank = c->lora_rank;
+    double rank = c->lora.rank;
     bool ok = settle(&rank, 0, a.rank, "--lora-rank", "r", path, why, why_size) &&
-              settle(&c->lora_alpha, LORA_ALPHA_UNSET, a.alpha, "--lora-alpha", "lora_alpha", path, why, why_size) &&
-              settle(&c->lora_dropout, LORA_DROPOUT_UNSET, a.dropout, "--lora-dropout", "lora_dropout", path, why,
+              settle(&c->lora.alpha, LORA_ALPHA_UNSET, a.alpha, "--lora-alpha", "lora_alpha", path, why, why_size) &&
+              settle(&c->lora.dropout, LORA_DROPOUT_UNSET, a.dropout, "--lora-dropout", "lora_dropout", path, why,
                      why_size) &&
               settle_targets(c, a.targets, path, why, why_size);
-    c->lora_rank = (int)rank;
+    c->lora.rank = (int)rank;
     return ok;
 }
 
 bool lora_flags_resolve(TrainConfig *c, char *why, size_t why_size) {
-    if (c->lora_dropout < 0 && c->lora_dropout != LORA_DROPOUT_UNSET) {
-        snprintf(why, why_size, "--lora-dropout must be between 0 and 0.95 (got %g)", c->lora_dropout);
+    if (c->lora.dropout < 0 && c->lora.dropout != LORA_DROPOUT_UNSET) {
+        snprintf(why, why_size, "--lora-dropout must be between 0 and 0.95 (got %g)", c->lora.dropout);
         return false;
     }
-    if (c->lora_init && *c->lora_init && !settle_from_adapter(c, why, why_size)) return false;
-    if (c->lora_alpha == LORA_ALPHA_UNSET) c->lora_alpha = LORA_ALPHA_DEFAULT;
-    if (c->lora_dropout == LORA_DROPOUT_UNSET) c->lora_dropout = 0;
-    if (!c->lora_targets || !*c->lora_targets) c->lora_targets = lora_targets_text((1 << LORA_NUM_TARGETS) - 1);
+    if (c->lora.init && *c->lora.init && !settle_from_adapter(c, why, why_size)) return false;
+    if (c->lora.alpha == LORA_ALPHA_UNSET) c->lora.alpha = LORA_ALPHA_DEFAULT;
+    if (c->lora.dropout == LORA_DROPOUT_UNSET) c->lora.dropout = 0;
+    if (!c->lora.targets || !*c->lora.targets) c->lora.targets = lora_targets_text((1 << LORA_NUM_TARGETS) - 1);
     return true;
 }
 
 void lora_flags_check_base(const TrainConfig *c, uint64_t base_hash) {
     char path[4200], why[512];
     AdapterConfig a;
-    if (!c->lora_init || !*c->lora_init) return;
-    adapter_config_path(c->lora_init, path, sizeof path);
+    if (!c->lora.init || !*c->lora.init) return;
+    adapter_config_path(c->lora.init, path, sizeof path);
     if (!bs_path_exists(path) || !adapter_config_read(path, &a, why, sizeof why) || !a.base_hash) return;
     if (a.base_hash != base_hash)
         bs_warn("--lora-init %s: the adapters were trained over a base of hash %016" PRIx64 " (%s), not this run's "
-                "%016" PRIx64 " (--init-from %s)", c->lora_init, a.base_hash, a.base_model[0] ? a.base_model : "seeded",
-                base_hash, c->init_from && *c->init_from ? c->init_from : "none: seeded");
+                "%016" PRIx64 " (--init-from %s)", c->lora.init, a.base_hash, a.base_model[0] ? a.base_model : "seeded",
+                base_hash, c->model.init_from && *c->model.init_from ? c->model.init_from : "none: seeded");
 }

@@ -27,7 +27,7 @@ static void sum_over_stages(const TrainContext *cx, double *values, int n) {
     if (comm_size(stages_group(cx)) > 1) comm_allreduce_double(stages_group(cx), values, n);
 }
 
-/* --moe-skew F: every MoE layer's router row of expert 0 starts multiplied by F (before any resume). */
+/* --debug-moe-skew F: every MoE layer's router row of expert 0 starts multiplied by F (before any resume). */
 static void *create(const TrainContext *cx) {
     const GPTConfig *cfg = cx->model;
     MoeTrainState *st = bs_calloc(1, sizeof *st);
@@ -38,9 +38,9 @@ static void *create(const TrainContext *cx) {
         GPT *model = &engine_chunk(cx->engine, c)->model;
         const int first = gpt_first_layer(&model->cfg);
         for (int l = first; l < first + gpt_stage_layers(&model->cfg); l++)
-            if (gpt_layer_is_moe(cfg, l) && cx->cfg->moe_skew != 1) {
+            if (gpt_layer_is_moe(cfg, l) && cx->cfg->debug.moe_skew != 1) {
                 float *row = model->params + gpt_tensor_offset(&model->cfg, TK_ROUTER, l); /* expert 0's */
-                for (int j = 0; j < cfg->channels; j++) row[j] *= (float)cx->cfg->moe_skew;
+                for (int j = 0; j < cfg->channels; j++) row[j] *= (float)cx->cfg->debug.moe_skew;
             }
     }
     return st;

@@ -24,7 +24,7 @@
  * h.N.mlp.gate.e_score_correction_bias (model/safetensors_moe.h).
  *
  * A feature (train/feature.h): moe_feature, always on (a dense run refuses an
- * MoE checkpoint); --moe-skew F starts every MoE layer's router row of expert
+ * MoE checkpoint); --debug-moe-skew F starts every MoE layer's router row of expert
  * 0 multiplied by F (tests). */
 #ifndef BS_TRAIN_MOE_TRAIN_H
 #define BS_TRAIN_MOE_TRAIN_H

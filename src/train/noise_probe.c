@@ -16,24 +16,24 @@ static const char *probe_refusal(const TrainContext *cx) {
     const Grid *g = engine_grid(cx->engine);
     if (g->tp > 1 || g->pp > 1 || g->cp > 1 || g->ep > 1 || engine_num_chunks(cx->engine) != 1)
         return "no --tp, --pp, --cp or --ep (its micro-batch norms are of whole gradients on one rank)";
-    if (c->zero > 1) return "--zero 0 or 1 (the layouts it is tested with)";
-    if (c->precision != PRECISION_FP32) return "--precision fp32 (the layouts it is tested with)";
-    if (cx->cfg->optimizer == OPTIM_ONEBIT_ADAM || cx->cfg->local_steps > 0) return "full gradient reduction (not 1-bit Adam or DiLoCo)";
+    if (c->parallel.zero > 1) return "--zero 0 or 1 (the layouts it is tested with)";
+    if (c->precision.mode != PRECISION_FP32) return "--precision fp32 (the layouts it is tested with)";
+    if (cx->cfg->optim.kind == OPTIM_ONEBIT_ADAM || cx->cfg->diloco.local_steps > 0) return "full gradient reduction (not 1-bit Adam or DiLoCo)";
     if (gpt_is_moe(cx->model)) return "a dense model (the experts' load statistics would count its passes)";
     return NULL;
 }
 
 void noise_probe_setup(const TrainContext *cx, Estimators *e) {
     const TrainConfig *c = cx->cfg;
-    noise_scale_init(&e->probe_noise, c->noise_probe_ema);
-    noise_scale_init(&e->probe_precond, c->noise_probe_ema);
-    if (c->noise_probe_every <= 0) return;
+    noise_scale_init(&e->probe_noise, c->estimators.noise_probe_ema);
+    noise_scale_init(&e->probe_precond, c->estimators.noise_probe_ema);
+    if (c->estimators.noise_probe_every <= 0) return;
     const char *why = probe_refusal(cx);
     if (why) bs_die("--noise-probe-every needs %s", why);
-    if ((long)c->noise_probe_batches * cx->dp_size < 2)
+    if ((long)c->estimators.noise_probe_batches * cx->dp_size < 2)
         bs_die("--noise-probe-batches %d on %d data-parallel rank(s) gives %ld micro-batch(es): the probe needs at "
-               "least two (their spread is the noise)", c->noise_probe_batches, cx->dp_size,
-               (long)c->noise_probe_batches * cx->dp_size);
+               "least two (their spread is the noise)", c->estimators.noise_probe_batches, cx->dp_size,
+               (long)c->estimators.noise_probe_batches * cx->dp_size);
     e->probe_on = true;
 }
 
@@ -49,13 +49,13 @@ typedef struct {
 
 static uint64_t probe_sequence(const ProbeSource *src, long micro_batch, int b) {
     Rng rng;
-    rng_seed(&rng, src->key ^ rng_mix64((uint64_t)micro_batch * (uint64_t)src->cx->cfg->micro_batch + (uint64_t)b));
+    rng_seed(&rng, src->key ^ rng_mix64((uint64_t)micro_batch * (uint64_t)src->cx->cfg->batch.micro_batch + (uint64_t)b));
     return src->epoch_first + rng_below(&rng, src->windows);
 }
 
 static void load_probe_micro(void *ctx, int micro, int32_t *inputs, int32_t *targets) {
     const ProbeSource *src = ctx;
-    const int B = src->cx->cfg->micro_batch, T = src->cx->cfg->seq_len;
+    const int B = src->cx->cfg->batch.micro_batch, T = src->cx->cfg->model.seq_len;
     const long i = (long)micro * src->replicas + src->replica;
     for (int b = 0; b < B; b++)
         loader_sequence(src->cx->train_data, probe_sequence(src, i, b), inputs + (size_t)b * T,
@@ -64,7 +64,7 @@ static void load_probe_micro(void *ctx, int micro, int32_t *inputs, int32_t *tar
 
 static ProbeSource probe_source(const TrainContext *cx) {
     const uint64_t windows = cx->train_data->num_windows;
-    const uint64_t key = rng_mix64(rng_mix64((uint64_t)cx->cfg->seed ^ 0x70726f6265ULL) + (uint64_t)cx->step);
+    const uint64_t key = rng_mix64(rng_mix64((uint64_t)cx->cfg->model.seed ^ 0x70726f6265ULL) + (uint64_t)cx->step);
     return (ProbeSource){cx, key, cx->seqs_consumed / windows * windows, windows, cx->dp_size, cx->dp_index};
 }
 
@@ -72,7 +72,7 @@ static ProbeSource probe_source(const TrainContext *cx) {
 static uint64_t probe_counted(const TrainContext *cx, const ProbeSource *src, long micro_batches) {
     uint64_t counted = 0;
     for (long i = 0; i < micro_batches; i++)
-        for (int b = 0; b < cx->cfg->micro_batch; b++)
+        for (int b = 0; b < cx->cfg->batch.micro_batch; b++)
             counted += loader_counted(cx->train_data, probe_sequence(src, i, b), 1);
     return counted;
 }
@@ -87,7 +87,7 @@ bool noise_probe_update(NoiseScale *ns, double micro_sum_sq, long M, double b, d
  * so P g_i have mean P G and covariance P Sigma P and the same estimator is unbiased for |P G|^2 and
  * tr(P Sigma P), Pollux's preconditioned noise scale at the step's weights. */
 static void probe_once(const TrainContext *cx, Estimators *e, StepResult *r) {
-    const int K = cx->cfg->noise_probe_batches;
+    const int K = cx->cfg->estimators.noise_probe_batches;
     const long M = (long)K * cx->dp_size;
     ProbeSource src = probe_source(cx);
     const uint64_t counted = probe_counted(cx, &src, M);
@@ -103,7 +103,7 @@ static void probe_once(const TrainContext *cx, Estimators *e, StepResult *r) {
     double micro_sq[2] = {es.micro_sum_squares, precond ? engine_chunk_micro_precond_sum_squares(ch) : 0};
     comm_allreduce_double(engine_grid(cx->engine)->dp_group, micro_sq, 2);
     engine_chunk_measure_micro_preconditioned(ch, NULL);
-    const double big_sq = engine_grad_sum_squares(cx->engine), b = cx->cfg->micro_batch;
+    const double big_sq = engine_grad_sum_squares(cx->engine), b = cx->cfg->batch.micro_batch;
     if (noise_probe_update(&e->probe_noise, micro_sq[0], M, b, big_sq)) {
         r->noise_probe = noise_scale_simple(&e->probe_noise);
         r->noise_probe_grad_sq = noise_scale_grad_sq(&e->probe_noise);
@@ -122,7 +122,7 @@ static void probe_once(const TrainContext *cx, Estimators *e, StepResult *r) {
 void noise_probe_measure(const TrainContext *cx, Estimators *e, StepResult *r) {
     r->noise_probe = r->noise_probe_grad_sq = r->noise_probe_trace = NAN;
     r->noise_probe_precond = r->noise_probe_precond_grad_sq = r->noise_probe_precond_trace = NAN;
-    if (!e->probe_on || (cx->step + 1) % cx->cfg->noise_probe_every != 0) return;
+    if (!e->probe_on || (cx->step + 1) % cx->cfg->estimators.noise_probe_every != 0) return;
     const double t0 = bs_now();
     probe_once(cx, e, r);
     r->extra_seconds += bs_now() - t0;

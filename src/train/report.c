@@ -6,9 +6,9 @@
 
 void report_init(Report *rp, Progress *progress, bool talk, const TrainConfig *cfg, int replicas,
                  double flops_per_token) {
-    *rp = (Report){.progress = progress, .talk = talk, .replicas = replicas, .seq_len = cfg->seq_len,
-                   .noise_scale = cfg->noise_scale, .balance = cfg->balance, .flops_per_token = flops_per_token,
-                   .baseline_tokens_per_s = cfg->baseline_tokens_per_s, .last_straggler = -1, .first_val = NAN,
+    *rp = (Report){.progress = progress, .talk = talk, .replicas = replicas, .seq_len = cfg->model.seq_len,
+                   .noise_scale = cfg->estimators.noise_scale, .balance = cfg->guards.balance, .flops_per_token = flops_per_token,
+                   .baseline_tokens_per_s = cfg->output.baseline_tokens_per_s, .last_straggler = -1, .first_val = NAN,
                    .last_val = NAN};
 }
 

@@ -37,11 +37,11 @@ static CkptManifest *snapshot_manifest(const Trainer *tr) {
     m->num_files = comm_size(tr->world) * v;
     m->step = tr->step;
     m->seqs_consumed = tr->seqs_consumed;
-    m->tokens_consumed = tr->seqs_consumed * (uint64_t)tr->cfg.seq_len;
+    m->tokens_consumed = tr->seqs_consumed * (uint64_t)tr->cfg.model.seq_len;
     m->model = tr->model;
     m->lora_base_hash = engine_base_hash(tr->engine);
     m->sample_rng = tr->sample_rng;
-    m->data_seed = (uint64_t)tr->cfg.seed;
+    m->data_seed = (uint64_t)tr->cfg.model.seed;
     m->data_shuffle = tr->train_data.shuffle;
     m->world = comm_size(tr->world);
     m->dp = g->dp;
@@ -54,12 +54,12 @@ static CkptManifest *snapshot_manifest(const Trainer *tr) {
     for (int vs = 0, first; vs < stages; vs++) engine_stage_layers(tr->engine, vs, &first, &layers[vs]);
     grid_format_split(layers, stages, m->pp_split, sizeof m->pp_split);
     free(layers);
-    m->zero = tr->cfg.zero;
-    snprintf(m->optimizer, sizeof m->optimizer, "%s", optimizer_kind_name(tr->cfg.optimizer));
+    m->zero = tr->cfg.parallel.zero;
+    snprintf(m->optimizer, sizeof m->optimizer, "%s", optimizer_kind_name(tr->cfg.optim.kind));
     snprintf(m->tokenizer, sizeof m->tokenizer, "%s", tr->tok ? tokenizer_spec(tr->tok) : "");
     m->optimizer_step = engine_optimizer_step(tr->engine);
-    snprintf(m->batch_schedule, sizeof m->batch_schedule, "%s", tr->cfg.batch_schedule);
-    m->final_batch = tr->cfg.global_batch;
+    snprintf(m->batch_schedule, sizeof m->batch_schedule, "%s", tr->cfg.batch.schedule);
+    m->final_batch = tr->cfg.batch.global_batch;
     m->current_batch = tr->batch.adaptive ? tr->batch.adaptive_batch : 0;
     FEATURES_CALL(&tr->features, pack, &tr->cx, m);
     return m;
@@ -76,8 +76,8 @@ static void commit(Trainer *tr, const char *tmp, const AsyncCkpt *a, CkptManifes
     for (int c = 0; c < a->num_pieces; c++) mine[c] = a->pieces[c].file;
     comm_gather_bytes(tr->world, mine, sizeof(CkptFile) * (size_t)a->num_pieces, m ? m->files : NULL, 0);
     if (m) {
-        ckpt_commit(tr->ckpt_dir, tmp, m, tr->cfg.keep_last);
-        if (!tr->cfg.quiet) {
+        ckpt_commit(tr->ckpt_dir, tmp, m, tr->cfg.output.keep_last);
+        if (!tr->cfg.output.quiet) {
             char dir[4096];
             ckpt_step_dir(dir, sizeof dir, tr->ckpt_dir, m->step);
             progress_line(&tr->progress, "checkpoint written: %s", dir);
@@ -216,7 +216,7 @@ double train_save(Trainer *tr) {
     for (int c = 0; c < a->num_pieces; c++) describe_piece(tr, c, &a->pieces[c]);
     a->num_extra = rank_arrays(tr, tr->dp_size, a->extra, a->extra_label, sizeof a->extra_label);
     a->manifest = tr->rank == 0 ? snapshot_manifest(tr) : NULL;
-    if (!tr->cfg.async_ckpt) {
+    if (!tr->cfg.output.async_ckpt) {
         write_pieces(a);
         release_gathered(a);
         commit(tr, a->tmp, a, a->manifest);
@@ -402,18 +402,18 @@ static void read_chunk(EngineChunk *ch, const char *dir, const CkptManifest *m) 
  * another constant batch (the step counter, the data position and the optimizer state carry over: the run is
  * the one a step schedule switching at the checkpoint's tokens would have made). */
 static void check_resume_batch(const Trainer *tr, const char *dir, const CkptManifest *m) {
-    const bool same = strcmp(m->batch_schedule, tr->cfg.batch_schedule) == 0 && m->final_batch == tr->cfg.global_batch;
+    const bool same = strcmp(m->batch_schedule, tr->cfg.batch.schedule) == 0 && m->final_batch == tr->cfg.batch.global_batch;
     if (same) return;
-    if (!tr->cfg.resume_new_batch)
+    if (!tr->cfg.output.resume_new_batch)
         bs_die("checkpoint %s was written with --batch-schedule %s --global-batch %ld; resume with the same "
-               "(got %s, %d)%s", dir, m->batch_schedule, m->final_batch, tr->cfg.batch_schedule, tr->cfg.global_batch,
-               strcmp(m->batch_schedule, "constant") == 0 && strcmp(tr->cfg.batch_schedule, "constant") == 0
+               "(got %s, %d)%s", dir, m->batch_schedule, m->final_batch, tr->cfg.batch.schedule, tr->cfg.batch.global_batch,
+               strcmp(m->batch_schedule, "constant") == 0 && strcmp(tr->cfg.batch.schedule, "constant") == 0
                    ? ", or add --resume-new-batch to continue at the new batch" : "");
     if (strcmp(m->batch_schedule, "constant") != 0)
         bs_die("--resume-new-batch: checkpoint %s was written with --batch-schedule %s; only a constant batch "
                "continues at another", dir, m->batch_schedule);
-    if (tr->rank == 0 && !tr->cfg.quiet)
-        printf("continuing checkpoint %s (batch %ld) at batch %d\n", dir, m->final_batch, tr->cfg.global_batch);
+    if (tr->rank == 0 && !tr->cfg.output.quiet)
+        printf("continuing checkpoint %s (batch %ld) at batch %d\n", dir, m->final_batch, tr->cfg.batch.global_batch);
 }
 
 /* The combine weights are part of the model's function: a checkpoint resumes with the gates it was trained with. */
@@ -427,7 +427,7 @@ static void check_resume_gates(const char *dir, const GPTConfig *had, const GPTC
 
 void train_resume(Trainer *tr) {
     char dir[4096] = "";
-    if (tr->rank == 0) ckpt_resolve(tr->cfg.resume, tr->ckpt_dir, dir, sizeof dir);
+    if (tr->rank == 0) ckpt_resolve(tr->cfg.output.resume, tr->ckpt_dir, dir, sizeof dir);
     comm_broadcast_bytes(tr->world, dir, sizeof dir, 0);
     CkptManifest *m = bs_malloc(sizeof *m);
     ckpt_read_manifest(dir, m);
@@ -450,7 +450,7 @@ void train_resume(Trainer *tr) {
     if (a->lora_rank > 0 && m->lora_base_hash != 0 && m->lora_base_hash != engine_base_hash(tr->engine))
         bs_die("checkpoint %s trained its adapters over a frozen base of hash %016" PRIx64 ", but --init-from %s "
                "gives %016" PRIx64 "; resume over the same base", dir, m->lora_base_hash,
-               tr->cfg.init_from && *tr->cfg.init_from ? tr->cfg.init_from : "(none: seeded)", engine_base_hash(tr->engine));
+               tr->cfg.model.init_from && *tr->cfg.model.init_from ? tr->cfg.model.init_from : "(none: seeded)", engine_base_hash(tr->engine));
     const int every_a = a->moe_every > 1 ? a->moe_every : 1, every_b = b->moe_every > 1 ? b->moe_every : 1;
     if (a->experts != b->experts ||
         (gpt_is_moe(a) && (a->moe_top_k != b->moe_top_k || a->moe_ffn != b->moe_ffn || every_a != every_b)))
@@ -461,7 +461,7 @@ void train_resume(Trainer *tr) {
     if (gpt_is_moe(a) && a->moe_router != CKPT_UNRECORDED && a->moe_router != b->moe_router)
         bs_die("checkpoint %s was trained with --router %s, not %s; resume with the same", dir,
                moe_router_name((MoeRouter)a->moe_router), moe_router_name((MoeRouter)b->moe_router));
-    const char *opt = optimizer_kind_name(tr->cfg.optimizer);
+    const char *opt = optimizer_kind_name(tr->cfg.optim.kind);
     if (strcmp(m->optimizer, opt) != 0)
         bs_die("checkpoint %s was written with --optimizer %s, not %s; its optimizer state does not carry over", dir,
                m->optimizer, opt);
@@ -473,17 +473,17 @@ void train_resume(Trainer *tr) {
     const Grid *g = engine_grid(tr->engine);
     tr->resharded = m->tp != g->tp || m->pp != engine_virtual_stages(tr->engine) || m->dp != g->dp || m->cp != g->cp ||
                     m->ep != g->ep ||
-                    m->zero != tr->cfg.zero;
+                    m->zero != tr->cfg.parallel.zero;
     tr->step = m->step;
     tr->seqs_consumed = m->seqs_consumed;
     engine_set_optimizer_step(tr->engine, m->optimizer_step);
     tr->sample_rng = m->sample_rng;
     if (tr->batch.adaptive) tr->batch.adaptive_batch = m->current_batch;
     FEATURES_CALL(&tr->features, unpack, &tr->cx, m);
-    if (tr->rank == 0 && !tr->cfg.resume_new_batch && (m->data_seed != (uint64_t)tr->cfg.seed || m->data_shuffle != tr->train_data.shuffle))
+    if (tr->rank == 0 && !tr->cfg.output.resume_new_batch && (m->data_seed != (uint64_t)tr->cfg.model.seed || m->data_shuffle != tr->train_data.shuffle))
         bs_warn("resuming %s with another --seed or --data-order than it was written with: the data order changes",
                 dir);
-    if (tr->rank == 0 && !tr->cfg.quiet)
+    if (tr->rank == 0 && !tr->cfg.output.quiet)
         printf("resumed from %s at step %ld (written by %d ranks: tp %d x cp %d x pp %d x dp %d%s, ZeRO %d)\n", dir,
                tr->step, m->world, m->tp, m->cp, m->pp / m->virtual_stages, m->dp,
                m->virtual_stages > 1 ? " with virtual stages" : "", m->zero);

@@ -2,7 +2,8 @@
  * are C enums (the command line's words for each are the tables below, in
  * enum order), and train_config_check validates the whole configuration
  * before any process group exists, each error one line naming the flag.
- * The defaults live with the flags, in the option table of cli/cmd_train.c. */
+ * The defaults live with the flags, in the option table of cli/train_options.c,
+ * one section per area below; train_config_check runs each area's rules. */
 #ifndef BS_TRAIN_TRAIN_CONFIG_H
 #define BS_TRAIN_TRAIN_CONFIG_H
 
@@ -54,40 +55,82 @@ extern const char *const TRAIN_MOE_ROUTER_WORDS[]; /* MoeRouter order */
 extern const char *const TRAIN_MOE_GATES_WORDS[];  /* "auto", then MoeGates order */
 extern const char *const TRAIN_FP8_HIGH_PRECISION_WORDS[]; /* fp32, bf16: PRECISION_FP32, PRECISION_BF16 */
 
+/* The configuration by area: one struct per section of `train --help`. */
 typedef struct {
-    /* model */
     int layers, heads, channels, seq_len;
-    Precision precision;     /* fp32 or bf16 (matmuls in bf16, fp32 accumulation and masters) */
-    TrainDevice device;      /* where the step runs: the CPU, a CUDA GPU, or sim (the device seam on the host, tests) */
-    int sim_memory_mb;       /* --device sim: the simulated device's memory (0: no limit) */
-    MatmulBF16Path bf16_matmul; /* bf16: auto, onednn or widen (see kernels/matmul_bf16.h) */
     int vocab_size;                    /* 0: the tokenizer's */
     const char *tokenizer, *vocab_dir; /* "": the data's (prepare.json), else byte */
     const char *init_from; /* llm.c model file to start from */
-    /* batch */
-    int micro_batch;  /* sequences per micro-step per rank */
-    int global_batch; /* sequences per optimizer step; 0: micro_batch x dp */
-    /* optimizer and schedule */
+    long long seed;        /* initial weights, data order and sampling */
+} TrainModelConfig;
+
+typedef struct {
+    Precision mode;              /* fp32, bf16 (matmuls in bf16, fp32 accumulation and masters) or fp8 */
+    MatmulBF16Path bf16_matmul;  /* bf16: auto, onednn or widen (see kernels/matmul_bf16.h) */
+    /* FP8 training (--precision fp8: model/fp8_scaling.h) */
+    Fp8Recipe fp8_recipe;         /* delayed or block */
+    int fp8_amax_history;         /* delayed: steps of amax history */
+    Fp8AmaxAlgo fp8_amax_algo;    /* delayed: max or most_recent */
+    int fp8_margin;               /* delayed: scales divided by 2^margin */
+    Precision fp8_high_precision; /* what is not FP8 (embedding, head, loss, ...): bf16 or fp32 */
+    bool fp8_param_gather;        /* ZeRO-3: layers gathered with their weights as E4M3 codes (parallel/fp8_gather.h) */
+} TrainPrecisionConfig;
+
+typedef struct {
+    TrainDevice kind;  /* where the step runs: the CPU, a CUDA GPU, or sim (the device seam on the host, tests) */
+    int sim_memory_mb; /* --device sim: the simulated device's memory (0: no limit) */
+} TrainDeviceConfig;
+
+typedef struct {
+    int micro_batch;      /* sequences per micro-step per rank */
+    int global_batch;     /* sequences per optimizer step; 0: micro_batch x dp */
+    const char *schedule; /* see optim/batch_schedule.h */
+    bool strict;          /* error (not round down) on a batch that is not a multiple of micro_batch x dp */
+    LrScaling lr_scaling;
+    int base_batch;       /* sequences; 0: the final global batch */
+} TrainBatchConfig;
+
+typedef struct {
+    OptimizerKind kind;
     int steps;
     double lr, min_lr;
-    int warmup; /* steps */
+    int warmup;               /* steps */
+    long long warmup_tokens;  /* 0: --warmup steps of the final batch */
+    long long train_tokens;   /* 0: --steps steps of the final batch */
     double weight_decay, grad_clip, beta1, beta2, eps;
-    /* data */
-    const char *data, *val_data;
-    DataOrder data_order;
-    long long seed;
-    /* evaluation, sampling */
-    int eval_every, val_batches, sample_every, sample_tokens, top_k;
+    double momentum, dampening, lars_eta;
+    bool nesterov, lamb_clamp;
+    int freeze_step;          /* 1-bit Adam: the last step of full-precision Adam */
+} TrainOptimConfig;
+
+typedef struct {
+    const char *train, *val;
+    DataOrder order;
+    DocMask doc_mask; /* attention inside each packed document: auto (with loss-masked data), on, off */
+} TrainDataConfig;
+
+typedef struct {
+    int every, val_batches, sample_every, sample_tokens, top_k;
     double temperature;
-    /* output */
+    double target_val_loss; /* stop once the validation loss reaches this (0: off) */
+} TrainEvalConfig;
+
+typedef struct {
     const char *out, *metrics, *save_model;
     const char *ckpt_dir, *resume;
     bool resume_new_batch; /* --resume at another constant --global-batch than the checkpoint's */
     int ckpt_every, keep_last;
-    bool async_ckpt; /* write checkpoints from a background thread */
-    int threads, log_every;
+    bool async_ckpt;       /* write checkpoints from a background thread */
+    int log_every;
     bool quiet;
-    /* parallelism: tp x cp x pp x dp = processes */
+    const char *trace;            /* Chrome trace-event JSON */
+    const char *tensorboard;      /* TensorBoard event files go to this directory (train/tensorboard.h) */
+    double peak_gflops;           /* one process's peak GFLOP/s, for the MFU (0: no MFU) */
+    double baseline_tokens_per_s; /* 1-process rate for the scaling efficiency */
+    const char *config;           /* --config: the JSON file the flags were read from (cli/config_file.h) */
+} TrainOutputConfig;
+
+typedef struct { /* tp x cp x pp x dp = processes */
     int tp, pp;        /* tensor and pipeline parallel sizes */
     int cp;            /* context parallel: each sequence split over cp ranks */
     CpAlgo cp_algo;    /* ring or allgather */
@@ -102,27 +145,29 @@ typedef struct {
     CommAlgo comm_algo;
     int ranks_per_node;
     double comm_timeout;
-    double baseline_tokens_per_s; /* 1-process rate for the scaling efficiency */
-    const char *trace;            /* Chrome trace-event JSON */
-    const char *inject_fault;     /* tests: stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER], slow:RANK:FACTOR */
-    /* batch-size scaling */
-    OptimizerKind optimizer;
-    double momentum, dampening, lars_eta;
-    bool nesterov, lamb_clamp;
-    const char *batch_schedule;   /* see optim/batch_schedule.h */
-    bool strict_batch;
-    LrScaling lr_scaling;
-    int base_batch;               /* sequences; 0: the final global batch */
-    long long warmup_tokens;      /* 0: --warmup steps of the final batch */
-    long long train_tokens;       /* 0: --steps steps of the final batch */
-    bool noise_scale;             /* estimate the gradient noise scale */
-    bool log_grad_norm_per_rank;  /* each rank's local gradient norm in the metrics (train/feature_grad_norm_ranks.c) */
-    double target_val_loss;       /* stop once the validation loss reaches this (0: off) */
-    /* guards and stragglers */
-    double skip_spikes;           /* skip a step whose loss is this many standard deviations high (0: off) */
+    int threads;
+    bool zero_quant_weights; /* ZeRO-3: int8 parameter gathers (qwZ) */
+    bool zero_quant_grads;   /* ZeRO >= 1: int8 gradient reduce-scatter (qgZ) */
+    bool zero_hpz;           /* ZeRO-3: node-local secondary parameter shard (hpZ) */
+} TrainParallelConfig;
+
+typedef struct { /* compressed communication (comm/codec.h, comm/compressed.h) */
+    const char *codec;      /* none, fp16, bf16, fp8, int8, topk:FRACTION, onebit */
+    int block;              /* elements per scale (fp8, int8) */
+    const char *scheme;     /* ring or exchange ("": the codec's default) */
+    bool no_error_feedback; /* drop what a lossy codec did not send (to show why it is kept) */
+} TrainCompressionConfig;
+
+typedef struct {
+    double skip_spikes;         /* skip a step whose loss is this many standard deviations high (0: off) */
     int spike_window, max_skips;
-    double straggler_threshold;   /* a rank this much slower than the median is named */
-    bool balance;                 /* share micro-batches by measured speed */
+    double straggler_threshold; /* a rank this much slower than the median is named */
+    bool balance;               /* share micro-batches by measured speed */
+} TrainGuardConfig;
+
+typedef struct {
+    bool noise_scale;               /* estimate the gradient noise scale */
+    bool log_grad_norm_per_rank;    /* each rank's local gradient norm in the metrics (train/feature_grad_norm_ranks.c) */
     double noise_ema;
     int noise_scale_every;          /* the curvature noise scale every N steps (0: off; optim/curvature.h) */
     int noise_probe_every;          /* the noise scale at the step's weights every N steps (0: off; train/noise_probe.h) */
@@ -133,55 +178,62 @@ typedef struct {
     GoodputEstimator goodput_estimator; /* the noise scale goodput follows */
     double goodput_noise_scale;     /* > 0: goodput follows this noise scale (sequences) instead of an estimate */
     const char *goodput_noise_curve; /* "TO:B,...": goodput follows this curve of the loss (optim/noise_curve.h) */
-    const char *goodput_time_model; /* tests: "A:B", seconds per step = A + B x batch instead of measured */
+    const char *goodput_time_model; /* "A:B", seconds per step = A + B x batch instead of measured */
     bool goodput_time_fit;          /* seconds per step from the fitted line for tried sizes too (optim/goodput.h) */
-    /* compressed communication (comm/codec.h, comm/compressed.h) */
-    const char *grad_compression;   /* none, fp16, bf16, fp8, int8, topk:FRACTION, onebit */
-    int compression_block;          /* elements per scale (fp8, int8) */
-    const char *compression_scheme; /* ring or exchange ("": the codec's default) */
-    bool no_error_feedback;         /* drop what a lossy codec did not send (to show why it is kept) */
-    bool zero_quant_weights;        /* ZeRO-3: int8 parameter gathers (qwZ) */
-    bool zero_quant_grads;          /* ZeRO >= 1: int8 gradient reduce-scatter (qgZ) */
-    bool zero_hpz;                  /* ZeRO-3: node-local secondary parameter shard (hpZ) */
-    int freeze_step;                /* 1-bit Adam: the last step of full-precision Adam */
-    /* operations */
-    const char *config;      /* --config: the JSON file the flags were read from (cli/config_file.h) */
-    const char *tensorboard; /* TensorBoard event files go to this directory (train/tensorboard.h) */
-    double peak_gflops;      /* one process's peak GFLOP/s, for the MFU (0: no MFU) */
-    /* FP8 training (--precision fp8: model/fp8_scaling.h) */
-    Fp8Recipe fp8_recipe;         /* delayed or block */
-    int fp8_amax_history;         /* delayed: steps of amax history */
-    Fp8AmaxAlgo fp8_amax_algo;    /* delayed: max or most_recent */
-    int fp8_margin;               /* delayed: scales divided by 2^margin */
-    Precision fp8_high_precision; /* what is not FP8 (embedding, head, loss, ...): bf16 or fp32 */
-    bool fp8_param_gather;        /* ZeRO-3: layers gathered with their weights as E4M3 codes (parallel/fp8_gather.h) */
-    double outlier_scale;         /* tests: LayerNorm 1's gain of channel 0 times this at initialisation (0: off) */
-    /* low-communication training (train/diloco.h) */
-    int local_steps;              /* H inner steps per outer step (0: plain data parallelism) */
-    int local_steps_jitter;       /* J: worker w takes H - j of a window's steps, j in [0, J] (heterogeneous devices) */
-    OuterKind outer_optimizer;    /* nesterov, sgd or avg */
+} TrainEstimatorConfig;
+
+typedef struct { /* low-communication training (train/diloco.h) */
+    int local_steps;           /* H inner steps per outer step (0: plain data parallelism) */
+    int local_steps_jitter;    /* J: worker w takes H - j of a window's steps, j in [0, J] (heterogeneous devices) */
+    OuterKind outer_optimizer; /* nesterov, sgd or avg */
     double outer_lr, outer_momentum, prox_mu;
-    /* supervised fine-tuning data (prepare --format chat-jsonl) */
-    DocMask doc_mask;             /* attention inside each packed document: auto (with loss-masked data), on, off */
-    /* LoRA fine-tuning (model/lora.h) */
-    int lora_rank;                /* 0: train the whole model (or left unset: --lora-init's) */
-    double lora_alpha, lora_dropout; /* left unset (train/lora_flags.h): --lora-init's, else 16 and 0 */
-    const char *lora_targets;     /* --lora-targets text ("": --lora-init's, else all four) */
-    const char *lora_init;        /* peft adapters to start from */
-    bool lora_merge;              /* exports fold B A into the weights */
-    const char *save_adapters;    /* peft directory for the final adapters */
-    BaseWeights base_weights;     /* the frozen base's linear weights: fp32, bf16 or int8 */
-    /* Mixture of Experts (model/moe.h): every layer's MLP with experts > 1 */
-    int experts, moe_top_k, moe_ffn; /* moe_ffn 0: 4 x channels */
-    int moe_router;                  /* MoeRouter: softmax or sigmoid */
-    int moe_gates;                   /* 0 auto (moe_default_gates), else MoeGates + 1 (train_moe_gates) */
-    double moe_routed_scale;         /* every routed gate's factor (DeepSeek-V3's routed_scaling_factor) */
-    const char *capacity_factor;     /* --capacity-factor text ("": dropless) */
+} TrainDilocoConfig;
+
+typedef struct { /* LoRA fine-tuning (model/lora.h) */
+    int rank;                /* 0: train the whole model (or left unset: --lora-init's) */
+    double alpha, dropout;   /* left unset (train/lora_flags.h): --lora-init's, else 16 and 0 */
+    const char *targets;     /* --lora-targets text ("": --lora-init's, else all four) */
+    const char *init;        /* peft adapters to start from */
+    bool merge;              /* exports fold B A into the weights */
+    const char *save_adapters; /* peft directory for the final adapters */
+    BaseWeights base_weights;  /* the frozen base's linear weights: fp32, bf16 or int8 */
+} TrainLoraConfig;
+
+typedef struct { /* Mixture of Experts (model/moe.h): every layer's MLP with experts > 1 */
+    int experts, top_k, ffn;     /* ffn 0: 4 x channels */
+    int router;                  /* MoeRouter: softmax or sigmoid */
+    int gates;                   /* 0 auto (moe_default_gates), else MoeGates + 1 (train_moe_gates) */
+    double routed_scale;         /* every routed gate's factor (DeepSeek-V3's routed_scaling_factor) */
+    const char *capacity_factor; /* --capacity-factor text ("": dropless) */
     bool dropless;
-    double moe_aux_loss, moe_z_loss, moe_bias_update;
-    int moe_every, ep;               /* ep: expert-parallel ranks inside dp (parallel/grid.h) */
-    double moe_skew;                 /* tests: every MoE layer's router row of expert 0 starts multiplied by this */
-    double upcycle_noise;            /* --init-from a dense file with --experts: each expert's perturbation */
+    double aux_loss, z_loss, bias_update;
+    int every, ep;               /* ep: expert-parallel ranks inside dp (parallel/grid.h) */
+    double upcycle_noise;        /* --init-from a dense file with --experts: each expert's perturbation */
+} TrainMoeConfig;
+
+typedef struct { /* test-only knobs */
+    const char *inject_fault; /* stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER], slow:RANK:FACTOR */
+    double outlier_scale;     /* LayerNorm 1's gain of channel 0 times this at initialisation (0: off) */
+    double moe_skew;          /* every MoE layer's router row of expert 0 starts multiplied by this */
+} TrainDebugConfig;
+
+typedef struct {
+    TrainModelConfig model;
+    TrainPrecisionConfig precision;
+    TrainDeviceConfig device;
+    TrainBatchConfig batch;
+    TrainOptimConfig optim;
+    TrainDataConfig data;
+    TrainEvalConfig eval;
+    TrainOutputConfig output;
+    TrainParallelConfig parallel;
+    TrainCompressionConfig compression;
+    TrainGuardConfig guards;
+    TrainEstimatorConfig estimators;
+    TrainDilocoConfig diloco;
+    TrainLoraConfig lora;
+    TrainMoeConfig moe;
+    TrainDebugConfig debug;
 } TrainConfig;
 
 /* Everything that can be checked without the process group: flag

@@ -36,8 +36,8 @@ static void sync_context(Trainer *tr) {
 static long current_batch(Trainer *tr) {
     char why[256] = "";
     long realised, want = tr->batch.adaptive ? tr->batch.adaptive_batch
-                                       : batch_at(&tr->batch_schedule, tr->seqs_consumed * (uint64_t)tr->cfg.seq_len);
-    if (!batch_round(want, (long)tr->cfg.micro_batch * tr->dp_size, tr->cfg.strict_batch, &realised, why, sizeof why))
+                                       : batch_at(&tr->batch_schedule, tr->seqs_consumed * (uint64_t)tr->cfg.model.seq_len);
+    if (!batch_round(want, (long)tr->cfg.batch.micro_batch * tr->dp_size, tr->cfg.batch.strict, &realised, why, sizeof why))
         bs_die("%s", why);
     if (why[0] && !tr->batch_warned && tr->rank == 0) bs_warn("%s", why);
     if (why[0]) tr->batch_warned = true;
@@ -50,7 +50,7 @@ static float loss_scale(Trainer *tr, const StepResult *r) {
 }
 
 static MicroSource train_source(Trainer *tr, int64_t replica_start) {
-    return (MicroSource){&tr->train_data, tr->cfg.micro_batch, tr->cfg.seq_len, tr->seqs_consumed, tr->dp_size,
+    return (MicroSource){&tr->train_data, tr->cfg.batch.micro_batch, tr->cfg.model.seq_len, tr->seqs_consumed, tr->dp_size,
                          tr->dp_index, replica_start};
 }
 
@@ -93,7 +93,7 @@ static StepResult train_step(Trainer *tr) {
     sync_context(tr);
     FEATURES_CALL(f, before_step, &tr->cx, &s);
     r.batch = current_batch(tr);
-    r.accum_steps = (int)(r.batch / c->micro_batch) / tr->dp_size; /* each replica an equal share */
+    r.accum_steps = (int)(r.batch / c->batch.micro_batch) / tr->dp_size; /* each replica an equal share */
     r.counted = loader_counted(&tr->train_data, tr->seqs_consumed, (uint64_t)r.batch); /* every rank: the whole batch */
     double t_start = bs_now();
     FEATURES_CALL(f, before_forward, &tr->cx, &s);
@@ -109,8 +109,8 @@ static StepResult train_step(Trainer *tr) {
     r.loss = st.loss_sum / (double)(r.counted > 0 ? r.counted : 1);
     r.grad_norm = sqrt(s.grad_sq);
     /* warm-up and decay on the token axis, so a changing batch does not distort them */
-    double tokens_after = (double)(tr->seqs_consumed + (uint64_t)r.batch) * c->seq_len;
-    r.lr = lr_at(&tr->lr, tokens_after) * lr_scaling_factor(c->lr_scaling, r.batch, tr->batch.base_batch);
+    double tokens_after = (double)(tr->seqs_consumed + (uint64_t)r.batch) * c->model.seq_len;
+    r.lr = lr_at(&tr->lr, tokens_after) * lr_scaling_factor(c->batch.lr_scaling, r.batch, tr->batch.base_batch);
     r.skipped = features_veto(f, &tr->cx, &s);
     if (!r.skipped) {
         GradientPass pass = {tr, &r};
@@ -140,8 +140,8 @@ static void add_feature_metrics(void *ctx, json_t *record) {
 static void write_step_metrics(Trainer *tr, const StepResult *r, double val_loss) {
     if (!tr->metrics.file) return;
     DPMemory mem = engine_memory(tr->engine);
-    size_t opt_bytes = engine_optimizer_state_bytes(tr->engine, optimizer_state_arrays(tr->cfg.optimizer));
-    MetricsStep s = {tr->step, tr->seqs_consumed * (uint64_t)tr->cfg.seq_len, val_loss, tr->last_ckpt_stall,
+    size_t opt_bytes = engine_optimizer_state_bytes(tr->engine, optimizer_state_arrays(tr->cfg.optim.kind));
+    MetricsStep s = {tr->step, tr->seqs_consumed * (uint64_t)tr->cfg.model.seq_len, val_loss, tr->last_ckpt_stall,
                      mem.param_bytes + mem.grad_bytes + opt_bytes, mem.buffer_bytes,
                      engine_activation_bytes(tr->engine), add_feature_metrics, tr};
     metrics_write(&tr->metrics, r, &s);
@@ -150,19 +150,19 @@ static void write_step_metrics(Trainer *tr, const StepResult *r, double val_loss
 /* ---- the job ---- */
 
 static bool run_done(const Trainer *tr) {
-    return tr->step >= tr->total_steps || tr->seqs_consumed * (uint64_t)tr->cfg.seq_len >= tr->total_tokens;
+    return tr->step >= tr->total_steps || tr->seqs_consumed * (uint64_t)tr->cfg.model.seq_len >= tr->total_tokens;
 }
 
 /* The steps the progress line shows: planned, or (adaptive) estimated from the tokens still to go. */
 static long shown_total(const Trainer *tr) {
     if (!tr->batch.adaptive) return tr->total_steps;
-    return (long)ceil(tr->step * (double)tr->total_tokens / ((double)tr->seqs_consumed * tr->cfg.seq_len));
+    return (long)ceil(tr->step * (double)tr->total_tokens / ((double)tr->seqs_consumed * tr->cfg.model.seq_len));
 }
 
 /* A periodic checkpoint is due after the step just done (the last step's is the end's). */
 static bool checkpoint_due(const Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
-    return tr->ckpt_dir[0] && c->ckpt_every > 0 && tr->step % c->ckpt_every == 0 && !run_done(tr);
+    return tr->ckpt_dir[0] && c->output.ckpt_every > 0 && tr->step % c->output.ckpt_every == 0 && !run_done(tr);
 }
 
 /* Between two steps: evaluation, metrics, checkpoint, the features' end of
@@ -172,7 +172,7 @@ static bool after_step(Trainer *tr, Report *rp, const StepResult *r, long start_
     const TrainConfig *c = &tr->cfg;
     report_events(rp, r, tr->step);
     const bool last = run_done(tr);
-    const bool evaluated = tr->has_val && c->eval_every > 0 && (tr->step % c->eval_every == 0 || last);
+    const bool evaluated = tr->has_val && c->eval.every > 0 && (tr->step % c->eval.every == 0 || last);
     const double val_loss = evaluated ? train_evaluate(tr) : NAN;
     FEATURES_CALL(&tr->features, observe, &tr->cx, r, tr->stats.records, val_loss); /* e.g. per-layer norms */
     /* the step's metrics line before its checkpoint: a run killed between the two resumes from the checkpoint
@@ -182,16 +182,16 @@ static bool after_step(Trainer *tr, Report *rp, const StepResult *r, long start_
     train_save_poll(tr);
     if (checkpoint_due(tr)) {
         tr->last_ckpt_stall = train_save(tr);
-        report_checkpoint(rp, tr->step, tr->last_ckpt_stall, c->async_ckpt);
+        report_checkpoint(rp, tr->step, tr->last_ckpt_stall, c->output.async_ckpt);
     }
     FEATURES_CALL(&tr->features, end_step, &tr->cx, r);
     bool timed = tr->step > start_step + 1 || tr->total_steps - start_step == 1;
     report_step(rp, r, &(ReportStep){tr->step, shown_total(tr), timed, evaluated, val_loss});
-    if (c->target_val_loss > 0 && !isnan(val_loss) && val_loss <= c->target_val_loss) {
-        report_target_reached(rp, c->target_val_loss, tr->step, (double)tr->seqs_consumed * c->seq_len);
+    if (c->eval.target_val_loss > 0 && !isnan(val_loss) && val_loss <= c->eval.target_val_loss) {
+        report_target_reached(rp, c->eval.target_val_loss, tr->step, (double)tr->seqs_consumed * c->model.seq_len);
         return false;
     }
-    if (c->sample_every > 0 && tr->step % c->sample_every == 0 && !last) train_print_sample(tr);
+    if (c->eval.sample_every > 0 && tr->step % c->eval.sample_every == 0 && !last) train_print_sample(tr);
     return true;
 }
 
@@ -203,9 +203,9 @@ int train_run(const TrainConfig *cfg, Comm *world) {
     banner_print(tr);
     double origin = bs_now();
     Report rp;
-    report_init(&rp, &tr->progress, tr->rank == 0 && !c->quiet, c, tr->dp_size,
-                gpt_flops_per_token(&tr->model, c->seq_len));
-    if (tr->step == 0 && tr->has_val && c->eval_every > 0) report_first_val(&rp, train_evaluate(tr));
+    report_init(&rp, &tr->progress, tr->rank == 0 && !c->output.quiet, c, tr->dp_size,
+                gpt_flops_per_token(&tr->model, c->model.seq_len));
+    if (tr->step == 0 && tr->has_val && c->eval.every > 0) report_first_val(&rp, train_evaluate(tr));
     const long start_step = tr->step;
     int stopped_by = 0;  /* the stop signal every rank agreed on */
     long saved_at = -1;  /* the step of the last periodic checkpoint */
@@ -223,7 +223,7 @@ int train_run(const TrainConfig *cfg, Comm *world) {
     if (!stopped_by) train_export_models(tr);
     train_write_trace(tr, origin);
     if (!stopped_by) report_summary(&rp);
-    if (c->sample_tokens > 0 && !stopped_by) train_print_sample(tr);
+    if (c->eval.sample_tokens > 0 && !stopped_by) train_print_sample(tr);
     train_teardown(tr);
     free(tr);
     return status;

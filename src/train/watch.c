@@ -14,16 +14,16 @@
 
 void watch_init(Watch *w, const TrainConfig *c, int rank, int ranks, int layers, double flops_per_token) {
     *w = (Watch){0};
-    w->on = (c->metrics && c->metrics[0]) || (c->tensorboard && c->tensorboard[0]);
+    w->on = (c->output.metrics && c->output.metrics[0]) || (c->output.tensorboard && c->output.tensorboard[0]);
     w->blocks = layers + 2;
     w->ranks = ranks;
     w->grad_sq = bs_calloc(2 * (size_t)w->blocks, sizeof(double));
     w->weight_sq = w->grad_sq + w->blocks;
     w->rank_grad = bs_calloc((size_t)ranks, sizeof(double));
     w->flops_per_token = flops_per_token;
-    w->peak_flops = c->peak_gflops * 1e9;
-    w->tensorboard = rank == 0 && c->tensorboard && c->tensorboard[0];
-    if (w->tensorboard) tensorboard_open(&w->tb, c->tensorboard);
+    w->peak_flops = c->output.peak_gflops * 1e9;
+    w->tensorboard = rank == 0 && c->output.tensorboard && c->output.tensorboard[0];
+    if (w->tensorboard) tensorboard_open(&w->tb, c->output.tensorboard);
 }
 
 void watch_free(Watch *w) {
@@ -67,9 +67,9 @@ void watch_measure(Watch *w, Engine *e, const TrainConfig *c, const StepRecord *
     for (int k = 0; k < engine_num_chunks(e); k++) add_chunk(w, engine_chunk(e, k));
     /* as engine_grad_sum_squares: ZeRO shards over every rank, else one model-parallel group holds one copy */
     const Grid *g = engine_grid(e);
-    comm_allreduce_double(c->zero >= 1 ? g->world : g->mp_group, w->grad_sq, 2 * w->blocks);
-    if (g->ep > 1 && c->zero == 0) comm_allreduce_double(g->ep_group, w->grad_sq, 2 * w->blocks); /* each its experts */
-    for (int r = 0; r < w->ranks; r++) w->rank_grad[r] = c->noise_scale ? sqrt(records[r].micro_sq) : NAN;
+    comm_allreduce_double(c->parallel.zero >= 1 ? g->world : g->mp_group, w->grad_sq, 2 * w->blocks);
+    if (g->ep > 1 && c->parallel.zero == 0) comm_allreduce_double(g->ep_group, w->grad_sq, 2 * w->blocks); /* each its experts */
+    for (int r = 0; r < w->ranks; r++) w->rank_grad[r] = c->estimators.noise_scale ? sqrt(records[r].micro_sq) : NAN;
 }
 
 double watch_mfu(const Watch *w, const StepResult *r, int seq_len) {
