@@ -11,3 +11,6 @@ bs_isa_test(NAME bw_split_bf16_widen COMMAND $<TARGET_FILE:test_backward_split> 
 bs_isa_test(NAME bw_split_bf16_onednn COMMAND $<TARGET_FILE:test_backward_split> onednn)
 add_test(NAME bw_split_tp2 COMMAND mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1
                                    -np 2 $<TARGET_FILE:test_backward_split> tp)
+
+bs_tier(unit TESTS bw_split_fp32 bw_split_bf16_widen bw_split_bf16_onednn)
+bs_tier(layouts TESTS bw_split_tp2)

@@ -23,3 +23,5 @@ foreach(t cli validation)
   add_test(NAME plan_${t} COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_${t}.py)
   set_tests_properties(plan_${t} PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};PLANNER_DOC=${PROJECT_SOURCE_DIR}/docs/PLANNER.md")
 endforeach()
+
+bs_tier(unit TESTS plan_formulas plan_moe plan_kernels_measured plan_dense_blocks plan_cli plan_validation)
