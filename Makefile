@@ -3,7 +3,7 @@
 BUILD ?= build
 JOBS ?= 2
 
-.PHONY: all deps build test demo bench asan clean
+.PHONY: all deps build test check demo bench asan clean
 
 all: build
 
@@ -14,10 +14,14 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# The whole suite; `make check` runs its unit tier only (tests/CMakeLists.txt: the tiers).
 test: build
 	@./scripts/test-venv.sh
 	@./scripts/hf-venv.sh
 	cd $(BUILD) && ctest --output-on-failure -j 1
+
+check: build
+	cd $(BUILD) && ctest --output-on-failure -j 1 -L unit
 
 demo: build
 	@./scripts/demo.sh $(BUILD)/batchscale
@@ -29,7 +33,7 @@ asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DBS_SANITIZE=ON >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
-		ctest --output-on-failure -j 1 -LE "slow|isa-avx2"
+		ctest --output-on-failure -j 1 -LE "long|isa-avx2"
 
 clean:
 	rm -rf $(BUILD) build-asan

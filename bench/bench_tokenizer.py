@@ -23,7 +23,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
-import test_tok_peers as peers  # noqa: E402
+import harness.tok_peers as peers  # noqa: E402
 
 sys.path.insert(0, HERE)
 import kernel_report  # noqa: E402

@@ -14,3 +14,6 @@ set_tests_properties(bench_gpu_scripts PROPERTIES TIMEOUT 300)
 # hand-made metrics.
 add_test(NAME bench_schedule_race COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_bench_schedule_race.py)
 set_tests_properties(bench_schedule_race PROPERTIES TIMEOUT 60)
+
+bs_tier(unit TESTS bench_schedule_race bench_cpu_default bench_cpu_forced)
+bs_tier(slow TESTS bench_gpu_scripts)

@@ -43,4 +43,10 @@ bs_isa_test(NAME bf16_train COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_bf16_
 bs_isa_test(NAME bf16_train_onednn COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_bf16_train.py onednn
             ENVIRONMENT ${BF16_ENV} PROPERTIES TIMEOUT 900)
 add_test(NAME bf16_train_convergence COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_bf16_train.py convergence)
-set_tests_properties(bf16_train_convergence PROPERTIES ENVIRONMENT "${BF16_ENV}" TIMEOUT 900 LABELS slow)
+set_tests_properties(bf16_train_convergence PROPERTIES ENVIRONMENT "${BF16_ENV}" TIMEOUT 900 LABELS long)
+
+bs_tier(unit TESTS bf16_kernels bf16_kernels_onednn)
+bs_tier(peers TESTS bf16_torch bf16_torch_onednn bf16_model bf16_model_onednn)
+bs_tier(layouts TESTS bf16_train bf16_train_onednn)
+bs_tier(slow TESTS bf16_train_convergence)
+bs_uses_kjv(TESTS bf16_train_convergence)

@@ -3,11 +3,11 @@
 and the path --bf16-matmul auto picks), and the visible skip of a oneDNN
 case where oneDNN has no bf16 matmul (oneDNN 2.6 below AVX-512: an AVX2-only
 AMD EPYC, or ONEDNN_MAX_CPU_ISA=AVX2): the reason printed, exit SKIP_CODE
-(BS_SKIP in tests/CMakeLists.txt, CTest's SKIP_RETURN_CODE)."""
+(bstest.SKIP: BS_SKIP in tests/CMakeLists.txt, CTest's SKIP_RETURN_CODE)."""
 import subprocess
 import sys
 
-SKIP_CODE = 77
+from bstest import SKIP as SKIP_CODE
 
 
 def probe(driver):

@@ -1,16 +1,19 @@
-"""bstest.py: shared helpers for the CLI tests: run batchscale, make a small
-corpus, read metrics and llm.c model files."""
+"""bstest.py: the Python tests' harness: run batchscale (one process or under mpirun), make a small
+corpus, read metrics and llm.c model files, the named checks (Checks), a refusal's one line, a test in
+parts and the skip code. Shared helpers of one area live in tests/harness/; no test imports another."""
 import json
 import os
 import random
 import re
 import subprocess
+import sys
 import tempfile
 import unittest
 
 import numpy as np
 
 BATCHSCALE = os.environ.get("BATCHSCALE", "build/batchscale")
+SKIP = 77  # a test that cannot run here exits with this after a line saying why: CTest's SKIP_RETURN_CODE
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
 
 WORDS = ("the and of to in that he shall unto for his a lord they be is him not them it with all thou "
@@ -126,13 +129,17 @@ class CorpusTest(unittest.TestCase):
 
 
 class Checks:
-    """A test's named checks: each prints one ok/FAIL line; failed lists the failures."""
+    """A test's named checks, the Python tests' one check API besides unittest's asserts: check(ok, what) prints one
+    ok/FAIL line (with print_ok=False only the FAIL lines, for checks run by the thousand); failed lists the
+    failures, and the test exits non-zero when it is not empty."""
 
-    def __init__(self):
+    def __init__(self, print_ok=True):
         self.failed = []
+        self.print_ok = print_ok
 
     def __call__(self, ok, what):
-        print(("ok   " if ok else "FAIL ") + what, flush=True)
+        if self.print_ok or not ok:
+            print(("ok   " if ok else "FAIL ") + what, flush=True)
         if not ok:
             self.failed.append(what)
 
@@ -188,10 +195,44 @@ def launch(args, ranks, check=True):
 
 
 def kjv_corpus(directory):
-    """The shipped corpus: the King James Bible from Debian's bible-kjv, prepared byte-level; returns the data dir."""
+    """The shipped corpus: the King James Bible from Debian's bible-kjv, prepared byte-level; returns the data dir.
+    Under CTest it is prepared once per run (the fixture data_kjv, `bstest.py kjv DIR`) and found in $BS_KJV_DATA;
+    the tests only read it."""
+    shared = os.environ.get("BS_KJV_DATA")
+    if shared and os.path.isfile(os.path.join(shared, "train_000000.bin")):
+        return shared
     text = os.path.join(directory, "kjv.txt")
     with open(text, "w") as f:
         subprocess.run(["bible", "-m", "8192", "Gen1:1-Rev22:21"], stdout=f, check=True)
     out = os.path.join(directory, "kjv")
     run(["prepare", "--in", text, "--out", out])
     return out
+
+
+def probe_inputs():
+    """Float32 probes of a format's rounding: every bf16 high half with 16 low halves (edges and random)."""
+    rng = np.random.default_rng(1)
+    lows = np.array([0x0000, 0x0001, 0x1000, 0x0fff, 0x1001, 0xffff] + list(rng.integers(0, 65536, 10)), np.uint32)
+    highs = np.arange(65536, dtype=np.uint32)
+    return (highs[:, None] << 16 | lows[None, :]).ravel().view(np.float32)
+
+
+def run_parts(usage, parts, failures):
+    """The main of a test in parts: sys.argv[2] names the part (a function of a scratch directory returning 0 or
+    SKIP); exits 1 when `failures` is not empty, else with the part's code."""
+    if len(sys.argv) != 3 or sys.argv[2] not in parts:
+        sys.exit(usage)
+    with tempfile.TemporaryDirectory() as tmp:
+        code = parts[sys.argv[2]](tmp)
+    if failures:
+        print("FAILED", f"{len(failures)} failure(s)")
+        sys.exit(1)
+    print("skipped (see SKIP above)" if code == SKIP else "ok")
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["kjv"] or len(sys.argv) != 3:
+        sys.exit("usage: bstest.py kjv DIR   (prepares the KJV corpus into DIR/kjv; BATCHSCALE in the environment)")
+    os.makedirs(sys.argv[2], exist_ok=True)
+    print(kjv_corpus(sys.argv[2]))

@@ -10,3 +10,5 @@ foreach(n 2 4)
 endforeach()
 add_test(NAME cp_equivalence COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/test_cp.py)
 set_tests_properties(cp_equivalence PROPERTIES ENVIRONMENT "BATCHSCALE=$<TARGET_FILE:batchscale>" TIMEOUT 1200)
+
+bs_tier(layouts TESTS cp_attention_np2 cp_attention_np4 cp_equivalence)

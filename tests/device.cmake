@@ -36,3 +36,7 @@ add_test(NAME device_torch_peer COMMAND ${PY} ${PROJECT_SOURCE_DIR}/bench/gpu_to
   --L 1 --H 1 --C 32 --V 100 --T 16 --B 1 --modes eager-fp32)
 set_tests_properties(device_torch_peer PROPERTIES LABELS device
   PASS_REGULAR_EXPRESSION "no CUDA GPU visible to torch; nothing measured|\"tokens_per_s\"")
+
+bs_tier(unit TESTS device_kernels_sim device_sim_seam device_gpt_sim device_train_sim)
+bs_tier(slow TESTS device_kernels_gpu device_seam_gpu device_gpt_gpu device_train_gpu)
+bs_tier(peers TESTS device_torch_peer)

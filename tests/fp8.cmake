@@ -25,4 +25,10 @@ add_test(NAME fp8_train COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_fp8_train
 add_test(NAME fp8_train_convergence COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_fp8_train.py convergence)
 set_tests_properties(fp8_train fp8_train_convergence PROPERTIES ENVIRONMENT
                      "BATCHSCALE=${BS};BF16_DRIVER=$<TARGET_FILE:bf16_driver>" TIMEOUT 900)
-set_tests_properties(fp8_train_convergence PROPERTIES LABELS slow)
+set_tests_properties(fp8_train_convergence PROPERTIES LABELS long)
+
+bs_tier(unit TESTS fp8_kernels)
+bs_tier(peers TESTS fp8_formats)
+bs_tier(layouts TESTS fp8_train)
+bs_tier(slow TESTS fp8_train_convergence)
+bs_uses_kjv(TESTS fp8_train_convergence)

@@ -12,4 +12,6 @@ set_tests_properties(ft_full_disk PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" SKIP
 # 4 harnesses x 20 s; already sanitized, so `make asan` (-LE slow) skips it.
 add_test(NAME ft_fuzz COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/run_fuzz.sh ${PROJECT_SOURCE_DIR}
                               ${CMAKE_CURRENT_BINARY_DIR}/fuzz 20)
-set_tests_properties(ft_fuzz PROPERTIES TIMEOUT 600 LABELS slow)
+set_tests_properties(ft_fuzz PROPERTIES TIMEOUT 600 LABELS long)
+
+bs_tier(slow TESTS ft_restart ft_ckpt ft_full_disk ft_fuzz)

@@ -12,3 +12,5 @@ set_tests_properties(hf_safetensors PROPERTIES SKIP_RETURN_CODE 77 ENVIRONMENT
 add_test(NAME lora_peft COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_lora_peer.py)
 set_tests_properties(lora_peft PROPERTIES SKIP_RETURN_CODE 77 ENVIRONMENT
   "BATCHSCALE=${BS};BS_HF_PYTHON=${BS_HF_VENV}/bin/python")
+
+bs_tier(peers TESTS hf_safetensors)

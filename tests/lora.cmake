@@ -10,3 +10,6 @@ add_executable(nf4_driver test_nf4_driver.c)
 target_link_libraries(nf4_driver PRIVATE bscore)
 add_test(NAME lora_nf4 COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_nf4.py $<TARGET_FILE:nf4_driver>)
 set_tests_properties(lora_nf4 PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" TIMEOUT 900)
+
+bs_tier(peers TESTS lora_peft lora_nf4)
+bs_tier(layouts TESTS lora_layouts)

@@ -59,3 +59,9 @@ set_tests_properties(moe_router PROPERTIES ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM
 add_test(NAME moe_export COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_moe_export.py $<TARGET_FILE:moe_gpt_dump>)
 set_tests_properties(moe_export PROPERTIES ENVIRONMENT
   "BATCHSCALE=${BS};OMP_NUM_THREADS=1;BS_HF_PYTHON=${BS_HF_VENV}/bin/python" TIMEOUT 300)
+
+bs_tier(unit TESTS moe_config_check moe_gradcheck)
+bs_tier(peers TESTS moe_layer moe_model moe_export)
+bs_tier(layouts TESTS moe_parallel_np2 moe_parallel_np4 moe_ep moe_ep_zero moe_accum moe_pipeline moe_tp)
+bs_tier(slow TESTS moe_router)
+bs_uses_kjv(TESTS moe_model)

@@ -36,3 +36,7 @@ set_tests_properties(ops_report ops_report_browser PROPERTIES ENVIRONMENT "BATCH
 # A one-node SLURM cluster (munged, slurmctld, slurmd from Debian) runs examples/train.sbatch; skips (77) without root.
 add_test(NAME ops_slurm COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_ops_slurm.py)
 set_tests_properties(ops_slurm PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" SKIP_RETURN_CODE 77 TIMEOUT 300 RUN_SERIAL ON)
+
+bs_tier(layouts TESTS ops_grad_norm_ranks)
+bs_tier(slow TESTS ops_logs ops_preempt ops_exit ops_hosts ops_hosts_netem ops_multihost ops_config ops_tensorboard
+        ops_report ops_report_browser ops_slurm)

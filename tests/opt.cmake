@@ -15,3 +15,6 @@ add_executable(test_opt_estimators test_opt_estimators.c)
 target_link_libraries(test_opt_estimators PRIVATE bscore)
 add_test(NAME opt_estimators COMMAND test_opt_estimators)
 set_tests_properties(opt_estimators PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
+
+bs_tier(unit TESTS opt_batch opt_noise_scale opt_estimators)
+bs_tier(peers TESTS opt_reference)

@@ -3,3 +3,5 @@
 add_executable(test_range test_range.c)
 target_link_libraries(test_range PRIVATE bscore)
 add_test(NAME range_unit COMMAND test_range)
+
+bs_tier(unit TESTS range_unit)

@@ -11,3 +11,6 @@ add_test(NAME sweep_lr_choice COMMAND test_lr_choice)
 add_executable(test_schedule_bound test_schedule_bound.c)
 target_link_libraries(test_schedule_bound PRIVATE bs_sweep)
 add_test(NAME sweep_schedule_bound COMMAND test_schedule_bound)
+
+bs_tier(unit TESTS sweep_fit sweep_lr_choice sweep_schedule_bound)
+bs_tier(slow TESTS sweep_cli)

@@ -23,7 +23,9 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "bench"))
+sys.path.insert(0, HERE)
 import kernel_report  # noqa: E402
+from bstest import SKIP  # noqa: E402
 
 BATCHSCALE = os.environ.get("BATCHSCALE", "build/batchscale")
 GENERIC = {"prescott", "core2", "nehalem", "sandybridge"}
@@ -106,7 +108,7 @@ def default_case(env, info):
 def forced_case(env, info):
     if "avx2" not in info.get("flags", "").split():
         print("SKIP: this CPU has no AVX2, so OPENBLAS_CORETYPE=Haswell cannot run here")
-        sys.exit(77)
+        sys.exit(SKIP)
     plain = bench_cpu(env)
     forced_env = dict(env, OPENBLAS_CORETYPE="Haswell", ONEDNN_MAX_CPU_ISA="AVX2", OMP_NUM_THREADS="3")
     m = bench_cpu(forced_env)

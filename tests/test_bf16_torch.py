@@ -44,20 +44,15 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bf16_probe import onednn_or_skip  # noqa: E402
+from bstest import Checks  # noqa: E402
 from torch_bf16 import U, fp32_accumulation_breaks, gamma  # noqa: E402
 
 if len(sys.argv) != 3 or sys.argv[2] not in ("widen", "onednn"):
     sys.exit("usage: test_bf16_torch.py BF16_DRIVER widen|onednn")
 DRIVER, PATH = sys.argv[1], sys.argv[2]
-FAILURES = []
+expect = Checks(print_ok=False)  # FAIL lines only
 TORCH_BF16_MATMUL = True  # set by main: whether torch's own bf16 matmul runs here
 TORCH_BF16_IS_ONEDNN = True  # set by main: whether it accumulates in fp32 at the model's shapes (oneDNN's)
-
-
-def expect(cond, msg):
-    if not cond:
-        FAILURES.append(msg)
-        print("FAIL", msg)
 
 
 def test_conversion(tmp):
@@ -174,8 +169,8 @@ def main():
         compared = sum(test_layer(PATH, N, IC, OC, tmp) for N, IC, OC in ((256, 384, 1152), (256, 1536, 384)))
         expect(compared == 6 or not TORCH_BF16_IS_ONEDNN, f"{PATH}: torch's bf16 matmul was usable for {compared} of 6 "
                "products at the model's shapes")
-    if FAILURES:
-        print(f"{len(FAILURES)} failures")
+    if expect.failed:
+        print(f"{len(expect.failed)} failures")
         sys.exit(1)
     print(f"bf16 kernels on the {PATH} path agree with PyTorch")
 

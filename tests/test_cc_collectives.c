@@ -39,8 +39,7 @@
 
 #include "comm/compressed.h"
 #include "test_cc_common.h"
-
-static int failures = 0;
+#include "check.h"
 
 typedef struct {
     const char *spec;

@@ -37,19 +37,14 @@ usage: test_cc_formats.py CC_DRIVER core|ml_dtypes"""
 import os
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
-SKIP = 77  # CTest SKIP_RETURN_CODE of cc_formats_ml_dtypes
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bstest import SKIP, Checks, probe_inputs, run_parts  # noqa: E402
+
 DRIVER = sys.argv[1] if len(sys.argv) > 1 else ""
-FAILURES = []
-
-
-def expect(cond, msg):
-    if not cond:
-        FAILURES.append(msg)
-        print("FAIL", msg)
+expect = Checks(print_ok=False)  # FAIL lines only
 
 
 def run_codec(tmp, spec, block, x):
@@ -61,13 +56,6 @@ def run_codec(tmp, spec, block, x):
 
 def same_or_both_nan(a, b):
     return (a == b) | (np.isnan(a) & np.isnan(b))
-
-
-def probe_inputs():
-    rng = np.random.default_rng(1)
-    lows = np.array([0x0000, 0x0001, 0x1000, 0x0fff, 0x1001, 0xffff] + list(rng.integers(0, 65536, 10)), np.uint32)
-    highs = np.arange(65536, dtype=np.uint32)
-    return (highs[:, None] << 16 | lows[None, :]).ravel().view(np.float32)
 
 
 def test_fp16(tmp):
@@ -277,23 +265,9 @@ def core_part(tmp):
     return 0
 
 
-def run_parts(usage, parts, failures):
-    """The main of a test in parts: sys.argv[2] names the part (a function of a scratch directory returning 0 or
-    SKIP); exits 1 when `failures` is not empty, else with the part's code."""
-    if len(sys.argv) != 3 or sys.argv[2] not in parts:
-        sys.exit(usage)
-    with tempfile.TemporaryDirectory() as tmp:
-        code = parts[sys.argv[2]](tmp)
-    if failures:
-        print("FAILED", f"{len(failures)} failure(s)")
-        sys.exit(1)
-    print("skipped (see SKIP above)" if code == SKIP else "ok")
-    sys.exit(code)
-
-
 def main():
     run_parts("usage: test_cc_formats.py CC_DRIVER core|ml_dtypes", {"core": core_part, "ml_dtypes": ml_dtypes_part},
-              FAILURES)
+              expect.failed)
 
 
 if __name__ == "__main__":

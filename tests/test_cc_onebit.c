@@ -36,14 +36,13 @@
 #include "core/rng.h"
 #include "optim/adamw.h"
 #include "optim/onebit_adam.h"
+#include "check.h"
 
 #define DIM 251 /* not divisible by 2, 3 or 4: uneven shards */
 #define ROWS 2040
 #define STEPS 300
 #define FREEZE 60
 #define LR 0.05f
-
-static int failures = 0;
 
 static void report(Comm *c, bool bad, const char *what) {
     double b = bad;

@@ -42,8 +42,7 @@
 
 #include "comm/compressed.h"
 #include "test_cc_common.h"
-
-static int failures = 0;
+#include "check.h"
 
 static void report(Comm *c, bool bad, const char *what, size_t n) {
     double b = bad;

@@ -13,8 +13,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
-
-static int failures = 0;
+#include "check.h"
 
 static float value(int rank, size_t i) { return (float)((rank + 1) * (int)(i % 13) - (int)(i % 7) + rank); }
 

@@ -41,18 +41,11 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_cc_formats import probe_inputs, run_parts  # noqa: E402
+from bstest import SKIP, Checks, probe_inputs, run_parts  # noqa: E402
 
-SKIP = 77
 DRIVER = sys.argv[1] if len(sys.argv) > 1 else ""
-FAILURES = []
+expect = Checks(print_ok=False)  # FAIL lines only
 FORMATS = {"e4m3": (3, 7, 448.0), "e5m2": (2, 15, 57344.0)}  # mantissa bits, bias, max
-
-
-def expect(cond, msg):
-    if not cond:
-        FAILURES.append(msg)
-        print("FAIL", msg)
 
 
 def driver(*args, env=None):
@@ -333,7 +326,7 @@ def kernels_part(tmp):
 
 def main():
     run_parts("usage: test_fp8.py FP8_DRIVER formats|kernels", {"formats": formats_part, "kernels": kernels_part},
-              FAILURES)
+              expect.failed)
 
 
 if __name__ == "__main__":

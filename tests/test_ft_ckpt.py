@@ -48,8 +48,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bstest import read_model  # noqa: E402
-from test_ft_common import (BATCHSCALE, RANK_HEADER_BYTES, CorpusTest, file_bytes, job,  # noqa: E402
-                            losses_by_step, read_checkpoint, run, step_dir, train_args)
+from harness.ft_jobs import (BATCHSCALE, RANK_HEADER_BYTES, CorpusTest, file_bytes, job,  # noqa: E402
+                             losses_by_step, read_checkpoint, run, step_dir, train_args)
 
 STAGES = ["rank-file-half", "rank-file-done", "manifest-half", "before-rename", "after-rename"]
 

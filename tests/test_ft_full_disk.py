@@ -22,10 +22,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import Checks, TempDir, make_corpus  # noqa: E402
-from test_ft_common import BATCHSCALE, run, step_dir, train_args  # noqa: E402
+from bstest import SKIP, Checks, TempDir, make_corpus  # noqa: E402
+from harness.ft_jobs import BATCHSCALE, run, step_dir, train_args  # noqa: E402
 
-SKIP = 77
 MARGIN = 64 * 1024
 
 

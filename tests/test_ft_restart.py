@@ -30,8 +30,8 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_ft_common import (BATCHSCALE, MPIRUN, CorpusTest, job, losses_by_step, read_checkpoint,  # noqa: E402
-                            read_log, read_metrics, run, step_dir, train_args)
+from harness.ft_jobs import (BATCHSCALE, MPIRUN, CorpusTest, job, losses_by_step, read_checkpoint,  # noqa: E402
+                             read_log, read_metrics, run, step_dir, train_args)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "check.h"
 
 static unsigned long long rng_state = 88172645463325252ULL;
 static double uniform(void) { /* xorshift64, test-local */
@@ -42,7 +43,6 @@ static double dot(const double *a, const double *b, size_t n) {
     return s;
 }
 
-static int failures = 0;
 static void compare(const char *what, const double *analytic, const double *numeric, size_t n) {
     double max_err = 0, max_ref = 0;
     for (size_t i = 0; i < n; i++) {

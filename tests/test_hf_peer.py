@@ -29,6 +29,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bstest import SKIP, Checks  # noqa: E402
+
 HF_PYTHON = os.environ.get("BS_HF_PYTHON", "")
 TOL = 1e-5  # fp32: one process each side, only the summation order differs
 
@@ -102,25 +105,16 @@ def dump(model_path, d):
     return values[:n_logits], values[n_logits], values[n_logits + 1:]
 
 
-class Failures:
-    def __init__(self):
-        self.count = 0
-
-    def check(self, ok, what):
-        print(("ok   " if ok else "FAIL ") + what, flush=True)
-        self.count += 0 if ok else 1
-
-
 def hf_to_here(t, d, dtype="float32"):
     run([HF_PYTHON, "-c", PEER, "save", d, dtype])
     logits, loss, grads = dump(d, d)
     ref = json.load(open(d + "/ref.json"))["loss"]
     label = f"Hugging Face -> batchscale ({dtype} file)"
     e_logits, e_grads = rel(logits, floats(d + "/logits.bin")), rel(grads, floats(d + "/grads.bin"))
-    t.check(len(grads) == len(floats(d + "/grads.bin")), f"{label}: gradient count {len(grads)}")
-    t.check(e_logits <= TOL, f"{label}: logits {e_logits:.2e}")
-    t.check(abs(loss - ref) / ref <= TOL, f"{label}: loss {loss:.6f} vs {ref:.6f}")
-    t.check(e_grads <= TOL, f"{label}: every gradient {e_grads:.2e}")
+    t(len(grads) == len(floats(d + "/grads.bin")), f"{label}: gradient count {len(grads)}")
+    t(e_logits <= TOL, f"{label}: logits {e_logits:.2e}")
+    t(abs(loss - ref) / ref <= TOL, f"{label}: loss {loss:.6f} vs {ref:.6f}")
+    t(e_grads <= TOL, f"{label}: every gradient {e_grads:.2e}")
 
 
 def here_to_hf(t, d):
@@ -136,13 +130,13 @@ def here_to_hf(t, d):
     hf_dir, llmc = d + "/exported", d + "/exported.bin"
     run([bs, "ckpt", "export", "--format", "safetensors", "--out", hf_dir, ck])
     run([bs, "ckpt", "export", "--llmc", llmc, ck])
-    t.check(os.path.exists(hf_dir + "/config.json"), "export writes config.json beside model.safetensors")
+    t(os.path.exists(hf_dir + "/config.json"), "export writes config.json beside model.safetensors")
     run([HF_PYTHON, "-c", PEER, "load", hf_dir])  # from_pretrained, then the references on a fresh batch
     logits, loss, _ = dump(llmc, hf_dir)
     e = rel(logits, floats(hf_dir + "/logits.bin"))
-    t.check(e <= TOL, f"batchscale -> Hugging Face: from_pretrained's logits vs the llm.c export's {e:.2e}")
-    t.check(open(saved, "rb").read()[8:] == open(hf_dir + "/model.safetensors", "rb").read()[8:],
-            "--save-model x.safetensors writes the bytes ckpt export writes")
+    t(e <= TOL, f"batchscale -> Hugging Face: from_pretrained's logits vs the llm.c export's {e:.2e}")
+    t(open(saved, "rb").read()[8:] == open(hf_dir + "/model.safetensors", "rb").read()[8:],
+      "--save-model x.safetensors writes the bytes ckpt export writes")
     return hf_dir
 
 
@@ -159,7 +153,7 @@ def init_from(t, d, hf_dir):
          "--micro-batch", "2", "--global-batch", "2", "--steps", "1", "--eval-every", "0", "--sample-tokens", "0",
          "--threads", "1", "--quiet", "--metrics", again])
     same = json.loads(open(again).readline())["loss"]
-    t.check(first == same, f"--init-from the Hugging Face directory: first loss {first:.6f} = the llm.c file's")
+    t(first == same, f"--init-from the Hugging Face directory: first loss {first:.6f} = the llm.c file's")
 
 
 def write_st(path, header, data):
@@ -207,7 +201,7 @@ def bad_files(t, d):
         p = run([bs, "ckpt", "import", "--from", path, "--out", d + "/bad_ck", "--global-batch", "2"], check=False)
         lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
         ok = p.returncode not in (0, -11, 139) and len(lines) == 1 and path in lines[0] and needle in lines[0]
-        t.check(ok, f"bad file ({label}): {lines[0] if lines else '(nothing)'}")
+        t(ok, f"bad file ({label}): {lines[0] if lines else '(nothing)'}")
 
 
 def main():
@@ -215,8 +209,8 @@ def main():
                                        capture_output=True).returncode != 0:
         print(f"SKIP: no Hugging Face venv at {HF_PYTHON or '(unset)'} (scripts/hf-venv.sh makes it from PyPI; "
               "offline it cannot)")
-        return 77
-    t = Failures()
+        return SKIP
+    t = Checks()
     with tempfile.TemporaryDirectory() as d:
         for dtype in ("float32", "bfloat16", "float16"):  # bf16/f16 files: references on torch's rounded values
             os.makedirs(f"{d}/{dtype}")
@@ -224,8 +218,8 @@ def main():
         hf_dir = here_to_hf(t, d)
         init_from(t, d, hf_dir)
         bad_files(t, d)
-    print(f"{'FAILED' if t.count else 'ok'}: {t.count} failure(s)")
-    return 1 if t.count else 0
+    print(f"{'FAILED' if t.failed else 'ok'}: {len(t.failed)} failure(s)")
+    return 1 if t.failed else 0
 
 
 if __name__ == "__main__":

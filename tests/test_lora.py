@@ -55,24 +55,11 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import Checks, launch, make_corpus, one_line_error, read_metrics, read_model, rel  # noqa: E402
+from bstest import Checks, make_corpus, one_line_error, read_model, rel  # noqa: E402
+from harness.lora_runs import train  # noqa: E402
 
 TOL = 1e-5
 check = Checks()
-
-
-def train(d, name, extra, ranks=1, check_rc=True, global_batch=8, threads=1):
-    """The LoRA tests' run on the corpus in d (test_nf4.py's too): (metrics, final model), or with check_rc=False
-    the CompletedProcess."""
-    metrics, model = os.path.join(d, name + ".jsonl"), os.path.join(d, name + ".bin")
-    args = ["train", "--data", os.path.join(d, "data", "train_000000.bin"), "--seq-len", "32",
-            "--micro-batch", "2", "--global-batch", str(global_batch), "--lr", "3e-3", "--warmup", "2",
-            "--eval-every", "0", "--sample-tokens", "0", "--threads", str(threads), "--comm-timeout", "60", "--quiet",
-            "--metrics", metrics, "--save-model", model] + extra
-    p = launch(args, ranks, check=check_rc)
-    if not check_rc:
-        return p
-    return read_metrics(metrics), read_model(model)[1]
 
 
 def refused(p, named, ranks=1):

@@ -35,6 +35,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bstest import SKIP  # noqa: E402
+
 HF_PYTHON = os.environ.get("BS_HF_PYTHON", "")
 TOL = 1e-5
 STEPS, B, T, V, RANK, ALPHA, LR, WD = 6, 2, 32, 257, 4, 12.0, 2e-3, 0.1
@@ -189,7 +192,7 @@ def run_pair(bs, d, dropout):
 def main():
     if not HF_PYTHON or not os.path.exists(HF_PYTHON) or run([HF_PYTHON, "-c", "import peft"], check=False).returncode:
         print("SKIP: no Hugging Face venv with peft (scripts/hf-venv.sh makes it; PyPI needed once)")
-        return 77
+        return SKIP
     bs = os.environ["BATCHSCALE"]
     failures = 0
     with tempfile.TemporaryDirectory() as d:

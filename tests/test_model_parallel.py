@@ -28,15 +28,8 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import CorpusTest, layout_run, rel  # noqa: E402
-
-L, H, C, T, V = 4, 4, 32, 32, 257
-VP = 384
-
-
-def train(data, prefix, ranks=1, extra=(), steps=10, micro=2, check=True):
-    shape = ["--layers", str(L), "--heads", str(H), "--channels", str(C), "--seq-len", str(T)]
-    return layout_run(data, prefix, shape, ranks, extra, steps, micro, check)
+from bstest import CorpusTest, rel  # noqa: E402
+from harness.model_parallel_runs import C, L, T, VP, train  # noqa: E402
 
 
 class ModelParallelTest(CorpusTest):

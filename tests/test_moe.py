@@ -34,8 +34,11 @@ import tempfile
 import numpy as np
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bstest import Checks  # noqa: E402
+
 TOL = 1e-5
-FAILURES = []
+expect = Checks(print_ok=False)  # FAIL lines only
 
 # router, gates, routed scale, capacity factor, N, C, F, E, K, aux, z, bias scale, seed
 CASES = [
@@ -58,12 +61,6 @@ for k in (1, 2):
 # top-1 with no aux or z loss: the router's gradient comes from the output alone
 NO_AUX = [("softmax", gates, 1.0, 0.0, 48, 12, 20, 4, 1, 0.0, 0.0, 0.2, 30)
           for gates in ("normalized", "unnormalized", "pre-softmax")]
-
-
-def expect(cond, msg):
-    if not cond:
-        FAILURES.append(msg)
-        print("FAIL", msg)
 
 
 def rel(a, b):
@@ -217,8 +214,8 @@ def main():
         check_top1_router_learns(sys.argv[1], tmp)
         check_threads(sys.argv[1], tmp)
     expect(ties > 0, "no capacity cut fell between equal scores: the tie rule was not exercised")
-    print("FAILED" if FAILURES else "ok", f"({len(FAILURES)} failure(s), {len(CASES)} cases)")
-    return 1 if FAILURES else 0
+    print("FAILED" if expect.failed else "ok", f"({len(expect.failed)} failure(s), {len(CASES)} cases)")
+    return 1 if expect.failed else 0
 
 
 if __name__ == "__main__":

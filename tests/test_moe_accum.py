@@ -34,11 +34,10 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bstest  # noqa: E402
-import test_moe_ep as te  # noqa: E402  (COMMON)
-import test_moe_model as tm  # noqa: E402  (train, check)
+import harness.moe_runs as tm  # noqa: E402  (train, check)
 
 TOL = 1e-5
-COMMON = te.COMMON + ["--capacity-factor", "1.0"]
+COMMON = tm.EP_COMMON + ["--capacity-factor", "1.0"]
 
 
 def routed_alike(a, b):

@@ -21,7 +21,6 @@
    data-parallel size, --ep with --zero 3 (ZeRO 1 and 2: test_moe_ep_zero.py).
 usage: test_moe_ep.py   (BATCHSCALE in the environment)
 """
-import json
 import os
 import subprocess
 import sys
@@ -29,12 +28,12 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_moe_model as tm  # noqa: E402  (train, read_ckpt, layout, check, rel)
+import harness.moe_runs as tm  # noqa: E402  (train, read_ckpt, read_ep_ckpt, check, rel)
+from harness.moe_runs import read_ep_ckpt  # noqa: E402
 
 TOL = 1e-5
 E = 4
-COMMON = ["--seq-len", "32", "--global-batch", "4", "--lr", "3e-3", "--warmup", "2", "--moe-z-loss", "1e-3",
-          "--moe-bias-update", "1e-3"]
+COMMON = tm.EP_COMMON
 MODES = [("dropless", ["--dropless"]), ("capacity", ["--capacity-factor", "1.0"])]
 # (name, ranks, flags, the one-process oracle's micro-batch): the aux and z losses are over each micro-step's
 # data-parallel batch, so 2 micro-steps per step compare with 1 process at 2 micro-steps of 2 sequences.
@@ -44,43 +43,6 @@ MODES = [("dropless", ["--dropless"]), ("capacity", ["--capacity-factor", "1.0"]
 # accumulation would test rounding, not EP.
 LAYOUTS = [("ep2", 2, ["--micro-batch", "2", "--ep", "2"], 4), ("ep2_dp2", 4, ["--micro-batch", "1", "--ep", "2"], 4),
            ("ep4", 4, ["--micro-batch", "1", "--ep", "4"], 4), ("ep2_accum2", 2, ["--micro-batch", "1", "--ep", "2"], 2)]
-
-
-def manifest(ckpt_dir, step):
-    d = os.path.join(ckpt_dir, f"step_{step:08d}")
-    return d, json.load(open(os.path.join(d, "manifest.json")))
-
-
-def read_ep_ckpt(ckpt_dir, step, array=0):
-    """The logical flat parameters (array 0; 1 and 2: Adam's m and v) and the bias of a checkpoint of any ep: shard
-    e's layout holds E/ep experts per layer (its local expert j is logical expert e E/ep + j); the dense tensors are
-    taken from shard 0."""
-    d, m = manifest(ckpt_dir, step)
-    ep = m["layout"].get("ep", 1)
-    moe = m["model"]["moe"]
-    cfg = {"C": m["model"]["channels"], "E": moe["experts"], "F": moe["ffn"], "maxT": m["model"]["seq_len"],
-           "V": m["model"]["vocab"]}
-    pieces = {e: [] for e in range(ep)}  # shard e: (offset, values) of its files
-    for f in m["files"]:
-        raw = open(os.path.join(d, f["name"]), "rb").read()
-        at = 64 + 4 * f["count"] * array  # the header, then params, m and v of the file's range
-        pieces[f["shard"]].append((f["offset"], np.frombuffer(raw[at:at + 4 * f["count"]], np.float32)))
-    local = [np.concatenate([v for _, v in sorted(pieces[e], key=lambda p: p[0])]) for e in range(ep)]
-    raw = open(os.path.join(d, "moe_bias.bin"), "rb").read()
-    layers, experts = np.frombuffer(raw[8:16], np.uint32)
-    bias = np.frombuffer(raw[16:], np.float32).reshape(int(layers), int(experts))
-    if m["layout"]["tp"] == m["layout"]["pp"] == ep == 1:  # one shard: the logical layout (whatever its layers hold)
-        return local[0], bias
-    at = [0] * ep
-    out = []
-    head, per_layer, tail = tm.layout(cfg)
-    for name, shape in head + per_layer * m["model"]["layers"] + tail:
-        n = int(np.prod(shape)) // (ep if name == "experts" else 1)  # per shard
-        taken = [local[e][at[e]:at[e] + n] for e in range(ep)]
-        out += taken if name == "experts" else taken[:1]
-        at = [a + n for a in at]
-    tm.check(all(a == len(v) for a, v in zip(at, local)), f"{d}: every shard's files hold its layout exactly")
-    return np.concatenate(out), bias
 
 
 def layouts(tmp, data):

@@ -16,7 +16,7 @@ experts), so a rank updates several pieces of its flat layout.
    (relative), every step's loads equal, the optimizer's first state (Adam's
    m, SGD's momentum) within 1e-5 (max |a-b| / max |b|), the bias equal, and
    the final weights within 1e-5, or under AdamW within the larger of 1e-5
-   and FLOOR_K x a floor measured beside the reference (test_moe_model.py's
+   and FLOOR_K x a floor measured beside the reference (harness/moe_runs.py's
    FLOOR_K; the floor: the reference's run on 2 data-parallel ranks, only the
    gradient sum's order changed). The figure printed beside them: the same layout at
    ZeRO 0 (the summation order of its all-to-all and reductions, which ZeRO
@@ -38,8 +38,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bstest  # noqa: E402
-import test_moe_ep as te  # noqa: E402  (read_ep_ckpt)
-import test_moe_model as tm  # noqa: E402  (train, check, rel)
+import harness.moe_runs as tm  # noqa: E402  (train, check, rel)
 
 TOL = 1e-5
 # the norms start near 2.2 and fall to 1.6 over the 10 steps: a clip at 0.5 scales every step's gradient
@@ -68,8 +67,8 @@ def final(tmp, name, data, setting, d):
     if name.startswith(("tp", "pp")):
         _, d = tm.train(tmp, name + "_read", data, COMMON + setting + ["--steps", "10", "--micro-batch", "4",
                                                                        "--resume", os.path.join(d, "step_00000010")])
-    w, b = te.read_ep_ckpt(d, 10)
-    return w, b, te.read_ep_ckpt(d, 10, array=1)[0]
+    w, b = tm.read_ep_ckpt(d, 10)
+    return w, b, tm.read_ep_ckpt(d, 10, array=1)[0]
 
 
 def worst(rows, ref, key):
@@ -84,7 +83,7 @@ def weight_bound(tmp, data, setting, oracle, ref_dir):
         return TOL, ""
     _, d = tm.train(tmp, f"dp2_floor_{oracle}_{len(setting)}", data, COMMON + setting + [
         "--steps", "10", "--micro-batch", str(oracle // 2)], ranks=2)
-    floor = tm.rel(te.read_ep_ckpt(d, 10)[0], te.read_ep_ckpt(ref_dir, 10)[0])
+    floor = tm.rel(tm.read_ep_ckpt(d, 10)[0], tm.read_ep_ckpt(ref_dir, 10)[0])
     return max(TOL, tm.FLOOR_K * floor), f"; dp 2 without EP {floor:.1e}"
 
 
@@ -123,8 +122,8 @@ def layouts(tmp, data):
 
 def arrays(d, step):
     """Weights, m, v and bias of a checkpoint, logical order."""
-    w, b = te.read_ep_ckpt(d, step)
-    return [w, te.read_ep_ckpt(d, step, 1)[0], te.read_ep_ckpt(d, step, 2)[0], b]
+    w, b = tm.read_ep_ckpt(d, step)
+    return [w, tm.read_ep_ckpt(d, step, 1)[0], tm.read_ep_ckpt(d, step, 2)[0], b]
 
 
 def resume(tmp, data, runs):

@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bstest  # noqa: E402
 import torch_gpt  # noqa: E402
 from bstest import Checks, launch, rel  # noqa: E402
-from test_moe_model import read_ckpt, unflatten  # noqa: E402
+from harness.moe_runs import read_ckpt, unflatten  # noqa: E402
 
 check = Checks()
 L, H, C, E, K, EVERY = 2, 4, 32, 4, 2, 2

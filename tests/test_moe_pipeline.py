@@ -25,7 +25,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_moe_model as tm  # noqa: E402  (train, read_ckpt, layout, layer_layout, check, rel)
+import harness.moe_runs as tm  # noqa: E402  (train, read_ckpt, layout, layer_layout, check, rel)
 
 LAYERS, EVERY = 4, 2
 MODEL = ["--layers", str(LAYERS), "--moe-every", str(EVERY)]  # after tm.MODEL's --layers 2: the last one counts
@@ -114,7 +114,7 @@ def layouts(tmp, data):
         tm.check((dropped > 0) == (mode == "capacity"), f"{mode}: largest dropped share of a step {dropped:.3f}")
         tm.check(all(len(r["moe_load_max_mean"]) == LAYERS // EVERY for r in ref),
                  f"{mode}: the metrics hold one load entry per MoE layer ({LAYERS // EVERY})")
-        # EP and TP reorder the gradient's sums (test_moe_model.py's FLOOR_K): their floor is plain data
+        # EP and TP reorder the gradient's sums (harness/moe_runs.py's FLOOR_K): their floor is plain data
         # parallelism at the oracle's micro-steps (2 ranks at micro-batch 1)
         _, floor_dir = tm.train(tmp, f"dp2_{mode}", data, COMMON + flags + ["--steps", "10", "--micro-batch", "1"],
                                 ranks=2)

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_moe_model as tm  # noqa: E402  (train, read_ckpt, layout, unflatten, refusals, run_on_corpus)
+import harness.moe_runs as tm  # noqa: E402  (train, read_ckpt, layout, unflatten, refusals, run_on_corpus)
 
 SEQ = 32
 ONLY_LM = ["--seq-len", str(SEQ), "--micro-batch", "4", "--moe-aux-loss", "0", "--moe-z-loss", "0",

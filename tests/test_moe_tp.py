@@ -23,7 +23,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_moe_model as tm  # noqa: E402  (train, read_ckpt, check, rel)
+import harness.moe_runs as tm  # noqa: E402  (train, read_ckpt, check, rel)
 
 COMMON = ["--global-batch", "4", "--lr", "3e-3", "--warmup", "2", "--moe-z-loss", "1e-3",
           "--moe-bias-update", "1e-3"]
@@ -54,7 +54,7 @@ def weights(tmp, name, data, flags, ckpt_dir, step):
 # how this CPU's BLAS orders its sums (an AMD EPYC family 26 read tp 2 x ep 2 at 1.1e-5 where an Intel Xeon read
 # less). So beside each AdamW reference the same run on 2 data-parallel ranks (no TP, no EP: only the order of the
 # gradient sum changes) measures that floor in this run, and the weights' bound is the larger of TOL and
-# tm.FLOOR_K x it (why 4: test_moe_model.py). The losses, the loads and the dropped shares stay at TOL and exact.
+# tm.FLOOR_K x it (why 4: harness/moe_runs.py). The losses, the loads and the dropped shares stay at TOL and exact.
 
 
 def layouts(tmp, data):

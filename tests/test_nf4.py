@@ -58,7 +58,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bstest import MPIRUN, Checks, make_corpus, read_model  # noqa: E402
-from test_lora import train as lora_run  # noqa: E402
+from harness.lora_runs import train as lora_run  # noqa: E402
 
 check = Checks()
 F = np.float32

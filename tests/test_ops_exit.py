@@ -21,9 +21,9 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_ft_common import (BATCHSCALE, MPIRUN, CorpusTest, job, read_log, run, step_dir,  # noqa: E402
-                            train_args)
-from test_ops_preempt import rank_pids, wait_for_lines  # noqa: E402
+from harness.ft_jobs import (BATCHSCALE, MPIRUN, CorpusTest, job, read_log, run, step_dir,  # noqa: E402
+                             train_args)
+from harness.ft_jobs import rank_pids, wait_for_lines  # noqa: E402
 
 USAGE, PREEMPTED = 2, 75
 ABORT_BANNER = "MPI_ABORT"

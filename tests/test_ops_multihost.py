@@ -38,7 +38,7 @@ import bstest  # noqa: E402
 import testhosts  # noqa: E402
 from bstest import BATCHSCALE, MPIRUN, read_metrics, read_model  # noqa: E402
 from testhosts import TestHosts  # noqa: E402
-from test_ft_common import losses_by_step, read_checkpoint, step_dir  # noqa: E402
+from harness.ft_jobs import losses_by_step, read_checkpoint, step_dir  # noqa: E402
 
 STEPS = 6
 LAYOUTS = {  # name: (ranks, flags)

@@ -27,41 +27,12 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_ft_common import (BATCHSCALE, CorpusTest, job, losses_by_step, read_checkpoint, read_log,  # noqa: E402
-                            run, step_dir, train_args)
+from harness.ft_jobs import (BATCHSCALE, CorpusTest, job, losses_by_step, rank_pids, read_checkpoint,  # noqa: E402
+                             read_log, run, step_dir, train_args, wait_for_lines)
 
 STEPS, EVERY = 24, 10
 SLOW = ["--debug-inject-fault", "slow:0:40"]  # rank 0 sleeps 39x its compute: a step lasts long enough to signal into
 PREEMPTED = 75
-
-
-def rank_pids(marker):
-    """Rank number -> pid of the live `batchscale train` processes whose command line holds marker."""
-    out = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                words = f.read().split(b"\0")
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-        except OSError:
-            continue
-        if marker.encode() in words and b"train" in words and not words[0].endswith(b"mpirun"):
-            out[int(env.get(b"OMPI_COMM_WORLD_RANK", b"0"))] = int(pid)
-    return out
-
-
-def wait_for_lines(path, n, proc, limit_s=60):
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with open(path) as f:
-                if len(f.read().splitlines()) >= n:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.01)
-    raise AssertionError(f"{path} never reached {n} lines")
 
 
 class Preemption(CorpusTest):

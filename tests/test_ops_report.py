@@ -29,7 +29,7 @@ import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bstest  # noqa: E402
-from bstest import BATCHSCALE  # noqa: E402
+from bstest import BATCHSCALE, SKIP  # noqa: E402
 
 CHARTS = ["loss", "lr", "batch", "throughput", "mfu", "comm", "layers", "noise", "events"]
 STEPS = 12
@@ -150,7 +150,7 @@ def browser_main():
     browser = chromium()
     if not browser:
         print("SKIP: no chromium on PATH (Debian package chromium; scripts/install-deps.sh installs it)")
-        return 77
+        return SKIP
     with bstest.TempDir() as tmp:
         data = bstest.make_corpus(tmp, nbytes=30_000)
         run_dir = os.path.join(tmp, "run")
@@ -163,7 +163,7 @@ def browser_main():
         if body is None or run.returncode != 0:
             print(f"SKIP: chromium could not render here ({dom.returncode}/{run.returncode}): "
                   f"{(dom.stderr + run.stderr).strip().splitlines()[-1:]}")
-            return 77
+            return SKIP
         assert not errors, errors
         assert 'data-charts="9/9"' in body, f"the page's script did not see 9 decoded charts: {body}"
         with open(shot, "rb") as f:

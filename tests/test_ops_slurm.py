@@ -30,9 +30,10 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "slurm"))
+from bstest import SKIP  # noqa: E402
 from cluster import SlurmCluster, Unavailable, wait_until  # noqa: E402
-from test_ft_common import (BATCHSCALE, MPIRUN, CorpusTest, job, losses_by_step, read_checkpoint, run,  # noqa: E402
-                            step_dir)
+from harness.ft_jobs import (BATCHSCALE, MPIRUN, CorpusTest, job, losses_by_step, read_checkpoint, run,  # noqa: E402
+                             step_dir)
 
 EXAMPLE = os.path.join(os.path.dirname(HERE), "examples", "train.sbatch")
 STEPS, EVERY = 24, 10
@@ -121,7 +122,7 @@ def main():
         cluster = SlurmCluster().__enter__()
     except Unavailable as e:
         print(f"SKIP: SLURM cannot run here: {e}")
-        return 77
+        return SKIP
     try:
         Slurm.cluster = cluster
         result = unittest.main(exit=False).result

@@ -30,8 +30,8 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import CorpusTest, one_line_error, read_model, run  # noqa: E402
-from test_model_parallel import rel, train as train_model  # noqa: E402
+from bstest import CorpusTest, one_line_error, read_model, rel, run  # noqa: E402
+from harness.model_parallel_runs import train as train_model  # noqa: E402
 
 L = 8
 SCHEDULES = {"gpipe": ["--pp-schedule", "gpipe"], "1f1b": ["--pp-schedule", "1f1b"],

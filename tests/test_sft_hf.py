@@ -34,7 +34,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import BATCHSCALE, rel  # noqa: E402
+from bstest import BATCHSCALE, SKIP, rel  # noqa: E402
 
 HF_PYTHON = os.environ.get("BS_HF_PYTHON", "")
 DUMP = os.environ.get("GPT_DUMP", "build/tests/gpt_dump")
@@ -244,7 +244,7 @@ def main():
                                        capture_output=True).returncode != 0:
         print(f"SKIP: no Hugging Face venv at {HF_PYTHON or '(unset)'} (scripts/hf-venv.sh makes it from PyPI; "
               "offline it cannot)")
-        return 77
+        return SKIP
     with tempfile.TemporaryDirectory() as tmp:
         check_positions(tmp)
         check_templates(tmp)

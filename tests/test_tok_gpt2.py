@@ -24,7 +24,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_tok_peers as peers  # noqa: E402
+import harness.tok_peers as peers  # noqa: E402
 
 try:
     import numpy as np

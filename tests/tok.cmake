@@ -20,3 +20,6 @@ endforeach()
 
 add_test(NAME tok_data COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_tok_data.py)
 set_tests_properties(tok_data PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}")
+
+bs_tier(unit TESTS tok_unit tok_data)
+bs_tier(peers TESTS tok_gpt2)

@@ -1,15 +1,17 @@
-"""test_ft_common.py: helpers of the fault-tolerance tests (test_ft_*.py):
+"""ft_jobs.py: helpers of the fault-tolerance and operations tests (test_ft_*.py, test_ops_*.py):
 a tiny training job's command line, running it (under mpirun for several
-ranks), and reading a checkpoint with numpy straight from its manifest and
-rank files, independently of the engine's reader."""
+ranks), reading a checkpoint with numpy straight from its manifest and
+rank files, independently of the engine's reader, and finding a running
+job's ranks and waiting on its log."""
 import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import bstest  # noqa: E402
 from bstest import BATCHSCALE, MPIRUN, read_metrics  # noqa: E402,F401
 
@@ -90,3 +92,32 @@ def file_bytes(path):
 def read_log(path):
     with open(path) as f:
         return [json.loads(line) for line in f]
+
+
+def rank_pids(marker):
+    """Rank number -> pid of the live `batchscale train` processes whose command line holds marker."""
+    out = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                words = f.read().split(b"\0")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        except OSError:
+            continue
+        if marker.encode() in words and b"train" in words and not words[0].endswith(b"mpirun"):
+            out[int(env.get(b"OMPI_COMM_WORLD_RANK", b"0"))] = int(pid)
+    return out
+
+
+def wait_for_lines(path, n, proc, limit_s=60):
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with open(path) as f:
+                if len(f.read().splitlines()) >= n:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.01)
+    raise AssertionError(f"{path} never reached {n} lines")

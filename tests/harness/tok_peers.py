@@ -1,4 +1,4 @@
-"""test_tok_peers.py: shared helpers for the tokenizer tests and benchmark (not a test itself).
+"""tok_peers.py: shared helpers for the tokenizer tests and benchmark (not a test itself).
 
 The peers are encoders nobody here wrote, built from the same local GPT-2
 files (no download at run time): tiktoken with its own GPT-2 definition
@@ -14,7 +14,7 @@ import subprocess
 import sys
 import unicodedata
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GPT2_DIR = os.environ.get("BS_GPT2_DIR", os.path.join(ROOT, "tests", "data", "gpt2"))
 
 
