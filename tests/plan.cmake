@@ -67,5 +67,6 @@ add_test(NAME plan_python COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_py
 set_tests_properties(plan_python PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" SKIP_RETURN_CODE 77 TIMEOUT 1500)
 
 bs_tier(unit TESTS plan_formulas plan_moe plan_kernels_measured plan_dense_blocks plan_answer plan_links_alone plan_cli
-        plan_validation plan_stacks doc_tables)
-bs_tier(slow TESTS plan_python)
+        plan_validation doc_tables)
+# plan_stacks runs the whole validation table three times (presets, pinned, bare): a minute here.
+bs_tier(slow TESTS plan_stacks plan_python)
