@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "device/cuda/cublaslt_api.h"
 #include "device/cuda/cuda_kernels.h"
 #include "device/device_impl.h"
 
@@ -18,6 +19,7 @@ enum { LT_WORKSPACE = 32 << 20 };
 
 typedef struct {
     Device base;
+    CublasLtApi api; /* loaded when the device opens (cublaslt_api.h) */
     cublasLtHandle_t lt;
     void *workspace;
 } CudaDevice;
@@ -100,9 +102,9 @@ typedef struct {
 static int lt_layouts(Device *d, const LtProduct *p, cublasLtMatrixLayout_t l[3]) {
     int rows_a = p->ta == CUBLAS_OP_N ? p->m : p->k, cols_a = p->ta == CUBLAS_OP_N ? p->k : p->m;
     int rows_b = p->tb == CUBLAS_OP_N ? p->k : p->n, cols_b = p->tb == CUBLAS_OP_N ? p->n : p->k;
-    if (check_lt(d, cublasLtMatrixLayoutCreate(&l[0], p->ab, rows_a, cols_a, p->lda), "layout A")) return -1;
-    if (check_lt(d, cublasLtMatrixLayoutCreate(&l[1], p->ab, rows_b, cols_b, p->ldb), "layout B")) return -1;
-    return check_lt(d, cublasLtMatrixLayoutCreate(&l[2], CUDA_R_32F, p->m, p->n, p->m), "layout D");
+    if (check_lt(d, cuda(d)->api.MatrixLayoutCreate(&l[0], p->ab, rows_a, cols_a, p->lda), "layout A")) return -1;
+    if (check_lt(d, cuda(d)->api.MatrixLayoutCreate(&l[1], p->ab, rows_b, cols_b, p->ldb), "layout B")) return -1;
+    return check_lt(d, cuda(d)->api.MatrixLayoutCreate(&l[2], CUDA_R_32F, p->m, p->n, p->m), "layout D");
 }
 
 /* A pointer's alignment in bytes, at most 256 (cuBLASLt assumes 256 unless told:
@@ -118,7 +120,7 @@ static int lt_alignments(Device *d, cublasLtMatmulPreference_t pref, const LtPro
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     const uint32_t align[] = {alignment(p->A), alignment(p->B), alignment(p->D), alignment(p->D)};
     for (int i = 0; i < 4; i++)
-        if (check_lt(d, cublasLtMatmulPreferenceSetAttribute(pref, attr[i], &align[i], sizeof align[i]), "alignment"))
+        if (check_lt(d, cuda(d)->api.MatmulPreferenceSetAttribute(pref, attr[i], &align[i], sizeof align[i]), "alignment"))
             return -1;
     return 0;
 }
@@ -129,31 +131,31 @@ static int lt_matmul(Device *d, const LtProduct *p, cudaStream_t stream) {
     cublasLtMatrixLayout_t l[3] = {NULL, NULL, NULL};
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t algo;
-    int found = 0, rc = check_lt(d, cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+    int found = 0, rc = check_lt(d, cuda(d)->api.MatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
     size_t ws = LT_WORKSPACE;
     /* split-K may reduce in the workspace, never in place in the output (a fixed order) */
     uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_INPLACE;
     cublasLtEpilogue_t epi = p->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    if (!rc) rc = check_lt(d, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &p->ta, sizeof p->ta), "transa");
-    if (!rc) rc = check_lt(d, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &p->tb, sizeof p->tb), "transb");
-    if (!rc) rc = check_lt(d, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "epilogue");
+    if (!rc) rc = check_lt(d, cuda(d)->api.MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &p->ta, sizeof p->ta), "transa");
+    if (!rc) rc = check_lt(d, cuda(d)->api.MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &p->tb, sizeof p->tb), "transb");
+    if (!rc) rc = check_lt(d, cuda(d)->api.MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "epilogue");
     if (!rc && p->bias)
-        rc = check_lt(d, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias, sizeof p->bias), "bias");
+        rc = check_lt(d, cuda(d)->api.MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias, sizeof p->bias), "bias");
     if (!rc) rc = lt_layouts(d, p, l);
-    if (!rc) rc = check_lt(d, cublasLtMatmulPreferenceCreate(&pref), "preference");
-    if (!rc) rc = check_lt(d, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), "workspace");
-    if (!rc) rc = check_lt(d, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes), "reduction");
+    if (!rc) rc = check_lt(d, cuda(d)->api.MatmulPreferenceCreate(&pref), "preference");
+    if (!rc) rc = check_lt(d, cuda(d)->api.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), "workspace");
+    if (!rc) rc = check_lt(d, cuda(d)->api.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes), "reduction");
     if (!rc) rc = lt_alignments(d, pref, p);
-    if (!rc) rc = check_lt(d, cublasLtMatmulAlgoGetHeuristic(cd->lt, desc, l[0], l[1], l[2], l[2], pref, 1, &algo, &found), "heuristic");
+    if (!rc) rc = check_lt(d, cuda(d)->api.MatmulAlgoGetHeuristic(cd->lt, desc, l[0], l[1], l[2], l[2], pref, 1, &algo, &found), "heuristic");
     if (!rc && found == 0) rc = device_fail(d, "cuBLASLt: no algorithm for a %d x %d x %d product", p->m, p->n, p->k);
     const float alpha = 1.0f;
     if (!rc)
-        rc = check_lt(d, cublasLtMatmul(cd->lt, desc, &alpha, p->A, l[0], p->B, l[1], &p->beta, p->D, l[2], p->D, l[2],
+        rc = check_lt(d, cuda(d)->api.Matmul(cd->lt, desc, &alpha, p->A, l[0], p->B, l[1], &p->beta, p->D, l[2], p->D, l[2],
                                         &algo.algo, cd->workspace, ws, stream), "matmul");
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (pref) cuda(d)->api.MatmulPreferenceDestroy(pref);
     for (int i = 0; i < 3; i++)
-        if (l[i]) cublasLtMatrixLayoutDestroy(l[i]);
-    if (desc) cublasLtMatmulDescDestroy(desc);
+        if (l[i]) cuda(d)->api.MatrixLayoutDestroy(l[i]);
+    if (desc) cuda(d)->api.MatmulDescDestroy(desc);
     return rc;
 }
 
@@ -198,7 +200,8 @@ static void cuda_close(Device *d) {
     CudaDevice *cd = cuda(d);
     cudaDeviceSynchronize();
     cudaFree(cd->workspace);
-    cublasLtDestroy(cd->lt);
+    cd->api.Destroy(cd->lt);
+    dlclose(cd->api.library);
     free(cd);
 }
 
@@ -221,9 +224,14 @@ extern "C" Device *device_cuda_open(char *reason, size_t reason_size) {
         return NULL;
     }
     cd->base.ops = &cuda_ops;
-    if ((e = cudaMalloc(&cd->workspace, LT_WORKSPACE)) != cudaSuccess || cublasLtCreate(&cd->lt) != CUBLAS_STATUS_SUCCESS) {
+    if (!cublaslt_load(&cd->api, reason, reason_size)) {
+        free(cd);
+        return NULL;
+    }
+    if ((e = cudaMalloc(&cd->workspace, LT_WORKSPACE)) != cudaSuccess || cd->api.Create(&cd->lt) != CUBLAS_STATUS_SUCCESS) {
         snprintf(reason, reason_size, "no usable CUDA GPU: %s", e != cudaSuccess ? cudaGetErrorString(e) : "cublasLtCreate failed");
         cudaFree(cd->workspace);
+        dlclose(cd->api.library);
         free(cd);
         return NULL;
     }
