@@ -25,8 +25,26 @@ static const double FP32_BOUND = 1e-5;
 
 static Rng rng;
 
+/* The test's host buffers, freed together at the end (host_free_all). */
+enum { HOST_MAX = 256 };
+static void *host_buffers[HOST_MAX];
+static int host_count;
+
+static void *host_alloc(size_t n) {
+    void *p = malloc(n);
+    if (!p || host_count == HOST_MAX) {
+        printf("FAIL: host_alloc(%zu)\n", n);
+        exit(1);
+    }
+    return host_buffers[host_count++] = p;
+}
+
+static void host_free_all(void) {
+    while (host_count > 0) free(host_buffers[--host_count]);
+}
+
 static float *random_floats(size_t n, float scale) {
-    float *x = malloc(sizeof *x * n);
+    float *x = host_alloc(sizeof *x * n);
     for (size_t i = 0; i < n; i++) x[i] = (2 * rng_uniform(&rng) - 1) * scale;
     return x;
 }
@@ -70,7 +88,7 @@ static void test_encoder(Harness *h, int docs) {
     for (int i = 0; i < N; i++) positions[i] = i % T - doc_start[i];
     for (int i = 0; i < N; i++) tokens[i] = (int32_t)rng_below(&rng, i % 7 ? V : 3); /* repeats too */
     float *wte = random_floats((size_t)V * C, 1), *wpe = random_floats((size_t)T * C, 1);
-    float *out = malloc(sizeof *out * N * C), *dout = random_floats((size_t)N * C, 1);
+    float *out = host_alloc(sizeof *out * N * C), *dout = random_floats((size_t)N * C, 1);
     float *dwte = random_floats((size_t)V * C, 1), *dwpe = random_floats((size_t)T * C, 1);
     DeviceCall call = {.kernel = DK_ENCODER_FORWARD};
     call.a.encoder = (EncoderArgs){harness_alloc(h, sizeof(float) * N * C), up(h, dwte, (size_t)V * C),
@@ -89,7 +107,7 @@ static void test_encoder(Harness *h, int docs) {
 
 static void test_layernorm(Harness *h) {
     float *inp = random_floats((size_t)N * C, 2), *w = random_floats(C, 1), *b = random_floats(C, 1);
-    float *out = malloc(sizeof *out * N * C), mean[N], rstd[N], *dout = random_floats((size_t)N * C, 1);
+    float *out = host_alloc(sizeof *out * N * C), mean[N], rstd[N], *dout = random_floats((size_t)N * C, 1);
     float *dinp = random_floats((size_t)N * C, 1), *dw = random_floats(C, 1), *db = random_floats(C, 1);
     DeviceCall call = {.kernel = DK_LAYERNORM_FORWARD};
     call.a.layernorm = (LayernormArgs){harness_alloc(h, sizeof(float) * N * C), harness_alloc(h, sizeof mean),
@@ -111,7 +129,7 @@ static void test_layernorm(Harness *h) {
 
 static void test_elementwise(Harness *h) {
     const size_t n = (size_t)N * 4 * C;
-    float *x = random_floats(n, 4), *y = random_floats(n, 1), *want = malloc(sizeof *want * n);
+    float *x = random_floats(n, 4), *y = random_floats(n, 1), *want = host_alloc(sizeof *want * n);
     DeviceCall call = {.kernel = DK_GELU_FORWARD};
     call.a.elementwise = (ElementwiseArgs){harness_alloc(h, sizeof(float) * n), up(h, x, n), up(h, y, n), n};
     harness_launch(h, &call);
@@ -133,8 +151,8 @@ static void test_attention(Harness *h, int docs) {
     int32_t doc_start[N];
     document_starts(doc_start);
     float *qkv = random_floats(nqkv, 1), *dout = random_floats((size_t)N * C, 1);
-    float *out = malloc(sizeof *out * N * C), *att = malloc(sizeof *att * natt);
-    float *dqkv = malloc(sizeof *dqkv * nqkv), *scratch = malloc(sizeof *scratch * T * T);
+    float *out = host_alloc(sizeof *out * N * C), *att = host_alloc(sizeof *att * natt);
+    float *dqkv = host_alloc(sizeof *dqkv * nqkv), *scratch = host_alloc(sizeof *scratch * T * T);
     DeviceCall call = {.kernel = DK_ATTENTION_FORWARD};
     call.a.attention = (AttentionArgs){harness_alloc(h, sizeof(float) * N * C), harness_alloc(h, sizeof(float) * natt),
                                        harness_alloc(h, sizeof(float) * nqkv), harness_alloc(h, sizeof(float) * natt),
@@ -168,7 +186,7 @@ static void test_matmul(Harness *h, int IC, int OC) {
     const size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;
     float *inp = random_floats(ni, 1), *w = random_floats(nw, 0.2f), *bias = random_floats(OC, 1);
     float *dout = random_floats(no, 1), *dw = random_floats(nw, 1), *db = random_floats(OC, 1);
-    float *out = malloc(sizeof *out * no), *dinp = malloc(sizeof *dinp * ni);
+    float *out = host_alloc(sizeof *out * no), *dinp = host_alloc(sizeof *dinp * ni);
     DeviceCall call = {.kernel = DK_MATMUL_FORWARD};
     call.a.matmul = (MatmulArgs){harness_alloc(h, sizeof(float) * no), harness_alloc(h, sizeof(float) * ni),
                                  up(h, dw, nw), up(h, db, OC), up(h, inp, ni), up(h, w, nw), up(h, bias, OC),
@@ -195,9 +213,9 @@ static void test_matmul(Harness *h, int IC, int OC) {
  * k: sum_k |x_k w_k| (2^-8 + 2^-18), plus the fp32 bound for the order. */
 static void test_matmul_bf16(Harness *h, int IC, int OC) {
     const size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;
-    float *inp = random_floats(ni, 1), *w = random_floats(nw, 0.2f), *out = malloc(sizeof *out * no);
-    float *got = malloc(sizeof *got * no);
-    bf16 *inp16 = malloc(sizeof *inp16 * ni), *w16 = malloc(sizeof *w16 * nw);
+    float *inp = random_floats(ni, 1), *w = random_floats(nw, 0.2f), *out = host_alloc(sizeof *out * no);
+    float *got = host_alloc(sizeof *got * no);
+    bf16 *inp16 = host_alloc(sizeof *inp16 * ni), *w16 = host_alloc(sizeof *w16 * nw);
     bf16_from_floats(inp16, inp, ni);
     bf16_from_floats(w16, w, nw);
     DeviceCall call = {.kernel = DK_MATMUL_FORWARD};
@@ -234,8 +252,8 @@ static void test_adamw(Harness *h) {
     expect_close(h, "adamw params", call.a.adamw.params, p, n);
     expect_close(h, "adamw m", call.a.adamw.m, m, n);
     expect_close(h, "adamw v", call.a.adamw.v, v, n);
-    float *got = malloc(sizeof *got * n);
-    bf16 *got16 = malloc(sizeof *got16 * n);
+    float *got = host_alloc(sizeof *got * n);
+    bf16 *got16 = host_alloc(sizeof *got16 * n);
     harness_download(h, got, call.a.adamw.params, sizeof *got * n);
     harness_download(h, got16, call.a.adamw.params_bf16, sizeof *got16 * n);
     size_t differ = 0;
@@ -290,6 +308,7 @@ int main(int argc, char **argv) {
     test_adamw(&h);
     test_sums(&h);
     harness_close(&h);
+    host_free_all();
     printf("%s\n", failures ? "FAILED" : "all kernels agree");
     return failures != 0;
 }

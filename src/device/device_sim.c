@@ -45,6 +45,7 @@ typedef struct {
     size_t limit, used; /* bytes: the simulated memory (0: no limit) and what is allocated */
     DeviceStream **streams;
     int nstreams, cap;
+    struct SimBlock *blocks; /* every live allocation: closing the device frees them, as a CUDA context's end does */
 } SimDevice;
 
 static SimDevice *sim(Device *d) { return (SimDevice *)d; }
@@ -103,8 +104,14 @@ static int sim_drain(Device *d) {
     }
 }
 
-/* Each block starts with its size (HEADER bytes, keeping the alignment malloc gives). */
-enum { HEADER = 16 };
+/* Each block starts with its size and its place in the device's list of live blocks (HEADER bytes, keeping
+ * the alignment malloc gives). */
+typedef struct SimBlock {
+    size_t size;
+    struct SimBlock *prev, *next;
+} SimBlock;
+enum { HEADER = 32 };
+_Static_assert(sizeof(SimBlock) <= HEADER, "SimBlock fits its header");
 
 static void *sim_alloc(Device *d, size_t n) {
     SimDevice *sd = sim(d);
@@ -114,19 +121,24 @@ static void *sim_alloc(Device *d, size_t n) {
                     sd->limit ? sd->limit - sd->used : 0, sd->limit);
         return NULL;
     }
-    memcpy(p, &n, sizeof n);
+    SimBlock *b = (SimBlock *)p;
+    *b = (SimBlock){n, NULL, sd->blocks};
+    if (sd->blocks) sd->blocks->prev = b;
+    sd->blocks = b;
     sd->used += n;
     memset(p + HEADER, 0xff, n); /* every float NaN, every int -1 */
     return p + HEADER;
 }
 
 static void sim_free(Device *d, void *p) {
-    size_t n;
-    unsigned char *block = (unsigned char *)p - HEADER;
+    SimDevice *sd = sim(d);
+    SimBlock *b = (SimBlock *)((unsigned char *)p - HEADER);
     sim_drain(d);
-    memcpy(&n, block, sizeof n);
-    sim(d)->used -= n;
-    free(block);
+    if (b->prev) b->prev->next = b->next;
+    else sd->blocks = b->next;
+    if (b->next) b->next->prev = b->prev;
+    sd->used -= b->size;
+    free(b);
 }
 
 static DeviceStream *sim_stream_create(Device *d) {
@@ -204,6 +216,11 @@ static void sim_close(Device *d) {
         free(sd->streams[i]);
     }
     free(sd->streams);
+    while (sd->blocks) {
+        SimBlock *next = sd->blocks->next;
+        free(sd->blocks);
+        sd->blocks = next;
+    }
     free(sd);
 }
 
