@@ -28,6 +28,11 @@ typedef struct {
     int (*launch)(Device *d, DeviceStream *s, const DeviceCall *call);
     int (*stream_sync)(Device *d, DeviceStream *s);
     int (*sync)(Device *d);
+    void *(*host_alloc)(Device *d, size_t n);
+    void (*host_free)(Device *d, void *p);
+    void *(*native_stream)(Device *d, DeviceStream *s);
+    int (*event_done)(Device *d, DeviceEvent *e);
+    int (*gpu_count)(Device *d);
 } DeviceOps;
 
 /* Every implementation's device begins with this. */

@@ -1,0 +1,19 @@
+# device_comm.cmake: collectives on device buffers (comm/device_comm.h)
+# against the CPU collectives: the host path on sim under mpirun (2-4 ranks),
+# and on a CUDA GPU (label gpu, one rank: nccl and host), which skips (exit
+# 77, with the reason) where none answers and fails under BS_REQUIRE_GPU=1.
+set(DEVICE_COMM_MPIRUN mpirun --allow-run-as-root --oversubscribe --bind-to none)
+add_executable(test_device_comm test_device_comm.c)
+target_link_libraries(test_device_comm PRIVATE bscore)
+foreach(n 1 2 3 4)
+  add_test(NAME device_comm_sim_np${n} COMMAND ${DEVICE_COMM_MPIRUN} -np ${n} $<TARGET_FILE:test_device_comm> sim)
+  set_tests_properties(device_comm_sim_np${n} PROPERTIES LABELS device ENVIRONMENT OMP_NUM_THREADS=1)
+  list(APPEND DEVICE_COMM_SIM_TESTS device_comm_sim_np${n})
+endforeach()
+add_test(NAME device_comm_nccl_gpu COMMAND test_device_comm cuda nccl)
+add_test(NAME device_comm_host_gpu COMMAND test_device_comm cuda host)
+set_tests_properties(device_comm_nccl_gpu device_comm_host_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP}
+  ENVIRONMENT OMP_NUM_THREADS=1)
+
+bs_tier(layouts TESTS ${DEVICE_COMM_SIM_TESTS})
+bs_tier(slow TESTS device_comm_nccl_gpu device_comm_host_gpu)
