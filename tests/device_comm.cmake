@@ -10,6 +10,12 @@ foreach(n 1 2 3 4)
   set_tests_properties(device_comm_sim_np${n} PROPERTIES LABELS device ENVIRONMENT OMP_NUM_THREADS=1)
   list(APPEND DEVICE_COMM_SIM_TESTS device_comm_sim_np${n})
 endforeach()
+# A rank that never joins: the device all-reduce ends the job within --comm-timeout, naming it.
+add_test(NAME device_comm_sim_timeout COMMAND ${DEVICE_COMM_MPIRUN} -np 2 $<TARGET_FILE:test_device_comm> sim host stall)
+set_tests_properties(device_comm_sim_timeout PROPERTIES LABELS device TIMEOUT 25 ENVIRONMENT OMP_NUM_THREADS=1
+  PASS_REGULAR_EXPRESSION "\\[rank 0\\] error: all-reduce \\(ring, [0-9.]+ MB\\) on the world group timed out after 1 s waiting for rank 1 on host"
+  FAIL_REGULAR_EXPRESSION "FAIL")
+list(APPEND DEVICE_COMM_SIM_TESTS device_comm_sim_timeout)
 add_test(NAME device_comm_nccl_gpu COMMAND test_device_comm cuda nccl)
 add_test(NAME device_comm_host_gpu COMMAND test_device_comm cuda host)
 set_tests_properties(device_comm_nccl_gpu device_comm_host_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP}

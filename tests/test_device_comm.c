@@ -16,12 +16,17 @@
  * test can fail: reading the result without device_comm_wait gives stale
  * values under some seed of sim's order.
  *
- * usage: test_device_comm sim|cuda [host|nccl|auto] */
+ * With `stall`, rank 1 never joins: rank 0's all-reduce on device buffers
+ * must end the job within the group's timeout (1 s) with the CPU path's line
+ * naming the operation, the group and rank 1 (CTest matches it).
+ *
+ * usage: test_device_comm sim|cuda [host|nccl|auto [stall]] */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "comm/comm.h"
@@ -201,6 +206,21 @@ static void check_missing_wait_is_caught(Ctx *c) {
     free(x), free(got);
 }
 
+/* Rank 1 sleeps past the timeout; rank 0's all-reduce must end the job first. */
+static void stall(Ctx *c) {
+    comm_set_algo(c->world, COMM_ALGO_RING); /* names the rank it waits for */
+    if (comm_rank(c->world) == 1) {
+        sleep(30);
+        printf("FAIL: rank 1 woke up: rank 0 did not end the job within the timeout\n");
+        exit(1);
+    }
+    float x[1000] = {0};
+    float *d = upload(c, x, 1000);
+    device_comm_allreduce(c->dc, d, 1000, false);
+    printf("FAIL: the all-reduce returned without rank 1\n");
+    exit(1);
+}
+
 static void run_all(Ctx *c) {
     const size_t lengths[] = {0, 1, 7, 1000, 70001};
     for (size_t i = 0; i < sizeof lengths / sizeof *lengths; i++) {
@@ -218,7 +238,8 @@ static void run_all(Ctx *c) {
 }
 
 int main(int argc, char **argv) {
-    Comm *world = comm_init(&argc, &argv, COMM_ALGO_MPI, 0, 60.0, "world");
+    const bool stalling = argc > 3 && strcmp(argv[3], "stall") == 0;
+    Comm *world = comm_init(&argc, &argv, COMM_ALGO_MPI, 0, stalling ? 1.0 : 60.0, "world");
     Ctx c = {.world = world, .h = harness_open(argc, argv, 1234 + (uint64_t)comm_world_rank(world))};
     GpuCommKind asked = GPU_COMM_AUTO, path;
     if (argc > 2 && !gpu_comm_parse(argv[2], &asked)) {
@@ -244,6 +265,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     c.exact_sums = path == GPU_COMM_HOST || comm_size(world) == 1;
+    if (stalling) stall(&c);
     const CommAlgo algos[] = {COMM_ALGO_MPI, COMM_ALGO_RING, COMM_ALGO_HIERARCHICAL};
     for (int a = 0; a < 3; a++) {
         comm_set_algo(world, algos[a]);
