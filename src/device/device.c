@@ -10,7 +10,7 @@
 Device *device_open(DeviceKind kind, const DeviceOptions *options, char *reason, size_t reason_size) {
     if (kind == DEVICE_SIM) return device_sim_open(options, reason, reason_size);
 #ifdef BS_HAVE_CUDA
-    return device_cuda_open(reason, reason_size);
+    return device_cuda_open(options ? options->gpu : 0, reason, reason_size);
 #else
     snprintf(reason, reason_size, "CUDA is not built into this batchscale (rebuild with nvcc present or -DBS_CUDA=ON)");
     return NULL;

@@ -26,6 +26,7 @@ typedef enum { DEVICE_CUDA, DEVICE_SIM } DeviceKind;
 typedef struct {
     uint64_t seed;       /* sim: the seed of the order queued work runs in */
     size_t memory_limit; /* sim: the simulated device's memory in bytes (0: as much as the host gives) */
+    int gpu;             /* cuda: which GPU, modulo the GPUs this process sees (the node-local rank as it is) */
 } DeviceOptions;
 
 typedef struct Device Device;

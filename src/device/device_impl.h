@@ -46,7 +46,7 @@ int device_fail(Device *d, const char *fmt, ...) __attribute__((format(printf, 2
 
 Device *device_sim_open(const DeviceOptions *options, char *reason, size_t reason_size);
 #ifdef BS_HAVE_CUDA
-Device *device_cuda_open(char *reason, size_t reason_size);
+Device *device_cuda_open(int gpu, char *reason, size_t reason_size);
 const char *device_cuda_build_info(void);
 #endif
 

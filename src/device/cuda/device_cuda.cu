@@ -235,11 +235,16 @@ static const DeviceOps cuda_ops = {
     cuda_host_alloc,     cuda_host_free,    cuda_native_stream, cuda_event_done, cuda_gpu_count,
 };
 
-extern "C" Device *device_cuda_open(char *reason, size_t reason_size) {
+extern "C" Device *device_cuda_open(int gpu, char *reason, size_t reason_size) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
         snprintf(reason, reason_size, "no CUDA GPU: %s", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+        return NULL;
+    }
+    if ((e = cudaSetDevice((gpu % count + count) % count)) != cudaSuccess) {
+        snprintf(reason, reason_size, "cannot use GPU %d of %d: %s", (gpu % count + count) % count, count,
+                 cudaGetErrorString(e));
         return NULL;
     }
     CudaDevice *cd = (CudaDevice *)calloc(1, sizeof *cd);
