@@ -221,6 +221,36 @@ static void stall(Ctx *c) {
     exit(1);
 }
 
+/* The path rule (gpu_comm_rule) on layouts no machine here has, and this job's machine detection. */
+static void check_path_rule(Comm *world) {
+    struct {
+        bool sim;
+        int ranks, gpus;
+        GpuCommKind asked, want;
+        int rc;
+    } cases[] = {
+        {true, 1, 0, GPU_COMM_AUTO, GPU_COMM_HOST, 0},   {true, 4, 0, GPU_COMM_NCCL, GPU_COMM_NCCL, -1},
+        {false, 1, 1, GPU_COMM_AUTO, GPU_COMM_NCCL, 0},  {false, 8, 8, GPU_COMM_AUTO, GPU_COMM_NCCL, 0},
+        {false, 2, 1, GPU_COMM_AUTO, GPU_COMM_HOST, 0},  {false, 2, 1, GPU_COMM_NCCL, GPU_COMM_NCCL, -1},
+        {false, 9, 8, GPU_COMM_AUTO, GPU_COMM_HOST, 0},  {false, 8, 8, GPU_COMM_HOST, GPU_COMM_HOST, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        GpuCommKind got;
+        char reason[256] = "";
+        int rc = gpu_comm_rule(cases[i].sim, cases[i].ranks, cases[i].gpus, cases[i].asked, &got, reason, sizeof reason);
+        CHECK(rc == cases[i].rc && (rc != 0 || got == cases[i].want), "rule case %zu: rc %d path %s", i, rc,
+              gpu_comm_name(got));
+        CHECK(rc == 0 || (reason[0] && !strchr(reason, '\n')), "rule case %zu: no one-line reason", i);
+    }
+    char reason[256];
+    GpuCommKind got;
+    gpu_comm_rule(false, 2, 1, GPU_COMM_NCCL, &got, reason, sizeof reason);
+    CHECK(strstr(reason, "2 ranks of a node share 1 GPU"), "the refusal does not say why: %s", reason);
+    int local_size = 0, local = gpu_comm_local_rank(world, &local_size);
+    CHECK(local_size == comm_size(world) && local == comm_rank(world), "one machine: local rank %d of %d", local,
+          local_size);
+}
+
 static void run_all(Ctx *c) {
     const size_t lengths[] = {0, 1, 7, 1000, 70001};
     for (size_t i = 0; i < sizeof lengths / sizeof *lengths; i++) {
@@ -266,6 +296,7 @@ int main(int argc, char **argv) {
     }
     c.exact_sums = path == GPU_COMM_HOST || comm_size(world) == 1;
     if (stalling) stall(&c);
+    check_path_rule(world);
     const CommAlgo algos[] = {COMM_ALGO_MPI, COMM_ALGO_RING, COMM_ALGO_HIERARCHICAL};
     for (int a = 0; a < 3; a++) {
         comm_set_algo(world, algos[a]);

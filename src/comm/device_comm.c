@@ -26,13 +26,9 @@ const char *gpu_comm_name(GpuCommKind kind) {
     return "?";
 }
 
-int gpu_comm_choose(Comm *world, Device *dev, GpuCommKind asked, GpuCommKind *chosen, char *reason,
-                    size_t reason_size) {
-    /* the most crowded node decides for all: every rank must take the same path */
-    double crowd[2] = {(double)comm_size(comm_node_group(world)), -(double)device_gpu_count(dev)};
-    comm_allreduce_max_double(world, crowd, 2);
-    const int ranks = (int)crowd[0], gpus = (int)-crowd[1];
-    const bool sim = strcmp(device_name(dev), "sim") == 0, shared = ranks > gpus;
+int gpu_comm_rule(bool sim, int ranks, int gpus, GpuCommKind asked, GpuCommKind *chosen, char *reason,
+                  size_t reason_size) {
+    const bool shared = ranks > gpus;
     *chosen = asked == GPU_COMM_AUTO ? (sim || shared ? GPU_COMM_HOST : GPU_COMM_NCCL) : asked;
     if (*chosen != GPU_COMM_NCCL) return 0;
     if (sim) {
@@ -46,6 +42,28 @@ int gpu_comm_choose(Comm *world, Device *dev, GpuCommKind asked, GpuCommKind *ch
         return -1;
     }
     return 0;
+}
+
+int gpu_comm_local_rank(Comm *world, int *local_size) {
+    MPI_Comm machine;
+    int rank = 0;
+    comm_check(MPI_Comm_split_type(world->mpi, MPI_COMM_TYPE_SHARED, world->rank, MPI_INFO_NULL, &machine), world,
+               "machine detection");
+    MPI_Comm_rank(machine, &rank);
+    MPI_Comm_size(machine, local_size);
+    MPI_Comm_free(&machine);
+    return rank;
+}
+
+int gpu_comm_choose(Comm *world, Device *dev, GpuCommKind asked, GpuCommKind *chosen, char *reason,
+                    size_t reason_size) {
+    int local_size = 1;
+    gpu_comm_local_rank(world, &local_size);
+    /* the most crowded machine decides for all */
+    double crowd[2] = {(double)local_size, -(double)device_gpu_count(dev)};
+    comm_allreduce_max_double(world, crowd, 2);
+    return gpu_comm_rule(strcmp(device_name(dev), "sim") == 0, (int)crowd[0], (int)-crowd[1], asked, chosen, reason,
+                         reason_size);
 }
 
 void device_comm_check(const DeviceComm *dc, int rc, const char *what) {

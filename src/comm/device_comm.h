@@ -40,9 +40,16 @@ bool gpu_comm_parse(const char *name, GpuCommKind *out);
 /* "auto", "nccl" or "host" */
 const char *gpu_comm_name(GpuCommKind kind);
 
-/* The path every rank of world takes (collective over world): host on sim or
- * when the ranks of a node outnumber its GPUs (NCCL refuses two ranks on one
- * GPU), else nccl. `asked` nccl where it cannot work: -1 and the reason. */
+/* The rule: host on sim or when the ranks of a node outnumber its GPUs (NCCL
+ * refuses two ranks on one GPU), else nccl; `asked` nccl where it cannot
+ * work: -1 and the reason. ranks_per_node and gpus: the most crowded node's. */
+int gpu_comm_rule(bool sim, int ranks_per_node, int gpus, GpuCommKind asked, GpuCommKind *chosen, char *reason,
+                  size_t reason_size);
+/* This rank's index among the processes of its machine (MPI's shared-memory
+ * node, whatever nodes are emulated), and their count: the GPU to open is the
+ * index (DeviceOptions.gpu). Collective over world. */
+int gpu_comm_local_rank(Comm *world, int *local_size);
+/* The rule for this job (collective over world: every rank takes the same path). */
 int gpu_comm_choose(Comm *world, Device *dev, GpuCommKind asked, GpuCommKind *chosen, char *reason,
                     size_t reason_size);
 
