@@ -149,18 +149,26 @@ static void check_broadcast(Ctx *c, size_t n) {
     free(x), free(want), free(got);
 }
 
-/* A ring: each rank sends to the next and receives from the previous (sends posted first). */
+/* A ring: each rank sends to the next and receives from the previous, as
+ * one send/receive (any group size: one rank sends to itself), and on the
+ * host path also as a send then a receive (the send stays in flight). */
 static void check_send_recv(Ctx *c, size_t n) {
     const int size = comm_size(c->world), rank = comm_rank(c->world);
-    if (size < 2) return;
     const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
     float *x = random_floats(rank, n, 4), *want = random_floats(prev, n, 4), *got = malloc((n + 1) * sizeof(float));
     float *d_send = upload(c, x, n), *d_recv = harness_alloc(&c->h, (n + 1) * sizeof(float));
-    device_comm_send(c->dc, d_send, n, next, 7);
-    device_comm_recv(c->dc, d_recv, n, prev, 7);
-    device_comm_finish(c->dc);
+    device_comm_sendrecv(c->dc, d_send, n, next, d_recv, n, prev, 7);
     download(c, got, d_recv, n);
     report(c, "send/receive", n, count_diff(c, got, want, NULL, n, false));
+    if (size > 1 && strcmp(device_comm_path(c->dc), "host") == 0) {
+        device_free(c->h.dev, d_recv);
+        d_recv = harness_alloc(&c->h, (n + 1) * sizeof(float));
+        device_comm_send(c->dc, d_send, n, next, 8);
+        device_comm_recv(c->dc, d_recv, n, prev, 8);
+        device_comm_finish(c->dc);
+        download(c, got, d_recv, n);
+        report(c, "send, then receive", n, count_diff(c, got, want, NULL, n, false));
+    }
     device_free(c->h.dev, d_send);
     device_free(c->h.dev, d_recv);
     free(x), free(want), free(got);

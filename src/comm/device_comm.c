@@ -159,13 +159,20 @@ void device_comm_broadcast(DeviceComm *dc, float *buf, size_t n, int root) {
 
 void device_comm_send(DeviceComm *dc, const float *buf, size_t n, int peer, int tag) {
     begin(dc, "send", n * sizeof(float));
-    dc->path->send(dc, buf, n, peer, tag);
+    dc->path->sendrecv(dc, buf, n, peer, NULL, 0, -1, tag);
     end(dc);
 }
 
 void device_comm_recv(DeviceComm *dc, float *buf, size_t n, int peer, int tag) {
     begin(dc, "receive", n * sizeof(float));
-    dc->path->recv(dc, buf, n, peer, tag);
+    dc->path->sendrecv(dc, NULL, 0, -1, buf, n, peer, tag);
+    end(dc);
+}
+
+void device_comm_sendrecv(DeviceComm *dc, const float *send, size_t send_n, int to, float *recv, size_t recv_n,
+                          int from, int tag) {
+    begin(dc, "send/receive", (send_n + recv_n) * sizeof(float));
+    dc->path->sendrecv(dc, send, send_n, to, recv, recv_n, from, tag);
     end(dc);
 }
 

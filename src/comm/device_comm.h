@@ -73,9 +73,15 @@ void device_comm_reduce_scatter(DeviceComm *dc, float *buf, size_t window_offset
 void device_comm_allgather(DeviceComm *dc, float *buf, size_t window_offset, size_t n, size_t total);
 void device_comm_broadcast(DeviceComm *dc, float *buf, size_t n, int root);
 /* n floats to / from group rank peer; a send and the receive it meets carry
- * the same tag (host path; NCCL matches them in order). */
+ * the same tag (host path; NCCL matches them in order). On nccl a send waits
+ * for its receive on the device: ranks that both send and receive (a ring, or
+ * stages exchanging activations and gradients) use device_comm_sendrecv. */
 void device_comm_send(DeviceComm *dc, const float *buf, size_t n, int peer, int tag);
 void device_comm_recv(DeviceComm *dc, float *buf, size_t n, int peer, int tag);
+/* send_n floats to group rank to and recv_n floats from group rank from, as
+ * one operation (NCCL runs the two together; either may be to itself). */
+void device_comm_sendrecv(DeviceComm *dc, const float *send, size_t send_n, int to, float *recv, size_t recv_n,
+                          int from, int tag);
 /* send_counts[r] elements of elem_bytes to group rank r, recv_counts[r] from
  * it; both device buffers hold the blocks in rank order without gaps. */
 void device_comm_alltoallv(DeviceComm *dc, const void *send, const size_t *send_counts, void *recv,

@@ -69,21 +69,24 @@ static void complete_send(DeviceComm *dc) {
     dc->pending_send = NULL;
 }
 
-/* A send leaves its data in staging memory of its own and returns once MPI
- * has it: the receive it meets may be posted after this rank's own receive. */
-static void host_send(DeviceComm *dc, const float *buf, size_t n, int peer, int tag) {
-    complete_send(dc);
-    device_comm_reserve_host(dc, &dc->send_stage, &dc->send_stage_bytes, n * sizeof(float));
-    copy(dc, dc->send_stage, buf, n * sizeof(float), COPY_DEVICE_TO_HOST);
-    settle(dc);
-    dc->pending_send = comm_start_send(dc->group, dc->send_stage, n, peer, tag);
-}
-
-static void host_recv(DeviceComm *dc, float *buf, size_t n, int peer, int tag) {
-    float *h = stage_floats(dc, n);
-    settle(dc); /* a copy back of the previous operation may still read the staging memory */
-    comm_wait(comm_start_recv(dc->group, h, n, peer, tag));
-    copy(dc, buf, h, n * sizeof(float), COPY_HOST_TO_DEVICE);
+/* The send leaves its data in staging memory of its own and stays in flight
+ * (until the next send or finish): the receive it meets may be posted after
+ * this rank's own receive. */
+static void host_sendrecv(DeviceComm *dc, const float *send, size_t send_n, int to, float *recv, size_t recv_n,
+                          int from, int tag) {
+    if (send) {
+        complete_send(dc);
+        device_comm_reserve_host(dc, &dc->send_stage, &dc->send_stage_bytes, send_n * sizeof(float));
+        copy(dc, dc->send_stage, send, send_n * sizeof(float), COPY_DEVICE_TO_HOST);
+        settle(dc);
+        dc->pending_send = comm_start_send(dc->group, dc->send_stage, send_n, to, tag);
+    }
+    if (recv) {
+        float *h = stage_floats(dc, recv_n);
+        settle(dc); /* a copy back of the previous operation may still read the staging memory */
+        comm_wait(comm_start_recv(dc->group, h, recv_n, from, tag));
+        copy(dc, recv, h, recv_n * sizeof(float), COPY_HOST_TO_DEVICE);
+    }
 }
 
 static void host_alltoallv(DeviceComm *dc, const void *send, const size_t *send_counts, void *recv,
@@ -114,8 +117,7 @@ static const DeviceCommPath host_path = {
     .reduce_scatter = host_reduce_scatter,
     .allgather = host_allgather,
     .broadcast = host_broadcast,
-    .send = host_send,
-    .recv = host_recv,
+    .sendrecv = host_sendrecv,
     .alltoallv = host_alltoallv,
     .finish = host_finish,
     .destroy = host_destroy,

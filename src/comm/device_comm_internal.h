@@ -15,8 +15,9 @@ typedef struct {
     void (*reduce_scatter)(DeviceComm *dc, float *buf, size_t window_offset, size_t n, size_t total);
     void (*allgather)(DeviceComm *dc, float *buf, size_t window_offset, size_t n, size_t total);
     void (*broadcast)(DeviceComm *dc, float *buf, size_t n, int root);
-    void (*send)(DeviceComm *dc, const float *buf, size_t n, int peer, int tag);
-    void (*recv)(DeviceComm *dc, float *buf, size_t n, int peer, int tag);
+    /* send NULL: receive only; recv NULL: send only */
+    void (*sendrecv)(DeviceComm *dc, const float *send, size_t send_n, int to, float *recv, size_t recv_n, int from,
+                     int tag);
     void (*alltoallv)(DeviceComm *dc, const void *send, const size_t *send_counts, void *recv,
                       const size_t *recv_counts, size_t elem_bytes);
     void (*finish)(DeviceComm *dc); /* the host waits for the queued operations */

@@ -146,17 +146,16 @@ static void nccl_broadcast(DeviceComm *dc, float *buf, size_t n, int root) {
     nccl_check(dc, st->api.Broadcast(buf, buf, n, ncclFloat, root, st->comm, st->stream), "broadcast");
 }
 
-/* NCCL matches a send with its receive by order, not by tag. */
-static void nccl_send(DeviceComm *dc, const float *buf, size_t n, int peer, int tag) {
+/* One NCCL group, so a rank's send and receive run together (NCCL matches
+ * them by order, not by tag). */
+static void nccl_sendrecv(DeviceComm *dc, const float *send, size_t send_n, int to, float *recv, size_t recv_n,
+                          int from, int tag) {
     (void)tag;
     NcclState *st = dc->nccl;
-    nccl_check(dc, st->api.Send(buf, n, ncclFloat, peer, st->comm, st->stream), "send");
-}
-
-static void nccl_recv(DeviceComm *dc, float *buf, size_t n, int peer, int tag) {
-    (void)tag;
-    NcclState *st = dc->nccl;
-    nccl_check(dc, st->api.Recv(buf, n, ncclFloat, peer, st->comm, st->stream), "receive");
+    nccl_check(dc, st->api.GroupStart(), dc->last_op);
+    if (send) nccl_check(dc, st->api.Send(send, send_n, ncclFloat, to, st->comm, st->stream), dc->last_op);
+    if (recv) nccl_check(dc, st->api.Recv(recv, recv_n, ncclFloat, from, st->comm, st->stream), dc->last_op);
+    nccl_check(dc, st->api.GroupEnd(), dc->last_op);
 }
 
 /* One group of sends and receives (NCCL runs them together: no order between peers to deadlock on). */
@@ -228,8 +227,7 @@ static const DeviceCommPath nccl_path = {
     .reduce_scatter = nccl_reduce_scatter,
     .allgather = nccl_allgather,
     .broadcast = nccl_broadcast,
-    .send = nccl_send,
-    .recv = nccl_recv,
+    .sendrecv = nccl_sendrecv,
     .alltoallv = nccl_alltoallv,
     .finish = nccl_finish,
     .destroy = nccl_destroy,
