@@ -74,8 +74,22 @@ int device_comm_nccl_open(DeviceComm *dc, char *reason, size_t reason_size) {
     return 0;
 }
 
+/* The group's accounts (comm_stats) as the CPU path keeps them: the bytes a
+ * ring would send from this rank, and one operation. */
+static void account(DeviceComm *dc, double bytes) {
+    dc->group->stats.bytes_sent += (uint64_t)bytes;
+    dc->group->stats.uncompressed_bytes += (uint64_t)bytes;
+    dc->group->stats.operations++;
+}
+
+/* (size - 1) / size of n floats: one ring pass */
+static double ring_pass(const DeviceComm *dc, size_t n) {
+    return (double)(dc->group->size - 1) / dc->group->size * (double)n * sizeof(float);
+}
+
 static void nccl_allreduce(DeviceComm *dc, float *buf, size_t n, bool average) {
     NcclState *st = dc->nccl;
+    account(dc, 2 * ring_pass(dc, n));
     nccl_check(dc, st->api.AllReduce(buf, buf, n, ncclFloat, average ? ncclAvg : ncclSum, st->comm, st->stream),
                "all-reduce");
 }
@@ -121,6 +135,7 @@ static void nccl_reduce_scatter(DeviceComm *dc, float *buf, size_t window_offset
     const int size = dc->group->size, rank = dc->group->rank;
     if (block == 0) return;
     float *padded = scratch(dc, block * (size_t)size);
+    account(dc, ring_pass(dc, block * (size_t)size));
     for (int q = 0; q < size; q++) move_part(dc, buf, padded, block, q, window_offset, n, total, true);
     nccl_check(dc,
                st->api.ReduceScatter(padded, padded + (size_t)rank * block, block, ncclFloat, ncclSum, st->comm,
@@ -135,6 +150,7 @@ static void nccl_allgather(DeviceComm *dc, float *buf, size_t window_offset, siz
     const int size = dc->group->size, rank = dc->group->rank;
     if (block == 0) return;
     float *padded = scratch(dc, block * (size_t)size);
+    account(dc, ring_pass(dc, block * (size_t)size));
     move_part(dc, buf, padded, block, rank, window_offset, n, total, true);
     nccl_check(dc, st->api.AllGather(padded + (size_t)rank * block, padded, block, ncclFloat, st->comm, st->stream),
                "all-gather");
@@ -143,6 +159,7 @@ static void nccl_allgather(DeviceComm *dc, float *buf, size_t window_offset, siz
 
 static void nccl_broadcast(DeviceComm *dc, float *buf, size_t n, int root) {
     NcclState *st = dc->nccl;
+    account(dc, dc->group->rank == root ? (double)n * sizeof(float) : 0);
     nccl_check(dc, st->api.Broadcast(buf, buf, n, ncclFloat, root, st->comm, st->stream), "broadcast");
 }
 
@@ -152,6 +169,7 @@ static void nccl_sendrecv(DeviceComm *dc, const float *send, size_t send_n, int 
                           int from, int tag) {
     (void)tag;
     NcclState *st = dc->nccl;
+    account(dc, send && to != dc->group->rank ? (double)send_n * sizeof(float) : 0);
     nccl_check(dc, st->api.GroupStart(), dc->last_op);
     if (send) nccl_check(dc, st->api.Send(send, send_n, ncclFloat, to, st->comm, st->stream), dc->last_op);
     if (recv) nccl_check(dc, st->api.Recv(recv, recv_n, ncclFloat, from, st->comm, st->stream), dc->last_op);
@@ -164,6 +182,9 @@ static void nccl_alltoallv(DeviceComm *dc, const void *send, const size_t *send_
     NcclState *st = dc->nccl;
     const unsigned char *s = send;
     unsigned char *d = recv;
+    size_t others = 0;
+    for (int r = 0; r < dc->group->size; r++) others += r == dc->group->rank ? 0 : send_counts[r] * elem_bytes;
+    account(dc, (double)others);
     nccl_check(dc, st->api.GroupStart(), "all-to-all");
     for (int r = 0; r < dc->group->size; r++) {
         const size_t sb = send_counts[r] * elem_bytes, rb = recv_counts[r] * elem_bytes;
@@ -194,7 +215,10 @@ static void nccl_finish(DeviceComm *dc) {
     for (;;) {
         int done = device_event_done(dc->dev, dc->done);
         if (done < 0) device_comm_check(dc, -1, dc->last_op);
-        if (done) return;
+        if (done) {
+            dc->group->stats.wait_seconds += bs_now() - t0;
+            return;
+        }
         ncclResult_t async = ncclSuccess;
         st->api.CommGetAsyncError(st->comm, &async);
         if (async != ncclSuccess && async != ncclInProgress) {
