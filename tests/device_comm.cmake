@@ -10,6 +10,10 @@ foreach(n 1 2 3 4)
   set_tests_properties(device_comm_sim_np${n} PROPERTIES LABELS device ENVIRONMENT OMP_NUM_THREADS=1)
   list(APPEND DEVICE_COMM_SIM_TESTS device_comm_sim_np${n})
 endforeach()
+# Two emulated nodes of two ranks: the hierarchical algorithm's node and cross passes.
+add_test(NAME device_comm_sim_np4_nodes_of_2 COMMAND ${DEVICE_COMM_MPIRUN} -np 4 $<TARGET_FILE:test_device_comm> sim host 2)
+set_tests_properties(device_comm_sim_np4_nodes_of_2 PROPERTIES LABELS device ENVIRONMENT OMP_NUM_THREADS=1)
+list(APPEND DEVICE_COMM_SIM_TESTS device_comm_sim_np4_nodes_of_2)
 # A rank that never joins: the device all-reduce ends the job within --comm-timeout, naming it.
 add_test(NAME device_comm_sim_timeout COMMAND ${DEVICE_COMM_MPIRUN} -np 2 $<TARGET_FILE:test_device_comm> sim host stall)
 set_tests_properties(device_comm_sim_timeout PROPERTIES LABELS device TIMEOUT 25 ENVIRONMENT OMP_NUM_THREADS=1

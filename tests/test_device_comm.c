@@ -20,7 +20,10 @@
  * must end the job within the group's timeout (1 s) with the CPU path's line
  * naming the operation, the group and rank 1 (CTest matches it).
  *
- * usage: test_device_comm sim|cuda [host|nccl|auto [stall]] */
+ * A number instead emulates nodes of that many ranks, so the hierarchical
+ * algorithm's passes are not trivial.
+ *
+ * usage: test_device_comm sim|cuda [host|nccl|auto [stall|RANKS_PER_NODE]] */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -277,7 +280,8 @@ static void run_all(Ctx *c) {
 
 int main(int argc, char **argv) {
     const bool stalling = argc > 3 && strcmp(argv[3], "stall") == 0;
-    Comm *world = comm_init(&argc, &argv, COMM_ALGO_MPI, 0, stalling ? 1.0 : 60.0, "world");
+    const int ranks_per_node = argc > 3 && !stalling ? atoi(argv[3]) : 0;
+    Comm *world = comm_init(&argc, &argv, COMM_ALGO_MPI, ranks_per_node, stalling ? 1.0 : 60.0, "world");
     Ctx c = {.world = world, .h = harness_open(argc, argv, 1234 + (uint64_t)comm_world_rank(world))};
     GpuCommKind asked = GPU_COMM_AUTO, path;
     if (argc > 2 && !gpu_comm_parse(argv[2], &asked)) {
