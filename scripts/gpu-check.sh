@@ -11,8 +11,8 @@
 # carry=["build-gpu/gpu-bundle.tar.xz"]).
 #
 # Phases: env (GPU, driver, toolkit, torch); unpack (the bundle, --version);
-# tests (the gpu-labelled checks of tests/device.cmake with BS_REQUIRE_GPU=1:
-# a skip fails); sanitizer (compute-sanitizer memcheck and racecheck on three
+# tests (the gpu-labelled checks of tests/device.cmake and
+# tests/device_comm.cmake with BS_REQUIRE_GPU=1: a skip fails); sanitizer (compute-sanitizer memcheck and racecheck on three
 # steps of a tiny model); speed (GPT-2 124M, T 1024, micro-batch 8:
 # batchscale --device cuda in fp32, then the PyTorch peer in fp32 and bf16,
 # eager and torch.compile: tokens/s and MFU, bench/gpu_torch_gpt.py).
@@ -86,6 +86,8 @@ phase corpus 30 corpus
 phase test_device_seam 30 "$WORK/bin/test_device_sim" cuda
 phase test_device_kernels 40 "$WORK/bin/test_device_kernels" cuda
 phase test_device_gpt 60 "$WORK/bin/test_gpt_device" cuda
+phase test_device_comm_nccl 60 "$WORK/bin/test_device_comm" cuda nccl # one rank: every NCCL operation
+phase test_device_comm_host 60 "$WORK/bin/test_device_comm" cuda host # pinned staging through MPI
 phase test_device_train 120 "$PY" tests/test_device_train.py cuda
 phase memcheck 50 compute-sanitizer --tool memcheck --error-exitcode 3 "$BS" "${TINY[@]}"
 phase racecheck 50 compute-sanitizer --tool racecheck --error-exitcode 3 "$BS" "${TINY[@]}"

@@ -10,7 +10,7 @@
 Device *device_open(DeviceKind kind, const DeviceOptions *options, char *reason, size_t reason_size) {
     if (kind == DEVICE_SIM) return device_sim_open(options, reason, reason_size);
 #ifdef BS_HAVE_CUDA
-    return device_cuda_open(reason, reason_size);
+    return device_cuda_open(options ? options->gpu : 0, reason, reason_size);
 #else
     snprintf(reason, reason_size, "CUDA is not built into this batchscale (rebuild with nvcc present or -DBS_CUDA=ON)");
     return NULL;
@@ -62,3 +62,10 @@ int device_launch(Device *d, DeviceStream *s, const DeviceCall *call) {
 }
 int device_stream_sync(Device *d, DeviceStream *s) { return d->ops->stream_sync(d, s); }
 int device_sync(Device *d) { return d->ops->sync(d); }
+void *device_host_alloc(Device *d, size_t n) { return d->ops->host_alloc(d, n); }
+void device_host_free(Device *d, void *p) {
+    if (p) d->ops->host_free(d, p);
+}
+void *device_native_stream(Device *d, DeviceStream *s) { return d->ops->native_stream(d, s); }
+int device_event_done(Device *d, DeviceEvent *e) { return e ? d->ops->event_done(d, e) : 1; }
+int device_gpu_count(Device *d) { return d->ops->gpu_count(d); }

@@ -26,6 +26,7 @@ typedef enum { DEVICE_CUDA, DEVICE_SIM } DeviceKind;
 typedef struct {
     uint64_t seed;       /* sim: the seed of the order queued work runs in */
     size_t memory_limit; /* sim: the simulated device's memory in bytes (0: as much as the host gives) */
+    int gpu;             /* cuda: which GPU, modulo the GPUs this process sees (the node-local rank as it is) */
 } DeviceOptions;
 
 typedef struct Device Device;
@@ -63,6 +64,20 @@ int device_stream_wait(Device *d, DeviceStream *s, DeviceEvent *e);
 int device_launch(Device *d, DeviceStream *s, const DeviceCall *call);
 int device_stream_sync(Device *d, DeviceStream *s);
 int device_sync(Device *d);
+
+/* Host memory for staging copies (cuda: pinned, so copies run at full speed
+ * and asynchronously; sim: plain), NULL with a reason; free waits for all work
+ * queued on the device. */
+void *device_host_alloc(Device *d, size_t n);
+void device_host_free(Device *d, void *p);
+/* For a library that queues its own work on a stream (NCCL, in comm/): the
+ * stream's native handle (cuda: its cudaStream_t; sim: NULL). */
+void *device_native_stream(Device *d, DeviceStream *s);
+/* 1 when e's latest record has run (or e was never recorded), 0 while it is
+ * pending, -1 on an error; never blocks (sim: runs the queued work first). */
+int device_event_done(Device *d, DeviceEvent *e);
+/* GPUs this process sees (sim: 0). */
+int device_gpu_count(Device *d);
 
 /* "built in (sm_80, sm_90a; CUDA 13.0)" or "not built in": --version's line. */
 const char *device_cuda_build(void);

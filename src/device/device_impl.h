@@ -28,6 +28,11 @@ typedef struct {
     int (*launch)(Device *d, DeviceStream *s, const DeviceCall *call);
     int (*stream_sync)(Device *d, DeviceStream *s);
     int (*sync)(Device *d);
+    void *(*host_alloc)(Device *d, size_t n);
+    void (*host_free)(Device *d, void *p);
+    void *(*native_stream)(Device *d, DeviceStream *s);
+    int (*event_done)(Device *d, DeviceEvent *e);
+    int (*gpu_count)(Device *d);
 } DeviceOps;
 
 /* Every implementation's device begins with this. */
@@ -41,7 +46,7 @@ int device_fail(Device *d, const char *fmt, ...) __attribute__((format(printf, 2
 
 Device *device_sim_open(const DeviceOptions *options, char *reason, size_t reason_size);
 #ifdef BS_HAVE_CUDA
-Device *device_cuda_open(char *reason, size_t reason_size);
+Device *device_cuda_open(int gpu, char *reason, size_t reason_size);
 const char *device_cuda_build_info(void);
 #endif
 

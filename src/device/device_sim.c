@@ -208,6 +208,33 @@ static int sim_stream_sync(Device *d, DeviceStream *s) {
     return sim_drain(d);
 }
 
+static void *sim_host_alloc(Device *d, size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) device_fail(d, "sim: out of host memory for %zu bytes of staging", n);
+    return p;
+}
+
+static void sim_host_free(Device *d, void *p) {
+    sim_drain(d);
+    free(p);
+}
+
+static void *sim_native_stream(Device *d, DeviceStream *s) {
+    (void)d;
+    (void)s;
+    return NULL;
+}
+
+static int sim_event_done(Device *d, DeviceEvent *e) {
+    (void)e;
+    return sim_drain(d) ? -1 : 1;
+}
+
+static int sim_gpu_count(Device *d) {
+    (void)d;
+    return 0;
+}
+
 static void sim_close(Device *d) {
     SimDevice *sd = sim(d);
     sim_drain(d);
@@ -240,6 +267,11 @@ static const DeviceOps sim_ops = {
     .launch = sim_launch,
     .stream_sync = sim_stream_sync,
     .sync = sim_drain,
+    .host_alloc = sim_host_alloc,
+    .host_free = sim_host_free,
+    .native_stream = sim_native_stream,
+    .event_done = sim_event_done,
+    .gpu_count = sim_gpu_count,
 };
 
 Device *device_sim_open(const DeviceOptions *options, char *reason, size_t reason_size) {

@@ -196,6 +196,29 @@ static int cuda_stream_sync(Device *d, DeviceStream *s) {
 
 static int cuda_sync(Device *d) { return check(d, cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
+static void *cuda_host_alloc(Device *d, size_t n) {
+    void *p = NULL;
+    return check(d, cudaMallocHost(&p, n ? n : 1), "cudaMallocHost") ? NULL : p;
+}
+
+static void cuda_host_free(Device *d, void *p) { check(d, cudaFreeHost(p), "cudaFreeHost"); }
+
+static void *cuda_native_stream(Device *d, DeviceStream *s) {
+    (void)d;
+    return (void *)s;
+}
+
+static int cuda_event_done(Device *d, DeviceEvent *e) {
+    cudaError_t r = cudaEventQuery((cudaEvent_t)e);
+    if (r == cudaErrorNotReady) return 0;
+    return check(d, r, "cudaEventQuery") ? -1 : 1;
+}
+
+static int cuda_gpu_count(Device *d) {
+    int count = 0;
+    return check(d, cudaGetDeviceCount(&count), "cudaGetDeviceCount") ? 0 : count;
+}
+
 static void cuda_close(Device *d) {
     CudaDevice *cd = cuda(d);
     cudaDeviceSynchronize();
@@ -209,13 +232,19 @@ static const DeviceOps cuda_ops = {
     "cuda",         cuda_close,        cuda_alloc,        cuda_free,       cuda_stream_create,
     cuda_stream_destroy, cuda_event_create, cuda_event_destroy, cuda_copy, cuda_zero, cuda_event_record,
     cuda_stream_wait,    cuda_launch,       cuda_stream_sync,   cuda_sync,
+    cuda_host_alloc,     cuda_host_free,    cuda_native_stream, cuda_event_done, cuda_gpu_count,
 };
 
-extern "C" Device *device_cuda_open(char *reason, size_t reason_size) {
+extern "C" Device *device_cuda_open(int gpu, char *reason, size_t reason_size) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
         snprintf(reason, reason_size, "no CUDA GPU: %s", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+        return NULL;
+    }
+    if ((e = cudaSetDevice((gpu % count + count) % count)) != cudaSuccess) {
+        snprintf(reason, reason_size, "cannot use GPU %d of %d: %s", (gpu % count + count) % count, count,
+                 cudaGetErrorString(e));
         return NULL;
     }
     CudaDevice *cd = (CudaDevice *)calloc(1, sizeof *cd);

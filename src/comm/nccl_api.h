@@ -1,0 +1,59 @@
+/* nccl_api.h: the NCCL functions comm/ calls, loaded with dlopen when a
+ * group creates its NCCL communicator, not linked: linking libnccl (and
+ * relocating it at start-up) would cost every process, CPU runs included,
+ * its memory and start-up time, as cuBLASLt's did (device/cuda/cublaslt_api.h).
+ * A missing library is a reason, as a missing GPU is. Only comm/ includes
+ * nccl.h (as only comm/ includes mpi.h). */
+#ifndef BS_COMM_NCCL_API_H
+#define BS_COMM_NCCL_API_H
+
+#include <dlfcn.h>
+#include <nccl.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+typedef struct {
+    void *library;
+    __typeof__(&ncclGetUniqueId) GetUniqueId;
+    __typeof__(&ncclCommInitRank) CommInitRank;
+    __typeof__(&ncclCommDestroy) CommDestroy;
+    __typeof__(&ncclCommAbort) CommAbort;
+    __typeof__(&ncclCommGetAsyncError) CommGetAsyncError;
+    __typeof__(&ncclGetErrorString) GetErrorString;
+    __typeof__(&ncclGetLastError) GetLastError;
+    __typeof__(&ncclAllReduce) AllReduce;
+    __typeof__(&ncclReduceScatter) ReduceScatter;
+    __typeof__(&ncclAllGather) AllGather;
+    __typeof__(&ncclBroadcast) Broadcast;
+    __typeof__(&ncclSend) Send;
+    __typeof__(&ncclRecv) Recv;
+    __typeof__(&ncclGroupStart) GroupStart;
+    __typeof__(&ncclGroupEnd) GroupEnd;
+} NcclApi;
+
+/* Opens the libnccl of the major version this was built with; false with the reason. */
+static inline bool nccl_load(NcclApi *api, char *reason, size_t reason_size) {
+#define BS_NCCL_STR2(x) #x
+#define BS_NCCL_STR(x) BS_NCCL_STR2(x)
+    const char *name = "libnccl.so." BS_NCCL_STR(NCCL_MAJOR);
+    api->library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!api->library) {
+        snprintf(reason, reason_size, "cannot load %s: %s", name, dlerror());
+        return false;
+    }
+#define BS_NCCL_SYMBOL(field)                                                                                 \
+    if (!(*(void **)&api->field = dlsym(api->library, "nccl" #field))) {                                      \
+        snprintf(reason, reason_size, "%s has no nccl" #field, name);                                       \
+        dlclose(api->library);                                                                                \
+        api->library = NULL;                                                                                  \
+        return false;                                                                                         \
+    }
+    BS_NCCL_SYMBOL(GetUniqueId) BS_NCCL_SYMBOL(CommInitRank) BS_NCCL_SYMBOL(CommDestroy) BS_NCCL_SYMBOL(CommAbort)
+    BS_NCCL_SYMBOL(CommGetAsyncError) BS_NCCL_SYMBOL(GetErrorString) BS_NCCL_SYMBOL(GetLastError)
+    BS_NCCL_SYMBOL(AllReduce) BS_NCCL_SYMBOL(ReduceScatter) BS_NCCL_SYMBOL(AllGather) BS_NCCL_SYMBOL(Broadcast)
+    BS_NCCL_SYMBOL(Send) BS_NCCL_SYMBOL(Recv) BS_NCCL_SYMBOL(GroupStart) BS_NCCL_SYMBOL(GroupEnd)
+#undef BS_NCCL_SYMBOL
+    return true;
+}
+
+#endif
