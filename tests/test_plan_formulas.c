@@ -806,6 +806,30 @@ static void test_head_dim(void) {
     }
 }
 
+/* FlashAttention-2's kernels run the next compiled head dimension
+ * (flash_api.cpp's head_size_rounded, multiples of 32 up to 192, then 256):
+ * MPT-30B's 112 (7168 / 64 heads) runs the 128 kernel, so its attention core
+ * takes its FLOPs at 112 over the 128 kernel's full rate times 112 / 128, the
+ * same time as at 128 (the padded columns are computed); the Hopper kernels
+ * (--attention flash) keep the head-dimension share. By hand on H100 and A100. */
+static void test_fa2_head_dim_padding(void) {
+    CHECK(fa2_kernel_head_dim(112) == 128 && fa2_kernel_head_dim(128) == 128 && fa2_kernel_head_dim(80) == 96 &&
+              fa2_kernel_head_dim(16) == 32 && fa2_kernel_head_dim(200) == 256 && fa2_kernel_head_dim(192) == 192,
+          "FA2 kernel head dims");
+    const char *gpus[2] = {"h100-sxm", "a100-80g"};
+    for (int g = 0; g < 2; g++) {
+        Hardware hw;
+        hardware_preset(gpus[g], &hw);
+        ModelShape m = megatron_gpt(4, 7168, 64), wide = megatron_gpt(4, 8192, 64); /* head dimensions 112 and 128 */
+        m.seq_len = wide.seq_len = 8192, m.dropout = wide.dropout = false;
+        Layout l = layout_default();
+        double at112 = layer_compute(&m, &l, &hw, PREC_BF16, ATTN_FLASH2).attention;
+        double at128 = layer_compute(&wide, &l, &hw, PREC_BF16, ATTN_FLASH2).attention;
+        CHECK(close_rel(at112, at128, 1e-12), "%s: FA2 at head dim 112 %.4f ms, at 128 %.4f", gpus[g], 1e3 * at112,
+              1e3 * at128);
+    }
+}
+
 /* A window of W keys on half the layers (GPT-OSS: 128 on 18 of 36): the
  * windowed layers compute W/s - W^2/2s^2 of the scores (each query sees
  * min(W, position) keys) on blocks W long, the rest the causal half; model
@@ -1050,6 +1074,7 @@ int main(void) {
     test_fp8_casts();
     test_flash2();
     test_head_dim();
+    test_fa2_head_dim_padding();
     test_window();
     test_mtp();
     test_op_checkpoint();

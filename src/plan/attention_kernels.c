@@ -63,6 +63,18 @@ double head_dim_share(double d, bool fa3, double block) {
     return at64 + (1.0 - at64) * (d - 64) / 64.0;
 }
 
+/* Dao-AILab/flash-attention, csrc/flash_attn/flash_api.cpp (v2.x):
+ * head_size_rounded = head_size <= 192 ? round_multiple(head_size, 32) : 256,
+ * the size the kernel is dispatched by (src/static_switch.h, HEADDIM_SWITCH:
+ * kHeadDim 32, 64, 96, 128 for HEADDIM <= each, above 128 by version among
+ * 160, 192, 224 and 256; this function follows head_size_rounded). PyTorch's
+ * SDPA flash backend is a copy of these kernels with the same rounding
+ * (aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp). */
+double fa2_kernel_head_dim(double d) {
+    if (d > 192) return 256.0;
+    return d <= 32 ? 32.0 : 32.0 * ceil(d / 32.0);
+}
+
 double window_fraction(double s, double window) {
     if (window <= 0 || window >= s) return 0.5;
     return window / s - window * window / (2.0 * s * s);

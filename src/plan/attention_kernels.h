@@ -32,6 +32,13 @@ double flash2_share(double block);
  * (A100, flash2) one share (0.905). */
 double head_dim_share(double d, bool fa3, double block);
 
+/* The head dimension FlashAttention-2's kernels (--attention flash2) compute
+ * at for queries and keys of head dimension d: the kernels are compiled for
+ * multiples of 32 up to 192 and for 256, and a head dimension between runs
+ * the next one up, its padding computed and discarded (112 runs at 128). So
+ * such a kernel's useful rate is its rate at that dimension times d over it. */
+double fa2_kernel_head_dim(double d);
+
 /* The fraction of the s x s scores a causal kernel computes when each
  * query sees at most the `window` keys before it (min(window, position)
  * of them, summed as the causal half is: W/s - W^2/2s^2); 0.5, the causal

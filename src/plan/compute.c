@@ -56,13 +56,19 @@ double gemm_time(const Hardware *hw, Precision p, double m, double n, double k, 
 /* A fused kernel's rate for blocks of `block` tokens at head dimension d:
  * the preset's fraction of peak on the block-length curve, times the
  * kernel generation's share (FlashAttention-2's of the Hopper kernels')
- * and the head dimension's (attention_kernels.h). A calibration's measured rate is used as it is. */
+ * and the head dimension's (attention_kernels.h); FlashAttention-2's kernels
+ * compute at their next compiled head dimension (fa2_kernel_head_dim). A
+ * calibration's measured rate is used as it is. */
 static double fused_rate(const Hardware *hw, Precision p, AttentionImpl a, double block, double T, double s, double d) {
     if (hw->n_gemm > 0) return measured_rate(hw, T, s, d);
     double rate = hardware_peak(hw, p) * hw->attention_efficiency * SUSTAINED_FRACTION * block /
                   (block + flash_half_length(hw->attention_fa3));
     bool fa3_kernel = a == ATTN_FLASH && hw->attention_fa3;
     if (a == ATTN_FLASH2 && hw->attention_fa3) rate *= flash2_share(block);
+    if (a == ATTN_FLASH2) {
+        double computed = fa2_kernel_head_dim(d);
+        return rate * head_dim_share(computed, false, block) * d / computed;
+    }
     return rate * head_dim_share(d, fa3_kernel, block);
 }
 
