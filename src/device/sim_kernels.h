@@ -7,5 +7,7 @@
 #include "device/device_kernels.h"
 
 void sim_run_kernel(const DeviceCall *call);
+/* The fused attention kernels (flash_sim.c). */
+void sim_flash(const DeviceCall *call);
 
 #endif
