@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/flash_math.h"
+
 #define TRY(x)                                                                                                        \
     do {                                                                                                              \
         if ((x) != 0) return -1;                                                                                      \
@@ -24,6 +26,7 @@ struct GPTDevice {
     DeviceEvent *tokens_ready;
     GPTConfig cfg;
     int B, T, debug, nseg;
+    bool fused_attention; /* DK_FLASH_* (the default), or the unfused kernels keeping P */
     size_t nparams;
     float *params, *grads, *m, *v, *acts;
     int32_t *tokens; /* inputs (B T), targets (B T), each token's document start (B T) */
@@ -124,7 +127,7 @@ GPTDevice *gpt_device_create(Device *dev, const GPTConfig *cfg, int B, int T, in
         return NULL;
     }
     *g = (GPTDevice){.dev = dev, .cfg = *cfg, .B = B, .T = T, .debug = debug, .nparams = gpt_num_params(cfg),
-                     .doc_separator = -1};
+                     .doc_separator = -1, .fused_attention = cfg->channels / cfg->num_heads <= FLASH_MAX_HEAD};
     if (allocate(g) != 0) {
         snprintf(reason, reason_size, "%s", device_error(dev)[0] ? device_error(dev) : "out of host memory");
         gpt_device_free(g);
@@ -169,6 +172,16 @@ int gpt_device_get_state(GPTDevice *g, float *params, float *grads, float *m, fl
 
 void gpt_device_set_doc_separator(GPTDevice *g, int32_t separator) { g->doc_separator = separator; }
 
+int gpt_device_set_fused_attention(GPTDevice *g, bool fused, char *reason, size_t reason_size) {
+    if (fused && g->cfg.channels / g->cfg.num_heads > FLASH_MAX_HEAD) {
+        snprintf(reason, reason_size, "fused attention takes heads of up to %d channels (this model's have %d)",
+                 FLASH_MAX_HEAD, g->cfg.channels / g->cfg.num_heads);
+        return -1;
+    }
+    g->fused_attention = fused;
+    return 0;
+}
+
 int gpt_device_zero_grads(GPTDevice *g) {
     if (g->debug & GPT_DEVICE_SKIP_GRAD_ZERO) return 0;
     return device_zero(g->dev, g->compute, g->grads, g->nparams * sizeof(float));
@@ -203,6 +216,12 @@ static const int32_t *doc_starts(const GPTDevice *g) { return g->doc_separator >
 
 static int attention(GPTDevice *g, DeviceKernel k, const DeviceLayerActs *a) {
     DeviceCall call = {.kernel = k};
+    if (g->fused_attention) { /* each row's log-sum-exp kept in att's first B H T floats */
+        call.kernel = k == DK_ATTENTION_FORWARD ? DK_FLASH_FORWARD : DK_FLASH_BACKWARD;
+        call.a.flash = flash_self_attention(a->atty, a->att, g->dqkv, a->qkv, g->datty, doc_starts(g), g->B, g->T,
+                                            g->cfg.channels, g->cfg.num_heads);
+        return launch(g, &call);
+    }
     call.a.attention = (AttentionArgs){a->atty, a->att, g->dqkv, g->scratch, a->qkv, g->datty, doc_starts(g),
                                        g->B, g->T, g->cfg.channels, g->cfg.num_heads};
     return launch(g, &call);
