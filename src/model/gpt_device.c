@@ -50,7 +50,8 @@ static float *take(float **cursor, size_t n) {
 
 /* Carves the activations from one allocation; returns the floats it needs (base NULL: only counts). */
 static size_t carve_acts(GPTDevice *g, float *base) {
-    const size_t N = (size_t)g->B * g->T, C = (size_t)g->cfg.channels, att = (size_t)g->B * g->cfg.num_heads * g->T * g->T;
+    const size_t N = (size_t)g->B * g->T, C = (size_t)g->cfg.channels;
+    const size_t att = (size_t)g->B * g->cfg.num_heads * g->T * (g->fused_attention ? 1 : g->T); /* fused: each row's lse */
     float *c = base;
     for (int l = 0; l < g->cfg.num_layers; l++) {
         DeviceLayerActs *a = &g->layer[l];
@@ -62,7 +63,7 @@ static size_t carve_acts(GPTDevice *g, float *base) {
     g->encoded = take(&c, N * C), g->proj_out = take(&c, N * C), g->lnf = take(&c, N * C);
     g->lnf_mean = take(&c, N), g->lnf_rstd = take(&c, N), g->logits = take(&c, N * g->cfg.padded_vocab_size);
     g->losses = take(&c, N), g->dresidual = take(&c, N * C), g->dln = take(&c, N * C), g->datty = take(&c, N * C);
-    g->dqkv = take(&c, 3 * N * C), g->dfch = take(&c, 4 * N * C), g->scratch = take(&c, att);
+    g->dqkv = take(&c, 3 * N * C), g->dfch = take(&c, 4 * N * C), g->scratch = take(&c, g->fused_attention ? 0 : att);
     return (size_t)(c - base);
 }
 
@@ -178,7 +179,14 @@ int gpt_device_set_fused_attention(GPTDevice *g, bool fused, char *reason, size_
                  FLASH_MAX_HEAD, g->cfg.channels / g->cfg.num_heads);
         return -1;
     }
-    g->fused_attention = fused;
+    if (fused == g->fused_attention) return 0;
+    g->fused_attention = fused; /* the activations again: P (B,H,T,T) and its scratch, or only the lse (B,H,T) */
+    device_free(g->dev, g->acts);
+    if (!(g->acts = device_alloc(g->dev, sizeof(float) * carve_acts(g, NULL)))) {
+        snprintf(reason, reason_size, "%s", device_error(g->dev));
+        return -1;
+    }
+    carve_acts(g, g->acts);
     return 0;
 }
 
@@ -216,7 +224,7 @@ static const int32_t *doc_starts(const GPTDevice *g) { return g->doc_separator >
 
 static int attention(GPTDevice *g, DeviceKernel k, const DeviceLayerActs *a) {
     DeviceCall call = {.kernel = k};
-    if (g->fused_attention) { /* each row's log-sum-exp kept in att's first B H T floats */
+    if (g->fused_attention) { /* att holds each row's log-sum-exp */
         call.kernel = k == DK_ATTENTION_FORWARD ? DK_FLASH_FORWARD : DK_FLASH_BACKWARD;
         call.a.flash = flash_self_attention(a->atty, a->att, g->dqkv, a->qkv, g->datty, doc_starts(g), g->B, g->T,
                                             g->cfg.channels, g->cfg.num_heads);
