@@ -29,6 +29,16 @@ bs_tier(unit TESTS device_flash_sim)
 bs_tier(slow TESTS device_flash_gpu)
 bs_tier(peers TESTS device_flash_torch)
 
+# The fused classifier (device/classifier_math.h, model/classifier_device.h) against the CPU's cross-entropy.
+add_executable(test_device_classifier test_device_classifier.c)
+target_link_libraries(test_device_classifier PRIVATE bscore)
+add_test(NAME device_classifier_sim COMMAND test_device_classifier sim)
+add_test(NAME device_classifier_gpu COMMAND test_device_classifier cuda)
+set_tests_properties(device_classifier_sim PROPERTIES LABELS device ENVIRONMENT OMP_NUM_THREADS=1)
+set_tests_properties(device_classifier_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP} ENVIRONMENT OMP_NUM_THREADS=1)
+bs_tier(unit TESTS device_classifier_sim)
+bs_tier(slow TESTS device_classifier_gpu)
+
 # The whole GPT-2 step on the device against the CPU model (model/gpt_device.h).
 add_executable(test_gpt_device test_gpt_device.c)
 target_link_libraries(test_gpt_device PRIVATE bscore)

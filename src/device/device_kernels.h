@@ -27,6 +27,7 @@ typedef enum {
     DK_FLASH_FORWARD,  /* fused attention (flash_math.h) */
     DK_FLASH_BACKWARD,
     DK_FLASH_MERGE,
+    DK_CLASSIFIER, /* softmax_xent_forward_backward fused (XentArgs; classifier_math.h) */
     DK_COUNT
 } DeviceKernel;
 

@@ -141,6 +141,7 @@ void sim_run_kernel(const DeviceCall *c) {
     case DK_FLASH_FORWARD:
     case DK_FLASH_BACKWARD:
     case DK_FLASH_MERGE: sim_flash(c); break;
+    case DK_CLASSIFIER: sim_classifier(&c->a.xent); break;
     case DK_COUNT: break;
     }
 }

@@ -9,5 +9,7 @@
 void sim_run_kernel(const DeviceCall *call);
 /* The fused attention kernels (flash_sim.c). */
 void sim_flash(const DeviceCall *call);
+/* The fused classifier (classifier_sim.c). */
+void sim_classifier(const XentArgs *a);
 
 #endif

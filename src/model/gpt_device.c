@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "device/flash_math.h"
+#include "model/classifier_device.h"
 
 #define TRY(x)                                                                                                        \
     do {                                                                                                              \
@@ -42,6 +43,12 @@ struct GPTDevice {
     DeviceLayerActs *layer;
 };
 
+/* Rows of logits the classifier keeps at a time (classifier_device.h). */
+static size_t classifier_rows(const GPTDevice *g) {
+    const size_t N = (size_t)g->B * g->T;
+    return N < CLASSIFIER_BLOCK_ROWS ? N : CLASSIFIER_BLOCK_ROWS;
+}
+
 static float *take(float **cursor, size_t n) {
     float *p = *cursor;
     *cursor += n;
@@ -61,7 +68,7 @@ static size_t carve_acts(GPTDevice *g, float *base) {
         a->fch_gelu = take(&c, 4 * N * C), a->residual3 = take(&c, N * C);
     }
     g->encoded = take(&c, N * C), g->proj_out = take(&c, N * C), g->lnf = take(&c, N * C);
-    g->lnf_mean = take(&c, N), g->lnf_rstd = take(&c, N), g->logits = take(&c, N * g->cfg.padded_vocab_size);
+    g->lnf_mean = take(&c, N), g->lnf_rstd = take(&c, N), g->logits = take(&c, classifier_rows(g) * g->cfg.padded_vocab_size);
     g->losses = take(&c, N), g->dresidual = take(&c, N * C), g->dln = take(&c, N * C), g->datty = take(&c, N * C);
     g->dqkv = take(&c, 3 * N * C), g->dfch = take(&c, 4 * N * C), g->scratch = take(&c, g->fused_attention ? 0 : att);
     return (size_t)(c - base);
@@ -316,19 +323,17 @@ static int forward(GPTDevice *g, float dloss) {
     float *lnf = tensor(g, g->params, TK_LNFW);
     TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = g->lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd,
                                                             .inp = g->layer[L - 1].residual3, .weight = lnf, .bias = lnf + C}));
-    TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = g->logits, .inp = g->lnf, .weight = enc.a.encoder.wte}, C,
-               cfg->padded_vocab_size));
-    DeviceCall xent = {.kernel = DK_SOFTMAX_XENT};
-    xent.a.xent = (XentArgs){g->logits, g->losses, g->tokens + rows(g), (int)rows(g), cfg->vocab_size, cfg->padded_vocab_size, dloss};
-    return launch(g, &xent);
+    /* the loss and, training, the gradients into lnf (g->dln) and wte, a block of rows at a time */
+    ClassifierArgs head = {g->losses, g->dln, tensor(g, g->grads, TK_WTE), g->logits, g->lnf, enc.a.encoder.wte,
+                           g->tokens + rows(g), (int)rows(g), C, cfg->vocab_size, cfg->padded_vocab_size,
+                           (int)classifier_rows(g), dloss};
+    return classifier_device(g->dev, g->compute, &head);
 }
 
 static int backward(GPTDevice *g) {
     const GPTConfig *cfg = &g->cfg;
     const int C = cfg->channels, L = cfg->num_layers;
     float *dwte = tensor(g, g->grads, TK_WTE), *lnf = tensor(g, g->params, TK_LNFW), *dlnf = tensor(g, g->grads, TK_LNFW);
-    TRY(linear(g, DK_MATMUL_BACKWARD, (MatmulArgs){.dinp = g->dln, .dweight = dwte, .dout = g->logits, .inp = g->lnf,
-                                                   .weight = tensor(g, g->params, TK_WTE)}, C, cfg->padded_vocab_size));
     TRY(device_zero(g->dev, g->compute, g->dresidual, rows(g) * (size_t)C * sizeof(float)));
     TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = dlnf, .dbias = dlnf + C, .dout = g->dln,
                                                              .inp = g->layer[L - 1].residual3, .weight = lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd}));

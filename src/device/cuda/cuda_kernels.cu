@@ -212,6 +212,7 @@ cudaError_t cuda_launch_kernel(const DeviceCall *call, cudaStream_t stream) {
     case DK_FLASH_FORWARD:
     case DK_FLASH_BACKWARD:
     case DK_FLASH_MERGE: return cuda_flash_launch(call, stream);
+    case DK_CLASSIFIER: return cuda_classifier(&call->a.xent, stream);
     default: return cudaErrorInvalidValue; /* the matmuls go through cuBLASLt (device_cuda.cu) */
     }
     return cudaGetLastError();
