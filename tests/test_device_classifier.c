@@ -34,17 +34,11 @@ static float *random_floats(size_t n, float scale) {
     return x;
 }
 
-/* the device buffer dev (n floats) against want: max |got - want| / max |want| */
+/* the device buffer dev (n floats) against want */
 static void expect_close(Harness *h, const char *what, int V, const float *dev, const float *want, size_t n) {
     float *got = malloc(sizeof *got * n);
     harness_download(h, got, dev, sizeof *got * n);
-    double err = 0, top = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        err = d > err || d != d ? d : err;
-        top = fabs(want[i]) > top ? fabs(want[i]) : top;
-    }
-    err = top > 0 ? err / top : err;
+    double err = harness_relative_error(got, want, n);
     printf("%-32s V %4d relative error %.3g (bound %.0e)\n", what, V, err, BOUND);
     CHECK(err <= BOUND, "%s V %d: relative error %g > %g", what, V, err, BOUND);
     free(got);

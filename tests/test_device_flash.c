@@ -31,19 +31,8 @@ static const double BOUND = 1e-5;
 
 static Rng rng;
 
-/* max |got - want| / max |want| */
-static double relative_error(const float *got, const float *want, size_t n) {
-    double err = 0, top = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        err = d > err || d != d ? d : err;
-        top = fabs(want[i]) > top ? fabs(want[i]) : top;
-    }
-    return top > 0 ? err / top : err;
-}
-
 static void expect_close(const char *what, int T, int docs, const float *got, const float *want, size_t n) {
-    double err = relative_error(got, want, n);
+    double err = harness_relative_error(got, want, n);
     printf("%-34s T %3d%s relative error %.3g (bound %.0e)\n", what, T, docs ? " docs" : "     ", err, BOUND);
     CHECK(err <= BOUND, "%s T %d docs %d: relative error %g > %g", what, T, docs, err, BOUND);
 }
