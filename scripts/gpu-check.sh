@@ -15,7 +15,8 @@
 # a skip fails); sanitizer (compute-sanitizer memcheck and racecheck on three
 # steps of a tiny model); speed (GPT-2 124M, T 1024, micro-batch 8:
 # batchscale --device cuda in fp32 with the fused attention (flash2, the
-# default) and with the unfused one (causal), then the PyTorch peer in fp32 and bf16,
+# default) and with the unfused one (causal), the attention kernels alone
+# (tests/bench_device_attention.c), then the PyTorch peer in fp32 and bf16,
 # eager and torch.compile: tokens/s and MFU, bench/gpu_torch_gpt.py).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-check-out}
@@ -98,6 +99,9 @@ phase speed_batchscale_fp32 90 "$BS" "${GPT2[@]}" --metrics "$OUT/gpt2_fp32.json
 # the same model with the unfused attention kernel (it keeps P: 12 x 400 MB at T 1024), fewer steps
 phase speed_batchscale_fp32_causal 60 "$BS" "${GPT2[@]}" --steps 6 --attention causal --metrics "$OUT/gpt2_fp32_causal.jsonl" &&
     speed_line "$OUT/gpt2_fp32_causal.jsonl" device-fp32-causal | tee -a "$OUT/summary.txt"
+# the attention kernels alone at GPT-2 124M's shapes (B 8, T 1024, C 768, H 12): fused against unfused, ms per call
+phase speed_attention 60 "$WORK/bin/bench_device_attention" cuda 8 1024 768 12 10
+grep '^{' "$OUT/speed_attention.log" >>"$OUT/summary.txt"
 phase speed_batchscale_bf16 20 "$BS" "${GPT2[@]}" --precision bf16 # refused in one line until the device has bf16
 phase speed_pytorch 120 "$PY" bench/gpu_torch_gpt.py --steps 15 --modes eager-fp32,eager-bf16,compile-bf16
 grep '^{' "$OUT/speed_pytorch.log" >>"$OUT/summary.txt"

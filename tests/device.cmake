@@ -35,6 +35,13 @@ bs_device_pair(flash test_device_flash)
 add_test(NAME device_flash_torch COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_flash_torch.py $<TARGET_FILE:test_device_flash>)
 set_tests_properties(device_flash_torch PROPERTIES LABELS device ENVIRONMENT OMP_NUM_THREADS=1)
 bs_tier(peers TESTS device_flash_torch)
+# Its timing against the unfused kernel (scripts/gpu-check.sh at GPT-2 124M's shapes); here a tiny run on sim.
+add_executable(bench_device_attention bench_device_attention.c)
+target_link_libraries(bench_device_attention PRIVATE bscore)
+add_test(NAME device_attention_bench_sim COMMAND bench_device_attention sim 2 40 32 2 2)
+set_tests_properties(device_attention_bench_sim PROPERTIES LABELS device ENVIRONMENT OMP_NUM_THREADS=1
+  PASS_REGULAR_EXPRESSION "\"kernel\": \"flash2\".*forward_backward_ms.*\n.*\"kernel\": \"causal\".*forward_backward_ms")
+bs_tier(unit TESTS device_attention_bench_sim)
 
 # The fused classifier (device/classifier_math.h, model/classifier_device.h) against the CPU's cross-entropy.
 bs_device_pair(classifier test_device_classifier)
