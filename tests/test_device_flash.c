@@ -255,6 +255,9 @@ static int run_io(Harness *h, char **argv) {
     FILE *in = fopen(argv[2], "rb"), *out = fopen(argv[3], "wb");
     if (!buf || !in || !out || fread(buf, sizeof *buf, nqkv + nout, in) != nqkv + nout) {
         printf("FAIL: --io: cannot read %s or write %s\n", argv[2], argv[3]);
+        if (in) fclose(in);
+        if (out) fclose(out);
+        free(buf);
         return 1;
     }
     float *qkv_d = harness_upload(h, buf, sizeof *buf * nqkv), *dqkv_d = harness_alloc(h, sizeof *buf * nqkv);
