@@ -14,7 +14,9 @@
 # tests (the gpu-labelled checks of tests/device.cmake and
 # tests/device_comm.cmake with BS_REQUIRE_GPU=1: a skip fails); sanitizer (compute-sanitizer memcheck and racecheck on three
 # steps of a tiny model); speed (GPT-2 124M, T 1024, micro-batch 8:
-# batchscale --device cuda in fp32, then the PyTorch peer in fp32 and bf16,
+# batchscale --device cuda in fp32 with the fused attention (flash2, the
+# default) and with the unfused one (causal), the attention kernels alone
+# (tests/bench_device_attention.c), then the PyTorch peer in fp32 and bf16,
 # eager and torch.compile: tokens/s and MFU, bench/gpu_torch_gpt.py).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-check-out}
@@ -63,9 +65,10 @@ TINY=(train --device cuda --layers 2 --heads 2 --channels 64 --seq-len 64 --micr
 GPT2=(train --device cuda --layers 12 --heads 12 --channels 768 --seq-len 1024 --vocab-size 50257 --micro-batch 8
       --steps 12 --warmup 2 --quiet --sample-tokens 0 --eval-every 0 --data "$WORK/data/train_000000.bin")
 
-# tokens/s of a metrics file (median of the steps after the second) and MFU against the GPU's dense fp32 peak.
+# tokens/s of a metrics file (median of the steps after the second) and MFU against the GPU's dense fp32 peak;
+# $2: the mode's name (default device-fp32)
 speed_line() {
-    $PY - "$1" <<'PY'
+    $PY - "$1" "${2:-device-fp32}" <<'PY'
 import json, statistics, sys
 sys.path.insert(0, "bench")
 import gpu_torch_gpt as g
@@ -74,7 +77,7 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 tps = statistics.median(r["tokens_per_s"] for r in rows[2:])
 cfg = dict(L=12, H=12, C=768, V=50257, maxT=1024)
 p = g.peak(torch.cuda.get_device_name(), "fp32")
-print(json.dumps(dict(peer="batchscale", mode="device-fp32", tokens_per_s=tps,
+print(json.dumps(dict(peer="batchscale", mode=sys.argv[2], tokens_per_s=tps,
                       mfu=tps * g.flops_per_token(cfg) / (p * 1e12) if p else None)))
 PY
 }
@@ -85,6 +88,8 @@ phase unpack 60 unpack || { note "no binary: stopping"; exit 1; }
 phase corpus 30 corpus
 phase test_device_seam 30 "$WORK/bin/test_device_sim" cuda
 phase test_device_kernels 40 "$WORK/bin/test_device_kernels" cuda
+phase test_device_flash 30 "$WORK/bin/test_device_flash" cuda
+phase test_device_classifier 30 "$WORK/bin/test_device_classifier" cuda
 phase test_device_gpt 60 "$WORK/bin/test_gpt_device" cuda
 phase test_device_comm_nccl 60 "$WORK/bin/test_device_comm" cuda nccl # one rank: every NCCL operation
 phase test_device_comm_host 60 "$WORK/bin/test_device_comm" cuda host # pinned staging through MPI
@@ -92,7 +97,13 @@ phase test_device_train 120 "$PY" tests/test_device_train.py cuda
 phase memcheck 50 compute-sanitizer --tool memcheck --error-exitcode 3 "$BS" "${TINY[@]}"
 phase racecheck 50 compute-sanitizer --tool racecheck --error-exitcode 3 "$BS" "${TINY[@]}"
 phase speed_batchscale_fp32 90 "$BS" "${GPT2[@]}" --metrics "$OUT/gpt2_fp32.jsonl" &&
-    speed_line "$OUT/gpt2_fp32.jsonl" | tee -a "$OUT/summary.txt"
+    speed_line "$OUT/gpt2_fp32.jsonl" device-fp32-flash2 | tee -a "$OUT/summary.txt"
+# the same model with the unfused attention kernel (it keeps P: 12 x 400 MB at T 1024), fewer steps
+phase speed_batchscale_fp32_causal 60 "$BS" "${GPT2[@]}" --steps 6 --attention causal --metrics "$OUT/gpt2_fp32_causal.jsonl" &&
+    speed_line "$OUT/gpt2_fp32_causal.jsonl" device-fp32-causal | tee -a "$OUT/summary.txt"
+# the attention kernels alone at GPT-2 124M's shapes (B 8, T 1024, C 768, H 12): fused against unfused, ms per call
+phase speed_attention 60 "$WORK/bin/bench_device_attention" cuda 8 1024 768 12 10
+grep '^{' "$OUT/speed_attention.log" >>"$OUT/summary.txt"
 phase speed_batchscale_bf16 20 "$BS" "${GPT2[@]}" --precision bf16 # refused in one line until the device has bf16
 phase speed_pytorch 120 "$PY" bench/gpu_torch_gpt.py --steps 15 --modes eager-fp32,eager-bf16,compile-bf16
 grep '^{' "$OUT/speed_pytorch.log" >>"$OUT/summary.txt"

@@ -15,6 +15,37 @@ set_tests_properties(device_kernels_sim device_sim_seam PROPERTIES LABELS device
 set_tests_properties(device_kernels_gpu device_seam_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP}
   ENVIRONMENT OMP_NUM_THREADS=1)
 
+# bs_device_pair(NAME PROGRAM): tests/PROGRAM.c built, run as device_NAME_sim
+# (unit tier) and device_NAME_gpu (`cuda`, label gpu, slow tier).
+function(bs_device_pair name program)
+  add_executable(${program} ${program}.c)
+  target_link_libraries(${program} PRIVATE bscore)
+  add_test(NAME device_${name}_sim COMMAND ${program} sim)
+  add_test(NAME device_${name}_gpu COMMAND ${program} cuda)
+  set_tests_properties(device_${name}_sim PROPERTIES LABELS device ENVIRONMENT OMP_NUM_THREADS=1)
+  set_tests_properties(device_${name}_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP}
+    ENVIRONMENT OMP_NUM_THREADS=1)
+  bs_tier(unit TESTS device_${name}_sim)
+  bs_tier(slow TESTS device_${name}_gpu)
+endfunction()
+
+# Fused attention (device/flash_math.h) against the unfused kernel, the CPU's
+# and, through --io, PyTorch's attention (peers tier).
+bs_device_pair(flash test_device_flash)
+add_test(NAME device_flash_torch COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_flash_torch.py $<TARGET_FILE:test_device_flash>)
+set_tests_properties(device_flash_torch PROPERTIES LABELS device ENVIRONMENT OMP_NUM_THREADS=1)
+bs_tier(peers TESTS device_flash_torch)
+# Its timing against the unfused kernel (scripts/gpu-check.sh at GPT-2 124M's shapes); here a tiny run on sim.
+add_executable(bench_device_attention bench_device_attention.c)
+target_link_libraries(bench_device_attention PRIVATE bscore)
+add_test(NAME device_attention_bench_sim COMMAND bench_device_attention sim 2 40 32 2 2)
+set_tests_properties(device_attention_bench_sim PROPERTIES LABELS device ENVIRONMENT OMP_NUM_THREADS=1
+  PASS_REGULAR_EXPRESSION "\"kernel\": \"flash2\".*forward_backward_ms.*\n.*\"kernel\": \"causal\".*forward_backward_ms")
+bs_tier(unit TESTS device_attention_bench_sim)
+
+# The fused classifier (device/classifier_math.h, model/classifier_device.h) against the CPU's cross-entropy.
+bs_device_pair(classifier test_device_classifier)
+
 # The whole GPT-2 step on the device against the CPU model (model/gpt_device.h).
 add_executable(test_gpt_device test_gpt_device.c)
 target_link_libraries(test_gpt_device PRIVATE bscore)

@@ -5,6 +5,7 @@
 #ifndef BS_TESTS_DEVICE_HARNESS_H
 #define BS_TESTS_DEVICE_HARNESS_H
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,19 @@ static inline void *harness_alloc(Harness *h, size_t n) {
 static inline void harness_download(Harness *h, void *host, const void *dev, size_t n) {
     harness_check(h, device_copy(h->dev, h->stream, host, dev, n, COPY_DEVICE_TO_HOST), "copy out");
     harness_check(h, device_stream_sync(h->dev, h->stream), "sync");
+}
+
+/* max |got - want| / max |want| (a NaN in got counts as one): each output's
+ * error relative to its largest magnitude, which sums in another order
+ * keep small where an elementwise bound fails on outputs that cancel to 0 */
+static inline double harness_relative_error(const float *got, const float *want, size_t n) {
+    double err = 0, top = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        err = d > err || d != d ? d : err;
+        top = fabs(want[i]) > top ? fabs(want[i]) : top;
+    }
+    return top > 0 ? err / top : err;
 }
 
 static inline void harness_launch(Harness *h, const DeviceCall *call) {

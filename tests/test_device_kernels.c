@@ -49,22 +49,11 @@ static float *random_floats(size_t n, float scale) {
     return x;
 }
 
-/* max |got - want| / max |want| */
-static double relative_error(const float *got, const float *want, size_t n) {
-    double err = 0, top = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        err = d > err || d != d ? d : err;
-        top = fabs(want[i]) > top ? fabs(want[i]) : top;
-    }
-    return top > 0 ? err / top : err;
-}
-
 /* The device buffer dev (n floats) against want. */
 static void expect_close(Harness *h, const char *what, const float *dev, const float *want, size_t n) {
     float *got = malloc(sizeof *got * n);
     harness_download(h, got, dev, sizeof *got * n);
-    double err = relative_error(got, want, n);
+    double err = harness_relative_error(got, want, n);
     printf("%-28s relative error %.3g (bound %.0e)\n", what, err, FP32_BOUND);
     CHECK(err <= FP32_BOUND, "%s: relative error %g > %g", what, err, FP32_BOUND);
     free(got);
@@ -276,7 +265,7 @@ static void test_sums(Harness *h) {
         want[t] = (float)sum_of_squares(x + offsets[t], (size_t)(offsets[t + 1] - offsets[t]));
         got[t] = (float)sums[t];
     }
-    double err = relative_error(got, want, (size_t)tensors);
+    double err = harness_relative_error(got, want, (size_t)tensors);
     printf("%-28s relative error %.3g (bound %.0e)\n", "per-tensor sums of squares", err, FP32_BOUND);
     CHECK(err <= FP32_BOUND && sums[1] == 0, "sums of squares: relative error %g, empty tensor %g", err, sums[1]);
     int32_t flag;

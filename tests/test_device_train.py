@@ -13,8 +13,10 @@ under BS_REQUIRE_GPU=1):
   resumes its own checkpoint bit for bit, and each side resumes the other's
   within the bounds above;
 - bad input: one line on stderr and a non-zero exit for a flag the device
-  does not run yet, (sim) for a model that does not fit the device
-  (--sim-memory 1: a 1 MB device; on a GPU cudaMalloc's failure gives the
+  does not run yet, for --attention flash2 on the CPU or with heads wider
+  than the fused kernel's 128 channels, (sim) for a model that does not fit the device
+  (--sim-memory 1: a 1 MB device; at T 256 a 32 MB device, which the
+  fused attention's activations fit and the unfused kernel's do not; on a GPU cudaMalloc's failure gives the
   same line, "out of GPU memory: ...", which no test forces), and (sim) for
   --device cuda where no GPU answers.
 """
@@ -99,9 +101,17 @@ class DeviceTrainTest(CorpusTest):
         self.assertIn("--precision", self.refused("--device", DEVICE, "--precision", "bf16"))
         self.assertIn("--tp", self.refused("--device", DEVICE, "--tp", "2"))
         self.assertIn("--debug-inject-fault", self.refused("--device", DEVICE, "--debug-inject-fault", "nan:0:1"))
+        self.assertIn("--attention flash2 needs --device", self.refused("--attention", "flash2"))
+        self.assertIn("heads of up to 128", self.refused("--device", DEVICE, "--attention", "flash2", "--heads", "1",
+                                                         "--channels", "256"))
         if DEVICE == "sim":  # a model that does not fit the (simulated) device
             self.assertIn("out of device memory", self.refused("--device", "sim", "--sim-memory", "1"))
             self.assertIn("--sim-memory", self.refused("--sim-memory", "1"))
+            # T 256: the fused kernels' activations (22 MB: each row's lse) fit a 32 MB device, the unfused
+            # kernel's (43 MB: P and its scratch, B H T T floats each) do not
+            fits = ["--device", "sim", "--seq-len", "256", "--sim-memory", "32", "--eval-every", "0"]
+            run(["train", *SHAPE, "--steps", "1", "--data", os.path.join(self.data, "train_000000.bin"), *fits])
+            self.assertIn("out of device memory", self.refused(*fits, "--attention", "causal"))
         if DEVICE == "sim":  # where no GPU answers (or CUDA is not built in): one line naming --device cuda
             p = run(["train", *SHAPE, "--steps", "1", "--data", os.path.join(self.data, "train_000000.bin"),
                      "--device", "cuda"], check=False)

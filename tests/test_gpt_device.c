@@ -2,7 +2,8 @@
  * (model/gpt.h + optim/adamw.h), from the same initial weights and data:
  * L4 H4 C64 T64, micro-batch 4, 10 AdamW steps with clipping at norm 1,
  * a padded vocabulary and masked targets (and 3 steps with attention inside
- * documents, token 0 the separator). Each step's loss within 1e-5
+ * documents, token 0 the separator), with the fused attention kernels (the
+ * default) and the unfused ones. Each step's loss within 1e-5
  * relative and, after 10 steps, every parameter within 1e-4 (absolute) of
  * the CPU's. Then what sim exists to catch (`sim` only): the step with its
  * event wait on the token upload removed reads tokens before they arrive
@@ -102,8 +103,8 @@ static void two_runs_bitwise(Harness *h, const GPTConfig *cfg) {
     gpt_free(&model);
 }
 
-/* steps AdamW steps on both sides; separator >= 0: attention inside documents */
-static void compare_training(Harness *h, const GPTConfig *cfg, int steps, int32_t separator) {
+/* steps AdamW steps on both sides; separator >= 0: attention inside documents; fused: the fused attention kernels */
+static void compare_training(Harness *h, const GPTConfig *cfg, int steps, int32_t separator, bool fused) {
     GPT model;
     GPTActs acts;
     gpt_create(&model, cfg);
@@ -112,6 +113,8 @@ static void compare_training(Harness *h, const GPTConfig *cfg, int steps, int32_
     gpt_acts_create(&acts, cfg, B, T, true);
     GPTDevice *g = device_model(h, cfg, model.params, 0);
     gpt_device_set_doc_separator(g, separator);
+    char reason[256];
+    CHECK(gpt_device_set_fused_attention(g, fused, reason, sizeof reason) == 0, "fused attention: %s", reason);
     const size_t n = model.num_params;
     float *m = calloc(n, sizeof *m), *v = calloc(n, sizeof *v), *got = malloc(sizeof *got * n);
     ParamSegment *segs = malloc(sizeof *segs * (size_t)gpt_max_segments(cfg));
@@ -119,8 +122,8 @@ static void compare_training(Harness *h, const GPTConfig *cfg, int steps, int32_
     for (int s = 0; s < steps; s++) {
         double want = cpu_step(&model, &acts, m, v, s, segs, nseg), loss = device_step(h, g, s);
         double rel = fabs(loss - want) / fabs(want);
-        printf("%s step %2d loss cpu %.7f device %.7f relative difference %.2g\n", separator >= 0 ? "documents" : "causal",
-               s + 1, want / N, loss / N, rel);
+        printf("%s %s step %2d loss cpu %.7f device %.7f relative difference %.2g\n", fused ? "fused" : "unfused",
+               separator >= 0 ? "documents" : "causal", s + 1, want / N, loss / N, rel);
         CHECK(rel <= 1e-5, "step %d: loss %.9g vs the CPU's %.9g", s + 1, loss, want);
     }
     gpt_device_get_state(g, got, NULL, NULL, NULL);
@@ -186,8 +189,10 @@ int main(int argc, char **argv) {
     }
     Harness h = harness_open(argc, argv, 3);
     const int sim = strcmp(device_name(h.dev), "sim") == 0;
-    compare_training(&h, &cfg, STEPS, -1);
-    compare_training(&h, &cfg, 3, SEPARATOR);
+    for (int fused = 1; fused >= 0; fused--) {
+        compare_training(&h, &cfg, STEPS, -1, fused);
+        compare_training(&h, &cfg, 3, SEPARATOR, fused);
+    }
     two_runs_bitwise(&h, &cfg);
     harness_close(&h);
     if (sim) sim_catches(argc, argv);

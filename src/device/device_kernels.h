@@ -24,6 +24,10 @@ typedef enum {
     DK_ADAMW,
     DK_SUM_OF_SQUARES,
     DK_NONFINITE,
+    DK_FLASH_FORWARD,  /* fused attention (flash_math.h) */
+    DK_FLASH_BACKWARD,
+    DK_FLASH_MERGE,
+    DK_CLASSIFIER, /* softmax_xent_forward_backward fused (XentArgs; classifier_math.h) */
     DK_COUNT
 } DeviceKernel;
 
@@ -109,6 +113,33 @@ typedef struct {
     size_t n;
 } NonfiniteArgs;
 
+/* Fused causal attention (FlashAttention-2; flash_math.h): the Tq query
+ * rows of q against the Tk key/value rows of k and v, per (batch, head),
+ * never the (Tq,Tk) matrix. Rows sit q_stride (q, dq) or kv_stride (k, v,
+ * dk, dv) floats apart, C apart in out and dout: qkv (B,T,3C) gives q, k, v
+ * at offsets 0, C, 2C with strides 3C; a context-parallel key/value block
+ * (B,t,2C) gives k, v at 0, C with stride 2C. Query i sees key j when
+ * k_pos[j] <= q_pos[i] and k_pos[j] >= doc_start[b Tq + i] (positions NULL:
+ * the row index; doc_start NULL: 0). Forward writes out (B,Tq,C), the
+ * softmax over the keys of this call, and lse (B,H,Tq), the log of its
+ * denominator (-inf where no key is seen); blocks of keys merge by
+ * DK_FLASH_MERGE. Backward reads the final out and lse and writes dq, dk,
+ * dv (or adds to them with accumulate). */
+typedef struct {
+    float *out, *lse, *dq, *dk, *dv;
+    const float *q, *k, *v, *dout;
+    const int32_t *q_pos, *k_pos, *doc_start;
+    int B, Tq, Tk, C, H, q_stride, kv_stride, accumulate;
+} FlashArgs;
+
+/* (out, lse) (B,T,C), (B,H,T) becomes the log-sum-exp merge of itself and
+ * (part_out, part_lse): the softmax over both blocks' keys. */
+typedef struct {
+    float *out, *lse;
+    const float *part_out, *part_lse;
+    int B, T, C, H;
+} FlashMergeArgs;
+
 typedef struct {
     DeviceKernel kernel;
     union {
@@ -121,6 +152,8 @@ typedef struct {
         AdamWArgs adamw;
         SumSquaresArgs sumsq;
         NonfiniteArgs nonfinite;
+        FlashArgs flash;
+        FlashMergeArgs flash_merge;
     } a;
 } DeviceCall;
 

@@ -138,6 +138,10 @@ void sim_run_kernel(const DeviceCall *c) {
     case DK_ADAMW: sim_adamw(&c->a.adamw); break;
     case DK_SUM_OF_SQUARES: sim_sum_of_squares(&c->a.sumsq); break;
     case DK_NONFINITE: sim_nonfinite(&c->a.nonfinite); break;
+    case DK_FLASH_FORWARD:
+    case DK_FLASH_BACKWARD:
+    case DK_FLASH_MERGE: sim_flash(c); break;
+    case DK_CLASSIFIER: sim_classifier(&c->a.xent); break;
     case DK_COUNT: break;
     }
 }

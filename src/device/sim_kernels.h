@@ -7,5 +7,9 @@
 #include "device/device_kernels.h"
 
 void sim_run_kernel(const DeviceCall *call);
+/* The fused attention kernels (flash_sim.c). */
+void sim_flash(const DeviceCall *call);
+/* The fused classifier (classifier_sim.c). */
+void sim_classifier(const XentArgs *a);
 
 #endif

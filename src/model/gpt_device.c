@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/flash_math.h"
+#include "model/classifier_device.h"
+
 #define TRY(x)                                                                                                        \
     do {                                                                                                              \
         if ((x) != 0) return -1;                                                                                      \
@@ -24,6 +27,7 @@ struct GPTDevice {
     DeviceEvent *tokens_ready;
     GPTConfig cfg;
     int B, T, debug, nseg;
+    bool fused_attention; /* DK_FLASH_* (the default), or the unfused kernels keeping P */
     size_t nparams;
     float *params, *grads, *m, *v, *acts;
     int32_t *tokens; /* inputs (B T), targets (B T), each token's document start (B T) */
@@ -39,6 +43,12 @@ struct GPTDevice {
     DeviceLayerActs *layer;
 };
 
+/* Rows of logits the classifier keeps at a time (classifier_device.h). */
+static size_t classifier_rows(const GPTDevice *g) {
+    const size_t N = (size_t)g->B * g->T;
+    return N < CLASSIFIER_BLOCK_ROWS ? N : CLASSIFIER_BLOCK_ROWS;
+}
+
 static float *take(float **cursor, size_t n) {
     float *p = *cursor;
     *cursor += n;
@@ -47,7 +57,8 @@ static float *take(float **cursor, size_t n) {
 
 /* Carves the activations from one allocation; returns the floats it needs (base NULL: only counts). */
 static size_t carve_acts(GPTDevice *g, float *base) {
-    const size_t N = (size_t)g->B * g->T, C = (size_t)g->cfg.channels, att = (size_t)g->B * g->cfg.num_heads * g->T * g->T;
+    const size_t N = (size_t)g->B * g->T, C = (size_t)g->cfg.channels;
+    const size_t att = (size_t)g->B * g->cfg.num_heads * g->T * (g->fused_attention ? 1 : g->T); /* fused: each row's lse */
     float *c = base;
     for (int l = 0; l < g->cfg.num_layers; l++) {
         DeviceLayerActs *a = &g->layer[l];
@@ -57,9 +68,9 @@ static size_t carve_acts(GPTDevice *g, float *base) {
         a->fch_gelu = take(&c, 4 * N * C), a->residual3 = take(&c, N * C);
     }
     g->encoded = take(&c, N * C), g->proj_out = take(&c, N * C), g->lnf = take(&c, N * C);
-    g->lnf_mean = take(&c, N), g->lnf_rstd = take(&c, N), g->logits = take(&c, N * g->cfg.padded_vocab_size);
+    g->lnf_mean = take(&c, N), g->lnf_rstd = take(&c, N), g->logits = take(&c, classifier_rows(g) * g->cfg.padded_vocab_size);
     g->losses = take(&c, N), g->dresidual = take(&c, N * C), g->dln = take(&c, N * C), g->datty = take(&c, N * C);
-    g->dqkv = take(&c, 3 * N * C), g->dfch = take(&c, 4 * N * C), g->scratch = take(&c, att);
+    g->dqkv = take(&c, 3 * N * C), g->dfch = take(&c, 4 * N * C), g->scratch = take(&c, g->fused_attention ? 0 : att);
     return (size_t)(c - base);
 }
 
@@ -124,7 +135,7 @@ GPTDevice *gpt_device_create(Device *dev, const GPTConfig *cfg, int B, int T, in
         return NULL;
     }
     *g = (GPTDevice){.dev = dev, .cfg = *cfg, .B = B, .T = T, .debug = debug, .nparams = gpt_num_params(cfg),
-                     .doc_separator = -1};
+                     .doc_separator = -1, .fused_attention = cfg->channels / cfg->num_heads <= FLASH_MAX_HEAD};
     if (allocate(g) != 0) {
         snprintf(reason, reason_size, "%s", device_error(dev)[0] ? device_error(dev) : "out of host memory");
         gpt_device_free(g);
@@ -169,6 +180,23 @@ int gpt_device_get_state(GPTDevice *g, float *params, float *grads, float *m, fl
 
 void gpt_device_set_doc_separator(GPTDevice *g, int32_t separator) { g->doc_separator = separator; }
 
+int gpt_device_set_fused_attention(GPTDevice *g, bool fused, char *reason, size_t reason_size) {
+    if (fused && g->cfg.channels / g->cfg.num_heads > FLASH_MAX_HEAD) {
+        snprintf(reason, reason_size, "fused attention takes heads of up to %d channels (this model's have %d)",
+                 FLASH_MAX_HEAD, g->cfg.channels / g->cfg.num_heads);
+        return -1;
+    }
+    if (fused == g->fused_attention) return 0;
+    g->fused_attention = fused; /* the activations again: P (B,H,T,T) and its scratch, or only the lse (B,H,T) */
+    device_free(g->dev, g->acts);
+    if (!(g->acts = device_alloc(g->dev, sizeof(float) * carve_acts(g, NULL)))) {
+        snprintf(reason, reason_size, "%s", device_error(g->dev));
+        return -1;
+    }
+    carve_acts(g, g->acts);
+    return 0;
+}
+
 int gpt_device_zero_grads(GPTDevice *g) {
     if (g->debug & GPT_DEVICE_SKIP_GRAD_ZERO) return 0;
     return device_zero(g->dev, g->compute, g->grads, g->nparams * sizeof(float));
@@ -203,6 +231,12 @@ static const int32_t *doc_starts(const GPTDevice *g) { return g->doc_separator >
 
 static int attention(GPTDevice *g, DeviceKernel k, const DeviceLayerActs *a) {
     DeviceCall call = {.kernel = k};
+    if (g->fused_attention) { /* att holds each row's log-sum-exp */
+        call.kernel = k == DK_ATTENTION_FORWARD ? DK_FLASH_FORWARD : DK_FLASH_BACKWARD;
+        call.a.flash = flash_self_attention(a->atty, a->att, g->dqkv, a->qkv, g->datty, doc_starts(g), g->B, g->T,
+                                            g->cfg.channels, g->cfg.num_heads);
+        return launch(g, &call);
+    }
     call.a.attention = (AttentionArgs){a->atty, a->att, g->dqkv, g->scratch, a->qkv, g->datty, doc_starts(g),
                                        g->B, g->T, g->cfg.channels, g->cfg.num_heads};
     return launch(g, &call);
@@ -289,19 +323,17 @@ static int forward(GPTDevice *g, float dloss) {
     float *lnf = tensor(g, g->params, TK_LNFW);
     TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = g->lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd,
                                                             .inp = g->layer[L - 1].residual3, .weight = lnf, .bias = lnf + C}));
-    TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = g->logits, .inp = g->lnf, .weight = enc.a.encoder.wte}, C,
-               cfg->padded_vocab_size));
-    DeviceCall xent = {.kernel = DK_SOFTMAX_XENT};
-    xent.a.xent = (XentArgs){g->logits, g->losses, g->tokens + rows(g), (int)rows(g), cfg->vocab_size, cfg->padded_vocab_size, dloss};
-    return launch(g, &xent);
+    /* the loss and, training, the gradients into lnf (g->dln) and wte, a block of rows at a time */
+    ClassifierArgs head = {g->losses, g->dln, tensor(g, g->grads, TK_WTE), g->logits, g->lnf, enc.a.encoder.wte,
+                           g->tokens + rows(g), (int)rows(g), C, cfg->vocab_size, cfg->padded_vocab_size,
+                           (int)classifier_rows(g), dloss};
+    return classifier_device(g->dev, g->compute, &head);
 }
 
 static int backward(GPTDevice *g) {
     const GPTConfig *cfg = &g->cfg;
     const int C = cfg->channels, L = cfg->num_layers;
     float *dwte = tensor(g, g->grads, TK_WTE), *lnf = tensor(g, g->params, TK_LNFW), *dlnf = tensor(g, g->grads, TK_LNFW);
-    TRY(linear(g, DK_MATMUL_BACKWARD, (MatmulArgs){.dinp = g->dln, .dweight = dwte, .dout = g->logits, .inp = g->lnf,
-                                                   .weight = tensor(g, g->params, TK_WTE)}, C, cfg->padded_vocab_size));
     TRY(device_zero(g->dev, g->compute, g->dresidual, rows(g) * (size_t)C * sizeof(float)));
     TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = dlnf, .dbias = dlnf + C, .dout = g->dln,
                                                              .inp = g->layer[L - 1].residual3, .weight = lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd}));

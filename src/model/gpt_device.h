@@ -13,6 +13,7 @@
 #ifndef BS_MODEL_GPT_DEVICE_H
 #define BS_MODEL_GPT_DEVICE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +39,11 @@ int gpt_device_get_state(GPTDevice *g, float *params, float *grads, float *m, fl
 int gpt_device_zero_grads(GPTDevice *g);
 /* Attention stays inside documents starting at this token id (-1: off, the default). */
 void gpt_device_set_doc_separator(GPTDevice *g, int32_t separator);
+/* Attention through the fused kernels (FlashAttention-2, device/flash_math.h:
+ * the default where a head has at most FLASH_MAX_HEAD channels) or the
+ * unfused ones that keep the (T,T) probabilities; -1 with the reason in
+ * reason for fused attention on wider heads. */
+int gpt_device_set_fused_attention(GPTDevice *g, bool fused, char *reason, size_t reason_size);
 /* One micro-batch forward and backward: the gradients += d(dloss x sum of
  * token losses); *loss_sum = the sum of its token losses (masked targets
  * < 0 count 0). inputs and targets (B T) are read before it returns. */

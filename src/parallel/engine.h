@@ -70,6 +70,7 @@ typedef struct {
     bool on_device;            /* the step on a device (parallel/engine_device.h), not the CPU */
     DeviceKind device;         /* which, when on_device */
     size_t sim_memory;         /* --device sim: the simulated device's bytes (0: no limit) */
+    int fused_attention;       /* on a device: 1 the fused attention kernels, 0 the unfused, -1 the device model's default */
 } EngineConfig;
 
 /* One model chunk of this rank: a shard of the flat layout with its own

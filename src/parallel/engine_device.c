@@ -43,6 +43,10 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
         return NULL;
     }
     if (cfg->doc_mask) gpt_device_set_doc_separator(d->model, cfg->doc_separator);
+    if (cfg->fused_attention >= 0 && gpt_device_set_fused_attention(d->model, cfg->fused_attention, reason, reason_size)) {
+        engine_device_free(d);
+        return NULL;
+    }
     d->inputs = bs_malloc(sizeof(int32_t) * (size_t)d->B * d->T);
     d->targets = bs_malloc(sizeof(int32_t) * (size_t)d->B * d->T);
     engine_device_upload(d, chunk);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/flash_math.h"
 #include "kernels/kernels.h"
 #include "model/lora.h"
 #include "model/moe.h"
@@ -14,6 +15,7 @@
 
 const char *const TRAIN_PRECISION_WORDS[] = {"fp32", "bf16", "fp8", NULL};
 const char *const TRAIN_DEVICE_WORDS[] = {"cpu", "cuda", "sim", NULL};
+const char *const TRAIN_ATTENTION_WORDS[] = {"auto", "causal", "flash2", NULL};
 const char *const TRAIN_BF16_MATMUL_WORDS[] = {"auto", "onednn", "widen", NULL};
 const char *const TRAIN_DATA_ORDER_WORDS[] = {"shuffled", "sequential", NULL};
 const char *const TRAIN_MOE_ROUTER_WORDS[] = {"softmax", "sigmoid", NULL};
@@ -270,6 +272,12 @@ int train_moe_gates(const TrainConfig *c) { return c->moe.gates > 0 ? c->moe.gat
 static bool check_device(const TrainConfig *c, char *why, size_t n) {
     if (c->device.sim_memory_mb > 0 && c->device.kind != TRAIN_DEVICE_SIM) {
         snprintf(why, n, "--sim-memory needs --device sim (got --device %s)", TRAIN_DEVICE_WORDS[c->device.kind]);
+        return false;
+    }
+    const int head = c->model.channels / c->model.heads;
+    if (c->device.attention == TRAIN_ATTENTION_FLASH2 && (c->device.kind == TRAIN_DEVICE_CPU || head > FLASH_MAX_HEAD)) {
+        if (c->device.kind == TRAIN_DEVICE_CPU) snprintf(why, n, "--attention flash2 needs --device cuda or sim (the CPU runs the causal kernel)");
+        else snprintf(why, n, "--attention flash2 takes heads of up to %d channels (--channels / --heads is %d)", FLASH_MAX_HEAD, head);
         return false;
     }
     if (c->device.kind == TRAIN_DEVICE_CPU) return true;

@@ -23,6 +23,8 @@
 
 typedef enum { PRECISION_FP32, PRECISION_BF16, PRECISION_FP8 } Precision;
 typedef enum { TRAIN_DEVICE_CPU, TRAIN_DEVICE_CUDA, TRAIN_DEVICE_SIM } TrainDevice;
+/* --attention: auto (flash2 on a device where a head fits it, else causal), the unfused causal kernel, or fused FlashAttention-2 */
+typedef enum { TRAIN_ATTENTION_AUTO, TRAIN_ATTENTION_CAUSAL, TRAIN_ATTENTION_FLASH2 } TrainAttention;
 typedef enum { DATA_SHUFFLED, DATA_SEQUENTIAL } DataOrder;
 typedef enum { DOC_MASK_AUTO, DOC_MASK_ON, DOC_MASK_OFF } DocMask;
 typedef enum {
@@ -37,6 +39,7 @@ typedef enum {
 /* The words of each enumeration, NULL-terminated, in enum order. */
 extern const char *const TRAIN_PRECISION_WORDS[];
 extern const char *const TRAIN_DEVICE_WORDS[];
+extern const char *const TRAIN_ATTENTION_WORDS[];
 extern const char *const TRAIN_BF16_MATMUL_WORDS[];
 extern const char *const TRAIN_DATA_ORDER_WORDS[];
 extern const char *const TRAIN_OPTIMIZER_WORDS[];
@@ -79,6 +82,7 @@ typedef struct {
 typedef struct {
     TrainDevice kind;  /* where the step runs: the CPU, a CUDA GPU, or sim (the device seam on the host, tests) */
     int sim_memory_mb; /* --device sim: the simulated device's memory (0: no limit) */
+    TrainAttention attention; /* the attention kernel */
 } TrainDeviceConfig;
 
 typedef struct {

@@ -209,6 +209,10 @@ cudaError_t cuda_launch_kernel(const DeviceCall *call, cudaStream_t stream) {
             nonfinite_kernel<<<blocks_for(call->a.nonfinite.n), THREADS, 0, stream>>>(call->a.nonfinite);
         break;
     }
+    case DK_FLASH_FORWARD:
+    case DK_FLASH_BACKWARD:
+    case DK_FLASH_MERGE: return cuda_flash_launch(call, stream);
+    case DK_CLASSIFIER: return cuda_classifier(&call->a.xent, stream);
     default: return cudaErrorInvalidValue; /* the matmuls go through cuBLASLt (device_cuda.cu) */
     }
     return cudaGetLastError();

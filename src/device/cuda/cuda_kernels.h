@@ -11,6 +11,10 @@
  * the launch's error. */
 cudaError_t cuda_launch_kernel(const DeviceCall *call, cudaStream_t stream);
 /* dbias (OC) += column sums of dout (N,OC), each column in row order */
+/* The fused attention kernels (flash_attention.cu): DK_FLASH_*. */
+cudaError_t cuda_flash_launch(const DeviceCall *call, cudaStream_t stream);
+/* The fused classifier (classifier.cu): DK_CLASSIFIER. */
+cudaError_t cuda_classifier(const XentArgs *a, cudaStream_t stream);
 cudaError_t cuda_bias_backward(float *dbias, const float *dout, int N, int OC, cudaStream_t stream);
 
 #endif
