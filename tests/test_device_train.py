@@ -12,6 +12,10 @@ under BS_REQUIRE_GPU=1):
   (exported, it equals the model the run saved from the device), the device
   resumes its own checkpoint bit for bit, and each side resumes the other's
   within the bounds above;
+- the state stays on the device: per step only the losses, the non-finite
+  flags and the norms' per-tensor sums cross to the host (the metrics'
+  device_to_host_bytes, which sim counts exactly), and a checkpoint's save
+  copies parameters, gradients and both moments once (16 bytes a parameter);
 - bad input: one line on stderr and a non-zero exit for a flag the device
   does not run yet, (sim) for a model that does not fit the device
   (--sim-memory 1: a 1 MB device; on a GPU cudaMalloc's failure gives the
@@ -86,6 +90,22 @@ class DeviceTrainTest(CorpusTest):
         tail = lambda run_: (run_[0][5:], run_[1], run_[2], run_[3][5 * per_step:])
         self.assert_close(self.train("cpu_from_dev", "cpu", *resume("dev_ck")), tail(dev), "cpu resumes the device's")
         self.assert_close(self.train("dev_from_cpu", DEVICE, *resume("cpu_ck")), tail(cpu), "the device resumes cpu's")
+
+    def test_state_stays_on_device(self):
+        out = os.path.join(self.dir, "traffic")
+        run(["train", *SHAPE, "--data", os.path.join(self.data, "train_000000.bin"), "--device", DEVICE, "--out", out,
+             "--metrics", out + ".jsonl", "--steps", "4", "--eval-every", "0", "--ckpt-every", "2"])
+        got = [m["device_to_host_bytes"] for m in read_metrics(out + ".jsonl")]
+        params = read_model(os.path.join(out, "model.bin"))[1].size
+        L, B, T, micro = 4, 4, 64, 2  # SHAPE: 8 sequences a step in micro-batches of 4
+        tensors = 2 + 12 * L + 2  # wte, wpe, 12 per layer, the final LayerNorm's two
+        per_step = (micro * (B * T * 4 + L * 4)  # each micro-batch's token losses and layer flags (int32)
+                    + (L + 2) * 4  # each block's gradient flag
+                    + 3 * tensors * 8)  # per-tensor sums of squares (double): the clipping norm, the layer norms' two
+        # the save after step 2 (it follows step 2's metrics line) reads parameters, gradients, m and v once
+        want = [per_step, per_step, per_step + 16 * params, per_step]
+        print(f"device to host: {got} bytes a step ({params} parameters)")
+        self.assertEqual(got, want)
 
     def refused(self, *flags):
         p = run(["train", *SHAPE, "--steps", "1", "--data", os.path.join(self.data, "train_000000.bin"), *flags],

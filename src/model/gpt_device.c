@@ -31,8 +31,12 @@ struct GPTDevice {
     double *sums;    /* per tensor */
     int64_t *offsets;
     ParamSegment *segs;
+    int32_t *flags;  /* non-finite flags: one per layer (forward), then one per block (gradients) */
     float *host_losses;
     double *host_sums;
+    int32_t *host_flags;
+    float poison;    /* NaN: the host source of gpt_device_poison_grad's copy */
+    int nonfinite_layer;
     /* activations (pointers into acts) */
     float *encoded, *proj_out, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
     float *dresidual, *dln, *datty, *dqkv, *dfch, *scratch;
@@ -92,12 +96,16 @@ static int make_segments(GPTDevice *g) {
     return rc;
 }
 
+/* a flag per layer, then one per block (L + 2) */
+static int num_flags(const GPTDevice *g) { return 2 * g->cfg.num_layers + 2; }
+
 static int allocate(GPTDevice *g) {
     const size_t bytes = g->nparams * sizeof(float), N = (size_t)g->B * g->T;
     g->layer = calloc((size_t)g->cfg.num_layers, sizeof *g->layer);
     g->host_losses = malloc(sizeof(float) * N);
     g->host_doc_start = malloc(sizeof(int32_t) * N);
-    if (!g->layer || !g->host_losses || !g->host_doc_start) return -1;
+    g->host_flags = malloc(sizeof(int32_t) * (size_t)num_flags(g));
+    if (!g->layer || !g->host_losses || !g->host_doc_start || !g->host_flags) return -1;
     g->compute = device_stream_create(g->dev);
     g->copy = device_stream_create(g->dev);
     g->tokens_ready = device_event_create(g->dev);
@@ -108,6 +116,7 @@ static int allocate(GPTDevice *g) {
     if (!(g->acts = device_alloc(g->dev, sizeof(float) * carve_acts(g, NULL)))) return -1;
     carve_acts(g, g->acts);
     if (!(g->tokens = device_alloc(g->dev, sizeof(int32_t) * 3 * N))) return -1;
+    if (!(g->flags = device_alloc(g->dev, sizeof(int32_t) * (size_t)num_flags(g)))) return -1;
     return make_segments(g);
 }
 
@@ -124,7 +133,7 @@ GPTDevice *gpt_device_create(Device *dev, const GPTConfig *cfg, int B, int T, in
         return NULL;
     }
     *g = (GPTDevice){.dev = dev, .cfg = *cfg, .B = B, .T = T, .debug = debug, .nparams = gpt_num_params(cfg),
-                     .doc_separator = -1};
+                     .doc_separator = -1, .poison = NAN, .nonfinite_layer = -1};
     if (allocate(g) != 0) {
         snprintf(reason, reason_size, "%s", device_error(dev)[0] ? device_error(dev) : "out of host memory");
         gpt_device_free(g);
@@ -135,7 +144,7 @@ GPTDevice *gpt_device_create(Device *dev, const GPTConfig *cfg, int B, int T, in
 
 void gpt_device_free(GPTDevice *g) {
     if (!g) return;
-    void *dev_buffers[] = {g->params, g->grads, g->m, g->v, g->acts, g->tokens, g->sums, g->offsets};
+    void *dev_buffers[] = {g->params, g->grads, g->m, g->v, g->acts, g->tokens, g->sums, g->offsets, g->flags};
     for (size_t i = 0; i < sizeof dev_buffers / sizeof dev_buffers[0]; i++) device_free(g->dev, dev_buffers[i]);
     device_event_destroy(g->dev, g->tokens_ready);
     device_stream_destroy(g->dev, g->copy);
@@ -145,6 +154,7 @@ void gpt_device_free(GPTDevice *g) {
     free(g->host_losses);
     free(g->host_doc_start);
     free(g->host_sums);
+    free(g->host_flags);
     free(g);
 }
 
@@ -214,6 +224,11 @@ static LayerTensors layer_tensors(const GPTDevice *g, float *base, int l) {
 
 static float *tensor(const GPTDevice *g, float *base, TensorKind k) { return base + gpt_tensor_offset(&g->cfg, k, 0); }
 
+static int nonfinite(GPTDevice *g, int32_t *flag, const float *x, size_t n) {
+    DeviceCall call = {.kernel = DK_NONFINITE, .a.nonfinite = {flag, x, n}};
+    return launch(g, &call);
+}
+
 /* One layer's forward from residual (N,C) to a->residual3, as gpt_forward. */
 static int layer_forward(GPTDevice *g, int l, const float *residual) {
     const int C = g->cfg.channels;
@@ -231,7 +246,8 @@ static int layer_forward(GPTDevice *g, int l, const float *residual) {
     TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = a->fch, .inp = a->ln2, .weight = p.fcw, .bias = p.fcb}, C, 4 * C));
     TRY(elementwise(g, DK_GELU_FORWARD, a->fch_gelu, a->fch, NULL, 4 * NC));
     TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = g->proj_out, .inp = a->fch_gelu, .weight = p.fcprojw, .bias = p.fcprojb}, 4 * C, C));
-    return elementwise(g, DK_RESIDUAL_FORWARD, a->residual3, a->residual2, g->proj_out, NC);
+    TRY(elementwise(g, DK_RESIDUAL_FORWARD, a->residual3, a->residual2, g->proj_out, NC));
+    return nonfinite(g, &g->flags[l], a->residual3, NC); /* the guard's: gpt.c checks each layer's output */
 }
 
 /* One layer's backward: g->dresidual from its output's gradient to its input's, as gpt.c's layer_pass. */
@@ -317,18 +333,56 @@ int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets,
     TRY(forward(g, dloss));
     if (dloss != 0) TRY(backward(g));
     TRY(device_copy(g->dev, g->compute, g->host_losses, g->losses, rows(g) * sizeof(float), COPY_DEVICE_TO_HOST));
+    TRY(device_copy(g->dev, g->compute, g->host_flags, g->flags, sizeof(int32_t) * (size_t)g->cfg.num_layers,
+                    COPY_DEVICE_TO_HOST));
     TRY(device_stream_sync(g->dev, g->compute));
     double sum = 0;
     for (size_t i = 0; i < rows(g); i++) sum += g->host_losses[i];
     *loss_sum = sum;
+    g->nonfinite_layer = -1;
+    for (int l = g->cfg.num_layers - 1; l >= 0; l--)
+        if (g->host_flags[l]) g->nonfinite_layer = l;
     return 0;
 }
 
-int gpt_device_grad_sum_squares(GPTDevice *g, double *out) {
-    DeviceCall call = {.kernel = DK_SUM_OF_SQUARES, .a.sumsq = {g->sums, g->grads, g->offsets, g->nseg}};
-    TRY(launch(g, &call));
-    TRY(device_copy(g->dev, g->compute, g->host_sums, g->sums, sizeof(double) * (size_t)g->nseg, COPY_DEVICE_TO_HOST));
+int gpt_device_nonfinite_layer(const GPTDevice *g) { return g->nonfinite_layer; }
+
+int gpt_device_first_nonfinite_block(GPTDevice *g, int *block) {
+    const int L = g->cfg.num_layers;
+    int32_t *flags = g->flags + L;
+    for (int b = 0; b < L + 2; b++) {
+        size_t off, count;
+        gpt_block_range(&g->cfg, b, &off, &count);
+        TRY(nonfinite(g, &flags[b], g->grads + off, count));
+    }
+    TRY(device_copy(g->dev, g->compute, g->host_flags + L, flags, sizeof(int32_t) * (size_t)(L + 2), COPY_DEVICE_TO_HOST));
     TRY(device_stream_sync(g->dev, g->compute));
+    *block = -1;
+    for (int b = L + 1; b >= 0 && *block < 0; b--) /* backward finishes the blocks from the head down */
+        if (g->host_flags[L + b]) *block = b;
+    return 0;
+}
+
+int gpt_device_poison_grad(GPTDevice *g, int block) {
+    size_t off, count;
+    gpt_block_range(&g->cfg, block, &off, &count);
+    if (count == 0) return 0;
+    TRY(device_copy(g->dev, g->compute, g->grads + off, &g->poison, sizeof(float), COPY_HOST_TO_DEVICE));
+    return device_stream_sync(g->dev, g->compute);
+}
+
+int gpt_device_num_tensors(const GPTDevice *g) { return g->nseg; }
+
+int gpt_device_tensor_sum_squares(GPTDevice *g, GPTDeviceArray which, double *per_tensor) {
+    DeviceCall call = {.kernel = DK_SUM_OF_SQUARES,
+                       .a.sumsq = {g->sums, which == GPT_DEVICE_GRADS ? g->grads : g->params, g->offsets, g->nseg}};
+    TRY(launch(g, &call));
+    TRY(device_copy(g->dev, g->compute, per_tensor, g->sums, sizeof(double) * (size_t)g->nseg, COPY_DEVICE_TO_HOST));
+    return device_stream_sync(g->dev, g->compute);
+}
+
+int gpt_device_grad_sum_squares(GPTDevice *g, double *out) {
+    TRY(gpt_device_tensor_sum_squares(g, GPT_DEVICE_GRADS, g->host_sums));
     double s = 0;
     for (int i = 0; i < g->nseg; i++) s += g->host_sums[i];
     *out = s;

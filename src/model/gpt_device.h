@@ -42,8 +42,25 @@ void gpt_device_set_doc_separator(GPTDevice *g, int32_t separator);
  * token losses); *loss_sum = the sum of its token losses (masked targets
  * < 0 count 0). inputs and targets (B T) are read before it returns. */
 int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum);
+/* The first layer whose output was not finite in the last
+ * gpt_device_step's forward, -1 if none (the step copies one flag per
+ * layer back with its losses). */
+int gpt_device_nonfinite_layer(const GPTDevice *g);
 /* The gradient's sum of squares (every tensor, summed in layout order). */
 int gpt_device_grad_sum_squares(GPTDevice *g, double *out);
+/* The tensors of the layout (gpt_param_segments' order), and each one's sum
+ * of squares of the gradients or the parameters, computed on the device
+ * (only the sums come back). */
+typedef enum { GPT_DEVICE_GRADS, GPT_DEVICE_PARAMS } GPTDeviceArray;
+int gpt_device_num_tensors(const GPTDevice *g);
+int gpt_device_tensor_sum_squares(GPTDevice *g, GPTDeviceArray which, double *per_tensor);
+/* The first block (gpt_block_range: 0 the embeddings, L + 1 the final
+ * LayerNorm), in backward's order from the head down, whose gradient holds a
+ * non-finite value, or -1: *block. */
+int gpt_device_first_nonfinite_block(GPTDevice *g, int *block);
+/* Tests of the guard (--debug-inject-fault nan): the first gradient of
+ * block becomes NaN. */
+int gpt_device_poison_grad(GPTDevice *g, int block);
 /* AdamW on every tensor (weight decay where gpt_tensor_decays), s->weight_decay the rate. */
 int gpt_device_adamw(GPTDevice *g, const AdamWStep *s);
 
