@@ -16,6 +16,9 @@ under BS_REQUIRE_GPU=1):
   flags and the norms' per-tensor sums cross to the host (the metrics'
   device_to_host_bytes, which sim counts exactly), and a checkpoint's save
   copies parameters, gradients and both moments once (16 bytes a parameter);
+- the guard: a NaN injected into a layer's gradient (--debug-inject-fault
+  nan) skips that step with the CPU's message and leaves the state as it
+  was; NaNs at every step stop the run after --max-skips with the CPU's line;
 - bad input: one line on stderr and a non-zero exit for a flag the device
   does not run yet, (sim) for a model that does not fit the device
   (--sim-memory 1: a 1 MB device; on a GPU cudaMalloc's failure gives the
@@ -29,7 +32,8 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import CorpusTest, TempDir, make_corpus, one_line_error, read_metrics, read_model, run  # noqa: E402
+from bstest import (CorpusTest, TempDir, make_corpus, one_line_error, read_manifest, read_metrics, read_model,  # noqa: E402
+                    run)
 
 DEVICE = sys.argv.pop(1) if len(sys.argv) > 1 and sys.argv[1] in ("sim", "cuda") else "sim"
 SHAPE = ["--layers", "4", "--heads", "4", "--channels", "64", "--seq-len", "64", "--micro-batch", "4",
@@ -107,6 +111,34 @@ class DeviceTrainTest(CorpusTest):
         print(f"device to host: {got} bytes a step ({params} parameters)")
         self.assertEqual(got, want)
 
+    def guarded(self, name, device, *extra):
+        out = os.path.join(self.dir, name)
+        p = run(["train", *SHAPE, "--data", os.path.join(self.data, "train_000000.bin"), "--device", device,
+                 "--out", out, "--metrics", out + ".jsonl", "--eval-every", "0", *extra], check=False)
+        skipped = [(m["step"], m["skipped"]) for m in read_metrics(out + ".jsonl") if "skipped" in m]
+        return p, skipped, [x for x in p.stdout.splitlines() if "skipped" in x]
+
+    def test_guard_catches_nan_as_cpu(self):
+        ck = os.path.join(self.dir, "ck_nan")
+        nan = ["--steps", "5", "--debug-inject-fault", "nan:0:3:2"]
+        p, skipped, said = self.guarded("nan_dev", DEVICE, *nan, "--ckpt-dir", ck, "--ckpt-every", "1", "--keep-last", "0")
+        cpu = self.guarded("nan_cpu", "cpu", *nan)
+        print(f"--device {DEVICE}: {skipped}")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(skipped, [(3, "non-finite value on rank 0 at layer 2")])
+        self.assertEqual((skipped, said), cpu[1:], "the device's guard differs from the CPU's")
+        sums = [[f["xxh64"] for f in read_manifest(ck, step)["files"]] for step in (2, 3, 4)]
+        self.assertEqual(sums[0], sums[1], "the skipped step changed the device's parameters or moments")
+        self.assertNotEqual(sums[1], sums[2], "the step after the skip did not update")
+        # NaNs at every step from 3: stopped after --max-skips in a row, one line on stderr as on the CPU
+        stuck = ["--steps", "10", "--debug-inject-fault", "nans:0:3", "--max-skips", "2"]
+        p, skipped, _ = self.guarded("nans_dev", DEVICE, *stuck)
+        cpu = self.guarded("nans_cpu", "cpu", *stuck)[0]
+        self.assertEqual([s for s, _ in skipped], [3, 4])
+        self.assertEqual((p.returncode, p.stderr), (cpu.returncode, cpu.stderr))
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("2 steps in a row skipped", one_line_error(p) or "", p.stderr)
+
     def refused(self, *flags):
         p = run(["train", *SHAPE, "--steps", "1", "--data", os.path.join(self.data, "train_000000.bin"), *flags],
                 check=False)
@@ -118,7 +150,6 @@ class DeviceTrainTest(CorpusTest):
     def test_refusals(self):
         self.assertIn("--precision", self.refused("--device", DEVICE, "--precision", "bf16"))
         self.assertIn("--tp", self.refused("--device", DEVICE, "--tp", "2"))
-        self.assertIn("--debug-inject-fault", self.refused("--device", DEVICE, "--debug-inject-fault", "nan:0:1"))
         if DEVICE == "sim":  # a model that does not fit the (simulated) device
             self.assertIn("out of device memory", self.refused("--device", "sim", "--sim-memory", "1"))
             self.assertIn("--sim-memory", self.refused("--sim-memory", "1"))

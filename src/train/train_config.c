@@ -281,8 +281,6 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
                        : strncmp(c->batch.schedule, "adaptive", 8) == 0 || strncmp(c->batch.schedule, "goodput", 7) == 0
                            ? "--batch-schedule adaptive or goodput"
                        : strcmp(c->compression.codec, "none") != 0 ? "--grad-compression"
-                       : c->debug.outlier_scale != 0 ? "--debug-outlier-scale"
-                       : c->debug.inject_fault && strncmp(c->debug.inject_fault, "nan", 3) == 0 ? "--debug-inject-fault nan (host gradients)"
                        : NULL;
     if (flag) snprintf(why, n, "--device %s does not work with %s yet (the device runs fp32 AdamW on one process)",
                        TRAIN_DEVICE_WORDS[c->device.kind], flag);
