@@ -148,7 +148,7 @@ class DeviceTrainTest(CorpusTest):
         return line
 
     def test_refusals(self):
-        self.assertIn("--precision", self.refused("--device", DEVICE, "--precision", "bf16"))
+        self.assertIn("--precision fp8", self.refused("--device", DEVICE, "--precision", "fp8"))
         self.assertIn("--tp", self.refused("--device", DEVICE, "--tp", "2"))
         if DEVICE == "sim":  # a model that does not fit the (simulated) device
             self.assertIn("out of device memory", self.refused("--device", "sim", "--sim-memory", "1"))

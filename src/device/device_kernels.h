@@ -24,6 +24,7 @@ typedef enum {
     DK_ADAMW,
     DK_SUM_OF_SQUARES,
     DK_NONFINITE,
+    DK_BF16_ROUND,
     DK_COUNT
 } DeviceKernel;
 
@@ -74,11 +75,13 @@ typedef struct {
 /* matmul_forward (out = inp weight^T + bias) / matmul_backward (dinp
  * written, dweight and dbias +=; each may be NULL). With inp_bf16 and
  * weight_bf16 set, forward multiplies those bf16 operands (fp32
- * accumulation) instead of inp and weight. */
+ * accumulation) instead of inp and weight; backward with dout_bf16 set too
+ * multiplies dout_bf16 (dout rounded) by weight_bf16 and inp_bf16, while
+ * dbias sums the fp32 dout (as kernels/matmul_bf16.h). */
 typedef struct {
     float *out, *dinp, *dweight, *dbias;
     const float *inp, *weight, *bias, *dout;
-    const uint16_t *inp_bf16, *weight_bf16;
+    const uint16_t *inp_bf16, *weight_bf16, *dout_bf16;
     int N, IC, OC;
 } MatmulArgs;
 
@@ -109,6 +112,15 @@ typedef struct {
     size_t n;
 } NonfiniteArgs;
 
+/* bf16 rounding (nearest even) of inp (n): out (may be inp, or NULL) gets
+ * the rounded values as floats, out_bf16 (or NULL) their bf16 bits */
+typedef struct {
+    float *out;
+    uint16_t *out_bf16;
+    const float *inp;
+    size_t n;
+} Bf16RoundArgs;
+
 typedef struct {
     DeviceKernel kernel;
     union {
@@ -121,6 +133,7 @@ typedef struct {
         AdamWArgs adamw;
         SumSquaresArgs sumsq;
         NonfiniteArgs nonfinite;
+        Bf16RoundArgs round;
     } a;
 } DeviceCall;
 

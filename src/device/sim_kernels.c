@@ -88,7 +88,23 @@ static float *sim_widen(const uint16_t *h, size_t n) {
     return f;
 }
 
+/* bf16 backward: dbias from the fp32 dout, the products from the bf16 operands widened (exact), as
+ * matmul_bf16.h's widening path */
+static void sim_matmul_backward_bf16(const MatmulArgs *a) {
+    if (a->dbias) bias_backward(a->dbias, a->dout, (size_t)a->N, a->OC);
+    float *dout = sim_widen(a->dout_bf16, (size_t)a->N * a->OC), *inp = sim_widen(a->inp_bf16, (size_t)a->N * a->IC);
+    float *w = sim_widen(a->weight_bf16, (size_t)a->OC * a->IC);
+    if (dout && inp && w) matmul_backward(a->dinp, a->dweight, NULL, dout, inp, w, (size_t)a->N, a->IC, a->OC);
+    free(dout);
+    free(inp);
+    free(w);
+}
+
 static void sim_matmul(DeviceKernel k, const MatmulArgs *a) {
+    if (k == DK_MATMUL_BACKWARD && a->dout_bf16) {
+        sim_matmul_backward_bf16(a);
+        return;
+    }
     if (k == DK_MATMUL_BACKWARD) {
         matmul_backward(a->dinp, a->dweight, a->dbias, a->dout, a->inp, a->weight, (size_t)a->N, a->IC, a->OC);
         return;
@@ -121,6 +137,10 @@ static void sim_nonfinite(const NonfiniteArgs *a) {
     *a->flag = flag;
 }
 
+static void sim_bf16_round(const Bf16RoundArgs *a) {
+    for (size_t i = 0; i < a->n; i++) km_bf16_round_element(a, i);
+}
+
 void sim_run_kernel(const DeviceCall *c) {
     switch (c->kernel) {
     case DK_ENCODER_FORWARD: sim_encoder_forward(&c->a.encoder); break;
@@ -138,6 +158,7 @@ void sim_run_kernel(const DeviceCall *c) {
     case DK_ADAMW: sim_adamw(&c->a.adamw); break;
     case DK_SUM_OF_SQUARES: sim_sum_of_squares(&c->a.sumsq); break;
     case DK_NONFINITE: sim_nonfinite(&c->a.nonfinite); break;
+    case DK_BF16_ROUND: sim_bf16_round(&c->a.round); break;
     case DK_COUNT: break;
     }
 }

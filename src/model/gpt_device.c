@@ -4,6 +4,7 @@
 #include "model/gpt_device.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,12 +37,18 @@ struct GPTDevice {
     double *host_sums;
     int32_t *host_flags;
     float poison;    /* NaN: the host source of gpt_device_poison_grad's copy */
+    bool bf16;               /* gpt_device_enable_bf16 */
+    uint16_t *params_bf16;   /* bf16: every parameter's bf16 copy, at the layout's offsets */
+    uint16_t *in_bf16, *dout_bf16; /* bf16: a product's input and output gradient as bf16 operands */
+    float *wte_rounded;      /* bf16: wte rounded to bf16 (the encoder reads it, as gpt.c's bf16 copy) */
     int nonfinite_layer;
     /* activations (pointers into acts) */
     float *encoded, *proj_out, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
     float *dresidual, *dln, *datty, *dqkv, *dfch, *scratch;
     DeviceLayerActs *layer;
 };
+
+static size_t rows(const GPTDevice *g) { return (size_t)g->B * g->T; }
 
 static float *take(float **cursor, size_t n) {
     float *p = *cursor;
@@ -144,7 +151,8 @@ GPTDevice *gpt_device_create(Device *dev, const GPTConfig *cfg, int B, int T, in
 
 void gpt_device_free(GPTDevice *g) {
     if (!g) return;
-    void *dev_buffers[] = {g->params, g->grads, g->m, g->v, g->acts, g->tokens, g->sums, g->offsets, g->flags};
+    void *dev_buffers[] = {g->params, g->grads,    g->m,     g->v,           g->acts,     g->tokens,    g->sums,
+                           g->offsets, g->flags, g->params_bf16, g->in_bf16, g->dout_bf16, g->wte_rounded};
     for (size_t i = 0; i < sizeof dev_buffers / sizeof dev_buffers[0]; i++) device_free(g->dev, dev_buffers[i]);
     device_event_destroy(g->dev, g->tokens_ready);
     device_stream_destroy(g->dev, g->copy);
@@ -158,6 +166,28 @@ void gpt_device_free(GPTDevice *g) {
     free(g);
 }
 
+static int round_bf16(GPTDevice *g, float *out, uint16_t *out_bf16, const float *inp, size_t n) {
+    DeviceCall call = {.kernel = DK_BF16_ROUND, .a.round = {out, out_bf16, inp, n}};
+    return device_launch(g->dev, g->compute, &call);
+}
+
+static float *tensor(const GPTDevice *g, float *base, TensorKind k) { return base + gpt_tensor_offset(&g->cfg, k, 0); }
+
+/* bf16: the encoder's wte, rounded as the products' */
+static int refresh_wte(GPTDevice *g) {
+    return g->bf16 ? round_bf16(g, g->wte_rounded, NULL, tensor(g, g->params, TK_WTE), gpt_tensor_numel(&g->cfg, TK_WTE)) : 0;
+}
+
+int gpt_device_enable_bf16(GPTDevice *g) {
+    const size_t N = rows(g), C = (size_t)g->cfg.channels, Vp = (size_t)g->cfg.padded_vocab_size;
+    g->bf16 = true;
+    g->params_bf16 = device_alloc(g->dev, sizeof(uint16_t) * g->nparams);
+    g->in_bf16 = device_alloc(g->dev, sizeof(uint16_t) * N * 4 * C);                  /* the largest input: fch_gelu */
+    g->dout_bf16 = device_alloc(g->dev, sizeof(uint16_t) * N * (Vp > 4 * C ? Vp : 4 * C)); /* the logits' or fc's */
+    g->wte_rounded = device_alloc(g->dev, sizeof(float) * gpt_tensor_numel(&g->cfg, TK_WTE));
+    return g->params_bf16 && g->in_bf16 && g->dout_bf16 && g->wte_rounded ? 0 : -1;
+}
+
 int gpt_device_set_state(GPTDevice *g, const float *params, const float *m, const float *v) {
     const size_t bytes = g->nparams * sizeof(float);
     const float *src[] = {params, m, v};
@@ -165,6 +195,8 @@ int gpt_device_set_state(GPTDevice *g, const float *params, const float *m, cons
     for (int i = 0; i < 3; i++)
         TRY(src[i] ? device_copy(g->dev, g->compute, dst[i], src[i], bytes, COPY_HOST_TO_DEVICE)
                    : device_zero(g->dev, g->compute, dst[i], bytes));
+    if (g->bf16) TRY(round_bf16(g, NULL, g->params_bf16, g->params, g->nparams));
+    TRY(refresh_wte(g));
     return device_stream_sync(g->dev, g->compute);
 }
 
@@ -186,8 +218,6 @@ int gpt_device_zero_grads(GPTDevice *g) {
 
 static int launch(GPTDevice *g, const DeviceCall *call) { return device_launch(g->dev, g->compute, call); }
 
-static size_t rows(const GPTDevice *g) { return (size_t)g->B * g->T; }
-
 static int layernorm(GPTDevice *g, DeviceKernel k, LayernormArgs a) {
     DeviceCall call = {.kernel = k, .a.layernorm = a};
     call.a.layernorm.N = (int)rows(g);
@@ -195,11 +225,27 @@ static int layernorm(GPTDevice *g, DeviceKernel k, LayernormArgs a) {
     return launch(g, &call);
 }
 
+/* bf16: a product's operands as bf16. Forward rounds its input in place
+ * (read by products only, as gpt.c's round_input) and takes its bf16 bits;
+ * backward takes the (already rounded) input's and dout's bits, dout itself
+ * kept in fp32 for the bias gradient. The weight's bits are the copy AdamW
+ * refreshes. */
+static int bf16_operands(GPTDevice *g, DeviceKernel k, MatmulArgs *a) {
+    const size_t N = rows(g);
+    TRY(round_bf16(g, k == DK_MATMUL_FORWARD ? (float *)a->inp : NULL, g->in_bf16, a->inp, N * (size_t)a->IC));
+    a->inp_bf16 = g->in_bf16;
+    a->weight_bf16 = g->params_bf16 + (a->weight - g->params);
+    if (k == DK_MATMUL_FORWARD) return 0;
+    a->dout_bf16 = g->dout_bf16;
+    return round_bf16(g, NULL, g->dout_bf16, a->dout, N * (size_t)a->OC);
+}
+
 static int linear(GPTDevice *g, DeviceKernel k, MatmulArgs a, int IC, int OC) {
     DeviceCall call = {.kernel = k, .a.matmul = a};
     call.a.matmul.N = (int)rows(g);
     call.a.matmul.IC = IC;
     call.a.matmul.OC = OC;
+    if (g->bf16) TRY(bf16_operands(g, k, &call.a.matmul));
     return launch(g, &call);
 }
 
@@ -221,8 +267,6 @@ static int attention(GPTDevice *g, DeviceKernel k, const DeviceLayerActs *a) {
 static LayerTensors layer_tensors(const GPTDevice *g, float *base, int l) {
     return gpt_layer_tensors(&g->cfg, base + gpt_tensor_offset(&g->cfg, TK_LN1W, l), l);
 }
-
-static float *tensor(const GPTDevice *g, float *base, TensorKind k) { return base + gpt_tensor_offset(&g->cfg, k, 0); }
 
 static int nonfinite(GPTDevice *g, int32_t *flag, const float *x, size_t n) {
     DeviceCall call = {.kernel = DK_NONFINITE, .a.nonfinite = {flag, x, n}};
@@ -297,7 +341,8 @@ static int forward(GPTDevice *g, float dloss) {
     const GPTConfig *cfg = &g->cfg;
     const int C = cfg->channels, L = cfg->num_layers;
     DeviceCall enc = {.kernel = DK_ENCODER_FORWARD};
-    enc.a.encoder = (EncoderArgs){.out = g->encoded, .wte = tensor(g, g->params, TK_WTE), .wpe = tensor(g, g->params, TK_WPE),
+    enc.a.encoder = (EncoderArgs){.out = g->encoded, .wte = g->bf16 ? g->wte_rounded : tensor(g, g->params, TK_WTE),
+                                  .wpe = tensor(g, g->params, TK_WPE),
                                   .tokens = g->tokens, .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C,
                                   .V = cfg->vocab_size};
     TRY(launch(g, &enc));
@@ -305,7 +350,7 @@ static int forward(GPTDevice *g, float dloss) {
     float *lnf = tensor(g, g->params, TK_LNFW);
     TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = g->lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd,
                                                             .inp = g->layer[L - 1].residual3, .weight = lnf, .bias = lnf + C}));
-    TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = g->logits, .inp = g->lnf, .weight = enc.a.encoder.wte}, C,
+    TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = g->logits, .inp = g->lnf, .weight = tensor(g, g->params, TK_WTE)}, C,
                cfg->padded_vocab_size));
     DeviceCall xent = {.kernel = DK_SOFTMAX_XENT};
     xent.a.xent = (XentArgs){g->logits, g->losses, g->tokens + rows(g), (int)rows(g), cfg->vocab_size, cfg->padded_vocab_size, dloss};
@@ -397,9 +442,11 @@ int gpt_device_adamw(GPTDevice *g, const AdamWStep *s) {
         const float wd = gpt_tensor_decays(g->segs[i].kind) ? s->weight_decay : 0.0f;
         DeviceCall call = {.kernel = DK_ADAMW};
         const size_t trained = gpt_tensor_trained(&g->cfg, g->segs[i].kind); /* not wte's padded rows */
-        call.a.adamw = (AdamWArgs){g->params + o, g->m + o, g->v + o, NULL, g->grads + o, trained, s->beta1, s->beta2,
-                                   s->eps, s->grad_scale, step_size, 1.0f - s->lr * wd, bias2_sqrt};
+        call.a.adamw = (AdamWArgs){g->params + o, g->m + o, g->v + o, g->bf16 ? g->params_bf16 + o : NULL, g->grads + o,
+                                   trained, s->beta1, s->beta2, s->eps, s->grad_scale, step_size, 1.0f - s->lr * wd,
+                                   bias2_sqrt};
         TRY(launch(g, &call));
     }
+    TRY(refresh_wte(g));
     return device_stream_sync(g->dev, g->compute);
 }

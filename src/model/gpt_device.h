@@ -7,7 +7,7 @@
  * Token batches go in on a copy stream, which the compute stream waits for
  * through an event, with each token's document start when documents are
  * masked (attention inside the document, as gpt.h's doc_separator). For now
- * the whole dense model in fp32 on one process
+ * the whole dense model in fp32 or bf16 on one process
  * (no tensor/pipeline/context parallelism, MoE or LoRA: refused with a
  * reason). Errors: -1 (or NULL) and the reason in reason / device_error. */
 #ifndef BS_MODEL_GPT_DEVICE_H
@@ -31,6 +31,14 @@ enum { GPT_DEVICE_SKIP_TOKEN_WAIT = 1, GPT_DEVICE_SKIP_GRAD_ZERO = 2 };
 GPTDevice *gpt_device_create(Device *dev, const GPTConfig *cfg, int B, int T, int debug, char *reason,
                              size_t reason_size);
 void gpt_device_free(GPTDevice *g);
+/* bf16 compute, as gpt.h's bf16 mode (before gpt_device_set_state): every
+ * product takes bf16 operands with fp32 accumulation: the weights from a
+ * bf16 copy of every parameter at the layout's offsets (refreshed by the
+ * fused AdamW), each input rounded, dout rounded for the products and kept in
+ * fp32 for the bias gradient; the encoder reads wte rounded. The fp32
+ * parameters stay the masters. -1 with the reason in device_error when the
+ * device has no room. */
+int gpt_device_enable_bf16(GPTDevice *g);
 /* The state from the host (flat layout, gpt_num_params floats each; m and v
  * NULL: zeros), and back (any NULL is skipped). */
 int gpt_device_set_state(GPTDevice *g, const float *params, const float *m, const float *v);

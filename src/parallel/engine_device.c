@@ -23,7 +23,7 @@ struct EngineDevice {
 
 static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, int world_size) {
     if (world_size > 1) return "runs one process for now (no mpirun)";
-    if (cfg->bf16 || cfg->fp8) return "trains in fp32 for now";
+    if (cfg->fp8) return "trains in fp32 or bf16 for now";
     if (cfg->measure_micro_norms) return "does not measure micro-step norms yet";
     if (chunk->model.frozen) return "does not train adapters over a frozen base yet";
     if (chunk->update_offset != 0 || chunk->update_count != chunk->model.num_params)
@@ -45,6 +45,11 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
     d->poison_block = d->nonfinite_layer = d->nonfinite_block = -1;
     d->dev = device_open(kind, &options, reason, reason_size);
     if (d->dev) d->model = gpt_device_create(d->dev, &chunk->model.cfg, d->B, d->T, 0, reason, reason_size);
+    if (d->model && cfg->bf16 && gpt_device_enable_bf16(d->model) != 0) {
+        snprintf(reason, reason_size, "%s", device_error(d->dev));
+        gpt_device_free(d->model);
+        d->model = NULL;
+    }
     if (!d->model) {
         engine_device_free(d);
         return NULL;

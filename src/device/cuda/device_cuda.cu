@@ -168,16 +168,20 @@ static int cuda_matmul_forward(Device *d, const MatmulArgs *a, cudaStream_t s) {
     return lt_matmul(d, &p, s);
 }
 
-/* dinp^T (IC,N) = weight^T (IC,OC) dout^T (OC,N); dweight^T (IC,OC) += inp^T (IC,N) dout (N,OC) */
+/* dinp^T (IC,N) = weight^T (IC,OC) dout^T (OC,N); dweight^T (IC,OC) += inp^T (IC,N) dout (N,OC); with
+ * dout_bf16 the products take the bf16 operands (fp32 accumulation) */
 static int cuda_matmul_backward(Device *d, const MatmulArgs *a, cudaStream_t s) {
+    const int bf16 = a->dout_bf16 != NULL;
+    const void *weight = bf16 ? (const void *)a->weight_bf16 : (const void *)a->weight;
+    const void *inp = bf16 ? (const void *)a->inp_bf16 : (const void *)a->inp;
+    const void *dout = bf16 ? (const void *)a->dout_bf16 : (const void *)a->dout;
+    const cudaDataType_t ab = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     if (a->dinp) {
-        LtProduct p = {CUBLAS_OP_N, CUBLAS_OP_N, a->IC, a->N, a->OC, a->IC, a->OC, a->weight, a->dout, a->dinp, 0.0f,
-                       NULL, CUDA_R_32F};
+        LtProduct p = {CUBLAS_OP_N, CUBLAS_OP_N, a->IC, a->N, a->OC, a->IC, a->OC, weight, dout, a->dinp, 0.0f, NULL, ab};
         if (lt_matmul(d, &p, s)) return -1;
     }
     if (a->dweight) {
-        LtProduct p = {CUBLAS_OP_N, CUBLAS_OP_T, a->IC, a->OC, a->N, a->IC, a->OC, a->inp, a->dout, a->dweight, 1.0f,
-                       NULL, CUDA_R_32F};
+        LtProduct p = {CUBLAS_OP_N, CUBLAS_OP_T, a->IC, a->OC, a->N, a->IC, a->OC, inp, dout, a->dweight, 1.0f, NULL, ab};
         if (lt_matmul(d, &p, s)) return -1;
     }
     return a->dbias ? check(d, cuda_bias_backward(a->dbias, a->dout, a->N, a->OC, s), "bias backward") : 0;
