@@ -188,9 +188,9 @@ static void test_matmul(Harness *h, int IC, int OC) {
     float *dout = random_floats(no, 1), *dw = random_floats(nw, 1), *db = random_floats(OC, 1);
     float *out = host_alloc(sizeof *out * no), *dinp = host_alloc(sizeof *dinp * ni);
     DeviceCall call = {.kernel = DK_MATMUL_FORWARD};
-    call.a.matmul = (MatmulArgs){harness_alloc(h, sizeof(float) * no), harness_alloc(h, sizeof(float) * ni),
-                                 up(h, dw, nw), up(h, db, OC), up(h, inp, ni), up(h, w, nw), up(h, bias, OC),
-                                 up(h, dout, no), NULL, NULL, NULL, N, IC, OC};
+    call.a.matmul = (MatmulArgs){.out = harness_alloc(h, sizeof(float) * no), .dinp = harness_alloc(h, sizeof(float) * ni),
+                                 .dweight = up(h, dw, nw), .dbias = up(h, db, OC), .inp = up(h, inp, ni), .weight = up(h, w, nw),
+                                 .bias = up(h, bias, OC), .dout = up(h, dout, no), .N = N, .IC = IC, .OC = OC};
     harness_launch(h, &call);
     matmul_forward(out, inp, w, bias, N, IC, OC);
     char what[64];
@@ -205,6 +205,27 @@ static void test_matmul(Harness *h, int IC, int OC) {
     expect_close(h, what, call.a.matmul.dweight, dw, nw);
     snprintf(what, sizeof what, "matmul backward dbias %dx%d", IC, OC);
     expect_close(h, what, call.a.matmul.dbias, db, OC);
+}
+
+/* The fc layer's GELU epilogue: pre_gelu the product plus bias, out its GELU,
+ * against matmul_forward then gelu_forward (kernels.h). On a GPU an OC that
+ * is a multiple of 8 runs cuBLASLt's GELU_AUX_BIAS epilogue, any other the
+ * product then the GELU kernel. */
+static void test_matmul_gelu(Harness *h, int IC, int OC) {
+    const size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;
+    float *inp = random_floats(ni, 1), *w = random_floats(nw, 0.2f), *bias = random_floats(OC, 1);
+    float *pre = host_alloc(sizeof *pre * no), *out = host_alloc(sizeof *out * no);
+    DeviceCall call = {.kernel = DK_MATMUL_FORWARD};
+    call.a.matmul = (MatmulArgs){.out = harness_alloc(h, sizeof(float) * no), .pre_gelu = harness_alloc(h, sizeof(float) * no),
+                                 .inp = up(h, inp, ni), .weight = up(h, w, nw), .bias = up(h, bias, OC), .N = N, .IC = IC, .OC = OC};
+    harness_launch(h, &call);
+    matmul_forward(pre, inp, w, bias, N, IC, OC);
+    gelu_forward(out, pre, no);
+    char what[64];
+    snprintf(what, sizeof what, "matmul+gelu pre %dx%d", IC, OC);
+    expect_close(h, what, call.a.matmul.pre_gelu, pre, no);
+    snprintf(what, sizeof what, "matmul+gelu out %dx%d", IC, OC);
+    expect_close(h, what, call.a.matmul.out, out, no);
 }
 
 /* bf16 operands: each output within its rounding bound of the fp32 product
@@ -361,6 +382,8 @@ int main(int argc, char **argv) {
     test_matmul(&h, C, 3 * C);
     test_matmul(&h, 4 * C, C);
     test_matmul_bf16(&h, C, 4 * C);
+    test_matmul_gelu(&h, C, 4 * C);
+    test_matmul_gelu(&h, C, 4 * C + 4);
     test_matmul_backward_bf16(&h, C, 4 * C);
     test_matmul_backward_bf16(&h, 4 * C, C);
     test_bf16_round(&h);

@@ -77,9 +77,11 @@ typedef struct {
  * weight_bf16 set, forward multiplies those bf16 operands (fp32
  * accumulation) instead of inp and weight; backward with dout_bf16 set too
  * multiplies dout_bf16 (dout rounded) by weight_bf16 and inp_bf16, while
- * dbias sums the fp32 dout (as kernels/matmul_bf16.h). */
+ * dbias sums the fp32 dout (as kernels/matmul_bf16.h). Forward with
+ * pre_gelu set is the fc layer's GELU epilogue: pre_gelu = the product plus
+ * bias, out = gelu of it (km_gelu; cuBLASLt's GELU_AUX_BIAS epilogue). */
 typedef struct {
-    float *out, *dinp, *dweight, *dbias;
+    float *out, *dinp, *dweight, *dbias, *pre_gelu;
     const float *inp, *weight, *bias, *dout;
     const uint16_t *inp_bf16, *weight_bf16, *dout_bf16;
     int N, IC, OC;

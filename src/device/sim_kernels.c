@@ -109,14 +109,17 @@ static void sim_matmul(DeviceKernel k, const MatmulArgs *a) {
         matmul_backward(a->dinp, a->dweight, a->dbias, a->dout, a->inp, a->weight, (size_t)a->N, a->IC, a->OC);
         return;
     }
+    float *out = a->pre_gelu ? a->pre_gelu : a->out;
     if (!a->inp_bf16) {
-        matmul_forward(a->out, a->inp, a->weight, a->bias, (size_t)a->N, a->IC, a->OC);
-        return;
+        matmul_forward(out, a->inp, a->weight, a->bias, (size_t)a->N, a->IC, a->OC);
+    } else {
+        float *inp = sim_widen(a->inp_bf16, (size_t)a->N * a->IC), *w = sim_widen(a->weight_bf16, (size_t)a->OC * a->IC);
+        if (inp && w) matmul_forward(out, inp, w, a->bias, (size_t)a->N, a->IC, a->OC);
+        free(inp);
+        free(w);
     }
-    float *inp = sim_widen(a->inp_bf16, (size_t)a->N * a->IC), *w = sim_widen(a->weight_bf16, (size_t)a->OC * a->IC);
-    if (inp && w) matmul_forward(a->out, inp, w, a->bias, (size_t)a->N, a->IC, a->OC);
-    free(inp);
-    free(w);
+    if (a->pre_gelu) /* the GELU epilogue */
+        for (size_t i = 0; i < (size_t)a->N * a->OC; i++) a->out[i] = km_gelu(a->pre_gelu[i]);
 }
 
 static void sim_adamw(const AdamWArgs *a) {

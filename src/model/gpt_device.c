@@ -287,8 +287,8 @@ static int layer_forward(GPTDevice *g, int l, const float *residual) {
     TRY(elementwise(g, DK_RESIDUAL_FORWARD, a->residual2, residual, g->proj_out, NC));
     TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = a->ln2, .mean = a->ln2_mean, .rstd = a->ln2_rstd,
                                                             .inp = a->residual2, .weight = p.ln2w, .bias = p.ln2b}));
-    TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = a->fch, .inp = a->ln2, .weight = p.fcw, .bias = p.fcb}, C, 4 * C));
-    TRY(elementwise(g, DK_GELU_FORWARD, a->fch_gelu, a->fch, NULL, 4 * NC));
+    TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = a->fch_gelu, .pre_gelu = a->fch, .inp = a->ln2, .weight = p.fcw,
+                                                  .bias = p.fcb}, C, 4 * C)); /* the GELU epilogue */
     TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = g->proj_out, .inp = a->fch_gelu, .weight = p.fcprojw, .bias = p.fcprojb}, 4 * C, C));
     TRY(elementwise(g, DK_RESIDUAL_FORWARD, a->residual3, a->residual2, g->proj_out, NC));
     return nonfinite(g, &g->flags[l], a->residual3, NC); /* the guard's: gpt.c checks each layer's output */
