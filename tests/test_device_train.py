@@ -111,6 +111,34 @@ class DeviceTrainTest(CorpusTest):
         print(f"device to host: {got} bytes a step ({params} parameters)")
         self.assertEqual(got, want)
 
+    def saved_state(self, name, step):
+        """Checkpoint `step` of run `name`: its manifest without the layout (the state: step, tokens, optimizer step,
+        RNG, schedule, each file's checksum)."""
+        manifest = read_manifest(os.path.join(self.dir, name, "ckpt"), step)
+        del manifest["layout"]
+        return manifest
+
+    def resave(self, name, device, src, *extra):
+        """Run `name` resumes checkpoint src (run, step) on device and ends at step 10. With --zero 1 and
+        --steps 5 at step 5 it trains nothing and saves what it read (a resume into another layout saves)."""
+        out = os.path.join(self.dir, name)
+        run(["train", *SHAPE, "--data", os.path.join(self.data, "train_000000.bin"), "--device", device, "--out", out,
+             "--eval-every", "0", "--resume", os.path.join(self.dir, src[0], "ckpt", f"step_{src[1]:08d}"), *extra])
+
+    def test_checkpoints_bitwise_across_devices(self):
+        """The state at a save moves across devices bit for bit: each side's checkpoint of step 5, read by the other
+        and saved at once, is the same state (files and manifest); and resumed from that copy, the side that wrote it
+        reaches its own step 10 checkpoint bit for bit."""
+        ck = ["--steps", "10", "--ckpt-every", "5", "--eval-every", "0"]
+        for device, other in ((DEVICE, "cpu"), ("cpu", DEVICE)):
+            self.train(f"{device}_bits", device, *ck)
+            self.resave(f"{device}_on_{other}", other, (f"{device}_bits", 5), "--zero", "1", "--steps", "5")
+            self.assertEqual(self.saved_state(f"{device}_on_{other}", 5), self.saved_state(f"{device}_bits", 5),
+                             f"{device}'s checkpoint read by {other} is another state")
+            self.resave(f"{device}_back", device, (f"{device}_on_{other}", 5), "--steps", "10")
+            self.assertEqual(self.saved_state(f"{device}_back", 10), self.saved_state(f"{device}_bits", 10),
+                             f"{device} resumed from {other}'s copy of its state reached another step 10")
+
     def guarded(self, name, device, *extra):
         out = os.path.join(self.dir, name)
         p = run(["train", *SHAPE, "--data", os.path.join(self.data, "train_000000.bin"), "--device", device,
