@@ -180,6 +180,9 @@ class DeviceTrainTest(CorpusTest):
         self.assertIn("--tp", self.refused("--device", DEVICE, "--tp", "2"))
         if DEVICE == "sim":  # a model that does not fit the (simulated) device
             self.assertIn("out of device memory", self.refused("--device", "sim", "--sim-memory", "1"))
+            # 10 MB holds this model in fp32 (3.7 MB of parameters, gradients and moments, the activations), not bf16's copies too
+            self.assertIn("out of device memory", self.refused("--device", "sim", "--sim-memory", "10",
+                                                               "--precision", "bf16"))
             self.assertIn("--sim-memory", self.refused("--sim-memory", "1"))
         if DEVICE == "sim":  # where no GPU answers (or CUDA is not built in): one line naming --device cuda
             p = run(["train", *SHAPE, "--steps", "1", "--data", os.path.join(self.data, "train_000000.bin"),
