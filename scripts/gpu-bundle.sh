@@ -15,9 +15,9 @@
 # usage: scripts/gpu-bundle.sh [BUILD_DIR]   (default build-gpu), from the repository root
 set -euo pipefail
 BUILD=${1:-build-gpu}
-PROGRAMS="batchscale tests/test_device_kernels tests/test_device_sim tests/test_gpt_device"
+PROGRAMS="batchscale tests/test_device_kernels tests/test_device_sim tests/test_gpt_device tests/bf16_driver"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DBS_NATIVE=OFF -DBS_CUDA=ON >/dev/null
-cmake --build "$BUILD" -j"$(nproc)" --target batchscale test_device_kernels test_device_sim test_gpt_device
+cmake --build "$BUILD" -j"$(nproc)" --target batchscale test_device_kernels test_device_sim test_gpt_device bf16_driver
 STAGE=$BUILD/bundle
 rm -rf "$STAGE" && mkdir -p "$STAGE/bin" "$STAGE/lib"
 for p in $PROGRAMS; do cp "$BUILD/$p" "$STAGE/bin/"; done
