@@ -78,6 +78,26 @@ class DeviceTrainTest(CorpusTest):
         self.assert_close(self.train("dev", DEVICE, "--steps", "10", *val), self.train("cpu", "cpu", "--steps", "10", *val),
                           f"--device {DEVICE} vs cpu")
 
+    def test_outlier_as_cpu(self):
+        """--debug-outlier-scale (LayerNorm 1's gain of channel 0 x1000 at initialisation, before the device gets the
+        weights) acts on the device as on the CPU: step 1's loss and the per-layer weight norms after it within 1e-6
+        relative (without the outlier they differ by far more). One step only: with the outlier the attention
+        saturates and any change of summation order grows about 100x a step (the CPU against itself with
+        micro-batches of 1 instead of 4: layer gradient norms 1.5e-7, 1.6e-5, 7e-4 apart at steps 1-3)."""
+        one = ["--steps", "1", "--eval-every", "0"]
+
+        def metrics(name, device, *extra):
+            self.train(name, device, *one, *extra)
+            return read_metrics(os.path.join(self.dir, name + ".jsonl"))[0]
+
+        dev, cpu = (metrics(f"outlier_{d}", d, "--debug-outlier-scale", "1000") for d in (DEVICE, "cpu"))
+        plain = metrics("plain_cpu", "cpu")
+        rel = lambda a, b: max(abs(x - y) / abs(y) for x, y in zip(a, b))
+        got = max(abs(dev["loss"] - cpu["loss"]) / cpu["loss"], rel(dev["weight_norm_layers"], cpu["weight_norm_layers"]))
+        print(f"--debug-outlier-scale 1000: --device {DEVICE} within {got:.2g} of cpu after one step")
+        self.assertGreater(rel(cpu["weight_norm_layers"], plain["weight_norm_layers"]), 1.0, "the outlier changed nothing")
+        self.assertLessEqual(got, 1e-6)
+
     def test_checkpoints_cross_devices(self):
         ck = ["--steps", "10", "--ckpt-every", "5", "--eval-every", "0"]
         dev = self.train("dev_ck", DEVICE, *ck)
@@ -149,7 +169,8 @@ class DeviceTrainTest(CorpusTest):
     def test_guard_catches_nan_as_cpu(self):
         ck = os.path.join(self.dir, "ck_nan")
         nan = ["--steps", "5", "--debug-inject-fault", "nan:0:3:2"]
-        p, skipped, said = self.guarded("nan_dev", DEVICE, *nan, "--ckpt-dir", ck, "--ckpt-every", "1", "--keep-last", "0")
+        p, skipped, said = self.guarded("nan_dev", DEVICE, *nan, "--ckpt-dir", ck, "--ckpt-every", "1",
+                                        "--keep-last", "0")
         cpu = self.guarded("nan_cpu", "cpu", *nan)
         print(f"--device {DEVICE}: {skipped}")
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -180,7 +201,8 @@ class DeviceTrainTest(CorpusTest):
         self.assertIn("--tp", self.refused("--device", DEVICE, "--tp", "2"))
         if DEVICE == "sim":  # a model that does not fit the (simulated) device
             self.assertIn("out of device memory", self.refused("--device", "sim", "--sim-memory", "1"))
-            # 10 MB holds this model in fp32 (3.7 MB of parameters, gradients and moments, the activations), not bf16's copies too
+            # 10 MB holds this model in fp32 (3.7 MB of parameters, gradients and moments, the activations), not
+            # bf16's copies too
             self.assertIn("out of device memory", self.refused("--device", "sim", "--sim-memory", "10",
                                                                "--precision", "bf16"))
             self.assertIn("--sim-memory", self.refused("--sim-memory", "1"))

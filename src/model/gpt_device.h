@@ -6,7 +6,9 @@
  * device allocation made at creation; nothing is allocated inside a step.
  * Token batches go in on a copy stream, which the compute stream waits for
  * through an event, with each token's document start when documents are
- * masked (attention inside the document, as gpt.h's doc_separator). For now
+ * masked (attention inside the document, as gpt.h's doc_separator). A step
+ * returns only its token losses and each layer's non-finite flag to the host;
+ * the state stays on the device until gpt_device_get_state. For now
  * the whole dense model in fp32 or bf16 on one process
  * (no tensor/pipeline/context parallelism, MoE or LoRA: refused with a
  * reason). Errors: -1 (or NULL) and the reason in reason / device_error. */
