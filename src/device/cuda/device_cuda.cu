@@ -89,7 +89,8 @@ static int cuda_stream_wait(Device *d, DeviceStream *s, DeviceEvent *e) {
 }
 
 /* One cuBLASLt product D (m,n) = alpha op(A) op(B) + beta D, column-major,
- * A (lda) and B (ldb) of type ab, D fp32; bias (m) added when not NULL. */
+ * A (lda) and B (ldb) of type ab, D fp32; bias (m) added when not NULL.
+ * lt_matmul returns 0, -1 on an error, -2 where cuBLASLt has no algorithm. */
 typedef struct {
     cublasOperation_t ta, tb;
     int m, n, k, lda, ldb;
@@ -155,7 +156,8 @@ static int lt_matmul(Device *d, const LtProduct *p, cudaStream_t stream) {
     if (!rc) rc = check_lt(d, cuda(d)->api.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes), "reduction");
     if (!rc) rc = lt_alignments(d, pref, p);
     if (!rc) rc = check_lt(d, cuda(d)->api.MatmulAlgoGetHeuristic(cd->lt, desc, l[0], l[1], l[2], l[2], pref, 1, &algo, &found), "heuristic");
-    if (!rc && found == 0) rc = device_fail(d, "cuBLASLt: no algorithm for a %d x %d x %d product", p->m, p->n, p->k);
+    if (!rc && found == 0)
+        rc = device_fail(d, "cuBLASLt: no algorithm for a %d x %d x %d product", p->m, p->n, p->k) - 1; /* -2 */
     const float alpha = 1.0f;
     if (!rc)
         rc = check_lt(d, cuda(d)->api.Matmul(cd->lt, desc, &alpha, p->A, l[0], p->B, l[1], &p->beta, p->D, l[2], p->D, l[2],
@@ -167,16 +169,23 @@ static int lt_matmul(Device *d, const LtProduct *p, cudaStream_t stream) {
     return rc;
 }
 
-/* With pre_gelu, cuBLASLt's GELU epilogue where its auxiliary output's leading dimension allows (a multiple of 8),
- * else the product into pre_gelu and the GELU kernel after it. */
+/* With pre_gelu, cuBLASLt's GELU epilogue where its auxiliary output's leading dimension allows (a multiple of 8)
+ * and cuBLASLt has an algorithm for it, else the product into pre_gelu and the GELU kernel after it. */
 static int cuda_matmul_forward(Device *d, const MatmulArgs *a, cudaStream_t s) {
-    const int bf16 = a->inp_bf16 != NULL, epilogue = a->pre_gelu && a->OC % 8 == 0;
+    const int bf16 = a->inp_bf16 != NULL;
     LtProduct p = {CUBLAS_OP_T, CUBLAS_OP_N, a->OC, a->N, a->IC, a->IC, a->IC,
                    bf16 ? (const void *)a->weight_bf16 : (const void *)a->weight,
-                   bf16 ? (const void *)a->inp_bf16 : (const void *)a->inp, a->pre_gelu && !epilogue ? a->pre_gelu : a->out,
-                   0.0f, a->bias, bf16 ? CUDA_R_16BF : CUDA_R_32F, epilogue ? a->pre_gelu : NULL};
+                   bf16 ? (const void *)a->inp_bf16 : (const void *)a->inp, a->out, 0.0f, a->bias,
+                   bf16 ? CUDA_R_16BF : CUDA_R_32F, NULL};
+    if (a->pre_gelu && a->OC % 8 == 0) {
+        p.pre_gelu = a->pre_gelu;
+        const int rc = lt_matmul(d, &p, s);
+        if (rc != -2) return rc ? -1 : 0;
+        p.pre_gelu = NULL; /* no algorithm with the epilogue: the product, then the GELU kernel */
+    }
+    if (!a->pre_gelu) return lt_matmul(d, &p, s) ? -1 : 0;
+    p.D = a->pre_gelu;
     if (lt_matmul(d, &p, s)) return -1;
-    if (!a->pre_gelu || epilogue) return 0;
     DeviceCall gelu;
     gelu.kernel = DK_GELU_FORWARD;
     gelu.a.elementwise = ElementwiseArgs{a->out, a->pre_gelu, NULL, (size_t)a->N * a->OC};
