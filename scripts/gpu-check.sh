@@ -12,14 +12,23 @@
 #
 # Phases: env (GPU, driver, toolkit, torch); unpack (the bundle, --version);
 # tests (the gpu-labelled checks of tests/device.cmake and
-# tests/device_comm.cmake with BS_REQUIRE_GPU=1: a skip fails); sanitizer (compute-sanitizer memcheck and racecheck on three
-# steps of a tiny model); speed (GPT-2 124M, T 1024, micro-batch 8:
-# batchscale --device cuda in fp32 with the fused attention (flash2, the
-# default) and with the unfused one (causal), the attention kernels alone
-# (tests/bench_device_attention.c), then the PyTorch peer in fp32 and bf16,
-# eager and torch.compile: tokens/s and MFU, bench/gpu_torch_gpt.py).
+# tests/device_comm.cmake with BS_REQUIRE_GPU=1: a skip fails;
+# test_device_train.py's include the checkpoints moved bit for bit between
+# the GPU and the CPU, test_device_bf16.py the bf16 run against the CPU's
+# bf16 within 4x the floor measured beside it); sanitizer (compute-sanitizer
+# memcheck and racecheck on three steps of a tiny model); speed (GPT-2 124M,
+# T 1024, micro-batch 8: batchscale --device cuda in fp32 and bf16 with the
+# fused attention (flash2, the default), the PyTorch peer in fp32 and bf16,
+# eager and torch.compile: tokens/s and MFU, bench/gpu_torch_gpt.py; then,
+# as time allows, fp32 with the unfused attention (causal) and the attention
+# kernels alone, tests/bench_device_attention.c).
+#
+# The whole check stays within GPU_CHECK_SECONDS (default 470): each phase's
+# limit is cut to the time left, and a phase with under 10 s left is skipped
+# (said in the summary), so one device call of about 8 minutes holds it.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-check-out}
+TOTAL=${GPU_CHECK_SECONDS:-470}
 BUNDLE=${BUNDLE:-build-gpu/gpu-bundle.tar.xz}
 mkdir -p "$OUT"
 WORK=$(mktemp -d)
@@ -33,6 +42,11 @@ note() { echo "$*" | tee -a "$OUT/summary.txt"; }
 phase() {
     local name=$1 limit=$2 start=$SECONDS rc
     shift 2
+    if [ $((TOTAL - SECONDS)) -lt 10 ]; then
+        note "$name: skipped: the check's $TOTAL s are spent"
+        return 1
+    fi
+    [ "$limit" -gt $((TOTAL - SECONDS)) ] && limit=$((TOTAL - SECONDS))
     [ "$(type -t "$1")" = function ] && set -- bash -c "$*"
     timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
     rc=$?
@@ -52,7 +66,7 @@ unpack() {
 # a process alone starts no server of its own.
 export LD_LIBRARY_PATH=$WORK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export OMPI_MCA_mca_base_component_path=$WORK/lib/openmpi3 PMIX_MCA_mca_base_component_path=$WORK/lib/pmix
-export OMPI_MCA_ess_singleton_isolated=1 OMP_NUM_THREADS=4 BS_REQUIRE_GPU=1 BATCHSCALE=$BS
+export OMPI_MCA_ess_singleton_isolated=1 OMP_NUM_THREADS=4 BS_REQUIRE_GPU=1 BATCHSCALE=$BS BF16_DRIVER=$WORK/bin/bf16_driver
 export PATH=$PATH:/usr/local/cuda/bin # nvcc, compute-sanitizer
 
 # A byte-level corpus (word salad, tests/bstest.py) prepared into shards.
@@ -65,10 +79,10 @@ TINY=(train --device cuda --layers 2 --heads 2 --channels 64 --seq-len 64 --micr
 GPT2=(train --device cuda --layers 12 --heads 12 --channels 768 --seq-len 1024 --vocab-size 50257 --micro-batch 8
       --steps 12 --warmup 2 --quiet --sample-tokens 0 --eval-every 0 --data "$WORK/data/train_000000.bin")
 
-# tokens/s of a metrics file (median of the steps after the second) and MFU against the GPU's dense fp32 peak;
-# $2: the mode's name (default device-fp32)
+# speed_line METRICS PRECISION [KERNEL]: tokens/s of a metrics file (median of the steps after the second) and
+# MFU against the GPU's dense peak in that precision (fp32 or bf16); KERNEL names a non-default attention kernel.
 speed_line() {
-    $PY - "$1" "${2:-device-fp32}" <<'PY'
+    $PY - "$1" "$2" "${3:-}" <<'PY'
 import json, statistics, sys
 sys.path.insert(0, "bench")
 import gpu_torch_gpt as g
@@ -76,8 +90,9 @@ import torch
 rows = [json.loads(l) for l in open(sys.argv[1])]
 tps = statistics.median(r["tokens_per_s"] for r in rows[2:])
 cfg = dict(L=12, H=12, C=768, V=50257, maxT=1024)
-p = g.peak(torch.cuda.get_device_name(), "fp32")
-print(json.dumps(dict(peer="batchscale", mode=sys.argv[2], tokens_per_s=tps,
+p = g.peak(torch.cuda.get_device_name(), sys.argv[2])
+mode = "device-" + sys.argv[2] + ("-" + sys.argv[3] if sys.argv[3] else "")
+print(json.dumps(dict(peer="batchscale", mode=mode, tokens_per_s=tps,
                       mfu=tps * g.flops_per_token(cfg) / (p * 1e12) if p else None)))
 PY
 }
@@ -94,17 +109,19 @@ phase test_device_gpt 60 "$WORK/bin/test_gpt_device" cuda
 phase test_device_comm_nccl 60 "$WORK/bin/test_device_comm" cuda nccl # one rank: every NCCL operation
 phase test_device_comm_host 60 "$WORK/bin/test_device_comm" cuda host # pinned staging through MPI
 phase test_device_train 120 "$PY" tests/test_device_train.py cuda
-phase memcheck 50 compute-sanitizer --tool memcheck --error-exitcode 3 "$BS" "${TINY[@]}"
-phase racecheck 50 compute-sanitizer --tool racecheck --error-exitcode 3 "$BS" "${TINY[@]}"
-phase speed_batchscale_fp32 90 "$BS" "${GPT2[@]}" --metrics "$OUT/gpt2_fp32.jsonl" &&
-    speed_line "$OUT/gpt2_fp32.jsonl" device-fp32-flash2 | tee -a "$OUT/summary.txt"
-# the same model with the unfused attention kernel (it keeps P: 12 x 400 MB at T 1024), fewer steps
-phase speed_batchscale_fp32_causal 60 "$BS" "${GPT2[@]}" --steps 6 --attention causal --metrics "$OUT/gpt2_fp32_causal.jsonl" &&
-    speed_line "$OUT/gpt2_fp32_causal.jsonl" device-fp32-causal | tee -a "$OUT/summary.txt"
-# the attention kernels alone at GPT-2 124M's shapes (B 8, T 1024, C 768, H 12): fused against unfused, ms per call
-phase speed_attention 60 "$WORK/bin/bench_device_attention" cuda 8 1024 768 12 10
-grep '^{' "$OUT/speed_attention.log" >>"$OUT/summary.txt"
-phase speed_batchscale_bf16 20 "$BS" "${GPT2[@]}" --precision bf16 # refused in one line until the device has bf16
-phase speed_pytorch 120 "$PY" bench/gpu_torch_gpt.py --steps 15 --modes eager-fp32,eager-bf16,compile-bf16
+phase test_device_bf16 60 "$PY" tests/test_device_bf16.py cuda
+phase memcheck 40 compute-sanitizer --tool memcheck --error-exitcode 3 "$BS" "${TINY[@]}"
+phase racecheck 40 compute-sanitizer --tool racecheck --error-exitcode 3 "$BS" "${TINY[@]}"
+phase speed_batchscale_fp32 60 "$BS" "${GPT2[@]}" --metrics "$OUT/gpt2_fp32.jsonl" &&
+    speed_line "$OUT/gpt2_fp32.jsonl" fp32 | tee -a "$OUT/summary.txt"
+phase speed_batchscale_bf16 60 "$BS" "${GPT2[@]}" --precision bf16 --metrics "$OUT/gpt2_bf16.jsonl" &&
+    speed_line "$OUT/gpt2_bf16.jsonl" bf16 | tee -a "$OUT/summary.txt"
+phase speed_pytorch 100 "$PY" bench/gpu_torch_gpt.py --steps 15 --modes eager-fp32,eager-bf16,compile-bf16
 grep '^{' "$OUT/speed_pytorch.log" >>"$OUT/summary.txt"
+# the same model with the unfused attention kernel (it keeps P: 12 x 400 MB at T 1024), fewer steps
+phase speed_batchscale_fp32_causal 45 "$BS" "${GPT2[@]}" --steps 6 --attention causal --metrics "$OUT/gpt2_fp32_causal.jsonl" &&
+    speed_line "$OUT/gpt2_fp32_causal.jsonl" fp32 causal | tee -a "$OUT/summary.txt"
+# the attention kernels alone at GPT-2 124M's shapes (B 8, T 1024, C 768, H 12): fused against unfused, ms per call
+phase speed_attention 45 "$WORK/bin/bench_device_attention" cuda 8 1024 768 12 10
+grep '^{' "$OUT/speed_attention.log" >>"$OUT/summary.txt"
 rm -rf "$WORK"

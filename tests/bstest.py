@@ -68,6 +68,12 @@ def batch_shards(data, out, order, seq_len, steps, per_shard=1):
     return ["--data", out, "--data-order", "sequential"]
 
 
+def read_manifest(ckpt_dir, step):
+    """The manifest of checkpoint `step` under ckpt_dir."""
+    with open(os.path.join(ckpt_dir, f"step_{step:08d}", "manifest.json")) as f:
+        return json.load(f)
+
+
 def read_metrics(path):
     with open(path) as f:
         return [json.loads(line) for line in f]

@@ -61,6 +61,19 @@ set_tests_properties(device_train_sim PROPERTIES LABELS device ENVIRONMENT "BATC
 set_tests_properties(device_train_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP}
   ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1")
 
+# --precision bf16 on the device against the CPU's bf16, within 4 x the floor
+# of tests/layout_floor.py measured beside it.
+add_test(NAME device_bf16_sim COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_bf16.py sim)
+add_test(NAME device_bf16_gpu COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_bf16.py cuda)
+set(DEVICE_BF16_ENV "BATCHSCALE=${BS};BF16_DRIVER=$<TARGET_FILE:bf16_driver>;OMP_NUM_THREADS=1")
+set_tests_properties(device_bf16_sim PROPERTIES LABELS device ENVIRONMENT "${DEVICE_BF16_ENV}")
+set_tests_properties(device_bf16_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP}
+  ENVIRONMENT "${DEVICE_BF16_ENV}")
+
+# scripts/gpu-check.sh holds to its time budget (runs without a GPU: no bundle, it stops after unpacking).
+add_test(NAME device_gpu_check_budget COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_gpu_check_budget.py)
+set_tests_properties(device_gpu_check_budget PROPERTIES LABELS device)
+
 # The PyTorch GPU peer of scripts/gpu-check.sh keeps running: without a GPU it
 # says so in one line; with one, a tiny model's figures.
 add_test(NAME device_torch_peer COMMAND ${PY} ${PROJECT_SOURCE_DIR}/bench/gpu_torch_gpt.py --steps 2 --warmup 0
@@ -68,6 +81,6 @@ add_test(NAME device_torch_peer COMMAND ${PY} ${PROJECT_SOURCE_DIR}/bench/gpu_to
 set_tests_properties(device_torch_peer PROPERTIES LABELS device
   PASS_REGULAR_EXPRESSION "no CUDA GPU visible to torch; nothing measured|\"tokens_per_s\"")
 
-bs_tier(unit TESTS device_kernels_sim device_sim_seam device_gpt_sim device_train_sim)
-bs_tier(slow TESTS device_kernels_gpu device_seam_gpu device_gpt_gpu device_train_gpu)
+bs_tier(unit TESTS device_kernels_sim device_sim_seam device_gpt_sim device_train_sim device_gpu_check_budget)
+bs_tier(slow TESTS device_kernels_gpu device_seam_gpu device_gpt_gpu device_train_gpu device_bf16_sim device_bf16_gpu)
 bs_tier(peers TESTS device_torch_peer)

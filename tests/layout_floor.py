@@ -97,26 +97,40 @@ def floor_runs(test, tag, pairs, splits):
     return runs
 
 
+class Floor:
+    """The one process in the precision `flags` (one: its metrics, one_p: its parameters) on the pair shards
+    (pairs: the flags that read them) and the floor of its reorderings (floor_runs), measured here."""
+
+    def __init__(self, test, tag, flags, splits, ran=lambda metrics: None):
+        self.test, self.tag = test, tag
+        self.pairs = pair_shards(test.data, test.path(f"{tag}-pairs"))
+        self.one, self.one_p, _ = train(test.data, test.path(f"{tag}-one"), extra=self.pairs + flags)
+        ran(self.one)
+        self.loss = self.param = 0.0
+        for label, kw in floor_runs(test, tag, self.pairs, splits).items():
+            m, p, _ = train(test.data, test.path(f"{tag}-{label.replace(' ', '')}"), micro=kw.get("micro", 8),
+                            extra=kw["extra"] + flags)
+            self.loss, self.param = max(self.loss, loss_gap(m, self.one)), max(self.param, param_gap(p, self.one_p))
+            print(f"  {tag} floor {label}: loss gap {loss_gap(m, self.one):.2e}, parameters "
+                  f"{param_gap(p, self.one_p):.2e}", flush=True)
+        test.assertGreater(self.loss, 0, "no reordering of the one-process run changed it: the floor measured nothing")
+
+    def check(self, name, m, p):
+        """Another run's metrics m and parameters p within K x the floor of the one process's."""
+        self.test.assertEqual(len(m), len(self.one))
+        lg, pg = loss_gap(m, self.one), param_gap(p, self.one_p)
+        print(f"  {self.tag} {name}: loss gap {lg:.2e} = {lg / self.loss:.2f} x floor, parameters {pg:.2e} = "
+              f"{pg / self.param:.2f} x floor", flush=True)
+        self.test.assertLessEqual(lg, K * self.loss, f"{self.tag} {name}: loss gap {lg:.3g} > {K} x floor {self.loss:.3g}")
+        self.test.assertLessEqual(pg, K * self.param,
+                                  f"{self.tag} {name}: parameters {pg:.3g} > {K} x floor {self.param:.3g}")
+
+
 def check_layouts(test, tag, flags, splits, ran=lambda metrics: None):
     """Every layout of LAYOUTS in the precision `flags` within K x the floor (loss gap and parameters); `ran` checks
     a run's metrics showed the precision at work."""
-    pairs = pair_shards(test.data, test.path(f"{tag}-pairs"))
-    one, one_p, _ = train(test.data, test.path(f"{tag}-one"), extra=pairs + flags)
-    ran(one)
-    floor_loss = floor_param = 0.0
-    for label, kw in floor_runs(test, tag, pairs, splits).items():
-        m, p, _ = train(test.data, test.path(f"{tag}-{label.replace(' ', '')}"), micro=kw.get("micro", 8),
-                        extra=kw["extra"] + flags)
-        floor_loss, floor_param = max(floor_loss, loss_gap(m, one)), max(floor_param, param_gap(p, one_p))
-        print(f"  {tag} floor {label}: loss gap {loss_gap(m, one):.2e}, parameters {param_gap(p, one_p):.2e}",
-              flush=True)
-    test.assertGreater(floor_loss, 0, "no reordering of the one-process run changed it: the floor measured nothing")
+    floor = Floor(test, tag, flags, splits, ran)
     for name, extra in LAYOUTS.items():
-        m, p, _ = train(test.data, test.path(f"{tag}-{name}"), ranks=2, micro=2, extra=extra + pairs + flags)
-        test.assertEqual(len(m), len(one))
+        m, p, _ = train(test.data, test.path(f"{tag}-{name}"), ranks=2, micro=2, extra=extra + floor.pairs + flags)
         ran(m)
-        lg, pg = loss_gap(m, one), param_gap(p, one_p)
-        print(f"  {tag} {name}: loss gap {lg:.2e} = {lg / floor_loss:.2f} x floor, parameters {pg:.2e} = "
-              f"{pg / floor_param:.2f} x floor", flush=True)
-        test.assertLessEqual(lg, K * floor_loss, f"{tag} {name}: loss gap {lg:.3g} > {K} x floor {floor_loss:.3g}")
-        test.assertLessEqual(pg, K * floor_param, f"{tag} {name}: parameters {pg:.3g} > {K} x floor {floor_param:.3g}")
+        floor.check(name, m, p)

@@ -67,6 +67,13 @@ static void test_kernel(Harness *h, int V, int Vp, float dloss) {
     free(logits), free(want);
 }
 
+/* The blocks' products as launched (the model's fp32 mode). */
+static int launch_product(void *harness, DeviceKernel kernel, const MatmulArgs *a) {
+    Harness *h = harness;
+    DeviceCall call = {.kernel = kernel, .a.matmul = *a};
+    return device_launch(h->dev, h->stream, &call);
+}
+
 /* The output layer in blocks of BLOCK rows against the CPU's products over all N. */
 static void test_blocks(Harness *h, int V, int Vp) {
     int32_t targets[N];
@@ -79,7 +86,7 @@ static void test_blocks(Harness *h, int V, int Vp) {
                         harness_upload(h, dwte, sizeof(float) * Vp * C), harness_alloc(h, sizeof(float) * BLOCK * Vp),
                         harness_upload(h, inp, sizeof(float) * N * C), harness_upload(h, wte, sizeof(float) * Vp * C),
                         harness_upload(h, targets, sizeof targets), N, C, V, Vp, BLOCK, dloss};
-    CHECK(classifier_device(h->dev, h->stream, &a) == 0, "classifier_device: %s", device_error(h->dev));
+    CHECK(classifier_device(h->dev, h->stream, &a, launch_product, h) == 0, "classifier_device: %s", device_error(h->dev));
     matmul_forward(logits, inp, wte, NULL, N, C, Vp);
     softmax_xent_forward_backward(logits, losses, targets, N, V, Vp, dloss);
     matmul_backward(dinp, dwte, NULL, logits, inp, wte, N, C, Vp);

@@ -177,9 +177,9 @@ static void test_matmul(Harness *h, int IC, int OC) {
     float *dout = random_floats(no, 1), *dw = random_floats(nw, 1), *db = random_floats(OC, 1);
     float *out = host_alloc(sizeof *out * no), *dinp = host_alloc(sizeof *dinp * ni);
     DeviceCall call = {.kernel = DK_MATMUL_FORWARD};
-    call.a.matmul = (MatmulArgs){harness_alloc(h, sizeof(float) * no), harness_alloc(h, sizeof(float) * ni),
-                                 up(h, dw, nw), up(h, db, OC), up(h, inp, ni), up(h, w, nw), up(h, bias, OC),
-                                 up(h, dout, no), NULL, NULL, N, IC, OC};
+    call.a.matmul = (MatmulArgs){.out = harness_alloc(h, sizeof(float) * no), .dinp = harness_alloc(h, sizeof(float) * ni),
+                                 .dweight = up(h, dw, nw), .dbias = up(h, db, OC), .inp = up(h, inp, ni), .weight = up(h, w, nw),
+                                 .bias = up(h, bias, OC), .dout = up(h, dout, no), .N = N, .IC = IC, .OC = OC};
     harness_launch(h, &call);
     matmul_forward(out, inp, w, bias, N, IC, OC);
     char what[64];
@@ -194,6 +194,27 @@ static void test_matmul(Harness *h, int IC, int OC) {
     expect_close(h, what, call.a.matmul.dweight, dw, nw);
     snprintf(what, sizeof what, "matmul backward dbias %dx%d", IC, OC);
     expect_close(h, what, call.a.matmul.dbias, db, OC);
+}
+
+/* The fc layer's GELU epilogue: pre_gelu the product plus bias, out its GELU,
+ * against matmul_forward then gelu_forward (kernels.h). On a GPU an OC that
+ * is a multiple of 8 runs cuBLASLt's GELU_AUX_BIAS epilogue, any other the
+ * product then the GELU kernel. */
+static void test_matmul_gelu(Harness *h, int IC, int OC) {
+    const size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;
+    float *inp = random_floats(ni, 1), *w = random_floats(nw, 0.2f), *bias = random_floats(OC, 1);
+    float *pre = host_alloc(sizeof *pre * no), *out = host_alloc(sizeof *out * no);
+    DeviceCall call = {.kernel = DK_MATMUL_FORWARD};
+    call.a.matmul = (MatmulArgs){.out = harness_alloc(h, sizeof(float) * no), .pre_gelu = harness_alloc(h, sizeof(float) * no),
+                                 .inp = up(h, inp, ni), .weight = up(h, w, nw), .bias = up(h, bias, OC), .N = N, .IC = IC, .OC = OC};
+    harness_launch(h, &call);
+    matmul_forward(pre, inp, w, bias, N, IC, OC);
+    gelu_forward(out, pre, no);
+    char what[64];
+    snprintf(what, sizeof what, "matmul+gelu pre %dx%d", IC, OC);
+    expect_close(h, what, call.a.matmul.pre_gelu, pre, no);
+    snprintf(what, sizeof what, "matmul+gelu out %dx%d", IC, OC);
+    expect_close(h, what, call.a.matmul.out, out, no);
 }
 
 /* bf16 operands: each output within its rounding bound of the fp32 product
@@ -225,6 +246,62 @@ static void test_matmul_bf16(Harness *h, int IC, int OC) {
         }
     printf("matmul forward bf16 %dx%-8d worst error / bound %.3g\n", IC, OC, worst);
     CHECK(bad == 0, "matmul bf16 %dx%d: %d outputs beyond their rounding bound", IC, OC, bad);
+}
+
+/* bf16 operands in backward: dinp and dweight from the bf16 dout, input and
+ * weight (exact in fp32, so the fp32 backward of the widened operands is the
+ * reference, within the fp32 bound for the order), dbias from the fp32 dout. */
+static void test_matmul_backward_bf16(Harness *h, int IC, int OC) {
+    const size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;
+    float *inp = random_floats(ni, 1), *w = random_floats(nw, 0.2f), *dout = random_floats(no, 1);
+    float *dw = random_floats(nw, 1), *db = random_floats(OC, 1), *dinp = host_alloc(sizeof *dinp * ni);
+    bf16 *inp16 = host_alloc(sizeof *inp16 * ni), *w16 = host_alloc(sizeof *w16 * nw), *dout16 = host_alloc(sizeof *dout16 * no);
+    bf16_from_floats(inp16, inp, ni);
+    bf16_from_floats(w16, w, nw);
+    bf16_from_floats(dout16, dout, no);
+    DeviceCall call = {.kernel = DK_MATMUL_BACKWARD};
+    call.a.matmul = (MatmulArgs){.dinp = harness_alloc(h, sizeof(float) * ni), .dweight = up(h, dw, nw), .dbias = up(h, db, OC),
+                                 .dout = up(h, dout, no), .inp_bf16 = harness_upload(h, inp16, sizeof *inp16 * ni),
+                                 .weight_bf16 = harness_upload(h, w16, sizeof *w16 * nw),
+                                 .dout_bf16 = harness_upload(h, dout16, sizeof *dout16 * no), .N = N, .IC = IC, .OC = OC};
+    harness_launch(h, &call);
+    bias_backward(db, dout, N, OC);
+    bf16_to_floats(inp, inp16, ni);
+    bf16_to_floats(w, w16, nw);
+    bf16_to_floats(dout, dout16, no);
+    matmul_backward(dinp, dw, NULL, dout, inp, w, N, IC, OC);
+    char what[64];
+    snprintf(what, sizeof what, "matmul bwd bf16 dinp %dx%d", IC, OC);
+    expect_close(h, what, call.a.matmul.dinp, dinp, ni);
+    snprintf(what, sizeof what, "matmul bwd bf16 dweight %dx%d", IC, OC);
+    expect_close(h, what, call.a.matmul.dweight, dw, nw);
+    snprintf(what, sizeof what, "matmul bwd bf16 dbias %dx%d", IC, OC);
+    expect_close(h, what, call.a.matmul.dbias, db, OC);
+}
+
+/* bf16 rounding (NaN and infinities among the values): the floats as kernels/bf16.h rounds them, the bits as it
+ * converts them, in place too. */
+static void test_bf16_round(Harness *h) {
+    const size_t n = 5000;
+    float *x = random_floats(n, 100), *want = host_alloc(sizeof *want * n), *got = host_alloc(sizeof *got * n);
+    x[7] = NAN, x[8] = INFINITY, x[9] = -INFINITY, x[10] = 0x1.00ff8p0f; /* a tie: nearest even */
+    bf16 *want16 = host_alloc(sizeof *want16 * n), *got16 = host_alloc(sizeof *got16 * n);
+    bf16_round_floats(want, x, n);
+    bf16_from_floats(want16, x, n);
+    DeviceCall call = {.kernel = DK_BF16_ROUND};
+    call.a.round = (Bf16RoundArgs){harness_alloc(h, sizeof(float) * n), harness_alloc(h, sizeof(bf16) * n), up(h, x, n), n};
+    harness_launch(h, &call);
+    harness_download(h, got, call.a.round.out, sizeof *got * n);
+    harness_download(h, got16, call.a.round.out_bf16, sizeof *got16 * n);
+    const int floats = memcmp(got, want, sizeof *got * n) == 0, bits = memcmp(got16, want16, sizeof *got16 * n) == 0;
+    call.a.round.out = (float *)call.a.round.inp; /* in place */
+    call.a.round.out_bf16 = NULL;
+    harness_launch(h, &call);
+    harness_download(h, got, call.a.round.out, sizeof *got * n);
+    const int in_place = memcmp(got, want, sizeof *got * n) == 0;
+    printf("bf16 round                    floats %s, bits %s, in place %s\n", floats ? "equal" : "DIFFER",
+           bits ? "equal" : "DIFFER", in_place ? "equal" : "DIFFER");
+    CHECK(floats && bits && in_place, "bf16 rounding differs from kernels/bf16.h");
 }
 
 static void test_adamw(Harness *h) {
@@ -294,6 +371,11 @@ int main(int argc, char **argv) {
     test_matmul(&h, C, 3 * C);
     test_matmul(&h, 4 * C, C);
     test_matmul_bf16(&h, C, 4 * C);
+    test_matmul_gelu(&h, C, 4 * C);
+    test_matmul_gelu(&h, C, 4 * C + 4);
+    test_matmul_backward_bf16(&h, C, 4 * C);
+    test_matmul_backward_bf16(&h, 4 * C, C);
+    test_bf16_round(&h);
     test_adamw(&h);
     test_sums(&h);
     harness_close(&h);

@@ -9,6 +9,8 @@
  * event wait on the token upload removed reads tokens before they arrive
  * under some seeds, and the step with the gradients' zeroing removed
  * updates with NaN. Two device runs of the same steps are bitwise equal.
+ * The guard's non-finite flags find a poisoned gradient block and the first
+ * layer whose output is infinite.
  * `test_gpt_device cuda` runs the same on a GPU. */
 #include <math.h>
 #include <stdlib.h>
@@ -140,6 +142,36 @@ static void compare_training(Harness *h, const GPTConfig *cfg, int steps, int32_
     gpt_free(&model);
 }
 
+/* The guard's flags: a clean step flags nothing; a poisoned gradient block
+ * is the one found; an infinite bias in layer 2 flags layer 2's output in the
+ * forward, the first non-finite layer output as gpt.c's first_nonfinite_layer
+ * is (the CPU's forward is not run on it: its vectorised exp is undefined
+ * behaviour on NaN, which UBSan reports). */
+static void nonfinite_flags(Harness *h, const GPTConfig *cfg) {
+    GPT model;
+    gpt_create(&model, cfg);
+    gpt_init_weights(&model, 1337);
+    GPTDevice *g = device_model(h, cfg, model.params, 0);
+    int32_t inputs[N], targets[N];
+    batch(0, inputs, targets);
+    double loss;
+    int clean_block = 0, poisoned = -1;
+    harness_check(h, gpt_device_zero_grads(g) || gpt_device_step(g, inputs, targets, 1.0f / N, &loss) ||
+                         gpt_device_first_nonfinite_block(g, &clean_block) || gpt_device_poison_grad(g, 3) ||
+                         gpt_device_first_nonfinite_block(g, &poisoned), "clean step");
+    const int clean_layer = gpt_device_nonfinite_layer(g);
+    gpt_layer_tensors(cfg, model.params + gpt_tensor_offset(cfg, TK_LN1W, 2), 2).fcprojb[0] = INFINITY;
+    harness_check(h, gpt_device_set_state(g, model.params, NULL, NULL) || gpt_device_zero_grads(g) ||
+                         gpt_device_step(g, inputs, targets, 1.0f / N, &loss), "step with an infinite bias");
+    printf("non-finite flags: clean layer %d block %d; block 3 poisoned: %d; layer 2 infinite: %d\n", clean_layer,
+           clean_block, poisoned, gpt_device_nonfinite_layer(g));
+    CHECK(clean_layer == -1 && clean_block == -1, "a clean step flagged layer %d block %d", clean_layer, clean_block);
+    CHECK(poisoned == 3, "the poisoned block 3 was found as %d", poisoned);
+    CHECK(gpt_device_nonfinite_layer(g) == 2, "the infinite layer 2 was flagged as %d", gpt_device_nonfinite_layer(g));
+    gpt_device_free(g);
+    gpt_free(&model);
+}
+
 /* With one debug switch (0: none): how many of SEEDS seeds give a first
  * step's loss off right, or a non-finite second step. */
 static int wrong_runs(int argc, char **argv, const GPTConfig *cfg, const float *params, int debug, double right) {
@@ -194,6 +226,7 @@ int main(int argc, char **argv) {
         compare_training(&h, &cfg, 3, SEPARATOR, fused);
     }
     two_runs_bitwise(&h, &cfg);
+    nonfinite_flags(&h, &cfg);
     harness_close(&h);
     if (sim) sim_catches(argc, argv);
     printf("%s\n", failures ? "FAILED" : "device training equals the CPU's");

@@ -24,7 +24,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import BATCHSCALE, MPIRUN, CorpusTest, one_line_error, read_metrics  # noqa: E402
+from bstest import BATCHSCALE, MPIRUN, CorpusTest, one_line_error, read_manifest, read_metrics  # noqa: E402
 
 
 def train(data, prefix, ranks=2, extra=(), steps=8, check=True, shard="train_000000.bin", layers=2):
@@ -137,11 +137,6 @@ class GuardTest(CorpusTest):
         _, p = train(self.data, self.path("bad"), check=False, extra=["--balance", "--zero", "2"])
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("--balance", p.stderr)
-
-
-def read_manifest(ckpt_dir, step):
-    with open(os.path.join(ckpt_dir, f"step_{step:08d}", "manifest.json")) as f:
-        return json.load(f)
 
 
 if __name__ == "__main__":

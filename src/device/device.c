@@ -51,7 +51,11 @@ void device_event_destroy(Device *d, DeviceEvent *e) {
     if (e) d->ops->event_destroy(d, e);
 }
 int device_copy(Device *d, DeviceStream *s, void *dst, const void *src, size_t n, DeviceCopyKind kind) {
+    if ((unsigned)kind <= COPY_DEVICE_TO_DEVICE) d->copied[kind] += n;
     return d->ops->copy(d, s, dst, src, n, kind);
+}
+uint64_t device_bytes_copied(const Device *d, DeviceCopyKind kind) {
+    return (unsigned)kind <= COPY_DEVICE_TO_DEVICE ? d->copied[kind] : 0;
 }
 int device_zero(Device *d, DeviceStream *s, void *p, size_t n) { return d->ops->zero(d, s, p, n); }
 int device_event_record(Device *d, DeviceStream *s, DeviceEvent *e) { return d->ops->event_record(d, s, e); }

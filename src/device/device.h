@@ -54,6 +54,9 @@ DeviceEvent *device_event_create(Device *d);
 void device_event_destroy(Device *d, DeviceEvent *e);
 
 int device_copy(Device *d, DeviceStream *s, void *dst, const void *src, size_t n, DeviceCopyKind kind);
+/* The bytes device_copy queued of that kind since the device opened (what
+ * crosses between host and device: tests and metrics count it). */
+uint64_t device_bytes_copied(const Device *d, DeviceCopyKind kind);
 /* n bytes of device memory at p set to 0 */
 int device_zero(Device *d, DeviceStream *s, void *p, size_t n);
 /* e completes when the work queued on s so far has run */

@@ -5,6 +5,7 @@
 #define BS_DEVICE_DEVICE_IMPL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "device/device.h"
 
@@ -39,6 +40,7 @@ typedef struct {
 struct Device {
     const DeviceOps *ops;
     char error[256];
+    uint64_t copied[3]; /* bytes queued by device_copy, per DeviceCopyKind (device_bytes_copied) */
 };
 
 /* Sets d's reason (printf-style) and returns -1. */

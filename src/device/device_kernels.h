@@ -28,6 +28,7 @@ typedef enum {
     DK_FLASH_BACKWARD,
     DK_FLASH_MERGE,
     DK_CLASSIFIER, /* softmax_xent_forward_backward fused (XentArgs; classifier_math.h) */
+    DK_BF16_ROUND,
     DK_COUNT
 } DeviceKernel;
 
@@ -78,11 +79,15 @@ typedef struct {
 /* matmul_forward (out = inp weight^T + bias) / matmul_backward (dinp
  * written, dweight and dbias +=; each may be NULL). With inp_bf16 and
  * weight_bf16 set, forward multiplies those bf16 operands (fp32
- * accumulation) instead of inp and weight. */
+ * accumulation) instead of inp and weight; backward with dout_bf16 set too
+ * multiplies dout_bf16 (dout rounded) by weight_bf16 and inp_bf16, while
+ * dbias sums the fp32 dout (as kernels/matmul_bf16.h). Forward with
+ * pre_gelu set is the fc layer's GELU epilogue: pre_gelu = the product plus
+ * bias, out = gelu of it (km_gelu; cuBLASLt's GELU_AUX_BIAS epilogue). */
 typedef struct {
-    float *out, *dinp, *dweight, *dbias;
+    float *out, *dinp, *dweight, *dbias, *pre_gelu;
     const float *inp, *weight, *bias, *dout;
-    const uint16_t *inp_bf16, *weight_bf16;
+    const uint16_t *inp_bf16, *weight_bf16, *dout_bf16;
     int N, IC, OC;
 } MatmulArgs;
 
@@ -139,6 +144,14 @@ typedef struct {
     const float *part_out, *part_lse;
     int B, T, C, H;
 } FlashMergeArgs;
+/* bf16 rounding (nearest even) of inp (n): out (may be inp, or NULL) gets
+ * the rounded values as floats, out_bf16 (or NULL) their bf16 bits */
+typedef struct {
+    float *out;
+    uint16_t *out_bf16;
+    const float *inp;
+    size_t n;
+} Bf16RoundArgs;
 
 typedef struct {
     DeviceKernel kernel;
@@ -154,6 +167,7 @@ typedef struct {
         NonfiniteArgs nonfinite;
         FlashArgs flash;
         FlashMergeArgs flash_merge;
+        Bf16RoundArgs round;
     } a;
 } DeviceCall;
 

@@ -103,6 +103,13 @@ BS_HD void km_elementwise(DeviceKernel k, const ElementwiseArgs *a, size_t i) {
                                         : a->a[i] + a->b[i];
 }
 
+/* Element i rounded to bf16: as a float and as its bits. */
+BS_HD void km_bf16_round_element(const Bf16RoundArgs *a, size_t i) {
+    const uint16_t h = km_bf16(a->inp[i]);
+    if (a->out) a->out[i] = km_bf16_to_float(h);
+    if (a->out_bf16) a->out_bf16[i] = h;
+}
+
 /* Parameter i's AdamW update and its bf16 copy. */
 BS_HD void km_adamw_element(const AdamWArgs *a, size_t i) {
     float p = km_adamw(a->params[i], a->grads[i], &a->m[i], &a->v[i], a->beta1, a->beta2, a->eps, a->grad_scale,

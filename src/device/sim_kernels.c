@@ -88,19 +88,38 @@ static float *sim_widen(const uint16_t *h, size_t n) {
     return f;
 }
 
+/* bf16 backward: dbias from the fp32 dout, the products from the bf16 operands widened (exact), as
+ * matmul_bf16.h's widening path */
+static void sim_matmul_backward_bf16(const MatmulArgs *a) {
+    if (a->dbias) bias_backward(a->dbias, a->dout, (size_t)a->N, a->OC);
+    float *dout = sim_widen(a->dout_bf16, (size_t)a->N * a->OC), *inp = sim_widen(a->inp_bf16, (size_t)a->N * a->IC);
+    float *w = sim_widen(a->weight_bf16, (size_t)a->OC * a->IC);
+    if (dout && inp && w) matmul_backward(a->dinp, a->dweight, NULL, dout, inp, w, (size_t)a->N, a->IC, a->OC);
+    free(dout);
+    free(inp);
+    free(w);
+}
+
 static void sim_matmul(DeviceKernel k, const MatmulArgs *a) {
+    if (k == DK_MATMUL_BACKWARD && a->dout_bf16) {
+        sim_matmul_backward_bf16(a);
+        return;
+    }
     if (k == DK_MATMUL_BACKWARD) {
         matmul_backward(a->dinp, a->dweight, a->dbias, a->dout, a->inp, a->weight, (size_t)a->N, a->IC, a->OC);
         return;
     }
+    float *out = a->pre_gelu ? a->pre_gelu : a->out;
     if (!a->inp_bf16) {
-        matmul_forward(a->out, a->inp, a->weight, a->bias, (size_t)a->N, a->IC, a->OC);
-        return;
+        matmul_forward(out, a->inp, a->weight, a->bias, (size_t)a->N, a->IC, a->OC);
+    } else {
+        float *inp = sim_widen(a->inp_bf16, (size_t)a->N * a->IC), *w = sim_widen(a->weight_bf16, (size_t)a->OC * a->IC);
+        if (inp && w) matmul_forward(out, inp, w, a->bias, (size_t)a->N, a->IC, a->OC);
+        free(inp);
+        free(w);
     }
-    float *inp = sim_widen(a->inp_bf16, (size_t)a->N * a->IC), *w = sim_widen(a->weight_bf16, (size_t)a->OC * a->IC);
-    if (inp && w) matmul_forward(a->out, inp, w, a->bias, (size_t)a->N, a->IC, a->OC);
-    free(inp);
-    free(w);
+    if (a->pre_gelu) /* the GELU epilogue */
+        for (size_t i = 0; i < (size_t)a->N * a->OC; i++) a->out[i] = km_gelu(a->pre_gelu[i]);
 }
 
 static void sim_adamw(const AdamWArgs *a) {
@@ -119,6 +138,10 @@ static void sim_nonfinite(const NonfiniteArgs *a) {
     int32_t flag = 0;
     for (size_t i = 0; i < a->n; i++) flag |= km_nonfinite(a->x[i]);
     *a->flag = flag;
+}
+
+static void sim_bf16_round(const Bf16RoundArgs *a) {
+    for (size_t i = 0; i < a->n; i++) km_bf16_round_element(a, i);
 }
 
 void sim_run_kernel(const DeviceCall *c) {
@@ -142,6 +165,7 @@ void sim_run_kernel(const DeviceCall *c) {
     case DK_FLASH_BACKWARD:
     case DK_FLASH_MERGE: sim_flash(c); break;
     case DK_CLASSIFIER: sim_classifier(&c->a.xent); break;
+    case DK_BF16_ROUND: sim_bf16_round(&c->a.round); break;
     case DK_COUNT: break;
     }
 }

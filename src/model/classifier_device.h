@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "device/device.h"
+#include "device/device_kernels.h"
 
 /* Rows per block in the device model step. */
 enum { CLASSIFIER_BLOCK_ROWS = 1024 };
@@ -26,6 +27,10 @@ typedef struct {
     float dloss;
 } ClassifierArgs;
 
-int classifier_device(Device *dev, DeviceStream *stream, const ClassifierArgs *a);
+/* Runs one of the block's products (forward: logits; backward: dinp and
+ * dwte), so that the model's operand precision applies; ctx is the model. */
+typedef int (*ClassifierProduct)(void *ctx, DeviceKernel kernel, const MatmulArgs *a);
+
+int classifier_device(Device *dev, DeviceStream *stream, const ClassifierArgs *a, ClassifierProduct product, void *ctx);
 
 #endif

@@ -4,6 +4,7 @@
 #include "model/gpt_device.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,13 +36,23 @@ struct GPTDevice {
     double *sums;    /* per tensor */
     int64_t *offsets;
     ParamSegment *segs;
+    int32_t *flags;  /* non-finite flags: one per layer (forward), then one per block (gradients) */
     float *host_losses;
     double *host_sums;
+    int32_t *host_flags;
+    float poison;    /* NaN: the host source of gpt_device_poison_grad's copy */
+    bool bf16;               /* gpt_device_enable_bf16 */
+    uint16_t *params_bf16;   /* bf16: every parameter's bf16 copy, at the layout's offsets */
+    uint16_t *in_bf16, *dout_bf16; /* bf16: a product's input and output gradient as bf16 operands */
+    float *wte_rounded;      /* bf16: wte rounded to bf16 (the encoder reads it, as gpt.c's bf16 copy) */
+    int nonfinite_layer;
     /* activations (pointers into acts) */
     float *encoded, *proj_out, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
     float *dresidual, *dln, *datty, *dqkv, *dfch, *scratch;
     DeviceLayerActs *layer;
 };
+
+static size_t rows(const GPTDevice *g) { return (size_t)g->B * g->T; }
 
 /* Rows of logits the classifier keeps at a time (classifier_device.h). */
 static size_t classifier_rows(const GPTDevice *g) {
@@ -103,12 +114,16 @@ static int make_segments(GPTDevice *g) {
     return rc;
 }
 
+/* a flag per layer, then one per block (L + 2) */
+static int num_flags(const GPTDevice *g) { return 2 * g->cfg.num_layers + 2; }
+
 static int allocate(GPTDevice *g) {
     const size_t bytes = g->nparams * sizeof(float), N = (size_t)g->B * g->T;
     g->layer = calloc((size_t)g->cfg.num_layers, sizeof *g->layer);
     g->host_losses = malloc(sizeof(float) * N);
     g->host_doc_start = malloc(sizeof(int32_t) * N);
-    if (!g->layer || !g->host_losses || !g->host_doc_start) return -1;
+    g->host_flags = malloc(sizeof(int32_t) * (size_t)num_flags(g));
+    if (!g->layer || !g->host_losses || !g->host_doc_start || !g->host_flags) return -1;
     g->compute = device_stream_create(g->dev);
     g->copy = device_stream_create(g->dev);
     g->tokens_ready = device_event_create(g->dev);
@@ -119,6 +134,7 @@ static int allocate(GPTDevice *g) {
     if (!(g->acts = device_alloc(g->dev, sizeof(float) * carve_acts(g, NULL)))) return -1;
     carve_acts(g, g->acts);
     if (!(g->tokens = device_alloc(g->dev, sizeof(int32_t) * 3 * N))) return -1;
+    if (!(g->flags = device_alloc(g->dev, sizeof(int32_t) * (size_t)num_flags(g)))) return -1;
     return make_segments(g);
 }
 
@@ -135,7 +151,8 @@ GPTDevice *gpt_device_create(Device *dev, const GPTConfig *cfg, int B, int T, in
         return NULL;
     }
     *g = (GPTDevice){.dev = dev, .cfg = *cfg, .B = B, .T = T, .debug = debug, .nparams = gpt_num_params(cfg),
-                     .doc_separator = -1, .fused_attention = cfg->channels / cfg->num_heads <= FLASH_MAX_HEAD};
+                     .doc_separator = -1, .poison = NAN, .nonfinite_layer = -1,
+                     .fused_attention = cfg->channels / cfg->num_heads <= FLASH_MAX_HEAD};
     if (allocate(g) != 0) {
         snprintf(reason, reason_size, "%s", device_error(dev)[0] ? device_error(dev) : "out of host memory");
         gpt_device_free(g);
@@ -146,7 +163,8 @@ GPTDevice *gpt_device_create(Device *dev, const GPTConfig *cfg, int B, int T, in
 
 void gpt_device_free(GPTDevice *g) {
     if (!g) return;
-    void *dev_buffers[] = {g->params, g->grads, g->m, g->v, g->acts, g->tokens, g->sums, g->offsets};
+    void *dev_buffers[] = {g->params, g->grads,    g->m,     g->v,           g->acts,     g->tokens,    g->sums,
+                           g->offsets, g->flags, g->params_bf16, g->in_bf16, g->dout_bf16, g->wte_rounded};
     for (size_t i = 0; i < sizeof dev_buffers / sizeof dev_buffers[0]; i++) device_free(g->dev, dev_buffers[i]);
     device_event_destroy(g->dev, g->tokens_ready);
     device_stream_destroy(g->dev, g->copy);
@@ -156,7 +174,30 @@ void gpt_device_free(GPTDevice *g) {
     free(g->host_losses);
     free(g->host_doc_start);
     free(g->host_sums);
+    free(g->host_flags);
     free(g);
+}
+
+static int round_bf16(GPTDevice *g, float *out, uint16_t *out_bf16, const float *inp, size_t n) {
+    DeviceCall call = {.kernel = DK_BF16_ROUND, .a.round = {out, out_bf16, inp, n}};
+    return device_launch(g->dev, g->compute, &call);
+}
+
+static float *tensor(const GPTDevice *g, float *base, TensorKind k) { return base + gpt_tensor_offset(&g->cfg, k, 0); }
+
+/* bf16: the encoder's wte, rounded as the products' */
+static int refresh_wte(GPTDevice *g) {
+    return g->bf16 ? round_bf16(g, g->wte_rounded, NULL, tensor(g, g->params, TK_WTE), gpt_tensor_numel(&g->cfg, TK_WTE)) : 0;
+}
+
+int gpt_device_enable_bf16(GPTDevice *g) {
+    const size_t N = rows(g), C = (size_t)g->cfg.channels, Vp = (size_t)g->cfg.padded_vocab_size;
+    g->bf16 = true;
+    g->params_bf16 = device_alloc(g->dev, sizeof(uint16_t) * g->nparams);
+    g->in_bf16 = device_alloc(g->dev, sizeof(uint16_t) * N * 4 * C);                  /* the largest input: fch_gelu */
+    g->dout_bf16 = device_alloc(g->dev, sizeof(uint16_t) * N * (Vp > 4 * C ? Vp : 4 * C)); /* the logits' or fc's */
+    g->wte_rounded = device_alloc(g->dev, sizeof(float) * gpt_tensor_numel(&g->cfg, TK_WTE));
+    return g->params_bf16 && g->in_bf16 && g->dout_bf16 && g->wte_rounded ? 0 : -1;
 }
 
 int gpt_device_set_state(GPTDevice *g, const float *params, const float *m, const float *v) {
@@ -166,6 +207,8 @@ int gpt_device_set_state(GPTDevice *g, const float *params, const float *m, cons
     for (int i = 0; i < 3; i++)
         TRY(src[i] ? device_copy(g->dev, g->compute, dst[i], src[i], bytes, COPY_HOST_TO_DEVICE)
                    : device_zero(g->dev, g->compute, dst[i], bytes));
+    if (g->bf16) TRY(round_bf16(g, NULL, g->params_bf16, g->params, g->nparams));
+    TRY(refresh_wte(g));
     return device_stream_sync(g->dev, g->compute);
 }
 
@@ -204,8 +247,6 @@ int gpt_device_zero_grads(GPTDevice *g) {
 
 static int launch(GPTDevice *g, const DeviceCall *call) { return device_launch(g->dev, g->compute, call); }
 
-static size_t rows(const GPTDevice *g) { return (size_t)g->B * g->T; }
-
 static int layernorm(GPTDevice *g, DeviceKernel k, LayernormArgs a) {
     DeviceCall call = {.kernel = k, .a.layernorm = a};
     call.a.layernorm.N = (int)rows(g);
@@ -213,12 +254,36 @@ static int layernorm(GPTDevice *g, DeviceKernel k, LayernormArgs a) {
     return launch(g, &call);
 }
 
-static int linear(GPTDevice *g, DeviceKernel k, MatmulArgs a, int IC, int OC) {
+/* bf16: a product's operands as bf16. Forward rounds its input in place
+ * (read by products only, as gpt.c's round_input) and takes its bf16 bits;
+ * backward takes the (already rounded) input's and dout's bits, dout itself
+ * kept in fp32 for the bias gradient. The weight's bits are the copy AdamW
+ * refreshes. */
+static int bf16_operands(GPTDevice *g, DeviceKernel k, MatmulArgs *a) {
+    const size_t N = (size_t)a->N;
+    TRY(round_bf16(g, k == DK_MATMUL_FORWARD ? (float *)a->inp : NULL, g->in_bf16, a->inp, N * (size_t)a->IC));
+    a->inp_bf16 = g->in_bf16;
+    a->weight_bf16 = g->params_bf16 + (a->weight - g->params);
+    if (k == DK_MATMUL_FORWARD) return 0;
+    a->dout_bf16 = g->dout_bf16;
+    return round_bf16(g, NULL, g->dout_bf16, a->dout, N * (size_t)a->OC);
+}
+
+/* A product of a->N rows (N, IC, OC set), on bf16 operands in bf16 mode. */
+static int product(GPTDevice *g, DeviceKernel k, MatmulArgs a) {
     DeviceCall call = {.kernel = k, .a.matmul = a};
-    call.a.matmul.N = (int)rows(g);
-    call.a.matmul.IC = IC;
-    call.a.matmul.OC = OC;
+    if (g->bf16) TRY(bf16_operands(g, k, &call.a.matmul));
     return launch(g, &call);
+}
+
+/* The classifier's products, a block of rows at a time (classifier_device.h). */
+static int classifier_product(void *model, DeviceKernel k, const MatmulArgs *a) { return product(model, k, *a); }
+
+static int linear(GPTDevice *g, DeviceKernel k, MatmulArgs a, int IC, int OC) {
+    a.N = (int)rows(g);
+    a.IC = IC;
+    a.OC = OC;
+    return product(g, k, a);
 }
 
 static int elementwise(GPTDevice *g, DeviceKernel k, float *out, const float *a, const float *b, size_t n) {
@@ -246,7 +311,10 @@ static LayerTensors layer_tensors(const GPTDevice *g, float *base, int l) {
     return gpt_layer_tensors(&g->cfg, base + gpt_tensor_offset(&g->cfg, TK_LN1W, l), l);
 }
 
-static float *tensor(const GPTDevice *g, float *base, TensorKind k) { return base + gpt_tensor_offset(&g->cfg, k, 0); }
+static int nonfinite(GPTDevice *g, int32_t *flag, const float *x, size_t n) {
+    DeviceCall call = {.kernel = DK_NONFINITE, .a.nonfinite = {flag, x, n}};
+    return launch(g, &call);
+}
 
 /* One layer's forward from residual (N,C) to a->residual3, as gpt_forward. */
 static int layer_forward(GPTDevice *g, int l, const float *residual) {
@@ -262,10 +330,11 @@ static int layer_forward(GPTDevice *g, int l, const float *residual) {
     TRY(elementwise(g, DK_RESIDUAL_FORWARD, a->residual2, residual, g->proj_out, NC));
     TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = a->ln2, .mean = a->ln2_mean, .rstd = a->ln2_rstd,
                                                             .inp = a->residual2, .weight = p.ln2w, .bias = p.ln2b}));
-    TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = a->fch, .inp = a->ln2, .weight = p.fcw, .bias = p.fcb}, C, 4 * C));
-    TRY(elementwise(g, DK_GELU_FORWARD, a->fch_gelu, a->fch, NULL, 4 * NC));
+    TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = a->fch_gelu, .pre_gelu = a->fch, .inp = a->ln2, .weight = p.fcw,
+                                                  .bias = p.fcb}, C, 4 * C)); /* the GELU epilogue */
     TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = g->proj_out, .inp = a->fch_gelu, .weight = p.fcprojw, .bias = p.fcprojb}, 4 * C, C));
-    return elementwise(g, DK_RESIDUAL_FORWARD, a->residual3, a->residual2, g->proj_out, NC);
+    TRY(elementwise(g, DK_RESIDUAL_FORWARD, a->residual3, a->residual2, g->proj_out, NC));
+    return nonfinite(g, &g->flags[l], a->residual3, NC); /* the guard's: gpt.c checks each layer's output */
 }
 
 /* One layer's backward: g->dresidual from its output's gradient to its input's, as gpt.c's layer_pass. */
@@ -315,7 +384,8 @@ static int forward(GPTDevice *g, float dloss) {
     const GPTConfig *cfg = &g->cfg;
     const int C = cfg->channels, L = cfg->num_layers;
     DeviceCall enc = {.kernel = DK_ENCODER_FORWARD};
-    enc.a.encoder = (EncoderArgs){.out = g->encoded, .wte = tensor(g, g->params, TK_WTE), .wpe = tensor(g, g->params, TK_WPE),
+    enc.a.encoder = (EncoderArgs){.out = g->encoded, .wte = g->bf16 ? g->wte_rounded : tensor(g, g->params, TK_WTE),
+                                  .wpe = tensor(g, g->params, TK_WPE),
                                   .tokens = g->tokens, .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C,
                                   .V = cfg->vocab_size};
     TRY(launch(g, &enc));
@@ -324,10 +394,10 @@ static int forward(GPTDevice *g, float dloss) {
     TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = g->lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd,
                                                             .inp = g->layer[L - 1].residual3, .weight = lnf, .bias = lnf + C}));
     /* the loss and, training, the gradients into lnf (g->dln) and wte, a block of rows at a time */
-    ClassifierArgs head = {g->losses, g->dln, tensor(g, g->grads, TK_WTE), g->logits, g->lnf, enc.a.encoder.wte,
+    ClassifierArgs head = {g->losses, g->dln, tensor(g, g->grads, TK_WTE), g->logits, g->lnf, tensor(g, g->params, TK_WTE),
                            g->tokens + rows(g), (int)rows(g), C, cfg->vocab_size, cfg->padded_vocab_size,
                            (int)classifier_rows(g), dloss};
-    return classifier_device(g->dev, g->compute, &head);
+    return classifier_device(g->dev, g->compute, &head, classifier_product, g);
 }
 
 static int backward(GPTDevice *g) {
@@ -349,18 +419,56 @@ int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets,
     TRY(forward(g, dloss));
     if (dloss != 0) TRY(backward(g));
     TRY(device_copy(g->dev, g->compute, g->host_losses, g->losses, rows(g) * sizeof(float), COPY_DEVICE_TO_HOST));
+    TRY(device_copy(g->dev, g->compute, g->host_flags, g->flags, sizeof(int32_t) * (size_t)g->cfg.num_layers,
+                    COPY_DEVICE_TO_HOST));
     TRY(device_stream_sync(g->dev, g->compute));
     double sum = 0;
     for (size_t i = 0; i < rows(g); i++) sum += g->host_losses[i];
     *loss_sum = sum;
+    g->nonfinite_layer = -1;
+    for (int l = g->cfg.num_layers - 1; l >= 0; l--)
+        if (g->host_flags[l]) g->nonfinite_layer = l;
     return 0;
 }
 
-int gpt_device_grad_sum_squares(GPTDevice *g, double *out) {
-    DeviceCall call = {.kernel = DK_SUM_OF_SQUARES, .a.sumsq = {g->sums, g->grads, g->offsets, g->nseg}};
-    TRY(launch(g, &call));
-    TRY(device_copy(g->dev, g->compute, g->host_sums, g->sums, sizeof(double) * (size_t)g->nseg, COPY_DEVICE_TO_HOST));
+int gpt_device_nonfinite_layer(const GPTDevice *g) { return g->nonfinite_layer; }
+
+int gpt_device_first_nonfinite_block(GPTDevice *g, int *block) {
+    const int L = g->cfg.num_layers;
+    int32_t *flags = g->flags + L;
+    for (int b = 0; b < L + 2; b++) {
+        size_t off, count;
+        gpt_block_range(&g->cfg, b, &off, &count);
+        TRY(nonfinite(g, &flags[b], g->grads + off, count));
+    }
+    TRY(device_copy(g->dev, g->compute, g->host_flags + L, flags, sizeof(int32_t) * (size_t)(L + 2), COPY_DEVICE_TO_HOST));
     TRY(device_stream_sync(g->dev, g->compute));
+    *block = -1;
+    for (int b = L + 1; b >= 0 && *block < 0; b--) /* backward finishes the blocks from the head down */
+        if (g->host_flags[L + b]) *block = b;
+    return 0;
+}
+
+int gpt_device_poison_grad(GPTDevice *g, int block) {
+    size_t off, count;
+    gpt_block_range(&g->cfg, block, &off, &count);
+    if (count == 0) return 0;
+    TRY(device_copy(g->dev, g->compute, g->grads + off, &g->poison, sizeof(float), COPY_HOST_TO_DEVICE));
+    return device_stream_sync(g->dev, g->compute);
+}
+
+int gpt_device_num_tensors(const GPTDevice *g) { return g->nseg; }
+
+int gpt_device_tensor_sum_squares(GPTDevice *g, GPTDeviceArray which, double *per_tensor) {
+    DeviceCall call = {.kernel = DK_SUM_OF_SQUARES,
+                       .a.sumsq = {g->sums, which == GPT_DEVICE_GRADS ? g->grads : g->params, g->offsets, g->nseg}};
+    TRY(launch(g, &call));
+    TRY(device_copy(g->dev, g->compute, per_tensor, g->sums, sizeof(double) * (size_t)g->nseg, COPY_DEVICE_TO_HOST));
+    return device_stream_sync(g->dev, g->compute);
+}
+
+int gpt_device_grad_sum_squares(GPTDevice *g, double *out) {
+    TRY(gpt_device_tensor_sum_squares(g, GPT_DEVICE_GRADS, g->host_sums));
     double s = 0;
     for (int i = 0; i < g->nseg; i++) s += g->host_sums[i];
     *out = s;
@@ -375,9 +483,11 @@ int gpt_device_adamw(GPTDevice *g, const AdamWStep *s) {
         const float wd = gpt_tensor_decays(g->segs[i].kind) ? s->weight_decay : 0.0f;
         DeviceCall call = {.kernel = DK_ADAMW};
         const size_t trained = gpt_tensor_trained(&g->cfg, g->segs[i].kind); /* not wte's padded rows */
-        call.a.adamw = (AdamWArgs){g->params + o, g->m + o, g->v + o, NULL, g->grads + o, trained, s->beta1, s->beta2,
-                                   s->eps, s->grad_scale, step_size, 1.0f - s->lr * wd, bias2_sqrt};
+        call.a.adamw = (AdamWArgs){g->params + o, g->m + o, g->v + o, g->bf16 ? g->params_bf16 + o : NULL, g->grads + o,
+                                   trained, s->beta1, s->beta2, s->eps, s->grad_scale, step_size, 1.0f - s->lr * wd,
+                                   bias2_sqrt};
         TRY(launch(g, &call));
     }
+    TRY(refresh_wte(g));
     return device_stream_sync(g->dev, g->compute);
 }

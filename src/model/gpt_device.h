@@ -6,8 +6,10 @@
  * device allocation made at creation; nothing is allocated inside a step.
  * Token batches go in on a copy stream, which the compute stream waits for
  * through an event, with each token's document start when documents are
- * masked (attention inside the document, as gpt.h's doc_separator). For now
- * the whole dense model in fp32 on one process
+ * masked (attention inside the document, as gpt.h's doc_separator). A step
+ * returns only its token losses and each layer's non-finite flag to the host;
+ * the state stays on the device until gpt_device_get_state. For now
+ * the whole dense model in fp32 or bf16 on one process
  * (no tensor/pipeline/context parallelism, MoE or LoRA: refused with a
  * reason). Errors: -1 (or NULL) and the reason in reason / device_error. */
 #ifndef BS_MODEL_GPT_DEVICE_H
@@ -32,6 +34,14 @@ enum { GPT_DEVICE_SKIP_TOKEN_WAIT = 1, GPT_DEVICE_SKIP_GRAD_ZERO = 2 };
 GPTDevice *gpt_device_create(Device *dev, const GPTConfig *cfg, int B, int T, int debug, char *reason,
                              size_t reason_size);
 void gpt_device_free(GPTDevice *g);
+/* bf16 compute, as gpt.h's bf16 mode (before gpt_device_set_state): every
+ * product takes bf16 operands with fp32 accumulation: the weights from a
+ * bf16 copy of every parameter at the layout's offsets (refreshed by the
+ * fused AdamW), each input rounded, dout rounded for the products and kept in
+ * fp32 for the bias gradient; the encoder reads wte rounded. The fp32
+ * parameters stay the masters. -1 with the reason in device_error when the
+ * device has no room. */
+int gpt_device_enable_bf16(GPTDevice *g);
 /* The state from the host (flat layout, gpt_num_params floats each; m and v
  * NULL: zeros), and back (any NULL is skipped). */
 int gpt_device_set_state(GPTDevice *g, const float *params, const float *m, const float *v);
@@ -48,8 +58,25 @@ int gpt_device_set_fused_attention(GPTDevice *g, bool fused, char *reason, size_
  * token losses); *loss_sum = the sum of its token losses (masked targets
  * < 0 count 0). inputs and targets (B T) are read before it returns. */
 int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum);
+/* The first layer whose output was not finite in the last
+ * gpt_device_step's forward, -1 if none (the step copies one flag per
+ * layer back with its losses). */
+int gpt_device_nonfinite_layer(const GPTDevice *g);
 /* The gradient's sum of squares (every tensor, summed in layout order). */
 int gpt_device_grad_sum_squares(GPTDevice *g, double *out);
+/* The tensors of the layout (gpt_param_segments' order), and each one's sum
+ * of squares of the gradients or the parameters, computed on the device
+ * (only the sums come back). */
+typedef enum { GPT_DEVICE_GRADS, GPT_DEVICE_PARAMS } GPTDeviceArray;
+int gpt_device_num_tensors(const GPTDevice *g);
+int gpt_device_tensor_sum_squares(GPTDevice *g, GPTDeviceArray which, double *per_tensor);
+/* The first block (gpt_block_range: 0 the embeddings, L + 1 the final
+ * LayerNorm), in backward's order from the head down, whose gradient holds a
+ * non-finite value, or -1: *block. */
+int gpt_device_first_nonfinite_block(GPTDevice *g, int *block);
+/* Tests of the guard (--debug-inject-fault nan): the first gradient of
+ * block becomes NaN. */
+int gpt_device_poison_grad(GPTDevice *g, int block);
 /* AdamW on every tensor (weight decay where gpt_tensor_decays), s->weight_decay the rate. */
 int gpt_device_adamw(GPTDevice *g, const AdamWStep *s);
 

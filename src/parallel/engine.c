@@ -56,13 +56,24 @@ struct Engine {
 
 const Grid *engine_grid(const Engine *e) { return e->grid; }
 int engine_num_chunks(const Engine *e) { return e->num_chunks; }
-EngineChunk *engine_chunk(Engine *e, int c) { return &e->chunks[c]; }
+/* On a device the host's copy of the state is refreshed before anyone reads it (engine_device.h). */
+static void host_current(Engine *e) {
+    if (e->device) engine_device_sync_host(e->device, &e->chunks[0]);
+}
+
+EngineChunk *engine_chunk(Engine *e, int c) {
+    host_current(e);
+    return &e->chunks[c];
+}
 int engine_virtual_stages(const Engine *e) { return e->virtual_stages; }
 long engine_optimizer_step(const Engine *e) { return e->optimizer_step; }
 void engine_set_optimizer_step(Engine *e, long step) { e->optimizer_step = step; }
 uint64_t engine_base_hash(const Engine *e) { return e->base_hash; }
 
-float *engine_reduced_gradients(Engine *e, int c) { return dp_update_grads(e->chunks[c].dp); }
+float *engine_reduced_gradients(Engine *e, int c) {
+    host_current(e);
+    return dp_update_grads(e->chunks[c].dp);
+}
 
 size_t engine_optimizer_state_bytes(const Engine *e, int arrays) {
     size_t bytes = 0;
@@ -432,11 +443,7 @@ static double bubble_simulated(Engine *e, const PipeStats *ps) {
 }
 
 EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad load, void *ctx) {
-    if (e->device) {
-        e->chunks[0].model.first_nonfinite_layer = -1;
-        return (EngineStepStats){.loss_sum = engine_device_train(e->device, &e->chunks[0], m, dloss, load, ctx),
-                                 .max_live = 1};
-    }
+    if (e->device) return (EngineStepStats){.loss_sum = engine_device_train(e->device, m, dloss, load, ctx), .max_live = 1};
     for (int c = 0; c < e->num_chunks; c++) {
         comm_reset_stats(e->chunk_comm[c]);
         dp_begin_step(e->chunks[c].dp);
@@ -510,7 +517,7 @@ void engine_update(Engine *e, double lr, float grad_scale) {
     const bool sharded = sharded_over_data(e) || e->grid->tp > 1;
     OptimizerStep step = {(float)lr, grad_scale, ++e->optimizer_step};
     if (e->device) {
-        engine_device_update(e->device, &e->chunks[0], &e->cfg.optimizer, lr, grad_scale, step.step);
+        engine_device_update(e->device, &e->cfg.optimizer, lr, grad_scale, step.step);
         return;
     }
     for (int c = 0; c < e->num_chunks; c++) {
@@ -559,6 +566,7 @@ static void gather_part(Engine *e, GPTPart part, float *out) {
 }
 
 void engine_gather_model(Engine *e, float *out) {
+    host_current(e);
     const GPTConfig *mc = &e->chunks[0].model.cfg;
     if (mc->part != GPT_PART_ADAPTERS) {
         gather_part(e, mc->part, out);
@@ -584,6 +592,7 @@ void engine_gather_model(Engine *e, float *out) {
 /* ---- what the layers above read ---- */
 
 int engine_first_nonfinite_layer(const Engine *e) {
+    if (e->device) return engine_device_nonfinite_layer(e->device);
     int layer = -1;
     for (int c = 0; c < e->num_chunks; c++) {
         int l = e->chunks[c].model.first_nonfinite_layer;
@@ -593,6 +602,7 @@ int engine_first_nonfinite_layer(const Engine *e) {
 }
 
 int engine_first_nonfinite_block(const Engine *e) {
+    if (e->device) return engine_device_nonfinite_block(e->device);
     int block = -1; /* backward runs from the head down: the highest bad block is the origin */
     for (int c = 0; c < e->num_chunks; c++) {
         int b = dp_first_nonfinite_block(e->chunks[c].dp);
@@ -602,8 +612,24 @@ int engine_first_nonfinite_block(const Engine *e) {
 }
 
 void engine_inject_nan(Engine *e, int block) {
+    if (e->device) {
+        engine_device_inject_nan(e->device, block);
+        return;
+    }
     for (int c = 0; c < e->num_chunks; c++)
         if (gpt_block_present(&e->chunks[c].model.cfg, block)) dp_inject_nan(e->chunks[c].dp, block);
+}
+
+bool engine_device_tensor_norms(Engine *e, double *grads, double *params) {
+    if (!e->device) return false;
+    engine_device_tensor_sum_squares(e->device, grads, params);
+    return true;
+}
+
+bool engine_device_traffic(const Engine *e, uint64_t *bytes_to_host) {
+    if (!e->device) return false;
+    *bytes_to_host = engine_device_bytes_to_host(e->device);
+    return true;
 }
 
 DPMemory engine_memory(const Engine *e) {

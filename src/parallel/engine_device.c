@@ -8,16 +8,22 @@
 #include "core/error.h"
 #include "model/gpt_device.h"
 
+/* What of the chunk's host copy the device has changed since the last sync. */
+enum { STALE_PARAMS = 1, STALE_GRADS = 2, STALE_MOMENTS = 4 };
+
 struct EngineDevice {
     Device *dev;
     GPTDevice *model;
     int B, T;
     int32_t *inputs, *targets; /* one micro-batch on the host */
+    unsigned stale;            /* STALE_*: the host copy's arrays the device has moved past */
+    int poison_block;          /* --debug-inject-fault nan: the next train's (-1: none) */
+    int nonfinite_layer, nonfinite_block;
 };
 
 static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, int world_size) {
     if (world_size > 1) return "runs one process for now (no mpirun)";
-    if (cfg->bf16 || cfg->fp8) return "trains in fp32 for now";
+    if (cfg->fp8) return "trains in fp32 or bf16 for now";
     if (cfg->measure_micro_norms) return "does not measure micro-step norms yet";
     if (chunk->model.frozen) return "does not train adapters over a frozen base yet";
     if (chunk->update_offset != 0 || chunk->update_count != chunk->model.num_params)
@@ -36,8 +42,14 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
     DeviceOptions options = {.seed = cfg->seed, .memory_limit = cfg->sim_memory};
     d->B = cfg->micro_batch;
     d->T = cfg->seq_len;
+    d->poison_block = d->nonfinite_layer = d->nonfinite_block = -1;
     d->dev = device_open(kind, &options, reason, reason_size);
     if (d->dev) d->model = gpt_device_create(d->dev, &chunk->model.cfg, d->B, d->T, 0, reason, reason_size);
+    if (d->model && cfg->bf16 && gpt_device_enable_bf16(d->model) != 0) {
+        snprintf(reason, reason_size, "%s", device_error(d->dev));
+        gpt_device_free(d->model);
+        d->model = NULL;
+    }
     if (!d->model) {
         engine_device_free(d);
         return NULL;
@@ -67,7 +79,18 @@ static void check(EngineDevice *d, int rc) {
 }
 
 void engine_device_upload(EngineDevice *d, const EngineChunk *chunk) {
+    if (d->stale & (STALE_PARAMS | STALE_MOMENTS))
+        bs_die("internal error: the host's parameters would replace the device's newer ones (read through engine_chunk)");
     check(d, gpt_device_set_state(d->model, chunk->model.params, chunk->state[0], chunk->state[1]));
+}
+
+void engine_device_sync_host(EngineDevice *d, EngineChunk *chunk) {
+    if (!d->stale) return;
+    const unsigned s = d->stale;
+    check(d, gpt_device_get_state(d->model, s & STALE_PARAMS ? chunk->model.params : NULL,
+                                  s & STALE_GRADS ? chunk->model.grads : NULL, s & STALE_MOMENTS ? chunk->state[0] : NULL,
+                                  s & STALE_MOMENTS ? chunk->state[1] : NULL));
+    d->stale = 0;
 }
 
 /* micro-batches [0, m), the first `counted` adding to the loss; dloss 0: forward only */
@@ -78,16 +101,25 @@ static double run(EngineDevice *d, int m, int counted, float dloss, PipeLoad loa
         load(ctx, micro, d->inputs, d->targets);
         check(d, gpt_device_step(d->model, d->inputs, d->targets, dloss, &loss));
         if (micro < counted) total += loss;
+        if (dloss != 0 && d->nonfinite_layer < 0) d->nonfinite_layer = gpt_device_nonfinite_layer(d->model);
     }
     return total;
 }
 
-double engine_device_train(EngineDevice *d, EngineChunk *chunk, int m, float dloss, PipeLoad load, void *ctx) {
+double engine_device_train(EngineDevice *d, int m, float dloss, PipeLoad load, void *ctx) {
     check(d, gpt_device_zero_grads(d->model));
+    d->stale |= STALE_GRADS;
+    d->nonfinite_layer = -1;
     double loss = run(d, m, m, dloss, load, ctx);
-    check(d, gpt_device_get_state(d->model, NULL, chunk->model.grads, NULL, NULL)); /* per-layer norms read them */
+    if (d->poison_block >= 0) check(d, gpt_device_poison_grad(d->model, d->poison_block));
+    d->poison_block = -1;
+    check(d, gpt_device_first_nonfinite_block(d->model, &d->nonfinite_block));
     return loss;
 }
+
+int engine_device_nonfinite_layer(const EngineDevice *d) { return d->nonfinite_layer; }
+int engine_device_nonfinite_block(const EngineDevice *d) { return d->nonfinite_block; }
+void engine_device_inject_nan(EngineDevice *d, int block) { d->poison_block = block; }
 
 double engine_device_evaluate(EngineDevice *d, int m, int counted, PipeLoad load, void *ctx) {
     return run(d, m, counted, 0.0f, load, ctx);
@@ -99,9 +131,15 @@ double engine_device_grad_sum_squares(EngineDevice *d) {
     return s;
 }
 
-void engine_device_update(EngineDevice *d, EngineChunk *chunk, const OptimizerConfig *opt, double lr,
-                          float grad_scale, long step) {
+void engine_device_tensor_sum_squares(EngineDevice *d, double *grads, double *params) {
+    check(d, gpt_device_tensor_sum_squares(d->model, GPT_DEVICE_GRADS, grads));
+    check(d, gpt_device_tensor_sum_squares(d->model, GPT_DEVICE_PARAMS, params));
+}
+
+void engine_device_update(EngineDevice *d, const OptimizerConfig *opt, double lr, float grad_scale, long step) {
     AdamWStep s = {(float)lr, opt->beta1, opt->beta2, opt->eps, opt->weight_decay, grad_scale, step};
     check(d, gpt_device_adamw(d->model, &s));
-    check(d, gpt_device_get_state(d->model, chunk->model.params, NULL, chunk->state[0], chunk->state[1]));
+    d->stale |= STALE_PARAMS | STALE_MOMENTS;
 }
+
+uint64_t engine_device_bytes_to_host(const EngineDevice *d) { return device_bytes_copied(d->dev, COPY_DEVICE_TO_HOST); }

@@ -1,13 +1,21 @@
 /* engine_device.h: the engine's step on a device (--device cuda|sim): the
  * one chunk's parameters, gradients and AdamW moments live in flat device
  * buffers (model/gpt_device.h) at the CPU layout's offsets; the host keeps
- * the loop, data, schedules and files. The gradients after each backward,
- * and the parameters and moments after each update, are copied back into the
- * chunk's host buffers, so checkpoints, per-layer norms, sampling and export
- * read them as on the CPU; after
- * the host replaced them (resume) they are copied in again. */
+ * the loop, data, schedules and files.
+ *
+ * The device's buffers are the truth. The chunk's host buffers are a copy
+ * that goes stale when the device changes them (the gradients at each
+ * backward, the parameters and moments at each update) and is refreshed only
+ * when the host reads it: engine_device_sync_host, which the engine's doors
+ * to host state (engine_chunk, engine_gather_model, engine_reduced_gradients)
+ * call first, so no host read can see a stale copy. Per step only the losses,
+ * the non-finite flags and the norms' per-tensor sums cross to the host
+ * (engine_device_bytes_to_host counts what crossed). After the host replaced
+ * the state (resume) it is copied in again (engine_device_upload). */
 #ifndef BS_PARALLEL_ENGINE_DEVICE_H
 #define BS_PARALLEL_ENGINE_DEVICE_H
+
+#include <stdint.h>
 
 #include "device/device.h"
 #include "parallel/engine.h"
@@ -19,16 +27,31 @@ typedef struct EngineDevice EngineDevice;
 EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, const EngineChunk *chunk, int world_size,
                                    char *reason, size_t reason_size);
 void engine_device_free(EngineDevice *d);
-/* The chunk's parameters and moments from the host into the device. */
+/* The chunk's parameters and moments from the host into the device (the host
+ * copy must be current: it is then the truth for both). */
 void engine_device_upload(EngineDevice *d, const EngineChunk *chunk);
-/* m micro-batches forward and backward (gradients zeroed first), the
- * gradients then copied into chunk's host buffer; the loss sum. */
-double engine_device_train(EngineDevice *d, EngineChunk *chunk, int m, float dloss, PipeLoad load, void *ctx);
+/* The host copy of whatever the device changed since the last sync (no-op
+ * when current). */
+void engine_device_sync_host(EngineDevice *d, EngineChunk *chunk);
+/* m micro-batches forward and backward (gradients zeroed first, a poisoned
+ * block's gradient made NaN, then the blocks' non-finite flags read); the
+ * loss sum. */
+double engine_device_train(EngineDevice *d, int m, float dloss, PipeLoad load, void *ctx);
+/* The guard's: the first layer whose output was not finite in the last
+ * train's forwards and the first block whose gradient was not (-1: none). */
+int engine_device_nonfinite_layer(const EngineDevice *d);
+int engine_device_nonfinite_block(const EngineDevice *d);
+/* The next train's gradient of this block gets a NaN (--debug-inject-fault nan). */
+void engine_device_inject_nan(EngineDevice *d, int block);
 /* Forward only of m micro-batches, of which the first `counted` count. */
 double engine_device_evaluate(EngineDevice *d, int m, int counted, PipeLoad load, void *ctx);
 double engine_device_grad_sum_squares(EngineDevice *d);
-/* AdamW (step numbered step) on the device, then the state back into chunk. */
-void engine_device_update(EngineDevice *d, EngineChunk *chunk, const OptimizerConfig *opt, double lr,
-                          float grad_scale, long step);
+/* Per tensor (gpt_param_segments' order) the gradients' and the parameters'
+ * sums of squares, computed on the device. */
+void engine_device_tensor_sum_squares(EngineDevice *d, double *grads, double *params);
+/* AdamW (step numbered step) on the device; the host copy goes stale. */
+void engine_device_update(EngineDevice *d, const OptimizerConfig *opt, double lr, float grad_scale, long step);
+/* Bytes copied from the device to the host since it opened. */
+uint64_t engine_device_bytes_to_host(const EngineDevice *d);
 
 #endif

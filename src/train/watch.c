@@ -61,10 +61,31 @@ static void add_chunk(Watch *w, const EngineChunk *ch) {
     free(segs);
 }
 
-void watch_measure(Watch *w, Engine *e, const TrainConfig *c, const StepRecord *records) {
+/* On a device (one process, one chunk holding every tensor): each tensor's sums computed there, added by block. */
+static bool add_device(Watch *w, Engine *e, const GPTConfig *cfg) {
+    uint64_t bytes;
+    if (!engine_device_traffic(e, &bytes)) return false;
+    int cap = gpt_max_segments(cfg);
+    ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
+    const int n = gpt_param_segments(cfg, segs, cap);
+    double *sums = bs_malloc(2 * sizeof(double) * (size_t)n);
+    engine_device_tensor_norms(e, sums, sums + n);
+    for (int i = 0; i < n; i++) {
+        w->grad_sq[block_of(&segs[i], w->blocks)] += sums[i];
+        w->weight_sq[block_of(&segs[i], w->blocks)] += sums[n + i];
+    }
+    free(sums);
+    free(segs);
+    return true;
+}
+
+void watch_measure(Watch *w, Engine *e, const TrainConfig *c, const StepRecord *records, const GPTConfig *model) {
     if (!w->on) return;
     memset(w->grad_sq, 0, 2 * (size_t)w->blocks * sizeof(double));
-    for (int k = 0; k < engine_num_chunks(e); k++) add_chunk(w, engine_chunk(e, k));
+    w->on_device = add_device(w, e, model);
+    for (int k = 0; !w->on_device && k < engine_num_chunks(e); k++) add_chunk(w, engine_chunk(e, k));
+    uint64_t bytes = 0;
+    if (engine_device_traffic(e, &bytes)) w->step_device_bytes = bytes - w->device_bytes, w->device_bytes = bytes;
     /* as engine_grad_sum_squares: ZeRO shards over every rank, else one model-parallel group holds one copy */
     const Grid *g = engine_grid(e);
     comm_allreduce_double(c->parallel.zero >= 1 ? g->world : g->mp_group, w->grad_sq, 2 * w->blocks);
@@ -129,4 +150,5 @@ void watch_metrics(const Watch *w, json_t *record, double mfu) {
         json_object_set_new(record, "grad_norm_ranks", ranks);
     }
     if (w->peak_flops > 0) json_object_set_new(record, "mfu", metrics_number(mfu));
+    if (w->on_device) json_object_set_new(record, "device_to_host_bytes", json_integer((json_int_t)w->step_device_bytes));
 }

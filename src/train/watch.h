@@ -37,18 +37,21 @@ typedef struct {
     bool tensorboard;   /* rank 0 with --tensorboard */
     TensorBoard tb;
     double flops_per_token, peak_flops; /* peak: one process's FLOP/s (0: no MFU) */
+    bool on_device;                     /* --device cuda|sim: the norms summed there, the step's copies counted */
+    uint64_t device_bytes, step_device_bytes; /* device-to-host bytes: since it opened, and in the last step */
 } Watch;
 
 /* rank: this world rank of `ranks`; layers: the whole model's. */
 void watch_init(Watch *w, const TrainConfig *c, int rank, int ranks, int layers, double flops_per_token);
 void watch_free(Watch *w);
-/* After the step's update, on every rank (collective when on); stats: the step's exchange. */
-void watch_measure(Watch *w, Engine *e, const TrainConfig *c, const StepRecord *records);
+/* After the step's update, on every rank (collective when on); stats: the step's exchange; model: the whole model's. */
+void watch_measure(Watch *w, Engine *e, const TrainConfig *c, const StepRecord *records, const GPTConfig *model);
 /* The model FLOPs utilisation of the step (NaN without --peak-gflops). */
 double watch_mfu(const Watch *w, const StepResult *r, int seq_len);
 /* Rank 0: the step's scalars into the event file. */
 void watch_write_tensorboard(Watch *w, const StepResult *r, long step, double val_loss, int seq_len);
-/* The norms into a metrics line ("grad_norm_layers", "weight_norm_layers", "grad_norm_ranks", "mfu"). */
+/* The norms into a metrics line ("grad_norm_layers", "weight_norm_layers", "grad_norm_ranks", "mfu";
+ * on a device "device_to_host_bytes": what the step copied from the device to the host). */
 void watch_metrics(const Watch *w, json_t *record, double mfu);
 
 #endif

@@ -178,6 +178,11 @@ static void launch_attention(DeviceKernel k, const AttentionArgs &a, cudaStream_
     attention_kernel<<<rows, THREADS, 0, stream>>>(a, 2);
 }
 
+__global__ static void bf16_round_kernel(Bf16RoundArgs a) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < a.n) km_bf16_round_element(&a, i);
+}
+
 cudaError_t cuda_launch_kernel(const DeviceCall *call, cudaStream_t stream) {
     const DeviceKernel k = call->kernel;
     switch (k) {
@@ -213,6 +218,9 @@ cudaError_t cuda_launch_kernel(const DeviceCall *call, cudaStream_t stream) {
     case DK_FLASH_BACKWARD:
     case DK_FLASH_MERGE: return cuda_flash_launch(call, stream);
     case DK_CLASSIFIER: return cuda_classifier(&call->a.xent, stream);
+    case DK_BF16_ROUND:
+        if (call->a.round.n) bf16_round_kernel<<<blocks_for(call->a.round.n), THREADS, 0, stream>>>(call->a.round);
+        break;
     default: return cudaErrorInvalidValue; /* the matmuls go through cuBLASLt (device_cuda.cu) */
     }
     return cudaGetLastError();

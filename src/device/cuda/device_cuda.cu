@@ -89,7 +89,8 @@ static int cuda_stream_wait(Device *d, DeviceStream *s, DeviceEvent *e) {
 }
 
 /* One cuBLASLt product D (m,n) = alpha op(A) op(B) + beta D, column-major,
- * A (lda) and B (ldb) of type ab, D fp32; bias (m) added when not NULL. */
+ * A (lda) and B (ldb) of type ab, D fp32; bias (m) added when not NULL.
+ * lt_matmul returns 0, -1 on an error, -2 where cuBLASLt has no algorithm. */
 typedef struct {
     cublasOperation_t ta, tb;
     int m, n, k, lda, ldb;
@@ -97,6 +98,7 @@ typedef struct {
     float *D, beta;
     const float *bias;
     cudaDataType_t ab;
+    float *pre_gelu; /* GELU epilogue: D = gelu(product + bias), the argument here (ld m); NULL: none */
 } LtProduct;
 
 static int lt_layouts(Device *d, const LtProduct *p, cublasLtMatrixLayout_t l[3]) {
@@ -135,19 +137,27 @@ static int lt_matmul(Device *d, const LtProduct *p, cudaStream_t stream) {
     size_t ws = LT_WORKSPACE;
     /* split-K may reduce in the workspace, never in place in the output (a fixed order) */
     uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_INPLACE;
-    cublasLtEpilogue_t epi = p->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasLtEpilogue_t epi = p->pre_gelu ? (p->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                             : p->bias  ? CUBLASLT_EPILOGUE_BIAS
+                                        : CUBLASLT_EPILOGUE_DEFAULT;
+    const int64_t aux_ld = p->m;
     if (!rc) rc = check_lt(d, cuda(d)->api.MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &p->ta, sizeof p->ta), "transa");
     if (!rc) rc = check_lt(d, cuda(d)->api.MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &p->tb, sizeof p->tb), "transb");
     if (!rc) rc = check_lt(d, cuda(d)->api.MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "epilogue");
     if (!rc && p->bias)
         rc = check_lt(d, cuda(d)->api.MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias, sizeof p->bias), "bias");
+    if (!rc && p->pre_gelu)
+        rc = check_lt(d, cuda(d)->api.MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &p->pre_gelu, sizeof p->pre_gelu), "aux");
+    if (!rc && p->pre_gelu)
+        rc = check_lt(d, cuda(d)->api.MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld), "aux ld");
     if (!rc) rc = lt_layouts(d, p, l);
     if (!rc) rc = check_lt(d, cuda(d)->api.MatmulPreferenceCreate(&pref), "preference");
     if (!rc) rc = check_lt(d, cuda(d)->api.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), "workspace");
     if (!rc) rc = check_lt(d, cuda(d)->api.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes), "reduction");
     if (!rc) rc = lt_alignments(d, pref, p);
     if (!rc) rc = check_lt(d, cuda(d)->api.MatmulAlgoGetHeuristic(cd->lt, desc, l[0], l[1], l[2], l[2], pref, 1, &algo, &found), "heuristic");
-    if (!rc && found == 0) rc = device_fail(d, "cuBLASLt: no algorithm for a %d x %d x %d product", p->m, p->n, p->k);
+    if (!rc && found == 0)
+        rc = device_fail(d, "cuBLASLt: no algorithm for a %d x %d x %d product", p->m, p->n, p->k) - 1; /* -2 */
     const float alpha = 1.0f;
     if (!rc)
         rc = check_lt(d, cuda(d)->api.Matmul(cd->lt, desc, &alpha, p->A, l[0], p->B, l[1], &p->beta, p->D, l[2], p->D, l[2],
@@ -159,25 +169,43 @@ static int lt_matmul(Device *d, const LtProduct *p, cudaStream_t stream) {
     return rc;
 }
 
+/* With pre_gelu, cuBLASLt's GELU epilogue where its auxiliary output's leading dimension allows (a multiple of 8)
+ * and cuBLASLt has an algorithm for it, else the product into pre_gelu and the GELU kernel after it. */
 static int cuda_matmul_forward(Device *d, const MatmulArgs *a, cudaStream_t s) {
     const int bf16 = a->inp_bf16 != NULL;
     LtProduct p = {CUBLAS_OP_T, CUBLAS_OP_N, a->OC, a->N, a->IC, a->IC, a->IC,
                    bf16 ? (const void *)a->weight_bf16 : (const void *)a->weight,
                    bf16 ? (const void *)a->inp_bf16 : (const void *)a->inp, a->out, 0.0f, a->bias,
-                   bf16 ? CUDA_R_16BF : CUDA_R_32F};
-    return lt_matmul(d, &p, s);
+                   bf16 ? CUDA_R_16BF : CUDA_R_32F, NULL};
+    if (a->pre_gelu && a->OC % 8 == 0) {
+        p.pre_gelu = a->pre_gelu;
+        const int rc = lt_matmul(d, &p, s);
+        if (rc != -2) return rc ? -1 : 0;
+        p.pre_gelu = NULL; /* no algorithm with the epilogue: the product, then the GELU kernel */
+    }
+    if (!a->pre_gelu) return lt_matmul(d, &p, s) ? -1 : 0;
+    p.D = a->pre_gelu;
+    if (lt_matmul(d, &p, s)) return -1;
+    DeviceCall gelu;
+    gelu.kernel = DK_GELU_FORWARD;
+    gelu.a.elementwise = ElementwiseArgs{a->out, a->pre_gelu, NULL, (size_t)a->N * a->OC};
+    return check(d, cuda_launch_kernel(&gelu, s), "gelu");
 }
 
-/* dinp^T (IC,N) = weight^T (IC,OC) dout^T (OC,N); dweight^T (IC,OC) += inp^T (IC,N) dout (N,OC) */
+/* dinp^T (IC,N) = weight^T (IC,OC) dout^T (OC,N); dweight^T (IC,OC) += inp^T (IC,N) dout (N,OC); with
+ * dout_bf16 the products take the bf16 operands (fp32 accumulation) */
 static int cuda_matmul_backward(Device *d, const MatmulArgs *a, cudaStream_t s) {
+    const int bf16 = a->dout_bf16 != NULL;
+    const void *weight = bf16 ? (const void *)a->weight_bf16 : (const void *)a->weight;
+    const void *inp = bf16 ? (const void *)a->inp_bf16 : (const void *)a->inp;
+    const void *dout = bf16 ? (const void *)a->dout_bf16 : (const void *)a->dout;
+    const cudaDataType_t ab = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     if (a->dinp) {
-        LtProduct p = {CUBLAS_OP_N, CUBLAS_OP_N, a->IC, a->N, a->OC, a->IC, a->OC, a->weight, a->dout, a->dinp, 0.0f,
-                       NULL, CUDA_R_32F};
+        LtProduct p = {CUBLAS_OP_N, CUBLAS_OP_N, a->IC, a->N, a->OC, a->IC, a->OC, weight, dout, a->dinp, 0.0f, NULL, ab, NULL};
         if (lt_matmul(d, &p, s)) return -1;
     }
     if (a->dweight) {
-        LtProduct p = {CUBLAS_OP_N, CUBLAS_OP_T, a->IC, a->OC, a->N, a->IC, a->OC, a->inp, a->dout, a->dweight, 1.0f,
-                       NULL, CUDA_R_32F};
+        LtProduct p = {CUBLAS_OP_N, CUBLAS_OP_T, a->IC, a->OC, a->N, a->IC, a->OC, inp, dout, a->dweight, 1.0f, NULL, ab, NULL};
         if (lt_matmul(d, &p, s)) return -1;
     }
     return a->dbias ? check(d, cuda_bias_backward(a->dbias, a->dout, a->N, a->OC, s), "bias backward") : 0;

@@ -1,0 +1,49 @@
+#!/usr/bin/python3
+"""test_device_bf16.py: `train --device sim|cuda --precision bf16` against `--device cpu --precision bf16`.
+
+The model of tests/layout_floor.py (L4 H4 C64, T 64, global batch 8, ten AdamW steps on its pair shards): the
+device's run within K = 4 x the noise floor measured beside it, the one CPU process against itself with its sums
+reordered (micro-batches of 4, 2 and 1 sequences, each batch's pairs in three other orders and, where oneDNN runs,
+the other bf16 matmul path): layout_floor.py says why these reorderings and why K. The device computes the same
+bf16 operands (weights from its bf16 copy, inputs and output gradients rounded, fp32 accumulation, the bias
+gradients from the fp32 output gradients, the encoder on wte rounded) with its own kernels' summation orders, a
+reordering of the kind the floor samples. Also a run in fp32 on the device must differ from the bf16 one by far
+more than the floor (the precision took effect).
+
+`test_device_bf16.py sim` (every machine) or `cuda` (a GPU; skipped with exit 77 and the reason where none
+answers, a failure under BS_REQUIRE_GPU=1).
+"""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_device_train  # noqa: E402  (reads the device from the command line)
+from bstest import CorpusTest  # noqa: E402
+from layout_floor import Floor, loss_gap, train  # noqa: E402
+
+DEVICE = test_device_train.DEVICE
+FLOOR_MICRO = (4, 2, 1)  # as test_bf16_train.py's
+
+
+class DeviceBf16Test(CorpusTest):
+    CORPUS_BYTES = 400_000
+
+    def test_bf16_within_the_floor(self):
+        bf16 = ["--precision", "bf16"]
+        floor = Floor(self, "bf16", bf16, FLOOR_MICRO)
+        device = ["--device", DEVICE]
+        m, p, _ = train(self.data, self.path("device"), extra=floor.pairs + bf16 + device)
+        floor.check(f"--device {DEVICE}", m, p)
+        fp32, _, _ = train(self.data, self.path("device-fp32"), extra=floor.pairs + device)
+        print(f"  --device {DEVICE} fp32 against the CPU's bf16: loss gap {loss_gap(fp32, floor.one):.2e}")
+        self.assertGreater(loss_gap(fp32, floor.one), 4 * floor.loss, "the device's bf16 run looks like its fp32 one")
+
+
+if __name__ == "__main__":
+    why = test_device_train.device_answers()
+    if why:
+        required = os.environ.get("BS_REQUIRE_GPU") == "1"
+        print(("FAIL (BS_REQUIRE_GPU=1): " if required else "skipped: ") + why)
+        sys.exit(1 if required else 77)
+    unittest.main()
