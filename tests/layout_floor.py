@@ -38,7 +38,7 @@ import os
 import numpy as np
 
 from bf16_probe import probe
-from bstest import batch_shards, launch, read_metrics, read_model
+from bstest import batch_shards, concurrently, launch, read_metrics, read_model
 
 DRIVER = os.environ.get("BF16_DRIVER", "build/tests/bf16_driver")
 LAYOUTS = {"dp2-zero1": ["--dp", "2", "--zero", "1"], "dp2-zero3": ["--dp", "2", "--zero", "3"], "tp2": ["--tp", "2"],
@@ -101,12 +101,16 @@ def check_layouts(test, tag, flags, splits, ran=lambda metrics: None):
     """Every layout of LAYOUTS in the precision `flags` within K x the floor (loss gap and parameters); `ran` checks
     a run's metrics showed the precision at work."""
     pairs = pair_shards(test.data, test.path(f"{tag}-pairs"))
-    one, one_p, _ = train(test.data, test.path(f"{tag}-one"), extra=pairs + flags)
+    floor = floor_runs(test, tag, pairs, splits)
+    # the one process and its reorderings: independent one-process runs, side by side on the test's cores
+    jobs = [lambda: train(test.data, test.path(f"{tag}-one"), extra=pairs + flags)]
+    jobs += [lambda label=label, kw=kw: train(test.data, test.path(f"{tag}-{label.replace(' ', '')}"),
+                                              micro=kw.get("micro", 8), extra=kw["extra"] + flags)
+             for label, kw in floor.items()]
+    (one, one_p, _), *reordered = concurrently(jobs)
     ran(one)
     floor_loss = floor_param = 0.0
-    for label, kw in floor_runs(test, tag, pairs, splits).items():
-        m, p, _ = train(test.data, test.path(f"{tag}-{label.replace(' ', '')}"), micro=kw.get("micro", 8),
-                        extra=kw["extra"] + flags)
+    for label, (m, p, _) in zip(floor, reordered):
         floor_loss, floor_param = max(floor_loss, loss_gap(m, one)), max(floor_param, param_gap(p, one_p))
         print(f"  {tag} floor {label}: loss gap {loss_gap(m, one):.2e}, parameters {param_gap(p, one_p):.2e}",
               flush=True)
