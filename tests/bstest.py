@@ -1,6 +1,7 @@
 """bstest.py: the Python tests' harness: run batchscale (one process or under mpirun; independent runs side by
 side on the cores ctest gave the test), make a small corpus, read metrics and llm.c model files, the named checks
-(Checks), a refusal's one line, a test in parts and the skip code. Shared helpers of one area live in tests/harness/; no test imports another."""
+(Checks), a refusal's one line, a test in parts and the skip code. Shared helpers of one area live in
+tests/harness/; no test imports another."""
 import json
 import os
 import random
