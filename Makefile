@@ -1,7 +1,9 @@
 # Thin wrapper over CMake. Every target installs the Debian packages it needs
 # first (scripts/install-deps.sh is idempotent and quick when nothing is missing).
 BUILD ?= build
-JOBS ?= 2
+JOBS ?= $(shell nproc)
+# Tests run at once by ctest (tests/harness/ctest_slots.cmake: how many cores each test takes).
+TEST_JOBS ?= $(shell nproc)
 
 .PHONY: all deps build test check demo bench asan clean
 
@@ -18,10 +20,10 @@ build: deps
 test: build
 	@./scripts/test-venv.sh
 	@./scripts/hf-venv.sh
-	cd $(BUILD) && ctest --output-on-failure -j 1
+	cd $(BUILD) && ctest --output-on-failure -j $(TEST_JOBS)
 
 check: build
-	cd $(BUILD) && ctest --output-on-failure -j 1 -L unit
+	cd $(BUILD) && ctest --output-on-failure -j $(TEST_JOBS) -L unit
 
 demo: build
 	@./scripts/demo.sh $(BUILD)/batchscale

@@ -1,6 +1,7 @@
-"""bstest.py: the Python tests' harness: run batchscale (one process or under mpirun), make a small
-corpus, read metrics and llm.c model files, the named checks (Checks), a refusal's one line, a test in
-parts and the skip code. Shared helpers of one area live in tests/harness/; no test imports another."""
+"""bstest.py: the Python tests' harness: run batchscale (one process or under mpirun; independent runs side by
+side on the cores ctest gave the test), make a small corpus, read metrics and llm.c model files, the named checks
+(Checks), a refusal's one line, a test in parts and the skip code. Shared helpers of one area live in
+tests/harness/; no test imports another."""
 import json
 import os
 import random
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -20,11 +22,20 @@ WORDS = ("the and of to in that he shall unto for his a lord they be is him not 
          "thy was god which my me said but ye their have will").split()
 
 
+def process(cmd, env=None, timeout=600):
+    """Runs cmd (batchscale, alone or under mpirun) with one OpenMP thread per process (unless `env` says
+    otherwise) and its own OpenMPI session directory: every process started without mpirun (an isolated
+    singleton) uses the same one under the base, and two at once, from runs side by side (concurrently, or
+    another test), could remove it under each other ("A call to mkdir was unable to create the desired
+    directory", seen beside other tests)."""
+    with tempfile.TemporaryDirectory(prefix="bs-ompi-") as session:
+        full_env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_MCA_orte_tmpdir_base=session)
+        full_env.update(env or {})
+        return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
+
+
 def run(args, check=True, env=None, timeout=600):
-    full_env = dict(os.environ, OMP_NUM_THREADS="1")
-    if env:
-        full_env.update(env)
-    p = subprocess.run([BATCHSCALE] + args, capture_output=True, text=True, env=full_env, timeout=timeout)
+    p = process([BATCHSCALE] + args, env, timeout)
     if check and p.returncode != 0:
         raise AssertionError(f"batchscale {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
     return p
@@ -180,7 +191,7 @@ def layout_run(data, prefix, shape, ranks=1, extra=(), steps=10, micro=2, check=
         "--eval-every", "0", "--sample-tokens", "0", "--threads", "1", "--comm-timeout", "60", "--metrics", metrics,
         "--save-model", model] + list(extra)
     cmd = MPIRUN + ["-np", str(ranks)] + args if ranks > 1 else args
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    p = process(cmd)
     if not check:
         return p
     if p.returncode != 0:
@@ -194,10 +205,25 @@ def launch(args, ranks, check=True):
     cmd = [BATCHSCALE] + list(args)
     if ranks > 1:
         cmd = MPIRUN + ["-np", str(ranks)] + cmd
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    p = process(cmd)
     if check and p.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
     return p
+
+
+def slots():
+    """How many processes a test may keep busy at once: BS_TEST_SLOTS, the cores ctest gave it
+    (tests/harness/ctest_slots.cmake); 1 outside ctest."""
+    return max(1, int(os.environ.get("BS_TEST_SLOTS", "1")))
+
+
+def concurrently(jobs):
+    """Calls each of `jobs` (functions of no argument that run one batchscale process each, independent of one
+    another: their own files), up to slots() at once; returns their results in the jobs' order, or raises the
+    first job's exception once all have ended."""
+    with ThreadPoolExecutor(max_workers=slots()) as pool:
+        futures = [pool.submit(job) for job in jobs]
+    return [f.result() for f in futures]
 
 
 def kjv_corpus(directory):

@@ -38,7 +38,7 @@ import os
 import numpy as np
 
 from bf16_probe import probe
-from bstest import batch_shards, launch, read_metrics, read_model
+from bstest import batch_shards, concurrently, launch, read_metrics, read_model
 
 DRIVER = os.environ.get("BF16_DRIVER", "build/tests/bf16_driver")
 LAYOUTS = {"dp2-zero1": ["--dp", "2", "--zero", "1"], "dp2-zero3": ["--dp", "2", "--zero", "3"], "tp2": ["--tp", "2"],
@@ -104,12 +104,16 @@ class Floor:
     def __init__(self, test, tag, flags, splits, ran=lambda metrics: None):
         self.test, self.tag = test, tag
         self.pairs = pair_shards(test.data, test.path(f"{tag}-pairs"))
-        self.one, self.one_p, _ = train(test.data, test.path(f"{tag}-one"), extra=self.pairs + flags)
+        runs = floor_runs(test, tag, self.pairs, splits)
+        # the one process and its reorderings: independent one-process runs, side by side on the test's cores
+        jobs = [lambda: train(test.data, test.path(f"{tag}-one"), extra=self.pairs + flags)]
+        jobs += [lambda label=label, kw=kw: train(test.data, test.path(f"{tag}-{label.replace(' ', '')}"),
+                                                  micro=kw.get("micro", 8), extra=kw["extra"] + flags)
+                 for label, kw in runs.items()]
+        (self.one, self.one_p, _), *reordered = concurrently(jobs)
         ran(self.one)
         self.loss = self.param = 0.0
-        for label, kw in floor_runs(test, tag, self.pairs, splits).items():
-            m, p, _ = train(test.data, test.path(f"{tag}-{label.replace(' ', '')}"), micro=kw.get("micro", 8),
-                            extra=kw["extra"] + flags)
+        for label, (m, p, _) in zip(runs, reordered):
             self.loss, self.param = max(self.loss, loss_gap(m, self.one)), max(self.param, param_gap(p, self.one_p))
             print(f"  {tag} floor {label}: loss gap {loss_gap(m, self.one):.2e}, parameters "
                   f"{param_gap(p, self.one_p):.2e}", flush=True)

@@ -49,7 +49,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import BATCHSCALE, CorpusTest, kjv_corpus, run  # noqa: E402
+from bstest import BATCHSCALE, CorpusTest, concurrently, kjv_corpus, run  # noqa: E402
 from layout_floor import K, REORDERINGS, check_layouts, loss_gap, pair_shards, train  # noqa: E402
 
 RESUME_BOUND = 0.02  # another precision for 5 steps from the same state: the bf16 test's measured scale, doubled
@@ -137,38 +137,41 @@ class Fp8LayoutTest(CorpusTest):
             self.assertLess(sent8, sent)
 
     def test_resume(self):
-        ck = self.path("ck8")
+        ck, ck16 = self.path("ck8"), self.path("ck16")
         keep = ["--ckpt-every", "5", "--keep-last", "0"]
-        full, p_full, _ = train(self.data, self.path("r_full"), extra=fp8("delayed") + ["--ckpt-dir", ck] + keep)
+        (full, p_full, _), (b16, _, _) = concurrently([  # the uninterrupted runs, fp8 and bf16, side by side
+            lambda: train(self.data, self.path("r_full"), extra=fp8("delayed") + ["--ckpt-dir", ck] + keep),
+            lambda: train(self.data, self.path("b16"), extra=["--precision", "bf16", "--ckpt-dir", ck16] + keep)])
         at5 = os.path.join(ck, "step_00000005")
         self.assertEqual(len(glob.glob(os.path.join(at5, "fp8_layer_*.bin"))), 4, "one fp8 scaling file per layer")
-        res, p_res, _ = train(self.data, self.path("r_res"), extra=fp8("delayed") + ["--resume", at5, "--ckpt-dir",
-                                                                                    self.path("ck8b")])
-        self.assertEqual([m["loss"] for m in res], [m["loss"] for m in full[5:]])
-        self.assertTrue(np.array_equal(p_res, p_full), "fp8 resume is not bitwise")
         bare = self.path("bare")
         shutil.copytree(at5, bare)
         for f in glob.glob(os.path.join(bare, "fp8_layer_*.bin")):
             os.remove(f)
         metrics = self.path("r_bare.jsonl")
-        p = run(["train", "--data", os.path.join(self.data, "train_000000.bin"), "--layers", "4", "--heads", "4",
-                 "--channels", "64", "--seq-len", "64", "--micro-batch", "8", "--global-batch", "8", "--steps", "10",
-                 "--lr", "3e-3", "--warmup", "2", "--sample-tokens", "0", "--eval-every", "0", "--quiet",
-                 "--metrics", metrics, "--resume", bare, "--ckpt-dir", self.path("ck8c")] + fp8("delayed"))
+        bare_args = ["train", "--data", os.path.join(self.data, "train_000000.bin"), "--layers", "4", "--heads", "4",
+                     "--channels", "64", "--seq-len", "64", "--micro-batch", "8", "--global-batch", "8", "--steps",
+                     "10", "--lr", "3e-3", "--warmup", "2", "--sample-tokens", "0", "--eval-every", "0", "--quiet",
+                     "--metrics", metrics, "--resume", bare, "--ckpt-dir", self.path("ck8c")] + fp8("delayed")
+        resumes = {label: lambda label=label, extra=extra: train(self.data, self.path("r_" + label), extra=extra + [
+                       "--resume", at5, "--ckpt-dir", self.path("ck_" + label)])
+                   for label, extra in (("res", fp8("delayed")), ("bf16", ["--precision", "bf16"]), ("fp32", []))}
+        # the resumed runs: independent of one another, side by side
+        *resumed, p, (m16, _, _) = concurrently(list(resumes.values()) + [
+            lambda: run(bare_args),
+            lambda: train(self.data, self.path("b16_in_fp8"), extra=fp8("delayed") + [
+                "--resume", os.path.join(ck16, "step_00000005"), "--ckpt-dir", self.path("ck16b")])])
+        (res, p_res, _), in_bf16, in_fp32 = resumed
+        self.assertEqual([m["loss"] for m in res], [m["loss"] for m in full[5:]])
+        self.assertTrue(np.array_equal(p_res, p_full), "fp8 resume is not bitwise")
         self.assertIn("fp8 scales start fresh", p.stderr)
         bare_losses = [float(line.split('"loss":')[1].split(",")[0]) for line in open(metrics)]
         self.assertNotEqual(bare_losses, [m["loss"] for m in full[5:]], "fresh scales gave the same bits")
-        for label, extra in (("bf16", ["--precision", "bf16"]), ("fp32", [])):
-            m, _, _ = train(self.data, self.path("r_" + label), extra=extra + ["--resume", at5, "--ckpt-dir",
-                                                                              self.path("ck_" + label)])
+        for label, (m, _, _) in (("bf16", in_bf16), ("fp32", in_fp32)):
             gap = loss_gap(m, full[5:])
             print(f"  fp8 checkpoint resumed in {label}: largest loss gap {gap:.2e}", flush=True)
             self.assertLess(gap, RESUME_BOUND)
-        ck16 = self.path("ck16")
-        b16, _, _ = train(self.data, self.path("b16"), extra=["--precision", "bf16", "--ckpt-dir", ck16] + keep)
-        m, _, _ = train(self.data, self.path("b16_in_fp8"), extra=fp8("delayed") + [
-            "--resume", os.path.join(ck16, "step_00000005"), "--ckpt-dir", self.path("ck16b")])
-        gap = loss_gap(m, b16[5:])
+        gap = loss_gap(m16, b16[5:])
         print(f"  bf16 checkpoint resumed in fp8: largest loss gap {gap:.2e}", flush=True)
         self.assertLess(gap, RESUME_BOUND)
 
@@ -190,20 +193,25 @@ class Fp8LayoutTest(CorpusTest):
 
 class Fp8ConvergenceTest(unittest.TestCase):
     def test_300_steps(self):
-        small = ["--threads", "2", "--layers", "2", "--channels", "64"]
-        runs = {}
+        # the six runs side by side on the test's cores, one thread each (train()'s --threads 1; they ran on 2
+        # threads one after another: the same bits, as the engine cuts its sums into fixed blocks)
+        small = ["--layers", "2", "--channels", "64"]
+        cases = {label + outlier: extra + (["--debug-outlier-scale", outlier] if outlier else [])
+                 for label, extra in (("bf16", ["--precision", "bf16"]), ("delayed", fp8("delayed")),
+                                      ("block", fp8("block")))
+                 for outlier in ("", "1000")}
         with tempfile.TemporaryDirectory() as d:
             data = kjv_corpus(d)
-            for label, extra in (("bf16", ["--precision", "bf16"]), ("delayed", fp8("delayed")),
-                                 ("block", fp8("block"))):
-                for outlier in ("", "1000"):
-                    more = ["--debug-outlier-scale", outlier] if outlier else []
-                    m, _, _ = train(data, os.path.join(d, label + outlier), steps=300, val=True,
-                                    extra=small + extra + more)
-                    runs[label + outlier] = m
-                    print(f"  {label}{' outlier x' + outlier if outlier else ''}: val loss {m[-1]['val_loss']:.4f}"
-                          f"{', underflow ' + str(m[-1]['fp8_underflow']) if 'fp8_underflow' in m[-1] else ''}",
-                          flush=True)
+            done = concurrently([lambda name=name, extra=extra: train(data, os.path.join(d, name), steps=300, val=True,
+                                                                     extra=small + extra)
+                                 for name, extra in cases.items()])
+        runs = {name: m for name, (m, _, _) in zip(cases, done)}
+        for label in ("bf16", "delayed", "block"):
+            for outlier in ("", "1000"):
+                m = runs[label + outlier]
+                print(f"  {label}{' outlier x' + outlier if outlier else ''}: val loss {m[-1]['val_loss']:.4f}"
+                      f"{', underflow ' + str(m[-1]['fp8_underflow']) if 'fp8_underflow' in m[-1] else ''}",
+                      flush=True)
         v16 = runs["bf16"][-1]["val_loss"]
         self.assertLess(v16, runs["bf16"][0]["loss"] * 0.6, "bf16 did not learn")
         for label in ("delayed", "block"):

@@ -1,0 +1,84 @@
+# ctest_slots.cmake: how `ctest -j N` shares the machine among the tests (make test and make check run
+# ctest -j $(nproc)). Included at the end of tests/CMakeLists.txt, once every area has registered its tests.
+#
+# - A test that keeps several processes or threads busy at once takes that many of ctest's slots (PROCESSORS;
+#   ctest runs a test asking for more than -j alone): mpirun tests their rank count; Python tests that launch
+#   layouts under mpirun, or run with 2 threads, 2 (their largest phase on this 2-core machine). Why not fewer:
+#   MPI's and OpenMP's waits spin, so ranks sharing a core with another test's process each wait out the
+#   other's time slice (bw.cmake: two ranks of two threads on two cores took 38 s instead of 3). A Python test
+#   that starts ranks but mostly waits (launches, timeouts, kills, one process at a time: its CPU time at most
+#   its wall time alone) keeps 1 slot: see the list below.
+# - Such a test gets BS_TEST_SLOTS, its slots capped at the machine's cores: tests/bstest.py's `concurrently`
+#   runs that many of the test's independent one-process runs at once.
+# - The tests that time something (a bound they assert, or a timing they print) run alone (RUN_SERIAL): the
+#   multi-host and SLURM tests set it in ops.cmake; bw_split_timing here.
+# - Each test has its own OpenMPI session directories (OMPI_MCA_orte_tmpdir_base): every isolated singleton (a
+#   process started without mpirun, tests/CMakeLists.txt) uses the same one under the base, and two tests side by
+#   side could remove it under each other (tests/bstest.py's `process` does the same for one test's own runs).
+# - COST: the seconds each long test took on this machine (an Intel Xeon, 2 cores, idle), so that ctest starts
+#   them first and the run does not end on one of them alone; after one run ctest uses the times it measured.
+cmake_host_system_information(RESULT BS_CORES QUERY NUMBER_OF_LOGICAL_CORES)
+
+# bs_slots(N TESTS name...): the tests keep N processes or threads busy.
+function(bs_slots n)
+  cmake_parse_arguments(S "" "" "TESTS" ${ARGN})
+  set(cap ${n})
+  if(cap GREATER BS_CORES)
+    set(cap ${BS_CORES})
+  endif()
+  foreach(t ${S_TESTS})
+    if(NOT TEST ${t})
+      message(FATAL_ERROR "ctest_slots.cmake: no test named ${t} (renamed? update tests/harness/ctest_slots.cmake)")
+    endif()
+  endforeach()
+  set_tests_properties(${S_TESTS} PROPERTIES PROCESSORS ${n})
+  set_property(TEST ${S_TESTS} APPEND PROPERTY ENVIRONMENT BS_TEST_SLOTS=${cap})
+endfunction()
+
+string(MD5 build_id ${CMAKE_BINARY_DIR})
+string(SUBSTRING ${build_id} 0 8 build_id)
+get_property(every_test DIRECTORY PROPERTY TESTS)
+foreach(t ${every_test})
+  set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT OMPI_MCA_orte_tmpdir_base=/tmp/bs-ompi-${build_id}/${t})
+endforeach()
+
+# mpirun tests: their rank count
+foreach(n 2 3 4)
+  bs_slots(${n} TESTS cc_collectives_np${n} cc_onebit_np${n})
+endforeach()
+foreach(n 2 3 4 5 6 7 8)
+  bs_slots(${n} TESTS comm_collectives_np${n})
+endforeach()
+bs_slots(4 TESTS comm_collectives_np4_nodes_of_2)
+bs_slots(6 TESTS comm_collectives_np6_nodes_of_2 comm_collectives_np6_nodes_of_3)
+bs_slots(8 TESTS comm_collectives_np8_nodes_of_2 comm_collectives_np8_nodes_of_4)
+bs_slots(2 TESTS cc_qgz_2x1 cc_qgz_1x2 bw_split_tp2 cp_attention_np2 moe_parallel_np2)
+bs_slots(3 TESTS cc_qgz_3x1 cc_qgz_1x3 train_policy_np3)
+bs_slots(4 TESTS cc_qgz_4x1 cc_qgz_2x2 cc_qgz_1x4 cp_attention_np4 moe_parallel_np4)
+
+# Python tests whose runs under mpirun (2 to 8 ranks) or on 2 threads, or a 2-job build (MPICH), keep 2 cores
+# busy: their CPU time (user + sys) above their wall time alone.
+bs_slots(2 TESTS batch_scaling bf16_train bf16_train_isa_avx2 cc_train_mechanics cc_train_convergence_np2
+         cc_train_convergence_np4 comm_mpich_build_and_run cp_equivalence fp8_train fp8_train_convergence lora_layouts
+         moe_accum moe_ep moe_ep_zero moe_model moe_pipeline moe_tp mp_equivalence ops_grad_norm_ranks ops_tensorboard
+         pipeline_schedules)
+# These start ranks too but keep 1 slot: CPU time / wall time alone, measured 2026-12-06 at nice -10 on the
+# shared machine (CPU seconds) against the idle machine's wall time (seconds): dp_equivalence 15/18.5,
+# diloco_reference 5.6/10.8, ft_ckpt 7.3/22, ft_restart 4.2/14, guards 7.4/11, lora_nf4 31/31 (its memory checks:
+# each process's own peak, which a neighbour does not move), moe_export 4.8/4.6, ops_exit 1.5/13.7,
+# ops_preempt 3.7/5.5, sft_reference 4.6/4.6, ops_config and ops_logs under 1 s.
+
+# The fused backward against B and W, timed and printed: nothing beside it.
+set_tests_properties(bw_split_timing bw_split_timing_isa_avx2 PROPERTIES RUN_SERIAL ON)
+
+# Seconds on the idle 2-core Intel Xeon (make test of a fresh clone): the long tests start first.
+foreach(cost_test ft_fuzz:89 fp8_train_convergence:54 fp8_train:50 comm_mpich_build_and_run:44 ops_multihost:34
+                  cp_equivalence:34 lora_nf4:31 cc_train_convergence_np4:31 cc_train_convergence_np2:25 tok_gpt2:25
+                  ft_ckpt:22 pipeline_schedules:21 plan_python:20 dp_equivalence:19 ft_restart:14 ops_exit:14
+                  bw_split_timing:14 bench_gpu_scripts:13 bf16_train_isa_avx2:13 ops_slurm:12 sft_hf:12 bf16_train:11
+                  sweep_fit:11 guards:11 cc_collectives_np4:11 diloco_reference:11 hf_safetensors:10)
+  string(REPLACE ":" ";" cost_test ${cost_test})
+  list(GET cost_test 0 name)
+  list(GET cost_test 1 seconds)
+  set_tests_properties(${name} PROPERTIES COST ${seconds})
+endforeach()
