@@ -34,7 +34,9 @@ struct GPTDevice {
     int32_t *tokens; /* inputs (B T), targets (B T), each token's document start (B T) */
     int32_t doc_separator, *host_doc_start;
     double *sums;    /* per tensor */
-    int64_t *offsets;
+    int64_t *offsets;       /* where each tensor starts, then the end (nseg + 1) */
+    int64_t *range_offsets; /* the same clipped to the update range: the gradients' sums count only it */
+    size_t range_offset, range_count; /* gpt_device_set_update_range: what AdamW updates (default: all) */
     ParamSegment *segs;
     int32_t *flags;  /* non-finite flags: one per layer (forward), then one per block (gradients) */
     float *host_losses;
@@ -102,13 +104,32 @@ static int make_segments(GPTDevice *g) {
     g->host_sums = malloc(sizeof *g->host_sums * (size_t)g->nseg);
     g->sums = device_alloc(g->dev, sizeof *g->sums * (size_t)g->nseg);
     g->offsets = device_alloc(g->dev, sizeof *off * (size_t)(g->nseg + 1));
-    if (!off || !g->host_sums || !g->sums || !g->offsets) {
+    g->range_offsets = device_alloc(g->dev, sizeof *off * (size_t)(g->nseg + 1));
+    if (!off || !g->host_sums || !g->sums || !g->offsets || !g->range_offsets) {
         free(off);
         return -1;
     }
     for (int i = 0; i < g->nseg; i++) off[i] = (int64_t)g->segs[i].offset;
     off[g->nseg] = g->nseg ? (int64_t)(g->segs[g->nseg - 1].offset + g->segs[g->nseg - 1].count) : 0;
     int rc = device_copy(g->dev, g->compute, g->offsets, off, sizeof *off * (size_t)(g->nseg + 1), COPY_HOST_TO_DEVICE);
+    rc = rc ? rc : device_stream_sync(g->dev, g->compute);
+    free(off);
+    return rc ? rc : gpt_device_set_update_range(g, 0, g->nparams);
+}
+
+static size_t clamp(size_t x, size_t lo, size_t hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+int gpt_device_set_update_range(GPTDevice *g, size_t offset, size_t count) {
+    g->range_offset = offset;
+    g->range_count = count;
+    int64_t *off = malloc(sizeof *off * (size_t)(g->nseg + 1));
+    if (!off) return -1;
+    for (int i = 0; i <= g->nseg; i++) {
+        const size_t at = i < g->nseg ? g->segs[i].offset : g->nseg ? g->segs[i - 1].offset + g->segs[i - 1].count : 0;
+        off[i] = (int64_t)clamp(at, offset, offset + count);
+    }
+    int rc = device_copy(g->dev, g->compute, g->range_offsets, off, sizeof *off * (size_t)(g->nseg + 1),
+                         COPY_HOST_TO_DEVICE);
     rc = rc ? rc : device_stream_sync(g->dev, g->compute);
     free(off);
     return rc;
@@ -163,8 +184,9 @@ GPTDevice *gpt_device_create(Device *dev, const GPTConfig *cfg, int B, int T, in
 
 void gpt_device_free(GPTDevice *g) {
     if (!g) return;
-    void *dev_buffers[] = {g->params, g->grads,    g->m,     g->v,           g->acts,     g->tokens,    g->sums,
-                           g->offsets, g->flags, g->params_bf16, g->in_bf16, g->dout_bf16, g->wte_rounded};
+    void *dev_buffers[] = {g->params,      g->grads,   g->m,         g->v,           g->acts,
+                           g->tokens,      g->sums,    g->offsets,   g->range_offsets, g->flags,
+                           g->params_bf16, g->in_bf16, g->dout_bf16, g->wte_rounded};
     for (size_t i = 0; i < sizeof dev_buffers / sizeof dev_buffers[0]; i++) device_free(g->dev, dev_buffers[i]);
     device_event_destroy(g->dev, g->tokens_ready);
     device_stream_destroy(g->dev, g->copy);
@@ -200,25 +222,43 @@ int gpt_device_enable_bf16(GPTDevice *g) {
     return g->params_bf16 && g->in_bf16 && g->dout_bf16 && g->wte_rounded ? 0 : -1;
 }
 
+/* The parameters' bf16 copies after the fp32 masters changed on the device. */
+static int refresh_copies(GPTDevice *g) {
+    if (g->bf16) TRY(round_bf16(g, NULL, g->params_bf16, g->params, g->nparams));
+    return refresh_wte(g);
+}
+
 int gpt_device_set_state(GPTDevice *g, const float *params, const float *m, const float *v) {
-    const size_t bytes = g->nparams * sizeof(float);
+    const size_t whole = g->nparams * sizeof(float), part = g->range_count * sizeof(float);
     const float *src[] = {params, m, v};
-    float *dst[] = {g->params, g->m, g->v};
-    for (int i = 0; i < 3; i++)
+    float *dst[] = {g->params, g->m + g->range_offset, g->v + g->range_offset};
+    for (int i = 0; i < 3; i++) {
+        const size_t bytes = i ? part : whole;
         TRY(src[i] ? device_copy(g->dev, g->compute, dst[i], src[i], bytes, COPY_HOST_TO_DEVICE)
                    : device_zero(g->dev, g->compute, dst[i], bytes));
-    if (g->bf16) TRY(round_bf16(g, NULL, g->params_bf16, g->params, g->nparams));
-    TRY(refresh_wte(g));
+    }
+    TRY(refresh_copies(g));
     return device_stream_sync(g->dev, g->compute);
 }
 
 int gpt_device_get_state(GPTDevice *g, float *params, float *grads, float *m, float *v) {
-    const size_t bytes = g->nparams * sizeof(float);
+    const size_t whole = g->nparams * sizeof(float), part = g->range_count * sizeof(float), at = g->range_offset;
     float *dst[] = {params, grads, m, v};
-    const float *src[] = {g->params, g->grads, g->m, g->v};
+    const float *src[] = {g->params, g->grads + at, g->m + at, g->v + at};
     for (int i = 0; i < 4; i++)
-        if (dst[i]) TRY(device_copy(g->dev, g->compute, dst[i], src[i], bytes, COPY_DEVICE_TO_HOST));
+        if (dst[i]) TRY(device_copy(g->dev, g->compute, dst[i], src[i], i ? part : whole, COPY_DEVICE_TO_HOST));
     return device_stream_sync(g->dev, g->compute);
+}
+
+int gpt_device_params_changed(GPTDevice *g) {
+    TRY(refresh_copies(g));
+    return device_stream_sync(g->dev, g->compute);
+}
+
+DeviceStream *gpt_device_compute_stream(const GPTDevice *g) { return g->compute; }
+
+float *gpt_device_array(const GPTDevice *g, GPTDeviceArray which) {
+    return which == GPT_DEVICE_GRADS ? g->grads : g->params;
 }
 
 void gpt_device_set_doc_separator(GPTDevice *g, int32_t separator) { g->doc_separator = separator; }
@@ -461,7 +501,8 @@ int gpt_device_num_tensors(const GPTDevice *g) { return g->nseg; }
 
 int gpt_device_tensor_sum_squares(GPTDevice *g, GPTDeviceArray which, double *per_tensor) {
     DeviceCall call = {.kernel = DK_SUM_OF_SQUARES,
-                       .a.sumsq = {g->sums, which == GPT_DEVICE_GRADS ? g->grads : g->params, g->offsets, g->nseg}};
+                       .a.sumsq = {g->sums, which == GPT_DEVICE_GRADS ? g->grads : g->params,
+                                   which == GPT_DEVICE_GRADS ? g->range_offsets : g->offsets, g->nseg}};
     TRY(launch(g, &call));
     TRY(device_copy(g->dev, g->compute, per_tensor, g->sums, sizeof(double) * (size_t)g->nseg, COPY_DEVICE_TO_HOST));
     return device_stream_sync(g->dev, g->compute);
@@ -478,13 +519,15 @@ int gpt_device_grad_sum_squares(GPTDevice *g, double *out) {
 int gpt_device_adamw(GPTDevice *g, const AdamWStep *s) {
     const float step_size = s->lr / (1.0f - powf(s->beta1, (float)s->step));
     const float bias2_sqrt = sqrtf(1.0f - powf(s->beta2, (float)s->step));
+    const size_t r0 = g->range_offset, r1 = g->range_offset + g->range_count;
     for (int i = 0; i < g->nseg; i++) {
-        const size_t o = g->segs[i].offset;
+        const size_t trained = gpt_tensor_trained(&g->cfg, g->segs[i].kind); /* not wte's padded rows */
+        const size_t o = clamp(g->segs[i].offset, r0, r1), end = clamp(g->segs[i].offset + trained, r0, r1);
+        if (end == o) continue; /* outside this rank's range */
         const float wd = gpt_tensor_decays(g->segs[i].kind) ? s->weight_decay : 0.0f;
         DeviceCall call = {.kernel = DK_ADAMW};
-        const size_t trained = gpt_tensor_trained(&g->cfg, g->segs[i].kind); /* not wte's padded rows */
         call.a.adamw = (AdamWArgs){g->params + o, g->m + o, g->v + o, g->bf16 ? g->params_bf16 + o : NULL, g->grads + o,
-                                   trained, s->beta1, s->beta2, s->eps, s->grad_scale, step_size, 1.0f - s->lr * wd,
+                                   end - o, s->beta1, s->beta2, s->eps, s->grad_scale, step_size, 1.0f - s->lr * wd,
                                    bias2_sqrt};
         TRY(launch(g, &call));
     }
