@@ -443,7 +443,10 @@ static double bubble_simulated(Engine *e, const PipeStats *ps) {
 }
 
 EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad load, void *ctx) {
-    if (e->device) return (EngineStepStats){.loss_sum = engine_device_train(e->device, m, dloss, load, ctx), .max_live = 1};
+    if (e->device) {
+        comm_reset_stats(e->chunk_comm[0]); /* the step's data-parallel traffic, as below */
+        return (EngineStepStats){.loss_sum = engine_device_train(e->device, m, dloss, load, ctx), .max_live = 1};
+    }
     for (int c = 0; c < e->num_chunks; c++) {
         comm_reset_stats(e->chunk_comm[c]);
         dp_begin_step(e->chunks[c].dp);
