@@ -35,7 +35,7 @@ struct GPTDevice {
     int32_t doc_separator, *host_doc_start;
     double *sums;    /* per tensor */
     int64_t *offsets;       /* where each tensor starts, then the end (nseg + 1) */
-    int64_t *range_offsets; /* the same clipped to the update range: the gradients' sums count only it */
+    int64_t *range_offsets; /* the same clipped to the update range: the sums of squares count only it */
     size_t range_offset, range_count; /* gpt_device_set_update_range: what AdamW updates (default: all) */
     ParamSegment *segs;
     int32_t *flags;  /* non-finite flags: one per layer (forward), then one per block (gradients) */
@@ -501,8 +501,7 @@ int gpt_device_num_tensors(const GPTDevice *g) { return g->nseg; }
 
 int gpt_device_tensor_sum_squares(GPTDevice *g, GPTDeviceArray which, double *per_tensor) {
     DeviceCall call = {.kernel = DK_SUM_OF_SQUARES,
-                       .a.sumsq = {g->sums, which == GPT_DEVICE_GRADS ? g->grads : g->params,
-                                   which == GPT_DEVICE_GRADS ? g->range_offsets : g->offsets, g->nseg}};
+                       .a.sumsq = {g->sums, which == GPT_DEVICE_GRADS ? g->grads : g->params, g->range_offsets, g->nseg}};
     TRY(launch(g, &call));
     TRY(device_copy(g->dev, g->compute, per_tensor, g->sums, sizeof(double) * (size_t)g->nseg, COPY_DEVICE_TO_HOST));
     return device_stream_sync(g->dev, g->compute);

@@ -45,7 +45,7 @@ int gpt_device_enable_bf16(GPTDevice *g);
 /* Data parallelism at ZeRO >= 1: the range [offset, +count) of the flat
  * layout this rank updates (default: all). The moments and the gradients
  * cross to and from the host as that range only (packed), AdamW updates only
- * it and the gradients' sums of squares count only it. */
+ * it and the sums of squares count only it (each rank's part, as the CPU's shards). */
 int gpt_device_set_update_range(GPTDevice *g, size_t offset, size_t count);
 /* The state from the host (params: gpt_num_params floats; m and v: the
  * update range's; NULL: zeros), and back (grads, m and v: the update range's;

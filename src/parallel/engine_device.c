@@ -168,22 +168,17 @@ double engine_device_evaluate(EngineDevice *d, int m, int counted, PipeLoad load
     return run(d, m, counted, 0.0f, load, ctx);
 }
 
-/* ZeRO >= 1: each rank's sums cover its part of the gradients; their sum
+/* ZeRO >= 1: each rank's sum covers its part of the gradients; their sum
  * over the group, as engine_grad_sum_squares sums the CPU's shards. */
-static void sum_over_shards(EngineDevice *d, double *values, int n) {
-    if (d->sharded) comm_allreduce_double(d->group, values, n);
-}
-
 double engine_device_grad_sum_squares(EngineDevice *d) {
     double s = 0;
     check(d, gpt_device_grad_sum_squares(d->model, &s));
-    sum_over_shards(d, &s, 1);
+    if (d->sharded) comm_allreduce_double(d->group, &s, 1);
     return s;
 }
 
 void engine_device_tensor_sum_squares(EngineDevice *d, double *grads, double *params) {
     check(d, gpt_device_tensor_sum_squares(d->model, GPT_DEVICE_GRADS, grads));
-    sum_over_shards(d, grads, gpt_device_num_tensors(d->model));
     check(d, gpt_device_tensor_sum_squares(d->model, GPT_DEVICE_PARAMS, params));
 }
 

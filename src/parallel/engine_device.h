@@ -50,10 +50,12 @@ int engine_device_nonfinite_block(const EngineDevice *d);
 void engine_device_inject_nan(EngineDevice *d, int block);
 /* Forward only of m micro-batches, of which the first `counted` count. */
 double engine_device_evaluate(EngineDevice *d, int m, int counted, PipeLoad load, void *ctx);
+/* The whole gradient's sum of squares (ZeRO >= 1: the ranks' parts summed over the group). */
 double engine_device_grad_sum_squares(EngineDevice *d);
 /* Per tensor (gpt_param_segments' order) the gradients' and the parameters'
- * sums of squares, computed on the device (ZeRO >= 1: the gradients' summed
- * over the ranks' parts); the gradients' sum over the tensors the same way. */
+ * sums of squares over this rank's update range, computed on the device
+ * (ZeRO >= 1: its part, which the caller sums over the ranks as the CPU's
+ * shards). */
 void engine_device_tensor_sum_squares(EngineDevice *d, double *grads, double *params);
 /* AdamW (step numbered step) on the device over the rank's update range
  * (ZeRO >= 1: then the parameters all-gathered); the host copy goes stale. */
