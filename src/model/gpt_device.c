@@ -34,8 +34,7 @@ struct GPTDevice {
     int32_t *tokens; /* inputs (B T), targets (B T), each token's document start (B T) */
     int32_t doc_separator, *host_doc_start;
     double *sums;    /* per tensor */
-    int64_t *offsets;       /* where each tensor starts, then the end (nseg + 1) */
-    int64_t *range_offsets; /* the same clipped to the update range: the sums of squares count only it */
+    int64_t *offsets; /* where each tensor starts, then the end (nseg + 1), clipped to the update range */
     size_t range_offset, range_count; /* gpt_device_set_update_range: what AdamW updates (default: all) */
     ParamSegment *segs;
     int32_t *flags;  /* non-finite flags: one per layer (forward), then one per block (gradients) */
@@ -95,28 +94,6 @@ static const char *unsupported(const GPTConfig *cfg) {
     return NULL;
 }
 
-/* Per-tensor offsets of the layout, on the host and the device. */
-static int make_segments(GPTDevice *g) {
-    g->segs = malloc(sizeof *g->segs * (size_t)gpt_max_segments(&g->cfg));
-    if (!g->segs) return -1;
-    g->nseg = gpt_param_segments(&g->cfg, g->segs, gpt_max_segments(&g->cfg));
-    int64_t *off = malloc(sizeof *off * (size_t)(g->nseg + 1));
-    g->host_sums = malloc(sizeof *g->host_sums * (size_t)g->nseg);
-    g->sums = device_alloc(g->dev, sizeof *g->sums * (size_t)g->nseg);
-    g->offsets = device_alloc(g->dev, sizeof *off * (size_t)(g->nseg + 1));
-    g->range_offsets = device_alloc(g->dev, sizeof *off * (size_t)(g->nseg + 1));
-    if (!off || !g->host_sums || !g->sums || !g->offsets || !g->range_offsets) {
-        free(off);
-        return -1;
-    }
-    for (int i = 0; i < g->nseg; i++) off[i] = (int64_t)g->segs[i].offset;
-    off[g->nseg] = g->nseg ? (int64_t)(g->segs[g->nseg - 1].offset + g->segs[g->nseg - 1].count) : 0;
-    int rc = device_copy(g->dev, g->compute, g->offsets, off, sizeof *off * (size_t)(g->nseg + 1), COPY_HOST_TO_DEVICE);
-    rc = rc ? rc : device_stream_sync(g->dev, g->compute);
-    free(off);
-    return rc ? rc : gpt_device_set_update_range(g, 0, g->nparams);
-}
-
 static size_t clamp(size_t x, size_t lo, size_t hi) { return x < lo ? lo : x > hi ? hi : x; }
 
 int gpt_device_set_update_range(GPTDevice *g, size_t offset, size_t count) {
@@ -128,11 +105,22 @@ int gpt_device_set_update_range(GPTDevice *g, size_t offset, size_t count) {
         const size_t at = i < g->nseg ? g->segs[i].offset : g->nseg ? g->segs[i - 1].offset + g->segs[i - 1].count : 0;
         off[i] = (int64_t)clamp(at, offset, offset + count);
     }
-    int rc = device_copy(g->dev, g->compute, g->range_offsets, off, sizeof *off * (size_t)(g->nseg + 1),
-                         COPY_HOST_TO_DEVICE);
+    int rc = device_copy(g->dev, g->compute, g->offsets, off, sizeof *off * (size_t)(g->nseg + 1), COPY_HOST_TO_DEVICE);
     rc = rc ? rc : device_stream_sync(g->dev, g->compute);
     free(off);
     return rc;
+}
+
+/* The layout's tensors, on the host and (their offsets, the whole range's) on the device. */
+static int make_segments(GPTDevice *g) {
+    g->segs = malloc(sizeof *g->segs * (size_t)gpt_max_segments(&g->cfg));
+    if (!g->segs) return -1;
+    g->nseg = gpt_param_segments(&g->cfg, g->segs, gpt_max_segments(&g->cfg));
+    g->host_sums = malloc(sizeof *g->host_sums * (size_t)g->nseg);
+    g->sums = device_alloc(g->dev, sizeof *g->sums * (size_t)g->nseg);
+    g->offsets = device_alloc(g->dev, sizeof *g->offsets * (size_t)(g->nseg + 1));
+    if (!g->host_sums || !g->sums || !g->offsets) return -1;
+    return gpt_device_set_update_range(g, 0, g->nparams);
 }
 
 /* a flag per layer, then one per block (L + 2) */
@@ -184,9 +172,8 @@ GPTDevice *gpt_device_create(Device *dev, const GPTConfig *cfg, int B, int T, in
 
 void gpt_device_free(GPTDevice *g) {
     if (!g) return;
-    void *dev_buffers[] = {g->params,      g->grads,   g->m,         g->v,           g->acts,
-                           g->tokens,      g->sums,    g->offsets,   g->range_offsets, g->flags,
-                           g->params_bf16, g->in_bf16, g->dout_bf16, g->wte_rounded};
+    void *dev_buffers[] = {g->params, g->grads,    g->m,     g->v,           g->acts,     g->tokens,    g->sums,
+                           g->offsets, g->flags, g->params_bf16, g->in_bf16, g->dout_bf16, g->wte_rounded};
     for (size_t i = 0; i < sizeof dev_buffers / sizeof dev_buffers[0]; i++) device_free(g->dev, dev_buffers[i]);
     device_event_destroy(g->dev, g->tokens_ready);
     device_stream_destroy(g->dev, g->copy);
@@ -501,7 +488,7 @@ int gpt_device_num_tensors(const GPTDevice *g) { return g->nseg; }
 
 int gpt_device_tensor_sum_squares(GPTDevice *g, GPTDeviceArray which, double *per_tensor) {
     DeviceCall call = {.kernel = DK_SUM_OF_SQUARES,
-                       .a.sumsq = {g->sums, which == GPT_DEVICE_GRADS ? g->grads : g->params, g->range_offsets, g->nseg}};
+                       .a.sumsq = {g->sums, which == GPT_DEVICE_GRADS ? g->grads : g->params, g->offsets, g->nseg}};
     TRY(launch(g, &call));
     TRY(device_copy(g->dev, g->compute, per_tensor, g->sums, sizeof(double) * (size_t)g->nseg, COPY_DEVICE_TO_HOST));
     return device_stream_sync(g->dev, g->compute);
