@@ -12,6 +12,7 @@
   one CPU process, which saves it again at once: the same parameters bit for bit; read back from that copy by 2
   device ranks and saved, the same state as the first, file checksums included (a file per rank's moments, so
   the copies on one process and on two ranks are compared through the round trip).
+- The guard: a NaN planted in one rank's gradient skips the step naming that rank, as on the CPU.
 - Bad input, one line each: --gpu-comm nccl with --device sim, --gpu-comm host on the CPU, --zero 3 on a device.
 """
 import os
@@ -70,6 +71,19 @@ class DeviceDataParallelTest(CorpusTest):
 
     def test_four_ranks(self):
         self.assert_equivalent(self.device_run("dev4_z0", 4, 0), "4 ranks, ZeRO 0")
+
+    def test_guard_names_the_rank_as_cpu(self):
+        """A NaN planted in rank 1's gradient of layer 1 at step 3: the step skipped naming rank 1 (each rank checks
+        its own gradient before the reduction, the flags combined as on the CPU), the rest trained as on the CPU."""
+        runs = {}
+        for device in ("sim", "cpu"):
+            metrics, params, _ = layout_run(self.data, self.path(f"nan_{device}"), SHAPE, 2,
+                                            ["--device", device, "--debug-inject-fault", "nan:1:3:1"],
+                                            steps=5)
+            runs[device] = ([(m["step"], m["skipped"]) for m in metrics if "skipped" in m], params)
+        self.assertEqual(runs["sim"][0], [(3, "non-finite value on rank 1 at layer 1")])
+        self.assertEqual(runs["sim"][0], runs["cpu"][0])
+        self.assertLessEqual(rel(runs["sim"][1], runs["cpu"][1]), TOLERANCE)
 
     def resave(self, name, ranks, source, *flags):
         """`name` on `ranks` processes reads checkpoint 5 of the run saved under `source` and saves it at once (a resume
