@@ -153,6 +153,7 @@ static int parallel_options(TrainConfig *c, OptionSpec *out) {
         {"comm-algo", OPT_ENUM, &c->parallel.comm_algo, OPT_NO_RANGE, "ALGO", "collectives: mpi, ring or hierarchical", "ring", TRAIN_COMM_ALGO_WORDS},
         {"ranks-per-node", OPT_INT, &c->parallel.ranks_per_node, 0, 1 << 20, "N", "emulate nodes of N ranks (0: detect)", "0", NULL},
         {"comm-timeout", OPT_DOUBLE, &c->parallel.comm_timeout, 0.1, 1e7, "SECONDS", "abort the job if a collective stalls this long", "300", NULL},
+        {"gpu-comm", OPT_ENUM, &c->parallel.gpu_comm, OPT_NO_RANGE, "PATH", "device buffers between ranks: auto, nccl (one GPU per rank) or host (pinned memory over MPI)", "auto", TRAIN_GPU_COMM_WORDS},
         {"threads", OPT_INT, &c->parallel.threads, 0, 1024, "N", "OpenMP/BLAS threads per process (0: OMP_NUM_THREADS or all)", "0", NULL},
         {"zero-quant-weights", OPT_FLAG, &c->parallel.zero_quant_weights, OPT_NO_RANGE, "", "ZeRO-3: gather parameters in int8 (qwZ)", NULL, NULL},
         {"zero-quant-grads", OPT_FLAG, &c->parallel.zero_quant_grads, OPT_NO_RANGE, "", "ZeRO 1-3: reduce-scatter gradients in int8 (qgZ)", NULL, NULL},

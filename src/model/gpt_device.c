@@ -34,7 +34,8 @@ struct GPTDevice {
     int32_t *tokens; /* inputs (B T), targets (B T), each token's document start (B T) */
     int32_t doc_separator, *host_doc_start;
     double *sums;    /* per tensor */
-    int64_t *offsets;
+    int64_t *offsets; /* where each tensor starts, then the end (nseg + 1), clipped to the update range */
+    size_t range_offset, range_count; /* gpt_device_set_update_range: what AdamW updates (default: all) */
     ParamSegment *segs;
     int32_t *flags;  /* non-finite flags: one per layer (forward), then one per block (gradients) */
     float *host_losses;
@@ -93,25 +94,33 @@ static const char *unsupported(const GPTConfig *cfg) {
     return NULL;
 }
 
-/* Per-tensor offsets of the layout, on the host and the device. */
-static int make_segments(GPTDevice *g) {
-    g->segs = malloc(sizeof *g->segs * (size_t)gpt_max_segments(&g->cfg));
-    if (!g->segs) return -1;
-    g->nseg = gpt_param_segments(&g->cfg, g->segs, gpt_max_segments(&g->cfg));
+static size_t clamp(size_t x, size_t lo, size_t hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+int gpt_device_set_update_range(GPTDevice *g, size_t offset, size_t count) {
+    g->range_offset = offset;
+    g->range_count = count;
     int64_t *off = malloc(sizeof *off * (size_t)(g->nseg + 1));
-    g->host_sums = malloc(sizeof *g->host_sums * (size_t)g->nseg);
-    g->sums = device_alloc(g->dev, sizeof *g->sums * (size_t)g->nseg);
-    g->offsets = device_alloc(g->dev, sizeof *off * (size_t)(g->nseg + 1));
-    if (!off || !g->host_sums || !g->sums || !g->offsets) {
-        free(off);
-        return -1;
+    if (!off) return -1;
+    for (int i = 0; i <= g->nseg; i++) {
+        const size_t at = i < g->nseg ? g->segs[i].offset : g->nseg ? g->segs[i - 1].offset + g->segs[i - 1].count : 0;
+        off[i] = (int64_t)clamp(at, offset, offset + count);
     }
-    for (int i = 0; i < g->nseg; i++) off[i] = (int64_t)g->segs[i].offset;
-    off[g->nseg] = g->nseg ? (int64_t)(g->segs[g->nseg - 1].offset + g->segs[g->nseg - 1].count) : 0;
     int rc = device_copy(g->dev, g->compute, g->offsets, off, sizeof *off * (size_t)(g->nseg + 1), COPY_HOST_TO_DEVICE);
     rc = rc ? rc : device_stream_sync(g->dev, g->compute);
     free(off);
     return rc;
+}
+
+/* The layout's tensors, on the host and (their offsets, the whole range's) on the device. */
+static int make_segments(GPTDevice *g) {
+    g->segs = malloc(sizeof *g->segs * (size_t)gpt_max_segments(&g->cfg));
+    if (!g->segs) return -1;
+    g->nseg = gpt_param_segments(&g->cfg, g->segs, gpt_max_segments(&g->cfg));
+    g->host_sums = malloc(sizeof *g->host_sums * (size_t)g->nseg);
+    g->sums = device_alloc(g->dev, sizeof *g->sums * (size_t)g->nseg);
+    g->offsets = device_alloc(g->dev, sizeof *g->offsets * (size_t)(g->nseg + 1));
+    if (!g->host_sums || !g->sums || !g->offsets) return -1;
+    return gpt_device_set_update_range(g, 0, g->nparams);
 }
 
 /* a flag per layer, then one per block (L + 2) */
@@ -200,25 +209,43 @@ int gpt_device_enable_bf16(GPTDevice *g) {
     return g->params_bf16 && g->in_bf16 && g->dout_bf16 && g->wte_rounded ? 0 : -1;
 }
 
+/* The parameters' bf16 copies after the fp32 masters changed on the device. */
+static int refresh_copies(GPTDevice *g) {
+    if (g->bf16) TRY(round_bf16(g, NULL, g->params_bf16, g->params, g->nparams));
+    return refresh_wte(g);
+}
+
 int gpt_device_set_state(GPTDevice *g, const float *params, const float *m, const float *v) {
-    const size_t bytes = g->nparams * sizeof(float);
+    const size_t whole = g->nparams * sizeof(float), part = g->range_count * sizeof(float);
     const float *src[] = {params, m, v};
-    float *dst[] = {g->params, g->m, g->v};
-    for (int i = 0; i < 3; i++)
+    float *dst[] = {g->params, g->m + g->range_offset, g->v + g->range_offset};
+    for (int i = 0; i < 3; i++) {
+        const size_t bytes = i ? part : whole;
         TRY(src[i] ? device_copy(g->dev, g->compute, dst[i], src[i], bytes, COPY_HOST_TO_DEVICE)
                    : device_zero(g->dev, g->compute, dst[i], bytes));
-    if (g->bf16) TRY(round_bf16(g, NULL, g->params_bf16, g->params, g->nparams));
-    TRY(refresh_wte(g));
+    }
+    TRY(refresh_copies(g));
     return device_stream_sync(g->dev, g->compute);
 }
 
 int gpt_device_get_state(GPTDevice *g, float *params, float *grads, float *m, float *v) {
-    const size_t bytes = g->nparams * sizeof(float);
+    const size_t whole = g->nparams * sizeof(float), part = g->range_count * sizeof(float), at = g->range_offset;
     float *dst[] = {params, grads, m, v};
-    const float *src[] = {g->params, g->grads, g->m, g->v};
+    const float *src[] = {g->params, g->grads + at, g->m + at, g->v + at};
     for (int i = 0; i < 4; i++)
-        if (dst[i]) TRY(device_copy(g->dev, g->compute, dst[i], src[i], bytes, COPY_DEVICE_TO_HOST));
+        if (dst[i]) TRY(device_copy(g->dev, g->compute, dst[i], src[i], i ? part : whole, COPY_DEVICE_TO_HOST));
     return device_stream_sync(g->dev, g->compute);
+}
+
+int gpt_device_params_changed(GPTDevice *g) {
+    TRY(refresh_copies(g));
+    return device_stream_sync(g->dev, g->compute);
+}
+
+DeviceStream *gpt_device_compute_stream(const GPTDevice *g) { return g->compute; }
+
+float *gpt_device_array(const GPTDevice *g, GPTDeviceArray which) {
+    return which == GPT_DEVICE_GRADS ? g->grads : g->params;
 }
 
 void gpt_device_set_doc_separator(GPTDevice *g, int32_t separator) { g->doc_separator = separator; }
@@ -478,13 +505,15 @@ int gpt_device_grad_sum_squares(GPTDevice *g, double *out) {
 int gpt_device_adamw(GPTDevice *g, const AdamWStep *s) {
     const float step_size = s->lr / (1.0f - powf(s->beta1, (float)s->step));
     const float bias2_sqrt = sqrtf(1.0f - powf(s->beta2, (float)s->step));
+    const size_t r0 = g->range_offset, r1 = g->range_offset + g->range_count;
     for (int i = 0; i < g->nseg; i++) {
-        const size_t o = g->segs[i].offset;
+        const size_t trained = gpt_tensor_trained(&g->cfg, g->segs[i].kind); /* not wte's padded rows */
+        const size_t o = clamp(g->segs[i].offset, r0, r1), end = clamp(g->segs[i].offset + trained, r0, r1);
+        if (end == o) continue; /* outside this rank's range */
         const float wd = gpt_tensor_decays(g->segs[i].kind) ? s->weight_decay : 0.0f;
         DeviceCall call = {.kernel = DK_ADAMW};
-        const size_t trained = gpt_tensor_trained(&g->cfg, g->segs[i].kind); /* not wte's padded rows */
         call.a.adamw = (AdamWArgs){g->params + o, g->m + o, g->v + o, g->bf16 ? g->params_bf16 + o : NULL, g->grads + o,
-                                   trained, s->beta1, s->beta2, s->eps, s->grad_scale, step_size, 1.0f - s->lr * wd,
+                                   end - o, s->beta1, s->beta2, s->eps, s->grad_scale, step_size, 1.0f - s->lr * wd,
                                    bias2_sqrt};
         TRY(launch(g, &call));
     }

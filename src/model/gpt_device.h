@@ -42,8 +42,14 @@ void gpt_device_free(GPTDevice *g);
  * parameters stay the masters. -1 with the reason in device_error when the
  * device has no room. */
 int gpt_device_enable_bf16(GPTDevice *g);
-/* The state from the host (flat layout, gpt_num_params floats each; m and v
- * NULL: zeros), and back (any NULL is skipped). */
+/* Data parallelism at ZeRO >= 1: the range [offset, +count) of the flat
+ * layout this rank updates (default: all). The moments and the gradients
+ * cross to and from the host as that range only (packed), AdamW updates only
+ * it and the sums of squares count only it (each rank's part, as the CPU's shards). */
+int gpt_device_set_update_range(GPTDevice *g, size_t offset, size_t count);
+/* The state from the host (params: gpt_num_params floats; m and v: the
+ * update range's; NULL: zeros), and back (grads, m and v: the update range's;
+ * any NULL is skipped). */
 int gpt_device_set_state(GPTDevice *g, const float *params, const float *m, const float *v);
 int gpt_device_get_state(GPTDevice *g, float *params, float *grads, float *m, float *v);
 int gpt_device_zero_grads(GPTDevice *g);
@@ -77,7 +83,14 @@ int gpt_device_first_nonfinite_block(GPTDevice *g, int *block);
 /* Tests of the guard (--debug-inject-fault nan): the first gradient of
  * block becomes NaN. */
 int gpt_device_poison_grad(GPTDevice *g, int block);
-/* AdamW on every tensor (weight decay where gpt_tensor_decays), s->weight_decay the rate. */
+/* The compute stream (collectives order their work after it) and the
+ * device's flat gradients or parameters (collectives write them in place). */
+DeviceStream *gpt_device_compute_stream(const GPTDevice *g);
+float *gpt_device_array(const GPTDevice *g, GPTDeviceArray which);
+/* After the parameters changed on the device outside AdamW (an all-gather):
+ * their bf16 copies again. */
+int gpt_device_params_changed(GPTDevice *g);
+/* AdamW on every tensor's part in the update range (weight decay where gpt_tensor_decays), s->weight_decay the rate. */
 int gpt_device_adamw(GPTDevice *g, const AdamWStep *s);
 
 #endif

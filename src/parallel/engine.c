@@ -348,7 +348,7 @@ Engine *engine_create(Comm *world, const GPTConfig *whole, const EngineConfig *c
     engine_share_output_weights(e);
     if (cfg->on_device) {
         char reason[512];
-        e->device = engine_device_create(cfg->device, cfg, &e->chunks[0], comm_size(world), reason, sizeof reason);
+        e->device = engine_device_create(cfg->device, cfg, &e->chunks[0], e->grid, reason, sizeof reason);
         if (!e->device) bs_die("--device %s: %s", cfg->device == DEVICE_CUDA ? "cuda" : "sim", reason);
     }
     return e;
@@ -443,7 +443,10 @@ static double bubble_simulated(Engine *e, const PipeStats *ps) {
 }
 
 EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad load, void *ctx) {
-    if (e->device) return (EngineStepStats){.loss_sum = engine_device_train(e->device, m, dloss, load, ctx), .max_live = 1};
+    if (e->device) {
+        comm_reset_stats(e->chunk_comm[0]); /* the step's data-parallel traffic, as below */
+        return (EngineStepStats){.loss_sum = engine_device_train(e->device, m, dloss, load, ctx), .max_live = 1};
+    }
     for (int c = 0; c < e->num_chunks; c++) {
         comm_reset_stats(e->chunk_comm[c]);
         dp_begin_step(e->chunks[c].dp);
@@ -625,6 +628,8 @@ bool engine_device_tensor_norms(Engine *e, double *grads, double *params) {
     engine_device_tensor_sum_squares(e->device, grads, params);
     return true;
 }
+
+const char *engine_device_comm(const Engine *e) { return e->device ? engine_device_comm_path(e->device) : NULL; }
 
 bool engine_device_traffic(const Engine *e, uint64_t *bytes_to_host) {
     if (!e->device) return false;

@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "comm/device_comm.h"
 #include "device/device.h"
 #include "model/gpt.h"
 #include "optim/optimizer.h"
@@ -71,6 +72,7 @@ typedef struct {
     DeviceKind device;         /* which, when on_device */
     size_t sim_memory;         /* --device sim: the simulated device's bytes (0: no limit) */
     int fused_attention;       /* on a device: 1 the fused attention kernels, 0 the unfused, -1 the device model's default */
+    GpuCommKind gpu_comm;      /* on a device over several ranks: how device buffers move between them */
 } EngineConfig;
 
 /* One model chunk of this rank: a shard of the flat layout with its own
@@ -148,6 +150,8 @@ void engine_inject_nan(Engine *e, int block);
  * bytes copied from the device to the host since it opened. */
 bool engine_device_tensor_norms(Engine *e, double *grads, double *params);
 bool engine_device_traffic(const Engine *e, uint64_t *bytes_to_host);
+/* How device buffers move between data-parallel ranks ("host" or "nccl"), NULL on the CPU or one rank. */
+const char *engine_device_comm(const Engine *e);
 DPMemory engine_memory(const Engine *e);
 /* This rank's activation memory: the pipeline's sets and the context-attention buffers. */
 size_t engine_activation_bytes(const Engine *e);

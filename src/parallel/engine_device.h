@@ -23,8 +23,12 @@
 typedef struct EngineDevice EngineDevice;
 
 /* The device and the chunk's state on it, or NULL with a one-line reason
- * (no GPU, not built in, out of device memory, a layout it cannot run). */
-EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, const EngineChunk *chunk, int world_size,
+ * (no GPU, not built in, out of device memory, a layout it cannot run: data
+ * parallelism at ZeRO 0-2 only). Over several data-parallel ranks each opens
+ * the GPU of its node-local rank, and the group's gradients and (ZeRO >= 1)
+ * parameters move through device collectives on the path cfg->gpu_comm
+ * asks (auto: comm/device_comm.h's rule). Collective over the grid's world. */
+EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, const EngineChunk *chunk, const Grid *grid,
                                    char *reason, size_t reason_size);
 void engine_device_free(EngineDevice *d);
 /* The chunk's parameters and moments from the host into the device (the host
@@ -34,8 +38,9 @@ void engine_device_upload(EngineDevice *d, const EngineChunk *chunk);
  * when current). */
 void engine_device_sync_host(EngineDevice *d, EngineChunk *chunk);
 /* m micro-batches forward and backward (gradients zeroed first, a poisoned
- * block's gradient made NaN, then the blocks' non-finite flags read); the
- * loss sum. */
+ * block's gradient made NaN, then the blocks' non-finite flags of this
+ * rank's own gradients read, then the gradients summed over the data-parallel
+ * group: whole at ZeRO 0, the rank's update range above); this rank's loss sum. */
 double engine_device_train(EngineDevice *d, int m, float dloss, PipeLoad load, void *ctx);
 /* The guard's: the first layer whose output was not finite in the last
  * train's forwards and the first block whose gradient was not (-1: none). */
@@ -45,12 +50,18 @@ int engine_device_nonfinite_block(const EngineDevice *d);
 void engine_device_inject_nan(EngineDevice *d, int block);
 /* Forward only of m micro-batches, of which the first `counted` count. */
 double engine_device_evaluate(EngineDevice *d, int m, int counted, PipeLoad load, void *ctx);
+/* The whole gradient's sum of squares (ZeRO >= 1: the ranks' parts summed over the group). */
 double engine_device_grad_sum_squares(EngineDevice *d);
 /* Per tensor (gpt_param_segments' order) the gradients' and the parameters'
- * sums of squares, computed on the device. */
+ * sums of squares over this rank's update range, computed on the device
+ * (ZeRO >= 1: its part, which the caller sums over the ranks as the CPU's
+ * shards). */
 void engine_device_tensor_sum_squares(EngineDevice *d, double *grads, double *params);
-/* AdamW (step numbered step) on the device; the host copy goes stale. */
+/* AdamW (step numbered step) on the device over the rank's update range
+ * (ZeRO >= 1: then the parameters all-gathered); the host copy goes stale. */
 void engine_device_update(EngineDevice *d, const OptimizerConfig *opt, double lr, float grad_scale, long step);
+/* "host" or "nccl": how the gradients move between ranks (NULL: one rank). */
+const char *engine_device_comm_path(const EngineDevice *d);
 /* Bytes copied from the device to the host since it opened. */
 uint64_t engine_device_bytes_to_host(const EngineDevice *d);
 

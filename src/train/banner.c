@@ -44,6 +44,34 @@ static void rank_sizes(const Trainer *tr, double *params, double *updated) {
     }
 }
 
+/* The data-parallel lines: ranks, ZeRO stage, how gradients move, per-rank state (with more than one rank or ZeRO). */
+static void print_data_parallel(const Trainer *tr) {
+    const TrainConfig *c = &tr->cfg;
+    const Grid *g = engine_grid(tr->engine);
+    const int reducing = comm_size(g->dp_group); /* dp x cp ranks: gradients reduced and ZeRO shards over them */
+    if (reducing > 1 || c->parallel.zero > 0) {
+        DPMemory mem = engine_memory(tr->engine);
+        double params, updated;
+        rank_sizes(tr, &params, &updated);
+        double P = params * 4, N = reducing;
+        double formula[4] = {16 * P, 8 * P + 8 * P / N, 4 * P + 12 * P / N, 16 * P / N};
+        double opt_bytes = updated * 4 * optimizer_state_arrays(c->optim.kind);
+        char reduced[96]; /* a device reduces its whole flat buffer at once, through the host or NCCL */
+        if (engine_device_comm(tr->engine))
+            snprintf(reduced, sizeof reduced, "device buffers over %s, one collective per step",
+                     engine_device_comm(tr->engine));
+        else
+            snprintf(reduced, sizeof reduced, "buckets of %.1f MB%s", c->parallel.bucket_mb,
+                     c->parallel.no_overlap ? " (no overlap)" : "");
+        printf("data parallel: %d ranks%s, ZeRO stage %d, %s collectives, %s\n", reducing, g->cp > 1 ? " (dp x cp)" : "",
+               c->parallel.zero, TRAIN_COMM_ALGO_WORDS[c->parallel.comm_algo], reduced);
+        print_compression(tr);
+        printf("per-rank state: params %.1f MB, grads %.1f MB, optimizer %.1f MB = %.1f MB (ZeRO formula %.1f MB) "
+               "+ buffers %.1f MB\n", mem.param_bytes / 1e6, mem.grad_bytes / 1e6, opt_bytes / 1e6,
+               (mem.param_bytes + mem.grad_bytes + opt_bytes) / 1e6, formula[c->parallel.zero] / 1e6, mem.buffer_bytes / 1e6);
+    }
+}
+
 void banner_print(const Trainer *tr) {
     const TrainConfig *c = &tr->cfg;
     const GPTConfig *mc = &tr->model;
@@ -88,22 +116,7 @@ void banner_print(const Trainer *tr) {
                c->precision.fp8_recipe == FP8_RECIPE_BLOCK ? "E4M3, power-of-two scales per 1x128 and 128x128 block"
                                                  : "E4M3 forward, E5M2 gradients, per-tensor scales from the amax history",
                TRAIN_FP8_HIGH_PRECISION_WORDS[c->precision.fp8_high_precision]);
-    const int reducing = comm_size(g->dp_group); /* dp x cp ranks: gradients reduced and ZeRO shards over them */
-    if (reducing > 1 || c->parallel.zero > 0) {
-        DPMemory mem = engine_memory(tr->engine);
-        double params, updated;
-        rank_sizes(tr, &params, &updated);
-        double P = params * 4, N = reducing;
-        double formula[4] = {16 * P, 8 * P + 8 * P / N, 4 * P + 12 * P / N, 16 * P / N};
-        double opt_bytes = updated * 4 * optimizer_state_arrays(c->optim.kind);
-        printf("data parallel: %d ranks%s, ZeRO stage %d, %s collectives, buckets of %.1f MB%s\n", reducing,
-               g->cp > 1 ? " (dp x cp)" : "", c->parallel.zero, TRAIN_COMM_ALGO_WORDS[c->parallel.comm_algo], c->parallel.bucket_mb,
-               c->parallel.no_overlap ? " (no overlap)" : "");
-        print_compression(tr);
-        printf("per-rank state: params %.1f MB, grads %.1f MB, optimizer %.1f MB = %.1f MB (ZeRO formula %.1f MB) "
-               "+ buffers %.1f MB\n", mem.param_bytes / 1e6, mem.grad_bytes / 1e6, opt_bytes / 1e6,
-               (mem.param_bytes + mem.grad_bytes + opt_bytes) / 1e6, formula[c->parallel.zero] / 1e6, mem.buffer_bytes / 1e6);
-    }
+    print_data_parallel(tr);
     printf("data: %s (%zu tokens, %zu sequences, %s)\n", c->data.train, tr->train_data.num_tokens,
            tr->train_data.num_windows, TRAIN_DATA_ORDER_WORDS[c->data.order]);
 }

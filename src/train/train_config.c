@@ -24,6 +24,7 @@ const char *const TRAIN_OPTIMIZER_WORDS[] = {"adamw", "sgd", "lamb", "lars", "on
 const char *const TRAIN_LR_SCALING_WORDS[] = {"none", "linear", "sqrt", NULL};
 const char *const TRAIN_PP_SCHEDULE_WORDS[] = {"gpipe", "1f1b", "interleaved", "zbh1", NULL};
 const char *const TRAIN_COMM_ALGO_WORDS[] = {"mpi", "ring", "hierarchical", NULL};
+const char *const TRAIN_GPU_COMM_WORDS[] = {"auto", "nccl", "host", NULL};
 const char *const TRAIN_CP_ALGO_WORDS[] = {"ring", "allgather", NULL};
 const char *const TRAIN_CP_SPLIT_WORDS[] = {"zigzag", "contiguous", NULL};
 const char *const TRAIN_OUTER_OPTIMIZER_WORDS[] = {"nesterov", "sgd", "avg", NULL};
@@ -268,7 +269,20 @@ static bool check_moe(const TrainConfig *c, char *why, size_t n) {
 
 int train_moe_gates(const TrainConfig *c) { return c->moe.gates > 0 ? c->moe.gates - 1 : (int)moe_default_gates(c->moe.top_k); }
 
-/* --device cuda|sim runs the plain step of one process for now (model/gpt_device.h). */
+/* --gpu-comm moves device buffers, so it needs a device; NCCL needs GPUs. */
+static bool check_gpu_comm(const TrainConfig *c, char *why, size_t n) {
+    if (c->parallel.gpu_comm == GPU_COMM_AUTO || c->device.kind == TRAIN_DEVICE_CUDA) return true;
+    if (c->device.kind == TRAIN_DEVICE_CPU)
+        snprintf(why, n, "--gpu-comm %s needs --device cuda or sim (CPU ranks exchange host memory)",
+                 TRAIN_GPU_COMM_WORDS[c->parallel.gpu_comm]);
+    else if (c->parallel.gpu_comm == GPU_COMM_NCCL)
+        snprintf(why, n, "--gpu-comm nccl needs --device cuda (sim moves device buffers through the host: --gpu-comm host or auto)");
+    else
+        return true;
+    return false;
+}
+
+/* --device cuda|sim runs the plain step, over data-parallel ranks at ZeRO 0-2 (parallel/engine_device.h). */
 static bool check_device(const TrainConfig *c, char *why, size_t n) {
     if (c->device.sim_memory_mb > 0 && c->device.kind != TRAIN_DEVICE_SIM) {
         snprintf(why, n, "--sim-memory needs --device sim (got --device %s)", TRAIN_DEVICE_WORDS[c->device.kind]);
@@ -280,17 +294,19 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
         else snprintf(why, n, "--attention flash2 takes heads of up to %d channels (--channels / --heads is %d)", FLASH_MAX_HEAD, head);
         return false;
     }
+    if (!check_gpu_comm(c, why, n)) return false;
     if (c->device.kind == TRAIN_DEVICE_CPU) return true;
     const char *flag = c->precision.mode == PRECISION_FP8 ? "--precision fp8"
                        : c->optim.kind != OPTIM_ADAMW ? "--optimizer other than adamw"
                        : c->parallel.tp > 1 || c->parallel.pp > 1 || c->parallel.cp > 1 || c->parallel.virtual_stages > 1 ? "--tp, --pp, --cp or --virtual-stages"
+                       : c->parallel.zero >= 3 ? "--zero 3" : c->parallel.zero_quant_grads ? "--zero-quant-grads"
                        : c->moe.experts > 1 ? "--experts" : c->lora.rank > 0 ? "--lora-rank"
                        : c->diloco.local_steps > 0 ? "--local-steps" : c->estimators.noise_scale || c->estimators.noise_scale_every > 0 ? "--noise-scale"
                        : strncmp(c->batch.schedule, "adaptive", 8) == 0 || strncmp(c->batch.schedule, "goodput", 7) == 0
                            ? "--batch-schedule adaptive or goodput"
                        : strcmp(c->compression.codec, "none") != 0 ? "--grad-compression"
                        : NULL;
-    if (flag) snprintf(why, n, "--device %s does not work with %s yet (the device runs fp32 or bf16 AdamW on one process)",
+    if (flag) snprintf(why, n, "--device %s does not work with %s yet (the device runs fp32 or bf16 AdamW, data parallel at ZeRO 0-2)",
                        TRAIN_DEVICE_WORDS[c->device.kind], flag);
     return !flag;
 }

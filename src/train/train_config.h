@@ -46,6 +46,7 @@ extern const char *const TRAIN_OPTIMIZER_WORDS[];
 extern const char *const TRAIN_LR_SCALING_WORDS[];
 extern const char *const TRAIN_PP_SCHEDULE_WORDS[];
 extern const char *const TRAIN_COMM_ALGO_WORDS[];
+extern const char *const TRAIN_GPU_COMM_WORDS[]; /* GpuCommKind's order */
 extern const char *const TRAIN_CP_ALGO_WORDS[];
 extern const char *const TRAIN_CP_SPLIT_WORDS[];
 extern const char *const TRAIN_OUTER_OPTIMIZER_WORDS[];
@@ -149,6 +150,7 @@ typedef struct { /* tp x cp x pp x dp = processes */
     CommAlgo comm_algo;
     int ranks_per_node;
     double comm_timeout;
+    GpuCommKind gpu_comm; /* --device cuda|sim over several ranks: nccl or host staging (auto: the rule) */
     int threads;
     bool zero_quant_weights; /* ZeRO-3: int8 parameter gathers (qwZ) */
     bool zero_quant_grads;   /* ZeRO >= 1: int8 gradient reduce-scatter (qgZ) */

@@ -167,6 +167,7 @@ static void setup_engine(Trainer *tr) {
     ec.on_device = c->device.kind != TRAIN_DEVICE_CPU;
     ec.device = c->device.kind == TRAIN_DEVICE_CUDA ? DEVICE_CUDA : DEVICE_SIM;
     ec.sim_memory = (size_t)c->device.sim_memory_mb << 20;
+    ec.gpu_comm = c->parallel.gpu_comm;
     ec.fused_attention = c->device.attention == TRAIN_ATTENTION_AUTO ? -1 : c->device.attention == TRAIN_ATTENTION_FLASH2;
     ec.data_parallel = (DPOptions){.zero_stage = c->parallel.zero, .bucket_floats = (size_t)(c->parallel.bucket_mb * 1024 * 1024 / sizeof(float)),
                         .overlap = !c->parallel.no_overlap};
