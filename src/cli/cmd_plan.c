@@ -249,6 +249,9 @@ static bool layout_given(const PlanArgs *a) {
            a->virtual_stages > 0 || a->recompute >= 0 || a->schedule >= 0;
 }
 
+/* Neither --rank-order nor the stack set the order: the planner's default, per layout (rank_order_default). */
+static bool order_is_default(const PlanArgs *a) { return a->assumptions.origin[SWITCH_RANK_ORDER] == ORIGIN_DEFAULT; }
+
 static Layout explicit_layout(const PlanArgs *a, const PlanInput *in) {
     Layout l = layout_default();
     l.tp = a->tp > 0 ? a->tp : 1;
@@ -270,7 +273,7 @@ static Layout explicit_layout(const PlanArgs *a, const PlanInput *in) {
     l.cp_algo = (CpAlgo)a->cp_algo;
     l.tp_overlap = a->tp_overlap == ON && l.tp > 1;
     l.pp_overlap = a->pp_overlap == ON && l.schedule == SCHEDULE_INTERLEAVED;
-    l.rank_order = (RankOrder)a->rank_order;
+    l.rank_order = order_is_default(a) ? rank_order_default(l.ep) : (RankOrder)a->rank_order;
     l.ep_overlap = l.ep > 1 ? (EpOverlap)a->ep_overlap : EP_OVERLAP_OFF;
     l.etp = a->etp;
     return l;
@@ -289,6 +292,7 @@ static SearchSpace search_space(const PlanArgs *a) {
     s.tp_overlap = a->tp_overlap == ON;
     s.pp_overlap = a->pp_overlap == ON;
     s.rank_order = (RankOrder)a->rank_order;
+    s.rank_order_default = order_is_default(a);
     s.ep_overlap = (EpOverlap)a->ep_overlap;
     s.etp = a->etp;
     return s;
