@@ -511,7 +511,7 @@ int cmd_plan(int argc, char **argv) {
         {"tp-overlap", OPT_ENUM, &a.tp_overlap, OPT_NO_RANGE, "on|off", "TP collectives pipelined with their GEMMs (userbuffers; needs sequence parallelism)", "off", ON_OFF_WORDS},
         {"pp-overlap", OPT_ENUM, &a.pp_overlap, OPT_NO_RANGE, "on|off", "interleaved schedule: pipeline sends beside compute (Megatron's overlap_p2p_comm)", "off", ON_OFF_WORDS},
         {"ep-overlap", OPT_ENUM, &a.ep_overlap, OPT_NO_RANGE, "off|shared|dualpipe|combined-1f1b", "MoE all-to-all beside the shared experts (DeepSeek-V2), the paired micro-batch (DeepSeek-V3's DualPipe) or the adjacent micro-batch's forward/backward (Megatron-core's combined 1F1B)", "off", EP_OVERLAP_WORDS},
-        {"rank-order", OPT_ENUM, &a.rank_order, OPT_NO_RANGE, "tp-cp-pp-dp|tp-cp-ep-dp-pp", "rank order: the engine's and Llama 3's, or Megatron's (ep next to cp, pp outermost)", "tp-cp-pp-dp", RANK_ORDER_WORDS},
+        {"rank-order", OPT_ENUM, &a.rank_order, OPT_NO_RANGE, "tp-cp-pp-dp|tp-cp-ep-dp-pp", "rank order: the engine's and Llama 3's, or Megatron's (ep next to cp, pp outermost; the default where ep > 1)", "tp-cp-pp-dp", RANK_ORDER_WORDS},
         {"stack", OPT_STRING, &a.stack, OPT_NO_RANGE, "NAME[@VERSION]", "training stack whose defaults set the modelling switches not given, and whose layouts bound --search: megatron-lm, megatron-core, nemo, deepspeed, llm-foundry, torchtitan (docs/reference/stacks.md)", NULL, NULL},
         {"search", OPT_FLAG, &a.search, OPT_NO_RANGE, "", "search all layouts (layout options pin fields)", NULL, NULL},
         {"top", OPT_INT, &a.top, 1, SEARCH_MAX_TOP, "N", "layouts to list", NULL, NULL},

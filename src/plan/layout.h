@@ -2,10 +2,11 @@
  * (pp), data (dp), context (cp) and expert (ep) parallelism, ZeRO stage,
  * micro-batch, activation recomputation and pipeline schedule.
  *
- * Rank order (placement.h): by default as the engine's grid (parallel/grid.h)
- * and Llama 3: tp varies fastest, then cp, then pp, then dp, so a TP group
- * sits inside one node; Megatron-LM's order puts ep next to cp and pp
- * outermost (tp-cp-ep-dp-pp). This file holds the vocabulary and the
+ * Rank order (placement.h): by default, for a dense layout, as the engine's
+ * grid (parallel/grid.h) and Llama 3: tp varies fastest, then cp, then pp,
+ * then dp, so a TP group sits inside one node; Megatron-LM's order puts ep
+ * next to cp and pp outermost (tp-cp-ep-dp-pp), the default for an
+ * expert-parallel layout (rank_order_default). This file holds the vocabulary and the
  * names; the checks that need the model live in plan.c. */
 #ifndef BS_PLAN_LAYOUT_H
 #define BS_PLAN_LAYOUT_H
