@@ -110,7 +110,7 @@ class BadInput(unittest.TestCase):
         self.fails(moe + ["--pp", 2, "--schedule", "interleaved", "--virtual-stages", 2, "--ep-overlap", "dualpipe"],
                    "--ep-overlap dualpipe", "--schedule 1f1b")
         self.fails(moe + ["--tp", 2, "--etp", 3, "--rank-order", "tp-cp-ep-dp-pp"], "--etp 3", "divide --tp 2")
-        self.fails(moe + ["--tp", 2, "--etp", 1], "--etp 1", "--rank-order tp-cp-ep-dp-pp")
+        self.fails(moe + ["--tp", 2, "--etp", 1, "--rank-order", "tp-cp-pp-dp"], "--etp 1", "--rank-order tp-cp-ep-dp-pp")
         self.fails(["--model", "demo", "--shared-experts", 1], "--shared-experts", "mixture-of-experts")
 
     def test_missing_shape(self):
@@ -263,9 +263,22 @@ class Search(unittest.TestCase):
         self.assertGreater(ds["plan"]["step_time"]["pp_comm"], 2 * off["plan"]["step_time"]["pp_comm"])
         # Megatron's order keeps a TP 1 model's EP 8 inside a node: its all-to-all on NVLink
         moe = ["--model", "mixtral-8x7b", "--gpus", 16, "--tp", 1, "--pp", 2, "--ep", 8, "--recompute", "full"]
-        engine, megatron = plan_json(*moe), plan_json(*moe, "--rank-order", "tp-cp-ep-dp-pp")
+        engine, megatron = plan_json(*moe, "--rank-order", "tp-cp-pp-dp"), plan_json(*moe, "--rank-order", "tp-cp-ep-dp-pp")
         self.assertEqual(megatron["plan"]["layout"]["rank_order"], "tp-cp-ep-dp-pp")
         self.assertLess(2 * megatron["plan"]["step_time"]["ep_comm"], engine["plan"]["step_time"]["ep_comm"])
+        # given no order, an expert-parallel layout gets Megatron-core's (issue 47), and says so; a dense one the engine's
+        default = plan_json(*moe)
+        self.assertEqual(default["plan"]["step_time"], megatron["plan"]["step_time"])
+        self.assertEqual(default["assumptions"]["switches"]["rank_order"],
+                         {"value": "tp-cp-ep-dp-pp", "origin": "default (expert-parallel layouts)"})
+        self.assertEqual(megatron["assumptions"]["switches"]["rank_order"]["origin"], "user")
+        self.assertIn("\n           default (expert-parallel layouts) rank_order tp-cp-ep-dp-pp\n", plan(*moe).stdout)
+        self.assertEqual(off["assumptions"]["switches"]["rank_order"], {"value": "tp-cp-pp-dp", "origin": "default"})
+        searched = plan_json("--model", "mixtral-8x7b", "--gpus", 16, "--search", "--top", 16)["search"]["layouts"]
+        self.assertTrue(any(s["layout"]["ep"] > 1 for s in searched) and any(s["layout"]["ep"] == 1 for s in searched))
+        for s in searched:  # the search decides the default per layout
+            want = "tp-cp-ep-dp-pp" if s["layout"]["ep"] > 1 else "tp-cp-pp-dp"
+            self.assertEqual(s["layout"]["rank_order"], want, s["layout"]["text"])
 
     def test_moe_host_time_sensitivity(self):
         """An MoE plan says what it does not price: 1 ms per MoE layer and micro-batch costs layers x micro-batches

@@ -5,7 +5,8 @@
  * the compute beside it), Megatron-core's combined 1F1B pairing and its
  * unpaired warm-up, DualPipe's bubble against its paper's table, and
  * expert tensor parallelism below tp (the
- * tokens each rank dispatches, its experts' shapes and groups). */
+ * tokens each rank dispatches, its experts' shapes and groups), and the
+ * default rank order of an expert-parallel layout. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "plan/placement.h"
 #include "plan/plan.h"
 #include "plan/presets.h"
+#include "plan/search.h"
 #include "check.h"
 
 static bool close_rel(double a, double b, double tol) { return fabs(a - b) <= tol * fmax(fabs(a), fabs(b)); }
@@ -231,6 +233,42 @@ static void test_expert_tp(void) {
           why);
 }
 
+/* The rank order when none is given (search_space_all; issue 47, round 15's
+ * cause C): Mixtral 8x7B on 64 H100s with PP 4 and EP 8 pinned. Llama 3's
+ * tp-cp-pp-dp would put the EP 8 group's ranks 4 apart (2 per node); the
+ * default for an expert-parallel layout is Megatron-core's tp-cp-ep-dp-pp
+ * (parallel_state.initialize_model_parallel's order), where EP 8 fills one
+ * node. The same job as a dense model keeps the engine's and Llama 3's order. */
+static void test_default_rank_order(void) {
+    ModelPreset mp;
+    PlanInput in = {0};
+    CHECK(model_preset("mixtral-8x7b", &mp), "mixtral-8x7b preset");
+    in.model = mp.shape;
+    in.fleet.kinds = 1;
+    CHECK(hardware_preset("h100-sxm", &in.fleet.hw[0]), "h100-sxm preset");
+    in.fleet.count[0] = 64;
+    in.precision = PREC_BF16;
+    in.attention = ATTN_FLASH;
+    in.batch = plan_batch_constant(256.0 * in.model.seq_len);
+    in.total_tokens = 1e11;
+    in.reserve_bytes = -1;
+    SearchSpace space = search_space_all(1);
+    space.tp = 1, space.pp = 4, space.ep = 8, space.micro_batch = 1;
+    PlanResult top[1];
+    SearchStats stats;
+    CHECK(plan_search(&in, &space, top, &stats) == 1, "an EP 8 layout fits");
+    const Layout *l = &top[0].layout;
+    Group g = placement_ep(l, 8);
+    CHECK(l->ep == 8 && l->rank_order == ORDER_TP_CP_EP_DP_PP && g.n == 8 && g.per_node == 8,
+          "EP %d default order %s: EP group %d, %d per node (want Megatron-core's order, the group in one node)", l->ep,
+          rank_order_name(l->rank_order), g.n, g.per_node);
+    in.model.experts = 1, in.model.top_k = 1;
+    space.ep = 0;
+    CHECK(plan_search(&in, &space, top, &stats) == 1, "the dense layout fits");
+    CHECK(top[0].layout.ep == 1 && top[0].layout.rank_order == ORDER_TP_CP_PP_DP, "dense default order %s, want tp-cp-pp-dp",
+          rank_order_name(top[0].layout.rank_order));
+}
+
 int main(void) {
     test_shared_experts();
     test_token_copies();
@@ -239,6 +277,7 @@ int main(void) {
     test_dualpipe_bubble();
     test_combined_1f1b();
     test_expert_tp();
+    test_default_rank_order();
     if (failures) {
         fprintf(stderr, "%d planner MoE checks failed\n", failures);
         return 1;

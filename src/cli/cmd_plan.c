@@ -249,6 +249,9 @@ static bool layout_given(const PlanArgs *a) {
            a->virtual_stages > 0 || a->recompute >= 0 || a->schedule >= 0;
 }
 
+/* Neither --rank-order nor the stack set the order: the planner's default, per layout (rank_order_default). */
+static bool order_is_default(const PlanArgs *a) { return a->assumptions.origin[SWITCH_RANK_ORDER] == ORIGIN_DEFAULT; }
+
 static Layout explicit_layout(const PlanArgs *a, const PlanInput *in) {
     Layout l = layout_default();
     l.tp = a->tp > 0 ? a->tp : 1;
@@ -270,7 +273,7 @@ static Layout explicit_layout(const PlanArgs *a, const PlanInput *in) {
     l.cp_algo = (CpAlgo)a->cp_algo;
     l.tp_overlap = a->tp_overlap == ON && l.tp > 1;
     l.pp_overlap = a->pp_overlap == ON && l.schedule == SCHEDULE_INTERLEAVED;
-    l.rank_order = (RankOrder)a->rank_order;
+    l.rank_order = order_is_default(a) ? rank_order_default(l.ep) : (RankOrder)a->rank_order;
     l.ep_overlap = l.ep > 1 ? (EpOverlap)a->ep_overlap : EP_OVERLAP_OFF;
     l.etp = a->etp;
     return l;
@@ -289,6 +292,7 @@ static SearchSpace search_space(const PlanArgs *a) {
     s.tp_overlap = a->tp_overlap == ON;
     s.pp_overlap = a->pp_overlap == ON;
     s.rank_order = (RankOrder)a->rank_order;
+    s.rank_order_default = order_is_default(a);
     s.ep_overlap = (EpOverlap)a->ep_overlap;
     s.etp = a->etp;
     return s;
@@ -507,7 +511,7 @@ int cmd_plan(int argc, char **argv) {
         {"tp-overlap", OPT_ENUM, &a.tp_overlap, OPT_NO_RANGE, "on|off", "TP collectives pipelined with their GEMMs (userbuffers; needs sequence parallelism)", "off", ON_OFF_WORDS},
         {"pp-overlap", OPT_ENUM, &a.pp_overlap, OPT_NO_RANGE, "on|off", "interleaved schedule: pipeline sends beside compute (Megatron's overlap_p2p_comm)", "off", ON_OFF_WORDS},
         {"ep-overlap", OPT_ENUM, &a.ep_overlap, OPT_NO_RANGE, "off|shared|dualpipe|combined-1f1b", "MoE all-to-all beside the shared experts (DeepSeek-V2), the paired micro-batch (DeepSeek-V3's DualPipe) or the adjacent micro-batch's forward/backward (Megatron-core's combined 1F1B)", "off", EP_OVERLAP_WORDS},
-        {"rank-order", OPT_ENUM, &a.rank_order, OPT_NO_RANGE, "tp-cp-pp-dp|tp-cp-ep-dp-pp", "rank order: the engine's and Llama 3's, or Megatron's (ep next to cp, pp outermost)", "tp-cp-pp-dp", RANK_ORDER_WORDS},
+        {"rank-order", OPT_ENUM, &a.rank_order, OPT_NO_RANGE, "tp-cp-pp-dp|tp-cp-ep-dp-pp", "rank order: the engine's and Llama 3's, or Megatron's (ep next to cp, pp outermost; the default where ep > 1)", "tp-cp-pp-dp", RANK_ORDER_WORDS},
         {"stack", OPT_STRING, &a.stack, OPT_NO_RANGE, "NAME[@VERSION]", "training stack whose defaults set the modelling switches not given, and whose layouts bound --search: megatron-lm, megatron-core, nemo, deepspeed, llm-foundry, torchtitan (docs/reference/stacks.md)", NULL, NULL},
         {"search", OPT_FLAG, &a.search, OPT_NO_RANGE, "", "search all layouts (layout options pin fields)", NULL, NULL},
         {"top", OPT_INT, &a.top, 1, SEARCH_MAX_TOP, "N", "layouts to list", NULL, NULL},

@@ -65,10 +65,10 @@ void plan_stack_restrict(const Assumptions *as, SearchSpace *space) {
 }
 
 void plan_stack_print(const Assumptions *as) {
-    static const AssumptionOrigin ORDER[] = {ORIGIN_USER, ORIGIN_STACK, ORIGIN_SEARCH, ORIGIN_DEFAULT};
+    static const AssumptionOrigin ORDER[] = {ORIGIN_USER, ORIGIN_STACK, ORIGIN_SEARCH, ORIGIN_DEFAULT, ORIGIN_DEFAULT_EP};
     if (as->stack) printf("stack      %s@%s: %s\n", as->stack->name, as->stack->version, as->stack->what);
     const char *label = "switches";
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < (int)(sizeof ORDER / sizeof ORDER[0]); i++) {
         int shown = 0;
         for (int s = 0; s < SWITCH_COUNT; s++) {
             if (as->origin[s] != ORDER[i]) continue;

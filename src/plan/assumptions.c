@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const ORIGIN_NAMES[] = {"default", "user", "stack", "search"};
+static const char *const ORIGIN_NAMES[] = {"default", "user", "stack", "search", "default (expert-parallel layouts)"};
 
 const char *assumption_origin_name(AssumptionOrigin o) { return ORIGIN_NAMES[o]; }
 
@@ -33,6 +33,7 @@ void assumptions_read_values(Assumptions *a, const PlanInput *in, const Layout *
     for (int s = 0; s < SWITCH_COUNT; s++)
         if (s == SWITCH_ZERO) snprintf(a->value[s], sizeof a->value[s], "%d", l->zero);
         else snprintf(a->value[s], sizeof a->value[s], "%s", v[s]);
+    if (a->origin[SWITCH_RANK_ORDER] == ORIGIN_DEFAULT && l->ep > 1) a->origin[SWITCH_RANK_ORDER] = ORIGIN_DEFAULT_EP;
 }
 
 /* The winner with one searched switch set to the stack's value. */

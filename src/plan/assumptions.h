@@ -13,7 +13,9 @@
 #define ASSUMPTION_MAX_WARNINGS 4
 #define ASSUMPTION_WARN_STEP 0.05 /* the step change a search's choice is worth a warning at */
 
-typedef enum { ORIGIN_DEFAULT, ORIGIN_USER, ORIGIN_STACK, ORIGIN_SEARCH } AssumptionOrigin;
+/* ORIGIN_DEFAULT_EP: the planner's default that differs for expert-parallel layouts (the rank order,
+ * rank_order_default), shown when the answer's layout has ep > 1. */
+typedef enum { ORIGIN_DEFAULT, ORIGIN_USER, ORIGIN_STACK, ORIGIN_SEARCH, ORIGIN_DEFAULT_EP } AssumptionOrigin;
 
 typedef struct {
     const StackPreset *stack; /* NULL: none given */
@@ -24,7 +26,8 @@ typedef struct {
 } Assumptions;
 
 const char *assumption_origin_name(AssumptionOrigin o);
-/* Fills value[] from the answer's input and layout. */
+/* Fills value[] from the answer's input and layout; a default rank order of
+ * an expert-parallel layout becomes ORIGIN_DEFAULT_EP. */
 void assumptions_read_values(Assumptions *a, const PlanInput *in, const Layout *l);
 /* For each switch the search chose (recompute, ZeRO) that differs from the
  * stack's default: the winner re-evaluated with the stack's value; a warning

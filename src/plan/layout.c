@@ -33,6 +33,7 @@ const char *attention_name(AttentionImpl a) { return ATTENTION_NAMES[a]; }
 bool attention_is_fused(AttentionImpl a) { return a == ATTN_FLASH || a == ATTN_FLASH2; }
 const char *cp_algo_name(CpAlgo c) { return CP_ALGO_WORDS[c]; }
 const char *rank_order_name(RankOrder o) { return RANK_ORDER_WORDS[o]; }
+RankOrder rank_order_default(int ep) { return ep > 1 ? ORDER_TP_CP_EP_DP_PP : ORDER_TP_CP_PP_DP; }
 const char *ep_overlap_name(EpOverlap o) { return EP_OVERLAP_WORDS[o]; }
 
 static bool parse_name(const char *s, const char *const *names, int count, int *out) {

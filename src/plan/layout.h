@@ -2,10 +2,11 @@
  * (pp), data (dp), context (cp) and expert (ep) parallelism, ZeRO stage,
  * micro-batch, activation recomputation and pipeline schedule.
  *
- * Rank order (placement.h): by default as the engine's grid (parallel/grid.h)
- * and Llama 3: tp varies fastest, then cp, then pp, then dp, so a TP group
- * sits inside one node; Megatron-LM's order puts ep next to cp and pp
- * outermost (tp-cp-ep-dp-pp). This file holds the vocabulary and the
+ * Rank order (placement.h): by default, for a dense layout, as the engine's
+ * grid (parallel/grid.h) and Llama 3: tp varies fastest, then cp, then pp,
+ * then dp, so a TP group sits inside one node; Megatron-LM's order puts ep
+ * next to cp and pp outermost (tp-cp-ep-dp-pp), the default for an
+ * expert-parallel layout (rank_order_default). This file holds the vocabulary and the
  * names; the checks that need the model live in plan.c. */
 #ifndef BS_PLAN_LAYOUT_H
 #define BS_PLAN_LAYOUT_H
@@ -90,6 +91,15 @@ const char *plan_schedule_name(PlanSchedule s);
 const char *attention_name(AttentionImpl a);
 const char *cp_algo_name(CpAlgo c);
 const char *rank_order_name(RankOrder o);
+/* The rank order when neither the user nor a stack preset sets one, the one
+ * place that decides it: an expert-parallel layout (ep > 1) gets
+ * Megatron-core's tp-cp-ep-dp-pp (megatron/core/parallel_state.py,
+ * initialize_model_parallel's default order="tp-cp-ep-dp-pp"; DeepSpeed-MoE
+ * and torchtitan likewise put an expert group on adjacent ranks), which keeps
+ * an EP group of up to a node's GPUs over tp x cp inside the node; a dense
+ * layout keeps the engine's and Llama 3's tp-cp-pp-dp, which has no EP
+ * dimension and would stride an EP group tp x cp x pp ranks apart. */
+RankOrder rank_order_default(int ep);
 const char *ep_overlap_name(EpOverlap o);
 /* The names above, NULL-terminated, in enum order (the command line's words). */
 extern const char *const RECOMPUTE_WORDS[];

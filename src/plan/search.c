@@ -9,6 +9,7 @@
 
 SearchSpace search_space_all(int top) {
     SearchSpace s = {.zero = -1, .recompute = -1, .schedule = -1, .overlap = true, .sequence_parallel = true, .top = top,
+                     .rank_order_default = true,
                      .zero_stages = 0xFu, /* torchtitan's op policy only when given or a stack has it */
                      .recompute_policies = (1u << RECOMPUTE_NONE) | (1u << RECOMPUTE_SELECTIVE) | (1u << RECOMPUTE_FULL)};
     return s;
@@ -120,6 +121,7 @@ static void try_grid(Ranking *r, Layout l) {
     for (int ep = 1; ep <= max_ep; ep *= 2) {
         if (!pinned_or(s->ep, ep) || (l.tp * l.cp * l.dp) % (layout_expert_tp(&l) * ep)) continue;
         l.ep = ep;
+        if (s->rank_order_default) l.rank_order = rank_order_default(ep);
         l.ep_overlap = ep > 1 ? s->ep_overlap : EP_OVERLAP_OFF;
         for (long mb = 1; mb <= per_dp && mb <= 64; mb++)
             if (per_dp % mb == 0 && pinned_or(s->micro_batch, (int)mb)) {

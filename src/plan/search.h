@@ -9,7 +9,8 @@
  * per stage, recomputation none/selective/full, ZeRO 0-3. Any field may be
  * pinned. GPipe is never faster than 1F1B (same bubble, more memory) and is
  * not searched; overlap, TP and EP overlap, sequence parallelism, the CP
- * algorithm and the rank order are inputs. The ranking
+ * algorithm and the rank order are inputs (the order, unless given,
+ * is rank_order_default of each layout's ep). The ranking
  * keeps one entry per grid (tp, pp, dp, cp, ep, micro-batch, recomputation):
  * the best ZeRO stage and virtual-stage count of it. */
 #ifndef BS_PLAN_SEARCH_H
@@ -31,6 +32,7 @@ typedef struct {
     bool pp_overlap;                             /* applies to interleaved layouts */
     CpAlgo cp_algo; /* an input, as overlap is */
     RankOrder rank_order;
+    bool rank_order_default; /* true: each layout gets rank_order_default(its ep) instead (search_space_all) */
     EpOverlap ep_overlap; /* applies where ep > 1 */
     int etp;              /* expert tensor parallelism, an input (0: tp) */
     int top; /* layouts to keep, <= SEARCH_MAX_TOP */
