@@ -259,11 +259,15 @@ def main():
                         f"{gap:+.2e} relative to the fp32 base)")
 
         # 5. bad input
-        bad = [(["--lora-rank", "4", "--lora-targets", "qkv,mlp"], "--lora-targets"),
+        bad = [(["--lora-rank", "4", "--lora-targets", "qkv,mlp"],
+                "unknown adapted layer 'mlp' (qkv, attproj, fc, fcproj or all) (flags: --lora-targets)"),
                (["--lora-merge"], "--lora-rank"),
-               (["--lora-rank", "4", "--zero", "3"], "--zero 3"),
-               (["--lora-rank", "4", "--precision", "bf16"], "--precision bf16"),
-               (["--lora-rank", "4", "--base-weights", "int8", "--tp", "2"], "--base-weights int8"),
+               (["--lora-rank", "4", "--zero", "3"], "LoRA of rank 4 does not work with ZeRO stage 3 (the frozen base is "
+                "kept whole on every rank; use stage 1 or 2) (flags: --lora-rank, --zero)"),
+               (["--lora-rank", "4", "--precision", "bf16"], "does not work with bf16 precision (adapters train in fp32 "
+                "over an fp32 base) (flags: --lora-rank, --precision)"),
+               (["--lora-rank", "4", "--base-weights", "int8", "--tp", "2"], "an int8 base under tensor parallelism (a "
+                "row-parallel shard would scale its part of each row alone) (flags: --lora-rank, --base-weights, --tp)"),
                (["--base-weights", "bf16"], "--base-weights"),
                (["--lora-rank", "4", "--lora-init", base], base)]
         for extra, named in bad:

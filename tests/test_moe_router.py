@@ -91,7 +91,8 @@ def gates_in_checkpoints(tmp, data):
 
 
 def bad_input(tmp, data):
-    cases = [(["--moe-gates", "pre-softmax", "--router", "sigmoid"], "--moe-gates pre-softmax"),
+    cases = [(["--moe-gates", "pre-softmax", "--router", "sigmoid"],
+              "the sigmoid router takes unnormalized gates (flags: --moe-gates, --router)"),
              (["--moe-routed-scale", "0"], "--moe-routed-scale"),
              (["--moe-gates", "renormalized"], "--moe-gates"),
              (["--experts", "0", "--moe-gates", "normalized"], "--moe-gates needs --experts"),
