@@ -535,10 +535,12 @@ int cmd_plan(int argc, char **argv) {
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]);
     MergedArgs merged = plan_config_merge(specs, n_specs, argc, argv);
-    bool go = options_parse(specs, n_specs, merged.argc, merged.argv, USAGE);
+    bool given[sizeof specs / sizeof specs[0]];
+    const OptionTable table = {specs, n_specs, NULL, 0, given};
+    bool go = options_parse_table(&table, merged.argc, merged.argv, USAGE);
     if (go) {
         a.search = a.search || !layout_given(&a); /* before the stack's values, which are not the user's layout */
-        plan_stack_apply(a.stack, specs, n_specs, merged.argc, merged.argv, a.search, &a.assumptions);
+        plan_stack_apply(a.stack, &table, a.search, &a.assumptions);
         if (a.plot) {
             const char *dot = strrchr(a.plot, '.');
             if (!dot || (strcasecmp(dot, ".png") != 0 && strcasecmp(dot, ".svg") != 0))

@@ -9,10 +9,10 @@
 #include "model/adapter_config.h"
 #include "model/lora.h"
 
-/* A flag against the adapter's value: taken where unset, else it must be the same. */
-static bool settle(double *flag, double unset, double adapter, const char *name, const char *field, const char *path,
+/* A flag against the adapter's value: taken where not given, else it must be the same. */
+static bool settle(double *flag, bool given, double adapter, const char *name, const char *field, const char *path,
                    char *why, size_t why_size) {
-    if (*flag == unset) *flag = adapter;
+    if (!given) *flag = adapter;
     if (*flag == adapter) return true;
     snprintf(why, why_size, "%s %g differs from %s %g in %s (the adapters were trained with it); leave %s out to "
              "take it", name, *flag, field, adapter, path, name);
@@ -21,7 +21,7 @@ static bool settle(double *flag, double unset, double adapter, const char *name,
 
 static bool settle_targets(TrainConfig *c, int adapter, const char *path, char *why, size_t why_size) {
     int mask;
-    if (!c->lora.targets || !*c->lora.targets) c->lora.targets = lora_targets_text(adapter);
+    if (!train_given(c, &c->lora.targets)) c->lora.targets = lora_targets_text(adapter);
     if (!lora_parse_targets(c->lora.targets, &mask, why, why_size)) return false;
     if (mask == adapter) return true;
     snprintf(why, why_size, "--lora-targets %s differs from target_modules in %s (%s); leave --lora-targets out to "
@@ -41,25 +41,18 @@ static bool settle_from_adapter(TrainConfig *c, char *why, size_t why_size) {
     AdapterConfig a;
     if (!adapter_config_read(path, &a, why, why_size)) return false;
     double rank = c->lora.rank;
-    bool ok = settle(&rank, 0, a.rank, "--lora-rank", "r", path, why, why_size) &&
-              settle(&c->lora.alpha, LORA_ALPHA_UNSET, a.alpha, "--lora-alpha", "lora_alpha", path, why, why_size) &&
-              settle(&c->lora.dropout, LORA_DROPOUT_UNSET, a.dropout, "--lora-dropout", "lora_dropout", path, why,
+    bool ok = settle(&rank, train_given(c, &c->lora.rank), a.rank, "--lora-rank", "r", path, why, why_size) &&
+              settle(&c->lora.alpha, train_given(c, &c->lora.alpha), a.alpha, "--lora-alpha", "lora_alpha", path, why,
                      why_size) &&
+              settle(&c->lora.dropout, train_given(c, &c->lora.dropout), a.dropout, "--lora-dropout", "lora_dropout",
+                     path, why, why_size) &&
               settle_targets(c, a.targets, path, why, why_size);
     c->lora.rank = (int)rank;
     return ok;
 }
 
 bool lora_flags_resolve(TrainConfig *c, char *why, size_t why_size) {
-    if (c->lora.dropout < 0 && c->lora.dropout != LORA_DROPOUT_UNSET) {
-        snprintf(why, why_size, "--lora-dropout must be between 0 and 0.95 (got %g)", c->lora.dropout);
-        return false;
-    }
-    if (c->lora.init && *c->lora.init && !settle_from_adapter(c, why, why_size)) return false;
-    if (c->lora.alpha == LORA_ALPHA_UNSET) c->lora.alpha = LORA_ALPHA_DEFAULT;
-    if (c->lora.dropout == LORA_DROPOUT_UNSET) c->lora.dropout = 0;
-    if (!c->lora.targets || !*c->lora.targets) c->lora.targets = lora_targets_text((1 << LORA_NUM_TARGETS) - 1);
-    return true;
+    return !(c->lora.init && *c->lora.init) || settle_from_adapter(c, why, why_size);
 }
 
 void lora_flags_check_base(const TrainConfig *c, uint64_t base_hash) {

@@ -302,3 +302,10 @@ bool train_config_check(const TrainConfig *c, char *why, size_t why_size) {
         if (!AREA_CHECKS[i](c, why, why_size)) return false;
     return true;
 }
+
+bool train_given(const TrainConfig *c, const void *field) {
+    const size_t offset = (size_t)((const char *)field - (const char *)c);
+    for (int i = 0; i < c->given.count; i++)
+        if (c->given.offset[i] == offset) return true;
+    return false;
+}
