@@ -125,7 +125,7 @@ class BadInput(unittest.TestCase):
             self.fails(["--config", bad], bad, "not valid JSON")
             with open(bad, "w") as f:
                 json.dump({"model": "demo", "gpu": 8}, f)
-            self.fails(["--config", bad], "unknown key 'gpu'")
+            self.fails(["--config", bad], bad, 'unknown option "gpu"')  # train's and plan's --config: cli/config_file.c
             with open(bad, "w") as f:
                 json.dump({"format": "something-else"}, f)
             self.fails(["--model", "demo", "--calibrate", bad], "not a batchscale calibration")

@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/config_file.h"
 #include "cli/plan_config.h"
 #include "cli/plan_report.h"
 #include "cli/plan_stack.h"
@@ -534,7 +535,7 @@ int cmd_plan(int argc, char **argv) {
         {"plot", OPT_STRING, &a.plot, OPT_NO_RANGE, "FILE", "scaling chart (.png or .svg)", NULL, NULL},
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]);
-    MergedArgs merged = plan_config_merge(specs, n_specs, argc, argv);
+    ConfigArgs merged = config_file_expand(specs, n_specs, argc, argv); /* the file's options first: flags override */
     bool given[sizeof specs / sizeof specs[0]];
     const OptionTable table = {specs, n_specs, NULL, 0, given};
     bool go = options_parse_table(&table, merged.argc, merged.argv, USAGE);
@@ -548,6 +549,6 @@ int cmd_plan(int argc, char **argv) {
         }
         run(&a);
     }
-    merged_args_free(&merged);
+    config_args_free(&merged);
     return 0;
 }
