@@ -18,6 +18,7 @@
 #include "plan/plan.h"
 #include "plan/presets.h"
 #include "check.h"
+#include "plan_subjects.h"
 
 static bool close_rel(double a, double b, double tol) { return fabs(a - b) <= tol * fmax(fabs(a), fabs(b)); }
 
@@ -225,13 +226,15 @@ static void test_expert_tp(void) {
     l.rank_order = ORDER_TP_CP_PP_DP;
     CHECK(!layout_check(&in, &l, why, sizeof why) && strstr(why, "--etp"), "ETP below TP needs Megatron's order: %s", why);
     l.rank_order = ORDER_TP_CP_EP_DP_PP, l.etp = 3;
-    CHECK(!layout_check(&in, &l, why, sizeof why) && strstr(why, "--etp 3"), "ETP must divide TP: %s", why);
+    CHECK(!layout_check(&in, &l, why, sizeof why) && strstr(why, "expert tensor-parallel degree 3") && strstr(why, "--etp"), "ETP must divide TP: %s",
+          why);
     l.etp = 1, l.ep_overlap = EP_OVERLAP_SHARED, in.model.shared_experts = 0;
     CHECK(!layout_check(&in, &l, why, sizeof why) && strstr(why, "--shared-experts"), "shared overlap needs shared experts: %s",
           why);
 }
 
 int main(void) {
+    plan_name_subjects(); /* reasons end with the flags, as `batchscale plan` prints them */
     test_shared_experts();
     test_token_copies();
     test_alltoall_time();

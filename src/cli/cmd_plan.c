@@ -14,6 +14,7 @@
 #include "cli/options.h"
 #include "cli/config_file.h"
 #include "cli/plan_config.h"
+#include "cli/subject_flags.h"
 #include "cli/plan_report.h"
 #include "cli/plan_stack.h"
 #include "core/error.h"
@@ -441,6 +442,7 @@ static void run(const PlanArgs *a) {
 }
 
 int cmd_plan(int argc, char **argv) {
+    cli_name_plan_subjects(); /* the planner's reasons name plan's flags (--hidden, --ffn, --zero) */
     PlanArgs a = plan_args_defaults();
     const OptionSpec specs[] = {
         {"config", OPT_STRING, &a.config, OPT_NO_RANGE, "FILE", "JSON object of these options (keys without --); flags override it", NULL, NULL},

@@ -38,11 +38,37 @@ static const SubjectFlag SUBJECT_FLAGS[] = {
     {"outlier_scale", "--debug-outlier-scale"},
 };
 
-const char *cli_subject_flag(const char *key, void *ctx) {
-    (void)ctx;
-    for (size_t i = 0; i < sizeof SUBJECT_FLAGS / sizeof SUBJECT_FLAGS[0]; i++)
-        if (strcmp(SUBJECT_FLAGS[i].key, key) == 0) return SUBJECT_FLAGS[i].flag;
+/* `batchscale plan`'s flags for the planner's quantities (src/plan): its own vocabulary (--hidden, --ffn, --zero). */
+static const SubjectFlag PLAN_SUBJECT_FLAGS[] = {
+    {"attention", "--attention"}, {"attention_window", "--attention-window"}, {"batch_schedule", "--batch-schedule"},
+    {"cp", "--cp"}, {"dp", "--dp"}, {"ep", "--ep"}, {"ep_overlap", "--ep-overlap"}, {"etp", "--etp"},
+    {"experts", "--experts"}, {"ffn", "--ffn"}, {"first_stage_layers", "--first-stage-layers"}, {"gpus", "--gpus"},
+    {"hardware", "--hardware"}, {"heads", "--heads"}, {"hidden", "--hidden"}, {"kv_heads", "--kv-heads"},
+    {"last_stage_layers", "--last-stage-layers"}, {"layer_split", "--layer-split"}, {"layers", "--layers"},
+    {"micro_batch", "--micro-batch"}, {"model", "--model"}, {"moe_device_limit", "--moe-device-limit"},
+    {"moe_node_limit", "--moe-node-limit"}, {"moe_probs", "--moe-probs"}, {"mtp_layers", "--mtp-layers"},
+    {"pipeline_engine", "--pipeline-engine"}, {"pp", "--pp"}, {"rank_order", "--rank-order"},
+    {"recompute", "--recompute"}, {"schedule", "--schedule"}, {"seq_len", "--seq-len"},
+    {"sequence_parallel", "--sequence-parallel"}, {"shared_experts", "--shared-experts"}, {"top_k", "--top-k"},
+    {"tp", "--tp"}, {"tp_overlap", "--tp-overlap"}, {"virtual_stages", "--virtual-stages"}, {"vocab", "--vocab"},
+    {"window_layers", "--window-layers"}, {"zero", "--zero"}, {"zero1_reduce", "--zero1-reduce"},
+};
+
+typedef struct {
+    const SubjectFlag *table;
+    size_t count;
+} SubjectTable;
+
+static const char *lookup(const char *key, void *ctx) {
+    const SubjectTable *t = ctx;
+    for (size_t i = 0; i < t->count; i++)
+        if (strcmp(t->table[i].key, key) == 0) return t->table[i].flag;
     return NULL;
 }
 
-void cli_name_subjects(void) { bs_set_subject_namer(cli_subject_flag, NULL); }
+static const SubjectTable TRAIN_TABLE = {SUBJECT_FLAGS, sizeof SUBJECT_FLAGS / sizeof SUBJECT_FLAGS[0]};
+static const SubjectTable PLAN_TABLE = {PLAN_SUBJECT_FLAGS, sizeof PLAN_SUBJECT_FLAGS / sizeof PLAN_SUBJECT_FLAGS[0]};
+
+void cli_name_subjects(void) { bs_set_subject_namer(lookup, (void *)&TRAIN_TABLE); }
+
+void cli_name_plan_subjects(void) { bs_set_subject_namer(lookup, (void *)&PLAN_TABLE); }

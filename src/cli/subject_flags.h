@@ -4,11 +4,10 @@
 #ifndef BS_CLI_SUBJECT_FLAGS_H
 #define BS_CLI_SUBJECT_FLAGS_H
 
-/* core/reason.h's namer for the train-style commands (train, prepare, sample,
- * tokenizer, ckpt, bench, run): ctx unused; NULL for a key no flag sets. */
-const char *cli_subject_flag(const char *key, void *ctx);
-
-/* Installs cli_subject_flag for this process. */
+/* Installs core/reason.h's namer for the train-style commands (train,
+ * prepare, sample, tokenizer, ckpt, bench, run): main does, for every command. */
 void cli_name_subjects(void);
+/* Installs `batchscale plan`'s names instead (its flags for the planner's quantities: --hidden, --ffn, --zero). */
+void cli_name_plan_subjects(void);
 
 #endif
