@@ -66,3 +66,22 @@ void lora_flags_check_base(const TrainConfig *c, uint64_t base_hash) {
                 "%016" PRIx64 " (--init-from %s)", c->lora.init, a.base_hash, a.base_model[0] ? a.base_model : "seeded",
                 base_hash, c->model.init_from && *c->model.init_from ? c->model.init_from : "none: seeded");
 }
+
+/* LoRA: its flags need --lora-rank; what it does not compose with (the engine checks the layout). */
+bool lora_flags_check(const TrainConfig *c, char *why, size_t n) {
+    int mask;
+    if (c->lora.rank == 0) {
+        const char *flag = c->lora.init && *c->lora.init ? "--lora-init" : c->lora.merge ? "--lora-merge"
+                           : c->lora.save_adapters && *c->lora.save_adapters ? "--save-adapters"
+                           : c->lora.base_weights != BASE_WEIGHTS_FP32 ? "--base-weights"
+                           : c->lora.dropout > 0 ? "--lora-dropout" : NULL;
+        if (flag) snprintf(why, n, "%s needs --lora-rank R (LoRA adapters to train)", flag);
+        return !flag;
+    }
+    if (!lora_parse_targets(c->lora.targets, &mask, why, n)) return false;
+    if (c->optim.kind == OPTIM_ONEBIT_ADAM) {
+        snprintf(why, n, "--lora-rank with --optimizer onebit-adam is not supported yet");
+        return false;
+    }
+    return true;
+}

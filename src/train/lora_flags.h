@@ -25,4 +25,8 @@ bool lora_flags_resolve(TrainConfig *c, char *why, size_t why_size);
  * as peft would load them, but were trained over another model. */
 void lora_flags_check_base(const TrainConfig *c, uint64_t base_hash);
 
+/* LoRA: the flag-combination rules of this area, run by train_config_check in its order (the first broken
+ * one is reported): false with a one-line reason. */
+bool lora_flags_check(const TrainConfig *c, char *why, size_t n);
+
 #endif
