@@ -46,12 +46,12 @@ static void vreason(char *why, size_t why_size, const char *subjects, const char
     append_flags(why, why_size, subjects);
 }
 
-int bs_reason(char *why, size_t why_size, const char *subjects, const char *fmt, ...) {
+bool bs_reason(char *why, size_t why_size, const char *subjects, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vreason(why, why_size, subjects, fmt, ap);
     va_end(ap);
-    return 0;
+    return false;
 }
 
 void bs_die_about(const char *subjects, const char *fmt, ...) {

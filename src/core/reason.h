@@ -12,6 +12,7 @@
 #ifndef BS_CORE_REASON_H
 #define BS_CORE_REASON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "core/error.h"
@@ -23,7 +24,7 @@ void bs_set_subject_namer(BsSubjectNamer fn, void *ctx);
 /* Writes the reason (printf-style) into why[why_size], followed by the flags of
  * the space-separated subject keys when a namer knows them. Returns false, so
  * a check can `return bs_reason(...)`. */
-int bs_reason(char *why, size_t why_size, const char *subjects, const char *fmt, ...) BS_PRINTF(4, 5);
+bool bs_reason(char *why, size_t why_size, const char *subjects, const char *fmt, ...) BS_PRINTF(4, 5);
 
 /* bs_die with the reason and its subjects' flags, as bs_reason words them. */
 BS_NORETURN void bs_die_about(const char *subjects, const char *fmt, ...) BS_PRINTF(2, 3);
