@@ -216,7 +216,8 @@ def main():
               "a checkpoint at step 4 of 8 resumes to the same weights bit for bit")
         p = train(d, "noresume", ["--init-from", base, "--steps", "8", "--resume", at4, "--ckpt-dir", ck],
                   check_rc=False)
-        check(p.returncode != 0 and "--lora-rank 4" in p.stderr and len(p.stderr.strip().splitlines()) == 1,
+        check(p.returncode != 0 and "written with LoRA rank 4" in p.stderr and "(flags: --lora-rank, --lora-targets)"
+              in p.stderr and len(p.stderr.strip().splitlines()) == 1,
               f"resuming a LoRA checkpoint without --lora-rank: one line ({p.stderr.strip()[:100]})")
         ck_hash = base_hash(at4)
         check(len(ck_hash) == 16 and all(h == ck_hash for h in layout_hashes.values()),
@@ -228,7 +229,7 @@ def main():
             f.write(np.concatenate([body[:-1], body[-1:] + np.float32(1e-3)]).tobytes())
         p = train(d, "otherbase", ["--init-from", other] + lora[2:] + ["--resume", at4, "--ckpt-dir", ck],
                   check_rc=False)
-        check(refused(p, "--init-from " + other),
+        check(refused(p, "the initial model " + other) and refused(p, "resume over the same base (flags: --init-from)"),
               f"resuming a LoRA checkpoint over another base is refused in one line ({p.stderr.strip()[:150]})")
 
         round_trip(d, base, other, ck_hash)

@@ -21,6 +21,7 @@ static const SubjectFlag SUBJECT_FLAGS[] = {
     {"strict_batch", "--strict-batch"}, {"lr_scaling", "--lr-scaling"}, {"optimizer", "--optimizer"},
     /* data and checkpoints */
     {"data", "--data or --val-data"}, {"ckpt_dir", "--ckpt-dir (or --out)"}, {"resume", "--resume"},
+    {"resume_new_batch", "--resume-new-batch"}, {"seed", "--seed"}, {"data_order", "--data-order"},
     /* parallelism and communication */
     {"tp", "--tp"}, {"pp", "--pp"}, {"cp", "--cp"}, {"dp", "--dp"}, {"ep", "--ep"},
     {"pp_schedule", "--pp-schedule"}, {"virtual_stages", "--virtual-stages"}, {"zero_stage", "--zero"},
