@@ -36,7 +36,7 @@ static const SubjectFlag SUBJECT_FLAGS[] = {
     {"moe_gates", "--moe-gates"}, {"moe_routed_scale", "--moe-routed-scale"}, {"capacity_factor", "--capacity-factor"},
     {"moe_aux_loss", "--moe-aux-loss"}, {"moe_z_loss", "--moe-z-loss"}, {"moe_every", "--moe-every"},
     /* guards, estimators, precision */
-    {"lr", "--lr"}, {"max_skips", "--max-skips"}, {"noise_probe_every", "--noise-probe-every"},
+    {"lr", "--lr"}, {"max_skips", "--max-skips"}, {"balance", "--balance"}, {"noise_probe_every", "--noise-probe-every"},
     {"noise_probe_batches", "--noise-probe-batches"}, {"fp8_amax_history", "--fp8-amax-history"},
     /* tests */
     {"outlier_scale", "--debug-outlier-scale"}, {"inject_fault", "--debug-inject-fault"},
