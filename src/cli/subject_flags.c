@@ -30,6 +30,8 @@ static const SubjectFlag SUBJECT_FLAGS[] = {
     {"codec_block", "--compression-block"},
     /* LoRA */
     {"lora_rank", "--lora-rank"}, {"lora_targets", "--lora-targets"}, {"lora_dropout", "--lora-dropout"},
+    {"lora_alpha", "--lora-alpha"}, {"lora_init", "--lora-init"}, {"lora_merge", "--lora-merge"},
+    {"save_adapters", "--save-adapters"},
     {"base_weights", "--base-weights"},
     /* MoE */
     {"experts", "--experts"}, {"top_k", "--moe-top-k"}, {"moe_ffn", "--moe-ffn"}, {"router", "--router"},
