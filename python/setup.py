@@ -11,7 +11,7 @@ from setuptools import Extension, setup
 
 ROOT = os.path.relpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 SRC = os.path.join(ROOT, "src")
-CLI = ["cmd_plan", "plan_config", "plan_json", "plan_report", "plan_plot", "plan_stack", "plan_entry", "options"]
+CLI = ["cmd_plan", "plan_config", "config_file", "plan_json", "plan_report", "plan_plot", "plan_stack", "plan_entry", "options", "subject_flags"]
 PACKAGES = ["jansson", "cairo", "fontconfig"]
 NATIVE = [] if os.environ.get("BATCHSCALE_NATIVE") == "0" else ["-march=native"]  # CMake's BS_NATIVE
 

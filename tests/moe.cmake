@@ -10,7 +10,7 @@ set_tests_properties(moe_layer PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")
 # The layer in double precision (real.h) for the finite-difference check: moe.c with the kernels it calls.
 add_executable(test_moe_gradcheck test_moe_gradcheck.c ${PROJECT_SOURCE_DIR}/src/model/moe.c ${PROJECT_SOURCE_DIR}/src/model/moe_config.c
                ${PROJECT_SOURCE_DIR}/src/kernels/matmul.c ${PROJECT_SOURCE_DIR}/src/kernels/gelu.c
-               ${PROJECT_SOURCE_DIR}/src/core/error.c)
+               ${PROJECT_SOURCE_DIR}/src/core/error.c ${PROJECT_SOURCE_DIR}/src/core/reason.c)
 target_compile_definitions(test_moe_gradcheck PRIVATE BS_REAL_DOUBLE)
 target_include_directories(test_moe_gradcheck PRIVATE ${PROJECT_SOURCE_DIR}/src ${CBLAS_INCLUDE})
 target_link_libraries(test_moe_gradcheck PRIVATE ${OPENBLAS_LIB} OpenMP::OpenMP_C m)

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/subject_flags.h"
 #include "core/error.h"
 #include "core/io.h"
 #include "optim/batch_schedule.h"
@@ -213,6 +214,7 @@ static void run_loop(char **argv) {
 int main(int argc, char **argv) {
     const char *cmd = argc > 1 ? argv[1] : "";
     char why[256];
+    cli_name_subjects(); /* reasons name their flags as `batchscale train` does */
     if (strcmp(cmd, "step") == 0 && argc == 3) {
         run_step(argv[2]);
     } else if (strcmp(cmd, "batch") == 0 && argc >= 5) {

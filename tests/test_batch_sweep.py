@@ -429,14 +429,17 @@ class BatchSweep(bstest.CorpusTest):
         train = self.train_command()[1:] + ["--quiet"]
         bstest.run(train + ["--global-batch", "4", "--steps", "2", "--out", self.path("nb")])
         ckpt = self.path("nb/ckpt/step_00000002")
-        self.refused(train + ["--global-batch", "8", "--resume", ckpt], ["--global-batch 4", "--resume-new-batch"])
+        self.refused(train + ["--global-batch", "8", "--resume", ckpt],
+                     ["at a global batch of 4", "or continue the constant batch at the new one",
+                      "(flags: --batch-schedule, --global-batch, --resume-new-batch)"])
         self.refused(train + ["--global-batch", "8", "--resume-new-batch"], ["--resume-new-batch needs --resume"])
         self.refused(train + ["--global-batch", "8", "--resume", ckpt, "--resume-new-batch", "--batch-schedule",
                               "ramp:4:4:512"], ["--resume-new-batch", "constant", "ramp:4:4:512"])
         bstest.run(train + ["--global-batch", "8", "--steps", "2", "--batch-schedule", "ramp:4:4:512", "--out",
                             self.path("nbramp")])
         self.refused(train + ["--global-batch", "8", "--resume", self.path("nbramp/ckpt/step_00000002"),
-                              "--resume-new-batch"], ["--resume-new-batch", "ramp:4:4:512", "only a constant"])
+                              "--resume-new-batch"], ["continuing at a new batch", "ramp:4:4:512", "only a constant",
+                                                      "(flags: --resume-new-batch, --batch-schedule)"])
         self.refused(["batch-sweep", "--batches", "2,8", "--target-loss", "2", "--out", self.path("bad"), "--from",
                       self.path("nowhere"), "--"] + self.train_command(), ["--from", "nowhere", "no such checkpoint"])
 

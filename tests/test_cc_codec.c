@@ -29,6 +29,7 @@
 #include "core/rng.h"
 #include "test_cc_common.h"
 #include "check.h"
+#include "cli/subject_flags.h"
 
 static Codec codec_of(const char *spec, size_t block) {
     Codec c;
@@ -55,16 +56,22 @@ static void test_parse(void) {
     CHECK(codec_of("topk:0.01", 1).fraction == 0.01, "topk fraction");
     const char *bad[] = {"topk:0", "topk:1.5", "topk:-0.1", "topk:", "topk:abc", "topk:0.5x", "topk:nan", "int4", "",
                          "TOPK:0.1", "topk", "fp32"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        Codec c;
-        char why[256] = "";
-        bool ok = codec_parse(bad[i], 256, &c, why, sizeof why);
-        CHECK(!ok && strstr(why, "--grad-compression") && strstr(why, bad[i]) && !strchr(why, '\n'),
-              "bad spec '%s' accepted or unclear: %s", bad[i], why);
+    for (int named = 0; named < 2; named++) { /* the library's reason alone, then with cli/'s flag names */
+        if (named) cli_name_subjects();
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            Codec c;
+            char why[256] = "";
+            bool ok = codec_parse(bad[i], 256, &c, why, sizeof why);
+            CHECK(!ok && strstr(why, "the gradient codec") && strstr(why, bad[i]) && !strchr(why, '\n') &&
+                      (named ? strstr(why, "(flags: --grad-compression)") != NULL : strstr(why, "--") == NULL),
+                  "bad spec '%s' accepted or unclear: %s", bad[i], why);
+        }
     }
     Codec c;
     char why[256] = "";
-    CHECK(!codec_parse("int8", 0, &c, why, sizeof why) && strstr(why, "--compression-block"), "block 0: %s", why);
+    CHECK(!codec_parse("int8", 0, &c, why, sizeof why) && strstr(why, "compression block must be at least 1") &&
+              strstr(why, "(flags: --compression-block)"),
+          "block 0: %s", why);
     printf("parse: %s\n", why);
     CHECK(codec_parse("topk:0.5", 1, &c, why, sizeof why), "topk:0.5 with block 1");
 }

@@ -122,7 +122,7 @@ class ContextParallelTest(CorpusTest):
                 self.assertLess(abs(a["loss"] - b["loss"]) / b["loss"], TOL, f"{ranks} ranks step {a['step']}")
 
     def test_bad_input(self):
-        cases = [(3, ["--cp", "2"], T, "--cp 2 x --pp 1 = 2 does not divide the 3 processes"),
+        cases = [(3, ["--cp", "2"], T, "cp 2 x pp 1 = 2 does not divide the 3 processes launched (mpirun -np) (flags: --tp, --cp, --pp)"),
                  (4, ["--cp", "4"], 500, "--seq-len 500 is not a multiple of 2 x --cp 4"),
                  (2, ["--cp", "2"], 128, "chunks of 32 tokens, shorter than one attention row block (64)"),
                  (2, ["--cp", "2", "--balance"], T, "--balance with --cp is not supported yet"),

@@ -222,7 +222,9 @@ class DeviceTrainTest(CorpusTest):
             p = run(["train", *SHAPE, "--steps", "1", "--data", os.path.join(self.data, "train_000000.bin"),
                      "--device", "cuda"], check=False)
             if p.returncode != 0:
-                self.assertIn("--device cuda", one_line_error(p) or "", p.stderr)
+                line = one_line_error(p) or ""
+                self.assertIn("the cuda device: ", line, p.stderr)
+                self.assertIn("(flags: --device)", line, p.stderr)
 
 
 if __name__ == "__main__":

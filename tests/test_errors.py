@@ -128,7 +128,8 @@ class ErrorTest(unittest.TestCase):
         self.fails(tiny_train_args(self.data, data=path), path, "300", "vocabulary")
 
     def test_heads_not_dividing_channels(self):
-        self.fails(tiny_train_args(self.data, heads=3, channels=32), "--heads 3", "--channels 32")
+        self.fails(tiny_train_args(self.data, heads=3, channels=32),
+                   "the 3 attention heads do not divide the width 32 (flags: --heads, --channels)")
 
     def test_zero_and_negative_batch(self):
         self.fails(tiny_train_args(self.data, **{"micro-batch": 0}), "--micro-batch")

@@ -80,11 +80,12 @@ class GuardTest(CorpusTest):
             self.assertNotEqual(sums[1], sums[2], f"{label}: the next step should update again")
 
     def test_nan_target_must_exist(self):
-        syntax = "error: --debug-inject-fault must be stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER] or slow"
-        cases = [(1, [], "nan:0:3:3", "error: --debug-inject-fault nan:0:3:3: layer 3 does not exist (3 layers)"),
-                 (2, [], "nan:2:3", "error: --debug-inject-fault nan:2:3: rank 2 does not exist (2 processes)"),
-                 (2, ["--pp", "2"], "nan:0:3:2", "error: --debug-inject-fault nan:0:3:2: rank 0 holds layers [0, 2), not "
-                                                 "layer 2"),
+        syntax = "error: the injected fault must be stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER] or slow"
+        flag = " (flags: --debug-inject-fault)"
+        cases = [(1, [], "nan:0:3:3", "error: the injected fault nan:0:3:3: layer 3 does not exist (3 layers)" + flag),
+                 (2, [], "nan:2:3", "error: the injected fault nan:2:3: rank 2 does not exist (2 processes)" + flag),
+                 (2, ["--pp", "2"], "nan:0:3:2", "error: the injected fault nan:0:3:2: rank 0 holds layers [0, 2), not "
+                                                 "layer 2" + flag),
                  (1, [], "nan:0:3:-1", syntax), (1, [], "exit:0:3:1", syntax)]
         for ranks, layout, spec, message in cases:
             _, p = train(self.data, self.path("bad_target"), ranks=ranks, steps=2, layers=3, check=False,
@@ -99,6 +100,7 @@ class GuardTest(CorpusTest):
                      extra=["--debug-inject-fault", "nans:0:5", "--max-skips", "3"])
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("3 steps in a row skipped", p.stderr)
+        self.assertIn("allow more skips (flags: --lr, --max-skips)", p.stderr)
         self.assertEqual([x["step"] for x in m if "skipped" in x], [5, 6, 7])
         self.assertEqual(len(m), 7)
 

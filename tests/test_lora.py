@@ -111,17 +111,21 @@ def round_trip(d, base, other, ck_hash):
         os.makedirs(os.path.join(d, name))
         with open(os.path.join(d, name, "adapter_config.json"), "w") as f:
             json.dump(bad_cfg, f)
-    cases = [(["--lora-init", saved, "--lora-alpha", "16"], "--lora-alpha 16 differs from lora_alpha 8"),
-             (["--lora-init", saved, "--lora-rank", "8"], "--lora-rank 8 differs from r 4"),
-             (["--lora-init", saved, "--lora-dropout", "0"], "--lora-dropout 0 differs from lora_dropout 0.1"),
-             (["--lora-init", saved, "--lora-targets", "all"], "--lora-targets all differs from target_modules"),
-             (["--lora-init", os.path.join(d, "rslora")], "use_rslora"),
-             (["--lora-init", os.path.join(d, "head")], "'lm_head'"),
-             (["--lora-init", os.path.join(d, "data")], "give --lora-rank")]
+    take = "leave it out to take it (flags: "
+    cases = [(["--lora-init", saved, "--lora-alpha", "16"], ("the LoRA alpha 16 differs from lora_alpha 8",
+                                                          take + "--lora-alpha)")),
+             (["--lora-init", saved, "--lora-rank", "8"], ("the LoRA rank 8 differs from r 4", take + "--lora-rank)")),
+             (["--lora-init", saved, "--lora-dropout", "0"], ("the adapter dropout 0 differs from lora_dropout 0.1",
+                                                            take + "--lora-dropout)")),
+             (["--lora-init", saved, "--lora-targets", "all"], ("the adapted layers all differ from target_modules",
+                                                              "(flags: --lora-targets)")),
+             (["--lora-init", os.path.join(d, "rslora")], ("use_rslora",)),
+             (["--lora-init", os.path.join(d, "head")], ("'lm_head'",)),
+             (["--lora-init", os.path.join(d, "data")], ("give the LoRA rank (flags: --lora-init, --lora-rank)",))]
     for extra, named in cases:
         p = train(d, "bad", ["--init-from", base, "--steps", "1"] + extra, check_rc=False)
-        check(refused(p, named), f"{' '.join(extra[2:]) or extra[1]}: refused in one line naming {named!r} "
-                                 f"({p.stderr.strip()[:150]})")
+        check(all(refused(p, n) for n in named), f"{' '.join(extra[2:]) or extra[1]}: refused in one line naming "
+                                                 f"{named!r} ({p.stderr.strip()[:150]})")
 
 
 def bf16_bits(w):
@@ -216,7 +220,8 @@ def main():
               "a checkpoint at step 4 of 8 resumes to the same weights bit for bit")
         p = train(d, "noresume", ["--init-from", base, "--steps", "8", "--resume", at4, "--ckpt-dir", ck],
                   check_rc=False)
-        check(p.returncode != 0 and "--lora-rank 4" in p.stderr and len(p.stderr.strip().splitlines()) == 1,
+        check(p.returncode != 0 and "written with LoRA rank 4" in p.stderr and "(flags: --lora-rank, --lora-targets)"
+              in p.stderr and len(p.stderr.strip().splitlines()) == 1,
               f"resuming a LoRA checkpoint without --lora-rank: one line ({p.stderr.strip()[:100]})")
         ck_hash = base_hash(at4)
         check(len(ck_hash) == 16 and all(h == ck_hash for h in layout_hashes.values()),
@@ -228,7 +233,7 @@ def main():
             f.write(np.concatenate([body[:-1], body[-1:] + np.float32(1e-3)]).tobytes())
         p = train(d, "otherbase", ["--init-from", other] + lora[2:] + ["--resume", at4, "--ckpt-dir", ck],
                   check_rc=False)
-        check(refused(p, "--init-from " + other),
+        check(refused(p, "the initial model " + other) and refused(p, "resume over the same base (flags: --init-from)"),
               f"resuming a LoRA checkpoint over another base is refused in one line ({p.stderr.strip()[:150]})")
 
         round_trip(d, base, other, ck_hash)
@@ -259,11 +264,16 @@ def main():
                         f"{gap:+.2e} relative to the fp32 base)")
 
         # 5. bad input
-        bad = [(["--lora-rank", "4", "--lora-targets", "qkv,mlp"], "--lora-targets"),
-               (["--lora-merge"], "--lora-rank"),
-               (["--lora-rank", "4", "--zero", "3"], "--zero 3"),
-               (["--lora-rank", "4", "--precision", "bf16"], "--precision bf16"),
-               (["--lora-rank", "4", "--base-weights", "int8", "--tp", "2"], "--base-weights int8"),
+        bad = [(["--lora-rank", "4", "--lora-targets", "qkv,mlp"],
+                "unknown adapted layer 'mlp' (qkv, attproj, fc, fcproj or all) (flags: --lora-targets)"),
+               (["--lora-merge"], "the merging of the adapters needs a LoRA rank (adapters to train) (flags: "
+                "--lora-merge, --lora-rank)"),
+               (["--lora-rank", "4", "--zero", "3"], "LoRA of rank 4 does not work with ZeRO stage 3 (the frozen base is "
+                "kept whole on every rank; use stage 1 or 2) (flags: --lora-rank, --zero)"),
+               (["--lora-rank", "4", "--precision", "bf16"], "does not work with bf16 precision (adapters train in fp32 "
+                "over an fp32 base) (flags: --lora-rank, --precision)"),
+               (["--lora-rank", "4", "--base-weights", "int8", "--tp", "2"], "an int8 base under tensor parallelism (a "
+                "row-parallel shard would scale its part of each row alone) (flags: --lora-rank, --base-weights, --tp)"),
                (["--base-weights", "bf16"], "--base-weights"),
                (["--lora-rank", "4", "--lora-init", base], base)]
         for extra, named in bad:

@@ -108,8 +108,10 @@ class ModelParallelTest(CorpusTest):
         self.assertLess(rel(p, op), 1e-5)
 
     def test_impossible_layouts(self):
-        cases = [(4, ["--tp", "3"], "--tp 3"), (3, ["--tp", "3"], "--heads"), (8, ["--pp", "8"], "layers"),
-                 (2, ["--pp", "2", "--pp-split", "1,2"], "--pp-split"), (4, ["--tp", "2", "--dp", "3"], "--dp 3")]
+        cases = [(4, ["--tp", "3"], "tp 3 x cp 1 x pp 1 = 3 does not divide the 4 processes launched (mpirun -np) "
+                                      "(flags: --tp, --cp, --pp)"), (3, ["--tp", "3"], "--heads"), (8, ["--pp", "8"], "layers"),
+                 (2, ["--pp", "2", "--pp-split", "1,2"], "--pp-split"), (4, ["--tp", "2", "--dp", "3"],
+                  "dp 3 = 6 ranks, but 4 processes were launched (mpirun -np) (flags: --tp, --cp, --pp, --dp)")]
         for ranks, extra, needle in cases:
             p = train(self.data, self.path("bad"), ranks=ranks, extra=extra, check=False)
             self.assertNotEqual(p.returncode, 0, extra)

@@ -118,7 +118,8 @@ def evaluation(tmp, data):
 
 def bad_input(tmp, data):
     cases = [(["--ep", "3"], 1, "--ep 3 must divide --experts 4"),
-             (["--ep", "2"], 1, "--ep 2 does not divide the data-parallel size 1"),
+             (["--ep", "2"], 1, "the expert-parallel degree 2 does not divide the data-parallel size 1 (expert parallelism folds "
+                               "over data-parallel ranks) (flags: --ep, --dp)"),
              (["--ep", "2", "--zero", "3"], 1, "does not work with --zero 3")]
     tm.refusals(tmp, data, cases)
 

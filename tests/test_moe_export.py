@@ -365,7 +365,8 @@ def unrecorded(tmp, data, ck):
     p = launch(["ckpt", "export", "--format", "safetensors", "--out", hf, "--router", "softmax", ck], 1, check=False)
     refused(p, "--router softmax contradicts", "ckpt export --router against the recorded one")
     flags = SHAPE + MOE[:-1] + ["softmax", "--resume", os.path.join(ck, "step_00000003"), "--steps", "4"]
-    refused(train(tmp, "bad", data, flags, check_rc=False), "--router sigmoid, not softmax",
+    refused(train(tmp, "bad", data, flags, check_rc=False), "the sigmoid router, not softmax; resume with the same "
+            "(flags: --router)",
             "resuming a sigmoid-router checkpoint with --router softmax")
 
 

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "cli/subject_flags.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/moe.h"
@@ -37,15 +38,22 @@ static void write_doubles(FILE *f, const float *v, size_t n) {
     }
 }
 
-/* Each bad value gives one line naming its flag. */
+/* Each bad value gives one line naming the quantity, and its flag where cli/ names the subjects. */
 static int check_configs(void) {
+    cli_name_subjects();
     const MoeConfig good = {.channels = 8, .hidden = 16, .experts = 4, .top_k = 2, .routed_scale = 1, .aux_coef = 0.01};
     char why[256];
     CHECK(moe_config_check(&good, false, why, sizeof why), "a good config refused");
-    struct { MoeConfig c; bool given; const char *flag; } bad[] = {
-        {good, false, "--top-k"}, {good, false, "--experts"}, {good, true, "--capacity-factor"},
-        {good, true, "--capacity-factor"}, {good, false, "--moe-ffn"}, {good, false, "--moe-aux-loss"},
-        {good, false, "--moe-routed-scale"}, {good, false, "--moe-routed-scale"}, {good, false, "--moe-gates pre-softmax"}};
+    struct { MoeConfig c; bool given; const char *words, *flag; } bad[] = {
+        {good, false, "experts per token must be 1..4", "--moe-top-k"},
+        {good, false, "number of experts must be 1..", "--experts"},
+        {good, true, "capacity factor must be a number > 0", "--capacity-factor"},
+        {good, true, "capacity factor must be a number > 0", "--capacity-factor"},
+        {good, false, "experts' hidden width must be >= 1", "--moe-ffn"},
+        {good, false, "load-balancing loss coefficient must be", "--moe-aux-loss"},
+        {good, false, "routed experts' scale must be a number > 0", "--moe-routed-scale"},
+        {good, false, "routed experts' scale must be a number > 0", "--moe-routed-scale"},
+        {good, false, "pre-softmax gates are the softmax router's", "--moe-gates, --router"}};
     bad[0].c.top_k = 5, bad[1].c.experts = 0, bad[2].c.capacity_factor = 0, bad[3].c.capacity_factor = -1.5;
     bad[4].c.hidden = 0, bad[5].c.aux_coef = -1, bad[6].c.routed_scale = 0, bad[7].c.routed_scale = NAN;
     bad[8].c.gates = MOE_GATES_PRE_SOFTMAX, bad[8].c.router = MOE_ROUTER_SIGMOID;
@@ -62,8 +70,8 @@ static int check_configs(void) {
         why[0] = '\0';
         bool ok = moe_config_check(&bad[i].c, bad[i].given, why, sizeof why);
         printf("%s\n", why);
-        CHECK(!ok && strstr(why, bad[i].flag) && !strchr(why, '\n'), "case %zu: '%s' should name %s", i, why,
-              bad[i].flag);
+        CHECK(!ok && strstr(why, bad[i].words) && strstr(why, bad[i].flag) && !strchr(why, '\n'),
+              "case %zu: '%s' should say '%s' and name %s", i, why, bad[i].words, bad[i].flag);
     }
     CHECK(moe_ep_check(8, 4, 8, why, sizeof why), "ep 4 of 8 experts, dp 8 refused");
     const int ep_bad[][3] = {{8, 3, 6}, {8, 4, 6}, {8, 0, 8}};
@@ -71,7 +79,8 @@ static int check_configs(void) {
         why[0] = '\0';
         bool ok = moe_ep_check(ep_bad[i][0], ep_bad[i][1], ep_bad[i][2], why, sizeof why);
         printf("%s\n", why);
-        CHECK(!ok && strstr(why, "--ep") && !strchr(why, '\n'), "ep case %d: '%s'", i, why);
+        CHECK(!ok && strstr(why, "expert-parallel degree") && strstr(why, "(flags: --ep, --") && !strchr(why, '\n'),
+              "ep case %d: '%s'", i, why);
     }
     return failures ? 1 : 0;
 }

@@ -70,17 +70,17 @@ def gates_in_checkpoints(tmp, data):
              f"the manifest records the gates and the scale: {moe}")
     rows, _ = tm.train(tmp, "ck_same", data, common + ["--resume", step1])
     tm.check(rows[-1]["step"] == 2, "a checkpoint resumes with its own gates")
-    for extra, text in [(["--moe-gates", "normalized"], "--moe-gates unnormalized --moe-routed-scale 1, not "
-                                                       "--moe-gates normalized"),
-                        (["--moe-routed-scale", "2"], "--moe-routed-scale 1, not --moe-gates unnormalized "
-                                                      "--moe-routed-scale 2")]:
+    flags = "; resume with the same (flags: --moe-gates, --moe-routed-scale)"
+    for extra, text in [(["--moe-gates", "normalized"], "with unnormalized gates and a routed scale of 1, not "
+                                                       "normalized gates and 1" + flags),
+                        (["--moe-routed-scale", "2"], "a routed scale of 1, not unnormalized gates and 2" + flags)]:
         p = tm.train(tmp, "ck_other", data, common + extra + ["--resume", step1], check_rc=False)
         one_line_refusal(p, text, f"resuming with {' '.join(extra)}")
     del moe["gates"], moe["routed_scale"]  # a manifest written before --moe-gates: every gate renormalised
     with open(os.path.join(step1, "manifest.json"), "w") as f:
         json.dump(manifest, f)
     p = tm.train(tmp, "ck_old", data, common + ["--resume", step1], check_rc=False)
-    one_line_refusal(p, "--moe-gates normalized --moe-routed-scale 1, not --moe-gates unnormalized",
+    one_line_refusal(p, "with normalized gates and a routed scale of 1, not unnormalized gates and 1" + flags,
                      "an older top-1 checkpoint resumed with the new default")
     rows, _ = tm.train(tmp, "ck_old_norm", data, common + ["--moe-gates", "normalized", "--resume", step1])
     tm.check(rows[-1]["step"] == 2, "an older checkpoint resumes with --moe-gates normalized")
@@ -91,7 +91,8 @@ def gates_in_checkpoints(tmp, data):
 
 
 def bad_input(tmp, data):
-    cases = [(["--moe-gates", "pre-softmax", "--router", "sigmoid"], "--moe-gates pre-softmax"),
+    cases = [(["--moe-gates", "pre-softmax", "--router", "sigmoid"],
+              "the sigmoid router takes unnormalized gates (flags: --moe-gates, --router)"),
              (["--moe-routed-scale", "0"], "--moe-routed-scale"),
              (["--moe-gates", "renormalized"], "--moe-gates"),
              (["--experts", "0", "--moe-gates", "normalized"], "--moe-gates needs --experts"),

@@ -389,7 +389,8 @@ def main():
                     f"{q_m[-1]['loss'] / f_m[-1]['loss'] - 1:+.2e} relative to the fp32 base)")
         p = train(d, "bad", ["--init-from", base, "--steps", "1", "--lora-rank", "4", "--base-weights", "nf4",
                              "--tp", "2"], 2, check_rc=False)
-        lines = [x for x in p.stderr.strip().splitlines() if "--base-weights nf4" in x]
+        lines = [x for x in p.stderr.strip().splitlines()
+                 if "an nf4 base under tensor parallelism" in x and "(flags: --lora-rank, --base-weights, --tp)" in x]
         check(p.returncode != 0 and len(lines) >= 1,
               f"--base-weights nf4 --tp 2 refused ({lines[0][:150] if lines else p.stderr.strip()[:150]})")
         untied = with_head(d, os.path.join(d, "base.safetensors"))

@@ -3,13 +3,18 @@
 - `train --config job.json` takes the file's options, and flags on the
   command line override them (the file's flags go first, getopt keeps the
   last value).
-- Every run directory (--out) gets config.json: every option's effective
-  value (the defaults included), the command line, the git revision of the
+- Every run directory (--out) gets config.json: "options", the options the
+  user gave (the file's and the command line's: the option parser's record,
+  defaults left out), "resolved", every option's value as the run used it
+  (the defaults included), the command line, the git revision of the
   source tree the binary was built from, the CPU, the MPI library and the
   process count.
 - `train --config RUN/config.json --out OTHER` repeats the run: the final
   model file is the same bits, and OTHER/config.json differs only in --out.
-  Also for 2 ranks under mpirun (ZeRO-1), whose config.json records 2 processes.
+  Also for 2 ranks under mpirun (ZeRO-1), whose config.json records 2 processes,
+  and for a LoRA run whose rank, alpha and targets come from --lora-init's
+  adapter_config.json over an --init-from base (the options left out stay
+  left out on the repeat: the same resolved configuration, the same losses).
 - Bad files: not JSON (the line is named), an unknown option, a value of the
   wrong type, a config naming another: one line naming the file, exit 2.
 """
@@ -45,6 +50,11 @@ def model_bytes(run_dir):
         return f.read()
 
 
+def metric_losses(path):
+    with open(path) as f:
+        return [row["loss"] for row in map(json.loads, f) if "loss" in row]
+
+
 class ConfigFiles(bstest.CorpusTest):
     CORPUS_BYTES = 40_000
 
@@ -69,8 +79,11 @@ class ConfigFiles(bstest.CorpusTest):
         self.assertEqual(o["steps"], 4, "the command line overrides the file")
         self.assertEqual((o["layers"], o["seed"], o["data-order"], o["no-overlap"]), (2, 4242, "sequential", True))
         self.assertEqual(o["min-lr"], 1.7e-4, "a double round-trips exactly")
-        self.assertEqual(o["zero"], 0, "defaults are recorded too")
+        self.assertNotIn("zero", o, "a default is not an option given")
+        self.assertEqual(rec["resolved"]["zero"], 0, "defaults are among the resolved values")
+        self.assertEqual(rec["resolved"]["steps"], 4)
         self.assertNotIn("config", o)
+        self.assertNotIn("config", rec["resolved"])
         self.assertEqual(rec["processes"], 1)
         self.assertIn("MPI", rec["mpi"])
         self.assertTrue(rec["cpu"] and rec["cpu"] != "unknown" or not os.path.exists("/proc/cpuinfo"))
@@ -90,16 +103,46 @@ class ConfigFiles(bstest.CorpusTest):
         self.assertEqual(model_bytes(first), model_bytes(again), "a repeated run ends on the same bits")
         a, b = load(os.path.join(first, "config.json")), load(os.path.join(again, "config.json"))
         self.assertEqual(b["processes"], ranks)
-        self.assertNotEqual(a["options"].pop("out"), b["options"].pop("out"))
-        self.assertEqual(a["options"], b["options"])
+        for key in ("options", "resolved"):
+            self.assertNotEqual(a[key].pop("out"), b[key].pop("out"))
+            self.assertEqual(a[key], b[key], key)
         shutil.rmtree(first)
         shutil.rmtree(again)
+        return a, b
 
     def test_repeat_one_process(self):
         self.repeat(1, ["--lr", "2e-3"])
 
     def test_repeat_two_ranks(self):
         self.repeat(2, ["--zero", "1", "--bucket-mb", "0.05"])
+
+    def test_repeat_lora_from_adapter_config(self):
+        """LoRA's flags left out take --lora-init's values: the repeat leaves them out too (on main every option was
+        recorded, so a repeat gave them all, and --init-from's repeat was refused for --upcycle-noise)."""
+        job = self.job()
+        base, adapters = self.path("base.bin"), self.path("adapters")
+        train(["--config", self.job_file("base.json", job), "--save-model", base])
+        train(["--config", self.job_file("lora.json", dict(job, steps=2)), "--init-from", base, "--lora-rank", "4",
+               "--lora-alpha", "8", "--lora-targets", "qkv,fc", "--lora-dropout", "0.1", "--save-adapters", adapters])
+        first, again = self.path("lora_first"), self.path("lora_again")
+        train(["--config", self.job_file("tune.json", job), "--init-from", base, "--lora-init", adapters, "--metrics",
+               os.path.join(first, "metrics.jsonl"), "--out", first])
+        train(["--config", os.path.join(first, "config.json"), "--metrics", os.path.join(again, "metrics.jsonl"),
+               "--out", again])
+        a, b = load(os.path.join(first, "config.json")), load(os.path.join(again, "config.json"))
+        for flag in ("lora-rank", "lora-alpha", "lora-targets", "lora-dropout", "upcycle-noise"):
+            self.assertNotIn(flag, a["options"], "an option left out is not recorded as given")
+        resolved = a["resolved"]
+        self.assertEqual((resolved["lora-rank"], resolved["lora-alpha"], resolved["lora-targets"],
+                          resolved["lora-dropout"]), (4, 8.0, "qkv,fc", 0.1), "the adapter's values, resolved")
+        for key in ("options", "resolved"):
+            for run in (a, b):
+                run[key].pop("out"), run[key].pop("metrics")
+            self.assertEqual(a[key], b[key], key)
+        losses = [metric_losses(os.path.join(d, "metrics.jsonl")) for d in (first, again)]
+        self.assertEqual(len(losses[0]), job["steps"])
+        self.assertEqual(losses[0], losses[1], "the repeat trains the same losses")
+        self.assertEqual(model_bytes(first), model_bytes(again))
 
     def assert_refused(self, options, words, text=None):
         path = self.path("bad.json")

@@ -78,6 +78,7 @@ class Preemption(CorpusTest):
         self.assertIn(f"preempted: SIGTERM; stopped after step {stop} of {STEPS}, checkpoint "
                       f"{step_dir(ckpt, stop)}; exit {PREEMPTED}", err)
         self.assertEqual(err.count("preempted: SIGTERM"), 1, "one line, from rank 0")
+        self.assertIn("(resume from the latest checkpoint, or under batchscale run) (flags: --resume)", err)
         self.assertIn("--resume latest", events[2]["command"])
         self.assertNotIn("--debug-inject-fault", events[2]["command"])
         self.assert_equals_reference(ckpt, metrics)

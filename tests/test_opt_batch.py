@@ -73,7 +73,8 @@ class ScheduleTest(unittest.TestCase):
 
     def test_ramp_divisibility_error(self):
         p = drive("batch", "ramp:32:32:1M", 250, 0, 0, check=False)
-        self.assert_one_line_error(p, "--batch-schedule ramp", "not a multiple of INCREMENT 32", "Megatron")
+        self.assert_one_line_error(p, "the ramp batch schedule", "not a multiple of INCREMENT 32", "Megatron",
+                                   "(flags: --batch-schedule, --global-batch)")
 
     def test_step(self):
         for text in ('step:0:32 1M:64 2.5M:128', 'step:0:32,1M:64,2.5M:128', 'step:"0:32 1M:64 2.5M:128"',
@@ -148,9 +149,10 @@ class ScheduleTest(unittest.TestCase):
 
     def test_schedule_against_global_batch(self):
         cases = [
-            ("ramp:128:8:1M", 128, "START 128 must be below --global-batch 128"),
-            ("step:0:32 1M:64", 128, "ends at 64 sequences but --global-batch is 128"),
-            ("exp:256:1M", 128, "START 256 is above --global-batch 128"),
+            ("ramp:128:8:1M", 128, "START 128 must be below the global batch 128 (flags: --batch-schedule, --global-batch)"),
+            ("step:0:32 1M:64", 128, "ends at 64 sequences but the global batch is 128; make them equal (flags: "
+                                     "--batch-schedule, --global-batch)"),
+            ("exp:256:1M", 128, "START 256 is above the global batch 128 (flags: --batch-schedule, --global-batch)"),
             ("llama3:1M:2M", 3, "at least 4"),
         ]
         for text, final, needle in cases:
@@ -183,7 +185,8 @@ class RoundingAndResumeTest(unittest.TestCase):
         warnings = [ln for ln in p.stderr.splitlines() if ln]
         self.assertEqual(len(warnings), 1, p.stderr)
         self.assertIn("warning", warnings[0])
-        self.assertIn("not a multiple of --micro-batch x data-parallel ranks = 4", warnings[0])
+        self.assertIn("not a multiple of the micro-batch x data-parallel ranks = 4", warnings[0])
+        self.assertIn("(flags: --micro-batch, --strict-batch)", warnings[0])
 
     def test_no_warning_when_multiples(self):
         rows, p = run_loop("ramp:8:8:1K", 32, 10, 4, True, 0, 10)
@@ -236,7 +239,8 @@ class LrScalingTest(unittest.TestCase):
     def test_bad_rule(self):
         p = drive("lr-scale", "cubic", 64, 32, check=False)
         self.assertEqual(p.returncode, 1)
-        self.assertIn("--lr-scaling must be none, linear or sqrt (got 'cubic')", p.stderr)
+        self.assertIn("the learning-rate scaling rule must be none, linear or sqrt (got 'cubic') (flags: --lr-scaling)",
+                      p.stderr)
 
 
 class OptimizerNameTest(unittest.TestCase):
@@ -245,7 +249,8 @@ class OptimizerNameTest(unittest.TestCase):
             self.assertEqual(drive("optimizer", name).stdout.split(), [name, str(arrays)])
         p = drive("optimizer", "adam", check=False)
         self.assertEqual(p.returncode, 1)
-        self.assertIn("--optimizer must be adamw, sgd, lamb, lars or onebit-adam (got 'adam')", p.stderr)
+        self.assertIn("the optimizer must be adamw, sgd, lamb, lars or onebit-adam (got 'adam') (flags: --optimizer)",
+                      p.stderr)
 
 
 if __name__ == "__main__":

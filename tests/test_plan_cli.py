@@ -38,16 +38,19 @@ class BadInput(unittest.TestCase):
         return p
 
     def test_layout_product_not_gpu_count(self):
-        self.fails(["--model", "gpt3-175b", "--gpus", 64, "--tp", 8, "--pp", 4, "--dp", 4], "= 128 GPUs", "--dp 2")
+        self.fails(["--model", "gpt3-175b", "--gpus", 64, "--tp", 8, "--pp", 4, "--dp", 4], "= 128 GPUs, but the fleet has 64: use dp 2",
+                   "(flags: --tp, --cp, --pp, --dp, --gpus)")
 
     def test_model_parallel_not_dividing_gpus(self):
         self.fails(["--model", "gpt3-175b", "--gpus", 64, "--tp", 8, "--pp", 3], "does not divide", "64")
 
     def test_heads_not_divisible_by_tp(self):
-        self.fails(["--model", "gpt2-124m", "--gpus", 10, "--tp", 5], "--tp 5", "--heads 12")
+        self.fails(["--model", "gpt2-124m", "--gpus", 10, "--tp", 5],
+                   "the tensor-parallel degree 5 does not divide the 12 attention heads", "(flags: --tp, --heads)")
 
     def test_batch_does_not_split(self):
-        self.fails(["--model", "gpt2-124m", "--gpus", 8, "--tp", 1, "--global-batch", 12], "--dp 8", "--micro-batch 1")
+        self.fails(["--model", "gpt2-124m", "--gpus", 8, "--tp", 1, "--global-batch", 12],
+                   "does not split into dp 8 x micro-batch 1", "(flags: --dp, --micro-batch)")
 
     def test_batch_not_whole_sequences(self):
         self.fails(["--model", "llama3-8b", "--batch-schedule", "0:4M,1T:16M"], "--batch-schedule", "4000000 tokens",
@@ -80,37 +83,49 @@ class BadInput(unittest.TestCase):
         self.fails(["--model", "demo", "--pipeline-engine", "gpipe"], "--pipeline-engine", "megatron or deepspeed")
         self.fails(["--model", "demo", "--zero1-reduce", "tree"], "--zero1-reduce", "reduce-scatter or allreduce")
         self.fails(["--model", "llama3-70b", "--gpus", 64, "--tp", 4, "--pp", 4, "--virtual-stages", 5, "--pipeline-engine",
-                    "deepspeed"], "--pipeline-engine deepspeed", "--schedule 1f1b")
+                    "deepspeed"], "DeepSpeed's pipeline engine runs only its 1F1B TrainSchedule",
+                   "(flags: --pipeline-engine, --schedule)")
         self.fails(["--model", "demo", "--layer-split", "sideways"], "--layer-split", "balanced or even")
         self.fails(["--model", "mixtral-8x7b", "--moe-probs", "up"], "--moe-probs", "combine or activation")
-        self.fails(["--model", "demo", "--moe-probs", "activation"], "--moe-probs activation", "mixture-of-experts")
+        self.fails(["--model", "demo", "--moe-probs", "activation"],
+                   "the router probabilities applied in the activation need a mixture-of-experts model",
+                   "(flags: --moe-probs, --experts)")
         self.fails(["--model", "demo", "--precision", "fp8", "--fp8-linears", "apex"], "--fp8-linears", "te, te-delayed or torchao")
         self.fails(["--model", "demo", "--fp8-linears", "torchao"], "--fp8-linears torchao", "--precision fp8")
         self.fails(["--model", "llama3-405b", "--gpus", 1024, "--tp", 8, "--pp", 16, "--layer-split", "even"],
-                   "--layer-split even", "126 layers", "--first-stage-layers")
+                   "an even layer split: 126 layers do not divide into 16 pipeline stages",
+                   "(flags: --layer-split, --pp, --first-stage-layers, --last-stage-layers)")
         self.fails(["--model", "llama3-405b", "--gpus", 1024, "--tp", 8, "--pp", 16, "--first-stage-layers", 7],
-                   "--first-stage-layers", "--layer-split even")
+                   "the first and last stages' layers fix the split: split evenly",
+                   "(flags: --first-stage-layers, --last-stage-layers, --layer-split)")
         self.fails(["--model", "llama3-405b", "--gpus", 1024, "--tp", 8, "--pp", 16, "--layer-split", "even",
-                    "--first-stage-layers", 60, "--last-stage-layers", 60], "--first-stage-layers 60", "14 middle stages")
+                    "--first-stage-layers", 60, "--last-stage-layers", 60],
+                   "60 first-stage and 60 last-stage layers", "14 middle stages", "(flags: --first-stage-layers")
         self.fails(["--model", "demo", "--attention", "flash3"], "--attention", "flash or flash2")
-        self.fails(["--model", "demo", "--window-layers", 2], "--window-layers", "--attention-window")
-        self.fails(["--model", "mixtral-8x7b", "--gpus", 8, "--recompute", "op"], "--recompute op", "dense blocks")
-        self.fails(["--model", "demo", "--recompute", "op", "--attention", "full"], "--recompute op", "fused attention")
+        self.fails(["--model", "demo", "--window-layers", 2], "the windowed layers",
+                   "(flags: --attention-window, --window-layers, --layers)")
+        self.fails(["--model", "mixtral-8x7b", "--gpus", 8, "--recompute", "op"], "per-op recomputation", "dense blocks",
+                   "(flags: --recompute, --experts, --attention)")
+        self.fails(["--model", "demo", "--recompute", "op", "--attention", "full"], "per-op recomputation", "fused attention",
+                   "--recompute")
         self.fails(["--model", "gpt2-124m", "--gpus", 8, "--tp", 2, "--tp-overlap", "on", "--sequence-parallel", "off"],
-                   "--tp-overlap on needs --sequence-parallel on")
+                   "the tensor-parallel overlap needs sequence parallelism", "(flags: --tp-overlap, --sequence-parallel)")
 
     def test_moe_words(self):
         moe = ["--model", "mixtral-8x7b", "--gpus", 16, "--ep", 8]
         self.fails(["--model", "demo", "--ep-overlap", "sometimes"], "--ep-overlap", "off, shared, dualpipe or combined-1f1b")
-        self.fails(moe + ["--pp", 2, "--schedule", "1f1b", "--ep-overlap", "combined-1f1b"],
-                   "--ep-overlap combined-1f1b", "--schedule interleaved")
-        self.fails(moe + ["--recompute", "full", "--ep-overlap", "combined-1f1b"], "--ep-overlap combined-1f1b",
-                   "--recompute full")
-        self.fails(moe + ["--ep-overlap", "shared"], "--ep-overlap shared needs --shared-experts")
+        combined = ("the combined-1f1b expert overlap extends the interleaved schedule",
+                    "(flags: --ep-overlap, --schedule, --virtual-stages, --recompute)")
+        self.fails(moe + ["--pp", 2, "--schedule", "1f1b", "--ep-overlap", "combined-1f1b"], *combined)
+        self.fails(moe + ["--recompute", "full", "--ep-overlap", "combined-1f1b"], *combined, "no full recomputation")
+        self.fails(moe + ["--ep-overlap", "shared"], "the shared expert overlap needs 1 or more shared experts",
+                   "(flags: --ep-overlap, --shared-experts)")
         self.fails(moe + ["--pp", 2, "--schedule", "interleaved", "--virtual-stages", 2, "--ep-overlap", "dualpipe"],
-                   "--ep-overlap dualpipe", "--schedule 1f1b")
-        self.fails(moe + ["--tp", 2, "--etp", 3, "--rank-order", "tp-cp-ep-dp-pp"], "--etp 3", "divide --tp 2")
-        self.fails(moe + ["--tp", 2, "--etp", 1, "--rank-order", "tp-cp-pp-dp"], "--etp 1", "--rank-order tp-cp-ep-dp-pp")
+                   "the dualpipe expert overlap is its own pipeline schedule", "(flags: --ep-overlap, --pp, --schedule)")
+        etp = "(flags: --etp, --tp, --ffn, --rank-order)"
+        self.fails(moe + ["--tp", 2, "--etp", 3, "--rank-order", "tp-cp-ep-dp-pp"], "an expert tensor-parallel degree 3",
+                   "must divide the tensor-parallel degree 2", etp)
+        self.fails(moe + ["--tp", 2, "--etp", 1, "--rank-order", "tp-cp-pp-dp"], "an expert tensor-parallel degree 1", "rank order tp-cp-ep-dp-pp", etp)
         self.fails(["--model", "demo", "--shared-experts", 1], "--shared-experts", "mixture-of-experts")
 
     def test_missing_shape(self):
@@ -125,7 +140,7 @@ class BadInput(unittest.TestCase):
             self.fails(["--config", bad], bad, "not valid JSON")
             with open(bad, "w") as f:
                 json.dump({"model": "demo", "gpu": 8}, f)
-            self.fails(["--config", bad], "unknown key 'gpu'")
+            self.fails(["--config", bad], bad, 'unknown option "gpu"')  # train's and plan's --config: cli/config_file.c
             with open(bad, "w") as f:
                 json.dump({"format": "something-else"}, f)
             self.fails(["--model", "demo", "--calibrate", bad], "not a batchscale calibration")

@@ -35,6 +35,7 @@
 #include "plan/reliability.h"
 #include "plan/tp_overlap.h"
 #include "check.h"
+#include "plan_subjects.h"
 
 static bool close_rel(double a, double b, double tol) { return fabs(a - b) <= tol * fmax(fabs(a), fabs(b)); }
 
@@ -1053,10 +1054,12 @@ static void test_layer_split(void) {
     CHECK(even.micro_batches == alone.micro_batches && close_rel(even.time.compute, alone.time.compute, 1e-12),
           "even split's last stage computes %.4f s per step, a 4-block job alone %.4f s", even.time.compute, alone.time.compute);
     in.split = (LayerSplit){.even = false, .first = 3};
-    CHECK(!layout_check(&in, &l, why, sizeof why) && strstr(why, "--layer-split even"), "first-stage layers need the even split");
+    CHECK(!layout_check(&in, &l, why, sizeof why) && strstr(why, "fix the split: split evenly") && strstr(why, "--layer-split"),
+          "first-stage layers need the even split: %s", why);
 }
 
 int main(void) {
+    plan_name_subjects(); /* reasons end with the flags, as `batchscale plan` prints them */
     test_zero_example();
     test_megatron_parameters();
     test_flops();

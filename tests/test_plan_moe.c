@@ -20,6 +20,7 @@
 #include "plan/presets.h"
 #include "plan/search.h"
 #include "check.h"
+#include "plan_subjects.h"
 
 static bool close_rel(double a, double b, double tol) { return fabs(a - b) <= tol * fmax(fabs(a), fabs(b)); }
 
@@ -227,7 +228,8 @@ static void test_expert_tp(void) {
     l.rank_order = ORDER_TP_CP_PP_DP;
     CHECK(!layout_check(&in, &l, why, sizeof why) && strstr(why, "--etp"), "ETP below TP needs Megatron's order: %s", why);
     l.rank_order = ORDER_TP_CP_EP_DP_PP, l.etp = 3;
-    CHECK(!layout_check(&in, &l, why, sizeof why) && strstr(why, "--etp 3"), "ETP must divide TP: %s", why);
+    CHECK(!layout_check(&in, &l, why, sizeof why) && strstr(why, "expert tensor-parallel degree 3") && strstr(why, "--etp"), "ETP must divide TP: %s",
+          why);
     l.etp = 1, l.ep_overlap = EP_OVERLAP_SHARED, in.model.shared_experts = 0;
     CHECK(!layout_check(&in, &l, why, sizeof why) && strstr(why, "--shared-experts"), "shared overlap needs shared experts: %s",
           why);
@@ -270,6 +272,7 @@ static void test_default_rank_order(void) {
 }
 
 int main(void) {
+    plan_name_subjects(); /* reasons end with the flags, as `batchscale plan` prints them */
     test_shared_experts();
     test_token_copies();
     test_alltoall_time();

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "cli/subject_flags.h"
 #include "parallel/schedule.h"
 
 enum { MAX_STAGES = 8 };
@@ -399,17 +400,18 @@ static void test_check_rejects(void) {
         ScheduleShape shape;
         const char *expected;
     } bad[] = {
-        {{PIPE_ZBH1, 1, 1, 4}, "--pp-schedule zbh1 needs --pp 2 or more"},
-        {{PIPE_INTERLEAVED, 1, 2, 4}, "--pp-schedule interleaved needs --pp 2 or more"},
-        {{PIPE_1F1B, 2, 0, 4}, "--virtual-stages must be at least 1"},
-        {{PIPE_1F1B, 2, 2, 4}, "--virtual-stages 2 needs --pp-schedule interleaved (got 1f1b)"},
-        {{PIPE_ZBH1, 2, 2, 4}, "--virtual-stages 2 needs --pp-schedule interleaved (got zbh1)"},
-        {{PIPE_INTERLEAVED, 4, 2, 2}, "multiple of --pp 4"},
-        {{PIPE_INTERLEAVED, 2, 2, 5}, "(--global-batch/--micro-batch = 5) to be a multiple of --pp 2"},
-        {{PIPE_1F1B, 2, 1, 0}, "--global-batch/--micro-batch give 0 micro-batches"},
-        {{PIPE_GPIPE, 0, 1, 4}, "--pp must be at least 1"},
-        {{(PipeSchedule)7, 2, 1, 4}, "--pp-schedule must be gpipe, 1f1b, interleaved or zbh1"},
+        {{PIPE_ZBH1, 1, 1, 4}, "the zbh1 pipeline schedule needs 2 or more stages (got 1) (flags: --pp-schedule, --pp)"},
+        {{PIPE_INTERLEAVED, 1, 2, 4}, "the interleaved pipeline schedule needs 2 or more stages (got 1) (flags: --pp-schedule, --pp)"},
+        {{PIPE_1F1B, 2, 0, 4}, "at least 1 virtual stage (got 0) (flags: --virtual-stages)"},
+        {{PIPE_1F1B, 2, 2, 4}, "2 virtual stages need the interleaved pipeline schedule (got 1f1b) (flags: --virtual-stages, --pp-schedule)"},
+        {{PIPE_ZBH1, 2, 2, 4}, "2 virtual stages need the interleaved pipeline schedule (got zbh1) (flags: --virtual-stages, --pp-schedule)"},
+        {{PIPE_INTERLEAVED, 4, 2, 2}, "per step (2) to be a multiple of the 4 pipeline stages"},
+        {{PIPE_INTERLEAVED, 2, 2, 5}, "per step (5) to be a multiple of the 2 pipeline stages (flags: --pp-schedule, --global-batch, --micro-batch, --pp)"},
+        {{PIPE_1F1B, 2, 1, 0}, "give 0 micro-batches per step: at least 1 is needed (flags: --global-batch, --micro-batch)"},
+        {{PIPE_GPIPE, 0, 1, 4}, "the pipeline needs at least 1 stage (got 0) (flags: --pp)"},
+        {{(PipeSchedule)7, 2, 1, 4}, "the pipeline schedule must be gpipe, 1f1b, interleaved or zbh1 (flags: --pp-schedule)"},
     };
+    cli_name_subjects(); /* the flags, as `batchscale train` names them */
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char why[256] = "";
         CHECK(!schedule_check(&bad[i].shape, why, sizeof why), "shape %zu accepted", i);
@@ -422,7 +424,7 @@ static void test_check_rejects(void) {
     /* a bad shape never validates, whatever the lists */
     ActionList none[2] = {{0}, {0}};
     ScheduleShape zb1 = {PIPE_ZBH1, 1, 1, 2};
-    CHECK(!schedule_validate(&zb1, none, why, sizeof why) && strstr(why, "--pp"), "zbh1 on one stage validated");
+    CHECK(!schedule_validate(&zb1, none, why, sizeof why) && strstr(why, "2 or more stages"), "zbh1 on one stage validated");
 }
 
 static void test_names_and_reuse(void) {

@@ -13,6 +13,7 @@
 #include <xxhash.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 #include "core/io.h"
 #include "core/range.h"
 #include "kernels/vecmath.h"
@@ -548,7 +549,8 @@ void ckpt_resolve(const char *arg, const char *ckpt_dir, char *out, size_t n) {
         snprintf(out, n, "%s", arg);
         return;
     }
-    if (!ckpt_dir || !*ckpt_dir) bs_die("--resume latest needs --ckpt-dir (or --out) to know where to look");
+    if (!ckpt_dir || !*ckpt_dir)
+        bs_die_about("resume ckpt_dir", "resuming from the latest checkpoint needs a checkpoint directory to know where to look");
     DIR *d = opendir(ckpt_dir);
     if (!d) bs_die("cannot open checkpoint directory %s: %s", ckpt_dir, strerror(errno));
     struct dirent *e;

@@ -12,7 +12,9 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/config_file.h"
 #include "cli/plan_config.h"
+#include "cli/subject_flags.h"
 #include "cli/plan_report.h"
 #include "cli/plan_stack.h"
 #include "core/error.h"
@@ -444,6 +446,7 @@ static void run(const PlanArgs *a) {
 }
 
 int cmd_plan(int argc, char **argv) {
+    cli_name_plan_subjects(); /* the planner's reasons name plan's flags (--hidden, --ffn, --zero) */
     PlanArgs a = plan_args_defaults();
     const OptionSpec specs[] = {
         {"config", OPT_STRING, &a.config, OPT_NO_RANGE, "FILE", "JSON object of these options (keys without --); flags override it", NULL, NULL},
@@ -538,11 +541,13 @@ int cmd_plan(int argc, char **argv) {
         {"plot", OPT_STRING, &a.plot, OPT_NO_RANGE, "FILE", "scaling chart (.png or .svg)", NULL, NULL},
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]);
-    MergedArgs merged = plan_config_merge(specs, n_specs, argc, argv);
-    bool go = options_parse(specs, n_specs, merged.argc, merged.argv, USAGE);
+    ConfigArgs merged = config_file_expand(specs, n_specs, argc, argv); /* the file's options first: flags override */
+    bool given[sizeof specs / sizeof specs[0]];
+    const OptionTable table = {specs, n_specs, NULL, 0, given};
+    bool go = options_parse_table(&table, merged.argc, merged.argv, USAGE);
     if (go) {
         a.search = a.search || !layout_given(&a); /* before the stack's values, which are not the user's layout */
-        plan_stack_apply(a.stack, specs, n_specs, merged.argc, merged.argv, a.search, &a.assumptions);
+        plan_stack_apply(a.stack, &table, a.search, &a.assumptions);
         if (a.plot) {
             const char *dot = strrchr(a.plot, '.');
             if (!dot || (strcasecmp(dot, ".png") != 0 && strcasecmp(dot, ".svg") != 0))
@@ -550,6 +555,6 @@ int cmd_plan(int argc, char **argv) {
         }
         run(&a);
     }
-    merged_args_free(&merged);
+    config_args_free(&merged);
     return 0;
 }

@@ -215,7 +215,9 @@ static void find_metrics(const char *run_dir, const char *given, char *out, size
     char config[4200];
     snprintf(config, sizeof config, "%s/config.json", run_dir);
     json_t *root = bs_path_exists(config) ? json_load_file(config, 0, NULL) : NULL;
-    const char *recorded = json_string_value(json_object_get(json_object_get(root, "options"), "metrics"));
+    const char *recorded = json_string_value(json_object_get(json_object_get(root, "resolved"), "metrics"));
+    if (!recorded) /* a config.json written before "resolved" recorded every option under "options" */
+        recorded = json_string_value(json_object_get(json_object_get(root, "options"), "metrics"));
     if (recorded && recorded[0] && bs_path_exists(recorded)) snprintf(out, n, "%s", recorded);
     else snprintf(out, n, "%s/metrics.jsonl", run_dir);
     json_decref(root);

@@ -19,7 +19,8 @@ int cmd_train(int argc, char **argv) {
     memset(&c, 0, sizeof c); /* every field has its default in the option table */
     OptionSpec specs[TRAIN_OPTIONS_MAX];
     OptionSection sections[TRAIN_SECTIONS_MAX];
-    const OptionTable table = train_options(&c, specs, sections);
+    bool given[TRAIN_OPTIONS_MAX];
+    const OptionTable table = train_options(&c, specs, sections, given);
     const int count = table.count;
     comm_start(NULL, NULL);         /* first: under mpirun a bad flag is then one line from rank 0 */
     bs_die_status(BS_EXIT_USAGE);   /* until the trainer is set up (train_run) */
@@ -30,15 +31,17 @@ int cmd_train(int argc, char **argv) {
         comm_stop();
         return 0;
     }
-    model_flags_adopt(&c, specs, count, args.argc, args.argv); /* an --init-from file sets the shape flags */
+    train_options_record_given(&table, &c); /* the options given: the only answer to "did the user give it?" */
+    model_flags_adopt(&c, &table);          /* an --init-from file sets the shape flags */
     char why[512];
-    TrainConfig resolved = c; /* c as given goes to config.json: flags left out stay so on a repeat */
+    TrainConfig resolved = c; /* config.json: the options given (a repeat leaves the others out too), and these */
     if (!lora_flags_resolve(&resolved, why, sizeof why)) bs_die("%s", why); /* LoRA flags left out: --lora-init's */
     if (!train_config_check(&resolved, why, sizeof why)) bs_die("%s", why); /* before any process group exists */
     int mpi_argc = args.argc;
     char **mpi_argv = args.argv;
     Comm *world = comm_init(&mpi_argc, &mpi_argv, c.parallel.comm_algo, c.parallel.ranks_per_node, c.parallel.comm_timeout, "data-parallel");
-    if (comm_rank(world) == 0 && c.output.out[0]) run_config_write(c.output.out, specs, count, argc, argv, comm_size(world));
+    if (comm_rank(world) == 0 && c.output.out[0])
+        run_config_write(c.output.out, &table, &c, &resolved, argc, argv, comm_size(world));
     int status = train_run(&c, world);
     comm_finalize(world);
     config_args_free(&args);

@@ -55,7 +55,9 @@ static char *value_text(const OptionSpec *s, json_t *v, const char *file, const 
 static json_t *load_options(const char *file, json_t **root) {
     json_error_t err;
     *root = json_load_file(file, 0, &err);
-    if (!*root) bs_die("--config %s: line %d: %s", file, err.line, err.text);
+    if (!*root && json_error_code(&err) == json_error_cannot_open_file)
+        bs_die("--config %s: cannot be read (%s)", file, err.text);
+    if (!*root) bs_die("--config %s: not valid JSON at line %d: %s", file, err.line, err.text);
     if (!json_is_object(*root)) bs_die("--config %s: not a JSON object of options", file);
     json_t *options = json_object_get(*root, "options");
     if (options && !json_is_object(options)) bs_die("--config %s: \"options\" is not an object", file);

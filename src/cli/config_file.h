@@ -1,4 +1,4 @@
-/* config_file.h: `--config FILE`: a JSON object of options (the flags'
+/* config_file.h: `--config FILE` of `train` and `plan`: a JSON object of options (the flags'
  * names without "--", each with a value of its type: a number, a string, an
  * enumeration's word, true/false for a flag) turned into leading flags, so
  * that every flag on the command line, coming later, overrides the file.

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/subject_flags.h"
 #include "cli/version.h"
 #include "kernels/blas_cpu.h"
 
@@ -33,6 +34,7 @@ static void usage(FILE *out) {
 
 int main(int argc, char **argv) {
     blas_ensure_cpu_kernels(argv);
+    cli_name_subjects(); /* library reasons name quantities; the flags that set them come from here */
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

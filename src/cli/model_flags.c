@@ -35,10 +35,9 @@ typedef struct {
 } StatedFlag;
 
 /* Each flag given with another value than the file's is refused in one line; then every flag takes the file's. */
-static void adopt_fields(TrainConfig *c, const StatedFlag *fields, size_t n, const OptionSpec *specs, int count,
-                         int argc, char **argv) {
+static void adopt_fields(TrainConfig *c, const StatedFlag *fields, size_t n, const OptionTable *table) {
     for (size_t i = 0; i < n; i++) {
-        if (options_given(specs, count, argc, argv, fields[i].name) && fields[i].given_value != fields[i].file_value) {
+        if (options_table_given(table, fields[i].name) && fields[i].given_value != fields[i].file_value) {
             char given[32], stated[32];
             value_text(fields[i].name, fields[i].given_value, given, sizeof given);
             value_text(fields[i].name, fields[i].file_value, stated, sizeof stated);
@@ -49,17 +48,17 @@ static void adopt_fields(TrainConfig *c, const StatedFlag *fields, size_t n, con
     }
 }
 
-void model_flags_adopt(TrainConfig *c, const OptionSpec *specs, int count, int argc, char **argv) {
+void model_flags_adopt(TrainConfig *c, const OptionTable *table) {
     if (!c->model.init_from || !*c->model.init_from) return;
-    GPTConfig file = {.num_heads = options_given(specs, count, argc, argv, "heads") ? c->model.heads : 0}; /* 0: declared */
+    GPTConfig file = {.num_heads = options_table_given(table, "heads") ? c->model.heads : 0}; /* 0: declared */
     model_file_read_config(c->model.init_from, &file);
     const StatedFlag shape[] = {{"layers", &c->model.layers, c->model.layers, file.num_layers},
                                 {"heads", &c->model.heads, c->model.heads, file.num_heads},
                                 {"channels", &c->model.channels, c->model.channels, file.channels},
                                 {"vocab-size", &c->model.vocab_size, c->model.vocab_size, file.vocab_size}};
-    adopt_fields(c, shape, sizeof shape / sizeof shape[0], specs, count, argc, argv);
+    adopt_fields(c, shape, sizeof shape / sizeof shape[0], table);
     const bool upcycle = !gpt_is_moe(&file) && c->moe.experts > 1; /* a dense file into an MoE model */
-    if (options_given(specs, count, argc, argv, "upcycle-noise") && !upcycle)
+    if (options_table_given(table, "upcycle-noise") && !upcycle)
         bs_die("--upcycle-noise needs --init-from a dense model and --experts E (%s is %s)", c->model.init_from,
                gpt_is_moe(&file) ? "an MoE model already" : "dense but --experts is not given");
     if (upcycle && c->moe.ffn > 0 && c->moe.ffn != 4 * file.channels)
@@ -72,7 +71,7 @@ void model_flags_adopt(TrainConfig *c, const OptionSpec *specs, int count, int a
                               {"moe-ffn", &c->moe.ffn, ffn, file.moe_ffn},
                               {"moe-every", &c->moe.every, c->moe.every, file.moe_every > 1 ? file.moe_every : 1},
                               {"router", &c->moe.router, c->moe.router, file.moe_router}};
-    adopt_fields(c, moe, sizeof moe / sizeof moe[0], specs, count, argc, argv);
-    adopt_gates(c, &file, options_given(specs, count, argc, argv, "moe-gates"),
-                options_given(specs, count, argc, argv, "moe-routed-scale"));
+    adopt_fields(c, moe, sizeof moe / sizeof moe[0], table);
+    adopt_gates(c, &file, options_table_given(table, "moe-gates"),
+                options_table_given(table, "moe-routed-scale"));
 }

@@ -13,8 +13,8 @@
 #include "cli/options.h"
 #include "train/train_config.h"
 
-/* specs, argv: train's option table and the command line as options_parse saw them (options_given tells a flag
- * given from its default). The router's gates and routed scale are the file's too. */
-void model_flags_adopt(TrainConfig *c, const OptionSpec *specs, int count, int argc, char **argv);
+/* table: train's option table with the parser's record of the options given (a flag given, not its default, is
+ * compared with the file). The router's gates and routed scale are the file's too. */
+void model_flags_adopt(TrainConfig *c, const OptionTable *table);
 
 #endif

@@ -78,7 +78,7 @@ void options_print_table_help(const OptionTable *table, bool show_hidden, const 
 }
 
 void options_print_help(const OptionSpec *specs, int count, const char *usage) {
-    const OptionTable table = {specs, count, NULL, 0};
+    const OptionTable table = {specs, count, NULL, 0, NULL};
     options_print_table_help(&table, false, usage);
 }
 
@@ -154,22 +154,19 @@ static struct option *long_options(const OptionSpec *specs, int count) {
     return longopts;
 }
 
-bool options_given(const OptionSpec *specs, int count, int argc, char **argv, const char *name) {
-    struct option *longopts = long_options(specs, count);
-    bool given = false;
-    optind = 1;
-    opterr = 0;
-    for (int c; (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1;)
-        given = given || (c >= 1000 && strcmp(specs[c - 1000].name, name) == 0);
-    free(longopts);
-    return given;
+bool options_table_given(const OptionTable *table, const char *name) {
+    for (int i = 0; table->given && i < table->count; i++)
+        if (strcmp(table->specs[i].name, name) == 0) return table->given[i];
+    return false;
 }
 
 static bool parse_flags(const OptionTable *table, int argc, char **argv, const char *usage) {
     const OptionSpec *specs = table->specs;
     const int count = table->count;
-    for (int i = 0; i < count; i++)
+    for (int i = 0; i < count; i++) {
         if (specs[i].def) set_value(&specs[i], specs[i].def);
+        if (table->given) table->given[i] = false;
+    }
     struct option *longopts = long_options(specs, count);
     optind = 1;
     opterr = 0;
@@ -186,6 +183,7 @@ static bool parse_flags(const OptionTable *table, int argc, char **argv, const c
         if (c == '?') bs_die("unknown option '%s' (see --help)", argv[optind - 1]);
         if (c == ':') bs_die("option '%s' needs a value (see --help)", argv[optind - 1]);
         const OptionSpec *s = &specs[c - 1000];
+        if (table->given) table->given[c - 1000] = true;
         if (s->type == OPT_FLAG) *(bool *)s->target = true;
         else set_value(s, optarg);
     }
@@ -202,6 +200,6 @@ bool options_parse_table(const OptionTable *table, int argc, char **argv, const 
 }
 
 bool options_parse(const OptionSpec *specs, int count, int argc, char **argv, const char *usage) {
-    const OptionTable table = {specs, count, NULL, 0};
+    const OptionTable table = {specs, count, NULL, 0, NULL};
     return options_parse_table(&table, argc, argv, usage);
 }

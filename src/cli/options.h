@@ -47,6 +47,9 @@ typedef struct {
     int count;
     const OptionSection *sections;
     int section_count;
+    bool *given; /* the parser's record (NULL: none kept): given[i] when argv gave specs[i], in any spelling
+                  * getopt_long accepts (a --config file's options are in argv: cli/config_file.h); a default
+                  * is not "given". The one answer to "did the user give this option?" */
 } OptionTable;
 
 /* Sets every option's default, then parses argv[1..]. Unknown options, missing or malformed values and
@@ -56,9 +59,8 @@ bool options_parse(const OptionSpec *specs, int count, int argc, char **argv, co
 /* options_parse over a table by sections: --help prints each visible section under its heading,
  * --help-debug the hidden ones too. */
 bool options_parse_table(const OptionTable *table, int argc, char **argv, const char *usage);
-/* Whether argv (already parsed by options_parse) gives option `name`, in any spelling getopt_long accepts
- * (--name V, --name=V, an unambiguous prefix): a default is not "given". */
-bool options_given(const OptionSpec *specs, int count, int argc, char **argv, const char *name);
+/* Whether the table's last parse recorded option `name` as given (table->given); false without a record. */
+bool options_table_given(const OptionTable *table, const char *name);
 void options_print_help(const OptionSpec *specs, int count, const char *usage);
 /* --help by section; hidden sections too where show_hidden. */
 void options_print_table_help(const OptionTable *table, bool show_hidden, const char *usage);

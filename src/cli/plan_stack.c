@@ -35,8 +35,9 @@ static void set_option(const OptionSpec *spec, const char *value) {
     bs_die("internal error: a stack preset gives --%s the value '%s'", spec->name, value);
 }
 
-void plan_stack_apply(const char *stack, const OptionSpec *specs, int n_specs, int argc, char **argv, bool searching,
-                      Assumptions *out) {
+void plan_stack_apply(const char *stack, const OptionTable *table, bool searching, Assumptions *out) {
+    const OptionSpec *specs = table->specs;
+    const int n_specs = table->count;
     memset(out, 0, sizeof *out);
     char why[512];
     if (stack && !stack_preset_find(stack, &out->stack, why, sizeof why)) bs_die("--stack: %s", why);
@@ -44,7 +45,7 @@ void plan_stack_apply(const char *stack, const OptionSpec *specs, int n_specs, i
     for (int s = 0; s < SWITCH_COUNT; s++) {
         const OptionSpec *spec = find_spec(specs, n_specs, SWITCH_FLAGS[s]);
         bool searched = searching && (s == SWITCH_ZERO || (s == SWITCH_RECOMPUTE && (!st || st->recompute_per_run)));
-        if (options_given(specs, n_specs, argc, argv, spec->name)) out->origin[s] = ORIGIN_USER;
+        if (options_table_given(table, spec->name)) out->origin[s] = ORIGIN_USER;
         else if (searched) out->origin[s] = ORIGIN_SEARCH;
         else if (st && st->value[s]) {
             set_option(spec, st->value[s]);
@@ -54,7 +55,7 @@ void plan_stack_apply(const char *stack, const OptionSpec *specs, int n_specs, i
     const bool has[] = {st && st->tensor_parallel, st && st->context_parallel, st && st->pipeline};
     const char *const degrees[] = {"tp", "cp", "pp"};
     for (int i = 0; st && i < 3; i++) /* what the stack cannot split, it does not */
-        if (!has[i] && !options_given(specs, n_specs, argc, argv, degrees[i])) set_option(find_spec(specs, n_specs, degrees[i]), "1");
+        if (!has[i] && !options_table_given(table, degrees[i])) set_option(find_spec(specs, n_specs, degrees[i]), "1");
 }
 
 void plan_stack_restrict(const Assumptions *as, SearchSpace *space) {

@@ -15,8 +15,7 @@
 
 /* stack: the --stack value or NULL. searching: the answer is a search.
  * Dies with one line naming --stack on an unknown stack. */
-void plan_stack_apply(const char *stack, const OptionSpec *specs, int n_specs, int argc, char **argv, bool searching,
-                      Assumptions *out);
+void plan_stack_apply(const char *stack, const OptionTable *table, bool searching, Assumptions *out);
 /* The stack's ZeRO stages and (where it lets the search pick one) its
  * recomputation policies become the search's space. */
 void plan_stack_restrict(const Assumptions *as, SearchSpace *space);

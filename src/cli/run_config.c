@@ -11,17 +11,17 @@
 #include "git_revision.h" /* generated at build time by scripts/git_revision.cmake */
 #include "kernels/matmul_bf16.h"
 
-/* The option's value as JSON of its own type. */
-static json_t *option_value(const OptionSpec *s) {
+/* The option's value at `target` as JSON of its own type. */
+static json_t *option_value(const OptionSpec *s, const void *target) {
     switch (s->type) {
-    case OPT_INT: return json_integer(*(int *)s->target);
-    case OPT_LONG: return json_integer(*(long long *)s->target);
-    case OPT_DOUBLE: return json_real(*(double *)s->target);
-    case OPT_FLOAT: return json_real((double)*(float *)s->target);
-    case OPT_FLAG: return json_boolean(*(bool *)s->target);
-    case OPT_ENUM: return json_string(s->words[*(int *)s->target]);
+    case OPT_INT: return json_integer(*(const int *)target);
+    case OPT_LONG: return json_integer(*(const long long *)target);
+    case OPT_DOUBLE: return json_real(*(const double *)target);
+    case OPT_FLOAT: return json_real((double)*(const float *)target);
+    case OPT_FLAG: return json_boolean(*(const bool *)target);
+    case OPT_ENUM: return json_string(s->words[*(const int *)target]);
     case OPT_STRING: {
-        const char *v = *(const char **)s->target;
+        const char *v = *(const char *const *)target;
         return json_string(v ? v : "");
     }
     }
@@ -54,12 +54,19 @@ static json_t *environment_record(int argc, char **argv, int processes) {
                      matmul_bf16_cpu_isa(), "mpi", mpi, "processes", processes, "command_line", command);
 }
 
-void run_config_write(const char *dir, const OptionSpec *specs, int count, int argc, char **argv, int processes) {
-    json_t *options = json_object();
-    for (int i = 0; i < count; i++)
-        if (strcmp(specs[i].name, "config") != 0) json_object_set_new(options, specs[i].name, option_value(&specs[i]));
+void run_config_write(const char *dir, const OptionTable *table, const void *base, const void *resolved, int argc,
+                      char **argv, int processes) {
+    json_t *options = json_object(), *values = json_object();
+    for (int i = 0; i < table->count; i++) {
+        const OptionSpec *s = &table->specs[i];
+        if (strcmp(s->name, "config") == 0) continue;
+        if (table->given && table->given[i]) json_object_set_new(options, s->name, option_value(s, s->target));
+        const void *at = (const char *)resolved + ((const char *)s->target - (const char *)base);
+        json_object_set_new(values, s->name, option_value(s, at));
+    }
     json_t *root = environment_record(argc, argv, processes);
     json_object_set_new(root, "options", options);
+    json_object_set_new(root, "resolved", values);
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
     char path[4200];
     bs_mkdir_p(dir);

@@ -220,11 +220,11 @@ static int diloco_options(TrainConfig *c, OptionSpec *out) {
 static int lora_options(TrainConfig *c, OptionSpec *out) {
     const OptionSpec s[] = {
         {"lora-rank", OPT_INT, &c->lora.rank, 0, 65536, "R", "LoRA: train rank-R adapters over the frozen model (0: --lora-init's r, else train the whole model)", "0", NULL},
-        {"lora-alpha", OPT_DOUBLE, &c->lora.alpha, 0, 1e9, "A", "LoRA: the adapters' scale is A / R (0: --lora-init's lora_alpha, else 16)", "0", NULL},
-        {"lora-targets", OPT_STRING, &c->lora.targets, OPT_NO_RANGE, "LIST", "LoRA: the adapted layers, comma-separated: qkv, attproj, fc, fcproj or all (default: --lora-init's target_modules, else all)", "", NULL},
+        {"lora-alpha", OPT_DOUBLE, &c->lora.alpha, 1e-9, 1e9, "A", "LoRA: the adapters' scale is A / R (not given: --lora-init's lora_alpha, else 16)", "16", NULL},
+        {"lora-targets", OPT_STRING, &c->lora.targets, OPT_NO_RANGE, "LIST", "LoRA: the adapted layers, comma-separated: qkv, attproj, fc, fcproj or all (not given: --lora-init's target_modules, else all)", "all", NULL},
         {"lora-init", OPT_STRING, &c->lora.init, OPT_NO_RANGE, "PATH", "LoRA: start the adapters from a peft adapter directory or file; the LoRA flags left out take its adapter_config.json's values, and one set to another value is refused", "", NULL},
         {"lora-merge", OPT_FLAG, &c->lora.merge, OPT_NO_RANGE, "", "LoRA: --save-model and --out's model.bin get B A folded into the weights (else the base model; the adapters go to --save-adapters)", NULL, NULL},
-        {"lora-dropout", OPT_DOUBLE, &c->lora.dropout, -1, 0.95, "P", "LoRA: dropout on the adapters' input in training (masks keyed by the data and the step, so every layout drops the same; -1: --lora-init's lora_dropout, else 0)", "-1", NULL},
+        {"lora-dropout", OPT_DOUBLE, &c->lora.dropout, 0, 0.95, "P", "LoRA: dropout on the adapters' input in training (masks keyed by the data and the step, so every layout drops the same; not given: --lora-init's lora_dropout, else 0)", "0", NULL},
         {"base-weights", OPT_ENUM, &c->lora.base_weights, OPT_NO_RANGE, "TYPE", "LoRA: keep the frozen base's linear weights in fp32, bf16, int8 (per-row scales) or nf4 (QLoRA: 4-bit NormalFloat, blocks of 64, double-quantised scales), dequantized for each use", "fp32", TRAIN_BASE_WEIGHTS_WORDS},
         {"save-adapters", OPT_STRING, &c->lora.save_adapters, OPT_NO_RANGE, "DIR", "LoRA: write the final adapters as a peft directory (adapter_model.safetensors, adapter_config.json)", "", NULL},
     };
@@ -285,7 +285,7 @@ static const SectionFill SECTIONS[] = {
     {"Debugging (tests only; --help-debug)", debug_options, true}
 };
 
-OptionTable train_options(TrainConfig *c, OptionSpec *specs, OptionSection *sections) {
+OptionTable train_options(TrainConfig *c, OptionSpec *specs, OptionSection *sections, bool *given) {
     const int n = (int)(sizeof SECTIONS / sizeof SECTIONS[0]);
     int count = 0;
     for (int k = 0; k < n && k < TRAIN_SECTIONS_MAX; k++) {
@@ -293,5 +293,12 @@ OptionTable train_options(TrainConfig *c, OptionSpec *specs, OptionSection *sect
         count += sections[k].count;
     }
     if (n > TRAIN_SECTIONS_MAX || count > TRAIN_OPTIONS_MAX) bs_die("train_options: raise TRAIN_OPTIONS_MAX");
-    return (OptionTable){specs, count, sections, n};
+    return (OptionTable){specs, count, sections, n, given};
+}
+
+void train_options_record_given(const OptionTable *table, TrainConfig *c) {
+    c->given.count = 0;
+    for (int i = 0; i < table->count && c->given.count < TRAIN_GIVEN_MAX; i++)
+        if (table->given && table->given[i])
+            c->given.offset[c->given.count++] = (unsigned short)((const char *)table->specs[i].target - (const char *)c);
 }

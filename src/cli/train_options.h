@@ -12,7 +12,10 @@
 #define TRAIN_OPTIONS_MAX 200 /* room for every option */
 #define TRAIN_SECTIONS_MAX 20
 
-/* The table over specs[TRAIN_OPTIONS_MAX] and sections[TRAIN_SECTIONS_MAX], its targets the fields of c. */
-OptionTable train_options(TrainConfig *c, OptionSpec *specs, OptionSection *sections);
+/* The table over specs[TRAIN_OPTIONS_MAX] and sections[TRAIN_SECTIONS_MAX], its targets the fields of c;
+ * the parser records the options given in given[TRAIN_OPTIONS_MAX]. */
+OptionTable train_options(TrainConfig *c, OptionSpec *specs, OptionSection *sections, bool *given);
+/* c->given from the table's record (after options_parse_table): the offsets of the fields the options given set. */
+void train_options_record_given(const OptionTable *table, TrainConfig *c);
 
 #endif

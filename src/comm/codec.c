@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 #include "kernels/bf16.h"
 #include "kernels/fp8.h"
 #include "kernels/minifloat.h"
@@ -34,17 +35,17 @@ static const char *const kind_names[] = {"none", "fp16", "bf16", "fp8", "int8", 
 
 bool codec_parse(const char *spec, size_t block, Codec *codec, char *why, size_t why_size) {
     if (block < 1) {
-        snprintf(why, why_size, "--compression-block must be at least 1 element per scale (got %zu)", block);
-        return false;
+        return bs_reason(why, why_size, "codec_block",
+                         "the compression block must be at least 1 element per scale (got %zu)", block);
     }
     *codec = (Codec){CODEC_NONE, block, 1.0};
     if (strncmp(spec, "topk:", 5) == 0) {
         char *end;
         double f = strtod(spec + 5, &end);
         if (end == spec + 5 || *end != '\0' || !(f > 0.0 && f <= 1.0)) {
-            snprintf(why, why_size,
-                     "--grad-compression topk:FRACTION needs a FRACTION in (0, 1], e.g. topk:0.01 (got '%s')", spec);
-            return false;
+            return bs_reason(why, why_size, "grad_codec",
+                             "the gradient codec topk:FRACTION needs a FRACTION in (0, 1], e.g. topk:0.01 (got '%s')",
+                             spec);
         }
         codec->kind = CODEC_TOPK;
         codec->fraction = f;
@@ -55,9 +56,8 @@ bool codec_parse(const char *spec, size_t block, Codec *codec, char *why, size_t
             codec->kind = (CodecKind)k;
             return true;
         }
-    snprintf(why, why_size, "--grad-compression must be none, fp16, bf16, fp8, int8, topk:FRACTION or onebit (got '%s')",
-             spec);
-    return false;
+    return bs_reason(why, why_size, "grad_codec",
+                     "the gradient codec must be none, fp16, bf16, fp8, int8, topk:FRACTION or onebit (got '%s')", spec);
 }
 
 void codec_format(const Codec *codec, char *out, size_t out_size) {

@@ -7,6 +7,7 @@
 
 #include "comm/comm_internal.h"
 #include "core/error.h"
+#include "core/reason.h"
 #include "core/timer.h"
 
 /* At exit before comm_finalize (an error): a lone process finalizes quietly
@@ -48,9 +49,12 @@ static const char *host_of(const Comm *comm, int r) {
 void comm_timeout(Comm *comm, const char *what, size_t bytes, int waiting_on) {
     char who[128] = "another rank";
     if (waiting_on >= 0) snprintf(who, sizeof who, "rank %d on host %s", waiting_on, host_of(comm, waiting_on));
-    bs_error("%s (%s, %.1f MB) on the %s group timed out after %.0f s waiting for %s; aborting the job "
-            "(raise --comm-timeout if this rank is only slow)",
-            what, comm_algo_name(comm->algo), (double)bytes / 1e6, comm->name, comm->timeout_s, who);
+    char line[512];
+    bs_reason(line, sizeof line, "comm_timeout",
+              "%s (%s, %.1f MB) on the %s group timed out after %.0f s waiting for %s; aborting the job (raise the "
+              "collective timeout if this rank is only slow)",
+              what, comm_algo_name(comm->algo), (double)bytes / 1e6, comm->name, comm->timeout_s, who);
+    bs_error("%s", line);
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
@@ -171,10 +175,10 @@ Comm *comm_init(int *argc, char ***argv, CommAlgo algo, int ranks_per_node, doub
     comm_allgather_bytes(world, mine, COMM_HOST_CHARS, hosts); /* polls: a rank failing before it hears back */
     world->hosts = hosts;
     if (ranks_per_node > 0 && world->size % ranks_per_node != 0)
-        bs_die("--ranks-per-node %d does not divide the %d processes", ranks_per_node, world->size);
+        bs_die_about("ranks_per_node", "%d ranks per node do not divide the %d processes", ranks_per_node, world->size);
     setup_nodes(world, ranks_per_node);
     if (algo == COMM_ALGO_HIERARCHICAL && !world->uniform_nodes)
-        bs_die("hierarchical collectives need the same number of ranks on every node (use --ranks-per-node)");
+        bs_die_about("ranks_per_node", "hierarchical collectives need the same number of ranks on every node");
     return world;
 }
 
@@ -236,7 +240,7 @@ Comm *comm_node_group(Comm *comm) { return comm->node; }
 
 void comm_set_algo(Comm *comm, CommAlgo algo) {
     if (algo == COMM_ALGO_HIERARCHICAL && !comm->uniform_nodes)
-        bs_die("hierarchical collectives need the same number of ranks on every node (use --ranks-per-node)");
+        bs_die_about("ranks_per_node", "hierarchical collectives need the same number of ranks on every node");
     comm->algo = algo;
 }
 

@@ -17,6 +17,7 @@
 
 #include "comm/compressed_internal.h"
 #include "core/error.h"
+#include "core/reason.h"
 
 static void *grow_array(void *p, size_t size) {
     free(p);
@@ -28,8 +29,8 @@ static void plan_slots(Qgz *q, size_t window_offset, size_t n, size_t total) {
     Comm *c = q->comm;
     const int N = c->size;
     if (!c->uniform_nodes)
-        bs_die("qgZ (--zero-quant-grads) needs the same number of ranks on every node of the %s group (use "
-               "--ranks-per-node)", c->name);
+        bs_die_about("zero_quant_grads ranks_per_node",
+                     "qgZ (quantized gradients) needs the same number of ranks on every node of the %s group", c->name);
     if (q->ranks_capacity < N) {
         q->rank_at = grow_array(q->rank_at, sizeof(int) * (size_t)N);
         q->offset = grow_array(q->offset, sizeof(size_t) * (size_t)N);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 #include "data/pretokenize.h"
 
 void bpe_trainer_init(BpeTrainer *t) {
@@ -284,7 +285,7 @@ static void apply_merge(Training *tr, uint32_t p, int32_t made, uint32_t stamp) 
 }
 
 void bpe_trainer_train(const BpeTrainer *t, int vocab_size, BpeModel *out) {
-    if (vocab_size < 257) bs_die("--vocab-size %d is too small: 256 bytes and end-of-text need 257", vocab_size);
+    if (vocab_size < 257) bs_die_about("vocab_size", "a vocabulary of %d is too small: 256 bytes and end-of-text need 257", vocab_size);
     Training tr;
     training_init(&tr, t, vocab_size);
     size_t max_merges = 1024;

@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 #include "core/io.h"
 #include "core/rng.h"
 
@@ -25,7 +26,7 @@ static char **list_sources(const char *source, int *count) {
     int rc = glob(pattern, 0, NULL, &g);
     if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
         if (bs_is_dir(source)) bs_die("no token shards (*.bin) in directory %s; run `batchscale prepare` first", source);
-        bs_die("token shard %s does not exist; run `batchscale prepare` or check --data/--val-data", source);
+        bs_die_about("data", "token shard %s does not exist; run `batchscale prepare` or check the data path", source);
     }
     if (rc != 0) bs_die("cannot list token shards for %s", source);
     char **paths = bs_malloc(g.gl_pathc * sizeof(char *));
@@ -95,8 +96,9 @@ void loader_open(DataLoader *loader, const char *source, int T, int vocab_size, 
     open_masks(loader, source);
     loader->num_windows = loader->first_window[loader->num_shards];
     if (loader->num_windows == 0)
-        bs_die("%s holds %zu tokens, too few for one sequence of --seq-len %d (+1)", source, loader->num_tokens, T);
-    if (loader->num_windows > UINT32_MAX) bs_die("%s has more than 2^32 sequences; use a longer --seq-len", source);
+        bs_die_about("seq_len", "%s holds %zu tokens, too few for one sequence of %d tokens (+1)", source, loader->num_tokens, T);
+    if (loader->num_windows > UINT32_MAX)
+        bs_die_about("seq_len", "%s has more than 2^32 sequences; use a longer sequence", source);
     loader->T = T;
     loader->seed = seed;
     loader->shuffle = shuffle;

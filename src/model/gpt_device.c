@@ -88,7 +88,7 @@ static size_t carve_acts(GPTDevice *g, float *base) {
 
 static const char *unsupported(const GPTConfig *cfg) {
     if (gpt_tp_size(cfg) > 1 || !gpt_has_encoder(cfg) || !gpt_has_head(cfg) || gpt_cp_size(cfg) > 1)
-        return "a device runs the whole model in one process for now (no --tp, --pp or --cp)";
+        return "a device runs the whole model in one process for now (no tensor, pipeline or context parallelism)";
     if (gpt_is_moe(cfg)) return "a device runs dense models for now (no MoE)";
     if (cfg->lora_rank > 0) return "a device does not train LoRA adapters yet";
     return NULL;

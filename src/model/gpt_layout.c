@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 #include "core/range.h"
 #include "core/rng.h"
 #include "model/gpt.h"
@@ -33,11 +34,11 @@ GPTConfig gpt_logical_config(const GPTConfig *cfg) {
 }
 
 bool gpt_config_check(GPTConfig *cfg, char *why, size_t why_size) {
-    const char *fixed = NULL;
-    if (cfg->num_layers < 1) fixed = "--layers must be at least 1";
-    else if (cfg->num_heads < 1) fixed = "--heads must be at least 1";
-    else if (cfg->channels < 1) fixed = "--channels must be at least 1";
-    else if (cfg->max_seq_len < 1) fixed = "--seq-len must be at least 1";
+    const char *fixed = NULL, *subject = NULL;
+    if (cfg->num_layers < 1) fixed = "the model needs at least 1 layer", subject = "layers";
+    else if (cfg->num_heads < 1) fixed = "the model needs at least 1 attention head", subject = "heads";
+    else if (cfg->channels < 1) fixed = "the width must be at least 1", subject = "channels";
+    else if (cfg->max_seq_len < 1) fixed = "the sequence length must be at least 1", subject = "seq_len";
     else if (cfg->vocab_size < 2) fixed = "the vocabulary must have at least 2 tokens";
     else if (cfg->vocab_size > (1 << 30) || cfg->channels > (1 << 16) || cfg->max_seq_len > (1 << 20) ||
              cfg->num_layers > (1 << 20) || cfg->num_heads > (1 << 16))
@@ -46,21 +47,17 @@ bool gpt_config_check(GPTConfig *cfg, char *why, size_t why_size) {
     else if ((double)cfg->num_layers * 12.0 * cfg->channels * cfg->channels +
                  ((double)cfg->vocab_size + 128 + cfg->max_seq_len) * cfg->channels > 4e12)
         fixed = "the model is too large for this engine (more than 4e12 parameters)";
-    if (fixed) {
-        snprintf(why, why_size, "%s", fixed);
-        return false;
-    }
-    if (cfg->channels % cfg->num_heads != 0) {
-        snprintf(why, why_size, "--heads %d does not divide --channels %d", cfg->num_heads, cfg->channels);
-        return false;
-    }
+    if (fixed) return bs_reason(why, why_size, subject, "%s", fixed);
+    if (cfg->channels % cfg->num_heads != 0)
+        return bs_reason(why, why_size, "heads channels", "the %d attention heads do not divide the width %d",
+                         cfg->num_heads, cfg->channels);
     cfg->padded_vocab_size = gpt_padded_vocab(cfg->vocab_size);
     if (!gpt_is_moe(cfg)) return true;
     if (cfg->moe_ffn == 0) cfg->moe_ffn = 4 * cfg->channels;
     if (cfg->moe_every < 0 || cfg->moe_every > cfg->num_layers) {
-        snprintf(why, why_size, "--moe-every %d must be between 1 and --layers %d (layer l is MoE when (l + 1) %% %d == 0)",
-                 cfg->moe_every, cfg->num_layers, cfg->moe_every);
-        return false;
+        return bs_reason(why, why_size, "moe_every layers", "every %d-th layer MoE: the spacing must be between 1 and "
+                         "the %d layers (layer l is MoE when (l + 1) %% %d == 0)", cfg->moe_every, cfg->num_layers,
+                         cfg->moe_every);
     }
     MoeConfig moe = gpt_moe_config(cfg);
     return moe_config_check(&moe, cfg->capacity_factor != 0, why, why_size);
@@ -86,25 +83,20 @@ MoeConfig gpt_moe_config(const GPTConfig *cfg) {
 
 bool gpt_set_shard(GPTConfig *cfg, int tp_size, int tp_rank, int pp_size_, int pp_rank_, int first_layer,
                    int stage_layers, char *why, size_t why_size) {
-    if (cfg->num_heads % tp_size != 0) {
-        snprintf(why, why_size, "--tp %d does not divide --heads %d (tensor parallelism splits the heads)", tp_size,
-                 cfg->num_heads);
-        return false;
-    }
-    if (cfg->padded_vocab_size % tp_size != 0) {
-        snprintf(why, why_size, "--tp %d does not divide the padded vocabulary %d", tp_size, cfg->padded_vocab_size);
-        return false;
-    }
+    if (cfg->num_heads % tp_size != 0)
+        return bs_reason(why, why_size, "tp heads", "the tensor-parallel degree %d does not divide the %d attention "
+                         "heads (tensor parallelism splits the heads)", tp_size, cfg->num_heads);
+    if (cfg->padded_vocab_size % tp_size != 0)
+        return bs_reason(why, why_size, "tp", "the tensor-parallel degree %d does not divide the padded vocabulary %d",
+                         tp_size, cfg->padded_vocab_size);
     if (stage_layers < 1 || first_layer < 0 || first_layer + stage_layers > cfg->num_layers) {
         snprintf(why, why_size, "pipeline stage %d would hold layers [%d, %d) of %d; every stage needs at least one",
                  pp_rank_, first_layer, first_layer + stage_layers, cfg->num_layers);
         return false;
     }
-    if (gpt_is_moe(cfg) && cfg->moe_ffn % tp_size != 0) {
-        snprintf(why, why_size, "--tp %d does not divide --moe-ffn %d (tensor parallelism splits each expert's hidden units)",
-                 tp_size, cfg->moe_ffn);
-        return false;
-    }
+    if (gpt_is_moe(cfg) && cfg->moe_ffn % tp_size != 0)
+        return bs_reason(why, why_size, "tp moe_ffn", "the tensor-parallel degree %d does not divide the experts' "
+                         "hidden width %d (tensor parallelism splits each expert's hidden units)", tp_size, cfg->moe_ffn);
     cfg->tp_size = tp_size;
     cfg->tp_rank = tp_rank;
     cfg->pp_size = pp_size_;

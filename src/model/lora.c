@@ -10,6 +10,7 @@
 #include "core/rng.h"
 #include "kernels/kernels.h"
 #include "model/gpt.h"
+#include "core/reason.h"
 
 static const char *const target_names[LORA_NUM_TARGETS] = {"qkv", "attproj", "fc", "fcproj"};
 
@@ -103,22 +104,20 @@ bool lora_parse_targets(const char *text, int *mask, char *why, size_t why_size)
     *mask = 0;
     char buf[256];
     if (snprintf(buf, sizeof buf, "%s", text) >= (int)sizeof buf) {
-        snprintf(why, why_size, "--lora-targets is too long");
-        return false;
+        return bs_reason(why, why_size, "lora_targets", "the list of adapted layers is too long");
     }
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         int found = strcmp(tok, "all") == 0 ? (1 << LORA_NUM_TARGETS) - 1 : 0;
         for (int t = 0; t < LORA_NUM_TARGETS && !found; t++)
             if (strcmp(tok, target_names[t]) == 0) found = 1 << t;
         if (!found) {
-            snprintf(why, why_size, "--lora-targets: unknown target '%s' (qkv, attproj, fc, fcproj or all)", tok);
-            return false;
+            return bs_reason(why, why_size, "lora_targets",
+                             "unknown adapted layer '%s' (qkv, attproj, fc, fcproj or all)", tok);
         }
         *mask |= found;
     }
     if (*mask == 0) {
-        snprintf(why, why_size, "--lora-targets names no layer (qkv, attproj, fc, fcproj or all)");
-        return false;
+        return bs_reason(why, why_size, "lora_targets", "the adapted layers name no layer (qkv, attproj, fc, fcproj or all)");
     }
     return true;
 }

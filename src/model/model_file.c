@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 #include "core/io.h"
 #include "model/llmc_file.h"
 #include "model/safetensors_file.h"
@@ -35,7 +36,8 @@ void model_file_read_params(const char *path, GPT *model) {
     const char *file = resolve(path, buf, sizeof buf);
     if (model_file_is_safetensors_name(file) || safetensors_is_file(file)) safetensors_read_params(file, model);
     else if (gpt_is_moe(&model->cfg))
-        bs_die("%s is an llm.c model file: it holds a dense GPT-2, not --experts %d", path, model->cfg.experts);
+        bs_die_about("experts", "%s is an llm.c model file: it holds a dense GPT-2, not %d experts", path,
+                     model->cfg.experts);
     else llmc_model_read_params(file, model);
 }
 

@@ -9,32 +9,37 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/reason.h"
+
 bool moe_config_check(const MoeConfig *c, bool capacity_given, char *why, size_t why_size) {
     if (c->experts < 1 || c->experts > MOE_MAX_EXPERTS)
-        snprintf(why, why_size, "--experts must be 1..%d (got %d)", MOE_MAX_EXPERTS, c->experts);
+        bs_reason(why, why_size, "experts", "the number of experts must be 1..%d (got %d)", MOE_MAX_EXPERTS, c->experts);
     else if (c->top_k < 1 || c->top_k > c->experts)
-        snprintf(why, why_size, "--top-k must be 1..%d, the number of experts (got %d)", c->experts, c->top_k);
+        bs_reason(why, why_size, "top_k", "the experts per token must be 1..%d, the number of experts (got %d)",
+                  c->experts, c->top_k);
     else if (capacity_given && !(c->capacity_factor > 0 && isfinite(c->capacity_factor)))
-        snprintf(why, why_size, "--capacity-factor must be a number > 0 (got %g); --dropless never drops",
-                 c->capacity_factor);
+        bs_reason(why, why_size, "capacity_factor", "the capacity factor must be a number > 0 (got %g); dropless "
+                  "routing never drops", c->capacity_factor);
     else if (!capacity_given && c->capacity_factor != 0)
-        snprintf(why, why_size, "--capacity-factor: the factor is %g without the flag (0 means dropless)",
-                 c->capacity_factor);
+        bs_reason(why, why_size, "capacity_factor", "the capacity factor is %g though none was given (0 means dropless)",
+                  c->capacity_factor);
     else if (c->hidden < 1)
-        snprintf(why, why_size, "--moe-ffn must be >= 1 (got %d)", c->hidden);
+        bs_reason(why, why_size, "moe_ffn", "the experts' hidden width must be >= 1 (got %d)", c->hidden);
     else if (c->channels < 1)
-        snprintf(why, why_size, "--channels must be >= 1 (got %d)", c->channels);
+        bs_reason(why, why_size, "channels", "the width must be >= 1 (got %d)", c->channels);
     else if (!(c->aux_coef >= 0 && isfinite(c->aux_coef)))
-        snprintf(why, why_size, "--moe-aux-loss must be a number >= 0 (got %g)", c->aux_coef);
+        bs_reason(why, why_size, "moe_aux_loss", "the load-balancing loss coefficient must be a number >= 0 (got %g)",
+                  c->aux_coef);
     else if (!(c->z_coef >= 0 && isfinite(c->z_coef)))
-        snprintf(why, why_size, "--moe-z-loss must be a number >= 0 (got %g)", c->z_coef);
+        bs_reason(why, why_size, "moe_z_loss", "the router z-loss coefficient must be a number >= 0 (got %g)", c->z_coef);
     else if (!(c->routed_scale > 0 && isfinite(c->routed_scale)))
-        snprintf(why, why_size, "--moe-routed-scale must be a number > 0 (got %g)", c->routed_scale);
+        bs_reason(why, why_size, "moe_routed_scale", "the routed experts' scale must be a number > 0 (got %g)",
+                  c->routed_scale);
     else if ((unsigned)c->gates > MOE_GATES_PRE_SOFTMAX)
-        snprintf(why, why_size, "--moe-gates: unknown gates %d", (int)c->gates);
+        bs_reason(why, why_size, "moe_gates", "unknown expert gates %d", (int)c->gates);
     else if (c->gates == MOE_GATES_PRE_SOFTMAX && c->router != MOE_ROUTER_SOFTMAX)
-        snprintf(why, why_size, "--moe-gates pre-softmax is the softmax router's (Megatron's moe_router_pre_softmax); "
-                 "with --router %s take unnormalized", moe_router_name(c->router));
+        bs_reason(why, why_size, "moe_gates router", "pre-softmax gates are the softmax router's (Megatron's "
+                  "moe_router_pre_softmax); the %s router takes unnormalized gates", moe_router_name(c->router));
     else
         return true;
     return false;
@@ -42,9 +47,10 @@ bool moe_config_check(const MoeConfig *c, bool capacity_given, char *why, size_t
 
 bool moe_ep_check(int experts, int ep, int dp_size, char *why, size_t why_size) {
     if (ep < 1 || experts % ep != 0)
-        snprintf(why, why_size, "--ep %d must divide --experts %d", ep, experts);
+        bs_reason(why, why_size, "ep experts", "the expert-parallel degree %d must divide the %d experts", ep, experts);
     else if (dp_size % ep != 0)
-        snprintf(why, why_size, "--ep %d must divide the data-parallel size %d (--dp)", ep, dp_size);
+        bs_reason(why, why_size, "ep dp", "the expert-parallel degree %d must divide the data-parallel size %d", ep,
+                  dp_size);
     else
         return true;
     return false;

@@ -606,7 +606,7 @@ static bool check_adapter_names(StFile *f, const GPTConfig *cfg) {
                 known = strcmp(key, name) == 0;
             }
         if (!known)
-            REFUSE(f, "%s: unexpected tensor %s (not a LoRA adapter of rank %d on the --lora-targets layers of a "
+            REFUSE(f, "%s: unexpected tensor %s (not a LoRA adapter of rank %d on the adapted layers of a "
                       "%d-layer GPT-2)", f->path, key, cfg->lora_rank, cfg->num_layers);
     }
     return true;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 
 #define MAX_BATCH 1000000000L /* sequences; far beyond any real run, keeps the arithmetic in range */
 #define MAX_TEXT 1024
@@ -18,14 +19,6 @@
 #define LLAMA3_SECOND_NUM 287ULL         /* 2.87T / 15.6T = 287 / 1,560 */
 #define LLAMA3_SECOND_DEN 1560ULL
 
-/* Writes a one-line reason and returns false. */
-BS_PRINTF(3, 4) static bool refuse(char *why, size_t why_size, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, why_size, fmt, ap);
-    va_end(ap);
-    return false;
-}
 
 /* The same, for a reason found in the schedule text itself. */
 BS_PRINTF(4, 5) static bool fail(char *why, size_t why_size, const char *text, const char *fmt, ...) {
@@ -34,7 +27,7 @@ BS_PRINTF(4, 5) static bool fail(char *why, size_t why_size, const char *text, c
     va_start(ap, fmt);
     vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
-    return refuse(why, why_size, "--batch-schedule '%s': %s", text, reason);
+    return bs_reason(why, why_size, "batch_schedule", "the batch schedule '%s': %s", text, reason);
 }
 
 /* Parses a whole number with an optional decimal point and an optional unit
@@ -195,45 +188,46 @@ static void llama3_proportional(uint64_t total_tokens, uint64_t out[2]) {
 }
 
 bool batch_schedule_prepare(BatchSchedule *s, long final_batch, uint64_t total_tokens, char *why, size_t why_size) {
-    if (final_batch < 1) return refuse(why, why_size, "--global-batch must be at least 1");
+    if (final_batch < 1) return bs_reason(why, why_size, "global_batch", "the global batch must be at least 1");
     s->final_batch = final_batch;
     switch (s->kind) {
     case BATCH_CONSTANT: return true;
     case BATCH_RAMP:
         if (s->start >= final_batch)
-            return refuse(why, why_size, "--batch-schedule ramp: START %ld must be below --global-batch %ld",
-                          s->start, final_batch);
+            return bs_reason(why, why_size, "batch_schedule global_batch",
+                             "the ramp batch schedule's START %ld must be below the global batch %ld", s->start,
+                             final_batch);
         if ((final_batch - s->start) % s->increment != 0)
-            return refuse(why, why_size,
-                          "--batch-schedule ramp: --global-batch %ld minus START %ld is %ld, not a multiple of "
-                          "INCREMENT %ld (Megatron's rule); change one of them",
+            return bs_reason(why, why_size, "batch_schedule global_batch",
+                             "the ramp batch schedule: the global batch %ld minus START %ld is %ld, not a multiple of "
+                             "INCREMENT %ld (Megatron's rule); change one of them",
                           final_batch, s->start, final_batch - s->start, s->increment);
         return true;
     case BATCH_EXP:
         if (s->start > final_batch)
-            return refuse(why, why_size, "--batch-schedule exp: START %ld is above --global-batch %ld", s->start,
-                          final_batch);
+            return bs_reason(why, why_size, "batch_schedule global_batch",
+                             "the exp batch schedule's START %ld is above the global batch %ld", s->start, final_batch);
         return true;
     case BATCH_STEP: {
         long last = s->stages[s->num_stages - 1].batch;
         if (last != final_batch)
-            return refuse(why, why_size,
-                          "--batch-schedule step ends at %ld sequences but --global-batch is %ld; make them equal",
+            return bs_reason(why, why_size, "batch_schedule global_batch",
+                             "the step batch schedule ends at %ld sequences but the global batch is %ld; make them equal",
                           last, final_batch);
         return true;
     }
     case BATCH_LLAMA3: {
         if (final_batch < 4)
-            return refuse(why, why_size,
-                          "--batch-schedule llama3 starts at --global-batch / 4, so it needs a global batch of at "
-                          "least 4 (got %ld)",
+            return bs_reason(why, why_size, "batch_schedule global_batch",
+                             "the llama3 batch schedule starts at a quarter of the global batch, so it needs a global "
+                             "batch of at least 4 (got %ld)",
                           final_batch);
         uint64_t t[2] = {s->llama3_thresholds[0], s->llama3_thresholds[1]};
         if (t[0] == 0) {
             if (total_tokens == 0)
-                return refuse(why, why_size,
-                              "--batch-schedule llama3 without thresholds needs the run's token budget; give "
-                              "llama3:T1:T2");
+                return bs_reason(why, why_size, "batch_schedule",
+                                 "the llama3 batch schedule without thresholds needs the run's token budget; give "
+                                 "llama3:T1:T2");
             llama3_proportional(total_tokens, t);
         }
         s->num_stages = 3;
@@ -282,13 +276,13 @@ bool batch_round(long wanted, long granule, bool strict, long *realised, char *w
         return true;
     }
     if (strict)
-        return refuse(why, why_size,
-                      "--strict-batch: the batch schedule asks for %ld sequences, not a multiple of --micro-batch x "
-                      "data-parallel ranks = %ld; change the schedule or drop --strict-batch",
-                      wanted, granule);
-    snprintf(why, why_size,
-             "the batch schedule asks for %ld sequences, not a multiple of --micro-batch x data-parallel ranks = %ld; "
-             "using %ld (shown once; --strict-batch makes this an error)",
-             wanted, granule, r);
+        return bs_reason(why, why_size, "strict_batch micro_batch",
+                         "strict batches: the batch schedule asks for %ld sequences, not a multiple of the micro-batch "
+                         "x data-parallel ranks = %ld; change the schedule or allow rounding",
+                         wanted, granule);
+    bs_reason(why, why_size, "micro_batch strict_batch",
+              "the batch schedule asks for %ld sequences, not a multiple of the micro-batch x data-parallel ranks = "
+              "%ld; using %ld (shown once; strict batches make this an error)",
+              wanted, granule, r);
     return true;
 }

@@ -1,5 +1,6 @@
 /* lr_scaling.c: linear and square-root learning-rate scaling (see lr_scaling.h). */
 #include "optim/lr_scaling.h"
+#include "core/reason.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -14,8 +15,8 @@ bool lr_scaling_parse(const char *name, LrScaling *rule, char *why, size_t why_s
             return true;
         }
     }
-    snprintf(why, why_size, "--lr-scaling must be none, linear or sqrt (got '%s')", name);
-    return false;
+    return bs_reason(why, why_size, "lr_scaling", "the learning-rate scaling rule must be none, linear or sqrt (got '%s')",
+                     name);
 }
 
 double lr_scaling_factor(LrScaling rule, long batch, long base_batch) {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 #include "core/range.h"
 #include "optim/adamw.h"
 #include "optim/lamb.h"
@@ -23,8 +24,8 @@ bool optimizer_kind_parse(const char *name, OptimizerKind *kind, char *why, size
             return true;
         }
     }
-    snprintf(why, why_size, "--optimizer must be adamw, sgd, lamb, lars or onebit-adam (got '%s')", name);
-    return false;
+    return bs_reason(why, why_size, "optimizer", "the optimizer must be adamw, sgd, lamb, lars or onebit-adam (got '%s')",
+                     name);
 }
 
 const char *optimizer_kind_name(OptimizerKind kind) { return kind_names[kind]; }

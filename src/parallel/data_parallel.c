@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 #include "core/range.h"
 #include "kernels/vecmath.h"
 #include "optim/grad_norm.h"
@@ -517,7 +518,7 @@ DataParallel *dp_create(Comm *comm, GPT *model, const DPOptions *opt) {
     dp->model = model;
     dp->opt = *opt;
     dp->stage = opt->zero_stage;
-    if (dp->stage < 0 || dp->stage > 3) bs_die("--zero must be 0, 1, 2 or 3 (got %d)", dp->stage);
+    if (dp->stage < 0 || dp->stage > 3) bs_die_about("zero_stage", "the ZeRO stage must be 0, 1, 2 or 3 (got %d)", dp->stage);
     if (dp->opt.bucket_floats == 0) dp->opt.bucket_floats = 1;
     dp->num_blocks = gpt_num_blocks(&model->cfg);
     dp->total = gpt_num_params(&model->cfg);
@@ -581,7 +582,7 @@ static GroupRange *split_alloc(const DataParallel *dp, Range window, int *n) {
 
 void dp_set_expert_group(DataParallel *dp, Comm *edp) {
     if (dp->stage == 3 || dp->compress_grads)
-        bs_die("--ep: expert parallelism reduces gradients at --zero 0, 1 or 2 without --grad-compression only (yet)");
+        bs_die_about("ep zero_stage grad_codec", "expert parallelism reduces gradients at ZeRO stage 0, 1 or 2 without gradient compression only (yet)");
     const GPTConfig *cfg = &dp->model->cfg;
     int cap = gpt_max_segments(cfg);
     ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
@@ -637,8 +638,9 @@ bool dp_experts_sharded_apart(const DataParallel *dp) { return dp->layout_split 
 /* The one piece of a rank that updates a contiguous range. */
 static Range single_piece(const DataParallel *dp) {
     if (dp_experts_sharded_apart(dp))
-        bs_die("this feature needs one contiguous range of parameters per rank, but expert parallelism at --zero %d "
-               "updates the dense and the expert tensors as %d pieces (use --zero 0)", dp->stage, dp->num_pieces);
+        bs_die_about("ep zero_stage", "this feature needs one contiguous range of parameters per rank, but expert "
+                     "parallelism at ZeRO stage %d updates the dense and the expert tensors as %d pieces (use stage 0)",
+                     dp->stage, dp->num_pieces);
     return dp->pieces[0];
 }
 

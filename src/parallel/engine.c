@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 #include "core/io.h"
 #include "model/frozen_load.h"
 #include "model/model_file.h"
@@ -96,8 +97,8 @@ static void split_virtual_stages(Engine *e) {
     e->vs_layers = bs_calloc((size_t)(p * v), sizeof(int));
     for (int s = 0; s < p; s++)
         if (g->stage_layers[s] % v != 0)
-            bs_die("--virtual-stages %d does not divide the %d layers of pipeline stage %d (each stage's layers are "
-                   "split into %d equal chunks)", v, g->stage_layers[s], s, v);
+            bs_die_about("virtual_stages", "%d virtual stages do not divide the %d layers of pipeline stage %d (each "
+                         "stage's layers are split into %d equal chunks)", v, g->stage_layers[s], s, v);
     for (int vs = 0, first = 0; vs < p * v; vs++) {
         e->vs_first[vs] = first;
         e->vs_layers[vs] = g->stage_layers[vs % p] / v;
@@ -131,7 +132,7 @@ static void read_init_file(const Engine *e, const GPTConfig *whole, GPT *file) {
     gpt_init_weights(file, e->cfg.seed);
     char why[256];
     if (!moe_upcycle(&dense, file, e->cfg.seed, e->cfg.upcycle_noise, why, sizeof why))
-        bs_die("--init-from %s: %s", e->cfg.init_from, why);
+        bs_die_about("init_from", "upcycling %s: %s", e->cfg.init_from, why);
     gpt_free(&dense);
 }
 
@@ -180,22 +181,39 @@ static void init_lora_chunk(Engine *e, EngineChunk *ch, const GPTConfig *whole) 
     }
 }
 
+/* A setting a feature does not compose with: its subject keys (core/reason.h) and its words. */
+typedef struct {
+    const char *subjects, *what;
+} Conflict;
+
+static BS_NORETURN void die_conflict(const char *feature_subject, const char *feature, Conflict no) {
+    char subjects[128];
+    snprintf(subjects, sizeof subjects, "%s %s", feature_subject, no.subjects);
+    bs_die_about(subjects, "%s does not work with %s", feature, no.what);
+}
+
 /* What LoRA does not compose with yet: one line each, before any work. */
 static void check_lora(const Engine *e, const GPTConfig *whole) {
     const EngineConfig *c = &e->cfg;
-    const char *no = c->data_parallel.zero_stage == 3 ? "--zero 3 (the frozen base is kept whole on every rank; use --zero 1 or 2)"
-                     : e->grid->pp > 1 ? "--pp (the frozen tied embeddings are not shared between stages yet)"
-                     : c->fp8 ? "--precision fp8"
-                     : c->bf16 ? "--precision bf16 (adapters train in fp32 over an fp32 base)"
-                     : c->outlier_scale != 0 ? "--debug-outlier-scale"
-                     : c->lora_dropout > 0 && e->grid->cp > 1
-                         ? "--lora-dropout and --cp (the masks are keyed by whole sequences)"
-                     : whole->base_weights == BASE_WEIGHTS_INT8 && e->grid->tp > 1
-                         ? "--base-weights int8 and --tp (a row-parallel shard would scale its part of each row alone)"
-                     : whole->base_weights == BASE_WEIGHTS_NF4 && e->grid->tp > 1
-                         ? "--base-weights nf4 and --tp (a shard's blocks and their double quantisation differ from the whole matrix's)"
-                     : NULL;
-    if (no) bs_die("--lora-rank %d does not work with %s", whole->lora_rank, no);
+    const Conflict no =
+        c->data_parallel.zero_stage == 3
+            ? (Conflict){"zero_stage", "ZeRO stage 3 (the frozen base is kept whole on every rank; use stage 1 or 2)"}
+        : e->grid->pp > 1 ? (Conflict){"pp", "pipeline stages (the frozen tied embeddings are not shared between stages yet)"}
+        : c->fp8 ? (Conflict){"precision", "fp8 precision"}
+        : c->bf16 ? (Conflict){"precision", "bf16 precision (adapters train in fp32 over an fp32 base)"}
+        : c->outlier_scale != 0 ? (Conflict){"outlier_scale", "an injected activation outlier"}
+        : c->lora_dropout > 0 && e->grid->cp > 1
+            ? (Conflict){"lora_dropout cp", "adapter dropout under context parallelism (the masks are keyed by whole sequences)"}
+        : whole->base_weights == BASE_WEIGHTS_INT8 && e->grid->tp > 1
+            ? (Conflict){"base_weights tp", "an int8 base under tensor parallelism (a row-parallel shard would scale its part of each row alone)"}
+        : whole->base_weights == BASE_WEIGHTS_NF4 && e->grid->tp > 1
+            ? (Conflict){"base_weights tp", "an nf4 base under tensor parallelism (a shard's blocks and their double quantisation differ from the whole matrix's)"}
+            : (Conflict){NULL, NULL};
+    if (no.what) {
+        char feature[64];
+        snprintf(feature, sizeof feature, "LoRA of rank %d", whole->lora_rank);
+        die_conflict("lora_rank", feature, no);
+    }
 }
 
 /* --debug-outlier-scale F (tests): LayerNorm 1's gain of channel 0 times F in each
@@ -204,7 +222,8 @@ static void inject_outlier(Engine *e, EngineChunk *ch) {
     if (e->cfg.outlier_scale == 0) return;
     const GPTConfig *mc = &ch->model.cfg;
     float *params = dp_params_at(ch->dp, 0, ch->model.num_params);
-    if (!params) bs_die("--debug-outlier-scale needs each rank's parameters whole (not --zero 3)");
+    if (!params)
+        bs_die_about("outlier_scale zero_stage", "an injected activation outlier needs each rank's parameters whole (not ZeRO stage 3)");
     for (int i = 0; i < gpt_stage_layers(mc); i++) {
         size_t offset, count;
         gpt_block_range(mc, gpt_first_layer(mc) + i + 1, &offset, &count);
@@ -217,16 +236,22 @@ static void check_expert_parallel(Engine *e, const GPTConfig *whole) {
     const EngineConfig *c = &e->cfg;
     const Grid *g = e->grid;
     char why[256];
-    if (!gpt_is_moe(whole)) bs_die("--ep %d needs --experts E (E > 1: a Mixture-of-Experts model)", g->ep);
+    if (!gpt_is_moe(whole))
+        bs_die_about("ep experts", "expert parallelism of degree %d needs a Mixture-of-Experts model (more than 1 expert)", g->ep);
     if (!moe_ep_check(whole->experts, g->ep, g->dp, why, sizeof why)) bs_die("%s", why);
-    const char *no = c->data_parallel.zero_stage == 3 ? "--zero 3 (use --zero 0, 1 or 2)"
-                     : c->virtual_stages > 1 ? "--virtual-stages"
-                     : c->data_parallel.grad_codec.kind != CODEC_NONE ? "--grad-compression"
-                     : c->optimizer.kind == OPTIM_LAMB || c->optimizer.kind == OPTIM_LARS
-                         ? "--optimizer lamb or lars (their per-tensor norms would see each rank's experts only)"
-                     : c->optimizer.kind == OPTIM_ONEBIT_ADAM ? "--optimizer onebit-adam"
-                     : NULL;
-    if (no) bs_die("--ep %d does not work with %s yet", g->ep, no);
+    const Conflict no =
+        c->data_parallel.zero_stage == 3 ? (Conflict){"zero_stage", "ZeRO stage 3 yet (use stage 0, 1 or 2)"}
+        : c->virtual_stages > 1 ? (Conflict){"virtual_stages", "virtual pipeline stages yet"}
+        : c->data_parallel.grad_codec.kind != CODEC_NONE ? (Conflict){"grad_codec", "gradient compression yet"}
+        : c->optimizer.kind == OPTIM_LAMB || c->optimizer.kind == OPTIM_LARS
+            ? (Conflict){"optimizer", "the lamb or lars optimizer yet (their per-tensor norms would see each rank's experts only)"}
+        : c->optimizer.kind == OPTIM_ONEBIT_ADAM ? (Conflict){"optimizer", "the onebit-adam optimizer yet"}
+                                                 : (Conflict){NULL, NULL};
+    if (no.what) {
+        char feature[64];
+        snprintf(feature, sizeof feature, "expert parallelism of degree %d", g->ep);
+        die_conflict("ep", feature, no);
+    }
 }
 
 /* The optimizer sees each tensor's trained elements (not wte's padded rows). */
@@ -320,13 +345,14 @@ Engine *engine_create(Comm *world, const GPTConfig *whole, const EngineConfig *c
     const Grid *g = e->grid;
     if (g->ep > 1) check_expert_parallel(e, whole);
     if (cfg->seq_len % (2 * g->cp) != 0)
-        bs_die("--seq-len %d is not a multiple of 2 x --cp %d (each sequence is cut into 2 cp chunks)", cfg->seq_len,
-               g->cp);
+        bs_die_about("seq_len cp", "the sequence length %d is not a multiple of 2 x the context-parallel degree %d (each "
+                     "sequence is cut into 2 chunks per context-parallel rank)", cfg->seq_len, g->cp);
     if (whole->padded_vocab_size % g->tp != 0)
-        bs_die("--tp %d does not divide the padded vocabulary %d", g->tp, whole->padded_vocab_size);
+        bs_die_about("tp", "the tensor-parallel degree %d does not divide the padded vocabulary %d", g->tp, whole->padded_vocab_size);
     if (whole->lora_rank > 0) check_lora(e, whole);
     e->num_chunks = cfg->virtual_stages > 0 ? cfg->virtual_stages : 1;
-    if (e->num_chunks > PIPE_MAX_CHUNKS) bs_die("--virtual-stages %d: at most %d", e->num_chunks, PIPE_MAX_CHUNKS);
+    if (e->num_chunks > PIPE_MAX_CHUNKS)
+        bs_die_about("virtual_stages", "%d virtual stages: at most %d", e->num_chunks, PIPE_MAX_CHUNKS);
     split_virtual_stages(e);
     e->chunks = bs_calloc((size_t)e->num_chunks, sizeof(EngineChunk));
     e->chunk_comm = bs_calloc((size_t)e->num_chunks, sizeof(Comm *));
@@ -349,7 +375,7 @@ Engine *engine_create(Comm *world, const GPTConfig *whole, const EngineConfig *c
     if (cfg->on_device) {
         char reason[512];
         e->device = engine_device_create(cfg->device, cfg, &e->chunks[0], e->grid, reason, sizeof reason);
-        if (!e->device) bs_die("--device %s: %s", cfg->device == DEVICE_CUDA ? "cuda" : "sim", reason);
+        if (!e->device) bs_die_about("device", "the %s device: %s", cfg->device == DEVICE_CUDA ? "cuda" : "sim", reason);
     }
     return e;
 }

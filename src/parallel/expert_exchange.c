@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 
 struct ExpertExchange {
     Comm *comm;
@@ -30,7 +31,7 @@ struct ExpertExchange {
 ExpertExchange *expert_exchange_create(Comm *ep_group, int experts, size_t max_send, size_t max_recv,
                                        size_t max_width) {
     const int ep = comm_size(ep_group);
-    if (experts % ep != 0) bs_die("expert exchange: %d experts do not divide over %d ranks (--ep)", experts, ep);
+    if (experts % ep != 0) bs_die_about("ep experts", "expert exchange: %d experts do not divide over %d ranks", experts, ep);
     ExpertExchange *x = bs_calloc(1, sizeof *x);
     x->comm = ep_group, x->ep = ep, x->rank = comm_rank(ep_group), x->local = experts / ep;
     x->max_send = max_send, x->max_recv = max_recv, x->max_width = max_width;

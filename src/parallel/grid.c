@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 
 GridCoord grid_coord_of(const Grid *g, int rank) {
     return (GridCoord){rank / (g->tp * g->cp * g->pp), (rank / (g->tp * g->cp)) % g->pp, (rank / g->tp) % g->cp,
@@ -102,21 +103,23 @@ void grid_balanced_layers(int num_layers, int pp, double layer_cost, double last
 /* Dies with one line if the sizes cannot form a grid; returns dp. */
 static int check_layout(const Comm *world, GridShape sh, int num_layers, int num_heads) {
     int size = comm_size(world), model = sh.tp * sh.cp * sh.pp;
-    if (sh.tp < 1 || sh.pp < 1 || sh.cp < 1) bs_die("--tp, --cp and --pp must be at least 1");
+    if (sh.tp < 1 || sh.pp < 1 || sh.cp < 1) bs_die_about("tp cp pp", "the tensor-, context- and pipeline-parallel degrees must be at least 1");
     if (size % model != 0)
-        bs_die("--tp %d x --cp %d x --pp %d = %d does not divide the %d processes launched (mpirun -np)", sh.tp, sh.cp,
+        bs_die_about("tp cp pp", "the model-parallel size tp %d x cp %d x pp %d = %d does not divide the %d processes launched (mpirun -np)", sh.tp, sh.cp,
                sh.pp, model, size);
     int dp = sh.dp == 0 ? size / model : sh.dp;
     if (model * dp != size)
-        bs_die("--tp %d x --cp %d x --pp %d x --dp %d = %d, but %d processes were launched (mpirun -np)", sh.tp,
+        bs_die_about("tp cp pp dp", "tp %d x cp %d x pp %d x dp %d = %d ranks, but %d processes were launched (mpirun -np)", sh.tp,
                sh.cp, sh.pp, dp, model * dp, size);
     if (num_heads % sh.tp != 0)
-        bs_die("--tp %d does not divide --heads %d (tensor parallelism splits the attention heads)", sh.tp, num_heads);
+        bs_die_about("tp heads", "the tensor-parallel degree %d does not divide the %d attention heads (tensor parallelism splits them)",
+                     sh.tp, num_heads);
     const int ep = sh.ep > 1 ? sh.ep : 1;
     if (dp % ep != 0)
-        bs_die("--ep %d does not divide the data-parallel size %d (expert parallelism folds over data-parallel ranks)",
+        bs_die_about("ep dp", "the expert-parallel degree %d does not divide the data-parallel size %d (expert parallelism folds over data-parallel ranks)",
                ep, dp);
-    if (num_layers < sh.pp) bs_die("--pp %d stages need at least %d layers (the model has %d)", sh.pp, sh.pp, num_layers);
+    if (num_layers < sh.pp)
+        bs_die_about("pp layers", "%d pipeline stages need at least %d layers (the model has %d)", sh.pp, sh.pp, num_layers);
     return dp;
 }
 

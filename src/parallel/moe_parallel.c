@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 #include "parallel/expert_exchange.h"
 
 typedef struct {
@@ -39,7 +40,7 @@ struct MoeParallel {
 MoeParallel *moe_parallel_create(const MoeConfig *cfg, Comm *ep_group, size_t max_rows) {
     MoeParallel *p = bs_calloc(1, sizeof *p);
     p->cfg = *cfg, p->comm = ep_group, p->ep = comm_size(ep_group), p->rank = comm_rank(ep_group);
-    if (cfg->experts % p->ep != 0) bs_die("--ep %d does not divide --experts %d", p->ep, cfg->experts);
+    if (cfg->experts % p->ep != 0) bs_die_about("ep experts", "the expert-parallel degree %d does not divide the %d experts", p->ep, cfg->experts);
     p->local = cfg->experts / p->ep, p->first = p->rank * p->local;
     const size_t K = (size_t)cfg->top_k, C = (size_t)cfg->channels, S = max_rows * K;
     /* worst case: every row of the group sends min(K, local) assignments here */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 #include "core/timer.h"
 #include "core/trace.h"
 
@@ -59,7 +60,7 @@ size_t pipeline_activation_bytes(const Pipeline *p) {
 
 Pipeline *pipeline_create(Comm *pp_group, int stage, int stages, const PipeChunk *chunks, int num_chunks,
                           PipeSchedule schedule, int B, int T) {
-    if (num_chunks < 1 || num_chunks > MAX_CHUNKS) bs_die("--virtual-stages must be 1..%d", MAX_CHUNKS);
+    if (num_chunks < 1 || num_chunks > MAX_CHUNKS) bs_die_about("virtual_stages", "a stage holds 1..%d virtual stages", MAX_CHUNKS);
     Pipeline *p = bs_calloc(1, sizeof *p);
     p->group = pp_group;
     p->stage = stage;

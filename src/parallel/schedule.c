@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 
 static const char *const SCHEDULE_NAMES[PIPE_SCHEDULE_COUNT] = {"gpipe", "1f1b", "interleaved", "zbh1"};
 static const char *const KIND_NAMES[ACT_KIND_COUNT] = {
@@ -34,22 +35,22 @@ bool schedule_check(const ScheduleShape *s, char *why, size_t n) {
     const int p = s->stages, v = s->chunks, m = s->micro;
     const char *name = pipe_schedule_name(s->schedule);
     if ((unsigned)s->schedule >= PIPE_SCHEDULE_COUNT)
-        snprintf(why, n, "--pp-schedule must be gpipe, 1f1b, interleaved or zbh1");
+        bs_reason(why, n, "pp_schedule", "the pipeline schedule must be gpipe, 1f1b, interleaved or zbh1");
     else if (p < 1)
-        snprintf(why, n, "--pp must be at least 1 (got %d)", p);
+        bs_reason(why, n, "pp", "the pipeline needs at least 1 stage (got %d)", p);
     else if (m < 1)
-        snprintf(why, n, "--global-batch/--micro-batch give %d micro-batches per step: at least 1 is needed", m);
+        bs_reason(why, n, "global_batch micro_batch", "the global and micro batches give %d micro-batches per step: at least 1 is needed", m);
     else if (v < 1)
-        snprintf(why, n, "--virtual-stages must be at least 1 (got %d)", v);
+        bs_reason(why, n, "virtual_stages", "each stage needs at least 1 virtual stage (got %d)", v);
     else if (v > 1 && s->schedule != PIPE_INTERLEAVED)
-        snprintf(why, n, "--virtual-stages %d needs --pp-schedule interleaved (got %s)", v, name);
+        bs_reason(why, n, "virtual_stages pp_schedule", "%d virtual stages need the interleaved pipeline schedule (got %s)", v, name);
     else if (p == 1 && (s->schedule == PIPE_INTERLEAVED || s->schedule == PIPE_ZBH1))
-        snprintf(why, n, "--pp-schedule %s needs --pp 2 or more (got --pp 1)", name);
+        bs_reason(why, n, "pp_schedule pp", "the %s pipeline schedule needs 2 or more stages (got 1)", name);
     else if (s->schedule == PIPE_INTERLEAVED && m % p != 0)
-        snprintf(why, n,
-                 "--pp-schedule interleaved needs the micro-batches per step (--global-batch/--micro-batch = %d) "
-                 "to be a multiple of --pp %d",
-                 m, p);
+        bs_reason(why, n, "pp_schedule global_batch micro_batch pp",
+                  "the interleaved pipeline schedule needs the micro-batches per step (%d) to be a multiple of the %d "
+                  "pipeline stages",
+                  m, p);
     else
         return true;
     return false;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/reason.h"
+
 PlanBatch plan_batch_constant(double batch_tokens) {
     PlanBatch s = {.n = 1};
     s.batch[0] = batch_tokens;
@@ -35,25 +37,21 @@ bool plan_batch_parse(const char *text, PlanBatch *out, char *why, size_t n) {
         const char *e;
         double from, batch;
         if (s.n == BATCH_MAX_SEGMENTS) {
-            snprintf(why, n, "--batch-schedule: at most %d segments", BATCH_MAX_SEGMENTS);
-            return false;
+            return bs_reason(why, n, "batch_schedule", "the batch schedule: at most %d segments", BATCH_MAX_SEGMENTS);
         }
         if (!parse_tokens(p, &from, &e) || *e != ':' || !parse_tokens(e + 1, &batch, &e) || batch <= 0 ||
             (*e && *e != ',')) {
-            snprintf(why, n, "--batch-schedule '%s': expected START:BATCH[,START:BATCH...] in tokens, e.g. 0:4M,252M:8M",
-                     text);
-            return false;
+            return bs_reason(why, n, "batch_schedule", "the batch schedule '%s': expected START:BATCH[,START:BATCH...] in tokens, e.g. 0:4M,252M:8M",
+                             text);
         }
         if ((s.n == 0 && from != 0) || (s.n > 0 && from <= s.from[s.n - 1])) {
-            snprintf(why, n, "--batch-schedule '%s': the first segment starts at 0 and starts must increase", text);
-            return false;
+            return bs_reason(why, n, "batch_schedule", "the batch schedule '%s': the first segment starts at 0 and starts must increase", text);
         }
         s.from[s.n] = from, s.batch[s.n] = batch, s.n++;
         p = *e ? e + 1 : e;
     }
     if (s.n == 0) {
-        snprintf(why, n, "--batch-schedule is empty");
-        return false;
+        return bs_reason(why, n, "batch_schedule", "the batch schedule is empty");
     }
     *out = s;
     return true;

@@ -11,6 +11,7 @@
 #include "plan/model.h"
 
 #include "plan/op_checkpoint.h"
+#include "core/reason.h"
 
 #include <stdio.h>
 
@@ -29,42 +30,33 @@ int model_padded_vocab(const ModelShape *m) {
 
 bool model_check(const ModelShape *m, char *why, size_t n) {
     if (m->layers < 1 || m->hidden < 1 || m->heads < 1 || m->vocab < 2 || m->seq_len < 1 || m->ffn < 1) {
-        snprintf(why, n, "the model needs --layers, --hidden, --heads, --ffn, --vocab and --seq-len >= 1 (or --model NAME)");
-        return false;
+        return bs_reason(why, n, "layers hidden heads ffn vocab seq_len model", "the model needs its layers, width, heads, MLP width, vocabulary and sequence length >= 1 (or a named model)");
     }
     if (m->head_dim <= 0 && m->hidden % m->heads) {
-        snprintf(why, n, "--heads %d does not divide --hidden %d: choose heads that divide the width", m->heads, m->hidden);
-        return false;
+        return bs_reason(why, n, "heads hidden", "%d attention heads do not divide the width %d: choose heads that divide the width", m->heads, m->hidden);
     }
     if (m->kv_heads < 1 || m->heads % m->kv_heads) {
-        snprintf(why, n, "--kv-heads %d must divide --heads %d (grouped-query attention)", m->kv_heads, m->heads);
-        return false;
+        return bs_reason(why, n, "kv_heads heads", "%d key-value heads must divide the %d attention heads (grouped-query attention)", m->kv_heads, m->heads);
     }
     if (model_is_moe(m) && (m->top_k < 1 || m->top_k > m->experts)) {
-        snprintf(why, n, "--top-k %d must be between 1 and --experts %d", m->top_k, m->experts);
-        return false;
+        return bs_reason(why, n, "top_k experts", "%d experts per token must be between 1 and the %d experts", m->top_k, m->experts);
     }
     if ((m->shared_experts > 0 || m->moe_device_limit > 0 || m->moe_node_limit > 0) && !model_is_moe(m)) {
-        snprintf(why, n, "--shared-experts, --moe-device-limit and --moe-node-limit need a mixture-of-experts model (--experts > 1)");
-        return false;
+        return bs_reason(why, n, "shared_experts moe_device_limit moe_node_limit experts", "shared experts and device or node limits of the routing need a mixture-of-experts model (more than 1 expert)");
     }
     if (m->moe_probs_in_activation && !model_is_moe(m)) {
-        snprintf(why, n, "--moe-probs activation needs a mixture-of-experts model (--experts > 1)");
-        return false;
+        return bs_reason(why, n, "moe_probs experts", "the router probabilities applied in the activation need a mixture-of-experts model (more than 1 expert)");
     }
     if (m->shared_experts < 0 || m->moe_device_limit < 0 || m->moe_node_limit < 0) {
-        snprintf(why, n, "--shared-experts, --moe-device-limit and --moe-node-limit must be >= 0");
-        return false;
+        return bs_reason(why, n, "shared_experts moe_device_limit moe_node_limit", "the shared experts and the routing's device and node limits must be >= 0");
     }
     if (m->mtp_layers < 0) {
-        snprintf(why, n, "--mtp-layers %d must be >= 0", m->mtp_layers);
-        return false;
+        return bs_reason(why, n, "mtp_layers", "%d multi-token prediction layers: must be >= 0", m->mtp_layers);
     }
     if (m->attention_window < 0 || m->window_layers < 0 || m->window_layers > m->layers ||
         (m->window_layers > 0 && m->attention_window == 0)) {
-        snprintf(why, n, "--attention-window must be >= 0 and --window-layers between 0 and --layers %d (it needs --attention-window)",
-                 m->layers);
-        return false;
+        return bs_reason(why, n, "attention_window window_layers layers", "the attention window must be >= 0 and the windowed layers between 0 and the %d layers (they need a window)",
+                         m->layers);
     }
     return true;
 }

@@ -23,6 +23,7 @@
 #include "plan/op_checkpoint.h"
 #include "plan/placement.h"
 #include "plan/tp_overlap.h"
+#include "core/reason.h"
 
 #define GIB 1073741824.0
 
@@ -45,15 +46,13 @@ static int micro_batches_at(const PlanInput *in, const Layout *l, double batch_t
 static bool batch_splits(const PlanInput *in, const Layout *l, double batch_tokens, char *why, size_t n) {
     double seqs = batch_tokens / in->model.seq_len;
     if (seqs < 1 || fabs(seqs - round(seqs)) > 1e-9 * seqs) {
-        snprintf(why, n, "a global batch of %.0f tokens is not a whole number of %d-token sequences: use a multiple of --seq-len",
-                 batch_tokens, in->model.seq_len);
-        return false;
+        return bs_reason(why, n, "seq_len", "a global batch of %.0f tokens is not a whole number of %d-token sequences: use a multiple of the sequence length",
+                         batch_tokens, in->model.seq_len);
     }
     double per = (double)l->dp * l->micro_batch;
     if (fmod(round(seqs), per) != 0) {
-        snprintf(why, n, "a global batch of %.0f sequences does not split into --dp %d x --micro-batch %d: choose them so that dp x micro-batch divides %.0f",
-                 round(seqs), l->dp, l->micro_batch, round(seqs));
-        return false;
+        return bs_reason(why, n, "dp micro_batch", "a global batch of %.0f sequences does not split into dp %d x micro-batch %d: choose them so that dp x micro-batch divides %.0f",
+                         round(seqs), l->dp, l->micro_batch, round(seqs));
     }
     return true;
 }
@@ -62,35 +61,28 @@ static bool batch_splits(const PlanInput *in, const Layout *l, double batch_toke
  * and what each --ep-overlap needs. */
 static bool moe_layout_ok(const ModelShape *m, const Layout *l, char *why, size_t n) {
     if (l->ep > 1 && !model_is_moe(m)) {
-        snprintf(why, n, "--ep %d needs a mixture-of-experts model (--experts > 1)", l->ep);
-        return false;
+        return bs_reason(why, n, "ep experts", "expert parallelism of degree %d needs a mixture-of-experts model (more than 1 expert)", l->ep);
     }
     int etp = layout_expert_tp(l);
     if (etp != l->tp && (!model_is_moe(m) || etp < 1 || l->tp % etp || m->ffn % etp || l->rank_order != ORDER_TP_CP_EP_DP_PP)) {
-        snprintf(why, n, "--etp %d needs a mixture-of-experts model, must divide --tp %d and --ffn, and needs --rank-order tp-cp-ep-dp-pp",
-                 etp, l->tp);
-        return false;
+        return bs_reason(why, n, "etp tp ffn rank_order", "an expert tensor-parallel degree %d needs a mixture-of-experts model, must divide the tensor-parallel degree %d and the MLP width, and needs the rank order tp-cp-ep-dp-pp",
+                         etp, l->tp);
     }
     if (l->ep > 1 && (m->experts % l->ep || (etp == l->tp ? (l->dp * l->cp) % l->ep : (l->tp * l->cp * l->dp) % (etp * l->ep)))) {
         if (etp == l->tp)
-            snprintf(why, n, "--ep %d must divide --experts %d and dp x cp = %d", l->ep, m->experts, l->dp * l->cp);
-        else
-            snprintf(why, n, "--ep %d must divide --experts %d, and etp x ep = %d the stage's tp x cp x dp = %d", l->ep,
-                     m->experts, etp * l->ep, l->tp * l->cp * l->dp);
-        return false;
+            return bs_reason(why, n, "ep experts dp cp", "the expert-parallel degree %d must divide the %d experts and dp x cp = %d", l->ep, m->experts, l->dp * l->cp);
+        return bs_reason(why, n, "ep experts etp", "the expert-parallel degree %d must divide the %d experts, and etp x ep = %d the stage's tp x cp x dp = %d", l->ep,
+                         m->experts, etp * l->ep, l->tp * l->cp * l->dp);
     }
     if (l->ep_overlap == EP_OVERLAP_DUALPIPE && l->pp > 1 && (l->pp % 2 || l->schedule != SCHEDULE_1F1B)) {
-        snprintf(why, n, "--ep-overlap dualpipe is its own pipeline schedule: it needs an even --pp and --schedule 1f1b (DualPipe feeds micro-batches from both ends)");
-        return false;
+        return bs_reason(why, n, "ep_overlap pp schedule", "the dualpipe expert overlap is its own pipeline schedule: it needs an even number of stages and the 1f1b schedule (DualPipe feeds micro-batches from both ends)");
     }
     if (l->ep_overlap == EP_OVERLAP_COMBINED_1F1B && ((l->pp > 1 && (l->schedule != SCHEDULE_INTERLEAVED || l->virtual_stages < 2)) ||
                                                      l->recompute == RECOMPUTE_FULL)) {
-        snprintf(why, n, "--ep-overlap combined-1f1b extends the interleaved schedule: with --pp > 1 it needs --schedule interleaved and --virtual-stages >= 2, and no --recompute full (Megatron-core rejects both)");
-        return false;
+        return bs_reason(why, n, "ep_overlap schedule virtual_stages recompute", "the combined-1f1b expert overlap extends the interleaved schedule: with more than 1 stage it needs the interleaved schedule and 2 or more virtual stages, and no full recomputation (Megatron-core rejects both)");
     }
     if (l->ep_overlap == EP_OVERLAP_SHARED && m->shared_experts < 1) {
-        snprintf(why, n, "--ep-overlap shared needs --shared-experts >= 1 (the all-to-all runs beside the shared experts' MLP)");
-        return false;
+        return bs_reason(why, n, "ep_overlap shared_experts", "the shared expert overlap needs 1 or more shared experts (the all-to-all runs beside the shared experts' MLP)");
     }
     return true;
 }
@@ -98,8 +90,7 @@ static bool moe_layout_ok(const ModelShape *m, const Layout *l, char *why, size_
 /* The layer split names whole layers on every stage (layer_split.h). */
 static bool layer_split_ok(const PlanInput *in, const Layout *l, char *why, size_t n) {
     if (!in->split.even && (in->split.first > 0 || in->split.last > 0)) {
-        snprintf(why, n, "--first-stage-layers and --last-stage-layers fix the split: use --layer-split even");
-        return false;
+        return bs_reason(why, n, "first_stage_layers last_stage_layers layer_split", "the first and last stages' layers fix the split: split evenly");
     }
     int first, middle, last, chunks = layout_chunks(l);
     return !in->split.even || layer_split_even(&in->split, in->model.layers, l->pp, chunks, &first, &middle, &last, why, n);
@@ -108,88 +99,71 @@ static bool layer_split_ok(const PlanInput *in, const Layout *l, char *why, size
 bool layout_check(const PlanInput *in, const Layout *l, char *why, size_t n) {
     const ModelShape *m = &in->model;
     if (in->zero1_allreduce && l->zero != 1) {
-        snprintf(why, n, "--zero1-reduce allreduce is a ZeRO-1 optimizer's (DeepSpeed's BF16_Optimizer): use --zero 1");
-        return false;
+        return bs_reason(why, n, "zero1_reduce zero", "the ZeRO-1 all-reduce of gradients is a ZeRO-1 optimizer's (DeepSpeed's BF16_Optimizer): use ZeRO stage 1");
     }
     if (in->pipe_engine == PIPE_ENGINE_DEEPSPEED && l->pp > 1 && l->schedule != SCHEDULE_1F1B) {
-        snprintf(why, n, "--pipeline-engine deepspeed runs only DeepSpeed's 1F1B TrainSchedule: use --schedule 1f1b");
-        return false;
+        return bs_reason(why, n, "pipeline_engine schedule", "DeepSpeed's pipeline engine runs only its 1F1B TrainSchedule: use the 1f1b schedule");
     }
     int gpus = fleet_gpus(&in->fleet), model_par = l->tp * l->cp * l->pp;
     if (l->tp < 1 || l->pp < 1 || l->dp < 1 || l->cp < 1 || l->ep < 1 || l->micro_batch < 1) {
-        snprintf(why, n, "--tp, --pp, --dp, --cp, --ep and --micro-batch must be >= 1");
-        return false;
+        return bs_reason(why, n, "tp pp dp cp ep micro_batch", "the tensor-, pipeline-, data-, context- and expert-parallel degrees and the micro-batch must be >= 1");
     }
     if (layout_gpus(l) != gpus) {
         if (gpus % model_par == 0)
-            snprintf(why, n, "--tp %d x --cp %d x --pp %d x --dp %d = %d GPUs, but the fleet has %d: use --dp %d or change --gpus",
-                     l->tp, l->cp, l->pp, l->dp, layout_gpus(l), gpus, gpus / model_par);
-        else
-            snprintf(why, n, "--tp %d x --cp %d x --pp %d = %d does not divide the fleet's %d GPUs: change --tp, --cp or --pp",
-                     l->tp, l->cp, l->pp, model_par, gpus);
-        return false;
+            return bs_reason(why, n, "tp cp pp dp gpus", "tp %d x cp %d x pp %d x dp %d = %d GPUs, but the fleet has %d: use dp %d or change the fleet",
+                             l->tp, l->cp, l->pp, l->dp, layout_gpus(l), gpus, gpus / model_par);
+        return bs_reason(why, n, "tp cp pp", "tp %d x cp %d x pp %d = %d does not divide the fleet's %d GPUs: change tp, cp or pp",
+                         l->tp, l->cp, l->pp, model_par, gpus);
     }
     if (m->heads % l->tp) {
-        snprintf(why, n, "--tp %d does not divide --heads %d: use a --tp that divides the number of heads", l->tp, m->heads);
-        return false;
+        return bs_reason(why, n, "tp heads", "the tensor-parallel degree %d does not divide the %d attention heads: use one that divides the number of heads", l->tp, m->heads);
     }
     if (m->kv_heads % l->tp && l->tp % m->kv_heads) {
-        snprintf(why, n, "--tp %d and --kv-heads %d: one must divide the other", l->tp, m->kv_heads);
-        return false;
+        return bs_reason(why, n, "tp kv_heads", "the tensor-parallel degree %d and the %d key-value heads: one must divide the other", l->tp, m->kv_heads);
     }
     if (m->ffn % l->tp) {
-        snprintf(why, n, "--tp %d does not divide --ffn %d: use a --tp that divides the MLP width", l->tp, m->ffn);
-        return false;
+        return bs_reason(why, n, "tp ffn", "the tensor-parallel degree %d does not divide the MLP width %d: use one that divides it", l->tp, m->ffn);
     }
     if (m->seq_len % l->cp) {
-        snprintf(why, n, "--cp %d does not divide --seq-len %d", l->cp, m->seq_len);
-        return false;
+        return bs_reason(why, n, "cp seq_len", "the context-parallel degree %d does not divide the sequence length %d", l->cp, m->seq_len);
     }
     if (l->pp > m->layers) {
-        snprintf(why, n, "--pp %d exceeds --layers %d: every pipeline stage needs at least one layer", l->pp, m->layers);
-        return false;
+        return bs_reason(why, n, "pp layers", "%d pipeline stages exceed the %d layers: every pipeline stage needs at least one layer", l->pp, m->layers);
     }
     if (l->tp_overlap && l->tp > 1 && !l->sequence_parallel) {
-        snprintf(why, n, "--tp-overlap on needs --sequence-parallel on (the userbuffer overlap pipelines the sequence-parallel all-gathers and reduce-scatters)");
-        return false;
+        return bs_reason(why, n, "tp_overlap sequence_parallel", "the tensor-parallel overlap needs sequence parallelism (the userbuffer overlap pipelines the sequence-parallel all-gathers and reduce-scatters)");
     }
     if (l->zero < 0 || l->zero > 3) {
-        snprintf(why, n, "--zero must be 0, 1, 2 or 3");
-        return false;
+        return bs_reason(why, n, "zero", "the ZeRO stage must be 0, 1, 2 or 3");
     }
     if (!moe_layout_ok(m, l, why, n)) return false;
     if (l->recompute == RECOMPUTE_OP && (model_is_moe(m) || !attention_is_fused(in->attention))) {
-        snprintf(why, n, "--recompute op (torchtitan's per-op policy) is priced for dense blocks with fused attention: drop --experts or use --attention flash or flash2");
-        return false;
+        return bs_reason(why, n, "recompute experts attention", "per-op recomputation (torchtitan's policy) is priced for dense blocks with fused attention: drop the experts or use flash or flash2 attention");
     }
     for (int i = 0; i < in->batch.n; i++)
         if (!batch_splits(in, l, in->batch.batch[i], why, n)) return false;
     if (!layer_split_ok(in, l, why, n)) return false;
     if (l->schedule == SCHEDULE_INTERLEAVED) {
         if (l->pp < 2 || l->virtual_stages < 2) {
-            snprintf(why, n, "the interleaved schedule needs --pp >= 2 and --virtual-stages >= 2");
-            return false;
+            return bs_reason(why, n, "schedule pp virtual_stages", "the interleaved schedule needs 2 or more pipeline stages and 2 or more virtual stages");
         }
         if (l->virtual_stages > m->layers / l->pp) {
-            snprintf(why, n, "--virtual-stages %d exceeds the %d layers per pipeline stage", l->virtual_stages,
-                     m->layers / l->pp);
-            return false;
+            return bs_reason(why, n, "virtual_stages", "%d virtual stages exceed the %d layers per pipeline stage", l->virtual_stages,
+                             m->layers / l->pp);
         }
         for (int i = 0; i < in->batch.n; i++) {
             int mb = micro_batches_at(in, l, in->batch.batch[i]);
             if (mb % l->pp) {
-                snprintf(why, n, "interleaving needs the micro-batches per step (%d) to be a multiple of --pp %d: change --micro-batch or the batch",
-                         mb, l->pp);
-                return false;
+                return bs_reason(why, n, "pp micro_batch", "interleaving needs the micro-batches per step (%d) to be a multiple of the %d pipeline stages: change the micro-batch or the batch",
+                                 mb, l->pp);
             }
         }
     }
     if (in->fleet.kinds > 1)
         for (int k = 0; k < in->fleet.kinds; k++)
             if (((long long)l->pp * in->fleet.count[k]) % gpus) {
-                snprintf(why, n, "mixed fleet: --pp %d cannot give %s (%d of %d GPUs) whole pipeline stages: choose --pp so that pp x %d / %d is whole",
-                         l->pp, in->fleet.hw[k].name, in->fleet.count[k], gpus, in->fleet.count[k], gpus);
-                return false;
+                return bs_reason(why, n, "pp hardware", "mixed fleet: %d pipeline stages cannot give %s (%d of %d GPUs) whole stages: choose pp so that pp x %d / %d is whole",
+                                 l->pp, in->fleet.hw[k].name, in->fleet.count[k], gpus, in->fleet.count[k], gpus);
             }
     return true;
 }

@@ -221,3 +221,13 @@ const Feature compression_feature = {
     .name = "compression", .configure = configure, .create = create, .free = destroy, .update_path = update_path,
     .after_update = after_update, .arrays = arrays_of, .reset_arrays = reset_arrays,
 };
+
+/* Gradient compression. */
+bool compression_check_config(const TrainConfig *c, char *why, size_t n) {
+    if (c->parallel.virtual_stages > 1 && (strcmp(c->compression.codec, "none") != 0 || c->parallel.zero_quant_grads)) {
+        snprintf(why, n, "--virtual-stages with --grad-compression or --zero-quant-grads is not supported yet (the "
+                 "error-feedback residuals are per chunk)");
+        return false;
+    }
+    return true;
+}

@@ -37,4 +37,8 @@
 
 extern const Feature compression_feature;
 
+/* Gradient compression: the flag-combination rules of this area, run by train_config_check in its order (the first broken
+ * one is reported): false with a one-line reason. */
+bool compression_check_config(const TrainConfig *c, char *why, size_t n);
+
 #endif

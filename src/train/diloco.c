@@ -273,3 +273,12 @@ const Feature diloco_feature = {
     .reset_arrays = reset_arrays, .fresh_arrays_note = fresh_arrays_note, .survivor_source = survivor_source,
     .after_resume = after_resume,
 };
+
+/* DiLoCo / FedAvg. */
+bool diloco_check_config(const TrainConfig *c, char *why, size_t n) {
+    if (c->diloco.local_steps_jitter > 0 && c->diloco.local_steps == 0) {
+        snprintf(why, n, "--local-steps-jitter needs --local-steps H (DiLoCo/FedAvg windows)");
+        return false;
+    }
+    return true;
+}

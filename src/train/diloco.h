@@ -28,4 +28,8 @@
 
 extern const Feature diloco_feature; /* on with --local-steps H */
 
+/* DiLoCo / FedAvg: the flag-combination rules of this area, run by train_config_check in its order (the first broken
+ * one is reported): false with a one-line reason. */
+bool diloco_check_config(const TrainConfig *c, char *why, size_t n);
+
 #endif

@@ -298,3 +298,22 @@ void estimators_unpack(Estimators *e, const double *words, int count) {
     e->probe_precond.trace_ema = last[2];
     e->probe_precond.ema_weight = last[3];
 }
+
+/* Noise scale and goodput: the goodput flags need --batch-schedule goodput. */
+bool estimators_check_config(const TrainConfig *c, char *why, size_t n) {
+    if (c->estimators.goodput_noise_scale > 0 && strncmp(c->batch.schedule, "goodput", 7) != 0) {
+        snprintf(why, n, "--goodput-noise-scale needs --batch-schedule goodput:MIN:MAX (got %s)", c->batch.schedule);
+        return false;
+    }
+    if (c->estimators.goodput_noise_curve && *c->estimators.goodput_noise_curve &&
+        (strncmp(c->batch.schedule, "goodput", 7) != 0 || c->estimators.goodput_noise_scale > 0)) {
+        snprintf(why, n, "--goodput-noise-curve needs --batch-schedule goodput:MIN:MAX and no --goodput-noise-scale "
+                 "(got --batch-schedule %s%s)", c->batch.schedule, c->estimators.goodput_noise_scale > 0 ? " and one" : "");
+        return false;
+    }
+    if (c->estimators.goodput_temperature && strncmp(c->batch.schedule, "goodput", 7) != 0) {
+        snprintf(why, n, "--goodput-temperature needs --batch-schedule goodput:MIN:MAX (got %s)", c->batch.schedule);
+        return false;
+    }
+    return true;
+}

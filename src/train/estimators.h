@@ -115,4 +115,8 @@ bool estimators_preconditioner(const TrainContext *cx, Estimators *e, Preconditi
 void estimators_pack(const Estimators *e, double *words);
 void estimators_unpack(Estimators *e, const double *words, int count);
 
+/* Noise scale and goodput: the flag-combination rules of this area, run by train_config_check in its order (the first broken
+ * one is reported): false with a one-line reason. */
+bool estimators_check_config(const TrainConfig *c, char *why, size_t n);
+
 #endif

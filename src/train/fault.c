@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 
 static FaultKind fault_kind(const char *word) {
     static const struct { const char *word; FaultKind kind; } kinds[] = {
@@ -31,8 +32,8 @@ void fault_parse(FaultPlan *f, const char *spec) {
     if (ok && spec[used] != '\0') /* :LAYER */
         ok = nan_kind && sscanf(spec + used, ":%d%c", &f->layer, &tail) == 1 && f->layer >= 0;
     if (!ok)
-        bs_die("--debug-inject-fault must be stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER] or slow:RANK:FACTOR (got '%s')",
-               spec);
+        bs_die_about("inject_fault", "the injected fault must be stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER] or "
+                     "slow:RANK:FACTOR (got '%s')", spec);
     f->kind = kind;
     f->rank = rank;
     f->step = (int)value;
@@ -41,8 +42,8 @@ void fault_parse(FaultPlan *f, const char *spec) {
 
 void fault_check_rank(const FaultPlan *f, int world) {
     if (f->kind != FAULT_NONE && (f->rank < 0 || f->rank >= world))
-        bs_die("--debug-inject-fault %s: rank %d does not exist (%d process%s)", f->spec, f->rank, world,
-               world == 1 ? "" : "es");
+        bs_die_about("inject_fault", "the injected fault %s: rank %d does not exist (%d process%s)", f->spec, f->rank,
+                     world, world == 1 ? "" : "es");
 }
 
 void fault_target_nan(FaultPlan *f, const FaultLayout *l) {
@@ -53,10 +54,11 @@ void fault_target_nan(FaultPlan *f, const FaultLayout *l) {
         return;
     }
     if (f->layer >= l->num_layers)
-        bs_die("--debug-inject-fault %s: layer %d does not exist (%d layers)", f->spec, f->layer, l->num_layers);
+        bs_die_about("inject_fault", "the injected fault %s: layer %d does not exist (%d layers)", f->spec, f->layer,
+                     l->num_layers);
     if (f->layer < first || f->layer >= first + n)
-        bs_die("--debug-inject-fault %s: rank %d holds layers [%d, %d), not layer %d", f->spec, f->rank, first, first + n,
-               f->layer);
+        bs_die_about("inject_fault", "the injected fault %s: rank %d holds layers [%d, %d), not layer %d", f->spec,
+                     f->rank, first, first + n, f->layer);
     f->block = f->layer + 1;
 }
 

@@ -8,6 +8,7 @@
 #include "ckpt/ckpt.h"
 #include "train/feature.h"
 #include "train/preempt.h"
+#include "core/reason.h"
 
 static void configure(const TrainContext *cx, EngineConfig *ec) {
     (void)cx, (void)ec;
@@ -27,13 +28,14 @@ static void record(void *state, const TrainContext *cx, StepRecord *mine) {
 static int stopped(void *state, const TrainContext *cx, int sig, const char *ckpt_dir) {
     (void)state;
     if (cx->rank != 0) return PREEMPT_EXIT_CODE;
-    char name[32], where[4200];
+    char name[32], where[4200], line[4800];
     if (ckpt_dir[0]) ckpt_step_dir(where, sizeof where, ckpt_dir, cx->step);
-    fprintf(stderr, "preempted: %s; stopped after step %ld of %ld, %s%s; exit %d (resume: --resume latest, or "
-                    "under batchscale run)\n",
-            preempt_signal_name(sig, name, sizeof name), cx->step, cx->total_steps,
-            ckpt_dir[0] ? "checkpoint " : "no checkpoint (no --ckpt-dir or --out)", ckpt_dir[0] ? where : "",
-            PREEMPT_EXIT_CODE);
+    bs_reason(line, sizeof line, ckpt_dir[0] ? "resume" : "resume ckpt_dir",
+              "preempted: %s; stopped after step %ld of %ld, %s%s; exit %d (resume from the latest checkpoint, or "
+              "under batchscale run)", preempt_signal_name(sig, name, sizeof name), cx->step, cx->total_steps,
+              ckpt_dir[0] ? "checkpoint " : "no checkpoint (no checkpoint directory)", ckpt_dir[0] ? where : "",
+              PREEMPT_EXIT_CODE);
+    fprintf(stderr, "%s\n", line);
     fflush(stderr);
     return PREEMPT_EXIT_CODE;
 }

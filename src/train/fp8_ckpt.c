@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 #include "core/io.h"
 
 #define FP8_CKPT_MAGIC "BSFP8S01"
@@ -62,8 +63,8 @@ static bool read_layer(GPT *model, int local, const char *dir, char *why, size_t
     const bool ok = len >= 16 && memcmp(data, FP8_CKPT_MAGIC, 8) == 0 && head[1] == FP8_LINEARS_PER_LAYER * per_site &&
                     len == 16 + head[1] * sizeof(float);
     if (!ok && head[0] != (uint32_t)fp8_scaling_options(model->fp8)->history && len >= 16) {
-        snprintf(why, n, "%.400s holds an amax history of %u steps, not --fp8-amax-history %d", path, head[0],
-                 fp8_scaling_options(model->fp8)->history);
+        bs_reason(why, n, "fp8_amax_history", "%.400s holds an amax history of %u steps, not %d", path, head[0],
+                  fp8_scaling_options(model->fp8)->history);
         free(data);
         return false;
     }

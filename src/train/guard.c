@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 
 void guard_init(Guard *g, double spike_sigmas, int window, int max_skips) {
     *g = (Guard){.spike_sigmas = spike_sigmas, .window = window, .max_skips = max_skips};
@@ -74,6 +75,6 @@ void guard_reject(Guard *g) {
 
 void guard_stop_if_stuck(const Guard *g, long step, const char *reason) {
     if (g->consecutive < g->max_skips) return;
-    bs_die("%d steps in a row skipped (last, step %ld: %s); stopping: lower --lr, check the data, or raise "
-           "--max-skips", g->consecutive, step, reason);
+    bs_die_about("lr max_skips", "%d steps in a row skipped (last, step %ld: %s); stopping: lower the learning rate, "
+                 "check the data, or allow more skips", g->consecutive, step, reason);
 }

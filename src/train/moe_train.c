@@ -8,6 +8,8 @@
 
 #include "core/error.h"
 #include "core/io.h"
+#include "model/model_file.h"
+#include "model/moe.h"
 #include "train/metrics.h"
 
 #define MOE_CKPT_MAGIC "BSMOEB01"
@@ -205,3 +207,52 @@ const Feature moe_feature = {
     .name = "moe", .create = create, .free = destroy, .after_update = after_update, .metrics = metrics,
     .complete_model = complete_model, .save_files = save_files, .resume_files = resume_files,
 };
+
+/* What an MoE model does not compose with yet: one line each. */
+static const char *moe_refusal(const TrainConfig *c) {
+    return c->parallel.pp > 1 && c->parallel.pp_schedule == PIPE_ZBH1 ? "--pp-schedule zbh1 (the split backward does not train MoE layers)"
+           : c->parallel.cp > 1 && c->moe.capacity_factor && *c->moe.capacity_factor
+               ? "--cp and --capacity-factor (a sequence's capacity decision would span its context-parallel "
+                 "ranks; --dropless works)"
+           : c->parallel.zero == 3 ? "--zero 3 (use --zero 0, 1 or 2)"
+           : c->precision.mode != PRECISION_FP32 ? "--precision bf16 or fp8 (MoE layers train in fp32)"
+           : c->lora.rank > 0 ? "--lora-rank"
+           : c->guards.balance ? "--balance (every replica runs the same micro-steps: the MoE statistics are summed per micro-step)"
+           : c->diloco.local_steps > 0 ? "--local-steps (DiLoCo workers would share routing statistics every micro-step)"
+           : (c->output.save_model && *c->output.save_model && !model_file_is_safetensors_name(c->output.save_model))
+               ? "--save-model to an llm.c file (it holds a dense GPT-2: give a name ending in .safetensors)"
+           : NULL;
+}
+
+bool moe_check_config(const TrainConfig *c, char *why, size_t n) {
+    double factor;
+    if (!train_capacity_factor(c, &factor, why, n)) return false;
+    if (c->moe.experts <= 1) {
+        const char *flag = factor > 0 ? "--capacity-factor" : c->moe.dropless ? "--dropless"
+                           : c->moe.bias_update > 0 ? "--moe-bias-update" : c->moe.ep > 1 ? "--ep"
+                           : c->debug.moe_skew != 1 ? "--debug-moe-skew" : c->moe.every != 1 ? "--moe-every"
+                           : c->moe.gates != 0 ? "--moe-gates" : c->moe.routed_scale != 1 ? "--moe-routed-scale"
+                           : NULL;
+        if (flag) snprintf(why, n, "%s needs --experts E (E > 1: a Mixture-of-Experts model)", flag);
+        return !flag;
+    }
+    const char *no = moe_refusal(c);
+    if (no) snprintf(why, n, "--experts %d does not work with %s", c->moe.experts, no);
+    else if (c->moe.every > c->model.layers)
+        snprintf(why, n, "--moe-every %d is more than --layers %d: no layer would be MoE (layer l is when (l + 1) %% "
+                 "%d == 0)", c->moe.every, c->model.layers, c->moe.every);
+    else if (c->moe.ep > 1 && c->moe.experts % c->moe.ep != 0)
+        snprintf(why, n, "--ep %d must divide --experts %d (each EP rank holds experts / ep of them)", c->moe.ep,
+                 c->moe.experts);
+    else if (c->parallel.tp > 1 && (c->moe.ffn > 0 ? c->moe.ffn : 4 * c->model.channels) % c->parallel.tp != 0)
+        snprintf(why, n, "--tp %d does not divide --moe-ffn %d (tensor parallelism splits each expert's hidden units)",
+                 c->parallel.tp, c->moe.ffn > 0 ? c->moe.ffn : 4 * c->model.channels);
+    else if (c->moe.top_k > c->moe.experts)
+        snprintf(why, n, "--moe-top-k %d must be at most --experts %d", c->moe.top_k, c->moe.experts);
+    else if (c->moe.dropless && factor > 0)
+        snprintf(why, n, "--dropless and --capacity-factor %s contradict each other (dropless never drops)",
+                 c->moe.capacity_factor);
+    else
+        return true;
+    return false;
+}

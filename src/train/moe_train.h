@@ -40,4 +40,8 @@ float *moe_bias_file_read(const char *dir, int *layers, int *experts);
 /* A checkpoint's bias into a whole MoE model (ckpt export, sample); dies in one line if absent or misshapen. */
 void moe_bias_file_load(const char *dir, GPT *model);
 
+/* Mixture of Experts: the flag-combination rules of this area, run by train_config_check in its order (the first broken
+ * one is reported): false with a one-line reason. */
+bool moe_check_config(const TrainConfig *c, char *why, size_t n);
+
 #endif

@@ -5,19 +5,29 @@
 #include <math.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "optim/noise_scale.h"
 #include "train/estimators.h"
 
-/* What the probe cannot work with, or NULL. */
-static const char *probe_refusal(const TrainContext *cx) {
+/* What the probe cannot work with, or NULL; *subjects: the quantities it is about (core/reason.h). */
+static const char *probe_refusal(const TrainContext *cx, const char **subjects) {
     const TrainConfig *c = cx->cfg;
     const Grid *g = engine_grid(cx->engine);
-    if (g->tp > 1 || g->pp > 1 || g->cp > 1 || g->ep > 1 || engine_num_chunks(cx->engine) != 1)
-        return "no --tp, --pp, --cp or --ep (its micro-batch norms are of whole gradients on one rank)";
-    if (c->parallel.zero > 1) return "--zero 0 or 1 (the layouts it is tested with)";
-    if (c->precision.mode != PRECISION_FP32) return "--precision fp32 (the layouts it is tested with)";
+    *subjects = "noise_probe_every";
+    if (g->tp > 1 || g->pp > 1 || g->cp > 1 || g->ep > 1 || engine_num_chunks(cx->engine) != 1) {
+        *subjects = "noise_probe_every tp pp cp ep virtual_stages";
+        return "no tensor, pipeline, context or expert parallelism (its micro-batch norms are of whole gradients on one rank)";
+    }
+    if (c->parallel.zero > 1) {
+        *subjects = "noise_probe_every zero_stage";
+        return "ZeRO stage 0 or 1 (the layouts it is tested with)";
+    }
+    if (c->precision.mode != PRECISION_FP32) {
+        *subjects = "noise_probe_every precision";
+        return "fp32 precision (the layouts it is tested with)";
+    }
     if (cx->cfg->optim.kind == OPTIM_ONEBIT_ADAM || cx->cfg->diloco.local_steps > 0) return "full gradient reduction (not 1-bit Adam or DiLoCo)";
     if (gpt_is_moe(cx->model)) return "a dense model (the experts' load statistics would count its passes)";
     return NULL;
@@ -28,12 +38,12 @@ void noise_probe_setup(const TrainContext *cx, Estimators *e) {
     noise_scale_init(&e->probe_noise, c->estimators.noise_probe_ema);
     noise_scale_init(&e->probe_precond, c->estimators.noise_probe_ema);
     if (c->estimators.noise_probe_every <= 0) return;
-    const char *why = probe_refusal(cx);
-    if (why) bs_die("--noise-probe-every needs %s", why);
+    const char *subjects, *why = probe_refusal(cx, &subjects);
+    if (why) bs_die_about(subjects, "the noise probe needs %s", why);
     if ((long)c->estimators.noise_probe_batches * cx->dp_size < 2)
-        bs_die("--noise-probe-batches %d on %d data-parallel rank(s) gives %ld micro-batch(es): the probe needs at "
-               "least two (their spread is the noise)", c->estimators.noise_probe_batches, cx->dp_size,
-               (long)c->estimators.noise_probe_batches * cx->dp_size);
+        bs_die_about("noise_probe_batches", "%d probe batches on %d data-parallel rank(s) give %ld micro-batch(es): "
+                     "the probe needs at least two (their spread is the noise)", c->estimators.noise_probe_batches,
+                     cx->dp_size, (long)c->estimators.noise_probe_batches * cx->dp_size);
     e->probe_on = true;
 }
 

@@ -4,6 +4,8 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "core/reason.h"
+
 void report_init(Report *rp, Progress *progress, bool talk, const TrainConfig *cfg, int replicas,
                  double flops_per_token) {
     *rp = (Report){.progress = progress, .talk = talk, .replicas = replicas, .seq_len = cfg->model.seq_len,
@@ -19,10 +21,12 @@ void report_first_val(Report *rp, double val_loss) {
 
 void report_events(Report *rp, const StepResult *r, long step) {
     if (r->skipped && rp->talk) progress_line(rp->progress, "step %ld skipped (no update): %s", step, r->skip_reason);
-    if (r->straggler >= 0 && rp->talk && r->straggler != rp->last_straggler)
+    if (r->straggler >= 0 && rp->talk && r->straggler != rp->last_straggler) {
+        char hint[128] = " (rebalancing micro-batches)";
+        if (!rp->balance) bs_reason(hint, sizeof hint, "balance", " (balancing micro-batches shifts work away from it)");
         progress_line(rp->progress, "rank %d is a straggler: %.1f ms of compute against a median of %.1f ms%s",
-                      r->straggler, r->straggler_compute * 1e3, r->median_compute * 1e3,
-                      rp->balance ? " (rebalancing micro-batches)" : " (--balance shifts work away from it)");
+                      r->straggler, r->straggler_compute * 1e3, r->median_compute * 1e3, hint);
+    }
     rp->last_straggler = r->straggler;
 }
 

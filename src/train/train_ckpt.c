@@ -23,6 +23,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_extra.h"
 #include "core/error.h"
+#include "core/reason.h"
 #include "core/io.h"
 #include "core/range.h"
 #include "core/timer.h"
@@ -405,24 +406,34 @@ static void check_resume_batch(const Trainer *tr, const char *dir, const CkptMan
     const bool same = strcmp(m->batch_schedule, tr->cfg.batch.schedule) == 0 && m->final_batch == tr->cfg.batch.global_batch;
     if (same) return;
     if (!tr->cfg.output.resume_new_batch)
-        bs_die("checkpoint %s was written with --batch-schedule %s --global-batch %ld; resume with the same "
-               "(got %s, %d)%s", dir, m->batch_schedule, m->final_batch, tr->cfg.batch.schedule, tr->cfg.batch.global_batch,
-               strcmp(m->batch_schedule, "constant") == 0 && strcmp(tr->cfg.batch.schedule, "constant") == 0
-                   ? ", or add --resume-new-batch to continue at the new batch" : "");
+        bs_die_about("batch_schedule global_batch resume_new_batch",
+                     "checkpoint %s was written with the batch schedule %s at a global batch of %ld; resume with the "
+                     "same (got %s, %d)%s", dir, m->batch_schedule, m->final_batch, tr->cfg.batch.schedule,
+                     tr->cfg.batch.global_batch,
+                     strcmp(m->batch_schedule, "constant") == 0 && strcmp(tr->cfg.batch.schedule, "constant") == 0
+                         ? ", or continue the constant batch at the new one" : "");
     if (strcmp(m->batch_schedule, "constant") != 0)
-        bs_die("--resume-new-batch: checkpoint %s was written with --batch-schedule %s; only a constant batch "
-               "continues at another", dir, m->batch_schedule);
+        bs_die_about("resume_new_batch batch_schedule", "continuing at a new batch: checkpoint %s was written with "
+                     "the batch schedule %s; only a constant batch continues at another", dir, m->batch_schedule);
     if (tr->rank == 0 && !tr->cfg.output.quiet)
         printf("continuing checkpoint %s (batch %ld) at batch %d\n", dir, m->final_batch, tr->cfg.batch.global_batch);
+}
+
+/* One warning line: the data order of a resumed run is not the checkpoint's. */
+static void warn_data_order(const char *dir) {
+    char line[4400];
+    bs_reason(line, sizeof line, "seed data_order", "resuming %s with another seed or data order than it was written "
+              "with: the data order changes", dir);
+    bs_warn("%s", line);
 }
 
 /* The combine weights are part of the model's function: a checkpoint resumes with the gates it was trained with. */
 static void check_resume_gates(const char *dir, const GPTConfig *had, const GPTConfig *want) {
     const MoeConfig a = gpt_moe_config(had), b = gpt_moe_config(want);
     if (a.gates != b.gates || a.routed_scale != b.routed_scale)
-        bs_die("checkpoint %s was written with --moe-gates %s --moe-routed-scale %g, not --moe-gates %s "
-               "--moe-routed-scale %g; resume with the same", dir, moe_gates_name(a.gates), a.routed_scale,
-               moe_gates_name(b.gates), b.routed_scale);
+        bs_die_about("moe_gates moe_routed_scale", "checkpoint %s was written with %s gates and a routed scale of %g, "
+                     "not %s gates and %g; resume with the same", dir, moe_gates_name(a.gates), a.routed_scale,
+                     moe_gates_name(b.gates), b.routed_scale);
 }
 
 void train_resume(Trainer *tr) {
@@ -443,28 +454,29 @@ void train_resume(Trainer *tr) {
         char had[64] = "none", want[64] = "none";
         if (a->lora_rank) lora_format_targets(a->lora_targets, had, sizeof had);
         if (b->lora_rank) lora_format_targets(b->lora_targets, want, sizeof want);
-        bs_die("checkpoint %s was written with --lora-rank %d --lora-targets %s, not --lora-rank %d --lora-targets %s; "
-               "resume with the same (a LoRA checkpoint holds the adapters, the base comes from --init-from)", dir,
-               a->lora_rank, had, b->lora_rank, want);
+        bs_die_about("lora_rank lora_targets", "checkpoint %s was written with LoRA rank %d on %s, not rank %d on %s; "
+                     "resume with the same (a LoRA checkpoint holds the adapters, the base comes from the initial "
+                     "model)", dir, a->lora_rank, had, b->lora_rank, want);
     }
     if (a->lora_rank > 0 && m->lora_base_hash != 0 && m->lora_base_hash != engine_base_hash(tr->engine))
-        bs_die("checkpoint %s trained its adapters over a frozen base of hash %016" PRIx64 ", but --init-from %s "
-               "gives %016" PRIx64 "; resume over the same base", dir, m->lora_base_hash,
+        bs_die_about("init_from", "checkpoint %s trained its adapters over a frozen base of hash %016" PRIx64 ", but "
+                     "the initial model %s gives %016" PRIx64 "; resume over the same base", dir, m->lora_base_hash,
                tr->cfg.model.init_from && *tr->cfg.model.init_from ? tr->cfg.model.init_from : "(none: seeded)", engine_base_hash(tr->engine));
     const int every_a = a->moe_every > 1 ? a->moe_every : 1, every_b = b->moe_every > 1 ? b->moe_every : 1;
     if (a->experts != b->experts ||
         (gpt_is_moe(a) && (a->moe_top_k != b->moe_top_k || a->moe_ffn != b->moe_ffn || every_a != every_b)))
-        bs_die("checkpoint %s holds a model of --experts %d --moe-top-k %d --moe-ffn %d --moe-every %d, not --experts "
-               "%d --moe-top-k %d --moe-ffn %d --moe-every %d; resume with the same", dir, a->experts, a->moe_top_k,
-               a->moe_ffn, every_a, b->experts, b->moe_top_k, b->moe_ffn, every_b);
+        bs_die_about("experts top_k moe_ffn moe_every", "checkpoint %s holds a model of %d experts (top-%d, hidden "
+                     "width %d, every %d-th layer), not %d experts (top-%d, hidden width %d, every %d-th layer); resume "
+                     "with the same", dir, a->experts, a->moe_top_k, a->moe_ffn, every_a, b->experts, b->moe_top_k,
+                     b->moe_ffn, every_b);
     if (gpt_is_moe(a)) check_resume_gates(dir, a, b);
     if (gpt_is_moe(a) && a->moe_router != CKPT_UNRECORDED && a->moe_router != b->moe_router)
-        bs_die("checkpoint %s was trained with --router %s, not %s; resume with the same", dir,
-               moe_router_name((MoeRouter)a->moe_router), moe_router_name((MoeRouter)b->moe_router));
+        bs_die_about("router", "checkpoint %s was trained with the %s router, not %s; resume with the same", dir,
+                     moe_router_name((MoeRouter)a->moe_router), moe_router_name((MoeRouter)b->moe_router));
     const char *opt = optimizer_kind_name(tr->cfg.optim.kind);
     if (strcmp(m->optimizer, opt) != 0)
-        bs_die("checkpoint %s was written with --optimizer %s, not %s; its optimizer state does not carry over", dir,
-               m->optimizer, opt);
+        bs_die_about("optimizer", "checkpoint %s was written with the %s optimizer, not %s; its optimizer state does "
+                     "not carry over", dir, m->optimizer, opt);
     check_resume_batch(tr, dir, m);
     for (int c = 0; c < engine_num_chunks(tr->engine); c++) read_chunk(engine_chunk(tr->engine, c), dir, m);
     engine_share_output_weights(tr->engine);
@@ -481,8 +493,7 @@ void train_resume(Trainer *tr) {
     if (tr->batch.adaptive) tr->batch.adaptive_batch = m->current_batch;
     FEATURES_CALL(&tr->features, unpack, &tr->cx, m);
     if (tr->rank == 0 && !tr->cfg.output.resume_new_batch && (m->data_seed != (uint64_t)tr->cfg.model.seed || m->data_shuffle != tr->train_data.shuffle))
-        bs_warn("resuming %s with another --seed or --data-order than it was written with: the data order changes",
-                dir);
+        warn_data_order(dir);
     if (tr->rank == 0 && !tr->cfg.output.quiet)
         printf("resumed from %s at step %ld (written by %d ranks: tp %d x cp %d x pp %d x dp %d%s, ZeRO %d)\n", dir,
                tr->step, m->world, m->tp, m->cp, m->pp / m->virtual_stages, m->dp,

@@ -9,9 +9,12 @@
 
 #include "device/flash_math.h"
 #include "kernels/kernels.h"
-#include "model/lora.h"
 #include "model/moe.h"
-#include "model/model_file.h"
+#include "train/compression.h"
+#include "train/diloco.h"
+#include "train/estimators.h"
+#include "train/lora_flags.h"
+#include "train/moe_train.h"
 
 const char *const TRAIN_PRECISION_WORDS[] = {"fp32", "bf16", "fp8", NULL};
 const char *const TRAIN_DEVICE_WORDS[] = {"cpu", "cuda", "sim", NULL};
@@ -137,69 +140,12 @@ static bool check_guards(const TrainConfig *c, char *why, size_t n) {
     return true;
 }
 
-/* Noise scale and goodput: the goodput flags need --batch-schedule goodput. */
-static bool check_estimators(const TrainConfig *c, char *why, size_t n) {
-    if (c->estimators.goodput_noise_scale > 0 && strncmp(c->batch.schedule, "goodput", 7) != 0) {
-        snprintf(why, n, "--goodput-noise-scale needs --batch-schedule goodput:MIN:MAX (got %s)", c->batch.schedule);
-        return false;
-    }
-    if (c->estimators.goodput_noise_curve && *c->estimators.goodput_noise_curve &&
-        (strncmp(c->batch.schedule, "goodput", 7) != 0 || c->estimators.goodput_noise_scale > 0)) {
-        snprintf(why, n, "--goodput-noise-curve needs --batch-schedule goodput:MIN:MAX and no --goodput-noise-scale "
-                 "(got --batch-schedule %s%s)", c->batch.schedule, c->estimators.goodput_noise_scale > 0 ? " and one" : "");
-        return false;
-    }
-    if (c->estimators.goodput_temperature && strncmp(c->batch.schedule, "goodput", 7) != 0) {
-        snprintf(why, n, "--goodput-temperature needs --batch-schedule goodput:MIN:MAX (got %s)", c->batch.schedule);
-        return false;
-    }
-    return true;
-}
-
 /* Checkpoints and output. */
 static bool check_output(const TrainConfig *c, char *why, size_t n) {
     const bool resume = c->output.resume && *c->output.resume;
     if (c->output.resume_new_batch && (!resume || strcmp(c->batch.schedule, "constant") != 0)) {
         snprintf(why, n, "--resume-new-batch needs --resume DIR and --batch-schedule constant (got %s%s)",
                  resume ? "--batch-schedule " : "no --resume", resume ? c->batch.schedule : "");
-        return false;
-    }
-    return true;
-}
-
-/* Gradient compression. */
-static bool check_compression(const TrainConfig *c, char *why, size_t n) {
-    if (c->parallel.virtual_stages > 1 && (strcmp(c->compression.codec, "none") != 0 || c->parallel.zero_quant_grads)) {
-        snprintf(why, n, "--virtual-stages with --grad-compression or --zero-quant-grads is not supported yet (the "
-                 "error-feedback residuals are per chunk)");
-        return false;
-    }
-    return true;
-}
-
-/* LoRA: its flags need --lora-rank; what it does not compose with (the engine checks the layout). */
-static bool check_lora(const TrainConfig *c, char *why, size_t n) {
-    int mask;
-    if (c->lora.rank == 0) {
-        const char *flag = c->lora.init && *c->lora.init ? "--lora-init" : c->lora.merge ? "--lora-merge"
-                           : c->lora.save_adapters && *c->lora.save_adapters ? "--save-adapters"
-                           : c->lora.base_weights != BASE_WEIGHTS_FP32 ? "--base-weights"
-                           : c->lora.dropout > 0 ? "--lora-dropout" : NULL;
-        if (flag) snprintf(why, n, "%s needs --lora-rank R (LoRA adapters to train)", flag);
-        return !flag;
-    }
-    if (!lora_parse_targets(c->lora.targets, &mask, why, n)) return false;
-    if (c->optim.kind == OPTIM_ONEBIT_ADAM) {
-        snprintf(why, n, "--lora-rank with --optimizer onebit-adam is not supported yet");
-        return false;
-    }
-    return true;
-}
-
-/* DiLoCo / FedAvg. */
-static bool check_diloco(const TrainConfig *c, char *why, size_t n) {
-    if (c->diloco.local_steps_jitter > 0 && c->diloco.local_steps == 0) {
-        snprintf(why, n, "--local-steps-jitter needs --local-steps H (DiLoCo/FedAvg windows)");
         return false;
     }
     return true;
@@ -216,55 +162,6 @@ bool train_capacity_factor(const TrainConfig *c, double *factor, char *why, size
     }
     *factor = f;
     return true;
-}
-
-/* What an MoE model does not compose with yet: one line each. */
-static const char *moe_refusal(const TrainConfig *c) {
-    return c->parallel.pp > 1 && c->parallel.pp_schedule == PIPE_ZBH1 ? "--pp-schedule zbh1 (the split backward does not train MoE layers)"
-           : c->parallel.cp > 1 && c->moe.capacity_factor && *c->moe.capacity_factor
-               ? "--cp and --capacity-factor (a sequence's capacity decision would span its context-parallel "
-                 "ranks; --dropless works)"
-           : c->parallel.zero == 3 ? "--zero 3 (use --zero 0, 1 or 2)"
-           : c->precision.mode != PRECISION_FP32 ? "--precision bf16 or fp8 (MoE layers train in fp32)"
-           : c->lora.rank > 0 ? "--lora-rank"
-           : c->guards.balance ? "--balance (every replica runs the same micro-steps: the MoE statistics are summed per micro-step)"
-           : c->diloco.local_steps > 0 ? "--local-steps (DiLoCo workers would share routing statistics every micro-step)"
-           : (c->output.save_model && *c->output.save_model && !model_file_is_safetensors_name(c->output.save_model))
-               ? "--save-model to an llm.c file (it holds a dense GPT-2: give a name ending in .safetensors)"
-           : NULL;
-}
-
-static bool check_moe(const TrainConfig *c, char *why, size_t n) {
-    double factor;
-    if (!train_capacity_factor(c, &factor, why, n)) return false;
-    if (c->moe.experts <= 1) {
-        const char *flag = factor > 0 ? "--capacity-factor" : c->moe.dropless ? "--dropless"
-                           : c->moe.bias_update > 0 ? "--moe-bias-update" : c->moe.ep > 1 ? "--ep"
-                           : c->debug.moe_skew != 1 ? "--debug-moe-skew" : c->moe.every != 1 ? "--moe-every"
-                           : c->moe.gates != 0 ? "--moe-gates" : c->moe.routed_scale != 1 ? "--moe-routed-scale"
-                           : NULL;
-        if (flag) snprintf(why, n, "%s needs --experts E (E > 1: a Mixture-of-Experts model)", flag);
-        return !flag;
-    }
-    const char *no = moe_refusal(c);
-    if (no) snprintf(why, n, "--experts %d does not work with %s", c->moe.experts, no);
-    else if (c->moe.every > c->model.layers)
-        snprintf(why, n, "--moe-every %d is more than --layers %d: no layer would be MoE (layer l is when (l + 1) %% "
-                 "%d == 0)", c->moe.every, c->model.layers, c->moe.every);
-    else if (c->moe.ep > 1 && c->moe.experts % c->moe.ep != 0)
-        snprintf(why, n, "--ep %d must divide --experts %d (each EP rank holds experts / ep of them)", c->moe.ep,
-                 c->moe.experts);
-    else if (c->parallel.tp > 1 && (c->moe.ffn > 0 ? c->moe.ffn : 4 * c->model.channels) % c->parallel.tp != 0)
-        snprintf(why, n, "--tp %d does not divide --moe-ffn %d (tensor parallelism splits each expert's hidden units)",
-                 c->parallel.tp, c->moe.ffn > 0 ? c->moe.ffn : 4 * c->model.channels);
-    else if (c->moe.top_k > c->moe.experts)
-        snprintf(why, n, "--moe-top-k %d must be at most --experts %d", c->moe.top_k, c->moe.experts);
-    else if (c->moe.dropless && factor > 0)
-        snprintf(why, n, "--dropless and --capacity-factor %s contradict each other (dropless never drops)",
-                 c->moe.capacity_factor);
-    else
-        return true;
-    return false;
 }
 
 int train_moe_gates(const TrainConfig *c) { return c->moe.gates > 0 ? c->moe.gates - 1 : (int)moe_default_gates(c->moe.top_k); }
@@ -313,9 +210,10 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
 
 /* Each area's rules, in the order they are checked (the first broken one is reported). */
 typedef bool (*AreaCheck)(const TrainConfig *c, char *why, size_t n);
-static const AreaCheck AREA_CHECKS[] = {check_diloco, check_optim,    check_precision, check_debug,
-                                        check_guards, check_estimators, check_output,  check_compression,
-                                        check_pipeline, check_context,  check_lora,    check_moe,
+static const AreaCheck AREA_CHECKS[] = {diloco_check_config, check_optim,           check_precision,
+                                        check_debug,         check_guards,          estimators_check_config,
+                                        check_output,        compression_check_config, check_pipeline,
+                                        check_context,       lora_flags_check,      moe_check_config,
                                         check_device};
 
 bool train_config_check(const TrainConfig *c, char *why, size_t why_size) {
@@ -323,4 +221,11 @@ bool train_config_check(const TrainConfig *c, char *why, size_t why_size) {
     for (size_t i = 0; i < sizeof AREA_CHECKS / sizeof AREA_CHECKS[0]; i++)
         if (!AREA_CHECKS[i](c, why, why_size)) return false;
     return true;
+}
+
+bool train_given(const TrainConfig *c, const void *field) {
+    const size_t offset = (size_t)((const char *)field - (const char *)c);
+    for (int i = 0; i < c->given.count; i++)
+        if (c->given.offset[i] == offset) return true;
+    return false;
 }

@@ -197,8 +197,8 @@ typedef struct { /* low-communication training (train/diloco.h) */
 
 typedef struct { /* LoRA fine-tuning (model/lora.h) */
     int rank;                /* 0: train the whole model (or left unset: --lora-init's) */
-    double alpha, dropout;   /* left unset (train/lora_flags.h): --lora-init's, else 16 and 0 */
-    const char *targets;     /* --lora-targets text ("": --lora-init's, else all four) */
+    double alpha, dropout;   /* not given (train/lora_flags.h): --lora-init's, else 16 and 0 */
+    const char *targets;     /* --lora-targets text (not given: --lora-init's, else all) */
     const char *init;        /* peft adapters to start from */
     bool merge;              /* exports fold B A into the weights */
     const char *save_adapters; /* peft directory for the final adapters */
@@ -223,6 +223,16 @@ typedef struct { /* test-only knobs */
     double moe_skew;          /* every MoE layer's router row of expert 0 starts multiplied by this */
 } TrainDebugConfig;
 
+/* The options the user gave (on the command line or in a --config file), as
+ * the option parser recorded them (cli/options.h): the offsets in TrainConfig
+ * of the fields their flags set. A field not given holds its option's
+ * default; train_given tells the two apart, no sentinel value needed. */
+#define TRAIN_GIVEN_MAX 256
+typedef struct {
+    int count;
+    unsigned short offset[TRAIN_GIVEN_MAX];
+} TrainGiven;
+
 typedef struct {
     TrainModelConfig model;
     TrainPrecisionConfig precision;
@@ -240,6 +250,7 @@ typedef struct {
     TrainLoraConfig lora;
     TrainMoeConfig moe;
     TrainDebugConfig debug;
+    TrainGiven given;
 } TrainConfig;
 
 /* Everything that can be checked without the process group: flag
@@ -251,5 +262,7 @@ bool train_config_check(const TrainConfig *c, char *why, size_t why_size);
 bool train_capacity_factor(const TrainConfig *c, double *factor, char *why, size_t why_size);
 /* --moe-gates resolved: as given, or auto's choice for --moe-top-k (MoeGates). */
 int train_moe_gates(const TrainConfig *c);
+/* Whether the user gave the option that sets `field` (a field of c): c->given. */
+bool train_given(const TrainConfig *c, const void *field);
 
 #endif
