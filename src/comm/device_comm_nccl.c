@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "comm/device_comm_internal.h"
+#include "core/reason.h"
 #include "core/error.h"
 
 #ifdef BS_HAVE_CUDA
@@ -201,10 +202,12 @@ static void nccl_timed_out(DeviceComm *dc) {
     NcclState *st = dc->nccl;
     st->api.CommAbort(st->comm);
     st->comm = NULL;
-    bs_error("%s (nccl, %.1f MB) on the %s group did not finish within %.0f s on rank %d; its NCCL communicator "
-             "was aborted; aborting the job (raise --comm-timeout if a rank is only slow)",
-             dc->last_op, (double)dc->last_bytes / 1e6, dc->group->name, dc->group->timeout_s,
-             dc->group->world_rank);
+    char line[512];
+    bs_reason(line, sizeof line, "comm_timeout",
+              "%s (nccl, %.1f MB) on the %s group did not finish within %.0f s on rank %d; its NCCL communicator "
+              "was aborted; aborting the job (raise the collective timeout if a rank is only slow)",
+              dc->last_op, (double)dc->last_bytes / 1e6, dc->group->name, dc->group->timeout_s, dc->group->world_rank);
+    bs_error("%s", line);
     comm_abort(dc->group, 1);
 }
 
