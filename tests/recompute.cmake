@@ -1,0 +1,9 @@
+# recompute.cmake: activation recomputation (--recompute selective|full) bit for bit against none (prefix
+# recompute_): one process (fp32, bf16, masked documents) and the refused combinations in the unit tier; --pp 2
+# and --tp 2 on 2 processes in the layouts tier.
+foreach(part one flags layouts)
+  add_test(NAME recompute_${part} COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_recompute.py ${part})
+  set_tests_properties(recompute_${part} PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" SKIP_RETURN_CODE 77)
+endforeach()
+bs_tier(unit TESTS recompute_one recompute_flags)
+bs_tier(layouts TESTS recompute_layouts)

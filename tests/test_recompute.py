@@ -1,0 +1,101 @@
+#!/usr/bin/python3
+"""test_recompute.py: activation recomputation (--recompute selective|full) trains bit for bit as --recompute none.
+
+usage: test_recompute.py one|layouts|flags
+
+Recomputation reruns the forward arithmetic it dropped (selective: each layer's attention probabilities from its
+kept q, k, v; full: the whole layer from its kept input), so ten AdamW steps must give the same losses and the same
+final parameters, every bit, as keeping everything (the issue's criterion). A recomputation that reads a stale
+buffer (another layer's probabilities left in the shared copy, say) moves both at once.
+- one (unit): one process, fp32 and bf16 (widen: the rounding of the matmul inputs is recomputed too), with packed
+  documents masked (--doc-mask on: the recomputed probabilities keep the mask).
+- layouts: 2 processes, --pp 2 (each stage recomputes its own layers, 1F1B) and --tp 2 (the recomputed layer's
+  all-reduces run again on both ranks), against the same layout without recomputation.
+- flags (unit): the combinations not built refused in one line naming the flag, before any training.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import json  # noqa: E402
+import random  # noqa: E402
+import tempfile  # noqa: E402
+
+from bstest import WORDS, Checks, layout_run, make_corpus, one_line_error, run, tiny_train_args  # noqa: E402
+
+MODES = ("selective", "full")
+SHAPE = ["--layers", "3", "--heads", "2", "--channels", "32", "--seq-len", "32"]
+failures = Checks()
+
+
+def same_bits(tmp, tag, shape, ranks=1):
+    """Each mode's ten steps against none's on the same layout: losses and parameters bitwise."""
+    data = os.path.join(tmp, "data")
+    if not os.path.isdir(data):
+        make_corpus(tmp)
+    ref_metrics, ref_params, _ = layout_run(data, os.path.join(tmp, tag + "_none"), shape, ranks,
+                                            extra=["--recompute", "none"])
+    ref_losses = [m["loss"] for m in ref_metrics if "loss" in m]
+    for mode in MODES:
+        metrics, params, _ = layout_run(data, os.path.join(tmp, f"{tag}_{mode}"), shape, ranks,
+                                        extra=["--recompute", mode])
+        losses = [m["loss"] for m in metrics if "loss" in m]
+        failures(len(losses) == 10 and losses == ref_losses, f"{tag} {mode}: 10 losses equal none's bitwise")
+        failures(params.tobytes() == ref_params.tobytes(),
+                 f"{tag} {mode}: final parameters equal none's bitwise ({params.size} floats)")
+
+
+def sft_data(tmp):
+    """Short prompt/response examples packed into windows of 32 tokens (SFT data: several documents a window)."""
+    rng = random.Random(0)
+    src, out = os.path.join(tmp, "sft.jsonl"), os.path.join(tmp, "sft")
+    with open(src, "w") as f:
+        for _ in range(400):
+            words = lambda: " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 3)))  # noqa: E731
+            f.write(json.dumps({"prompt": words(), "response": words()}) + "\n")
+    run(["prepare", "--format", "chat-jsonl", "--in", src, "--out", out, "--val-fraction", "0", "--seq-len", "32",
+         "--quiet"])
+    return out
+
+
+def one(tmp):
+    same_bits(tmp, "fp32", SHAPE)
+    same_bits(tmp, "bf16", SHAPE + ["--precision", "bf16", "--bf16-matmul", "widen"])
+    same_bits(tmp, "docs", SHAPE + ["--data", sft_data(tmp), "--doc-mask", "on"])
+    return 0
+
+
+def layouts(tmp):
+    same_bits(tmp, "pp2", SHAPE + ["--pp", "2"], ranks=2)
+    same_bits(tmp, "tp2", SHAPE + ["--tp", "2"], ranks=2)
+    return 0
+
+
+def flags(tmp):
+    data = make_corpus(tmp, nbytes=20_000)
+    refused = [
+        (["--recompute", "selective", "--cp", "2", "--seq-len", "256"], "--cp"),
+        (["--recompute", "full", "--precision", "fp8"], "--precision fp8"),
+        (["--recompute", "full", "--experts", "4"], "--experts"),
+        (["--recompute", "full", "--lora-rank", "4"], "--lora-rank"),
+        (["--recompute", "full", "--pp", "2", "--pp-schedule", "zbh1"], "--pp-schedule zbh1"),
+        (["--recompute", "full", "--device", "sim"], "--device sim"),
+        (["--recompute", "selective", "--device", "sim", "--attention", "causal"], "--attention flash2"),
+        (["--recompute", "some"], "--recompute"),
+    ]
+    for extra, flag in refused:
+        p = run(tiny_train_args(data, steps=1) + extra, check=False)
+        line = one_line_error(p)
+        failures(p.returncode != 0 and line is not None and flag in line,
+                 f"{' '.join(extra)}: one line naming {flag} ({line!r}, exit {p.returncode})")
+    return 0
+
+
+if __name__ == "__main__":
+    parts = {"one": one, "layouts": layouts, "flags": flags}
+    if len(sys.argv) != 2 or sys.argv[1] not in parts:
+        sys.exit(__doc__)
+    with tempfile.TemporaryDirectory() as scratch:
+        parts[sys.argv[1]](scratch)
+    print(f"FAILED {len(failures.failed)} check(s)" if failures.failed else "ok")
+    sys.exit(1 if failures.failed else 0)
