@@ -289,7 +289,7 @@ static size_t forward_numel(const GPTConfig *cfg, int B, int T) {
     Widths w = widths(cfg);
     size_t BT = (size_t)B * T, C = (size_t)w.C;
     size_t n = BT * C /* stage input */ + (size_t)gpt_stage_layers(cfg) * layer_kept_numel(cfg, B, T) +
-               layer_shared_numel(cfg, B, T) + BT * C /* proj_out */ + BT /* losses */ + lora_scratch_numel(cfg, B, T);
+               BT * C /* proj_out */ + BT /* losses */ + lora_scratch_numel(cfg, B, T);
     if (gpt_has_head(cfg)) n += BT * C + 2 * BT /* lnf */ + BT * (size_t)w.Vl /* logits */;
     return n;
 }
@@ -346,7 +346,7 @@ static float *stash_dencoded(const GPTActs *acts, const GPTConfig *cfg) {
 size_t gpt_acts_stash_bytes(const GPTConfig *cfg, int B, int T) { return stash_numel(cfg, B, T) * sizeof(float); }
 
 size_t gpt_acts_bytes(const GPTConfig *cfg, int B, int T, bool for_training) {
-    size_t n = forward_numel(cfg, B, T);
+    size_t n = forward_numel(cfg, B, T) + layer_shared_numel(cfg, B, T);
     if (for_training) n += backward_numel(cfg, B, T, omp_get_max_threads());
     return n * sizeof(float);
 }
@@ -362,7 +362,6 @@ void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for
     float *p = acts->memory;
     acts->encoded = p, p += BT * C;
     acts->layers = p, p += (size_t)gpt_stage_layers(cfg) * acts->layer_stride;
-    acts->shared_layer = p, p += layer_shared_numel(cfg, B, T);
     acts->proj_out = p, p += BT * C;
     acts->losses = p, p += BT;
     acts->lora_scratch = p, p += lora_scratch_numel(cfg, B, T);
@@ -372,6 +371,8 @@ void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for
         acts->lnf_rstd = p, p += BT;
         acts->logits = p;
     }
+    if (layer_shared_numel(cfg, B, T) > 0)
+        acts->shared_layer = acts->shared_memory = bs_malloc(layer_shared_numel(cfg, B, T) * sizeof(float));
     if (gpt_tp_size(cfg) > 1) acts->row_stats = bs_malloc(3 * BT * sizeof(double));
     acts->doc_start = bs_malloc(BT * sizeof(int32_t));
     acts->positions = bs_malloc(BT * sizeof(int32_t));
@@ -413,6 +414,9 @@ void gpt_acts_share_backward(GPTActs *dst, const GPTActs *src) {
     dst->scratch_slots = src->scratch_slots;
     dst->dresidual = src->dresidual, dst->dln = src->dln, dst->datty = src->datty;
     dst->dqkv = src->dqkv, dst->dfch = src->dfch, dst->dround = src->dround, dst->att_scratch = src->att_scratch;
+    free(dst->shared_memory);
+    dst->shared_memory = NULL; /* not owned */
+    dst->shared_layer = src->shared_layer;
 }
 
 void gpt_acts_free(GPTActs *acts) {
@@ -426,6 +430,7 @@ void gpt_acts_free(GPTActs *acts) {
     }
     free(acts->memory);
     free(acts->grad_memory);
+    free(acts->shared_memory);
     free(acts->row_stats);
     free(acts->stash);
     free(acts->doc_start);

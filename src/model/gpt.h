@@ -339,7 +339,8 @@ typedef struct {
     int scratch_slots;
     float *memory;  /* all activations in one allocation */
     size_t layer_stride;
-    float *shared_layer; /* recomputation: the activations no layer keeps, one layer's (GPTRecompute) */
+    float *shared_layer;  /* recomputation: the activations no layer keeps, one layer's (GPTRecompute) */
+    float *shared_memory; /* shared_layer's allocation when this set owns it */
     float *encoded, *layers, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *proj_out;
     float *grad_memory; /* backward scratch in one allocation */
     float *dresidual, *dln, *datty, *dqkv, *dfch, *att_scratch;
@@ -362,8 +363,11 @@ typedef struct {
 
 void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for_training);
 void gpt_acts_free(GPTActs *acts);
-/* Makes dst use src's backward scratch (freeing its own): one backward runs
- * at a time, so pipeline slots can share it. src must outlive dst. */
+/* Makes dst use src's backward scratch and recomputed layer (freeing its
+ * own): one backward runs at a time, and no call leaves the recomputed
+ * layer's contents for a later one, so pipeline slots can share them (with
+ * recomputation a stage holds one layer's recomputed activations, not one
+ * per micro-batch in flight). src must outlive dst. */
 void gpt_acts_share_backward(GPTActs *dst, const GPTActs *src);
 size_t gpt_acts_bytes(const GPTConfig *cfg, int B, int T, bool for_training);
 /* A training set for the split backward (gpt_backward_input, later
