@@ -7,3 +7,8 @@ foreach(part one flags layouts)
 endforeach()
 bs_tier(unit TESTS recompute_one recompute_flags)
 bs_tier(layouts TESTS recompute_layouts)
+# The engine's saving against the planner's activation formula for the same mode (exact up to named terms).
+add_executable(test_recompute_memory test_recompute_memory.c recompute_memory_engine.c)
+target_link_libraries(test_recompute_memory PRIVATE bscore)
+add_test(NAME recompute_memory COMMAND $<TARGET_FILE:test_recompute_memory>)
+bs_tier(unit TESTS recompute_memory)
