@@ -11,7 +11,8 @@ buffer (another layer's probabilities left in the shared copy, say) moves both a
   documents masked (--doc-mask on: the recomputed probabilities keep the mask).
 - layouts: 2 processes, --pp 2 (each stage recomputes its own layers, 1F1B) and --tp 2 (the recomputed layer's
   all-reduces run again on both ranks), against the same layout without recomputation.
-- flags (unit): the combinations not built refused in one line naming the flag, before any training.
+- flags (unit): the combinations not built refused in one line naming the flag, before any training; selective on
+  --device sim accepted (its flash2 attention stores no probabilities: selective is what it does).
 """
 import os
 import sys
@@ -83,6 +84,8 @@ def flags(tmp):
         (["--recompute", "selective", "--device", "sim", "--attention", "causal"], "--attention flash2"),
         (["--recompute", "some"], "--recompute"),
     ]
+    p = run(tiny_train_args(data, steps=1) + ["--recompute", "selective", "--device", "sim"], check=False)
+    failures(p.returncode == 0, f"--recompute selective --device sim (flash2: what it does already) runs ({p.returncode})")
     for extra, flag in refused:
         p = run(tiny_train_args(data, steps=1) + extra, check=False)
         line = one_line_error(p)

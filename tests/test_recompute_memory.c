@@ -19,10 +19,12 @@
  * A layout that kept anything more (or less) than Megatron's definitions
  * (selective: all but the probabilities; full: each layer's input alone)
  * moves the engine's saving by at least B T x 4 bytes and fails.
+ * Also: train's --recompute words are the planner's for the same modes.
  * The engine's side is in recompute_memory_engine.c (model/gpt.h and plan/
  * name some types alike). */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "check.h"
 #include "plan/layout.h"
@@ -35,6 +37,8 @@ typedef struct {
 
 /* recompute_memory_engine.c: gpt_acts_bytes of a training set, mode as GPTRecompute (none 0, selective 1, full 2). */
 double engine_acts_bytes(int layers, int channels, int heads, int seq_len, int batch, int mode);
+/* recompute_memory_engine.c: train's --recompute word for that mode. */
+const char *engine_recompute_word(int mode);
 
 static double engine_bytes(const Shape *s, int mode) {
     return engine_acts_bytes(s->L, s->C, s->H, s->T, s->B, mode);
@@ -52,6 +56,10 @@ static double planner_bytes(const Shape *s, Recompute r) {
 }
 
 int main(void) {
+    for (int mode = 0; mode < 3; mode++) /* one vocabulary: train --recompute and plan --recompute */
+        CHECK(strcmp(engine_recompute_word(mode), recompute_name((Recompute)mode)) == 0,
+              "train's --recompute word %d is '%s', the planner's '%s'", mode, engine_recompute_word(mode),
+              recompute_name((Recompute)mode));
     const Shape shapes[] = {{12, 256, 4, 512, 8}, {2, 32, 2, 32, 4}, {6, 96, 3, 128, 2}, {1, 64, 4, 64, 1}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const Shape *s = &shapes[i];
