@@ -8,7 +8,9 @@ kept q, k, v; full: the whole layer from its kept input), so ten AdamW steps mus
 final parameters, every bit, as keeping everything (the issue's criterion). A recomputation that reads a stale
 buffer (another layer's probabilities left in the shared copy, say) moves both at once.
 - one (unit): one process, fp32 and bf16 (widen: the rounding of the matmul inputs is recomputed too), with packed
-  documents masked (--doc-mask on: the recomputed probabilities keep the mask).
+  documents masked (--doc-mask on: the recomputed probabilities keep the mask); on --device sim (the device step:
+  full reruns each layer's launches; selective is what its flash2 attention does already), and full in bf16 with
+  the device's unfused causal attention.
 - layouts: 2 processes, --pp 2 (each stage recomputes its own layers, 1F1B) and --tp 2 (the recomputed layer's
   all-reduces run again on both ranks), against the same layout without recomputation.
 - flags (unit): the combinations not built refused in one line naming the flag, before any training; selective on
@@ -29,7 +31,7 @@ SHAPE = ["--layers", "3", "--heads", "2", "--channels", "32", "--seq-len", "32"]
 failures = Checks()
 
 
-def same_bits(tmp, tag, shape, ranks=1):
+def same_bits(tmp, tag, shape, ranks=1, modes=MODES):
     """Each mode's ten steps against none's on the same layout: losses and parameters bitwise."""
     data = os.path.join(tmp, "data")
     if not os.path.isdir(data):
@@ -37,7 +39,7 @@ def same_bits(tmp, tag, shape, ranks=1):
     ref_metrics, ref_params, _ = layout_run(data, os.path.join(tmp, tag + "_none"), shape, ranks,
                                             extra=["--recompute", "none"])
     ref_losses = [m["loss"] for m in ref_metrics if "loss" in m]
-    for mode in MODES:
+    for mode in modes:
         metrics, params, _ = layout_run(data, os.path.join(tmp, f"{tag}_{mode}"), shape, ranks,
                                         extra=["--recompute", mode])
         losses = [m["loss"] for m in metrics if "loss" in m]
@@ -63,6 +65,9 @@ def one(tmp):
     same_bits(tmp, "fp32", SHAPE)
     same_bits(tmp, "bf16", SHAPE + ["--precision", "bf16", "--bf16-matmul", "widen"])
     same_bits(tmp, "docs", SHAPE + ["--data", sft_data(tmp), "--doc-mask", "on"])
+    same_bits(tmp, "sim", SHAPE + ["--device", "sim"])
+    same_bits(tmp, "sim_bf16_causal", SHAPE + ["--device", "sim", "--precision", "bf16", "--attention", "causal"],
+              modes=("full",))
     return 0
 
 
@@ -80,7 +85,6 @@ def flags(tmp):
         (["--recompute", "full", "--experts", "4"], "--experts"),
         (["--recompute", "full", "--lora-rank", "4"], "--lora-rank"),
         (["--recompute", "full", "--pp", "2", "--pp-schedule", "zbh1"], "--pp-schedule zbh1"),
-        (["--recompute", "full", "--device", "sim"], "--device sim"),
         (["--recompute", "selective", "--device", "sim", "--attention", "causal"], "--attention flash2"),
         (["--recompute", "some"], "--recompute"),
     ]

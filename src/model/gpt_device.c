@@ -66,13 +66,22 @@ static float *take(float **cursor, size_t n) {
     return p;
 }
 
-/* Carves the activations from one allocation; returns the floats it needs (base NULL: only counts). */
+/* Carves the activations from one allocation; returns the floats it needs (base NULL: only counts).
+ * With full recomputation (GPT_RECOMPUTE_FULL) every layer keeps only its
+ * output (the next one's input) and shares layer 0's other buffers, which
+ * backward refills layer by layer; selective is what the fused attention
+ * does already (it keeps each row's log-sum-exp, not the probabilities). */
 static size_t carve_acts(GPTDevice *g, float *base) {
     const size_t N = (size_t)g->B * g->T, C = (size_t)g->cfg.channels;
     const size_t att = (size_t)g->B * g->cfg.num_heads * g->T * (g->fused_attention ? 1 : g->T); /* fused: each row's lse */
     float *c = base;
     for (int l = 0; l < g->cfg.num_layers; l++) {
         DeviceLayerActs *a = &g->layer[l];
+        if (l > 0 && g->cfg.recompute == GPT_RECOMPUTE_FULL) { /* layer 0's buffers, recomputed; its own output */
+            *a = g->layer[0];
+            a->residual3 = take(&c, N * C);
+            continue;
+        }
         a->ln1 = take(&c, N * C), a->ln1_mean = take(&c, N), a->ln1_rstd = take(&c, N), a->qkv = take(&c, 3 * N * C);
         a->atty = take(&c, N * C), a->att = take(&c, att), a->residual2 = take(&c, N * C), a->ln2 = take(&c, N * C);
         a->ln2_mean = take(&c, N), a->ln2_rstd = take(&c, N), a->fch = take(&c, 4 * N * C);
@@ -407,7 +416,11 @@ static int backward(GPTDevice *g) {
     TRY(device_zero(g->dev, g->compute, g->dresidual, rows(g) * (size_t)C * sizeof(float)));
     TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = dlnf, .dbias = dlnf + C, .dout = g->dln,
                                                              .inp = g->layer[L - 1].residual3, .weight = lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd}));
-    for (int l = L - 1; l >= 0; l--) TRY(layer_backward(g, l, l ? g->layer[l - 1].residual3 : g->encoded));
+    for (int l = L - 1; l >= 0; l--) {
+        const float *inp = l ? g->layer[l - 1].residual3 : g->encoded;
+        if (cfg->recompute == GPT_RECOMPUTE_FULL) TRY(layer_forward(g, l, inp)); /* the same launches: the same bits */
+        TRY(layer_backward(g, l, inp));
+    }
     DeviceCall enc = {.kernel = DK_ENCODER_BACKWARD};
     enc.a.encoder = (EncoderArgs){.dwte = dwte, .dwpe = tensor(g, g->grads, TK_WPE), .dout = g->dresidual, .tokens = g->tokens,
                                   .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};

@@ -298,7 +298,7 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
 
 /* --recompute: where each mode runs. On a device, FlashAttention-2 stores
  * no probabilities and recomputes them in backward: that is selective
- * recomputation; full is not built there yet. */
+ * recomputation, there only with it; full reruns each layer's launches. */
 static bool check_recompute(const TrainConfig *c, char *why, size_t n) {
     const GPTRecompute r = c->model.recompute;
     if (r == GPT_RECOMPUTE_NONE) return true;
@@ -306,13 +306,10 @@ static bool check_recompute(const TrainConfig *c, char *why, size_t n) {
     if (c->device.kind != TRAIN_DEVICE_CPU) {
         const bool flash = c->device.attention == TRAIN_ATTENTION_FLASH2 ||
                            (c->device.attention == TRAIN_ATTENTION_AUTO && c->model.channels / c->model.heads <= FLASH_MAX_HEAD);
-        if (r == GPT_RECOMPUTE_FULL)
-            snprintf(why, n, "--recompute full does not work with --device %s yet (selective is what its flash2 "
-                     "attention does)", TRAIN_DEVICE_WORDS[c->device.kind]);
-        else if (!flash)
+        if (r == GPT_RECOMPUTE_SELECTIVE && !flash)
             snprintf(why, n, "--recompute selective with --device %s needs --attention flash2 (it recomputes the "
                      "probabilities in backward; the causal kernel keeps them)", TRAIN_DEVICE_WORDS[c->device.kind]);
-        return r != GPT_RECOMPUTE_FULL && flash;
+        return r != GPT_RECOMPUTE_SELECTIVE || flash;
     }
     const bool full = r == GPT_RECOMPUTE_FULL;
     const char *flag = NULL, *reason = NULL;
