@@ -11,8 +11,10 @@ buffer (another layer's probabilities left in the shared copy, say) moves both a
   documents masked (--doc-mask on: the recomputed probabilities keep the mask); on --device sim (the device step:
   full reruns each layer's launches; selective is what its flash2 attention does already), and full in bf16 with
   the device's unfused causal attention.
-- layouts: 2 processes, --pp 2 (each stage recomputes its own layers, 1F1B) and --tp 2 (the recomputed layer's
-  all-reduces run again on both ranks), against the same layout without recomputation.
+- layouts: 2 processes, --pp 2 (each stage recomputes its own layers; 1F1B and interleaved, whose micro-batches in
+  flight share the recomputed buffers; zbh1's split backward with selective, whose W pass reads no probabilities)
+  and --tp 2 (the recomputed layer's all-reduces run again on both ranks), against the same layout without
+  recomputation.
 - flags (unit): the combinations not built refused in one line naming the flag, before any training; selective on
   --device sim accepted (its flash2 attention stores no probabilities: selective is what it does).
 """
@@ -74,6 +76,9 @@ def one(tmp):
 def layouts(tmp):
     same_bits(tmp, "pp2", SHAPE + ["--pp", "2"], ranks=2)
     same_bits(tmp, "tp2", SHAPE + ["--tp", "2"], ranks=2)
+    same_bits(tmp, "pp2_zbh1", SHAPE + ["--pp", "2", "--pp-schedule", "zbh1"], ranks=2, modes=("selective",))
+    same_bits(tmp, "pp2_interleaved", SHAPE + ["--layers", "4", "--pp", "2", "--pp-schedule", "interleaved",
+                                               "--virtual-stages", "2"], ranks=2)
     return 0
 
 
