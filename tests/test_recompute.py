@@ -10,10 +10,11 @@ buffer (another layer's probabilities left in the shared copy, say) moves both a
 - one (unit): one process, fp32 and bf16 (widen: the rounding of the matmul inputs is recomputed too), with packed
   documents masked (--doc-mask on: the recomputed probabilities keep the mask); on --device sim (the device step:
   full reruns each layer's launches; selective is what its flash2 attention does already), and full in bf16 with
-  the device's unfused causal attention.
+  the device's unfused causal attention; selective in fp8 and with MoE layers (full is refused there).
 - layouts: 2 processes, --pp 2 (each stage recomputes its own layers; 1F1B and interleaved, whose micro-batches in
   flight share the recomputed buffers; zbh1's split backward with selective, whose W pass reads no probabilities)
-  and --tp 2 (the recomputed layer's all-reduces run again on both ranks), against the same layout without
+  --tp 2 (the recomputed layer's all-reduces run again on both ranks) and --dp 2 --zero 3 (backward gathers each
+  layer's parameters once for both its recomputation and its gradients), against the same layout without
   recomputation.
 - flags (unit): the combinations not built refused in one line naming the flag, before any training; selective on
   --device sim accepted (its flash2 attention stores no probabilities: selective is what it does).
@@ -26,28 +27,36 @@ import json  # noqa: E402
 import random  # noqa: E402
 import tempfile  # noqa: E402
 
-from bstest import WORDS, Checks, layout_run, make_corpus, one_line_error, run, tiny_train_args  # noqa: E402
+from bstest import WORDS, Checks, launch, make_corpus, one_line_error, read_metrics, run, tiny_train_args  # noqa: E402
 
 MODES = ("selective", "full")
 SHAPE = ["--layers", "3", "--heads", "2", "--channels", "32", "--seq-len", "32"]
 failures = Checks()
 
 
-def same_bits(tmp, tag, shape, ranks=1, modes=MODES):
-    """Each mode's ten steps against none's on the same layout: losses and parameters bitwise."""
+def train(tmp, prefix, shape, ranks, mode, model_suffix):
+    """Ten steps of the layout tests' job (bstest.layout_run's flags) with --recompute mode: (losses, model bytes)."""
     data = os.path.join(tmp, "data")
     if not os.path.isdir(data):
         make_corpus(tmp)
-    ref_metrics, ref_params, _ = layout_run(data, os.path.join(tmp, tag + "_none"), shape, ranks,
-                                            extra=["--recompute", "none"])
-    ref_losses = [m["loss"] for m in ref_metrics if "loss" in m]
+    metrics, model = prefix + ".jsonl", prefix + model_suffix
+    launch(["train", "--data", os.path.join(data, "train_000000.bin")] + list(shape) + [
+        "--micro-batch", "2", "--global-batch", "8", "--steps", "10", "--lr", "3e-3", "--warmup", "2", "--eval-every",
+        "0", "--sample-tokens", "0", "--threads", "1", "--comm-timeout", "60", "--metrics", metrics, "--save-model",
+        model, "--recompute", mode], ranks)
+    with open(model, "rb") as f:
+        return [m["loss"] for m in read_metrics(metrics) if "loss" in m], f.read()
+
+
+def same_bits(tmp, tag, shape, ranks=1, modes=MODES):
+    """Each mode's ten steps against none's on the same layout: losses and the saved model bitwise."""
+    suffix = ".safetensors" if "--experts" in shape else ".bin"  # an llm.c file holds a dense GPT-2 only
+    ref_losses, ref_model = train(tmp, os.path.join(tmp, tag + "_none"), shape, ranks, "none", suffix)
     for mode in modes:
-        metrics, params, _ = layout_run(data, os.path.join(tmp, f"{tag}_{mode}"), shape, ranks,
-                                        extra=["--recompute", mode])
-        losses = [m["loss"] for m in metrics if "loss" in m]
+        losses, model = train(tmp, os.path.join(tmp, f"{tag}_{mode}"), shape, ranks, mode, suffix)
         failures(len(losses) == 10 and losses == ref_losses, f"{tag} {mode}: 10 losses equal none's bitwise")
-        failures(params.tobytes() == ref_params.tobytes(),
-                 f"{tag} {mode}: final parameters equal none's bitwise ({params.size} floats)")
+        failures(model == ref_model, f"{tag} {mode}: the saved model (final parameters) equals none's bitwise "
+                                     f"({len(model)} bytes)")
 
 
 def sft_data(tmp):
@@ -67,6 +76,8 @@ def one(tmp):
     same_bits(tmp, "fp32", SHAPE)
     same_bits(tmp, "bf16", SHAPE + ["--precision", "bf16", "--bf16-matmul", "widen"])
     same_bits(tmp, "docs", SHAPE + ["--data", sft_data(tmp), "--doc-mask", "on"])
+    same_bits(tmp, "fp8", SHAPE + ["--precision", "fp8"], modes=("selective",))
+    same_bits(tmp, "moe", SHAPE + ["--experts", "4"], modes=("selective",))
     same_bits(tmp, "sim", SHAPE + ["--device", "sim"])
     same_bits(tmp, "sim_bf16_causal", SHAPE + ["--device", "sim", "--precision", "bf16", "--attention", "causal"],
               modes=("full",))
@@ -76,6 +87,7 @@ def one(tmp):
 def layouts(tmp):
     same_bits(tmp, "pp2", SHAPE + ["--pp", "2"], ranks=2)
     same_bits(tmp, "tp2", SHAPE + ["--tp", "2"], ranks=2)
+    same_bits(tmp, "dp2_zero3", SHAPE + ["--zero", "3"], ranks=2)
     same_bits(tmp, "pp2_zbh1", SHAPE + ["--pp", "2", "--pp-schedule", "zbh1"], ranks=2, modes=("selective",))
     same_bits(tmp, "pp2_interleaved", SHAPE + ["--layers", "4", "--pp", "2", "--pp-schedule", "interleaved",
                                                "--virtual-stages", "2"], ranks=2)
