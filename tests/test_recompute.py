@@ -10,7 +10,8 @@ buffer (another layer's probabilities left in the shared copy, say) moves both a
 - one (unit): one process, fp32 and bf16 (widen: the rounding of the matmul inputs is recomputed too), with packed
   documents masked (--doc-mask on: the recomputed probabilities keep the mask); on --device sim (the device step:
   full reruns each layer's launches; selective is what its flash2 attention does already), and full in bf16 with
-  the device's unfused causal attention; selective in fp8 and with MoE layers (full is refused there).
+  the device's unfused causal attention; selective in fp8 and with MoE layers (full is refused there); LoRA (dropout on
+  the adapters' input, an nf4 base: the recomputed layer dequantizes and drops out as forward did).
 - layouts: 2 processes, --pp 2 (each stage recomputes its own layers; 1F1B and interleaved, whose micro-batches in
   flight share the recomputed buffers; zbh1's split backward with selective, whose W pass reads no probabilities)
   --tp 2 (the recomputed layer's all-reduces run again on both ranks) and --dp 2 --zero 3 (backward gathers each
@@ -78,6 +79,7 @@ def one(tmp):
     same_bits(tmp, "docs", SHAPE + ["--data", sft_data(tmp), "--doc-mask", "on"])
     same_bits(tmp, "fp8", SHAPE + ["--precision", "fp8"], modes=("selective",))
     same_bits(tmp, "moe", SHAPE + ["--experts", "4"], modes=("selective",))
+    same_bits(tmp, "lora", SHAPE + ["--lora-rank", "4", "--lora-dropout", "0.1", "--base-weights", "nf4"])
     same_bits(tmp, "sim", SHAPE + ["--device", "sim"])
     same_bits(tmp, "sim_bf16_causal", SHAPE + ["--device", "sim", "--precision", "bf16", "--attention", "causal"],
               modes=("full",))
@@ -100,7 +102,6 @@ def flags(tmp):
         (["--recompute", "selective", "--cp", "2", "--seq-len", "256"], "--cp"),
         (["--recompute", "full", "--precision", "fp8"], "--precision fp8"),
         (["--recompute", "full", "--experts", "4"], "--experts"),
-        (["--recompute", "full", "--lora-rank", "4"], "--lora-rank"),
         (["--recompute", "full", "--pp", "2", "--pp-schedule", "zbh1"], "--pp-schedule zbh1"),
         (["--recompute", "selective", "--device", "sim", "--attention", "causal"], "--attention flash2"),
         (["--recompute", "some"], "--recompute"),

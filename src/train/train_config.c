@@ -317,7 +317,6 @@ static bool check_recompute(const TrainConfig *c, char *why, size_t n) {
     else if (full && c->moe.experts > 1) flag = "--experts", reason = "the MoE layers' statistics are summed over ranks";
     else if (full && c->precision.mode == PRECISION_FP8) flag = "--precision fp8", reason = "its amax history would see each layer twice";
     else if (full && c->parallel.pp_schedule == PIPE_ZBH1) flag = "--pp-schedule zbh1", reason = "its W pass reads every layer's activations";
-    else if (full && c->lora.rank > 0) flag = "--lora-rank", reason = "adapters are not recomputed";
     if (flag) snprintf(why, n, "--recompute %s does not work with %s yet (%s)", mode, flag, reason);
     return !flag;
 }
