@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """test_recompute.py: activation recomputation (--recompute selective|full) trains bit for bit as --recompute none.
 
-usage: test_recompute.py one|layouts|flags
+usage: test_recompute.py one|layouts|flags|gpu
 
 Recomputation reruns the forward arithmetic it dropped (selective: each layer's attention probabilities from its
 kept q, k, v; full: the whole layer from its kept input), so ten AdamW steps must give the same losses and the same
@@ -17,6 +17,8 @@ buffer (another layer's probabilities left in the shared copy, say) moves both a
   --tp 2 (the recomputed layer's all-reduces run again on both ranks) and --dp 2 --zero 3 (backward gathers each
   layer's parameters once for both its recomputation and its gradients), against the same layout without
   recomputation.
+- gpu (label gpu, slow tier; skips with the reason where no CUDA GPU runs): the same on --device cuda, fp32 and
+  bf16, after none against none (the bitwise claim needs a step that repeats its own bits).
 - flags (unit): the combinations not built refused in one line naming the flag, before any training; selective on
   --device sim accepted (its flash2 attention stores no probabilities: selective is what it does).
 """
@@ -28,7 +30,7 @@ import json  # noqa: E402
 import random  # noqa: E402
 import tempfile  # noqa: E402
 
-from bstest import WORDS, Checks, launch, make_corpus, one_line_error, read_metrics, run, tiny_train_args  # noqa: E402
+from bstest import SKIP, WORDS, Checks, launch, make_corpus, one_line_error, read_metrics, run, tiny_train_args  # noqa: E402
 
 MODES = ("selective", "full")
 SHAPE = ["--layers", "3", "--heads", "2", "--channels", "32", "--seq-len", "32"]
@@ -96,6 +98,22 @@ def layouts(tmp):
     return 0
 
 
+def gpu(tmp):
+    """On a CUDA GPU: the device step's full recomputation (and selective, flash2's own) bitwise as on sim; first
+    none against itself, since the bitwise claim needs a step that repeats its own bits."""
+    data = make_corpus(tmp, nbytes=20_000)
+    p = run(tiny_train_args(data, steps=1) + ["--device", "cuda"], check=False)
+    if p.returncode != 0:
+        print(f"SKIP no CUDA device here: {p.stderr.strip()}")
+        return SKIP
+    for tag, extra in (("cuda", []), ("cuda_bf16", ["--precision", "bf16"])):
+        shape = SHAPE + ["--device", "cuda"] + extra
+        again = [train(tmp, os.path.join(tmp, f"{tag}_none{k}"), shape, 1, "none", ".bin") for k in range(2)]
+        failures(again[0] == again[1], f"{tag}: none twice gives the same losses and model (the step repeats its bits)")
+        same_bits(tmp, tag, shape)
+    return 0
+
+
 def flags(tmp):
     data = make_corpus(tmp, nbytes=20_000)
     refused = [
@@ -117,10 +135,10 @@ def flags(tmp):
 
 
 if __name__ == "__main__":
-    parts = {"one": one, "layouts": layouts, "flags": flags}
+    parts = {"one": one, "layouts": layouts, "flags": flags, "gpu": gpu}
     if len(sys.argv) != 2 or sys.argv[1] not in parts:
         sys.exit(__doc__)
     with tempfile.TemporaryDirectory() as scratch:
-        parts[sys.argv[1]](scratch)
-    print(f"FAILED {len(failures.failed)} check(s)" if failures.failed else "ok")
-    sys.exit(1 if failures.failed else 0)
+        code = parts[sys.argv[1]](scratch)
+    print(f"FAILED {len(failures.failed)} check(s)" if failures.failed else "skipped" if code == SKIP else "ok")
+    sys.exit(1 if failures.failed else code)
