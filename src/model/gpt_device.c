@@ -99,6 +99,8 @@ static const char *unsupported(const GPTConfig *cfg) {
         return "a device runs the whole model in one process for now (no --tp, --pp or --cp)";
     if (gpt_is_moe(cfg)) return "a device runs dense models for now (no MoE)";
     if (cfg->lora_rank > 0) return "a device does not train LoRA adapters yet";
+    if (cfg->recompute == GPT_RECOMPUTE_SELECTIVE && cfg->channels / cfg->num_heads > FLASH_MAX_HEAD)
+        return "selective recomputation on a device is the fused attention's, and this model's heads are too wide for it";
     return NULL;
 }
 
@@ -236,6 +238,10 @@ int gpt_device_set_fused_attention(GPTDevice *g, bool fused, char *reason, size_
     if (fused && g->cfg.channels / g->cfg.num_heads > FLASH_MAX_HEAD) {
         snprintf(reason, reason_size, "fused attention takes heads of up to %d channels (this model's have %d)",
                  FLASH_MAX_HEAD, g->cfg.channels / g->cfg.num_heads);
+        return -1;
+    }
+    if (!fused && g->cfg.recompute == GPT_RECOMPUTE_SELECTIVE) { /* the unfused kernels keep P */
+        snprintf(reason, reason_size, "selective recomputation on a device is the fused attention's: it needs it");
         return -1;
     }
     if (fused == g->fused_attention) return 0;
