@@ -22,6 +22,7 @@ static int model_options(TrainConfig *c, OptionSpec *out) {
         {"vocab-dir", OPT_STRING, &c->model.vocab_dir, OPT_NO_RANGE, "DIR", "GPT-2's encoder.json and vocab.bpe, or a Hugging Face tokenizer directory (vocab.json, merges.txt) (--tokenizer gpt2)", "", NULL},
         {"init-from", OPT_STRING, &c->model.init_from, OPT_NO_RANGE, "PATH", "start from an llm.c model file, a .safetensors file or a Hugging Face GPT-2 directory (sets the shape)", "", NULL},
         {"seed", OPT_LONG, &c->model.seed, 0, 9.2e18, "N", "seed of initial weights, data order and sampling", "1337", NULL},
+        {"recompute", OPT_ENUM, &c->model.recompute, OPT_NO_RANGE, "MODE", "activations recomputed in backward to save memory (Megatron's granularity): none, selective (each layer's attention probabilities) or full (all but each layer's input); bitwise the same training", "none", TRAIN_RECOMPUTE_WORDS},
     };
     return put(out, s, sizeof s / sizeof s[0]);
 }

@@ -210,14 +210,6 @@ static bool has_adapter(const GPTConfig *cfg, int target) {
     return cfg->lora_rank > 0 && cfg->part != GPT_PART_BASE && (cfg->lora_targets >> target & 1);
 }
 
-static size_t layer_acts_numel(const GPTConfig *cfg, int B, int T) {
-    Widths w = widths(cfg);
-    size_t BT = (size_t)B * T, lora = 0;
-    for (int t = 0; t < LORA_NUM_TARGETS; t++) lora += has_adapter(cfg, t) ? BT * (size_t)cfg->lora_rank : 0;
-    return BT * ((size_t)w.C * 5 + (size_t)w.Cl * 4 + (size_t)w.F * 2) + BT * 4 +
-           (size_t)B * w.Hl * T * T * (size_t)gpt_cp_size(cfg) + lora;
-}
-
 /* The widest input or output of the shard's linear layers. */
 static size_t lora_widest(const GPTConfig *cfg) {
     Widths w = widths(cfg);
@@ -236,37 +228,67 @@ static LoraScratch lora_scratch_of(const GPTActs *acts, const GPTConfig *cfg) {
     return (LoraScratch){acts->lora_scratch, acts->lora_scratch + rows, acts->lora_scratch + 2 * rows};
 }
 
-static LayerActs layer_acts(const GPTActs *acts, const GPTConfig *cfg, int local_layer) {
+/* Places one layer's activations: those recomputation keeps at kept +
+ * *kept_n, the others at shared + *shared_n (a NULL base: only counts); both
+ * counts advance. NONE keeps all, SELECTIVE all but the attention
+ * probabilities, FULL only the layer's output (the next layer's input). */
+static LayerActs place_layer_acts(const GPTConfig *cfg, int B, int T, float *kept, float *shared, size_t *kept_n,
+                                  size_t *shared_n) {
     Widths w = widths(cfg);
-    size_t BT = (size_t)acts->B * acts->T;
-    float *p = acts->layers + (size_t)local_layer * acts->layer_stride;
+    size_t BT = (size_t)B * T;
+    const bool full = cfg->recompute == GPT_RECOMPUTE_FULL;
+    const bool probs = !full && cfg->recompute != GPT_RECOMPUTE_SELECTIVE;
     LayerActs a;
-#define TAKE(field, n) (a.field = p, p += (n))
-    TAKE(ln1, BT * w.C);
-    TAKE(ln1_mean, BT);
-    TAKE(ln1_rstd, BT);
-    TAKE(qkv, 3 * BT * w.Cl);
-    TAKE(atty, BT * w.Cl);
-    TAKE(att, (size_t)acts->B * w.Hl * acts->T * acts->T * (size_t)gpt_cp_size(cfg));
-    TAKE(residual2, BT * w.C);
-    TAKE(ln2, BT * w.C);
-    TAKE(ln2_mean, BT);
-    TAKE(ln2_rstd, BT);
-    TAKE(fch, BT * w.F);
-    TAKE(fch_gelu, BT * w.F);
-    TAKE(residual3, BT * w.C);
+#define TAKE(field, n, keep)                                   \
+    do {                                                       \
+        float *base = (keep) ? kept : shared;                  \
+        size_t *at = (keep) ? kept_n : shared_n;               \
+        a.field = base ? base + *at : NULL, *at += (n);        \
+    } while (0)
+    TAKE(ln1, BT * w.C, !full);
+    TAKE(ln1_mean, BT, !full);
+    TAKE(ln1_rstd, BT, !full);
+    TAKE(qkv, 3 * BT * w.Cl, !full);
+    TAKE(atty, BT * w.Cl, !full);
+    TAKE(att, (size_t)B * w.Hl * T * T * (size_t)gpt_cp_size(cfg), probs);
+    TAKE(residual2, BT * w.C, !full);
+    TAKE(ln2, BT * w.C, !full);
+    TAKE(ln2_mean, BT, !full);
+    TAKE(ln2_rstd, BT, !full);
+    TAKE(fch, BT * w.F, !full);
+    TAKE(fch_gelu, BT * w.F, !full);
+    TAKE(residual3, BT * w.C, true);
     for (int t = 0; t < LORA_NUM_TARGETS; t++) {
         a.lora_u[t] = NULL;
-        if (has_adapter(cfg, t)) TAKE(lora_u[t], BT * (size_t)cfg->lora_rank);
+        if (has_adapter(cfg, t)) TAKE(lora_u[t], BT * (size_t)cfg->lora_rank, !full);
     }
 #undef TAKE
     return a;
 }
 
+/* Floats of one layer's kept activations, and of the shared ones. */
+static size_t layer_kept_numel(const GPTConfig *cfg, int B, int T) {
+    size_t kept = 0, shared = 0;
+    place_layer_acts(cfg, B, T, NULL, NULL, &kept, &shared);
+    return kept;
+}
+
+static size_t layer_shared_numel(const GPTConfig *cfg, int B, int T) {
+    size_t kept = 0, shared = 0;
+    place_layer_acts(cfg, B, T, NULL, NULL, &kept, &shared);
+    return shared;
+}
+
+static LayerActs layer_acts(const GPTActs *acts, const GPTConfig *cfg, int local_layer) {
+    size_t kept = 0, shared = 0;
+    return place_layer_acts(cfg, acts->B, acts->T, acts->layers + (size_t)local_layer * acts->layer_stride,
+                            acts->shared_layer, &kept, &shared);
+}
+
 static size_t forward_numel(const GPTConfig *cfg, int B, int T) {
     Widths w = widths(cfg);
     size_t BT = (size_t)B * T, C = (size_t)w.C;
-    size_t n = BT * C /* stage input */ + (size_t)gpt_stage_layers(cfg) * layer_acts_numel(cfg, B, T) +
+    size_t n = BT * C /* stage input */ + (size_t)gpt_stage_layers(cfg) * layer_kept_numel(cfg, B, T) +
                BT * C /* proj_out */ + BT /* losses */ + lora_scratch_numel(cfg, B, T);
     if (gpt_has_head(cfg)) n += BT * C + 2 * BT /* lnf */ + BT * (size_t)w.Vl /* logits */;
     return n;
@@ -324,7 +346,7 @@ static float *stash_dencoded(const GPTActs *acts, const GPTConfig *cfg) {
 size_t gpt_acts_stash_bytes(const GPTConfig *cfg, int B, int T) { return stash_numel(cfg, B, T) * sizeof(float); }
 
 size_t gpt_acts_bytes(const GPTConfig *cfg, int B, int T, bool for_training) {
-    size_t n = forward_numel(cfg, B, T);
+    size_t n = forward_numel(cfg, B, T) + layer_shared_numel(cfg, B, T);
     if (for_training) n += backward_numel(cfg, B, T, omp_get_max_threads());
     return n * sizeof(float);
 }
@@ -336,7 +358,7 @@ void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for
     acts->T = T;
     size_t BT = (size_t)B * T, C = (size_t)w.C;
     acts->memory = bs_malloc(forward_numel(cfg, B, T) * sizeof(float));
-    acts->layer_stride = layer_acts_numel(cfg, B, T);
+    acts->layer_stride = layer_kept_numel(cfg, B, T);
     float *p = acts->memory;
     acts->encoded = p, p += BT * C;
     acts->layers = p, p += (size_t)gpt_stage_layers(cfg) * acts->layer_stride;
@@ -349,6 +371,8 @@ void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for
         acts->lnf_rstd = p, p += BT;
         acts->logits = p;
     }
+    if (layer_shared_numel(cfg, B, T) > 0)
+        acts->shared_layer = acts->shared_memory = bs_malloc(layer_shared_numel(cfg, B, T) * sizeof(float));
     if (gpt_tp_size(cfg) > 1) acts->row_stats = bs_malloc(3 * BT * sizeof(double));
     acts->doc_start = bs_malloc(BT * sizeof(int32_t));
     acts->positions = bs_malloc(BT * sizeof(int32_t));
@@ -390,6 +414,9 @@ void gpt_acts_share_backward(GPTActs *dst, const GPTActs *src) {
     dst->scratch_slots = src->scratch_slots;
     dst->dresidual = src->dresidual, dst->dln = src->dln, dst->datty = src->datty;
     dst->dqkv = src->dqkv, dst->dfch = src->dfch, dst->dround = src->dround, dst->att_scratch = src->att_scratch;
+    free(dst->shared_memory);
+    dst->shared_memory = NULL; /* not owned */
+    dst->shared_layer = src->shared_layer;
 }
 
 void gpt_acts_free(GPTActs *acts) {
@@ -403,6 +430,7 @@ void gpt_acts_free(GPTActs *acts) {
     }
     free(acts->memory);
     free(acts->grad_memory);
+    free(acts->shared_memory);
     free(acts->row_stats);
     free(acts->stash);
     free(acts->doc_start);
@@ -656,6 +684,54 @@ static const int32_t *document_starts(const GPT *model, GPTActs *acts, const int
     return acts->doc_start;
 }
 
+/* The attention core of a layer: atty and the probabilities att from qkv
+ * (by document when the forward masked), atty rounded for its matmul in
+ * bf16 mode. Backward's selective recomputation reruns it: the same bits. */
+static void attention_core_forward(const GPT *model, GPTActs *acts, LayerActs *a, int b, int t) {
+    const Widths w = widths(&model->cfg);
+    if (model->context) context_attention_forward(model->context, a->atty, a->att, a->qkv, b, t);
+    else attention_forward_docs(a->atty, a->att, a->qkv, acts->doc_masked ? acts->doc_start : NULL, b, t, w.Cl, w.Hl);
+    round_input(model, a->atty, (size_t)b * t * w.Cl);
+}
+
+/* Local layer i forward from residual (its input) into a: residual3 =
+ * residual2 + mlp(ln2(residual2)), residual2 = residual + attproj(attention(
+ * qkv(ln1(residual)))); the MoE MLP's statistics are kept when training.
+ * Backward's recomputation (GPT_RECOMPUTE_FULL) reruns it as it ran. */
+static void layer_forward(GPT *model, GPTActs *acts, LayerTensors p, LayerActs *a, int i, const float *residual,
+                          int b, int t, bool training) {
+    const GPTConfig *cfg = &model->cfg;
+    const Widths w = widths(cfg);
+    const int C = w.C;
+    const bool lead = gpt_tp_rank(cfg) == 0; /* adds the replicated biases of row-parallel layers */
+    const size_t N = (size_t)b * t;
+    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
+    round_input(model, a->ln1, N * C);
+    layer_linear_forward(model, i, SITE_QKV, a->qkv, a->ln1, p.qkvw, p.qkvb, N, C, 3 * w.Cl);
+    lora_add(model, acts, p, a, i, LORA_TARGET_QKV, a->qkv, a->ln1, N, C, 3 * w.Cl);
+    attention_core_forward(model, acts, a, b, t);
+    layer_linear_forward(model, i, SITE_ATTPROJ, acts->proj_out, a->atty, p.attprojw, lead ? p.attprojb : NULL, N,
+                         w.Cl, C);
+    lora_add(model, acts, p, a, i, LORA_TARGET_ATTPROJ, acts->proj_out, a->atty, N, w.Cl, C);
+    tp_sum(model, acts->proj_out, N * C);
+    residual_forward(a->residual2, residual, acts->proj_out, N * C);
+    layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, p.ln2w, p.ln2b, N, C);
+    if (gpt_layer_is_moe(cfg, gpt_first_layer(cfg) + i)) {
+        moe_mlp_forward(model, acts, p, a, i, b, t, training);
+    } else {
+        round_input(model, a->ln2, N * C);
+        layer_linear_forward(model, i, SITE_FC, a->fch, a->ln2, p.fcw, p.fcb, N, C, w.F);
+        lora_add(model, acts, p, a, i, LORA_TARGET_FC, a->fch, a->ln2, N, C, w.F);
+        gelu_forward(a->fch_gelu, a->fch, N * w.F);
+        round_input(model, a->fch_gelu, N * w.F);
+        layer_linear_forward(model, i, SITE_FCPROJ, acts->proj_out, a->fch_gelu, p.fcprojw, lead ? p.fcprojb : NULL,
+                             N, w.F, C);
+        lora_add(model, acts, p, a, i, LORA_TARGET_FCPROJ, acts->proj_out, a->fch_gelu, N, w.F, C);
+        tp_sum(model, acts->proj_out, N * C);
+    }
+    residual_forward(a->residual3, a->residual2, acts->proj_out, N * C);
+}
+
 double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32_t *targets, int b, int t,
                    float dloss, const BlockAccess *access) {
     const GPTConfig *cfg = &model->cfg;
@@ -664,7 +740,7 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
     const bool lead = gpt_tp_rank(cfg) == 0; /* adds the replicated biases of row-parallel layers */
     const size_t N = (size_t)b * t;
     if (b > acts->B || t > acts->T) bs_die("internal: batch %dx%d exceeds the activations' %dx%d", b, t, acts->B, acts->T);
-    const int32_t *docs = document_starts(model, acts, inputs, b, t);
+    acts->doc_masked = document_starts(model, acts, inputs, b, t) != NULL;
     acts->lora_dropout_on = dloss != 0 && model->lora_dropout > 0 && acts->lora_row_keys && inputs;
     if (acts->lora_dropout_on) lora_row_keys(acts->lora_row_keys, inputs, b, t, model->lora_seed, model->lora_step);
     float *emb = NULL;
@@ -683,35 +759,8 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
     const float *residual = acts->encoded;
     for (int i = 0; i < nl; i++) {
         int block = first + i + 1;
-        LayerTensors p = layer_params(model, access, block);
         LayerActs a = layer_acts(acts, cfg, i);
-        layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
-        round_input(model, a.ln1, N * C);
-        layer_linear_forward(model, i, SITE_QKV, a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * w.Cl);
-        lora_add(model, acts, p, &a, i, LORA_TARGET_QKV, a.qkv, a.ln1, N, C, 3 * w.Cl);
-        if (model->context) context_attention_forward(model->context, a.atty, a.att, a.qkv, b, t);
-        else attention_forward_docs(a.atty, a.att, a.qkv, docs, b, t, w.Cl, w.Hl);
-        round_input(model, a.atty, N * w.Cl);
-        layer_linear_forward(model, i, SITE_ATTPROJ, acts->proj_out, a.atty, p.attprojw, lead ? p.attprojb : NULL, N,
-                             w.Cl, C);
-        lora_add(model, acts, p, &a, i, LORA_TARGET_ATTPROJ, acts->proj_out, a.atty, N, w.Cl, C);
-        tp_sum(model, acts->proj_out, N * C);
-        residual_forward(a.residual2, residual, acts->proj_out, N * C);
-        layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
-        if (gpt_layer_is_moe(cfg, block - 1)) {
-            moe_mlp_forward(model, acts, p, &a, i, b, t, dloss != 0);
-        } else {
-            round_input(model, a.ln2, N * C);
-            layer_linear_forward(model, i, SITE_FC, a.fch, a.ln2, p.fcw, p.fcb, N, C, w.F);
-            lora_add(model, acts, p, &a, i, LORA_TARGET_FC, a.fch, a.ln2, N, C, w.F);
-            gelu_forward(a.fch_gelu, a.fch, N * w.F);
-            round_input(model, a.fch_gelu, N * w.F);
-            layer_linear_forward(model, i, SITE_FCPROJ, acts->proj_out, a.fch_gelu, p.fcprojw, lead ? p.fcprojb : NULL,
-                                 N, w.F, C);
-            lora_add(model, acts, p, &a, i, LORA_TARGET_FCPROJ, acts->proj_out, a.fch_gelu, N, w.F, C);
-            tp_sum(model, acts->proj_out, N * C);
-        }
-        residual_forward(a.residual3, a.residual2, acts->proj_out, N * C);
+        layer_forward(model, acts, layer_params(model, access, block), &a, i, residual, b, t, dloss != 0);
         residual = a.residual3;
         if (model->first_nonfinite_layer < 0 && !floats_all_finite(a.residual3, N * C)) model->first_nonfinite_layer = block - 1;
         params_done(access, block);
@@ -749,6 +798,12 @@ static Pass begin_pass(GPT *model, GPTActs *acts, int b, int t, const BlockAcces
     if (split && model->frozen) bs_die("internal: the split backward does not train LoRA adapters");
     if (split && gpt_is_moe(&model->cfg)) bs_die("internal: the split backward does not train MoE layers");
     if (split && !acts->stash) bs_die("internal: split backward needs activations from gpt_acts_create_split");
+    if (split && model->cfg.recompute == GPT_RECOMPUTE_FULL)
+        bs_die("internal: the split backward needs every layer's activations (no full recomputation)");
+    if (model->context && model->cfg.recompute != GPT_RECOMPUTE_NONE)
+        bs_die("internal: context-parallel attention is not recomputed");
+    if (gpt_is_moe(&model->cfg) && model->cfg.recompute == GPT_RECOMPUTE_FULL)
+        bs_die("internal: MoE layers are not recomputed");
     return (Pass){model, acts, access, widths(&model->cfg), (size_t)b * t, b, t, split};
 }
 
@@ -925,6 +980,7 @@ static void layer_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, Lay
     const size_t N = x->N;
     LayerActs a = layer_acts(acts, cfg, i);
     const float *inp = i == 0 ? acts->encoded : layer_acts(acts, cfg, i - 1).residual3;
+    if (cfg->recompute == GPT_RECOMPUTE_FULL) layer_forward(x->model, acts, p, &a, i, inp, x->b, x->t, false);
     /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))), or the MoE layer's */
     if (gpt_layer_is_moe(cfg, gpt_first_layer(cfg) + i)) moe_mlp_backward(x, i, p, g, &a);
     else mlp_pass(x, i, p, g, s, &a);
@@ -935,6 +991,7 @@ static void layer_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, Lay
                                           g.attprojw, g.attprojb, s.dattproj, w.Cl, C, fp8_site(x->model, i, SITE_ATTPROJ),
                                         lora_branch(x->model, acts, p, g, i, LORA_TARGET_ATTPROJ), a.lora_u[LORA_TARGET_ATTPROJ],
                                         frozen_weight(x->model, p.attprojw, i, SITE_ATTPROJ, C, w.Cl)});
+    if (cfg->recompute == GPT_RECOMPUTE_SELECTIVE) attention_core_forward(x->model, acts, &a, x->b, x->t);
     if (x->model->context)
         context_attention_backward(x->model->context, acts->dqkv, acts->datty, a.qkv, a.atty, a.att, x->b, x->t);
     else

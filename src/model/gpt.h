@@ -47,6 +47,15 @@ typedef enum { GPT_PART_ALL, GPT_PART_BASE, GPT_PART_ADAPTERS, GPT_PART_BASE_FP3
  * of each layer and wte, which a low-precision frozen base keeps apart
  * (model/frozen_linear.h, model/frozen_embedding.h). */
 
+/* Activation recomputation, as Megatron-LM's --recompute-granularity
+ * defines it (Korthikanti et al. 2022): NONE keeps every activation for
+ * backward; SELECTIVE drops each layer's attention probabilities (the
+ * T x T softmax, the "attention core") and recomputes them in backward from
+ * the q, k, v it keeps; FULL keeps only each layer's input and reruns the
+ * whole layer's forward in backward. Either runs the same arithmetic, so
+ * gradients are bitwise those of NONE. */
+typedef enum { GPT_RECOMPUTE_NONE, GPT_RECOMPUTE_SELECTIVE, GPT_RECOMPUTE_FULL } GPTRecompute;
+
 typedef struct {
     int max_seq_len; /* T max (rows of wpe) */
     int vocab_size;  /* V */
@@ -76,6 +85,7 @@ typedef struct {
     double moe_routed_scale;         /* every routed gate's factor (DeepSeek-V3's routed_scaling_factor; 0: 1) */
     double capacity_factor;          /* 0: dropless */
     double moe_aux_coef, moe_z_coef, moe_bias_update;
+    int recompute; /* GPTRecompute: which activations training sets keep (gpt_acts_create) */
 } GPTConfig;
 
 /* The shard's coordinates with defaults filled in. */
@@ -320,12 +330,17 @@ void gpt_enable_fp8(GPT *model, const Fp8Options *options);
 
 /* Activations for a (B, T) batch shape, allocated once; forward may run any
  * b <= B, t <= T. With context parallelism T is the local rows and each
- * layer's attention probabilities span the whole sequence (T x cp_size). */
+ * layer's attention probabilities span the whole sequence (T x cp_size).
+ * With cfg->recompute a set keeps only part of each layer's activations
+ * (GPTRecompute) and one shared copy of the rest, which forward and then
+ * backward (recomputing) refill layer by layer. */
 typedef struct {
     int B, T;
     int scratch_slots;
     float *memory;  /* all activations in one allocation */
     size_t layer_stride;
+    float *shared_layer;  /* recomputation: the activations no layer keeps, one layer's (GPTRecompute) */
+    float *shared_memory; /* shared_layer's allocation when this set owns it */
     float *encoded, *layers, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *proj_out;
     float *grad_memory; /* backward scratch in one allocation */
     float *dresidual, *dln, *datty, *dqkv, *dfch, *att_scratch;
@@ -343,12 +358,16 @@ typedef struct {
     void **moe_ep;       /* expert parallelism: (stage layers) hook states, made at first use */
     const MoeExpertHooks *moe_ep_hooks; /* what made them */
     MoeStats *moe_stats; /* MoE: per stage layer, the last forward's statistics (data-parallel sums in training) */
+    bool doc_masked;     /* the last forward masked attention by document (doc_start holds the starts) */
 } GPTActs;
 
 void gpt_acts_create(GPTActs *acts, const GPTConfig *cfg, int B, int T, bool for_training);
 void gpt_acts_free(GPTActs *acts);
-/* Makes dst use src's backward scratch (freeing its own): one backward runs
- * at a time, so pipeline slots can share it. src must outlive dst. */
+/* Makes dst use src's backward scratch and recomputed layer (freeing its
+ * own): one backward runs at a time, and no call leaves the recomputed
+ * layer's contents for a later one, so pipeline slots can share them (with
+ * recomputation a stage holds one layer's recomputed activations, not one
+ * per micro-batch in flight). src must outlive dst. */
 void gpt_acts_share_backward(GPTActs *dst, const GPTActs *src);
 size_t gpt_acts_bytes(const GPTConfig *cfg, int B, int T, bool for_training);
 /* A training set for the split backward (gpt_backward_input, later

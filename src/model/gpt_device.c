@@ -67,13 +67,22 @@ static float *take(float **cursor, size_t n) {
     return p;
 }
 
-/* Carves the activations from one allocation; returns the floats it needs (base NULL: only counts). */
+/* Carves the activations from one allocation; returns the floats it needs (base NULL: only counts).
+ * With full recomputation (GPT_RECOMPUTE_FULL) every layer keeps only its
+ * output (the next one's input) and shares layer 0's other buffers, which
+ * backward refills layer by layer; selective is what the fused attention
+ * does already (it keeps each row's log-sum-exp, not the probabilities). */
 static size_t carve_acts(GPTDevice *g, float *base) {
     const size_t N = (size_t)g->B * g->T, C = (size_t)g->cfg.channels;
     const size_t att = (size_t)g->B * g->cfg.num_heads * g->T * (g->fused_attention ? 1 : g->T); /* fused: each row's lse */
     float *c = base;
     for (int l = 0; l < g->cfg.num_layers; l++) {
         DeviceLayerActs *a = &g->layer[l];
+        if (l > 0 && g->cfg.recompute == GPT_RECOMPUTE_FULL) { /* layer 0's buffers, recomputed; its own output */
+            *a = g->layer[0];
+            a->residual3 = take(&c, N * C);
+            continue;
+        }
         a->ln1 = take(&c, N * C), a->ln1_mean = take(&c, N), a->ln1_rstd = take(&c, N), a->qkv = take(&c, 3 * N * C);
         a->atty = take(&c, N * C), a->att = take(&c, att), a->residual2 = take(&c, N * C), a->ln2 = take(&c, N * C);
         a->ln2_mean = take(&c, N), a->ln2_rstd = take(&c, N), a->fch = take(&c, 4 * N * C);
@@ -91,6 +100,8 @@ static const char *unsupported(const GPTConfig *cfg) {
         return "a device runs the whole model in one process for now (no tensor, pipeline or context parallelism)";
     if (gpt_is_moe(cfg)) return "a device runs dense models for now (no MoE)";
     if (cfg->lora_rank > 0) return "a device does not train LoRA adapters yet";
+    if (cfg->recompute == GPT_RECOMPUTE_SELECTIVE && cfg->channels / cfg->num_heads > FLASH_MAX_HEAD)
+        return "selective recomputation on a device is the fused attention's, and this model's heads are too wide for it";
     return NULL;
 }
 
@@ -254,6 +265,10 @@ int gpt_device_set_fused_attention(GPTDevice *g, bool fused, char *reason, size_
     if (fused && g->cfg.channels / g->cfg.num_heads > FLASH_MAX_HEAD) {
         snprintf(reason, reason_size, "fused attention takes heads of up to %d channels (this model's have %d)",
                  FLASH_MAX_HEAD, g->cfg.channels / g->cfg.num_heads);
+        return -1;
+    }
+    if (!fused && g->cfg.recompute == GPT_RECOMPUTE_SELECTIVE) { /* the unfused kernels keep P */
+        snprintf(reason, reason_size, "selective recomputation on a device is the fused attention's: it needs it");
         return -1;
     }
     if (fused == g->fused_attention) return 0;
@@ -434,7 +449,11 @@ static int backward(GPTDevice *g) {
     TRY(device_zero(g->dev, g->compute, g->dresidual, rows(g) * (size_t)C * sizeof(float)));
     TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = dlnf, .dbias = dlnf + C, .dout = g->dln,
                                                              .inp = g->layer[L - 1].residual3, .weight = lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd}));
-    for (int l = L - 1; l >= 0; l--) TRY(layer_backward(g, l, l ? g->layer[l - 1].residual3 : g->encoded));
+    for (int l = L - 1; l >= 0; l--) {
+        const float *inp = l ? g->layer[l - 1].residual3 : g->encoded;
+        if (cfg->recompute == GPT_RECOMPUTE_FULL) TRY(layer_forward(g, l, inp)); /* the same launches: the same bits */
+        TRY(layer_backward(g, l, inp));
+    }
     DeviceCall enc = {.kernel = DK_ENCODER_BACKWARD};
     enc.a.encoder = (EncoderArgs){.dwte = dwte, .dwpe = tensor(g, g->grads, TK_WPE), .dout = g->dresidual, .tokens = g->tokens,
                                   .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};

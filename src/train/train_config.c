@@ -38,6 +38,7 @@ const char *const TRAIN_GOODPUT_ESTIMATOR_WORDS[] = {"simple", "precond", "curva
 const char *const TRAIN_FP8_RECIPE_WORDS[] = {"delayed", "block", NULL};
 const char *const TRAIN_FP8_AMAX_ALGO_WORDS[] = {"max", "most_recent", NULL};
 const char *const TRAIN_FP8_HIGH_PRECISION_WORDS[] = {"fp32", "bf16", NULL};
+const char *const TRAIN_RECOMPUTE_WORDS[] = {"none", "selective", "full", NULL};
 
 /* Context parallelism: the sequence's chunks, and what does not compose with it yet. */
 static bool check_context(const TrainConfig *c, char *why, size_t n) {
@@ -208,13 +209,38 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
     return !flag;
 }
 
+/* --recompute: where each mode runs. On a device, FlashAttention-2 stores
+ * no probabilities and recomputes them in backward: that is selective
+ * recomputation, there only with it; full reruns each layer's launches. */
+static bool check_recompute(const TrainConfig *c, char *why, size_t n) {
+    const GPTRecompute r = c->model.recompute;
+    if (r == GPT_RECOMPUTE_NONE) return true;
+    const char *mode = TRAIN_RECOMPUTE_WORDS[r];
+    if (c->device.kind != TRAIN_DEVICE_CPU) {
+        const bool flash = c->device.attention == TRAIN_ATTENTION_FLASH2 ||
+                           (c->device.attention == TRAIN_ATTENTION_AUTO && c->model.channels / c->model.heads <= FLASH_MAX_HEAD);
+        if (r == GPT_RECOMPUTE_SELECTIVE && !flash)
+            snprintf(why, n, "--recompute selective with --device %s needs --attention flash2 (it recomputes the "
+                     "probabilities in backward; the causal kernel keeps them)", TRAIN_DEVICE_WORDS[c->device.kind]);
+        return r != GPT_RECOMPUTE_SELECTIVE || flash;
+    }
+    const bool full = r == GPT_RECOMPUTE_FULL;
+    const char *flag = NULL, *reason = NULL;
+    if (c->parallel.cp > 1) flag = "--cp", reason = "context-parallel attention exchanges keys and values";
+    else if (full && c->moe.experts > 1) flag = "--experts", reason = "the MoE layers' statistics are summed over ranks";
+    else if (full && c->precision.mode == PRECISION_FP8) flag = "--precision fp8", reason = "its amax history would see each layer twice";
+    else if (full && c->parallel.pp_schedule == PIPE_ZBH1) flag = "--pp-schedule zbh1", reason = "its W pass reads every layer's activations";
+    if (flag) snprintf(why, n, "--recompute %s does not work with %s yet (%s)", mode, flag, reason);
+    return !flag;
+}
+
 /* Each area's rules, in the order they are checked (the first broken one is reported). */
 typedef bool (*AreaCheck)(const TrainConfig *c, char *why, size_t n);
 static const AreaCheck AREA_CHECKS[] = {diloco_check_config, check_optim,           check_precision,
                                         check_debug,         check_guards,          estimators_check_config,
                                         check_output,        compression_check_config, check_pipeline,
                                         check_context,       lora_flags_check,      moe_check_config,
-                                        check_device};
+                                        check_device,        check_recompute};
 
 bool train_config_check(const TrainConfig *c, char *why, size_t why_size) {
     why[0] = 0;

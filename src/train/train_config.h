@@ -51,6 +51,7 @@ extern const char *const TRAIN_CP_ALGO_WORDS[];
 extern const char *const TRAIN_CP_SPLIT_WORDS[];
 extern const char *const TRAIN_OUTER_OPTIMIZER_WORDS[];
 extern const char *const TRAIN_DOC_MASK_WORDS[];
+extern const char *const TRAIN_RECOMPUTE_WORDS[]; /* GPTRecompute order: plan's --recompute names */
 extern const char *const TRAIN_BASE_WEIGHTS_WORDS[];
 extern const char *const TRAIN_GOODPUT_ESTIMATOR_WORDS[];
 extern const char *const TRAIN_FP8_RECIPE_WORDS[];
@@ -66,6 +67,7 @@ typedef struct {
     const char *tokenizer, *vocab_dir; /* "": the data's (prepare.json), else byte */
     const char *init_from; /* llm.c model file to start from */
     long long seed;        /* initial weights, data order and sampling */
+    GPTRecompute recompute; /* activation recomputation in backward (model/gpt.h) */
 } TrainModelConfig;
 
 typedef struct {

@@ -89,6 +89,7 @@ static GPTConfig model_shape(Trainer *tr) {
     }
     if (!gpt_config_check(&mc, why, sizeof why)) bs_die("%s", why);
     mc.lora_rank = c->lora.rank;
+    mc.recompute = c->model.recompute;
     mc.base_weights = c->lora.base_weights;
     if (c->lora.rank > 0 && !lora_parse_targets(c->lora.targets, &mc.lora_targets, why, sizeof why)) bs_die("%s", why);
     if (c->lora.rank > mc.channels) /* every adapted layer's smaller side is C (qkv C->3C, fc C->4C, ...) */
