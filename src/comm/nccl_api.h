@@ -7,10 +7,10 @@
 #ifndef BS_COMM_NCCL_API_H
 #define BS_COMM_NCCL_API_H
 
-#include <dlfcn.h>
 #include <nccl.h>
 #include <stdbool.h>
-#include <stdio.h>
+
+#include "core/dynamic_library.h"
 
 typedef struct {
     void *library;
@@ -36,18 +36,10 @@ static inline bool nccl_load(NcclApi *api, char *reason, size_t reason_size) {
 #define BS_NCCL_STR2(x) #x
 #define BS_NCCL_STR(x) BS_NCCL_STR2(x)
     const char *name = "libnccl.so." BS_NCCL_STR(NCCL_MAJOR);
-    api->library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (!api->library) {
-        snprintf(reason, reason_size, "cannot load %s: %s", name, dlerror());
-        return false;
-    }
+    if (!(api->library = dynamic_library_open(name, reason, reason_size))) return false;
 #define BS_NCCL_SYMBOL(field)                                                                                 \
-    if (!(*(void **)&api->field = dlsym(api->library, "nccl" #field))) {                                      \
-        snprintf(reason, reason_size, "%s has no nccl" #field, name);                                       \
-        dlclose(api->library);                                                                                \
-        api->library = NULL;                                                                                  \
-        return false;                                                                                         \
-    }
+    if (!(*(void **)&api->field = dynamic_library_symbol(&api->library, name, "nccl" #field, reason, reason_size))) \
+        return false;
     BS_NCCL_SYMBOL(GetUniqueId) BS_NCCL_SYMBOL(CommInitRank) BS_NCCL_SYMBOL(CommDestroy) BS_NCCL_SYMBOL(CommAbort)
     BS_NCCL_SYMBOL(CommGetAsyncError) BS_NCCL_SYMBOL(GetErrorString) BS_NCCL_SYMBOL(GetLastError)
     BS_NCCL_SYMBOL(AllReduce) BS_NCCL_SYMBOL(ReduceScatter) BS_NCCL_SYMBOL(AllGather) BS_NCCL_SYMBOL(Broadcast)

@@ -8,8 +8,8 @@
 
 #include <cublasLt.h>
 #include <cublas_api.h>
-#include <dlfcn.h>
-#include <stdio.h>
+
+#include "core/dynamic_library.h"
 
 typedef struct {
     void *library;
@@ -32,17 +32,11 @@ static inline bool cublaslt_load(CublasLtApi *api, char *reason, size_t reason_s
 #define BS_LT_STR2(x) #x
 #define BS_LT_STR(x) BS_LT_STR2(x)
     const char *name = "libcublasLt.so." BS_LT_STR(CUBLAS_VER_MAJOR);
-    api->library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (!api->library) {
-        snprintf(reason, reason_size, "cannot load %s: %s", name, dlerror());
-        return false;
-    }
+    if (!(api->library = dynamic_library_open(name, reason, reason_size))) return false;
 #define BS_LT_SYMBOL(field)                                                                                   \
-    if (!(api->field = (decltype(api->field))dlsym(api->library, "cublasLt" #field))) {                      \
-        snprintf(reason, reason_size, "%s has no cublasLt" #field, name);                                   \
-        dlclose(api->library);                                                                                \
-        return false;                                                                                         \
-    }
+    if (!(api->field = (decltype(api->field))dynamic_library_symbol(&api->library, name, "cublasLt" #field, reason, \
+                                                                    reason_size)))                            \
+        return false;
     BS_LT_SYMBOL(Create) BS_LT_SYMBOL(Destroy) BS_LT_SYMBOL(Matmul) BS_LT_SYMBOL(MatmulAlgoGetHeuristic)
     BS_LT_SYMBOL(MatmulDescCreate) BS_LT_SYMBOL(MatmulDescDestroy) BS_LT_SYMBOL(MatmulDescSetAttribute)
     BS_LT_SYMBOL(MatmulPreferenceCreate) BS_LT_SYMBOL(MatmulPreferenceDestroy)
