@@ -18,11 +18,11 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_device_train  # noqa: E402  (reads the device from the command line)
 from bstest import CorpusTest  # noqa: E402
+from harness.device_runs import device_answers, device_from_argv  # noqa: E402
 from layout_floor import Floor, loss_gap, train  # noqa: E402
 
-DEVICE = test_device_train.DEVICE
+DEVICE = device_from_argv()
 FLOOR_MICRO = (4, 2, 1)  # as test_bf16_train.py's
 
 
@@ -41,7 +41,7 @@ class DeviceBf16Test(CorpusTest):
 
 
 if __name__ == "__main__":
-    why = test_device_train.device_answers()
+    why = device_answers(DEVICE)
     if why:
         required = os.environ.get("BS_REQUIRE_GPU") == "1"
         print(("FAIL (BS_REQUIRE_GPU=1): " if required else "skipped: ") + why)

@@ -34,24 +34,12 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import (CorpusTest, TempDir, make_corpus, one_line_error, read_manifest, read_metrics, read_model,  # noqa: E402
-                    run)
+from bstest import CorpusTest, one_line_error, read_manifest, read_metrics, read_model, run  # noqa: E402
+from harness.device_runs import device_answers, device_from_argv  # noqa: E402
 
-DEVICE = sys.argv.pop(1) if len(sys.argv) > 1 and sys.argv[1] in ("sim", "cuda") else "sim"
+DEVICE = device_from_argv()
 SHAPE = ["--layers", "4", "--heads", "4", "--channels", "64", "--seq-len", "64", "--micro-batch", "4",
          "--global-batch", "8", "--warmup", "2", "--sample-tokens", "0", "--threads", "1", "--quiet"]
-
-
-def device_answers():
-    """None if DEVICE opens, else why not (a tiny run's one line)."""
-    if DEVICE == "sim":
-        return None
-    with TempDir() as d:
-        data = make_corpus(d, nbytes=20_000)
-        p = run(["train", "--device", "cuda", "--steps", "1", "--layers", "1", "--channels", "32", "--heads", "1",
-                 "--seq-len", "16", "--micro-batch", "1", "--quiet", "--sample-tokens", "0", "--eval-every", "0",
-                 "--data", os.path.join(data, "train_000000.bin")], check=False)
-        return None if p.returncode == 0 else p.stderr.strip()
 
 
 class DeviceTrainTest(CorpusTest):
@@ -228,7 +216,7 @@ class DeviceTrainTest(CorpusTest):
 
 
 if __name__ == "__main__":
-    why = device_answers()
+    why = device_answers(DEVICE)
     if why:
         required = os.environ.get("BS_REQUIRE_GPU") == "1"
         print(("FAIL (BS_REQUIRE_GPU=1): " if required else "skipped: ") + why)

@@ -9,7 +9,7 @@
 - Every answer's "assumptions" in --json: a switch pinned by the user, one set by the preset, one chosen by the
   search, one left at the planner's default; the warning when a searched switch moves the step by more than 5%.
 - An unknown stack: one line on stderr naming --stack, a non-zero exit.
-- The validation table (tests/test_plan_validation.py's rows, read through that file) run with the fields a user
+- The validation table (tests/data/plan_validation.tsv's rows, read through tests/harness/plan_rows.py) run with the fields a user
   knows plus each row's stack (tests/data/plan_stacks.tsv): its mean and worst error are asserted equal to the
   figures docs/reference/stacks.md states (to their printed digit), beside the table with everything pinned and
   with no preset.
@@ -22,7 +22,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_plan_validation as validation  # noqa: E402  (the rows and their prediction, read one way)
+import harness.plan_rows as validation  # noqa: E402  (the rows and their prediction, read one way)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BATCHSCALE = validation.BATCHSCALE

@@ -1,0 +1,23 @@
+"""device_runs.py: what the device tests share: the device a test runs on (its first argument, sim or cuda;
+sim by default) and whether that device answers."""
+import os
+import sys
+
+from bstest import TempDir, make_corpus, run
+
+
+def device_from_argv():
+    """The device named by the command line's first argument (removed from sys.argv), else sim."""
+    return sys.argv.pop(1) if len(sys.argv) > 1 and sys.argv[1] in ("sim", "cuda") else "sim"
+
+
+def device_answers(device):
+    """None if `device` opens, else why not (a tiny run's one line)."""
+    if device == "sim":
+        return None
+    with TempDir() as d:
+        data = make_corpus(d, nbytes=20_000)
+        p = run(["train", "--device", "cuda", "--steps", "1", "--layers", "1", "--channels", "32", "--heads", "1",
+                 "--seq-len", "16", "--micro-batch", "1", "--quiet", "--sample-tokens", "0", "--eval-every", "0",
+                 "--data", os.path.join(data, "train_000000.bin")], check=False)
+        return None if p.returncode == 0 else p.stderr.strip()
