@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""test_device_fp8.py: `train --device sim --precision fp8` (delayed recipe) against the CPU's FP8 run.
+"""test_device_fp8.py: `train --device sim --precision fp8` (both recipes) against the CPU's FP8 run.
 
 The model of tests/layout_floor.py (L4 H4 C64, T 64, global batch 8, ten AdamW steps on its pair shards),
 --fp8-high-precision fp32. sim's FP8 linear layers (DK_FP8_LINEAR_*) run the CPU's own FP8 arithmetic with the
@@ -16,7 +16,9 @@ bf16's does:
   missed or counted from evaluation moves it by far more. Every tensor's history holds ten non-zero steps (the
   scales were updated every step);
 - the FP8 statistics reported (the run used FP8);
-- what the device does not run yet (block recipe, bf16 outside FP8, CUDA) is refused in one line.
+- the block recipe (no state: each block's power-of-two scale from its own amax): losses and parameters within
+  K x its own floor, measured the same way;
+- what the device does not run yet (bf16 outside FP8, CUDA) is refused in one line.
 """
 import glob
 import os
@@ -30,6 +32,7 @@ from bstest import CorpusTest, launch, one_line_error  # noqa: E402
 from layout_floor import REORDERINGS, STEPS, K, Floor, pair_shards, train  # noqa: E402
 
 FP8 = ["--precision", "fp8", "--fp8-recipe", "delayed", "--fp8-high-precision", "fp32"]
+BLOCK = ["--precision", "fp8", "--fp8-recipe", "block", "--fp8-high-precision", "fp32"]
 FLOOR_SPLITS = (4, 2)  # as test_fp8_train.py's
 HEAD_BYTES = 16  # an fp8 scaling file: 8 bytes of magic, then (history, floats) as uint32
 
@@ -78,10 +81,15 @@ class DeviceFp8Test(CorpusTest):
             self.assertLessEqual(gaps[s], K * amax_floor[s], f"step {s + 1}: the device's amaxes left the floor")
         self.assertTrue(np.array_equal(dev[..., 0], cpu[..., 0]), "step 1's amaxes differ from the CPU's")
 
+    def test_block_within_the_floor(self):
+        floor = Floor(self, "block", BLOCK, FLOOR_SPLITS)
+        m, p, _ = train(self.data, self.path("block-sim"), extra=floor.pairs + BLOCK + ["--device", "sim"])
+        self.assertIn("fp8_underflow", m[-1], "no FP8 statistics: did the device run use FP8?")
+        floor.check("--device sim", m, p)
+
     def test_refused_in_one_line(self):
         base = ["train", "--data", os.path.join(self.data, "train_000000.bin"), "--steps", "1", "--quiet"]
-        for flags, word in ((["--device", "sim", "--precision", "fp8", "--fp8-recipe", "block"], "--fp8-recipe"),
-                            (["--device", "sim", "--precision", "fp8"], "--fp8-high-precision"),
+        for flags, word in ((["--device", "sim", "--precision", "fp8"], "--fp8-high-precision"),
                             (["--device", "cuda"] + FP8, "--device cuda")):
             p = launch(base + flags, 1, check=False)
             line = one_line_error(p)

@@ -162,11 +162,13 @@ typedef struct {
     float amax;
 } DeviceFp8Stats;
 
-/* One operand of an FP8 product with a per-tensor scale: codes =
- * cast(x * scale) saturating, in E4M3 (e5m2 0) or E5M2 (e5m2 1); its
+/* One operand of an FP8 product, in E4M3 (e5m2 0) or E5M2 (e5m2 1): with a
+ * per-tensor scale (blocks 0: codes = cast(x * scale) saturating) or the
+ * block recipe's power-of-two scales per block (blocks 1: 1x128 along the
+ * product's reduction, 128x128 for the weight; kernels/matmul_fp8.h); its
  * statistics added to stats (NULL: not counted). */
 typedef struct {
-    int e5m2;
+    int e5m2, blocks;
     float scale;
     DeviceFp8Stats *stats;
 } DeviceFp8Operand;

@@ -8,7 +8,8 @@
 #include "kernels/matmul_fp8.h"
 
 static Fp8Operand operand(const DeviceFp8Operand *o, Fp8Stats *stats) {
-    return (Fp8Operand){o->e5m2 ? FP8_E5M2 : FP8_E4M3, FP8_SCALING_TENSOR, o->scale, o->stats ? stats : NULL};
+    return (Fp8Operand){o->e5m2 ? FP8_E5M2 : FP8_E4M3, o->blocks ? FP8_SCALING_BLOCKS : FP8_SCALING_TENSOR, o->scale,
+                        o->stats ? stats : NULL};
 }
 
 static void add_stats(DeviceFp8Stats *to, const Fp8Stats *s) {

@@ -37,7 +37,7 @@ void fp8_device_free(Fp8Device *f) {
 /* How tensor `kind` of `site` is quantized now; counted on the device where the state records. */
 static DeviceFp8Operand operand(Fp8Device *f, int site, int kind, bool counted) {
     const Fp8Operand o = fp8_scaling_operand(f->state, site, kind);
-    return (DeviceFp8Operand){o.format == FP8_E5M2, o.scale,
+    return (DeviceFp8Operand){o.format == FP8_E5M2, o.scaling == FP8_SCALING_BLOCKS, o.scale,
                               o.stats && counted ? f->stats + FP8_KINDS * site + kind : NULL};
 }
 
