@@ -177,10 +177,13 @@ typedef struct {
  * accumulation; bias may be NULL) / fp8_linear_backward (dinp written,
  * dweight +=, each may be NULL; dbias (or NULL) += the fp32 dout's column
  * sums), the operands x (inp), w (weight), g (dout) quantized by their
- * DeviceFp8Operand. Forward counts x and w, backward g (kernels/matmul_fp8.h). */
+ * DeviceFp8Operand. Forward counts x and w, backward g (kernels/matmul_fp8.h).
+ * weight_bf16 (or NULL): the weight's bf16 bits, read instead of weight (bf16
+ * outside FP8: the products' weights are the bf16 copy's, as gpt.c's). */
 typedef struct {
     float *out, *dinp, *dweight, *dbias;
     const float *inp, *weight, *bias, *dout;
+    const uint16_t *weight_bf16;
     DeviceFp8Operand x, w, g;
     int N, IC, OC;
 } Fp8LinearArgs;

@@ -9,9 +9,10 @@ struct Fp8Device {
     int tensors;                  /* FP8_KINDS x sites, tensor = FP8_KINDS x site + kind, as fp8_scaling.c's */
     DeviceFp8Stats *stats;        /* (tensors) on the device: the step's */
     DeviceFp8Stats *host_stats;   /* (tensors) their copy on the host */
+    float *dround;                /* bf16 outside FP8: an output gradient rounded (NULL: fp32) */
 };
 
-Fp8Device *fp8_device_create(Device *dev, Fp8State *state) {
+Fp8Device *fp8_device_create(Device *dev, Fp8State *state, size_t round_floats) {
     Fp8Device *f = calloc(1, sizeof *f);
     if (!f) return NULL;
     f->dev = dev;
@@ -20,7 +21,8 @@ Fp8Device *fp8_device_create(Device *dev, Fp8State *state) {
     const size_t bytes = sizeof(DeviceFp8Stats) * (size_t)(f->tensors ? f->tensors : 1);
     f->stats = device_alloc(dev, bytes);
     f->host_stats = malloc(bytes);
-    if (!f->stats || !f->host_stats) {
+    if (round_floats) f->dround = device_alloc(dev, sizeof(float) * round_floats);
+    if (!f->stats || !f->host_stats || (round_floats && !f->dround)) {
         fp8_device_free(f);
         return NULL;
     }
@@ -30,6 +32,7 @@ Fp8Device *fp8_device_create(Device *dev, Fp8State *state) {
 void fp8_device_free(Fp8Device *f) {
     if (!f) return;
     device_free(f->dev, f->stats);
+    device_free(f->dev, f->dround);
     free(f->host_stats);
     free(f);
 }
@@ -41,11 +44,35 @@ static DeviceFp8Operand operand(Fp8Device *f, int site, int kind, bool counted) 
                               o.stats && counted ? f->stats + FP8_KINDS * site + kind : NULL};
 }
 
+static int round_bf16(Fp8Device *f, DeviceStream *s, float *out, const float *inp, size_t n) {
+    DeviceCall call = {.kernel = DK_BF16_ROUND, .a.round = {out, NULL, inp, n}};
+    return device_launch(f->dev, s, &call);
+}
+
+/* bf16 outside FP8 (gpt.c's bf16 mode): forward rounds the input in place; backward sums dbias from the fp32
+ * dout, then rounds dout for the products: *dout becomes the rounded copy, *dbias NULL. */
+static int bf16_operands(Fp8Device *f, DeviceStream *s, bool forward, const MatmulArgs *a, const float **dout,
+                         float **dbias) {
+    const size_t N = (size_t)a->N;
+    if (forward) return round_bf16(f, s, (float *)a->inp, a->inp, N * (size_t)a->IC);
+    if (*dbias) {
+        DeviceCall bias = {.kernel = DK_MATMUL_BACKWARD,
+                           .a.matmul = {.dbias = *dbias, .dout = *dout, .N = a->N, .IC = a->IC, .OC = a->OC}};
+        if (device_launch(f->dev, s, &bias) != 0) return -1;
+    }
+    *dbias = NULL;
+    *dout = f->dround;
+    return round_bf16(f, s, f->dround, a->dout, N * (size_t)a->OC);
+}
+
 int fp8_device_linear(Fp8Device *f, DeviceStream *s, DeviceKernel k, int site, const MatmulArgs *a) {
     const bool forward = k == DK_MATMUL_FORWARD;
+    const float *dout = a->dout;
+    float *dbias = a->dbias;
+    if (f->dround && bf16_operands(f, s, forward, a, &dout, &dbias) != 0) return -1;
     DeviceCall call = {.kernel = forward ? DK_FP8_LINEAR_FORWARD : DK_FP8_LINEAR_BACKWARD};
-    call.a.fp8 = (Fp8LinearArgs){a->pre_gelu ? a->pre_gelu : a->out, a->dinp, a->dweight, a->dbias, a->inp, a->weight,
-                                 a->bias, a->dout, operand(f, site, FP8_INPUT, forward),
+    call.a.fp8 = (Fp8LinearArgs){a->pre_gelu ? a->pre_gelu : a->out, a->dinp, a->dweight, dbias, a->inp, a->weight,
+                                 a->bias, dout, a->weight_bf16, operand(f, site, FP8_INPUT, forward),
                                  operand(f, site, FP8_WEIGHT, forward), operand(f, site, FP8_GRAD, !forward && a->dinp),
                                  a->N, a->IC, a->OC};
     if (device_launch(f->dev, s, &call) != 0) return -1;

@@ -213,7 +213,7 @@ int gpt_device_enable_bf16(GPTDevice *g) {
 }
 
 int gpt_device_enable_fp8(GPTDevice *g, Fp8State *fp8) {
-    g->fp8 = fp8_device_create(g->dev, fp8);
+    g->fp8 = fp8_device_create(g->dev, fp8, g->bf16 ? rows(g) * 4 * (size_t)g->cfg.channels : 0); /* fc's dout */
     return g->fp8 ? 0 : -1;
 }
 
@@ -323,6 +323,7 @@ static int linear(GPTDevice *g, DeviceKernel k, int l, int which, MatmulArgs a, 
     a.N = (int)rows(g);
     a.IC = IC;
     a.OC = OC;
+    if (g->fp8 && g->bf16) a.weight_bf16 = g->params_bf16 + (a.weight - g->params);
     if (g->fp8) return fp8_device_linear(g->fp8, g->compute, k, FP8_LINEARS_PER_LAYER * l + which, &a);
     return product(g, k, a);
 }

@@ -41,7 +41,6 @@ static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, co
     if (g->cp > 1) return "runs data parallelism only for now (not context parallelism)";
     if (g->ep > 1) return "runs data parallelism only for now (not expert parallelism)";
     if (cfg->data_parallel.zero_stage >= 3) return "shards up to ZeRO stage 2 for now (not the parameters: stage 3)";
-    if (cfg->fp8 && cfg->bf16) return "runs fp8 with --fp8-high-precision fp32 only for now (not bf16)";
     if (cfg->measure_micro_norms) return "does not measure micro-step norms yet";
     if (chunk->model.frozen) return "does not train adapters over a frozen base yet";
     if (dp_num_pieces(chunk->dp) > 1) return "needs one contiguous update range per rank";

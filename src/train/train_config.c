@@ -269,14 +269,10 @@ static bool check_moe(const TrainConfig *c, char *why, size_t n) {
 
 int train_moe_gates(const TrainConfig *c) { return c->moe.gates > 0 ? c->moe.gates - 1 : (int)moe_default_gates(c->moe.top_k); }
 
-/* --precision fp8 on a device: either recipe with fp32 outside FP8, on sim (gpt_device.h). */
+/* --precision fp8 on a device: on sim only for now (gpt_device.h). */
 static bool check_device_fp8(const TrainConfig *c, char *why, size_t n) {
-    if (c->precision.mode != PRECISION_FP8) return true;
-    if (c->device.kind == TRAIN_DEVICE_CUDA)
-        snprintf(why, n, "--device cuda does not run --precision fp8 yet (its cuBLASLt FP8 products are not written; --device sim runs it)");
-    else if (c->precision.fp8_high_precision != PRECISION_FP32)
-        snprintf(why, n, "--device %s runs --precision fp8 with --fp8-high-precision fp32 only for now", TRAIN_DEVICE_WORDS[c->device.kind]);
-    else return true;
+    if (c->precision.mode != PRECISION_FP8 || c->device.kind != TRAIN_DEVICE_CUDA) return true;
+    snprintf(why, n, "--device cuda does not run --precision fp8 yet (its cuBLASLt FP8 products are not written; --device sim runs it)");
     return false;
 }
 
