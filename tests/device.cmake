@@ -70,6 +70,12 @@ set_tests_properties(device_bf16_sim PROPERTIES LABELS device ENVIRONMENT "${DEV
 set_tests_properties(device_bf16_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP}
   ENVIRONMENT "${DEVICE_BF16_ENV}")
 
+# --precision fp8 (delayed) on sim against the CPU's FP8 run: losses and parameters
+# within 4 x the floor of tests/layout_floor.py, the amax history step for step
+# within 4 x its own floor (step 1 bit for bit); what it does not run refused in one line.
+add_test(NAME device_fp8_sim COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_fp8.py)
+set_tests_properties(device_fp8_sim PROPERTIES LABELS device ENVIRONMENT "${DEVICE_BF16_ENV}")
+
 # scripts/gpu-check.sh holds to its time budget (runs without a GPU: no bundle, it stops after unpacking).
 add_test(NAME device_gpu_check_budget COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_gpu_check_budget.py)
 set_tests_properties(device_gpu_check_budget PROPERTIES LABELS device)
@@ -82,5 +88,6 @@ set_tests_properties(device_torch_peer PROPERTIES LABELS device
   PASS_REGULAR_EXPRESSION "no CUDA GPU visible to torch; nothing measured|\"tokens_per_s\"")
 
 bs_tier(unit TESTS device_kernels_sim device_sim_seam device_gpt_sim device_train_sim device_gpu_check_budget)
-bs_tier(slow TESTS device_kernels_gpu device_seam_gpu device_gpt_gpu device_train_gpu device_bf16_sim device_bf16_gpu)
+bs_tier(slow TESTS device_kernels_gpu device_seam_gpu device_gpt_gpu device_train_gpu device_bf16_sim device_bf16_gpu
+  device_fp8_sim)
 bs_tier(peers TESTS device_torch_peer)

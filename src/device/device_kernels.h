@@ -29,6 +29,8 @@ typedef enum {
     DK_FLASH_MERGE,
     DK_CLASSIFIER, /* softmax_xent_forward_backward fused (XentArgs; classifier_math.h) */
     DK_BF16_ROUND,
+    DK_FP8_LINEAR_FORWARD, /* kernels/matmul_fp8.h's layer on FP8 operands (Fp8LinearArgs) */
+    DK_FP8_LINEAR_BACKWARD,
     DK_COUNT
 } DeviceKernel;
 
@@ -153,6 +155,39 @@ typedef struct {
     size_t n;
 } Bf16RoundArgs;
 
+/* FP8 statistics of one tensor on the device, kernels/fp8.h's Fp8Stats:
+ * counts added to, amax the larger. */
+typedef struct {
+    uint64_t values, nonzero, underflow, overflow;
+    float amax;
+} DeviceFp8Stats;
+
+/* One operand of an FP8 product, in E4M3 (e5m2 0) or E5M2 (e5m2 1): with a
+ * per-tensor scale (blocks 0: codes = cast(x * scale) saturating) or the
+ * block recipe's power-of-two scales per block (blocks 1: 1x128 along the
+ * product's reduction, 128x128 for the weight; kernels/matmul_fp8.h); its
+ * statistics added to stats (NULL: not counted). */
+typedef struct {
+    int e5m2, blocks;
+    float scale;
+    DeviceFp8Stats *stats;
+} DeviceFp8Operand;
+
+/* fp8_linear_forward (out = fp8(inp) fp8(weight)^T + bias, fp32
+ * accumulation; bias may be NULL) / fp8_linear_backward (dinp written,
+ * dweight +=, each may be NULL; dbias (or NULL) += the fp32 dout's column
+ * sums), the operands x (inp), w (weight), g (dout) quantized by their
+ * DeviceFp8Operand. Forward counts x and w, backward g (kernels/matmul_fp8.h).
+ * weight_bf16 (or NULL): the weight's bf16 bits, read instead of weight (bf16
+ * outside FP8: the products' weights are the bf16 copy's, as gpt.c's). */
+typedef struct {
+    float *out, *dinp, *dweight, *dbias;
+    const float *inp, *weight, *bias, *dout;
+    const uint16_t *weight_bf16;
+    DeviceFp8Operand x, w, g;
+    int N, IC, OC;
+} Fp8LinearArgs;
+
 typedef struct {
     DeviceKernel kernel;
     union {
@@ -168,6 +203,7 @@ typedef struct {
         FlashArgs flash;
         FlashMergeArgs flash_merge;
         Bf16RoundArgs round;
+        Fp8LinearArgs fp8;
     } a;
 } DeviceCall;
 

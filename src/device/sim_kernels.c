@@ -166,6 +166,8 @@ void sim_run_kernel(const DeviceCall *c) {
     case DK_FLASH_MERGE: sim_flash(c); break;
     case DK_CLASSIFIER: sim_classifier(&c->a.xent); break;
     case DK_BF16_ROUND: sim_bf16_round(&c->a.round); break;
+    case DK_FP8_LINEAR_FORWARD:
+    case DK_FP8_LINEAR_BACKWARD: sim_fp8_linear(c); break;
     case DK_COUNT: break;
     }
 }

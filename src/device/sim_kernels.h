@@ -11,5 +11,7 @@ void sim_run_kernel(const DeviceCall *call);
 void sim_flash(const DeviceCall *call);
 /* The fused classifier (classifier_sim.c). */
 void sim_classifier(const XentArgs *a);
+/* The FP8 linear layer (fp8_sim.c). */
+void sim_fp8_linear(const DeviceCall *call);
 
 #endif

@@ -11,6 +11,7 @@
 
 #include "device/flash_math.h"
 #include "model/classifier_device.h"
+#include "model/fp8_device.h"
 
 #define TRY(x)                                                                                                        \
     do {                                                                                                              \
@@ -46,6 +47,7 @@ struct GPTDevice {
     uint16_t *params_bf16;   /* bf16: every parameter's bf16 copy, at the layout's offsets */
     uint16_t *in_bf16, *dout_bf16; /* bf16: a product's input and output gradient as bf16 operands */
     float *wte_rounded;      /* bf16: wte rounded to bf16 (the encoder reads it, as gpt.c's bf16 copy) */
+    Fp8Device *fp8;          /* gpt_device_enable_fp8 (NULL: off) */
     int nonfinite_layer;
     /* activations (pointers into acts) */
     float *encoded, *proj_out, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
@@ -186,6 +188,7 @@ void gpt_device_free(GPTDevice *g) {
     void *dev_buffers[] = {g->params, g->grads,    g->m,     g->v,           g->acts,     g->tokens,    g->sums,
                            g->offsets, g->flags, g->params_bf16, g->in_bf16, g->dout_bf16, g->wte_rounded};
     for (size_t i = 0; i < sizeof dev_buffers / sizeof dev_buffers[0]; i++) device_free(g->dev, dev_buffers[i]);
+    fp8_device_free(g->fp8);
     device_event_destroy(g->dev, g->tokens_ready);
     device_stream_destroy(g->dev, g->copy);
     device_stream_destroy(g->dev, g->compute);
@@ -219,6 +222,14 @@ int gpt_device_enable_bf16(GPTDevice *g) {
     g->wte_rounded = device_alloc(g->dev, sizeof(float) * gpt_tensor_numel(&g->cfg, TK_WTE));
     return g->params_bf16 && g->in_bf16 && g->dout_bf16 && g->wte_rounded ? 0 : -1;
 }
+
+int gpt_device_enable_fp8(GPTDevice *g, Fp8State *fp8) {
+    g->fp8 = fp8_device_create(g->dev, fp8, g->bf16 ? rows(g) * 4 * (size_t)g->cfg.channels : 0); /* fc's dout */
+    return g->fp8 ? 0 : -1;
+}
+
+int gpt_device_fp8_begin_step(GPTDevice *g) { return g->fp8 ? fp8_device_begin_step(g->fp8, g->compute) : 0; }
+int gpt_device_fp8_end_step(GPTDevice *g) { return g->fp8 ? fp8_device_end_step(g->fp8, g->compute) : 0; }
 
 /* The parameters' bf16 copies after the fp32 masters changed on the device. */
 static int refresh_copies(GPTDevice *g) {
@@ -321,10 +332,14 @@ static int product(GPTDevice *g, DeviceKernel k, MatmulArgs a) {
 /* The classifier's products, a block of rows at a time (classifier_device.h). */
 static int classifier_product(void *model, DeviceKernel k, const MatmulArgs *a) { return product(model, k, *a); }
 
-static int linear(GPTDevice *g, DeviceKernel k, MatmulArgs a, int IC, int OC) {
+/* Linear layer `which` (gpt.c's FP8 site order: qkv, attproj, fc, fcproj) of layer l; in FP8 in fp8 mode. */
+enum { LINEAR_QKV, LINEAR_ATTPROJ, LINEAR_FC, LINEAR_FCPROJ };
+static int linear(GPTDevice *g, DeviceKernel k, int l, int which, MatmulArgs a, int IC, int OC) {
     a.N = (int)rows(g);
     a.IC = IC;
     a.OC = OC;
+    if (g->fp8 && g->bf16) a.weight_bf16 = g->params_bf16 + (a.weight - g->params);
+    if (g->fp8) return fp8_device_linear(g->fp8, g->compute, k, FP8_LINEARS_PER_LAYER * l + which, &a);
     return product(g, k, a);
 }
 
@@ -366,15 +381,15 @@ static int layer_forward(GPTDevice *g, int l, const float *residual) {
     const DeviceLayerActs *a = &g->layer[l];
     TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = a->ln1, .mean = a->ln1_mean, .rstd = a->ln1_rstd,
                                                             .inp = residual, .weight = p.ln1w, .bias = p.ln1b}));
-    TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = a->qkv, .inp = a->ln1, .weight = p.qkvw, .bias = p.qkvb}, C, 3 * C));
+    TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_QKV, (MatmulArgs){.out = a->qkv, .inp = a->ln1, .weight = p.qkvw, .bias = p.qkvb}, C, 3 * C));
     TRY(attention(g, DK_ATTENTION_FORWARD, a));
-    TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = g->proj_out, .inp = a->atty, .weight = p.attprojw, .bias = p.attprojb}, C, C));
+    TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_ATTPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->atty, .weight = p.attprojw, .bias = p.attprojb}, C, C));
     TRY(elementwise(g, DK_RESIDUAL_FORWARD, a->residual2, residual, g->proj_out, NC));
     TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = a->ln2, .mean = a->ln2_mean, .rstd = a->ln2_rstd,
                                                             .inp = a->residual2, .weight = p.ln2w, .bias = p.ln2b}));
-    TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = a->fch_gelu, .pre_gelu = a->fch, .inp = a->ln2, .weight = p.fcw,
+    TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FC, (MatmulArgs){.out = a->fch_gelu, .pre_gelu = a->fch, .inp = a->ln2, .weight = p.fcw,
                                                   .bias = p.fcb}, C, 4 * C)); /* the GELU epilogue */
-    TRY(linear(g, DK_MATMUL_FORWARD, (MatmulArgs){.out = g->proj_out, .inp = a->fch_gelu, .weight = p.fcprojw, .bias = p.fcprojb}, 4 * C, C));
+    TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FCPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->fch_gelu, .weight = p.fcprojw, .bias = p.fcprojb}, 4 * C, C));
     TRY(elementwise(g, DK_RESIDUAL_FORWARD, a->residual3, a->residual2, g->proj_out, NC));
     return nonfinite(g, &g->flags[l], a->residual3, NC); /* the guard's: gpt.c checks each layer's output */
 }
@@ -384,17 +399,17 @@ static int layer_backward(GPTDevice *g, int l, const float *inp) {
     const int C = g->cfg.channels;
     const LayerTensors p = layer_tensors(g, g->params, l), d = layer_tensors(g, g->grads, l);
     const DeviceLayerActs *a = &g->layer[l];
-    TRY(linear(g, DK_MATMUL_BACKWARD, (MatmulArgs){.dinp = g->dfch, .dweight = d.fcprojw, .dbias = d.fcprojb, .dout = g->dresidual,
+    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FCPROJ, (MatmulArgs){.dinp = g->dfch, .dweight = d.fcprojw, .dbias = d.fcprojb, .dout = g->dresidual,
                                                    .inp = a->fch_gelu, .weight = p.fcprojw}, 4 * C, C));
     TRY(elementwise(g, DK_GELU_BACKWARD, g->dfch, a->fch, g->dfch, 4 * rows(g) * (size_t)C));
-    TRY(linear(g, DK_MATMUL_BACKWARD, (MatmulArgs){.dinp = g->dln, .dweight = d.fcw, .dbias = d.fcb, .dout = g->dfch,
+    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FC, (MatmulArgs){.dinp = g->dln, .dweight = d.fcw, .dbias = d.fcb, .dout = g->dfch,
                                                    .inp = a->ln2, .weight = p.fcw}, C, 4 * C));
     TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = d.ln2w, .dbias = d.ln2b, .dout = g->dln,
                                                              .inp = a->residual2, .weight = p.ln2w, .mean = a->ln2_mean, .rstd = a->ln2_rstd}));
-    TRY(linear(g, DK_MATMUL_BACKWARD, (MatmulArgs){.dinp = g->datty, .dweight = d.attprojw, .dbias = d.attprojb, .dout = g->dresidual,
+    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_ATTPROJ, (MatmulArgs){.dinp = g->datty, .dweight = d.attprojw, .dbias = d.attprojb, .dout = g->dresidual,
                                                    .inp = a->atty, .weight = p.attprojw}, C, C));
     TRY(attention(g, DK_ATTENTION_BACKWARD, a));
-    TRY(linear(g, DK_MATMUL_BACKWARD, (MatmulArgs){.dinp = g->dln, .dweight = d.qkvw, .dbias = d.qkvb, .dout = g->dqkv,
+    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_QKV, (MatmulArgs){.dinp = g->dln, .dweight = d.qkvw, .dbias = d.qkvb, .dout = g->dqkv,
                                                    .inp = a->ln1, .weight = p.qkvw}, C, 3 * C));
     return layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = d.ln1w, .dbias = d.ln1b, .dout = g->dln,
                                                                 .inp = inp, .weight = p.ln1w, .mean = a->ln1_mean, .rstd = a->ln1_rstd});

@@ -42,6 +42,18 @@ void gpt_device_free(GPTDevice *g);
  * parameters stay the masters. -1 with the reason in device_error when the
  * device has no room. */
 int gpt_device_enable_bf16(GPTDevice *g);
+/* fp8 compute (--precision fp8, either recipe; before any step, after
+ * gpt_device_enable_bf16 for bf16 outside FP8): the four
+ * linear layers of every transformer layer through DK_FP8_LINEAR_* with
+ * the scales of fp8 (the host's state, site 4 x layer + linear as gpt.c's,
+ * kept by the caller), the rest in fp32 or bf16. Each step's statistics (amax and
+ * counts per tensor) are summed on the device between
+ * gpt_device_fp8_begin_step and gpt_device_fp8_end_step, which adds them to
+ * fp8's record; fp8_scaling_update then updates the scales on the host.
+ * -1 with the reason in device_error. */
+int gpt_device_enable_fp8(GPTDevice *g, Fp8State *fp8);
+int gpt_device_fp8_begin_step(GPTDevice *g);
+int gpt_device_fp8_end_step(GPTDevice *g);
 /* Data parallelism at ZeRO >= 1: the range [offset, +count) of the flat
  * layout this rank updates (default: all). The moments and the gradients
  * cross to and from the host as that range only (packed), AdamW updates only

@@ -28,6 +28,7 @@ struct EngineDevice {
     DeviceComm *comm; /* the device buffers over it */
     bool sharded;     /* ZeRO >= 1 over the group: this rank updates its part */
     size_t total;     /* the flat buffer's floats */
+    Fp8State *fp8;    /* --precision fp8: the chunk's delayed scales (on the host), else NULL */
 };
 
 static void check(EngineDevice *d, int rc) {
@@ -40,7 +41,6 @@ static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, co
     if (g->cp > 1) return "runs data parallelism only for now (not context parallelism)";
     if (g->ep > 1) return "runs data parallelism only for now (not expert parallelism)";
     if (cfg->data_parallel.zero_stage >= 3) return "shards up to ZeRO stage 2 for now (not the parameters: stage 3)";
-    if (cfg->fp8) return "trains in fp32 or bf16 for now";
     if (cfg->measure_micro_norms) return "does not measure micro-step norms yet";
     if (chunk->model.frozen) return "does not train adapters over a frozen base yet";
     if (dp_num_pieces(chunk->dp) > 1) return "needs one contiguous update range per rank";
@@ -82,6 +82,11 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
         gpt_device_free(d->model);
         d->model = NULL;
     }
+    if (d->model && chunk->model.fp8 && gpt_device_enable_fp8(d->model, chunk->model.fp8) != 0) {
+        snprintf(reason, reason_size, "%s", device_error(d->dev));
+        gpt_device_free(d->model);
+        d->model = NULL;
+    }
     if (!d->model) {
         engine_device_free(d);
         return NULL;
@@ -92,6 +97,7 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
         engine_device_free(d);
         return NULL;
     }
+    d->fp8 = chunk->model.fp8;
     d->inputs = bs_malloc(sizeof(int32_t) * (size_t)d->B * d->T);
     d->targets = bs_malloc(sizeof(int32_t) * (size_t)d->B * d->T);
     engine_device_upload(d, chunk);
@@ -152,7 +158,9 @@ double engine_device_train(EngineDevice *d, int m, float dloss, PipeLoad load, v
     check(d, gpt_device_zero_grads(d->model));
     d->stale |= STALE_GRADS;
     d->nonfinite_layer = -1;
+    check(d, gpt_device_fp8_begin_step(d->model));
     double loss = run(d, m, m, dloss, load, ctx);
+    check(d, gpt_device_fp8_end_step(d->model));
     if (d->poison_block >= 0) check(d, gpt_device_poison_grad(d->model, d->poison_block));
     d->poison_block = -1;
     check(d, gpt_device_first_nonfinite_block(d->model, &d->nonfinite_block)); /* local, as the CPU checks before reducing */
@@ -186,6 +194,7 @@ void engine_device_update(EngineDevice *d, const OptimizerConfig *opt, double lr
     AdamWStep s = {(float)lr, opt->beta1, opt->beta2, opt->eps, opt->weight_decay, grad_scale, step};
     check(d, gpt_device_adamw(d->model, &s));
     d->stale |= STALE_PARAMS | STALE_MOMENTS;
+    if (d->fp8) fp8_scaling_update(d->fp8, NULL, d->group); /* as engine_after_update: amaxes over dp, then the scales */
     if (!d->sharded) return;
     device_comm_allgather(d->comm, gpt_device_array(d->model, GPT_DEVICE_PARAMS), 0, d->total, d->total);
     device_comm_wait(d->comm);

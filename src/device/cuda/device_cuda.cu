@@ -211,8 +211,22 @@ static int cuda_matmul_backward(Device *d, const MatmulArgs *a, cudaStream_t s) 
     return a->dbias ? check(d, cuda_bias_backward(a->dbias, a->dout, a->N, a->OC, s), "bias backward") : 0;
 }
 
+/* FP8 products need FP8 tensor cores (compute capability 8.9 or newer); the
+ * cuBLASLt FP8 GEMMs themselves are not written yet, so every GPU refuses. */
+static int cuda_fp8_linear(Device *d) {
+    int dev = 0, major = 0, minor = 0;
+    if (check(d, cudaGetDevice(&dev), "cudaGetDevice") ||
+        check(d, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "cudaDeviceGetAttribute") ||
+        check(d, cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "cudaDeviceGetAttribute"))
+        return -1;
+    if (major * 10 + minor < 89)
+        return device_fail(d, "FP8 products need compute capability 8.9 or newer (this GPU is %d.%d)", major, minor);
+    return device_fail(d, "FP8 products through cuBLASLt are not built yet (FP8 runs on the CPU and on --device sim)");
+}
+
 static int cuda_launch(Device *d, DeviceStream *s, const DeviceCall *call) {
     cudaStream_t stream = (cudaStream_t)s;
+    if (call->kernel == DK_FP8_LINEAR_FORWARD || call->kernel == DK_FP8_LINEAR_BACKWARD) return cuda_fp8_linear(d);
     if (call->kernel == DK_MATMUL_FORWARD) return cuda_matmul_forward(d, &call->a.matmul, stream);
     if (call->kernel == DK_MATMUL_BACKWARD) return cuda_matmul_backward(d, &call->a.matmul, stream);
     return check(d, cuda_launch_kernel(call, stream), "kernel launch");

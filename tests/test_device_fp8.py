@@ -1,0 +1,110 @@
+#!/usr/bin/python3
+"""test_device_fp8.py: `train --device sim --precision fp8` (both recipes) against the CPU's FP8 run.
+
+The model of tests/layout_floor.py (L4 H4 C64, T 64, global batch 8, ten AdamW steps on its pair shards),
+delayed with --fp8-high-precision fp32 and bf16 (the default: the weights' bf16 copy, inputs and output
+gradients rounded before their FP8 quantization, as on the CPU), block with fp32. sim's FP8 linear layers (DK_FP8_LINEAR_*) run the CPU's own FP8 arithmetic with the
+scales of the host's delayed-scaling state, so the device differs from the CPU only by the fp32 summation order
+of its other kernels (LayerNorm, attention, the classifier, the gradient sums), which FP8 rounding amplifies as
+bf16's does:
+- losses and parameters within K = 4 x the noise floor measured beside it (layout_floor.Floor: the CPU process
+  against itself with its sums reordered; layout_floor.py says why K);
+- the amax history (every linear layer's X, W and dY, read from the checkpoint's fp8 scaling files, which keep
+  all ten steps): step 1's equal to the CPU's bit for bit (the same parameters and batches; an amax is a
+  maximum, which reordered sums reach only through the values: measured 0 here in fp32 and bf16), and every
+  step's largest relative gap over the tensors within K x the largest such gap between the CPU process and its
+  reorderings (layout_floor.floor_runs) over the run. Not per step: the device also reorders the forward's sums
+  (LayerNorm, attention), which the CPU's reorderings leave alone, so in bf16 its amaxes part from the CPU's
+  at step 3 (1.2e-2: a bf16 step of a rounded input or gradient) where the reorderings' still agree; from then
+  on both spread alike (the chaotic amplification layout_floor.py describes for the losses). A scale taken
+  from the wrong step, an amax missed or counted from evaluation moves step 1 or the spread by far more.
+  Every tensor's history holds ten non-zero steps (the scales were updated every step);
+- the FP8 statistics reported (the run used FP8);
+- the block recipe (no state: each block's power-of-two scale from its own amax): losses and parameters within
+  K x its own floor, measured the same way;
+- what the device does not run yet (FP8 on CUDA) is refused in one line.
+"""
+import glob
+import os
+import sys
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bstest import CorpusTest, launch, one_line_error  # noqa: E402
+from layout_floor import STEPS, K, Floor, floor_runs, train  # noqa: E402
+
+FP8 = ["--precision", "fp8", "--fp8-recipe", "delayed", "--fp8-high-precision", "fp32"]
+FP8_BF16 = ["--precision", "fp8", "--fp8-recipe", "delayed", "--fp8-high-precision", "bf16"]
+BLOCK = ["--precision", "fp8", "--fp8-recipe", "block", "--fp8-high-precision", "fp32"]
+FLOOR_SPLITS = (4, 2)  # as test_fp8_train.py's
+HEAD_BYTES = 16  # an fp8 scaling file: 8 bytes of magic, then (history, floats) as uint32
+
+
+def amax_history(ckpt_dir):
+    """(layers, linears, kinds, STEPS): each tensor's amaxes of the run's steps, from its last checkpoint."""
+    files = sorted(glob.glob(os.path.join(ckpt_dir, "**", "fp8_layer_*.bin"), recursive=True))
+    layers = []
+    for f in files:
+        raw = np.fromfile(f, np.uint8)
+        history, floats = raw[8:HEAD_BYTES].view(np.uint32)
+        body = raw[HEAD_BYTES:].view(np.float32)
+        assert body.size == floats, f
+        layers.append(body.reshape(4, 3, 1 + history)[..., 1 + history - STEPS:])  # the last STEPS slots
+    return np.stack(layers)
+
+
+def step_gaps(h, ref):
+    """Each step's largest relative amax gap over every tensor."""
+    return (np.abs(h.astype(np.float64) - ref) / np.abs(ref)).reshape(-1, STEPS).max(axis=0)
+
+
+class DeviceFp8Test(CorpusTest):
+    CORPUS_BYTES = 400_000
+
+    def run_saving(self, tag, flags, extra, micro=8):
+        ckpt = self.path(f"ckpt-{tag}")
+        m, p, _ = train(self.data, self.path(tag), micro=micro, extra=extra + flags + ["--ckpt-dir", ckpt])
+        return m, p, amax_history(ckpt)
+
+    def test_delayed_within_the_floor(self):
+        self.check_delayed("fp8", FP8)
+
+    def test_delayed_bf16_within_the_floor(self):
+        self.check_delayed("fp8-bf16", FP8_BF16)
+
+    def check_delayed(self, tag, flags):
+        floor = Floor(self, tag, flags, FLOOR_SPLITS)
+        m, p, dev = self.run_saving(f"{tag}-sim", flags, floor.pairs + ["--device", "sim"])
+        self.assertIn("fp8_underflow", m[-1], "no FP8 statistics: did the device run use FP8?")
+        floor.check("--device sim", m, p)
+        _, _, cpu = self.run_saving(f"{tag}-cpu", flags, floor.pairs)
+        self.assertTrue(np.all(cpu > 0) and np.all(dev > 0), "a tensor's amax history lacks a step")
+        amax_floor = np.zeros(STEPS)
+        for label, kw in floor_runs(self, f"{tag}-amax", floor.pairs, FLOOR_SPLITS).items():
+            _, _, h = self.run_saving(f"{tag}-amax-{label.replace(' ', '')}", flags, kw["extra"], kw.get("micro", 8))
+            amax_floor = np.maximum(amax_floor, step_gaps(h, cpu))
+        gaps = step_gaps(dev, cpu)
+        for s in range(STEPS):
+            print(f"  {tag} step {s + 1}: amax gap {gaps[s]:.2e}, floor {amax_floor[s]:.2e}", flush=True)
+        self.assertTrue(np.array_equal(dev[..., 0], cpu[..., 0]), "step 1's amaxes differ from the CPU's")
+        self.assertLessEqual(gaps.max(), K * amax_floor.max(), "the device's amaxes left the floor")
+
+    def test_block_within_the_floor(self):
+        floor = Floor(self, "block", BLOCK, FLOOR_SPLITS)
+        m, p, _ = train(self.data, self.path("block-sim"), extra=floor.pairs + BLOCK + ["--device", "sim"])
+        self.assertIn("fp8_underflow", m[-1], "no FP8 statistics: did the device run use FP8?")
+        floor.check("--device sim", m, p)
+
+    def test_refused_in_one_line(self):
+        base = ["train", "--data", os.path.join(self.data, "train_000000.bin"), "--steps", "1", "--quiet"]
+        p = launch(base + ["--device", "cuda"] + FP8, 1, check=False)
+        line = one_line_error(p)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIsNotNone(line, f"not one line of stderr: {p.stderr!r}")
+        self.assertIn("--device cuda does not run --precision fp8", line)
+
+
+if __name__ == "__main__":
+    unittest.main()
