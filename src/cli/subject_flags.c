@@ -27,7 +27,10 @@ static const SubjectFlag SUBJECT_FLAGS[] = {
     {"pp_schedule", "--pp-schedule"}, {"virtual_stages", "--virtual-stages"}, {"zero_stage", "--zero"},
     {"ranks_per_node", "--ranks-per-node"}, {"comm_timeout", "--comm-timeout"},
     {"zero_quant_grads", "--zero-quant-grads"}, {"grad_codec", "--grad-compression"},
-    {"codec_block", "--compression-block"},
+    {"codec_block", "--compression-block"}, {"compression_scheme", "--compression-scheme"},
+    {"zero_quant_weights", "--zero-quant-weights"}, {"zero_hpz", "--zero-hpz"},
+    /* DiLoCo */
+    {"local_steps", "--local-steps"}, {"local_steps_jitter", "--local-steps-jitter"},
     /* LoRA */
     {"lora_rank", "--lora-rank"}, {"lora_targets", "--lora-targets"}, {"lora_dropout", "--lora-dropout"},
     {"lora_alpha", "--lora-alpha"}, {"lora_init", "--lora-init"}, {"lora_merge", "--lora-merge"},
@@ -39,6 +42,7 @@ static const SubjectFlag SUBJECT_FLAGS[] = {
     {"moe_aux_loss", "--moe-aux-loss"}, {"moe_z_loss", "--moe-z-loss"}, {"moe_every", "--moe-every"},
     /* guards, estimators, precision */
     {"lr", "--lr"}, {"max_skips", "--max-skips"}, {"balance", "--balance"}, {"noise_probe_every", "--noise-probe-every"},
+    {"noise_scale", "--noise-scale"},
     {"noise_probe_batches", "--noise-probe-batches"}, {"fp8_amax_history", "--fp8-amax-history"},
     /* tests */
     {"outlier_scale", "--debug-outlier-scale"}, {"inject_fault", "--debug-inject-fault"},
