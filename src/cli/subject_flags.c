@@ -42,7 +42,10 @@ static const SubjectFlag SUBJECT_FLAGS[] = {
     {"moe_aux_loss", "--moe-aux-loss"}, {"moe_z_loss", "--moe-z-loss"}, {"moe_every", "--moe-every"},
     /* guards, estimators, precision */
     {"lr", "--lr"}, {"max_skips", "--max-skips"}, {"balance", "--balance"}, {"noise_probe_every", "--noise-probe-every"},
-    {"noise_scale", "--noise-scale"},
+    {"noise_scale", "--noise-scale"}, {"noise_scale_every", "--noise-scale-every"},
+    {"goodput_estimator", "--goodput-estimator"}, {"goodput_noise_scale", "--goodput-noise-scale"},
+    {"goodput_noise_curve", "--goodput-noise-curve"}, {"goodput_temperature", "--goodput-temperature"},
+    {"goodput_time_model", "--goodput-time-model"},
     {"noise_probe_batches", "--noise-probe-batches"}, {"fp8_amax_history", "--fp8-amax-history"},
     /* tests */
     {"outlier_scale", "--debug-outlier-scale"}, {"inject_fault", "--debug-inject-fault"},
