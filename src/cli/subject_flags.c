@@ -47,6 +47,7 @@ static const SubjectFlag SUBJECT_FLAGS[] = {
     {"goodput_noise_curve", "--goodput-noise-curve"}, {"goodput_temperature", "--goodput-temperature"},
     {"goodput_time_model", "--goodput-time-model"},
     {"noise_probe_batches", "--noise-probe-batches"}, {"fp8_amax_history", "--fp8-amax-history"},
+    {"fp8_param_gather", "--fp8-param-gather"}, {"fp8_recipe", "--fp8-recipe"}, {"freeze_step", "--freeze-step"},
     /* tests */
     {"outlier_scale", "--debug-outlier-scale"}, {"inject_fault", "--debug-inject-fault"},
 };
