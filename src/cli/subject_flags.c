@@ -22,6 +22,7 @@ static const SubjectFlag SUBJECT_FLAGS[] = {
     /* data and checkpoints */
     {"data", "--data or --val-data"}, {"ckpt_dir", "--ckpt-dir (or --out)"}, {"resume", "--resume"},
     {"resume_new_batch", "--resume-new-batch"}, {"seed", "--seed"}, {"data_order", "--data-order"},
+    {"save_model", "--save-model"},
     /* parallelism and communication */
     {"tp", "--tp"}, {"pp", "--pp"}, {"cp", "--cp"}, {"dp", "--dp"}, {"ep", "--ep"},
     {"pp_schedule", "--pp-schedule"}, {"virtual_stages", "--virtual-stages"}, {"zero_stage", "--zero"},
@@ -40,6 +41,7 @@ static const SubjectFlag SUBJECT_FLAGS[] = {
     {"experts", "--experts"}, {"top_k", "--moe-top-k"}, {"moe_ffn", "--moe-ffn"}, {"router", "--router"},
     {"moe_gates", "--moe-gates"}, {"moe_routed_scale", "--moe-routed-scale"}, {"capacity_factor", "--capacity-factor"},
     {"moe_aux_loss", "--moe-aux-loss"}, {"moe_z_loss", "--moe-z-loss"}, {"moe_every", "--moe-every"},
+    {"dropless", "--dropless"}, {"moe_bias_update", "--moe-bias-update"}, {"moe_skew", "--debug-moe-skew"},
     /* guards, estimators, precision */
     {"lr", "--lr"}, {"max_skips", "--max-skips"}, {"balance", "--balance"}, {"noise_probe_every", "--noise-probe-every"},
     {"noise_scale", "--noise-scale"}, {"noise_scale_every", "--noise-scale-every"},
