@@ -22,10 +22,13 @@ static const SubjectFlag SUBJECT_FLAGS[] = {
     /* data and checkpoints */
     {"data", "--data or --val-data"}, {"ckpt_dir", "--ckpt-dir (or --out)"}, {"resume", "--resume"},
     {"resume_new_batch", "--resume-new-batch"}, {"seed", "--seed"}, {"data_order", "--data-order"},
-    {"save_model", "--save-model"},
+    {"save_model", "--save-model"}, {"out", "--out"}, {"metrics", "--metrics"}, {"trace", "--trace"},
+    {"tensorboard", "--tensorboard"}, {"doc_mask", "--doc-mask"}, {"train_tokens", "--train-tokens"},
+    {"steps", "--steps"},
     /* parallelism and communication */
     {"tp", "--tp"}, {"pp", "--pp"}, {"cp", "--cp"}, {"dp", "--dp"}, {"ep", "--ep"},
     {"pp_schedule", "--pp-schedule"}, {"virtual_stages", "--virtual-stages"}, {"zero_stage", "--zero"},
+    {"pp_split", "--pp-split"},
     {"ranks_per_node", "--ranks-per-node"}, {"comm_timeout", "--comm-timeout"},
     {"zero_quant_grads", "--zero-quant-grads"}, {"grad_codec", "--grad-compression"},
     {"codec_block", "--compression-block"}, {"compression_scheme", "--compression-scheme"},
