@@ -439,44 +439,51 @@ class BatchScalingTest(CorpusTest):
             lines = p.stderr.strip().splitlines()
             self.assertEqual(len(lines), 1, p.stderr)
             self.assertIn(flag, lines[0])
-        for flag, args in (("--noise-scale-every", ["--noise-scale-every", "2", "--zero", "1"]),
-                           ("--goodput-estimator", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
-                                                    "--optimizer", "sgd"]),
-                           ("--goodput-estimator", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
-                                                    "--goodput-estimator", "curvature"]),
-                           ("--goodput-estimator", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
-                                                    "--goodput-estimator", "probe-precond"]),
-                           ("--goodput-estimator", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
-                                                    "--goodput-estimator", "probe-precond", "--noise-probe-every", "2",
-                                                    "--optimizer", "sgd"]),
-                           ("--goodput-estimator", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
-                                                    "--goodput-estimator", "curvature-precond", "--optimizer", "sgd",
-                                                    "--noise-scale-every", "2"]),
-                           ("--goodput-time-model", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
-                                                     "--goodput-time-model", "1:-2"]),
-                           ("--batch-schedule", ["--batch-schedule", "goodput:8:4", "--train-tokens", "1000"]),
-                           ("--goodput-noise-scale", ["--goodput-noise-scale", "12"]),
-                           ("--goodput-noise-scale", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
-                                                      "--goodput-noise-scale", "-1"]),
-                           ("--goodput-noise-curve", ["--goodput-noise-curve", "2.8:9"]),
-                           ("--goodput-temperature", ["--goodput-temperature"]),
-                           ("--goodput-noise-curve", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
-                                                      "--goodput-noise-curve", "2.6:9,2.8:12"]),
-                           ("--goodput-noise-curve", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
-                                                      "--goodput-noise-curve", "2.8:9", "--goodput-noise-scale", "3"]),
-                           ("--noise-probe-every", ["--noise-probe-every", "-1"]),
-                           ("--noise-probe-every", ["--noise-probe-every", "2", "--zero", "2"]),
-                           ("--noise-probe-batches", ["--noise-probe-every", "2", "--noise-probe-batches", "0"]),
-                           ("--noise-probe-batches", ["--noise-probe-every", "2", "--noise-probe-batches", "1"]),
-                           ("--goodput-estimator", ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000",
-                                                    "--goodput-estimator", "probe"])):
+        # each refusal: its words (the estimators' reasons name the quantity) and the flags that set it
+        g = ["--batch-schedule", "goodput:4:16", "--train-tokens", "1000"]
+        for needles, args in (
+                (("the curvature noise scale needs ZeRO stage 0", "(flags: --noise-scale-every, --zero, --tp"),
+                 ["--noise-scale-every", "2", "--zero", "1"]),
+                (("goodput's precond noise scale needs the adamw optimizer", "(flags: --goodput-estimator, --optimizer"),
+                 g + ["--optimizer", "sgd"]),
+                (("goodput's curvature estimator needs the curvature noise scale",
+                  "(flags: --goodput-estimator, --noise-scale-every)"), g + ["--goodput-estimator", "curvature"]),
+                (("goodput's probe-precond estimator needs the noise probe", "(flags: --goodput-estimator, "
+                  "--noise-probe-every, --optimizer"), g + ["--goodput-estimator", "probe-precond"]),
+                (("goodput's probe-precond estimator needs", "(flags: --goodput-estimator"),
+                 g + ["--goodput-estimator", "probe-precond", "--noise-probe-every", "2", "--optimizer", "sgd"]),
+                (("goodput's curvature-precond estimator needs", "(flags: --goodput-estimator, --noise-scale-every, "
+                  "--optimizer)"), g + ["--goodput-estimator", "curvature-precond", "--optimizer", "sgd",
+                                        "--noise-scale-every", "2"]),
+                (("goodput's time model needs A:B", "(flags: --goodput-time-model)"),
+                 g + ["--goodput-time-model", "1:-2"]),
+                (("--batch-schedule",), ["--batch-schedule", "goodput:8:4", "--train-tokens", "1000"]),
+                (("a given goodput noise scale needs the goodput:MIN:MAX batch schedule",
+                  "(flags: --goodput-noise-scale, --batch-schedule)"), ["--goodput-noise-scale", "12"]),
+                (("--goodput-noise-scale",), g + ["--goodput-noise-scale", "-1"]),
+                (("goodput's noise curve needs the goodput:MIN:MAX batch schedule",
+                  "(flags: --goodput-noise-curve, --batch-schedule, --goodput-noise-scale)"),
+                 ["--goodput-noise-curve", "2.8:9"]),
+                (("goodput's temperature needs the goodput:MIN:MAX batch schedule",
+                  "(flags: --goodput-temperature, --batch-schedule)"), ["--goodput-temperature"]),
+                (("goodput's noise curve: '2.6:9,2.8:12': the losses must decrease", "(flags: --goodput-noise-curve)"),
+                 g + ["--goodput-noise-curve", "2.6:9,2.8:12"]),
+                (("and no given noise scale (got the batch schedule goodput:4:16 and a noise scale)",
+                  "(flags: --goodput-noise-curve"), g + ["--goodput-noise-curve", "2.8:9", "--goodput-noise-scale", "3"]),
+                (("--noise-probe-every",), ["--noise-probe-every", "-1"]),
+                (("--noise-probe-every",), ["--noise-probe-every", "2", "--zero", "2"]),
+                (("--noise-probe-batches",), ["--noise-probe-every", "2", "--noise-probe-batches", "0"]),
+                (("--noise-probe-batches",), ["--noise-probe-every", "2", "--noise-probe-batches", "1"]),
+                (("goodput's probe estimator needs the noise probe every N steps",
+                  "(flags: --goodput-estimator, --noise-probe-every)"), g + ["--goodput-estimator", "probe"])):
             p = run(["train", "--data", os.path.join(self.data, "train_000000.bin"), "--layers", "2", "--heads", "2",
                      "--channels", "32", "--seq-len", "32", "--micro-batch", "2", "--global-batch", "8", "--steps",
                      "2", "--quiet"] + args, check=False)
             self.assertNotEqual(p.returncode, 0, " ".join(args))
             lines = p.stderr.strip().splitlines()
             self.assertEqual(len(lines), 1, p.stderr)
-            self.assertIn(flag, lines[0])
+            for needle in needles:
+                self.assertIn(needle, lines[0])
         p = run(["train", "--data", os.path.join(self.data, "train_000000.bin"), "--layers", "2", "--heads", "2",
                  "--channels", "32", "--seq-len", "32", "--micro-batch", "4", "--global-batch", "8", "--steps", "2",
                  "--quiet", "--batch-schedule", "ramp:6:2:1000", "--strict-batch"], check=False)

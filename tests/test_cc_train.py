@@ -198,24 +198,40 @@ class Mechanics(CorpusTest):
             (["--grad-compression", "topk:1.5"], "--grad-compression"),
             (["--grad-compression", "zstd"], "--grad-compression"),
             (["--compression-block", "0"], "--compression-block"),
-            (["--grad-compression", "onebit", "--compression-scheme", "ring"], "--compression-scheme"),
-            (["--compression-scheme", "tree"], "--compression-scheme"),
-            (["--zero-quant-weights"], "--zero 3"),
-            (["--zero-hpz", "--zero", "2"], "--zero 3"),
-            (["--zero-quant-grads"], "--zero-quant-grads"),
-            (["--zero-quant-grads", "--zero", "2", "--compression-scheme", "exchange"], "--compression-scheme"),
-            (["--zero-quant-grads", "--zero", "2", "--grad-compression", "fp16"], "--zero-quant-grads"),
-            (["--optimizer", "onebit-adam"], "--freeze-step"),
-            (["--optimizer", "onebit-adam", "--freeze-step", "2", "--zero", "2"], "--zero 0 or 1"),
-            (["--freeze-step", "3"], "--optimizer onebit-adam"),
-            (["--optimizer", "onebit-adam", "--freeze-step", "2", "--noise-scale"], "--noise-scale"),
+            (["--grad-compression", "onebit", "--compression-scheme", "ring"],
+             ("the ring compression scheme cannot carry onebit encodings", "(flags: --compression-scheme, --grad-compression)")),
+            (["--compression-scheme", "tree"],
+             ("the compression scheme must be ring or exchange (got 'tree')", "(flags: --compression-scheme)")),
+            (["--zero-quant-weights"], ("they need ZeRO stage 3 (got stage 0)", "(flags: --zero-quant-weights, --zero-hpz, --zero)")),
+            (["--zero-hpz", "--zero", "2"], ("they need ZeRO stage 3 (got stage 2)", "--zero-hpz, --zero)")),
+            (["--zero-quant-grads"], ("ZeRO's quantized gradients quantize the gradient reduce-scatter: they need ZeRO stage 1",
+                                      "(flags: --zero-quant-grads, --zero)")),
+            (["--zero-quant-grads", "--zero", "2", "--compression-scheme", "exchange"],
+             ("a compression scheme does not apply to ZeRO's quantized gradients", "(flags: --compression-scheme, --zero-quant-grads)")),
+            (["--zero-quant-grads", "--zero", "2", "--grad-compression", "fp16"],
+             ("cannot be combined with the fp16 gradient compression", "(flags: --zero-quant-grads, --grad-compression)")),
+            (["--optimizer", "onebit-adam"], ("the onebit-adam optimizer needs a freeze step S >= 1", "(flags: --optimizer, --freeze-step)")),
+            (["--optimizer", "onebit-adam", "--freeze-step", "2", "--zero", "2"],
+             ("the onebit-adam optimizer needs ZeRO stage 0 or 1", "(flags: --optimizer, --zero)")),
+            (["--freeze-step", "3"], ("a freeze step is 1-bit Adam's: it needs the onebit-adam optimizer",
+                                      "(flags: --freeze-step, --optimizer)")),
+            (["--optimizer", "onebit-adam", "--freeze-step", "2", "--noise-scale"],
+             ("cannot be combined with the gradient noise scale estimate", "(flags: --optimizer, --noise-scale, --batch-schedule)")),
+            (["--optimizer", "onebit-adam", "--freeze-step", "2", "--balance"],
+             ("cannot be combined with the balanced micro-batch order", "(flags: --optimizer, --balance)")),
+            (["--optimizer", "onebit-adam", "--freeze-step", "2", "--grad-compression", "fp16"],
+             ("compresses the momentum itself: leave the gradients uncompressed", "(flags: --optimizer, --grad-compression")),
+            (["--virtual-stages", "2", "--grad-compression", "fp16"],
+             ("virtual pipeline stages with compressed gradients", "(flags: --virtual-stages, --grad-compression")),
         ]
-        for extra, needle in cases:
+        # compression.c's refusals: their words (the quantities) and the flags that set them
+        for extra, needles in cases:
             p = run(["train", "--data", data, "--layers", "1", "--channels", "32", "--heads", "2", "--seq-len", "16",
                      "--steps", "1", "--quiet"] + extra, check=False)
             self.assertNotEqual(p.returncode, 0, str(extra))
             self.assertEqual(len(p.stderr.strip().splitlines()), 1, f"{extra}: {p.stderr}")
-            self.assertIn(needle, p.stderr, str(extra))
+            for needle in (needles,) if isinstance(needles, str) else needles:
+                self.assertIn(needle, p.stderr, str(extra))
 
 
 if __name__ == "__main__":

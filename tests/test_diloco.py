@@ -273,12 +273,16 @@ def main():
         check("the int8 pseudo-gradient's bytes / fp32's (at most 0.30)", i8_bytes / f32_bytes, 0.30)
         check("int8 loss within 1% of fp32's", abs(i8_m[-1]["loss"] / f32_m[-1]["loss"] - 1), 0.01)
         print("5. bad combinations")
-        for extra, needle in ((["--local-steps", "4", "--zero", "1"], "--local-steps cannot be combined with --zero"),
-                              (["--local-steps", "4", "--optimizer", "onebit-adam", "--freeze-step", "2"],
-                               "--optimizer onebit-adam"),
-                              (["--local-steps", "-1"], "--local-steps")):
+        # the refusal in words naming the quantities, then the flags that set them
+        for extra, needles in ((["--local-steps", "4", "--zero", "1"],
+                                ("local steps (DiLoCo/FedAvg windows) cannot be combined with ZeRO stages 1-3",
+                                 "(flags: --local-steps, --zero)")),
+                               (["--local-steps", "4", "--optimizer", "onebit-adam", "--freeze-step", "2"],
+                                ("cannot be combined with the onebit-adam optimizer", "(flags: --local-steps, --optimizer)")),
+                               (["--local-steps", "-1"], ("--local-steps",))):
             p = problem.run("bad", extra, check_rc=False)
-            ok = p.returncode != 0 and needle in (one_line_error(p, WORKERS) or "") and "step " not in p.stdout
+            line = one_line_error(p, WORKERS) or ""
+            ok = p.returncode != 0 and all(n in line for n in needles) and "step " not in p.stdout
             check(f"refused: {' '.join(extra)}", 0.0 if ok else 1.0, 0.0)
     print("FAILED: " + "; ".join(failures) if failures else "ok")
     return 1 if failures else 0

@@ -135,7 +135,8 @@ class ErrorTest(unittest.TestCase):
         self.fails(tiny_train_args(self.data, **{"micro-batch": 0}), "--micro-batch")
         self.fails(tiny_train_args(self.data, **{"micro-batch": -4}), "--micro-batch")
         self.fails(tiny_train_args(self.data, **{"global-batch": -8}), "--global-batch")
-        self.fails(tiny_train_args(self.data, **{"global-batch": 6}), "--global-batch 6", "--micro-batch 4")
+        self.fails(tiny_train_args(self.data, **{"global-batch": 6}), "the global batch 6 is not a multiple of the micro-batch 4",
+                   "(flags: --global-batch, --micro-batch, --dp)")
 
     def test_bad_numbers(self):
         self.fails(tiny_train_args(self.data, lr="fast"), "--lr", "fast")
@@ -162,7 +163,8 @@ class ErrorTest(unittest.TestCase):
     def test_sequence_longer_than_model(self):
         model = os.path.join(self.dir, "short.bin")
         run(tiny_train_args(self.data, steps=1, **{"save-model": model}))
-        self.fails(tiny_train_args(self.data, **{"init-from": model, "seq-len": 64}), "--seq-len 64", "32")
+        self.fails(tiny_train_args(self.data, **{"init-from": model, "seq-len": 64}),
+                   "the sequence length 64 is longer than the model's maximum sequence length 32", "(flags: --seq-len, --init-from)")
 
     def test_checkpoint_of_another_shape(self):
         ck = os.path.join(self.dir, "ck")
@@ -324,9 +326,11 @@ class ErrorTest(unittest.TestCase):
             "no supervised tokens": (["prepare", "--format", "chat-jsonl", "--in", chat, "--out",
                                       os.path.join(self.dir, "prep_chat")], "--in", "assistant"),
             "nothing to train": (tiny_train_args(self.data, steps=2, resume=os.path.join(ck, "step_00000004")),
-                                 "--resume", "step 4", "--steps"),
+                                 "the checkpoint", "is at step 4, past the 2 step(s) of this run",
+                                 "(flags: --resume, --steps)"),
             "rank above the width": (tiny_train_args(self.data, steps=1, channels=64, **{"lora-rank": 1000}),
-                                     "--lora-rank 1000", "64"),
+                                     "the LoRA rank 1000 is larger than the model's width 64",
+                                     "(flags: --lora-rank, --channels)"),
             "no such rank": (tiny_train_args(self.data, steps=1, **{"debug-inject-fault": "exit:5:1"}), "--debug-inject-fault",
                              "rank 5"),
         }
@@ -341,7 +345,9 @@ class ErrorTest(unittest.TestCase):
         long_corpus = os.path.join(self.dir, "long")  # enough tokens for one sequence: the memory is what fails
         os.makedirs(long_corpus, exist_ok=True)
         cases["sequence cannot fit"] = (tiny_train_args(make_corpus(long_corpus, nbytes=1_100_000), steps=1,
-                                                        **{"seq-len": 1000000}), "--seq-len 1000000", "GB")
+                                                        **{"seq-len": 1000000}),
+                                    "a sequence length of 1000000 with micro-batches of 4 needs at least", "GB",
+                                    "(flags: --seq-len, --micro-batch)")
         for label, (args, *needles) in cases.items():
             with self.subTest(label):
                 self.fails(args, *needles)

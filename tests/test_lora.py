@@ -286,7 +286,8 @@ def main():
             p = train(d, "saved_base", ["--init-from", base, "--steps", "1"] + extra, check_rc=False)
             lines = p.stderr.strip().splitlines()
             check(p.returncode == 0 and (lines == [] if not warned else
-                                         len(lines) == 1 and "without the trained adapters" in lines[0]),
+                                         len(lines) == 1 and "gets the frozen base without the trained adapters" in lines[0]
+                                         and "(flags: --save-model, --lora-merge, --save-adapters)" in lines[0]),
                   f"--save-model with {' '.join(extra)}: {'one warning line' if warned else 'no warning'} "
                   f"({p.stderr.strip()[:150] or 'no message'})")
     print(f"{len(check.failed)} failure(s)")

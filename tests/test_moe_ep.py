@@ -117,10 +117,12 @@ def evaluation(tmp, data):
 
 
 def bad_input(tmp, data):
-    cases = [(["--ep", "3"], 1, "--ep 3 must divide --experts 4"),
+    cases = [(["--ep", "3"], 1, "the expert-parallel degree 3 must divide the 4 experts (each EP rank holds experts / ep "
+                                "of them) (flags: --ep, --experts)"),
              (["--ep", "2"], 1, "the expert-parallel degree 2 does not divide the data-parallel size 1 (expert parallelism folds "
                                "over data-parallel ranks) (flags: --ep, --dp)"),
-             (["--ep", "2", "--zero", "3"], 1, "does not work with --zero 3")]
+             (["--ep", "2", "--zero", "3"], 1, "does not work with ZeRO stage 3 (use ZeRO stage 0, 1 or 2) (flags: "
+                                              "--experts, --zero)")]
     tm.refusals(tmp, data, cases)
 
 

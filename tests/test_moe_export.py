@@ -385,7 +385,8 @@ def refusals(tmp, data, ck, out, dense):
     refused(train(tmp, "bad", data, ["--init-from", dense, "--experts", "4", "--moe-ffn", "64"] + base,
                   check_rc=False), "--moe-ffn 64", "upcycling with --moe-ffn other than 4 C")
     refused(train(tmp, "bad", data, SHAPE + ["--experts", "4", "--save-model", os.path.join(tmp, "m.bin")] + base,
-                  check_rc=False), "--save-model", "--save-model to an llm.c file of an MoE model")
+                  check_rc=False), "does not work with saving the model to an llm.c file (it holds a dense GPT-2: give a name "
+            "ending in .safetensors) (flags: --experts, --save-model)", "--save-model to an llm.c file of an MoE model")
     unrecorded(tmp, data, ck)
     x = PREFIX + "h.1.mlp."
     cases = [("missing", lambda t: t.pop(x + "experts.3.c_proj.bias"), None, "experts.3.c_proj.bias is missing"),

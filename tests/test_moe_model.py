@@ -201,12 +201,21 @@ def resume(tmp, data):
 
 
 def bad_input(tmp, data):
-    cases = [(["--moe-top-k", "5"], "--moe-top-k"), (["--capacity-factor", "0"], "--capacity-factor"),
-             (["--capacity-factor", "-1"], "--capacity-factor"),
-             (["--pp", "2", "--pp-schedule", "zbh1"], "--pp-schedule zbh1"),
-             (["--ep", "2"], "--ep"), (["--zero", "3"], "--zero 3"),
-             (["--precision", "bf16"], "--precision"), (["--lora-rank", "4"], "--lora-rank"),
-             (["--moe-every", "3"], "--moe-every 3 is more than --layers 2"), (["--dropless", "--capacity-factor", "1"], "--dropless")]
+    # moe_train.c's refusals: the words naming the quantities, then the flags that set them
+    cases = [(["--moe-top-k", "5"], "the 5 experts chosen per token must be at most the 4 experts (flags: --moe-top-k, "
+                                    "--experts)"),
+             (["--capacity-factor", "0"], "--capacity-factor"), (["--capacity-factor", "-1"], "--capacity-factor"),
+             (["--pp", "2", "--pp-schedule", "zbh1"], "does not work with the zbh1 pipeline schedule (the split backward "
+                                                      "does not train MoE layers) (flags: --experts, --pp-schedule)"),
+             (["--ep", "2"], "--ep"),
+             (["--zero", "3"], "does not work with ZeRO stage 3 (use ZeRO stage 0, 1 or 2) (flags: --experts, --zero)"),
+             (["--precision", "bf16"], "does not work with bf16 or fp8 precision (MoE layers train in fp32) (flags: "
+                                       "--experts, --precision)"),
+             (["--lora-rank", "4"], "does not work with LoRA adapters (flags: --experts, --lora-rank)"),
+             (["--moe-every", "3"], "MoE every 3 layers is more than the 2 layers"),
+             (["--moe-every", "3"], "(flags: --moe-every, --layers)"),
+             (["--dropless", "--capacity-factor", "1"], "dropless routing and the capacity factor 1 contradict each other "
+                                                        "(dropless never drops) (flags: --dropless, --capacity-factor)")]
     refusals(tmp, data, [(extra, 1, flag) for extra, flag in cases])
 
 

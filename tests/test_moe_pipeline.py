@@ -141,8 +141,10 @@ def reshard(tmp, data, d, flags):
 
 
 def bad_input(tmp, data):
-    cases = [(["--pp", "2", "--pp-schedule", "zbh1"], 1, "--pp-schedule zbh1"),
-             (["--moe-every", "5"], 1, "--moe-every 5 is more than --layers 4")]
+    cases = [(["--pp", "2", "--pp-schedule", "zbh1"], 1, "does not work with the zbh1 pipeline schedule (the split "
+                                                         "backward does not train MoE layers) (flags: --experts, --pp-schedule)"),
+             (["--moe-every", "5"], 1, "MoE every 5 layers is more than the 4 layers"),
+             (["--moe-every", "5"], 1, "(flags: --moe-every, --layers)")]
     tm.refusals(tmp, data, cases, base=MODEL + ["--seq-len", "32", "--steps", "1"])
 
 

@@ -95,8 +95,12 @@ def bad_input(tmp, data):
               "the sigmoid router takes unnormalized gates (flags: --moe-gates, --router)"),
              (["--moe-routed-scale", "0"], "--moe-routed-scale"),
              (["--moe-gates", "renormalized"], "--moe-gates"),
-             (["--experts", "0", "--moe-gates", "normalized"], "--moe-gates needs --experts"),
-             (["--experts", "0", "--moe-routed-scale", "2"], "--moe-routed-scale needs --experts")]
+             (["--experts", "0", "--moe-gates", "normalized"], "a dense model (at most 1 expert) cannot use MoE gates other "
+                                                               "than the default: it needs a Mixture-of-Experts model "
+                                                               "(flags: --moe-gates, --experts)"),
+             (["--experts", "0", "--moe-routed-scale", "2"], "a dense model (at most 1 expert) cannot use a routed scale: it "
+                                                             "needs a Mixture-of-Experts model (flags: --moe-routed-scale, "
+                                                             "--experts)")]
     tm.refusals(tmp, data, [(extra, 1, text) for extra, text in cases])
 
 

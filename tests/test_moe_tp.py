@@ -103,8 +103,11 @@ def reshard(tmp, data):
 
 
 def bad_input(tmp, data):
-    cases = [(["--seq-len", "32", "--tp", "2", "--moe-ffn", "33"], "--tp 2 does not divide --moe-ffn 33"),
-             (["--seq-len", "256", "--cp", "2", "--capacity-factor", "1.0"], "--cp and --capacity-factor")]
+    cases = [(["--seq-len", "32", "--tp", "2", "--moe-ffn", "33"], "the tensor-parallel degree 2 does not divide the experts' "
+                                                                   "33 hidden units (tensor parallelism splits each expert's "
+                                                                   "hidden units) (flags: --tp, --moe-ffn)"),
+             (["--seq-len", "256", "--cp", "2", "--capacity-factor", "1.0"], "does not work with context parallelism and a "
+                                                                             "capacity factor")]
     tm.refusals(tmp, data, [(extra, 1, text) for extra, text in cases], base=["--steps", "1"])
 
 

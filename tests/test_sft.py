@@ -305,7 +305,9 @@ def check_bad_input(tmp):
     os.remove(os.path.join(good, "train_000001.mask"))
     p = subprocess.run([BATCHSCALE, "train", "--data", good, "--layers", "1", "--heads", "1", "--channels", "8",
                         "--seq-len", "128", "--steps", "1", "--quiet", "--doc-mask", "off"], capture_output=True, text=True)
-    one_line(p, "train --seq-len 128 on data packed for 256 refused", "packs its examples whole into windows of 256")
+    one_line(p, "train --seq-len 128 on data packed for 256 refused",
+             "the sequence length 128: " + good + " packs its examples whole into windows of 256 tokens")
+    one_line(p, "train --seq-len 128 on data packed for 256 refused: the flags", "(flags: --seq-len, --data or --val-data)")
     summary = json.load(open(os.path.join(good, "prepare.json")))
     del summary["seq_len"]  # as an earlier version wrote it
     json.dump(summary, open(os.path.join(good, "prepare.json"), "w"))

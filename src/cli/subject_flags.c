@@ -22,12 +22,19 @@ static const SubjectFlag SUBJECT_FLAGS[] = {
     /* data and checkpoints */
     {"data", "--data or --val-data"}, {"ckpt_dir", "--ckpt-dir (or --out)"}, {"resume", "--resume"},
     {"resume_new_batch", "--resume-new-batch"}, {"seed", "--seed"}, {"data_order", "--data-order"},
+    {"save_model", "--save-model"}, {"out", "--out"}, {"metrics", "--metrics"}, {"trace", "--trace"},
+    {"tensorboard", "--tensorboard"}, {"doc_mask", "--doc-mask"}, {"train_tokens", "--train-tokens"},
+    {"steps", "--steps"},
     /* parallelism and communication */
     {"tp", "--tp"}, {"pp", "--pp"}, {"cp", "--cp"}, {"dp", "--dp"}, {"ep", "--ep"},
     {"pp_schedule", "--pp-schedule"}, {"virtual_stages", "--virtual-stages"}, {"zero_stage", "--zero"},
+    {"pp_split", "--pp-split"},
     {"ranks_per_node", "--ranks-per-node"}, {"comm_timeout", "--comm-timeout"},
     {"zero_quant_grads", "--zero-quant-grads"}, {"grad_codec", "--grad-compression"},
-    {"codec_block", "--compression-block"},
+    {"codec_block", "--compression-block"}, {"compression_scheme", "--compression-scheme"},
+    {"zero_quant_weights", "--zero-quant-weights"}, {"zero_hpz", "--zero-hpz"},
+    /* DiLoCo */
+    {"local_steps", "--local-steps"}, {"local_steps_jitter", "--local-steps-jitter"},
     /* LoRA */
     {"lora_rank", "--lora-rank"}, {"lora_targets", "--lora-targets"}, {"lora_dropout", "--lora-dropout"},
     {"lora_alpha", "--lora-alpha"}, {"lora_init", "--lora-init"}, {"lora_merge", "--lora-merge"},
@@ -37,9 +44,15 @@ static const SubjectFlag SUBJECT_FLAGS[] = {
     {"experts", "--experts"}, {"top_k", "--moe-top-k"}, {"moe_ffn", "--moe-ffn"}, {"router", "--router"},
     {"moe_gates", "--moe-gates"}, {"moe_routed_scale", "--moe-routed-scale"}, {"capacity_factor", "--capacity-factor"},
     {"moe_aux_loss", "--moe-aux-loss"}, {"moe_z_loss", "--moe-z-loss"}, {"moe_every", "--moe-every"},
+    {"dropless", "--dropless"}, {"moe_bias_update", "--moe-bias-update"}, {"moe_skew", "--debug-moe-skew"},
     /* guards, estimators, precision */
     {"lr", "--lr"}, {"max_skips", "--max-skips"}, {"balance", "--balance"}, {"noise_probe_every", "--noise-probe-every"},
+    {"noise_scale", "--noise-scale"}, {"noise_scale_every", "--noise-scale-every"},
+    {"goodput_estimator", "--goodput-estimator"}, {"goodput_noise_scale", "--goodput-noise-scale"},
+    {"goodput_noise_curve", "--goodput-noise-curve"}, {"goodput_temperature", "--goodput-temperature"},
+    {"goodput_time_model", "--goodput-time-model"},
     {"noise_probe_batches", "--noise-probe-batches"}, {"fp8_amax_history", "--fp8-amax-history"},
+    {"fp8_param_gather", "--fp8-param-gather"}, {"fp8_recipe", "--fp8-recipe"}, {"freeze_step", "--freeze-step"},
     /* tests */
     {"outlier_scale", "--debug-outlier-scale"}, {"inject_fault", "--debug-inject-fault"},
 };

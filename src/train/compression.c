@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 #include "core/range.h"
 #include "optim/grad_norm.h"
 #include "optim/onebit_adam.h"
@@ -25,45 +26,57 @@ typedef struct {
  * chunk per rank (the configuration check refuses virtual stages with them). */
 static EngineChunk *only_chunk(const TrainContext *cx) { return engine_chunk(cx->engine, 0); }
 
-/* The data-parallel options from the flags; one line naming the flag on a bad value or combination. */
+/* The data-parallel options from the settings; one line (a reason with its subjects) on a bad value or combination. */
 static void configure(const TrainContext *cx, EngineConfig *ec) {
     const TrainConfig *c = cx->cfg;
     DPOptions *opt = &ec->data_parallel;
     char why[256];
-    if (c->compression.block < 1) bs_die("--compression-block must be at least 1 (got %d)", c->compression.block);
+    if (c->compression.block < 1)
+        bs_die_about("codec_block", "the compression block must be at least 1 value (got %d)", c->compression.block);
     if (!codec_parse(c->compression.codec, (size_t)c->compression.block, &opt->grad_codec, why, sizeof why))
         bs_die("%s", why);
     opt->grad_scheme = compressed_default_scheme(&opt->grad_codec);
     opt->error_feedback = !c->compression.no_error_feedback;
     if (c->parallel.zero_quant_grads) { /* ZeRO++'s qgZ: the hierarchical int8 all-to-all reduce-scatter, no residual */
         if (opt->grad_codec.kind != CODEC_NONE && opt->grad_codec.kind != CODEC_INT8)
-            bs_die("--zero-quant-grads reduces gradients in int8: it cannot be combined with --grad-compression %s",
-                   c->compression.codec);
-        if (c->parallel.zero < 1) bs_die("--zero-quant-grads quantizes the gradient reduce-scatter: it needs --zero 1, 2 or 3");
+            bs_die_about("zero_quant_grads grad_codec",
+                         "ZeRO's quantized gradients reduce in int8: they cannot be combined with the %s gradient "
+                         "compression", c->compression.codec);
+        if (c->parallel.zero < 1)
+            bs_die_about("zero_quant_grads zero_stage",
+                         "ZeRO's quantized gradients quantize the gradient reduce-scatter: they need ZeRO stage 1, 2 or 3");
         if (option_given(c->compression.scheme))
-            bs_die("--compression-scheme does not apply to --zero-quant-grads (qgZ is its own scheme: int8 all-to-all "
-                   "inside the node, then across nodes)");
+            bs_die_about("compression_scheme zero_quant_grads",
+                         "a compression scheme does not apply to ZeRO's quantized gradients (qgZ is its own scheme: "
+                         "int8 all-to-all inside the node, then across nodes)");
         opt->grad_codec = (Codec){CODEC_INT8, (size_t)c->compression.block, 0};
         opt->grad_scheme = COMPRESSED_QGZ;
         opt->error_feedback = false; /* as ZeRO++ */
     }
     if (option_given(c->compression.scheme) && !compressed_parse_scheme(c->compression.scheme, &opt->grad_scheme))
-        bs_die("--compression-scheme must be ring or exchange (got '%s')", c->compression.scheme);
+        bs_die_about("compression_scheme", "the compression scheme must be ring or exchange (got '%s')",
+                     c->compression.scheme);
     if (opt->grad_scheme == COMPRESSED_RING && !codec_is_elementwise(&opt->grad_codec) &&
         opt->grad_codec.kind != CODEC_NONE)
-        bs_die("--compression-scheme ring cannot carry %s encodings (partial sums of them do not add); use exchange",
-               c->compression.codec);
+        bs_die_about("compression_scheme grad_codec",
+                     "the ring compression scheme cannot carry %s encodings (partial sums of them do not add); use "
+                     "exchange", c->compression.codec);
     opt->quant_weights = c->parallel.zero_quant_weights;
     opt->quant_block = (size_t)c->compression.block;
     opt->hpz = c->parallel.zero_hpz;
     if ((c->parallel.zero_quant_weights || c->parallel.zero_hpz) && c->parallel.zero != 3)
-        bs_die("--zero-quant-weights and --zero-hpz gather parameters: they need --zero 3 (got --zero %d)", c->parallel.zero);
+        bs_die_about("zero_quant_weights zero_hpz zero_stage",
+                     "ZeRO's quantized weights and hpZ copy gather parameters: they need ZeRO stage 3 (got stage %d)",
+                     c->parallel.zero);
     opt->fp8_gather = c->precision.fp8_param_gather;
     if (c->precision.fp8_param_gather && (c->parallel.zero != 3 || c->precision.mode != PRECISION_FP8 || c->precision.fp8_recipe != FP8_RECIPE_DELAYED))
-        bs_die("--fp8-param-gather needs --zero 3 --precision fp8 --fp8-recipe delayed (block's 128x128 weight tiles "
-               "cross ZeRO shards)");
+        bs_die_about("fp8_param_gather zero_stage precision fp8_recipe",
+                     "gathering parameters in fp8 needs ZeRO stage 3, fp8 precision and the delayed fp8 recipe "
+                     "(block's 128x128 weight tiles cross ZeRO shards)");
     if (c->precision.fp8_param_gather && c->parallel.zero_quant_weights)
-        bs_die("--fp8-param-gather and --zero-quant-weights are two encodings of the same gather: pick one");
+        bs_die_about("fp8_param_gather zero_quant_weights",
+                     "gathering parameters in fp8 and ZeRO's quantized weights are two encodings of the same gather: "
+                     "pick one");
 }
 
 /* After the optimizer is set up: checks and allocates 1-bit Adam's state. */
@@ -72,22 +85,31 @@ static void *create(const TrainContext *cx) {
     OnebitState *o = bs_calloc(1, sizeof *o);
     o->on = c->optim.kind == OPTIM_ONEBIT_ADAM;
     if (!o->on) {
-        if (c->optim.freeze_step > 0) bs_die("--freeze-step is 1-bit Adam's: it needs --optimizer onebit-adam");
+        if (c->optim.freeze_step > 0)
+            bs_die_about("freeze_step optimizer", "a freeze step is 1-bit Adam's: it needs the onebit-adam optimizer");
         return o;
     }
     if (c->optim.freeze_step < 1)
-        bs_die("--optimizer onebit-adam needs --freeze-step S >= 1: the steps of full-precision Adam before the "
-               "variance is frozen (about 15-25%% of the run)");
-    if (c->parallel.zero > 1) bs_die("--optimizer onebit-adam needs --zero 0 or 1 (every rank keeps the whole momentum)");
+        bs_die_about("optimizer freeze_step",
+                     "the onebit-adam optimizer needs a freeze step S >= 1: the steps of full-precision Adam before "
+                     "the variance is frozen (about 15-25%% of the run)");
+    if (c->parallel.zero > 1)
+        bs_die_about("optimizer zero_stage",
+                     "the onebit-adam optimizer needs ZeRO stage 0 or 1 (every rank keeps the whole momentum)");
     const Grid *g = engine_grid(cx->engine);
     EngineChunk *ch = only_chunk(cx);
-    if (g->tp > 1 || g->pp > 1) bs_die("--optimizer onebit-adam needs --tp 1 --pp 1 (data parallelism only)");
+    if (g->tp > 1 || g->pp > 1)
+        bs_die_about("optimizer tp pp",
+                     "the onebit-adam optimizer needs no tensor or pipeline parallelism (data parallelism only)");
     if (strcmp(c->compression.codec, "none") != 0 || c->parallel.zero_quant_grads)
-        bs_die("--optimizer onebit-adam compresses the momentum itself: leave --grad-compression none");
+        bs_die_about("optimizer grad_codec zero_quant_grads",
+                     "the onebit-adam optimizer compresses the momentum itself: leave the gradients uncompressed");
     if (c->estimators.noise_scale || c->guards.balance)
-        bs_die("--optimizer onebit-adam cannot be combined with %s: after --freeze-step no rank sees the reduced "
-               "gradient, and each rank's gradient must be an equal share", c->guards.balance ? "--balance" : "--noise-scale "
-               "(or an adaptive batch schedule)");
+        bs_die_about(c->guards.balance ? "optimizer balance" : "optimizer noise_scale batch_schedule",
+                     "the onebit-adam optimizer cannot be combined with %s: after the freeze step no rank sees the "
+                     "reduced gradient, and each rank's gradient must be an equal share",
+                     c->guards.balance ? "the balanced micro-batch order"
+                                       : "the gradient noise scale estimate (or an adaptive batch schedule)");
     size_t total = ch->model.num_params;
     if (cx->dp_size > 1) {
         o->worker_residual = bs_calloc(total ? total : 1, sizeof(float));
@@ -225,9 +247,9 @@ const Feature compression_feature = {
 /* Gradient compression. */
 bool compression_check_config(const TrainConfig *c, char *why, size_t n) {
     if (c->parallel.virtual_stages > 1 && (strcmp(c->compression.codec, "none") != 0 || c->parallel.zero_quant_grads)) {
-        snprintf(why, n, "--virtual-stages with --grad-compression or --zero-quant-grads is not supported yet (the "
-                 "error-feedback residuals are per chunk)");
-        return false;
+        return bs_reason(why, n, "virtual_stages grad_codec zero_quant_grads",
+                         "virtual pipeline stages with compressed gradients (or ZeRO's quantized gradients) are not "
+                         "supported yet (the error-feedback residuals are per chunk)");
     }
     return true;
 }

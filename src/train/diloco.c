@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 #include "core/rng.h"
 #include "optim/grad_norm.h"
 #include "optim/outer_optimizer.h"
@@ -35,18 +36,30 @@ static float *local_weights(const TrainContext *cx) { return engine_chunk_update
 static void check_combination(const TrainContext *cx) {
     const TrainConfig *c = cx->cfg;
     const Grid *g = engine_grid(cx->engine);
-    const char *refused = c->parallel.zero != 0 ? "--zero 1-3 (each worker keeps its own optimizer state: use --zero 0)"
-                          : g->cp > 1 ? "--cp (context-parallel ranks must reduce their partial gradients every step)"
-                          : engine_num_chunks(cx->engine) > 1 ? "--virtual-stages"
-                          : c->optim.kind == OPTIM_ONEBIT_ADAM ? "--optimizer onebit-adam"
-                          : c->guards.balance ? "--balance"
-                          : c->estimators.noise_scale || strncmp(c->batch.schedule, "adaptive", 8) == 0 ? "--noise-scale"
-                          : c->parallel.zero_quant_grads || c->parallel.zero_quant_weights || c->parallel.zero_hpz ? "--zero-quant-*/--zero-hpz"
-                          : NULL;
-    if (refused) bs_die("--local-steps cannot be combined with %s", refused);
+    const struct {
+        bool on;
+        const char *subjects, *what;
+    } refused[] = {
+        {c->parallel.zero != 0, "local_steps zero_stage",
+         "ZeRO stages 1-3 (each worker keeps its own optimizer state: use ZeRO stage 0)"},
+        {g->cp > 1, "local_steps cp",
+         "context parallelism (context-parallel ranks must reduce their partial gradients every step)"},
+        {engine_num_chunks(cx->engine) > 1, "local_steps virtual_stages", "virtual pipeline stages"},
+        {c->optim.kind == OPTIM_ONEBIT_ADAM, "local_steps optimizer", "the onebit-adam optimizer"},
+        {c->guards.balance, "local_steps balance", "the balanced micro-batch order"},
+        {c->estimators.noise_scale || strncmp(c->batch.schedule, "adaptive", 8) == 0,
+         "local_steps noise_scale batch_schedule", "the gradient noise scale estimate (or the adaptive batch it drives)"},
+        {c->parallel.zero_quant_grads || c->parallel.zero_quant_weights || c->parallel.zero_hpz,
+         "local_steps zero_quant_grads zero_quant_weights zero_hpz", "ZeRO's quantized communication or its hpZ copy"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        if (refused[i].on)
+            bs_die_about(refused[i].subjects, "local steps (DiLoCo/FedAvg windows) cannot be combined with %s",
+                         refused[i].what);
     if (c->diloco.local_steps_jitter >= c->diloco.local_steps)
-        bs_die("--local-steps-jitter %d must be below --local-steps %d (every worker takes at least one step)",
-               c->diloco.local_steps_jitter, c->diloco.local_steps);
+        bs_die_about("local_steps_jitter local_steps",
+                     "the local-step jitter %d must be below the %d local steps (every worker takes at least one step)",
+                     c->diloco.local_steps_jitter, c->diloco.local_steps);
 }
 
 /* The inner steps worker `worker` takes in window `window`: H - j, j in [0, jitter] from a seeded hash. */
@@ -70,7 +83,8 @@ static void setup_codec(const TrainContext *cx, DilocoState *d) {
         bs_die("%s", why);
     d->scheme = compressed_default_scheme(&d->codec);
     if (option_given(c->compression.scheme) && !compressed_parse_scheme(c->compression.scheme, &d->scheme))
-        bs_die("--compression-scheme must be ring or exchange (got '%s')", c->compression.scheme);
+        bs_die_about("compression_scheme", "the compression scheme must be ring or exchange (got '%s')",
+                     c->compression.scheme);
     if (d->codec.kind == CODEC_NONE || cx->dp_size == 1) return;
     Comm *dpc = engine_grid(cx->engine)->dp_group;
     d->worker_residual = bs_calloc(d->count, sizeof(float));
@@ -277,8 +291,8 @@ const Feature diloco_feature = {
 /* DiLoCo / FedAvg. */
 bool diloco_check_config(const TrainConfig *c, char *why, size_t n) {
     if (c->diloco.local_steps_jitter > 0 && c->diloco.local_steps == 0) {
-        snprintf(why, n, "--local-steps-jitter needs --local-steps H (DiLoCo/FedAvg windows)");
-        return false;
+        return bs_reason(why, n, "local_steps_jitter local_steps",
+                         "a local-step jitter needs local steps (DiLoCo/FedAvg windows of H steps)");
     }
     return true;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "optim/lr_scaling.h"
@@ -22,20 +23,31 @@ static bool flat_layout(const TrainContext *cx) {
     return cx->cfg->parallel.zero == 0 && g->tp == 1 && g->pp == 1 && g->cp == 1 && engine_num_chunks(cx->engine) == 1;
 }
 
-/* What the curvature measurement cannot work with, or NULL. */
-static const char *curvature_refusal(const TrainContext *cx) {
+/* Whether the curvature measurement can work here; why not in `why`. */
+static bool curvature_possible(const TrainContext *cx, char *why, size_t n) {
     const TrainConfig *c = cx->cfg;
-    if (!flat_layout(cx)) return "--zero 0 and no --tp, --pp or --cp (it keeps the whole gradient, weights and a probe on every rank)";
-    if (c->precision.mode != PRECISION_FP32) return "--precision fp32 (bf16 or fp8 rounding of the moved weights would swamp the differences)";
-    if (c->guards.balance) return "no --balance (the probe's signs follow the interleaved micro-batch order)";
-    if (cx->cfg->optim.kind == OPTIM_ONEBIT_ADAM || cx->cfg->diloco.local_steps > 0) return "full gradient reduction (not 1-bit Adam or DiLoCo)";
-    return NULL;
+    if (!flat_layout(cx))
+        return bs_reason(why, n, "noise_scale_every zero_stage tp pp cp",
+                         "the curvature noise scale needs ZeRO stage 0 and no tensor, pipeline or context parallelism "
+                         "(it keeps the whole gradient, weights and a probe on every rank)");
+    if (c->precision.mode != PRECISION_FP32)
+        return bs_reason(why, n, "noise_scale_every precision",
+                         "the curvature noise scale needs fp32 precision (bf16 or fp8 rounding of the moved weights "
+                         "would swamp the differences)");
+    if (c->guards.balance)
+        return bs_reason(why, n, "noise_scale_every balance",
+                         "the curvature noise scale needs the plain micro-batch order, not the balanced one (the "
+                         "probe's signs follow the interleaved micro-batch order)");
+    if (cx->cfg->optim.kind == OPTIM_ONEBIT_ADAM || cx->cfg->diloco.local_steps > 0)
+        return bs_reason(why, n, "noise_scale_every optimizer local_steps",
+                         "the curvature noise scale needs full gradient reduction (not 1-bit Adam or DiLoCo)");
+    return true;
 }
 
 static void setup_curvature(const TrainContext *cx, Estimators *e) {
     const TrainConfig *c = cx->cfg;
-    const char *why = curvature_refusal(cx);
-    if (why) bs_die("--noise-scale-every needs %s", why);
+    char why[512];
+    if (!curvature_possible(cx, why, sizeof why)) bs_die("%s", why);
     e->curvature_on = true;
     size_t n = engine_chunk(cx->engine, 0)->update_count;
     e->probe = bs_calloc(n, sizeof(float));
@@ -52,19 +64,25 @@ static void setup_curvature(const TrainContext *cx, Estimators *e) {
 static void setup_goodput(const TrainContext *cx, Estimators *e) {
     const TrainConfig *c = cx->cfg;
     if (c->estimators.goodput_estimator == GOODPUT_PRECOND && !e->precond_on)
-        bs_die("--goodput-estimator precond needs --optimizer adamw, --zero 0 and no --tp, --pp or --cp (Adam's whole "
-               "second moment beside the gradient): use --goodput-estimator simple");
+        bs_die_about("goodput_estimator optimizer zero_stage tp pp cp",
+                     "goodput's precond noise scale needs the adamw optimizer, ZeRO stage 0 and no tensor, pipeline or "
+                     "context parallelism (Adam's whole second moment beside the gradient): use the simple estimator");
     if (c->estimators.goodput_estimator == GOODPUT_CURVATURE && !e->curvature_on)
-        bs_die("--goodput-estimator curvature needs --noise-scale-every N (the curvature noise scale every N steps)");
+        bs_die_about("goodput_estimator noise_scale_every",
+                     "goodput's curvature estimator needs the curvature noise scale measured every N steps");
     if (c->estimators.goodput_estimator == GOODPUT_CURVATURE_PRECOND && !e->precond_grad)
-        bs_die("--goodput-estimator curvature-precond needs --noise-scale-every N and --optimizer adamw (the curvature "
-               "noise scale of Adam's preconditioned update)");
+        bs_die_about("goodput_estimator noise_scale_every optimizer",
+                     "goodput's curvature-precond estimator needs the curvature noise scale measured every N steps and "
+                     "the adamw optimizer (the curvature noise scale of Adam's preconditioned update)");
     if (c->estimators.goodput_estimator == GOODPUT_PROBE && !e->probe_on)
-        bs_die("--goodput-estimator probe needs --noise-probe-every N (the noise scale at the step's weights every N "
-               "steps)");
+        bs_die_about("goodput_estimator noise_probe_every",
+                     "goodput's probe estimator needs the noise probe every N steps (the noise scale at the step's "
+                     "weights)");
     if (c->estimators.goodput_estimator == GOODPUT_PROBE_PRECOND && !(e->probe_on && e->precond_on))
-        bs_die("--goodput-estimator probe-precond needs --noise-probe-every N, --optimizer adamw, --zero 0 and no "
-               "--tp, --pp or --cp (the probe through Adam's whole second moment)");
+        bs_die_about("goodput_estimator noise_probe_every optimizer zero_stage tp pp cp",
+                     "goodput's probe-precond estimator needs the noise probe every N steps, the adamw optimizer, ZeRO "
+                     "stage 0 and no tensor, pipeline or context parallelism (the probe through Adam's whole second "
+                     "moment)");
     const long granule = (long)c->batch.micro_batch * cx->dp_size;
     goodput_init(&e->goodput, cx->batch->adaptive_batch, cx->batch->adaptive_max, granule, 0);
     e->goodput.base = e->goodput.min;
@@ -73,12 +91,13 @@ static void setup_goodput(const TrainContext *cx, Estimators *e) {
     char why[300];
     e->curve_on = option_given(c->estimators.goodput_noise_curve);
     if (e->curve_on && !noise_curve_parse(c->estimators.goodput_noise_curve, &e->noise_curve, why, sizeof why))
-        bs_die("--goodput-noise-curve %s", why);
+        bs_die_about("goodput_noise_curve", "goodput's noise curve: %s", why);
     if (!option_given(c->estimators.goodput_time_model)) return;
     char tail;
     if (sscanf(c->estimators.goodput_time_model, "%lf:%lf%c", &e->planted_a, &e->planted_b, &tail) != 2 || e->planted_a < 0 ||
         !(e->planted_b > 0))
-        bs_die("--goodput-time-model needs A:B with A >= 0 and B > 0 seconds (got '%s')", c->estimators.goodput_time_model);
+        bs_die_about("goodput_time_model", "goodput's time model needs A:B with A >= 0 and B > 0 seconds (got '%s')",
+                     c->estimators.goodput_time_model);
     e->planted = true;
     /* A given line needs no exploring: the table holds it at both ends from the start. */
     goodput_record(&e->goodput, e->goodput.min, e->planted_a + e->planted_b * (double)e->goodput.min);
@@ -299,21 +318,22 @@ void estimators_unpack(Estimators *e, const double *words, int count) {
     e->probe_precond.ema_weight = last[3];
 }
 
-/* Noise scale and goodput: the goodput flags need --batch-schedule goodput. */
+/* Noise scale and goodput: goodput's settings need the goodput batch schedule. */
 bool estimators_check_config(const TrainConfig *c, char *why, size_t n) {
     if (c->estimators.goodput_noise_scale > 0 && strncmp(c->batch.schedule, "goodput", 7) != 0) {
-        snprintf(why, n, "--goodput-noise-scale needs --batch-schedule goodput:MIN:MAX (got %s)", c->batch.schedule);
-        return false;
+        return bs_reason(why, n, "goodput_noise_scale batch_schedule",
+                         "a given goodput noise scale needs the goodput:MIN:MAX batch schedule (got %s)", c->batch.schedule);
     }
     if (c->estimators.goodput_noise_curve && *c->estimators.goodput_noise_curve &&
         (strncmp(c->batch.schedule, "goodput", 7) != 0 || c->estimators.goodput_noise_scale > 0)) {
-        snprintf(why, n, "--goodput-noise-curve needs --batch-schedule goodput:MIN:MAX and no --goodput-noise-scale "
-                 "(got --batch-schedule %s%s)", c->batch.schedule, c->estimators.goodput_noise_scale > 0 ? " and one" : "");
-        return false;
+        return bs_reason(why, n, "goodput_noise_curve batch_schedule goodput_noise_scale",
+                         "goodput's noise curve needs the goodput:MIN:MAX batch schedule and no given noise scale (got "
+                         "the batch schedule %s%s)", c->batch.schedule,
+                         c->estimators.goodput_noise_scale > 0 ? " and a noise scale" : "");
     }
     if (c->estimators.goodput_temperature && strncmp(c->batch.schedule, "goodput", 7) != 0) {
-        snprintf(why, n, "--goodput-temperature needs --batch-schedule goodput:MIN:MAX (got %s)", c->batch.schedule);
-        return false;
+        return bs_reason(why, n, "goodput_temperature batch_schedule",
+                         "goodput's temperature needs the goodput:MIN:MAX batch schedule (got %s)", c->batch.schedule);
     }
     return true;
 }

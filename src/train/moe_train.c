@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 #include "core/io.h"
 #include "model/model_file.h"
 #include "model/moe.h"
@@ -164,13 +165,16 @@ static void resume_files(void *state, const TrainContext *cx, const char *dir) {
     int layers = 0, experts = 0;
     float *bias = moe_bias_file_read(dir, &layers, &experts);
     const bool moe = gpt_is_moe(cx->model);
-    if (!moe && bias) bs_die("checkpoint %s holds an MoE model (moe_bias.bin): resume with its --experts", dir);
+    if (!moe && bias)
+        bs_die_about("experts resume", "checkpoint %s holds an MoE model (moe_bias.bin): resume with its number of experts",
+                     dir);
     if (!moe) return;
-    if (!bias) bs_die("checkpoint %s holds no MoE balancing bias (moe_bias.bin): it was written by a dense model, "
-                      "not --experts %d", dir, cx->model->experts);
+    if (!bias)
+        bs_die_about("experts resume", "checkpoint %s holds no MoE balancing bias (moe_bias.bin): it was written by a "
+                     "dense model, not one of %d experts", dir, cx->model->experts);
     if (layers != cx->model->num_layers || experts != cx->model->experts)
-        bs_die("checkpoint %s holds an MoE model of %d experts in %d layers, not --experts %d in %d", dir, experts,
-               layers, cx->model->experts, cx->model->num_layers);
+        bs_die_about("experts layers resume", "checkpoint %s holds an MoE model of %d experts in %d layers, not %d experts "
+                     "in %d", dir, experts, layers, cx->model->experts, cx->model->num_layers);
     for (int c = 0; c < engine_num_chunks(cx->engine); c++) { /* this rank's layers; dense ones zero */
         GPT *model = &engine_chunk(cx->engine, c)->model;
         const size_t E = (size_t)cx->model->experts;
@@ -208,51 +212,83 @@ const Feature moe_feature = {
     .complete_model = complete_model, .save_files = save_files, .resume_files = resume_files,
 };
 
+/* A setting an MoE model refuses (or one that needs MoE): the subject keys and the words. */
+typedef struct {
+    bool on;
+    const char *subjects, *what;
+} MoeRefusal;
+
+/* The first refusal that is on (none: .on false). */
+static MoeRefusal first_on(const MoeRefusal *r, size_t count) {
+    for (size_t i = 0; i < count; i++)
+        if (r[i].on) return r[i];
+    return (MoeRefusal){false, NULL, NULL};
+}
+
 /* What an MoE model does not compose with yet: one line each. */
-static const char *moe_refusal(const TrainConfig *c) {
-    return c->parallel.pp > 1 && c->parallel.pp_schedule == PIPE_ZBH1 ? "--pp-schedule zbh1 (the split backward does not train MoE layers)"
-           : c->parallel.cp > 1 && c->moe.capacity_factor && *c->moe.capacity_factor
-               ? "--cp and --capacity-factor (a sequence's capacity decision would span its context-parallel "
-                 "ranks; --dropless works)"
-           : c->parallel.zero == 3 ? "--zero 3 (use --zero 0, 1 or 2)"
-           : c->precision.mode != PRECISION_FP32 ? "--precision bf16 or fp8 (MoE layers train in fp32)"
-           : c->lora.rank > 0 ? "--lora-rank"
-           : c->guards.balance ? "--balance (every replica runs the same micro-steps: the MoE statistics are summed per micro-step)"
-           : c->diloco.local_steps > 0 ? "--local-steps (DiLoCo workers would share routing statistics every micro-step)"
-           : (c->output.save_model && *c->output.save_model && !model_file_is_safetensors_name(c->output.save_model))
-               ? "--save-model to an llm.c file (it holds a dense GPT-2: give a name ending in .safetensors)"
-           : NULL;
+static MoeRefusal moe_refusal(const TrainConfig *c) {
+    const MoeRefusal all[] = {
+        {c->parallel.pp > 1 && c->parallel.pp_schedule == PIPE_ZBH1, "experts pp_schedule",
+         "the zbh1 pipeline schedule (the split backward does not train MoE layers)"},
+        {c->parallel.cp > 1 && c->moe.capacity_factor && *c->moe.capacity_factor, "experts cp capacity_factor",
+         "context parallelism and a capacity factor (a sequence's capacity decision would span its context-parallel "
+         "ranks; dropless routing works)"},
+        {c->parallel.zero == 3, "experts zero_stage", "ZeRO stage 3 (use ZeRO stage 0, 1 or 2)"},
+        {c->precision.mode != PRECISION_FP32, "experts precision", "bf16 or fp8 precision (MoE layers train in fp32)"},
+        {c->lora.rank > 0, "experts lora_rank", "LoRA adapters"},
+        {c->guards.balance, "experts balance",
+         "the balanced micro-batch order (every replica runs the same micro-steps: the MoE statistics are summed per "
+         "micro-step)"},
+        {c->diloco.local_steps > 0, "experts local_steps",
+         "local steps (DiLoCo workers would share routing statistics every micro-step)"},
+        {c->output.save_model && *c->output.save_model && !model_file_is_safetensors_name(c->output.save_model),
+         "experts save_model", "saving the model to an llm.c file (it holds a dense GPT-2: give a name ending in "
+         ".safetensors)"},
+    };
+    return first_on(all, sizeof all / sizeof all[0]);
+}
+
+/* The MoE settings given to a dense model. */
+static MoeRefusal needs_experts(const TrainConfig *c, double factor) {
+    const MoeRefusal all[] = {
+        {factor > 0, "capacity_factor experts", "a capacity factor"},
+        {c->moe.dropless, "dropless experts", "dropless routing"},
+        {c->moe.bias_update > 0, "moe_bias_update experts", "a balancing bias update"},
+        {c->moe.ep > 1, "ep experts", "expert parallelism"},
+        {c->debug.moe_skew != 1, "moe_skew experts", "a routing skew"},
+        {c->moe.every != 1, "moe_every experts", "MoE layers at an interval"},
+        {c->moe.gates != 0, "moe_gates experts", "MoE gates other than the default"},
+        {c->moe.routed_scale != 1, "moe_routed_scale experts", "a routed scale"},
+    };
+    return first_on(all, sizeof all / sizeof all[0]);
 }
 
 bool moe_check_config(const TrainConfig *c, char *why, size_t n) {
     double factor;
     if (!train_capacity_factor(c, &factor, why, n)) return false;
     if (c->moe.experts <= 1) {
-        const char *flag = factor > 0 ? "--capacity-factor" : c->moe.dropless ? "--dropless"
-                           : c->moe.bias_update > 0 ? "--moe-bias-update" : c->moe.ep > 1 ? "--ep"
-                           : c->debug.moe_skew != 1 ? "--debug-moe-skew" : c->moe.every != 1 ? "--moe-every"
-                           : c->moe.gates != 0 ? "--moe-gates" : c->moe.routed_scale != 1 ? "--moe-routed-scale"
-                           : NULL;
-        if (flag) snprintf(why, n, "%s needs --experts E (E > 1: a Mixture-of-Experts model)", flag);
-        return !flag;
+        const MoeRefusal given = needs_experts(c, factor);
+        return !given.on || bs_reason(why, n, given.subjects, "a dense model (at most 1 expert) cannot use %s: it needs "
+                                      "a Mixture-of-Experts model", given.what);
     }
-    const char *no = moe_refusal(c);
-    if (no) snprintf(why, n, "--experts %d does not work with %s", c->moe.experts, no);
-    else if (c->moe.every > c->model.layers)
-        snprintf(why, n, "--moe-every %d is more than --layers %d: no layer would be MoE (layer l is when (l + 1) %% "
-                 "%d == 0)", c->moe.every, c->model.layers, c->moe.every);
-    else if (c->moe.ep > 1 && c->moe.experts % c->moe.ep != 0)
-        snprintf(why, n, "--ep %d must divide --experts %d (each EP rank holds experts / ep of them)", c->moe.ep,
-                 c->moe.experts);
-    else if (c->parallel.tp > 1 && (c->moe.ffn > 0 ? c->moe.ffn : 4 * c->model.channels) % c->parallel.tp != 0)
-        snprintf(why, n, "--tp %d does not divide --moe-ffn %d (tensor parallelism splits each expert's hidden units)",
-                 c->parallel.tp, c->moe.ffn > 0 ? c->moe.ffn : 4 * c->model.channels);
-    else if (c->moe.top_k > c->moe.experts)
-        snprintf(why, n, "--moe-top-k %d must be at most --experts %d", c->moe.top_k, c->moe.experts);
-    else if (c->moe.dropless && factor > 0)
-        snprintf(why, n, "--dropless and --capacity-factor %s contradict each other (dropless never drops)",
-                 c->moe.capacity_factor);
-    else
-        return true;
-    return false;
+    const MoeRefusal no = moe_refusal(c);
+    if (no.on)
+        return bs_reason(why, n, no.subjects, "an MoE model of %d experts does not work with %s", c->moe.experts, no.what);
+    const int ffn = c->moe.ffn > 0 ? c->moe.ffn : 4 * c->model.channels;
+    if (c->moe.every > c->model.layers)
+        return bs_reason(why, n, "moe_every layers", "MoE every %d layers is more than the %d layers: no layer would be "
+                         "MoE (layer l is when (l + 1) %% %d == 0)", c->moe.every, c->model.layers, c->moe.every);
+    if (c->moe.ep > 1 && c->moe.experts % c->moe.ep != 0)
+        return bs_reason(why, n, "ep experts", "the expert-parallel degree %d must divide the %d experts (each EP rank "
+                         "holds experts / ep of them)", c->moe.ep, c->moe.experts);
+    if (c->parallel.tp > 1 && ffn % c->parallel.tp != 0)
+        return bs_reason(why, n, "tp moe_ffn", "the tensor-parallel degree %d does not divide the experts' %d hidden "
+                         "units (tensor parallelism splits each expert's hidden units)", c->parallel.tp, ffn);
+    if (c->moe.top_k > c->moe.experts)
+        return bs_reason(why, n, "top_k experts", "the %d experts chosen per token must be at most the %d experts",
+                         c->moe.top_k, c->moe.experts);
+    if (c->moe.dropless && factor > 0)
+        return bs_reason(why, n, "dropless capacity_factor", "dropless routing and the capacity factor %s contradict "
+                         "each other (dropless never drops)", c->moe.capacity_factor);
+    return true;
 }

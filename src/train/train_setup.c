@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/reason.h"
 #include "core/io.h"
 #include "model/model_file.h"
 #include "train/lora_flags.h"
@@ -37,13 +38,13 @@ static void check_packed_windows(const char *source, int seq_len) {
     json_t *j = prepare_summary(source, path, sizeof path);
     json_t *packed = json_object_get(j, "seq_len");
     if (json_is_integer(packed) && json_integer_value(packed) != seq_len)
-        bs_die("--seq-len %d: %s packs its examples whole into windows of %lld tokens (%s): train with --seq-len %lld "
-               "or prepare it again with --seq-len %d", seq_len, source, (long long)json_integer_value(packed), path,
-               (long long)json_integer_value(packed), seq_len);
+        bs_die_about("seq_len data", "the sequence length %d: %s packs its examples whole into windows of %lld tokens "
+                     "(%s): train with a sequence length of %lld or prepare it again with %d", seq_len, source,
+                     (long long)json_integer_value(packed), path, (long long)json_integer_value(packed), seq_len);
     const char *format = json_string_value(json_object_get(j, "format"));
     if (!packed && format && strcmp(format, "chat-jsonl") == 0)
         bs_warn("%s was prepared before examples were packed whole into windows (no seq_len in %s): some examples "
-                "are cut across two sequences; prepare it again with --seq-len %d", source, path, seq_len);
+                "are cut across two sequences; prepare it again with a sequence length of %d", source, path, seq_len);
     json_decref(j);
 }
 
@@ -70,8 +71,8 @@ static GPTConfig model_shape(Trainer *tr) {
         model_file_read_config(c->model.init_from, &mc); /* the flags agree with it (cli/model_flags.c); --heads stands
                                                      where the file declares none */
         if (c->model.seq_len > mc.max_seq_len)
-            bs_die("--seq-len %d is longer than the model's maximum sequence length %d (from %s)", c->model.seq_len,
-                   mc.max_seq_len, c->model.init_from);
+            bs_die_about("seq_len init_from", "the sequence length %d is longer than the model's maximum sequence "
+                         "length %d (from %s)", c->model.seq_len, mc.max_seq_len, c->model.init_from);
         c->model.vocab_size = mc.vocab_size;
         c->model.layers = mc.num_layers, c->model.heads = mc.num_heads, c->model.channels = mc.channels; /* the file's, from here on */
     }
@@ -93,8 +94,8 @@ static GPTConfig model_shape(Trainer *tr) {
     mc.base_weights = c->lora.base_weights;
     if (c->lora.rank > 0 && !lora_parse_targets(c->lora.targets, &mc.lora_targets, why, sizeof why)) bs_die("%s", why);
     if (c->lora.rank > mc.channels) /* every adapted layer's smaller side is C (qkv C->3C, fc C->4C, ...) */
-        bs_die("--lora-rank %d is larger than the model's width %d, the smaller side of every adapted layer (a "
-               "rank above it adds parameters and no capacity)", c->lora.rank, mc.channels);
+        bs_die_about("lora_rank channels", "the LoRA rank %d is larger than the model's width %d, the smaller side of "
+                     "every adapted layer (a rank above it adds parameters and no capacity)", c->lora.rank, mc.channels);
     return mc;
 }
 
@@ -108,7 +109,7 @@ static int *stage_layers(const TrainConfig *c, const GPTConfig *mc) {
         double C = mc->channels, layer = 6 * 12 * C * C + 12 * C * c->model.seq_len;
         grid_balanced_layers(mc->num_layers, c->parallel.pp, layer, 6 * C * gpt_padded_vocab(mc->vocab_size), layers);
     } else if (!grid_parse_split(c->parallel.pp_split, mc->num_layers, c->parallel.pp, layers, why, sizeof why)) {
-        bs_die("--pp-split %s", why);
+        bs_die_about("pp_split", "the pipeline stages' layer split %s", why);
     }
     return layers;
 }
@@ -119,10 +120,12 @@ static void setup_doc_mask(Trainer *tr, EngineConfig *ec) {
     ec->doc_mask = c->data.doc_mask == DOC_MASK_ON || (c->data.doc_mask == DOC_MASK_AUTO && loader_has_masks(c->data.train));
     if (!ec->doc_mask) return;
     if (c->parallel.cp > 1)
-        bs_die("--doc-mask: attention inside documents is not supported with --cp yet (the training data %s has loss "
-               "masks, which turn it on: give --doc-mask off to train across documents)", c->data.train);
+        bs_die_about("doc_mask cp", "attention inside documents is not supported with context parallelism yet (the "
+                     "training data %s has loss masks, which turn it on: turn the document mask off to train across "
+                     "documents)", c->data.train);
     if (!tr->tok)
-        bs_die("--doc-mask needs the data's tokenizer (prepare.json beside %s) to know its end-of-text token", c->data.train);
+        bs_die_about("doc_mask", "the document mask needs the data's tokenizer (prepare.json beside %s) to know its "
+                     "end-of-text token", c->data.train);
     ec->doc_separator = tokenizer_eot(tr->tok);
 }
 
@@ -136,9 +139,10 @@ static void check_memory(const TrainConfig *c, const GPTConfig *mc) {
     const double need = ((double)gpt_acts_bytes(mc, c->batch.micro_batch, c->model.seq_len, true) + 4 * params) / split;
     const double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (have > 0 && need > have)
-        bs_die("--seq-len %d with --micro-batch %d needs at least %.1f GB per process (activations of a micro-batch "
-               "and the weights of a %d-layer, %d-wide model), more than this machine's %.1f GB: lower --seq-len or "
-               "--micro-batch", c->model.seq_len, c->batch.micro_batch, need / 1e9, mc->num_layers, mc->channels, have / 1e9);
+        bs_die_about("seq_len micro_batch", "a sequence length of %d with micro-batches of %d needs at least %.1f GB "
+                     "per process (activations of a micro-batch and the weights of a %d-layer, %d-wide model), more "
+                     "than this machine's %.1f GB: lower either", c->model.seq_len, c->batch.micro_batch, need / 1e9,
+                     mc->num_layers, mc->channels, have / 1e9);
 }
 
 /* The engine: grid, model chunks, their data-parallel shards and optimizer state, the pipeline. */
@@ -198,16 +202,18 @@ static void setup_batch_schedule(Trainer *tr) {
         char tail, format[32];
         snprintf(format, sizeof format, "%s:%%ld:%%ld%%c", kind);
         if (sscanf(c->batch.schedule, format, &lo, &hi, &tail) != 2 || lo < 1 || hi < lo)
-            bs_die("--batch-schedule %s:MIN:MAX needs 1 <= MIN <= MAX sequences (got '%s')", kind, c->batch.schedule);
+            bs_die_about("batch_schedule", "the batch schedule %s:MIN:MAX needs 1 <= MIN <= MAX sequences (got '%s')",
+                         kind, c->batch.schedule);
         if (lo < 2L * c->batch.micro_batch)
-            bs_die("--batch-schedule %s:%ld:%ld: MIN must hold at least two micro-batches (%d) so the noise "
-                   "scale can be measured", kind, lo, hi, 2 * c->batch.micro_batch);
+            bs_die_about("batch_schedule micro_batch", "the batch schedule %s:%ld:%ld: MIN must hold at least two "
+                         "micro-batches (%d) so the noise scale can be measured", kind, lo, hi, 2 * c->batch.micro_batch);
         tr->batch.adaptive = true;
         tr->batch.adaptive_batch = lo;
         tr->batch.adaptive_max = hi;
         c->estimators.noise_scale = true; /* the policy follows the measured noise scale */
         if (c->optim.train_tokens == 0)
-            bs_die("--batch-schedule %s needs --train-tokens (the number of steps is not known)", kind);
+            bs_die_about("batch_schedule train_tokens", "the %s batch schedule needs a number of training tokens (the "
+                         "number of steps is not known)", kind);
         tr->batch_schedule.kind = BATCH_CONSTANT; /* unused */
     } else {
         if (!batch_schedule_parse(c->batch.schedule, &tr->batch_schedule, why, sizeof why)) bs_die("%s", why);
@@ -246,7 +252,7 @@ static void check_schedule_at(Trainer *tr, long batch) {
     char why[256];
     if (!schedule_check(&shape, why, sizeof why)) {
         if (batch == tr->cfg.batch.global_batch) bs_die("%s", why);
-        bs_die("%s (at a batch of %ld sequences, which --batch-schedule %s reaches)", why, batch, tr->cfg.batch.schedule);
+        bs_die("%s (at a batch of %ld sequences, which the batch schedule %s reaches)", why, batch, tr->cfg.batch.schedule);
     }
 }
 
@@ -275,21 +281,28 @@ static void check_schedule(Trainer *tr) {
 /* Every output path is checked on rank 0 (the one that writes them) before any work, so a run does not train
  * for nothing and fail to write its result. */
 static void check_outputs(const TrainConfig *c, int rank) {
-    const struct { const char *flag, *path; bool is_dir; } outputs[] = {
-        {"--save-model", c->output.save_model, false}, {"--save-adapters", c->lora.save_adapters, true},
-        {"--out", c->output.out, true}, {"--ckpt-dir", c->output.ckpt_dir, true}, {"--metrics", c->output.metrics, false},
-        {"--trace", c->output.trace, false}, {"--tensorboard", c->output.tensorboard, true}};
+    const struct { const char *subject, *what, *path; bool is_dir; } outputs[] = {
+        {"save_model", "the model file", c->output.save_model, false},
+        {"save_adapters", "the adapters directory", c->lora.save_adapters, true},
+        {"out", "the output directory", c->output.out, true},
+        {"ckpt_dir", "the checkpoint directory", c->output.ckpt_dir, true},
+        {"metrics", "the metrics file", c->output.metrics, false}, {"trace", "the trace file", c->output.trace, false},
+        {"tensorboard", "the TensorBoard directory", c->output.tensorboard, true}};
     char why[4400];
     for (size_t i = 0; rank == 0 && i < sizeof outputs / sizeof outputs[0]; i++)
         if (option_given(outputs[i].path) && !bs_check_writable(outputs[i].path, outputs[i].is_dir, why, sizeof why))
-            bs_die("%s %s: %s", outputs[i].flag, outputs[i].path, why);
+            bs_die_about(outputs[i].subject, "%s %s: %s", outputs[i].what, outputs[i].path, why);
 }
 
 /* LoRA: a model file saved without the adapters is the frozen base; said once set-up has passed every check. */
 static void warn_base_only(const TrainConfig *c, int rank) {
-    if (rank == 0 && c->lora.rank > 0 && option_given(c->output.save_model) && !c->lora.merge && !option_given(c->lora.save_adapters))
-        bs_warn("--save-model %s gets the frozen base without the trained adapters: add --lora-merge (folded into "
-                "the weights) or --save-adapters DIR (a peft directory)", c->output.save_model);
+    if (rank == 0 && c->lora.rank > 0 && option_given(c->output.save_model) && !c->lora.merge && !option_given(c->lora.save_adapters)) {
+        char line[1024];
+        bs_reason(line, sizeof line, "save_model lora_merge save_adapters", "the model file %s gets the frozen base "
+                  "without the trained adapters: merge them (folded into the weights) or save them too (a peft "
+                  "directory)", c->output.save_model);
+        bs_warn("%s", line);
+    }
 }
 
 /* The step's statistics across ranks. */
@@ -316,8 +329,8 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     int per_step = c->batch.micro_batch * tr->dp_size;
     if (c->batch.global_batch == 0) c->batch.global_batch = per_step;
     if (c->batch.global_batch % per_step != 0)
-        bs_die("--global-batch %d is not a multiple of --micro-batch %d x %d data-parallel ranks", c->batch.global_batch,
-               c->batch.micro_batch, tr->dp_size);
+        bs_die_about("global_batch micro_batch dp", "the global batch %d is not a multiple of the micro-batch %d x %d "
+                     "data-parallel ranks", c->batch.global_batch, c->batch.micro_batch, tr->dp_size);
     setup_batch_schedule(tr);
     check_schedule(tr);
     tr->cx.total_steps = tr->total_steps;
@@ -345,8 +358,9 @@ void train_setup(Trainer *tr, const TrainConfig *cfg, Comm *world) {
     if (option_given(c->output.resume)) train_resume(tr);
     tr->cx.step = tr->step, tr->cx.seqs_consumed = tr->seqs_consumed;
     if (option_given(c->output.resume) && !tr->batch.adaptive && tr->step > tr->total_steps)
-        bs_die("--resume %s is at step %ld, past the %ld step(s) of this run (%s): nothing to train", c->output.resume,
-               tr->step, tr->total_steps, c->optim.train_tokens > 0 ? "--train-tokens" : "--steps");
+        bs_die_about(c->optim.train_tokens > 0 ? "resume train_tokens" : "resume steps", "the checkpoint %s is at step "
+                     "%ld, past the %ld step(s) of this run: nothing to train", c->output.resume, tr->step,
+                     tr->total_steps);
     tr->metrics = (Metrics){NULL, c->model.seq_len, comm_size(world), engine_grid(tr->engine)->pp, tr->dp_size,
                             c->estimators.noise_scale, c->output.baseline_tokens_per_s, c->estimators.noise_scale_every > 0,
                             strncmp(c->batch.schedule, "goodput", 7) == 0, c->estimators.noise_probe_every > 0};
