@@ -88,7 +88,11 @@ class DeviceFp8Test(CorpusTest):
         gaps = step_gaps(dev, cpu)
         for s in range(STEPS):
             print(f"  {tag} step {s + 1}: amax gap {gaps[s]:.2e}, floor {amax_floor[s]:.2e}", flush=True)
-        self.assertTrue(np.array_equal(dev[..., 0], cpu[..., 0]), "step 1's amaxes differ from the CPU's")
+        # Step 1's amaxes: the same weights and batch, so only the forward's fp32 sums differ in order (the
+        # device's kernels against the CPU's): an amax moves by a few ulps at most. Measured: 0 in the Release
+        # build, 9.9e-8 in the Debug (ASan) build, where the compiler contracts the two paths' sums differently.
+        # 1e-6 is 8 ulps; a wrong scale, tensor or site moves an amax by far more.
+        self.assertLessEqual(gaps[0], 1e-6, "step 1's amaxes differ from the CPU's beyond fp32 reordering")
         self.assertLessEqual(gaps.max(), K * amax_floor.max(), "the device's amaxes left the floor")
 
     def test_block_within_the_floor(self):
