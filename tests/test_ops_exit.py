@@ -67,7 +67,7 @@ class ExitTest(CorpusTest):
         undivided = list(args)
         undivided[args.index("--global-batch") + 1] = "6"  # not a multiple of 2 x 2 ranks
         cases = [(args + ["--bogus-flag"], ["--bogus-flag"]),
-                 (undivided, ["--global-batch 6", "2 data-parallel ranks"]),
+                 (undivided, ["global batch 6", "2 data-parallel ranks", "(flags: --global-batch, --micro-batch, --dp)"]),
                  ([a if a != shard else self.bad_shard() for a in args], ["bad_magic.bin", "magic"])]
         for train, words in cases:
             with self.subTest(words=words):
