@@ -101,14 +101,18 @@ class Floor:
     """The one process in the precision `flags` (one: its metrics, one_p: its parameters) on the pair shards
     (pairs: the flags that read them) and the floor of its reorderings (floor_runs), measured here."""
 
-    def __init__(self, test, tag, flags, splits, ran=lambda metrics: None):
+    def __init__(self, test, tag, flags, splits, ran=lambda metrics: None, run_flags=lambda prefix: []):
+        """run_flags(prefix): more flags for the run whose files start with prefix (e.g. a checkpoint directory
+        of its own); self.one_prefix and self.prefixes (label -> prefix) name them."""
         self.test, self.tag = test, tag
         self.pairs = pair_shards(test.data, test.path(f"{tag}-pairs"))
         runs = floor_runs(test, tag, self.pairs, splits)
+        self.one_prefix = test.path(f"{tag}-one")
+        self.prefixes = {label: test.path(f"{tag}-{label.replace(' ', '')}") for label in runs}
         # the one process and its reorderings: independent one-process runs, side by side on the test's cores
-        jobs = [lambda: train(test.data, test.path(f"{tag}-one"), extra=self.pairs + flags)]
-        jobs += [lambda label=label, kw=kw: train(test.data, test.path(f"{tag}-{label.replace(' ', '')}"),
-                                                  micro=kw.get("micro", 8), extra=kw["extra"] + flags)
+        jobs = [lambda: train(test.data, self.one_prefix, extra=self.pairs + flags + run_flags(self.one_prefix))]
+        jobs += [lambda label=label, kw=kw: train(test.data, self.prefixes[label], micro=kw.get("micro", 8),
+                                                  extra=kw["extra"] + flags + run_flags(self.prefixes[label]))
                  for label, kw in runs.items()]
         (self.one, self.one_p, _), *reordered = concurrently(jobs)
         ran(self.one)
