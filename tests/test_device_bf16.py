@@ -15,11 +15,10 @@ answers, a failure under BS_REQUIRE_GPU=1).
 """
 import os
 import sys
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bstest import CorpusTest  # noqa: E402
-from harness.device_runs import device_answers, device_from_argv  # noqa: E402
+from harness.device_runs import device_from_argv, main_on  # noqa: E402
 from layout_floor import Floor, loss_gap, train  # noqa: E402
 
 DEVICE = device_from_argv()
@@ -47,9 +46,4 @@ class DeviceBf16Test(CorpusTest):
 
 
 if __name__ == "__main__":
-    why = device_answers(DEVICE)
-    if why:
-        required = os.environ.get("BS_REQUIRE_GPU") == "1"
-        print(("FAIL (BS_REQUIRE_GPU=1): " if required else "skipped: ") + why)
-        sys.exit(1 if required else 77)
-    unittest.main()
+    main_on(DEVICE)

@@ -29,13 +29,12 @@ under BS_REQUIRE_GPU=1):
 """
 import os
 import sys
-import unittest
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bstest import CorpusTest, one_line_error, read_manifest, read_metrics, read_model, run  # noqa: E402
-from harness.device_runs import device_answers, device_from_argv  # noqa: E402
+from harness.device_runs import device_from_argv, main_on  # noqa: E402
 
 DEVICE = device_from_argv()
 SHAPE = ["--layers", "4", "--heads", "4", "--channels", "64", "--seq-len", "64", "--micro-batch", "4",
@@ -217,9 +216,4 @@ class DeviceTrainTest(CorpusTest):
 
 
 if __name__ == "__main__":
-    why = device_answers(DEVICE)
-    if why:
-        required = os.environ.get("BS_REQUIRE_GPU") == "1"
-        print(("FAIL (BS_REQUIRE_GPU=1): " if required else "skipped: ") + why)
-        sys.exit(1 if required else 77)
-    unittest.main()
+    main_on(DEVICE)

@@ -2,6 +2,7 @@
 sim by default) and whether that device answers."""
 import os
 import sys
+import unittest
 
 from bstest import TempDir, make_corpus, run
 
@@ -21,3 +22,14 @@ def device_answers(device):
                  "--seq-len", "16", "--micro-batch", "1", "--quiet", "--sample-tokens", "0", "--eval-every", "0",
                  "--data", os.path.join(data, "train_000000.bin")], check=False)
         return None if p.returncode == 0 else p.stderr.strip()
+
+
+def main_on(device):
+    """A device test's main: unittest's where `device` answers; else a skip (exit 77) with the reason, or a
+    failure under BS_REQUIRE_GPU=1 (the GPU check, where a skip would hide a missing GPU)."""
+    why = device_answers(device)
+    if why:
+        required = os.environ.get("BS_REQUIRE_GPU") == "1"
+        print(("FAIL (BS_REQUIRE_GPU=1): " if required else "skipped: ") + why)
+        sys.exit(1 if required else 77)
+    unittest.main()
