@@ -21,7 +21,8 @@
 # fused attention (flash2, the default), the PyTorch peer in fp32 and bf16,
 # eager and torch.compile: tokens/s and MFU, bench/gpu_torch_gpt.py; then,
 # as time allows, fp32 with the unfused attention (causal) and the attention
-# kernels alone, tests/bench_device_attention.c).
+# kernels alone, tests/bench_device_attention.c); the planner's prediction of
+# the engine's step from `bench --calibrate --device cuda` (tests/test_plan_reality.py).
 #
 # The whole check stays within GPU_CHECK_SECONDS (default 470): each phase's
 # limit is cut to the time left, and a phase with under 10 s left is skipped
@@ -124,4 +125,10 @@ phase speed_batchscale_fp32_causal 45 "$BS" "${GPT2[@]}" --steps 6 --attention c
 # the attention kernels alone at GPT-2 124M's shapes (B 8, T 1024, C 768, H 12): fused against unfused, ms per call
 phase speed_attention 45 "$WORK/bin/bench_device_attention" cuda 8 1024 768 12 10
 grep '^{' "$OUT/speed_attention.log" >>"$OUT/summary.txt"
+# The planner against the engine on this GPU (issue 44): bench --calibrate --device cuda, then plan's
+# prediction of a measured step, GPT-2 124M and 350M (target 15%).
+phase plan_reality_124m 60 "$PY" tests/test_plan_reality.py --device cuda --model gpt2-124m --layouts 1x1x1 \
+    --micro-batch 8 --steps 10 --target 0.15
+phase plan_reality_350m 90 "$PY" tests/test_plan_reality.py --device cuda --model gpt2-350m --layouts 1x1x1 \
+    --micro-batch 8 --steps 10 --target 0.15
 rm -rf "$WORK"

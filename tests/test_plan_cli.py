@@ -12,7 +12,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import TempDir, run  # noqa: E402
+from bstest import MPIRUN, BATCHSCALE, TempDir, one_line_error, process, run  # noqa: E402
 
 GIB = 1073741824.0
 
@@ -407,6 +407,70 @@ class Files(unittest.TestCase):
                 a, b = apart["plan"]["step_time"][part], shared["plan"]["step_time"][part]
                 self.assertGreater(a, 0, part)
                 self.assertAlmostEqual(b, 2 * a, delta=1e-9 * a, msg=part)
+
+
+class DeviceCalibration(unittest.TestCase):
+    """`bench --calibrate --device sim`: the device's products, fused attention, copies and element-wise kernels
+    measured through the seam, its all-reduces of device buffers under mpirun, and `plan --calibrate` pricing
+    attention at the measured rates (the planner's check against the engine on a GPU is
+    tests/test_plan_reality.py --device cuda, run by scripts/gpu-check.sh)."""
+
+    ARGS = ["--model", "demo", "--gpus", 1, "--tp", 1, "--pp", 1, "--global-batch", 32, "--micro-batch", 16,
+            "--jitter", 0, "--json"]
+
+    def test_round_trip(self):
+        with TempDir() as d:
+            cal = os.path.join(d, "cal.json")
+            run(["bench", "--calibrate", cal, "--device", "sim", "--quick"])
+            with open(cal) as f:
+                c = json.load(f)
+            self.assertEqual((c["machine"]["device"], c["precision"]), ("sim", "fp32"))
+            self.assertGreater(len(c["matmul"]), 3)
+            for key in ("forward_flops_per_s", "backward_flops_per_s"):
+                self.assertGreater(c["attention"][key], 1e6, key)
+            for key in ("host_to_device_bytes_per_s", "device_to_host_bytes_per_s"):
+                self.assertGreater(c["host_link"][key], 1e7, key)
+            self.assertGreater(c["memory_bandwidth"]["bytes_per_s"], 1e7)
+            j = json.loads(plan("--calibrate", cal, *self.ARGS).stdout)
+            self.assertEqual((j["precision"], j["attention"]), ("fp32", "flash2"))
+            # attention priced at the measured rates: per layer and micro-batch of T = 16 x 128 tokens the
+            # forward's causal half of 4 T s C flops at the forward rate, backward 2.5x the flops at its own
+            fwd, bwd = c["attention"]["forward_flops_per_s"], c["attention"]["backward_flops_per_s"]
+            flops = 0.5 * 4 * (16 * 128) * 128 * 192
+            attention = 4 * 2 * (flops / fwd + 2.5 * flops / bwd)  # 4 layers, 2 micro-batches
+            c["attention"].update(forward_flops_per_s=2 * fwd, backward_flops_per_s=2 * bwd)
+            with open(cal, "w") as f:
+                json.dump(c, f)
+            faster = json.loads(plan("--calibrate", cal, *self.ARGS).stdout)
+            saved = j["plan"]["step_time"]["compute"] - faster["plan"]["step_time"]["compute"]
+            self.assertAlmostEqual(saved, attention / 2, delta=1e-9 * attention)
+
+    def test_bf16_and_collectives(self):
+        with TempDir() as d:
+            cal = os.path.join(d, "cal.json")
+            p = process(MPIRUN + ["-np", "2", BATCHSCALE, "bench", "--calibrate", cal, "--device", "sim",
+                                  "--precision", "bf16", "--quick"], timeout=300)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(cal) as f:
+                c = json.load(f)
+            self.assertEqual((c["precision"], c["collectives"]["path"], c["collectives"]["ranks"]), ("bf16", "host", 2))
+            self.assertGreater(c["collectives"]["ring"]["busbw_bytes_per_s"], 1e6)
+            j = json.loads(plan("--calibrate", cal, *self.ARGS[:-1], "--gpus", 2, "--json").stdout)
+            self.assertEqual(j["precision"], "bf16")
+            self.assertNotIn("note", j, "measured collectives replace the assumed ones")
+
+    def test_bad_input(self):
+        for args, needle in ((["--device", "tpu"], "--device must be cpu, cuda or sim"),
+                             (["--precision", "bf16"], "--precision bf16 needs --device cuda or sim"),
+                             (["--device", "sim", "--precision", "fp16"], "--precision must be fp32 or bf16"),
+                             (["--device", "cuda"], "--device cuda: ")):  # no GPU, or CUDA not built in
+            with TempDir() as d:
+                cal = os.path.join(d, "cal.json")
+                p = run(["bench", "--calibrate", cal] + args, check=False)
+                if args == ["--device", "cuda"] and p.returncode == 0:
+                    continue  # a machine with a GPU: measured it
+                self.assertIn(needle, one_line_error(p))
+                self.assertFalse(os.path.exists(cal), "nothing written")
 
 
 if __name__ == "__main__":

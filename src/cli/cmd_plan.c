@@ -411,7 +411,7 @@ static void run(const PlanArgs *a) {
     in->model = build_model(a, &preset_batch, &preset_tokens);
     in->fleet = build_fleet(a, r->note, sizeof r->note);
     if (!precision_parse(a->precision, &in->precision)) bs_die("--precision must be bf16, fp8 or fp32 (got '%s')", a->precision);
-    if (a->calibrate) in->precision = PREC_FP32;
+    if (a->calibrate) in->precision = in->fleet.hw[0].peak_bf16 > 0 ? PREC_BF16 : PREC_FP32; /* as measured */
     if (in->precision != PREC_FP8 && a->assumptions.origin[SWITCH_FP8_LINEARS] == ORIGIN_STACK)
         in->model.fp8_linears = FP8_TE; /* a stack's FP8 linears leave a BF16 run as it is */
     if (in->model.fp8_linears != FP8_TE && in->precision != PREC_FP8)
@@ -419,7 +419,7 @@ static void run(const PlanArgs *a) {
     for (int k = 0; k < in->fleet.kinds; k++)
         if (hardware_peak(&in->fleet.hw[k], in->precision) <= 0)
             bs_die("%s has no %s peak: use --precision bf16", in->fleet.hw[k].name, precision_name(in->precision));
-    in->attention = a->calibrate ? ATTN_CAUSAL : ATTN_FLASH;
+    in->attention = !a->calibrate ? ATTN_FLASH : in->fleet.hw[0].attention_flops > 0 ? ATTN_FLASH2 : ATTN_CAUSAL;
     if (a->attention && !attention_parse(a->attention, &in->attention))
         bs_die("--attention must be full, causal, flash or flash2 (got '%s')", a->attention);
     in->jitter = a->jitter;
@@ -470,11 +470,11 @@ int cmd_plan(int argc, char **argv) {
         {"fp8-linears", OPT_ENUM, &a.fp8_linears, OPT_NO_RANGE, "te|te-delayed|torchao", "FP8: whose linear layers (te: Transformer Engine, FP8 copies of the inputs kept; te-delayed: and under delayed scaling the norms write the QKV and FC1 inputs in FP8; torchao: Float8Linear, BF16 inputs kept, w1 and w3 cast apart)", "te", FP8_LINEARS_WORDS},
         {"moe-probs", OPT_ENUM, &a.moe_probs, OPT_NO_RANGE, "combine|activation", "MoE: where the routing probabilities scale the experts (activation: Megatron-core >= 0.13's weighted SwiGLU, which keeps no expert output)", "combine", MOE_PROBS_WORDS},
         {"dropout", OPT_FLAG, &a.dropout, OPT_NO_RANGE, "", "the model stores dropout masks (Megatron GPT)", NULL, NULL},
-        {"attention", OPT_STRING, &a.attention, OPT_NO_RANGE, "full|causal|flash|flash2", "attention kernel (default flash; flash2: FlashAttention-2, slower on Hopper; causal with --calibrate)", NULL, NULL},
+        {"attention", OPT_STRING, &a.attention, OPT_NO_RANGE, "full|causal|flash|flash2", "attention kernel (default flash; flash2: FlashAttention-2, slower on Hopper; with --calibrate: causal, flash2 on a device)", NULL, NULL},
         {"attention-window", OPT_INT, &a.attention_window, 0, 1 << 30, "W", "sliding window: a query sees at most W keys (fused kernels; 0: none)", NULL, NULL},
         {"window-layers", OPT_INT, &a.window_layers, 0, 1 << 20, "N", "layers with the window (default all; GPT-OSS: every other one)", NULL, NULL},
         {"mtp-layers", OPT_INT, &a.mtp_layers, 0, 64, "D", "multi-token prediction modules on the last stage, each a block, a 2h x h projection and one more output-layer pass (DeepSeek-V3: 1; 0: none)", NULL, NULL},
-        {"precision", OPT_STRING, &a.precision, OPT_NO_RANGE, "bf16|fp8|fp32", "matmul precision (fp32 with --calibrate)", NULL, NULL},
+        {"precision", OPT_STRING, &a.precision, OPT_NO_RANGE, "bf16|fp8|fp32", "matmul precision (with --calibrate: the file's)", NULL, NULL},
         {"global-batch", OPT_LONG, &a.global_batch, 0, 1e12, "SEQS", "global batch in sequences (default: the preset's, else 4M tokens)", NULL, NULL},
         {"batch-tokens", OPT_LONG, &a.batch_tokens, 0, 1e15, "TOKENS", "global batch in tokens (k/M/G/T suffixes)", NULL, NULL},
         {"batch-schedule", OPT_STRING, &a.batch_schedule, OPT_NO_RANGE, "0:4M,252M:8M", "batch in tokens from a token count on", NULL, NULL},

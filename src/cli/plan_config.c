@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "plan/calibration.h"
+#include "plan/compute.h"
 
 static json_t *load_json(const char *path, const char *what) {
     json_error_t err;
@@ -32,7 +33,7 @@ static void read_collectives(json_t *coll, Hardware *hw, const char *path) {
     const char *name;
     json_t *fit;
     json_object_foreach(coll, name, fit) {
-        if (strcmp(name, "ranks") == 0) continue;
+        if (strcmp(name, "ranks") == 0 || strcmp(name, "path") == 0) continue; /* not fits */
         CollectiveAlgo a;
         if (!algo_parse(name, &a)) bs_die("calibration %s: unknown collective algorithm '%s' (ring, tree, hierarchical, mpi)", path, name);
         if (!json_is_object(fit)) bs_die("calibration %s: collectives.%s must be an object", path, name);
@@ -56,8 +57,11 @@ void calibration_read(const char *path, Hardware *hw, char *note, size_t note_si
     json_t *host = json_object_get(machine, "name");
     snprintf(hw->name, sizeof hw->name, "%s", json_is_string(host) ? json_string_value(host) : "this machine");
     hw->gpus_per_node = (int)number_at(machine, "ranks_per_node", path, "machine");
-    hw->cpu_cores = (int)number_at(machine, "cores", path, "machine");
-    hw->threads_per_gpu = (int)number_at(machine, "threads_per_rank", path, "machine");
+    json_t *device = json_object_get(machine, "device");
+    if (!json_is_string(device) || strcmp(json_string_value(device), "sim") == 0) { /* the host's cores are shared */
+        hw->cpu_cores = (int)number_at(machine, "cores", path, "machine");
+        hw->threads_per_gpu = (int)number_at(machine, "threads_per_rank", path, "machine");
+    }
     hw->hbm_bytes = number_at(machine, "memory_bytes", path, "machine") / hw->gpus_per_node;
     hw->hbm_bw = number_at(json_object_get(root, "memory_bandwidth"), "bytes_per_s", path, "memory_bandwidth");
     hw->elementwise_bw = number_at(json_object_get(root, "elementwise"), "bytes_per_s", path, "elementwise");
@@ -75,9 +79,18 @@ void calibration_read(const char *path, Hardware *hw, char *note, size_t note_si
         g->flops_per_s = number_at(p, "flops_per_s", path, "a matmul point");
         if (g->flops_per_s > hw->peak_fp32) hw->peak_fp32 = g->flops_per_s;
     }
-    hw->peak_bf16 = hw->peak_fp8 = 0; /* the engine trains in fp32 */
+    json_t *precision = json_object_get(root, "precision");
+    hw->peak_bf16 = hw->peak_fp8 = 0; /* the products measured are the engine's at one precision */
+    if (json_is_string(precision) && strcmp(json_string_value(precision), "bf16") == 0)
+        hw->peak_bf16 = hw->peak_fp32, hw->peak_fp32 = 0;
     hw->gemm_efficiency = 1.0;
     hw->attention_efficiency = 1.0;
+    json_t *attention = json_object_get(root, "attention"); /* a device's fused attention */
+    if (attention) {
+        hw->attention_flops = number_at(attention, "forward_flops_per_s", path, "attention");
+        hw->attention_backward_ratio =
+            FLASH_BACKWARD_FLOPS * hw->attention_flops / number_at(attention, "backward_flops_per_s", path, "attention");
+    }
     note[0] = '\0';
     json_t *coll = json_object_get(root, "collectives");
     if (json_is_object(coll)) {

@@ -38,6 +38,7 @@ void device_close(Device *d) {
 }
 const char *device_name(const Device *d) { return d->ops->name; }
 const char *device_error(const Device *d) { return d->error; }
+const DeviceInfo *device_info(const Device *d) { return &d->info; }
 void *device_alloc(Device *d, size_t n) { return d->ops->alloc(d, n); }
 void device_free(Device *d, void *p) {
     if (p) d->ops->free(d, p);

@@ -30,6 +30,12 @@ typedef struct {
 } DeviceOptions;
 
 typedef struct Device Device;
+/* What a device is, for reports and the planner's calibration. */
+typedef struct {
+    char name[96];         /* cuda: the GPU's name; sim: "sim (the host)" */
+    size_t memory_bytes;   /* cuda: the GPU's memory; sim: its limit, else 0 (the host's) */
+    int multiprocessors;   /* cuda: streaming multiprocessors; sim: 0 */
+} DeviceInfo;
 typedef struct DeviceStream DeviceStream;
 typedef struct DeviceEvent DeviceEvent;
 
@@ -40,6 +46,7 @@ Device *device_open(DeviceKind kind, const DeviceOptions *options, char *reason,
 void device_close(Device *d);
 /* "cuda" or "sim" */
 const char *device_name(const Device *d);
+const DeviceInfo *device_info(const Device *d);
 /* The last error's one-line reason ("" if none). */
 const char *device_error(const Device *d);
 

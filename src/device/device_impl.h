@@ -41,6 +41,7 @@ struct Device {
     const DeviceOps *ops;
     char error[256];
     uint64_t copied[3]; /* bytes queued by device_copy, per DeviceCopyKind (device_bytes_copied) */
+    DeviceInfo info;    /* set when the device opens (device_info) */
 };
 
 /* Sets d's reason (printf-style) and returns -1. */

@@ -283,5 +283,7 @@ Device *device_sim_open(const DeviceOptions *options, char *reason, size_t reaso
     sd->base.ops = &sim_ops;
     rng_seed(&sd->rng, options ? options->seed : 0);
     sd->limit = options ? options->memory_limit : 0;
+    snprintf(sd->base.info.name, sizeof sd->base.info.name, "sim (the host)");
+    sd->base.info.memory_bytes = sd->limit;
     return &sd->base;
 }

@@ -60,6 +60,7 @@ double gemm_time(const Hardware *hw, Precision p, double m, double n, double k, 
  * compute at their next compiled head dimension (fa2_kernel_head_dim). A
  * calibration's measured rate is used as it is. */
 static double fused_rate(const Hardware *hw, Precision p, AttentionImpl a, double block, double T, double s, double d) {
+    if (hw->attention_flops > 0) return hw->attention_flops;
     if (hw->n_gemm > 0) return measured_rate(hw, T, s, d);
     double rate = hardware_peak(hw, p) * hw->attention_efficiency * SUSTAINED_FRACTION * block /
                   (block + flash_half_length(hw->attention_fa3));
@@ -199,7 +200,9 @@ LayerCompute layer_compute(const ModelShape *m, const Layout *l, const Hardware 
     double cast_forward = 0.0, cast_backward = 0.0;
     if (p == PREC_FP8) fp8_casts(m, T, rows, local_experts, t, et, &cast_forward, &cast_backward);
     c.forward = c.gemm + c.attention + c.elementwise + cast_forward / elementwise_bw;
-    c.attention_backward = (attention_is_fused(a) ? FLASH_BACKWARD_FLOPS / FLASH_BACKWARD_RATE : 2.0) * c.attention;
+    double backward_ratio = hw->attention_backward_ratio > 0 ? hw->attention_backward_ratio
+                                                              : FLASH_BACKWARD_FLOPS / FLASH_BACKWARD_RATE;
+    c.attention_backward = (attention_is_fused(a) ? backward_ratio : 2.0) * c.attention;
     c.backward = 2.0 * (c.gemm + c.elementwise) + c.attention_backward + cast_backward / elementwise_bw;
     if (l->recompute == RECOMPUTE_FULL) c.recompute = c.forward;
     if (l->recompute == RECOMPUTE_SELECTIVE && !attention_is_fused(a)) {

@@ -43,6 +43,9 @@ typedef struct {
     int sms;
     double attention_efficiency; /* fused (flash) attention, fraction of peak */
     bool attention_fa3;          /* that rate is FlashAttention-3's (Hopper; attention_kernels.h: flash2_share) */
+    /* a calibrated device's fused attention (0: none measured): the
+     * forward's rate (causal half counted) and backward's time over it */
+    double attention_flops, attention_backward_ratio;
     double hbm_bytes, hbm_bw;    /* capacity (bytes), bandwidth (bytes/s) */
     int gpus_per_node;
     double nvlink_bw, nvlink_latency; /* per GPU per direction (bytes/s), per step (s) */

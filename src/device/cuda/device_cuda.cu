@@ -306,6 +306,12 @@ extern "C" Device *device_cuda_open(int gpu, char *reason, size_t reason_size) {
         free(cd);
         return NULL;
     }
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, (gpu % count + count) % count) == cudaSuccess) {
+        snprintf(cd->base.info.name, sizeof cd->base.info.name, "%.95s", prop.name);
+        cd->base.info.memory_bytes = prop.totalGlobalMem;
+        cd->base.info.multiprocessors = prop.multiProcessorCount;
+    }
     return &cd->base;
 }
 
