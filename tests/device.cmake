@@ -46,6 +46,10 @@ bs_tier(unit TESTS device_attention_bench_sim)
 # The fused classifier (device/classifier_math.h, model/classifier_device.h) against the CPU's cross-entropy.
 bs_device_pair(classifier test_device_classifier)
 
+# FP8 on the device (device/fp8_math.h, device/fp8_gemm.h): quantization bit for bit and the layer's products
+# within the summation-order bound of the CPU's emulation, with the same statistics.
+bs_device_pair(fp8_gemm test_device_fp8_gemm)
+
 # The whole GPT-2 step on the device against the CPU model (model/gpt_device.h).
 add_executable(test_gpt_device test_gpt_device.c)
 target_link_libraries(test_gpt_device PRIVATE bscore)
