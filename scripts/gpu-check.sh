@@ -110,6 +110,10 @@ phase test_device_comm_nccl 60 "$WORK/bin/test_device_comm" cuda nccl # one rank
 phase test_device_comm_host 60 "$WORK/bin/test_device_comm" cuda host # pinned staging through MPI
 phase test_device_train 120 "$PY" tests/test_device_train.py cuda
 phase test_device_bf16 60 "$PY" tests/test_device_bf16.py cuda
+# FP8: quantization bit for bit and the cuBLASLt FP8 products within the summation-order bound of the CPU's
+# emulation; then ten delayed-scaling steps against the CPU's FP8 run, the amax history step for step
+phase test_device_fp8_gemm 40 "$WORK/bin/test_device_fp8_gemm" cuda
+phase test_device_fp8 120 "$PY" tests/test_device_fp8.py cuda
 phase memcheck 40 compute-sanitizer --tool memcheck --error-exitcode 3 "$BS" "${TINY[@]}"
 phase racecheck 40 compute-sanitizer --tool racecheck --error-exitcode 3 "$BS" "${TINY[@]}"
 phase speed_batchscale_fp32 60 "$BS" "${GPT2[@]}" --metrics "$OUT/gpt2_fp32.jsonl" &&

@@ -29,7 +29,8 @@
 #include "device/kernel_math.h"
 #include "kernels/minifloat.h"
 
-#define FM_TILE 128 /* a per-tensor tile's side */
+#define FM_TILE 128  /* a per-tensor tile's side */
+#define FM_BLOCK 128 /* the block recipe's block side (kernels/fp8.h's FP8_BLOCK) */
 
 /* The statistics of the elements one worker quantized. */
 typedef struct {
