@@ -6,7 +6,9 @@
  *   underflow, overflow, amax), for E4M3 and E5M2, a per-tensor scale (a
  *   power of two and not) and the block recipe's 1x128, 128x1 and 128x128
  *   blocks, fp32 and bf16 sources, shapes that cut blocks short; the input
- *   holds zeros, values that flush to zero and values that saturate.
+ *   holds zeros, values that flush to zero and values that saturate; each
+ *   1/scale where cuBLASLt's scale modes read it (the layout torch._scaled_mm
+ *   checks before handing its scales to cuBLASLt, transcribed here).
  * - The layer's products (device/fp8_gemm.h's plan run as DK_FP8_QUANTIZE and
  *   the plain DK_FP8_PRODUCT) and DK_FP8_LINEAR_FORWARD/BACKWARD (on cuda
  *   cuBLASLt's FP8 GEMMs, or the plain product where it has no algorithm)
@@ -68,6 +70,28 @@ typedef struct {
     float scale;
 } QuantCase;
 
+/* The scale tensor as cuBLASLt reads it (torch._scaled_mm's checks, transcribed): the operand as the product
+ * reads it is (M, K), K contiguous; 1x128: 1/s of (m, K block kb) at kb M + m; 128x128: of (M block mb, kb) at
+ * mb round_up(K blocks, 4) + kb; per tensor one value. Each 1/s from the CPU's block scale of that block. */
+static size_t scale_layout_errors(const QuantCase *q, const float *x, const float *scale_inv) {
+    if (!q->block_rows) return 1.0f / q->scale != scale_inv[0];
+    const int down = (q->rows + q->block_rows - 1) / q->block_rows, across = (q->cols + q->block_cols - 1) / q->block_cols;
+    const int m_count = q->transpose ? across : down, k_count = q->transpose ? down : across;
+    const int vector = (q->transpose ? q->block_cols : q->block_rows) == 1;
+    size_t errors = 0;
+    for (int rb = 0; rb < down; rb++)
+        for (int cb = 0; cb < across; cb++) {
+            float amax = 0;
+            for (int r = rb * q->block_rows; r < (rb + 1) * q->block_rows && r < q->rows; r++)
+                for (int c = cb * q->block_cols; c < (cb + 1) * q->block_cols && c < q->cols; c++)
+                    amax = fmaxf(amax, fabsf(x[(size_t)r * q->cols + c]));
+            const int mb = q->transpose ? cb : rb, kb = q->transpose ? rb : cb;
+            const size_t at = vector ? (size_t)kb * m_count + mb : (size_t)mb * ((k_count + 3) / 4 * 4) + kb;
+            errors += scale_inv[at] != 1.0f / fp8_block_scale(amax, q->e5m2 ? FP8_E5M2 : FP8_E4M3);
+        }
+    return errors;
+}
+
 static void test_quantize(Harness *h, const QuantCase *q) {
     const size_t n = (size_t)q->rows * q->cols;
     float *x = operand_values(n, 1.0f), *want = malloc(sizeof *want * n);
@@ -108,6 +132,8 @@ static void test_quantize(Harness *h, const QuantCase *q) {
            (unsigned long long)want_stats.underflow, (unsigned long long)want_stats.overflow);
     CHECK(code_diffs == 0 && value_diffs == 0, "%s: %zu codes, %zu values differ from the CPU's", what, code_diffs,
           value_diffs);
+    const size_t misplaced = scale_layout_errors(q, x, scale_inv);
+    CHECK(misplaced == 0, "%s: %zu scales not where cuBLASLt reads them", what, misplaced);
     expect_stats(h, what, a.stats, &want_stats);
     void *dev[] = {a.codes, a.scale_inv, a.stats, (void *)a.src, (void *)a.src_bf16};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) device_free(h->dev, dev[i]);

@@ -13,13 +13,14 @@
  *   block_cols) for the block recipe (a tile is a block: its amax gives its
  *   scale), or of FM_TILE x FM_TILE under one per-tensor scale.
  * - Where the GEMM finds a block's 1/s (cuBLASLt's scale tensors, as
- *   Transformer Engine lays them out for it): the operand as the product
- *   reads it is (M, K) with K contiguous (codes (rows, cols) K = cols, or
- *   with transpose the codes (cols, rows), K = rows). 1x128 blocks
+ *   PyTorch's torch._scaled_mm checks them before it hands them to
+ *   cuBLASLt): the operand as the product reads it is (M, K) with K
+ *   contiguous (codes (rows, cols) K = cols, or with transpose the codes
+ *   (cols, rows), K = rows). 1x128 blocks
  *   (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F): scale (K/128, M), M
- *   contiguous, M padded to a multiple of 4; 128x128 blocks
- *   (BLK128x128_32F): scale (M/128, K/128), K/128 padded to a multiple of 4.
- *   Per tensor: one value. */
+ *   contiguous ("outer-dim-major"); 128x128 blocks (BLK128x128_32F): scale
+ *   (M/128, K/128), K/128 contiguous, rows padded to a multiple of 4 floats
+ *   (16 bytes). Per tensor: one value. */
 #ifndef BS_DEVICE_FP8_MATH_H
 #define BS_DEVICE_FP8_MATH_H
 
@@ -107,7 +108,7 @@ BS_HD FmGrid fm_grid(const FmTiling *t) {
 BS_HD size_t fm_scale_count(const FmTiling *t) {
     if (!t->blocks) return 1;
     const FmGrid g = fm_grid(t);
-    return g.vector ? g.k_blocks * fm_round4(g.m_blocks) : g.m_blocks * fm_round4(g.k_blocks);
+    return g.vector ? g.k_blocks * g.m_blocks : g.m_blocks * fm_round4(g.k_blocks);
 }
 
 /* Where tile (tile_row, tile_col)'s 1/s goes. */
@@ -115,7 +116,7 @@ BS_HD size_t fm_scale_index(const FmTiling *t, size_t tile_row, size_t tile_col)
     if (!t->blocks) return 0;
     const FmGrid g = fm_grid(t);
     const size_t m = t->transpose ? tile_col : tile_row, k = t->transpose ? tile_row : tile_col;
-    return g.vector ? k * fm_round4(g.m_blocks) + m : m * fm_round4(g.k_blocks) + k;
+    return g.vector ? k * g.m_blocks + m : m * fm_round4(g.k_blocks) + k;
 }
 
 /* Where element (r, c)'s code goes: (rows, cols), or (cols, rows) transposed. */
