@@ -34,13 +34,17 @@ static int fp8_slot(Device *d, CudaFp8 *f, int slot, const DeviceFp8Layout *l) {
     cudaError_t e = cudaSuccess;
     if (bytes > f->code_bytes[slot]) {
         cudaFree(f->codes[slot]);
+        f->codes[slot] = NULL;
         f->code_bytes[slot] = (e = cudaMalloc(&f->codes[slot], bytes)) == cudaSuccess ? bytes : 0;
     }
     if (e == cudaSuccess && floats > f->scale_floats[slot]) {
         cudaFree(f->scales[slot]);
+        f->scales[slot] = NULL;
         f->scale_floats[slot] = (e = cudaMalloc(&f->scales[slot], sizeof(float) * floats)) == cudaSuccess ? floats : 0;
     }
-    return e == cudaSuccess ? 0 : device_fail(d, "FP8 operand buffers (%zu bytes): %s", bytes, cudaGetErrorString(e));
+    if (e == cudaSuccess) return 0;
+    (void)cudaGetLastError(); /* an allocation failure is not sticky: clear it */
+    return device_fail(d, "FP8 operand buffers (%zu bytes): %s", bytes, cudaGetErrorString(e));
 }
 
 static int fp8_launch(Device *d, const DeviceCall *call, cudaStream_t s, const char *what) {
