@@ -323,7 +323,7 @@ int main(int argc, char **argv) {
     printf("device %s\n", device_name(h.dev));
     quantize_cases(&h);
     /* multiples of 16 (cuBLASLt's FP8 GEMMs) with blocks cut short; then shapes it may refuse (the plain product) */
-    const LinearCase cases[] = {{256, 192, 320, 0}, {256, 192, 320, 1}, {130, 100, 72, 0}, {130, 100, 72, 1}};
+    const LinearCase cases[] = {{144, 160, 272, 0}, {144, 160, 272, 1}, {130, 100, 72, 0}, {130, 100, 72, 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_linear(&h, &cases[i]);
     harness_close(&h);
     printf("%s\n", failures ? "FAILED" : "FP8 on the device agrees with the CPU's emulation");
