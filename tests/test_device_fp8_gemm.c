@@ -20,7 +20,9 @@
  *   Numerical Algorithms, 2nd ed., eq. 4.4: gamma(n) = n u / (1 - n u),
  *   u = 2^-24), so two orders differ by at most 2 gamma(n-1) sum|terms|,
  *   n = k products plus the bias or the dweight added to; checked element
- *   by element with sum|terms| computed in double. The statistics equal.
+ *   by element with sum|terms| computed in double; dbias (the fp32 dout's
+ *   column sums) the same way. The statistics equal. The weight in fp32, or
+ *   its bf16 copy alone (bf16 outside FP8: the fp32 weight not given).
  * `test_device_fp8_gemm sim` on the host; `cuda` on a GPU (skipped, exit 77,
  * without one). */
 #include <math.h>
@@ -33,6 +35,7 @@
 #include "device/fp8_math.h"
 #include "device_harness.h"
 #include "kernels/bf16.h"
+#include "kernels/kernels.h"
 #include "kernels/matmul_fp8.h"
 
 static Rng rng;
@@ -157,11 +160,12 @@ static void quantize_cases(Harness *h) {
 
 /* The layer's shapes and each operand's recipe. */
 typedef struct {
-    int N, IC, OC, blocks;
+    int N, IC, OC, blocks, bf16_weight; /* bf16_weight: the products read the weight's bf16 copy */
 } LinearCase;
 
 typedef struct {
-    float *inp, *weight, *bias, *dout, *dweight; /* host */
+    float *inp, *weight, *bias, *dout, *dweight, *dbias; /* host */
+    uint16_t *weight_bf16;                                 /* NULL: none */
     Fp8Operand x, w, g;
 } LinearHost;
 
@@ -225,16 +229,22 @@ static Fp8Operand recipe(const float *x, size_t n, Fp8Format format, int blocks,
 
 /* The CPU's layer and each output's bound scale. */
 typedef struct {
-    float *out, *dinp, *dweight;
-    double *out_sums, *dinp_sums, *dweight_sums;
+    float *out, *dinp, *dweight, *dbias;
+    double *out_sums, *dinp_sums, *dweight_sums, *dbias_sums;
     Fp8Stats stats[3];
 } LinearWant;
 
 static LinearWant cpu_layer(const LinearCase *c, LinearHost *in) {
     const int N = c->N, IC = c->IC, OC = c->OC;
     LinearWant w = {malloc(sizeof(float) * N * OC), malloc(sizeof(float) * N * IC), malloc(sizeof(float) * OC * IC),
-                    NULL, NULL, NULL, {{0}}};
+                    malloc(sizeof(float) * OC), NULL, NULL, NULL, NULL, {{0}}};
     memcpy(w.dweight, in->dweight, sizeof(float) * OC * IC);
+    memcpy(w.dbias, in->dbias, sizeof(float) * OC);
+    bias_backward(w.dbias, in->dout, (size_t)N, OC); /* the fp32 dout's column sums, as the layer's callers take */
+    float *ones = malloc(sizeof(float) * N);
+    for (int n = 0; n < N; n++) ones[n] = 1;
+    w.dbias_sums = abs_sums(ones, in->dout, in->dbias, 1, OC, N, 0, 1, 1, (size_t)OC);
+    free(ones);
     Fp8Operand x = in->x, wt = in->w, g = in->g;
     x.stats = &w.stats[0], wt.stats = &w.stats[1], g.stats = &w.stats[2];
     Fp8Matmul *mm = fp8_matmul_create();
@@ -258,12 +268,16 @@ static void device_layer(Harness *h, const LinearCase *c, const LinearHost *in, 
     const int N = c->N, IC = c->IC, OC = c->OC;
     DeviceFp8Stats zero[3] = {{0}};
     DeviceFp8Stats *stats = harness_upload(h, zero, sizeof zero);
+    /* with the bf16 copy the fp32 weight is not given: reading it would fail */
     Fp8LinearArgs a = {harness_alloc(h, sizeof(float) * N * OC), harness_alloc(h, sizeof(float) * N * IC),
-                       harness_upload(h, in->dweight, sizeof(float) * OC * IC), NULL,
+                       harness_upload(h, in->dweight, sizeof(float) * OC * IC),
+                       harness_upload(h, in->dbias, sizeof(float) * OC),
                        harness_upload(h, in->inp, sizeof(float) * N * IC),
-                       harness_upload(h, in->weight, sizeof(float) * OC * IC),
+                       in->weight_bf16 ? NULL : harness_upload(h, in->weight, sizeof(float) * OC * IC),
                        harness_upload(h, in->bias, sizeof(float) * OC),
-                       harness_upload(h, in->dout, sizeof(float) * N * OC), NULL, device_operand(&in->x, &stats[0]),
+                       harness_upload(h, in->dout, sizeof(float) * N * OC),
+                       in->weight_bf16 ? harness_upload(h, in->weight_bf16, sizeof(uint16_t) * OC * IC) : NULL,
+                       device_operand(&in->x, &stats[0]),
                        device_operand(&in->w, &stats[1]), device_operand(&in->g, &stats[2]), N, IC, OC};
     void *owned[8] = {0};
     int nowned = 0;
@@ -286,17 +300,25 @@ static void device_layer(Harness *h, const LinearCase *c, const LinearHost *in, 
             DeviceCall p = {.kernel = DK_FP8_PRODUCT, .a.fp8_product = gemms[i].product};
             harness_launch(h, &qa), harness_launch(h, &qb), harness_launch(h, &p);
         }
+        if (!forward) { /* dbias: the caller's (fp8_gemm.h), the fp32 dout's column sums */
+            DeviceCall bias = {.kernel = DK_MATMUL_BACKWARD,
+                               .a.matmul = {.dbias = a.dbias, .dout = a.dout, .N = N, .IC = IC, .OC = OC}};
+            harness_launch(h, &bias);
+        }
     }
     char what[120];
     const char *how = planned ? "quantize + plain product" : "DK_FP8_LINEAR";
-    snprintf(what, sizeof what, "%s %s N%d IC%d OC%d", how, c->blocks ? "blocks" : "tensor", N, IC, OC);
+    snprintf(what, sizeof what, "%s %s N%d IC%d OC%d%s", how, c->blocks ? "blocks" : "tensor", N, IC, OC,
+             c->bf16_weight ? " bf16 weight" : "");
     printf("%s\n", what);
     expect_within(h, "  out", a.out, want->out, want->out_sums, (size_t)N * OC, IC + 1);
     expect_within(h, "  dinp", a.dinp, want->dinp, want->dinp_sums, (size_t)N * IC, OC);
     expect_within(h, "  dweight", a.dweight, want->dweight, want->dweight_sums, (size_t)OC * IC, N + 1);
+    expect_within(h, "  dbias", a.dbias, want->dbias, want->dbias_sums, (size_t)OC, N + 1);
     const char *names[] = {"X statistics", "W statistics", "dY statistics"};
     for (int t = 0; t < 3; t++) expect_stats(h, names[t], &stats[t], &want->stats[t]);
-    void *dev[] = {a.out, a.dinp, a.dweight, (void *)a.inp, (void *)a.weight, (void *)a.bias, (void *)a.dout, stats};
+    void *dev[] = {a.out,           a.dinp,      a.dweight,         a.dbias, (void *)a.inp, (void *)a.weight,
+                   (void *)a.bias, (void *)a.dout, (void *)a.weight_bf16, stats};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) device_free(h->dev, dev[i]);
     for (int i = 0; i < nowned; i++) device_free(h->dev, owned[i]);
 }
@@ -304,7 +326,11 @@ static void device_layer(Harness *h, const LinearCase *c, const LinearHost *in, 
 static void test_linear(Harness *h, const LinearCase *c) {
     const int N = c->N, IC = c->IC, OC = c->OC;
     LinearHost in = {uniform((size_t)N * IC), uniform((size_t)OC * IC), uniform((size_t)OC), uniform((size_t)N * OC),
-                     uniform((size_t)OC * IC), {0}, {0}, {0}};
+                     uniform((size_t)OC * IC), uniform((size_t)OC), NULL, {0}, {0}, {0}};
+    if (c->bf16_weight) { /* the CPU multiplies the bf16 copy's values, widened (exact) */
+        in.weight_bf16 = malloc(sizeof(uint16_t) * OC * IC);
+        for (size_t i = 0; i < (size_t)OC * IC; i++) in.weight[i] = bf16_to_float(in.weight_bf16[i] = bf16_from_float(in.weight[i]));
+    }
     for (size_t i = 0; i < (size_t)N * OC; i++) in.dout[i] *= 1e-3f; /* gradients are small: their scale is large */
     in.x = recipe(in.inp, (size_t)N * IC, FP8_E4M3, c->blocks, NULL);
     in.w = recipe(in.weight, (size_t)OC * IC, FP8_E4M3, c->blocks, NULL);
@@ -312,9 +338,9 @@ static void test_linear(Harness *h, const LinearCase *c) {
     LinearWant want = cpu_layer(c, &in);
     device_layer(h, c, &in, &want, 1);
     device_layer(h, c, &in, &want, 0);
-    free(in.inp), free(in.weight), free(in.bias), free(in.dout), free(in.dweight);
-    free(want.out), free(want.dinp), free(want.dweight), free(want.out_sums), free(want.dinp_sums);
-    free(want.dweight_sums);
+    free(in.inp), free(in.weight), free(in.bias), free(in.dout), free(in.dweight), free(in.dbias), free(in.weight_bf16);
+    free(want.out), free(want.dinp), free(want.dweight), free(want.dbias), free(want.out_sums), free(want.dinp_sums);
+    free(want.dweight_sums), free(want.dbias_sums);
 }
 
 int main(int argc, char **argv) {
@@ -323,7 +349,7 @@ int main(int argc, char **argv) {
     printf("device %s\n", device_name(h.dev));
     quantize_cases(&h);
     /* multiples of 16 (cuBLASLt's FP8 GEMMs) with blocks cut short; then shapes it may refuse (the plain product) */
-    const LinearCase cases[] = {{144, 160, 272, 0}, {144, 160, 272, 1}, {130, 100, 72, 0}, {130, 100, 72, 1}};
+    const LinearCase cases[] = {{144, 160, 272, 0, 0}, {144, 160, 272, 1, 0}, {130, 100, 72, 0, 1}, {130, 100, 72, 1, 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_linear(&h, &cases[i]);
     harness_close(&h);
     printf("%s\n", failures ? "FAILED" : "FP8 on the device agrees with the CPU's emulation");
