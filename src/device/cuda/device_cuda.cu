@@ -1,7 +1,8 @@
 /* device_cuda.cu: the device seam on an NVIDIA GPU (device.h): cudart
  * memory, streams and events, the kernels of cuda_kernels.cu, and the linear
  * layers through cuBLASLt (fp32 with TF32 off: CUBLAS_COMPUTE_32F; or bf16
- * operands with fp32 accumulation and output). Row-major (rows, cols) is
+ * operands with fp32 accumulation and output; or FP8 codes with their
+ * scales, cuda_lt_fp8_product, for fp8_linear.cu). Row-major (rows, cols) is
  * column-major (cols, rows), so out (N,OC) = inp weight^T is
  * out^T = weight^T' inp^T with weight transposed: m = OC, n = N, k = IC. Any
  * cudart error while opening means "no GPU" (a machine with the toolkit but
