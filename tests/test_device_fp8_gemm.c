@@ -23,6 +23,11 @@
  *   by element with sum|terms| computed in double; dbias (the fp32 dout's
  *   column sums) the same way. The statistics equal. The weight in fp32, or
  *   its bf16 copy alone (bf16 outside FP8: the fp32 weight not given).
+ *   Not yet run on a GPU: Hopper's tensor cores add FP8 products inside
+ *   cuBLASLt's promotion interval with fewer bits than fp32 (about 14,
+ *   DeepSeek-V3 reports; fast accumulation off promotes the partial sums to
+ *   fp32 at intervals), which this bound does not allow for: a GPU run
+ *   outside it is to be measured and explained, not met by a wider bound.
  * `test_device_fp8_gemm sim` on the host; `cuda` on a GPU (skipped, exit 77,
  * without one). */
 #include <math.h>
