@@ -22,14 +22,15 @@ if(BS_HAVE_CUDA)
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
   add_library(bscuda STATIC src/device/cuda/device_cuda.cu src/device/cuda/cuda_kernels.cu
-    src/device/cuda/flash_attention.cu src/device/cuda/classifier.cu)
+    src/device/cuda/flash_attention.cu src/device/cuda/classifier.cu src/device/cuda/fp8_kernels.cu
+    src/device/cuda/fp8_linear.cu)
   target_include_directories(bscuda PRIVATE src)
   target_compile_definitions(bscuda PRIVATE BS_HAVE_CUDA)
   # The directory's C options (-march=native, -Wall ...) are not nvcc's: replace them.
   set_property(TARGET bscuda PROPERTY COMPILE_OPTIONS --Werror all-warnings -Xcompiler=-Wall,-Wextra,-Werror)
   # cudart statically and cuBLASLt by dlopen when a CUDA device opens (device/cuda/cublaslt_api.h):
   # linked as shared libraries they cost every process, CPU runs included, about 210 MB of resident memory.
-  target_link_libraries(bscuda PUBLIC CUDA::cudart_static ${CMAKE_DL_LIBS})
+  target_link_libraries(bscuda PUBLIC CUDA::cudart_static ${CMAKE_DL_LIBS} bs_core) # bs_core: bs_warn
   target_link_libraries(bs_device PUBLIC bscuda)
   set_property(TARGET bs_device bs_device_alone PROPERTY CUDA_ARCHITECTURES ${CMAKE_CUDA_ARCHITECTURES}) # made before CUDA was enabled
   target_compile_definitions(bs_device PRIVATE BS_HAVE_CUDA)

@@ -15,7 +15,8 @@
 # tests/device_comm.cmake with BS_REQUIRE_GPU=1: a skip fails;
 # test_device_train.py's include the checkpoints moved bit for bit between
 # the GPU and the CPU, test_device_bf16.py the bf16 run against the CPU's
-# bf16 within 4x the floor measured beside it); sanitizer (compute-sanitizer
+# bf16 within 4x the floor measured beside it; test_device_fp8_gemm and
+# test_device_fp8.py FP8 through cuBLASLt against the CPU's emulation); sanitizer (compute-sanitizer
 # memcheck and racecheck on three steps of a tiny model); speed (GPT-2 124M,
 # T 1024, micro-batch 8: batchscale --device cuda in fp32 and bf16 with the
 # fused attention (flash2, the default), the PyTorch peer in fp32 and bf16,
@@ -111,6 +112,11 @@ phase test_device_comm_nccl 60 "$WORK/bin/test_device_comm" cuda nccl # one rank
 phase test_device_comm_host 60 "$WORK/bin/test_device_comm" cuda host # pinned staging through MPI
 phase test_device_train 120 "$PY" tests/test_device_train.py cuda
 phase test_device_bf16 60 "$PY" tests/test_device_bf16.py cuda
+# FP8: quantization bit for bit and the cuBLASLt FP8 products within the summation-order bound of the CPU's
+# emulation; then ten delayed-scaling steps against the CPU's FP8 run (and its reorderings, the floor), the amax
+# history step for step (the whole test_device_fp8.py, both recipes and bf16, took 281 s on sim on 2 CPU cores)
+phase test_device_fp8_gemm 40 "$WORK/bin/test_device_fp8_gemm" cuda
+phase test_device_fp8 90 "$PY" tests/test_device_fp8.py cuda DeviceFp8Test.test_delayed_within_the_floor
 phase memcheck 40 compute-sanitizer --tool memcheck --error-exitcode 3 "$BS" "${TINY[@]}"
 phase racecheck 40 compute-sanitizer --tool racecheck --error-exitcode 3 "$BS" "${TINY[@]}"
 phase speed_batchscale_fp32 60 "$BS" "${GPT2[@]}" --metrics "$OUT/gpt2_fp32.jsonl" &&

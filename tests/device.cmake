@@ -46,6 +46,10 @@ bs_tier(unit TESTS device_attention_bench_sim)
 # The fused classifier (device/classifier_math.h, model/classifier_device.h) against the CPU's cross-entropy.
 bs_device_pair(classifier test_device_classifier)
 
+# FP8 on the device (device/fp8_math.h, device/fp8_gemm.h): quantization bit for bit and the layer's products
+# within the summation-order bound of the CPU's emulation, with the same statistics.
+bs_device_pair(fp8_gemm test_device_fp8_gemm)
+
 # The whole GPT-2 step on the device against the CPU model (model/gpt_device.h).
 add_executable(test_gpt_device test_gpt_device.c)
 target_link_libraries(test_gpt_device PRIVATE bscore)
@@ -73,8 +77,12 @@ set_tests_properties(device_bf16_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_
 # --precision fp8 (delayed) on sim against the CPU's FP8 run: losses and parameters
 # within 4 x the floor of tests/layout_floor.py, the amax history step for step
 # within 4 x its own floor (step 1 bit for bit); what it does not run refused in one line.
-add_test(NAME device_fp8_sim COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_fp8.py)
+add_test(NAME device_fp8_sim COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_fp8.py sim)
 set_tests_properties(device_fp8_sim PROPERTIES LABELS device ENVIRONMENT "${DEVICE_BF16_ENV}")
+# the same on a GPU: cuBLASLt's FP8 GEMMs, the amax history step for step over the ten steps
+add_test(NAME device_fp8_gpu COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_fp8.py cuda)
+set_tests_properties(device_fp8_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP}
+  ENVIRONMENT "${DEVICE_BF16_ENV}")
 
 # scripts/gpu-check.sh holds to its time budget (runs without a GPU: no bundle, it stops after unpacking).
 add_test(NAME device_gpu_check_budget COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_gpu_check_budget.py)
@@ -89,5 +97,5 @@ set_tests_properties(device_torch_peer PROPERTIES LABELS device
 
 bs_tier(unit TESTS device_kernels_sim device_sim_seam device_gpt_sim device_train_sim device_gpu_check_budget)
 bs_tier(slow TESTS device_kernels_gpu device_seam_gpu device_gpt_gpu device_train_gpu device_bf16_sim device_bf16_gpu
-  device_fp8_sim)
+  device_fp8_sim device_fp8_gpu)
 bs_tier(peers TESTS device_torch_peer)

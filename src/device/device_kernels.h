@@ -31,6 +31,8 @@ typedef enum {
     DK_BF16_ROUND,
     DK_FP8_LINEAR_FORWARD, /* kernels/matmul_fp8.h's layer on FP8 operands (Fp8LinearArgs) */
     DK_FP8_LINEAR_BACKWARD,
+    DK_FP8_QUANTIZE, /* an operand to FP8 codes and scales (Fp8QuantizeArgs; fp8_math.h) */
+    DK_FP8_PRODUCT,  /* the fp32 product of two quantized operands (Fp8ProductArgs; fp8_math.h) */
     DK_COUNT
 } DeviceKernel;
 
@@ -188,6 +190,42 @@ typedef struct {
     int N, IC, OC;
 } Fp8LinearArgs;
 
+/* An FP8 operand (rows, cols) as its quantize kernel writes it: codes
+ * (rows, cols), or (cols, rows) with transpose, so that a product reads it
+ * with its reduction contiguous; per-tensor scale (block_rows = block_cols =
+ * 0) or one power-of-two scale per (block_rows, block_cols) block. */
+typedef struct {
+    int rows, cols, block_rows, block_cols, transpose, e5m2;
+} DeviceFp8Layout;
+
+/* codes (layout) = cast(x * scale) saturating of src (or src_bf16 widened),
+ * scale_inv (fp8_math.h's scale tensor) = each block's 1/scale, the
+ * statistics added to stats (NULL: not counted); as kernels/fp8.h's
+ * fp8_quantize, bit for bit. */
+typedef struct {
+    uint8_t *codes;
+    float *scale_inv;
+    DeviceFp8Stats *stats;
+    const float *src;
+    const uint16_t *src_bf16;
+    DeviceFp8Layout layout;
+    float scale;
+} Fp8QuantizeArgs;
+
+/* out (n, m) row-major = beta out + a (m, k) b (n, k)^T + bias (m; NULL:
+ * none): each code's value times its block's 1/scale, summed in fp32 in k
+ * order (beta 0: out not read). a and b are DK_FP8_QUANTIZE's codes and
+ * scales; their layouts' transposed shapes are (m, k) and (n, k). The plain
+ * product cuBLASLt's FP8 GEMM replaces where it has an algorithm. */
+typedef struct {
+    float *out;
+    const uint8_t *a, *b;
+    const float *a_scale_inv, *b_scale_inv, *bias;
+    DeviceFp8Layout la, lb;
+    int m, n, k;
+    float beta;
+} Fp8ProductArgs;
+
 typedef struct {
     DeviceKernel kernel;
     union {
@@ -204,6 +242,8 @@ typedef struct {
         FlashMergeArgs flash_merge;
         Bf16RoundArgs round;
         Fp8LinearArgs fp8;
+        Fp8QuantizeArgs fp8_quantize;
+        Fp8ProductArgs fp8_product;
     } a;
 } DeviceCall;
 

@@ -168,6 +168,8 @@ void sim_run_kernel(const DeviceCall *c) {
     case DK_BF16_ROUND: sim_bf16_round(&c->a.round); break;
     case DK_FP8_LINEAR_FORWARD:
     case DK_FP8_LINEAR_BACKWARD: sim_fp8_linear(c); break;
+    case DK_FP8_QUANTIZE: sim_fp8_quantize(&c->a.fp8_quantize); break;
+    case DK_FP8_PRODUCT: sim_fp8_product(&c->a.fp8_product); break;
     case DK_COUNT: break;
     }
 }

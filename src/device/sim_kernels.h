@@ -13,5 +13,8 @@ void sim_flash(const DeviceCall *call);
 void sim_classifier(const XentArgs *a);
 /* The FP8 linear layer (fp8_sim.c). */
 void sim_fp8_linear(const DeviceCall *call);
+/* FP8 quantization and the plain FP8 product (fp8_quantize_sim.c). */
+void sim_fp8_quantize(const Fp8QuantizeArgs *a);
+void sim_fp8_product(const Fp8ProductArgs *p);
 
 #endif

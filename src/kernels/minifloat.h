@@ -10,13 +10,21 @@
  * (e4m3fn, which has no inf), or max_code (the saturating casts, which also
  * map +-inf to +-max). A NaN input becomes nan_code with the input's sign.
  * Header-only (static inline) so that the codecs and the kernels share it;
- * comm/ uses kernels/, never the other way round. */
+ * comm/ uses kernels/, never the other way round. Under nvcc the functions
+ * are host and device code too: the device's FP8 quantize kernels
+ * (device/fp8_math.h) round with this same routine. */
 #ifndef BS_KERNELS_MINIFLOAT_H
 #define BS_KERNELS_MINIFLOAT_H
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#ifdef __CUDACC__
+#define MINI_INLINE static __host__ __device__ inline
+#else
+#define MINI_INLINE static inline
+#endif
 
 typedef struct {
     int man_bits, bias, max_exp, sign_bit;
@@ -33,20 +41,20 @@ static const MiniFormat MINI_E4M3_SAT = {3, 7, 8, 7, 0x7e, 0x7e, 0x7f, 0};     /
 static const MiniFormat MINI_E5M2 = {2, 15, 15, 7, 0x7b, 0x7c, 0x7e, 0x7c};    /* OCP e5m2: overflow -> inf */
 static const MiniFormat MINI_E5M2_SAT = {2, 15, 15, 7, 0x7b, 0x7b, 0x7e, 0x7c}; /* overflow -> +-57344 */
 
-static inline uint32_t mini_float_bits(float x) {
+MINI_INLINE uint32_t mini_float_bits(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     return u;
 }
 
-static inline float mini_bits_float(uint32_t u) {
+MINI_INLINE float mini_bits_float(uint32_t u) {
     float x;
     memcpy(&x, &u, sizeof x);
     return x;
 }
 
 /* Round to nearest even (F. Giesen's float_to_half_fast3_rtne, generalized). */
-static inline uint32_t mini_from_float(float x, const MiniFormat *f) {
+MINI_INLINE uint32_t mini_from_float(float x, const MiniFormat *f) {
     uint32_t u = mini_float_bits(x), a = u & 0x7fffffffu, o;
     if (a > 0x7f800000u) {
         o = f->nan_code;
@@ -65,7 +73,7 @@ static inline uint32_t mini_from_float(float x, const MiniFormat *f) {
     return o | (u >> 31) << f->sign_bit;
 }
 
-static inline float mini_to_float(uint32_t h, const MiniFormat *f) {
+MINI_INLINE float mini_to_float(uint32_t h, const MiniFormat *f) {
     uint32_t mag = h & ((1u << f->sign_bit) - 1u);
     uint32_t e = mag >> f->man_bits, m = mag & ((1u << f->man_bits) - 1u);
     float v;

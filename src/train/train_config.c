@@ -167,13 +167,6 @@ bool train_capacity_factor(const TrainConfig *c, double *factor, char *why, size
 
 int train_moe_gates(const TrainConfig *c) { return c->moe.gates > 0 ? c->moe.gates - 1 : (int)moe_default_gates(c->moe.top_k); }
 
-/* --precision fp8 on a device: on sim only for now (gpt_device.h). */
-static bool check_device_fp8(const TrainConfig *c, char *why, size_t n) {
-    if (c->precision.mode != PRECISION_FP8 || c->device.kind != TRAIN_DEVICE_CUDA) return true;
-    snprintf(why, n, "--device cuda does not run --precision fp8 yet (its cuBLASLt FP8 products are not written; --device sim runs it)");
-    return false;
-}
-
 /* --gpu-comm moves device buffers, so it needs a device; NCCL needs GPUs. */
 static bool check_gpu_comm(const TrainConfig *c, char *why, size_t n) {
     if (c->parallel.gpu_comm == GPU_COMM_AUTO || c->device.kind == TRAIN_DEVICE_CUDA) return true;
@@ -201,7 +194,6 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
     }
     if (!check_gpu_comm(c, why, n)) return false;
     if (c->device.kind == TRAIN_DEVICE_CPU) return true;
-    if (!check_device_fp8(c, why, n)) return false;
     const char *flag = c->optim.kind != OPTIM_ADAMW ? "--optimizer other than adamw"
                        : c->parallel.tp > 1 || c->parallel.pp > 1 || c->parallel.cp > 1 || c->parallel.virtual_stages > 1 ? "--tp, --pp, --cp or --virtual-stages"
                        : c->parallel.zero >= 3 ? "--zero 3" : c->parallel.zero_quant_grads ? "--zero-quant-grads"

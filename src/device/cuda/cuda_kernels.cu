@@ -218,6 +218,8 @@ cudaError_t cuda_launch_kernel(const DeviceCall *call, cudaStream_t stream) {
     case DK_FLASH_BACKWARD:
     case DK_FLASH_MERGE: return cuda_flash_launch(call, stream);
     case DK_CLASSIFIER: return cuda_classifier(&call->a.xent, stream);
+    case DK_FP8_QUANTIZE:
+    case DK_FP8_PRODUCT: return cuda_fp8_launch(call, stream);
     case DK_BF16_ROUND:
         if (call->a.round.n) bf16_round_kernel<<<blocks_for(call->a.round.n), THREADS, 0, stream>>>(call->a.round);
         break;

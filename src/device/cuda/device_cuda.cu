@@ -1,7 +1,8 @@
 /* device_cuda.cu: the device seam on an NVIDIA GPU (device.h): cudart
  * memory, streams and events, the kernels of cuda_kernels.cu, and the linear
  * layers through cuBLASLt (fp32 with TF32 off: CUBLAS_COMPUTE_32F; or bf16
- * operands with fp32 accumulation and output). Row-major (rows, cols) is
+ * operands with fp32 accumulation and output; or FP8 codes with their
+ * scales, cuda_lt_fp8_product, for fp8_linear.cu). Row-major (rows, cols) is
  * column-major (cols, rows), so out (N,OC) = inp weight^T is
  * out^T = weight^T' inp^T with weight transposed: m = OC, n = N, k = IC. Any
  * cudart error while opening means "no GPU" (a machine with the toolkit but
@@ -14,6 +15,7 @@
 #include "device/cuda/cublaslt_api.h"
 #include "device/cuda/cuda_kernels.h"
 #include "device/device_impl.h"
+#include "device/fp8_math.h"
 
 enum { LT_WORKSPACE = 32 << 20 };
 
@@ -22,6 +24,7 @@ typedef struct {
     CublasLtApi api; /* loaded when the device opens (cublaslt_api.h) */
     cublasLtHandle_t lt;
     void *workspace;
+    CudaFp8 *fp8; /* the FP8 layer's buffers (fp8_linear.cu), made at first use */
 } CudaDevice;
 
 static CudaDevice *cuda(Device *d) { return (CudaDevice *)d; }
@@ -101,11 +104,18 @@ typedef struct {
     float *pre_gelu; /* GELU epilogue: D = gelu(product + bias), the argument here (ld m); NULL: none */
 } LtProduct;
 
-static int lt_layouts(Device *d, const LtProduct *p, cublasLtMatrixLayout_t l[3]) {
+/* An FP8 product's extras: B's type (A's is the product's ab), the scales by pointer and how they are read. */
+typedef struct {
+    cudaDataType_t b_type;
+    const float *a_scale, *b_scale;
+    int32_t a_mode, b_mode;
+} LtFp8;
+
+static int lt_layouts(Device *d, const LtProduct *p, cudaDataType_t b_type, cublasLtMatrixLayout_t l[3]) {
     int rows_a = p->ta == CUBLAS_OP_N ? p->m : p->k, cols_a = p->ta == CUBLAS_OP_N ? p->k : p->m;
     int rows_b = p->tb == CUBLAS_OP_N ? p->k : p->n, cols_b = p->tb == CUBLAS_OP_N ? p->n : p->k;
     if (check_lt(d, cuda(d)->api.MatrixLayoutCreate(&l[0], p->ab, rows_a, cols_a, p->lda), "layout A")) return -1;
-    if (check_lt(d, cuda(d)->api.MatrixLayoutCreate(&l[1], p->ab, rows_b, cols_b, p->ldb), "layout B")) return -1;
+    if (check_lt(d, cuda(d)->api.MatrixLayoutCreate(&l[1], b_type, rows_b, cols_b, p->ldb), "layout B")) return -1;
     return check_lt(d, cuda(d)->api.MatrixLayoutCreate(&l[2], CUDA_R_32F, p->m, p->n, p->m), "layout D");
 }
 
@@ -127,7 +137,22 @@ static int lt_alignments(Device *d, cublasLtMatmulPreference_t pref, const LtPro
     return 0;
 }
 
-static int lt_matmul(Device *d, const LtProduct *p, cudaStream_t stream) {
+/* FP8: fast accumulation off (partial sums promoted to fp32), the scales; a scale mode this cuBLASLt lacks is
+ * "no algorithm" (-2). */
+static int lt_fp8_attributes(Device *d, cublasLtMatmulDesc_t desc, const LtFp8 *f) {
+    const CublasLtApi *api = &cuda(d)->api;
+    const int8_t fast = 0;
+    if (check_lt(d, api->MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast), "fast accumulation") ||
+        check_lt(d, api->MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &f->a_scale, sizeof f->a_scale), "A scale") ||
+        check_lt(d, api->MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &f->b_scale, sizeof f->b_scale), "B scale"))
+        return -1;
+    if (check_lt(d, api->MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &f->a_mode, sizeof f->a_mode), "A scale mode") ||
+        check_lt(d, api->MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &f->b_mode, sizeof f->b_mode), "B scale mode"))
+        return -2;
+    return 0;
+}
+
+static int lt_matmul_with(Device *d, const LtProduct *p, const LtFp8 *fp8, cudaStream_t stream) {
     CudaDevice *cd = cuda(d);
     cublasLtMatmulDesc_t desc = NULL;
     cublasLtMatrixLayout_t l[3] = {NULL, NULL, NULL};
@@ -150,12 +175,17 @@ static int lt_matmul(Device *d, const LtProduct *p, cudaStream_t stream) {
         rc = check_lt(d, cuda(d)->api.MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &p->pre_gelu, sizeof p->pre_gelu), "aux");
     if (!rc && p->pre_gelu)
         rc = check_lt(d, cuda(d)->api.MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld), "aux ld");
-    if (!rc) rc = lt_layouts(d, p, l);
+    if (!rc && fp8) rc = lt_fp8_attributes(d, desc, fp8);
+    if (!rc) rc = lt_layouts(d, p, fp8 ? fp8->b_type : p->ab, l);
     if (!rc) rc = check_lt(d, cuda(d)->api.MatmulPreferenceCreate(&pref), "preference");
     if (!rc) rc = check_lt(d, cuda(d)->api.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), "workspace");
     if (!rc) rc = check_lt(d, cuda(d)->api.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes), "reduction");
     if (!rc) rc = lt_alignments(d, pref, p);
-    if (!rc) rc = check_lt(d, cuda(d)->api.MatmulAlgoGetHeuristic(cd->lt, desc, l[0], l[1], l[2], l[2], pref, 1, &algo, &found), "heuristic");
+    if (!rc) {
+        const cublasStatus_t h = cuda(d)->api.MatmulAlgoGetHeuristic(cd->lt, desc, l[0], l[1], l[2], l[2], pref, 1, &algo, &found);
+        if (fp8 && h == CUBLAS_STATUS_NOT_SUPPORTED) found = 0; /* FP8: no algorithm, as found == 0 */
+        else rc = check_lt(d, h, "heuristic");
+    }
     if (!rc && found == 0)
         rc = device_fail(d, "cuBLASLt: no algorithm for a %d x %d x %d product", p->m, p->n, p->k) - 1; /* -2 */
     const float alpha = 1.0f;
@@ -167,6 +197,32 @@ static int lt_matmul(Device *d, const LtProduct *p, cudaStream_t stream) {
         if (l[i]) cuda(d)->api.MatrixLayoutDestroy(l[i]);
     if (desc) cuda(d)->api.MatmulDescDestroy(desc);
     return rc;
+}
+
+static int lt_matmul(Device *d, const LtProduct *p, cudaStream_t stream) { return lt_matmul_with(d, p, NULL, stream); }
+
+static cublasLtMatmulMatrixScale_t lt_scale_mode(const DeviceFp8Layout *l) {
+    const FmTiling t = fm_tiling(l);
+    if (!t.blocks) return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    return fm_grid(&t).vector ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+}
+
+/* out (m,n) column-major = A^T B with A (k,m) and B (k,n) column-major: the codes as fp8_gemm.h lays them out
+ * ("TN", the one layout Hopper's FP8 GEMMs take), fp32 accumulation and output. FP8 tensor cores need compute
+ * capability 8.9 or newer: on an older GPU there is no algorithm (-2). */
+int cuda_lt_fp8_product(Device *d, const Fp8ProductArgs *p, cudaStream_t s) {
+    int dev = 0, major = 0, minor = 0;
+    if (check(d, cudaGetDevice(&dev), "cudaGetDevice") ||
+        check(d, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "cudaDeviceGetAttribute") ||
+        check(d, cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "cudaDeviceGetAttribute"))
+        return -1;
+    if (major * 10 + minor < 89)
+        return device_fail(d, "FP8 GEMMs need compute capability 8.9 or newer (this GPU is %d.%d)", major, minor) - 1;
+    const cudaDataType_t a_type = p->la.e5m2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
+    const LtFp8 f = {p->lb.e5m2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3, p->a_scale_inv, p->b_scale_inv,
+                     (int32_t)lt_scale_mode(&p->la), (int32_t)lt_scale_mode(&p->lb)};
+    LtProduct q = {CUBLAS_OP_T, CUBLAS_OP_N, p->m, p->n, p->k, p->k, p->k, p->a, p->b, p->out, p->beta, NULL, a_type, NULL};
+    return lt_matmul_with(d, &q, &f, s);
 }
 
 /* With pre_gelu, cuBLASLt's GELU epilogue where its auxiliary output's leading dimension allows (a multiple of 8)
@@ -211,22 +267,10 @@ static int cuda_matmul_backward(Device *d, const MatmulArgs *a, cudaStream_t s) 
     return a->dbias ? check(d, cuda_bias_backward(a->dbias, a->dout, a->N, a->OC, s), "bias backward") : 0;
 }
 
-/* FP8 products need FP8 tensor cores (compute capability 8.9 or newer); the
- * cuBLASLt FP8 GEMMs themselves are not written yet, so every GPU refuses. */
-static int cuda_fp8_linear(Device *d) {
-    int dev = 0, major = 0, minor = 0;
-    if (check(d, cudaGetDevice(&dev), "cudaGetDevice") ||
-        check(d, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "cudaDeviceGetAttribute") ||
-        check(d, cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "cudaDeviceGetAttribute"))
-        return -1;
-    if (major * 10 + minor < 89)
-        return device_fail(d, "FP8 products need compute capability 8.9 or newer (this GPU is %d.%d)", major, minor);
-    return device_fail(d, "FP8 products through cuBLASLt are not built yet (FP8 runs on the CPU and on --device sim)");
-}
-
 static int cuda_launch(Device *d, DeviceStream *s, const DeviceCall *call) {
     cudaStream_t stream = (cudaStream_t)s;
-    if (call->kernel == DK_FP8_LINEAR_FORWARD || call->kernel == DK_FP8_LINEAR_BACKWARD) return cuda_fp8_linear(d);
+    if (call->kernel == DK_FP8_LINEAR_FORWARD || call->kernel == DK_FP8_LINEAR_BACKWARD)
+        return cuda_fp8_linear(d, &cuda(d)->fp8, call, stream);
     if (call->kernel == DK_MATMUL_FORWARD) return cuda_matmul_forward(d, &call->a.matmul, stream);
     if (call->kernel == DK_MATMUL_BACKWARD) return cuda_matmul_backward(d, &call->a.matmul, stream);
     return check(d, cuda_launch_kernel(call, stream), "kernel launch");
@@ -264,6 +308,7 @@ static int cuda_gpu_count(Device *d) {
 static void cuda_close(Device *d) {
     CudaDevice *cd = cuda(d);
     cudaDeviceSynchronize();
+    cuda_fp8_free(cd->fp8);
     cudaFree(cd->workspace);
     cd->api.Destroy(cd->lt);
     dlclose(cd->api.library);
