@@ -320,6 +320,8 @@ static void setup_chunk(Engine *e, int c, const GPTConfig *whole) {
     if (e->cfg.fp8) gpt_enable_fp8(&ch->model, e->cfg.fp8);
 }
 
+const GPTConfig *engine_chunk_config(const Engine *e, int c) { return &e->chunks[c].model.cfg; }
+
 /* The chunks holding the tied weights: the embeddings (virtual stage 0) and the head (the last one). */
 static EngineChunk *embedding_chunk(Engine *e) { return e->grid->pp_index == 0 ? &e->chunks[0] : NULL; }
 static EngineChunk *head_chunk(Engine *e) {
@@ -361,7 +363,7 @@ Engine *engine_create(Comm *world, const GPTConfig *whole, const EngineConfig *c
     for (int c = 0; c < e->num_chunks; c++) {
         setup_chunk(e, c, whole);
         e->norm_ctx[c] = (NormContext){e, c};
-        pipe_chunks[c] = (PipeChunk){&e->chunks[c].model, e->chunks[c].dp};
+        pipe_chunks[c] = (PipeChunk){&e->chunks[c].model, e->chunks[c].dp, NULL};
     }
     e->pipe = pipeline_create(g->pp_group, g->pp_index, g->pp, pipe_chunks, e->num_chunks, cfg->schedule,
                               cfg->micro_batch, cfg->seq_len / g->cp);
