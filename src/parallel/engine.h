@@ -73,6 +73,7 @@ typedef struct {
     size_t sim_memory;         /* --device sim: the simulated device's bytes (0: no limit) */
     int fused_attention;       /* on a device: 1 the fused attention kernels, 0 the unfused, -1 the device model's default */
     GpuCommKind gpu_comm;      /* on a device over several ranks: how device buffers move between them */
+    bool skip_pipe_wait;       /* tests: on a device, pipeline receives not waited for (pipeline_device.h) */
 } EngineConfig;
 
 /* One model chunk of this rank: a shard of the flat layout with its own

@@ -54,7 +54,8 @@ static int open_comm(EngineDevice *d, const EngineConfig *cfg, const EngineChunk
                      size_t reason_size) {
     d->total = chunk->model.num_params;
     check(d, gpt_device_set_update_range(d->model, chunk->update_offset, chunk->update_count));
-    if (g->pp > 1 && !(d->pipe = pipeline_device_create(d->dev, d->model, cfg, chunk, g, 0, reason, reason_size))) return -1;
+    if (g->pp > 1 && !(d->pipe = pipeline_device_create(d->dev, d->model, cfg, chunk, g,
+                                                          cfg->skip_pipe_wait ? PIPELINE_DEVICE_SKIP_RECV_WAIT : 0, reason, reason_size))) return -1;
     if (comm_size(g->dp_group) == 1) return 0;
     GpuCommKind path;
     if (gpu_comm_choose(g->world, d->dev, cfg->gpu_comm, &path, reason, reason_size) != 0) return -1;
