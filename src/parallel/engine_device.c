@@ -1,6 +1,7 @@
 /* engine_device.c: the engine's step on a device (engine_device.h). A
- * device error inside a step ends the run with its one-line reason. Data
- * parallelism (the only layout over several ranks here) reduces the
+ * device error inside a step ends the run with its one-line reason. With
+ * --pp the step is this rank's pipeline stage (pipeline_device.h). Data
+ * parallelism reduces the
  * gradients on the device (comm/device_comm.h) as the CPU's data_parallel.c
  * sums them: all-reduced at ZeRO 0; at ZeRO 1-2 reduce-scattered, each rank
  * updating its part of the flat buffer, the parameters all-gathered after. */

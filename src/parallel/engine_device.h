@@ -24,7 +24,7 @@ typedef struct EngineDevice EngineDevice;
 
 /* The device and the chunk's state on it, or NULL with a one-line reason
  * (no GPU, not built in, out of device memory, a layout it cannot run: data
- * parallelism at ZeRO 0-2 only). Over several data-parallel ranks each opens
+ * parallelism at ZeRO 0-2 and pipeline stages, parallel/pipeline_device.h, only). Over several data-parallel ranks each opens
  * the GPU of its node-local rank, and the group's gradients and (ZeRO >= 1)
  * parameters move through device collectives on the path cfg->gpu_comm
  * asks (auto: comm/device_comm.h's rule). Collective over the grid's world. */
