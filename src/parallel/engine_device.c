@@ -176,6 +176,10 @@ double engine_device_train(EngineDevice *d, int m, float dloss, PipeLoad load, v
     return loss;
 }
 
+const Pipeline *engine_device_pipeline(const EngineDevice *d, PipeStats *last) {
+    return d->pipe ? pipeline_device_pipeline(d->pipe, last) : NULL;
+}
+
 int engine_device_nonfinite_layer(const EngineDevice *d) { return d->nonfinite_layer; }
 int engine_device_nonfinite_block(const EngineDevice *d) { return d->nonfinite_block; }
 void engine_device_inject_nan(EngineDevice *d, int block) { d->poison_block = block; }

@@ -42,6 +42,8 @@ void engine_device_sync_host(EngineDevice *d, EngineChunk *chunk);
  * rank's own gradients read, then the gradients summed over the data-parallel
  * group: whole at ZeRO 0, the rank's update range above); this rank's loss sum. */
 double engine_device_train(EngineDevice *d, int m, float dloss, PipeLoad load, void *ctx);
+/* With --pp: the stage's executor and its last train's measurements (else NULL). */
+const Pipeline *engine_device_pipeline(const EngineDevice *d, PipeStats *last);
 /* The guard's: the first layer whose output was not finite in the last
  * train's forwards and the first block whose gradient was not (-1: none). */
 int engine_device_nonfinite_layer(const EngineDevice *d);

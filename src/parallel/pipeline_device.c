@@ -17,6 +17,7 @@ struct PipelineDevice {
     int stage, stages, debug;
     DeviceComm *comm; /* its device collectives (the host path) */
     Pipeline *pipe;   /* the CPU's executor over ops */
+    PipeStats last;   /* its last train's */
     PipeChunkOps ops;
     size_t stage_floats; /* B T C: an activation or its gradient */
     size_t wte_floats;
@@ -116,9 +117,14 @@ static void add_tied_grads(PipelineDevice *pd) {
 double pipeline_device_train(PipelineDevice *pd, int m, float dloss, PipeLoad load, void *ctx) {
     pd->nonfinite_layer = -1;
     pd->training = true;
-    PipeStats ps = pipeline_train(pd->pipe, m, dloss, load, ctx, NULL);
+    pd->last = pipeline_train(pd->pipe, m, dloss, load, ctx, NULL);
     add_tied_grads(pd);
-    return ps.loss_sum;
+    return pd->last.loss_sum;
+}
+
+const Pipeline *pipeline_device_pipeline(const PipelineDevice *pd, PipeStats *last) {
+    *last = pd->last;
+    return pd->pipe;
 }
 
 double pipeline_device_eval(PipelineDevice *pd, int m, int counted, PipeLoad load, void *ctx) {

@@ -38,6 +38,8 @@ void pipeline_device_free(PipelineDevice *pd);
 double pipeline_device_train(PipelineDevice *pd, int m, float dloss, PipeLoad load, void *ctx);
 /* Forward only of m micro-batches, of which the first `counted` count. */
 double pipeline_device_eval(PipelineDevice *pd, int m, int counted, PipeLoad load, void *ctx);
+/* The executor and its last train's measurements (busy, idle, sets alive, seconds per action). */
+const Pipeline *pipeline_device_pipeline(const PipelineDevice *pd, PipeStats *last);
 /* The first layer whose output was not finite in the last train's forwards (-1: none). */
 int pipeline_device_nonfinite_layer(const PipelineDevice *pd);
 /* The last stage's copy of the tied weights from the host's (host->head_wte, current after mp_share_output_weights). */
