@@ -2,9 +2,10 @@
 """test_device_pp.py: pipeline parallelism on device buffers (`train --device sim --pp 2` under mpirun) against one
 CPU process.
 
-- Equivalence: pp 2 with each schedule the device runs (gpipe, 1f1b) and pp 2 x dp 2 on 4 ranks (ZeRO 0 and 1), global
-  batch 8 in micro-batches of 2, give the losses, the gradient's norm, the per-layer gradient and weight norms and
-  the final parameters of one CPU process within 1e-5 relative over 10 steps (harness/device_runs.py). Not bitwise:
+- Equivalence: pp 2 with each schedule the device runs (gpipe, 1f1b), pp 2 x dp 2 on 4 ranks (ZeRO 0 and 1) and pp 3
+  over uneven stages (a middle stage without embeddings or head), global batch 8 in micro-batches of 2, give the
+  losses, the gradient's norm, the per-layer gradient and weight norms and the final parameters of one CPU process
+  within 1e-5 relative over 10 steps (harness/device_runs.py). Not bitwise:
   the device's kernels sum in other orders than the CPU's, and the tied output weights' gradient from the last
   stage is added after the first stage's backward, not inside it. gpipe and 1f1b give the same bits: the same
   micro-batches accumulate in the same order, only their interleaving with the transfers differs.
@@ -56,6 +57,13 @@ class DevicePipelineTest(CorpusTest):
             run = self.pipeline(f"pp2dp2_z{zero}", 4, "--zero", str(zero))
             assert_equivalent(self, run, self.oracle(), f"pp 2 x dp 2, ZeRO {zero}", TOLERANCE)
             self.assertIn("device buffers over host", run[2])
+
+    def test_three_stages(self):
+        """pp 3 over 4 layers split 1, 2, 1: the middle stage has neither the embeddings nor the head."""
+        shape = ["--layers", "4", *SHAPE[2:]]
+        oracle = layout_run(self.data, self.path("cpu1_l4"), shape)[:2]
+        run = layout_run(self.data, self.path("pp3"), shape, 3, ["--device", "sim", "--pp", "3", "--pp-split", "1,2,1"])
+        assert_equivalent(self, run, oracle, "pp 3 (layers 1, 2, 1)", TOLERANCE)
 
     def test_sim_catches_a_missing_wait(self):
         run = self.pipeline("pp2_nowait", 2, "--debug-skip-pipe-wait")
