@@ -15,6 +15,7 @@ CPU process.
 - A checkpoint the device pipeline writes at step 5 (each stage its layers, the tied weights on the first) resumes
   on one CPU process and on a CPU pp 2 layout with the same parameters bit for bit, and one CPU process's copy read
   back by the device pipeline and saved again is the first checkpoint's state (manifest and checksums).
+- The layout line names the path the stages' transfers take ("stage transfers as device buffers over host").
 - Bad input, one line each: zbh1 (no weight-only backward on the device), interleaved virtual stages, bf16.
 """
 import os
@@ -50,6 +51,7 @@ class DevicePipelineTest(CorpusTest):
         for schedule in ("gpipe", "1f1b"):
             runs[schedule] = self.pipeline(f"pp2_{schedule}", 2, "--pp-schedule", schedule)
             assert_equivalent(self, runs[schedule], self.oracle(), f"pp 2 {schedule}", TOLERANCE)
+            self.assertIn("stage transfers as device buffers over host", runs[schedule][2])
         self.assertTrue(np.array_equal(runs["gpipe"][1], runs["1f1b"][1]), "gpipe and 1f1b: other parameters")
 
     def test_pipeline_times_data_parallel(self):
