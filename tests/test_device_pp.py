@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """test_device_pp.py: pipeline parallelism on device buffers (`train --device sim --pp 2` under mpirun) against one
-CPU process.
+CPU process. `test_device_pp.py sim` (every machine) or `cuda` (the ranks sharing a GPU through the host path;
+skipped with exit 77 and the reason where none answers).
 
 - Equivalence: pp 2 with each schedule the device runs (gpipe, 1f1b), pp 2 x dp 2 on 4 ranks (ZeRO 0 and 1) and pp 3
   over uneven stages (a middle stage without embeddings or head), global batch 8 in micro-batches of 2, give the
@@ -26,10 +27,14 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bstest import CorpusTest, launch, layout_run, one_line_error, read_manifest, read_model  # noqa: E402
-from harness.device_runs import assert_equivalent, distance  # noqa: E402
+from harness.device_runs import assert_equivalent, device_from_argv, distance, main_on  # noqa: E402
 
+DEVICE = device_from_argv()
 SHAPE = ["--layers", "2", "--heads", "2", "--channels", "32", "--seq-len", "32"]
-TOLERANCE = 1e-5  # the issue's bound; measured on an AMD EPYC: losses ~1e-8, parameters ~1e-6
+TOLERANCE = 1e-5  # the issue's bound; measured on sim on an AMD EPYC: losses ~1e-8, parameters ~2e-6
+# a GPU's products sum in cuBLASLt's orders: its parameters within 1e-4, the bound test_device_train.py holds one GPU
+# process to against the CPU
+PARAMETERS = 1e-4 if DEVICE == "cuda" else TOLERANCE
 
 
 class DevicePipelineTest(CorpusTest):
@@ -43,31 +48,33 @@ class DevicePipelineTest(CorpusTest):
 
     def pipeline(self, name, ranks, *extra, steps=10):
         """(metrics lines, final parameters, stdout) of `ranks` sim devices in 2 pipeline stages."""
-        return layout_run(self.data, self.path(name), SHAPE, ranks, ["--device", "sim", "--pp", "2", *extra],
+        return layout_run(self.data, self.path(name), SHAPE, ranks, ["--device", DEVICE, "--pp", "2", *extra],
                           steps=steps)
 
     def test_schedules_equal_one_process(self):
         runs = {}
         for schedule in ("gpipe", "1f1b"):
             runs[schedule] = self.pipeline(f"pp2_{schedule}", 2, "--pp-schedule", schedule)
-            assert_equivalent(self, runs[schedule], self.oracle(), f"pp 2 {schedule}", TOLERANCE)
+            assert_equivalent(self, runs[schedule], self.oracle(), f"pp 2 {schedule}", TOLERANCE, PARAMETERS)
             self.assertIn("stage transfers as device buffers over host", runs[schedule][2])
         self.assertTrue(np.array_equal(runs["gpipe"][1], runs["1f1b"][1]), "gpipe and 1f1b: other parameters")
 
     def test_pipeline_times_data_parallel(self):
         for zero in (0, 1):
             run = self.pipeline(f"pp2dp2_z{zero}", 4, "--zero", str(zero))
-            assert_equivalent(self, run, self.oracle(), f"pp 2 x dp 2, ZeRO {zero}", TOLERANCE)
+            assert_equivalent(self, run, self.oracle(), f"pp 2 x dp 2, ZeRO {zero}", TOLERANCE, PARAMETERS)
             self.assertIn("device buffers over host", run[2])
 
     def test_three_stages(self):
         """pp 3 over 4 layers split 1, 2, 1: the middle stage has neither the embeddings nor the head."""
         shape = ["--layers", "4", *SHAPE[2:]]
         oracle = layout_run(self.data, self.path("cpu1_l4"), shape)[:2]
-        run = layout_run(self.data, self.path("pp3"), shape, 3, ["--device", "sim", "--pp", "3", "--pp-split", "1,2,1"])
-        assert_equivalent(self, run, oracle, "pp 3 (layers 1, 2, 1)", TOLERANCE)
+        run = layout_run(self.data, self.path("pp3"), shape, 3, ["--device", DEVICE, "--pp", "3", "--pp-split", "1,2,1"])
+        assert_equivalent(self, run, oracle, "pp 3 (layers 1, 2, 1)", TOLERANCE, PARAMETERS)
 
     def test_sim_catches_a_missing_wait(self):
+        if DEVICE != "sim":
+            self.skipTest("sim's shuffled order shows a missing wait; a GPU may happen to run in order")
         run = self.pipeline("pp2_nowait", 2, "--debug-skip-pipe-wait")
         worst = max(distance(run, self.oracle()).values())
         print(f"pp 2 without the receive's wait: {worst:.1e} from one CPU process")
@@ -92,13 +99,13 @@ class DevicePipelineTest(CorpusTest):
         self.assertTrue(np.array_equal(self.resave("cpu_copy", 1, out), device), "one CPU process read other parameters")
         self.assertTrue(np.array_equal(self.resave("cpu_pp2", 2, out, "--pp", "2"), device),
                         "a CPU pp 2 layout read other parameters")
-        self.resave("pp2_back", 2, self.path("cpu_copy"), "--device", "sim", "--pp", "2")
+        self.resave("pp2_back", 2, self.path("cpu_copy"), "--device", DEVICE, "--pp", "2")
         state = lambda d: {k: v for k, v in read_manifest(os.path.join(d, "ckpt"), 5).items() if k != "layout"}
         self.assertEqual(state(self.path("pp2_back")), state(out), "the state changed on its way through one process")
 
     def refused(self, *flags):
         p = launch(["train", "--data", os.path.join(self.data, "train_000000.bin"), *SHAPE, "--micro-batch", "2",
-                    "--steps", "1", "--quiet", "--device", "sim", "--pp", "2", *flags], 2, check=False)
+                    "--steps", "1", "--quiet", "--device", DEVICE, "--pp", "2", *flags], 2, check=False)
         self.assertNotEqual(p.returncode, 0, flags)
         line = one_line_error(p, 2)
         self.assertIsNotNone(line, p.stderr)
@@ -111,4 +118,4 @@ class DevicePipelineTest(CorpusTest):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    main_on(DEVICE)

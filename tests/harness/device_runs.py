@@ -24,12 +24,14 @@ def distance(got, oracle):
     return worst
 
 
-def assert_equivalent(test, got, oracle, what, tolerance):
-    """Every gap of distance(got, oracle) within tolerance (printed first: the figures the reports quote)."""
+def assert_equivalent(test, got, oracle, what, tolerance, parameters=None):
+    """Every gap of distance(got, oracle) within tolerance, the parameters' within `parameters` if given (printed
+    first: the figures the reports quote)."""
     worst = distance(got, oracle)
     print(f"{what}: " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()) + " from one CPU process")
     for key, value in worst.items():
-        test.assertLessEqual(value, tolerance, f"{what}: {key}")
+        bound = parameters if key == "parameters" and parameters is not None else tolerance
+        test.assertLessEqual(value, bound, f"{what}: {key}")
 
 
 def device_from_argv():
