@@ -305,7 +305,8 @@ int gpt_device_set_fused_attention(GPTDevice *g, bool fused, char *reason, size_
 
 int gpt_device_zero_grads(GPTDevice *g) {
     if (g->debug & GPT_DEVICE_SKIP_GRAD_ZERO) return 0;
-    if (g->stage.head_dwte) TRY(device_zero(g->dev, g->compute, g->stage.head_dwte, gpt_tensor_numel(&g->cfg, TK_WTE) * sizeof(float)));
+    const size_t wte_bytes = gpt_tensor_numel(&g->cfg, TK_WTE) * sizeof(float);
+    if (g->stage.head_dwte) TRY(device_zero(g->dev, g->compute, g->stage.head_dwte, wte_bytes)); /* the head's copy's */
     return device_zero(g->dev, g->compute, g->grads, g->nparams * sizeof(float));
 }
 

@@ -188,9 +188,9 @@ static void forward(Pipeline *p, const Action *a, float dloss, PipeLoad load, vo
     load_tokens(s, load, ctx);
     const BlockAccess *access = ch->ops ? NULL : training ? dp_micro_access(ch->dp, false) : dp_eval_access(ch->dp);
     double t0 = bs_now();
-    if (ch->ops) p->stats.loss_sum += ch->ops->forward(ch->ops->ctx, set_of(p, a->chunk, s), s->inputs, s->targets, training ? dloss : 0.0f);
-    else p->stats.loss_sum +=
-        gpt_forward(ch->model, &s->acts, s->inputs, s->targets, p->B, p->T, training ? dloss : 0.0f, access);
+    const float d = training ? dloss : 0.0f;
+    p->stats.loss_sum += ch->ops ? ch->ops->forward(ch->ops->ctx, set_of(p, a->chunk, s), s->inputs, s->targets, d)
+                                 : gpt_forward(ch->model, &s->acts, s->inputs, s->targets, p->B, p->T, d, access);
     double t1 = bs_now();
     p->stats.busy += t1 - t0;
     p->stats.seconds[a->chunk][KIND_FORWARD] += t1 - t0;
