@@ -5,7 +5,9 @@
  * The executor hard-codes no schedule: gpipe, 1f1b, interleaved and zbh1
  * are lists the generator emits, validated before the first step.
  *
- * The rank holds one or more model chunks (virtual stages). An activation
+ * The rank holds one or more model chunks (virtual stages), each run on the
+ * CPU model through gpt.h or by its PipeChunkOps (a stage whose state lives
+ * on a device: parallel/pipeline_device.h). An activation
  * set per (chunk, micro-batch) is taken at its forward and given back when
  * its gradients are done (and its sends have left); sets are made on first
  * need and kept (one allocation per shape). Messages are MPI
