@@ -23,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bstest import CorpusTest, launch, layout_run, one_line_error, read_manifest, read_model, rel  # noqa: E402
+from harness.device_runs import assert_equivalent  # noqa: E402
 
 SHAPE = ["--layers", "2", "--heads", "2", "--channels", "32", "--seq-len", "32"]
 TOLERANCE = 1e-5  # the issue's bound; measured on an AMD EPYC: losses ~1e-8, parameters ~2e-6
@@ -44,16 +45,7 @@ class DeviceDataParallelTest(CorpusTest):
     def assert_equivalent(self, got, what):
         """Losses, the gradient's norm, the per-layer gradient and weight norms (the ranks' parts summed at ZeRO >=
         1) and the final parameters within TOLERANCE of one CPU process."""
-        metrics, params = self.oracle()
-        self.assertEqual(len(got[0]), len(metrics), what)
-        worst = {}
-        for key in ("loss", "grad_norm", "grad_norm_layers", "weight_norm_layers"):
-            a, b = (np.array([m[key] for m in lines], np.float64) for lines in (got[0], metrics))
-            worst[key] = float(np.max(np.abs(a - b) / np.abs(b)))
-        worst["parameters"] = rel(got[1], params)
-        print(f"{what}: " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()) + " from one CPU process")
-        for key, value in worst.items():
-            self.assertLessEqual(value, TOLERANCE, f"{what}: {key}")
+        assert_equivalent(self, got, self.oracle(), what, TOLERANCE)
 
     def test_zero_stages_equal_one_process(self):
         zero0 = self.device_run("dev2_z0", 2, 0)

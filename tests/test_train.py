@@ -100,7 +100,7 @@ def sections(text):
 
 
 class HelpTest(unittest.TestCase):
-    DEBUG = ["--debug-inject-fault", "--debug-outlier-scale", "--debug-moe-skew"]
+    DEBUG = ["--debug-inject-fault", "--debug-outlier-scale", "--debug-skip-pipe-wait", "--debug-moe-skew"]
 
     def test_sections(self):
         s = sections(run(["train", "--help"]).stdout)

@@ -256,6 +256,7 @@ static int debug_options(TrainConfig *c, OptionSpec *out) {
     const OptionSpec s[] = {
         {"debug-inject-fault", OPT_STRING, &c->debug.inject_fault, OPT_NO_RANGE, "SPEC", "testing: stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER] (a NaN in that layer's gradient) or slow:RANK:FACTOR", "", NULL},
         {"debug-outlier-scale", OPT_DOUBLE, &c->debug.outlier_scale, -1e9, 1e9, "F", "tests: LayerNorm 1's gain of channel 0 times F at initialisation (0: off)", "0", NULL},
+        {"debug-skip-pipe-wait", OPT_FLAG, &c->debug.skip_pipe_wait, OPT_NO_RANGE, "", "tests: on a device, --pp's received activations and gradients are read without waiting for them (sim shows the missing wait)", NULL, NULL},
         {"debug-moe-skew", OPT_DOUBLE, &c->debug.moe_skew, 1e-6, 1e6, "F", "tests: every MoE layer's router row of expert 0 starts multiplied by F (a skewed router)", "1", NULL},
     };
     return put(out, s, sizeof s / sizeof s[0]);

@@ -12,6 +12,7 @@
 #include "device/flash_math.h"
 #include "model/classifier_device.h"
 #include "model/fp8_device.h"
+#include "model/gpt_device_stage.h"
 
 #define TRY(x)                                                                                                        \
     do {                                                                                                              \
@@ -53,6 +54,7 @@ struct GPTDevice {
     float *encoded, *proj_out, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
     float *dresidual, *dln, *datty, *dqkv, *dfch, *scratch;
     DeviceLayerActs *layer;
+    GPTDeviceStage stage; /* pipeline stages (gpt_device_stage.c): activation sets, the tied head's weights */
 };
 
 static size_t rows(const GPTDevice *g) { return (size_t)g->B * g->T; }
@@ -78,10 +80,11 @@ static size_t carve_acts(GPTDevice *g, float *base) {
     const size_t N = (size_t)g->B * g->T, C = (size_t)g->cfg.channels;
     const size_t att = (size_t)g->B * g->cfg.num_heads * g->T * (g->fused_attention ? 1 : g->T); /* fused: each row's lse */
     float *c = base;
-    for (int l = 0; l < g->cfg.num_layers; l++) {
+    const int first = gpt_first_layer(&g->cfg);
+    for (int l = first; l < first + gpt_stage_layers(&g->cfg); l++) {
         DeviceLayerActs *a = &g->layer[l];
-        if (l > 0 && g->cfg.recompute == GPT_RECOMPUTE_FULL) { /* layer 0's buffers, recomputed; its own output */
-            *a = g->layer[0];
+        if (l > first && g->cfg.recompute == GPT_RECOMPUTE_FULL) { /* the first layer's buffers, recomputed; its own output */
+            *a = g->layer[first];
             a->residual3 = take(&c, N * C);
             continue;
         }
@@ -98,8 +101,8 @@ static size_t carve_acts(GPTDevice *g, float *base) {
 }
 
 static const char *unsupported(const GPTConfig *cfg) {
-    if (gpt_tp_size(cfg) > 1 || !gpt_has_encoder(cfg) || !gpt_has_head(cfg) || gpt_cp_size(cfg) > 1)
-        return "a device runs the whole model in one process for now (no tensor, pipeline or context parallelism)";
+    if (gpt_tp_size(cfg) > 1 || gpt_cp_size(cfg) > 1)
+        return "a device runs the whole model or a pipeline stage for now (no tensor or context parallelism)";
     if (gpt_is_moe(cfg)) return "a device runs dense models for now (no MoE)";
     if (cfg->lora_rank > 0) return "a device does not train LoRA adapters yet";
     if (cfg->recompute == GPT_RECOMPUTE_SELECTIVE && cfg->channels / cfg->num_heads > FLASH_MAX_HEAD)
@@ -157,6 +160,11 @@ static int allocate(GPTDevice *g) {
     carve_acts(g, g->acts);
     if (!(g->tokens = device_alloc(g->dev, sizeof(int32_t) * 3 * N))) return -1;
     if (!(g->flags = device_alloc(g->dev, sizeof(int32_t) * (size_t)num_flags(g)))) return -1;
+    g->stage.dev = g->dev;
+    if (gpt_device_stage_open(&g->stage) != 0) return -1;
+    if (gpt_has_head(&g->cfg) && !gpt_has_embeddings(&g->cfg) &&
+        gpt_device_stage_open_head(&g->stage, g->dev, gpt_tensor_numel(&g->cfg, TK_WTE)) != 0)
+        return -1;
     return make_segments(g);
 }
 
@@ -185,6 +193,8 @@ GPTDevice *gpt_device_create(Device *dev, const GPTConfig *cfg, int B, int T, in
 
 void gpt_device_free(GPTDevice *g) {
     if (!g) return;
+    g->tokens = gpt_device_stage_own_tokens(&g->stage, g->tokens);
+    gpt_device_stage_close(&g->stage);
     void *dev_buffers[] = {g->params, g->grads,    g->m,     g->v,           g->acts,     g->tokens,    g->sums,
                            g->offsets, g->flags, g->params_bf16, g->in_bf16, g->dout_bf16, g->wte_rounded};
     for (size_t i = 0; i < sizeof dev_buffers / sizeof dev_buffers[0]; i++) device_free(g->dev, dev_buffers[i]);
@@ -295,6 +305,8 @@ int gpt_device_set_fused_attention(GPTDevice *g, bool fused, char *reason, size_
 
 int gpt_device_zero_grads(GPTDevice *g) {
     if (g->debug & GPT_DEVICE_SKIP_GRAD_ZERO) return 0;
+    const size_t wte_bytes = gpt_tensor_numel(&g->cfg, TK_WTE) * sizeof(float);
+    if (g->stage.head_dwte) TRY(device_zero(g->dev, g->compute, g->stage.head_dwte, wte_bytes)); /* the head's copy's */
     return device_zero(g->dev, g->compute, g->grads, g->nparams * sizeof(float));
 }
 
@@ -427,6 +439,7 @@ static void document_starts(GPTDevice *g, const int32_t *inputs) {
 /* The tokens in on the copy stream; the compute stream waits for them. */
 static int upload_tokens(GPTDevice *g, const int32_t *inputs, const int32_t *targets) {
     const size_t bytes = rows(g) * sizeof(int32_t);
+    TRY(gpt_device_stage_tokens_wait(&g->stage, g->compute, g->copy)); /* a set's tokens read by a backward still queued */
     TRY(device_copy(g->dev, g->copy, g->tokens, inputs, bytes, COPY_HOST_TO_DEVICE));
     TRY(device_copy(g->dev, g->copy, g->tokens + rows(g), targets, bytes, COPY_HOST_TO_DEVICE));
     if (g->doc_separator >= 0) {
@@ -437,59 +450,77 @@ static int upload_tokens(GPTDevice *g, const int32_t *inputs, const int32_t *tar
     return g->debug & GPT_DEVICE_SKIP_TOKEN_WAIT ? 0 : device_stream_wait(g->dev, g->compute, g->tokens_ready);
 }
 
+/* A pipeline stage runs its layers [first, last]; without the encoder its
+ * input is g->encoded (the previous stage's output, received there), without
+ * the head its output stays in layer[last].residual3. */
 static int forward(GPTDevice *g, float dloss) {
     const GPTConfig *cfg = &g->cfg;
-    const int C = cfg->channels, L = cfg->num_layers;
+    const int C = cfg->channels, first = gpt_first_layer(cfg), last = first + gpt_stage_layers(cfg) - 1;
     DeviceCall enc = {.kernel = DK_ENCODER_FORWARD};
     enc.a.encoder = (EncoderArgs){.out = g->encoded, .wte = g->bf16 ? g->wte_rounded : tensor(g, g->params, TK_WTE),
                                   .wpe = tensor(g, g->params, TK_WPE),
                                   .tokens = g->tokens, .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C,
                                   .V = cfg->vocab_size};
-    TRY(launch(g, &enc));
-    for (int l = 0; l < L; l++) TRY(layer_forward(g, l, l ? g->layer[l - 1].residual3 : g->encoded));
+    if (gpt_has_encoder(cfg)) TRY(launch(g, &enc));
+    for (int l = first; l <= last; l++) TRY(layer_forward(g, l, l > first ? g->layer[l - 1].residual3 : g->encoded));
+    if (!gpt_has_head(cfg)) return 0;
     float *lnf = tensor(g, g->params, TK_LNFW);
     TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = g->lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd,
-                                                            .inp = g->layer[L - 1].residual3, .weight = lnf, .bias = lnf + C}));
-    /* the loss and, training, the gradients into lnf (g->dln) and wte, a block of rows at a time */
-    ClassifierArgs head = {g->losses, g->dln, tensor(g, g->grads, TK_WTE), g->logits, g->lnf, tensor(g, g->params, TK_WTE),
+                                                            .inp = g->layer[last].residual3, .weight = lnf, .bias = lnf + C}));
+    /* the loss and, training, the gradients into lnf (g->dln) and wte (the last stage's copy: head_wte), a block of rows at a time */
+    const bool copy = g->stage.head_wte != NULL;
+    ClassifierArgs head = {g->losses, g->dln, copy ? g->stage.head_dwte : tensor(g, g->grads, TK_WTE), g->logits, g->lnf,
+                           copy ? g->stage.head_wte : tensor(g, g->params, TK_WTE),
                            g->tokens + rows(g), (int)rows(g), C, cfg->vocab_size, cfg->padded_vocab_size,
                            (int)classifier_rows(g), dloss};
     return classifier_device(g->dev, g->compute, &head, classifier_product, g);
 }
 
+/* Without the head g->dresidual holds the output's gradient (from the next
+ * stage); without the encoder it is left holding the input's. */
 static int backward(GPTDevice *g) {
     const GPTConfig *cfg = &g->cfg;
-    const int C = cfg->channels, L = cfg->num_layers;
+    const int C = cfg->channels, first = gpt_first_layer(cfg), last = first + gpt_stage_layers(cfg) - 1;
     float *dwte = tensor(g, g->grads, TK_WTE), *lnf = tensor(g, g->params, TK_LNFW), *dlnf = tensor(g, g->grads, TK_LNFW);
-    TRY(device_zero(g->dev, g->compute, g->dresidual, rows(g) * (size_t)C * sizeof(float)));
-    TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = dlnf, .dbias = dlnf + C, .dout = g->dln,
-                                                             .inp = g->layer[L - 1].residual3, .weight = lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd}));
-    for (int l = L - 1; l >= 0; l--) {
-        const float *inp = l ? g->layer[l - 1].residual3 : g->encoded;
+    if (gpt_has_head(cfg)) {
+        TRY(device_zero(g->dev, g->compute, g->dresidual, rows(g) * (size_t)C * sizeof(float)));
+        TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = dlnf, .dbias = dlnf + C, .dout = g->dln,
+                                                                 .inp = g->layer[last].residual3, .weight = lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd}));
+    }
+    for (int l = last; l >= first; l--) {
+        const float *inp = l > first ? g->layer[l - 1].residual3 : g->encoded;
         if (cfg->recompute == GPT_RECOMPUTE_FULL) TRY(layer_forward(g, l, inp)); /* the same launches: the same bits */
         TRY(layer_backward(g, l, inp));
     }
+    if (!gpt_has_encoder(cfg)) return 0;
     DeviceCall enc = {.kernel = DK_ENCODER_BACKWARD};
     enc.a.encoder = (EncoderArgs){.dwte = dwte, .dwpe = tensor(g, g->grads, TK_WPE), .dout = g->dresidual, .tokens = g->tokens,
                                   .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};
     return launch(g, &enc);
 }
 
-int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum) {
-    TRY(upload_tokens(g, inputs, targets));
-    TRY(forward(g, dloss));
-    if (dloss != 0) TRY(backward(g));
-    TRY(device_copy(g->dev, g->compute, g->host_losses, g->losses, rows(g) * sizeof(float), COPY_DEVICE_TO_HOST));
+/* The losses (the head's) and the stage's layers' non-finite flags of the work queued, to the host. */
+static int collect(GPTDevice *g, double *loss_sum) {
+    const bool head = gpt_has_head(&g->cfg);
+    const int first = gpt_first_layer(&g->cfg);
+    if (head) TRY(device_copy(g->dev, g->compute, g->host_losses, g->losses, rows(g) * sizeof(float), COPY_DEVICE_TO_HOST));
     TRY(device_copy(g->dev, g->compute, g->host_flags, g->flags, sizeof(int32_t) * (size_t)g->cfg.num_layers,
                     COPY_DEVICE_TO_HOST));
     TRY(device_stream_sync(g->dev, g->compute));
     double sum = 0;
-    for (size_t i = 0; i < rows(g); i++) sum += g->host_losses[i];
+    for (size_t i = 0; head && i < rows(g); i++) sum += g->host_losses[i];
     *loss_sum = sum;
     g->nonfinite_layer = -1;
-    for (int l = g->cfg.num_layers - 1; l >= 0; l--)
+    for (int l = first + gpt_stage_layers(&g->cfg) - 1; l >= first; l--)
         if (g->host_flags[l]) g->nonfinite_layer = l;
     return 0;
+}
+
+int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum) {
+    TRY(upload_tokens(g, inputs, targets));
+    TRY(forward(g, dloss));
+    if (dloss != 0) TRY(backward(g));
+    return collect(g, loss_sum);
 }
 
 int gpt_device_nonfinite_layer(const GPTDevice *g) { return g->nonfinite_layer; }
@@ -553,4 +584,31 @@ int gpt_device_adamw(GPTDevice *g, const AdamWStep *s) {
     }
     TRY(refresh_wte(g));
     return device_stream_sync(g->dev, g->compute);
+}
+
+int gpt_device_use_acts(GPTDevice *g, int set) {
+    float *acts;
+    int32_t *tokens;
+    TRY(gpt_device_stage_set(&g->stage, set, g->acts, g->tokens, carve_acts(g, NULL), 3 * rows(g), &acts, &tokens));
+    carve_acts(g, acts);
+    g->tokens = tokens;
+    return 0;
+}
+
+float *gpt_device_stage_input(const GPTDevice *g) { return g->encoded; }
+float *gpt_device_stage_output(const GPTDevice *g) {
+    return g->layer[gpt_first_layer(&g->cfg) + gpt_stage_layers(&g->cfg) - 1].residual3;
+}
+float *gpt_device_stage_grad(const GPTDevice *g) { return g->dresidual; }
+
+int gpt_device_stage_forward(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum) {
+    TRY(upload_tokens(g, inputs, targets));
+    TRY(forward(g, dloss));
+    return collect(g, loss_sum);
+}
+
+int gpt_device_stage_backward(GPTDevice *g) { return backward(g); }
+
+float *gpt_device_head_wte(const GPTDevice *g, GPTDeviceArray which) {
+    return which == GPT_DEVICE_GRADS ? g->stage.head_dwte : g->stage.head_wte;
 }

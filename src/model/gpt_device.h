@@ -9,8 +9,8 @@
  * masked (attention inside the document, as gpt.h's doc_separator). A step
  * returns only its token losses and each layer's non-finite flag to the host;
  * the state stays on the device until gpt_device_get_state. For now
- * the whole dense model in fp32 or bf16 on one process
- * (no tensor/pipeline/context parallelism, MoE or LoRA: refused with a
+ * the whole dense model in fp32 or bf16, or a pipeline stage of it
+ * (no tensor/context parallelism, MoE or LoRA: refused with a
  * reason). Errors: -1 (or NULL) and the reason in reason / device_error. */
 #ifndef BS_MODEL_GPT_DEVICE_H
 #define BS_MODEL_GPT_DEVICE_H
@@ -102,6 +102,27 @@ float *gpt_device_array(const GPTDevice *g, GPTDeviceArray which);
 /* After the parameters changed on the device outside AdamW (an all-gather):
  * their bf16 copies again. */
 int gpt_device_params_changed(GPTDevice *g);
+/* Pipeline stages (cfg a stage of gpt_set_shard: its layers, the encoder on
+ * the first, the head on the last; parallel/pipeline_device.c drives them).
+ * Activation set `set` (made at first use, kept) is the one the calls below
+ * and gpt_device_step use from now on (set 0: the one made at creation). */
+int gpt_device_use_acts(GPTDevice *g, int set);
+/* The set's input (B T C: a stage without the encoder receives it here before
+ * its forward), output (a stage without the head sends it after its
+ * forward) and the gradient: of the output before backward on a stage
+ * without the head (received here), of the input after it (sent back). */
+float *gpt_device_stage_input(const GPTDevice *g);
+float *gpt_device_stage_output(const GPTDevice *g);
+float *gpt_device_stage_grad(const GPTDevice *g);
+/* gpt_device_step's forward (losses and flags to the host: the head's loss
+ * sum, 0 elsewhere) and, later, its backward (queued, not waited for). */
+int gpt_device_stage_forward(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum);
+int gpt_device_stage_backward(GPTDevice *g);
+/* The last stage's copy of the tied output weights (GPT_DEVICE_PARAMS, kept
+ * current by the caller) and their gradient (GPT_DEVICE_GRADS, zeroed with
+ * the gradients, which the caller adds to the first stage's wte); NULL on a
+ * stage that holds the embeddings. */
+float *gpt_device_head_wte(const GPTDevice *g, GPTDeviceArray which);
 /* AdamW on every tensor's part in the update range (weight decay where gpt_tensor_decays), s->weight_decay the rate. */
 int gpt_device_adamw(GPTDevice *g, const AdamWStep *s);
 

@@ -320,6 +320,8 @@ static void setup_chunk(Engine *e, int c, const GPTConfig *whole) {
     if (e->cfg.fp8) gpt_enable_fp8(&ch->model, e->cfg.fp8);
 }
 
+const GPTConfig *engine_chunk_config(const Engine *e, int c) { return &e->chunks[c].model.cfg; }
+
 /* The chunks holding the tied weights: the embeddings (virtual stage 0) and the head (the last one). */
 static EngineChunk *embedding_chunk(Engine *e) { return e->grid->pp_index == 0 ? &e->chunks[0] : NULL; }
 static EngineChunk *head_chunk(Engine *e) {
@@ -361,7 +363,7 @@ Engine *engine_create(Comm *world, const GPTConfig *whole, const EngineConfig *c
     for (int c = 0; c < e->num_chunks; c++) {
         setup_chunk(e, c, whole);
         e->norm_ctx[c] = (NormContext){e, c};
-        pipe_chunks[c] = (PipeChunk){&e->chunks[c].model, e->chunks[c].dp};
+        pipe_chunks[c] = (PipeChunk){&e->chunks[c].model, e->chunks[c].dp, NULL};
     }
     e->pipe = pipeline_create(g->pp_group, g->pp_index, g->pp, pipe_chunks, e->num_chunks, cfg->schedule,
                               cfg->micro_batch, cfg->seq_len / g->cp);
@@ -456,14 +458,14 @@ static double bubble_theory(const Engine *e, int m, const PipeStats *ps) {
 /* The schedule replayed with every stage's measured seconds per action of
  * each chunk (one all-gather over the pipeline group): the idle share the
  * schedule itself predicts on these stages, unequal ones included. */
-static double bubble_simulated(Engine *e, const PipeStats *ps) {
+static double bubble_simulated(Engine *e, const Pipeline *pipe, const PipeStats *ps) {
     const int p = e->grid->pp, v = e->num_chunks, per_rank = v * PIPE_COMPUTE_KINDS;
     double mine[PIPE_MAX_CHUNKS * PIPE_COMPUTE_KINDS];
     for (int c = 0; c < v; c++)
         for (int k = 0; k < PIPE_COMPUTE_KINDS; k++) mine[c * PIPE_COMPUTE_KINDS + k] = mean(ps, c, k);
     double *all = bs_malloc(sizeof(double) * (size_t)(p * per_rank));
     comm_allgather_bytes(e->grid->pp_group, mine, sizeof(double) * (size_t)per_rank, all);
-    double share = pipeline_simulated_bubble(e->pipe, all);
+    double share = pipeline_simulated_bubble(pipe, all);
     free(all);
     return share;
 }
@@ -471,7 +473,12 @@ static double bubble_simulated(Engine *e, const PipeStats *ps) {
 EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad load, void *ctx) {
     if (e->device) {
         comm_reset_stats(e->chunk_comm[0]); /* the step's data-parallel traffic, as below */
-        return (EngineStepStats){.loss_sum = engine_device_train(e->device, m, dloss, load, ctx), .max_live = 1};
+        EngineStepStats st = {.loss_sum = engine_device_train(e->device, m, dloss, load, ctx), .max_live = 1};
+        PipeStats ps;
+        const Pipeline *stage = engine_device_pipeline(e->device, &ps); /* --pp: the stage's measurements, as below */
+        if (stage) st = (EngineStepStats){st.loss_sum, ps.busy, ps.idle, ps.max_live, 0, bubble_theory(e, m, &ps),
+                                          bubble_simulated(e, stage, &ps)};
+        return st;
     }
     for (int c = 0; c < e->num_chunks; c++) {
         comm_reset_stats(e->chunk_comm[c]);
@@ -496,7 +503,7 @@ EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad 
         if (e->chunks[c].model.fp8) fp8_scaling_set_recording(e->chunks[c].model.fp8, false);
     mp_finish_tied_grads(&e->tied);
     EngineStepStats st = {e->grid->tp_index == 0 ? ps.loss_sum : 0, ps.busy, ps.idle, ps.max_live, 0,
-                          bubble_theory(e, m, &ps), e->grid->pp > 1 ? bubble_simulated(e, &ps) : 0};
+                          bubble_theory(e, m, &ps), e->grid->pp > 1 ? bubble_simulated(e, e->pipe, &ps) : 0};
     for (int c = 0; c < e->num_chunks; c++) st.micro_sum_squares += dp_micro_sum_squares(e->chunks[c].dp);
     return st;
 }

@@ -73,6 +73,7 @@ typedef struct {
     size_t sim_memory;         /* --device sim: the simulated device's bytes (0: no limit) */
     int fused_attention;       /* on a device: 1 the fused attention kernels, 0 the unfused, -1 the device model's default */
     GpuCommKind gpu_comm;      /* on a device over several ranks: how device buffers move between them */
+    bool skip_pipe_wait;       /* tests: on a device, pipeline receives not waited for (pipeline_device.h) */
 } EngineConfig;
 
 /* One model chunk of this rank: a shard of the flat layout with its own
@@ -129,6 +130,8 @@ double engine_evaluate(Engine *e, int m, int counted, PipeLoad load, void *ctx);
 const Grid *engine_grid(const Engine *e);
 int engine_num_chunks(const Engine *e);
 EngineChunk *engine_chunk(Engine *e, int c);
+/* Chunk c's model configuration (its shard), without refreshing its host state. */
+const GPTConfig *engine_chunk_config(const Engine *e, int c);
 /* The logical layers [first, first + count) of virtual stage vs (p v of them). */
 void engine_stage_layers(const Engine *e, int vs, int *first, int *count);
 int engine_virtual_stages(const Engine *e); /* p v */

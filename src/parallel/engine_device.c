@@ -1,6 +1,7 @@
 /* engine_device.c: the engine's step on a device (engine_device.h). A
- * device error inside a step ends the run with its one-line reason. Data
- * parallelism (the only layout over several ranks here) reduces the
+ * device error inside a step ends the run with its one-line reason. With
+ * --pp the step is this rank's pipeline stage (pipeline_device.h). Data
+ * parallelism reduces the
  * gradients on the device (comm/device_comm.h) as the CPU's data_parallel.c
  * sums them: all-reduced at ZeRO 0; at ZeRO 1-2 reduce-scattered, each rank
  * updating its part of the flat buffer, the parameters all-gathered after. */
@@ -12,6 +13,7 @@
 #include "comm/device_comm.h"
 #include "core/error.h"
 #include "model/gpt_device.h"
+#include "parallel/pipeline_device.h"
 
 /* What of the chunk's host copy the device has changed since the last sync. */
 enum { STALE_PARAMS = 1, STALE_GRADS = 2, STALE_MOMENTS = 4 };
@@ -29,6 +31,7 @@ struct EngineDevice {
     bool sharded;     /* ZeRO >= 1 over the group: this rank updates its part */
     size_t total;     /* the flat buffer's floats */
     Fp8State *fp8;    /* --precision fp8: the chunk's delayed scales (on the host), else NULL */
+    PipelineDevice *pipe; /* --pp > 1: this rank's stage in the schedule (else NULL) */
 };
 
 static void check(EngineDevice *d, int rc) {
@@ -37,7 +40,7 @@ static void check(EngineDevice *d, int rc) {
 
 static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, const Grid *g) {
     if (g->tp > 1) return "runs data parallelism only for now (not tensor parallelism)";
-    if (g->pp > 1) return "runs data parallelism only for now (not pipeline parallelism)";
+    if (pipeline_device_refusal(cfg, g)) return pipeline_device_refusal(cfg, g);
     if (g->cp > 1) return "runs data parallelism only for now (not context parallelism)";
     if (g->ep > 1) return "runs data parallelism only for now (not expert parallelism)";
     if (cfg->data_parallel.zero_stage >= 3) return "shards up to ZeRO stage 2 for now (not the parameters: stage 3)";
@@ -52,6 +55,8 @@ static int open_comm(EngineDevice *d, const EngineConfig *cfg, const EngineChunk
                      size_t reason_size) {
     d->total = chunk->model.num_params;
     check(d, gpt_device_set_update_range(d->model, chunk->update_offset, chunk->update_count));
+    if (g->pp > 1 && !(d->pipe = pipeline_device_create(d->dev, d->model, cfg, chunk, g,
+                                                          cfg->skip_pipe_wait ? PIPELINE_DEVICE_SKIP_RECV_WAIT : 0, reason, reason_size))) return -1;
     if (comm_size(g->dp_group) == 1) return 0;
     GpuCommKind path;
     if (gpu_comm_choose(g->world, d->dev, cfg->gpu_comm, &path, reason, reason_size) != 0) return -1;
@@ -106,6 +111,7 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
 
 void engine_device_free(EngineDevice *d) {
     if (!d) return;
+    pipeline_device_free(d->pipe);
     device_comm_free(d->comm);
     gpt_device_free(d->model);
     device_close(d->dev);
@@ -119,6 +125,7 @@ void engine_device_upload(EngineDevice *d, const EngineChunk *chunk) {
     if (d->stale & (STALE_PARAMS | STALE_MOMENTS))
         bs_die("internal error: the host's parameters would replace the device's newer ones (read through engine_chunk)");
     check(d, gpt_device_set_state(d->model, chunk->model.params, chunk->state[0], chunk->state[1]));
+    if (d->pipe) pipeline_device_upload_head(d->pipe, &chunk->model);
 }
 
 void engine_device_sync_host(EngineDevice *d, EngineChunk *chunk) {
@@ -159,7 +166,8 @@ double engine_device_train(EngineDevice *d, int m, float dloss, PipeLoad load, v
     d->stale |= STALE_GRADS;
     d->nonfinite_layer = -1;
     check(d, gpt_device_fp8_begin_step(d->model));
-    double loss = run(d, m, m, dloss, load, ctx);
+    double loss = d->pipe ? pipeline_device_train(d->pipe, m, dloss, load, ctx) : run(d, m, m, dloss, load, ctx);
+    if (d->pipe) d->nonfinite_layer = pipeline_device_nonfinite_layer(d->pipe);
     check(d, gpt_device_fp8_end_step(d->model));
     if (d->poison_block >= 0) check(d, gpt_device_poison_grad(d->model, d->poison_block));
     d->poison_block = -1;
@@ -168,12 +176,16 @@ double engine_device_train(EngineDevice *d, int m, float dloss, PipeLoad load, v
     return loss;
 }
 
+const Pipeline *engine_device_pipeline(const EngineDevice *d, PipeStats *last) {
+    return d->pipe ? pipeline_device_pipeline(d->pipe, last) : NULL;
+}
+
 int engine_device_nonfinite_layer(const EngineDevice *d) { return d->nonfinite_layer; }
 int engine_device_nonfinite_block(const EngineDevice *d) { return d->nonfinite_block; }
 void engine_device_inject_nan(EngineDevice *d, int block) { d->poison_block = block; }
 
 double engine_device_evaluate(EngineDevice *d, int m, int counted, PipeLoad load, void *ctx) {
-    return run(d, m, counted, 0.0f, load, ctx);
+    return d->pipe ? pipeline_device_eval(d->pipe, m, counted, load, ctx) : run(d, m, counted, 0.0f, load, ctx);
 }
 
 /* ZeRO >= 1: each rank's sum covers its part of the gradients; their sum
@@ -182,6 +194,7 @@ double engine_device_grad_sum_squares(EngineDevice *d) {
     double s = 0;
     check(d, gpt_device_grad_sum_squares(d->model, &s));
     if (d->sharded) comm_allreduce_double(d->group, &s, 1);
+    if (d->pipe) pipeline_device_sum(d->pipe, &s, 1); /* each stage's tensors */
     return s;
 }
 
@@ -195,11 +208,13 @@ void engine_device_update(EngineDevice *d, const OptimizerConfig *opt, double lr
     check(d, gpt_device_adamw(d->model, &s));
     d->stale |= STALE_PARAMS | STALE_MOMENTS;
     if (d->fp8) fp8_scaling_update(d->fp8, NULL, d->group); /* as engine_after_update: amaxes over dp, then the scales */
-    if (!d->sharded) return;
-    device_comm_allgather(d->comm, gpt_device_array(d->model, GPT_DEVICE_PARAMS), 0, d->total, d->total);
-    device_comm_wait(d->comm);
-    device_comm_finish(d->comm);
-    check(d, gpt_device_params_changed(d->model));
+    if (d->sharded) {
+        device_comm_allgather(d->comm, gpt_device_array(d->model, GPT_DEVICE_PARAMS), 0, d->total, d->total);
+        device_comm_wait(d->comm);
+        device_comm_finish(d->comm);
+        check(d, gpt_device_params_changed(d->model));
+    }
+    if (d->pipe) pipeline_device_share_weights(d->pipe); /* the tied weights, as engine_share_output_weights */
 }
 
 const char *engine_device_comm_path(const EngineDevice *d) { return d->comm ? device_comm_path(d->comm) : NULL; }

@@ -24,7 +24,7 @@ typedef struct EngineDevice EngineDevice;
 
 /* The device and the chunk's state on it, or NULL with a one-line reason
  * (no GPU, not built in, out of device memory, a layout it cannot run: data
- * parallelism at ZeRO 0-2 only). Over several data-parallel ranks each opens
+ * parallelism at ZeRO 0-2 and pipeline stages, parallel/pipeline_device.h, only). Over several data-parallel ranks each opens
  * the GPU of its node-local rank, and the group's gradients and (ZeRO >= 1)
  * parameters move through device collectives on the path cfg->gpu_comm
  * asks (auto: comm/device_comm.h's rule). Collective over the grid's world. */
@@ -42,6 +42,8 @@ void engine_device_sync_host(EngineDevice *d, EngineChunk *chunk);
  * rank's own gradients read, then the gradients summed over the data-parallel
  * group: whole at ZeRO 0, the rank's update range above); this rank's loss sum. */
 double engine_device_train(EngineDevice *d, int m, float dloss, PipeLoad load, void *ctx);
+/* With --pp: the stage's executor and its last train's measurements (else NULL). */
+const Pipeline *engine_device_pipeline(const EngineDevice *d, PipeStats *last);
 /* The guard's: the first layer whose output was not finite in the last
  * train's forwards and the first block whose gradient was not (-1: none). */
 int engine_device_nonfinite_layer(const EngineDevice *d);

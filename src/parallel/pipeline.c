@@ -133,12 +133,14 @@ static ActSlot *acquire_slot(Pipeline *p, int chunk, int micro, bool split) {
         s = &cs->slots[cs->num_slots];
         memset(s, 0, sizeof *s);
         const GPTConfig *cfg = &cs->chunk.model->cfg;
-        if (split) gpt_acts_create_split(&s->acts, cfg, p->B, p->T);
-        else gpt_acts_create(&s->acts, cfg, p->B, p->T, true);
-        if (cs->num_slots > 0) gpt_acts_share_backward(&s->acts, &cs->slots[0].acts);
+        if (!cs->chunk.ops) { /* ops keep the set's activations themselves */
+            if (split) gpt_acts_create_split(&s->acts, cfg, p->B, p->T);
+            else gpt_acts_create(&s->acts, cfg, p->B, p->T, true);
+            if (cs->num_slots > 0) gpt_acts_share_backward(&s->acts, &cs->slots[0].acts);
+            s->grad_out = bs_malloc(stage_floats(p, chunk) * sizeof(float));
+        }
         s->inputs = bs_malloc((size_t)p->B * p->T * sizeof(int32_t));
         s->targets = bs_malloc((size_t)p->B * p->T * sizeof(int32_t));
-        s->grad_out = bs_malloc(stage_floats(p, chunk) * sizeof(float));
         cs->num_slots++;
     }
     s->micro = micro;
@@ -147,6 +149,9 @@ static ActSlot *acquire_slot(Pipeline *p, int chunk, int micro, bool split) {
     if (++p->live > p->stats.max_live) p->stats.max_live = p->live;
     return s;
 }
+
+/* The set's index among its chunk's (what ops call it). */
+static int set_of(const Pipeline *p, int chunk, const ActSlot *s) { return (int)(s - p->chunks[chunk].slots); }
 
 static ActSlot *slot_of(Pipeline *p, int chunk, int micro) {
     ChunkState *cs = &p->chunks[chunk];
@@ -181,10 +186,11 @@ static void forward(Pipeline *p, const Action *a, float dloss, PipeLoad load, vo
     if (!s) s = acquire_slot(p, a->chunk, a->micro, p->shape.schedule == PIPE_ZBH1);
     PipeChunk *ch = &p->chunks[a->chunk].chunk;
     load_tokens(s, load, ctx);
-    const BlockAccess *access = training ? dp_micro_access(ch->dp, false) : dp_eval_access(ch->dp);
+    const BlockAccess *access = ch->ops ? NULL : training ? dp_micro_access(ch->dp, false) : dp_eval_access(ch->dp);
     double t0 = bs_now();
-    p->stats.loss_sum +=
-        gpt_forward(ch->model, &s->acts, s->inputs, s->targets, p->B, p->T, training ? dloss : 0.0f, access);
+    const float d = training ? dloss : 0.0f;
+    p->stats.loss_sum += ch->ops ? ch->ops->forward(ch->ops->ctx, set_of(p, a->chunk, s), s->inputs, s->targets, d)
+                                 : gpt_forward(ch->model, &s->acts, s->inputs, s->targets, p->B, p->T, d, access);
     double t1 = bs_now();
     p->stats.busy += t1 - t0;
     p->stats.seconds[a->chunk][KIND_FORWARD] += t1 - t0;
@@ -201,7 +207,10 @@ static void backward(Pipeline *p, const Action *a, int index, const PipeHooks *h
     const int kind = a->kind == ACT_BACKWARD ? KIND_BACKWARD : a->kind == ACT_BACKWARD_INPUT ? KIND_INPUT : KIND_WEIGHT;
     if (kind != KIND_INPUT && last && hooks && hooks->before_last_grads) hooks->before_last_grads(hooks->ctx, a->chunk);
     double t0 = bs_now();
-    if (kind == KIND_INPUT) {
+    if (ch->ops) {
+        if (kind != KIND_BACKWARD) bs_die("internal: a split backward on a chunk without a weight-only backward");
+        ch->ops->backward(ch->ops->ctx, set_of(p, a->chunk, s));
+    } else if (kind == KIND_INPUT) {
         gpt_backward_input(ch->model, &s->acts, s->inputs, p->B, p->T, dp_input_access(ch->dp));
         dp_end_input(ch->dp);
     } else {
@@ -216,7 +225,7 @@ static void backward(Pipeline *p, const Action *a, int index, const PipeHooks *h
     p->stats.count[a->chunk][kind]++;
     trace_add(p->trace, kind == KIND_BACKWARD ? "backward" : kind == KIND_INPUT ? "backward B" : "backward W", "compute",
               t0, t1);
-    if (kind != KIND_WEIGHT && p->chunks[a->chunk].virtual_stage > 0) /* out of the shared scratch, for its send */
+    if (kind != KIND_WEIGHT && p->chunks[a->chunk].virtual_stage > 0 && !ch->ops) /* out of the shared scratch, for its send */
         memcpy(s->grad_out, gpt_stage_grad(&s->acts), stage_floats(p, a->chunk) * sizeof(float));
     if (kind != KIND_INPUT) {
         if (last && hooks && hooks->after_last_grads) hooks->after_last_grads(hooks->ctx, a->chunk);
@@ -225,9 +234,28 @@ static void backward(Pipeline *p, const Action *a, int index, const PipeHooks *h
     }
 }
 
+/* A send or receive through the chunk's ops (a receive's time counted idle, as a CPU wait). */
+static void transfer(Pipeline *p, const Action *a, ActSlot *s, int tag) {
+    const PipeChunkOps *ops = p->chunks[a->chunk].chunk.ops;
+    double t0 = bs_now();
+    ops->transfer(ops->ctx, set_of(p, a->chunk, s), a->kind, a->peer, tag);
+    if (a->kind == ACT_RECV_ACTIVATION || a->kind == ACT_RECV_GRAD) p->stats.idle += bs_now() - t0;
+    if (a->kind == ACT_SEND_GRAD) {
+        s->grad_sent = true;
+        maybe_release(p, a->chunk, s);
+    }
+}
+
 static void communicate(Pipeline *p, const Action *a) {
     const size_t n = stage_floats(p, a->chunk);
     ActSlot *s = slot_of(p, a->chunk, a->micro);
+    if (p->chunks[a->chunk].chunk.ops) {
+        const int vs = p->chunks[a->chunk].virtual_stage, receiving =
+            a->kind == ACT_SEND_ACTIVATION ? chunk_of_stage(p, vs + 1) : a->kind == ACT_SEND_GRAD ? chunk_of_stage(p, vs - 1) : a->chunk;
+        if (!s) s = acquire_slot(p, a->chunk, a->micro, false); /* a receive of the set's input */
+        transfer(p, a, s, tag_of(a->micro, receiving, a->kind == ACT_RECV_GRAD || a->kind == ACT_SEND_GRAD));
+        return;
+    }
     const GPTConfig *cfg = &p->chunks[a->chunk].chunk.model->cfg;
     const int vs = p->chunks[a->chunk].virtual_stage;
     switch (a->kind) {

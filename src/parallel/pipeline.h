@@ -5,7 +5,9 @@
  * The executor hard-codes no schedule: gpipe, 1f1b, interleaved and zbh1
  * are lists the generator emits, validated before the first step.
  *
- * The rank holds one or more model chunks (virtual stages). An activation
+ * The rank holds one or more model chunks (virtual stages), each run on the
+ * CPU model through gpt.h or by its PipeChunkOps (a stage whose state lives
+ * on a device: parallel/pipeline_device.h). An activation
  * set per (chunk, micro-batch) is taken at its forward and given back when
  * its gradients are done (and its sends have left); sets are made on first
  * need and kept (one allocation per shape). Messages are MPI
@@ -39,10 +41,26 @@ typedef struct {
     int count[PIPE_MAX_CHUNKS][PIPE_COMPUTE_KINDS];
 } PipeStats;
 
-/* A model chunk as the pipeline sees it. */
+/* What an action does to a chunk whose state lives elsewhere than the CPU
+ * model (a device: parallel/pipeline_device.c), on the activation set the
+ * executor holds for the action's micro-batch (index `set` among the chunk's
+ * sets, reused as the CPU's). forward returns the loss sum (dloss 0:
+ * evaluation); backward is the fused one (no split B/W); transfer moves the
+ * set's input, output or gradient for a send or receive action (kind) with
+ * group rank peer under tag, a receive complete for the chunk's next compute. */
+typedef struct {
+    double (*forward)(void *ctx, int set, const int32_t *inputs, const int32_t *targets, float dloss);
+    void (*backward)(void *ctx, int set);
+    void (*transfer)(void *ctx, int set, ActionKind kind, int peer, int tag);
+    void *ctx;
+} PipeChunkOps;
+
+/* A model chunk as the pipeline sees it: the CPU model (model->cfg is read
+ * either way) and its data-parallel layer, or ops doing the actions. */
 typedef struct {
     GPT *model;
     DataParallel *dp;
+    const PipeChunkOps *ops; /* NULL: the CPU model through gpt.h and dp */
 } PipeChunk;
 
 /* Called around a chunk's last gradient-producing action of a step: before

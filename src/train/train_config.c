@@ -180,6 +180,14 @@ static bool check_gpu_comm(const TrainConfig *c, char *why, size_t n) {
     return false;
 }
 
+/* --pp on a device: one chunk per rank, fp32, the fused backward (parallel/pipeline_device.h). */
+static const char *device_pipeline_flag(const TrainConfig *c) {
+    if (c->parallel.pp == 1) return NULL;
+    return c->parallel.pp_schedule == PIPE_ZBH1 ? "--pp-schedule zbh1 (its split backward needs a weight-only backward)"
+           : c->precision.mode != PRECISION_FP32 ? "--pp and --precision bf16 or fp8 (pipeline stages run in fp32)"
+           : NULL;
+}
+
 /* --device cuda|sim runs the plain step, over data-parallel ranks at ZeRO 0-2 (parallel/engine_device.h). */
 static bool check_device(const TrainConfig *c, char *why, size_t n) {
     if (c->device.sim_memory_mb > 0 && c->device.kind != TRAIN_DEVICE_SIM) {
@@ -195,7 +203,8 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
     if (!check_gpu_comm(c, why, n)) return false;
     if (c->device.kind == TRAIN_DEVICE_CPU) return true;
     const char *flag = c->optim.kind != OPTIM_ADAMW ? "--optimizer other than adamw"
-                       : c->parallel.tp > 1 || c->parallel.pp > 1 || c->parallel.cp > 1 || c->parallel.virtual_stages > 1 ? "--tp, --pp, --cp or --virtual-stages"
+                       : c->parallel.tp > 1 || c->parallel.cp > 1 || c->parallel.virtual_stages > 1 ? "--tp, --cp or --virtual-stages"
+                       : device_pipeline_flag(c) ? device_pipeline_flag(c)
                        : c->parallel.zero >= 3 ? "--zero 3" : c->parallel.zero_quant_grads ? "--zero-quant-grads"
                        : c->moe.experts > 1 ? "--experts" : c->lora.rank > 0 ? "--lora-rank"
                        : c->diloco.local_steps > 0 ? "--local-steps" : c->estimators.noise_scale || c->estimators.noise_scale_every > 0 ? "--noise-scale"
@@ -203,7 +212,7 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
                            ? "--batch-schedule adaptive or goodput"
                        : strcmp(c->compression.codec, "none") != 0 ? "--grad-compression"
                        : NULL;
-    if (flag) snprintf(why, n, "--device %s does not work with %s yet (the device runs fp32 or bf16 AdamW, data parallel at ZeRO 0-2)",
+    if (flag) snprintf(why, n, "--device %s does not work with %s yet (the device runs fp32 or bf16 AdamW, data parallel at ZeRO 0-2, pipeline stages)",
                        TRAIN_DEVICE_WORDS[c->device.kind], flag);
     return !flag;
 }

@@ -223,6 +223,7 @@ typedef struct { /* test-only knobs */
     const char *inject_fault; /* stall|exit:RANK:STEP, nan|nans:RANK:STEP[:LAYER], slow:RANK:FACTOR */
     double outlier_scale;     /* LayerNorm 1's gain of channel 0 times this at initialisation (0: off) */
     double moe_skew;          /* every MoE layer's router row of expert 0 starts multiplied by this */
+    bool skip_pipe_wait;      /* on a device, the compute stream does not wait for a received pipeline transfer */
 } TrainDebugConfig;
 
 /* The options the user gave (on the command line or in a --config file), as

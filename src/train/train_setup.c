@@ -165,6 +165,7 @@ static void setup_engine(Trainer *tr) {
         ec.bf16 = c->precision.fp8_high_precision == PRECISION_BF16;
     }
     ec.outlier_scale = c->debug.outlier_scale;
+    ec.skip_pipe_wait = c->debug.skip_pipe_wait;
     ec.lora_alpha = (float)c->lora.alpha;
     ec.lora_dropout = (float)c->lora.dropout;
     ec.lora_init = option_given(c->lora.init) ? c->lora.init : NULL;

@@ -1,10 +1,37 @@
 """device_runs.py: what the device tests share: the device a test runs on (its first argument, sim or cuda;
-sim by default) and whether that device answers."""
+sim by default), whether that device answers, and how far a device layout's run is from one CPU process."""
 import os
 import sys
 import unittest
 
-from bstest import TempDir, make_corpus, run
+import numpy as np
+
+from bstest import TempDir, make_corpus, rel, run
+
+EQUIVALENCE_KEYS = ("loss", "grad_norm", "grad_norm_layers", "weight_norm_layers")
+
+
+def distance(got, oracle):
+    """The worst relative gap of run `got` from run `oracle` (each (metrics lines, final parameters, ...)): per
+    metric in EQUIVALENCE_KEYS over every step, and the final parameters (max |a-b| / max |b|)."""
+    if len(got[0]) != len(oracle[0]):
+        raise AssertionError(f"{len(got[0])} metrics lines, the reference has {len(oracle[0])}")
+    worst = {}
+    for key in EQUIVALENCE_KEYS:
+        a, b = (np.array([m[key] for m in lines], np.float64) for lines in (got[0], oracle[0]))
+        worst[key] = float(np.max(np.abs(a - b) / np.abs(b)))
+    worst["parameters"] = rel(got[1], oracle[1])
+    return worst
+
+
+def assert_equivalent(test, got, oracle, what, tolerance, parameters=None):
+    """Every gap of distance(got, oracle) within tolerance, the parameters' within `parameters` if given (printed
+    first: the figures the reports quote)."""
+    worst = distance(got, oracle)
+    print(f"{what}: " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()) + " from one CPU process")
+    for key, value in worst.items():
+        bound = parameters if key == "parameters" and parameters is not None else tolerance
+        test.assertLessEqual(value, bound, f"{what}: {key}")
 
 
 def device_from_argv():

@@ -1,0 +1,124 @@
+#!/usr/bin/python3
+"""test_device_pp.py: pipeline parallelism on device buffers (`train --device sim --pp 2` under mpirun) against one
+CPU process. `test_device_pp.py sim` (every machine) or `cuda` (the ranks sharing a GPU through the host path;
+skipped with exit 77 and the reason where none answers).
+
+- Equivalence: pp 2 with each schedule the device runs (gpipe, 1f1b), pp 2 x dp 2 on 4 ranks (ZeRO 0 and 1) and pp 3
+  over uneven stages (a middle stage without embeddings or head) and pp 2 with full recomputation, global batch 8
+  in micro-batches of 2, give the losses, the gradient's norm, the per-layer gradient and weight norms and the final
+  parameters of one CPU process within 1e-5 relative over 10 steps (harness/device_runs.py). Not bitwise:
+  the device's kernels sum in other orders than the CPU's, and the tied output weights' gradient from the last
+  stage is added after the first stage's backward, not inside it. gpipe and 1f1b give the same bits: the same
+  micro-batches accumulate in the same order, only their interleaving with the transfers differs.
+- A missing wait: with --debug-skip-pipe-wait the compute stream reads received activations and gradients without
+  waiting for their copy in, and sim (new memory NaN, queued work run in a shuffled order) shows it: the run is
+  no longer within 1e-5 of one process.
+- A checkpoint the device pipeline writes at step 5 (each stage its layers, the tied weights on the first) resumes
+  on one CPU process and on a CPU pp 2 layout with the same parameters bit for bit, and one CPU process's copy read
+  back by the device pipeline and saved again is the first checkpoint's state (manifest and checksums).
+- The layout line names the path the stages' transfers take ("stage transfers as device buffers over host").
+- Bad input, one line each: zbh1 (no weight-only backward on the device), interleaved virtual stages, bf16.
+"""
+import os
+import sys
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bstest import CorpusTest, launch, layout_run, one_line_error, read_manifest, read_model  # noqa: E402
+from harness.device_runs import assert_equivalent, device_from_argv, distance, main_on  # noqa: E402
+
+DEVICE = device_from_argv()
+SHAPE = ["--layers", "2", "--heads", "2", "--channels", "32", "--seq-len", "32"]
+TOLERANCE = 1e-5  # the issue's bound; measured on sim on an Intel Xeon: losses ~1e-8, parameters ~2e-6
+# a GPU's products sum in cuBLASLt's orders: its parameters within 1e-4, the bound test_device_train.py holds one GPU
+# process to against the CPU
+PARAMETERS = 1e-4 if DEVICE == "cuda" else TOLERANCE
+
+
+class DevicePipelineTest(CorpusTest):
+    cpu = None
+
+    def oracle(self):
+        """One CPU process on the whole batch: (metrics lines, final parameters)."""
+        if DevicePipelineTest.cpu is None:
+            DevicePipelineTest.cpu = layout_run(self.data, self.path("cpu1"), SHAPE)[:2]
+        return DevicePipelineTest.cpu
+
+    def pipeline(self, name, ranks, *extra, steps=10):
+        """(metrics lines, final parameters, stdout) of `ranks` sim devices in 2 pipeline stages."""
+        return layout_run(self.data, self.path(name), SHAPE, ranks, ["--device", DEVICE, "--pp", "2", *extra],
+                          steps=steps)
+
+    def test_schedules_equal_one_process(self):
+        runs = {}
+        for schedule in ("gpipe", "1f1b"):
+            runs[schedule] = self.pipeline(f"pp2_{schedule}", 2, "--pp-schedule", schedule)
+            assert_equivalent(self, runs[schedule], self.oracle(), f"pp 2 {schedule}", TOLERANCE, PARAMETERS)
+            self.assertIn("stage transfers as device buffers over host", runs[schedule][2])
+        self.assertTrue(np.array_equal(runs["gpipe"][1], runs["1f1b"][1]), "gpipe and 1f1b: other parameters")
+
+    def test_pipeline_times_data_parallel(self):
+        for zero in (0, 1):
+            run = self.pipeline(f"pp2dp2_z{zero}", 4, "--zero", str(zero))
+            assert_equivalent(self, run, self.oracle(), f"pp 2 x dp 2, ZeRO {zero}", TOLERANCE, PARAMETERS)
+            self.assertIn("device buffers over host", run[2])
+
+    def test_four_layers(self):
+        """pp 3 over 4 layers split 1, 2, 1: the middle stage has neither the embeddings nor the head; pp 2 with full
+        recomputation: each stage's later layers share its first layer's buffers (not layer 0's)."""
+        shape = ["--layers", "4", *SHAPE[2:]]
+        oracle = layout_run(self.data, self.path("cpu1_l4"), shape)[:2]
+        for name, prefix, ranks, flags in (("pp 3 (layers 1, 2, 1)", "pp3", 3, ["--pp", "3", "--pp-split", "1,2,1"]),
+                                           ("pp 2, --recompute full", "pp2_full", 2, ["--pp", "2", "--recompute", "full"])):
+            run = layout_run(self.data, self.path(prefix), shape, ranks, ["--device", DEVICE, *flags])
+            assert_equivalent(self, run, oracle, name, TOLERANCE, PARAMETERS)
+
+    def test_sim_catches_a_missing_wait(self):
+        if DEVICE != "sim":
+            self.skipTest("sim's shuffled order shows a missing wait; a GPU may happen to run in order")
+        run = self.pipeline("pp2_nowait", 2, "--debug-skip-pipe-wait")
+        worst = max(distance(run, self.oracle()).values())
+        print(f"pp 2 without the receive's wait: {worst:.1e} from one CPU process")
+        self.assertGreater(worst, TOLERANCE, "sim did not show the missing wait")
+
+    def resave(self, name, ranks, source, *flags):
+        """`name` on `ranks` processes reads checkpoint 5 of the run saved under `source` and saves it (into another
+        layout: at once; --steps 5 trains nothing); returns the parameters it saved."""
+        model = self.path(name + ".bin")
+        launch(["train", "--data", os.path.join(self.data, "train_000000.bin"), *SHAPE, "--micro-batch", "2",
+                "--global-batch", "8", "--steps", "5", "--lr", "3e-3", "--warmup", "2", "--eval-every", "0",
+                "--sample-tokens", "0", "--threads", "1", "--quiet", "--out", self.path(name), "--save-model", model,
+                "--resume", os.path.join(source, "ckpt", "step_00000005"), *flags], ranks)
+        return read_model(model)[1]
+
+    def test_checkpoint_resumes_on_cpu_layouts(self):
+        out = self.path("pp2_ck")
+        self.pipeline("pp2_ck_run", 2, "--out", out, "--ckpt-every", "5")
+        exported = self.path("pp2_ck5.bin")
+        launch(["ckpt", "export", "--out", exported, os.path.join(out, "ckpt", "step_00000005")], 1)
+        device = read_model(exported)[1]
+        self.assertTrue(np.array_equal(self.resave("cpu_copy", 1, out), device), "one CPU process read other parameters")
+        self.assertTrue(np.array_equal(self.resave("cpu_pp2", 2, out, "--pp", "2"), device),
+                        "a CPU pp 2 layout read other parameters")
+        self.resave("pp2_back", 2, self.path("cpu_copy"), "--device", DEVICE, "--pp", "2")
+        state = lambda d: {k: v for k, v in read_manifest(os.path.join(d, "ckpt"), 5).items() if k != "layout"}
+        self.assertEqual(state(self.path("pp2_back")), state(out), "the state changed on its way through one process")
+
+    def refused(self, *flags):
+        p = launch(["train", "--data", os.path.join(self.data, "train_000000.bin"), *SHAPE, "--micro-batch", "2",
+                    "--steps", "1", "--quiet", "--device", DEVICE, "--pp", "2", *flags], 2, check=False)
+        self.assertNotEqual(p.returncode, 0, flags)
+        line = one_line_error(p, 2)
+        self.assertIsNotNone(line, p.stderr)
+        return line
+
+    def test_refusals(self):
+        self.assertIn("--pp-schedule zbh1", self.refused("--pp-schedule", "zbh1"))
+        self.assertIn("--virtual-stages", self.refused("--pp-schedule", "interleaved", "--virtual-stages", "2"))
+        self.assertIn("--precision bf16", self.refused("--precision", "bf16"))
+
+
+if __name__ == "__main__":
+    main_on(DEVICE)
