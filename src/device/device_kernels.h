@@ -31,6 +31,8 @@ typedef enum {
     DK_BF16_ROUND,
     DK_FP8_LINEAR_FORWARD, /* kernels/matmul_fp8.h's layer on FP8 operands (Fp8LinearArgs) */
     DK_FP8_LINEAR_BACKWARD,
+    DK_BF16_WIDEN,               /* bf16 bits to floats (Bf16WidenArgs) */
+    DK_RESIDUAL_LAYERNORM_FORWARD, /* the residual add and the layernorm after it in one pass (ResidualLayernormArgs) */
     DK_COUNT
 } DeviceKernel;
 
@@ -155,6 +157,25 @@ typedef struct {
     size_t n;
 } Bf16RoundArgs;
 
+/* out (n floats) = the bf16 values in (n), exactly */
+typedef struct {
+    float *out;
+    const uint16_t *in;
+    size_t n;
+} Bf16WidenArgs;
+
+/* The residual add fused with the layernorm that reads its sum: residual =
+ * a + b (rounded to bf16 in place, its bits into residual_bf16, when that
+ * is not NULL), then ln over it (ln.inp is residual) as
+ * DK_LAYERNORM_FORWARD, each row in one pass: the same bits as the two
+ * kernels one after the other. */
+typedef struct {
+    LayernormArgs ln;
+    float *residual;
+    uint16_t *residual_bf16;
+    const float *a, *b;
+} ResidualLayernormArgs;
+
 /* FP8 statistics of one tensor on the device, kernels/fp8.h's Fp8Stats:
  * counts added to, amax the larger. */
 typedef struct {
@@ -204,6 +225,8 @@ typedef struct {
         FlashMergeArgs flash_merge;
         Bf16RoundArgs round;
         Fp8LinearArgs fp8;
+        Bf16WidenArgs widen;
+        ResidualLayernormArgs residual_ln;
     } a;
 } DeviceCall;
 
