@@ -46,6 +46,9 @@ bs_tier(unit TESTS device_attention_bench_sim)
 # The fused classifier (device/classifier_math.h, model/classifier_device.h) against the CPU's cross-entropy.
 bs_device_pair(classifier test_device_classifier)
 
+# The fused residual + layernorm kernel and --activations bf16 against the plain device path.
+bs_device_pair(acts_bf16 test_device_acts_bf16)
+
 # The whole GPT-2 step on the device against the CPU model (model/gpt_device.h).
 add_executable(test_gpt_device test_gpt_device.c)
 target_link_libraries(test_gpt_device PRIVATE bscore)
