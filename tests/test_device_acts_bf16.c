@@ -2,15 +2,12 @@
  * activation storage (--activations bf16) against the plain device path.
  * - DK_RESIDUAL_LAYERNORM_FORWARD against DK_RESIDUAL_FORWARD then
  *   DK_LAYERNORM_FORWARD: the same bits (the same fp32 operations in the
- *   same order), rows of a width that is no multiple of a warp; with bf16
- *   bits kept, the residual is kernels/bf16.h's rounding of the sum, its
- *   bits those, and the layernorm the plain kernel's over the rounded sum.
- *   DK_BF16_WIDEN gives back exactly the rounded values.
+ *   same order), rows of a width that is no multiple of a warp.
+ *   DK_BF16_WIDEN gives back exactly the values kernels/bf16.h rounds to.
  * - The GPT-2 step (L4 H4 C64 T64, micro-batch 4) in bf16 with the
  *   activations kept in bf16 against the same step keeping them in fp32,
- *   from the same weights: the loss and every tensor's gradient within the
- *   bound derived from bf16 rounding (below), and not equal (the storage
- *   took effect).
+ *   from the same weights: the loss and every gradient within the bound
+ *   derived from bf16 rounding, which is 0 (below).
  * `test_device_acts_bf16 cuda` runs the same on a GPU. */
 #include <math.h>
 #include <stdlib.h>
@@ -30,34 +27,31 @@ static void fill(Rng *rng, float *x, size_t n, float scale) {
 }
 
 /* The fused launch's residual, output, mean and rstd (bits NULL: fp32), downloaded into out (4 arrays). */
-static void fused(Harness *h, const float *a, const float *b, const float *w, const float *bias, uint16_t *bits, float *out[4]) {
+static void fused(Harness *h, const float *a, const float *b, const float *w, const float *bias, float *out[4]) {
     const size_t n = (size_t)ROWS * WIDTH;
     float *da = harness_upload(h, a, n * 4), *db = harness_upload(h, b, n * 4), *dw = harness_upload(h, w, WIDTH * 4);
     float *dbias = harness_upload(h, bias, WIDTH * 4), *res = harness_alloc(h, n * 4), *y = harness_alloc(h, n * 4);
     float *mean = harness_alloc(h, ROWS * 4), *rstd = harness_alloc(h, ROWS * 4);
-    uint16_t *dbits = bits ? harness_alloc(h, n * 2) : NULL;
     DeviceCall call = {.kernel = DK_RESIDUAL_LAYERNORM_FORWARD};
     call.a.residual_ln = (ResidualLayernormArgs){.ln = {.out = y, .mean = mean, .rstd = rstd, .inp = res, .weight = dw,
                                                         .bias = dbias, .N = ROWS, .C = WIDTH},
-                                                 .residual = res, .residual_bf16 = dbits, .a = da, .b = db};
+                                                 .residual = res, .a = da, .b = db};
     harness_launch(h, &call);
     const void *src[4] = {res, y, mean, rstd};
     const size_t bytes[4] = {n * 4, n * 4, ROWS * 4, ROWS * 4};
     for (int i = 0; i < 4; i++) harness_download(h, out[i], src[i], bytes[i]);
-    if (bits) harness_download(h, bits, dbits, n * 2);
-    void *bufs[] = {da, db, dw, dbias, res, y, mean, rstd, dbits};
+    void *bufs[] = {da, db, dw, dbias, res, y, mean, rstd};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) device_free(h->dev, bufs[i]);
 }
 
-/* The unfused launches: residual = a + b (or, given, the residual itself), then its layernorm. */
-static void unfused(Harness *h, const float *a, const float *b, const float *given, const float *w, const float *bias,
-                    float *out[4]) {
+/* The unfused launches: residual = a + b, then its layernorm. */
+static void unfused(Harness *h, const float *a, const float *b, const float *w, const float *bias, float *out[4]) {
     const size_t n = (size_t)ROWS * WIDTH;
     float *da = harness_upload(h, a, n * 4), *db = harness_upload(h, b, n * 4), *dw = harness_upload(h, w, WIDTH * 4);
-    float *dbias = harness_upload(h, bias, WIDTH * 4), *res = given ? harness_upload(h, given, n * 4) : harness_alloc(h, n * 4);
+    float *dbias = harness_upload(h, bias, WIDTH * 4), *res = harness_alloc(h, n * 4);
     float *y = harness_alloc(h, n * 4), *mean = harness_alloc(h, ROWS * 4), *rstd = harness_alloc(h, ROWS * 4);
     DeviceCall add = {.kernel = DK_RESIDUAL_FORWARD, .a.elementwise = {res, da, db, n}};
-    if (!given) harness_launch(h, &add);
+    harness_launch(h, &add);
     DeviceCall ln = {.kernel = DK_LAYERNORM_FORWARD,
                      .a.layernorm = {.out = y, .mean = mean, .rstd = rstd, .inp = res, .weight = dw, .bias = dbias, .N = ROWS, .C = WIDTH}};
     harness_launch(h, &ln);
@@ -84,20 +78,13 @@ static void fused_kernel(Harness *h) {
     for (int i = 0; i < 4; i++) got[i] = store + (size_t)i * 2 * n, want[i] = store + (size_t)(2 * i + 1) * n;
     uint16_t *bits = malloc(n * 2);
     fill(&rng, a, n, 3.0f), fill(&rng, b, n, 0.5f), fill(&rng, w, WIDTH, 1.0f), fill(&rng, bias, WIDTH, 0.1f);
-    fused(h, a, b, w, bias, NULL, got);
-    unfused(h, a, b, NULL, w, bias, want);
+    fused(h, a, b, w, bias, got);
+    unfused(h, a, b, w, bias, want);
     CHECK(same_bits(got, want), "fused residual + layernorm: not the unfused kernels' bits");
-    /* bf16 bits kept: the residual rounded as kernels/bf16.h rounds, the layernorm over it */
-    fused(h, a, b, w, bias, bits, got);
-    size_t wrong_bits = 0;
     for (size_t i = 0; i < n; i++) {
-        const bf16 r = bf16_from_float(a[i] + b[i]);
-        rounded[i] = bf16_to_float(r);
-        wrong_bits += bits[i] != r;
+        bits[i] = bf16_from_float(a[i]);
+        rounded[i] = bf16_to_float(bits[i]);
     }
-    unfused(h, a, b, rounded, w, bias, want);
-    CHECK(wrong_bits == 0, "fused with bf16 bits: %zu of %zu bits not the rounded sum's", wrong_bits, n);
-    CHECK(same_bits(got, want), "fused with bf16 bits: not the unfused layernorm over the rounded sum");
     /* widening gives back exactly the rounded values */
     uint16_t *dbits = harness_upload(h, bits, n * 2);
     float *dout = harness_alloc(h, n * 4);
@@ -106,8 +93,7 @@ static void fused_kernel(Harness *h) {
     harness_download(h, got[0], dout, n * 4);
     CHECK(memcmp(got[0], rounded, n * 4) == 0, "DK_BF16_WIDEN: not the bf16 values");
     device_free(h->dev, dbits), device_free(h->dev, dout);
-    printf("fused residual + layernorm (%d rows of %d): the unfused kernels' bits in fp32 and over the bf16 sum\n",
-           ROWS, WIDTH);
+    printf("fused residual + layernorm (%d rows of %d): the unfused kernels' bits; bf16 widened exactly\n", ROWS, WIDTH);
     free(a), free(b), free(w), free(bias), free(rounded), free(store), free(bits);
 }
 
@@ -132,17 +118,15 @@ static double bf16_step(Harness *h, const GPTConfig *cfg, const float *init, boo
     return loss / N;
 }
 
-/* The bound. bf16 keeps 8 significant bits, so one rounding to nearest
- * moves a value by at most u = 2^-9 of itself. The plain bf16 step already
- * rounds what its products read (ln1, atty, ln2, fch_gelu); keeping the
- * activations in bf16 rounds, in addition, K = 4 L + 1 tensors (each
- * layer's input, qkv, residual after attention and fc output before GELU,
- * and the final layernorm's input). To first order, through operations
- * whose relative condition is at most 1, relative errors add along a path,
- * so the loss moves by at most K u of itself. A gradient reads the kept
- * values twice (forward's output and backward's products by the same
- * values), so each tensor's gradient moves by at most 2 K u of its largest
- * element (harness_relative_error). At L 4: K u = 17 / 512 = 0.033. */
+/* The bound. What the store keeps (ln1, atty, ln2, fch_gelu) is what the
+ * bf16 step's products read as bf16 operands: each is rounded to bf16 in
+ * place as it is made, before anything reads it, in both paths (the plain
+ * one rounds it at its product, which is its first reader), so the stored
+ * bf16 is that value exactly and its widening gives it back. The rounding
+ * error the store adds is therefore 0, and the loss and every gradient must
+ * be the plain path's bit for bit (a rounding of anything not yet bf16, up
+ * to 2^-9 of it, moves the gradients by ~1e-2 of their largest: measured
+ * when the store also kept qkv and fch). */
 static void bf16_activations(Harness *h) {
     GPTConfig cfg = {.max_seq_len = T, .vocab_size = V, .num_layers = L, .num_heads = H, .channels = C};
     char why[256];
@@ -153,23 +137,13 @@ static void bf16_activations(Harness *h) {
     const size_t n = model.num_params;
     float *plain = malloc(n * 4), *kept = malloc(n * 4);
     const double want = bf16_step(h, &cfg, model.params, false, plain), got = bf16_step(h, &cfg, model.params, true, kept);
-    const double u = 1.0 / 512, K = 4 * L + 1, loss_bound = K * u, grad_bound = 2 * K * u;
-    const double loss_rel = fabs(got - want) / fabs(want);
-    printf("bf16 activations: loss %.7f against %.7f, relative %.2e (bound K u = %.3f)\n", got, want, loss_rel, loss_bound);
-    CHECK(loss_rel <= loss_bound, "loss moved by %.3g of itself (bound %.3g)", loss_rel, loss_bound);
-    ParamSegment *segs = malloc(sizeof *segs * (size_t)gpt_max_segments(&cfg));
-    const int nseg = gpt_param_segments(&cfg, segs, gpt_max_segments(&cfg));
-    double worst = 0;
-    int differ = memcmp(plain, kept, n * 4) != 0;
-    for (int i = 0; i < nseg; i++) {
-        const size_t count = gpt_tensor_trained(&cfg, segs[i].kind);
-        double e = harness_relative_error(kept + segs[i].offset, plain + segs[i].offset, count);
-        worst = e > worst || e != e ? e : worst;
-        CHECK(e <= grad_bound, "gradient of tensor %d moved by %.3g of its largest (bound %.3g)", i, e, grad_bound);
-    }
-    printf("bf16 activations: largest gradient difference %.2e of its tensor's largest (bound 2 K u = %.3f)\n", worst, grad_bound);
-    CHECK(differ && got != want, "bf16 activations changed nothing: the storage did not take effect");
-    free(plain), free(kept), free(segs);
+    printf("bf16 activations: loss %.9g against %.9g, gradients %s\n", got, want,
+           memcmp(plain, kept, n * 4) == 0 ? "bitwise equal" : "DIFFERENT");
+    CHECK(got == want, "loss %.9g, the plain path's %.9g: storing bf16 values as bf16 lost something", got, want);
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) differ += memcmp(&plain[i], &kept[i], 4) != 0;
+    CHECK(differ == 0, "%zu of %zu gradients not the plain path's bits", differ, n);
+    free(plain), free(kept);
     gpt_free(&model);
 }
 

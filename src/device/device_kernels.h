@@ -165,14 +165,11 @@ typedef struct {
 } Bf16WidenArgs;
 
 /* The residual add fused with the layernorm that reads its sum: residual =
- * a + b (rounded to bf16 in place, its bits into residual_bf16, when that
- * is not NULL), then ln over it (ln.inp is residual) as
- * DK_LAYERNORM_FORWARD, each row in one pass: the same bits as the two
- * kernels one after the other. */
+ * a + b, then ln over it (ln.inp is residual) as DK_LAYERNORM_FORWARD, each
+ * row in one pass: the same bits as the two kernels one after the other. */
 typedef struct {
     LayernormArgs ln;
     float *residual;
-    uint16_t *residual_bf16;
     const float *a, *b;
 } ResidualLayernormArgs;
 

@@ -113,17 +113,8 @@ BS_HD void km_bf16_round_element(const Bf16RoundArgs *a, size_t i) {
 /* Element i widened from bf16. */
 BS_HD void km_bf16_widen_element(const Bf16WidenArgs *a, size_t i) { a->out[i] = km_bf16_to_float(a->in[i]); }
 
-/* Element c of row i of the fused residual add: the sum, rounded to bf16 where its bits are kept. */
-BS_HD void km_residual_element(const ResidualLayernormArgs *a, size_t i) {
-    const float x = a->a[i] + a->b[i];
-    if (!a->residual_bf16) {
-        a->residual[i] = x;
-        return;
-    }
-    const uint16_t h = km_bf16(x);
-    a->residual_bf16[i] = h;
-    a->residual[i] = km_bf16_to_float(h);
-}
+/* Element i of the fused residual add. */
+BS_HD void km_residual_element(const ResidualLayernormArgs *a, size_t i) { a->residual[i] = a->a[i] + a->b[i]; }
 
 /* Parameter i's AdamW update and its bf16 copy. */
 BS_HD void km_adamw_element(const AdamWArgs *a, size_t i) {

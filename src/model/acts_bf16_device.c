@@ -11,8 +11,8 @@ struct ActsBf16 {
     uint16_t *bits;
 };
 
-/* Each kind's width in channels (qkv 3, fc 4), then where it starts in a layer. */
-static const int WIDTH[ACT_KINDS] = {1, 1, 3, 1, 1, 1, 4, 4};
+/* Each kind's width in channels (the fc layer's 4), then where it starts in a layer. */
+static const int WIDTH[ACT_KINDS] = {1, 1, 1, 4};
 
 static size_t start(ActKind k) {
     size_t at = 0;
@@ -20,9 +20,8 @@ static size_t start(ActKind k) {
     return at;
 }
 
-/* every layer's kinds, then the final layernorm's input */
 static size_t elements(int layers, size_t rows, size_t channels) {
-    return ((size_t)layers * start(ACT_KINDS) + 1) * rows * channels;
+    return (size_t)layers * start(ACT_KINDS) * rows * channels;
 }
 
 size_t acts_bf16_bytes(int layers, size_t rows, size_t channels) {
@@ -46,19 +45,19 @@ void acts_bf16_free(ActsBf16 *a) {
 
 static size_t count(const ActsBf16 *a, ActKind k) { return (size_t)WIDTH[k] * a->rows * a->channels; }
 
-uint16_t *acts_bf16_slot(const ActsBf16 *a, int layer, ActKind k) {
+static uint16_t *slot(const ActsBf16 *a, int layer, ActKind k) {
     return a->bits + ((size_t)layer * start(ACT_KINDS) + start(k)) * a->rows * a->channels;
 }
 
 int acts_bf16_keep(ActsBf16 *a, DeviceStream *s, int layer, ActKind k, float *x) {
-    DeviceCall call = {.kernel = DK_BF16_ROUND, .a.round = {x, acts_bf16_slot(a, layer, k), x, count(a, k)}};
+    DeviceCall call = {.kernel = DK_BF16_ROUND, .a.round = {x, slot(a, layer, k), x, count(a, k)}};
     return device_launch(a->dev, s, &call);
 }
 
 int acts_bf16_restore(ActsBf16 *a, DeviceStream *s, int layer, float *const dst[ACT_KINDS]) {
     for (int k = 0; k < ACT_KINDS; k++) {
         if (!dst[k]) continue;
-        DeviceCall call = {.kernel = DK_BF16_WIDEN, .a.widen = {dst[k], acts_bf16_slot(a, layer, (ActKind)k), count(a, (ActKind)k)}};
+        DeviceCall call = {.kernel = DK_BF16_WIDEN, .a.widen = {dst[k], slot(a, layer, (ActKind)k), count(a, (ActKind)k)}};
         if (device_launch(a->dev, s, &call) != 0) return -1;
     }
     return 0;

@@ -1,16 +1,18 @@
 /* acts_bf16_device.h: --activations bf16 on a device: what each transformer
  * layer keeps for its backward, stored as bf16 (2 bytes, not 4) in one
- * allocation: the layer's input (the residual stream), its two layernorms'
- * outputs, qkv, the attention's output, the residual after attention and
- * the fc layer's output before and after GELU. A layer's forward rounds each
- * of them in place as it is made and keeps the bits (acts_bf16_keep, or the
- * fused residual kernel writing acts_bf16_slot), so every later reader, in
- * forward and in backward, sees the value kept; before a layer's backward
- * acts_bf16_restore widens them (exactly) into the fp32 buffers the layers
- * share. Layernorm statistics, the attention's log-sum-exp (or its
- * probabilities), the logits, the loss and every sum stay fp32, as do the
- * master weights and the gradients. Errors: -1 (NULL) with the reason in
- * device_error. */
+ * allocation: what its products read as bf16 operands (both layernorms'
+ * outputs, the attention's output, the GELU's output: 7 of the 16 channels'
+ * worth a layer keeps), values the bf16 step rounds to bf16 already, so
+ * storing them loses nothing and training is bitwise the fp32 storage's. A
+ * layer's forward rounds each in place as it is made and keeps the bits
+ * (acts_bf16_keep); before its backward acts_bf16_restore widens them
+ * (exactly) into the fp32 buffers the layers share. The residual stream, qkv
+ * and the fc layer's output before GELU stay fp32: rounding them too (as
+ * llm.c does) moved ten steps of training 6-10x the reordering floor
+ * (docs/journal/performance.md), beyond what tests/layout_floor.py admits.
+ * Layernorm statistics, the attention's log-sum-exp (or its probabilities),
+ * the logits, the loss and every sum stay fp32, as do the master weights
+ * and the gradients. Errors: -1 (NULL) with the reason in device_error. */
 #ifndef BS_MODEL_ACTS_BF16_DEVICE_H
 #define BS_MODEL_ACTS_BF16_DEVICE_H
 
@@ -19,8 +21,8 @@
 
 #include "device/device.h"
 
-/* What a layer keeps; ACT_INPUT of layer L (one past the last) is the final layernorm's input. */
-typedef enum { ACT_INPUT, ACT_LN1, ACT_QKV, ACT_ATTY, ACT_RESIDUAL2, ACT_LN2, ACT_FCH, ACT_FCH_GELU, ACT_KINDS } ActKind;
+/* What a layer keeps in bf16. */
+typedef enum { ACT_LN1, ACT_ATTY, ACT_LN2, ACT_FCH_GELU, ACT_KINDS } ActKind;
 
 typedef struct ActsBf16 ActsBf16;
 
@@ -29,8 +31,6 @@ ActsBf16 *acts_bf16_create(Device *dev, int layers, size_t rows, size_t channels
 void acts_bf16_free(ActsBf16 *a);
 /* Bytes the store allocates. */
 size_t acts_bf16_bytes(int layers, size_t rows, size_t channels);
-/* The bits of layer's activation k (rows x its width). */
-uint16_t *acts_bf16_slot(const ActsBf16 *a, int layer, ActKind k);
 /* x (layer's activation k, fp32 on the device) rounded to bf16 in place, its bits kept. */
 int acts_bf16_keep(ActsBf16 *a, DeviceStream *s, int layer, ActKind k, float *x);
 /* Every activation of layer widened into dst[k] (NULL: not wanted). */

@@ -82,11 +82,11 @@ static size_t carve_acts(GPTDevice *g, float *base) {
     float *c = base;
     for (int l = 0; l < g->cfg.num_layers; l++) {
         DeviceLayerActs *a = &g->layer[l];
-        if (l > 0 && g->acts_bf16) { /* the bf16 store keeps the rest; outputs in turn: one is the next's input */
+        if (l > 0 && g->acts_bf16) { /* layer 0's ln1, atty, ln2, fch_gelu: the bf16 store keeps each layer's */
             *a = g->layer[0];
-            a->ln1_mean = take(&c, N), a->ln1_rstd = take(&c, N), a->att = take(&c, att);
-            a->ln2_mean = take(&c, N), a->ln2_rstd = take(&c, N);
-            a->residual3 = l > 1 ? g->layer[l - 2].residual3 : take(&c, N * C);
+            a->ln1_mean = take(&c, N), a->ln1_rstd = take(&c, N), a->qkv = take(&c, 3 * N * C), a->att = take(&c, att);
+            a->residual2 = take(&c, N * C), a->ln2_mean = take(&c, N), a->ln2_rstd = take(&c, N);
+            a->fch = take(&c, 4 * N * C), a->residual3 = take(&c, N * C);
             continue;
         }
         if (l > 0 && g->cfg.recompute == GPT_RECOMPUTE_FULL) { /* layer 0's buffers, recomputed; its own output */
@@ -421,16 +421,11 @@ static LayernormArgs input_norm(const GPTDevice *g, int l, const float *inp) {
     return (LayernormArgs){.out = a->ln1, .mean = a->ln1_mean, .rstd = a->ln1_rstd, .inp = inp, .weight = p.ln1w, .bias = p.ln1b};
 }
 
-/* x = a + b and (norm not NULL) the layernorm of x, in one launch (DK_RESIDUAL_LAYERNORM_FORWARD);
- * x kept as layer's activation k in bf16 activations. */
-static int residual_norm(GPTDevice *g, float *x, const float *a, const float *b, const LayernormArgs *norm, int layer, ActKind k) {
-    if (!norm) {
-        TRY(elementwise(g, DK_RESIDUAL_FORWARD, x, a, b, rows(g) * (size_t)g->cfg.channels));
-        return keep(g, layer, k, x);
-    }
+/* x = a + b and (norm not NULL) the layernorm of x, in one launch (DK_RESIDUAL_LAYERNORM_FORWARD). */
+static int residual_norm(GPTDevice *g, float *x, const float *a, const float *b, const LayernormArgs *norm) {
+    if (!norm) return elementwise(g, DK_RESIDUAL_FORWARD, x, a, b, rows(g) * (size_t)g->cfg.channels);
     DeviceCall call = {.kernel = DK_RESIDUAL_LAYERNORM_FORWARD};
-    call.a.residual_ln = (ResidualLayernormArgs){.ln = *norm, .residual = x, .a = a, .b = b,
-                                                 .residual_bf16 = g->acts_bf16 ? acts_bf16_slot(g->acts_bf16, layer, k) : NULL};
+    call.a.residual_ln = (ResidualLayernormArgs){.ln = *norm, .residual = x, .a = a, .b = b};
     call.a.residual_ln.ln.inp = x;
     call.a.residual_ln.ln.N = (int)rows(g);
     call.a.residual_ln.ln.C = g->cfg.channels;
@@ -447,20 +442,18 @@ static int layer_forward(GPTDevice *g, int l, const float *residual, bool normed
     if (!normed) TRY(layernorm(g, DK_LAYERNORM_FORWARD, input_norm(g, l, residual)));
     TRY(keep(g, l, ACT_LN1, a->ln1));
     TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_QKV, (MatmulArgs){.out = a->qkv, .inp = a->ln1, .weight = p.qkvw, .bias = p.qkvb}, C, 3 * C));
-    TRY(keep(g, l, ACT_QKV, a->qkv));
     TRY(attention(g, DK_ATTENTION_FORWARD, a));
     TRY(keep(g, l, ACT_ATTY, a->atty));
     TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_ATTPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->atty, .weight = p.attprojw, .bias = p.attprojb}, C, C));
     const LayernormArgs ln2 = {.out = a->ln2, .mean = a->ln2_mean, .rstd = a->ln2_rstd, .weight = p.ln2w, .bias = p.ln2b};
-    TRY(residual_norm(g, a->residual2, residual, g->proj_out, &ln2, l, ACT_RESIDUAL2));
+    TRY(residual_norm(g, a->residual2, residual, g->proj_out, &ln2));
     TRY(keep(g, l, ACT_LN2, a->ln2));
     TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FC, (MatmulArgs){.out = a->fch_gelu, .pre_gelu = a->fch, .inp = a->ln2, .weight = p.fcw,
                                                   .bias = p.fcb}, C, 4 * C)); /* the GELU epilogue */
-    TRY(keep(g, l, ACT_FCH, a->fch));
     TRY(keep(g, l, ACT_FCH_GELU, a->fch_gelu));
     TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FCPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->fch_gelu, .weight = p.fcprojw, .bias = p.fcprojb}, 4 * C, C));
     const LayernormArgs next = input_norm(g, l + 1, a->residual3);
-    TRY(residual_norm(g, a->residual3, a->residual2, g->proj_out, fuse_next ? &next : NULL, l + 1, ACT_INPUT));
+    TRY(residual_norm(g, a->residual3, a->residual2, g->proj_out, fuse_next ? &next : NULL));
     return nonfinite(g, &g->flags[l], a->residual3, rows(g) * (size_t)C); /* the guard's: gpt.c checks each layer's output */
 }
 
@@ -516,7 +509,6 @@ static int forward(GPTDevice *g, float dloss) {
                                   .tokens = g->tokens, .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C,
                                   .V = cfg->vocab_size};
     TRY(launch(g, &enc));
-    TRY(keep(g, 0, ACT_INPUT, g->encoded));
     TRY(layernorm(g, DK_LAYERNORM_FORWARD, input_norm(g, 0, g->encoded)));
     for (int l = 0; l < L; l++) TRY(layer_forward(g, l, l ? g->layer[l - 1].residual3 : g->encoded, true, true));
     /* the loss and, training, the gradients into lnf (g->dln) and wte, a block of rows at a time */
@@ -526,10 +518,10 @@ static int forward(GPTDevice *g, float dloss) {
     return classifier_device(g->dev, g->compute, &head, classifier_product, g);
 }
 
-/* --activations bf16: layer l's activations (and its input, into inp) widened from the store. */
-static int restore_layer(GPTDevice *g, int l, float *inp) {
+/* --activations bf16: layer l's activations widened from the store. */
+static int restore_layer(GPTDevice *g, int l) {
     const DeviceLayerActs *a = &g->layer[l];
-    float *const dst[ACT_KINDS] = {inp, a->ln1, a->qkv, a->atty, a->residual2, a->ln2, a->fch, a->fch_gelu};
+    float *const dst[ACT_KINDS] = {a->ln1, a->atty, a->ln2, a->fch_gelu};
     return acts_bf16_restore(g->acts_bf16, g->compute, l, dst);
 }
 
@@ -543,7 +535,7 @@ static int backward(GPTDevice *g) {
     for (int l = L - 1; l >= 0; l--) {
         float *inp = l ? g->layer[l - 1].residual3 : g->encoded;
         if (cfg->recompute == GPT_RECOMPUTE_FULL) TRY(layer_forward(g, l, inp, false, false)); /* the same bits */
-        if (g->acts_bf16) TRY(restore_layer(g, l, inp));
+        if (g->acts_bf16) TRY(restore_layer(g, l));
         TRY(layer_backward(g, l, inp));
     }
     DeviceCall enc = {.kernel = DK_ENCODER_BACKWARD};

@@ -43,11 +43,12 @@ void gpt_device_free(GPTDevice *g);
  * parameters stay the masters. -1 with the reason in device_error when the
  * device has no room. */
 int gpt_device_enable_bf16(GPTDevice *g);
-/* bf16 activation storage (after gpt_device_enable_bf16, before any step;
- * model/acts_bf16_device.h): what each layer keeps for backward stored as
- * bf16, rounded where it is made; the layers share one set of fp32 working
- * buffers; statistics, softmax, loss and sums stay fp32. -1 with the reason
- * (no bf16 products, FP8, full recomputation, or no room). */
+/* bf16 activation storage (after gpt_device_enable_bf16, before
+ * gpt_device_set_state; model/acts_bf16_device.h): what each layer's
+ * products read as bf16 kept as bf16 (bitwise the same training), the
+ * layers sharing one fp32 copy of those buffers; statistics, softmax, loss
+ * and sums stay fp32. -1 with the reason (no bf16 products, FP8, full
+ * recomputation, or no room). */
 int gpt_device_enable_bf16_activations(GPTDevice *g, char *reason, size_t reason_size);
 /* fp8 compute (--precision fp8, either recipe; before any step, after
  * gpt_device_enable_bf16 for bf16 outside FP8): the four
