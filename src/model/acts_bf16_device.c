@@ -49,8 +49,10 @@ static uint16_t *slot(const ActsBf16 *a, int layer, ActKind k) {
     return a->bits + ((size_t)layer * start(ACT_KINDS) + start(k)) * a->rows * a->channels;
 }
 
-int acts_bf16_keep(ActsBf16 *a, DeviceStream *s, int layer, ActKind k, float *x) {
-    DeviceCall call = {.kernel = DK_BF16_ROUND, .a.round = {x, slot(a, layer, k), x, count(a, k)}};
+const uint16_t *acts_bf16_bits(const ActsBf16 *a, int layer, ActKind k) { return slot(a, layer, k); }
+
+int acts_bf16_keep(ActsBf16 *a, DeviceStream *s, int layer, ActKind k, const float *x) {
+    DeviceCall call = {.kernel = DK_BF16_ROUND, .a.round = {NULL, slot(a, layer, k), x, count(a, k)}};
     return device_launch(a->dev, s, &call);
 }
 

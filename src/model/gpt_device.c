@@ -345,8 +345,10 @@ static int layernorm(GPTDevice *g, DeviceKernel k, LayernormArgs a) {
  * refreshes. */
 static int bf16_operands(GPTDevice *g, DeviceKernel k, MatmulArgs *a) {
     const size_t N = (size_t)a->N;
-    TRY(round_bf16(g, k == DK_MATMUL_FORWARD ? (float *)a->inp : NULL, g->in_bf16, a->inp, N * (size_t)a->IC));
-    a->inp_bf16 = g->in_bf16;
+    if (!a->inp_bf16) { /* set: the input's bits kept by --activations bf16 */
+        TRY(round_bf16(g, k == DK_MATMUL_FORWARD ? (float *)a->inp : NULL, g->in_bf16, a->inp, N * (size_t)a->IC));
+        a->inp_bf16 = g->in_bf16;
+    }
     a->weight_bf16 = g->params_bf16 + (a->weight - g->params);
     if (k == DK_MATMUL_FORWARD) return 0;
     a->dout_bf16 = g->dout_bf16;
@@ -366,9 +368,11 @@ static int classifier_product(void *model, DeviceKernel k, const MatmulArgs *a) 
 /* Linear layer `which` (gpt.c's FP8 site order: qkv, attproj, fc, fcproj) of layer l; in FP8 in fp8 mode. */
 enum { LINEAR_QKV, LINEAR_ATTPROJ, LINEAR_FC, LINEAR_FCPROJ };
 static int linear(GPTDevice *g, DeviceKernel k, int l, int which, MatmulArgs a, int IC, int OC) {
+    static const ActKind INPUT_OF[] = {ACT_LN1, ACT_ATTY, ACT_LN2, ACT_FCH_GELU}; /* each linear layer's input */
     a.N = (int)rows(g);
     a.IC = IC;
     a.OC = OC;
+    if (g->acts_bf16) a.inp_bf16 = acts_bf16_bits(g->acts_bf16, l, INPUT_OF[which]);
     if (g->fp8 && g->bf16) a.weight_bf16 = g->params_bf16 + (a.weight - g->params);
     if (g->fp8) return fp8_device_linear(g->fp8, g->compute, k, FP8_LINEARS_PER_LAYER * l + which, &a);
     return product(g, k, a);
@@ -404,8 +408,8 @@ static int nonfinite(GPTDevice *g, int32_t *flag, const float *x, size_t n) {
     return launch(g, &call);
 }
 
-/* --activations bf16: x (layer's activation k) rounded to bf16 in place and kept for backward. */
-static int keep(GPTDevice *g, int layer, ActKind k, float *x) {
+/* --activations bf16: x's bf16 bits (layer's activation k) kept for its products and backward. */
+static int keep(GPTDevice *g, int layer, ActKind k, const float *x) {
     return g->acts_bf16 ? acts_bf16_keep(g->acts_bf16, g->compute, layer, k, x) : 0;
 }
 
@@ -518,10 +522,10 @@ static int forward(GPTDevice *g, float dloss) {
     return classifier_device(g->dev, g->compute, &head, classifier_product, g);
 }
 
-/* --activations bf16: layer l's activations widened from the store. */
+/* --activations bf16: what layer l's fp32 kernels read of the store widened (the attention's output;
+ * the products read the bits). */
 static int restore_layer(GPTDevice *g, int l) {
-    const DeviceLayerActs *a = &g->layer[l];
-    float *const dst[ACT_KINDS] = {a->ln1, a->atty, a->ln2, a->fch_gelu};
+    float *const dst[ACT_KINDS] = {[ACT_ATTY] = g->layer[l].atty};
     return acts_bf16_restore(g->acts_bf16, g->compute, l, dst);
 }
 
