@@ -4,10 +4,11 @@
  *   DK_LAYERNORM_FORWARD: the same bits (the same fp32 operations in the
  *   same order), rows of a width that is no multiple of a warp.
  *   DK_BF16_WIDEN gives back exactly the values kernels/bf16.h rounds to.
- * - The GPT-2 step (L4 H4 C64 T64, micro-batch 4) in bf16 with the
- *   activations kept in bf16 against the same step keeping them in fp32,
- *   from the same weights: the loss and every gradient within the bound
- *   derived from bf16 rounding, which is 0 (below).
+ * - The GPT-2 step (L4 H4 C64 T64, micro-batch 4; the fused attention and
+ *   the unfused) in bf16 with the activations kept in bf16 against the
+ *   same step keeping them in fp32, from the same weights: the loss and
+ *   every gradient within the bound derived from bf16 rounding, which is 0
+ *   (below).
  * `test_device_acts_bf16 cuda` runs the same on a GPU. */
 #include <math.h>
 #include <stdlib.h>
@@ -97,12 +98,14 @@ static void fused_kernel(Harness *h) {
     free(a), free(b), free(w), free(bias), free(rounded), free(store), free(bits);
 }
 
-/* One bf16 step (forward, backward) from init; the loss sum returned, the gradients into grads. */
-static double bf16_step(Harness *h, const GPTConfig *cfg, const float *init, bool bf16_acts, float *grads) {
+/* One bf16 step (forward, backward) from init, with the fused attention or the unfused; the loss sum
+ * returned, the gradients into grads. */
+static double bf16_step(Harness *h, const GPTConfig *cfg, const float *init, bool fused, bool bf16_acts, float *grads) {
     char reason[256];
     GPTDevice *g = gpt_device_create(h->dev, cfg, B, T, 0, reason, sizeof reason);
     CHECK(g && gpt_device_enable_bf16(g) == 0, "device model: %s", g ? device_error(h->dev) : reason);
     if (!g) exit(1);
+    CHECK(gpt_device_set_fused_attention(g, fused, reason, sizeof reason) == 0, "attention: %s", reason);
     CHECK(!bf16_acts || gpt_device_enable_bf16_activations(g, reason, sizeof reason) == 0, "bf16 activations: %s", reason);
     int32_t inputs[N], targets[N];
     Rng rng;
@@ -127,7 +130,7 @@ static double bf16_step(Harness *h, const GPTConfig *cfg, const float *init, boo
  * be the plain path's bit for bit (a rounding of anything not yet bf16, up
  * to 2^-9 of it, moves the gradients by ~1e-2 of their largest: measured
  * when the store also kept qkv and fch). */
-static void bf16_activations(Harness *h) {
+static void bf16_activations(Harness *h, bool fused) {
     GPTConfig cfg = {.max_seq_len = T, .vocab_size = V, .num_layers = L, .num_heads = H, .channels = C};
     char why[256];
     CHECK(gpt_config_check(&cfg, why, sizeof why), "test model: %s", why);
@@ -136,8 +139,9 @@ static void bf16_activations(Harness *h) {
     gpt_init_weights(&model, 1337);
     const size_t n = model.num_params;
     float *plain = malloc(n * 4), *kept = malloc(n * 4);
-    const double want = bf16_step(h, &cfg, model.params, false, plain), got = bf16_step(h, &cfg, model.params, true, kept);
-    printf("bf16 activations: loss %.9g against %.9g, gradients %s\n", got, want,
+    const double want = bf16_step(h, &cfg, model.params, fused, false, plain);
+    const double got = bf16_step(h, &cfg, model.params, fused, true, kept);
+    printf("bf16 activations, %s attention: loss %.9g against %.9g, gradients %s\n", fused ? "fused" : "unfused", got, want,
            memcmp(plain, kept, n * 4) == 0 ? "bitwise equal" : "DIFFERENT");
     CHECK(got == want, "loss %.9g, the plain path's %.9g: storing bf16 values as bf16 lost something", got, want);
     size_t differ = 0;
@@ -150,7 +154,8 @@ static void bf16_activations(Harness *h) {
 int main(int argc, char **argv) {
     Harness h = harness_open(argc, argv, 5);
     fused_kernel(&h);
-    bf16_activations(&h);
+    bf16_activations(&h, true);
+    bf16_activations(&h, false);
     harness_close(&h);
     printf("%s\n", failures ? "FAILED" : "fused residual layernorm and bf16 activations as derived");
     return failures != 0;
