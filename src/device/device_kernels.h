@@ -166,7 +166,10 @@ typedef struct {
 
 /* The residual add fused with the layernorm that reads its sum: residual =
  * a + b, then ln over it (ln.inp is residual) as DK_LAYERNORM_FORWARD, each
- * row in one pass: the same bits as the two kernels one after the other. */
+ * row in one pass: the same bits as the two kernels one after the other.
+ * Its backward is DK_LAYERNORM_BACKWARD's one pass: the residual's gradient
+ * goes to a and b unchanged, so dinp += adds the layernorm's input gradient
+ * to it where it lies (the residual add needs no pass of its own). */
 typedef struct {
     LayernormArgs ln;
     float *residual;
