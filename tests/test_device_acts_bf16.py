@@ -57,8 +57,8 @@ class DeviceActsBf16Test(CorpusTest):
         return p.returncode == 0
 
     def smallest(self, extra):
-        lo, hi = 1, 256
-        self.assertTrue(self.fits(hi, extra), "the memory test's model does not fit 256 MiB")
+        lo, hi = 1, 64
+        self.assertTrue(self.fits(hi, extra), "the memory test's model does not fit 64 MiB")
         while lo < hi:
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if self.fits(mid, extra) else (mid + 1, hi)
