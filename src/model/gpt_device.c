@@ -316,6 +316,7 @@ int gpt_device_enable_bf16_activations(GPTDevice *g, char *reason, size_t reason
         snprintf(reason, reason_size, "bf16 activations need bf16 products (not fp32 or FP8) and no full recomputation");
         return -1;
     }
+    if (g->acts_bf16) return 0;
     drop_acts(g); /* the layers now share one set of fp32 buffers */
     if (!(g->acts_bf16 = acts_bf16_create(g->dev, g->cfg.num_layers, rows(g), (size_t)g->cfg.channels))) {
         snprintf(reason, reason_size, "%s", device_error(g->dev));
@@ -537,7 +538,7 @@ static int backward(GPTDevice *g) {
     TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = dlnf, .dbias = dlnf + C, .dout = g->dln,
                                                              .inp = g->layer[L - 1].residual3, .weight = lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd}));
     for (int l = L - 1; l >= 0; l--) {
-        float *inp = l ? g->layer[l - 1].residual3 : g->encoded;
+        const float *inp = l ? g->layer[l - 1].residual3 : g->encoded;
         if (cfg->recompute == GPT_RECOMPUTE_FULL) TRY(layer_forward(g, l, inp, false, false)); /* the same bits */
         if (g->acts_bf16) TRY(restore_layer(g, l));
         TRY(layer_backward(g, l, inp));
