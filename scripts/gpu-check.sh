@@ -117,12 +117,15 @@ phase test_device_bf16 60 "$PY" tests/test_device_bf16.py cuda
 # history step for step (the whole test_device_fp8.py, both recipes and bf16, took 281 s on sim on 2 CPU cores)
 phase test_device_fp8_gemm 40 "$WORK/bin/test_device_fp8_gemm" cuda
 phase test_device_fp8 90 "$PY" tests/test_device_fp8.py cuda DeviceFp8Test.test_delayed_within_the_floor
+phase test_device_acts_bf16 30 "$WORK/bin/test_device_acts_bf16" cuda # fused residual layernorm, bf16 activations
 phase memcheck 40 compute-sanitizer --tool memcheck --error-exitcode 3 "$BS" "${TINY[@]}"
 phase racecheck 40 compute-sanitizer --tool racecheck --error-exitcode 3 "$BS" "${TINY[@]}"
 phase speed_batchscale_fp32 60 "$BS" "${GPT2[@]}" --metrics "$OUT/gpt2_fp32.jsonl" &&
     speed_line "$OUT/gpt2_fp32.jsonl" fp32 | tee -a "$OUT/summary.txt"
 phase speed_batchscale_bf16 60 "$BS" "${GPT2[@]}" --precision bf16 --metrics "$OUT/gpt2_bf16.jsonl" &&
     speed_line "$OUT/gpt2_bf16.jsonl" bf16 | tee -a "$OUT/summary.txt"
+phase speed_batchscale_bf16_acts 60 "$BS" "${GPT2[@]}" --precision bf16 --activations bf16 --metrics "$OUT/gpt2_bf16_acts.jsonl" &&
+    speed_line "$OUT/gpt2_bf16_acts.jsonl" bf16 bf16-activations | tee -a "$OUT/summary.txt"
 phase speed_pytorch 100 "$PY" bench/gpu_torch_gpt.py --steps 15 --modes eager-fp32,eager-bf16,compile-bf16
 grep '^{' "$OUT/speed_pytorch.log" >>"$OUT/summary.txt"
 # the same model with the unfused attention kernel (it keeps P: 12 x 400 MB at T 1024), fewer steps

@@ -49,6 +49,8 @@ bs_device_pair(classifier test_device_classifier)
 # FP8 on the device (device/fp8_math.h, device/fp8_gemm.h): quantization bit for bit and the layer's products
 # within the summation-order bound of the CPU's emulation, with the same statistics.
 bs_device_pair(fp8_gemm test_device_fp8_gemm)
+# The fused residual + layernorm kernel and --activations bf16 against the plain device path.
+bs_device_pair(acts_bf16 test_device_acts_bf16)
 
 # The whole GPT-2 step on the device against the CPU model (model/gpt_device.h).
 add_executable(test_gpt_device test_gpt_device.c)
@@ -73,6 +75,18 @@ set(DEVICE_BF16_ENV "BATCHSCALE=${BS};BF16_DRIVER=$<TARGET_FILE:bf16_driver>;OMP
 set_tests_properties(device_bf16_sim PROPERTIES LABELS device ENVIRONMENT "${DEVICE_BF16_ENV}")
 set_tests_properties(device_bf16_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP}
   ENVIRONMENT "${DEVICE_BF16_ENV}")
+
+# --activations bf16 through the CLI: ten steps within 4 x the floor (against the CPU's bf16 and the plain device
+# path), sim's memory with and without, the refusals.
+foreach(part floor memory refusals)
+  add_test(NAME device_acts_bf16_${part}_sim COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_acts_bf16.py sim -k ${part})
+  set_tests_properties(device_acts_bf16_${part}_sim PROPERTIES LABELS device ENVIRONMENT "${DEVICE_BF16_ENV}")
+endforeach()
+add_test(NAME device_acts_bf16_floor_gpu COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_acts_bf16.py cuda -k floor)
+set_tests_properties(device_acts_bf16_floor_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP}
+  ENVIRONMENT "${DEVICE_BF16_ENV}")
+bs_tier(unit TESTS device_acts_bf16_memory_sim device_acts_bf16_refusals_sim)
+bs_tier(slow TESTS device_acts_bf16_floor_sim device_acts_bf16_floor_gpu)
 
 # --precision fp8 (delayed) on sim against the CPU's FP8 run: losses and parameters
 # within 4 x the floor of tests/layout_floor.py, the amax history step for step

@@ -39,6 +39,7 @@ static int precision_options(TrainConfig *c, OptionSpec *out) {
         {"fp8-margin", OPT_INT, &c->precision.fp8_margin, -64, 64, "M", "fp8 delayed: scales divided by 2^M", "0", NULL},
         {"fp8-high-precision", OPT_ENUM, &c->precision.fp8_high_precision, OPT_NO_RANGE, "P",
          "fp8: the precision of what is not FP8 (embedding, output head, loss; bf16 or fp32 matmuls)", "bf16", TRAIN_FP8_HIGH_PRECISION_WORDS},
+        {"activations", OPT_ENUM, &c->precision.activations, OPT_NO_RANGE, "P", "--device cuda|sim with --precision bf16: what each layer keeps for backward, fp32 or bf16 (half the bytes; statistics, softmax, loss and sums in fp32)", "fp32", TRAIN_ACTIVATIONS_WORDS},
         {"fp8-param-gather", OPT_FLAG, &c->precision.fp8_param_gather, OPT_NO_RANGE, "", "fp8 delayed, ZeRO-3: gather the layers' weights as E4M3 codes (1 byte, not 4)", NULL, NULL},
     };
     return put(out, s, sizeof s / sizeof s[0]);

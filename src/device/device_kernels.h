@@ -33,6 +33,8 @@ typedef enum {
     DK_FP8_LINEAR_BACKWARD,
     DK_FP8_QUANTIZE, /* an operand to FP8 codes and scales (Fp8QuantizeArgs; fp8_math.h) */
     DK_FP8_PRODUCT,  /* the fp32 product of two quantized operands (Fp8ProductArgs; fp8_math.h) */
+    DK_BF16_WIDEN,               /* bf16 bits to floats (Bf16WidenArgs) */
+    DK_RESIDUAL_LAYERNORM_FORWARD, /* the residual add and the layernorm after it in one pass (ResidualLayernormArgs) */
     DK_COUNT
 } DeviceKernel;
 
@@ -157,6 +159,25 @@ typedef struct {
     size_t n;
 } Bf16RoundArgs;
 
+/* out (n floats) = the bf16 values in (n), exactly */
+typedef struct {
+    float *out;
+    const uint16_t *in;
+    size_t n;
+} Bf16WidenArgs;
+
+/* The residual add fused with the layernorm that reads its sum: residual =
+ * a + b, then ln over it (ln.inp is residual) as DK_LAYERNORM_FORWARD, each
+ * row in one pass: the same bits as the two kernels one after the other.
+ * Its backward is DK_LAYERNORM_BACKWARD's one pass: the residual's gradient
+ * goes to a and b unchanged, so dinp += adds the layernorm's input gradient
+ * to it where it lies (the residual add needs no pass of its own). */
+typedef struct {
+    LayernormArgs ln;
+    float *residual;
+    const float *a, *b;
+} ResidualLayernormArgs;
+
 /* FP8 statistics of one tensor on the device, kernels/fp8.h's Fp8Stats:
  * counts added to, amax the larger. */
 typedef struct {
@@ -244,6 +265,8 @@ typedef struct {
         Fp8LinearArgs fp8;
         Fp8QuantizeArgs fp8_quantize;
         Fp8ProductArgs fp8_product;
+        Bf16WidenArgs widen;
+        ResidualLayernormArgs residual_ln;
     } a;
 } DeviceCall;
 

@@ -110,6 +110,12 @@ BS_HD void km_bf16_round_element(const Bf16RoundArgs *a, size_t i) {
     if (a->out_bf16) a->out_bf16[i] = h;
 }
 
+/* Element i widened from bf16. */
+BS_HD void km_bf16_widen_element(const Bf16WidenArgs *a, size_t i) { a->out[i] = km_bf16_to_float(a->in[i]); }
+
+/* Element i of the fused residual add. */
+BS_HD void km_residual_element(const ResidualLayernormArgs *a, size_t i) { a->residual[i] = a->a[i] + a->b[i]; }
+
 /* Parameter i's AdamW update and its bf16 copy. */
 BS_HD void km_adamw_element(const AdamWArgs *a, size_t i) {
     float p = km_adamw(a->params[i], a->grads[i], &a->m[i], &a->v[i], a->beta1, a->beta2, a->eps, a->grad_scale,

@@ -18,17 +18,28 @@ static void sim_encoder_backward(const EncoderArgs *a) {
     for (int c = 0; c < a->C; c++) km_encoder_backward_column(a, c);
 }
 
+static void sim_layernorm_row(const LayernormArgs *a, int i) {
+    const float *x = a->inp + (size_t)i * a->C;
+    float m = 0, v = 0;
+    for (int c = 0; c < a->C; c++) m += x[c];
+    m /= a->C;
+    for (int c = 0; c < a->C; c++) v += (x[c] - m) * (x[c] - m);
+    float s = km_ln_rstd(v / a->C);
+    for (int c = 0; c < a->C; c++) a->out[(size_t)i * a->C + c] = km_ln_out(x[c], m, s, a->weight[c], a->bias[c]);
+    a->mean[i] = m;
+    a->rstd[i] = s;
+}
+
 static void sim_layernorm_forward(const LayernormArgs *a) {
-    for (int i = 0; i < a->N; i++) {
-        const float *x = a->inp + (size_t)i * a->C;
-        float m = 0, v = 0;
-        for (int c = 0; c < a->C; c++) m += x[c];
-        m /= a->C;
-        for (int c = 0; c < a->C; c++) v += (x[c] - m) * (x[c] - m);
-        float s = km_ln_rstd(v / a->C);
-        for (int c = 0; c < a->C; c++) a->out[(size_t)i * a->C + c] = km_ln_out(x[c], m, s, a->weight[c], a->bias[c]);
-        a->mean[i] = m;
-        a->rstd[i] = s;
+    for (int i = 0; i < a->N; i++) sim_layernorm_row(a, i);
+}
+
+/* each row's residual sum, then its layernorm */
+static void sim_residual_layernorm(const ResidualLayernormArgs *a) {
+    const size_t C = (size_t)a->ln.C;
+    for (int i = 0; i < a->ln.N; i++) {
+        for (size_t c = 0; c < C; c++) km_residual_element(a, (size_t)i * C + c);
+        sim_layernorm_row(&a->ln, i);
     }
 }
 
@@ -144,6 +155,10 @@ static void sim_bf16_round(const Bf16RoundArgs *a) {
     for (size_t i = 0; i < a->n; i++) km_bf16_round_element(a, i);
 }
 
+static void sim_bf16_widen(const Bf16WidenArgs *a) {
+    for (size_t i = 0; i < a->n; i++) km_bf16_widen_element(a, i);
+}
+
 void sim_run_kernel(const DeviceCall *c) {
     switch (c->kernel) {
     case DK_ENCODER_FORWARD: sim_encoder_forward(&c->a.encoder); break;
@@ -170,6 +185,8 @@ void sim_run_kernel(const DeviceCall *c) {
     case DK_FP8_LINEAR_BACKWARD: sim_fp8_linear(c); break;
     case DK_FP8_QUANTIZE: sim_fp8_quantize(&c->a.fp8_quantize); break;
     case DK_FP8_PRODUCT: sim_fp8_product(&c->a.fp8_product); break;
+    case DK_BF16_WIDEN: sim_bf16_widen(&c->a.widen); break;
+    case DK_RESIDUAL_LAYERNORM_FORWARD: sim_residual_layernorm(&c->a.residual_ln); break;
     case DK_COUNT: break;
     }
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "device/flash_math.h"
+#include "model/acts_bf16_device.h"
 #include "model/classifier_device.h"
 #include "model/fp8_device.h"
 #include "model/gpt_device_stage.h"
@@ -49,6 +50,7 @@ struct GPTDevice {
     uint16_t *in_bf16, *dout_bf16; /* bf16: a product's input and output gradient as bf16 operands */
     float *wte_rounded;      /* bf16: wte rounded to bf16 (the encoder reads it, as gpt.c's bf16 copy) */
     Fp8Device *fp8;          /* gpt_device_enable_fp8 (NULL: off) */
+    ActsBf16 *acts_bf16;     /* gpt_device_enable_bf16_activations (NULL: the activations kept in fp32) */
     int nonfinite_layer;
     /* activations (pointers into acts) */
     float *encoded, *proj_out, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
@@ -83,6 +85,13 @@ static size_t carve_acts(GPTDevice *g, float *base) {
     const int first = gpt_first_layer(&g->cfg);
     for (int l = first; l < first + gpt_stage_layers(&g->cfg); l++) {
         DeviceLayerActs *a = &g->layer[l];
+        if (l > first && g->acts_bf16) { /* the first layer's ln1, atty, ln2, fch_gelu: the bf16 store keeps each layer's */
+            *a = g->layer[first];
+            a->ln1_mean = take(&c, N), a->ln1_rstd = take(&c, N), a->qkv = take(&c, 3 * N * C), a->att = take(&c, att);
+            a->residual2 = take(&c, N * C), a->ln2_mean = take(&c, N), a->ln2_rstd = take(&c, N);
+            a->fch = take(&c, 4 * N * C), a->residual3 = take(&c, N * C);
+            continue;
+        }
         if (l > first && g->cfg.recompute == GPT_RECOMPUTE_FULL) { /* the first layer's buffers, recomputed; its own output */
             *a = g->layer[first];
             a->residual3 = take(&c, N * C);
@@ -156,8 +165,6 @@ static int allocate(GPTDevice *g) {
     float **state[] = {&g->params, &g->grads, &g->m, &g->v};
     for (int i = 0; i < 4; i++)
         if (!(*state[i] = device_alloc(g->dev, bytes))) return -1;
-    if (!(g->acts = device_alloc(g->dev, sizeof(float) * carve_acts(g, NULL)))) return -1;
-    carve_acts(g, g->acts);
     if (!(g->tokens = device_alloc(g->dev, sizeof(int32_t) * 3 * N))) return -1;
     if (!(g->flags = device_alloc(g->dev, sizeof(int32_t) * (size_t)num_flags(g)))) return -1;
     g->stage.dev = g->dev;
@@ -166,6 +173,20 @@ static int allocate(GPTDevice *g) {
         gpt_device_stage_open_head(&g->stage, g->dev, gpt_tensor_numel(&g->cfg, TK_WTE)) != 0)
         return -1;
     return make_segments(g);
+}
+
+/* The activations' one allocation, made when the state first arrives (after every option that shapes them). */
+static int allocate_acts(GPTDevice *g) {
+    if (g->acts) return 0;
+    if (!(g->acts = device_alloc(g->dev, sizeof(float) * carve_acts(g, NULL)))) return -1;
+    carve_acts(g, g->acts);
+    return 0;
+}
+
+/* Their shapes changed: allocated again when the state arrives. */
+static void drop_acts(GPTDevice *g) {
+    device_free(g->dev, g->acts);
+    g->acts = NULL;
 }
 
 GPTDevice *gpt_device_create(Device *dev, const GPTConfig *cfg, int B, int T, int debug, char *reason,
@@ -198,6 +219,7 @@ void gpt_device_free(GPTDevice *g) {
     void *dev_buffers[] = {g->params, g->grads,    g->m,     g->v,           g->acts,     g->tokens,    g->sums,
                            g->offsets, g->flags, g->params_bf16, g->in_bf16, g->dout_bf16, g->wte_rounded};
     for (size_t i = 0; i < sizeof dev_buffers / sizeof dev_buffers[0]; i++) device_free(g->dev, dev_buffers[i]);
+    acts_bf16_free(g->acts_bf16);
     fp8_device_free(g->fp8);
     device_event_destroy(g->dev, g->tokens_ready);
     device_stream_destroy(g->dev, g->copy);
@@ -248,6 +270,7 @@ static int refresh_copies(GPTDevice *g) {
 }
 
 int gpt_device_set_state(GPTDevice *g, const float *params, const float *m, const float *v) {
+    TRY(allocate_acts(g));
     const size_t whole = g->nparams * sizeof(float), part = g->range_count * sizeof(float);
     const float *src[] = {params, m, v};
     float *dst[] = {g->params, g->m + g->range_offset, g->v + g->range_offset};
@@ -294,12 +317,21 @@ int gpt_device_set_fused_attention(GPTDevice *g, bool fused, char *reason, size_
     }
     if (fused == g->fused_attention) return 0;
     g->fused_attention = fused; /* the activations again: P (B,H,T,T) and its scratch, or only the lse (B,H,T) */
-    device_free(g->dev, g->acts);
-    if (!(g->acts = device_alloc(g->dev, sizeof(float) * carve_acts(g, NULL)))) {
+    drop_acts(g);
+    return 0;
+}
+
+int gpt_device_enable_bf16_activations(GPTDevice *g, char *reason, size_t reason_size) {
+    if (!g->bf16 || g->fp8 || g->cfg.recompute == GPT_RECOMPUTE_FULL) {
+        snprintf(reason, reason_size, "bf16 activations need bf16 products (not fp32 or FP8) and no full recomputation");
+        return -1;
+    }
+    if (g->acts_bf16) return 0;
+    drop_acts(g); /* the layers now share one set of fp32 buffers */
+    if (!(g->acts_bf16 = acts_bf16_create(g->dev, g->cfg.num_layers, rows(g), (size_t)g->cfg.channels))) {
         snprintf(reason, reason_size, "%s", device_error(g->dev));
         return -1;
     }
-    carve_acts(g, g->acts);
     return 0;
 }
 
@@ -326,8 +358,10 @@ static int layernorm(GPTDevice *g, DeviceKernel k, LayernormArgs a) {
  * refreshes. */
 static int bf16_operands(GPTDevice *g, DeviceKernel k, MatmulArgs *a) {
     const size_t N = (size_t)a->N;
-    TRY(round_bf16(g, k == DK_MATMUL_FORWARD ? (float *)a->inp : NULL, g->in_bf16, a->inp, N * (size_t)a->IC));
-    a->inp_bf16 = g->in_bf16;
+    if (!a->inp_bf16) { /* set: the input's bits kept by --activations bf16 */
+        TRY(round_bf16(g, k == DK_MATMUL_FORWARD ? (float *)a->inp : NULL, g->in_bf16, a->inp, N * (size_t)a->IC));
+        a->inp_bf16 = g->in_bf16;
+    }
     a->weight_bf16 = g->params_bf16 + (a->weight - g->params);
     if (k == DK_MATMUL_FORWARD) return 0;
     a->dout_bf16 = g->dout_bf16;
@@ -347,9 +381,11 @@ static int classifier_product(void *model, DeviceKernel k, const MatmulArgs *a) 
 /* Linear layer `which` (gpt.c's FP8 site order: qkv, attproj, fc, fcproj) of layer l; in FP8 in fp8 mode. */
 enum { LINEAR_QKV, LINEAR_ATTPROJ, LINEAR_FC, LINEAR_FCPROJ };
 static int linear(GPTDevice *g, DeviceKernel k, int l, int which, MatmulArgs a, int IC, int OC) {
+    static const ActKind INPUT_OF[] = {ACT_LN1, ACT_ATTY, ACT_LN2, ACT_FCH_GELU}; /* each linear layer's input */
     a.N = (int)rows(g);
     a.IC = IC;
     a.OC = OC;
+    if (g->acts_bf16) a.inp_bf16 = acts_bf16_bits(g->acts_bf16, l, INPUT_OF[which]);
     if (g->fp8 && g->bf16) a.weight_bf16 = g->params_bf16 + (a.weight - g->params);
     if (g->fp8) return fp8_device_linear(g->fp8, g->compute, k, FP8_LINEARS_PER_LAYER * l + which, &a);
     return product(g, k, a);
@@ -385,25 +421,57 @@ static int nonfinite(GPTDevice *g, int32_t *flag, const float *x, size_t n) {
     return launch(g, &call);
 }
 
-/* One layer's forward from residual (N,C) to a->residual3, as gpt_forward. */
-static int layer_forward(GPTDevice *g, int l, const float *residual) {
-    const int C = g->cfg.channels;
-    const size_t NC = rows(g) * (size_t)C;
+/* --activations bf16: x's bf16 bits (layer's activation k) kept for its products and backward. */
+static int keep(GPTDevice *g, int layer, ActKind k, const float *x) {
+    return g->acts_bf16 ? acts_bf16_keep(g->acts_bf16, g->compute, layer, k, x) : 0;
+}
+
+/* The layernorm at the input of layer l (l = L: the final one), reading inp. */
+static LayernormArgs input_norm(const GPTDevice *g, int l, const float *inp) {
+    if (l == g->cfg.num_layers) {
+        const float *lnf = tensor(g, g->params, TK_LNFW);
+        return (LayernormArgs){.out = g->lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd, .inp = inp, .weight = lnf,
+                               .bias = lnf + g->cfg.channels};
+    }
     const LayerTensors p = layer_tensors(g, g->params, l);
     const DeviceLayerActs *a = &g->layer[l];
-    TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = a->ln1, .mean = a->ln1_mean, .rstd = a->ln1_rstd,
-                                                            .inp = residual, .weight = p.ln1w, .bias = p.ln1b}));
+    return (LayernormArgs){.out = a->ln1, .mean = a->ln1_mean, .rstd = a->ln1_rstd, .inp = inp, .weight = p.ln1w, .bias = p.ln1b};
+}
+
+/* x = a + b and (norm not NULL) the layernorm of x, in one launch (DK_RESIDUAL_LAYERNORM_FORWARD). */
+static int residual_norm(GPTDevice *g, float *x, const float *a, const float *b, const LayernormArgs *norm) {
+    if (!norm) return elementwise(g, DK_RESIDUAL_FORWARD, x, a, b, rows(g) * (size_t)g->cfg.channels);
+    DeviceCall call = {.kernel = DK_RESIDUAL_LAYERNORM_FORWARD};
+    call.a.residual_ln = (ResidualLayernormArgs){.ln = *norm, .residual = x, .a = a, .b = b};
+    call.a.residual_ln.ln.inp = x;
+    call.a.residual_ln.ln.N = (int)rows(g);
+    call.a.residual_ln.ln.C = g->cfg.channels;
+    return launch(g, &call);
+}
+
+/* One layer's forward from residual (N,C) to a->residual3, as gpt_forward. normed: its first layernorm
+ * ran already (the previous layer's fused residual); fuse_next: the next layernorm (layer l + 1's or the
+ * final one) fused with the last residual add. */
+static int layer_forward(GPTDevice *g, int l, const float *residual, bool normed, bool fuse_next) {
+    const int C = g->cfg.channels;
+    const LayerTensors p = layer_tensors(g, g->params, l);
+    const DeviceLayerActs *a = &g->layer[l];
+    if (!normed) TRY(layernorm(g, DK_LAYERNORM_FORWARD, input_norm(g, l, residual)));
+    TRY(keep(g, l, ACT_LN1, a->ln1));
     TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_QKV, (MatmulArgs){.out = a->qkv, .inp = a->ln1, .weight = p.qkvw, .bias = p.qkvb}, C, 3 * C));
     TRY(attention(g, DK_ATTENTION_FORWARD, a));
+    TRY(keep(g, l, ACT_ATTY, a->atty));
     TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_ATTPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->atty, .weight = p.attprojw, .bias = p.attprojb}, C, C));
-    TRY(elementwise(g, DK_RESIDUAL_FORWARD, a->residual2, residual, g->proj_out, NC));
-    TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = a->ln2, .mean = a->ln2_mean, .rstd = a->ln2_rstd,
-                                                            .inp = a->residual2, .weight = p.ln2w, .bias = p.ln2b}));
+    const LayernormArgs ln2 = {.out = a->ln2, .mean = a->ln2_mean, .rstd = a->ln2_rstd, .weight = p.ln2w, .bias = p.ln2b};
+    TRY(residual_norm(g, a->residual2, residual, g->proj_out, &ln2));
+    TRY(keep(g, l, ACT_LN2, a->ln2));
     TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FC, (MatmulArgs){.out = a->fch_gelu, .pre_gelu = a->fch, .inp = a->ln2, .weight = p.fcw,
                                                   .bias = p.fcb}, C, 4 * C)); /* the GELU epilogue */
+    TRY(keep(g, l, ACT_FCH_GELU, a->fch_gelu));
     TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FCPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->fch_gelu, .weight = p.fcprojw, .bias = p.fcprojb}, 4 * C, C));
-    TRY(elementwise(g, DK_RESIDUAL_FORWARD, a->residual3, a->residual2, g->proj_out, NC));
-    return nonfinite(g, &g->flags[l], a->residual3, NC); /* the guard's: gpt.c checks each layer's output */
+    const LayernormArgs next = input_norm(g, l + 1, a->residual3);
+    TRY(residual_norm(g, a->residual3, a->residual2, g->proj_out, fuse_next ? &next : NULL));
+    return nonfinite(g, &g->flags[l], a->residual3, rows(g) * (size_t)C); /* the guard's: gpt.c checks each layer's output */
 }
 
 /* One layer's backward: g->dresidual from its output's gradient to its input's, as gpt.c's layer_pass. */
@@ -462,11 +530,11 @@ static int forward(GPTDevice *g, float dloss) {
                                   .tokens = g->tokens, .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C,
                                   .V = cfg->vocab_size};
     if (gpt_has_encoder(cfg)) TRY(launch(g, &enc));
-    for (int l = first; l <= last; l++) TRY(layer_forward(g, l, l > first ? g->layer[l - 1].residual3 : g->encoded));
-    if (!gpt_has_head(cfg)) return 0;
-    float *lnf = tensor(g, g->params, TK_LNFW);
-    TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = g->lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd,
-                                                            .inp = g->layer[last].residual3, .weight = lnf, .bias = lnf + C}));
+    const bool has_head = gpt_has_head(cfg);
+    /* each layer's last residual add fused with the next layernorm: the next layer's of this stage, or the final one */
+    for (int l = first; l <= last; l++)
+        TRY(layer_forward(g, l, l > first ? g->layer[l - 1].residual3 : g->encoded, false, l < last || has_head));
+    if (!has_head) return 0;
     /* the loss and, training, the gradients into lnf (g->dln) and wte (the last stage's copy: head_wte), a block of rows at a time */
     const bool copy = g->stage.head_wte != NULL;
     ClassifierArgs head = {g->losses, g->dln, copy ? g->stage.head_dwte : tensor(g, g->grads, TK_WTE), g->logits, g->lnf,
@@ -474,6 +542,13 @@ static int forward(GPTDevice *g, float dloss) {
                            g->tokens + rows(g), (int)rows(g), C, cfg->vocab_size, cfg->padded_vocab_size,
                            (int)classifier_rows(g), dloss};
     return classifier_device(g->dev, g->compute, &head, classifier_product, g);
+}
+
+/* --activations bf16: what layer l's fp32 kernels read of the store widened (the attention's output;
+ * the products read the bits). */
+static int restore_layer(GPTDevice *g, int l) {
+    float *const dst[ACT_KINDS] = {[ACT_ATTY] = g->layer[l].atty};
+    return acts_bf16_restore(g->acts_bf16, g->compute, l, dst);
 }
 
 /* Without the head g->dresidual holds the output's gradient (from the next
@@ -489,7 +564,8 @@ static int backward(GPTDevice *g) {
     }
     for (int l = last; l >= first; l--) {
         const float *inp = l > first ? g->layer[l - 1].residual3 : g->encoded;
-        if (cfg->recompute == GPT_RECOMPUTE_FULL) TRY(layer_forward(g, l, inp)); /* the same launches: the same bits */
+        if (cfg->recompute == GPT_RECOMPUTE_FULL) TRY(layer_forward(g, l, inp, false, false)); /* the same launches: the same bits */
+        if (g->acts_bf16) TRY(restore_layer(g, l));
         TRY(layer_backward(g, l, inp));
     }
     if (!gpt_has_encoder(cfg)) return 0;
@@ -517,6 +593,7 @@ static int collect(GPTDevice *g, double *loss_sum) {
 }
 
 int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum) {
+    TRY(allocate_acts(g)); /* once: made by gpt_device_set_state */
     TRY(upload_tokens(g, inputs, targets));
     TRY(forward(g, dloss));
     if (dloss != 0) TRY(backward(g));
@@ -602,6 +679,7 @@ float *gpt_device_stage_output(const GPTDevice *g) {
 float *gpt_device_stage_grad(const GPTDevice *g) { return g->dresidual; }
 
 int gpt_device_stage_forward(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum) {
+    TRY(allocate_acts(g)); /* once: made by gpt_device_set_state */
     TRY(upload_tokens(g, inputs, targets));
     TRY(forward(g, dloss));
     return collect(g, loss_sum);

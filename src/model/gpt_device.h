@@ -3,7 +3,8 @@
  * with parameters, gradients and both moments in flat device buffers at the
  * CPU layout's offsets (gpt_tensor_offset), so ranges, checkpoints and
  * resharding read them as they read the CPU's. The activations are one
- * device allocation made at creation; nothing is allocated inside a step.
+ * device allocation made when the state first arrives (gpt_device_set_state,
+ * after the options that shape them); nothing is allocated inside a step.
  * Token batches go in on a copy stream, which the compute stream waits for
  * through an event, with each token's document start when documents are
  * masked (attention inside the document, as gpt.h's doc_separator). A step
@@ -42,6 +43,13 @@ void gpt_device_free(GPTDevice *g);
  * parameters stay the masters. -1 with the reason in device_error when the
  * device has no room. */
 int gpt_device_enable_bf16(GPTDevice *g);
+/* bf16 activation storage (after gpt_device_enable_bf16, before
+ * gpt_device_set_state; model/acts_bf16_device.h): what each layer's
+ * products read as bf16 kept as bf16 (bitwise the same training), the
+ * layers sharing one fp32 copy of those buffers; statistics, softmax, loss
+ * and sums stay fp32. -1 with the reason (no bf16 products, FP8, full
+ * recomputation, or no room). */
+int gpt_device_enable_bf16_activations(GPTDevice *g, char *reason, size_t reason_size);
 /* fp8 compute (--precision fp8, either recipe; before any step, after
  * gpt_device_enable_bf16 for bf16 outside FP8): the four
  * linear layers of every transformer layer through DK_FP8_LINEAR_* with

@@ -98,6 +98,7 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
     }
     if (cfg->doc_mask) gpt_device_set_doc_separator(d->model, cfg->doc_separator);
     if ((cfg->fused_attention >= 0 && gpt_device_set_fused_attention(d->model, cfg->fused_attention, reason, reason_size)) ||
+        (cfg->bf16_activations && gpt_device_enable_bf16_activations(d->model, reason, reason_size)) ||
         open_comm(d, cfg, chunk, grid, reason, reason_size) != 0) {
         engine_device_free(d);
         return NULL;

@@ -38,6 +38,7 @@ const char *const TRAIN_GOODPUT_ESTIMATOR_WORDS[] = {"simple", "precond", "curva
 const char *const TRAIN_FP8_RECIPE_WORDS[] = {"delayed", "block", NULL};
 const char *const TRAIN_FP8_AMAX_ALGO_WORDS[] = {"max", "most_recent", NULL};
 const char *const TRAIN_FP8_HIGH_PRECISION_WORDS[] = {"fp32", "bf16", NULL};
+const char *const TRAIN_ACTIVATIONS_WORDS[] = {"fp32", "bf16", NULL};
 const char *const TRAIN_RECOMPUTE_WORDS[] = {"none", "selective", "full", NULL};
 
 /* Context parallelism: the sequence's chunks, and what does not compose with it yet. */
@@ -100,8 +101,26 @@ static bool check_optim(const TrainConfig *c, char *why, size_t n) {
     return true;
 }
 
+/* --activations bf16: the device step's, over its bf16 products, keeping each layer's activations. */
+static bool check_activations(const TrainConfig *c, char *why, size_t n) {
+    if (c->precision.activations == PRECISION_FP32) return true;
+    if (c->device.kind == TRAIN_DEVICE_CPU)
+        snprintf(why, n, "--activations bf16 needs --device cuda or sim (the CPU step keeps its activations in fp32)");
+    else if (c->precision.mode != PRECISION_BF16)
+        snprintf(why, n, "--activations bf16 needs --precision bf16 (got %s): its products are the ones that read bf16 inputs",
+                 TRAIN_PRECISION_WORDS[c->precision.mode]);
+    else if (c->model.recompute == GPT_RECOMPUTE_FULL)
+        snprintf(why, n, "--activations bf16 does not work with --recompute full yet (full recomputation keeps only each layer's input)");
+    else if (c->parallel.pp > 1)
+        snprintf(why, n, "--activations bf16 does not work with --pp yet (its bf16 store keeps one micro-batch's activations, a pipeline stage several)");
+    else
+        return true;
+    return false;
+}
+
 /* Precision: bf16 products through oneDNN need a CPU with bf16 arithmetic. */
 static bool check_precision(const TrainConfig *c, char *why, size_t n) {
+    if (!check_activations(c, why, n)) return false;
     const bool bf16 = c->precision.mode == PRECISION_BF16 ||
                       (c->precision.mode == PRECISION_FP8 && c->precision.fp8_high_precision == PRECISION_BF16);
     if (bf16 && c->precision.bf16_matmul == MATMUL_BF16_ONEDNN && !matmul_bf16_onednn_available()) {

@@ -58,6 +58,7 @@ extern const char *const TRAIN_FP8_RECIPE_WORDS[];
 extern const char *const TRAIN_FP8_AMAX_ALGO_WORDS[];
 extern const char *const TRAIN_MOE_ROUTER_WORDS[]; /* MoeRouter order */
 extern const char *const TRAIN_MOE_GATES_WORDS[];  /* "auto", then MoeGates order */
+extern const char *const TRAIN_ACTIVATIONS_WORDS[]; /* fp32, bf16: PRECISION_FP32, PRECISION_BF16 */
 extern const char *const TRAIN_FP8_HIGH_PRECISION_WORDS[]; /* fp32, bf16: PRECISION_FP32, PRECISION_BF16 */
 
 /* The configuration by area: one struct per section of `train --help`. */
@@ -80,6 +81,7 @@ typedef struct {
     int fp8_margin;               /* delayed: scales divided by 2^margin */
     Precision fp8_high_precision; /* what is not FP8 (embedding, head, loss, ...): bf16 or fp32 */
     bool fp8_param_gather;        /* ZeRO-3: layers gathered with their weights as E4M3 codes (parallel/fp8_gather.h) */
+    Precision activations;        /* on a device: what the layers keep for backward, fp32 or bf16 (model/acts_bf16_device.h) */
 } TrainPrecisionConfig;
 
 typedef struct {

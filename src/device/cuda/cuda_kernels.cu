@@ -45,10 +45,8 @@ __global__ static void encoder_backward_kernel(EncoderArgs a) {
     if (c < a.C) km_encoder_backward_column(&a, c);
 }
 
-/* One warp per row. */
-__global__ static void layernorm_forward_kernel(LayernormArgs a) {
-    int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    if (row >= a.N) return;
+/* One warp per row: the row's layernorm by its lanes. */
+__device__ static void layernorm_row(const LayernormArgs &a, int row, int lane) {
     const float *x = a.inp + (size_t)row * a.C;
     float m = 0, v = 0;
     for (int c = lane; c < a.C; c += WARP) m += x[c];
@@ -60,6 +58,20 @@ __global__ static void layernorm_forward_kernel(LayernormArgs a) {
         a.mean[row] = m;
         a.rstd[row] = s;
     }
+}
+
+__global__ static void layernorm_forward_kernel(LayernormArgs a) {
+    int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (row < a.N) layernorm_row(a, row, lane);
+}
+
+/* One warp per row: each lane sums the residual at its columns, then reads
+ * back only those columns in the row's layernorm (no wait between lanes). */
+__global__ static void residual_layernorm_kernel(ResidualLayernormArgs a) {
+    int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (row >= a.ln.N) return;
+    for (int c = lane; c < a.ln.C; c += WARP) km_residual_element(&a, (size_t)row * a.ln.C + c);
+    layernorm_row(a.ln, row, lane);
 }
 
 __global__ static void layernorm_backward_input_kernel(LayernormArgs a) {
@@ -183,6 +195,11 @@ __global__ static void bf16_round_kernel(Bf16RoundArgs a) {
     if (i < a.n) km_bf16_round_element(&a, i);
 }
 
+__global__ static void bf16_widen_kernel(Bf16WidenArgs a) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < a.n) km_bf16_widen_element(&a, i);
+}
+
 cudaError_t cuda_launch_kernel(const DeviceCall *call, cudaStream_t stream) {
     const DeviceKernel k = call->kernel;
     switch (k) {
@@ -222,6 +239,13 @@ cudaError_t cuda_launch_kernel(const DeviceCall *call, cudaStream_t stream) {
     case DK_FP8_PRODUCT: return cuda_fp8_launch(call, stream);
     case DK_BF16_ROUND:
         if (call->a.round.n) bf16_round_kernel<<<blocks_for(call->a.round.n), THREADS, 0, stream>>>(call->a.round);
+        break;
+    case DK_BF16_WIDEN:
+        if (call->a.widen.n) bf16_widen_kernel<<<blocks_for(call->a.widen.n), THREADS, 0, stream>>>(call->a.widen);
+        break;
+    case DK_RESIDUAL_LAYERNORM_FORWARD:
+        residual_layernorm_kernel<<<blocks_for((size_t)call->a.residual_ln.ln.N * WARP), THREADS, 0, stream>>>(
+            call->a.residual_ln);
         break;
     default: return cudaErrorInvalidValue; /* the matmuls go through cuBLASLt (device_cuda.cu) */
     }
