@@ -9,9 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/error.h"
 #include "device/flash_math.h"
 #include "model/classifier_device.h"
 #include "model/fp8_device.h"
+#include "model/gpt_device_tp.h"
 
 #define TRY(x)                                                                                                        \
     do {                                                                                                              \
@@ -29,6 +31,9 @@ struct GPTDevice {
     DeviceEvent *tokens_ready;
     GPTConfig cfg;
     int B, T, debug, nseg;
+    int Cl, Hl, F;   /* the shard's attention channels, heads and MLP width (the whole model's without TP) */
+    bool lead;       /* tensor rank 0: adds the row-parallel products' (replicated) biases */
+    GPTDeviceTP *tp; /* gpt_device_set_tensor_group (NULL: the whole model) */
     bool fused_attention; /* DK_FLASH_* (the default), or the unfused kernels keeping P */
     size_t nparams;
     float *params, *grads, *m, *v, *acts;
@@ -75,8 +80,8 @@ static float *take(float **cursor, size_t n) {
  * backward refills layer by layer; selective is what the fused attention
  * does already (it keeps each row's log-sum-exp, not the probabilities). */
 static size_t carve_acts(GPTDevice *g, float *base) {
-    const size_t N = (size_t)g->B * g->T, C = (size_t)g->cfg.channels;
-    const size_t att = (size_t)g->B * g->cfg.num_heads * g->T * (g->fused_attention ? 1 : g->T); /* fused: each row's lse */
+    const size_t N = (size_t)g->B * g->T, C = (size_t)g->cfg.channels, Cl = (size_t)g->Cl, F = (size_t)g->F;
+    const size_t att = (size_t)g->B * g->Hl * g->T * (g->fused_attention ? 1 : g->T); /* fused: each row's lse */
     float *c = base;
     for (int l = 0; l < g->cfg.num_layers; l++) {
         DeviceLayerActs *a = &g->layer[l];
@@ -85,21 +90,21 @@ static size_t carve_acts(GPTDevice *g, float *base) {
             a->residual3 = take(&c, N * C);
             continue;
         }
-        a->ln1 = take(&c, N * C), a->ln1_mean = take(&c, N), a->ln1_rstd = take(&c, N), a->qkv = take(&c, 3 * N * C);
-        a->atty = take(&c, N * C), a->att = take(&c, att), a->residual2 = take(&c, N * C), a->ln2 = take(&c, N * C);
-        a->ln2_mean = take(&c, N), a->ln2_rstd = take(&c, N), a->fch = take(&c, 4 * N * C);
-        a->fch_gelu = take(&c, 4 * N * C), a->residual3 = take(&c, N * C);
+        a->ln1 = take(&c, N * C), a->ln1_mean = take(&c, N), a->ln1_rstd = take(&c, N), a->qkv = take(&c, 3 * N * Cl);
+        a->atty = take(&c, N * Cl), a->att = take(&c, att), a->residual2 = take(&c, N * C), a->ln2 = take(&c, N * C);
+        a->ln2_mean = take(&c, N), a->ln2_rstd = take(&c, N), a->fch = take(&c, N * F);
+        a->fch_gelu = take(&c, N * F), a->residual3 = take(&c, N * C);
     }
     g->encoded = take(&c, N * C), g->proj_out = take(&c, N * C), g->lnf = take(&c, N * C);
     g->lnf_mean = take(&c, N), g->lnf_rstd = take(&c, N), g->logits = take(&c, classifier_rows(g) * g->cfg.padded_vocab_size);
-    g->losses = take(&c, N), g->dresidual = take(&c, N * C), g->dln = take(&c, N * C), g->datty = take(&c, N * C);
-    g->dqkv = take(&c, 3 * N * C), g->dfch = take(&c, 4 * N * C), g->scratch = take(&c, g->fused_attention ? 0 : att);
+    g->losses = take(&c, N), g->dresidual = take(&c, N * C), g->dln = take(&c, N * C), g->datty = take(&c, N * Cl);
+    g->dqkv = take(&c, 3 * N * Cl), g->dfch = take(&c, N * F), g->scratch = take(&c, g->fused_attention ? 0 : att);
     return (size_t)(c - base);
 }
 
 static const char *unsupported(const GPTConfig *cfg) {
-    if (gpt_tp_size(cfg) > 1 || !gpt_has_encoder(cfg) || !gpt_has_head(cfg) || gpt_cp_size(cfg) > 1)
-        return "a device runs the whole model in one process for now (no tensor, pipeline or context parallelism)";
+    if (!gpt_has_encoder(cfg) || !gpt_has_head(cfg) || gpt_cp_size(cfg) > 1)
+        return "a device runs every layer in one process for now (no pipeline or context parallelism)";
     if (gpt_is_moe(cfg)) return "a device runs dense models for now (no MoE)";
     if (cfg->lora_rank > 0) return "a device does not train LoRA adapters yet";
     if (cfg->recompute == GPT_RECOMPUTE_SELECTIVE && cfg->channels / cfg->num_heads > FLASH_MAX_HEAD)
@@ -174,7 +179,9 @@ GPTDevice *gpt_device_create(Device *dev, const GPTConfig *cfg, int B, int T, in
     }
     *g = (GPTDevice){.dev = dev, .cfg = *cfg, .B = B, .T = T, .debug = debug, .nparams = gpt_num_params(cfg),
                      .doc_separator = -1, .poison = NAN, .nonfinite_layer = -1,
-                     .fused_attention = cfg->channels / cfg->num_heads <= FLASH_MAX_HEAD};
+                     .fused_attention = cfg->channels / cfg->num_heads <= FLASH_MAX_HEAD,
+                     .Cl = cfg->channels / gpt_tp_size(cfg), .Hl = cfg->num_heads / gpt_tp_size(cfg),
+                     .F = 4 * cfg->channels / gpt_tp_size(cfg), .lead = gpt_tp_rank(cfg) == 0};
     if (allocate(g) != 0) {
         snprintf(reason, reason_size, "%s", device_error(dev)[0] ? device_error(dev) : "out of host memory");
         gpt_device_free(g);
@@ -189,6 +196,7 @@ void gpt_device_free(GPTDevice *g) {
                            g->offsets, g->flags, g->params_bf16, g->in_bf16, g->dout_bf16, g->wte_rounded};
     for (size_t i = 0; i < sizeof dev_buffers / sizeof dev_buffers[0]; i++) device_free(g->dev, dev_buffers[i]);
     fp8_device_free(g->fp8);
+    gpt_device_tp_free(g->tp);
     device_event_destroy(g->dev, g->tokens_ready);
     device_stream_destroy(g->dev, g->copy);
     device_stream_destroy(g->dev, g->compute);
@@ -201,6 +209,12 @@ void gpt_device_free(GPTDevice *g) {
     free(g);
 }
 
+int gpt_device_set_tensor_group(GPTDevice *g, DeviceComm *comm) {
+    if (gpt_tp_size(&g->cfg) == 1) return 0;
+    g->tp = gpt_device_tp_create(g->dev, g->compute, &g->cfg, comm, g->debug & GPT_DEVICE_SKIP_TP_WAIT);
+    return g->tp ? 0 : -1;
+}
+
 static int round_bf16(GPTDevice *g, float *out, uint16_t *out_bf16, const float *inp, size_t n) {
     DeviceCall call = {.kernel = DK_BF16_ROUND, .a.round = {out, out_bf16, inp, n}};
     return device_launch(g->dev, g->compute, &call);
@@ -210,6 +224,7 @@ static float *tensor(const GPTDevice *g, float *base, TensorKind k) { return bas
 
 /* bf16: the encoder's wte, rounded as the products' */
 static int refresh_wte(GPTDevice *g) {
+    if (g->tp) TRY(gpt_device_tp_gather_wte(g->tp, tensor(g, g->params, TK_WTE))); /* tensor parallel: the whole wte */
     return g->bf16 ? round_bf16(g, g->wte_rounded, NULL, tensor(g, g->params, TK_WTE), gpt_tensor_numel(&g->cfg, TK_WTE)) : 0;
 }
 
@@ -295,6 +310,7 @@ int gpt_device_set_fused_attention(GPTDevice *g, bool fused, char *reason, size_
 
 int gpt_device_zero_grads(GPTDevice *g) {
     if (g->debug & GPT_DEVICE_SKIP_GRAD_ZERO) return 0;
+    if (g->tp) TRY(gpt_device_tp_zero_dwte(g->tp));
     return device_zero(g->dev, g->compute, g->grads, g->nparams * sizeof(float));
 }
 
@@ -356,11 +372,11 @@ static int attention(GPTDevice *g, DeviceKernel k, const DeviceLayerActs *a) {
     if (g->fused_attention) { /* att holds each row's log-sum-exp */
         call.kernel = k == DK_ATTENTION_FORWARD ? DK_FLASH_FORWARD : DK_FLASH_BACKWARD;
         call.a.flash = flash_self_attention(a->atty, a->att, g->dqkv, a->qkv, g->datty, doc_starts(g), g->B, g->T,
-                                            g->cfg.channels, g->cfg.num_heads);
+                                            g->Cl, g->Hl);
         return launch(g, &call);
     }
     call.a.attention = (AttentionArgs){a->atty, a->att, g->dqkv, g->scratch, a->qkv, g->datty, doc_starts(g),
-                                       g->B, g->T, g->cfg.channels, g->cfg.num_heads};
+                                       g->B, g->T, g->Cl, g->Hl};
     return launch(g, &call);
 }
 
@@ -373,44 +389,58 @@ static int nonfinite(GPTDevice *g, int32_t *flag, const float *x, size_t n) {
     return launch(g, &call);
 }
 
+/* A row-parallel product's output or a column-parallel one's input gradient summed over the tensor group. */
+static int tp_sum(GPTDevice *g, float *x) { return g->tp ? gpt_device_tp_sum(g->tp, x, rows(g) * (size_t)g->cfg.channels) : 0; }
+
+/* A row-parallel product's bias: added by tensor rank 0 alone. */
+static const float *row_bias(const GPTDevice *g, const float *bias) { return g->lead ? bias : NULL; }
+
+/* The tied wte (the whole vocabulary's under TP) and the gradient the encoder and the classifier add to. */
+static const float *whole_wte(const GPTDevice *g) { return g->tp ? gpt_device_tp_wte(g->tp) : tensor(g, g->params, TK_WTE); }
+static float *whole_dwte(const GPTDevice *g) { return g->tp ? gpt_device_tp_dwte(g->tp) : tensor(g, g->grads, TK_WTE); }
+
 /* One layer's forward from residual (N,C) to a->residual3, as gpt_forward. */
 static int layer_forward(GPTDevice *g, int l, const float *residual) {
-    const int C = g->cfg.channels;
+    const int C = g->cfg.channels, Cl = g->Cl, F = g->F;
     const size_t NC = rows(g) * (size_t)C;
     const LayerTensors p = layer_tensors(g, g->params, l);
     const DeviceLayerActs *a = &g->layer[l];
     TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = a->ln1, .mean = a->ln1_mean, .rstd = a->ln1_rstd,
                                                             .inp = residual, .weight = p.ln1w, .bias = p.ln1b}));
-    TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_QKV, (MatmulArgs){.out = a->qkv, .inp = a->ln1, .weight = p.qkvw, .bias = p.qkvb}, C, 3 * C));
+    TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_QKV, (MatmulArgs){.out = a->qkv, .inp = a->ln1, .weight = p.qkvw, .bias = p.qkvb}, C, 3 * Cl));
     TRY(attention(g, DK_ATTENTION_FORWARD, a));
-    TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_ATTPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->atty, .weight = p.attprojw, .bias = p.attprojb}, C, C));
+    TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_ATTPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->atty, .weight = p.attprojw, .bias = row_bias(g, p.attprojb)}, Cl, C));
+    TRY(tp_sum(g, g->proj_out));
     TRY(elementwise(g, DK_RESIDUAL_FORWARD, a->residual2, residual, g->proj_out, NC));
     TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = a->ln2, .mean = a->ln2_mean, .rstd = a->ln2_rstd,
                                                             .inp = a->residual2, .weight = p.ln2w, .bias = p.ln2b}));
     TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FC, (MatmulArgs){.out = a->fch_gelu, .pre_gelu = a->fch, .inp = a->ln2, .weight = p.fcw,
-                                                  .bias = p.fcb}, C, 4 * C)); /* the GELU epilogue */
-    TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FCPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->fch_gelu, .weight = p.fcprojw, .bias = p.fcprojb}, 4 * C, C));
+                                                  .bias = p.fcb}, C, F)); /* the GELU epilogue */
+    TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FCPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->fch_gelu, .weight = p.fcprojw, .bias = row_bias(g, p.fcprojb)}, F, C));
+    TRY(tp_sum(g, g->proj_out));
     TRY(elementwise(g, DK_RESIDUAL_FORWARD, a->residual3, a->residual2, g->proj_out, NC));
     return nonfinite(g, &g->flags[l], a->residual3, NC); /* the guard's: gpt.c checks each layer's output */
 }
 
 /* One layer's backward: g->dresidual from its output's gradient to its input's, as gpt.c's layer_pass. */
 static int layer_backward(GPTDevice *g, int l, const float *inp) {
-    const int C = g->cfg.channels;
+    const int C = g->cfg.channels, Cl = g->Cl, F = g->F;
     const LayerTensors p = layer_tensors(g, g->params, l), d = layer_tensors(g, g->grads, l);
     const DeviceLayerActs *a = &g->layer[l];
     TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FCPROJ, (MatmulArgs){.dinp = g->dfch, .dweight = d.fcprojw, .dbias = d.fcprojb, .dout = g->dresidual,
-                                                   .inp = a->fch_gelu, .weight = p.fcprojw}, 4 * C, C));
-    TRY(elementwise(g, DK_GELU_BACKWARD, g->dfch, a->fch, g->dfch, 4 * rows(g) * (size_t)C));
+                                                   .inp = a->fch_gelu, .weight = p.fcprojw}, F, C));
+    TRY(elementwise(g, DK_GELU_BACKWARD, g->dfch, a->fch, g->dfch, rows(g) * (size_t)F));
     TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FC, (MatmulArgs){.dinp = g->dln, .dweight = d.fcw, .dbias = d.fcb, .dout = g->dfch,
-                                                   .inp = a->ln2, .weight = p.fcw}, C, 4 * C));
+                                                   .inp = a->ln2, .weight = p.fcw}, C, F));
+    TRY(tp_sum(g, g->dln));
     TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = d.ln2w, .dbias = d.ln2b, .dout = g->dln,
                                                              .inp = a->residual2, .weight = p.ln2w, .mean = a->ln2_mean, .rstd = a->ln2_rstd}));
     TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_ATTPROJ, (MatmulArgs){.dinp = g->datty, .dweight = d.attprojw, .dbias = d.attprojb, .dout = g->dresidual,
-                                                   .inp = a->atty, .weight = p.attprojw}, C, C));
+                                                   .inp = a->atty, .weight = p.attprojw}, Cl, C));
     TRY(attention(g, DK_ATTENTION_BACKWARD, a));
     TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_QKV, (MatmulArgs){.dinp = g->dln, .dweight = d.qkvw, .dbias = d.qkvb, .dout = g->dqkv,
-                                                   .inp = a->ln1, .weight = p.qkvw}, C, 3 * C));
+                                                   .inp = a->ln1, .weight = p.qkvw}, C, 3 * Cl));
+    TRY(tp_sum(g, g->dln));
     return layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = d.ln1w, .dbias = d.ln1b, .dout = g->dln,
                                                                 .inp = inp, .weight = p.ln1w, .mean = a->ln1_mean, .rstd = a->ln1_rstd});
 }
@@ -441,7 +471,7 @@ static int forward(GPTDevice *g, float dloss) {
     const GPTConfig *cfg = &g->cfg;
     const int C = cfg->channels, L = cfg->num_layers;
     DeviceCall enc = {.kernel = DK_ENCODER_FORWARD};
-    enc.a.encoder = (EncoderArgs){.out = g->encoded, .wte = g->bf16 ? g->wte_rounded : tensor(g, g->params, TK_WTE),
+    enc.a.encoder = (EncoderArgs){.out = g->encoded, .wte = g->bf16 ? g->wte_rounded : whole_wte(g),
                                   .wpe = tensor(g, g->params, TK_WPE),
                                   .tokens = g->tokens, .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C,
                                   .V = cfg->vocab_size};
@@ -451,7 +481,7 @@ static int forward(GPTDevice *g, float dloss) {
     TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = g->lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd,
                                                             .inp = g->layer[L - 1].residual3, .weight = lnf, .bias = lnf + C}));
     /* the loss and, training, the gradients into lnf (g->dln) and wte, a block of rows at a time */
-    ClassifierArgs head = {g->losses, g->dln, tensor(g, g->grads, TK_WTE), g->logits, g->lnf, tensor(g, g->params, TK_WTE),
+    ClassifierArgs head = {g->losses, g->dln, whole_dwte(g), g->logits, g->lnf, whole_wte(g),
                            g->tokens + rows(g), (int)rows(g), C, cfg->vocab_size, cfg->padded_vocab_size,
                            (int)classifier_rows(g), dloss};
     return classifier_device(g->dev, g->compute, &head, classifier_product, g);
@@ -460,7 +490,7 @@ static int forward(GPTDevice *g, float dloss) {
 static int backward(GPTDevice *g) {
     const GPTConfig *cfg = &g->cfg;
     const int C = cfg->channels, L = cfg->num_layers;
-    float *dwte = tensor(g, g->grads, TK_WTE), *lnf = tensor(g, g->params, TK_LNFW), *dlnf = tensor(g, g->grads, TK_LNFW);
+    float *dwte = whole_dwte(g), *lnf = tensor(g, g->params, TK_LNFW), *dlnf = tensor(g, g->grads, TK_LNFW);
     TRY(device_zero(g->dev, g->compute, g->dresidual, rows(g) * (size_t)C * sizeof(float)));
     TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = dlnf, .dbias = dlnf + C, .dout = g->dln,
                                                              .inp = g->layer[L - 1].residual3, .weight = lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd}));
@@ -472,10 +502,12 @@ static int backward(GPTDevice *g) {
     DeviceCall enc = {.kernel = DK_ENCODER_BACKWARD};
     enc.a.encoder = (EncoderArgs){.dwte = dwte, .dwpe = tensor(g, g->grads, TK_WPE), .dout = g->dresidual, .tokens = g->tokens,
                                   .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};
-    return launch(g, &enc);
+    TRY(launch(g, &enc));
+    return g->tp ? gpt_device_tp_take_dwte(g->tp, tensor(g, g->grads, TK_WTE)) : 0;
 }
 
 int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum) {
+    if (gpt_tp_size(&g->cfg) > 1 && !g->tp) bs_die("internal error: a tensor-parallel shard on a device without its group");
     TRY(upload_tokens(g, inputs, targets));
     TRY(forward(g, dloss));
     if (dloss != 0) TRY(backward(g));
@@ -483,6 +515,7 @@ int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets,
     TRY(device_copy(g->dev, g->compute, g->host_flags, g->flags, sizeof(int32_t) * (size_t)g->cfg.num_layers,
                     COPY_DEVICE_TO_HOST));
     TRY(device_stream_sync(g->dev, g->compute));
+    if (g->tp) gpt_device_tp_finish(g->tp);
     double sum = 0;
     for (size_t i = 0; i < rows(g); i++) sum += g->host_losses[i];
     *loss_sum = sum;
@@ -525,7 +558,10 @@ int gpt_device_tensor_sum_squares(GPTDevice *g, GPTDeviceArray which, double *pe
                        .a.sumsq = {g->sums, which == GPT_DEVICE_GRADS ? g->grads : g->params, g->offsets, g->nseg}};
     TRY(launch(g, &call));
     TRY(device_copy(g->dev, g->compute, per_tensor, g->sums, sizeof(double) * (size_t)g->nseg, COPY_DEVICE_TO_HOST));
-    return device_stream_sync(g->dev, g->compute);
+    TRY(device_stream_sync(g->dev, g->compute));
+    for (int i = 0; i < g->nseg; i++)
+        if (!gpt_tensor_primary(&g->cfg, g->segs[i].kind)) per_tensor[i] = 0; /* another tensor rank's copy counts */
+    return 0;
 }
 
 int gpt_device_grad_sum_squares(GPTDevice *g, double *out) {

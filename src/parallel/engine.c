@@ -66,6 +66,7 @@ EngineChunk *engine_chunk(Engine *e, int c) {
     host_current(e);
     return &e->chunks[c];
 }
+const GPTConfig *engine_chunk_config(const Engine *e, int c) { return &e->chunks[c].model.cfg; }
 int engine_virtual_stages(const Engine *e) { return e->virtual_stages; }
 long engine_optimizer_step(const Engine *e) { return e->optimizer_step; }
 void engine_set_optimizer_step(Engine *e, long step) { e->optimizer_step = step; }

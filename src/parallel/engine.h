@@ -129,6 +129,8 @@ double engine_evaluate(Engine *e, int m, int counted, PipeLoad load, void *ctx);
 const Grid *engine_grid(const Engine *e);
 int engine_num_chunks(const Engine *e);
 EngineChunk *engine_chunk(Engine *e, int c);
+/* Chunk c's model config (its shard), without bringing a device's state to the host as engine_chunk does. */
+const GPTConfig *engine_chunk_config(const Engine *e, int c);
 /* The logical layers [first, first + count) of virtual stage vs (p v of them). */
 void engine_stage_layers(const Engine *e, int vs, int *first, int *count);
 int engine_virtual_stages(const Engine *e); /* p v */

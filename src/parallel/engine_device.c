@@ -3,7 +3,10 @@
  * parallelism (the only layout over several ranks here) reduces the
  * gradients on the device (comm/device_comm.h) as the CPU's data_parallel.c
  * sums them: all-reduced at ZeRO 0; at ZeRO 1-2 reduce-scattered, each rank
- * updating its part of the flat buffer, the parameters all-gathered after. */
+ * updating its part of the flat buffer, the parameters all-gathered after.
+ * Tensor parallelism: each rank's device model is its shard, the sums inside
+ * a layer over the tensor group's own DeviceComm (model/gpt_device_tp.h);
+ * data parallelism then reduces each shard over its data-parallel group. */
 #include "parallel/engine_device.h"
 
 #include <stdio.h>
@@ -26,6 +29,9 @@ struct EngineDevice {
     int nonfinite_layer, nonfinite_block;
     Comm *group;      /* the data-parallel group, with more than one rank (else NULL) */
     DeviceComm *comm; /* the device buffers over it */
+    DeviceComm *tensor_comm; /* the tensor group's (more than one rank, else NULL) */
+    Comm *norm_group; /* where the gradient's sum of squares is summed (NULL: this rank's is whole) */
+    bool counts_loss; /* tensor rank 0: the loss counts once per tensor group, as on the CPU */
     bool sharded;     /* ZeRO >= 1 over the group: this rank updates its part */
     size_t total;     /* the flat buffer's floats */
     Fp8State *fp8;    /* --precision fp8: the chunk's delayed scales (on the host), else NULL */
@@ -36,10 +42,10 @@ static void check(EngineDevice *d, int rc) {
 }
 
 static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, const Grid *g) {
-    if (g->tp > 1) return "runs data parallelism only for now (not tensor parallelism)";
-    if (g->pp > 1) return "runs data parallelism only for now (not pipeline parallelism)";
-    if (g->cp > 1) return "runs data parallelism only for now (not context parallelism)";
-    if (g->ep > 1) return "runs data parallelism only for now (not expert parallelism)";
+    if (g->tp > 1 && (cfg->bf16 || chunk->model.fp8)) return "runs tensor parallelism in fp32 only for now (not bf16 or fp8)";
+    if (g->pp > 1) return "runs data and tensor parallelism only for now (not pipeline parallelism)";
+    if (g->cp > 1) return "runs data and tensor parallelism only for now (not context parallelism)";
+    if (g->ep > 1) return "runs data and tensor parallelism only for now (not expert parallelism)";
     if (cfg->data_parallel.zero_stage >= 3) return "shards up to ZeRO stage 2 for now (not the parameters: stage 3)";
     if (cfg->measure_micro_norms) return "does not measure micro-step norms yet";
     if (chunk->model.frozen) return "does not train adapters over a frozen base yet";
@@ -47,14 +53,27 @@ static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, co
     return NULL;
 }
 
-/* The data-parallel group's device collectives on the model's compute stream (more than one rank). */
+/* The tensor group's device collectives, given to the model (its shard's sums). */
+static int open_tensor_comm(EngineDevice *d, const Grid *g, GpuCommKind path, char *reason, size_t reason_size) {
+    d->tensor_comm = device_comm_create(g->tp_group, d->dev, gpt_device_compute_stream(d->model), path, reason,
+                                        reason_size);
+    if (!d->tensor_comm) return -1;
+    if (gpt_device_set_tensor_group(d->model, d->tensor_comm) == 0) return 0;
+    snprintf(reason, reason_size, "%s", device_error(d->dev));
+    return -1;
+}
+
+/* The tensor and data-parallel groups' device collectives on the model's compute stream (more than one rank). */
 static int open_comm(EngineDevice *d, const EngineConfig *cfg, const EngineChunk *chunk, const Grid *g, char *reason,
                      size_t reason_size) {
     d->total = chunk->model.num_params;
     check(d, gpt_device_set_update_range(d->model, chunk->update_offset, chunk->update_count));
-    if (comm_size(g->dp_group) == 1) return 0;
+    const bool data = comm_size(g->dp_group) > 1;
+    if (!data && g->tp == 1) return 0;
     GpuCommKind path;
     if (gpu_comm_choose(g->world, d->dev, cfg->gpu_comm, &path, reason, reason_size) != 0) return -1;
+    if (g->tp > 1 && open_tensor_comm(d, g, path, reason, reason_size) != 0) return -1;
+    if (!data) return 0;
     d->group = g->dp_group;
     d->sharded = cfg->data_parallel.zero_stage >= 1;
     d->comm = device_comm_create(d->group, d->dev, gpt_device_compute_stream(d->model), path, reason, reason_size);
@@ -75,6 +94,11 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
     d->B = cfg->micro_batch;
     d->T = cfg->seq_len;
     d->poison_block = d->nonfinite_layer = d->nonfinite_block = -1;
+    d->counts_loss = grid->tp_index == 0;
+    /* as engine_grad_sum_squares: ZeRO shards over every rank, else one tensor group holds one copy */
+    d->norm_group = cfg->data_parallel.zero_stage >= 1 && comm_size(grid->dp_group) > 1 ? grid->world
+                    : grid->tp > 1                                                      ? grid->tp_group
+                                                                                        : NULL;
     d->dev = device_open(kind, &options, reason, reason_size);
     if (d->dev) d->model = gpt_device_create(d->dev, &chunk->model.cfg, d->B, d->T, 0, reason, reason_size);
     if (d->model && cfg->bf16 && gpt_device_enable_bf16(d->model) != 0) {
@@ -107,6 +131,7 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
 void engine_device_free(EngineDevice *d) {
     if (!d) return;
     device_comm_free(d->comm);
+    device_comm_free(d->tensor_comm);
     gpt_device_free(d->model);
     device_close(d->dev);
     free(d->inputs);
@@ -130,14 +155,14 @@ void engine_device_sync_host(EngineDevice *d, EngineChunk *chunk) {
     d->stale = 0;
 }
 
-/* micro-batches [0, m), the first `counted` adding to the loss; dloss 0: forward only */
+/* micro-batches [0, m), the first `counted` adding to the loss (tensor rank 0's); dloss 0: forward only */
 static double run(EngineDevice *d, int m, int counted, float dloss, PipeLoad load, void *ctx) {
     double total = 0;
     for (int micro = 0; micro < m; micro++) {
         double loss = 0;
         load(ctx, micro, d->inputs, d->targets);
         check(d, gpt_device_step(d->model, d->inputs, d->targets, dloss, &loss));
-        if (micro < counted) total += loss;
+        if (micro < counted && d->counts_loss) total += loss;
         if (dloss != 0 && d->nonfinite_layer < 0) d->nonfinite_layer = gpt_device_nonfinite_layer(d->model);
     }
     return total;
@@ -176,12 +201,13 @@ double engine_device_evaluate(EngineDevice *d, int m, int counted, PipeLoad load
     return run(d, m, counted, 0.0f, load, ctx);
 }
 
-/* ZeRO >= 1: each rank's sum covers its part of the gradients; their sum
- * over the group, as engine_grad_sum_squares sums the CPU's shards. */
+/* ZeRO >= 1: each rank's sum covers its part of the gradients; tensor
+ * parallelism: its shard's (a replicated tensor on tensor rank 0 alone);
+ * their sum over the ranks, as engine_grad_sum_squares sums the CPU's shards. */
 double engine_device_grad_sum_squares(EngineDevice *d) {
     double s = 0;
     check(d, gpt_device_grad_sum_squares(d->model, &s));
-    if (d->sharded) comm_allreduce_double(d->group, &s, 1);
+    if (d->norm_group) comm_allreduce_double(d->norm_group, &s, 1);
     return s;
 }
 

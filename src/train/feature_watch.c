@@ -31,7 +31,7 @@ static void destroy(void *state, const TrainContext *cx) {
 static void observe(void *state, const TrainContext *cx, const StepResult *r, const StepRecord *records,
                     double val_loss) {
     WatchState *w = state;
-    watch_measure(&w->watch, cx->engine, cx->cfg, records, cx->model); /* per-layer norms: a collective when on */
+    watch_measure(&w->watch, cx->engine, cx->cfg, records); /* per-layer norms: a collective when on */
     w->mfu = watch_mfu(&w->watch, r, cx->cfg->model.seq_len);
     if (cx->rank == 0) watch_write_tensorboard(&w->watch, r, cx->step, val_loss, cx->cfg->model.seq_len);
 }

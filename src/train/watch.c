@@ -61,10 +61,11 @@ static void add_chunk(Watch *w, const EngineChunk *ch) {
     free(segs);
 }
 
-/* On a device (one process, one chunk holding every tensor): each tensor's sums computed there, added by block. */
-static bool add_device(Watch *w, Engine *e, const GPTConfig *cfg) {
+/* On a device (one chunk: every tensor, or under TP the shard's): each tensor's sums computed there, added by block. */
+static bool add_device(Watch *w, Engine *e) {
     uint64_t bytes;
     if (!engine_device_traffic(e, &bytes)) return false;
+    const GPTConfig *cfg = engine_chunk_config(e, 0);
     int cap = gpt_max_segments(cfg);
     ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
     const int n = gpt_param_segments(cfg, segs, cap);
@@ -79,10 +80,10 @@ static bool add_device(Watch *w, Engine *e, const GPTConfig *cfg) {
     return true;
 }
 
-void watch_measure(Watch *w, Engine *e, const TrainConfig *c, const StepRecord *records, const GPTConfig *model) {
+void watch_measure(Watch *w, Engine *e, const TrainConfig *c, const StepRecord *records) {
     if (!w->on) return;
     memset(w->grad_sq, 0, 2 * (size_t)w->blocks * sizeof(double));
-    w->on_device = add_device(w, e, model);
+    w->on_device = add_device(w, e);
     for (int k = 0; !w->on_device && k < engine_num_chunks(e); k++) add_chunk(w, engine_chunk(e, k));
     uint64_t bytes = 0;
     if (engine_device_traffic(e, &bytes)) w->step_device_bytes = bytes - w->device_bytes, w->device_bytes = bytes;

@@ -1,10 +1,10 @@
 """device_runs.py: what the device tests share: the device a test runs on (its first argument, sim or cuda;
-sim by default) and whether that device answers."""
+sim by default), whether that device answers, and the parameters of the checkpoints its runs wrote."""
 import os
 import sys
 import unittest
 
-from bstest import TempDir, make_corpus, run
+from bstest import TempDir, launch, make_corpus, read_model, run
 
 
 def device_from_argv():
@@ -33,3 +33,14 @@ def main_on(device):
         print(("FAIL (BS_REQUIRE_GPU=1): " if required else "skipped: ") + why)
         sys.exit(1 if required else 77)
     unittest.main()
+
+
+def checkpoint_params(test, runs, step):
+    """{name: the parameters of checkpoint `step` of each run directory in runs {name: directory}}, through `ckpt
+    export` into the test's temporary directory (test.path)."""
+    params = {}
+    for name, d in runs.items():
+        path = test.path(f"{name}_ck{step}.bin")
+        launch(["ckpt", "export", "--out", path, os.path.join(d, "ckpt", f"step_{step:08d}")], 1)
+        params[name] = read_model(path)[1]
+    return params
