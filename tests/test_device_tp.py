@@ -80,7 +80,7 @@ class DeviceTensorParallelTest(CorpusTest):
         self.assertNotEqual(p.returncode, 0)
         line = one_line_error(p, 2)
         self.assertIsNotNone(line, p.stderr)
-        self.assertIn("--tp outside --precision fp32", line)
+        self.assertIn("--tp or --cp outside --precision fp32", line)
 
 
 if __name__ == "__main__":

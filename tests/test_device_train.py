@@ -188,7 +188,7 @@ class DeviceTrainTest(CorpusTest):
     def test_refusals(self):
         if DEVICE == "cuda":  # sim runs FP8 (test_device_fp8.py)
             self.assertIn("--precision fp8", self.refused("--device", DEVICE, "--precision", "fp8"))
-        self.assertIn("--pp, --cp", self.refused("--device", DEVICE, "--pp", "2"))
+        self.assertIn("--pp or --virtual-stages", self.refused("--device", DEVICE, "--pp", "2"))
         self.assertIn("--attention flash2 needs --device", self.refused("--attention", "flash2"))
         self.assertIn("heads of up to 128", self.refused("--device", DEVICE, "--attention", "flash2", "--heads", "1",
                                                          "--channels", "256"))

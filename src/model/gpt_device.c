@@ -13,6 +13,7 @@
 #include "device/flash_math.h"
 #include "model/classifier_device.h"
 #include "model/fp8_device.h"
+#include "model/gpt_device_cp.h"
 #include "model/gpt_device_tp.h"
 
 #define TRY(x)                                                                                                        \
@@ -34,6 +35,7 @@ struct GPTDevice {
     int Cl, Hl, F;   /* the shard's attention channels, heads and MLP width (the whole model's without TP) */
     bool lead;       /* tensor rank 0: adds the row-parallel products' (replicated) biases */
     GPTDeviceTP *tp; /* gpt_device_set_tensor_group (NULL: the whole model) */
+    GPTDeviceCP *cp; /* gpt_device_set_context_group (NULL: whole sequences) */
     bool fused_attention; /* DK_FLASH_* (the default), or the unfused kernels keeping P */
     size_t nparams;
     float *params, *grads, *m, *v, *acts;
@@ -103,8 +105,8 @@ static size_t carve_acts(GPTDevice *g, float *base) {
 }
 
 static const char *unsupported(const GPTConfig *cfg) {
-    if (!gpt_has_encoder(cfg) || !gpt_has_head(cfg) || gpt_cp_size(cfg) > 1)
-        return "a device runs every layer in one process for now (no pipeline or context parallelism)";
+    if (!gpt_has_encoder(cfg) || !gpt_has_head(cfg))
+        return "a device runs every layer in one process for now (no pipeline parallelism)";
     if (gpt_is_moe(cfg)) return "a device runs dense models for now (no MoE)";
     if (cfg->lora_rank > 0) return "a device does not train LoRA adapters yet";
     if (cfg->recompute == GPT_RECOMPUTE_SELECTIVE && cfg->channels / cfg->num_heads > FLASH_MAX_HEAD)
@@ -197,6 +199,7 @@ void gpt_device_free(GPTDevice *g) {
     for (size_t i = 0; i < sizeof dev_buffers / sizeof dev_buffers[0]; i++) device_free(g->dev, dev_buffers[i]);
     fp8_device_free(g->fp8);
     gpt_device_tp_free(g->tp);
+    gpt_device_cp_free(g->cp);
     device_event_destroy(g->dev, g->tokens_ready);
     device_stream_destroy(g->dev, g->copy);
     device_stream_destroy(g->dev, g->compute);
@@ -213,6 +216,17 @@ int gpt_device_set_tensor_group(GPTDevice *g, DeviceComm *comm) {
     if (gpt_tp_size(&g->cfg) == 1) return 0;
     g->tp = gpt_device_tp_create(g->dev, g->compute, &g->cfg, comm, g->debug & GPT_DEVICE_SKIP_TP_WAIT);
     return g->tp ? 0 : -1;
+}
+
+int gpt_device_set_context_group(GPTDevice *g, DeviceComm *comm, int size, int rank, CpSplit split, char *reason,
+                                 size_t reason_size) {
+    if (!g->fused_attention) {
+        snprintf(reason, reason_size, "context parallelism on a device runs the fused attention only");
+        return -1;
+    }
+    g->cp = gpt_device_cp_create(g->dev, g->compute, comm, size, rank, split, g->B, g->T, g->Cl, g->Hl);
+    if (!g->cp) snprintf(reason, reason_size, "%s", device_error(g->dev));
+    return g->cp ? 0 : -1;
 }
 
 static int round_bf16(GPTDevice *g, float *out, uint16_t *out_bf16, const float *inp, size_t n) {
@@ -367,8 +381,13 @@ static int elementwise(GPTDevice *g, DeviceKernel k, float *out, const float *a,
 /* Each token's document start on the device, NULL without documents. */
 static const int32_t *doc_starts(const GPTDevice *g) { return g->doc_separator >= 0 ? g->tokens + 2 * rows(g) : NULL; }
 
+/* Each token's true position under context parallelism (NULL: its row). */
+static const int32_t *positions(const GPTDevice *g) { return g->cp ? gpt_device_cp_positions(g->cp) : NULL; }
+
 static int attention(GPTDevice *g, DeviceKernel k, const DeviceLayerActs *a) {
     DeviceCall call = {.kernel = k};
+    if (g->cp && k == DK_ATTENTION_FORWARD) return gpt_device_cp_forward(g->cp, a->atty, a->att, a->qkv);
+    if (g->cp) return gpt_device_cp_backward(g->cp, g->dqkv, g->datty, a->qkv, a->atty, a->att);
     if (g->fused_attention) { /* att holds each row's log-sum-exp */
         call.kernel = k == DK_ATTENTION_FORWARD ? DK_FLASH_FORWARD : DK_FLASH_BACKWARD;
         call.a.flash = flash_self_attention(a->atty, a->att, g->dqkv, a->qkv, g->datty, doc_starts(g), g->B, g->T,
@@ -473,8 +492,8 @@ static int forward(GPTDevice *g, float dloss) {
     DeviceCall enc = {.kernel = DK_ENCODER_FORWARD};
     enc.a.encoder = (EncoderArgs){.out = g->encoded, .wte = g->bf16 ? g->wte_rounded : whole_wte(g),
                                   .wpe = tensor(g, g->params, TK_WPE),
-                                  .tokens = g->tokens, .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C,
-                                  .V = cfg->vocab_size};
+                                  .tokens = g->tokens, .doc_start = doc_starts(g), .positions = positions(g),
+                                  .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};
     TRY(launch(g, &enc));
     for (int l = 0; l < L; l++) TRY(layer_forward(g, l, l ? g->layer[l - 1].residual3 : g->encoded));
     float *lnf = tensor(g, g->params, TK_LNFW);
@@ -501,7 +520,7 @@ static int backward(GPTDevice *g) {
     }
     DeviceCall enc = {.kernel = DK_ENCODER_BACKWARD};
     enc.a.encoder = (EncoderArgs){.dwte = dwte, .dwpe = tensor(g, g->grads, TK_WPE), .dout = g->dresidual, .tokens = g->tokens,
-                                  .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};
+                                  .doc_start = doc_starts(g), .positions = positions(g), .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};
     TRY(launch(g, &enc));
     return g->tp ? gpt_device_tp_take_dwte(g->tp, tensor(g, g->grads, TK_WTE)) : 0;
 }

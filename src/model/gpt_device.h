@@ -10,8 +10,9 @@
  * returns only its token losses and each layer's non-finite flag to the host;
  * the state stays on the device until gpt_device_get_state. For now
  * every layer of a dense model in fp32 or bf16 on one process, or a tensor
- * parallel shard of it in fp32 (gpt_device_set_tensor_group, gpt_device_tp.h)
- * (no pipeline/context parallelism, MoE or LoRA: refused with a
+ * parallel shard of it in fp32 (gpt_device_set_tensor_group, gpt_device_tp.h),
+ * each sequence's rows split over a context group (gpt_device_set_context_group,
+ * gpt_device_cp.h) (no pipeline parallelism, MoE or LoRA: refused with a
  * reason). Errors: -1 (or NULL) and the reason in reason / device_error. */
 #ifndef BS_MODEL_GPT_DEVICE_H
 #define BS_MODEL_GPT_DEVICE_H
@@ -22,6 +23,7 @@
 
 #include "comm/device_comm.h"
 #include "device/device.h"
+#include "model/context_attention.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 
@@ -41,6 +43,12 @@ void gpt_device_free(GPTDevice *g);
  * gpt_device_compute_stream, kept by the caller). -1 with the reason in
  * device_error when the device has no room. */
 int gpt_device_set_tensor_group(GPTDevice *g, DeviceComm *comm);
+/* Context parallelism (gpt_cp_size > 1; B and T of gpt_device_create are
+ * the local rows): comm is the context group's (rank of size, split as the
+ * CPU's, gpt_device_cp.h), kept by the caller. -1 with the reason in reason
+ * (the unfused attention, no room). */
+int gpt_device_set_context_group(GPTDevice *g, DeviceComm *comm, int size, int rank, CpSplit split, char *reason,
+                                 size_t reason_size);
 /* bf16 compute, as gpt.h's bf16 mode (before gpt_device_set_state): every
  * product takes bf16 operands with fp32 accumulation: the weights from a
  * bf16 copy of every parameter at the layout's offsets (refreshed by the

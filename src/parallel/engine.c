@@ -472,7 +472,9 @@ static double bubble_simulated(Engine *e, const PipeStats *ps) {
 EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad load, void *ctx) {
     if (e->device) {
         comm_reset_stats(e->chunk_comm[0]); /* the step's data-parallel traffic, as below */
-        return (EngineStepStats){.loss_sum = engine_device_train(e->device, m, dloss, load, ctx), .max_live = 1};
+        void *local_ctx;
+        PipeLoad local = local_loader(e, load, ctx, &local_ctx); /* context parallelism: this rank's rows */
+        return (EngineStepStats){.loss_sum = engine_device_train(e->device, m, dloss, local, local_ctx), .max_live = 1};
     }
     for (int c = 0; c < e->num_chunks; c++) {
         comm_reset_stats(e->chunk_comm[c]);
@@ -559,9 +561,9 @@ void engine_update(Engine *e, double lr, float grad_scale) {
 }
 
 double engine_evaluate(Engine *e, int m, int counted, PipeLoad load, void *ctx) {
-    if (e->device) return engine_device_evaluate(e->device, m, counted, load, ctx);
     void *local_ctx;
     PipeLoad local = local_loader(e, load, ctx, &local_ctx);
+    if (e->device) return engine_device_evaluate(e->device, m, counted, local, local_ctx);
     double loss = pipeline_eval(e->pipe, m, counted, local, local_ctx);
     return e->grid->tp_index == 0 ? loss : 0;
 }

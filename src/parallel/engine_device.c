@@ -6,7 +6,10 @@
  * updating its part of the flat buffer, the parameters all-gathered after.
  * Tensor parallelism: each rank's device model is its shard, the sums inside
  * a layer over the tensor group's own DeviceComm (model/gpt_device_tp.h);
- * data parallelism then reduces each shard over its data-parallel group. */
+ * data parallelism then reduces each shard over its data-parallel group.
+ * Context parallelism: each rank's device model takes its rows of every
+ * sequence, attention over the context group's DeviceComm
+ * (model/gpt_device_cp.h); the data-parallel group spans dp x cp, as on CPU. */
 #include "parallel/engine_device.h"
 
 #include <stdio.h>
@@ -30,6 +33,7 @@ struct EngineDevice {
     Comm *group;      /* the data-parallel group, with more than one rank (else NULL) */
     DeviceComm *comm; /* the device buffers over it */
     DeviceComm *tensor_comm; /* the tensor group's (more than one rank, else NULL) */
+    DeviceComm *context_comm; /* the context group's (more than one rank, else NULL) */
     Comm *norm_group; /* where the gradient's sum of squares is summed (NULL: this rank's is whole) */
     bool counts_loss; /* tensor rank 0: the loss counts once per tensor group, as on the CPU */
     bool sharded;     /* ZeRO >= 1 over the group: this rank updates its part */
@@ -42,10 +46,13 @@ static void check(EngineDevice *d, int rc) {
 }
 
 static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, const Grid *g) {
-    if (g->tp > 1 && (cfg->bf16 || chunk->model.fp8)) return "runs tensor parallelism in fp32 only for now (not bf16 or fp8)";
-    if (g->pp > 1) return "runs data and tensor parallelism only for now (not pipeline parallelism)";
-    if (g->cp > 1) return "runs data and tensor parallelism only for now (not context parallelism)";
-    if (g->ep > 1) return "runs data and tensor parallelism only for now (not expert parallelism)";
+    if ((g->tp > 1 || g->cp > 1) && (cfg->bf16 || chunk->model.fp8))
+        return "runs tensor and context parallelism in fp32 only for now (not bf16 or fp8)";
+    if (g->cp > 1 && cfg->cp_algo != CP_ALGO_ALLGATHER)
+        return "runs context parallelism with the all-gather algorithm only for now (not the ring)";
+    if (g->cp > 1 && cfg->doc_mask) return "runs context parallelism over whole sequences only for now (not packed documents)";
+    if (g->pp > 1) return "runs data, tensor and context parallelism only for now (not pipeline parallelism)";
+    if (g->ep > 1) return "runs data, tensor and context parallelism only for now (not expert parallelism)";
     if (cfg->data_parallel.zero_stage >= 3) return "shards up to ZeRO stage 2 for now (not the parameters: stage 3)";
     if (cfg->measure_micro_norms) return "does not measure micro-step norms yet";
     if (chunk->model.frozen) return "does not train adapters over a frozen base yet";
@@ -63,16 +70,27 @@ static int open_tensor_comm(EngineDevice *d, const Grid *g, GpuCommKind path, ch
     return -1;
 }
 
-/* The tensor and data-parallel groups' device collectives on the model's compute stream (more than one rank). */
+/* The context group's device collectives, given to the model (attention over the whole sequence). */
+static int open_context_comm(EngineDevice *d, const EngineConfig *cfg, const Grid *g, GpuCommKind path, char *reason,
+                             size_t reason_size) {
+    d->context_comm = device_comm_create(g->cp_group, d->dev, gpt_device_compute_stream(d->model), path, reason,
+                                         reason_size);
+    if (!d->context_comm) return -1;
+    return gpt_device_set_context_group(d->model, d->context_comm, g->cp, g->cp_index, cfg->cp_split, reason,
+                                        reason_size);
+}
+
+/* The tensor, context and data-parallel groups' device collectives on the model's compute stream (more than one rank). */
 static int open_comm(EngineDevice *d, const EngineConfig *cfg, const EngineChunk *chunk, const Grid *g, char *reason,
                      size_t reason_size) {
     d->total = chunk->model.num_params;
     check(d, gpt_device_set_update_range(d->model, chunk->update_offset, chunk->update_count));
     const bool data = comm_size(g->dp_group) > 1;
-    if (!data && g->tp == 1) return 0;
+    if (!data && g->tp == 1 && g->cp == 1) return 0;
     GpuCommKind path;
     if (gpu_comm_choose(g->world, d->dev, cfg->gpu_comm, &path, reason, reason_size) != 0) return -1;
     if (g->tp > 1 && open_tensor_comm(d, g, path, reason, reason_size) != 0) return -1;
+    if (g->cp > 1 && open_context_comm(d, cfg, g, path, reason, reason_size) != 0) return -1;
     if (!data) return 0;
     d->group = g->dp_group;
     d->sharded = cfg->data_parallel.zero_stage >= 1;
@@ -92,7 +110,7 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
     DeviceOptions options = {.seed = cfg->seed, .memory_limit = cfg->sim_memory,
                              .gpu = gpu_comm_local_rank(grid->world, &ranks_here)};
     d->B = cfg->micro_batch;
-    d->T = cfg->seq_len;
+    d->T = cfg->seq_len / grid->cp; /* context parallelism: this rank's rows of each sequence */
     d->poison_block = d->nonfinite_layer = d->nonfinite_block = -1;
     d->counts_loss = grid->tp_index == 0;
     /* as engine_grad_sum_squares: ZeRO shards over every rank, else one tensor group holds one copy */
@@ -132,6 +150,7 @@ void engine_device_free(EngineDevice *d) {
     if (!d) return;
     device_comm_free(d->comm);
     device_comm_free(d->tensor_comm);
+    device_comm_free(d->context_comm);
     gpt_device_free(d->model);
     device_close(d->dev);
     free(d->inputs);

@@ -187,7 +187,7 @@ static bool check_gpu_comm(const TrainConfig *c, char *why, size_t n) {
     return false;
 }
 
-/* --device cuda|sim runs the plain step, over data-parallel ranks at ZeRO 0-2 and tensor-parallel ones in fp32 (parallel/engine_device.h). */
+/* --device cuda|sim runs the plain step, over data-parallel ranks at ZeRO 0-2 and tensor- and context-parallel ones in fp32 (parallel/engine_device.h). */
 static bool check_device(const TrainConfig *c, char *why, size_t n) {
     if (c->device.sim_memory_mb > 0 && c->device.kind != TRAIN_DEVICE_SIM) {
         snprintf(why, n, "--sim-memory needs --device sim (got --device %s)", TRAIN_DEVICE_WORDS[c->device.kind]);
@@ -203,8 +203,8 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
     if (c->device.kind == TRAIN_DEVICE_CPU) return true;
     if (!check_device_fp8(c, why, n)) return false;
     const char *flag = c->optim.kind != OPTIM_ADAMW ? "--optimizer other than adamw"
-                       : c->parallel.pp > 1 || c->parallel.cp > 1 || c->parallel.virtual_stages > 1 ? "--pp, --cp or --virtual-stages"
-                       : c->parallel.tp > 1 && c->precision.mode != PRECISION_FP32 ? "--tp outside --precision fp32"
+                       : c->parallel.pp > 1 || c->parallel.virtual_stages > 1 ? "--pp or --virtual-stages"
+                       : (c->parallel.tp > 1 || c->parallel.cp > 1) && c->precision.mode != PRECISION_FP32 ? "--tp or --cp outside --precision fp32"
                        : c->parallel.zero >= 3 ? "--zero 3" : c->parallel.zero_quant_grads ? "--zero-quant-grads"
                        : c->moe.experts > 1 ? "--experts" : c->lora.rank > 0 ? "--lora-rank"
                        : c->diloco.local_steps > 0 ? "--local-steps" : c->estimators.noise_scale || c->estimators.noise_scale_every > 0 ? "--noise-scale"
@@ -212,7 +212,7 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
                            ? "--batch-schedule adaptive or goodput"
                        : strcmp(c->compression.codec, "none") != 0 ? "--grad-compression"
                        : NULL;
-    if (flag) snprintf(why, n, "--device %s does not work with %s yet (the device runs fp32 or bf16 AdamW, data parallel at ZeRO 0-2, tensor parallel in fp32)",
+    if (flag) snprintf(why, n, "--device %s does not work with %s yet (the device runs fp32 or bf16 AdamW, data parallel at ZeRO 0-2, tensor and context parallel in fp32)",
                        TRAIN_DEVICE_WORDS[c->device.kind], flag);
     return !flag;
 }
