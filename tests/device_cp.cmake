@@ -1,5 +1,5 @@
-# device_cp.cmake: context parallelism on device buffers (model/gpt_device_cp.h): `train --device sim --cp 2
-# --cp-algo allgather` (and x tp 2) against one CPU process, its checkpoint on one process, the ring's refusal.
+# device_cp.cmake: context parallelism on device buffers (model/gpt_device_cp.h): `train --device sim --cp 2|4
+# (ring and allgather; and x tp 2) against one CPU process, its checkpoint on one process, bf16's refusal.
 add_test(NAME device_cp_sim COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_cp.py)
 set_tests_properties(device_cp_sim PROPERTIES LABELS device TIMEOUT 600
   ENVIRONMENT "BATCHSCALE=$<TARGET_FILE:batchscale>;OMP_NUM_THREADS=1")

@@ -218,13 +218,13 @@ int gpt_device_set_tensor_group(GPTDevice *g, DeviceComm *comm) {
     return g->tp ? 0 : -1;
 }
 
-int gpt_device_set_context_group(GPTDevice *g, DeviceComm *comm, int size, int rank, CpSplit split, char *reason,
-                                 size_t reason_size) {
+int gpt_device_set_context_group(GPTDevice *g, DeviceComm *comm, int size, int rank, CpAlgo algo, CpSplit split,
+                                 char *reason, size_t reason_size) {
     if (!g->fused_attention) {
         snprintf(reason, reason_size, "context parallelism on a device runs the fused attention only");
         return -1;
     }
-    g->cp = gpt_device_cp_create(g->dev, g->compute, comm, size, rank, split, g->B, g->T, g->Cl, g->Hl);
+    g->cp = gpt_device_cp_create(g->dev, g->compute, comm, size, rank, algo, split, g->B, g->T, g->Cl, g->Hl);
     if (!g->cp) snprintf(reason, reason_size, "%s", device_error(g->dev));
     return g->cp ? 0 : -1;
 }

@@ -44,11 +44,11 @@ void gpt_device_free(GPTDevice *g);
  * device_error when the device has no room. */
 int gpt_device_set_tensor_group(GPTDevice *g, DeviceComm *comm);
 /* Context parallelism (gpt_cp_size > 1; B and T of gpt_device_create are
- * the local rows): comm is the context group's (rank of size, split as the
- * CPU's, gpt_device_cp.h), kept by the caller. -1 with the reason in reason
- * (the unfused attention, no room). */
-int gpt_device_set_context_group(GPTDevice *g, DeviceComm *comm, int size, int rank, CpSplit split, char *reason,
-                                 size_t reason_size);
+ * the local rows): comm is the context group's (rank of size, algorithm and
+ * split as the CPU's, gpt_device_cp.h), kept by the caller. -1 with the
+ * reason in reason (the unfused attention, no room). */
+int gpt_device_set_context_group(GPTDevice *g, DeviceComm *comm, int size, int rank, CpAlgo algo, CpSplit split,
+                                 char *reason, size_t reason_size);
 /* bf16 compute, as gpt.h's bf16 mode (before gpt_device_set_state): every
  * product takes bf16 operands with fp32 accumulation: the weights from a
  * bf16 copy of every parameter at the layout's offsets (refreshed by the

@@ -6,12 +6,18 @@
  * interface (device/flash_math.h): this rank's queries against one block of
  * keys at a time, the blocks' partial outputs merged by log-sum-exp
  * (DK_FLASH_MERGE), starting with its own block so that every query row has
- * seen a key. The all-gather algorithm: each layer's qkv is gathered from
- * every rank over the context group's DeviceComm (broadcasts from each rank,
- * ordered against the compute stream by events), in forward and again in
- * backward (nothing of it is kept between them); backward adds each block's
- * key/value gradients into a gathered buffer that is summed over the group,
- * of which each rank keeps its own block. Everything returns 0, or -1 with
+ * seen a key. Blocks move over the context group's DeviceComm, ordered
+ * against the compute stream by events, in forward and again in backward
+ * (nothing of them is kept between the two). Two algorithms, as the CPU's:
+ *   allgather: each layer's qkv gathered from every rank (broadcasts from
+ *              each); backward adds each block's key/value gradients into a
+ *              gathered buffer summed over the group, of which each rank
+ *              keeps its own block.
+ *   ring:      each rank's qkv block passes to the next rank (send/receive)
+ *              while the one in hand is computed; backward passes each block
+ *              with its key/value gradient so far, each rank adding its
+ *              share, and one last hop brings every rank its own.
+ * Everything returns 0, or -1 with
  * the reason in device_error; a failed collective ends the job with one
  * line (device_comm.h). */
 #ifndef BS_MODEL_GPT_DEVICE_CP_H
@@ -27,7 +33,7 @@ typedef struct GPTDeviceCP GPTDeviceCP;
  * heads (the tensor-parallel shard's); comm: the context group's (rank order
  * = context rank), kept by the caller. NULL with the reason in device_error. */
 GPTDeviceCP *gpt_device_cp_create(Device *dev, DeviceStream *compute, DeviceComm *comm, int size, int rank,
-                                  CpSplit split, int B, int t, int C, int H);
+                                  CpAlgo algo, CpSplit split, int B, int t, int C, int H);
 void gpt_device_cp_free(GPTDeviceCP *cp);
 /* Each local token's true position (B,t), on the device (EncoderArgs.positions). */
 const int32_t *gpt_device_cp_positions(const GPTDeviceCP *cp);

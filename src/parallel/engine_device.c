@@ -48,8 +48,6 @@ static void check(EngineDevice *d, int rc) {
 static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, const Grid *g) {
     if ((g->tp > 1 || g->cp > 1) && (cfg->bf16 || chunk->model.fp8))
         return "runs tensor and context parallelism in fp32 only for now (not bf16 or fp8)";
-    if (g->cp > 1 && cfg->cp_algo != CP_ALGO_ALLGATHER)
-        return "runs context parallelism with the all-gather algorithm only for now (not the ring)";
     if (g->cp > 1 && cfg->doc_mask) return "runs context parallelism over whole sequences only for now (not packed documents)";
     if (g->pp > 1) return "runs data, tensor and context parallelism only for now (not pipeline parallelism)";
     if (g->ep > 1) return "runs data, tensor and context parallelism only for now (not expert parallelism)";
@@ -76,8 +74,8 @@ static int open_context_comm(EngineDevice *d, const EngineConfig *cfg, const Gri
     d->context_comm = device_comm_create(g->cp_group, d->dev, gpt_device_compute_stream(d->model), path, reason,
                                          reason_size);
     if (!d->context_comm) return -1;
-    return gpt_device_set_context_group(d->model, d->context_comm, g->cp, g->cp_index, cfg->cp_split, reason,
-                                        reason_size);
+    return gpt_device_set_context_group(d->model, d->context_comm, g->cp, g->cp_index, cfg->cp_algo, cfg->cp_split,
+                                        reason, reason_size);
 }
 
 /* The tensor, context and data-parallel groups' device collectives on the model's compute stream (more than one rank). */
