@@ -245,6 +245,10 @@ void engine_device_update(EngineDevice *d, const OptimizerConfig *opt, double lr
     check(d, gpt_device_params_changed(d->model));
 }
 
-const char *engine_device_comm_path(const EngineDevice *d) { return d->comm ? device_comm_path(d->comm) : NULL; }
+/* Every group takes the path gpu_comm_choose chose once for the job. */
+const char *engine_device_comm_path(const EngineDevice *d) {
+    const DeviceComm *any = d->comm ? d->comm : d->tensor_comm ? d->tensor_comm : d->context_comm;
+    return any ? device_comm_path(any) : NULL;
+}
 
 uint64_t engine_device_bytes_to_host(const EngineDevice *d) { return device_bytes_copied(d->dev, COPY_DEVICE_TO_HOST); }
