@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bstest import CorpusTest, launch, layout_run, one_line_error, read_manifest, read_model, rel  # noqa: E402
-from harness.device_runs import assert_equivalent  # noqa: E402
+from harness.device_runs import assert_equivalent, checkpoint_params  # noqa: E402
 
 SHAPE = ["--layers", "2", "--heads", "2", "--channels", "32", "--seq-len", "32"]
 TOLERANCE = 1e-5  # the bound; measured on an AMD EPYC: losses ~1e-8, parameters ~2e-6
@@ -93,11 +93,7 @@ class DeviceDataParallelTest(CorpusTest):
         out = self.path("dev2_ck")
         self.device_run("dev2_ck_run", 2, 1, "--out", out, "--ckpt-every", "5")
         self.resave("cpu_copy", 1, out)
-        params = {}
-        for name, d in (("device", out), ("cpu", self.path("cpu_copy"))):
-            path = self.path(name + "_ck5.bin")
-            launch(["ckpt", "export", "--out", path, os.path.join(d, "ckpt", "step_00000005")], 1)
-            params[name] = read_model(path)[1]
+        params = checkpoint_params(self, {"device": out, "cpu": self.path("cpu_copy")}, 5)
         self.assertTrue(np.array_equal(params["cpu"], params["device"]), "one CPU process read other parameters")
         self.resave("dev2_back", 2, self.path("cpu_copy"), "--device", "sim")
         state = lambda d: {k: v for k, v in read_manifest(os.path.join(d, "ckpt"), 5).items() if k != "layout"}

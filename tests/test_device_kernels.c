@@ -83,7 +83,7 @@ static void test_encoder(Harness *h, int docs) {
     call.a.encoder = (EncoderArgs){harness_alloc(h, sizeof(float) * N * C), up(h, dwte, (size_t)V * C),
                                    up(h, dwpe, (size_t)T * C), up(h, wte, (size_t)V * C), up(h, wpe, (size_t)T * C),
                                    up(h, dout, (size_t)N * C), harness_upload(h, tokens, sizeof tokens),
-                                   docs ? harness_upload(h, doc_start, sizeof doc_start) : NULL, B, T, C, V};
+                                   docs ? harness_upload(h, doc_start, sizeof doc_start) : NULL, NULL, B, T, C, V};
     harness_launch(h, &call);
     encoder_forward(out, tokens, wte, wpe, docs ? positions : NULL, 0, V, B, T, C);
     expect_close(h, docs ? "encoder forward docs" : "encoder forward", call.a.encoder.out, out, (size_t)N * C);

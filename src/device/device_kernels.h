@@ -40,13 +40,15 @@ typedef enum {
 
 /* encoder_forward / encoder_backward over the whole vocabulary (tokens (B,T);
  * one outside [0, V) adds no row and gets no gradient, as in kernels.h).
- * Token (b,t)'s position is t, or t - doc_start[b T + t] (packed documents
- * restart theirs). */
+ * Token (b,t)'s position is positions[b T + t] where given (context
+ * parallelism: the local rows' true positions), else t, or t - doc_start[b T
+ * + t] (packed documents restart theirs). */
 typedef struct {
     float *out, *dwte, *dwpe;       /* out (forward); dwte (V,C) +=, dwpe (T,C) += (backward) */
     const float *wte, *wpe, *dout;  /* forward's tables; backward's incoming gradient */
     const int32_t *tokens;          /* (B,T) */
     const int32_t *doc_start;       /* (B,T) or NULL */
+    const int32_t *positions;       /* (B,T) or NULL */
     int B, T, C, V;
 } EncoderArgs;
 

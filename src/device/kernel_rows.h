@@ -124,8 +124,9 @@ BS_HD void km_adamw_element(const AdamWArgs *a, size_t i) {
     if (a->params_bf16) a->params_bf16[i] = km_bf16(p);
 }
 
-/* Row r's position: t, or t - its document's start. */
+/* Row r's position: the one given, else t, or t - its document's start. */
 BS_HD size_t km_position(const EncoderArgs *a, size_t r) {
+    if (a->positions) return (size_t)a->positions[r];
     const size_t t = r % a->T;
     return a->doc_start ? t - (size_t)a->doc_start[r] : t;
 }

@@ -9,11 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/error.h"
 #include "device/flash_math.h"
 #include "model/acts_bf16_device.h"
 #include "model/classifier_device.h"
 #include "model/fp8_device.h"
 #include "model/gpt_device_stage.h"
+#include "model/gpt_device_cp.h"
+#include "model/gpt_device_tp.h"
 
 #define TRY(x)                                                                                                        \
     do {                                                                                                              \
@@ -31,6 +34,10 @@ struct GPTDevice {
     DeviceEvent *tokens_ready;
     GPTConfig cfg;
     int B, T, debug, nseg;
+    int Cl, Hl, F;   /* the shard's attention channels, heads and MLP width (the whole model's without TP) */
+    bool lead;       /* tensor rank 0: adds the row-parallel products' (replicated) biases */
+    GPTDeviceTP *tp; /* gpt_device_set_tensor_group (NULL: the whole model) */
+    GPTDeviceCP *cp; /* gpt_device_set_context_group (NULL: whole sequences) */
     bool fused_attention; /* DK_FLASH_* (the default), or the unfused kernels keeping P */
     size_t nparams;
     float *params, *grads, *m, *v, *acts;
@@ -79,8 +86,8 @@ static float *take(float **cursor, size_t n) {
  * backward refills layer by layer; selective is what the fused attention
  * does already (it keeps each row's log-sum-exp, not the probabilities). */
 static size_t carve_acts(GPTDevice *g, float *base) {
-    const size_t N = (size_t)g->B * g->T, C = (size_t)g->cfg.channels;
-    const size_t att = (size_t)g->B * g->cfg.num_heads * g->T * (g->fused_attention ? 1 : g->T); /* fused: each row's lse */
+    const size_t N = (size_t)g->B * g->T, C = (size_t)g->cfg.channels, Cl = (size_t)g->Cl, F = (size_t)g->F;
+    const size_t att = (size_t)g->B * g->Hl * g->T * (g->fused_attention ? 1 : g->T); /* fused: each row's lse */
     float *c = base;
     const int first = gpt_first_layer(&g->cfg);
     for (int l = first; l < first + gpt_stage_layers(&g->cfg); l++) {
@@ -97,21 +104,19 @@ static size_t carve_acts(GPTDevice *g, float *base) {
             a->residual3 = take(&c, N * C);
             continue;
         }
-        a->ln1 = take(&c, N * C), a->ln1_mean = take(&c, N), a->ln1_rstd = take(&c, N), a->qkv = take(&c, 3 * N * C);
-        a->atty = take(&c, N * C), a->att = take(&c, att), a->residual2 = take(&c, N * C), a->ln2 = take(&c, N * C);
-        a->ln2_mean = take(&c, N), a->ln2_rstd = take(&c, N), a->fch = take(&c, 4 * N * C);
-        a->fch_gelu = take(&c, 4 * N * C), a->residual3 = take(&c, N * C);
+        a->ln1 = take(&c, N * C), a->ln1_mean = take(&c, N), a->ln1_rstd = take(&c, N), a->qkv = take(&c, 3 * N * Cl);
+        a->atty = take(&c, N * Cl), a->att = take(&c, att), a->residual2 = take(&c, N * C), a->ln2 = take(&c, N * C);
+        a->ln2_mean = take(&c, N), a->ln2_rstd = take(&c, N), a->fch = take(&c, N * F);
+        a->fch_gelu = take(&c, N * F), a->residual3 = take(&c, N * C);
     }
     g->encoded = take(&c, N * C), g->proj_out = take(&c, N * C), g->lnf = take(&c, N * C);
     g->lnf_mean = take(&c, N), g->lnf_rstd = take(&c, N), g->logits = take(&c, classifier_rows(g) * g->cfg.padded_vocab_size);
-    g->losses = take(&c, N), g->dresidual = take(&c, N * C), g->dln = take(&c, N * C), g->datty = take(&c, N * C);
-    g->dqkv = take(&c, 3 * N * C), g->dfch = take(&c, 4 * N * C), g->scratch = take(&c, g->fused_attention ? 0 : att);
+    g->losses = take(&c, N), g->dresidual = take(&c, N * C), g->dln = take(&c, N * C), g->datty = take(&c, N * Cl);
+    g->dqkv = take(&c, 3 * N * Cl), g->dfch = take(&c, N * F), g->scratch = take(&c, g->fused_attention ? 0 : att);
     return (size_t)(c - base);
 }
 
 static const char *unsupported(const GPTConfig *cfg) {
-    if (gpt_tp_size(cfg) > 1 || gpt_cp_size(cfg) > 1)
-        return "a device runs the whole model or a pipeline stage for now (no tensor or context parallelism)";
     if (gpt_is_moe(cfg)) return "a device runs dense models for now (no MoE)";
     if (cfg->lora_rank > 0) return "a device does not train LoRA adapters yet";
     if (cfg->recompute == GPT_RECOMPUTE_SELECTIVE && cfg->channels / cfg->num_heads > FLASH_MAX_HEAD)
@@ -203,7 +208,9 @@ GPTDevice *gpt_device_create(Device *dev, const GPTConfig *cfg, int B, int T, in
     }
     *g = (GPTDevice){.dev = dev, .cfg = *cfg, .B = B, .T = T, .debug = debug, .nparams = gpt_num_params(cfg),
                      .doc_separator = -1, .poison = NAN, .nonfinite_layer = -1,
-                     .fused_attention = cfg->channels / cfg->num_heads <= FLASH_MAX_HEAD};
+                     .fused_attention = cfg->channels / cfg->num_heads <= FLASH_MAX_HEAD,
+                     .Cl = cfg->channels / gpt_tp_size(cfg), .Hl = cfg->num_heads / gpt_tp_size(cfg),
+                     .F = 4 * cfg->channels / gpt_tp_size(cfg), .lead = gpt_tp_rank(cfg) == 0};
     if (allocate(g) != 0) {
         snprintf(reason, reason_size, "%s", device_error(dev)[0] ? device_error(dev) : "out of host memory");
         gpt_device_free(g);
@@ -221,6 +228,8 @@ void gpt_device_free(GPTDevice *g) {
     for (size_t i = 0; i < sizeof dev_buffers / sizeof dev_buffers[0]; i++) device_free(g->dev, dev_buffers[i]);
     acts_bf16_free(g->acts_bf16);
     fp8_device_free(g->fp8);
+    gpt_device_tp_free(g->tp);
+    gpt_device_cp_free(g->cp);
     device_event_destroy(g->dev, g->tokens_ready);
     device_stream_destroy(g->dev, g->copy);
     device_stream_destroy(g->dev, g->compute);
@@ -233,6 +242,23 @@ void gpt_device_free(GPTDevice *g) {
     free(g);
 }
 
+int gpt_device_set_tensor_group(GPTDevice *g, DeviceComm *comm) {
+    if (gpt_tp_size(&g->cfg) == 1) return 0;
+    g->tp = gpt_device_tp_create(g->dev, g->compute, &g->cfg, comm, g->debug & GPT_DEVICE_SKIP_TP_WAIT);
+    return g->tp ? 0 : -1;
+}
+
+int gpt_device_set_context_group(GPTDevice *g, DeviceComm *comm, int size, int rank, CpAlgo algo, CpSplit split,
+                                 char *reason, size_t reason_size) {
+    if (!g->fused_attention) {
+        snprintf(reason, reason_size, "context parallelism on a device runs the fused attention only");
+        return -1;
+    }
+    g->cp = gpt_device_cp_create(g->dev, g->compute, comm, size, rank, algo, split, g->B, g->T, g->Cl, g->Hl);
+    if (!g->cp) snprintf(reason, reason_size, "%s", device_error(g->dev));
+    return g->cp ? 0 : -1;
+}
+
 static int round_bf16(GPTDevice *g, float *out, uint16_t *out_bf16, const float *inp, size_t n) {
     DeviceCall call = {.kernel = DK_BF16_ROUND, .a.round = {out, out_bf16, inp, n}};
     return device_launch(g->dev, g->compute, &call);
@@ -242,6 +268,7 @@ static float *tensor(const GPTDevice *g, float *base, TensorKind k) { return bas
 
 /* bf16: the encoder's wte, rounded as the products' */
 static int refresh_wte(GPTDevice *g) {
+    if (g->tp) TRY(gpt_device_tp_gather_wte(g->tp, tensor(g, g->params, TK_WTE))); /* tensor parallel: the whole wte */
     return g->bf16 ? round_bf16(g, g->wte_rounded, NULL, tensor(g, g->params, TK_WTE), gpt_tensor_numel(&g->cfg, TK_WTE)) : 0;
 }
 
@@ -339,6 +366,7 @@ int gpt_device_zero_grads(GPTDevice *g) {
     if (g->debug & GPT_DEVICE_SKIP_GRAD_ZERO) return 0;
     const size_t wte_bytes = gpt_tensor_numel(&g->cfg, TK_WTE) * sizeof(float);
     if (g->stage.head_dwte) TRY(device_zero(g->dev, g->compute, g->stage.head_dwte, wte_bytes)); /* the head's copy's */
+    if (g->tp) TRY(gpt_device_tp_zero_dwte(g->tp));
     return device_zero(g->dev, g->compute, g->grads, g->nparams * sizeof(float));
 }
 
@@ -399,16 +427,21 @@ static int elementwise(GPTDevice *g, DeviceKernel k, float *out, const float *a,
 /* Each token's document start on the device, NULL without documents. */
 static const int32_t *doc_starts(const GPTDevice *g) { return g->doc_separator >= 0 ? g->tokens + 2 * rows(g) : NULL; }
 
+/* Each token's true position under context parallelism (NULL: its row). */
+static const int32_t *positions(const GPTDevice *g) { return g->cp ? gpt_device_cp_positions(g->cp) : NULL; }
+
 static int attention(GPTDevice *g, DeviceKernel k, const DeviceLayerActs *a) {
     DeviceCall call = {.kernel = k};
+    if (g->cp && k == DK_ATTENTION_FORWARD) return gpt_device_cp_forward(g->cp, a->atty, a->att, a->qkv);
+    if (g->cp) return gpt_device_cp_backward(g->cp, g->dqkv, g->datty, a->qkv, a->atty, a->att);
     if (g->fused_attention) { /* att holds each row's log-sum-exp */
         call.kernel = k == DK_ATTENTION_FORWARD ? DK_FLASH_FORWARD : DK_FLASH_BACKWARD;
         call.a.flash = flash_self_attention(a->atty, a->att, g->dqkv, a->qkv, g->datty, doc_starts(g), g->B, g->T,
-                                            g->cfg.channels, g->cfg.num_heads);
+                                            g->Cl, g->Hl);
         return launch(g, &call);
     }
     call.a.attention = (AttentionArgs){a->atty, a->att, g->dqkv, g->scratch, a->qkv, g->datty, doc_starts(g),
-                                       g->B, g->T, g->cfg.channels, g->cfg.num_heads};
+                                       g->B, g->T, g->Cl, g->Hl};
     return launch(g, &call);
 }
 
@@ -420,6 +453,16 @@ static int nonfinite(GPTDevice *g, int32_t *flag, const float *x, size_t n) {
     DeviceCall call = {.kernel = DK_NONFINITE, .a.nonfinite = {flag, x, n}};
     return launch(g, &call);
 }
+
+/* A row-parallel product's output or a column-parallel one's input gradient summed over the tensor group. */
+static int tp_sum(GPTDevice *g, float *x) { return g->tp ? gpt_device_tp_sum(g->tp, x, rows(g) * (size_t)g->cfg.channels) : 0; }
+
+/* A row-parallel product's bias: added by tensor rank 0 alone. */
+static const float *row_bias(const GPTDevice *g, const float *bias) { return g->lead ? bias : NULL; }
+
+/* The tied wte (the whole vocabulary's under TP) and the gradient the encoder and the classifier add to. */
+static const float *whole_wte(const GPTDevice *g) { return g->tp ? gpt_device_tp_wte(g->tp) : tensor(g, g->params, TK_WTE); }
+static float *whole_dwte(const GPTDevice *g) { return g->tp ? gpt_device_tp_dwte(g->tp) : tensor(g, g->grads, TK_WTE); }
 
 /* --activations bf16: x's bf16 bits (layer's activation k) kept for its products and backward. */
 static int keep(GPTDevice *g, int layer, ActKind k, const float *x) {
@@ -449,26 +492,29 @@ static int residual_norm(GPTDevice *g, float *x, const float *a, const float *b,
     return launch(g, &call);
 }
 
-/* One layer's forward from residual (N,C) to a->residual3, as gpt_forward. normed: its first layernorm
- * ran already (the previous layer's fused residual); fuse_next: the next layernorm (layer l + 1's or the
- * final one) fused with the last residual add. */
+/* One layer's forward from residual (N,C) to a->residual3, as gpt_forward; under TP the shard's products,
+ * their outputs summed over the tensor group. normed: its first layernorm ran already (the previous
+ * layer's fused residual); fuse_next: the next layernorm (layer l + 1's or the final one) fused with the
+ * last residual add. */
 static int layer_forward(GPTDevice *g, int l, const float *residual, bool normed, bool fuse_next) {
-    const int C = g->cfg.channels;
+    const int C = g->cfg.channels, Cl = g->Cl, F = g->F;
     const LayerTensors p = layer_tensors(g, g->params, l);
     const DeviceLayerActs *a = &g->layer[l];
     if (!normed) TRY(layernorm(g, DK_LAYERNORM_FORWARD, input_norm(g, l, residual)));
     TRY(keep(g, l, ACT_LN1, a->ln1));
-    TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_QKV, (MatmulArgs){.out = a->qkv, .inp = a->ln1, .weight = p.qkvw, .bias = p.qkvb}, C, 3 * C));
+    TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_QKV, (MatmulArgs){.out = a->qkv, .inp = a->ln1, .weight = p.qkvw, .bias = p.qkvb}, C, 3 * Cl));
     TRY(attention(g, DK_ATTENTION_FORWARD, a));
     TRY(keep(g, l, ACT_ATTY, a->atty));
-    TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_ATTPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->atty, .weight = p.attprojw, .bias = p.attprojb}, C, C));
+    TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_ATTPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->atty, .weight = p.attprojw, .bias = row_bias(g, p.attprojb)}, Cl, C));
+    TRY(tp_sum(g, g->proj_out));
     const LayernormArgs ln2 = {.out = a->ln2, .mean = a->ln2_mean, .rstd = a->ln2_rstd, .weight = p.ln2w, .bias = p.ln2b};
     TRY(residual_norm(g, a->residual2, residual, g->proj_out, &ln2));
     TRY(keep(g, l, ACT_LN2, a->ln2));
     TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FC, (MatmulArgs){.out = a->fch_gelu, .pre_gelu = a->fch, .inp = a->ln2, .weight = p.fcw,
-                                                  .bias = p.fcb}, C, 4 * C)); /* the GELU epilogue */
+                                                  .bias = p.fcb}, C, F)); /* the GELU epilogue */
     TRY(keep(g, l, ACT_FCH_GELU, a->fch_gelu));
-    TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FCPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->fch_gelu, .weight = p.fcprojw, .bias = p.fcprojb}, 4 * C, C));
+    TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FCPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->fch_gelu, .weight = p.fcprojw, .bias = row_bias(g, p.fcprojb)}, F, C));
+    TRY(tp_sum(g, g->proj_out));
     const LayernormArgs next = input_norm(g, l + 1, a->residual3);
     TRY(residual_norm(g, a->residual3, a->residual2, g->proj_out, fuse_next ? &next : NULL));
     return nonfinite(g, &g->flags[l], a->residual3, rows(g) * (size_t)C); /* the guard's: gpt.c checks each layer's output */
@@ -476,21 +522,23 @@ static int layer_forward(GPTDevice *g, int l, const float *residual, bool normed
 
 /* One layer's backward: g->dresidual from its output's gradient to its input's, as gpt.c's layer_pass. */
 static int layer_backward(GPTDevice *g, int l, const float *inp) {
-    const int C = g->cfg.channels;
+    const int C = g->cfg.channels, Cl = g->Cl, F = g->F;
     const LayerTensors p = layer_tensors(g, g->params, l), d = layer_tensors(g, g->grads, l);
     const DeviceLayerActs *a = &g->layer[l];
     TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FCPROJ, (MatmulArgs){.dinp = g->dfch, .dweight = d.fcprojw, .dbias = d.fcprojb, .dout = g->dresidual,
-                                                   .inp = a->fch_gelu, .weight = p.fcprojw}, 4 * C, C));
-    TRY(elementwise(g, DK_GELU_BACKWARD, g->dfch, a->fch, g->dfch, 4 * rows(g) * (size_t)C));
+                                                   .inp = a->fch_gelu, .weight = p.fcprojw}, F, C));
+    TRY(elementwise(g, DK_GELU_BACKWARD, g->dfch, a->fch, g->dfch, rows(g) * (size_t)F));
     TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FC, (MatmulArgs){.dinp = g->dln, .dweight = d.fcw, .dbias = d.fcb, .dout = g->dfch,
-                                                   .inp = a->ln2, .weight = p.fcw}, C, 4 * C));
+                                                   .inp = a->ln2, .weight = p.fcw}, C, F));
+    TRY(tp_sum(g, g->dln));
     TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = d.ln2w, .dbias = d.ln2b, .dout = g->dln,
                                                              .inp = a->residual2, .weight = p.ln2w, .mean = a->ln2_mean, .rstd = a->ln2_rstd}));
     TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_ATTPROJ, (MatmulArgs){.dinp = g->datty, .dweight = d.attprojw, .dbias = d.attprojb, .dout = g->dresidual,
-                                                   .inp = a->atty, .weight = p.attprojw}, C, C));
+                                                   .inp = a->atty, .weight = p.attprojw}, Cl, C));
     TRY(attention(g, DK_ATTENTION_BACKWARD, a));
     TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_QKV, (MatmulArgs){.dinp = g->dln, .dweight = d.qkvw, .dbias = d.qkvb, .dout = g->dqkv,
-                                                   .inp = a->ln1, .weight = p.qkvw}, C, 3 * C));
+                                                   .inp = a->ln1, .weight = p.qkvw}, C, 3 * Cl));
+    TRY(tp_sum(g, g->dln));
     return layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = d.ln1w, .dbias = d.ln1b, .dout = g->dln,
                                                                 .inp = inp, .weight = p.ln1w, .mean = a->ln1_mean, .rstd = a->ln1_rstd});
 }
@@ -525,10 +573,10 @@ static int forward(GPTDevice *g, float dloss) {
     const GPTConfig *cfg = &g->cfg;
     const int C = cfg->channels, first = gpt_first_layer(cfg), last = first + gpt_stage_layers(cfg) - 1;
     DeviceCall enc = {.kernel = DK_ENCODER_FORWARD};
-    enc.a.encoder = (EncoderArgs){.out = g->encoded, .wte = g->bf16 ? g->wte_rounded : tensor(g, g->params, TK_WTE),
+    enc.a.encoder = (EncoderArgs){.out = g->encoded, .wte = g->bf16 ? g->wte_rounded : whole_wte(g),
                                   .wpe = tensor(g, g->params, TK_WPE),
-                                  .tokens = g->tokens, .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C,
-                                  .V = cfg->vocab_size};
+                                  .tokens = g->tokens, .doc_start = doc_starts(g), .positions = positions(g),
+                                  .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};
     if (gpt_has_encoder(cfg)) TRY(launch(g, &enc));
     const bool has_head = gpt_has_head(cfg);
     /* each layer's last residual add fused with the next layernorm: the next layer's of this stage, or the final one */
@@ -537,8 +585,8 @@ static int forward(GPTDevice *g, float dloss) {
     if (!has_head) return 0;
     /* the loss and, training, the gradients into lnf (g->dln) and wte (the last stage's copy: head_wte), a block of rows at a time */
     const bool copy = g->stage.head_wte != NULL;
-    ClassifierArgs head = {g->losses, g->dln, copy ? g->stage.head_dwte : tensor(g, g->grads, TK_WTE), g->logits, g->lnf,
-                           copy ? g->stage.head_wte : tensor(g, g->params, TK_WTE),
+    ClassifierArgs head = {g->losses, g->dln, copy ? g->stage.head_dwte : whole_dwte(g), g->logits, g->lnf,
+                           copy ? g->stage.head_wte : whole_wte(g),
                            g->tokens + rows(g), (int)rows(g), C, cfg->vocab_size, cfg->padded_vocab_size,
                            (int)classifier_rows(g), dloss};
     return classifier_device(g->dev, g->compute, &head, classifier_product, g);
@@ -556,7 +604,7 @@ static int restore_layer(GPTDevice *g, int l) {
 static int backward(GPTDevice *g) {
     const GPTConfig *cfg = &g->cfg;
     const int C = cfg->channels, first = gpt_first_layer(cfg), last = first + gpt_stage_layers(cfg) - 1;
-    float *dwte = tensor(g, g->grads, TK_WTE), *lnf = tensor(g, g->params, TK_LNFW), *dlnf = tensor(g, g->grads, TK_LNFW);
+    float *dwte = whole_dwte(g), *lnf = tensor(g, g->params, TK_LNFW), *dlnf = tensor(g, g->grads, TK_LNFW);
     if (gpt_has_head(cfg)) {
         TRY(device_zero(g->dev, g->compute, g->dresidual, rows(g) * (size_t)C * sizeof(float)));
         TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = dlnf, .dbias = dlnf + C, .dout = g->dln,
@@ -571,8 +619,9 @@ static int backward(GPTDevice *g) {
     if (!gpt_has_encoder(cfg)) return 0;
     DeviceCall enc = {.kernel = DK_ENCODER_BACKWARD};
     enc.a.encoder = (EncoderArgs){.dwte = dwte, .dwpe = tensor(g, g->grads, TK_WPE), .dout = g->dresidual, .tokens = g->tokens,
-                                  .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};
-    return launch(g, &enc);
+                                  .doc_start = doc_starts(g), .positions = positions(g), .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};
+    TRY(launch(g, &enc));
+    return g->tp ? gpt_device_tp_take_dwte(g->tp, tensor(g, g->grads, TK_WTE)) : 0;
 }
 
 /* The losses (the head's) and the stage's layers' non-finite flags of the work queued, to the host. */
@@ -583,6 +632,7 @@ static int collect(GPTDevice *g, double *loss_sum) {
     TRY(device_copy(g->dev, g->compute, g->host_flags, g->flags, sizeof(int32_t) * (size_t)g->cfg.num_layers,
                     COPY_DEVICE_TO_HOST));
     TRY(device_stream_sync(g->dev, g->compute));
+    if (g->tp) gpt_device_tp_finish(g->tp);
     double sum = 0;
     for (size_t i = 0; head && i < rows(g); i++) sum += g->host_losses[i];
     *loss_sum = sum;
@@ -593,6 +643,7 @@ static int collect(GPTDevice *g, double *loss_sum) {
 }
 
 int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum) {
+    if (gpt_tp_size(&g->cfg) > 1 && !g->tp) bs_die("internal error: a tensor-parallel shard on a device without its group");
     TRY(allocate_acts(g)); /* once: made by gpt_device_set_state */
     TRY(upload_tokens(g, inputs, targets));
     TRY(forward(g, dloss));
@@ -633,7 +684,10 @@ int gpt_device_tensor_sum_squares(GPTDevice *g, GPTDeviceArray which, double *pe
                        .a.sumsq = {g->sums, which == GPT_DEVICE_GRADS ? g->grads : g->params, g->offsets, g->nseg}};
     TRY(launch(g, &call));
     TRY(device_copy(g->dev, g->compute, per_tensor, g->sums, sizeof(double) * (size_t)g->nseg, COPY_DEVICE_TO_HOST));
-    return device_stream_sync(g->dev, g->compute);
+    TRY(device_stream_sync(g->dev, g->compute));
+    for (int i = 0; i < g->nseg; i++)
+        if (!gpt_tensor_primary(&g->cfg, g->segs[i].kind)) per_tensor[i] = 0; /* another tensor rank's copy counts */
+    return 0;
 }
 
 int gpt_device_grad_sum_squares(GPTDevice *g, double *out) {

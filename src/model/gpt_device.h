@@ -10,8 +10,10 @@
  * masked (attention inside the document, as gpt.h's doc_separator). A step
  * returns only its token losses and each layer's non-finite flag to the host;
  * the state stays on the device until gpt_device_get_state. For now
- * the whole dense model in fp32 or bf16, or a pipeline stage of it
- * (no tensor/context parallelism, MoE or LoRA: refused with a
+ * every layer of a dense model in fp32 or bf16 on one process, a pipeline
+ * stage of it, or a tensor parallel shard of it in fp32 (gpt_device_set_tensor_group, gpt_device_tp.h),
+ * each sequence's rows split over a context group (gpt_device_set_context_group,
+ * gpt_device_cp.h) (no MoE or LoRA: refused with a
  * reason). Errors: -1 (or NULL) and the reason in reason / device_error. */
 #ifndef BS_MODEL_GPT_DEVICE_H
 #define BS_MODEL_GPT_DEVICE_H
@@ -20,21 +22,34 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/device_comm.h"
 #include "device/device.h"
+#include "model/context_attention.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 
 typedef struct GPTDevice GPTDevice;
 
 /* Tests of what sim catches: the step leaves out one event wait (the
- * compute stream's on the token upload) or one initialisation (the
- * gradients' zeroing). */
-enum { GPT_DEVICE_SKIP_TOKEN_WAIT = 1, GPT_DEVICE_SKIP_GRAD_ZERO = 2 };
+ * compute stream's on the token upload, or on the tensor group's sums) or
+ * one initialisation (the gradients' zeroing). */
+enum { GPT_DEVICE_SKIP_TOKEN_WAIT = 1, GPT_DEVICE_SKIP_GRAD_ZERO = 2, GPT_DEVICE_SKIP_TP_WAIT = 4 };
 
 /* Micro-batches of B sequences of T tokens; debug: the flags above (0: none). */
 GPTDevice *gpt_device_create(Device *dev, const GPTConfig *cfg, int B, int T, int debug, char *reason,
                              size_t reason_size);
 void gpt_device_free(GPTDevice *g);
+/* Tensor parallelism (a shard config, gpt_tp_size > 1; before
+ * gpt_device_set_state): comm is the tensor group's (created on
+ * gpt_device_compute_stream, kept by the caller). -1 with the reason in
+ * device_error when the device has no room. */
+int gpt_device_set_tensor_group(GPTDevice *g, DeviceComm *comm);
+/* Context parallelism (gpt_cp_size > 1; B and T of gpt_device_create are
+ * the local rows): comm is the context group's (rank of size, algorithm and
+ * split as the CPU's, gpt_device_cp.h), kept by the caller. -1 with the
+ * reason in reason (the unfused attention, no room). */
+int gpt_device_set_context_group(GPTDevice *g, DeviceComm *comm, int size, int rank, CpAlgo algo, CpSplit split,
+                                 char *reason, size_t reason_size);
 /* bf16 compute, as gpt.h's bf16 mode (before gpt_device_set_state): every
  * product takes bf16 operands with fp32 accumulation: the weights from a
  * bf16 copy of every parameter at the layout's offsets (refreshed by the
@@ -88,11 +103,13 @@ int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets,
  * gpt_device_step's forward, -1 if none (the step copies one flag per
  * layer back with its losses). */
 int gpt_device_nonfinite_layer(const GPTDevice *g);
-/* The gradient's sum of squares (every tensor, summed in layout order). */
+/* The gradient's sum of squares (every tensor, summed in layout order;
+ * under tensor parallelism the replicated tensors count on tensor rank 0
+ * alone, gpt_tensor_primary, so that the group's sum counts each once). */
 int gpt_device_grad_sum_squares(GPTDevice *g, double *out);
 /* The tensors of the layout (gpt_param_segments' order), and each one's sum
  * of squares of the gradients or the parameters, computed on the device
- * (only the sums come back). */
+ * (only the sums come back; 0 for a replicated tensor off tensor rank 0, as above). */
 typedef enum { GPT_DEVICE_GRADS, GPT_DEVICE_PARAMS } GPTDeviceArray;
 int gpt_device_num_tensors(const GPTDevice *g);
 int gpt_device_tensor_sum_squares(GPTDevice *g, GPTDeviceArray which, double *per_tensor);

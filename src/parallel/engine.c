@@ -66,6 +66,7 @@ EngineChunk *engine_chunk(Engine *e, int c) {
     host_current(e);
     return &e->chunks[c];
 }
+const GPTConfig *engine_chunk_config(const Engine *e, int c) { return &e->chunks[c].model.cfg; }
 int engine_virtual_stages(const Engine *e) { return e->virtual_stages; }
 long engine_optimizer_step(const Engine *e) { return e->optimizer_step; }
 void engine_set_optimizer_step(Engine *e, long step) { e->optimizer_step = step; }
@@ -320,8 +321,6 @@ static void setup_chunk(Engine *e, int c, const GPTConfig *whole) {
     if (e->cfg.fp8) gpt_enable_fp8(&ch->model, e->cfg.fp8);
 }
 
-const GPTConfig *engine_chunk_config(const Engine *e, int c) { return &e->chunks[c].model.cfg; }
-
 /* The chunks holding the tied weights: the embeddings (virtual stage 0) and the head (the last one). */
 static EngineChunk *embedding_chunk(Engine *e) { return e->grid->pp_index == 0 ? &e->chunks[0] : NULL; }
 static EngineChunk *head_chunk(Engine *e) {
@@ -473,7 +472,9 @@ static double bubble_simulated(Engine *e, const Pipeline *pipe, const PipeStats 
 EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad load, void *ctx) {
     if (e->device) {
         comm_reset_stats(e->chunk_comm[0]); /* the step's data-parallel traffic, as below */
-        EngineStepStats st = {.loss_sum = engine_device_train(e->device, m, dloss, load, ctx), .max_live = 1};
+        void *local_ctx;
+        PipeLoad local = local_loader(e, load, ctx, &local_ctx); /* context parallelism: this rank's rows */
+        EngineStepStats st = {.loss_sum = engine_device_train(e->device, m, dloss, local, local_ctx), .max_live = 1};
         PipeStats ps;
         const Pipeline *stage = engine_device_pipeline(e->device, &ps); /* --pp: the stage's measurements, as below */
         if (stage) st = (EngineStepStats){st.loss_sum, ps.busy, ps.idle, ps.max_live, 0, bubble_theory(e, m, &ps),
@@ -565,9 +566,9 @@ void engine_update(Engine *e, double lr, float grad_scale) {
 }
 
 double engine_evaluate(Engine *e, int m, int counted, PipeLoad load, void *ctx) {
-    if (e->device) return engine_device_evaluate(e->device, m, counted, load, ctx);
     void *local_ctx;
     PipeLoad local = local_loader(e, load, ctx, &local_ctx);
+    if (e->device) return engine_device_evaluate(e->device, m, counted, local, local_ctx);
     double loss = pipeline_eval(e->pipe, m, counted, local, local_ctx);
     return e->grid->tp_index == 0 ? loss : 0;
 }

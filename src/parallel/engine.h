@@ -154,7 +154,7 @@ void engine_inject_nan(Engine *e, int block);
  * bytes copied from the device to the host since it opened. */
 bool engine_device_tensor_norms(Engine *e, double *grads, double *params);
 bool engine_device_traffic(const Engine *e, uint64_t *bytes_to_host);
-/* How device buffers move between data-parallel ranks ("host" or "nccl"), NULL on the CPU or one rank. */
+/* How device buffers move between ranks ("host" or "nccl", every group alike), NULL on the CPU or one rank. */
 const char *engine_device_comm(const Engine *e);
 DPMemory engine_memory(const Engine *e);
 /* This rank's activation memory: the pipeline's sets and the context-attention buffers. */

@@ -4,7 +4,13 @@
  * parallelism reduces the
  * gradients on the device (comm/device_comm.h) as the CPU's data_parallel.c
  * sums them: all-reduced at ZeRO 0; at ZeRO 1-2 reduce-scattered, each rank
- * updating its part of the flat buffer, the parameters all-gathered after. */
+ * updating its part of the flat buffer, the parameters all-gathered after.
+ * Tensor parallelism: each rank's device model is its shard, the sums inside
+ * a layer over the tensor group's own DeviceComm (model/gpt_device_tp.h);
+ * data parallelism then reduces each shard over its data-parallel group.
+ * Context parallelism: each rank's device model takes its rows of every
+ * sequence, attention over the context group's DeviceComm
+ * (model/gpt_device_cp.h); the data-parallel group spans dp x cp, as on CPU. */
 #include "parallel/engine_device.h"
 
 #include <stdio.h>
@@ -28,6 +34,10 @@ struct EngineDevice {
     int nonfinite_layer, nonfinite_block;
     Comm *group;      /* the data-parallel group, with more than one rank (else NULL) */
     DeviceComm *comm; /* the device buffers over it */
+    DeviceComm *tensor_comm; /* the tensor group's (more than one rank, else NULL) */
+    DeviceComm *context_comm; /* the context group's (more than one rank, else NULL) */
+    Comm *norm_group; /* where the gradient's sum of squares is summed (NULL: this rank's is whole) */
+    bool counts_loss; /* tensor rank 0: the loss counts once per tensor group, as on the CPU */
     bool sharded;     /* ZeRO >= 1 over the group: this rank updates its part */
     size_t total;     /* the flat buffer's floats */
     Fp8State *fp8;    /* --precision fp8: the chunk's delayed scales (on the host), else NULL */
@@ -39,10 +49,13 @@ static void check(EngineDevice *d, int rc) {
 }
 
 static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, const Grid *g) {
-    if (g->tp > 1) return "runs data parallelism only for now (not tensor parallelism)";
+    if ((g->tp > 1 || g->cp > 1) && (cfg->bf16 || chunk->model.fp8))
+        return "runs tensor and context parallelism in fp32 only for now (not bf16 or fp8)";
+    if (g->cp > 1 && cfg->doc_mask) return "runs context parallelism over whole sequences only for now (not packed documents)";
+    if (g->pp > 1 && (g->tp > 1 || g->cp > 1))
+        return "runs pipeline stages without tensor or context parallelism for now";
     if (pipeline_device_refusal(cfg, g)) return pipeline_device_refusal(cfg, g);
-    if (g->cp > 1) return "runs data parallelism only for now (not context parallelism)";
-    if (g->ep > 1) return "runs data parallelism only for now (not expert parallelism)";
+    if (g->ep > 1) return "runs data, tensor, context and pipeline parallelism only for now (not expert parallelism)";
     if (cfg->data_parallel.zero_stage >= 3) return "shards up to ZeRO stage 2 for now (not the parameters: stage 3)";
     if (cfg->measure_micro_norms) return "does not measure micro-step norms yet";
     if (chunk->model.frozen) return "does not train adapters over a frozen base yet";
@@ -50,16 +63,40 @@ static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, co
     return NULL;
 }
 
-/* The data-parallel group's device collectives on the model's compute stream (more than one rank). */
+/* The tensor group's device collectives, given to the model (its shard's sums). */
+static int open_tensor_comm(EngineDevice *d, const Grid *g, GpuCommKind path, char *reason, size_t reason_size) {
+    d->tensor_comm = device_comm_create(g->tp_group, d->dev, gpt_device_compute_stream(d->model), path, reason,
+                                        reason_size);
+    if (!d->tensor_comm) return -1;
+    if (gpt_device_set_tensor_group(d->model, d->tensor_comm) == 0) return 0;
+    snprintf(reason, reason_size, "%s", device_error(d->dev));
+    return -1;
+}
+
+/* The context group's device collectives, given to the model (attention over the whole sequence). */
+static int open_context_comm(EngineDevice *d, const EngineConfig *cfg, const Grid *g, GpuCommKind path, char *reason,
+                             size_t reason_size) {
+    d->context_comm = device_comm_create(g->cp_group, d->dev, gpt_device_compute_stream(d->model), path, reason,
+                                         reason_size);
+    if (!d->context_comm) return -1;
+    return gpt_device_set_context_group(d->model, d->context_comm, g->cp, g->cp_index, cfg->cp_algo, cfg->cp_split,
+                                        reason, reason_size);
+}
+
+/* The tensor, context and data-parallel groups' device collectives on the model's compute stream (more than one rank). */
 static int open_comm(EngineDevice *d, const EngineConfig *cfg, const EngineChunk *chunk, const Grid *g, char *reason,
                      size_t reason_size) {
     d->total = chunk->model.num_params;
     check(d, gpt_device_set_update_range(d->model, chunk->update_offset, chunk->update_count));
     if (g->pp > 1 && !(d->pipe = pipeline_device_create(d->dev, d->model, cfg, chunk, g,
                                                           cfg->skip_pipe_wait ? PIPELINE_DEVICE_SKIP_RECV_WAIT : 0, reason, reason_size))) return -1;
-    if (comm_size(g->dp_group) == 1) return 0;
+    const bool data = comm_size(g->dp_group) > 1;
+    if (!data && g->tp == 1 && g->cp == 1) return 0;
     GpuCommKind path;
     if (gpu_comm_choose(g->world, d->dev, cfg->gpu_comm, &path, reason, reason_size) != 0) return -1;
+    if (g->tp > 1 && open_tensor_comm(d, g, path, reason, reason_size) != 0) return -1;
+    if (g->cp > 1 && open_context_comm(d, cfg, g, path, reason, reason_size) != 0) return -1;
+    if (!data) return 0;
     d->group = g->dp_group;
     d->sharded = cfg->data_parallel.zero_stage >= 1;
     d->comm = device_comm_create(d->group, d->dev, gpt_device_compute_stream(d->model), path, reason, reason_size);
@@ -78,8 +115,13 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
     DeviceOptions options = {.seed = cfg->seed, .memory_limit = cfg->sim_memory,
                              .gpu = gpu_comm_local_rank(grid->world, &ranks_here)};
     d->B = cfg->micro_batch;
-    d->T = cfg->seq_len;
+    d->T = cfg->seq_len / grid->cp; /* context parallelism: this rank's rows of each sequence */
     d->poison_block = d->nonfinite_layer = d->nonfinite_block = -1;
+    d->counts_loss = grid->tp_index == 0;
+    /* as engine_grad_sum_squares: ZeRO shards over every rank, else one tensor group holds one copy */
+    d->norm_group = cfg->data_parallel.zero_stage >= 1 && comm_size(grid->dp_group) > 1 ? grid->world
+                    : grid->tp > 1                                                      ? grid->tp_group
+                                                                                        : NULL;
     d->dev = device_open(kind, &options, reason, reason_size);
     if (d->dev) d->model = gpt_device_create(d->dev, &chunk->model.cfg, d->B, d->T, 0, reason, reason_size);
     if (d->model && cfg->bf16 && gpt_device_enable_bf16(d->model) != 0) {
@@ -114,6 +156,8 @@ void engine_device_free(EngineDevice *d) {
     if (!d) return;
     pipeline_device_free(d->pipe);
     device_comm_free(d->comm);
+    device_comm_free(d->tensor_comm);
+    device_comm_free(d->context_comm);
     gpt_device_free(d->model);
     device_close(d->dev);
     free(d->inputs);
@@ -138,14 +182,14 @@ void engine_device_sync_host(EngineDevice *d, EngineChunk *chunk) {
     d->stale = 0;
 }
 
-/* micro-batches [0, m), the first `counted` adding to the loss; dloss 0: forward only */
+/* micro-batches [0, m), the first `counted` adding to the loss (tensor rank 0's); dloss 0: forward only */
 static double run(EngineDevice *d, int m, int counted, float dloss, PipeLoad load, void *ctx) {
     double total = 0;
     for (int micro = 0; micro < m; micro++) {
         double loss = 0;
         load(ctx, micro, d->inputs, d->targets);
         check(d, gpt_device_step(d->model, d->inputs, d->targets, dloss, &loss));
-        if (micro < counted) total += loss;
+        if (micro < counted && d->counts_loss) total += loss;
         if (dloss != 0 && d->nonfinite_layer < 0) d->nonfinite_layer = gpt_device_nonfinite_layer(d->model);
     }
     return total;
@@ -189,13 +233,14 @@ double engine_device_evaluate(EngineDevice *d, int m, int counted, PipeLoad load
     return d->pipe ? pipeline_device_eval(d->pipe, m, counted, load, ctx) : run(d, m, counted, 0.0f, load, ctx);
 }
 
-/* ZeRO >= 1: each rank's sum covers its part of the gradients; their sum
- * over the group, as engine_grad_sum_squares sums the CPU's shards. */
+/* ZeRO >= 1: each rank's sum covers its part of the gradients; tensor
+ * parallelism: its shard's (a replicated tensor on tensor rank 0 alone);
+ * their sum over the ranks, as engine_grad_sum_squares sums the CPU's shards. */
 double engine_device_grad_sum_squares(EngineDevice *d) {
     double s = 0;
     check(d, gpt_device_grad_sum_squares(d->model, &s));
-    if (d->sharded) comm_allreduce_double(d->group, &s, 1);
-    if (d->pipe) pipeline_device_sum(d->pipe, &s, 1); /* each stage's tensors */
+    if (d->norm_group) comm_allreduce_double(d->norm_group, &s, 1); /* the world's: every stage's parts too */
+    else if (d->pipe) pipeline_device_sum(d->pipe, &s, 1);           /* each stage's tensors */
     return s;
 }
 
@@ -218,6 +263,10 @@ void engine_device_update(EngineDevice *d, const OptimizerConfig *opt, double lr
     if (d->pipe) pipeline_device_share_weights(d->pipe); /* the tied weights, as engine_share_output_weights */
 }
 
-const char *engine_device_comm_path(const EngineDevice *d) { return d->comm ? device_comm_path(d->comm) : NULL; }
+/* Every group takes the path gpu_comm_choose chose once for the job. */
+const char *engine_device_comm_path(const EngineDevice *d) {
+    const DeviceComm *any = d->comm ? d->comm : d->tensor_comm ? d->tensor_comm : d->context_comm;
+    return any ? device_comm_path(any) : NULL;
+}
 
 uint64_t engine_device_bytes_to_host(const EngineDevice *d) { return device_bytes_copied(d->dev, COPY_DEVICE_TO_HOST); }

@@ -62,7 +62,7 @@ void engine_device_tensor_sum_squares(EngineDevice *d, double *grads, double *pa
 /* AdamW (step numbered step) on the device over the rank's update range
  * (ZeRO >= 1: then the parameters all-gathered); the host copy goes stale. */
 void engine_device_update(EngineDevice *d, const OptimizerConfig *opt, double lr, float grad_scale, long step);
-/* "host" or "nccl": how the gradients move between ranks (NULL: one rank). */
+/* "host" or "nccl": how device buffers move between ranks, every group alike (NULL: one rank). */
 const char *engine_device_comm_path(const EngineDevice *d);
 /* Bytes copied from the device to the host since it opened. */
 uint64_t engine_device_bytes_to_host(const EngineDevice *d);

@@ -93,9 +93,12 @@ void banner_print(const Trainer *tr) {
                                 TRAIN_CP_ALGO_WORDS[c->parallel.cp_algo], TRAIN_CP_SPLIT_WORDS[c->parallel.cp_split], c->model.seq_len / (2 * g->cp));
         /* a device pipeline's transfers take the host path whatever --gpu-comm says (parallel/pipeline_device.h) */
         const char *stages = g->pp > 1 && c->device.kind != TRAIN_DEVICE_CPU ? ", stage transfers as device buffers over host" : "";
+        char device[64] = ""; /* the tensor and context groups' collectives on a device */
+        if ((g->tp > 1 || g->cp > 1) && engine_device_comm(tr->engine))
+            snprintf(device, sizeof device, ", device buffers over %s", engine_device_comm(tr->engine));
         printf("layout: tp %d x cp %d x pp %d x dp %d = %d processes (tp varies fastest, then cp, pp, dp), %s "
-               "pipeline schedule%s%s%s\n%s\n", g->tp, g->cp, g->pp, g->dp, g->tp * g->cp * g->pp * g->dp,
-               TRAIN_PP_SCHEDULE_WORDS[c->parallel.pp_schedule], chunks, context, stages, all);
+               "pipeline schedule%s%s%s%s\n%s\n", g->tp, g->cp, g->pp, g->dp, g->tp * g->cp * g->pp * g->dp,
+               TRAIN_PP_SCHEDULE_WORDS[c->parallel.pp_schedule], chunks, context, device, stages, all);
         free(all);
     }
     printf("model: L=%d H=%d C=%d T=%d V=%d (padded %d), %.2fM parameters, %.1f MFLOP/token\n", mc->num_layers,

@@ -61,7 +61,7 @@ static void add_chunk(Watch *w, const EngineChunk *ch) {
     free(segs);
 }
 
-/* On a device (one chunk per rank: the whole model or a pipeline stage): each tensor's sums computed there, added by block. */
+/* On a device (one chunk per rank: the whole model, a pipeline stage or a TP shard): each tensor's sums computed there, added by block. */
 static bool add_device(Watch *w, Engine *e) {
     uint64_t bytes;
     if (!engine_device_traffic(e, &bytes)) return false;

@@ -44,7 +44,7 @@ typedef struct {
 /* rank: this world rank of `ranks`; layers: the whole model's. */
 void watch_init(Watch *w, const TrainConfig *c, int rank, int ranks, int layers, double flops_per_token);
 void watch_free(Watch *w);
-/* After the step's update, on every rank (collective when on); stats: the step's exchange; model: the whole model's. */
+/* After the step's update, on every rank (collective when on); stats: the step's exchange. */
 void watch_measure(Watch *w, Engine *e, const TrainConfig *c, const StepRecord *records);
 /* The model FLOPs utilisation of the step (NaN without --peak-gflops). */
 double watch_mfu(const Watch *w, const StepResult *r, int seq_len);

@@ -1,12 +1,13 @@
 """device_runs.py: what the device tests share: the device a test runs on (its first argument, sim or cuda;
-sim by default), whether that device answers, and how far a device layout's run is from one CPU process."""
+sim by default), whether that device answers, how far a device layout's run is from one CPU process, and
+the parameters of the checkpoints its runs wrote."""
 import os
 import sys
 import unittest
 
 import numpy as np
 
-from bstest import TempDir, make_corpus, rel, run
+from bstest import TempDir, launch, make_corpus, read_model, rel, run
 
 EQUIVALENCE_KEYS = ("loss", "grad_norm", "grad_norm_layers", "weight_norm_layers")
 
@@ -60,3 +61,14 @@ def main_on(device):
         print(("FAIL (BS_REQUIRE_GPU=1): " if required else "skipped: ") + why)
         sys.exit(1 if required else 77)
     unittest.main()
+
+
+def checkpoint_params(test, runs, step):
+    """{name: the parameters of checkpoint `step` of each run directory in runs {name: directory}}, through `ckpt
+    export` into the test's temporary directory (test.path)."""
+    params = {}
+    for name, d in runs.items():
+        path = test.path(f"{name}_ck{step}.bin")
+        launch(["ckpt", "export", "--out", path, os.path.join(d, "ckpt", f"step_{step:08d}")], 1)
+        params[name] = read_model(path)[1]
+    return params
