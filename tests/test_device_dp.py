@@ -1,12 +1,18 @@
 #!/usr/bin/python3
 """test_device_dp.py: data parallelism on device buffers (`train --device sim` under mpirun) against one process.
 
-- Equivalence: 2 ranks at ZeRO 0, 1 and 2 and 4 ranks at ZeRO 0 and 1, global batch 8 in micro-batches of 2, give the
+- Equivalence: 2 and 4 ranks at ZeRO 0, 1 and 2, global batch 8 in micro-batches of 2, give the
   losses of one CPU process computing the whole batch within 1e-5 relative over 10 steps, and its final parameters
   within 1e-5 (max |a-b| / max |b|). Not bitwise: the device's kernels sum in other orders than the CPU's (one
   device process against one CPU process already differs by ~2e-6 in the parameters here). The metrics' gradient
-  norm and per-layer gradient and weight norms within 1e-5 too. On 2 ranks ZeRO 1 and 2 equal ZeRO 0 bit for bit
-  (fp32, and bf16 at ZeRO 1): the host path sums two ranks' floats (a + b either way) and AdamW is elementwise.
+  norm and per-layer gradient and weight norms within 1e-5 too. On 2 ranks ZeRO 1 equals ZeRO 0 bit for bit
+  (fp32, and bf16): the host path sums two ranks' floats (a + b either way, bucket by bucket or whole) and AdamW is
+  elementwise. ZeRO 2 reduces every micro-batch and adds the rank's part up, as the CPU's ZeRO 2 (a1 + b1) + (a2 +
+  b2) where ZeRO 0-1 reduce the step's sum (a1 + a2) + (b1 + b2): equal within the bound, not bit for bit.
+- Memory (sim's count of device allocations, the banner's "device memory" line): ZeRO 1 holds 8 bytes less per
+  parameter it does not update (AdamW's two moments), exactly; ZeRO 2 4 bytes less again (the gradient) and three
+  bucket buffers more (the embeddings' and two of the largest other bucket), exactly, on a model of 8 layers where
+  that is a saving.
 - The data-parallel line names the path the device buffers take ("device buffers over host").
 - A checkpoint the 2-rank device run (ZeRO 1: each rank holds half of the moments) writes at step 5 is read by
   one CPU process, which saves it again at once: the same parameters bit for bit; read back from that copy by 2
@@ -14,6 +20,7 @@
   the copies on one process and on two ranks are compared through the round trip).
 - The guard: a NaN planted in one rank's gradient skips the step naming that rank, as on the CPU.
 - Bad input, one line each: --gpu-comm nccl with --device sim, --gpu-comm host on the CPU, --zero 3 on a device.
+- The guard at ZeRO 2: each micro-batch's blocks checked before they are reduced, the step skipped naming the rank.
 """
 import os
 import sys
@@ -59,10 +66,10 @@ class DeviceDataParallelTest(CorpusTest):
         zero0 = self.device_run("dev2_z0", 2, 0)
         self.assert_equivalent(zero0, "2 ranks, ZeRO 0")
         self.assertIn("device buffers over host", zero0[2])
-        for zero in (1, 2):
-            run = self.device_run(f"dev2_z{zero}", 2, zero)
-            self.assert_equivalent(run, f"2 ranks, ZeRO {zero}")
-            self.assertTrue(np.array_equal(run[1], zero0[1]), f"ZeRO {zero}: other parameters than ZeRO 0")
+        zero1 = self.device_run("dev2_z1", 2, 1)
+        self.assert_equivalent(zero1, "2 ranks, ZeRO 1")
+        self.assertTrue(np.array_equal(zero1[1], zero0[1]), "ZeRO 1: other parameters than ZeRO 0")
+        self.assert_equivalent(self.device_run("dev2_z2", 2, 2), "2 ranks, ZeRO 2")
 
     def test_bf16_sharded_equals_replicated(self):
         """bf16: after the parameters' all-gather each rank's bf16 copies follow the other ranks' halves too."""
@@ -71,21 +78,50 @@ class DeviceDataParallelTest(CorpusTest):
 
     def test_four_ranks(self):
         """4 ranks: the parts' edges fall inside more tensors (AdamW and the norms clipped to each)."""
-        for zero in (0, 1):
+        for zero in (0, 1, 2):
             self.assert_equivalent(self.device_run(f"dev4_z{zero}", 4, zero), f"4 ranks, ZeRO {zero}")
+
+    def device_memory(self, ranks, zero, shape, bucket_mb):
+        """The banner's device memory of rank 0 (bytes, sim's count) for one step."""
+        p = launch(["train", "--data", os.path.join(self.data, "train_000000.bin"), *shape, "--micro-batch", "2",
+                    "--global-batch", "8", "--steps", "1", "--eval-every", "0", "--sample-tokens", "0", "--threads",
+                    "1", "--device", "sim", "--zero", str(zero), "--bucket-mb", str(bucket_mb)], ranks)
+        line = [l for l in p.stdout.splitlines() if l.startswith("device memory: ")]
+        self.assertEqual(len(line), 1, p.stdout)
+        return int(line[0].split()[2])
+
+    def test_zero2_keeps_the_gradients_part(self):
+        C, T, L, Vp, bucket_mb = 64, 32, 8, 384, 0.01
+        shape = ["--layers", str(L), "--heads", "2", "--channels", str(C), "--seq-len", str(T)]
+        emb, layer, lnf = Vp * C + T * C, 12 * C * C + 13 * C, 2 * C
+        P = emb + L * layer + lnf
+        target, pool, filled = int(bucket_mb * 1024 * 1024 / 4), 0, None  # data_parallel.c's plan_buckets
+        for size in [lnf] + [layer] * L:  # backward's order; the embeddings are a bucket of their own
+            filled = size if filled is None or filled >= target else filled + size
+            pool = max(pool, filled)
+        for ranks in (2, 4):
+            self.assertEqual(P % ranks, 0)
+            part = P // ranks
+            peak = [self.device_memory(ranks, zero, shape, bucket_mb) for zero in (0, 1, 2)]
+            print(f"{ranks} ranks, {P} parameters: device memory at ZeRO 0, 1, 2: {peak} bytes")
+            self.assertEqual(peak[0] - peak[1], 8 * (P - part), f"{ranks} ranks: ZeRO 1's moments")
+            self.assertEqual(peak[1] - peak[2], 4 * (P - part) - 4 * (emb + 2 * pool), f"{ranks} ranks: ZeRO 2's gradient")
+            self.assertLess(peak[2], peak[1])
 
     def test_guard_names_the_rank_as_cpu(self):
         """A NaN planted in rank 1's gradient of layer 1 at step 3: the step skipped naming rank 1 (each rank checks
-        its own gradient before the reduction, the flags combined as on the CPU), the rest trained as on the CPU."""
-        runs = {}
-        for device in ("sim", "cpu"):
-            metrics, params, _ = layout_run(self.data, self.path(f"nan_{device}"), SHAPE, 2,
-                                            ["--device", device, "--debug-inject-fault", "nan:1:3:1"],
-                                            steps=5)
-            runs[device] = ([(m["step"], m["skipped"]) for m in metrics if "skipped" in m], params)
-        self.assertEqual(runs["sim"][0], [(3, "non-finite value on rank 1 at layer 1")])
-        self.assertEqual(runs["sim"][0], runs["cpu"][0])
-        self.assertLessEqual(rel(runs["sim"][1], runs["cpu"][1]), TOLERANCE)
+        its own gradient before the reduction, the flags combined as on the CPU), the rest trained as on the CPU; at
+        ZeRO 0 (the step's sum checked) and 2 (each micro-batch's bucket checked before its reduce-scatter)."""
+        for zero in ("0", "2"):
+            runs = {}
+            for device in ("sim", "cpu"):
+                metrics, params, _ = layout_run(self.data, self.path(f"nan_{device}_z{zero}"), SHAPE, 2,
+                                                ["--device", device, "--zero", zero, "--debug-inject-fault", "nan:1:3:1"],
+                                                steps=5)
+                runs[device] = ([(m["step"], m["skipped"]) for m in metrics if "skipped" in m], params)
+            self.assertEqual(runs["sim"][0], [(3, "non-finite value on rank 1 at layer 1")], f"ZeRO {zero}")
+            self.assertEqual(runs["sim"][0], runs["cpu"][0], f"ZeRO {zero}")
+            self.assertLessEqual(rel(runs["sim"][1], runs["cpu"][1]), TOLERANCE, f"ZeRO {zero}")
 
     def resave(self, name, ranks, source, *flags):
         """`name` on `ranks` processes reads checkpoint 5 of the run saved under `source` and saves it at once (a resume

@@ -126,6 +126,7 @@ static void *sim_alloc(Device *d, size_t n) {
     if (sd->blocks) sd->blocks->prev = b;
     sd->blocks = b;
     sd->used += n;
+    if (sd->used > d->memory_peak) d->memory_peak = sd->used;
     memset(p + HEADER, 0xff, n); /* every float NaN, every int -1 */
     return p + HEADER;
 }

@@ -35,9 +35,12 @@ struct GPTDevice {
     int32_t *tokens; /* inputs (B T), targets (B T), each token's document start (B T) */
     int32_t doc_separator, *host_doc_start;
     double *sums;    /* per tensor */
-    int64_t *offsets; /* where each tensor starts, then the end (nseg + 1), clipped to the update range */
+    int64_t *offsets; /* where each tensor starts, then the end (nseg + 1), clipped to the update range; then the same from the range's start */
     size_t range_offset, range_count; /* gpt_device_set_update_range: what AdamW updates (default: all) */
     ParamSegment *segs;
+    GPTDeviceGradHooks hooks; /* gpt_device_set_grad_hooks (grads NULL: none) */
+    size_t state_floats[3];   /* what grads, m and v hold (size_state) */
+    bool grad_part;           /* gpt_device_keep_grad_part: grads holds the update range only */
     int32_t *flags;  /* non-finite flags: one per layer (forward), then one per block (gradients) */
     float *host_losses;
     double *host_sums;
@@ -112,13 +115,14 @@ static size_t clamp(size_t x, size_t lo, size_t hi) { return x < lo ? lo : x > h
 int gpt_device_set_update_range(GPTDevice *g, size_t offset, size_t count) {
     g->range_offset = offset;
     g->range_count = count;
-    int64_t *off = malloc(sizeof *off * (size_t)(g->nseg + 1));
+    int64_t *off = malloc(sizeof *off * 2 * (size_t)(g->nseg + 1));
     if (!off) return -1;
     for (int i = 0; i <= g->nseg; i++) {
         const size_t at = i < g->nseg ? g->segs[i].offset : g->nseg ? g->segs[i - 1].offset + g->segs[i - 1].count : 0;
         off[i] = (int64_t)clamp(at, offset, offset + count);
+        off[g->nseg + 1 + i] = off[i] - (int64_t)offset; /* in the gradient part (gpt_device_keep_grad_part) */
     }
-    int rc = device_copy(g->dev, g->compute, g->offsets, off, sizeof *off * (size_t)(g->nseg + 1), COPY_HOST_TO_DEVICE);
+    int rc = device_copy(g->dev, g->compute, g->offsets, off, sizeof *off * 2 * (size_t)(g->nseg + 1), COPY_HOST_TO_DEVICE);
     rc = rc ? rc : device_stream_sync(g->dev, g->compute);
     free(off);
     return rc;
@@ -131,7 +135,7 @@ static int make_segments(GPTDevice *g) {
     g->nseg = gpt_param_segments(&g->cfg, g->segs, gpt_max_segments(&g->cfg));
     g->host_sums = malloc(sizeof *g->host_sums * (size_t)g->nseg);
     g->sums = device_alloc(g->dev, sizeof *g->sums * (size_t)g->nseg);
-    g->offsets = device_alloc(g->dev, sizeof *g->offsets * (size_t)(g->nseg + 1));
+    g->offsets = device_alloc(g->dev, sizeof *g->offsets * 2 * (size_t)(g->nseg + 1));
     if (!g->host_sums || !g->sums || !g->offsets) return -1;
     return gpt_device_set_update_range(g, 0, g->nparams);
 }
@@ -150,9 +154,7 @@ static int allocate(GPTDevice *g) {
     g->copy = device_stream_create(g->dev);
     g->tokens_ready = device_event_create(g->dev);
     if (!g->compute || !g->copy || !g->tokens_ready) return -1;
-    float **state[] = {&g->params, &g->grads, &g->m, &g->v};
-    for (int i = 0; i < 4; i++)
-        if (!(*state[i] = device_alloc(g->dev, bytes))) return -1;
+    if (!(g->params = device_alloc(g->dev, bytes))) return -1; /* the gradient and moments: size_state */
     if (!(g->acts = device_alloc(g->dev, sizeof(float) * carve_acts(g, NULL)))) return -1;
     carve_acts(g, g->acts);
     if (!(g->tokens = device_alloc(g->dev, sizeof(int32_t) * 3 * N))) return -1;
@@ -208,6 +210,51 @@ static int round_bf16(GPTDevice *g, float *out, uint16_t *out_bf16, const float 
 
 static float *tensor(const GPTDevice *g, float *base, TensorKind k) { return base + gpt_tensor_offset(&g->cfg, k, 0); }
 
+/* The gradient at flat offset off (in the update range when only its part is kept). */
+static float *grad_at(const GPTDevice *g, size_t off) { return g->grads + (off - (g->grad_part ? g->range_offset : 0)); }
+static size_t grad_floats(const GPTDevice *g) { return g->grad_part ? g->range_count : g->nparams; }
+
+/* Where backward writes block's gradient (the block's first float): the hooks' buffer, else the flat buffer. */
+static float *grad_block(GPTDevice *g, int block) {
+    size_t off, count;
+    gpt_block_range(&g->cfg, block, &off, &count);
+    float *p = g->hooks.grads ? g->hooks.grads(g->hooks.ctx, block) : NULL;
+    return p ? p : grad_at(g, off);
+}
+
+/* Tensor k's gradient inside block's. */
+static float *grad_tensor(GPTDevice *g, int block, TensorKind k) {
+    size_t off, count;
+    gpt_block_range(&g->cfg, block, &off, &count);
+    return grad_block(g, block) + (gpt_tensor_offset(&g->cfg, k, 0) - off);
+}
+
+static void grad_done(GPTDevice *g, int block) {
+    if (g->hooks.grads_done) g->hooks.grads_done(g->hooks.ctx, block);
+}
+
+void gpt_device_set_grad_hooks(GPTDevice *g, const GPTDeviceGradHooks *hooks) {
+    g->hooks = hooks ? *hooks : (GPTDeviceGradHooks){0};
+}
+
+void gpt_device_keep_grad_part(GPTDevice *g) { g->grad_part = true; }
+
+/* The gradient and the moments sized to what this rank keeps (the moments
+ * and, with gpt_device_keep_grad_part, the gradient: the update range),
+ * allocated at the first gpt_device_set_state, so no larger size is ever
+ * allocated first (sim's peak counts every allocation). */
+static int size_state(GPTDevice *g) {
+    const size_t want[] = {grad_floats(g), g->range_count, g->range_count};
+    float **buf[] = {&g->grads, &g->m, &g->v};
+    for (int i = 0; i < 3; i++) {
+        if (*buf[i] && g->state_floats[i] == want[i]) continue;
+        device_free(g->dev, *buf[i]);
+        if (!(*buf[i] = device_alloc(g->dev, sizeof(float) * (want[i] ? want[i] : 1)))) return -1;
+        g->state_floats[i] = want[i];
+    }
+    return 0;
+}
+
 /* bf16: the encoder's wte, rounded as the products' */
 static int refresh_wte(GPTDevice *g) {
     return g->bf16 ? round_bf16(g, g->wte_rounded, NULL, tensor(g, g->params, TK_WTE), gpt_tensor_numel(&g->cfg, TK_WTE)) : 0;
@@ -239,8 +286,9 @@ static int refresh_copies(GPTDevice *g) {
 
 int gpt_device_set_state(GPTDevice *g, const float *params, const float *m, const float *v) {
     const size_t whole = g->nparams * sizeof(float), part = g->range_count * sizeof(float);
+    TRY(size_state(g));
     const float *src[] = {params, m, v};
-    float *dst[] = {g->params, g->m + g->range_offset, g->v + g->range_offset};
+    float *dst[] = {g->params, g->m, g->v};
     for (int i = 0; i < 3; i++) {
         const size_t bytes = i ? part : whole;
         TRY(src[i] ? device_copy(g->dev, g->compute, dst[i], src[i], bytes, COPY_HOST_TO_DEVICE)
@@ -253,7 +301,7 @@ int gpt_device_set_state(GPTDevice *g, const float *params, const float *m, cons
 int gpt_device_get_state(GPTDevice *g, float *params, float *grads, float *m, float *v) {
     const size_t whole = g->nparams * sizeof(float), part = g->range_count * sizeof(float), at = g->range_offset;
     float *dst[] = {params, grads, m, v};
-    const float *src[] = {g->params, g->grads + at, g->m + at, g->v + at};
+    const float *src[] = {g->params, grad_at(g, at), g->m, g->v};
     for (int i = 0; i < 4; i++)
         if (dst[i]) TRY(device_copy(g->dev, g->compute, dst[i], src[i], i ? part : whole, COPY_DEVICE_TO_HOST));
     return device_stream_sync(g->dev, g->compute);
@@ -265,6 +313,7 @@ int gpt_device_params_changed(GPTDevice *g) {
 }
 
 DeviceStream *gpt_device_compute_stream(const GPTDevice *g) { return g->compute; }
+const GPTConfig *gpt_device_config(const GPTDevice *g) { return &g->cfg; }
 
 float *gpt_device_array(const GPTDevice *g, GPTDeviceArray which) {
     return which == GPT_DEVICE_GRADS ? g->grads : g->params;
@@ -295,7 +344,7 @@ int gpt_device_set_fused_attention(GPTDevice *g, bool fused, char *reason, size_
 
 int gpt_device_zero_grads(GPTDevice *g) {
     if (g->debug & GPT_DEVICE_SKIP_GRAD_ZERO) return 0;
-    return device_zero(g->dev, g->compute, g->grads, g->nparams * sizeof(float));
+    return device_zero(g->dev, g->compute, g->grads, grad_floats(g) * sizeof(float));
 }
 
 static int launch(GPTDevice *g, const DeviceCall *call) { return device_launch(g->dev, g->compute, call); }
@@ -397,7 +446,7 @@ static int layer_forward(GPTDevice *g, int l, const float *residual) {
 /* One layer's backward: g->dresidual from its output's gradient to its input's, as gpt.c's layer_pass. */
 static int layer_backward(GPTDevice *g, int l, const float *inp) {
     const int C = g->cfg.channels;
-    const LayerTensors p = layer_tensors(g, g->params, l), d = layer_tensors(g, g->grads, l);
+    const LayerTensors p = layer_tensors(g, g->params, l), d = gpt_layer_tensors(&g->cfg, grad_block(g, l + 1), l);
     const DeviceLayerActs *a = &g->layer[l];
     TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FCPROJ, (MatmulArgs){.dinp = g->dfch, .dweight = d.fcprojw, .dbias = d.fcprojb, .dout = g->dresidual,
                                                    .inp = a->fch_gelu, .weight = p.fcprojw}, 4 * C, C));
@@ -451,7 +500,7 @@ static int forward(GPTDevice *g, float dloss) {
     TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = g->lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd,
                                                             .inp = g->layer[L - 1].residual3, .weight = lnf, .bias = lnf + C}));
     /* the loss and, training, the gradients into lnf (g->dln) and wte, a block of rows at a time */
-    ClassifierArgs head = {g->losses, g->dln, tensor(g, g->grads, TK_WTE), g->logits, g->lnf, tensor(g, g->params, TK_WTE),
+    ClassifierArgs head = {g->losses, g->dln, dloss != 0 ? grad_tensor(g, 0, TK_WTE) : NULL, g->logits, g->lnf, tensor(g, g->params, TK_WTE),
                            g->tokens + rows(g), (int)rows(g), C, cfg->vocab_size, cfg->padded_vocab_size,
                            (int)classifier_rows(g), dloss};
     return classifier_device(g->dev, g->compute, &head, classifier_product, g);
@@ -460,19 +509,23 @@ static int forward(GPTDevice *g, float dloss) {
 static int backward(GPTDevice *g) {
     const GPTConfig *cfg = &g->cfg;
     const int C = cfg->channels, L = cfg->num_layers;
-    float *dwte = tensor(g, g->grads, TK_WTE), *lnf = tensor(g, g->params, TK_LNFW), *dlnf = tensor(g, g->grads, TK_LNFW);
+    float *lnf = tensor(g, g->params, TK_LNFW), *dlnf = grad_tensor(g, L + 1, TK_LNFW);
     TRY(device_zero(g->dev, g->compute, g->dresidual, rows(g) * (size_t)C * sizeof(float)));
     TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = dlnf, .dbias = dlnf + C, .dout = g->dln,
                                                              .inp = g->layer[L - 1].residual3, .weight = lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd}));
+    grad_done(g, L + 1);
     for (int l = L - 1; l >= 0; l--) {
         const float *inp = l ? g->layer[l - 1].residual3 : g->encoded;
         if (cfg->recompute == GPT_RECOMPUTE_FULL) TRY(layer_forward(g, l, inp)); /* the same launches: the same bits */
         TRY(layer_backward(g, l, inp));
+        grad_done(g, l + 1);
     }
     DeviceCall enc = {.kernel = DK_ENCODER_BACKWARD};
-    enc.a.encoder = (EncoderArgs){.dwte = dwte, .dwpe = tensor(g, g->grads, TK_WPE), .dout = g->dresidual, .tokens = g->tokens,
-                                  .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};
-    return launch(g, &enc);
+    enc.a.encoder = (EncoderArgs){.dwte = grad_tensor(g, 0, TK_WTE), .dwpe = grad_tensor(g, 0, TK_WPE), .dout = g->dresidual,
+                                  .tokens = g->tokens, .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};
+    TRY(launch(g, &enc));
+    grad_done(g, 0);
+    return 0;
 }
 
 int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum) {
@@ -523,6 +576,7 @@ int gpt_device_num_tensors(const GPTDevice *g) { return g->nseg; }
 int gpt_device_tensor_sum_squares(GPTDevice *g, GPTDeviceArray which, double *per_tensor) {
     DeviceCall call = {.kernel = DK_SUM_OF_SQUARES,
                        .a.sumsq = {g->sums, which == GPT_DEVICE_GRADS ? g->grads : g->params, g->offsets, g->nseg}};
+    if (which == GPT_DEVICE_GRADS && g->grad_part) call.a.sumsq.offsets = g->offsets + g->nseg + 1;
     TRY(launch(g, &call));
     TRY(device_copy(g->dev, g->compute, per_tensor, g->sums, sizeof(double) * (size_t)g->nseg, COPY_DEVICE_TO_HOST));
     return device_stream_sync(g->dev, g->compute);
@@ -546,7 +600,7 @@ int gpt_device_adamw(GPTDevice *g, const AdamWStep *s) {
         if (end == o) continue; /* outside this rank's range */
         const float wd = gpt_tensor_decays(g->segs[i].kind) ? s->weight_decay : 0.0f;
         DeviceCall call = {.kernel = DK_ADAMW};
-        call.a.adamw = (AdamWArgs){g->params + o, g->m + o, g->v + o, g->bf16 ? g->params_bf16 + o : NULL, g->grads + o,
+        call.a.adamw = (AdamWArgs){g->params + o, g->m + (o - r0), g->v + (o - r0), g->bf16 ? g->params_bf16 + o : NULL, grad_at(g, o),
                                    end - o, s->beta1, s->beta2, s->eps, s->grad_scale, step_size, 1.0f - s->lr * wd,
                                    bias2_sqrt};
         TRY(launch(g, &call));

@@ -57,8 +57,27 @@ int gpt_device_fp8_end_step(GPTDevice *g);
 /* Data parallelism at ZeRO >= 1: the range [offset, +count) of the flat
  * layout this rank updates (default: all). The moments and the gradients
  * cross to and from the host as that range only (packed), AdamW updates only
- * it and the sums of squares count only it (each rank's part, as the CPU's shards). */
+ * it and the sums of squares count only it (each rank's part, as the CPU's shards).
+ * The moments are kept for that range only (allocated by gpt_device_set_state). */
 int gpt_device_set_update_range(GPTDevice *g, size_t offset, size_t count);
+/* Data parallelism: where backward writes each block's gradient (a
+ * gpt_block_range block's floats from its first; grads NULL or returning
+ * NULL: the flat buffer) and the word that backward has queued a block's last
+ * gradient work on the compute stream (the final LayerNorm L + 1 first, down
+ * to the embeddings 0, whose gradient the classifier starts in forward).
+ * Called on the host while the step queues its work; NULL: no hooks. */
+typedef struct {
+    float *(*grads)(void *ctx, int block);
+    void (*grads_done)(void *ctx, int block);
+    void *ctx;
+} GPTDeviceGradHooks;
+void gpt_device_set_grad_hooks(GPTDevice *g, const GPTDeviceGradHooks *hooks);
+/* ZeRO 2 (before gpt_device_set_state, which allocates it; backward then
+ * writes through the hooks): the flat gradient buffer keeps only the update
+ * range, so gpt_device_array(GPT_DEVICE_GRADS) is the range's first float
+ * and gpt_device_first_nonfinite_block / gpt_device_poison_grad are not for
+ * it (the hooks' buffers are checked instead). */
+void gpt_device_keep_grad_part(GPTDevice *g);
 /* The state from the host (params: gpt_num_params floats; m and v: the
  * update range's; NULL: zeros), and back (grads, m and v: the update range's;
  * any NULL is skipped). */
@@ -98,6 +117,7 @@ int gpt_device_poison_grad(GPTDevice *g, int block);
 /* The compute stream (collectives order their work after it) and the
  * device's flat gradients or parameters (collectives write them in place). */
 DeviceStream *gpt_device_compute_stream(const GPTDevice *g);
+const GPTConfig *gpt_device_config(const GPTDevice *g);
 float *gpt_device_array(const GPTDevice *g, GPTDeviceArray which);
 /* After the parameters changed on the device outside AdamW (an all-gather):
  * their bf16 copies again. */

@@ -1,15 +1,17 @@
 /* engine_device.c: the engine's step on a device (engine_device.h). A
  * device error inside a step ends the run with its one-line reason. Data
  * parallelism (the only layout over several ranks here) reduces the
- * gradients on the device (comm/device_comm.h) as the CPU's data_parallel.c
- * sums them: all-reduced at ZeRO 0; at ZeRO 1-2 reduce-scattered, each rank
- * updating its part of the flat buffer, the parameters all-gathered after. */
+ * gradients on the device bucket by bucket as backward finishes them
+ * (device_buckets.h) as the CPU's data_parallel.c sums them: all-reduced at
+ * ZeRO 0; at ZeRO 1-2 reduce-scattered, each rank updating its part of the
+ * flat buffer, the parameters all-gathered after. */
 #include "parallel/engine_device.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "comm/device_comm.h"
+#include "parallel/device_buckets.h"
 #include "core/error.h"
 #include "model/gpt_device.h"
 
@@ -26,6 +28,7 @@ struct EngineDevice {
     int nonfinite_layer, nonfinite_block;
     Comm *group;      /* the data-parallel group, with more than one rank (else NULL) */
     DeviceComm *comm; /* the device buffers over it */
+    DeviceBuckets *buckets; /* the gradients' reductions over it */
     bool sharded;     /* ZeRO >= 1 over the group: this rank updates its part */
     size_t total;     /* the flat buffer's floats */
     Fp8State *fp8;    /* --precision fp8: the chunk's delayed scales (on the host), else NULL */
@@ -58,7 +61,10 @@ static int open_comm(EngineDevice *d, const EngineConfig *cfg, const EngineChunk
     d->group = g->dp_group;
     d->sharded = cfg->data_parallel.zero_stage >= 1;
     d->comm = device_comm_create(d->group, d->dev, gpt_device_compute_stream(d->model), path, reason, reason_size);
-    return d->comm ? 0 : -1;
+    if (d->comm)
+        d->buckets = device_buckets_create(d->dev, d->model, d->comm, chunk->dp, cfg->data_parallel.zero_stage, reason,
+                                           reason_size);
+    return d->buckets ? 0 : -1;
 }
 
 EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, const EngineChunk *chunk, const Grid *grid,
@@ -106,6 +112,7 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
 
 void engine_device_free(EngineDevice *d) {
     if (!d) return;
+    device_buckets_free(d->buckets);
     device_comm_free(d->comm);
     gpt_device_free(d->model);
     device_close(d->dev);
@@ -136,35 +143,44 @@ static double run(EngineDevice *d, int m, int counted, float dloss, PipeLoad loa
     for (int micro = 0; micro < m; micro++) {
         double loss = 0;
         load(ctx, micro, d->inputs, d->targets);
+        if (d->buckets && dloss != 0) device_buckets_begin_micro(d->buckets, micro == m - 1);
         check(d, gpt_device_step(d->model, d->inputs, d->targets, dloss, &loss));
+        if (d->buckets && dloss != 0) device_buckets_end_micro(d->buckets);
         if (micro < counted) total += loss;
         if (dloss != 0 && d->nonfinite_layer < 0) d->nonfinite_layer = gpt_device_nonfinite_layer(d->model);
     }
     return total;
 }
 
-/* The gradients summed over the group (the loss scale already divides by the
- * global batch, as on the CPU): whole at ZeRO 0, this rank's part above. */
-static void reduce_gradients(EngineDevice *d) {
-    if (!d->comm) return;
-    float *grads = gpt_device_array(d->model, GPT_DEVICE_GRADS);
-    if (d->sharded) device_comm_reduce_scatter(d->comm, grads, 0, d->total, d->total);
-    else device_comm_allreduce(d->comm, grads, d->total, false);
-    device_comm_wait(d->comm);
-    device_comm_finish(d->comm);
+/* One rank: the gradient's non-finite check (a planted NaN first). Over a
+ * group the buckets check each block before they reduce it, as the CPU. */
+static void check_local_gradients(EngineDevice *d) {
+    if (d->poison_block >= 0) check(d, gpt_device_poison_grad(d->model, d->poison_block));
+    d->poison_block = -1;
+    check(d, gpt_device_first_nonfinite_block(d->model, &d->nonfinite_block));
 }
 
+/* The loss scale already divides by the global batch, as on the CPU: the
+ * buckets' reductions sum the gradients over the group (whole at ZeRO 0,
+ * this rank's part above). */
 double engine_device_train(EngineDevice *d, int m, float dloss, PipeLoad load, void *ctx) {
     check(d, gpt_device_zero_grads(d->model));
     d->stale |= STALE_GRADS;
     d->nonfinite_layer = -1;
+    if (d->buckets) {
+        device_buckets_begin_step(d->buckets);
+        if (d->poison_block >= 0) device_buckets_inject_nan(d->buckets, d->poison_block);
+        d->poison_block = -1;
+    }
     check(d, gpt_device_fp8_begin_step(d->model));
     double loss = run(d, m, m, dloss, load, ctx);
     check(d, gpt_device_fp8_end_step(d->model));
-    if (d->poison_block >= 0) check(d, gpt_device_poison_grad(d->model, d->poison_block));
-    d->poison_block = -1;
-    check(d, gpt_device_first_nonfinite_block(d->model, &d->nonfinite_block)); /* local, as the CPU checks before reducing */
-    reduce_gradients(d);
+    if (!d->buckets) {
+        check_local_gradients(d);
+        return loss;
+    }
+    d->nonfinite_block = device_buckets_first_nonfinite_block(d->buckets);
+    device_buckets_finish(d->buckets);
     return loss;
 }
 
@@ -205,3 +221,5 @@ void engine_device_update(EngineDevice *d, const OptimizerConfig *opt, double lr
 const char *engine_device_comm_path(const EngineDevice *d) { return d->comm ? device_comm_path(d->comm) : NULL; }
 
 uint64_t engine_device_bytes_to_host(const EngineDevice *d) { return device_bytes_copied(d->dev, COPY_DEVICE_TO_HOST); }
+
+size_t engine_device_memory_used(const EngineDevice *d) { return device_memory_peak(d->dev); }
