@@ -39,8 +39,10 @@ struct GPTDevice {
     size_t range_offset, range_count; /* gpt_device_set_update_range: what AdamW updates (default: all) */
     ParamSegment *segs;
     GPTDeviceGradHooks hooks; /* gpt_device_set_grad_hooks (grads NULL: none) */
-    size_t state_floats[3];   /* what grads, m and v hold (size_state) */
+    size_t state_floats[4];   /* what grads, m, v and params hold (size_state) */
     bool grad_part;           /* gpt_device_keep_grad_part: grads holds the update range only */
+    GPTDeviceParamHooks phooks; /* gpt_device_set_param_hooks (params NULL: none) */
+    bool param_part;          /* gpt_device_keep_param_part: params holds the update range only */
     int32_t *flags;  /* non-finite flags: one per layer (forward), then one per block (gradients) */
     float *host_losses;
     double *host_sums;
@@ -144,7 +146,7 @@ static int make_segments(GPTDevice *g) {
 static int num_flags(const GPTDevice *g) { return 2 * g->cfg.num_layers + 2; }
 
 static int allocate(GPTDevice *g) {
-    const size_t bytes = g->nparams * sizeof(float), N = (size_t)g->B * g->T;
+    const size_t N = (size_t)g->B * g->T; /* the parameters, gradient and moments: size_state */
     g->layer = calloc((size_t)g->cfg.num_layers, sizeof *g->layer);
     g->host_losses = malloc(sizeof(float) * N);
     g->host_doc_start = malloc(sizeof(int32_t) * N);
@@ -154,7 +156,6 @@ static int allocate(GPTDevice *g) {
     g->copy = device_stream_create(g->dev);
     g->tokens_ready = device_event_create(g->dev);
     if (!g->compute || !g->copy || !g->tokens_ready) return -1;
-    if (!(g->params = device_alloc(g->dev, bytes))) return -1; /* the gradient and moments: size_state */
     if (!(g->acts = device_alloc(g->dev, sizeof(float) * carve_acts(g, NULL)))) return -1;
     carve_acts(g, g->acts);
     if (!(g->tokens = device_alloc(g->dev, sizeof(int32_t) * 3 * N))) return -1;
@@ -210,43 +211,60 @@ static int round_bf16(GPTDevice *g, float *out, uint16_t *out_bf16, const float 
 
 static float *tensor(const GPTDevice *g, float *base, TensorKind k) { return base + gpt_tensor_offset(&g->cfg, k, 0); }
 
-/* The gradient at flat offset off (in the update range when only its part is kept). */
+/* The gradient / the parameters at flat offset off (in the update range when only its part is kept). */
 static float *grad_at(const GPTDevice *g, size_t off) { return g->grads + (off - (g->grad_part ? g->range_offset : 0)); }
+static float *param_at(const GPTDevice *g, size_t off) { return g->params + (off - (g->param_part ? g->range_offset : 0)); }
 static size_t grad_floats(const GPTDevice *g) { return g->grad_part ? g->range_count : g->nparams; }
+static size_t param_floats(const GPTDevice *g) { return g->param_part ? g->range_count : g->nparams; }
 
-/* Where backward writes block's gradient (the block's first float): the hooks' buffer, else the flat buffer. */
-static float *grad_block(GPTDevice *g, int block) {
+/* Where block's floats are for this use (its first): the hook's buffer, else the flat buffer's (at). */
+static float *block_at(GPTDevice *g, int block, float *(*hook)(void *, int), void *ctx,
+                       float *(*at)(const GPTDevice *, size_t)) {
     size_t off, count;
     gpt_block_range(&g->cfg, block, &off, &count);
-    float *p = g->hooks.grads ? g->hooks.grads(g->hooks.ctx, block) : NULL;
-    return p ? p : grad_at(g, off);
+    float *p = hook ? hook(ctx, block) : NULL;
+    return p ? p : at(g, off);
 }
 
-/* Tensor k's gradient inside block's. */
-static float *grad_tensor(GPTDevice *g, int block, TensorKind k) {
+static float *grad_block(GPTDevice *g, int block) { return block_at(g, block, g->hooks.grads, g->hooks.ctx, grad_at); }
+static float *param_block(GPTDevice *g, int block) { return block_at(g, block, g->phooks.params, g->phooks.ctx, param_at); }
+
+/* Tensor k inside the block whose floats start at base. */
+static float *in_block(const GPTDevice *g, float *base, int block, TensorKind k) {
     size_t off, count;
     gpt_block_range(&g->cfg, block, &off, &count);
-    return grad_block(g, block) + (gpt_tensor_offset(&g->cfg, k, 0) - off);
+    return base + (gpt_tensor_offset(&g->cfg, k, 0) - off);
 }
+
+static float *grad_tensor(GPTDevice *g, int block, TensorKind k) { return in_block(g, grad_block(g, block), block, k); }
 
 static void grad_done(GPTDevice *g, int block) {
     if (g->hooks.grads_done) g->hooks.grads_done(g->hooks.ctx, block);
+}
+
+static void param_done(GPTDevice *g, int block) {
+    if (g->phooks.params_done) g->phooks.params_done(g->phooks.ctx, block);
 }
 
 void gpt_device_set_grad_hooks(GPTDevice *g, const GPTDeviceGradHooks *hooks) {
     g->hooks = hooks ? *hooks : (GPTDeviceGradHooks){0};
 }
 
-void gpt_device_keep_grad_part(GPTDevice *g) { g->grad_part = true; }
+void gpt_device_set_param_hooks(GPTDevice *g, const GPTDeviceParamHooks *hooks) {
+    g->phooks = hooks ? *hooks : (GPTDeviceParamHooks){0};
+}
 
-/* The gradient and the moments sized to what this rank keeps (the moments
- * and, with gpt_device_keep_grad_part, the gradient: the update range),
+void gpt_device_keep_grad_part(GPTDevice *g) { g->grad_part = true; }
+void gpt_device_keep_param_part(GPTDevice *g) { g->param_part = true; }
+
+/* The state sized to what this rank keeps (the moments and, with
+ * gpt_device_keep_grad_part / _param_part, the gradient / the parameters: the update range),
  * allocated at the first gpt_device_set_state, so no larger size is ever
  * allocated first (sim's peak counts every allocation). */
 static int size_state(GPTDevice *g) {
-    const size_t want[] = {grad_floats(g), g->range_count, g->range_count};
-    float **buf[] = {&g->grads, &g->m, &g->v};
-    for (int i = 0; i < 3; i++) {
+    const size_t want[] = {grad_floats(g), g->range_count, g->range_count, param_floats(g)};
+    float **buf[] = {&g->grads, &g->m, &g->v, &g->params};
+    for (int i = 0; i < 4; i++) {
         if (*buf[i] && g->state_floats[i] == want[i]) continue;
         device_free(g->dev, *buf[i]);
         if (!(*buf[i] = device_alloc(g->dev, sizeof(float) * (want[i] ? want[i] : 1)))) return -1;
@@ -285,7 +303,7 @@ static int refresh_copies(GPTDevice *g) {
 }
 
 int gpt_device_set_state(GPTDevice *g, const float *params, const float *m, const float *v) {
-    const size_t whole = g->nparams * sizeof(float), part = g->range_count * sizeof(float);
+    const size_t whole = param_floats(g) * sizeof(float), part = g->range_count * sizeof(float);
     TRY(size_state(g));
     const float *src[] = {params, m, v};
     float *dst[] = {g->params, g->m, g->v};
@@ -299,7 +317,7 @@ int gpt_device_set_state(GPTDevice *g, const float *params, const float *m, cons
 }
 
 int gpt_device_get_state(GPTDevice *g, float *params, float *grads, float *m, float *v) {
-    const size_t whole = g->nparams * sizeof(float), part = g->range_count * sizeof(float), at = g->range_offset;
+    const size_t whole = param_floats(g) * sizeof(float), part = g->range_count * sizeof(float), at = g->range_offset;
     float *dst[] = {params, grads, m, v};
     const float *src[] = {g->params, grad_at(g, at), g->m, g->v};
     for (int i = 0; i < 4; i++)
@@ -314,6 +332,11 @@ int gpt_device_params_changed(GPTDevice *g) {
 
 DeviceStream *gpt_device_compute_stream(const GPTDevice *g) { return g->compute; }
 const GPTConfig *gpt_device_config(const GPTDevice *g) { return &g->cfg; }
+
+void gpt_device_update_range(const GPTDevice *g, size_t *offset, size_t *count) {
+    *offset = g->range_offset;
+    *count = g->range_count;
+}
 
 float *gpt_device_array(const GPTDevice *g, GPTDeviceArray which) {
     return which == GPT_DEVICE_GRADS ? g->grads : g->params;
@@ -413,20 +436,16 @@ static int attention(GPTDevice *g, DeviceKernel k, const DeviceLayerActs *a) {
     return launch(g, &call);
 }
 
-static LayerTensors layer_tensors(const GPTDevice *g, float *base, int l) {
-    return gpt_layer_tensors(&g->cfg, base + gpt_tensor_offset(&g->cfg, TK_LN1W, l), l);
-}
-
 static int nonfinite(GPTDevice *g, int32_t *flag, const float *x, size_t n) {
     DeviceCall call = {.kernel = DK_NONFINITE, .a.nonfinite = {flag, x, n}};
     return launch(g, &call);
 }
 
 /* One layer's forward from residual (N,C) to a->residual3, as gpt_forward. */
-static int layer_forward(GPTDevice *g, int l, const float *residual) {
+static int layer_forward(GPTDevice *g, int l, const float *residual, float *block_params) {
     const int C = g->cfg.channels;
     const size_t NC = rows(g) * (size_t)C;
-    const LayerTensors p = layer_tensors(g, g->params, l);
+    const LayerTensors p = gpt_layer_tensors(&g->cfg, block_params, l);
     const DeviceLayerActs *a = &g->layer[l];
     TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = a->ln1, .mean = a->ln1_mean, .rstd = a->ln1_rstd,
                                                             .inp = residual, .weight = p.ln1w, .bias = p.ln1b}));
@@ -444,9 +463,9 @@ static int layer_forward(GPTDevice *g, int l, const float *residual) {
 }
 
 /* One layer's backward: g->dresidual from its output's gradient to its input's, as gpt.c's layer_pass. */
-static int layer_backward(GPTDevice *g, int l, const float *inp) {
+static int layer_backward(GPTDevice *g, int l, const float *inp, float *block_params) {
     const int C = g->cfg.channels;
-    const LayerTensors p = layer_tensors(g, g->params, l), d = gpt_layer_tensors(&g->cfg, grad_block(g, l + 1), l);
+    const LayerTensors p = gpt_layer_tensors(&g->cfg, block_params, l), d = gpt_layer_tensors(&g->cfg, grad_block(g, l + 1), l);
     const DeviceLayerActs *a = &g->layer[l];
     TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FCPROJ, (MatmulArgs){.dinp = g->dfch, .dweight = d.fcprojw, .dbias = d.fcprojb, .dout = g->dresidual,
                                                    .inp = a->fch_gelu, .weight = p.fcprojw}, 4 * C, C));
@@ -490,34 +509,45 @@ static int forward(GPTDevice *g, float dloss) {
     const GPTConfig *cfg = &g->cfg;
     const int C = cfg->channels, L = cfg->num_layers;
     DeviceCall enc = {.kernel = DK_ENCODER_FORWARD};
-    enc.a.encoder = (EncoderArgs){.out = g->encoded, .wte = g->bf16 ? g->wte_rounded : tensor(g, g->params, TK_WTE),
-                                  .wpe = tensor(g, g->params, TK_WPE),
+    float *emb = param_block(g, 0);
+    enc.a.encoder = (EncoderArgs){.out = g->encoded, .wte = g->bf16 ? g->wte_rounded : in_block(g, emb, 0, TK_WTE),
+                                  .wpe = in_block(g, emb, 0, TK_WPE),
                                   .tokens = g->tokens, .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C,
                                   .V = cfg->vocab_size};
     TRY(launch(g, &enc));
-    for (int l = 0; l < L; l++) TRY(layer_forward(g, l, l ? g->layer[l - 1].residual3 : g->encoded));
-    float *lnf = tensor(g, g->params, TK_LNFW);
+    param_done(g, 0);
+    for (int l = 0; l < L; l++) {
+        TRY(layer_forward(g, l, l ? g->layer[l - 1].residual3 : g->encoded, param_block(g, l + 1)));
+        param_done(g, l + 1);
+    }
+    float *lnf = in_block(g, param_block(g, L + 1), L + 1, TK_LNFW);
     TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = g->lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd,
                                                             .inp = g->layer[L - 1].residual3, .weight = lnf, .bias = lnf + C}));
+    param_done(g, L + 1);
     /* the loss and, training, the gradients into lnf (g->dln) and wte, a block of rows at a time */
-    ClassifierArgs head = {g->losses, g->dln, dloss != 0 ? grad_tensor(g, 0, TK_WTE) : NULL, g->logits, g->lnf, tensor(g, g->params, TK_WTE),
-                           g->tokens + rows(g), (int)rows(g), C, cfg->vocab_size, cfg->padded_vocab_size,
-                           (int)classifier_rows(g), dloss};
-    return classifier_device(g->dev, g->compute, &head, classifier_product, g);
+    ClassifierArgs head = {g->losses, g->dln, dloss != 0 ? grad_tensor(g, 0, TK_WTE) : NULL, g->logits, g->lnf,
+                           in_block(g, param_block(g, 0), 0, TK_WTE), g->tokens + rows(g), (int)rows(g), C,
+                           cfg->vocab_size, cfg->padded_vocab_size, (int)classifier_rows(g), dloss};
+    TRY(classifier_device(g->dev, g->compute, &head, classifier_product, g));
+    param_done(g, 0);
+    return 0;
 }
 
 static int backward(GPTDevice *g) {
     const GPTConfig *cfg = &g->cfg;
     const int C = cfg->channels, L = cfg->num_layers;
-    float *lnf = tensor(g, g->params, TK_LNFW), *dlnf = grad_tensor(g, L + 1, TK_LNFW);
+    float *lnf = in_block(g, param_block(g, L + 1), L + 1, TK_LNFW), *dlnf = grad_tensor(g, L + 1, TK_LNFW);
     TRY(device_zero(g->dev, g->compute, g->dresidual, rows(g) * (size_t)C * sizeof(float)));
     TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = dlnf, .dbias = dlnf + C, .dout = g->dln,
                                                              .inp = g->layer[L - 1].residual3, .weight = lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd}));
+    param_done(g, L + 1);
     grad_done(g, L + 1);
     for (int l = L - 1; l >= 0; l--) {
         const float *inp = l ? g->layer[l - 1].residual3 : g->encoded;
-        if (cfg->recompute == GPT_RECOMPUTE_FULL) TRY(layer_forward(g, l, inp)); /* the same launches: the same bits */
-        TRY(layer_backward(g, l, inp));
+        float *p = param_block(g, l + 1);
+        if (cfg->recompute == GPT_RECOMPUTE_FULL) TRY(layer_forward(g, l, inp, p)); /* the same launches: the same bits */
+        TRY(layer_backward(g, l, inp, p));
+        param_done(g, l + 1);
         grad_done(g, l + 1);
     }
     DeviceCall enc = {.kernel = DK_ENCODER_BACKWARD};
@@ -576,7 +606,7 @@ int gpt_device_num_tensors(const GPTDevice *g) { return g->nseg; }
 int gpt_device_tensor_sum_squares(GPTDevice *g, GPTDeviceArray which, double *per_tensor) {
     DeviceCall call = {.kernel = DK_SUM_OF_SQUARES,
                        .a.sumsq = {g->sums, which == GPT_DEVICE_GRADS ? g->grads : g->params, g->offsets, g->nseg}};
-    if (which == GPT_DEVICE_GRADS && g->grad_part) call.a.sumsq.offsets = g->offsets + g->nseg + 1;
+    if (which == GPT_DEVICE_GRADS ? g->grad_part : g->param_part) call.a.sumsq.offsets = g->offsets + g->nseg + 1;
     TRY(launch(g, &call));
     TRY(device_copy(g->dev, g->compute, per_tensor, g->sums, sizeof(double) * (size_t)g->nseg, COPY_DEVICE_TO_HOST));
     return device_stream_sync(g->dev, g->compute);
@@ -600,7 +630,7 @@ int gpt_device_adamw(GPTDevice *g, const AdamWStep *s) {
         if (end == o) continue; /* outside this rank's range */
         const float wd = gpt_tensor_decays(g->segs[i].kind) ? s->weight_decay : 0.0f;
         DeviceCall call = {.kernel = DK_ADAMW};
-        call.a.adamw = (AdamWArgs){g->params + o, g->m + (o - r0), g->v + (o - r0), g->bf16 ? g->params_bf16 + o : NULL, grad_at(g, o),
+        call.a.adamw = (AdamWArgs){param_at(g, o), g->m + (o - r0), g->v + (o - r0), g->bf16 ? g->params_bf16 + o : NULL, grad_at(g, o),
                                    end - o, s->beta1, s->beta2, s->eps, s->grad_scale, step_size, 1.0f - s->lr * wd,
                                    bias2_sqrt};
         TRY(launch(g, &call));

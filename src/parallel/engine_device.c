@@ -3,8 +3,9 @@
  * parallelism (the only layout over several ranks here) reduces the
  * gradients on the device bucket by bucket as backward finishes them
  * (device_buckets.h) as the CPU's data_parallel.c sums them: all-reduced at
- * ZeRO 0; at ZeRO 1-2 reduce-scattered, each rank updating its part of the
- * flat buffer, the parameters all-gathered after. */
+ * ZeRO 0; at ZeRO 1-3 reduce-scattered, each rank updating its part of the
+ * flat buffer, the parameters all-gathered after (ZeRO 1-2) or block by
+ * block before each use (ZeRO 3, device_gather.h). */
 #include "parallel/engine_device.h"
 
 #include <stdio.h>
@@ -12,6 +13,7 @@
 
 #include "comm/device_comm.h"
 #include "parallel/device_buckets.h"
+#include "parallel/device_gather.h"
 #include "core/error.h"
 #include "model/gpt_device.h"
 
@@ -29,6 +31,8 @@ struct EngineDevice {
     Comm *group;      /* the data-parallel group, with more than one rank (else NULL) */
     DeviceComm *comm; /* the device buffers over it */
     DeviceBuckets *buckets; /* the gradients' reductions over it */
+    DeviceGather *gather;   /* ZeRO 3 over it: the parameters' gathers */
+    bool zero3;             /* ZeRO 3: the device keeps the rank's part of the parameters */
     bool sharded;     /* ZeRO >= 1 over the group: this rank updates its part */
     size_t total;     /* the flat buffer's floats */
     Fp8State *fp8;    /* --precision fp8: the chunk's delayed scales (on the host), else NULL */
@@ -43,7 +47,8 @@ static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, co
     if (g->pp > 1) return "runs data parallelism only for now (not pipeline parallelism)";
     if (g->cp > 1) return "runs data parallelism only for now (not context parallelism)";
     if (g->ep > 1) return "runs data parallelism only for now (not expert parallelism)";
-    if (cfg->data_parallel.zero_stage >= 3) return "shards up to ZeRO stage 2 for now (not the parameters: stage 3)";
+    if (cfg->data_parallel.zero_stage >= 3 && (cfg->bf16 || chunk->model.fp8))
+        return "runs ZeRO stage 3 in fp32 only for now (not bf16 or FP8)";
     if (cfg->measure_micro_norms) return "does not measure micro-step norms yet";
     if (chunk->model.frozen) return "does not train adapters over a frozen base yet";
     if (dp_num_pieces(chunk->dp) > 1) return "needs one contiguous update range per rank";
@@ -55,6 +60,8 @@ static int open_comm(EngineDevice *d, const EngineConfig *cfg, const EngineChunk
                      size_t reason_size) {
     d->total = chunk->model.num_params;
     check(d, gpt_device_set_update_range(d->model, chunk->update_offset, chunk->update_count));
+    d->zero3 = cfg->data_parallel.zero_stage >= 3;
+    if (d->zero3) gpt_device_keep_param_part(d->model); /* one rank: its part is all */
     if (comm_size(g->dp_group) == 1) return 0;
     GpuCommKind path;
     if (gpu_comm_choose(g->world, d->dev, cfg->gpu_comm, &path, reason, reason_size) != 0) return -1;
@@ -64,7 +71,8 @@ static int open_comm(EngineDevice *d, const EngineConfig *cfg, const EngineChunk
     if (d->comm)
         d->buckets = device_buckets_create(d->dev, d->model, d->comm, chunk->dp, cfg->data_parallel.zero_stage, reason,
                                            reason_size);
-    return d->buckets ? 0 : -1;
+    if (d->buckets && d->zero3) d->gather = device_gather_create(d->dev, d->model, d->comm, reason, reason_size);
+    return d->buckets && (d->gather || !d->zero3) ? 0 : -1;
 }
 
 EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, const EngineChunk *chunk, const Grid *grid,
@@ -112,6 +120,7 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
 
 void engine_device_free(EngineDevice *d) {
     if (!d) return;
+    device_gather_free(d->gather);
     device_buckets_free(d->buckets);
     device_comm_free(d->comm);
     gpt_device_free(d->model);
@@ -122,16 +131,21 @@ void engine_device_free(EngineDevice *d) {
 }
 
 
+/* The host's copy of the device's parameters: the whole (ZeRO 3: the rank's part, as the CPU keeps it). */
+static float *host_params(const EngineDevice *d, const EngineChunk *chunk) {
+    return d->zero3 ? dp_update_params(chunk->dp) : chunk->model.params;
+}
+
 void engine_device_upload(EngineDevice *d, const EngineChunk *chunk) {
     if (d->stale & (STALE_PARAMS | STALE_MOMENTS))
         bs_die("internal error: the host's parameters would replace the device's newer ones (read through engine_chunk)");
-    check(d, gpt_device_set_state(d->model, chunk->model.params, chunk->state[0], chunk->state[1]));
+    check(d, gpt_device_set_state(d->model, host_params(d, chunk), chunk->state[0], chunk->state[1]));
 }
 
 void engine_device_sync_host(EngineDevice *d, EngineChunk *chunk) {
     if (!d->stale) return;
     const unsigned s = d->stale;
-    check(d, gpt_device_get_state(d->model, s & STALE_PARAMS ? chunk->model.params : NULL,
+    check(d, gpt_device_get_state(d->model, s & STALE_PARAMS ? host_params(d, chunk) : NULL,
                                   s & STALE_GRADS ? dp_update_grads(chunk->dp) : NULL, s & STALE_MOMENTS ? chunk->state[0] : NULL,
                                   s & STALE_MOMENTS ? chunk->state[1] : NULL));
     d->stale = 0;
@@ -144,7 +158,9 @@ static double run(EngineDevice *d, int m, int counted, float dloss, PipeLoad loa
         double loss = 0;
         load(ctx, micro, d->inputs, d->targets);
         if (d->buckets && dloss != 0) device_buckets_begin_micro(d->buckets, micro == m - 1);
+        if (d->gather) device_gather_begin_pass(d->gather, dloss != 0);
         check(d, gpt_device_step(d->model, d->inputs, d->targets, dloss, &loss));
+        if (d->gather) device_gather_end_pass(d->gather);
         if (d->buckets && dloss != 0) device_buckets_end_micro(d->buckets);
         if (micro < counted) total += loss;
         if (dloss != 0 && d->nonfinite_layer < 0) d->nonfinite_layer = gpt_device_nonfinite_layer(d->model);
@@ -211,7 +227,7 @@ void engine_device_update(EngineDevice *d, const OptimizerConfig *opt, double lr
     check(d, gpt_device_adamw(d->model, &s));
     d->stale |= STALE_PARAMS | STALE_MOMENTS;
     if (d->fp8) fp8_scaling_update(d->fp8, NULL, d->group); /* as engine_after_update: amaxes over dp, then the scales */
-    if (!d->sharded) return;
+    if (!d->sharded || d->zero3) return; /* ZeRO 3 gathers each block when it is used */
     device_comm_allgather(d->comm, gpt_device_array(d->model, GPT_DEVICE_PARAMS), 0, d->total, d->total);
     device_comm_wait(d->comm);
     device_comm_finish(d->comm);

@@ -187,7 +187,7 @@ static bool check_gpu_comm(const TrainConfig *c, char *why, size_t n) {
     return false;
 }
 
-/* --device cuda|sim runs the plain step, over data-parallel ranks at ZeRO 0-2 (parallel/engine_device.h). */
+/* --device cuda|sim runs the plain step, over data-parallel ranks at ZeRO 0-3 (parallel/engine_device.h; ZeRO 3 in fp32). */
 static bool check_device(const TrainConfig *c, char *why, size_t n) {
     if (c->device.sim_memory_mb > 0 && c->device.kind != TRAIN_DEVICE_SIM) {
         snprintf(why, n, "--sim-memory needs --device sim (got --device %s)", TRAIN_DEVICE_WORDS[c->device.kind]);
@@ -204,14 +204,16 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
     if (!check_device_fp8(c, why, n)) return false;
     const char *flag = c->optim.kind != OPTIM_ADAMW ? "--optimizer other than adamw"
                        : c->parallel.tp > 1 || c->parallel.pp > 1 || c->parallel.cp > 1 || c->parallel.virtual_stages > 1 ? "--tp, --pp, --cp or --virtual-stages"
-                       : c->parallel.zero >= 3 ? "--zero 3" : c->parallel.zero_quant_grads ? "--zero-quant-grads"
+                       : c->parallel.zero >= 3 && c->precision.mode != PRECISION_FP32 ? "--zero 3 in bf16 or FP8"
+                       : c->parallel.zero_quant_weights || c->parallel.zero_hpz ? "--zero-quant-weights or --zero-hpz"
+                       : c->parallel.zero_quant_grads ? "--zero-quant-grads"
                        : c->moe.experts > 1 ? "--experts" : c->lora.rank > 0 ? "--lora-rank"
                        : c->diloco.local_steps > 0 ? "--local-steps" : c->estimators.noise_scale || c->estimators.noise_scale_every > 0 ? "--noise-scale"
                        : strncmp(c->batch.schedule, "adaptive", 8) == 0 || strncmp(c->batch.schedule, "goodput", 7) == 0
                            ? "--batch-schedule adaptive or goodput"
                        : strcmp(c->compression.codec, "none") != 0 ? "--grad-compression"
                        : NULL;
-    if (flag) snprintf(why, n, "--device %s does not work with %s yet (the device runs fp32 or bf16 AdamW, data parallel at ZeRO 0-2)",
+    if (flag) snprintf(why, n, "--device %s does not work with %s yet (the device runs fp32 or bf16 AdamW, data parallel at ZeRO 0-3, stage 3 in fp32)",
                        TRAIN_DEVICE_WORDS[c->device.kind], flag);
     return !flag;
 }
