@@ -24,10 +24,11 @@ typedef struct EngineDevice EngineDevice;
 
 /* The device and the chunk's state on it, or NULL with a one-line reason
  * (no GPU, not built in, out of device memory, a layout it cannot run: data
- * parallelism at ZeRO 0-2 only). Over several data-parallel ranks each opens
- * the GPU of its node-local rank, and the group's gradients and (ZeRO >= 1)
- * parameters move through device collectives on the path cfg->gpu_comm
- * asks (auto: comm/device_comm.h's rule). Collective over the grid's world. */
+ * parallelism at ZeRO 0-3 only, stage 3 in fp32). Over several data-parallel
+ * ranks each opens the GPU of its node-local rank, and the group's gradients
+ * (device_buckets.h) and (ZeRO >= 1) parameters (ZeRO 3: device_gather.h)
+ * move through device collectives on the path cfg->gpu_comm asks (auto:
+ * comm/device_comm.h's rule). Collective over the grid's world. */
 EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, const EngineChunk *chunk, const Grid *grid,
                                    char *reason, size_t reason_size);
 void engine_device_free(EngineDevice *d);
@@ -37,10 +38,10 @@ void engine_device_upload(EngineDevice *d, const EngineChunk *chunk);
 /* The host copy of whatever the device changed since the last sync (no-op
  * when current). */
 void engine_device_sync_host(EngineDevice *d, EngineChunk *chunk);
-/* m micro-batches forward and backward (gradients zeroed first, a poisoned
- * block's gradient made NaN, then the blocks' non-finite flags of this
- * rank's own gradients read, then the gradients summed over the data-parallel
- * group: whole at ZeRO 0, the rank's update range above); this rank's loss sum. */
+/* m micro-batches forward and backward (gradients zeroed first; each
+ * block's gradient, a poisoned one made NaN, checked for non-finite values
+ * before it is summed over the data-parallel group bucket by bucket: whole
+ * at ZeRO 0, the rank's update range above); this rank's loss sum. */
 double engine_device_train(EngineDevice *d, int m, float dloss, PipeLoad load, void *ctx);
 /* The guard's: the first layer whose output was not finite in the last
  * train's forwards and the first block whose gradient was not (-1: none). */
