@@ -18,6 +18,7 @@ typedef struct {
     float *buf;   /* ZeRO 2: where backward writes it this micro-batch (NULL: none yet) */
     int pool;     /* its pool buffer, -1: the embeddings' */
     bool launched; /* ZeRO 2: reduce-scattered, its part not yet added */
+    long order;    /* ZeRO 2: when it was launched (the oldest is added first) */
 } DeviceBucket;
 
 struct DeviceBuckets {
@@ -32,6 +33,8 @@ struct DeviceBuckets {
     bool overlap, communicate, last;
     float *pool[POOL], *emb_buf; /* ZeRO 2 */
     bool pool_busy[POOL];
+    DeviceEvent *reduced[POOL + 1]; /* ZeRO 2: each buffer's (the pool's, the embeddings') reduction's end */
+    long launches;
     int32_t *flags, *host_flags; /* a non-finite flag per block, the micro-batch's checked */
     int first_nonfinite_block, poison_block;
     float nan; /* the host source of a planted NaN */
@@ -43,8 +46,14 @@ static void check(const DeviceBuckets *b, int rc) {
 
 static DeviceStream *compute(const DeviceBuckets *b) { return gpt_device_compute_stream(b->model); }
 
-/* ZeRO 2: bucket k's reduced part added to the rank's part of the gradient, on the compute stream. */
+static DeviceEvent *reduced(const DeviceBuckets *b, const DeviceBucket *bk) {
+    return b->reduced[bk->pool >= 0 ? bk->pool : POOL];
+}
+
+/* ZeRO 2: bucket k's reduced part added to the rank's part of the gradient, on the compute stream after its
+ * reduction (only: the reductions queued after it still run beside the compute stream). */
 static void absorb(DeviceBuckets *b, DeviceBucket *bk) {
+    check(b, device_stream_wait(b->dev, compute(b), reduced(b, bk)));
     const Range mine = range_intersect(bk->range, b->part);
     if (!range_empty(mine)) {
         float *dst = gpt_device_array(b->model, GPT_DEVICE_GRADS) + range_offset_in(mine, b->part);
@@ -57,18 +66,30 @@ static void absorb(DeviceBuckets *b, DeviceBucket *bk) {
     bk->launched = false;
 }
 
-/* ZeRO 2: the compute stream waits for the reductions queued so far; their parts added, their buffers free. */
+/* ZeRO 2: every reduced bucket's part added, its buffer free. */
 static void absorb_launched(DeviceBuckets *b) {
-    device_comm_wait(b->comm);
     for (int k = 0; k < b->num_buckets; k++)
         if (b->buckets[k].launched) absorb(b, &b->buckets[k]);
+}
+
+/* ZeRO 2: the oldest reduced bucket holding a pool buffer added (its buffer free), false if none. */
+static bool absorb_oldest(DeviceBuckets *b) {
+    DeviceBucket *oldest = NULL;
+    for (int k = 0; k < b->num_buckets; k++) {
+        DeviceBucket *bk = &b->buckets[k];
+        if (bk->launched && bk->pool >= 0 && (!oldest || bk->order < oldest->order)) oldest = bk;
+    }
+    if (oldest) absorb(b, oldest);
+    return oldest != NULL;
 }
 
 static void launch(DeviceBuckets *b, int k) {
     DeviceBucket *bk = &b->buckets[k];
     if (b->stage >= 2) {
         device_comm_reduce_scatter(b->comm, bk->buf, bk->range.offset, bk->range.count, b->total);
+        device_comm_record(b->comm, reduced(b, bk));
         bk->launched = true;
+        bk->order = b->launches++;
         return;
     }
     float *grads = gpt_device_array(b->model, GPT_DEVICE_GRADS) + bk->range.offset;
@@ -79,15 +100,14 @@ static void launch(DeviceBuckets *b, int k) {
 static float *acquire(DeviceBuckets *b, DeviceBucket *bk) {
     bk->pool = -1;
     if (bk->first_block == 0) return b->emb_buf;
-    for (int pass = 0; pass < 2; pass++) {
+    do {
         for (int i = 0; i < POOL; i++)
             if (!b->pool_busy[i]) {
                 b->pool_busy[i] = true;
                 bk->pool = i;
                 return b->pool[i];
             }
-        absorb_launched(b);
-    }
+    } while (absorb_oldest(b));
     bs_die("internal: no free device gradient bucket buffer");
 }
 
@@ -137,6 +157,8 @@ static int allocate(DeviceBuckets *b) {
         }
     for (int i = 0; i < POOL; i++)
         if (!(b->pool[i] = device_alloc(b->dev, sizeof(float) * pool_floats))) return -1;
+    for (int i = 0; i <= POOL; i++)
+        if (!(b->reduced[i] = device_event_create(b->dev))) return -1;
     gpt_device_keep_grad_part(b->model);
     return 0;
 }
@@ -171,6 +193,7 @@ void device_buckets_free(DeviceBuckets *b) {
     if (!b) return;
     gpt_device_set_grad_hooks(b->model, NULL);
     for (int i = 0; i < POOL; i++) device_free(b->dev, b->pool[i]);
+    for (int i = 0; i <= POOL; i++) device_event_destroy(b->dev, b->reduced[i]);
     device_free(b->dev, b->emb_buf);
     device_free(b->dev, b->flags);
     free(b->host_flags);

@@ -15,6 +15,7 @@ typedef struct {
     int block;   /* block held or being gathered, -1: none */
     bool in_use; /* between the hook's params and params_done */
     bool waited; /* the compute stream waits for its gather */
+    DeviceEvent *gathered; /* its gather's end on the communication stream */
 } Slot;
 
 struct DeviceGather {
@@ -62,6 +63,7 @@ static void gather(DeviceGather *z, int s, int block) {
                              gpt_device_array(z->model, GPT_DEVICE_PARAMS) + range_offset_in(mine, z->shard),
                              mine.count * sizeof(float), COPY_DEVICE_TO_DEVICE));
     device_comm_allgather(z->comm, slot->buf, r.offset, r.count, z->total);
+    device_comm_record(z->comm, slot->gathered);
     slot->block = block;
     slot->waited = false;
 }
@@ -73,7 +75,8 @@ static float *hook_params(void *ctx, int block) {
     if (s < 0) bs_die("internal: no free device parameter slot for block %d", block);
     Slot *slot = &z->slots[s];
     if (slot->block != block) gather(z, s, block);
-    if (!slot->waited) device_comm_wait(z->comm);
+    if (!slot->waited) /* this gather only, not the reductions queued after it */
+        check(z, device_stream_wait(z->dev, gpt_device_compute_stream(z->model), slot->gathered));
     slot->waited = slot->in_use = true;
     if (++z->at < z->length) { /* the next block's gather runs beside this one's work */
         const int next = z->order[z->at], t = find_slot(z, next);
@@ -86,7 +89,7 @@ static float *hook_params(void *ctx, int block) {
 static void hook_params_done(void *ctx, int block) {
     DeviceGather *z = ctx;
     for (int s = 0; s < NUM_SLOTS; s++)
-        if (z->slots[s].block == block && z->slots[s].in_use) z->slots[s] = (Slot){z->slots[s].buf, -1, false, false};
+        if (z->slots[s].block == block && z->slots[s].in_use) z->slots[s].block = -1, z->slots[s].in_use = false;
 }
 
 DeviceGather *device_gather_create(Device *dev, GPTDevice *model, DeviceComm *comm, char *reason, size_t reason_size) {
@@ -100,7 +103,8 @@ DeviceGather *device_gather_create(Device *dev, GPTDevice *model, DeviceComm *co
     for (int s = 0; s < NUM_SLOTS; s++) {
         z->slots[s].block = -1;
         z->slots[s].buf = device_alloc(dev, sizeof(float) * block_range(z, blocks[s]).count);
-        if (!z->slots[s].buf) {
+        z->slots[s].gathered = device_event_create(dev);
+        if (!z->slots[s].buf || !z->slots[s].gathered) {
             snprintf(reason, reason_size, "%s", device_error(dev));
             device_gather_free(z);
             return NULL;
@@ -115,7 +119,10 @@ DeviceGather *device_gather_create(Device *dev, GPTDevice *model, DeviceComm *co
 void device_gather_free(DeviceGather *z) {
     if (!z) return;
     gpt_device_set_param_hooks(z->model, NULL);
-    for (int s = 0; s < NUM_SLOTS; s++) device_free(z->dev, z->slots[s].buf);
+    for (int s = 0; s < NUM_SLOTS; s++) {
+        device_free(z->dev, z->slots[s].buf);
+        device_event_destroy(z->dev, z->slots[s].gathered);
+    }
     free(z->order);
     free(z);
 }
@@ -134,5 +141,5 @@ void device_gather_begin_pass(DeviceGather *z, bool training) {
 
 void device_gather_end_pass(DeviceGather *z) {
     if (z->at != z->length) bs_die("internal: device ZeRO 3's pass asked for %d of %d blocks", z->at, z->length);
-    for (int s = 0; s < NUM_SLOTS; s++) z->slots[s] = (Slot){z->slots[s].buf, -1, false, false};
+    for (int s = 0; s < NUM_SLOTS; s++) z->slots[s].block = -1, z->slots[s].in_use = false;
 }
