@@ -56,13 +56,10 @@ static void print_data_parallel(const Trainer *tr) {
         double P = params, N = reducing; /* the formulas count bytes per parameter: fp32 4 + 4 + 8 */
         double formula[4] = {16 * P, 8 * P + 8 * P / N, 4 * P + 12 * P / N, 16 * P / N};
         double opt_bytes = updated * 4 * optimizer_state_arrays(c->optim.kind);
-        char reduced[96]; /* a device reduces the same buckets, through the host or NCCL */
-        if (engine_device_comm(tr->engine))
-            snprintf(reduced, sizeof reduced, "device buffers over %s, buckets of %.1f MB", engine_device_comm(tr->engine),
-                     c->parallel.bucket_mb);
-        else
-            snprintf(reduced, sizeof reduced, "buckets of %.1f MB%s", c->parallel.bucket_mb,
-                     c->parallel.no_overlap ? " (no overlap)" : "");
+        char path[48] = "", reduced[128]; /* a device reduces the same buckets, through the host or NCCL */
+        if (engine_device_comm(tr->engine)) snprintf(path, sizeof path, "device buffers over %s, ", engine_device_comm(tr->engine));
+        snprintf(reduced, sizeof reduced, "%sbuckets of %.1f MB%s", path, c->parallel.bucket_mb,
+                 c->parallel.no_overlap ? " (no overlap)" : "");
         printf("data parallel: %d ranks%s, ZeRO stage %d, %s collectives, %s\n", reducing, g->cp > 1 ? " (dp x cp)" : "",
                c->parallel.zero, TRAIN_COMM_ALGO_WORDS[c->parallel.comm_algo], reduced);
         print_compression(tr);
