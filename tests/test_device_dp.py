@@ -89,6 +89,16 @@ class DeviceDataParallelTest(CorpusTest):
         for zero in (0, 1, 2, 3):
             self.assert_equivalent(self.device_run(f"dev4_z{zero}", 4, zero), f"4 ranks, ZeRO {zero}")
 
+    def test_zero2_reuses_bucket_buffers(self):
+        """ZeRO 2 on 3 layers with a bucket per layer (--bucket-mb 0.001): backward needs a third bucket buffer
+        while two are reduced, so the oldest one's part is added first (after its own reduction's event); on 2 ranks
+        the same bits as one bucket for all layers (a + b per element either way, the parts added in the same
+        micro-batch order)."""
+        shape = ["--layers", "3", *SHAPE[2:]]
+        runs = [layout_run(self.data, self.path(f"dev2_z2_b{mb}"), shape, 2,
+                           ["--device", "sim", "--zero", "2", "--bucket-mb", mb])[1] for mb in ("8", "0.001")]
+        self.assertTrue(np.array_equal(runs[1], runs[0]), "small buckets: other parameters than one bucket")
+
     def device_memory(self, ranks, zero, shape, bucket_mb):
         """The banner's device memory of rank 0 (bytes, sim's count) for one step."""
         p = launch(["train", "--data", os.path.join(self.data, "train_000000.bin"), *shape, "--micro-batch", "2",
