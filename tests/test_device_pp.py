@@ -81,7 +81,7 @@ class DevicePipelineTest(CorpusTest):
         run = self.pipeline("pp2_nowait", 2, "--debug-skip-pipe-wait")
         worst = max(distance(run, self.oracle()).values())
         print(f"pp 2 without the receive's wait: {worst:.1e} from one CPU process")
-        self.assertGreater(worst, TOLERANCE, "sim did not show the missing wait")
+        self.assertFalse(worst <= TOLERANCE, "sim did not show the missing wait")  # NaN counts: read unwritten memory
 
     def resave(self, name, ranks, source, *flags):
         """`name` on `ranks` processes reads checkpoint 5 of the run saved under `source` and saves it (into another

@@ -189,4 +189,8 @@ void device_comm_wait(DeviceComm *dc) {
     device_comm_check(dc, device_stream_wait(dc->dev, dc->compute, dc->done), "waiting for communication");
 }
 
+void device_comm_record(DeviceComm *dc, DeviceEvent *e) {
+    device_comm_check(dc, device_event_record(dc->dev, dc->stream, e), "recording an event");
+}
+
 void device_comm_finish(DeviceComm *dc) { dc->path->finish(dc); }

@@ -89,6 +89,9 @@ void device_comm_alltoallv(DeviceComm *dc, const void *send, const size_t *send_
 
 /* Work queued on the compute stream from now on waits for every operation queued so far. */
 void device_comm_wait(DeviceComm *dc);
+/* e completes when every operation queued so far has: waiting on it
+ * (device_stream_wait) waits for one operation, not for later ones. */
+void device_comm_record(DeviceComm *dc, DeviceEvent *e);
 /* The host waits for every operation queued so far (nccl: under the timeout). */
 void device_comm_finish(DeviceComm *dc);
 

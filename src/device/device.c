@@ -74,3 +74,4 @@ void device_host_free(Device *d, void *p) {
 void *device_native_stream(Device *d, DeviceStream *s) { return d->ops->native_stream(d, s); }
 int device_event_done(Device *d, DeviceEvent *e) { return e ? d->ops->event_done(d, e) : 1; }
 int device_gpu_count(Device *d) { return d->ops->gpu_count(d); }
+size_t device_memory_peak(const Device *d) { return d->memory_peak; }

@@ -88,6 +88,9 @@ void *device_native_stream(Device *d, DeviceStream *s);
 int device_event_done(Device *d, DeviceEvent *e);
 /* GPUs this process sees (sim: 0). */
 int device_gpu_count(Device *d);
+/* The most device memory allocated at once since the device opened, in
+ * bytes: sim's accounting (cuda: 0, not counted). */
+size_t device_memory_peak(const Device *d);
 
 /* "built in (sm_80, sm_90a; CUDA 13.0)" or "not built in": --version's line. */
 const char *device_cuda_build(void);

@@ -42,6 +42,7 @@ struct Device {
     char error[256];
     uint64_t copied[3]; /* bytes queued by device_copy, per DeviceCopyKind (device_bytes_copied) */
     DeviceInfo info;    /* set when the device opens (device_info) */
+    size_t memory_peak; /* the most bytes allocated at once, where the implementation counts them (sim) */
 };
 
 /* Sets d's reason (printf-style) and returns -1. */

@@ -83,22 +83,38 @@ static void sim_run(const SimOp *op) {
     }
 }
 
-/* Runs everything queued, in a shuffled order that keeps streams and events. */
+/* Runs everything queued, in a shuffled order that keeps streams and events:
+ * each op drawn from the ready streams at random, or (every other drain, at
+ * random) from the ready stream of highest priority in an order drawn for the
+ * drain, so one stream may run all it can before another starts (a wait left
+ * out between two streams then shows whichever stream it should have held back). */
 static int sim_drain(Device *d) {
     SimDevice *sd = sim(d);
-    DeviceStream **ready = malloc(sizeof *ready * (size_t)(sd->nstreams ? sd->nstreams : 1));
-    if (!ready) return device_fail(d, "sim: out of host memory");
+    const size_t cap = (size_t)(sd->nstreams ? sd->nstreams : 1);
+    DeviceStream **ready = malloc(sizeof *ready * cap);
+    uint64_t *priority = malloc(sizeof *priority * cap);
+    if (!ready || !priority) {
+        free(ready);
+        free(priority);
+        return device_fail(d, "sim: out of host memory");
+    }
+    const int by_priority = (int)rng_below(&sd->rng, 2);
+    for (int i = 0; i < sd->nstreams; i++) priority[i] = rng_next(&sd->rng);
     for (;;) {
-        int n = 0, pending = 0;
+        int n = 0, pending = 0, first = 0;
         for (int i = 0; i < sd->nstreams; i++) {
             pending |= sd->streams[i]->head < sd->streams[i]->count;
-            if (sim_ready(sd->streams[i])) ready[n++] = sd->streams[i];
+            if (!sim_ready(sd->streams[i])) continue;
+            if (n > 0 && priority[i] > priority[first]) first = i;
+            if (n == 0) first = i;
+            ready[n++] = sd->streams[i];
         }
         if (n == 0) {
             free(ready);
+            free(priority);
             return pending ? device_fail(d, "sim: queued work waits on an event no stream will record") : 0;
         }
-        DeviceStream *s = ready[rng_below(&sd->rng, (uint64_t)n)];
+        DeviceStream *s = by_priority ? sd->streams[first] : ready[rng_below(&sd->rng, (uint64_t)n)];
         sim_run(&s->ops[s->head++]);
         if (s->head == s->count) s->head = s->count = 0;
     }
@@ -126,6 +142,7 @@ static void *sim_alloc(Device *d, size_t n) {
     if (sd->blocks) sd->blocks->prev = b;
     sd->blocks = b;
     sd->used += n;
+    if (sd->used > d->memory_peak) d->memory_peak = sd->used;
     memset(p + HEADER, 0xff, n); /* every float NaN, every int -1 */
     return p + HEADER;
 }

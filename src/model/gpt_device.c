@@ -44,9 +44,14 @@ struct GPTDevice {
     int32_t *tokens; /* inputs (B T), targets (B T), each token's document start (B T) */
     int32_t doc_separator, *host_doc_start;
     double *sums;    /* per tensor */
-    int64_t *offsets; /* where each tensor starts, then the end (nseg + 1), clipped to the update range */
+    int64_t *offsets; /* where each tensor starts, then the end (nseg + 1), clipped to the update range; then the same from the range's start */
     size_t range_offset, range_count; /* gpt_device_set_update_range: what AdamW updates (default: all) */
     ParamSegment *segs;
+    GPTDeviceGradHooks hooks; /* gpt_device_set_grad_hooks (grads NULL: none) */
+    size_t state_floats[4];   /* what grads, m, v and params hold (size_state) */
+    bool grad_part;           /* gpt_device_keep_grad_part: grads holds the update range only */
+    GPTDeviceParamHooks phooks; /* gpt_device_set_param_hooks (params NULL: none) */
+    bool param_part;          /* gpt_device_keep_param_part: params holds the update range only */
     int32_t *flags;  /* non-finite flags: one per layer (forward), then one per block (gradients) */
     float *host_losses;
     double *host_sums;
@@ -129,13 +134,14 @@ static size_t clamp(size_t x, size_t lo, size_t hi) { return x < lo ? lo : x > h
 int gpt_device_set_update_range(GPTDevice *g, size_t offset, size_t count) {
     g->range_offset = offset;
     g->range_count = count;
-    int64_t *off = malloc(sizeof *off * (size_t)(g->nseg + 1));
+    int64_t *off = malloc(sizeof *off * 2 * (size_t)(g->nseg + 1));
     if (!off) return -1;
     for (int i = 0; i <= g->nseg; i++) {
         const size_t at = i < g->nseg ? g->segs[i].offset : g->nseg ? g->segs[i - 1].offset + g->segs[i - 1].count : 0;
         off[i] = (int64_t)clamp(at, offset, offset + count);
+        off[g->nseg + 1 + i] = off[i] - (int64_t)offset; /* in the gradient part (gpt_device_keep_grad_part) */
     }
-    int rc = device_copy(g->dev, g->compute, g->offsets, off, sizeof *off * (size_t)(g->nseg + 1), COPY_HOST_TO_DEVICE);
+    int rc = device_copy(g->dev, g->compute, g->offsets, off, sizeof *off * 2 * (size_t)(g->nseg + 1), COPY_HOST_TO_DEVICE);
     rc = rc ? rc : device_stream_sync(g->dev, g->compute);
     free(off);
     return rc;
@@ -148,7 +154,7 @@ static int make_segments(GPTDevice *g) {
     g->nseg = gpt_param_segments(&g->cfg, g->segs, gpt_max_segments(&g->cfg));
     g->host_sums = malloc(sizeof *g->host_sums * (size_t)g->nseg);
     g->sums = device_alloc(g->dev, sizeof *g->sums * (size_t)g->nseg);
-    g->offsets = device_alloc(g->dev, sizeof *g->offsets * (size_t)(g->nseg + 1));
+    g->offsets = device_alloc(g->dev, sizeof *g->offsets * 2 * (size_t)(g->nseg + 1));
     if (!g->host_sums || !g->sums || !g->offsets) return -1;
     return gpt_device_set_update_range(g, 0, g->nparams);
 }
@@ -157,7 +163,7 @@ static int make_segments(GPTDevice *g) {
 static int num_flags(const GPTDevice *g) { return 2 * g->cfg.num_layers + 2; }
 
 static int allocate(GPTDevice *g) {
-    const size_t bytes = g->nparams * sizeof(float), N = (size_t)g->B * g->T;
+    const size_t N = (size_t)g->B * g->T; /* the parameters, gradient and moments: size_state */
     g->layer = calloc((size_t)g->cfg.num_layers, sizeof *g->layer);
     g->host_losses = malloc(sizeof(float) * N);
     g->host_doc_start = malloc(sizeof(int32_t) * N);
@@ -167,9 +173,6 @@ static int allocate(GPTDevice *g) {
     g->copy = device_stream_create(g->dev);
     g->tokens_ready = device_event_create(g->dev);
     if (!g->compute || !g->copy || !g->tokens_ready) return -1;
-    float **state[] = {&g->params, &g->grads, &g->m, &g->v};
-    for (int i = 0; i < 4; i++)
-        if (!(*state[i] = device_alloc(g->dev, bytes))) return -1;
     if (!(g->tokens = device_alloc(g->dev, sizeof(int32_t) * 3 * N))) return -1;
     if (!(g->flags = device_alloc(g->dev, sizeof(int32_t) * (size_t)num_flags(g)))) return -1;
     g->stage.dev = g->dev;
@@ -266,6 +269,68 @@ static int round_bf16(GPTDevice *g, float *out, uint16_t *out_bf16, const float 
 
 static float *tensor(const GPTDevice *g, float *base, TensorKind k) { return base + gpt_tensor_offset(&g->cfg, k, 0); }
 
+/* The gradient / the parameters at flat offset off (in the update range when only its part is kept). */
+static float *grad_at(const GPTDevice *g, size_t off) { return g->grads + (off - (g->grad_part ? g->range_offset : 0)); }
+static float *param_at(const GPTDevice *g, size_t off) { return g->params + (off - (g->param_part ? g->range_offset : 0)); }
+static size_t grad_floats(const GPTDevice *g) { return g->grad_part ? g->range_count : g->nparams; }
+static size_t param_floats(const GPTDevice *g) { return g->param_part ? g->range_count : g->nparams; }
+
+/* Where block's floats are for this use (its first): the hook's buffer, else the flat buffer's (at). */
+static float *block_at(GPTDevice *g, int block, float *(*hook)(void *, int), void *ctx,
+                       float *(*at)(const GPTDevice *, size_t)) {
+    size_t off, count;
+    gpt_block_range(&g->cfg, block, &off, &count);
+    float *p = hook ? hook(ctx, block) : NULL;
+    return p ? p : at(g, off);
+}
+
+static float *grad_block(GPTDevice *g, int block) { return block_at(g, block, g->hooks.grads, g->hooks.ctx, grad_at); }
+static float *param_block(GPTDevice *g, int block) { return block_at(g, block, g->phooks.params, g->phooks.ctx, param_at); }
+
+/* Tensor k inside the block whose floats start at base. */
+static float *in_block(const GPTDevice *g, float *base, int block, TensorKind k) {
+    size_t off, count;
+    gpt_block_range(&g->cfg, block, &off, &count);
+    return base + (gpt_tensor_offset(&g->cfg, k, 0) - off);
+}
+
+static float *grad_tensor(GPTDevice *g, int block, TensorKind k) { return in_block(g, grad_block(g, block), block, k); }
+
+static void grad_done(GPTDevice *g, int block) {
+    if (g->hooks.grads_done) g->hooks.grads_done(g->hooks.ctx, block);
+}
+
+static void param_done(GPTDevice *g, int block) {
+    if (g->phooks.params_done) g->phooks.params_done(g->phooks.ctx, block);
+}
+
+void gpt_device_set_grad_hooks(GPTDevice *g, const GPTDeviceGradHooks *hooks) {
+    g->hooks = hooks ? *hooks : (GPTDeviceGradHooks){0};
+}
+
+void gpt_device_set_param_hooks(GPTDevice *g, const GPTDeviceParamHooks *hooks) {
+    g->phooks = hooks ? *hooks : (GPTDeviceParamHooks){0};
+}
+
+void gpt_device_keep_grad_part(GPTDevice *g) { g->grad_part = true; }
+void gpt_device_keep_param_part(GPTDevice *g) { g->param_part = true; }
+
+/* The state sized to what this rank keeps (the moments and, with
+ * gpt_device_keep_grad_part / _param_part, the gradient / the parameters: the update range),
+ * allocated at the first gpt_device_set_state, so no larger size is ever
+ * allocated first (sim's peak counts every allocation). */
+static int size_state(GPTDevice *g) {
+    const size_t want[] = {grad_floats(g), g->range_count, g->range_count, param_floats(g)};
+    float **buf[] = {&g->grads, &g->m, &g->v, &g->params};
+    for (int i = 0; i < 4; i++) {
+        if (*buf[i] && g->state_floats[i] == want[i]) continue;
+        device_free(g->dev, *buf[i]);
+        if (!(*buf[i] = device_alloc(g->dev, sizeof(float) * (want[i] ? want[i] : 1)))) return -1;
+        g->state_floats[i] = want[i];
+    }
+    return 0;
+}
+
 /* bf16: the encoder's wte, rounded as the products' */
 static int refresh_wte(GPTDevice *g) {
     if (g->tp) TRY(gpt_device_tp_gather_wte(g->tp, tensor(g, g->params, TK_WTE))); /* tensor parallel: the whole wte */
@@ -298,9 +363,10 @@ static int refresh_copies(GPTDevice *g) {
 
 int gpt_device_set_state(GPTDevice *g, const float *params, const float *m, const float *v) {
     TRY(allocate_acts(g));
-    const size_t whole = g->nparams * sizeof(float), part = g->range_count * sizeof(float);
+    const size_t whole = param_floats(g) * sizeof(float), part = g->range_count * sizeof(float);
+    TRY(size_state(g));
     const float *src[] = {params, m, v};
-    float *dst[] = {g->params, g->m + g->range_offset, g->v + g->range_offset};
+    float *dst[] = {g->params, g->m, g->v};
     for (int i = 0; i < 3; i++) {
         const size_t bytes = i ? part : whole;
         TRY(src[i] ? device_copy(g->dev, g->compute, dst[i], src[i], bytes, COPY_HOST_TO_DEVICE)
@@ -311,9 +377,9 @@ int gpt_device_set_state(GPTDevice *g, const float *params, const float *m, cons
 }
 
 int gpt_device_get_state(GPTDevice *g, float *params, float *grads, float *m, float *v) {
-    const size_t whole = g->nparams * sizeof(float), part = g->range_count * sizeof(float), at = g->range_offset;
+    const size_t whole = param_floats(g) * sizeof(float), part = g->range_count * sizeof(float), at = g->range_offset;
     float *dst[] = {params, grads, m, v};
-    const float *src[] = {g->params, g->grads + at, g->m + at, g->v + at};
+    const float *src[] = {g->params, grad_at(g, at), g->m, g->v};
     for (int i = 0; i < 4; i++)
         if (dst[i]) TRY(device_copy(g->dev, g->compute, dst[i], src[i], i ? part : whole, COPY_DEVICE_TO_HOST));
     return device_stream_sync(g->dev, g->compute);
@@ -325,6 +391,12 @@ int gpt_device_params_changed(GPTDevice *g) {
 }
 
 DeviceStream *gpt_device_compute_stream(const GPTDevice *g) { return g->compute; }
+const GPTConfig *gpt_device_config(const GPTDevice *g) { return &g->cfg; }
+
+void gpt_device_update_range(const GPTDevice *g, size_t *offset, size_t *count) {
+    *offset = g->range_offset;
+    *count = g->range_count;
+}
 
 float *gpt_device_array(const GPTDevice *g, GPTDeviceArray which) {
     return which == GPT_DEVICE_GRADS ? g->grads : g->params;
@@ -367,7 +439,7 @@ int gpt_device_zero_grads(GPTDevice *g) {
     const size_t wte_bytes = gpt_tensor_numel(&g->cfg, TK_WTE) * sizeof(float);
     if (g->stage.head_dwte) TRY(device_zero(g->dev, g->compute, g->stage.head_dwte, wte_bytes)); /* the head's copy's */
     if (g->tp) TRY(gpt_device_tp_zero_dwte(g->tp));
-    return device_zero(g->dev, g->compute, g->grads, g->nparams * sizeof(float));
+    return device_zero(g->dev, g->compute, g->grads, grad_floats(g) * sizeof(float));
 }
 
 static int launch(GPTDevice *g, const DeviceCall *call) { return device_launch(g->dev, g->compute, call); }
@@ -445,10 +517,6 @@ static int attention(GPTDevice *g, DeviceKernel k, const DeviceLayerActs *a) {
     return launch(g, &call);
 }
 
-static LayerTensors layer_tensors(const GPTDevice *g, float *base, int l) {
-    return gpt_layer_tensors(&g->cfg, base + gpt_tensor_offset(&g->cfg, TK_LN1W, l), l);
-}
-
 static int nonfinite(GPTDevice *g, int32_t *flag, const float *x, size_t n) {
     DeviceCall call = {.kernel = DK_NONFINITE, .a.nonfinite = {flag, x, n}};
     return launch(g, &call);
@@ -470,13 +538,13 @@ static int keep(GPTDevice *g, int layer, ActKind k, const float *x) {
 }
 
 /* The layernorm at the input of layer l (l = L: the final one), reading inp. */
-static LayernormArgs input_norm(const GPTDevice *g, int l, const float *inp) {
+static LayernormArgs input_norm(GPTDevice *g, int l, const float *inp) {
     if (l == g->cfg.num_layers) {
         const float *lnf = tensor(g, g->params, TK_LNFW);
         return (LayernormArgs){.out = g->lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd, .inp = inp, .weight = lnf,
                                .bias = lnf + g->cfg.channels};
     }
-    const LayerTensors p = layer_tensors(g, g->params, l);
+    const LayerTensors p = gpt_layer_tensors(&g->cfg, param_block(g, l + 1), l);
     const DeviceLayerActs *a = &g->layer[l];
     return (LayernormArgs){.out = a->ln1, .mean = a->ln1_mean, .rstd = a->ln1_rstd, .inp = inp, .weight = p.ln1w, .bias = p.ln1b};
 }
@@ -492,15 +560,18 @@ static int residual_norm(GPTDevice *g, float *x, const float *a, const float *b,
     return launch(g, &call);
 }
 
-/* One layer's forward from residual (N,C) to a->residual3, as gpt_forward; under TP the shard's products,
- * their outputs summed over the tensor group. normed: its first layernorm ran already (the previous
- * layer's fused residual); fuse_next: the next layernorm (layer l + 1's or the final one) fused with the
- * last residual add. */
-static int layer_forward(GPTDevice *g, int l, const float *residual, bool normed, bool fuse_next) {
+/* One layer's forward from residual (N,C) to a->residual3, as gpt_forward, with its parameters at
+ * block_params (ZeRO 3: a gathered slot); under TP the shard's products, their outputs summed over the
+ * tensor group. normed: its first layernorm ran already (the previous layer's fused residual);
+ * fuse_next: the next layernorm (layer l + 1's or the final one, read from the flat parameters) fused
+ * with the last residual add. */
+static int layer_forward(GPTDevice *g, int l, const float *residual, float *block_params, bool normed, bool fuse_next) {
     const int C = g->cfg.channels, Cl = g->Cl, F = g->F;
-    const LayerTensors p = layer_tensors(g, g->params, l);
+    const LayerTensors p = gpt_layer_tensors(&g->cfg, block_params, l);
     const DeviceLayerActs *a = &g->layer[l];
-    if (!normed) TRY(layernorm(g, DK_LAYERNORM_FORWARD, input_norm(g, l, residual)));
+    if (!normed)
+        TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = a->ln1, .mean = a->ln1_mean, .rstd = a->ln1_rstd,
+                                                                .inp = residual, .weight = p.ln1w, .bias = p.ln1b}));
     TRY(keep(g, l, ACT_LN1, a->ln1));
     TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_QKV, (MatmulArgs){.out = a->qkv, .inp = a->ln1, .weight = p.qkvw, .bias = p.qkvb}, C, 3 * Cl));
     TRY(attention(g, DK_ATTENTION_FORWARD, a));
@@ -515,15 +586,16 @@ static int layer_forward(GPTDevice *g, int l, const float *residual, bool normed
     TRY(keep(g, l, ACT_FCH_GELU, a->fch_gelu));
     TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FCPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->fch_gelu, .weight = p.fcprojw, .bias = row_bias(g, p.fcprojb)}, F, C));
     TRY(tp_sum(g, g->proj_out));
-    const LayernormArgs next = input_norm(g, l + 1, a->residual3);
+    LayernormArgs next;
+    if (fuse_next) next = input_norm(g, l + 1, a->residual3); /* the flat parameters' (not under ZeRO 3) */
     TRY(residual_norm(g, a->residual3, a->residual2, g->proj_out, fuse_next ? &next : NULL));
     return nonfinite(g, &g->flags[l], a->residual3, rows(g) * (size_t)C); /* the guard's: gpt.c checks each layer's output */
 }
 
 /* One layer's backward: g->dresidual from its output's gradient to its input's, as gpt.c's layer_pass. */
-static int layer_backward(GPTDevice *g, int l, const float *inp) {
+static int layer_backward(GPTDevice *g, int l, const float *inp, float *block_params) {
     const int C = g->cfg.channels, Cl = g->Cl, F = g->F;
-    const LayerTensors p = layer_tensors(g, g->params, l), d = layer_tensors(g, g->grads, l);
+    const LayerTensors p = gpt_layer_tensors(&g->cfg, block_params, l), d = gpt_layer_tensors(&g->cfg, grad_block(g, l + 1), l);
     const DeviceLayerActs *a = &g->layer[l];
     TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FCPROJ, (MatmulArgs){.dinp = g->dfch, .dweight = d.fcprojw, .dbias = d.fcprojb, .dout = g->dresidual,
                                                    .inp = a->fch_gelu, .weight = p.fcprojw}, F, C));
@@ -571,25 +643,39 @@ static int upload_tokens(GPTDevice *g, const int32_t *inputs, const int32_t *tar
  * the head its output stays in layer[last].residual3. */
 static int forward(GPTDevice *g, float dloss) {
     const GPTConfig *cfg = &g->cfg;
-    const int C = cfg->channels, first = gpt_first_layer(cfg), last = first + gpt_stage_layers(cfg) - 1;
+    const int C = cfg->channels, L = cfg->num_layers, first = gpt_first_layer(cfg), last = first + gpt_stage_layers(cfg) - 1;
     DeviceCall enc = {.kernel = DK_ENCODER_FORWARD};
-    enc.a.encoder = (EncoderArgs){.out = g->encoded, .wte = g->bf16 ? g->wte_rounded : whole_wte(g),
-                                  .wpe = tensor(g, g->params, TK_WPE),
+    float *emb = param_block(g, 0);
+    enc.a.encoder = (EncoderArgs){.out = g->encoded, .wte = g->bf16 ? g->wte_rounded : g->tp ? whole_wte(g) : in_block(g, emb, 0, TK_WTE),
+                                  .wpe = in_block(g, emb, 0, TK_WPE),
                                   .tokens = g->tokens, .doc_start = doc_starts(g), .positions = positions(g),
                                   .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};
     if (gpt_has_encoder(cfg)) TRY(launch(g, &enc));
-    const bool has_head = gpt_has_head(cfg);
+    param_done(g, 0);
+    const bool has_head = gpt_has_head(cfg), fuse = !g->phooks.params; /* ZeRO 3: each block's parameters apart */
     /* each layer's last residual add fused with the next layernorm: the next layer's of this stage, or the final one */
-    for (int l = first; l <= last; l++)
-        TRY(layer_forward(g, l, l > first ? g->layer[l - 1].residual3 : g->encoded, false, l < last || has_head));
+    for (int l = first; l <= last; l++) {
+        const float *inp = l > first ? g->layer[l - 1].residual3 : g->encoded;
+        TRY(layer_forward(g, l, inp, param_block(g, l + 1), fuse && l > first, fuse && (l < last || has_head)));
+        param_done(g, l + 1);
+    }
     if (!has_head) return 0;
-    /* the loss and, training, the gradients into lnf (g->dln) and wte (the last stage's copy: head_wte), a block of rows at a time */
+    if (!fuse) {
+        float *lnf = in_block(g, param_block(g, L + 1), L + 1, TK_LNFW);
+        TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = g->lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd,
+                                                                .inp = g->layer[last].residual3, .weight = lnf, .bias = lnf + C}));
+        param_done(g, L + 1);
+    }
+    /* the loss and, training, the gradients into lnf (g->dln) and wte (the last stage's copy: head_wte; TP's whole one), a block of rows at a time */
     const bool copy = g->stage.head_wte != NULL;
-    ClassifierArgs head = {g->losses, g->dln, copy ? g->stage.head_dwte : whole_dwte(g), g->logits, g->lnf,
-                           copy ? g->stage.head_wte : whole_wte(g),
+    float *dwte = copy ? g->stage.head_dwte : g->tp ? whole_dwte(g) : dloss != 0 ? grad_tensor(g, 0, TK_WTE) : NULL;
+    const float *wte = copy ? g->stage.head_wte : g->tp ? whole_wte(g) : in_block(g, param_block(g, 0), 0, TK_WTE);
+    ClassifierArgs head = {g->losses, g->dln, dwte, g->logits, g->lnf, wte,
                            g->tokens + rows(g), (int)rows(g), C, cfg->vocab_size, cfg->padded_vocab_size,
                            (int)classifier_rows(g), dloss};
-    return classifier_device(g->dev, g->compute, &head, classifier_product, g);
+    TRY(classifier_device(g->dev, g->compute, &head, classifier_product, g));
+    param_done(g, 0);
+    return 0;
 }
 
 /* --activations bf16: what layer l's fp32 kernels read of the store widened (the attention's output;
@@ -603,25 +689,33 @@ static int restore_layer(GPTDevice *g, int l) {
  * stage); without the encoder it is left holding the input's. */
 static int backward(GPTDevice *g) {
     const GPTConfig *cfg = &g->cfg;
-    const int C = cfg->channels, first = gpt_first_layer(cfg), last = first + gpt_stage_layers(cfg) - 1;
-    float *dwte = whole_dwte(g), *lnf = tensor(g, g->params, TK_LNFW), *dlnf = tensor(g, g->grads, TK_LNFW);
+    const int C = cfg->channels, L = cfg->num_layers, first = gpt_first_layer(cfg), last = first + gpt_stage_layers(cfg) - 1;
     if (gpt_has_head(cfg)) {
+        float *lnf = in_block(g, param_block(g, L + 1), L + 1, TK_LNFW), *dlnf = grad_tensor(g, L + 1, TK_LNFW);
         TRY(device_zero(g->dev, g->compute, g->dresidual, rows(g) * (size_t)C * sizeof(float)));
         TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = dlnf, .dbias = dlnf + C, .dout = g->dln,
                                                                  .inp = g->layer[last].residual3, .weight = lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd}));
+        param_done(g, L + 1);
+        grad_done(g, L + 1);
     }
     for (int l = last; l >= first; l--) {
         const float *inp = l > first ? g->layer[l - 1].residual3 : g->encoded;
-        if (cfg->recompute == GPT_RECOMPUTE_FULL) TRY(layer_forward(g, l, inp, false, false)); /* the same launches: the same bits */
+        float *p = param_block(g, l + 1);
+        if (cfg->recompute == GPT_RECOMPUTE_FULL) TRY(layer_forward(g, l, inp, p, false, false)); /* the same launches: the same bits */
         if (g->acts_bf16) TRY(restore_layer(g, l));
-        TRY(layer_backward(g, l, inp));
+        TRY(layer_backward(g, l, inp, p));
+        param_done(g, l + 1);
+        grad_done(g, l + 1);
     }
     if (!gpt_has_encoder(cfg)) return 0;
     DeviceCall enc = {.kernel = DK_ENCODER_BACKWARD};
-    enc.a.encoder = (EncoderArgs){.dwte = dwte, .dwpe = tensor(g, g->grads, TK_WPE), .dout = g->dresidual, .tokens = g->tokens,
-                                  .doc_start = doc_starts(g), .positions = positions(g), .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};
+    enc.a.encoder = (EncoderArgs){.dwte = g->tp ? whole_dwte(g) : grad_tensor(g, 0, TK_WTE), .dwpe = grad_tensor(g, 0, TK_WPE),
+                                  .dout = g->dresidual, .tokens = g->tokens, .doc_start = doc_starts(g),
+                                  .positions = positions(g), .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};
     TRY(launch(g, &enc));
-    return g->tp ? gpt_device_tp_take_dwte(g->tp, tensor(g, g->grads, TK_WTE)) : 0;
+    if (g->tp) TRY(gpt_device_tp_take_dwte(g->tp, tensor(g, g->grads, TK_WTE)));
+    grad_done(g, 0);
+    return 0;
 }
 
 /* The losses (the head's) and the stage's layers' non-finite flags of the work queued, to the host. */
@@ -682,6 +776,7 @@ int gpt_device_num_tensors(const GPTDevice *g) { return g->nseg; }
 int gpt_device_tensor_sum_squares(GPTDevice *g, GPTDeviceArray which, double *per_tensor) {
     DeviceCall call = {.kernel = DK_SUM_OF_SQUARES,
                        .a.sumsq = {g->sums, which == GPT_DEVICE_GRADS ? g->grads : g->params, g->offsets, g->nseg}};
+    if (which == GPT_DEVICE_GRADS ? g->grad_part : g->param_part) call.a.sumsq.offsets = g->offsets + g->nseg + 1;
     TRY(launch(g, &call));
     TRY(device_copy(g->dev, g->compute, per_tensor, g->sums, sizeof(double) * (size_t)g->nseg, COPY_DEVICE_TO_HOST));
     TRY(device_stream_sync(g->dev, g->compute));
@@ -708,7 +803,7 @@ int gpt_device_adamw(GPTDevice *g, const AdamWStep *s) {
         if (end == o) continue; /* outside this rank's range */
         const float wd = gpt_tensor_decays(g->segs[i].kind) ? s->weight_decay : 0.0f;
         DeviceCall call = {.kernel = DK_ADAMW};
-        call.a.adamw = (AdamWArgs){g->params + o, g->m + o, g->v + o, g->bf16 ? g->params_bf16 + o : NULL, g->grads + o,
+        call.a.adamw = (AdamWArgs){param_at(g, o), g->m + (o - r0), g->v + (o - r0), g->bf16 ? g->params_bf16 + o : NULL, grad_at(g, o),
                                    end - o, s->beta1, s->beta2, s->eps, s->grad_scale, step_size, 1.0f - s->lr * wd,
                                    bias2_sqrt};
         TRY(launch(g, &call));

@@ -80,8 +80,42 @@ int gpt_device_fp8_end_step(GPTDevice *g);
 /* Data parallelism at ZeRO >= 1: the range [offset, +count) of the flat
  * layout this rank updates (default: all). The moments and the gradients
  * cross to and from the host as that range only (packed), AdamW updates only
- * it and the sums of squares count only it (each rank's part, as the CPU's shards). */
+ * it and the sums of squares count only it (each rank's part, as the CPU's shards).
+ * The moments are kept for that range only (allocated by gpt_device_set_state). */
 int gpt_device_set_update_range(GPTDevice *g, size_t offset, size_t count);
+/* Data parallelism: where backward writes each block's gradient (a
+ * gpt_block_range block's floats from its first; grads NULL or returning
+ * NULL: the flat buffer) and the word that backward has queued a block's last
+ * gradient work on the compute stream (the final LayerNorm L + 1 first, down
+ * to the embeddings 0, whose gradient the classifier starts in forward).
+ * Called on the host while the step queues its work; NULL: no hooks. */
+typedef struct {
+    float *(*grads)(void *ctx, int block);
+    void (*grads_done)(void *ctx, int block);
+    void *ctx;
+} GPTDeviceGradHooks;
+void gpt_device_set_grad_hooks(GPTDevice *g, const GPTDeviceGradHooks *hooks);
+/* ZeRO 2 (before gpt_device_set_state, which allocates it; backward then
+ * writes through the hooks): the flat gradient buffer keeps only the update
+ * range, so gpt_device_array(GPT_DEVICE_GRADS) is the range's first float
+ * and gpt_device_first_nonfinite_block / gpt_device_poison_grad are not for
+ * it (the hooks' buffers are checked instead). */
+void gpt_device_keep_grad_part(GPTDevice *g);
+/* ZeRO 3: where each block's parameters are for one use (forward: the
+ * embeddings, layers 1..L, the final LayerNorm, the embeddings again for the
+ * classifier; training's backward then L + 1 down to 1), each use ended by
+ * params_done once its work is queued on the compute stream; NULL hooks: the
+ * flat buffer. With gpt_device_keep_param_part (before gpt_device_set_state)
+ * the flat buffer keeps the update range only: set_state, get_state and
+ * gpt_device_array(GPT_DEVICE_PARAMS) then hold that range. fp32 only (the
+ * bf16 copies are of the whole flat buffer). */
+typedef struct {
+    float *(*params)(void *ctx, int block);
+    void (*params_done)(void *ctx, int block);
+    void *ctx;
+} GPTDeviceParamHooks;
+void gpt_device_set_param_hooks(GPTDevice *g, const GPTDeviceParamHooks *hooks);
+void gpt_device_keep_param_part(GPTDevice *g);
 /* The state from the host (params: gpt_num_params floats; m and v: the
  * update range's; NULL: zeros), and back (grads, m and v: the update range's;
  * any NULL is skipped). */
@@ -123,6 +157,9 @@ int gpt_device_poison_grad(GPTDevice *g, int block);
 /* The compute stream (collectives order their work after it) and the
  * device's flat gradients or parameters (collectives write them in place). */
 DeviceStream *gpt_device_compute_stream(const GPTDevice *g);
+const GPTConfig *gpt_device_config(const GPTDevice *g);
+/* The update range (gpt_device_set_update_range). */
+void gpt_device_update_range(const GPTDevice *g, size_t *offset, size_t *count);
 float *gpt_device_array(const GPTDevice *g, GPTDeviceArray which);
 /* After the parameters changed on the device outside AdamW (an all-gather):
  * their bf16 copies again. */

@@ -685,6 +685,20 @@ float *dp_params_at(DataParallel *dp, size_t offset, size_t count) {
     return NULL;
 }
 
+int dp_num_buckets(const DataParallel *dp) { return dp->num_buckets; }
+
+void dp_bucket(const DataParallel *dp, int k, size_t *offset, size_t *count, int *first_block, int *last_block) {
+    const Bucket *bk = &dp->buckets[k];
+    *offset = bk->offset;
+    *count = bk->count;
+    *first_block = bk->first_block;
+    *last_block = bk->last_block;
+}
+
+int dp_bucket_of_block(const DataParallel *dp, int block) { return dp->bucket_of_block[block]; }
+
+bool dp_overlaps(const DataParallel *dp) { return dp->opt.overlap; }
+
 void dp_begin_step(DataParallel *dp) {
     if (dp->stage < 2) gpt_zero_grads(dp->model);
     else memset(dp->shard_grads, 0, dp->update_floats * sizeof(float));

@@ -109,6 +109,15 @@ void dp_shard_range(const DataParallel *dp, size_t *offset, size_t *count);
 /* Parameters of [offset, offset+count) if this rank holds them, else NULL. */
 float *dp_params_at(DataParallel *dp, size_t offset, size_t count);
 
+/* The gradient buckets (a device engine reduces the same ones): how many,
+ * bucket k's flat range and blocks [first, last] (backward finishes last
+ * first), and the bucket of a block (-1: absent here). */
+int dp_num_buckets(const DataParallel *dp);
+void dp_bucket(const DataParallel *dp, int k, size_t *offset, size_t *count, int *first_block, int *last_block);
+int dp_bucket_of_block(const DataParallel *dp, int block);
+/* Whether buckets are reduced as backward finishes them (else after it). */
+bool dp_overlaps(const DataParallel *dp);
+
 void dp_begin_step(DataParallel *dp);
 /* Block access for one micro-step (training) or for evaluation. */
 const BlockAccess *dp_micro_access(DataParallel *dp, bool last_micro);

@@ -671,6 +671,11 @@ bool engine_device_traffic(const Engine *e, uint64_t *bytes_to_host) {
     return true;
 }
 
+bool engine_device_memory_peak(const Engine *e, size_t *bytes) {
+    *bytes = e->device ? engine_device_memory_used(e->device) : 0;
+    return *bytes > 0;
+}
+
 DPMemory engine_memory(const Engine *e) {
     DPMemory total = {0, 0, 0};
     for (int c = 0; c < e->num_chunks; c++) {

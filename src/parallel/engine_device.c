@@ -1,10 +1,13 @@
 /* engine_device.c: the engine's step on a device (engine_device.h). A
  * device error inside a step ends the run with its one-line reason. With
  * --pp the step is this rank's pipeline stage (pipeline_device.h). Data
- * parallelism reduces the
- * gradients on the device (comm/device_comm.h) as the CPU's data_parallel.c
- * sums them: all-reduced at ZeRO 0; at ZeRO 1-2 reduce-scattered, each rank
- * updating its part of the flat buffer, the parameters all-gathered after.
+ * parallelism alone reduces the gradients on the device bucket by bucket as
+ * backward finishes them (device_buckets.h) as the CPU's data_parallel.c sums
+ * them: all-reduced at ZeRO 0; at ZeRO 1-3 reduce-scattered, each rank
+ * updating its part of the flat buffer, the parameters all-gathered after
+ * (ZeRO 1-2) or block by block before each use (ZeRO 3, device_gather.h).
+ * With tensor, context or pipeline parallelism (ZeRO 0-1) the gradient is
+ * reduced in one collective after the step's backward.
  * Tensor parallelism: each rank's device model is its shard, the sums inside
  * a layer over the tensor group's own DeviceComm (model/gpt_device_tp.h);
  * data parallelism then reduces each shard over its data-parallel group.
@@ -17,6 +20,8 @@
 #include <stdlib.h>
 
 #include "comm/device_comm.h"
+#include "parallel/device_buckets.h"
+#include "parallel/device_gather.h"
 #include "core/error.h"
 #include "model/gpt_device.h"
 #include "parallel/pipeline_device.h"
@@ -38,6 +43,9 @@ struct EngineDevice {
     DeviceComm *context_comm; /* the context group's (more than one rank, else NULL) */
     Comm *norm_group; /* where the gradient's sum of squares is summed (NULL: this rank's is whole) */
     bool counts_loss; /* tensor rank 0: the loss counts once per tensor group, as on the CPU */
+    DeviceBuckets *buckets; /* the gradients' reductions over it */
+    DeviceGather *gather;   /* ZeRO 3 over it: the parameters' gathers */
+    bool zero3;             /* ZeRO 3: the device keeps the rank's part of the parameters */
     bool sharded;     /* ZeRO >= 1 over the group: this rank updates its part */
     size_t total;     /* the flat buffer's floats */
     Fp8State *fp8;    /* --precision fp8: the chunk's delayed scales (on the host), else NULL */
@@ -56,7 +64,10 @@ static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, co
         return "runs pipeline stages without tensor or context parallelism for now";
     if (pipeline_device_refusal(cfg, g)) return pipeline_device_refusal(cfg, g);
     if (g->ep > 1) return "runs data, tensor, context and pipeline parallelism only for now (not expert parallelism)";
-    if (cfg->data_parallel.zero_stage >= 3) return "shards up to ZeRO stage 2 for now (not the parameters: stage 3)";
+    if (cfg->data_parallel.zero_stage >= 2 && (g->tp > 1 || g->cp > 1 || g->pp > 1))
+        return "runs ZeRO stages 2-3 with data parallelism alone for now (not with tensor, context or pipeline parallelism)";
+    if (cfg->data_parallel.zero_stage >= 3 && (cfg->bf16 || chunk->model.fp8))
+        return "runs ZeRO stage 3 in fp32 only for now (not bf16 or FP8)";
     if (cfg->measure_micro_norms) return "does not measure micro-step norms yet";
     if (chunk->model.frozen) return "does not train adapters over a frozen base yet";
     if (dp_num_pieces(chunk->dp) > 1) return "needs one contiguous update range per rank";
@@ -88,6 +99,8 @@ static int open_comm(EngineDevice *d, const EngineConfig *cfg, const EngineChunk
                      size_t reason_size) {
     d->total = chunk->model.num_params;
     check(d, gpt_device_set_update_range(d->model, chunk->update_offset, chunk->update_count));
+    d->zero3 = cfg->data_parallel.zero_stage >= 3;
+    if (d->zero3) gpt_device_keep_param_part(d->model); /* one rank: its part is all */
     if (g->pp > 1 && !(d->pipe = pipeline_device_create(d->dev, d->model, cfg, chunk, g,
                                                           cfg->skip_pipe_wait ? PIPELINE_DEVICE_SKIP_RECV_WAIT : 0, reason, reason_size))) return -1;
     const bool data = comm_size(g->dp_group) > 1;
@@ -100,7 +113,12 @@ static int open_comm(EngineDevice *d, const EngineConfig *cfg, const EngineChunk
     d->group = g->dp_group;
     d->sharded = cfg->data_parallel.zero_stage >= 1;
     d->comm = device_comm_create(d->group, d->dev, gpt_device_compute_stream(d->model), path, reason, reason_size);
-    return d->comm ? 0 : -1;
+    if (!d->comm) return -1;
+    if (g->tp > 1 || g->cp > 1 || g->pp > 1) return 0; /* reduce_gradients: one collective after backward */
+    d->buckets = device_buckets_create(d->dev, d->model, d->comm, chunk->dp, cfg->data_parallel.zero_stage, reason,
+                                       reason_size);
+    if (d->buckets && d->zero3) d->gather = device_gather_create(d->dev, d->model, d->comm, reason, reason_size);
+    return d->buckets && (d->gather || !d->zero3) ? 0 : -1;
 }
 
 EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, const EngineChunk *chunk, const Grid *grid,
@@ -155,6 +173,8 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
 void engine_device_free(EngineDevice *d) {
     if (!d) return;
     pipeline_device_free(d->pipe);
+    device_gather_free(d->gather);
+    device_buckets_free(d->buckets);
     device_comm_free(d->comm);
     device_comm_free(d->tensor_comm);
     device_comm_free(d->context_comm);
@@ -166,17 +186,22 @@ void engine_device_free(EngineDevice *d) {
 }
 
 
+/* The host's copy of the device's parameters: the whole (ZeRO 3: the rank's part, as the CPU keeps it). */
+static float *host_params(const EngineDevice *d, const EngineChunk *chunk) {
+    return d->zero3 ? dp_update_params(chunk->dp) : chunk->model.params;
+}
+
 void engine_device_upload(EngineDevice *d, const EngineChunk *chunk) {
     if (d->stale & (STALE_PARAMS | STALE_MOMENTS))
         bs_die("internal error: the host's parameters would replace the device's newer ones (read through engine_chunk)");
-    check(d, gpt_device_set_state(d->model, chunk->model.params, chunk->state[0], chunk->state[1]));
+    check(d, gpt_device_set_state(d->model, host_params(d, chunk), chunk->state[0], chunk->state[1]));
     if (d->pipe) pipeline_device_upload_head(d->pipe, &chunk->model);
 }
 
 void engine_device_sync_host(EngineDevice *d, EngineChunk *chunk) {
     if (!d->stale) return;
     const unsigned s = d->stale;
-    check(d, gpt_device_get_state(d->model, s & STALE_PARAMS ? chunk->model.params : NULL,
+    check(d, gpt_device_get_state(d->model, s & STALE_PARAMS ? host_params(d, chunk) : NULL,
                                   s & STALE_GRADS ? dp_update_grads(chunk->dp) : NULL, s & STALE_MOMENTS ? chunk->state[0] : NULL,
                                   s & STALE_MOMENTS ? chunk->state[1] : NULL));
     d->stale = 0;
@@ -188,15 +213,27 @@ static double run(EngineDevice *d, int m, int counted, float dloss, PipeLoad loa
     for (int micro = 0; micro < m; micro++) {
         double loss = 0;
         load(ctx, micro, d->inputs, d->targets);
+        if (d->buckets && dloss != 0) device_buckets_begin_micro(d->buckets, micro == m - 1);
+        if (d->gather) device_gather_begin_pass(d->gather, dloss != 0);
         check(d, gpt_device_step(d->model, d->inputs, d->targets, dloss, &loss));
+        if (d->gather) device_gather_end_pass(d->gather);
+        if (d->buckets && dloss != 0) device_buckets_end_micro(d->buckets);
         if (micro < counted && d->counts_loss) total += loss;
         if (dloss != 0 && d->nonfinite_layer < 0) d->nonfinite_layer = gpt_device_nonfinite_layer(d->model);
     }
     return total;
 }
 
-/* The gradients summed over the group (the loss scale already divides by the
- * global batch, as on the CPU): whole at ZeRO 0, this rank's part above. */
+/* One rank: the gradient's non-finite check (a planted NaN first). Over a
+ * group the buckets check each block before they reduce it, as the CPU. */
+static void check_local_gradients(EngineDevice *d) {
+    if (d->poison_block >= 0) check(d, gpt_device_poison_grad(d->model, d->poison_block));
+    d->poison_block = -1;
+    check(d, gpt_device_first_nonfinite_block(d->model, &d->nonfinite_block));
+}
+
+/* Without buckets (tensor, context or pipeline parallelism at ZeRO 0-1):
+ * the gradients summed over the data-parallel group in one collective. */
 static void reduce_gradients(EngineDevice *d) {
     if (!d->comm) return;
     float *grads = gpt_device_array(d->model, GPT_DEVICE_GRADS);
@@ -206,18 +243,29 @@ static void reduce_gradients(EngineDevice *d) {
     device_comm_finish(d->comm);
 }
 
+/* The loss scale already divides by the global batch, as on the CPU: the
+ * reductions sum the gradients over the group (whole at ZeRO 0, this rank's
+ * part above). */
 double engine_device_train(EngineDevice *d, int m, float dloss, PipeLoad load, void *ctx) {
     check(d, gpt_device_zero_grads(d->model));
     d->stale |= STALE_GRADS;
     d->nonfinite_layer = -1;
+    if (d->buckets) {
+        device_buckets_begin_step(d->buckets);
+        if (d->poison_block >= 0) device_buckets_inject_nan(d->buckets, d->poison_block);
+        d->poison_block = -1;
+    }
     check(d, gpt_device_fp8_begin_step(d->model));
     double loss = d->pipe ? pipeline_device_train(d->pipe, m, dloss, load, ctx) : run(d, m, m, dloss, load, ctx);
     if (d->pipe) d->nonfinite_layer = pipeline_device_nonfinite_layer(d->pipe);
     check(d, gpt_device_fp8_end_step(d->model));
-    if (d->poison_block >= 0) check(d, gpt_device_poison_grad(d->model, d->poison_block));
-    d->poison_block = -1;
-    check(d, gpt_device_first_nonfinite_block(d->model, &d->nonfinite_block)); /* local, as the CPU checks before reducing */
-    reduce_gradients(d);
+    if (!d->buckets) {
+        check_local_gradients(d);
+        reduce_gradients(d);
+        return loss;
+    }
+    d->nonfinite_block = device_buckets_first_nonfinite_block(d->buckets);
+    device_buckets_finish(d->buckets);
     return loss;
 }
 
@@ -254,7 +302,7 @@ void engine_device_update(EngineDevice *d, const OptimizerConfig *opt, double lr
     check(d, gpt_device_adamw(d->model, &s));
     d->stale |= STALE_PARAMS | STALE_MOMENTS;
     if (d->fp8) fp8_scaling_update(d->fp8, NULL, d->group); /* as engine_after_update: amaxes over dp, then the scales */
-    if (d->sharded) {
+    if (d->sharded && !d->zero3) { /* ZeRO 3 gathers each block when it is used */
         device_comm_allgather(d->comm, gpt_device_array(d->model, GPT_DEVICE_PARAMS), 0, d->total, d->total);
         device_comm_wait(d->comm);
         device_comm_finish(d->comm);
@@ -270,3 +318,5 @@ const char *engine_device_comm_path(const EngineDevice *d) {
 }
 
 uint64_t engine_device_bytes_to_host(const EngineDevice *d) { return device_bytes_copied(d->dev, COPY_DEVICE_TO_HOST); }
+
+size_t engine_device_memory_used(const EngineDevice *d) { return device_memory_peak(d->dev); }

@@ -24,10 +24,12 @@ typedef struct EngineDevice EngineDevice;
 
 /* The device and the chunk's state on it, or NULL with a one-line reason
  * (no GPU, not built in, out of device memory, a layout it cannot run: data
- * parallelism at ZeRO 0-2 and pipeline stages, parallel/pipeline_device.h, only). Over several data-parallel ranks each opens
- * the GPU of its node-local rank, and the group's gradients and (ZeRO >= 1)
- * parameters move through device collectives on the path cfg->gpu_comm
- * asks (auto: comm/device_comm.h's rule). Collective over the grid's world. */
+ * parallelism at ZeRO 0-3, stage 3 in fp32; tensor and context parallelism in
+ * fp32; pipeline stages, parallel/pipeline_device.h). Over several data-parallel
+ * ranks each opens the GPU of its node-local rank, and the group's gradients
+ * (device_buckets.h) and (ZeRO >= 1) parameters (ZeRO 3: device_gather.h)
+ * move through device collectives on the path cfg->gpu_comm asks (auto:
+ * comm/device_comm.h's rule). Collective over the grid's world. */
 EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, const EngineChunk *chunk, const Grid *grid,
                                    char *reason, size_t reason_size);
 void engine_device_free(EngineDevice *d);
@@ -37,10 +39,10 @@ void engine_device_upload(EngineDevice *d, const EngineChunk *chunk);
 /* The host copy of whatever the device changed since the last sync (no-op
  * when current). */
 void engine_device_sync_host(EngineDevice *d, EngineChunk *chunk);
-/* m micro-batches forward and backward (gradients zeroed first, a poisoned
- * block's gradient made NaN, then the blocks' non-finite flags of this
- * rank's own gradients read, then the gradients summed over the data-parallel
- * group: whole at ZeRO 0, the rank's update range above); this rank's loss sum. */
+/* m micro-batches forward and backward (gradients zeroed first; each
+ * block's gradient, a poisoned one made NaN, checked for non-finite values
+ * before it is summed over the data-parallel group bucket by bucket: whole
+ * at ZeRO 0, the rank's update range above); this rank's loss sum. */
 double engine_device_train(EngineDevice *d, int m, float dloss, PipeLoad load, void *ctx);
 /* With --pp: the stage's executor and its last train's measurements (else NULL). */
 const Pipeline *engine_device_pipeline(const EngineDevice *d, PipeStats *last);
@@ -66,5 +68,7 @@ void engine_device_update(EngineDevice *d, const OptimizerConfig *opt, double lr
 const char *engine_device_comm_path(const EngineDevice *d);
 /* Bytes copied from the device to the host since it opened. */
 uint64_t engine_device_bytes_to_host(const EngineDevice *d);
+/* The most device memory held at once since it opened (device_memory_peak: 0 where not counted). */
+size_t engine_device_memory_used(const EngineDevice *d);
 
 #endif

@@ -53,22 +53,22 @@ static void print_data_parallel(const Trainer *tr) {
         DPMemory mem = engine_memory(tr->engine);
         double params, updated;
         rank_sizes(tr, &params, &updated);
-        double P = params * 4, N = reducing;
+        double P = params, N = reducing; /* the formulas count bytes per parameter: fp32 4 + 4 + 8 */
         double formula[4] = {16 * P, 8 * P + 8 * P / N, 4 * P + 12 * P / N, 16 * P / N};
         double opt_bytes = updated * 4 * optimizer_state_arrays(c->optim.kind);
-        char reduced[96]; /* a device reduces its whole flat buffer at once, through the host or NCCL */
-        if (engine_device_comm(tr->engine))
-            snprintf(reduced, sizeof reduced, "device buffers over %s, one collective per step",
-                     engine_device_comm(tr->engine));
-        else
-            snprintf(reduced, sizeof reduced, "buckets of %.1f MB%s", c->parallel.bucket_mb,
-                     c->parallel.no_overlap ? " (no overlap)" : "");
+        char path[48] = "", reduced[128]; /* a device reduces the same buckets, through the host or NCCL */
+        if (engine_device_comm(tr->engine)) snprintf(path, sizeof path, "device buffers over %s, ", engine_device_comm(tr->engine));
+        snprintf(reduced, sizeof reduced, "%sbuckets of %.1f MB%s", path, c->parallel.bucket_mb,
+                 c->parallel.no_overlap ? " (no overlap)" : "");
         printf("data parallel: %d ranks%s, ZeRO stage %d, %s collectives, %s\n", reducing, g->cp > 1 ? " (dp x cp)" : "",
                c->parallel.zero, TRAIN_COMM_ALGO_WORDS[c->parallel.comm_algo], reduced);
         print_compression(tr);
         printf("per-rank state: params %.1f MB, grads %.1f MB, optimizer %.1f MB = %.1f MB (ZeRO formula %.1f MB) "
                "+ buffers %.1f MB\n", mem.param_bytes / 1e6, mem.grad_bytes / 1e6, opt_bytes / 1e6,
                (mem.param_bytes + mem.grad_bytes + opt_bytes) / 1e6, formula[c->parallel.zero] / 1e6, mem.buffer_bytes / 1e6);
+        size_t peak;
+        if (engine_device_memory_peak(tr->engine, &peak))
+            printf("device memory: %zu bytes per rank (sim's count of its allocations; a step allocates none)\n", peak);
     }
 }
 

@@ -207,7 +207,7 @@ static const char *device_pipeline_flag(const TrainConfig *c) {
            : NULL;
 }
 
-/* --device cuda|sim runs the plain step, over data-parallel ranks at ZeRO 0-2, tensor- and context-parallel
+/* --device cuda|sim runs the plain step, over data-parallel ranks at ZeRO 0-3 (3 in fp32), tensor- and context-parallel
  * ones in fp32, and pipeline stages (parallel/engine_device.h). */
 static bool check_device(const TrainConfig *c, char *why, size_t n) {
     if (c->device.sim_memory_mb > 0 && c->device.kind != TRAIN_DEVICE_SIM) {
@@ -227,14 +227,17 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
                        : c->parallel.pp > 1 && (c->parallel.tp > 1 || c->parallel.cp > 1) ? "--pp together with --tp or --cp"
                        : device_pipeline_flag(c) ? device_pipeline_flag(c)
                        : (c->parallel.tp > 1 || c->parallel.cp > 1) && c->precision.mode != PRECISION_FP32 ? "--tp or --cp outside --precision fp32"
-                       : c->parallel.zero >= 3 ? "--zero 3" : c->parallel.zero_quant_grads ? "--zero-quant-grads"
+                       : c->parallel.zero >= 2 && (c->parallel.tp > 1 || c->parallel.cp > 1 || c->parallel.pp > 1) ? "--zero 2-3 together with --tp, --cp or --pp"
+                       : c->parallel.zero >= 3 && c->precision.mode != PRECISION_FP32 ? "--zero 3 in bf16 or FP8"
+                       : c->parallel.zero_quant_weights || c->parallel.zero_hpz ? "--zero-quant-weights or --zero-hpz"
+                       : c->parallel.zero_quant_grads ? "--zero-quant-grads"
                        : c->moe.experts > 1 ? "--experts" : c->lora.rank > 0 ? "--lora-rank"
                        : c->diloco.local_steps > 0 ? "--local-steps" : c->estimators.noise_scale || c->estimators.noise_scale_every > 0 ? "--noise-scale"
                        : strncmp(c->batch.schedule, "adaptive", 8) == 0 || strncmp(c->batch.schedule, "goodput", 7) == 0
                            ? "--batch-schedule adaptive or goodput"
                        : strcmp(c->compression.codec, "none") != 0 ? "--grad-compression"
                        : NULL;
-    if (flag) snprintf(why, n, "--device %s does not work with %s yet (the device runs fp32 or bf16 AdamW, data parallel at ZeRO 0-2, tensor and context parallel in fp32, pipeline stages)",
+    if (flag) snprintf(why, n, "--device %s does not work with %s yet (the device runs fp32 or bf16 AdamW, data parallel at ZeRO 0-3 (3 in fp32), tensor and context parallel in fp32, pipeline stages)",
                        TRAIN_DEVICE_WORDS[c->device.kind], flag);
     return !flag;
 }
