@@ -58,7 +58,7 @@ bs_slots(2 TESTS cc_qgz_2x1 cc_qgz_1x2 bw_split_tp2 cp_attention_np2 moe_paralle
 bs_slots(3 TESTS cc_qgz_3x1 cc_qgz_1x3 train_policy_np3)
 bs_slots(4 TESTS cc_qgz_4x1 cc_qgz_2x2 cc_qgz_1x4 cp_attention_np4 moe_parallel_np4)
 
-# Python tests whose runs under mpirun (2 to 8 ranks) or on 2 threads, or a 2-job build (MPICH), keep 2 cores
+# Python tests whose runs under mpirun (2 to 8 ranks) or on 2 threads, or MPICH's mpiexec (2 to 4 ranks), keep 2 cores
 # busy: their CPU time (user + sys) above their wall time alone.
 bs_slots(2 TESTS batch_scaling bf16_train bf16_train_isa_avx2 cc_train_mechanics cc_train_convergence_np2
          cc_train_convergence_np4 comm_mpich_build_and_run cp_equivalence fp8_train fp8_train_convergence lora_layouts
@@ -74,7 +74,7 @@ bs_slots(2 TESTS batch_scaling bf16_train bf16_train_isa_avx2 cc_train_mechanics
 set_tests_properties(bw_split_timing bw_split_timing_isa_avx2 PROPERTIES RUN_SERIAL ON)
 
 # Seconds on the idle 2-core Intel Xeon (make test of a fresh clone): the long tests start first.
-foreach(cost_test ft_fuzz:89 fp8_train_convergence:54 fp8_train:50 comm_mpich_build_and_run:44 ops_multihost:34
+foreach(cost_test ft_fuzz:89 fp8_train_convergence:54 fp8_train:50 ops_multihost:34
                   cp_equivalence:34 lora_nf4:31 cc_train_convergence_np4:31 cc_train_convergence_np2:25 tok_gpt2:25
                   ft_ckpt:22 pipeline_schedules:21 plan_python:20 dp_equivalence:19 ft_restart:14 ops_exit:14
                   bw_split_timing:14 bench_gpu_scripts:13 bf16_train_isa_avx2:13 ops_slurm:12 sft_hf:12 bf16_train:11
