@@ -18,8 +18,11 @@
 # - OpenMP threads sleep at once when they wait (OMP_WAIT_POLICY=passive) instead of spinning first (libgomp spins
 #   about 300,000 turns): a test's idle threads then leave the core to the test beside it. The results are the
 #   same bits (the policy changes no arithmetic). On the shared 2-core Intel Xeon (load about 12), 40 steps of a
-#   tiny model on 2 threads took 6.6 CPU s spinning and 0.4 passive, test_backward_split widen 8.4 and 1.3. Not
-#   in the tests that run alone (RUN_SERIAL): no test beside them, and the timings they print are a default run's.
+#   tiny model on 2 threads took 6.6 CPU s spinning and 0.4 passive, test_backward_split widen 8.4 and 1.3. So do
+#   OpenMPI's ranks (OMPI_MCA_mpi_yield_when_idle=1: a rank that waits in MPI yields its core between polls, what
+#   OpenMPI does by itself only for more ranks than cores): 2 ranks of which one waits for a slow one (20 steps,
+#   --debug-inject-fault slow:0:10) took 3.5 CPU s and 0.2. Not in the tests that run alone (RUN_SERIAL): no test
+#   beside them, and the timings they print are a default run's.
 # - COST: the seconds each long test took on this machine (an Intel Xeon, 2 cores, idle), so that ctest starts
 #   them first and the run does not end on one of them alone; after one run ctest uses the times it measured.
 cmake_host_system_information(RESULT BS_CORES QUERY NUMBER_OF_LOGICAL_CORES)
@@ -78,11 +81,11 @@ bs_slots(2 TESTS batch_scaling bf16_train bf16_train_isa_avx2 cc_train_mechanics
 # The fused backward against B and W, timed and printed: nothing beside it.
 set_tests_properties(bw_split_timing bw_split_timing_isa_avx2 PROPERTIES RUN_SERIAL ON)
 
-# OpenMP's waits passive (see above) but in the tests that run alone.
+# OpenMP's and OpenMPI's waits leave the core (see above) but in the tests that run alone.
 foreach(t ${every_test})
   get_test_property(${t} RUN_SERIAL alone)
   if(NOT alone)
-    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT OMP_WAIT_POLICY=passive)
+    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT OMP_WAIT_POLICY=passive OMPI_MCA_mpi_yield_when_idle=1)
   endif()
 endforeach()
 
