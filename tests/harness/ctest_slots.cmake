@@ -72,6 +72,7 @@ bs_slots(2 TESTS batch_scaling bf16_train bf16_train_isa_avx2 cc_train_mechanics
          cc_train_convergence_np4 comm_mpich_build_and_run cp_equivalence fp8_train fp8_train_convergence lora_layouts
          moe_accum moe_ep moe_ep_zero moe_model moe_pipeline moe_tp mp_equivalence ops_grad_norm_ranks ops_tensorboard
          pipeline_schedules device_dp_sim)
+bs_slots(2 TESTS bf16_train_convergence) # its fp32 and bf16 runs side by side
 # These start ranks too but keep 1 slot: CPU time / wall time alone, measured 2026-12-06 at nice -10 on the
 # shared machine (CPU seconds) against the idle machine's wall time (seconds): dp_equivalence 15/18.5,
 # diloco_reference 5.6/10.8, ft_ckpt 7.3/22, ft_restart 4.2/14, guards 7.4/11, lora_nf4 31/31 (its memory checks:
@@ -90,11 +91,12 @@ foreach(t ${every_test})
 endforeach()
 
 # Seconds on the idle 2-core Intel Xeon (make test of a fresh clone): the long tests start first.
-foreach(cost_test ft_fuzz:89 fp8_train_convergence:54 fp8_train:50 ops_multihost:34
+foreach(cost_test ft_fuzz:89 fp8_train_convergence:36 fp8_train:50 ops_multihost:34
                   cp_equivalence:34 lora_nf4:31 cc_train_convergence_np4:31 cc_train_convergence_np2:25 tok_gpt2:25
                   ft_ckpt:22 pipeline_schedules:21 plan_python:20 dp_equivalence:19 ft_restart:14 ops_exit:14
                   bw_split_timing:14 bench_gpu_scripts:13 bf16_train_isa_avx2:13 ops_slurm:12 sft_hf:12 bf16_train:11
-                  sweep_fit:11 guards:11 cc_collectives_np4:11 diloco_reference:11 hf_safetensors:10)
+                  sweep_fit:11 guards:11 cc_collectives_np4:11 diloco_reference:11 hf_safetensors:10
+                  bf16_train_convergence:18)
   string(REPLACE ":" ";" cost_test ${cost_test})
   list(GET cost_test 0 name)
   list(GET cost_test 1 seconds)
