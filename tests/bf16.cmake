@@ -44,6 +44,10 @@ bs_isa_test(NAME bf16_train_onednn COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/tes
             ENVIRONMENT ${BF16_ENV} PROPERTIES TIMEOUT 900)
 add_test(NAME bf16_train_convergence COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_bf16_train.py convergence)
 set_tests_properties(bf16_train_convergence PROPERTIES ENVIRONMENT "${BF16_ENV}" TIMEOUT 900 LABELS long)
+# Its bf16 run is fp8_train_convergence's too (fp8.cmake; tests/harness/bf16_reference.py).
+set(BS_BF16_300 ${BS_KJV_FIXTURE}/bf16_300)
+set_property(TEST bf16_train_convergence APPEND PROPERTY ENVIRONMENT BS_BF16_300=${BS_BF16_300})
+set_tests_properties(bf16_train_convergence PROPERTIES FIXTURES_SETUP bf16_300)
 
 bs_tier(unit TESTS bf16_kernels bf16_kernels_onednn)
 bs_tier(peers TESTS bf16_torch bf16_torch_onednn bf16_model bf16_model_onednn)

@@ -25,7 +25,8 @@ add_test(NAME fp8_train COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_fp8_train
 add_test(NAME fp8_train_convergence COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_fp8_train.py convergence)
 set_tests_properties(fp8_train fp8_train_convergence PROPERTIES ENVIRONMENT
                      "BATCHSCALE=${BS};BF16_DRIVER=$<TARGET_FILE:bf16_driver>" TIMEOUT 900)
-set_tests_properties(fp8_train_convergence PROPERTIES LABELS long)
+set_tests_properties(fp8_train_convergence PROPERTIES LABELS long FIXTURES_REQUIRED bf16_300)
+set_property(TEST fp8_train_convergence APPEND PROPERTY ENVIRONMENT BS_BF16_300=${BS_BF16_300}) # bf16.cmake
 
 bs_tier(unit TESTS fp8_kernels)
 bs_tier(peers TESTS fp8_formats)

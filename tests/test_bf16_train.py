@@ -49,7 +49,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bf16_probe import onednn_or_skip  # noqa: E402
-from bstest import BATCHSCALE, CorpusTest, kjv_corpus, run  # noqa: E402
+from bstest import BATCHSCALE, CorpusTest, concurrently, kjv_corpus, run  # noqa: E402
+from harness.bf16_reference import BF16, convergence_run, shared_prefix  # noqa: E402
 from layout_floor import DRIVER, LAYOUTS, check_layouts, train  # noqa: E402
 from torch_gpt import TENSORS  # noqa: E402
 
@@ -187,11 +188,18 @@ class Bf16OnednnTest(CorpusTest):
 
 class Bf16ConvergenceTest(unittest.TestCase):
     def test_300_steps_match_fp32(self):
+        # fp32 and bf16 side by side, one thread each (they ran on 2 threads one after another: the same bits, as the
+        # engine cuts its sums into fixed blocks); the bf16 run into the fixture bf16_300's directory, where
+        # fp8_train_convergence reads it (harness/bf16_reference.py)
         with tempfile.TemporaryDirectory() as d:
             data = kjv_corpus(d)
-            small = ["--threads", "2", "--layers", "2", "--channels", "64"]
-            m32, _, _ = train(data, os.path.join(d, "t32"), steps=300, val=True, extra=small)
-            m16, _, _ = train(data, os.path.join(d, "t16"), steps=300, val=True, extra=small + ["--precision", "bf16"])
+            bf16_prefix = shared_prefix() or os.path.join(d, "t16")
+            for stale in (bf16_prefix + ".jsonl", bf16_prefix + ".bin"):
+                if os.path.exists(stale):
+                    os.remove(stale)
+            os.makedirs(os.path.dirname(bf16_prefix), exist_ok=True)
+            (m32, _, _), (m16, _, _) = concurrently([lambda: convergence_run(data, os.path.join(d, "t32")),
+                                                     lambda: convergence_run(data, bf16_prefix, BF16)])
         v32, v16 = m32[-1]["val_loss"], m16[-1]["val_loss"]
         self.assertLess(v32, m32[0]["loss"] * 0.6, "fp32 did not learn")
         self.assertLess(abs(v16 - v32) / v32, 0.01, f"bf16 {v16:.4f} vs fp32 {v32:.4f}")

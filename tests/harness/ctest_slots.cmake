@@ -15,6 +15,14 @@
 # - Each test has its own OpenMPI session directories (OMPI_MCA_orte_tmpdir_base): every isolated singleton (a
 #   process started without mpirun, tests/CMakeLists.txt) uses the same one under the base, and two tests side by
 #   side could remove it under each other (tests/bstest.py's `process` does the same for one test's own runs).
+# - OpenMP threads sleep at once when they wait (OMP_WAIT_POLICY=passive) instead of spinning first (libgomp spins
+#   about 300,000 turns): a test's idle threads then leave the core to the test beside it. The results are the
+#   same bits (the policy changes no arithmetic). On the shared 2-core Intel Xeon (load about 12), 40 steps of a
+#   tiny model on 2 threads took 6.6 CPU s spinning and 0.4 passive, test_backward_split widen 8.4 and 1.3. So do
+#   OpenMPI's ranks (OMPI_MCA_mpi_yield_when_idle=1: a rank that waits in MPI yields its core between polls, what
+#   OpenMPI does by itself only for more ranks than cores): 2 ranks of which one waits for a slow one (20 steps,
+#   --debug-inject-fault slow:0:10) took 3.5 CPU s and 0.2. Not in the tests that run alone (RUN_SERIAL): no test
+#   beside them, and the timings they print are a default run's.
 # - COST: the seconds each long test took on this machine (an Intel Xeon, 2 cores, idle), so that ctest starts
 #   them first and the run does not end on one of them alone; after one run ctest uses the times it measured.
 cmake_host_system_information(RESULT BS_CORES QUERY NUMBER_OF_LOGICAL_CORES)
@@ -58,12 +66,13 @@ bs_slots(2 TESTS cc_qgz_2x1 cc_qgz_1x2 bw_split_tp2 cp_attention_np2 moe_paralle
 bs_slots(3 TESTS cc_qgz_3x1 cc_qgz_1x3 train_policy_np3)
 bs_slots(4 TESTS cc_qgz_4x1 cc_qgz_2x2 cc_qgz_1x4 cp_attention_np4 moe_parallel_np4)
 
-# Python tests whose runs under mpirun (2 to 8 ranks) or on 2 threads, or a 2-job build (MPICH), keep 2 cores
+# Python tests whose runs under mpirun (2 to 8 ranks) or on 2 threads, or MPICH's mpiexec (2 to 4 ranks), keep 2 cores
 # busy: their CPU time (user + sys) above their wall time alone.
 bs_slots(2 TESTS batch_scaling bf16_train bf16_train_isa_avx2 cc_train_mechanics cc_train_convergence_np2
          cc_train_convergence_np4 comm_mpich_build_and_run cp_equivalence fp8_train fp8_train_convergence lora_layouts
          moe_accum moe_ep moe_ep_zero moe_model moe_pipeline moe_tp mp_equivalence ops_grad_norm_ranks ops_tensorboard
          pipeline_schedules device_dp_sim device_pp_sim device_pp_gpu device_tp_sim device_cp_sim)
+bs_slots(2 TESTS bf16_train_convergence) # its fp32 and bf16 runs side by side
 # These start ranks too but keep 1 slot: CPU time / wall time alone, measured 2026-12-06 at nice -10 on the
 # shared machine (CPU seconds) against the idle machine's wall time (seconds): dp_equivalence 15/18.5,
 # diloco_reference 5.6/10.8, ft_ckpt 7.3/22, ft_restart 4.2/14, guards 7.4/11, lora_nf4 31/31 (its memory checks:
@@ -73,12 +82,21 @@ bs_slots(2 TESTS batch_scaling bf16_train bf16_train_isa_avx2 cc_train_mechanics
 # The fused backward against B and W, timed and printed: nothing beside it.
 set_tests_properties(bw_split_timing bw_split_timing_isa_avx2 PROPERTIES RUN_SERIAL ON)
 
+# OpenMP's and OpenMPI's waits leave the core (see above) but in the tests that run alone.
+foreach(t ${every_test})
+  get_test_property(${t} RUN_SERIAL alone)
+  if(NOT alone)
+    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT OMP_WAIT_POLICY=passive OMPI_MCA_mpi_yield_when_idle=1)
+  endif()
+endforeach()
+
 # Seconds on the idle 2-core Intel Xeon (make test of a fresh clone): the long tests start first.
-foreach(cost_test ft_fuzz:89 fp8_train_convergence:54 fp8_train:50 comm_mpich_build_and_run:44 ops_multihost:34
+foreach(cost_test ft_fuzz:89 fp8_train_convergence:36 fp8_train:50 ops_multihost:34
                   cp_equivalence:34 lora_nf4:31 cc_train_convergence_np4:31 cc_train_convergence_np2:25 tok_gpt2:25
                   ft_ckpt:22 pipeline_schedules:21 plan_python:20 dp_equivalence:19 ft_restart:14 ops_exit:14
                   bw_split_timing:14 bench_gpu_scripts:13 bf16_train_isa_avx2:13 ops_slurm:12 sft_hf:12 bf16_train:11
-                  sweep_fit:11 guards:11 cc_collectives_np4:11 diloco_reference:11 hf_safetensors:10)
+                  sweep_fit:11 guards:11 cc_collectives_np4:11 diloco_reference:11 hf_safetensors:10
+                  bf16_train_convergence:18)
   string(REPLACE ":" ";" cost_test ${cost_test})
   list(GET cost_test 0 name)
   list(GET cost_test 1 seconds)
