@@ -22,7 +22,8 @@ if(BS_HAVE_CUDA)
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
   add_library(bscuda STATIC src/device/cuda/device_cuda.cu src/device/cuda/cuda_kernels.cu
-    src/device/cuda/flash_attention.cu src/device/cuda/classifier.cu)
+    src/device/cuda/flash_attention.cu src/device/cuda/classifier.cu
+    src/device/cuda/graph_cuda.cu)
   target_include_directories(bscuda PRIVATE src)
   target_compile_definitions(bscuda PRIVATE BS_HAVE_CUDA)
   # The directory's C options (-march=native, -Wall ...) are not nvcc's: replace them.

@@ -12,6 +12,7 @@
 #include "device/flash_math.h"
 #include "model/classifier_device.h"
 #include "model/fp8_device.h"
+#include "model/step_graphs.h"
 
 #define TRY(x)                                                                                                        \
     do {                                                                                                              \
@@ -48,6 +49,7 @@ struct GPTDevice {
     uint16_t *in_bf16, *dout_bf16; /* bf16: a product's input and output gradient as bf16 operands */
     float *wte_rounded;      /* bf16: wte rounded to bf16 (the encoder reads it, as gpt.c's bf16 copy) */
     Fp8Device *fp8;          /* gpt_device_enable_fp8 (NULL: off) */
+    StepGraphs *graphs;      /* gpt_device_enable_graphs (NULL: off) */
     int nonfinite_layer;
     /* activations (pointers into acts) */
     float *encoded, *proj_out, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
@@ -142,9 +144,9 @@ static int num_flags(const GPTDevice *g) { return 2 * g->cfg.num_layers + 2; }
 static int allocate(GPTDevice *g) {
     const size_t bytes = g->nparams * sizeof(float), N = (size_t)g->B * g->T;
     g->layer = calloc((size_t)g->cfg.num_layers, sizeof *g->layer);
-    g->host_losses = malloc(sizeof(float) * N);
-    g->host_doc_start = malloc(sizeof(int32_t) * N);
-    g->host_flags = malloc(sizeof(int32_t) * (size_t)num_flags(g));
+    g->host_losses = device_host_alloc(g->dev, sizeof(float) * N); /* pinned: a graph's copies read and write them */
+    g->host_doc_start = device_host_alloc(g->dev, sizeof(int32_t) * N);
+    g->host_flags = device_host_alloc(g->dev, sizeof(int32_t) * (size_t)num_flags(g));
     if (!g->layer || !g->host_losses || !g->host_doc_start || !g->host_flags) return -1;
     g->compute = device_stream_create(g->dev);
     g->copy = device_stream_create(g->dev);
@@ -189,15 +191,16 @@ void gpt_device_free(GPTDevice *g) {
                            g->offsets, g->flags, g->params_bf16, g->in_bf16, g->dout_bf16, g->wte_rounded};
     for (size_t i = 0; i < sizeof dev_buffers / sizeof dev_buffers[0]; i++) device_free(g->dev, dev_buffers[i]);
     fp8_device_free(g->fp8);
+    step_graphs_free(g->graphs);
     device_event_destroy(g->dev, g->tokens_ready);
     device_stream_destroy(g->dev, g->copy);
     device_stream_destroy(g->dev, g->compute);
     free(g->layer);
     free(g->segs);
-    free(g->host_losses);
-    free(g->host_doc_start);
+    device_host_free(g->dev, g->host_losses);
+    device_host_free(g->dev, g->host_doc_start);
     free(g->host_sums);
-    free(g->host_flags);
+    device_host_free(g->dev, g->host_flags);
     free(g);
 }
 
@@ -424,13 +427,15 @@ static void document_starts(GPTDevice *g, const int32_t *inputs) {
         }
 }
 
-/* The tokens in on the copy stream; the compute stream waits for them. */
+/* The tokens in on the copy stream; the compute stream waits for them
+ * (captured: the copy stream joins the capture first, as a graph needs). */
 static int upload_tokens(GPTDevice *g, const int32_t *inputs, const int32_t *targets) {
     const size_t bytes = rows(g) * sizeof(int32_t);
+    if (g->graphs) TRY(step_graphs_fork(g->graphs, g->compute, g->copy));
     TRY(device_copy(g->dev, g->copy, g->tokens, inputs, bytes, COPY_HOST_TO_DEVICE));
     TRY(device_copy(g->dev, g->copy, g->tokens + rows(g), targets, bytes, COPY_HOST_TO_DEVICE));
     if (g->doc_separator >= 0) {
-        document_starts(g, inputs);
+        if (!g->graphs) document_starts(g, inputs); /* graphs: before the launch (gpt_device_step) */
         TRY(device_copy(g->dev, g->copy, g->tokens + 2 * rows(g), g->host_doc_start, bytes, COPY_HOST_TO_DEVICE));
     }
     TRY(device_event_record(g->dev, g->copy, g->tokens_ready));
@@ -475,13 +480,24 @@ static int backward(GPTDevice *g) {
     return launch(g, &enc);
 }
 
-int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum) {
+/* One micro-batch's work queued: tokens in, forward, backward (dloss != 0), losses and flags out. */
+static int queue_micro_batch(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss) {
     TRY(upload_tokens(g, inputs, targets));
     TRY(forward(g, dloss));
     if (dloss != 0) TRY(backward(g));
     TRY(device_copy(g->dev, g->compute, g->host_losses, g->losses, rows(g) * sizeof(float), COPY_DEVICE_TO_HOST));
-    TRY(device_copy(g->dev, g->compute, g->host_flags, g->flags, sizeof(int32_t) * (size_t)g->cfg.num_layers,
-                    COPY_DEVICE_TO_HOST));
+    return device_copy(g->dev, g->compute, g->host_flags, g->flags, sizeof(int32_t) * (size_t)g->cfg.num_layers,
+                       COPY_DEVICE_TO_HOST);
+}
+
+static int capture_micro_batch(void *model, const int32_t *inputs, const int32_t *targets, float dloss) {
+    return queue_micro_batch(model, inputs, targets, dloss);
+}
+
+int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum) {
+    if (g->graphs && g->doc_separator >= 0) document_starts(g, inputs);
+    TRY(g->graphs && dloss != 0 ? step_graphs_micro_batch(g->graphs, g->compute, inputs, targets, dloss, capture_micro_batch, g)
+                                : queue_micro_batch(g, inputs, targets, dloss));
     TRY(device_stream_sync(g->dev, g->compute));
     double sum = 0;
     for (size_t i = 0; i < rows(g); i++) sum += g->host_losses[i];
@@ -536,21 +552,35 @@ int gpt_device_grad_sum_squares(GPTDevice *g, double *out) {
     return 0;
 }
 
-int gpt_device_adamw(GPTDevice *g, const AdamWStep *s) {
-    const float step_size = s->lr / (1.0f - powf(s->beta1, (float)s->step));
-    const float bias2_sqrt = sqrtf(1.0f - powf(s->beta2, (float)s->step));
+/* The update's launches; with scalars (device memory) the step's values are read from there. */
+static int queue_adamw(GPTDevice *g, const AdamWStep *s, const AdamWStepScalars *scalars) {
+    const AdamWStepScalars v = adamw_step_scalars(s);
     const size_t r0 = g->range_offset, r1 = g->range_offset + g->range_count;
     for (int i = 0; i < g->nseg; i++) {
         const size_t trained = gpt_tensor_trained(&g->cfg, g->segs[i].kind); /* not wte's padded rows */
         const size_t o = clamp(g->segs[i].offset, r0, r1), end = clamp(g->segs[i].offset + trained, r0, r1);
         if (end == o) continue; /* outside this rank's range */
-        const float wd = gpt_tensor_decays(g->segs[i].kind) ? s->weight_decay : 0.0f;
+        const bool decays = gpt_tensor_decays(g->segs[i].kind);
         DeviceCall call = {.kernel = DK_ADAMW};
         call.a.adamw = (AdamWArgs){g->params + o, g->m + o, g->v + o, g->bf16 ? g->params_bf16 + o : NULL, g->grads + o,
-                                   end - o, s->beta1, s->beta2, s->eps, s->grad_scale, step_size, 1.0f - s->lr * wd,
-                                   bias2_sqrt};
+                                   end - o, s->beta1, s->beta2, s->eps, v.grad_scale, v.step_size, decays ? v.decay : 1.0f,
+                                   v.bias2_sqrt, scalars, decays};
         TRY(launch(g, &call));
     }
-    TRY(refresh_wte(g));
+    return refresh_wte(g);
+}
+
+static int capture_adamw(void *model, const AdamWStep *s, const AdamWStepScalars *scalars) {
+    GPTDevice *g = model;
+    return queue_adamw(g, s, g->debug & GPT_DEVICE_GRAPH_STEP_BY_VALUE ? NULL : scalars);
+}
+
+int gpt_device_adamw(GPTDevice *g, const AdamWStep *s) {
+    TRY(g->graphs ? step_graphs_adamw(g->graphs, g->compute, s, capture_adamw, g) : queue_adamw(g, s, NULL));
     return device_stream_sync(g->dev, g->compute);
+}
+
+int gpt_device_enable_graphs(GPTDevice *g) {
+    g->graphs = step_graphs_create(g->dev, rows(g));
+    return g->graphs ? 0 : -1;
 }

@@ -72,6 +72,7 @@ typedef struct {
     DeviceKind device;         /* which, when on_device */
     size_t sim_memory;         /* --device sim: the simulated device's bytes (0: no limit) */
     int fused_attention;       /* on a device: 1 the fused attention kernels, 0 the unfused, -1 the device model's default */
+    bool cuda_graphs;          /* on a device: micro-batches and updates replayed from graphs (model/step_graphs.h) */
     GpuCommKind gpu_comm;      /* on a device over several ranks: how device buffers move between them */
 } EngineConfig;
 

@@ -82,6 +82,12 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
         gpt_device_free(d->model);
         d->model = NULL;
     }
+    if (d->model && cfg->cuda_graphs && (chunk->model.fp8 || gpt_device_enable_graphs(d->model) != 0)) {
+        snprintf(reason, reason_size, "%s", chunk->model.fp8 ? "graphs do not run FP8 (its scales are the host's, by value)"
+                 : device_error(d->dev)[0] ? device_error(d->dev) : "out of host memory");
+        gpt_device_free(d->model);
+        d->model = NULL;
+    }
     if (d->model && chunk->model.fp8 && gpt_device_enable_fp8(d->model, chunk->model.fp8) != 0) {
         snprintf(reason, reason_size, "%s", device_error(d->dev));
         gpt_device_free(d->model);

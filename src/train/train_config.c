@@ -32,6 +32,7 @@ const char *const TRAIN_CP_ALGO_WORDS[] = {"ring", "allgather", NULL};
 const char *const TRAIN_CP_SPLIT_WORDS[] = {"zigzag", "contiguous", NULL};
 const char *const TRAIN_OUTER_OPTIMIZER_WORDS[] = {"nesterov", "sgd", "avg", NULL};
 const char *const TRAIN_DOC_MASK_WORDS[] = {"auto", "on", "off", NULL};
+const char *const TRAIN_CUDA_GRAPHS_WORDS[] = {"off", "on", NULL};
 const char *const TRAIN_BASE_WEIGHTS_WORDS[] = {"fp32", "bf16", "int8", "nf4", NULL};
 const char *const TRAIN_GOODPUT_ESTIMATOR_WORDS[] = {"simple", "precond", "curvature", "curvature-precond", "probe",
                                                      "probe-precond", NULL};
@@ -174,6 +175,18 @@ static bool check_device_fp8(const TrainConfig *c, char *why, size_t n) {
     return false;
 }
 
+/* --cuda-graphs on: a device's step replayed from graphs, where the host changes nothing a graph reads by value. */
+static bool check_cuda_graphs(const TrainConfig *c, char *why, size_t n) {
+    if (c->device.cuda_graphs == TRAIN_CUDA_GRAPHS_OFF) return true;
+    if (c->device.kind == TRAIN_DEVICE_CPU)
+        snprintf(why, n, "--cuda-graphs on needs --device cuda or sim (the CPU step has no graphs)");
+    else if (c->precision.mode == PRECISION_FP8)
+        snprintf(why, n, "--cuda-graphs on does not work with --precision fp8 (its scales change on the host between steps and reach the products by value)");
+    else
+        return true;
+    return false;
+}
+
 /* --gpu-comm moves device buffers, so it needs a device; NCCL needs GPUs. */
 static bool check_gpu_comm(const TrainConfig *c, char *why, size_t n) {
     if (c->parallel.gpu_comm == GPU_COMM_AUTO || c->device.kind == TRAIN_DEVICE_CUDA) return true;
@@ -199,7 +212,7 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
         else snprintf(why, n, "--attention flash2 takes heads of up to %d channels (--channels / --heads is %d)", FLASH_MAX_HEAD, head);
         return false;
     }
-    if (!check_gpu_comm(c, why, n)) return false;
+    if (!check_gpu_comm(c, why, n) || !check_cuda_graphs(c, why, n)) return false;
     if (c->device.kind == TRAIN_DEVICE_CPU) return true;
     if (!check_device_fp8(c, why, n)) return false;
     const char *flag = c->optim.kind != OPTIM_ADAMW ? "--optimizer other than adamw"
