@@ -247,8 +247,6 @@ static bool check_recompute(const TrainConfig *c, char *why, size_t n) {
     const bool full = r == GPT_RECOMPUTE_FULL;
     const char *flag = NULL, *reason = NULL;
     if (c->parallel.cp > 1) flag = "--cp", reason = "context-parallel attention exchanges keys and values";
-    else if (full && c->moe.experts > 1) flag = "--experts", reason = "the MoE layers' statistics are summed over ranks";
-    else if (full && c->precision.mode == PRECISION_FP8) flag = "--precision fp8", reason = "its amax history would see each layer twice";
     else if (full && c->parallel.pp_schedule == PIPE_ZBH1) flag = "--pp-schedule zbh1", reason = "its W pass reads every layer's activations";
     if (flag) snprintf(why, n, "--recompute %s does not work with %s yet (%s)", mode, flag, reason);
     return !flag;
