@@ -805,10 +805,6 @@ static Pass begin_pass(GPT *model, GPTActs *acts, int b, int t, const BlockAcces
     if (split && model->frozen) bs_die("internal: the split backward does not train LoRA adapters");
     if (split && gpt_is_moe(&model->cfg)) bs_die("internal: the split backward does not train MoE layers");
     if (split && !acts->stash) bs_die("internal: split backward needs activations from gpt_acts_create_split");
-    if (split && model->cfg.recompute == GPT_RECOMPUTE_FULL)
-        bs_die("internal: the split backward needs every layer's activations (no full recomputation)");
-    if (model->context && model->cfg.recompute != GPT_RECOMPUTE_NONE)
-        bs_die("internal: context-parallel attention is not recomputed");
     return (Pass){model, acts, access, widths(&model->cfg), (size_t)b * t, b, t, split};
 }
 
@@ -1022,14 +1018,21 @@ static void layer_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, Lay
 }
 
 /* W of one layer: its parameter gradients g from its stash s, in the order
- * of layer_pass. */
+ * of layer_pass. With full recomputation the layer's inputs to its products
+ * are recomputed again first (B's recomputation shares them with the other
+ * layers and micro-batches). */
 static void layer_weight(const Pass *x, int i, LayerTensors g, LayerStash s) {
-    const GPT *model = x->model;
+    GPT *model = x->model;
     const Widths w = x->w;
     const int C = w.C;
     const size_t N = x->N;
     LayerActs a = layer_acts(x->acts, &model->cfg, i);
     const float *inp = i == 0 ? x->acts->encoded : layer_acts(x->acts, &model->cfg, i - 1).residual3;
+    if (model->cfg.recompute == GPT_RECOMPUTE_FULL) {
+        const int block = gpt_first_layer(&model->cfg) + i + 1;
+        recompute_layer(model, x->acts, layer_params(model, x->access, block), &a, i, inp, x->b, x->t);
+        params_done(x->access, block);
+    }
     linear_weight(model, fp8_site(model, i, SITE_FCPROJ), g.fcprojw, g.fcprojb, s.dfcproj, a.fch_gelu, N, w.F, C);
     linear_weight(model, fp8_site(model, i, SITE_FC), g.fcw, g.fcb, s.dfch, a.ln2, N, C, w.F);
     layernorm_backward_params(g.ln2w, g.ln2b, s.dln2, a.residual2, a.ln2_mean, a.ln2_rstd, N, C);

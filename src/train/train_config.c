@@ -234,22 +234,14 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
  * recomputation, there only with it; full reruns each layer's launches. */
 static bool check_recompute(const TrainConfig *c, char *why, size_t n) {
     const GPTRecompute r = c->model.recompute;
-    if (r == GPT_RECOMPUTE_NONE) return true;
-    const char *mode = TRAIN_RECOMPUTE_WORDS[r];
-    if (c->device.kind != TRAIN_DEVICE_CPU) {
-        const bool flash = c->device.attention == TRAIN_ATTENTION_FLASH2 ||
-                           (c->device.attention == TRAIN_ATTENTION_AUTO && c->model.channels / c->model.heads <= FLASH_MAX_HEAD);
-        if (r == GPT_RECOMPUTE_SELECTIVE && !flash)
-            snprintf(why, n, "--recompute selective with --device %s needs --attention flash2 (it recomputes the "
-                     "probabilities in backward; the causal kernel keeps them)", TRAIN_DEVICE_WORDS[c->device.kind]);
-        return r != GPT_RECOMPUTE_SELECTIVE || flash;
-    }
-    const bool full = r == GPT_RECOMPUTE_FULL;
-    const char *flag = NULL, *reason = NULL;
-    if (c->parallel.cp > 1) flag = "--cp", reason = "context-parallel attention exchanges keys and values";
-    else if (full && c->parallel.pp_schedule == PIPE_ZBH1) flag = "--pp-schedule zbh1", reason = "its W pass reads every layer's activations";
-    if (flag) snprintf(why, n, "--recompute %s does not work with %s yet (%s)", mode, flag, reason);
-    return !flag;
+    if (r == GPT_RECOMPUTE_NONE || c->device.kind == TRAIN_DEVICE_CPU)
+        return true; /* the CPU recomputes with every layout (context parallelism, MoE, FP8, ZB-H1's W pass) */
+    const bool flash = c->device.attention == TRAIN_ATTENTION_FLASH2 ||
+                       (c->device.attention == TRAIN_ATTENTION_AUTO && c->model.channels / c->model.heads <= FLASH_MAX_HEAD);
+    if (r == GPT_RECOMPUTE_SELECTIVE && !flash)
+        snprintf(why, n, "--recompute selective with --device %s needs --attention flash2 (it recomputes the "
+                 "probabilities in backward; the causal kernel keeps them)", TRAIN_DEVICE_WORDS[c->device.kind]);
+    return r != GPT_RECOMPUTE_SELECTIVE || flash;
 }
 
 /* Each area's rules, in the order they are checked (the first broken one is reported). */
