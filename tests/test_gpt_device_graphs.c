@@ -18,6 +18,7 @@
 #include "check.h"
 #include "core/rng.h"
 #include "device_harness.h"
+#include "gpt_test_model.h"
 #include "model/gpt_device.h"
 #include "optim/grad_norm.h"
 
@@ -30,14 +31,7 @@ typedef struct {
 
 /* micro-batch k's tokens: seeded, one in 16 the document separator, every 13th target masked */
 static void batch(int k, int32_t *inputs, int32_t *targets) {
-    Rng rng;
-    rng_seed(&rng, 500 + (uint64_t)k);
-    int32_t tok[N + 1];
-    for (int i = 0; i <= N; i++) tok[i] = rng_below(&rng, 16) == 0 ? SEPARATOR : (int32_t)rng_below(&rng, V);
-    for (int i = 0; i < N; i++) {
-        inputs[i] = tok[i];
-        targets[i] = i % 13 == 5 ? -1 : tok[i + 1];
-    }
+    gpt_batch(500 + (uint64_t)k, N, V, SEPARATOR, inputs, targets);
 }
 
 static void need(Harness *h, int rc, const char *what) { harness_check(h, rc, what); }
@@ -141,12 +135,7 @@ static void capture_rules(Harness *h) {
 }
 
 int main(int argc, char **argv) {
-    GPTConfig cfg = {.max_seq_len = T, .vocab_size = V, .num_layers = L, .num_heads = H, .channels = C};
-    char why[256];
-    if (!gpt_config_check(&cfg, why, sizeof why)) {
-        printf("FAIL: test model: %s\n", why);
-        return 1;
-    }
+    const GPTConfig cfg = gpt_test_config(L, H, C, T, V);
     GPT model;
     gpt_create(&model, &cfg);
     gpt_init_weights(&model, 1337);

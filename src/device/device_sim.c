@@ -72,16 +72,22 @@ static int sim_graph_add(Device *d, DeviceStream *s, const SimOp *op);
 
 static SimDevice *sim(Device *d) { return (SimDevice *)d; }
 
+/* Room for one more of an array's items (*items of *cap, count used, each size bytes): 0, or -1 out of memory. */
+static int sim_reserve(void **items, size_t *cap, size_t count, size_t size) {
+    if (count < *cap) return 0;
+    const size_t more = *cap ? 2 * *cap : 64;
+    void *grown = realloc(*items, more * size);
+    if (!grown) return -1;
+    *items = grown;
+    *cap = more;
+    return 0;
+}
+
 static int sim_push(Device *d, DeviceStream *s, const SimOp *op) {
     if (!s) return device_fail(d, "sim: no stream given");
     if (s->captured) return sim_graph_add(d, s, op);
-    if (s->count == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 64;
-        SimOp *ops = realloc(s->ops, cap * sizeof *ops);
-        if (!ops) return device_fail(d, "sim: out of host memory for the queue");
-        s->ops = ops;
-        s->cap = cap;
-    }
+    if (sim_reserve((void **)&s->ops, &s->cap, s->count, sizeof *s->ops))
+        return device_fail(d, "sim: out of host memory for the queue");
     s->ops[s->count++] = *op;
     return 0;
 }
@@ -302,13 +308,8 @@ static void sim_close(Device *d) {
  * capture saw. */
 static int sim_graph_add(Device *d, DeviceStream *s, const SimOp *op) {
     DeviceGraph *g = sim(d)->capture;
-    if (g->count == g->cap) {
-        size_t cap = g->cap ? 2 * g->cap : 256;
-        SimGraphOp *ops = realloc(g->ops, cap * sizeof *ops);
-        if (!ops) return device_fail(d, "sim: out of host memory for the graph");
-        g->ops = ops;
-        g->cap = cap;
-    }
+    if (sim_reserve((void **)&g->ops, &g->cap, g->count, sizeof *g->ops))
+        return device_fail(d, "sim: out of host memory for the graph");
     g->ops[g->count++] = (SimGraphOp){*op, s};
     return 0;
 }
