@@ -167,7 +167,7 @@ static void *sim_alloc(Device *d, size_t n) {
 static void sim_free(Device *d, void *p) {
     SimDevice *sd = sim(d);
     SimBlock *b = (SimBlock *)((unsigned char *)p - HEADER);
-    sim_drain(d);
+    if (sim_drain(d) != 0 && sd->capture) return; /* refused inside a capture (the reason set); freed at close */
     if (b->prev) b->prev->next = b->next;
     else sd->blocks = b->next;
     if (b->next) b->next->prev = b->prev;
@@ -262,7 +262,7 @@ static void *sim_host_alloc(Device *d, size_t n) {
 }
 
 static void sim_host_free(Device *d, void *p) {
-    sim_drain(d);
+    if (sim_drain(d) != 0 && sim(d)->capture) return; /* refused inside a capture (the reason set) */
     free(p);
 }
 
