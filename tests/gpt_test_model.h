@@ -14,7 +14,8 @@
 #include "model/gpt.h"
 
 static inline GPTConfig gpt_test_config(int layers, int heads, int channels, int T, int vocab) {
-    GPTConfig cfg = {.max_seq_len = T, .vocab_size = vocab, .num_layers = layers, .num_heads = heads, .channels = channels};
+    GPTConfig cfg = {.max_seq_len = T, .vocab_size = vocab, .num_layers = layers, .num_heads = heads,
+                     .channels = channels};
     char why[256];
     if (!gpt_config_check(&cfg, why, sizeof why)) {
         printf("FAIL: test model: %s\n", why);

@@ -122,7 +122,8 @@ static void capture_rules(Harness *h) {
     need(h, device_stream_wait(h->dev, side, fork), "join");
     need(h, device_launch(h->dev, side, &twice), "side launch");
     DeviceGraph *unjoined = device_capture_end(h->dev, h->stream);
-    printf("capture rules: replayed copies read the host again: %s; sync inside refused: %s; unjoined stream refused: %s (%s)\n",
+    printf("capture rules: replayed copies read the host again: %s; sync inside refused: %s; "
+           "unjoined stream refused: %s (%s)\n",
            fresh ? "yes" : "NO", sync_rc ? "yes" : "NO", unjoined ? "NO" : "yes", device_error(h->dev));
     CHECK(!unjoined, "a capture that left a stream unjoined was not refused");
     device_graph_free(h->dev, unjoined);

@@ -337,9 +337,9 @@ static int sim_joined(const DeviceGraph *g, const DeviceStream *o) {
     for (size_t i = 0; i < g->count; i++)
         if (g->ops[i].stream == o) last = i;
     if (last == g->count || g->ops[last].op.kind != SIM_RECORD) return 0;
+    const DeviceEvent *joined = g->ops[last].op.event;
     for (size_t i = last + 1; i < g->count; i++)
-        if (g->ops[i].stream == g->origin && g->ops[i].op.kind == SIM_WAIT && g->ops[i].op.event == g->ops[last].op.event)
-            return 1;
+        if (g->ops[i].stream == g->origin && g->ops[i].op.kind == SIM_WAIT && g->ops[i].op.event == joined) return 1;
     return 0;
 }
 

@@ -767,7 +767,8 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
     for (int i = 0; i < nl; i++) {
         int block = first + i + 1;
         LayerActs a = layer_acts(acts, cfg, i);
-        layer_forward(model, acts, layer_params(model, access, block), &a, i, residual, b, t, dloss != 0 ? PASS_TRAIN : PASS_EVAL);
+        layer_forward(model, acts, layer_params(model, access, block), &a, i, residual, b, t,
+                      dloss != 0 ? PASS_TRAIN : PASS_EVAL);
         residual = a.residual3;
         if (model->first_nonfinite_layer < 0 && !floats_all_finite(a.residual3, N * C)) model->first_nonfinite_layer = block - 1;
         params_done(access, block);

@@ -496,8 +496,10 @@ static int capture_micro_batch(void *model, const int32_t *inputs, const int32_t
 
 int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum) {
     if (g->graphs && g->doc_separator >= 0) document_starts(g, inputs);
-    TRY(g->graphs && dloss != 0 ? step_graphs_micro_batch(g->graphs, g->compute, inputs, targets, dloss, capture_micro_batch, g)
-                                : queue_micro_batch(g, inputs, targets, dloss));
+    if (g->graphs && dloss != 0) /* training: replayed (forward only, evaluation, is not) */
+        TRY(step_graphs_micro_batch(g->graphs, g->compute, inputs, targets, dloss, capture_micro_batch, g));
+    else
+        TRY(queue_micro_batch(g, inputs, targets, dloss));
     TRY(device_stream_sync(g->dev, g->compute));
     double sum = 0;
     for (size_t i = 0; i < rows(g); i++) sum += g->host_losses[i];
@@ -563,8 +565,8 @@ static int queue_adamw(GPTDevice *g, const AdamWStep *s, const AdamWStepScalars 
         const bool decays = gpt_tensor_decays(g->segs[i].kind);
         DeviceCall call = {.kernel = DK_ADAMW};
         call.a.adamw = (AdamWArgs){g->params + o, g->m + o, g->v + o, g->bf16 ? g->params_bf16 + o : NULL, g->grads + o,
-                                   end - o, s->beta1, s->beta2, s->eps, v.grad_scale, v.step_size, decays ? v.decay : 1.0f,
-                                   v.bias2_sqrt, scalars, decays};
+                                   end - o, s->beta1, s->beta2, s->eps, v.grad_scale, v.step_size,
+                                   decays ? v.decay : 1.0f, v.bias2_sqrt, scalars, decays};
         TRY(launch(g, &call));
     }
     return refresh_wte(g);

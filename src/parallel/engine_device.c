@@ -83,8 +83,9 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
         d->model = NULL;
     }
     if (d->model && cfg->cuda_graphs && (chunk->model.fp8 || gpt_device_enable_graphs(d->model) != 0)) {
-        snprintf(reason, reason_size, "%s", chunk->model.fp8 ? "graphs do not run FP8 (its scales are the host's, by value)"
-                 : device_error(d->dev)[0] ? device_error(d->dev) : "out of host memory");
+        const char *why = chunk->model.fp8 ? "graphs do not run FP8 (its scales are the host's, by value)"
+                          : device_error(d->dev)[0] ? device_error(d->dev) : "out of host memory";
+        snprintf(reason, reason_size, "%s", why);
         gpt_device_free(d->model);
         d->model = NULL;
     }

@@ -19,7 +19,8 @@ static int graph_check(Device *d, cudaError_t e, const char *what) {
 }
 
 extern "C" int cuda_capture_begin(Device *d, DeviceStream *s) {
-    return graph_check(d, cudaStreamBeginCapture((cudaStream_t)s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+    return graph_check(d, cudaStreamBeginCapture((cudaStream_t)s, cudaStreamCaptureModeGlobal),
+                       "cudaStreamBeginCapture");
 }
 
 extern "C" DeviceGraph *cuda_capture_end(Device *d, DeviceStream *s) {
