@@ -63,7 +63,7 @@ bs_slots(4 TESTS cc_qgz_4x1 cc_qgz_2x2 cc_qgz_1x4 cp_attention_np4 moe_parallel_
 bs_slots(2 TESTS batch_scaling bf16_train bf16_train_isa_avx2 cc_train_mechanics cc_train_convergence_np2
          cc_train_convergence_np4 comm_mpich_build_and_run cp_equivalence fp8_train fp8_train_convergence lora_layouts
          moe_accum moe_ep moe_ep_zero moe_model moe_pipeline moe_tp mp_equivalence ops_grad_norm_ranks ops_tensorboard
-         pipeline_schedules device_dp_sim)
+         pipeline_schedules device_dp_sim device_graphs_dp_sim recompute_layouts)
 # These start ranks too but keep 1 slot: CPU time / wall time alone, measured 2026-12-06 at nice -10 on the
 # shared machine (CPU seconds) against the idle machine's wall time (seconds): dp_equivalence 15/18.5,
 # diloco_reference 5.6/10.8, ft_ckpt 7.3/22, ft_restart 4.2/14, guards 7.4/11, lora_nf4 31/31 (its memory checks:
