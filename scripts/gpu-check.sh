@@ -108,6 +108,7 @@ phase test_device_kernels 40 "$WORK/bin/test_device_kernels" cuda
 phase test_device_flash 30 "$WORK/bin/test_device_flash" cuda
 phase test_device_classifier 30 "$WORK/bin/test_device_classifier" cuda
 phase test_device_gpt 60 "$WORK/bin/test_gpt_device" cuda
+phase test_device_graphs 30 "$WORK/bin/test_gpt_device_graphs" cuda
 phase test_device_comm_nccl 60 "$WORK/bin/test_device_comm" cuda nccl # one rank: every NCCL operation
 phase test_device_comm_host 60 "$WORK/bin/test_device_comm" cuda host # pinned staging through MPI
 phase test_device_train 120 "$PY" tests/test_device_train.py cuda
@@ -128,6 +129,9 @@ phase speed_batchscale_bf16_acts 60 "$BS" "${GPT2[@]}" --precision bf16 --activa
     speed_line "$OUT/gpt2_bf16_acts.jsonl" bf16 bf16-activations | tee -a "$OUT/summary.txt"
 phase speed_pytorch 100 "$PY" bench/gpu_torch_gpt.py --steps 15 --modes eager-fp32,eager-bf16,compile-bf16
 grep '^{' "$OUT/speed_pytorch.log" >>"$OUT/summary.txt"
+# bf16 again with the step replayed from CUDA graphs (--cuda-graphs on; off is the default until this is read)
+phase speed_batchscale_bf16_graphs 60 "$BS" "${GPT2[@]}" --precision bf16 --cuda-graphs on --metrics "$OUT/gpt2_bf16_graphs.jsonl" &&
+    speed_line "$OUT/gpt2_bf16_graphs.jsonl" bf16 graphs | tee -a "$OUT/summary.txt"
 # the same model with the unfused attention kernel (it keeps P: 12 x 400 MB at T 1024), fewer steps
 phase speed_batchscale_fp32_causal 45 "$BS" "${GPT2[@]}" --steps 6 --attention causal --metrics "$OUT/gpt2_fp32_causal.jsonl" &&
     speed_line "$OUT/gpt2_fp32_causal.jsonl" fp32 causal | tee -a "$OUT/summary.txt"

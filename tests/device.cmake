@@ -60,6 +60,23 @@ add_test(NAME device_gpt_gpu COMMAND test_gpt_device cuda)
 set_tests_properties(device_gpt_sim PROPERTIES LABELS device ENVIRONMENT OMP_NUM_THREADS=1)
 set_tests_properties(device_gpt_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP} ENVIRONMENT OMP_NUM_THREADS=1)
 
+# The step replayed from graphs (--cuda-graphs: model/step_graphs.h) bitwise against its launches, a
+# learning rate captured by value caught on sim, and the seam's capture rules.
+bs_device_pair(graphs test_gpt_device_graphs)
+# The same through `train --cuda-graphs on|off` (fp32, bf16, a batch ramp that recaptures) and its refusals.
+# Over 2 data-parallel ranks (ZeRO 0 and 1) in the layouts tier.
+add_test(NAME device_graphs_train_sim COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_graphs.py sim DeviceGraphsTest)
+add_test(NAME device_graphs_dp_sim COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_graphs.py sim
+  DeviceGraphsLayoutsTest)
+add_test(NAME device_graphs_train_gpu COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_graphs.py cuda)
+set_tests_properties(device_graphs_train_sim device_graphs_dp_sim PROPERTIES LABELS device
+  ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1")
+set_tests_properties(device_graphs_train_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP}
+  ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1")
+bs_tier(unit TESTS device_graphs_train_sim)
+bs_tier(layouts TESTS device_graphs_dp_sim)
+bs_tier(slow TESTS device_graphs_train_gpu)
+
 # train --device sim|cuda against --device cpu through the CLI.
 add_test(NAME device_train_sim COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_train.py sim)
 add_test(NAME device_train_gpu COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_train.py cuda)

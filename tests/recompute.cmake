@@ -1,6 +1,7 @@
 # recompute.cmake: activation recomputation (--recompute selective|full) bit for bit against none (prefix
-# recompute_): one process (fp32, bf16, masked documents) and the refused combinations in the unit tier; --pp 2
-# and --tp 2 on 2 processes in the layouts tier; on a CUDA GPU in the slow tier.
+# recompute_): one process (fp32, bf16, masked documents, fp8, MoE) and the refused combinations in the unit tier;
+# --pp 2 (zbh1 too), --tp 2, --cp 2 and MoE over --dp 2 / --ep 2 on 2 processes in the layouts tier; on a CUDA GPU
+# in the slow tier.
 foreach(part one flags layouts)
   add_test(NAME recompute_${part} COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_recompute.py ${part})
   set_tests_properties(recompute_${part} PROPERTIES ENVIRONMENT "BATCHSCALE=${BS}" SKIP_RETURN_CODE 77)

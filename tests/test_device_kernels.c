@@ -312,7 +312,7 @@ static void test_adamw(Harness *h) {
     DeviceCall call = {.kernel = DK_ADAMW};
     call.a.adamw = (AdamWArgs){up(h, p, n), up(h, m, n), up(h, v, n), harness_alloc(h, sizeof(bf16) * n), up(h, g, n), n,
                                s.beta1, s.beta2, s.eps, s.grad_scale, s.lr / (1.0f - powf(s.beta1, (float)s.step)),
-                               1.0f - s.lr * s.weight_decay, sqrtf(1.0f - powf(s.beta2, (float)s.step))};
+                               1.0f - s.lr * s.weight_decay, sqrtf(1.0f - powf(s.beta2, (float)s.step)), NULL, 0};
     harness_launch(h, &call);
     adamw_update(p, g, m, v, n, &s);
     expect_close(h, "adamw params", call.a.adamw.params, p, n);

@@ -19,6 +19,7 @@
 #include "check.h"
 #include "core/rng.h"
 #include "device_harness.h"
+#include "gpt_test_model.h"
 #include "model/gpt_device.h"
 #include "optim/grad_norm.h"
 
@@ -28,14 +29,7 @@ static const AdamWStep STEP = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps 
 
 /* step s's micro-batch: seeded tokens, one in 16 the document separator (token 0), every 13th target masked */
 static void batch(int s, int32_t *inputs, int32_t *targets) {
-    Rng rng;
-    rng_seed(&rng, 1000 + (uint64_t)s);
-    int32_t tok[N + 1];
-    for (int i = 0; i <= N; i++) tok[i] = rng_below(&rng, 16) == 0 ? SEPARATOR : (int32_t)rng_below(&rng, V);
-    for (int i = 0; i < N; i++) {
-        inputs[i] = tok[i];
-        targets[i] = i % 13 == 5 ? -1 : tok[i + 1];
-    }
+    gpt_batch(1000 + (uint64_t)s, N, V, SEPARATOR, inputs, targets);
 }
 
 /* The CPU step: forward, backward, clipping, AdamW per tensor. Returns the loss sum. */
@@ -213,12 +207,7 @@ static void sim_catches(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    GPTConfig cfg = {.max_seq_len = T, .vocab_size = V, .num_layers = L, .num_heads = H, .channels = C};
-    char why[256];
-    if (!gpt_config_check(&cfg, why, sizeof why)) {
-        printf("FAIL: test model: %s\n", why);
-        return 1;
-    }
+    const GPTConfig cfg = gpt_test_config(L, H, C, T, V);
     Harness h = harness_open(argc, argv, 3);
     const int sim = strcmp(device_name(h.dev), "sim") == 0;
     for (int fused = 1; fused >= 0; fused--) {

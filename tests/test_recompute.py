@@ -10,17 +10,22 @@ buffer (another layer's probabilities left in the shared copy, say) moves both a
 - one (unit): one process, fp32 and bf16 (widen: the rounding of the matmul inputs is recomputed too), with packed
   documents masked (--doc-mask on: the recomputed probabilities keep the mask); on --device sim (the device step:
   full reruns each layer's launches; selective is what its flash2 attention does already), and full in bf16 with
-  the device's unfused causal attention; selective in fp8 and with MoE layers (full is refused there); LoRA (dropout on
+  the device's unfused causal attention; fp8 (delayed; full also with the block recipe: the recomputed layer
+  quantizes with the step's scales and records no FP8 statistics twice) and MoE layers; LoRA (dropout on
   the adapters' input, an nf4 base: the recomputed layer dequantizes and drops out as forward did).
 - layouts: 2 processes, --pp 2 (each stage recomputes its own layers; 1F1B and interleaved, whose micro-batches in
-  flight share the recomputed buffers; zbh1's split backward with selective, whose W pass reads no probabilities)
+  flight share the recomputed buffers; zbh1's split backward: selective, whose W pass reads no probabilities, and
+  full, whose W pass recomputes the layer again, also in fp8), --cp 2 (the recomputed attention runs the ring
+  exchange of keys and values again)
   --tp 2 (the recomputed layer's all-reduces run again on both ranks) and --dp 2 --zero 3 (backward gathers each
-  layer's parameters once for both its recomputation and its gradients), against the same layout without
+  layer's parameters once for both its recomputation and its gradients), MoE full over --dp 2 (the recomputed
+  layer's router statistics summed over the ranks again, as backward's aux-loss gradient reads them, and not added
+  to the step's losses twice) and --ep 2 (the all-to-alls run again), against the same layout without
   recomputation.
 - gpu (label gpu, slow tier; skips with the reason where no CUDA GPU runs): the same on --device cuda, fp32 and
   bf16, after none against none (the bitwise claim needs a step that repeats its own bits).
-- flags (unit): the combinations not built refused in one line naming the flag, before any training; selective on
-  --device sim accepted (its flash2 attention stores no probabilities: selective is what it does).
+- flags (unit): the combinations not built (on a device, selective with the causal kernel) refused in one line
+  naming the flag, before any training; selective on --device sim accepted (its flash2 attention stores no probabilities: selective is what it does).
 """
 import os
 import sys
@@ -79,8 +84,9 @@ def one(tmp):
     same_bits(tmp, "fp32", SHAPE)
     same_bits(tmp, "bf16", SHAPE + ["--precision", "bf16", "--bf16-matmul", "widen"])
     same_bits(tmp, "docs", SHAPE + ["--data", sft_data(tmp), "--doc-mask", "on"])
-    same_bits(tmp, "fp8", SHAPE + ["--precision", "fp8"], modes=("selective",))
-    same_bits(tmp, "moe", SHAPE + ["--experts", "4"], modes=("selective",))
+    same_bits(tmp, "fp8", SHAPE + ["--precision", "fp8"])
+    same_bits(tmp, "fp8_block", SHAPE + ["--precision", "fp8", "--fp8-recipe", "block"], modes=("full",))
+    same_bits(tmp, "moe", SHAPE + ["--experts", "4"])
     same_bits(tmp, "lora", SHAPE + ["--lora-rank", "4", "--lora-dropout", "0.1", "--base-weights", "nf4"])
     same_bits(tmp, "sim", SHAPE + ["--device", "sim"])
     same_bits(tmp, "sim_bf16_causal", SHAPE + ["--device", "sim", "--precision", "bf16", "--attention", "causal"],
@@ -92,7 +98,12 @@ def layouts(tmp):
     same_bits(tmp, "pp2", SHAPE + ["--pp", "2"], ranks=2)
     same_bits(tmp, "tp2", SHAPE + ["--tp", "2"], ranks=2)
     same_bits(tmp, "dp2_zero3", SHAPE + ["--zero", "3"], ranks=2)
-    same_bits(tmp, "pp2_zbh1", SHAPE + ["--pp", "2", "--pp-schedule", "zbh1"], ranks=2, modes=("selective",))
+    same_bits(tmp, "moe_dp2", SHAPE + ["--experts", "4"], ranks=2, modes=("full",))
+    same_bits(tmp, "moe_ep2", SHAPE + ["--experts", "4", "--ep", "2"], ranks=2, modes=("full",))
+    same_bits(tmp, "pp2_zbh1", SHAPE + ["--pp", "2", "--pp-schedule", "zbh1"], ranks=2)
+    same_bits(tmp, "pp2_zbh1_fp8", SHAPE + ["--pp", "2", "--pp-schedule", "zbh1", "--precision", "fp8"], ranks=2,
+              modes=("full",))
+    same_bits(tmp, "cp2", SHAPE + ["--layers", "2", "--cp", "2", "--seq-len", "256"], ranks=2)
     same_bits(tmp, "pp2_interleaved", SHAPE + ["--layers", "4", "--pp", "2", "--pp-schedule", "interleaved",
                                                "--virtual-stages", "2"], ranks=2)
     return 0
@@ -117,10 +128,6 @@ def gpu(tmp):
 def flags(tmp):
     data = make_corpus(tmp, nbytes=20_000)
     refused = [
-        (["--recompute", "selective", "--cp", "2", "--seq-len", "256"], "--cp"),
-        (["--recompute", "full", "--precision", "fp8"], "--precision fp8"),
-        (["--recompute", "full", "--experts", "4"], "--experts"),
-        (["--recompute", "full", "--pp", "2", "--pp-schedule", "zbh1"], "--pp-schedule zbh1"),
         (["--recompute", "selective", "--device", "sim", "--attention", "causal"], "--attention flash2"),
         (["--recompute", "some"], "--recompute"),
     ]

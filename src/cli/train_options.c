@@ -50,6 +50,7 @@ static int device_options(TrainConfig *c, OptionSpec *out) {
         {"device", OPT_ENUM, &c->device.kind, OPT_NO_RANGE, "D", "where the step runs: cpu, cuda (an NVIDIA GPU) or sim (the device seam on the host: tests)", "cpu", TRAIN_DEVICE_WORDS},
         {"sim-memory", OPT_INT, &c->device.sim_memory_mb, 0, 1 << 30, "MB", "--device sim: the simulated device's memory (0: no limit; tests of a model that does not fit)", "0", NULL},
         {"attention", OPT_ENUM, &c->device.attention, OPT_NO_RANGE, "K", "the attention kernel: auto (flash2 on a device where a head has at most 128 channels, else causal), causal (unfused: keeps the T x T probabilities) or flash2 (fused FlashAttention-2; --device cuda or sim)", "auto", TRAIN_ATTENTION_WORDS},
+        {"cuda-graphs", OPT_ENUM, &c->device.cuda_graphs, OPT_NO_RANGE, "on|off", "--device cuda or sim: replay each training micro-batch and each AdamW update from a captured graph (not with fp8)", "off", TRAIN_CUDA_GRAPHS_WORDS},
     };
     return put(out, s, sizeof s / sizeof s[0]);
 }

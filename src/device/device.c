@@ -75,3 +75,9 @@ void *device_native_stream(Device *d, DeviceStream *s) { return d->ops->native_s
 int device_event_done(Device *d, DeviceEvent *e) { return e ? d->ops->event_done(d, e) : 1; }
 int device_gpu_count(Device *d) { return d->ops->gpu_count(d); }
 size_t device_memory_peak(const Device *d) { return d->memory_peak; }
+int device_capture_begin(Device *d, DeviceStream *s) { return d->ops->capture_begin(d, s); }
+DeviceGraph *device_capture_end(Device *d, DeviceStream *s) { return d->ops->capture_end(d, s); }
+int device_graph_launch(Device *d, DeviceStream *s, DeviceGraph *g) { return d->ops->graph_launch(d, s, g); }
+void device_graph_free(Device *d, DeviceGraph *g) {
+    if (g) d->ops->graph_free(d, g);
+}

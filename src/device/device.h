@@ -38,6 +38,7 @@ typedef struct {
 } DeviceInfo;
 typedef struct DeviceStream DeviceStream;
 typedef struct DeviceEvent DeviceEvent;
+typedef struct DeviceGraph DeviceGraph;
 
 typedef enum { COPY_HOST_TO_DEVICE, COPY_DEVICE_TO_HOST, COPY_DEVICE_TO_DEVICE } DeviceCopyKind;
 
@@ -91,6 +92,25 @@ int device_gpu_count(Device *d);
 /* The most device memory allocated at once since the device opened, in
  * bytes: sim's accounting (cuda: 0, not counted). */
 size_t device_memory_peak(const Device *d);
+
+/* Graphs (cuda: stream capture into a CUDA graph). Between capture_begin and
+ * capture_end the work queued on s, and on every stream that joins it by
+ * waiting on an event recorded on s (or on a joined stream) inside the
+ * capture, is recorded instead of run; each joined stream must be joined back
+ * (s waits on an event recorded last on it) before the end. Inside a capture
+ * nothing may synchronise, allocate, free, or wait on an event recorded
+ * outside it: -1 with the reason. A launch replays the work exactly as
+ * captured on s: each kernel's scalars and pointers as they were then, and a
+ * copy's host memory read or written again at each replay (pinned memory
+ * from device_host_alloc, which the host fills before launching). So any
+ * value that changes between replays must live in device memory, refreshed
+ * by a copy queued before the launch. */
+int device_capture_begin(Device *d, DeviceStream *s);
+/* The captured graph, or NULL with the reason (the capture ends either way). */
+DeviceGraph *device_capture_end(Device *d, DeviceStream *s);
+int device_graph_launch(Device *d, DeviceStream *s, DeviceGraph *g);
+/* waits for all work queued on the device */
+void device_graph_free(Device *d, DeviceGraph *g);
 
 /* "built in (sm_80, sm_90a; CUDA 13.0)" or "not built in": --version's line. */
 const char *device_cuda_build(void);

@@ -34,6 +34,10 @@ typedef struct {
     void *(*native_stream)(Device *d, DeviceStream *s);
     int (*event_done)(Device *d, DeviceEvent *e);
     int (*gpu_count)(Device *d);
+    int (*capture_begin)(Device *d, DeviceStream *s);
+    DeviceGraph *(*capture_end)(Device *d, DeviceStream *s);
+    int (*graph_launch)(Device *d, DeviceStream *s, DeviceGraph *g);
+    void (*graph_free)(Device *d, DeviceGraph *g);
 } DeviceOps;
 
 /* Every implementation's device begins with this. */
@@ -52,6 +56,11 @@ Device *device_sim_open(const DeviceOptions *options, char *reason, size_t reaso
 #ifdef BS_HAVE_CUDA
 Device *device_cuda_open(int gpu, char *reason, size_t reason_size);
 const char *device_cuda_build_info(void);
+/* graph_cuda.cu */
+int cuda_capture_begin(Device *d, DeviceStream *s);
+DeviceGraph *cuda_capture_end(Device *d, DeviceStream *s);
+int cuda_graph_launch(Device *d, DeviceStream *s, DeviceGraph *g);
+void cuda_graph_free(Device *d, DeviceGraph *g);
 #endif
 
 #ifdef __cplusplus

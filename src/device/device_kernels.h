@@ -101,13 +101,21 @@ typedef struct {
 
 /* adamw_update on n parameters; params_bf16 (NULL: none) gets the bf16
  * rounding of each updated parameter. step_size = lr / (1 - beta1^t),
- * decay = 1 - lr wd, bias2_sqrt = sqrt(1 - beta2^t), computed by the host. */
+ * decay = 1 - lr wd, bias2_sqrt = sqrt(1 - beta2^t), computed by the host.
+ * With step (not NULL) the step's values come from device memory instead,
+ * written there before the launch (a graph replays the launch unchanged):
+ * AdamWStepScalars, decay taken only where decays (else 1). */
+typedef struct {
+    float grad_scale, step_size, bias2_sqrt, decay;
+} AdamWStepScalars;
 typedef struct {
     float *params, *m, *v;
     uint16_t *params_bf16;
     const float *grads;
     size_t n;
     float beta1, beta2, eps, grad_scale, step_size, decay, bias2_sqrt;
+    const AdamWStepScalars *step;
+    int decays;
 } AdamWArgs;
 
 /* sums (tensors) = sum of x[offsets[i] .. offsets[i + 1])^2, in double;

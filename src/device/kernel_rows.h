@@ -118,8 +118,11 @@ BS_HD void km_residual_element(const ResidualLayernormArgs *a, size_t i) { a->re
 
 /* Parameter i's AdamW update and its bf16 copy. */
 BS_HD void km_adamw_element(const AdamWArgs *a, size_t i) {
-    float p = km_adamw(a->params[i], a->grads[i], &a->m[i], &a->v[i], a->beta1, a->beta2, a->eps, a->grad_scale,
-                       a->step_size, a->decay, a->bias2_sqrt);
+    const AdamWStepScalars *s = a->step;
+    float p = s ? km_adamw(a->params[i], a->grads[i], &a->m[i], &a->v[i], a->beta1, a->beta2, a->eps, s->grad_scale,
+                           s->step_size, a->decays ? s->decay : 1.0f, s->bias2_sqrt)
+                : km_adamw(a->params[i], a->grads[i], &a->m[i], &a->v[i], a->beta1, a->beta2, a->eps, a->grad_scale,
+                           a->step_size, a->decay, a->bias2_sqrt);
     a->params[i] = p;
     if (a->params_bf16) a->params_bf16[i] = km_bf16(p);
 }

@@ -56,6 +56,7 @@ void fp8_scaling_begin_step(Fp8State *s) {
 }
 
 void fp8_scaling_set_recording(Fp8State *s, bool recording) { s->recording = recording; }
+bool fp8_scaling_recording(const Fp8State *s) { return s->recording; }
 
 void fp8_scaling_set_weights_gathered(Fp8State *s, bool gathered) { s->weights_gathered = gathered; }
 

@@ -69,6 +69,7 @@ int fp8_scaling_sites(const Fp8State *s);
  * that are not training (evaluation) run with recording off. */
 void fp8_scaling_begin_step(Fp8State *s);
 void fp8_scaling_set_recording(Fp8State *s, bool recording);
+bool fp8_scaling_recording(const Fp8State *s);
 
 /* --fp8-param-gather: the weights arrive as the values of their E4M3 codes
  * (parallel/fp8_gather.h), made with fp8_scaling_operand's scale and

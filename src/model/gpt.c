@@ -641,11 +641,17 @@ static void *moe_ep_state(const GPT *model, GPTActs *acts, int i) {
     return acts->moe_ep[i];
 }
 
+/* What a layer's forward is for: evaluation, training, or a training
+ * forward rerun in backward by full recomputation (which must leave what
+ * backward reads as training left it, and count nothing twice). */
+typedef enum { PASS_EVAL, PASS_TRAIN, PASS_RECOMPUTE } ForwardPass;
+
 /* The MoE MLP of local layer i: proj_out = moe(ln2), sequence by sequence
  * (each a capacity group); in training the statistics are summed over the
- * data-parallel group and the weighted losses added to the step's. */
+ * data-parallel group (backward reads that sum) and the weighted losses added
+ * to the step's (not again when recomputed). */
 static void moe_mlp_forward(GPT *model, GPTActs *acts, LayerTensors p, const LayerActs *a, int i, int b, int t,
-                            bool training) {
+                            ForwardPass pass) {
     const int C = model->cfg.channels, E = model->cfg.experts;
     MoeStats *st = &acts->moe_stats[i];
     memset(st, 0, sizeof *st);
@@ -660,8 +666,9 @@ static void moe_mlp_forward(GPT *model, GPTActs *acts, LayerTensors p, const Lay
                     st);
     }
     tp_sum(model, acts->proj_out, (size_t)b * t * C);
-    if (!training) return;
+    if (pass == PASS_EVAL) return;
     if (model->moe_dp && comm_size(model->moe_dp) > 1) comm_allreduce_double(model->moe_dp, (double *)st, (int)MOE_STATS_DOUBLES);
+    if (pass == PASS_RECOMPUTE) return;
     double *sum = (double *)&model->moe_step[i];
     for (size_t k = 0; k < MOE_STATS_DOUBLES; k++) sum[k] += ((const double *)st)[k];
     const MoeConfig moe = gpt_moe_config(&model->cfg);
@@ -699,7 +706,7 @@ static void attention_core_forward(const GPT *model, GPTActs *acts, LayerActs *a
  * qkv(ln1(residual)))); the MoE MLP's statistics are kept when training.
  * Backward's recomputation (GPT_RECOMPUTE_FULL) reruns it as it ran. */
 static void layer_forward(GPT *model, GPTActs *acts, LayerTensors p, LayerActs *a, int i, const float *residual,
-                          int b, int t, bool training) {
+                          int b, int t, ForwardPass pass) {
     const GPTConfig *cfg = &model->cfg;
     const Widths w = widths(cfg);
     const int C = w.C;
@@ -717,7 +724,7 @@ static void layer_forward(GPT *model, GPTActs *acts, LayerTensors p, LayerActs *
     residual_forward(a->residual2, residual, acts->proj_out, N * C);
     layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, p.ln2w, p.ln2b, N, C);
     if (gpt_layer_is_moe(cfg, gpt_first_layer(cfg) + i)) {
-        moe_mlp_forward(model, acts, p, a, i, b, t, training);
+        moe_mlp_forward(model, acts, p, a, i, b, t, pass);
     } else {
         round_input(model, a->ln2, N * C);
         layer_linear_forward(model, i, SITE_FC, a->fch, a->ln2, p.fcw, p.fcb, N, C, w.F);
@@ -760,7 +767,8 @@ double gpt_forward(GPT *model, GPTActs *acts, const int32_t *inputs, const int32
     for (int i = 0; i < nl; i++) {
         int block = first + i + 1;
         LayerActs a = layer_acts(acts, cfg, i);
-        layer_forward(model, acts, layer_params(model, access, block), &a, i, residual, b, t, dloss != 0);
+        layer_forward(model, acts, layer_params(model, access, block), &a, i, residual, b, t,
+                      dloss != 0 ? PASS_TRAIN : PASS_EVAL);
         residual = a.residual3;
         if (model->first_nonfinite_layer < 0 && !floats_all_finite(a.residual3, N * C)) model->first_nonfinite_layer = block - 1;
         params_done(access, block);
@@ -798,12 +806,6 @@ static Pass begin_pass(GPT *model, GPTActs *acts, int b, int t, const BlockAcces
     if (split && model->frozen) bs_die("internal: the split backward does not train LoRA adapters");
     if (split && gpt_is_moe(&model->cfg)) bs_die("internal: the split backward does not train MoE layers");
     if (split && !acts->stash) bs_die("internal: split backward needs activations from gpt_acts_create_split");
-    if (split && model->cfg.recompute == GPT_RECOMPUTE_FULL)
-        bs_die("internal: the split backward needs every layer's activations (no full recomputation)");
-    if (model->context && model->cfg.recompute != GPT_RECOMPUTE_NONE)
-        bs_die("internal: context-parallel attention is not recomputed");
-    if (gpt_is_moe(&model->cfg) && model->cfg.recompute == GPT_RECOMPUTE_FULL)
-        bs_die("internal: MoE layers are not recomputed");
     return (Pass){model, acts, access, widths(&model->cfg), (size_t)b * t, b, t, split};
 }
 
@@ -970,6 +972,17 @@ static void mlp_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, Layer
     tp_sum(x->model, acts->dln, N * C);
 }
 
+/* Full recomputation: layer i's forward again from its kept input, as
+ * training ran it (the same FP8 scales, the MoE statistics summed again)
+ * with FP8's statistics not recorded a second time. */
+static void recompute_layer(GPT *model, GPTActs *acts, LayerTensors p, LayerActs *a, int i, const float *inp, int b,
+                            int t) {
+    const bool recording = model->fp8 && fp8_scaling_recording(model->fp8);
+    if (recording) fp8_scaling_set_recording(model->fp8, false);
+    layer_forward(model, acts, p, a, i, inp, b, t, PASS_RECOMPUTE);
+    if (recording) fp8_scaling_set_recording(model->fp8, true);
+}
+
 /* One layer, from acts->dresidual (the gradient of its output) to the
  * gradient of its input, in place. g: its gradients (fused); s: its stash (B). */
 static void layer_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, LayerStash s) {
@@ -980,7 +993,7 @@ static void layer_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, Lay
     const size_t N = x->N;
     LayerActs a = layer_acts(acts, cfg, i);
     const float *inp = i == 0 ? acts->encoded : layer_acts(acts, cfg, i - 1).residual3;
-    if (cfg->recompute == GPT_RECOMPUTE_FULL) layer_forward(x->model, acts, p, &a, i, inp, x->b, x->t, false);
+    if (cfg->recompute == GPT_RECOMPUTE_FULL) recompute_layer(x->model, acts, p, &a, i, inp, x->b, x->t);
     /* MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))), or the MoE layer's */
     if (gpt_layer_is_moe(cfg, gpt_first_layer(cfg) + i)) moe_mlp_backward(x, i, p, g, &a);
     else mlp_pass(x, i, p, g, s, &a);
@@ -1006,14 +1019,21 @@ static void layer_pass(const Pass *x, int i, LayerTensors p, LayerTensors g, Lay
 }
 
 /* W of one layer: its parameter gradients g from its stash s, in the order
- * of layer_pass. */
+ * of layer_pass. With full recomputation the layer's inputs to its products
+ * are recomputed again first (B's recomputation shares them with the other
+ * layers and micro-batches). */
 static void layer_weight(const Pass *x, int i, LayerTensors g, LayerStash s) {
-    const GPT *model = x->model;
+    GPT *model = x->model;
     const Widths w = x->w;
     const int C = w.C;
     const size_t N = x->N;
     LayerActs a = layer_acts(x->acts, &model->cfg, i);
     const float *inp = i == 0 ? x->acts->encoded : layer_acts(x->acts, &model->cfg, i - 1).residual3;
+    if (model->cfg.recompute == GPT_RECOMPUTE_FULL) {
+        const int block = gpt_first_layer(&model->cfg) + i + 1;
+        recompute_layer(model, x->acts, layer_params(model, x->access, block), &a, i, inp, x->b, x->t);
+        params_done(x->access, block);
+    }
     linear_weight(model, fp8_site(model, i, SITE_FCPROJ), g.fcprojw, g.fcprojb, s.dfcproj, a.fch_gelu, N, w.F, C);
     linear_weight(model, fp8_site(model, i, SITE_FC), g.fcw, g.fcb, s.dfch, a.ln2, N, C, w.F);
     layernorm_backward_params(g.ln2w, g.ln2b, s.dln2, a.residual2, a.ln2_mean, a.ln2_rstd, N, C);

@@ -17,6 +17,7 @@
 #include "model/gpt_device_stage.h"
 #include "model/gpt_device_cp.h"
 #include "model/gpt_device_tp.h"
+#include "model/step_graphs.h"
 
 #define TRY(x)                                                                                                        \
     do {                                                                                                              \
@@ -63,6 +64,7 @@ struct GPTDevice {
     float *wte_rounded;      /* bf16: wte rounded to bf16 (the encoder reads it, as gpt.c's bf16 copy) */
     Fp8Device *fp8;          /* gpt_device_enable_fp8 (NULL: off) */
     ActsBf16 *acts_bf16;     /* gpt_device_enable_bf16_activations (NULL: the activations kept in fp32) */
+    StepGraphs *graphs;      /* gpt_device_enable_graphs (NULL: off) */
     int nonfinite_layer;
     /* activations (pointers into acts) */
     float *encoded, *proj_out, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
@@ -165,9 +167,9 @@ static int num_flags(const GPTDevice *g) { return 2 * g->cfg.num_layers + 2; }
 static int allocate(GPTDevice *g) {
     const size_t N = (size_t)g->B * g->T; /* the parameters, gradient and moments: size_state */
     g->layer = calloc((size_t)g->cfg.num_layers, sizeof *g->layer);
-    g->host_losses = malloc(sizeof(float) * N);
-    g->host_doc_start = malloc(sizeof(int32_t) * N);
-    g->host_flags = malloc(sizeof(int32_t) * (size_t)num_flags(g));
+    g->host_losses = device_host_alloc(g->dev, sizeof(float) * N); /* pinned: a graph's copies read and write them */
+    g->host_doc_start = device_host_alloc(g->dev, sizeof(int32_t) * N);
+    g->host_flags = device_host_alloc(g->dev, sizeof(int32_t) * (size_t)num_flags(g));
     if (!g->layer || !g->host_losses || !g->host_doc_start || !g->host_flags) return -1;
     g->compute = device_stream_create(g->dev);
     g->copy = device_stream_create(g->dev);
@@ -233,15 +235,16 @@ void gpt_device_free(GPTDevice *g) {
     fp8_device_free(g->fp8);
     gpt_device_tp_free(g->tp);
     gpt_device_cp_free(g->cp);
+    step_graphs_free(g->graphs);
     device_event_destroy(g->dev, g->tokens_ready);
     device_stream_destroy(g->dev, g->copy);
     device_stream_destroy(g->dev, g->compute);
     free(g->layer);
     free(g->segs);
-    free(g->host_losses);
-    free(g->host_doc_start);
+    device_host_free(g->dev, g->host_losses);
+    device_host_free(g->dev, g->host_doc_start);
     free(g->host_sums);
-    free(g->host_flags);
+    device_host_free(g->dev, g->host_flags);
     free(g);
 }
 
@@ -624,14 +627,16 @@ static void document_starts(GPTDevice *g, const int32_t *inputs) {
         }
 }
 
-/* The tokens in on the copy stream; the compute stream waits for them. */
+/* The tokens in on the copy stream; the compute stream waits for them
+ * (captured: the copy stream joins the capture first, as a graph needs). */
 static int upload_tokens(GPTDevice *g, const int32_t *inputs, const int32_t *targets) {
     const size_t bytes = rows(g) * sizeof(int32_t);
     TRY(gpt_device_stage_tokens_wait(&g->stage, g->compute, g->copy)); /* a set's tokens read by a backward still queued */
+    if (g->graphs) TRY(step_graphs_fork(g->graphs, g->compute, g->copy));
     TRY(device_copy(g->dev, g->copy, g->tokens, inputs, bytes, COPY_HOST_TO_DEVICE));
     TRY(device_copy(g->dev, g->copy, g->tokens + rows(g), targets, bytes, COPY_HOST_TO_DEVICE));
     if (g->doc_separator >= 0) {
-        document_starts(g, inputs);
+        if (!g->graphs) document_starts(g, inputs); /* graphs: before the launch (gpt_device_step) */
         TRY(device_copy(g->dev, g->copy, g->tokens + 2 * rows(g), g->host_doc_start, bytes, COPY_HOST_TO_DEVICE));
     }
     TRY(device_event_record(g->dev, g->copy, g->tokens_ready));
@@ -719,12 +724,29 @@ static int backward(GPTDevice *g) {
 }
 
 /* The losses (the head's) and the stage's layers' non-finite flags of the work queued, to the host. */
+static int queue_results(GPTDevice *g) {
+    if (gpt_has_head(&g->cfg))
+        TRY(device_copy(g->dev, g->compute, g->host_losses, g->losses, rows(g) * sizeof(float), COPY_DEVICE_TO_HOST));
+    return device_copy(g->dev, g->compute, g->host_flags, g->flags, sizeof(int32_t) * (size_t)g->cfg.num_layers,
+                       COPY_DEVICE_TO_HOST);
+}
+
+/* One micro-batch's work queued: tokens in, forward, backward (dloss != 0), losses and flags out. */
+static int queue_micro_batch(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss) {
+    TRY(upload_tokens(g, inputs, targets));
+    TRY(forward(g, dloss));
+    if (dloss != 0) TRY(backward(g));
+    return queue_results(g);
+}
+
+static int capture_micro_batch(void *model, const int32_t *inputs, const int32_t *targets, float dloss) {
+    return queue_micro_batch(model, inputs, targets, dloss);
+}
+
+/* The queued work run: the loss sum (the head's) and the first non-finite layer of the stage's. */
 static int collect(GPTDevice *g, double *loss_sum) {
     const bool head = gpt_has_head(&g->cfg);
     const int first = gpt_first_layer(&g->cfg);
-    if (head) TRY(device_copy(g->dev, g->compute, g->host_losses, g->losses, rows(g) * sizeof(float), COPY_DEVICE_TO_HOST));
-    TRY(device_copy(g->dev, g->compute, g->host_flags, g->flags, sizeof(int32_t) * (size_t)g->cfg.num_layers,
-                    COPY_DEVICE_TO_HOST));
     TRY(device_stream_sync(g->dev, g->compute));
     if (g->tp) gpt_device_tp_finish(g->tp);
     double sum = 0;
@@ -739,9 +761,11 @@ static int collect(GPTDevice *g, double *loss_sum) {
 int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum) {
     if (gpt_tp_size(&g->cfg) > 1 && !g->tp) bs_die("internal error: a tensor-parallel shard on a device without its group");
     TRY(allocate_acts(g)); /* once: made by gpt_device_set_state */
-    TRY(upload_tokens(g, inputs, targets));
-    TRY(forward(g, dloss));
-    if (dloss != 0) TRY(backward(g));
+    if (g->graphs && g->doc_separator >= 0) document_starts(g, inputs);
+    if (g->graphs && dloss != 0) /* training: replayed (forward only, evaluation, is not) */
+        TRY(step_graphs_micro_batch(g->graphs, g->compute, inputs, targets, dloss, capture_micro_batch, g));
+    else
+        TRY(queue_micro_batch(g, inputs, targets, dloss));
     return collect(g, loss_sum);
 }
 
@@ -793,22 +817,31 @@ int gpt_device_grad_sum_squares(GPTDevice *g, double *out) {
     return 0;
 }
 
-int gpt_device_adamw(GPTDevice *g, const AdamWStep *s) {
-    const float step_size = s->lr / (1.0f - powf(s->beta1, (float)s->step));
-    const float bias2_sqrt = sqrtf(1.0f - powf(s->beta2, (float)s->step));
+/* The update's launches; with scalars (device memory) the step's values are read from there. */
+static int queue_adamw(GPTDevice *g, const AdamWStep *s, const AdamWStepScalars *scalars) {
+    const AdamWStepScalars v = adamw_step_scalars(s);
     const size_t r0 = g->range_offset, r1 = g->range_offset + g->range_count;
     for (int i = 0; i < g->nseg; i++) {
         const size_t trained = gpt_tensor_trained(&g->cfg, g->segs[i].kind); /* not wte's padded rows */
         const size_t o = clamp(g->segs[i].offset, r0, r1), end = clamp(g->segs[i].offset + trained, r0, r1);
         if (end == o) continue; /* outside this rank's range */
-        const float wd = gpt_tensor_decays(g->segs[i].kind) ? s->weight_decay : 0.0f;
+        const bool decays = gpt_tensor_decays(g->segs[i].kind);
         DeviceCall call = {.kernel = DK_ADAMW};
         call.a.adamw = (AdamWArgs){param_at(g, o), g->m + (o - r0), g->v + (o - r0), g->bf16 ? g->params_bf16 + o : NULL, grad_at(g, o),
-                                   end - o, s->beta1, s->beta2, s->eps, s->grad_scale, step_size, 1.0f - s->lr * wd,
-                                   bias2_sqrt};
+                                   end - o, s->beta1, s->beta2, s->eps, v.grad_scale, v.step_size,
+                                   decays ? v.decay : 1.0f, v.bias2_sqrt, scalars, decays};
         TRY(launch(g, &call));
     }
-    TRY(refresh_wte(g));
+    return refresh_wte(g);
+}
+
+static int capture_adamw(void *model, const AdamWStep *s, const AdamWStepScalars *scalars) {
+    GPTDevice *g = model;
+    return queue_adamw(g, s, g->debug & GPT_DEVICE_GRAPH_STEP_BY_VALUE ? NULL : scalars);
+}
+
+int gpt_device_adamw(GPTDevice *g, const AdamWStep *s) {
+    TRY(g->graphs ? step_graphs_adamw(g->graphs, g->compute, s, capture_adamw, g) : queue_adamw(g, s, NULL));
     return device_stream_sync(g->dev, g->compute);
 }
 
@@ -831,6 +864,7 @@ int gpt_device_stage_forward(GPTDevice *g, const int32_t *inputs, const int32_t 
     TRY(allocate_acts(g)); /* once: made by gpt_device_set_state */
     TRY(upload_tokens(g, inputs, targets));
     TRY(forward(g, dloss));
+    TRY(queue_results(g));
     return collect(g, loss_sum);
 }
 
@@ -838,4 +872,9 @@ int gpt_device_stage_backward(GPTDevice *g) { return backward(g); }
 
 float *gpt_device_head_wte(const GPTDevice *g, GPTDeviceArray which) {
     return which == GPT_DEVICE_GRADS ? g->stage.head_dwte : g->stage.head_wte;
+}
+
+int gpt_device_enable_graphs(GPTDevice *g) {
+    g->graphs = step_graphs_create(g->dev, rows(g));
+    return g->graphs ? 0 : -1;
 }

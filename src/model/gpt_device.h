@@ -32,8 +32,11 @@ typedef struct GPTDevice GPTDevice;
 
 /* Tests of what sim catches: the step leaves out one event wait (the
  * compute stream's on the token upload, or on the tensor group's sums) or
- * one initialisation (the gradients' zeroing). */
-enum { GPT_DEVICE_SKIP_TOKEN_WAIT = 1, GPT_DEVICE_SKIP_GRAD_ZERO = 2, GPT_DEVICE_SKIP_TP_WAIT = 4 };
+ * one initialisation (the gradients' zeroing), or (with graphs) the update's
+ * graph captures the learning rate and the other step values by value, not
+ * from device memory. */
+enum { GPT_DEVICE_SKIP_TOKEN_WAIT = 1, GPT_DEVICE_SKIP_GRAD_ZERO = 2, GPT_DEVICE_SKIP_TP_WAIT = 4,
+       GPT_DEVICE_GRAPH_STEP_BY_VALUE = 8 };
 
 /* Micro-batches of B sequences of T tokens; debug: the flags above (0: none). */
 GPTDevice *gpt_device_create(Device *dev, const GPTConfig *cfg, int B, int T, int debug, char *reason,
@@ -76,6 +79,10 @@ int gpt_device_enable_bf16_activations(GPTDevice *g, char *reason, size_t reason
  * -1 with the reason in device_error. */
 int gpt_device_enable_fp8(GPTDevice *g, Fp8State *fp8);
 int gpt_device_fp8_begin_step(GPTDevice *g);
+/* Graphs (model/step_graphs.h): each training micro-batch and each AdamW
+ * update replayed from a captured graph (not with fp8: its scales are the
+ * host's, passed by value). -1 with the reason in device_error. */
+int gpt_device_enable_graphs(GPTDevice *g);
 int gpt_device_fp8_end_step(GPTDevice *g);
 /* Data parallelism at ZeRO >= 1: the range [offset, +count) of the flat
  * layout this rank updates (default: all). The moments and the gradients

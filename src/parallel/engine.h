@@ -73,6 +73,7 @@ typedef struct {
     size_t sim_memory;         /* --device sim: the simulated device's bytes (0: no limit) */
     int fused_attention;       /* on a device: 1 the fused attention kernels, 0 the unfused, -1 the device model's default */
     bool bf16_activations;     /* on a device in bf16: the layers' activations kept in bf16 (model/acts_bf16_device.h) */
+    bool cuda_graphs;          /* on a device: micro-batches and updates replayed from graphs (model/step_graphs.h) */
     GpuCommKind gpu_comm;      /* on a device over several ranks: how device buffers move between them */
     bool skip_pipe_wait;       /* tests: on a device, pipeline receives not waited for (pipeline_device.h) */
 } EngineConfig;

@@ -114,7 +114,8 @@ static int open_comm(EngineDevice *d, const EngineConfig *cfg, const EngineChunk
     d->sharded = cfg->data_parallel.zero_stage >= 1;
     d->comm = device_comm_create(d->group, d->dev, gpt_device_compute_stream(d->model), path, reason, reason_size);
     if (!d->comm) return -1;
-    if (g->tp > 1 || g->cp > 1 || g->pp > 1) return 0; /* reduce_gradients: one collective after backward */
+    /* reduce_gradients: one collective after backward (graphs: outside the captured micro-batch) */
+    if (g->tp > 1 || g->cp > 1 || g->pp > 1 || cfg->cuda_graphs) return 0;
     d->buckets = device_buckets_create(d->dev, d->model, d->comm, chunk->dp, cfg->data_parallel.zero_stage, reason,
                                        reason_size);
     if (d->buckets && d->zero3) d->gather = device_gather_create(d->dev, d->model, d->comm, reason, reason_size);
@@ -144,6 +145,13 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
     if (d->dev) d->model = gpt_device_create(d->dev, &chunk->model.cfg, d->B, d->T, 0, reason, reason_size);
     if (d->model && cfg->bf16 && gpt_device_enable_bf16(d->model) != 0) {
         snprintf(reason, reason_size, "%s", device_error(d->dev));
+        gpt_device_free(d->model);
+        d->model = NULL;
+    }
+    if (d->model && cfg->cuda_graphs && (chunk->model.fp8 || gpt_device_enable_graphs(d->model) != 0)) {
+        const char *why = chunk->model.fp8 ? "graphs do not run FP8 (its scales are the host's, by value)"
+                          : device_error(d->dev)[0] ? device_error(d->dev) : "out of host memory";
+        snprintf(reason, reason_size, "%s", why);
         gpt_device_free(d->model);
         d->model = NULL;
     }

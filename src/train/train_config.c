@@ -32,6 +32,7 @@ const char *const TRAIN_CP_ALGO_WORDS[] = {"ring", "allgather", NULL};
 const char *const TRAIN_CP_SPLIT_WORDS[] = {"zigzag", "contiguous", NULL};
 const char *const TRAIN_OUTER_OPTIMIZER_WORDS[] = {"nesterov", "sgd", "avg", NULL};
 const char *const TRAIN_DOC_MASK_WORDS[] = {"auto", "on", "off", NULL};
+const char *const TRAIN_CUDA_GRAPHS_WORDS[] = {"off", "on", NULL};
 const char *const TRAIN_BASE_WEIGHTS_WORDS[] = {"fp32", "bf16", "int8", "nf4", NULL};
 const char *const TRAIN_GOODPUT_ESTIMATOR_WORDS[] = {"simple", "precond", "curvature", "curvature-precond", "probe",
                                                      "probe-precond", NULL};
@@ -186,6 +187,21 @@ bool train_capacity_factor(const TrainConfig *c, double *factor, char *why, size
 
 int train_moe_gates(const TrainConfig *c) { return c->moe.gates > 0 ? c->moe.gates - 1 : (int)moe_default_gates(c->moe.top_k); }
 
+/* --cuda-graphs on: a device's step replayed from graphs, where the host changes nothing a graph reads by value. */
+static bool check_cuda_graphs(const TrainConfig *c, char *why, size_t n) {
+    if (c->device.cuda_graphs == TRAIN_CUDA_GRAPHS_OFF) return true;
+    if (c->device.kind == TRAIN_DEVICE_CPU)
+        snprintf(why, n, "--cuda-graphs on needs --device cuda or sim (the CPU step has no graphs)");
+    else if (c->precision.mode == PRECISION_FP8)
+        snprintf(why, n, "--cuda-graphs on does not work with --precision fp8 (its scales change on the host between steps and reach the products by value)");
+    else if (c->parallel.tp > 1 || c->parallel.cp > 1 || c->parallel.pp > 1 || c->parallel.zero >= 2)
+        snprintf(why, n, "--cuda-graphs on works with data parallelism at ZeRO 0-1 only for now (not --tp, --cp, --pp or --zero 2-3: their "
+                 "collectives inside a micro-batch wait on the host)");
+    else
+        return true;
+    return false;
+}
+
 /* --gpu-comm moves device buffers, so it needs a device; NCCL needs GPUs. */
 static bool check_gpu_comm(const TrainConfig *c, char *why, size_t n) {
     if (c->parallel.gpu_comm == GPU_COMM_AUTO || c->device.kind == TRAIN_DEVICE_CUDA) return true;
@@ -220,7 +236,7 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
         else snprintf(why, n, "--attention flash2 takes heads of up to %d channels (--channels / --heads is %d)", FLASH_MAX_HEAD, head);
         return false;
     }
-    if (!check_gpu_comm(c, why, n)) return false;
+    if (!check_gpu_comm(c, why, n) || !check_cuda_graphs(c, why, n)) return false;
     if (c->device.kind == TRAIN_DEVICE_CPU) return true;
     const char *flag = c->optim.kind != OPTIM_ADAMW ? "--optimizer other than adamw"
                        : c->parallel.virtual_stages > 1 ? "--virtual-stages"
@@ -247,24 +263,14 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
  * recomputation, there only with it; full reruns each layer's launches. */
 static bool check_recompute(const TrainConfig *c, char *why, size_t n) {
     const GPTRecompute r = c->model.recompute;
-    if (r == GPT_RECOMPUTE_NONE) return true;
-    const char *mode = TRAIN_RECOMPUTE_WORDS[r];
-    if (c->device.kind != TRAIN_DEVICE_CPU) {
-        const bool flash = c->device.attention == TRAIN_ATTENTION_FLASH2 ||
-                           (c->device.attention == TRAIN_ATTENTION_AUTO && c->model.channels / c->model.heads <= FLASH_MAX_HEAD);
-        if (r == GPT_RECOMPUTE_SELECTIVE && !flash)
-            snprintf(why, n, "--recompute selective with --device %s needs --attention flash2 (it recomputes the "
-                     "probabilities in backward; the causal kernel keeps them)", TRAIN_DEVICE_WORDS[c->device.kind]);
-        return r != GPT_RECOMPUTE_SELECTIVE || flash;
-    }
-    const bool full = r == GPT_RECOMPUTE_FULL;
-    const char *flag = NULL, *reason = NULL;
-    if (c->parallel.cp > 1) flag = "--cp", reason = "context-parallel attention exchanges keys and values";
-    else if (full && c->moe.experts > 1) flag = "--experts", reason = "the MoE layers' statistics are summed over ranks";
-    else if (full && c->precision.mode == PRECISION_FP8) flag = "--precision fp8", reason = "its amax history would see each layer twice";
-    else if (full && c->parallel.pp_schedule == PIPE_ZBH1) flag = "--pp-schedule zbh1", reason = "its W pass reads every layer's activations";
-    if (flag) snprintf(why, n, "--recompute %s does not work with %s yet (%s)", mode, flag, reason);
-    return !flag;
+    if (r == GPT_RECOMPUTE_NONE || c->device.kind == TRAIN_DEVICE_CPU)
+        return true; /* the CPU recomputes with every layout (context parallelism, MoE, FP8, ZB-H1's W pass) */
+    const bool flash = c->device.attention == TRAIN_ATTENTION_FLASH2 ||
+                       (c->device.attention == TRAIN_ATTENTION_AUTO && c->model.channels / c->model.heads <= FLASH_MAX_HEAD);
+    if (r == GPT_RECOMPUTE_SELECTIVE && !flash)
+        snprintf(why, n, "--recompute selective with --device %s needs --attention flash2 (it recomputes the "
+                 "probabilities in backward; the causal kernel keeps them)", TRAIN_DEVICE_WORDS[c->device.kind]);
+    return r != GPT_RECOMPUTE_SELECTIVE || flash;
 }
 
 /* Each area's rules, in the order they are checked (the first broken one is reported). */

@@ -51,6 +51,8 @@ extern const char *const TRAIN_CP_ALGO_WORDS[];
 extern const char *const TRAIN_CP_SPLIT_WORDS[];
 extern const char *const TRAIN_OUTER_OPTIMIZER_WORDS[];
 extern const char *const TRAIN_DOC_MASK_WORDS[];
+typedef enum { TRAIN_CUDA_GRAPHS_OFF, TRAIN_CUDA_GRAPHS_ON } TrainCudaGraphs;
+extern const char *const TRAIN_CUDA_GRAPHS_WORDS[];
 extern const char *const TRAIN_RECOMPUTE_WORDS[]; /* GPTRecompute order: plan's --recompute names */
 extern const char *const TRAIN_BASE_WEIGHTS_WORDS[];
 extern const char *const TRAIN_GOODPUT_ESTIMATOR_WORDS[];
@@ -88,6 +90,7 @@ typedef struct {
     TrainDevice kind;  /* where the step runs: the CPU, a CUDA GPU, or sim (the device seam on the host, tests) */
     int sim_memory_mb; /* --device sim: the simulated device's memory (0: no limit) */
     TrainAttention attention; /* the attention kernel */
+    TrainCudaGraphs cuda_graphs; /* the device step replayed from graphs */
 } TrainDeviceConfig;
 
 typedef struct {

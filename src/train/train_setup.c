@@ -176,6 +176,7 @@ static void setup_engine(Trainer *tr) {
     ec.gpu_comm = c->parallel.gpu_comm;
     ec.fused_attention = c->device.attention == TRAIN_ATTENTION_AUTO ? -1 : c->device.attention == TRAIN_ATTENTION_FLASH2;
     ec.bf16_activations = c->precision.activations == PRECISION_BF16;
+    ec.cuda_graphs = c->device.cuda_graphs == TRAIN_CUDA_GRAPHS_ON;
     ec.data_parallel = (DPOptions){.zero_stage = c->parallel.zero, .bucket_floats = (size_t)(c->parallel.bucket_mb * 1024 * 1024 / sizeof(float)),
                         .overlap = !c->parallel.no_overlap};
     ec.optimizer = (OptimizerConfig){c->optim.kind, (float)c->optim.beta1, (float)c->optim.beta2, (float)c->optim.eps,

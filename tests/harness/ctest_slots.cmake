@@ -71,7 +71,8 @@ bs_slots(4 TESTS cc_qgz_4x1 cc_qgz_2x2 cc_qgz_1x4 cp_attention_np4 moe_parallel_
 bs_slots(2 TESTS batch_scaling bf16_train bf16_train_isa_avx2 cc_train_mechanics cc_train_convergence_np2
          cc_train_convergence_np4 comm_mpich_build_and_run cp_equivalence fp8_train fp8_train_convergence lora_layouts
          moe_accum moe_ep moe_ep_zero moe_model moe_pipeline moe_tp mp_equivalence ops_grad_norm_ranks ops_tensorboard
-         pipeline_schedules device_dp_sim device_pp_sim device_pp_gpu device_tp_sim device_cp_sim)
+         pipeline_schedules device_dp_sim device_pp_sim device_pp_gpu device_tp_sim device_cp_sim device_graphs_dp_sim
+         recompute_layouts)
 bs_slots(2 TESTS bf16_train_convergence) # its fp32 and bf16 runs side by side
 # These start ranks too but keep 1 slot: CPU time / wall time alone, measured 2026-12-06 at nice -10 on the
 # shared machine (CPU seconds) against the idle machine's wall time (seconds): dp_equivalence 15/18.5,

@@ -320,6 +320,7 @@ static const DeviceOps cuda_ops = {
     cuda_stream_destroy, cuda_event_create, cuda_event_destroy, cuda_copy, cuda_zero, cuda_event_record,
     cuda_stream_wait,    cuda_launch,       cuda_stream_sync,   cuda_sync,
     cuda_host_alloc,     cuda_host_free,    cuda_native_stream, cuda_event_done, cuda_gpu_count,
+    cuda_capture_begin,  cuda_capture_end,  cuda_graph_launch,  cuda_graph_free,
 };
 
 extern "C" Device *device_cuda_open(int gpu, char *reason, size_t reason_size) {
