@@ -230,7 +230,8 @@ int gpt_device_enable_bf16(GPTDevice *g) {
     g->in_bf16 = device_alloc(g->dev, sizeof(uint16_t) * N * 4 * C);                  /* the largest input: fch_gelu */
     g->dout_bf16 = device_alloc(g->dev, sizeof(uint16_t) * N * (Vp > 4 * C ? Vp : 4 * C)); /* the logits' or fc's */
     g->wte_rounded = device_alloc(g->dev, sizeof(float) * gpt_tensor_numel(&g->cfg, TK_WTE));
-    return g->params_bf16 && g->in_bf16 && g->dout_bf16 && g->wte_rounded ? 0 : -1;
+    if (!(g->params_bf16 && g->in_bf16 && g->dout_bf16 && g->wte_rounded)) return -1;
+    return gpt_device_stage_open_head_bf16(&g->stage, gpt_tensor_numel(&g->cfg, TK_WTE));
 }
 
 int gpt_device_enable_fp8(GPTDevice *g, Fp8State *fp8) {
@@ -240,6 +241,11 @@ int gpt_device_enable_fp8(GPTDevice *g, Fp8State *fp8) {
 
 int gpt_device_fp8_begin_step(GPTDevice *g) { return g->fp8 ? fp8_device_begin_step(g->fp8, g->compute) : 0; }
 int gpt_device_fp8_end_step(GPTDevice *g) { return g->fp8 ? fp8_device_end_step(g->fp8, g->compute) : 0; }
+
+int gpt_device_head_changed(GPTDevice *g) {
+    if (!g->stage.head_wte_bf16) return 0;
+    return round_bf16(g, NULL, g->stage.head_wte_bf16, g->stage.head_wte, gpt_tensor_numel(&g->cfg, TK_WTE));
+}
 
 /* The parameters' bf16 copies after the fp32 masters changed on the device. */
 static int refresh_copies(GPTDevice *g) {
@@ -328,7 +334,8 @@ static int bf16_operands(GPTDevice *g, DeviceKernel k, MatmulArgs *a) {
     const size_t N = (size_t)a->N;
     TRY(round_bf16(g, k == DK_MATMUL_FORWARD ? (float *)a->inp : NULL, g->in_bf16, a->inp, N * (size_t)a->IC));
     a->inp_bf16 = g->in_bf16;
-    a->weight_bf16 = g->params_bf16 + (a->weight - g->params);
+    const bool head_copy = a->weight == g->stage.head_wte; /* the last stage's tied weights: their own bf16 copy */
+    a->weight_bf16 = head_copy ? g->stage.head_wte_bf16 : g->params_bf16 + (a->weight - g->params);
     if (k == DK_MATMUL_FORWARD) return 0;
     a->dout_bf16 = g->dout_bf16;
     return round_bf16(g, NULL, g->dout_bf16, a->dout, N * (size_t)a->OC);

@@ -123,6 +123,8 @@ int gpt_device_stage_backward(GPTDevice *g);
  * the gradients, which the caller adds to the first stage's wte); NULL on a
  * stage that holds the embeddings. */
 float *gpt_device_head_wte(const GPTDevice *g, GPTDeviceArray which);
+/* After the head's copy changed (bf16 mode): its bf16 bits again, queued on the compute stream. */
+int gpt_device_head_changed(GPTDevice *g);
 /* AdamW on every tensor's part in the update range (weight decay where gpt_tensor_decays), s->weight_decay the rate. */
 int gpt_device_adamw(GPTDevice *g, const AdamWStep *s);
 

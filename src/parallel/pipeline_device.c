@@ -34,7 +34,7 @@ const char *pipeline_device_refusal(const EngineConfig *cfg, const Grid *g) {
     if (g->pp == 1) return NULL;
     if (cfg->virtual_stages > 1) return "runs one pipeline chunk per rank for now (not interleaved virtual stages)";
     if (cfg->schedule == PIPE_ZBH1) return "has no weight-only backward yet, which the zbh1 schedule's split backward needs";
-    if (cfg->bf16 || cfg->fp8) return "runs pipeline stages in fp32 for now (the last stage's copy of the tied weights has no bf16 copy)";
+    if (cfg->fp8) return "runs pipeline stages in fp32 or bf16 for now (not FP8)";
     return NULL;
 }
 
@@ -141,6 +141,7 @@ void pipeline_device_upload_head(PipelineDevice *pd, const GPT *host) {
     if (!head) return;
     DeviceStream *s = gpt_device_compute_stream(pd->model);
     check(pd, device_copy(pd->dev, s, head, host->head_wte, pd->wte_floats * sizeof(float), COPY_HOST_TO_DEVICE));
+    check(pd, gpt_device_head_changed(pd->model));
     check(pd, device_stream_sync(pd->dev, s));
 }
 
@@ -150,6 +151,7 @@ void pipeline_device_share_weights(PipelineDevice *pd) {
     if (pd->stage == last) {
         device_comm_recv(pd->comm, gpt_device_head_wte(pd->model, GPT_DEVICE_PARAMS), pd->wte_floats, 0, TAG_TIED_WEIGHTS);
         device_comm_wait(pd->comm);
+        check(pd, gpt_device_head_changed(pd->model));
     }
     device_comm_finish(pd->comm);
 }

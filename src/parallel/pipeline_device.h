@@ -10,9 +10,10 @@
  * tied output weights are shared as on the CPU (model_parallel.h): the last
  * stage reads a device copy of the first stage's wte, refreshed after each
  * update, and its gradient is added to the first stage's before the
- * data-parallel reduction. Not yet: interleaved virtual stages (one device
- * model per rank), zbh1 (no weight-only backward on the device), bf16 or
- * fp8 (the head's copy has no low-precision copy): refused with a reason. */
+ * data-parallel reduction; in bf16 the copy's bf16 bits are rounded again
+ * each time it changes, as the model's own copies after AdamW. Not yet:
+ * interleaved virtual stages (one device model per rank), zbh1 (no
+ * weight-only backward on the device), fp8: refused with a reason. */
 #ifndef BS_PARALLEL_PIPELINE_DEVICE_H
 #define BS_PARALLEL_PIPELINE_DEVICE_H
 
