@@ -22,6 +22,8 @@
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2;
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *residual3;
+    /* the split backward's stash (gpt_device_enable_split_backward, else NULL): each op's output gradient, kept by B for W */
+    float *dfcproj, *dfch, *dln2, *dattproj, *dqkv, *dln1;
 } DeviceLayerActs;
 
 struct GPTDevice {
@@ -45,6 +47,7 @@ struct GPTDevice {
     int32_t *host_flags;
     float poison;    /* NaN: the host source of gpt_device_poison_grad's copy */
     bool bf16;               /* gpt_device_enable_bf16 */
+    bool split;              /* gpt_device_enable_split_backward: every set carves its layers' stash */
     uint16_t *params_bf16;   /* bf16: every parameter's bf16 copy, at the layout's offsets */
     uint16_t *in_bf16, *dout_bf16; /* bf16: a product's input and output gradient as bf16 operands */
     float *wte_rounded;      /* bf16: wte rounded to bf16 (the encoder reads it, as gpt.c's bf16 copy) */
@@ -92,6 +95,9 @@ static size_t carve_acts(GPTDevice *g, float *base) {
         a->atty = take(&c, N * C), a->att = take(&c, att), a->residual2 = take(&c, N * C), a->ln2 = take(&c, N * C);
         a->ln2_mean = take(&c, N), a->ln2_rstd = take(&c, N), a->fch = take(&c, 4 * N * C);
         a->fch_gelu = take(&c, 4 * N * C), a->residual3 = take(&c, N * C);
+        if (g->split)
+            a->dfcproj = take(&c, N * C), a->dfch = take(&c, 4 * N * C), a->dln2 = take(&c, N * C),
+            a->dattproj = take(&c, N * C), a->dqkv = take(&c, 3 * N * C), a->dln1 = take(&c, N * C);
     }
     g->encoded = take(&c, N * C), g->proj_out = take(&c, N * C), g->lnf = take(&c, N * C);
     g->lnf_mean = take(&c, N), g->lnf_rstd = take(&c, N), g->logits = take(&c, classifier_rows(g) * g->cfg.padded_vocab_size);
@@ -288,6 +294,14 @@ float *gpt_device_array(const GPTDevice *g, GPTDeviceArray which) {
 
 void gpt_device_set_doc_separator(GPTDevice *g, int32_t separator) { g->doc_separator = separator; }
 
+/* The activations allocated again after their shape changed (before any set beyond the model's own is made). */
+static int recarve(GPTDevice *g) {
+    device_free(g->dev, g->acts);
+    if (!(g->acts = device_alloc(g->dev, sizeof(float) * carve_acts(g, NULL)))) return -1;
+    carve_acts(g, g->acts);
+    return 0;
+}
+
 int gpt_device_set_fused_attention(GPTDevice *g, bool fused, char *reason, size_t reason_size) {
     if (fused && g->cfg.channels / g->cfg.num_heads > FLASH_MAX_HEAD) {
         snprintf(reason, reason_size, "fused attention takes heads of up to %d channels (this model's have %d)",
@@ -300,13 +314,15 @@ int gpt_device_set_fused_attention(GPTDevice *g, bool fused, char *reason, size_
     }
     if (fused == g->fused_attention) return 0;
     g->fused_attention = fused; /* the activations again: P (B,H,T,T) and its scratch, or only the lse (B,H,T) */
-    device_free(g->dev, g->acts);
-    if (!(g->acts = device_alloc(g->dev, sizeof(float) * carve_acts(g, NULL)))) {
-        snprintf(reason, reason_size, "%s", device_error(g->dev));
-        return -1;
-    }
-    carve_acts(g, g->acts);
-    return 0;
+    if (recarve(g) == 0) return 0;
+    snprintf(reason, reason_size, "%s", device_error(g->dev));
+    return -1;
+}
+
+int gpt_device_enable_split_backward(GPTDevice *g) {
+    if (g->split) return 0;
+    g->split = true;
+    return recarve(g);
 }
 
 int gpt_device_zero_grads(GPTDevice *g) {
@@ -370,15 +386,16 @@ static int elementwise(GPTDevice *g, DeviceKernel k, float *out, const float *a,
 /* Each token's document start on the device, NULL without documents. */
 static const int32_t *doc_starts(const GPTDevice *g) { return g->doc_separator >= 0 ? g->tokens + 2 * rows(g) : NULL; }
 
-static int attention(GPTDevice *g, DeviceKernel k, const DeviceLayerActs *a) {
+/* dqkv: where backward writes the gradient of qkv. */
+static int attention(GPTDevice *g, DeviceKernel k, const DeviceLayerActs *a, float *dqkv) {
     DeviceCall call = {.kernel = k};
     if (g->fused_attention) { /* att holds each row's log-sum-exp */
         call.kernel = k == DK_ATTENTION_FORWARD ? DK_FLASH_FORWARD : DK_FLASH_BACKWARD;
-        call.a.flash = flash_self_attention(a->atty, a->att, g->dqkv, a->qkv, g->datty, doc_starts(g), g->B, g->T,
+        call.a.flash = flash_self_attention(a->atty, a->att, dqkv, a->qkv, g->datty, doc_starts(g), g->B, g->T,
                                             g->cfg.channels, g->cfg.num_heads);
         return launch(g, &call);
     }
-    call.a.attention = (AttentionArgs){a->atty, a->att, g->dqkv, g->scratch, a->qkv, g->datty, doc_starts(g),
+    call.a.attention = (AttentionArgs){a->atty, a->att, dqkv, g->scratch, a->qkv, g->datty, doc_starts(g),
                                        g->B, g->T, g->cfg.channels, g->cfg.num_heads};
     return launch(g, &call);
 }
@@ -401,7 +418,7 @@ static int layer_forward(GPTDevice *g, int l, const float *residual) {
     TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = a->ln1, .mean = a->ln1_mean, .rstd = a->ln1_rstd,
                                                             .inp = residual, .weight = p.ln1w, .bias = p.ln1b}));
     TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_QKV, (MatmulArgs){.out = a->qkv, .inp = a->ln1, .weight = p.qkvw, .bias = p.qkvb}, C, 3 * C));
-    TRY(attention(g, DK_ATTENTION_FORWARD, a));
+    TRY(attention(g, DK_ATTENTION_FORWARD, a, g->dqkv));
     TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_ATTPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->atty, .weight = p.attprojw, .bias = p.attprojb}, C, C));
     TRY(elementwise(g, DK_RESIDUAL_FORWARD, a->residual2, residual, g->proj_out, NC));
     TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = a->ln2, .mean = a->ln2_mean, .rstd = a->ln2_rstd,
@@ -413,24 +430,51 @@ static int layer_forward(GPTDevice *g, int l, const float *residual) {
     return nonfinite(g, &g->flags[l], a->residual3, NC); /* the guard's: gpt.c checks each layer's output */
 }
 
-/* One layer's backward: g->dresidual from its output's gradient to its input's, as gpt.c's layer_pass. */
-static int layer_backward(GPTDevice *g, int l, const float *inp) {
+/* One layer's backward: g->dresidual from its output's gradient to its
+ * input's, as gpt.c's layer_pass. split (B of a split backward): no
+ * parameter gradient; each op's output gradient stays in the layer's stash
+ * for layer_weight (the ones written in place are written there). */
+static int layer_backward(GPTDevice *g, int l, const float *inp, bool split) {
+    const int C = g->cfg.channels;
+    const size_t NC = rows(g) * (size_t)C;
+    const LayerTensors p = layer_tensors(g, g->params, l), d = split ? (LayerTensors){0} : layer_tensors(g, g->grads, l);
+    const DeviceLayerActs *a = &g->layer[l];
+    float *dfch = split ? a->dfch : g->dfch, *dln2 = split ? a->dln2 : g->dln, *dqkv = split ? a->dqkv : g->dqkv;
+    float *dln1 = split ? a->dln1 : g->dln;
+    if (split) TRY(device_copy(g->dev, g->compute, a->dfcproj, g->dresidual, NC * sizeof(float), COPY_DEVICE_TO_DEVICE));
+    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FCPROJ, (MatmulArgs){.dinp = dfch, .dweight = d.fcprojw, .dbias = d.fcprojb, .dout = g->dresidual,
+                                                   .inp = a->fch_gelu, .weight = p.fcprojw}, 4 * C, C));
+    TRY(elementwise(g, DK_GELU_BACKWARD, dfch, a->fch, dfch, 4 * NC));
+    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FC, (MatmulArgs){.dinp = dln2, .dweight = d.fcw, .dbias = d.fcb, .dout = dfch,
+                                                   .inp = a->ln2, .weight = p.fcw}, C, 4 * C));
+    TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = d.ln2w, .dbias = d.ln2b, .dout = dln2,
+                                                             .inp = a->residual2, .weight = p.ln2w, .mean = a->ln2_mean, .rstd = a->ln2_rstd}));
+    if (split) TRY(device_copy(g->dev, g->compute, a->dattproj, g->dresidual, NC * sizeof(float), COPY_DEVICE_TO_DEVICE));
+    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_ATTPROJ, (MatmulArgs){.dinp = g->datty, .dweight = d.attprojw, .dbias = d.attprojb, .dout = g->dresidual,
+                                                   .inp = a->atty, .weight = p.attprojw}, C, C));
+    TRY(attention(g, DK_ATTENTION_BACKWARD, a, dqkv));
+    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_QKV, (MatmulArgs){.dinp = dln1, .dweight = d.qkvw, .dbias = d.qkvb, .dout = dqkv,
+                                                   .inp = a->ln1, .weight = p.qkvw}, C, 3 * C));
+    return layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = d.ln1w, .dbias = d.ln1b, .dout = dln1,
+                                                                .inp = inp, .weight = p.ln1w, .mean = a->ln1_mean, .rstd = a->ln1_rstd});
+}
+
+/* W of one layer: its parameter gradients from the stash B left, in layer_backward's order. */
+static int layer_weight(GPTDevice *g, int l, const float *inp) {
     const int C = g->cfg.channels;
     const LayerTensors p = layer_tensors(g, g->params, l), d = layer_tensors(g, g->grads, l);
     const DeviceLayerActs *a = &g->layer[l];
-    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FCPROJ, (MatmulArgs){.dinp = g->dfch, .dweight = d.fcprojw, .dbias = d.fcprojb, .dout = g->dresidual,
+    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FCPROJ, (MatmulArgs){.dweight = d.fcprojw, .dbias = d.fcprojb, .dout = a->dfcproj,
                                                    .inp = a->fch_gelu, .weight = p.fcprojw}, 4 * C, C));
-    TRY(elementwise(g, DK_GELU_BACKWARD, g->dfch, a->fch, g->dfch, 4 * rows(g) * (size_t)C));
-    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FC, (MatmulArgs){.dinp = g->dln, .dweight = d.fcw, .dbias = d.fcb, .dout = g->dfch,
+    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FC, (MatmulArgs){.dweight = d.fcw, .dbias = d.fcb, .dout = a->dfch,
                                                    .inp = a->ln2, .weight = p.fcw}, C, 4 * C));
-    TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = d.ln2w, .dbias = d.ln2b, .dout = g->dln,
+    TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dweight = d.ln2w, .dbias = d.ln2b, .dout = a->dln2,
                                                              .inp = a->residual2, .weight = p.ln2w, .mean = a->ln2_mean, .rstd = a->ln2_rstd}));
-    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_ATTPROJ, (MatmulArgs){.dinp = g->datty, .dweight = d.attprojw, .dbias = d.attprojb, .dout = g->dresidual,
+    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_ATTPROJ, (MatmulArgs){.dweight = d.attprojw, .dbias = d.attprojb, .dout = a->dattproj,
                                                    .inp = a->atty, .weight = p.attprojw}, C, C));
-    TRY(attention(g, DK_ATTENTION_BACKWARD, a));
-    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_QKV, (MatmulArgs){.dinp = g->dln, .dweight = d.qkvw, .dbias = d.qkvb, .dout = g->dqkv,
+    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_QKV, (MatmulArgs){.dweight = d.qkvw, .dbias = d.qkvb, .dout = a->dqkv,
                                                    .inp = a->ln1, .weight = p.qkvw}, C, 3 * C));
-    return layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = d.ln1w, .dbias = d.ln1b, .dout = g->dln,
+    return layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dweight = d.ln1w, .dbias = d.ln1b, .dout = a->dln1,
                                                                 .inp = inp, .weight = p.ln1w, .mean = a->ln1_mean, .rstd = a->ln1_rstd});
 }
 
@@ -483,23 +527,34 @@ static int forward(GPTDevice *g, float dloss) {
     return classifier_device(g->dev, g->compute, &head, classifier_product, g);
 }
 
+enum { PASS_FUSED, PASS_INPUT, PASS_WEIGHT }; /* the fused backward, or a split one's B or W */
+
 /* Without the head g->dresidual holds the output's gradient (from the next
- * stage); without the encoder it is left holding the input's. */
-static int backward(GPTDevice *g) {
+ * stage); without the encoder it is left holding the input's. B leaves
+ * every parameter gradient to W, which reads the layers' stash, g->dln (the
+ * final LayerNorm's output gradient) and g->dresidual (the encoder's): the
+ * set's own buffers, which nothing writes between the two. */
+static int backward(GPTDevice *g, int pass) {
     const GPTConfig *cfg = &g->cfg;
     const int C = cfg->channels, first = gpt_first_layer(cfg), last = first + gpt_stage_layers(cfg) - 1;
+    const bool input = pass != PASS_WEIGHT, params = pass != PASS_INPUT;
     float *dwte = tensor(g, g->grads, TK_WTE), *lnf = tensor(g, g->params, TK_LNFW), *dlnf = tensor(g, g->grads, TK_LNFW);
     if (gpt_has_head(cfg)) {
-        TRY(device_zero(g->dev, g->compute, g->dresidual, rows(g) * (size_t)C * sizeof(float)));
-        TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = dlnf, .dbias = dlnf + C, .dout = g->dln,
-                                                                 .inp = g->layer[last].residual3, .weight = lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd}));
+        if (input) TRY(device_zero(g->dev, g->compute, g->dresidual, rows(g) * (size_t)C * sizeof(float)));
+        TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = input ? g->dresidual : NULL, .dweight = params ? dlnf : NULL,
+                                                                 .dbias = params ? dlnf + C : NULL, .dout = g->dln, .inp = g->layer[last].residual3,
+                                                                 .weight = lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd}));
     }
     for (int l = last; l >= first; l--) {
         const float *inp = l > first ? g->layer[l - 1].residual3 : g->encoded;
+        if (pass == PASS_WEIGHT) {
+            TRY(layer_weight(g, l, inp));
+            continue;
+        }
         if (cfg->recompute == GPT_RECOMPUTE_FULL) TRY(layer_forward(g, l, inp)); /* the same launches: the same bits */
-        TRY(layer_backward(g, l, inp));
+        TRY(layer_backward(g, l, inp, pass == PASS_INPUT));
     }
-    if (!gpt_has_encoder(cfg)) return 0;
+    if (!gpt_has_encoder(cfg) || !params) return 0;
     DeviceCall enc = {.kernel = DK_ENCODER_BACKWARD};
     enc.a.encoder = (EncoderArgs){.dwte = dwte, .dwpe = tensor(g, g->grads, TK_WPE), .dout = g->dresidual, .tokens = g->tokens,
                                   .doc_start = doc_starts(g), .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};
@@ -526,7 +581,7 @@ static int collect(GPTDevice *g, double *loss_sum) {
 int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum) {
     TRY(upload_tokens(g, inputs, targets));
     TRY(forward(g, dloss));
-    if (dloss != 0) TRY(backward(g));
+    if (dloss != 0) TRY(backward(g, PASS_FUSED));
     return collect(g, loss_sum);
 }
 
@@ -614,7 +669,9 @@ int gpt_device_stage_forward(GPTDevice *g, const int32_t *inputs, const int32_t 
     return collect(g, loss_sum);
 }
 
-int gpt_device_stage_backward(GPTDevice *g) { return backward(g); }
+int gpt_device_stage_backward(GPTDevice *g) { return backward(g, PASS_FUSED); }
+int gpt_device_stage_backward_input(GPTDevice *g) { return g->split ? backward(g, PASS_INPUT) : -1; }
+int gpt_device_stage_backward_weight(GPTDevice *g) { return g->split ? backward(g, PASS_WEIGHT) : -1; }
 
 float *gpt_device_head_wte(const GPTDevice *g, GPTDeviceArray which) {
     return which == GPT_DEVICE_GRADS ? g->stage.head_dwte : g->stage.head_wte;
