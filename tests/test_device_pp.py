@@ -4,9 +4,9 @@ CPU process. `test_device_pp.py sim` (every machine) or `cuda` (the ranks sharin
 skipped with exit 77 and the reason where none answers).
 
 - Equivalence: pp 2 with each schedule the device runs (gpipe, 1f1b, zbh1), pp 2 x dp 2 on 4 ranks (ZeRO 0 and 1) and pp 3
-  over uneven stages (a middle stage without embeddings or head; gpipe and zbh1) and pp 2 with full recomputation, global batch 8
-  in micro-batches of 2, give the losses, the gradient's norm, the per-layer gradient and weight norms and the final
-  parameters of one CPU process within 1e-5 relative over 10 steps (harness/device_runs.py). Not bitwise:
+  over uneven stages (a middle stage without embeddings or head; gpipe and zbh1) and pp 2 with full recomputation,
+  global batch 8 in micro-batches of 2, give the losses, the gradient's norm, the per-layer gradient and weight norms
+  and the final parameters of one CPU process within 1e-5 relative over 10 steps (harness/device_runs.py). Not bitwise:
   the device's kernels sum in other orders than the CPU's, and the tied output weights' gradient from the last
   stage is added after the first stage's backward, not inside it. gpipe, 1f1b and zbh1 give the same bits: the same
   micro-batches accumulate in the same order, only their interleaving with the transfers differs (zbh1's W adds each
@@ -75,9 +75,9 @@ class DevicePipelineTest(CorpusTest):
         first layer's buffers (not layer 0's)."""
         shape = ["--layers", "4", *SHAPE[2:]]
         oracle = layout_run(self.data, self.path("cpu1_l4"), shape)[:2]
-        pp3 = ["--pp", "3", "--pp-split", "1,2,1"]
+        pp3, zbh1 = ["--pp", "3", "--pp-split", "1,2,1"], ["--pp-schedule", "zbh1"]
         for name, prefix, ranks, flags in (("pp 3 (layers 1, 2, 1)", "pp3", 3, pp3),
-                                           ("pp 3 (layers 1, 2, 1) zbh1", "pp3_zbh1", 3, pp3 + ["--pp-schedule", "zbh1"]),
+                                           ("pp 3 (layers 1, 2, 1) zbh1", "pp3_zbh1", 3, pp3 + zbh1),
                                            ("pp 2, --recompute full", "pp2_full", 2, ["--pp", "2", "--recompute", "full"])):
             run = layout_run(self.data, self.path(prefix), shape, ranks, ["--device", DEVICE, *flags])
             assert_equivalent(self, run, oracle, name, TOLERANCE, PARAMETERS)
