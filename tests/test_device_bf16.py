@@ -10,6 +10,11 @@ gradients from the fp32 output gradients, the encoder on wte rounded) with its o
 reordering of the kind the floor samples. Also a run in fp32 on the device must differ from the bf16 one by far
 more than the floor (the precision took effect).
 
+Pipeline stages (`--pp 2` on 2 ranks, micro-batches of 2): the device's run against the CPU's bf16 pp 2 run within
+K x the same floor, loss gaps and parameters. The last stage multiplies by its own copy of the tied weights, whose
+bf16 bits are rounded again each time the first stage sends it the updated wte (a stale copy, or none, is a real
+error: the head's product on other weights than the embeddings').
+
 `test_device_bf16.py sim` (every machine) or `cuda` (a GPU; skipped with exit 77 and the reason where none
 answers, a failure under BS_REQUIRE_GPU=1).
 """
@@ -19,18 +24,24 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bstest import CorpusTest  # noqa: E402
 from harness.device_runs import device_from_argv, main_on  # noqa: E402
-from layout_floor import Floor, loss_gap, train  # noqa: E402
+from layout_floor import K, Floor, loss_gap, param_gap, train  # noqa: E402
 
 DEVICE = device_from_argv()
 FLOOR_MICRO = (4, 2, 1)  # as test_bf16_train.py's
+BF16 = ["--precision", "bf16"]
 
 
 class DeviceBf16Test(CorpusTest):
     CORPUS_BYTES = 400_000
+    measured = None  # the floor, measured once for the class's tests
+
+    def floor(self):
+        if DeviceBf16Test.measured is None:
+            DeviceBf16Test.measured = Floor(self, "bf16", BF16, FLOOR_MICRO)
+        return DeviceBf16Test.measured
 
     def test_bf16_within_the_floor(self):
-        bf16 = ["--precision", "bf16"]
-        floor = Floor(self, "bf16", bf16, FLOOR_MICRO)
+        bf16, floor = BF16, self.floor()
         device = ["--device", DEVICE]
         m, p, _ = train(self.data, self.path("device"), extra=floor.pairs + bf16 + device)
         floor.check(f"--device {DEVICE}", m, p)
@@ -43,6 +54,18 @@ class DeviceBf16Test(CorpusTest):
         print(f"  --device {DEVICE}: bf16 against its fp32 run {bf16_effect:.2e}, fp32 against the CPU's {fp32_noise:.2e}")
         self.assertGreater(bf16_effect, 100 * fp32_noise, "the device's bf16 run looks like its fp32 one")
         self.assertGreater(bf16_effect, 0, "the device's bf16 run is its fp32 one")
+
+    def test_pipeline_within_the_floor(self):
+        floor = self.floor()
+        pp2 = ["--pp", "2"] + floor.pairs + BF16
+        m, p, _ = train(self.data, self.path("device-pp2"), ranks=2, micro=2, extra=pp2 + ["--device", DEVICE])
+        cpu_m, cpu_p, _ = train(self.data, self.path("cpu-pp2"), ranks=2, micro=2, extra=pp2)
+        self.assertEqual(len(m), len(cpu_m))
+        lg, pg = loss_gap(m, cpu_m), param_gap(p, cpu_p)
+        print(f"  bf16 pp 2 --device {DEVICE} against the CPU's pp 2: loss gap {lg:.2e} = {lg / floor.loss:.2f} x "
+              f"floor, parameters {pg:.2e} = {pg / floor.param:.2f} x floor", flush=True)
+        self.assertLessEqual(lg, K * floor.loss, f"bf16 pp 2: loss gap {lg:.3g} > {K} x floor {floor.loss:.3g}")
+        self.assertLessEqual(pg, K * floor.param, f"bf16 pp 2: parameters {pg:.3g} > {K} x floor {floor.param:.3g}")
 
 
 if __name__ == "__main__":

@@ -3,13 +3,15 @@
 CPU process. `test_device_pp.py sim` (every machine) or `cuda` (the ranks sharing a GPU through the host path;
 skipped with exit 77 and the reason where none answers).
 
-- Equivalence: pp 2 with each schedule the device runs (gpipe, 1f1b), pp 2 x dp 2 on 4 ranks (ZeRO 0 and 1) and pp 3
-  over uneven stages (a middle stage without embeddings or head) and pp 2 with full recomputation, global batch 8
-  in micro-batches of 2, give the losses, the gradient's norm, the per-layer gradient and weight norms and the final
-  parameters of one CPU process within 1e-5 relative over 10 steps (harness/device_runs.py). Not bitwise:
+- Equivalence: pp 2 with each schedule the device runs (gpipe, 1f1b, zbh1), pp 2 x dp 2 on 4 ranks (ZeRO 0 and 1) and pp 3
+  over uneven stages (a middle stage without embeddings or head; gpipe and zbh1) and pp 2 with full recomputation,
+  global batch 8 in micro-batches of 2, give the losses, the gradient's norm, the per-layer gradient and weight norms
+  and the final parameters of one CPU process within 1e-5 relative over 10 steps (harness/device_runs.py). Not bitwise:
   the device's kernels sum in other orders than the CPU's, and the tied output weights' gradient from the last
-  stage is added after the first stage's backward, not inside it. gpipe and 1f1b give the same bits: the same
-  micro-batches accumulate in the same order, only their interleaving with the transfers differs.
+  stage is added after the first stage's backward, not inside it. gpipe, 1f1b and zbh1 give the same bits: the same
+  micro-batches accumulate in the same order, only their interleaving with the transfers differs (zbh1's W adds each
+  parameter gradient from B's stash with the kernels the fused backward runs: a stash missing one op's output
+  gradient, or a W reading it before B wrote it, breaks the bits).
 - A missing wait: with --debug-skip-pipe-wait the compute stream reads received activations and gradients without
   waiting for their copy in, and sim (new memory NaN, queued work run in a shuffled order) shows it: the run is
   no longer within 1e-5 of one process.
@@ -17,7 +19,8 @@ skipped with exit 77 and the reason where none answers).
   on one CPU process and on a CPU pp 2 layout with the same parameters bit for bit, and one CPU process's copy read
   back by the device pipeline and saved again is the first checkpoint's state (manifest and checksums).
 - The layout line names the path the stages' transfers take ("stage transfers as device buffers over host").
-- Bad input, one line each: zbh1 (no weight-only backward on the device), interleaved virtual stages, bf16.
+- Bad input, one line each: interleaved virtual stages, fp8.
+  (bf16 runs: tests/test_device_bf16.py holds it within its floor.)
 """
 import os
 import sys
@@ -53,11 +56,12 @@ class DevicePipelineTest(CorpusTest):
 
     def test_schedules_equal_one_process(self):
         runs = {}
-        for schedule in ("gpipe", "1f1b"):
+        for schedule in ("gpipe", "1f1b", "zbh1"):
             runs[schedule] = self.pipeline(f"pp2_{schedule}", 2, "--pp-schedule", schedule)
             assert_equivalent(self, runs[schedule], self.oracle(), f"pp 2 {schedule}", TOLERANCE, PARAMETERS)
             self.assertIn("stage transfers as device buffers over host", runs[schedule][2])
         self.assertTrue(np.array_equal(runs["gpipe"][1], runs["1f1b"][1]), "gpipe and 1f1b: other parameters")
+        self.assertTrue(np.array_equal(runs["gpipe"][1], runs["zbh1"][1]), "gpipe and zbh1: other parameters")
 
     def test_pipeline_times_data_parallel(self):
         for zero in (0, 1):
@@ -66,11 +70,14 @@ class DevicePipelineTest(CorpusTest):
             self.assertIn("device buffers over host", run[2])
 
     def test_four_layers(self):
-        """pp 3 over 4 layers split 1, 2, 1: the middle stage has neither the embeddings nor the head; pp 2 with full
-        recomputation: each stage's later layers share its first layer's buffers (not layer 0's)."""
+        """pp 3 over 4 layers split 1, 2, 1: the middle stage has neither the embeddings nor the head (with gpipe, and
+        with zbh1: a split backward on such a stage); pp 2 with full recomputation: each stage's later layers share its
+        first layer's buffers (not layer 0's)."""
         shape = ["--layers", "4", *SHAPE[2:]]
         oracle = layout_run(self.data, self.path("cpu1_l4"), shape)[:2]
-        for name, prefix, ranks, flags in (("pp 3 (layers 1, 2, 1)", "pp3", 3, ["--pp", "3", "--pp-split", "1,2,1"]),
+        pp3, zbh1 = ["--pp", "3", "--pp-split", "1,2,1"], ["--pp-schedule", "zbh1"]
+        for name, prefix, ranks, flags in (("pp 3 (layers 1, 2, 1)", "pp3", 3, pp3),
+                                           ("pp 3 (layers 1, 2, 1) zbh1", "pp3_zbh1", 3, pp3 + zbh1),
                                            ("pp 2, --recompute full", "pp2_full", 2, ["--pp", "2", "--recompute", "full"])):
             run = layout_run(self.data, self.path(prefix), shape, ranks, ["--device", DEVICE, *flags])
             assert_equivalent(self, run, oracle, name, TOLERANCE, PARAMETERS)
@@ -115,9 +122,8 @@ class DevicePipelineTest(CorpusTest):
         return line
 
     def test_refusals(self):
-        self.assertIn("--pp-schedule zbh1", self.refused("--pp-schedule", "zbh1"))
         self.assertIn("--virtual-stages", self.refused("--pp-schedule", "interleaved", "--virtual-stages", "2"))
-        self.assertIn("--precision bf16", self.refused("--precision", "bf16"))
+        self.assertIn("--precision fp8", self.refused("--precision", "fp8"))
 
 
 if __name__ == "__main__":

@@ -52,7 +52,8 @@ typedef struct {
     int B, T, C, V;
 } EncoderArgs;
 
-/* layernorm_forward / layernorm_backward: out, mean, rstd written; dinp, dweight, dbias += */
+/* layernorm_forward / layernorm_backward: out, mean, rstd written; dinp, dweight, dbias +=
+ * (backward: dinp NULL leaves out the input's gradient, dweight NULL the parameters', dbias with them) */
 typedef struct {
     float *out, *mean, *rstd, *dinp, *dweight, *dbias;
     const float *inp, *weight, *bias, *dout;

@@ -44,7 +44,7 @@ static void sim_residual_layernorm(const ResidualLayernormArgs *a) {
 }
 
 static void sim_layernorm_backward(const LayernormArgs *a) {
-    for (int i = 0; i < a->N; i++) {
+    for (int i = 0; a->dinp && i < a->N; i++) {
         const float *d = a->dout + (size_t)i * a->C, *x = a->inp + (size_t)i * a->C;
         float m = a->mean[i], s = a->rstd[i], dmean = 0, dnorm_mean = 0;
         for (int c = 0; c < a->C; c++) {
@@ -57,7 +57,7 @@ static void sim_layernorm_backward(const LayernormArgs *a) {
         for (int c = 0; c < a->C; c++)
             a->dinp[(size_t)i * a->C + c] += km_ln_dinp((x[c] - m) * s, a->weight[c] * d[c], dmean, dnorm_mean, s);
     }
-    for (int c = 0; c < a->C; c++) km_layernorm_params_column(a, c);
+    for (int c = 0; a->dweight && c < a->C; c++) km_layernorm_params_column(a, c);
 }
 
 static void sim_elementwise(DeviceKernel k, const ElementwiseArgs *a) {

@@ -27,6 +27,8 @@
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2;
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *residual3;
+    /* the split backward's stash (gpt_device_enable_split_backward, else NULL): each op's output gradient, kept by B for W */
+    float *dfcproj, *dfch, *dln2, *dattproj, *dqkv, *dln1;
 } DeviceLayerActs;
 
 struct GPTDevice {
@@ -59,6 +61,7 @@ struct GPTDevice {
     int32_t *host_flags;
     float poison;    /* NaN: the host source of gpt_device_poison_grad's copy */
     bool bf16;               /* gpt_device_enable_bf16 */
+    bool split;              /* gpt_device_enable_split_backward: every set carves its layers' stash */
     uint16_t *params_bf16;   /* bf16: every parameter's bf16 copy, at the layout's offsets */
     uint16_t *in_bf16, *dout_bf16; /* bf16: a product's input and output gradient as bf16 operands */
     float *wte_rounded;      /* bf16: wte rounded to bf16 (the encoder reads it, as gpt.c's bf16 copy) */
@@ -115,6 +118,9 @@ static size_t carve_acts(GPTDevice *g, float *base) {
         a->atty = take(&c, N * Cl), a->att = take(&c, att), a->residual2 = take(&c, N * C), a->ln2 = take(&c, N * C);
         a->ln2_mean = take(&c, N), a->ln2_rstd = take(&c, N), a->fch = take(&c, N * F);
         a->fch_gelu = take(&c, N * F), a->residual3 = take(&c, N * C);
+        if (g->split)
+            a->dfcproj = take(&c, N * C), a->dfch = take(&c, N * F), a->dln2 = take(&c, N * C),
+            a->dattproj = take(&c, N * C), a->dqkv = take(&c, 3 * N * Cl), a->dln1 = take(&c, N * C);
     }
     g->encoded = take(&c, N * C), g->proj_out = take(&c, N * C), g->lnf = take(&c, N * C);
     g->lnf_mean = take(&c, N), g->lnf_rstd = take(&c, N), g->logits = take(&c, classifier_rows(g) * g->cfg.padded_vocab_size);
@@ -347,7 +353,8 @@ int gpt_device_enable_bf16(GPTDevice *g) {
     g->in_bf16 = device_alloc(g->dev, sizeof(uint16_t) * N * 4 * C);                  /* the largest input: fch_gelu */
     g->dout_bf16 = device_alloc(g->dev, sizeof(uint16_t) * N * (Vp > 4 * C ? Vp : 4 * C)); /* the logits' or fc's */
     g->wte_rounded = device_alloc(g->dev, sizeof(float) * gpt_tensor_numel(&g->cfg, TK_WTE));
-    return g->params_bf16 && g->in_bf16 && g->dout_bf16 && g->wte_rounded ? 0 : -1;
+    if (!(g->params_bf16 && g->in_bf16 && g->dout_bf16 && g->wte_rounded)) return -1;
+    return gpt_device_stage_open_head_bf16(&g->stage, gpt_tensor_numel(&g->cfg, TK_WTE));
 }
 
 int gpt_device_enable_fp8(GPTDevice *g, Fp8State *fp8) {
@@ -357,6 +364,11 @@ int gpt_device_enable_fp8(GPTDevice *g, Fp8State *fp8) {
 
 int gpt_device_fp8_begin_step(GPTDevice *g) { return g->fp8 ? fp8_device_begin_step(g->fp8, g->compute) : 0; }
 int gpt_device_fp8_end_step(GPTDevice *g) { return g->fp8 ? fp8_device_end_step(g->fp8, g->compute) : 0; }
+
+int gpt_device_head_changed(GPTDevice *g) {
+    if (!g->stage.head_wte_bf16) return 0;
+    return round_bf16(g, NULL, g->stage.head_wte_bf16, g->stage.head_wte, gpt_tensor_numel(&g->cfg, TK_WTE));
+}
 
 /* The parameters' bf16 copies after the fp32 masters changed on the device. */
 static int refresh_copies(GPTDevice *g) {
@@ -437,6 +449,13 @@ int gpt_device_enable_bf16_activations(GPTDevice *g, char *reason, size_t reason
     return 0;
 }
 
+int gpt_device_enable_split_backward(GPTDevice *g) {
+    if (g->split) return 0;
+    g->split = true;
+    drop_acts(g); /* every set carves its layers' stash: allocated again when the state arrives */
+    return 0;
+}
+
 int gpt_device_zero_grads(GPTDevice *g) {
     if (g->debug & GPT_DEVICE_SKIP_GRAD_ZERO) return 0;
     const size_t wte_bytes = gpt_tensor_numel(&g->cfg, TK_WTE) * sizeof(float);
@@ -465,7 +484,8 @@ static int bf16_operands(GPTDevice *g, DeviceKernel k, MatmulArgs *a) {
         TRY(round_bf16(g, k == DK_MATMUL_FORWARD ? (float *)a->inp : NULL, g->in_bf16, a->inp, N * (size_t)a->IC));
         a->inp_bf16 = g->in_bf16;
     }
-    a->weight_bf16 = g->params_bf16 + (a->weight - g->params);
+    const bool head_copy = a->weight == g->stage.head_wte; /* the last stage's tied weights: their own bf16 copy */
+    a->weight_bf16 = head_copy ? g->stage.head_wte_bf16 : g->params_bf16 + (a->weight - g->params);
     if (k == DK_MATMUL_FORWARD) return 0;
     a->dout_bf16 = g->dout_bf16;
     return round_bf16(g, NULL, g->dout_bf16, a->dout, N * (size_t)a->OC);
@@ -505,17 +525,18 @@ static const int32_t *doc_starts(const GPTDevice *g) { return g->doc_separator >
 /* Each token's true position under context parallelism (NULL: its row). */
 static const int32_t *positions(const GPTDevice *g) { return g->cp ? gpt_device_cp_positions(g->cp) : NULL; }
 
-static int attention(GPTDevice *g, DeviceKernel k, const DeviceLayerActs *a) {
+/* dqkv: where backward writes the gradient of qkv. */
+static int attention(GPTDevice *g, DeviceKernel k, const DeviceLayerActs *a, float *dqkv) {
     DeviceCall call = {.kernel = k};
     if (g->cp && k == DK_ATTENTION_FORWARD) return gpt_device_cp_forward(g->cp, a->atty, a->att, a->qkv);
     if (g->cp) return gpt_device_cp_backward(g->cp, g->dqkv, g->datty, a->qkv, a->atty, a->att);
     if (g->fused_attention) { /* att holds each row's log-sum-exp */
         call.kernel = k == DK_ATTENTION_FORWARD ? DK_FLASH_FORWARD : DK_FLASH_BACKWARD;
-        call.a.flash = flash_self_attention(a->atty, a->att, g->dqkv, a->qkv, g->datty, doc_starts(g), g->B, g->T,
+        call.a.flash = flash_self_attention(a->atty, a->att, dqkv, a->qkv, g->datty, doc_starts(g), g->B, g->T,
                                             g->Cl, g->Hl);
         return launch(g, &call);
     }
-    call.a.attention = (AttentionArgs){a->atty, a->att, g->dqkv, g->scratch, a->qkv, g->datty, doc_starts(g),
+    call.a.attention = (AttentionArgs){a->atty, a->att, dqkv, g->scratch, a->qkv, g->datty, doc_starts(g),
                                        g->B, g->T, g->Cl, g->Hl};
     return launch(g, &call);
 }
@@ -577,7 +598,7 @@ static int layer_forward(GPTDevice *g, int l, const float *residual, float *bloc
                                                                 .inp = residual, .weight = p.ln1w, .bias = p.ln1b}));
     TRY(keep(g, l, ACT_LN1, a->ln1));
     TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_QKV, (MatmulArgs){.out = a->qkv, .inp = a->ln1, .weight = p.qkvw, .bias = p.qkvb}, C, 3 * Cl));
-    TRY(attention(g, DK_ATTENTION_FORWARD, a));
+    TRY(attention(g, DK_ATTENTION_FORWARD, a, g->dqkv));
     TRY(keep(g, l, ACT_ATTY, a->atty));
     TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_ATTPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->atty, .weight = p.attprojw, .bias = row_bias(g, p.attprojb)}, Cl, C));
     TRY(tp_sum(g, g->proj_out));
@@ -595,26 +616,55 @@ static int layer_forward(GPTDevice *g, int l, const float *residual, float *bloc
     return nonfinite(g, &g->flags[l], a->residual3, rows(g) * (size_t)C); /* the guard's: gpt.c checks each layer's output */
 }
 
-/* One layer's backward: g->dresidual from its output's gradient to its input's, as gpt.c's layer_pass. */
-static int layer_backward(GPTDevice *g, int l, const float *inp, float *block_params) {
+/* One layer's backward: g->dresidual from its output's gradient to its
+ * input's, as gpt.c's layer_pass, with its parameters at block_params; under
+ * TP the shard's input gradients summed over the tensor group. split (B of a
+ * split backward): no parameter gradient; each op's output gradient stays in
+ * the layer's stash for layer_weight (the ones written in place are written there). */
+static int layer_backward(GPTDevice *g, int l, const float *inp, float *block_params, bool split) {
+    const int C = g->cfg.channels, Cl = g->Cl, F = g->F;
+    const size_t NC = rows(g) * (size_t)C;
+    const LayerTensors p = gpt_layer_tensors(&g->cfg, block_params, l);
+    const LayerTensors d = split ? (LayerTensors){0} : gpt_layer_tensors(&g->cfg, grad_block(g, l + 1), l);
+    const DeviceLayerActs *a = &g->layer[l];
+    float *dfch = split ? a->dfch : g->dfch, *dln2 = split ? a->dln2 : g->dln, *dqkv = split ? a->dqkv : g->dqkv;
+    float *dln1 = split ? a->dln1 : g->dln;
+    if (split) TRY(device_copy(g->dev, g->compute, a->dfcproj, g->dresidual, NC * sizeof(float), COPY_DEVICE_TO_DEVICE));
+    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FCPROJ, (MatmulArgs){.dinp = dfch, .dweight = d.fcprojw, .dbias = d.fcprojb, .dout = g->dresidual,
+                                                   .inp = a->fch_gelu, .weight = p.fcprojw}, F, C));
+    TRY(elementwise(g, DK_GELU_BACKWARD, dfch, a->fch, dfch, rows(g) * (size_t)F));
+    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FC, (MatmulArgs){.dinp = dln2, .dweight = d.fcw, .dbias = d.fcb, .dout = dfch,
+                                                   .inp = a->ln2, .weight = p.fcw}, C, F));
+    TRY(tp_sum(g, dln2));
+    TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = d.ln2w, .dbias = d.ln2b, .dout = dln2,
+                                                             .inp = a->residual2, .weight = p.ln2w, .mean = a->ln2_mean, .rstd = a->ln2_rstd}));
+    if (split) TRY(device_copy(g->dev, g->compute, a->dattproj, g->dresidual, NC * sizeof(float), COPY_DEVICE_TO_DEVICE));
+    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_ATTPROJ, (MatmulArgs){.dinp = g->datty, .dweight = d.attprojw, .dbias = d.attprojb, .dout = g->dresidual,
+                                                   .inp = a->atty, .weight = p.attprojw}, Cl, C));
+    TRY(attention(g, DK_ATTENTION_BACKWARD, a, dqkv));
+    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_QKV, (MatmulArgs){.dinp = dln1, .dweight = d.qkvw, .dbias = d.qkvb, .dout = dqkv,
+                                                   .inp = a->ln1, .weight = p.qkvw}, C, 3 * Cl));
+    TRY(tp_sum(g, dln1));
+    return layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = d.ln1w, .dbias = d.ln1b, .dout = dln1,
+                                                                .inp = inp, .weight = p.ln1w, .mean = a->ln1_mean, .rstd = a->ln1_rstd});
+}
+
+/* W of one layer: its parameter gradients from the stash B left, in layer_backward's order. */
+static int layer_weight(GPTDevice *g, int l, const float *inp, float *block_params) {
     const int C = g->cfg.channels, Cl = g->Cl, F = g->F;
     const LayerTensors p = gpt_layer_tensors(&g->cfg, block_params, l), d = gpt_layer_tensors(&g->cfg, grad_block(g, l + 1), l);
     const DeviceLayerActs *a = &g->layer[l];
-    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FCPROJ, (MatmulArgs){.dinp = g->dfch, .dweight = d.fcprojw, .dbias = d.fcprojb, .dout = g->dresidual,
+    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FCPROJ, (MatmulArgs){.dweight = d.fcprojw, .dbias = d.fcprojb, .dout = a->dfcproj,
                                                    .inp = a->fch_gelu, .weight = p.fcprojw}, F, C));
-    TRY(elementwise(g, DK_GELU_BACKWARD, g->dfch, a->fch, g->dfch, rows(g) * (size_t)F));
-    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FC, (MatmulArgs){.dinp = g->dln, .dweight = d.fcw, .dbias = d.fcb, .dout = g->dfch,
+    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FC, (MatmulArgs){.dweight = d.fcw, .dbias = d.fcb, .dout = a->dfch,
                                                    .inp = a->ln2, .weight = p.fcw}, C, F));
-    TRY(tp_sum(g, g->dln));
-    TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = d.ln2w, .dbias = d.ln2b, .dout = g->dln,
+    TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dweight = d.ln2w, .dbias = d.ln2b, .dout = a->dln2,
                                                              .inp = a->residual2, .weight = p.ln2w, .mean = a->ln2_mean, .rstd = a->ln2_rstd}));
-    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_ATTPROJ, (MatmulArgs){.dinp = g->datty, .dweight = d.attprojw, .dbias = d.attprojb, .dout = g->dresidual,
+    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_ATTPROJ, (MatmulArgs){.dweight = d.attprojw, .dbias = d.attprojb, .dout = a->dattproj,
                                                    .inp = a->atty, .weight = p.attprojw}, Cl, C));
-    TRY(attention(g, DK_ATTENTION_BACKWARD, a));
-    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_QKV, (MatmulArgs){.dinp = g->dln, .dweight = d.qkvw, .dbias = d.qkvb, .dout = g->dqkv,
+    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_QKV, (MatmulArgs){.dweight = d.qkvw, .dbias = d.qkvb, .dout = a->dqkv,
                                                    .inp = a->ln1, .weight = p.qkvw}, C, 3 * Cl));
-    TRY(tp_sum(g, g->dln));
-    return layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = d.ln1w, .dbias = d.ln1b, .dout = g->dln,
+    return layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dweight = d.ln1w, .dbias = d.ln1b, .dout = a->dln1,
                                                                 .inp = inp, .weight = p.ln1w, .mean = a->ln1_mean, .rstd = a->ln1_rstd});
 }
 
@@ -690,29 +740,40 @@ static int restore_layer(GPTDevice *g, int l) {
     return acts_bf16_restore(g->acts_bf16, g->compute, l, dst);
 }
 
+enum { PASS_FUSED, PASS_INPUT, PASS_WEIGHT }; /* the fused backward, or a split one's B or W */
+
 /* Without the head g->dresidual holds the output's gradient (from the next
- * stage); without the encoder it is left holding the input's. */
-static int backward(GPTDevice *g) {
+ * stage); without the encoder it is left holding the input's. B leaves
+ * every parameter gradient to W, which reads the layers' stash, g->dln (the
+ * final LayerNorm's output gradient) and g->dresidual (the encoder's): the
+ * set's own buffers, which nothing writes between the two. */
+static int backward(GPTDevice *g, int pass) {
     const GPTConfig *cfg = &g->cfg;
     const int C = cfg->channels, L = cfg->num_layers, first = gpt_first_layer(cfg), last = first + gpt_stage_layers(cfg) - 1;
+    const bool input = pass != PASS_WEIGHT, params = pass != PASS_INPUT;
     if (gpt_has_head(cfg)) {
         float *lnf = in_block(g, param_block(g, L + 1), L + 1, TK_LNFW), *dlnf = grad_tensor(g, L + 1, TK_LNFW);
-        TRY(device_zero(g->dev, g->compute, g->dresidual, rows(g) * (size_t)C * sizeof(float)));
-        TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = dlnf, .dbias = dlnf + C, .dout = g->dln,
-                                                                 .inp = g->layer[last].residual3, .weight = lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd}));
+        if (input) TRY(device_zero(g->dev, g->compute, g->dresidual, rows(g) * (size_t)C * sizeof(float)));
+        TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = input ? g->dresidual : NULL, .dweight = params ? dlnf : NULL,
+                                                                 .dbias = params ? dlnf + C : NULL, .dout = g->dln, .inp = g->layer[last].residual3,
+                                                                 .weight = lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd}));
         param_done(g, L + 1);
-        grad_done(g, L + 1);
+        if (params) grad_done(g, L + 1);
     }
     for (int l = last; l >= first; l--) {
         const float *inp = l > first ? g->layer[l - 1].residual3 : g->encoded;
         float *p = param_block(g, l + 1);
-        if (cfg->recompute == GPT_RECOMPUTE_FULL) TRY(layer_forward(g, l, inp, p, false, false)); /* the same launches: the same bits */
-        if (g->acts_bf16) TRY(restore_layer(g, l));
-        TRY(layer_backward(g, l, inp, p));
+        if (pass == PASS_WEIGHT) {
+            TRY(layer_weight(g, l, inp, p));
+        } else {
+            if (cfg->recompute == GPT_RECOMPUTE_FULL) TRY(layer_forward(g, l, inp, p, false, false)); /* the same launches: the same bits */
+            if (g->acts_bf16) TRY(restore_layer(g, l));
+            TRY(layer_backward(g, l, inp, p, pass == PASS_INPUT));
+        }
         param_done(g, l + 1);
-        grad_done(g, l + 1);
+        if (params) grad_done(g, l + 1);
     }
-    if (!gpt_has_encoder(cfg)) return 0;
+    if (!gpt_has_encoder(cfg) || !params) return 0;
     DeviceCall enc = {.kernel = DK_ENCODER_BACKWARD};
     enc.a.encoder = (EncoderArgs){.dwte = g->tp ? whole_dwte(g) : grad_tensor(g, 0, TK_WTE), .dwpe = grad_tensor(g, 0, TK_WPE),
                                   .dout = g->dresidual, .tokens = g->tokens, .doc_start = doc_starts(g),
@@ -735,7 +796,7 @@ static int queue_results(GPTDevice *g) {
 static int queue_micro_batch(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss) {
     TRY(upload_tokens(g, inputs, targets));
     TRY(forward(g, dloss));
-    if (dloss != 0) TRY(backward(g));
+    if (dloss != 0) TRY(backward(g, PASS_FUSED));
     return queue_results(g);
 }
 
@@ -868,7 +929,9 @@ int gpt_device_stage_forward(GPTDevice *g, const int32_t *inputs, const int32_t 
     return collect(g, loss_sum);
 }
 
-int gpt_device_stage_backward(GPTDevice *g) { return backward(g); }
+int gpt_device_stage_backward(GPTDevice *g) { return backward(g, PASS_FUSED); }
+int gpt_device_stage_backward_input(GPTDevice *g) { return g->split ? backward(g, PASS_INPUT) : -1; }
+int gpt_device_stage_backward_weight(GPTDevice *g) { return g->split ? backward(g, PASS_WEIGHT) : -1; }
 
 float *gpt_device_head_wte(const GPTDevice *g, GPTDeviceArray which) {
     return which == GPT_DEVICE_GRADS ? g->stage.head_dwte : g->stage.head_wte;

@@ -187,11 +187,22 @@ float *gpt_device_stage_grad(const GPTDevice *g);
  * sum, 0 elsewhere) and, later, its backward (queued, not waited for). */
 int gpt_device_stage_forward(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum);
 int gpt_device_stage_backward(GPTDevice *g);
+/* The split backward (zbh1), as gpt.h's gpt_backward_input / _weight: B
+ * (the input's gradient, the stage's parameter gradients left out) and,
+ * later on the same set, W (they are added, from what B kept in the set's
+ * stash). Only after gpt_device_enable_split_backward (before the first
+ * stage step: every set then carves each layer's stash, eleven B T C
+ * floats; not with full recomputation); -1 otherwise. */
+int gpt_device_enable_split_backward(GPTDevice *g);
+int gpt_device_stage_backward_input(GPTDevice *g);
+int gpt_device_stage_backward_weight(GPTDevice *g);
 /* The last stage's copy of the tied output weights (GPT_DEVICE_PARAMS, kept
  * current by the caller) and their gradient (GPT_DEVICE_GRADS, zeroed with
  * the gradients, which the caller adds to the first stage's wte); NULL on a
  * stage that holds the embeddings. */
 float *gpt_device_head_wte(const GPTDevice *g, GPTDeviceArray which);
+/* After the head's copy changed (bf16 mode): its bf16 bits again, queued on the compute stream. */
+int gpt_device_head_changed(GPTDevice *g);
 /* AdamW on every tensor's part in the update range (weight decay where gpt_tensor_decays), s->weight_decay the rate. */
 int gpt_device_adamw(GPTDevice *g, const AdamWStep *s);
 

@@ -21,6 +21,12 @@ int gpt_device_stage_open_head(GPTDeviceStage *s, Device *dev, size_t wte_floats
     return s->head_dwte ? 0 : -1;
 }
 
+int gpt_device_stage_open_head_bf16(GPTDeviceStage *s, size_t wte_floats) {
+    if (!s->head_wte || s->head_wte_bf16) return 0;
+    s->head_wte_bf16 = device_alloc(s->dev, wte_floats * sizeof(uint16_t));
+    return s->head_wte_bf16 ? 0 : -1;
+}
+
 /* Room for sets [0, n]: -1 without host memory. */
 static int grow(GPTDeviceStage *s, int n) {
     float **acts = realloc(s->acts, sizeof *acts * (size_t)(n + 1));
@@ -66,5 +72,6 @@ void gpt_device_stage_close(GPTDeviceStage *s) {
     free(s->tokens);
     device_free(s->dev, s->head_wte);
     device_free(s->dev, s->head_dwte);
+    device_free(s->dev, s->head_wte_bf16);
     if (s->tokens_free) device_event_destroy(s->dev, s->tokens_free);
 }

@@ -208,8 +208,10 @@ static void backward(Pipeline *p, const Action *a, int index, const PipeHooks *h
     if (kind != KIND_INPUT && last && hooks && hooks->before_last_grads) hooks->before_last_grads(hooks->ctx, a->chunk);
     double t0 = bs_now();
     if (ch->ops) {
-        if (kind != KIND_BACKWARD) bs_die("internal: a split backward on a chunk without a weight-only backward");
-        ch->ops->backward(ch->ops->ctx, set_of(p, a->chunk, s));
+        const int set = set_of(p, a->chunk, s);
+        if (kind == KIND_BACKWARD) ch->ops->backward(ch->ops->ctx, set);
+        else if (ch->ops->backward_split) ch->ops->backward_split(ch->ops->ctx, set, kind == KIND_WEIGHT);
+        else bs_die("internal: a split backward on a chunk without a weight-only backward");
     } else if (kind == KIND_INPUT) {
         gpt_backward_input(ch->model, &s->acts, s->inputs, p->B, p->T, dp_input_access(ch->dp));
         dp_end_input(ch->dp);

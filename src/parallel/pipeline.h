@@ -45,12 +45,14 @@ typedef struct {
  * model (a device: parallel/pipeline_device.c), on the activation set the
  * executor holds for the action's micro-batch (index `set` among the chunk's
  * sets, reused as the CPU's). forward returns the loss sum (dloss 0:
- * evaluation); backward is the fused one (no split B/W); transfer moves the
+ * evaluation); backward is the fused one, backward_split B (weight false)
+ * or W of a split one (NULL: the chunk has none, zbh1 cannot run it); transfer moves the
  * set's input, output or gradient for a send or receive action (kind) with
  * group rank peer under tag, a receive complete for the chunk's next compute. */
 typedef struct {
     double (*forward)(void *ctx, int set, const int32_t *inputs, const int32_t *targets, float dloss);
     void (*backward)(void *ctx, int set);
+    void (*backward_split)(void *ctx, int set, bool weight);
     void (*transfer)(void *ctx, int set, ActionKind kind, int peer, int tag);
     void *ctx;
 } PipeChunkOps;

@@ -33,8 +33,7 @@ static void check(PipelineDevice *pd, int rc) {
 const char *pipeline_device_refusal(const EngineConfig *cfg, const Grid *g) {
     if (g->pp == 1) return NULL;
     if (cfg->virtual_stages > 1) return "runs one pipeline chunk per rank for now (not interleaved virtual stages)";
-    if (cfg->schedule == PIPE_ZBH1) return "has no weight-only backward yet, which the zbh1 schedule's split backward needs";
-    if (cfg->bf16 || cfg->fp8) return "runs pipeline stages in fp32 for now (the last stage's copy of the tied weights has no bf16 copy)";
+    if (cfg->fp8) return "runs pipeline stages in fp32 or bf16 for now (not FP8)";
     return NULL;
 }
 
@@ -54,6 +53,13 @@ static void op_backward(void *ctx, int set) {
     PipelineDevice *pd = ctx;
     use(pd, set);
     check(pd, gpt_device_stage_backward(pd->model));
+}
+
+/* zbh1's B or W (the model carves each set's stash: pipeline_device_create). */
+static void op_backward_split(void *ctx, int set, bool weight) {
+    PipelineDevice *pd = ctx;
+    use(pd, set);
+    check(pd, weight ? gpt_device_stage_backward_weight(pd->model) : gpt_device_stage_backward_input(pd->model));
 }
 
 /* A receive's buffer is read by the compute stream only after the group's event (the wait sim checks). */
@@ -79,7 +85,13 @@ PipelineDevice *pipeline_device_create(Device *dev, GPTDevice *model, const Engi
                            .debug = debug, .nonfinite_layer = -1,
                            .stage_floats = (size_t)cfg->micro_batch * cfg->seq_len * (size_t)chunk->model.cfg.channels,
                            .wte_floats = gpt_tensor_numel(&chunk->model.cfg, TK_WTE)};
-    pd->ops = (PipeChunkOps){op_forward, op_backward, op_transfer, pd};
+    pd->ops = (PipeChunkOps){.forward = op_forward, .backward = op_backward, .backward_split = op_backward_split,
+                             .transfer = op_transfer, .ctx = pd};
+    if (cfg->schedule == PIPE_ZBH1 && gpt_device_enable_split_backward(model) != 0) {
+        snprintf(reason, reason_size, "%s", device_error(dev));
+        pipeline_device_free(pd);
+        return NULL;
+    }
     pd->comm = device_comm_create(g->pp_group, dev, gpt_device_compute_stream(model), GPU_COMM_HOST, reason, reason_size);
     if (pd->stage == 0 && pd->comm && !(pd->tied_grad = device_alloc(dev, pd->wte_floats * sizeof(float))))
         snprintf(reason, reason_size, "%s", device_error(dev));
@@ -141,6 +153,7 @@ void pipeline_device_upload_head(PipelineDevice *pd, const GPT *host) {
     if (!head) return;
     DeviceStream *s = gpt_device_compute_stream(pd->model);
     check(pd, device_copy(pd->dev, s, head, host->head_wte, pd->wte_floats * sizeof(float), COPY_HOST_TO_DEVICE));
+    check(pd, gpt_device_head_changed(pd->model));
     check(pd, device_stream_sync(pd->dev, s));
 }
 
@@ -150,6 +163,7 @@ void pipeline_device_share_weights(PipelineDevice *pd) {
     if (pd->stage == last) {
         device_comm_recv(pd->comm, gpt_device_head_wte(pd->model, GPT_DEVICE_PARAMS), pd->wte_floats, 0, TAG_TIED_WEIGHTS);
         device_comm_wait(pd->comm);
+        check(pd, gpt_device_head_changed(pd->model));
     }
     device_comm_finish(pd->comm);
 }

@@ -2,7 +2,9 @@
  * --device cuda|sim): this rank's stage is a device model of its layers
  * (model/gpt_device.h: the embeddings on the first stage, the head on the
  * last), run by the CPU's executor (parallel/pipeline.h) through
- * PipeChunkOps, so gpipe and 1f1b run their CPU action lists unchanged.
+ * PipeChunkOps, so gpipe, 1f1b and zbh1 run their CPU action lists unchanged
+ * (zbh1 through the model's split backward: B, then W from the output
+ * gradients B kept in the activation set's stash).
  * Activations and their gradients move over the pipeline group's device
  * collectives (comm/device_comm.h, the host path: the executor's separate
  * sends and receives would block each other on one NCCL stream), each
@@ -10,9 +12,10 @@
  * tied output weights are shared as on the CPU (model_parallel.h): the last
  * stage reads a device copy of the first stage's wte, refreshed after each
  * update, and its gradient is added to the first stage's before the
- * data-parallel reduction. Not yet: interleaved virtual stages (one device
- * model per rank), zbh1 (no weight-only backward on the device), bf16 or
- * fp8 (the head's copy has no low-precision copy): refused with a reason. */
+ * data-parallel reduction; in bf16 the copy's bf16 bits are rounded again
+ * each time it changes, as the model's own copies after AdamW. Not yet:
+ * interleaved virtual stages (one device model per rank), fp8: refused
+ * with a reason. */
 #ifndef BS_PARALLEL_PIPELINE_DEVICE_H
 #define BS_PARALLEL_PIPELINE_DEVICE_H
 

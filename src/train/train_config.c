@@ -215,12 +215,10 @@ static bool check_gpu_comm(const TrainConfig *c, char *why, size_t n) {
     return false;
 }
 
-/* --pp on a device: one chunk per rank, fp32, the fused backward (parallel/pipeline_device.h). */
+/* --pp on a device: one chunk per rank, fp32 or bf16 (parallel/pipeline_device.h). */
 static const char *device_pipeline_flag(const TrainConfig *c) {
     if (c->parallel.pp == 1) return NULL;
-    return c->parallel.pp_schedule == PIPE_ZBH1 ? "--pp-schedule zbh1 (its split backward needs a weight-only backward)"
-           : c->precision.mode != PRECISION_FP32 ? "--pp and --precision bf16 or fp8 (pipeline stages run in fp32)"
-           : NULL;
+    return c->precision.mode == PRECISION_FP8 ? "--pp and --precision fp8 (pipeline stages run in fp32 or bf16)" : NULL;
 }
 
 /* --device cuda|sim runs the plain step, over data-parallel ranks at ZeRO 0-3 (3 in fp32), tensor- and context-parallel

@@ -176,8 +176,8 @@ static void launch_layernorm(DeviceKernel k, const LayernormArgs &a, cudaStream_
         layernorm_forward_kernel<<<rows, THREADS, 0, stream>>>(a);
         return;
     }
-    layernorm_backward_input_kernel<<<rows, THREADS, 0, stream>>>(a);
-    layernorm_backward_params_kernel<<<blocks_for((size_t)a.C), THREADS, 0, stream>>>(a);
+    if (a.dinp) layernorm_backward_input_kernel<<<rows, THREADS, 0, stream>>>(a);
+    if (a.dweight) layernorm_backward_params_kernel<<<blocks_for((size_t)a.C), THREADS, 0, stream>>>(a);
 }
 
 static void launch_attention(DeviceKernel k, const AttentionArgs &a, cudaStream_t stream) {
