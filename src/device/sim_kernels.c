@@ -170,6 +170,12 @@ void sim_run_kernel(const DeviceCall *c) {
     case DK_FP8_LINEAR_BACKWARD: sim_fp8_linear(c); break;
     case DK_FP8_QUANTIZE: sim_fp8_quantize(&c->a.fp8_quantize); break;
     case DK_FP8_PRODUCT: sim_fp8_product(&c->a.fp8_product); break;
+    case DK_MOE_ROUTE:
+    case DK_MOE_DISPATCH:
+    case DK_MOE_COMBINE:
+    case DK_MOE_COMBINE_BACKWARD:
+    case DK_MOE_ROUTER_BACKWARD:
+    case DK_MOE_SCATTER_BACKWARD: sim_moe(c); break;
     case DK_COUNT: break;
     }
 }

@@ -12,6 +12,7 @@
 #include "device/flash_math.h"
 #include "model/classifier_device.h"
 #include "model/fp8_device.h"
+#include "model/moe_device.h"
 
 #define TRY(x)                                                                                                        \
     do {                                                                                                              \
@@ -48,6 +49,7 @@ struct GPTDevice {
     uint16_t *in_bf16, *dout_bf16; /* bf16: a product's input and output gradient as bf16 operands */
     float *wte_rounded;      /* bf16: wte rounded to bf16 (the encoder reads it, as gpt.c's bf16 copy) */
     Fp8Device *fp8;          /* gpt_device_enable_fp8 (NULL: off) */
+    MoeDevice *moe;          /* the MoE layers (moe_device.h), NULL in a dense model */
     int nonfinite_layer;
     /* activations (pointers into acts) */
     float *encoded, *proj_out, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
@@ -100,7 +102,7 @@ static size_t carve_acts(GPTDevice *g, float *base) {
 static const char *unsupported(const GPTConfig *cfg) {
     if (gpt_tp_size(cfg) > 1 || !gpt_has_encoder(cfg) || !gpt_has_head(cfg) || gpt_cp_size(cfg) > 1)
         return "a device runs the whole model in one process for now (no tensor, pipeline or context parallelism)";
-    if (gpt_is_moe(cfg)) return "a device runs dense models for now (no MoE)";
+    if (gpt_is_moe(cfg) && moe_device_unsupported(cfg)) return moe_device_unsupported(cfg);
     if (cfg->lora_rank > 0) return "a device does not train LoRA adapters yet";
     if (cfg->recompute == GPT_RECOMPUTE_SELECTIVE && cfg->channels / cfg->num_heads > FLASH_MAX_HEAD)
         return "selective recomputation on a device is the fused attention's, and this model's heads are too wide for it";
@@ -157,6 +159,7 @@ static int allocate(GPTDevice *g) {
     carve_acts(g, g->acts);
     if (!(g->tokens = device_alloc(g->dev, sizeof(int32_t) * 3 * N))) return -1;
     if (!(g->flags = device_alloc(g->dev, sizeof(int32_t) * (size_t)num_flags(g)))) return -1;
+    if (gpt_is_moe(&g->cfg) && !(g->moe = moe_device_create(g->dev, &g->cfg, N))) return -1;
     return make_segments(g);
 }
 
@@ -189,6 +192,7 @@ void gpt_device_free(GPTDevice *g) {
                            g->offsets, g->flags, g->params_bf16, g->in_bf16, g->dout_bf16, g->wte_rounded};
     for (size_t i = 0; i < sizeof dev_buffers / sizeof dev_buffers[0]; i++) device_free(g->dev, dev_buffers[i]);
     fp8_device_free(g->fp8);
+    moe_device_free(g->moe);
     device_event_destroy(g->dev, g->tokens_ready);
     device_stream_destroy(g->dev, g->copy);
     device_stream_destroy(g->dev, g->compute);
@@ -387,9 +391,13 @@ static int layer_forward(GPTDevice *g, int l, const float *residual) {
     TRY(elementwise(g, DK_RESIDUAL_FORWARD, a->residual2, residual, g->proj_out, NC));
     TRY(layernorm(g, DK_LAYERNORM_FORWARD, (LayernormArgs){.out = a->ln2, .mean = a->ln2_mean, .rstd = a->ln2_rstd,
                                                             .inp = a->residual2, .weight = p.ln2w, .bias = p.ln2b}));
-    TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FC, (MatmulArgs){.out = a->fch_gelu, .pre_gelu = a->fch, .inp = a->ln2, .weight = p.fcw,
-                                                  .bias = p.fcb}, C, 4 * C)); /* the GELU epilogue */
-    TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FCPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->fch_gelu, .weight = p.fcprojw, .bias = p.fcprojb}, 4 * C, C));
+    if (gpt_layer_is_moe(&g->cfg, l)) {
+        TRY(moe_device_forward(g->moe, g->compute, l, g->proj_out, a->ln2, p.router, p.experts));
+    } else {
+        TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FC, (MatmulArgs){.out = a->fch_gelu, .pre_gelu = a->fch, .inp = a->ln2, .weight = p.fcw,
+                                                      .bias = p.fcb}, C, 4 * C)); /* the GELU epilogue */
+        TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FCPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->fch_gelu, .weight = p.fcprojw, .bias = p.fcprojb}, 4 * C, C));
+    }
     TRY(elementwise(g, DK_RESIDUAL_FORWARD, a->residual3, a->residual2, g->proj_out, NC));
     return nonfinite(g, &g->flags[l], a->residual3, NC); /* the guard's: gpt.c checks each layer's output */
 }
@@ -399,11 +407,15 @@ static int layer_backward(GPTDevice *g, int l, const float *inp) {
     const int C = g->cfg.channels;
     const LayerTensors p = layer_tensors(g, g->params, l), d = layer_tensors(g, g->grads, l);
     const DeviceLayerActs *a = &g->layer[l];
-    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FCPROJ, (MatmulArgs){.dinp = g->dfch, .dweight = d.fcprojw, .dbias = d.fcprojb, .dout = g->dresidual,
-                                                   .inp = a->fch_gelu, .weight = p.fcprojw}, 4 * C, C));
-    TRY(elementwise(g, DK_GELU_BACKWARD, g->dfch, a->fch, g->dfch, 4 * rows(g) * (size_t)C));
-    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FC, (MatmulArgs){.dinp = g->dln, .dweight = d.fcw, .dbias = d.fcb, .dout = g->dfch,
-                                                   .inp = a->ln2, .weight = p.fcw}, C, 4 * C));
+    if (gpt_layer_is_moe(&g->cfg, l)) {
+        TRY(moe_device_backward(g->moe, g->compute, l, g->dln, d.router, d.experts, g->dresidual, a->ln2, p.router, p.experts));
+    } else {
+        TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FCPROJ, (MatmulArgs){.dinp = g->dfch, .dweight = d.fcprojw, .dbias = d.fcprojb, .dout = g->dresidual,
+                                                       .inp = a->fch_gelu, .weight = p.fcprojw}, 4 * C, C));
+        TRY(elementwise(g, DK_GELU_BACKWARD, g->dfch, a->fch, g->dfch, 4 * rows(g) * (size_t)C));
+        TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FC, (MatmulArgs){.dinp = g->dln, .dweight = d.fcw, .dbias = d.fcb, .dout = g->dfch,
+                                                       .inp = a->ln2, .weight = p.fcw}, C, 4 * C));
+    }
     TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = d.ln2w, .dbias = d.ln2b, .dout = g->dln,
                                                              .inp = a->residual2, .weight = p.ln2w, .mean = a->ln2_mean, .rstd = a->ln2_rstd}));
     TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_ATTPROJ, (MatmulArgs){.dinp = g->datty, .dweight = d.attprojw, .dbias = d.attprojb, .dout = g->dresidual,
@@ -486,11 +498,14 @@ int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets,
     double sum = 0;
     for (size_t i = 0; i < rows(g); i++) sum += g->host_losses[i];
     *loss_sum = sum;
+    if (g->moe && dloss != 0) moe_device_add_micro_step(g->moe); /* the forward's statistics, on the host now */
     g->nonfinite_layer = -1;
     for (int l = g->cfg.num_layers - 1; l >= 0; l--)
         if (g->host_flags[l]) g->nonfinite_layer = l;
     return 0;
 }
+
+MoeDevice *gpt_device_moe(const GPTDevice *g) { return g->moe; }
 
 int gpt_device_nonfinite_layer(const GPTDevice *g) { return g->nonfinite_layer; }
 

@@ -24,6 +24,7 @@
 #include "optim/adamw.h"
 
 typedef struct GPTDevice GPTDevice;
+typedef struct MoeDevice MoeDevice;
 
 /* Tests of what sim catches: the step leaves out one event wait (the
  * compute stream's on the token upload) or one initialisation (the
@@ -104,5 +105,8 @@ float *gpt_device_array(const GPTDevice *g, GPTDeviceArray which);
 int gpt_device_params_changed(GPTDevice *g);
 /* AdamW on every tensor's part in the update range (weight decay where gpt_tensor_decays), s->weight_decay the rate. */
 int gpt_device_adamw(GPTDevice *g, const AdamWStep *s);
+
+/* The MoE layers (model/moe_device.h: the step's biases, loss weight and statistics), NULL in a dense model. */
+MoeDevice *gpt_device_moe(const GPTDevice *g);
 
 #endif

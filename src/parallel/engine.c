@@ -471,7 +471,10 @@ static double bubble_simulated(Engine *e, const PipeStats *ps) {
 EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad load, void *ctx) {
     if (e->device) {
         comm_reset_stats(e->chunk_comm[0]); /* the step's data-parallel traffic, as below */
-        return (EngineStepStats){.loss_sum = engine_device_train(e->device, m, dloss, load, ctx), .max_live = 1};
+        engine_device_moe_begin(e->device, &e->chunks[0].model, m);
+        const EngineStepStats st = {.loss_sum = engine_device_train(e->device, m, dloss, load, ctx), .max_live = 1};
+        engine_device_moe_end(e->device, &e->chunks[0].model);
+        return st;
     }
     for (int c = 0; c < e->num_chunks; c++) {
         comm_reset_stats(e->chunk_comm[c]);

@@ -12,6 +12,7 @@
 #include "comm/device_comm.h"
 #include "core/error.h"
 #include "model/gpt_device.h"
+#include "model/moe_device.h"
 
 /* What of the chunk's host copy the device has changed since the last sync. */
 enum { STALE_PARAMS = 1, STALE_GRADS = 2, STALE_MOMENTS = 4 };
@@ -44,6 +45,8 @@ static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, co
     if (cfg->measure_micro_norms) return "does not measure micro-step norms yet";
     if (chunk->model.frozen) return "does not train adapters over a frozen base yet";
     if (dp_num_pieces(chunk->dp) > 1) return "needs one contiguous update range per rank";
+    if (gpt_is_moe(&chunk->model.cfg) && comm_size(g->dp_group) > 1)
+        return "runs MoE layers in one process for now (not over data-parallel ranks)";
     return NULL;
 }
 
@@ -205,3 +208,20 @@ void engine_device_update(EngineDevice *d, const OptimizerConfig *opt, double lr
 const char *engine_device_comm_path(const EngineDevice *d) { return d->comm ? device_comm_path(d->comm) : NULL; }
 
 uint64_t engine_device_bytes_to_host(const EngineDevice *d) { return device_bytes_copied(d->dev, COPY_DEVICE_TO_HOST); }
+
+/* MoE: the step's selection biases and losses' weight to the device, as gpt_moe_begin_step on the CPU. */
+void engine_device_moe_begin(EngineDevice *d, GPT *model, int m) {
+    MoeDevice *moe = gpt_device_moe(d->model);
+    if (!moe) return;
+    gpt_moe_begin_step(model);
+    model->moe_loss_weight = 1.0 / m;
+    check(d, moe_device_begin_step(moe, gpt_device_compute_stream(d->model), model->moe_bias, model->moe_loss_weight));
+}
+
+/* MoE: the step's statistics and losses into the host model, where the trainer reads the CPU's. */
+void engine_device_moe_end(EngineDevice *d, GPT *model) {
+    const MoeDevice *moe = gpt_device_moe(d->model);
+    if (!moe) return;
+    for (int l = 0; l < model->cfg.num_layers; l++) model->moe_step[l] = *moe_device_step_stats(moe, l);
+    moe_device_step_losses(moe, &model->moe_aux, &model->moe_z);
+}

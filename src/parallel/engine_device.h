@@ -42,6 +42,12 @@ void engine_device_sync_host(EngineDevice *d, EngineChunk *chunk);
  * rank's own gradients read, then the gradients summed over the data-parallel
  * group: whole at ZeRO 0, the rank's update range above); this rank's loss sum. */
 double engine_device_train(EngineDevice *d, int m, float dloss, PipeLoad load, void *ctx);
+/* MoE models (no-ops for a dense one): around engine_device_train, the
+ * step's selection biases and losses' weight (1/m) from model, and after it
+ * the step's statistics and weighted losses into model (moe_step, moe_aux,
+ * moe_z: what the trainer reads after the CPU's step). */
+void engine_device_moe_begin(EngineDevice *d, GPT *model, int m);
+void engine_device_moe_end(EngineDevice *d, GPT *model);
 /* The guard's: the first layer whose output was not finite in the last
  * train's forwards and the first block whose gradient was not (-1: none). */
 int engine_device_nonfinite_layer(const EngineDevice *d);

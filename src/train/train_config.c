@@ -180,6 +180,18 @@ static bool check_gpu_comm(const TrainConfig *c, char *why, size_t n) {
     return false;
 }
 
+/* --experts on a device: dropless, fp32, no expert parallelism (model/moe_device.h; one process: engine_device.c). */
+static bool check_device_moe(const TrainConfig *c, char *why, size_t n) {
+    if (c->moe.experts <= 1) return true;
+    const char *flag = c->moe.capacity_factor && c->moe.capacity_factor[0] ? "--capacity-factor"
+                       : c->moe.ep > 1                                     ? "--ep"
+                       : c->precision.mode != PRECISION_FP32              ? "--precision bf16 or fp8"
+                                                                           : NULL;
+    if (flag) snprintf(why, n, "--device %s runs MoE layers dropless in fp32 in one process for now (not with %s)",
+                       TRAIN_DEVICE_WORDS[c->device.kind], flag);
+    return !flag;
+}
+
 /* --device cuda|sim runs the plain step, over data-parallel ranks at ZeRO 0-2 (parallel/engine_device.h). */
 static bool check_device(const TrainConfig *c, char *why, size_t n) {
     if (c->device.sim_memory_mb > 0 && c->device.kind != TRAIN_DEVICE_SIM) {
@@ -197,7 +209,7 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
     const char *flag = c->optim.kind != OPTIM_ADAMW ? "--optimizer other than adamw"
                        : c->parallel.tp > 1 || c->parallel.pp > 1 || c->parallel.cp > 1 || c->parallel.virtual_stages > 1 ? "--tp, --pp, --cp or --virtual-stages"
                        : c->parallel.zero >= 3 ? "--zero 3" : c->parallel.zero_quant_grads ? "--zero-quant-grads"
-                       : c->moe.experts > 1 ? "--experts" : c->lora.rank > 0 ? "--lora-rank"
+                       : c->lora.rank > 0 ? "--lora-rank"
                        : c->diloco.local_steps > 0 ? "--local-steps" : c->estimators.noise_scale || c->estimators.noise_scale_every > 0 ? "--noise-scale"
                        : strncmp(c->batch.schedule, "adaptive", 8) == 0 || strncmp(c->batch.schedule, "goodput", 7) == 0
                            ? "--batch-schedule adaptive or goodput"
@@ -205,7 +217,7 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
                        : NULL;
     if (flag) snprintf(why, n, "--device %s does not work with %s yet (the device runs fp32 or bf16 AdamW, data parallel at ZeRO 0-2)",
                        TRAIN_DEVICE_WORDS[c->device.kind], flag);
-    return !flag;
+    return !flag && check_device_moe(c, why, n);
 }
 
 /* --recompute: where each mode runs. On a device, FlashAttention-2 stores
