@@ -1,0 +1,64 @@
+#!/usr/bin/python3
+"""test_device_moe.py: MoE layers on a device (`train --device sim|cuda --experts`: model/moe_device.h, the
+DK_MOE_* kernels of device/moe_math.h) against one CPU process.
+
+`test_device_moe.py sim` (every machine) and `test_device_moe.py cuda` (a GPU; skipped with exit 77 and the reason
+where none answers, a failure under BS_REQUIRE_GPU=1):
+1. Equal to the CPU over 10 steps of 2 micro-steps, for (a) the softmax router, top 2, normalized gates, the aux
+   and z losses and loss-free balancing (--moe-bias-update), and (b) the sigmoid router, top 1, unnormalized gates
+   times --moe-routed-scale, --moe-every 2 (a dense layer and an MoE one): losses, aux and z losses within 1e-5
+   (relative) at every step, every step's loads and dropped shares equal, the final weights within 1e-5 (max
+   |a-b| / max |b|, read from the checkpoints) and the balancing bias equal (harness/moe_runs.against_oracle).
+2. Bad input, one line each: what the device does not run yet with --experts: --capacity-factor, --ep and
+   (`test_device_moe.py sim ranks`, the layouts tier: mpirun) 2 data-parallel ranks.
+usage: test_device_moe.py sim|cuda [ranks]   (BATCHSCALE in the environment)
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness.moe_runs as tm  # noqa: E402
+from bstest import one_line_error  # noqa: E402
+from harness.device_runs import device_answers, device_from_argv  # noqa: E402
+
+DEVICE = device_from_argv()
+COMMON = ["--seq-len", "32", "--micro-batch", "2", "--global-batch", "4", "--lr", "3e-3", "--warmup", "2",
+          "--steps", "10", "--moe-z-loss", "1e-3"]
+CASES = [("softmax top-2, bias update", ["--moe-bias-update", "1e-3"]),
+         ("sigmoid top-1, moe-every 2", ["--router", "sigmoid", "--moe-top-k", "1", "--moe-gates", "unnormalized",
+                                         "--moe-routed-scale", "2.5", "--moe-every", "2"])]
+
+
+def equal_to_cpu(tmp, data):
+    for i, (name, flags) in enumerate(CASES):
+        ref, ref_dir = tm.train(tmp, f"cpu{i}", data, COMMON + flags)
+        rows, d = tm.train(tmp, f"dev{i}", data, COMMON + flags + ["--device", DEVICE])
+        tm.against_oracle(f"--device {DEVICE}, {name}", rows, ref, tm.read_ckpt(d, 10), tm.read_ckpt(ref_dir, 10),
+                          keys=("loss", "moe_aux_loss", "moe_z_loss"))
+
+
+def refusals(tmp, data):
+    dev = ["--device", DEVICE]
+    tm.refusals(tmp, data, [(dev + ["--capacity-factor", "1.25"], 1, "not with --capacity-factor"),
+                            (dev + ["--ep", "2"], 1, "not with --ep")])
+
+
+def refusals_over_ranks(tmp, data):
+    """Under mpirun: exactly one line of ours (bstest.one_line_error), the launcher's aside."""
+    p = tm.train(tmp, "dp2", data, ["--seq-len", "32", "--steps", "1", "--device", DEVICE, "--global-batch", "2",
+                                    "--micro-batch", "1"], ranks=2, check_rc=False)
+    line = one_line_error(p, ranks=2) or ""
+    tm.check(p.returncode != 0 and "runs MoE layers in one process for now (not over data-parallel ranks)" in line,
+             f"2 data-parallel ranks refused in one line: {line or p.stderr.strip()}")
+
+
+if __name__ == "__main__":
+    why = device_answers(DEVICE)
+    if why:
+        required = os.environ.get("BS_REQUIRE_GPU") == "1"
+        print(("FAIL (BS_REQUIRE_GPU=1): " if required else "skipped: ") + why)
+        sys.exit(1 if required else 77)
+    if sys.argv[1:] == ["ranks"]:
+        tm.run_on_corpus(refusals_over_ranks)
+    else:
+        tm.run_on_corpus(equal_to_cpu, refusals)
