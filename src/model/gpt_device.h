@@ -9,9 +9,9 @@
  * masked (attention inside the document, as gpt.h's doc_separator). A step
  * returns only its token losses and each layer's non-finite flag to the host;
  * the state stays on the device until gpt_device_get_state. For now
- * the whole dense model in fp32 or bf16 on one process
- * (no tensor/pipeline/context parallelism, MoE or LoRA: refused with a
- * reason). Errors: -1 (or NULL) and the reason in reason / device_error. */
+ * the whole model in fp32 or bf16 on one process, its MoE layers dropless
+ * (model/moe_device.h; no tensor/pipeline/context parallelism, expert
+ * parallelism, capacity factor or LoRA: refused with a reason). Errors: -1 (or NULL) and the reason in reason / device_error. */
 #ifndef BS_MODEL_GPT_DEVICE_H
 #define BS_MODEL_GPT_DEVICE_H
 
