@@ -100,8 +100,8 @@ bs_tier(slow TESTS device_kernels_gpu device_seam_gpu device_gpt_gpu device_trai
   device_fp8_sim device_fp8_gpu)
 bs_tier(peers TESTS device_torch_peer)
 
-# MoE layers on the device (model/moe_device.h) against one CPU process; the
-# refusals in one line (2 data-parallel ranks under mpirun: the layouts tier).
+# MoE layers on the device (model/moe_device.h) against one CPU process, the
+# refusals in one line; 2 data-parallel ranks against the CPU's (mpirun: the layouts tier).
 add_test(NAME device_moe_sim COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_moe.py sim)
 add_test(NAME device_moe_ranks_sim COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_moe.py sim ranks)
 add_test(NAME device_moe_gpu COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_moe.py cuda)

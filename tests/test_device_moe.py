@@ -9,8 +9,9 @@ where none answers, a failure under BS_REQUIRE_GPU=1):
    times --moe-routed-scale, --moe-every 2 (a dense layer and an MoE one): losses, aux and z losses within 1e-5
    (relative) at every step, every step's loads and dropped shares equal, the final weights within 1e-5 (max
    |a-b| / max |b|, read from the checkpoints) and the balancing bias equal (harness/moe_runs.against_oracle).
-2. Bad input, one line each: what the device does not run yet with --experts: --capacity-factor, --ep and
-   (`test_device_moe.py sim ranks`, the layouts tier: mpirun) 2 data-parallel ranks.
+2. Bad input, one line each: what the device does not run yet with --experts: --capacity-factor, --ep.
+3. `test_device_moe.py sim ranks` (the layouts tier: mpirun): 2 data-parallel ranks on the device (each
+   micro-step's statistics all-reduced over them) against the CPU's 2 ranks, as 1 with case (a)'s flags.
 usage: test_device_moe.py sim|cuda [ranks]   (BATCHSCALE in the environment)
 """
 import os
@@ -18,7 +19,6 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness.moe_runs as tm  # noqa: E402
-from bstest import one_line_error  # noqa: E402
 from harness.device_runs import device_answers, device_from_argv  # noqa: E402
 
 DEVICE = device_from_argv()
@@ -43,13 +43,13 @@ def refusals(tmp, data):
                             (dev + ["--ep", "2"], 1, "not with --ep")])
 
 
-def refusals_over_ranks(tmp, data):
-    """Under mpirun: exactly one line of ours (bstest.one_line_error), the launcher's aside."""
-    p = tm.train(tmp, "dp2", data, ["--seq-len", "32", "--steps", "1", "--device", DEVICE, "--global-batch", "2",
-                                    "--micro-batch", "1"], ranks=2, check_rc=False)
-    line = one_line_error(p, ranks=2) or ""
-    tm.check(p.returncode != 0 and "runs MoE layers in one process for now (not over data-parallel ranks)" in line,
-             f"2 data-parallel ranks refused in one line: {line or p.stderr.strip()}")
+def data_parallel(tmp, data):
+    name, flags = CASES[0]
+    dp2 = COMMON + flags + ["--micro-batch", "1"]
+    ref, ref_dir = tm.train(tmp, "cpu_dp2", data, dp2, ranks=2)
+    rows, d = tm.train(tmp, "dev_dp2", data, dp2 + ["--device", DEVICE], ranks=2)
+    tm.against_oracle(f"--device {DEVICE} on 2 data-parallel ranks, {name}", rows, ref, tm.read_ckpt(d, 10),
+                      tm.read_ckpt(ref_dir, 10), keys=("loss", "moe_aux_loss", "moe_z_loss"))
 
 
 if __name__ == "__main__":
@@ -59,6 +59,6 @@ if __name__ == "__main__":
         print(("FAIL (BS_REQUIRE_GPU=1): " if required else "skipped: ") + why)
         sys.exit(1 if required else 77)
     if sys.argv[1:] == ["ranks"]:
-        tm.run_on_corpus(refusals_over_ranks)
+        tm.run_on_corpus(data_parallel)
     else:
         tm.run_on_corpus(equal_to_cpu, refusals)

@@ -488,6 +488,7 @@ static int backward(GPTDevice *g) {
 }
 
 int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum) {
+    if (g->moe) moe_device_set_training(g->moe, dloss != 0);
     TRY(upload_tokens(g, inputs, targets));
     TRY(forward(g, dloss));
     if (dloss != 0) TRY(backward(g));

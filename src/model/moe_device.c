@@ -38,12 +38,14 @@ struct MoeDevice {
     int nowned;
     double loss_weight, aux, z;
     MoeStats *step; /* per layer */
+    Comm *group;    /* the data-parallel ranks (NULL: none) */
+    bool training;
 };
 
 const char *moe_device_unsupported(const GPTConfig *cfg) {
     const MoeConfig moe = gpt_moe_config(cfg);
     if (moe.capacity_factor > 0) return "a device runs dropless MoE layers for now (no capacity factor)";
-    if (gpt_ep_size(cfg) > 1) return "a device runs MoE layers in one process for now (no expert parallelism)";
+    if (gpt_ep_size(cfg) > 1) return "a device runs MoE layers without expert parallelism for now";
     return NULL;
 }
 
@@ -109,8 +111,9 @@ void moe_device_free(MoeDevice *m) {
     free(m);
 }
 
-int moe_device_begin_step(MoeDevice *m, DeviceStream *s, const float *bias, double loss_weight) {
+int moe_device_begin_step(MoeDevice *m, DeviceStream *s, const float *bias, double loss_weight, Comm *group) {
     m->loss_weight = loss_weight, m->aux = m->z = 0;
+    m->group = group && comm_size(group) > 1 ? group : NULL;
     memset(m->step, 0, sizeof *m->step * (size_t)m->cfg.num_layers);
     const size_t bytes = sizeof(float) * (size_t)m->moe.experts * (size_t)m->cfg.num_layers;
     return device_copy(m->dev, s, m->bias, bias, bytes, COPY_HOST_TO_DEVICE);
@@ -168,6 +171,10 @@ int moe_device_forward(MoeDevice *m, DeviceStream *s, int l, float *out, const f
     TRY(device_copy(m->dev, s, a->host_counts, a->counts, sizeof(int32_t) * (size_t)m->moe.experts, COPY_DEVICE_TO_HOST));
     TRY(device_copy(m->dev, s, a->host_stats, a->stats, sizeof(MoeStats), COPY_DEVICE_TO_HOST));
     TRY(device_stream_sync(m->dev, s)); /* the counts shape the products */
+    if (m->group && m->training) { /* the data-parallel batch's statistics, for backward's losses */
+        comm_allreduce_double(m->group, (double *)a->host_stats, (int)MOE_STATS_DOUBLES);
+        TRY(device_copy(m->dev, s, a->stats, a->host_stats, sizeof(MoeStats), COPY_HOST_TO_DEVICE));
+    }
     TRY(experts_forward(m, s, a, experts));
     return moe_launch(m, s, DK_MOE_COMBINE, route);
 }
@@ -218,6 +225,8 @@ void moe_device_add_micro_step(MoeDevice *m) {
         m->z += m->loss_weight * z;
     }
 }
+
+void moe_device_set_training(MoeDevice *m, bool training) { m->training = training; }
 
 const MoeStats *moe_device_step_stats(const MoeDevice *m, int l) { return &m->step[l]; }
 

@@ -1,5 +1,5 @@
 /* moe_device.h: the MoE layers of a GPT on a device (model/moe.h's MLP,
- * one process, dropless): the router, dispatch and combine through the
+ * dropless, no expert parallelism): the router, dispatch and combine through the
  * DK_MOE_* kernels (device/moe_math.h), each expert's MLP through the
  * device's products and GELU over its rows, the losses' gradients from the
  * micro-step's statistics, which stay on the device for backward and cross
@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "comm/comm.h"
 #include "device/device.h"
 #include "model/gpt.h"
 
@@ -27,8 +28,14 @@ MoeDevice *moe_device_create(Device *dev, const GPTConfig *cfg, size_t rows);
 void moe_device_free(MoeDevice *m);
 /* A step begins: the selection biases (layers x E, gpt.h's moe_bias) go to
  * the device on s (bias untouched until the step's sync), the losses'
- * weight (1 / micro-steps) is set and the step's statistics zeroed. */
-int moe_device_begin_step(MoeDevice *m, DeviceStream *s, const float *bias, double loss_weight);
+ * weight (1 / micro-steps) is set and the step's statistics zeroed. group
+ * (NULL or one rank: none): the data-parallel ranks each training forward's
+ * statistics are summed over (one all-reduce of MoeStats per layer, on the
+ * host, as gpt.h's moe_dp), so the losses are over the micro-step's
+ * data-parallel batch. */
+int moe_device_begin_step(MoeDevice *m, DeviceStream *s, const float *bias, double loss_weight, Comm *group);
+/* Whether the next forwards train (their statistics summed and kept) or evaluate. */
+void moe_device_set_training(MoeDevice *m, bool training);
 /* out (N,C) = moe(x (N,C)) of layer l, its statistics kept for backward and copied to the host. */
 int moe_device_forward(MoeDevice *m, DeviceStream *s, int l, float *out, const float *x, const float *router_w,
                        const float *experts);

@@ -45,8 +45,6 @@ static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, co
     if (cfg->measure_micro_norms) return "does not measure micro-step norms yet";
     if (chunk->model.frozen) return "does not train adapters over a frozen base yet";
     if (dp_num_pieces(chunk->dp) > 1) return "needs one contiguous update range per rank";
-    if (gpt_is_moe(&chunk->model.cfg) && comm_size(g->dp_group) > 1)
-        return "runs MoE layers in one process for now (not over data-parallel ranks)";
     return NULL;
 }
 
@@ -215,7 +213,8 @@ void engine_device_moe_begin(EngineDevice *d, GPT *model, int m) {
     if (!moe) return;
     gpt_moe_begin_step(model);
     model->moe_loss_weight = 1.0 / m;
-    check(d, moe_device_begin_step(moe, gpt_device_compute_stream(d->model), model->moe_bias, model->moe_loss_weight));
+    check(d, moe_device_begin_step(moe, gpt_device_compute_stream(d->model), model->moe_bias, model->moe_loss_weight,
+                                   model->moe_dp));
 }
 
 /* MoE: the step's statistics and losses into the host model, where the trainer reads the CPU's. */

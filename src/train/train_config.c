@@ -180,12 +180,12 @@ static bool check_gpu_comm(const TrainConfig *c, char *why, size_t n) {
     return false;
 }
 
-/* --experts on a device: dropless, no expert parallelism (model/moe_device.h; one process: engine_device.c). */
+/* --experts on a device: dropless, no expert parallelism (model/moe_device.h). */
 static bool check_device_moe(const TrainConfig *c, char *why, size_t n) {
     if (c->moe.experts <= 1) return true;
     const char *flag = c->moe.capacity_factor && c->moe.capacity_factor[0] ? "--capacity-factor"
                        : c->moe.ep > 1 ? "--ep" : NULL;
-    if (flag) snprintf(why, n, "--device %s runs MoE layers dropless in one process for now (not with %s)",
+    if (flag) snprintf(why, n, "--device %s runs MoE layers dropless without expert parallelism for now (not with %s)",
                        TRAIN_DEVICE_WORDS[c->device.kind], flag);
     return !flag;
 }
