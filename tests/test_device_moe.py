@@ -11,7 +11,8 @@ where none answers, a failure under BS_REQUIRE_GPU=1):
    |a-b| / max |b|, read from the checkpoints) and the balancing bias equal (harness/moe_runs.against_oracle).
 2. Bad input, one line each: what the device does not run yet with --experts: --capacity-factor, --ep.
 3. `test_device_moe.py sim ranks` (the layouts tier: mpirun): 2 data-parallel ranks on the device (each
-   micro-step's statistics all-reduced over them) against the CPU's 2 ranks, as 1 with case (a)'s flags.
+   micro-step's statistics all-reduced over them) at ZeRO 0 and 2 against the CPU's 2 ranks, as 1 with case
+   (a)'s flags.
 usage: test_device_moe.py sim|cuda [ranks]   (BATCHSCALE in the environment)
 """
 import os
@@ -45,11 +46,12 @@ def refusals(tmp, data):
 
 def data_parallel(tmp, data):
     name, flags = CASES[0]
-    dp2 = COMMON + flags + ["--micro-batch", "1"]
-    ref, ref_dir = tm.train(tmp, "cpu_dp2", data, dp2, ranks=2)
-    rows, d = tm.train(tmp, "dev_dp2", data, dp2 + ["--device", DEVICE], ranks=2)
-    tm.against_oracle(f"--device {DEVICE} on 2 data-parallel ranks, {name}", rows, ref, tm.read_ckpt(d, 10),
-                      tm.read_ckpt(ref_dir, 10), keys=("loss", "moe_aux_loss", "moe_z_loss"))
+    for zero in ("0", "2"):
+        dp2 = COMMON + flags + ["--micro-batch", "1", "--zero", zero]
+        ref, ref_dir = tm.train(tmp, f"cpu_dp2_zero{zero}", data, dp2, ranks=2)
+        rows, d = tm.train(tmp, f"dev_dp2_zero{zero}", data, dp2 + ["--device", DEVICE], ranks=2)
+        tm.against_oracle(f"--device {DEVICE} on 2 data-parallel ranks at ZeRO {zero}, {name}", rows, ref,
+                          tm.read_ckpt(d, 10), tm.read_ckpt(ref_dir, 10), keys=("loss", "moe_aux_loss", "moe_z_loss"))
 
 
 if __name__ == "__main__":
