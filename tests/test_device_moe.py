@@ -8,7 +8,8 @@ where none answers, a failure under BS_REQUIRE_GPU=1):
    and z losses and loss-free balancing (--moe-bias-update), and (b) the sigmoid router, top 1, unnormalized gates
    times --moe-routed-scale, --moe-every 2 (a dense layer and an MoE one): losses, aux and z losses within 1e-5
    (relative) at every step, every step's loads and dropped shares equal, the final weights within 1e-5 (max
-   |a-b| / max |b|, read from the checkpoints) and the balancing bias equal (harness/moe_runs.against_oracle).
+   |a-b| / max |b|, read from the checkpoints) and the balancing bias equal (harness/moe_runs.against_oracle);
+   the validation losses at steps 5 and 10 within 1e-5 (the device routes them with the bias the update moved).
 2. Bad input, one line each: what the device does not run yet with --experts: --capacity-factor, --ep.
 3. `test_device_moe.py sim ranks` (the layouts tier: mpirun): 2 data-parallel ranks on the device (each
    micro-step's statistics all-reduced over them) at ZeRO 0 and 2 against the CPU's 2 ranks, as 1 with case
@@ -31,11 +32,16 @@ CASES = [("softmax top-2, bias update", ["--moe-bias-update", "1e-3"]),
 
 
 def equal_to_cpu(tmp, data):
+    val = ["--eval-every", "5", "--val-data", data.replace("train_", "val_"), "--val-batches", "2"]
     for i, (name, flags) in enumerate(CASES):
-        ref, ref_dir = tm.train(tmp, f"cpu{i}", data, COMMON + flags)
-        rows, d = tm.train(tmp, f"dev{i}", data, COMMON + flags + ["--device", DEVICE])
+        ref, ref_dir = tm.train(tmp, f"cpu{i}", data, COMMON + flags + val)
+        rows, d = tm.train(tmp, f"dev{i}", data, COMMON + flags + val + ["--device", DEVICE])
         tm.against_oracle(f"--device {DEVICE}, {name}", rows, ref, tm.read_ckpt(d, 10), tm.read_ckpt(ref_dir, 10),
                           keys=("loss", "moe_aux_loss", "moe_z_loss"))
+        got, want = ([r["val_loss"] for r in x if "val_loss" in r] for x in (rows, ref))
+        err = max(abs(a - b) / b for a, b in zip(got, want)) if got and len(got) == len(want) else float("inf")
+        tm.check(len(got) == 2 and err < tm.TOL, f"--device {DEVICE}, {name}: validation losses within {tm.TOL} "
+                 f"({err:.1e})")
 
 
 def refusals(tmp, data):

@@ -111,10 +111,13 @@ void moe_device_free(MoeDevice *m) {
     free(m);
 }
 
-int moe_device_begin_step(MoeDevice *m, DeviceStream *s, const float *bias, double loss_weight, Comm *group) {
+void moe_device_begin_step(MoeDevice *m, double loss_weight, Comm *group) {
     m->loss_weight = loss_weight, m->aux = m->z = 0;
     m->group = group && comm_size(group) > 1 ? group : NULL;
     memset(m->step, 0, sizeof *m->step * (size_t)m->cfg.num_layers);
+}
+
+int moe_device_set_bias(MoeDevice *m, DeviceStream *s, const float *bias) {
     const size_t bytes = sizeof(float) * (size_t)m->moe.experts * (size_t)m->cfg.num_layers;
     return device_copy(m->dev, s, m->bias, bias, bytes, COPY_HOST_TO_DEVICE);
 }

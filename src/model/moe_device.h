@@ -26,14 +26,17 @@ const char *moe_device_unsupported(const GPTConfig *cfg);
 /* The MoE layers of cfg for rows tokens per micro-batch; NULL (device_error) when the device has no room. */
 MoeDevice *moe_device_create(Device *dev, const GPTConfig *cfg, size_t rows);
 void moe_device_free(MoeDevice *m);
-/* A step begins: the selection biases (layers x E, gpt.h's moe_bias) go to
- * the device on s (bias untouched until the step's sync), the losses'
- * weight (1 / micro-steps) is set and the step's statistics zeroed. group
+/* The selection biases (layers x E, gpt.h's moe_bias) to the device on s
+ * (bias untouched until s syncs): before a step and before an evaluation
+ * (the bias update changes them after each step). */
+int moe_device_set_bias(MoeDevice *m, DeviceStream *s, const float *bias);
+/* A step begins: the losses' weight (1 / micro-steps) is set and the step's
+ * statistics zeroed. group
  * (NULL or one rank: none): the data-parallel ranks each training forward's
  * statistics are summed over (one all-reduce of MoeStats per layer, on the
  * host, as gpt.h's moe_dp), so the losses are over the micro-step's
  * data-parallel batch. */
-int moe_device_begin_step(MoeDevice *m, DeviceStream *s, const float *bias, double loss_weight, Comm *group);
+void moe_device_begin_step(MoeDevice *m, double loss_weight, Comm *group);
 /* Whether the next forwards train (their statistics summed and kept) or evaluate. */
 void moe_device_set_training(MoeDevice *m, bool training);
 /* out (N,C) = moe(x (N,C)) of layer l, its statistics kept for backward and copied to the host. */

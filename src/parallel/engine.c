@@ -561,7 +561,10 @@ void engine_update(Engine *e, double lr, float grad_scale) {
 }
 
 double engine_evaluate(Engine *e, int m, int counted, PipeLoad load, void *ctx) {
-    if (e->device) return engine_device_evaluate(e->device, m, counted, load, ctx);
+    if (e->device) {
+        engine_device_moe_bias(e->device, &e->chunks[0].model);
+        return engine_device_evaluate(e->device, m, counted, load, ctx);
+    }
     void *local_ctx;
     PipeLoad local = local_loader(e, load, ctx, &local_ctx);
     double loss = pipeline_eval(e->pipe, m, counted, local, local_ctx);

@@ -213,8 +213,13 @@ void engine_device_moe_begin(EngineDevice *d, GPT *model, int m) {
     if (!moe) return;
     gpt_moe_begin_step(model);
     model->moe_loss_weight = 1.0 / m;
-    check(d, moe_device_begin_step(moe, gpt_device_compute_stream(d->model), model->moe_bias, model->moe_loss_weight,
-                                   model->moe_dp));
+    moe_device_begin_step(moe, model->moe_loss_weight, model->moe_dp);
+    engine_device_moe_bias(d, model);
+}
+
+void engine_device_moe_bias(EngineDevice *d, const GPT *model) {
+    MoeDevice *moe = gpt_device_moe(d->model);
+    if (moe) check(d, moe_device_set_bias(moe, gpt_device_compute_stream(d->model), model->moe_bias));
 }
 
 /* MoE: the step's statistics and losses into the host model, where the trainer reads the CPU's. */

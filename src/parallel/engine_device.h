@@ -48,6 +48,8 @@ double engine_device_train(EngineDevice *d, int m, float dloss, PipeLoad load, v
  * moe_z: what the trainer reads after the CPU's step). */
 void engine_device_moe_begin(EngineDevice *d, GPT *model, int m);
 void engine_device_moe_end(EngineDevice *d, GPT *model);
+/* MoE: model's selection biases to the device (before an evaluation: the bias update moved them). */
+void engine_device_moe_bias(EngineDevice *d, const GPT *model);
 /* The guard's: the first layer whose output was not finite in the last
  * train's forwards and the first block whose gradient was not (-1: none). */
 int engine_device_nonfinite_layer(const EngineDevice *d);
