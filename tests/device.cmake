@@ -49,6 +49,8 @@ bs_device_pair(classifier test_device_classifier)
 # FP8 on the device (device/fp8_math.h, device/fp8_gemm.h): quantization bit for bit and the layer's products
 # within the summation-order bound of the CPU's emulation, with the same statistics.
 bs_device_pair(fp8_gemm test_device_fp8_gemm)
+# The MoE kernels (device/moe_math.h) against model/moe.c's token side.
+bs_device_pair(moe_kernels test_device_moe_kernels)
 
 # The whole GPT-2 step on the device against the CPU model (model/gpt_device.h).
 add_executable(test_gpt_device test_gpt_device.c)
