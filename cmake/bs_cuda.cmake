@@ -23,7 +23,7 @@ if(BS_HAVE_CUDA)
   find_package(CUDAToolkit REQUIRED)
   add_library(bscuda STATIC src/device/cuda/device_cuda.cu src/device/cuda/cuda_kernels.cu
     src/device/cuda/flash_attention.cu src/device/cuda/classifier.cu src/device/cuda/fp8_kernels.cu
-    src/device/cuda/fp8_linear.cu src/device/cuda/graph_cuda.cu)
+    src/device/cuda/fp8_linear.cu src/device/cuda/graph_cuda.cu src/device/cuda/moe_kernels.cu)
   target_include_directories(bscuda PRIVATE src)
   target_compile_definitions(bscuda PRIVATE BS_HAVE_CUDA)
   # The directory's C options (-march=native, -Wall ...) are not nvcc's: replace them.

@@ -113,6 +113,8 @@ phase test_device_comm_nccl 60 "$WORK/bin/test_device_comm" cuda nccl # one rank
 phase test_device_comm_host 60 "$WORK/bin/test_device_comm" cuda host # pinned staging through MPI
 phase test_device_train 120 "$PY" tests/test_device_train.py cuda
 phase test_device_bf16 60 "$PY" tests/test_device_bf16.py cuda
+phase test_device_moe_kernels 20 "$WORK/bin/test_device_moe_kernels" cuda # DK_MOE_* against model/moe.c
+phase test_device_moe 40 "$PY" tests/test_device_moe.py cuda # MoE layers against the CPU through train
 # FP8: quantization bit for bit and the cuBLASLt FP8 products within the summation-order bound of the CPU's
 # emulation; then ten delayed-scaling steps against the CPU's FP8 run (and its reorderings, the floor), the amax
 # history step for step (the whole test_device_fp8.py, both recipes and bf16, took 281 s on sim on 2 CPU cores)

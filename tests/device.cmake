@@ -51,6 +51,8 @@ bs_device_pair(classifier test_device_classifier)
 bs_device_pair(fp8_gemm test_device_fp8_gemm)
 # The fused residual + layernorm kernel and --activations bf16 against the plain device path.
 bs_device_pair(acts_bf16 test_device_acts_bf16)
+# The MoE kernels (device/moe_math.h) against model/moe.c's token side.
+bs_device_pair(moe_kernels test_device_moe_kernels)
 
 # The whole GPT-2 step on the device against the CPU model (model/gpt_device.h).
 add_executable(test_gpt_device test_gpt_device.c)
@@ -130,3 +132,15 @@ bs_tier(unit TESTS device_kernels_sim device_sim_seam device_gpt_sim device_trai
 bs_tier(slow TESTS device_kernels_gpu device_seam_gpu device_gpt_gpu device_train_gpu device_bf16_sim device_bf16_gpu
   device_fp8_sim device_fp8_gpu)
 bs_tier(peers TESTS device_torch_peer)
+
+# MoE layers on the device (model/moe_device.h) against one CPU process, the
+# refusals in one line; 2 data-parallel ranks against the CPU's (mpirun: the layouts tier).
+add_test(NAME device_moe_sim COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_moe.py sim)
+add_test(NAME device_moe_ranks_sim COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_moe.py sim ranks)
+add_test(NAME device_moe_gpu COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_moe.py cuda)
+set_tests_properties(device_moe_sim device_moe_ranks_sim PROPERTIES LABELS device ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1")
+set_tests_properties(device_moe_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP}
+  ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1")
+bs_tier(unit TESTS device_moe_sim)
+bs_tier(layouts TESTS device_moe_ranks_sim)
+bs_tier(slow TESTS device_moe_gpu)

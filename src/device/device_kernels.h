@@ -35,6 +35,12 @@ typedef enum {
     DK_FP8_PRODUCT,  /* the fp32 product of two quantized operands (Fp8ProductArgs; fp8_math.h) */
     DK_BF16_WIDEN,               /* bf16 bits to floats (Bf16WidenArgs) */
     DK_RESIDUAL_LAYERNORM_FORWARD, /* the residual add and the layernorm after it in one pass (ResidualLayernormArgs) */
+    DK_MOE_ROUTE,    /* the MoE kernels (MoeArgs; moe_math.h) */
+    DK_MOE_DISPATCH,
+    DK_MOE_COMBINE,
+    DK_MOE_COMBINE_BACKWARD,
+    DK_MOE_ROUTER_BACKWARD,
+    DK_MOE_SCATTER_BACKWARD,
     DK_COUNT
 } DeviceKernel;
 
@@ -258,6 +264,37 @@ typedef struct {
     float beta;
 } Fp8ProductArgs;
 
+/* The MoE layer's token side (model/moe.h's definitions, dropless) over N
+ * rows of C channels, E experts, top K; stats holds model/moe.h's MoeStats
+ * (doubles at the DK_MOE_STAT_* offsets). DK_MOE_ROUTE: logits, scores (N,E),
+ * lse (N), slot_expert and slot_weight (N K) from x, router_w (E,C), bias (E
+ * or NULL). DK_MOE_DISPATCH: counts (E), slot_pos (N K), disp_row (N K) and
+ * stats +=; then rows (N K, C) = x's rows in dispatch order. DK_MOE_COMBINE:
+ * out (N,C) = sum_k w_k y[place], written. DK_MOE_COMBINE_BACKWARD: dy (N K,
+ * C) and slot_dweight (N K) from dout. DK_MOE_ROUTER_BACKWARD: dlogits (N,E)
+ * with the losses' gradients (aux_coef, z_coef, stats). DK_MOE_SCATTER_BACKWARD:
+ * dx (N,C) = dx_router + each row's drows, written. */
+enum { DK_MOE_MAX_EXPERTS = 256 };
+enum { DK_MOE_SOFTMAX, DK_MOE_SIGMOID };                           /* MoeRouter's order */
+enum { DK_MOE_NORMALIZED, DK_MOE_UNNORMALIZED, DK_MOE_PRE_SOFTMAX }; /* MoeGates' order */
+enum {
+    DK_MOE_STAT_TOKENS = 0,
+    DK_MOE_STAT_LSE_SQ = 1,
+    DK_MOE_STAT_ROUTED = 2,
+    DK_MOE_STAT_PROB = 2 + DK_MOE_MAX_EXPERTS,
+    DK_MOE_STAT_KEPT = 2 + 2 * DK_MOE_MAX_EXPERTS,
+    DK_MOE_STATS = 2 + 3 * DK_MOE_MAX_EXPERTS
+};
+typedef struct {
+    float *logits, *scores, *lse, *slot_weight, *slot_dweight, *rows, *out, *dy, *dlogits, *dx;
+    int32_t *slot_expert, *slot_pos, *disp_row, *counts;
+    double *stats;
+    const float *x, *router_w, *bias, *y, *dout, *drows, *dx_router;
+    int N, C, E, K, router, gates;
+    float routed_scale;
+    double aux_coef, z_coef;
+} MoeArgs;
+
 typedef struct {
     DeviceKernel kernel;
     union {
@@ -278,6 +315,7 @@ typedef struct {
         Fp8ProductArgs fp8_product;
         Bf16WidenArgs widen;
         ResidualLayernormArgs residual_ln;
+        MoeArgs moe;
     } a;
 } DeviceCall;
 

@@ -187,6 +187,12 @@ void sim_run_kernel(const DeviceCall *c) {
     case DK_FP8_PRODUCT: sim_fp8_product(&c->a.fp8_product); break;
     case DK_BF16_WIDEN: sim_bf16_widen(&c->a.widen); break;
     case DK_RESIDUAL_LAYERNORM_FORWARD: sim_residual_layernorm(&c->a.residual_ln); break;
+    case DK_MOE_ROUTE:
+    case DK_MOE_DISPATCH:
+    case DK_MOE_COMBINE:
+    case DK_MOE_COMBINE_BACKWARD:
+    case DK_MOE_ROUTER_BACKWARD:
+    case DK_MOE_SCATTER_BACKWARD: sim_moe(c); break;
     case DK_COUNT: break;
     }
 }

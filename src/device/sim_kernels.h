@@ -16,5 +16,7 @@ void sim_fp8_linear(const DeviceCall *call);
 /* FP8 quantization and the plain FP8 product (fp8_quantize_sim.c). */
 void sim_fp8_quantize(const Fp8QuantizeArgs *a);
 void sim_fp8_product(const Fp8ProductArgs *p);
+/* The MoE kernels (moe_sim.c): DK_MOE_*. */
+void sim_moe(const DeviceCall *call);
 
 #endif

@@ -18,6 +18,7 @@
 #include "model/gpt_device_cp.h"
 #include "model/gpt_device_tp.h"
 #include "model/step_graphs.h"
+#include "model/moe_device.h"
 
 #define TRY(x)                                                                                                        \
     do {                                                                                                              \
@@ -68,6 +69,7 @@ struct GPTDevice {
     Fp8Device *fp8;          /* gpt_device_enable_fp8 (NULL: off) */
     ActsBf16 *acts_bf16;     /* gpt_device_enable_bf16_activations (NULL: the activations kept in fp32) */
     StepGraphs *graphs;      /* gpt_device_enable_graphs (NULL: off) */
+    MoeDevice *moe;          /* the MoE layers (moe_device.h), NULL in a dense model */
     int nonfinite_layer;
     /* activations (pointers into acts) */
     float *encoded, *proj_out, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
@@ -130,7 +132,9 @@ static size_t carve_acts(GPTDevice *g, float *base) {
 }
 
 static const char *unsupported(const GPTConfig *cfg) {
-    if (gpt_is_moe(cfg)) return "a device runs dense models for now (no MoE)";
+    if (gpt_is_moe(cfg) && (gpt_tp_size(cfg) > 1 || !gpt_has_encoder(cfg) || !gpt_has_head(cfg) || gpt_cp_size(cfg) > 1))
+        return "a device runs MoE layers in the whole model in one process for now (no tensor, pipeline or context parallelism)";
+    if (gpt_is_moe(cfg) && moe_device_unsupported(cfg)) return moe_device_unsupported(cfg);
     if (cfg->lora_rank > 0) return "a device does not train LoRA adapters yet";
     if (cfg->recompute == GPT_RECOMPUTE_SELECTIVE && cfg->channels / cfg->num_heads > FLASH_MAX_HEAD)
         return "selective recomputation on a device is the fused attention's, and this model's heads are too wide for it";
@@ -188,6 +192,7 @@ static int allocate(GPTDevice *g) {
     if (gpt_has_head(&g->cfg) && !gpt_has_embeddings(&g->cfg) &&
         gpt_device_stage_open_head(&g->stage, g->dev, gpt_tensor_numel(&g->cfg, TK_WTE)) != 0)
         return -1;
+    if (gpt_is_moe(&g->cfg) && !(g->moe = moe_device_create(g->dev, &g->cfg, N))) return -1;
     return make_segments(g);
 }
 
@@ -242,6 +247,7 @@ void gpt_device_free(GPTDevice *g) {
     gpt_device_tp_free(g->tp);
     gpt_device_cp_free(g->cp);
     step_graphs_free(g->graphs);
+    moe_device_free(g->moe);
     device_event_destroy(g->dev, g->tokens_ready);
     device_stream_destroy(g->dev, g->copy);
     device_stream_destroy(g->dev, g->compute);
@@ -605,11 +611,15 @@ static int layer_forward(GPTDevice *g, int l, const float *residual, float *bloc
     const LayernormArgs ln2 = {.out = a->ln2, .mean = a->ln2_mean, .rstd = a->ln2_rstd, .weight = p.ln2w, .bias = p.ln2b};
     TRY(residual_norm(g, a->residual2, residual, g->proj_out, &ln2));
     TRY(keep(g, l, ACT_LN2, a->ln2));
-    TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FC, (MatmulArgs){.out = a->fch_gelu, .pre_gelu = a->fch, .inp = a->ln2, .weight = p.fcw,
-                                                  .bias = p.fcb}, C, F)); /* the GELU epilogue */
-    TRY(keep(g, l, ACT_FCH_GELU, a->fch_gelu));
-    TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FCPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->fch_gelu, .weight = p.fcprojw, .bias = row_bias(g, p.fcprojb)}, F, C));
-    TRY(tp_sum(g, g->proj_out));
+    if (gpt_layer_is_moe(&g->cfg, l)) { /* whole models only: no TP, no bf16 */
+        TRY(moe_device_forward(g->moe, g->compute, l, g->proj_out, a->ln2, p.router, p.experts));
+    } else {
+        TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FC, (MatmulArgs){.out = a->fch_gelu, .pre_gelu = a->fch, .inp = a->ln2, .weight = p.fcw,
+                                                      .bias = p.fcb}, C, F)); /* the GELU epilogue */
+        TRY(keep(g, l, ACT_FCH_GELU, a->fch_gelu));
+        TRY(linear(g, DK_MATMUL_FORWARD, l, LINEAR_FCPROJ, (MatmulArgs){.out = g->proj_out, .inp = a->fch_gelu, .weight = p.fcprojw, .bias = row_bias(g, p.fcprojb)}, F, C));
+        TRY(tp_sum(g, g->proj_out));
+    }
     LayernormArgs next;
     if (fuse_next) next = input_norm(g, l + 1, a->residual3); /* the flat parameters' (not under ZeRO 3) */
     TRY(residual_norm(g, a->residual3, a->residual2, g->proj_out, fuse_next ? &next : NULL));
@@ -630,12 +640,16 @@ static int layer_backward(GPTDevice *g, int l, const float *inp, float *block_pa
     float *dfch = split ? a->dfch : g->dfch, *dln2 = split ? a->dln2 : g->dln, *dqkv = split ? a->dqkv : g->dqkv;
     float *dln1 = split ? a->dln1 : g->dln;
     if (split) TRY(device_copy(g->dev, g->compute, a->dfcproj, g->dresidual, NC * sizeof(float), COPY_DEVICE_TO_DEVICE));
-    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FCPROJ, (MatmulArgs){.dinp = dfch, .dweight = d.fcprojw, .dbias = d.fcprojb, .dout = g->dresidual,
-                                                   .inp = a->fch_gelu, .weight = p.fcprojw}, F, C));
-    TRY(elementwise(g, DK_GELU_BACKWARD, dfch, a->fch, dfch, rows(g) * (size_t)F));
-    TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FC, (MatmulArgs){.dinp = dln2, .dweight = d.fcw, .dbias = d.fcb, .dout = dfch,
-                                                   .inp = a->ln2, .weight = p.fcw}, C, F));
-    TRY(tp_sum(g, dln2));
+    if (gpt_layer_is_moe(&g->cfg, l)) { /* whole models only: no split backward, no TP */
+        TRY(moe_device_backward(g->moe, g->compute, l, dln2, d.router, d.experts, g->dresidual, a->ln2, p.router, p.experts));
+    } else {
+        TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FCPROJ, (MatmulArgs){.dinp = dfch, .dweight = d.fcprojw, .dbias = d.fcprojb, .dout = g->dresidual,
+                                                       .inp = a->fch_gelu, .weight = p.fcprojw}, F, C));
+        TRY(elementwise(g, DK_GELU_BACKWARD, dfch, a->fch, dfch, rows(g) * (size_t)F));
+        TRY(linear(g, DK_MATMUL_BACKWARD, l, LINEAR_FC, (MatmulArgs){.dinp = dln2, .dweight = d.fcw, .dbias = d.fcb, .dout = dfch,
+                                                       .inp = a->ln2, .weight = p.fcw}, C, F));
+        TRY(tp_sum(g, dln2));
+    }
     TRY(layernorm(g, DK_LAYERNORM_BACKWARD, (LayernormArgs){.dinp = g->dresidual, .dweight = d.ln2w, .dbias = d.ln2b, .dout = dln2,
                                                              .inp = a->residual2, .weight = p.ln2w, .mean = a->ln2_mean, .rstd = a->ln2_rstd}));
     if (split) TRY(device_copy(g->dev, g->compute, a->dattproj, g->dresidual, NC * sizeof(float), COPY_DEVICE_TO_DEVICE));
@@ -822,13 +836,18 @@ static int collect(GPTDevice *g, double *loss_sum) {
 int gpt_device_step(GPTDevice *g, const int32_t *inputs, const int32_t *targets, float dloss, double *loss_sum) {
     if (gpt_tp_size(&g->cfg) > 1 && !g->tp) bs_die("internal error: a tensor-parallel shard on a device without its group");
     TRY(allocate_acts(g)); /* once: made by gpt_device_set_state */
+    if (g->moe) moe_device_set_training(g->moe, dloss != 0);
     if (g->graphs && g->doc_separator >= 0) document_starts(g, inputs);
     if (g->graphs && dloss != 0) /* training: replayed (forward only, evaluation, is not) */
         TRY(step_graphs_micro_batch(g->graphs, g->compute, inputs, targets, dloss, capture_micro_batch, g));
     else
         TRY(queue_micro_batch(g, inputs, targets, dloss));
-    return collect(g, loss_sum);
+    TRY(collect(g, loss_sum));
+    if (g->moe && dloss != 0) moe_device_add_micro_step(g->moe); /* the forward's statistics, on the host now */
+    return 0;
 }
+
+MoeDevice *gpt_device_moe(const GPTDevice *g) { return g->moe; }
 
 int gpt_device_nonfinite_layer(const GPTDevice *g) { return g->nonfinite_layer; }
 

@@ -13,7 +13,8 @@
  * every layer of a dense model in fp32 or bf16 on one process, a pipeline
  * stage of it, or a tensor parallel shard of it in fp32 (gpt_device_set_tensor_group, gpt_device_tp.h),
  * each sequence's rows split over a context group (gpt_device_set_context_group,
- * gpt_device_cp.h) (no MoE or LoRA: refused with a
+ * gpt_device_cp.h); MoE layers dropless in the whole model (model/moe_device.h;
+ * no expert parallelism, capacity factor or LoRA: refused with a
  * reason). Errors: -1 (or NULL) and the reason in reason / device_error. */
 #ifndef BS_MODEL_GPT_DEVICE_H
 #define BS_MODEL_GPT_DEVICE_H
@@ -29,6 +30,7 @@
 #include "optim/adamw.h"
 
 typedef struct GPTDevice GPTDevice;
+typedef struct MoeDevice MoeDevice;
 
 /* Tests of what sim catches: the step leaves out one event wait (the
  * compute stream's on the token upload, or on the tensor group's sums) or
@@ -205,5 +207,8 @@ float *gpt_device_head_wte(const GPTDevice *g, GPTDeviceArray which);
 int gpt_device_head_changed(GPTDevice *g);
 /* AdamW on every tensor's part in the update range (weight decay where gpt_tensor_decays), s->weight_decay the rate. */
 int gpt_device_adamw(GPTDevice *g, const AdamWStep *s);
+
+/* The MoE layers (model/moe_device.h: the step's biases, loss weight and statistics), NULL in a dense model. */
+MoeDevice *gpt_device_moe(const GPTDevice *g);
 
 #endif

@@ -474,7 +474,9 @@ EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad 
         comm_reset_stats(e->chunk_comm[0]); /* the step's data-parallel traffic, as below */
         void *local_ctx;
         PipeLoad local = local_loader(e, load, ctx, &local_ctx); /* context parallelism: this rank's rows */
+        engine_device_moe_begin(e->device, &e->chunks[0].model, m);
         EngineStepStats st = {.loss_sum = engine_device_train(e->device, m, dloss, local, local_ctx), .max_live = 1};
+        engine_device_moe_end(e->device, &e->chunks[0].model);
         PipeStats ps;
         const Pipeline *stage = engine_device_pipeline(e->device, &ps); /* --pp: the stage's measurements, as below */
         if (stage) st = (EngineStepStats){st.loss_sum, ps.busy, ps.idle, ps.max_live, 0, bubble_theory(e, m, &ps),
@@ -568,7 +570,10 @@ void engine_update(Engine *e, double lr, float grad_scale) {
 double engine_evaluate(Engine *e, int m, int counted, PipeLoad load, void *ctx) {
     void *local_ctx;
     PipeLoad local = local_loader(e, load, ctx, &local_ctx);
-    if (e->device) return engine_device_evaluate(e->device, m, counted, local, local_ctx);
+    if (e->device) {
+        engine_device_moe_bias(e->device, &e->chunks[0].model); /* the bias update moved them */
+        return engine_device_evaluate(e->device, m, counted, local, local_ctx);
+    }
     double loss = pipeline_eval(e->pipe, m, counted, local, local_ctx);
     return e->grid->tp_index == 0 ? loss : 0;
 }

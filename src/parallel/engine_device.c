@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "model/gpt_device.h"
 #include "parallel/pipeline_device.h"
+#include "model/moe_device.h"
 
 /* What of the chunk's host copy the device has changed since the last sync. */
 enum { STALE_PARAMS = 1, STALE_GRADS = 2, STALE_MOMENTS = 4 };
@@ -328,3 +329,26 @@ const char *engine_device_comm_path(const EngineDevice *d) {
 uint64_t engine_device_bytes_to_host(const EngineDevice *d) { return device_bytes_copied(d->dev, COPY_DEVICE_TO_HOST); }
 
 size_t engine_device_memory_used(const EngineDevice *d) { return device_memory_peak(d->dev); }
+
+/* MoE: the step's selection biases and losses' weight to the device, as gpt_moe_begin_step on the CPU. */
+void engine_device_moe_begin(EngineDevice *d, GPT *model, int m) {
+    MoeDevice *moe = gpt_device_moe(d->model);
+    if (!moe) return;
+    gpt_moe_begin_step(model);
+    model->moe_loss_weight = 1.0 / m;
+    moe_device_begin_step(moe, model->moe_loss_weight, model->moe_dp);
+    engine_device_moe_bias(d, model);
+}
+
+void engine_device_moe_bias(EngineDevice *d, const GPT *model) {
+    MoeDevice *moe = gpt_device_moe(d->model);
+    if (moe) check(d, moe_device_set_bias(moe, gpt_device_compute_stream(d->model), model->moe_bias));
+}
+
+/* MoE: the step's statistics and losses into the host model, where the trainer reads the CPU's. */
+void engine_device_moe_end(EngineDevice *d, GPT *model) {
+    const MoeDevice *moe = gpt_device_moe(d->model);
+    if (!moe) return;
+    for (int l = 0; l < model->cfg.num_layers; l++) model->moe_step[l] = *moe_device_step_stats(moe, l);
+    moe_device_step_losses(moe, &model->moe_aux, &model->moe_z);
+}

@@ -46,6 +46,14 @@ void engine_device_sync_host(EngineDevice *d, EngineChunk *chunk);
 double engine_device_train(EngineDevice *d, int m, float dloss, PipeLoad load, void *ctx);
 /* With --pp: the stage's executor and its last train's measurements (else NULL). */
 const Pipeline *engine_device_pipeline(const EngineDevice *d, PipeStats *last);
+/* MoE models (no-ops for a dense one): around engine_device_train, the
+ * step's selection biases and losses' weight (1/m) from model, and after it
+ * the step's statistics and weighted losses into model (moe_step, moe_aux,
+ * moe_z: what the trainer reads after the CPU's step). */
+void engine_device_moe_begin(EngineDevice *d, GPT *model, int m);
+void engine_device_moe_end(EngineDevice *d, GPT *model);
+/* MoE: model's selection biases to the device (before an evaluation: the bias update moved them). */
+void engine_device_moe_bias(EngineDevice *d, const GPT *model);
 /* The guard's: the first layer whose output was not finite in the last
  * train's forwards and the first block whose gradient was not (-1: none). */
 int engine_device_nonfinite_layer(const EngineDevice *d);

@@ -215,6 +215,20 @@ static bool check_gpu_comm(const TrainConfig *c, char *why, size_t n) {
     return false;
 }
 
+/* --experts on a device: dropless, in the whole model, at ZeRO 0-2, no expert parallelism (model/moe_device.h). */
+static bool check_device_moe(const TrainConfig *c, char *why, size_t n) {
+    if (c->moe.experts <= 1) return true;
+    const char *flag = c->moe.capacity_factor && c->moe.capacity_factor[0] ? "--capacity-factor"
+                       : c->moe.ep > 1                                                 ? "--ep"
+                       : c->parallel.tp > 1 || c->parallel.cp > 1 || c->parallel.pp > 1 ? "--tp, --cp or --pp"
+                       : c->parallel.zero >= 3                                          ? "--zero 3"
+                       : c->device.cuda_graphs == TRAIN_CUDA_GRAPHS_ON                  ? "--cuda-graphs on"
+                                                                                        : NULL;
+    if (flag) snprintf(why, n, "--device %s runs MoE layers dropless without expert parallelism for now (not with %s)",
+                       TRAIN_DEVICE_WORDS[c->device.kind], flag);
+    return !flag;
+}
+
 /* --pp on a device: one chunk per rank, fp32 or bf16 (parallel/pipeline_device.h). */
 static const char *device_pipeline_flag(const TrainConfig *c) {
     if (c->parallel.pp == 1) return NULL;
@@ -245,7 +259,7 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
                        : c->parallel.zero >= 3 && c->precision.mode != PRECISION_FP32 ? "--zero 3 in bf16 or FP8"
                        : c->parallel.zero_quant_weights || c->parallel.zero_hpz ? "--zero-quant-weights or --zero-hpz"
                        : c->parallel.zero_quant_grads ? "--zero-quant-grads"
-                       : c->moe.experts > 1 ? "--experts" : c->lora.rank > 0 ? "--lora-rank"
+                       : c->lora.rank > 0 ? "--lora-rank"
                        : c->diloco.local_steps > 0 ? "--local-steps" : c->estimators.noise_scale || c->estimators.noise_scale_every > 0 ? "--noise-scale"
                        : strncmp(c->batch.schedule, "adaptive", 8) == 0 || strncmp(c->batch.schedule, "goodput", 7) == 0
                            ? "--batch-schedule adaptive or goodput"
@@ -253,7 +267,7 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
                        : NULL;
     if (flag) snprintf(why, n, "--device %s does not work with %s yet (the device runs fp32 or bf16 AdamW, data parallel at ZeRO 0-3 (3 in fp32), tensor and context parallel in fp32, pipeline stages)",
                        TRAIN_DEVICE_WORDS[c->device.kind], flag);
-    return !flag;
+    return !flag && check_device_moe(c, why, n);
 }
 
 /* --recompute: where each mode runs. On a device, FlashAttention-2 stores

@@ -235,6 +235,12 @@ cudaError_t cuda_launch_kernel(const DeviceCall *call, cudaStream_t stream) {
     case DK_FLASH_BACKWARD:
     case DK_FLASH_MERGE: return cuda_flash_launch(call, stream);
     case DK_CLASSIFIER: return cuda_classifier(&call->a.xent, stream);
+    case DK_MOE_ROUTE:
+    case DK_MOE_DISPATCH:
+    case DK_MOE_COMBINE:
+    case DK_MOE_COMBINE_BACKWARD:
+    case DK_MOE_ROUTER_BACKWARD:
+    case DK_MOE_SCATTER_BACKWARD: return cuda_moe_launch(call, stream);
     case DK_FP8_QUANTIZE:
     case DK_FP8_PRODUCT: return cuda_fp8_launch(call, stream);
     case DK_BF16_ROUND:

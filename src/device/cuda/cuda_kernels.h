@@ -18,6 +18,8 @@ cudaError_t cuda_launch_kernel(const DeviceCall *call, cudaStream_t stream);
 cudaError_t cuda_flash_launch(const DeviceCall *call, cudaStream_t stream);
 /* The fused classifier (classifier.cu): DK_CLASSIFIER. */
 cudaError_t cuda_classifier(const XentArgs *a, cudaStream_t stream);
+/* The MoE kernels (moe_kernels.cu): DK_MOE_*. */
+cudaError_t cuda_moe_launch(const DeviceCall *call, cudaStream_t stream);
 cudaError_t cuda_bias_backward(float *dbias, const float *dout, int N, int OC, cudaStream_t stream);
 /* The FP8 kernels (fp8_kernels.cu): DK_FP8_QUANTIZE, DK_FP8_PRODUCT; out (n, m) += bias (m) per row. */
 cudaError_t cuda_fp8_launch(const DeviceCall *call, cudaStream_t stream);
