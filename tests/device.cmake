@@ -51,6 +51,8 @@ bs_device_pair(classifier test_device_classifier)
 bs_device_pair(fp8_gemm test_device_fp8_gemm)
 # The fused residual + layernorm kernel and --activations bf16 against the plain device path.
 bs_device_pair(acts_bf16 test_device_acts_bf16)
+# The optimizer fused over all tensors (device/adamw_math.h) bit for bit against one launch per tensor.
+bs_device_pair(adamw test_device_adamw)
 
 # The whole GPT-2 step on the device against the CPU model (model/gpt_device.h).
 add_executable(test_gpt_device test_gpt_device.c)

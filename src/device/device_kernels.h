@@ -21,7 +21,7 @@ typedef enum {
     DK_SOFTMAX_XENT,
     DK_MATMUL_FORWARD,
     DK_MATMUL_BACKWARD,
-    DK_ADAMW,
+    DK_ADAMW, /* fused over a table of segments (AdamWArgs; adamw_math.h) */
     DK_SUM_OF_SQUARES,
     DK_NONFINITE,
     DK_FLASH_FORWARD,  /* fused attention (flash_math.h) */
@@ -97,15 +97,27 @@ typedef struct {
     int N, IC, OC;
 } MatmulArgs;
 
-/* adamw_update on n parameters; params_bf16 (NULL: none) gets the bf16
- * rounding of each updated parameter. step_size = lr / (1 - beta1^t),
- * decay = 1 - lr wd, bias2_sqrt = sqrt(1 - beta2^t), computed by the host. */
+/* One piece of the fused AdamW's work (adamw_table.h): count parameters
+ * from offset (an index into params, m, v, grads, params_bf16), numbered
+ * from first in the launch's element order; decays picks the step's decay. */
+typedef struct {
+    int64_t offset, first, count;
+    int32_t decays;
+} AdamWSegment;
+
+/* adamw_update on every parameter of segs (nsegs, on the device, in order
+ * of first, non-empty, numbering [0, n)) in one launch; params_bf16 (NULL:
+ * none) gets the bf16 rounding of each updated parameter. step_size = lr /
+ * (1 - beta1^t), decay[decays] = 1 - lr wd (wd = 0 for a segment that does
+ * not decay), bias2_sqrt = sqrt(1 - beta2^t), computed by the host. */
 typedef struct {
     float *params, *m, *v;
     uint16_t *params_bf16;
     const float *grads;
+    const AdamWSegment *segs;
+    int nsegs;
     size_t n;
-    float beta1, beta2, eps, grad_scale, step_size, decay, bias2_sqrt;
+    float beta1, beta2, eps, grad_scale, step_size, decay[2], bias2_sqrt;
 } AdamWArgs;
 
 /* sums (tensors) = sum of x[offsets[i] .. offsets[i + 1])^2, in double;

@@ -131,7 +131,7 @@ int gpt_device_stage_backward(GPTDevice *g);
  * the gradients, which the caller adds to the first stage's wte); NULL on a
  * stage that holds the embeddings. */
 float *gpt_device_head_wte(const GPTDevice *g, GPTDeviceArray which);
-/* AdamW on every tensor's part in the update range (weight decay where gpt_tensor_decays), s->weight_decay the rate. */
+/* AdamW on every tensor's part in the update range, all in one launch (weight decay where gpt_tensor_decays), s->weight_decay the rate. */
 int gpt_device_adamw(GPTDevice *g, const AdamWStep *s);
 
 #endif
