@@ -39,7 +39,13 @@ void device_close(Device *d) {
 const char *device_name(const Device *d) { return d->ops->name; }
 const char *device_error(const Device *d) { return d->error; }
 const DeviceInfo *device_info(const Device *d) { return &d->info; }
-void *device_alloc(Device *d, size_t n) { return d->ops->alloc(d, n); }
+void *device_alloc(Device *d, size_t n) {
+    void *p = d->ops->alloc(d, n);
+    const uint64_t used = p ? d->ops->memory_used(d) : 0; /* use only grows at an allocation */
+    if (used > d->memory_peak) d->memory_peak = used;
+    return p;
+}
+uint64_t device_memory_peak(const Device *d) { return d->memory_peak; }
 void device_free(Device *d, void *p) {
     if (p) d->ops->free(d, p);
 }

@@ -235,6 +235,8 @@ static int sim_gpu_count(Device *d) {
     return 0;
 }
 
+static size_t sim_memory_used(Device *d) { return sim(d)->used; }
+
 static void sim_close(Device *d) {
     SimDevice *sd = sim(d);
     sim_drain(d);
@@ -256,6 +258,7 @@ static const DeviceOps sim_ops = {
     .close = sim_close,
     .alloc = sim_alloc,
     .free = sim_free,
+    .memory_used = sim_memory_used,
     .stream_create = sim_stream_create,
     .stream_destroy = sim_stream_destroy,
     .event_create = sim_event_create,

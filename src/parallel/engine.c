@@ -670,6 +670,12 @@ bool engine_device_traffic(const Engine *e, uint64_t *bytes_to_host) {
     return true;
 }
 
+bool engine_device_memory(const Engine *e, uint64_t *peak_bytes) {
+    if (!e->device) return false;
+    *peak_bytes = engine_device_memory_peak(e->device);
+    return true;
+}
+
 DPMemory engine_memory(const Engine *e) {
     DPMemory total = {0, 0, 0};
     for (int c = 0; c < e->num_chunks; c++) {

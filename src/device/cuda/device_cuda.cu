@@ -305,6 +305,11 @@ static int cuda_gpu_count(Device *d) {
     return check(d, cudaGetDeviceCount(&count), "cudaGetDeviceCount") ? 0 : count;
 }
 
+static size_t cuda_memory_used(Device *d) {
+    size_t free_bytes = 0, total = 0;
+    return check(d, cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo") ? 0 : total - free_bytes;
+}
+
 static void cuda_close(Device *d) {
     CudaDevice *cd = cuda(d);
     cudaDeviceSynchronize();
@@ -320,6 +325,7 @@ static const DeviceOps cuda_ops = {
     cuda_stream_destroy, cuda_event_create, cuda_event_destroy, cuda_copy, cuda_zero, cuda_event_record,
     cuda_stream_wait,    cuda_launch,       cuda_stream_sync,   cuda_sync,
     cuda_host_alloc,     cuda_host_free,    cuda_native_stream, cuda_event_done, cuda_gpu_count,
+    cuda_memory_used,
 };
 
 extern "C" Device *device_cuda_open(int gpu, char *reason, size_t reason_size) {
