@@ -11,7 +11,8 @@
 # carry=["build-gpu/gpu-bundle.tar.xz"]).
 #
 # Phases: env (GPU, driver, toolkit, torch); unpack (the bundle, --version);
-# the kernels against the CPU (test_device_kernels, a gate for what follows);
+# the kernels against the CPU (test_device_kernels, a gate for what follows)
+# and the fused AdamW against per-tensor launches bit for bit (test_device_adamw);
 # the speed rows issue 45 asks for, most important first, few steps each:
 # GPT-2 124M (T 1024, micro-batch 8) bf16 for batchscale and torch.compile,
 # then the 1.3B-class model (L24 H16 C2048, T 2048, micro-batch 4: about 52
@@ -140,6 +141,7 @@ phase env 20 env_report
 phase unpack 60 unpack || { note "no binary: stopping"; exit 1; }
 phase corpus 30 corpus
 phase test_device_kernels 40 "$WORK/bin/test_device_kernels" cuda
+phase test_device_adamw 20 "$WORK/bin/test_device_adamw" cuda # the fused optimizer against per-tensor launches
 # the speed rows, most important first: 124M bf16 against torch.compile, the 1.3B model in bf16, then FP8
 speed speed_batchscale_bf16 45 bf16 124m "" "${GPT2[@]}" --precision bf16
 torch_rows speed_pytorch_compile 90 --steps 12 --warmup 4 --modes compile-bf16
