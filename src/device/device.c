@@ -39,13 +39,7 @@ void device_close(Device *d) {
 const char *device_name(const Device *d) { return d->ops->name; }
 const char *device_error(const Device *d) { return d->error; }
 const DeviceInfo *device_info(const Device *d) { return &d->info; }
-void *device_alloc(Device *d, size_t n) {
-    void *p = d->ops->alloc(d, n);
-    const uint64_t used = p ? d->ops->memory_used(d) : 0; /* use only grows at an allocation */
-    if (used > d->memory_peak) d->memory_peak = used;
-    return p;
-}
-uint64_t device_memory_peak(const Device *d) { return d->memory_peak; }
+void *device_alloc(Device *d, size_t n) { return d->ops->alloc(d, n); }
 void device_free(Device *d, void *p) {
     if (p) d->ops->free(d, p);
 }
@@ -80,3 +74,4 @@ void device_host_free(Device *d, void *p) {
 void *device_native_stream(Device *d, DeviceStream *s) { return d->ops->native_stream(d, s); }
 int device_event_done(Device *d, DeviceEvent *e) { return e ? d->ops->event_done(d, e) : 1; }
 int device_gpu_count(Device *d) { return d->ops->gpu_count(d); }
+size_t device_memory_peak(const Device *d) { return d->memory_peak; }

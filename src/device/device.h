@@ -64,11 +64,6 @@ int device_copy(Device *d, DeviceStream *s, void *dst, const void *src, size_t n
 /* The bytes device_copy queued of that kind since the device opened (what
  * crosses between host and device: tests and metrics count it). */
 uint64_t device_bytes_copied(const Device *d, DeviceCopyKind kind);
-/* The high-water mark of the device memory in use, sampled after every
- * device_alloc: sim, the bytes allocated through the seam; cuda, the GPU's
- * memory less its free memory (cudaMemGetInfo: the CUDA context, cuBLASLt's
- * workspaces and anything else on the GPU included). */
-uint64_t device_memory_peak(const Device *d);
 /* n bytes of device memory at p set to 0 */
 int device_zero(Device *d, DeviceStream *s, void *p, size_t n);
 /* e completes when the work queued on s so far has run */
@@ -93,6 +88,11 @@ void *device_native_stream(Device *d, DeviceStream *s);
 int device_event_done(Device *d, DeviceEvent *e);
 /* GPUs this process sees (sim: 0). */
 int device_gpu_count(Device *d);
+/* The most device memory in use since the device opened, in bytes, as it
+ * stood after each allocation: sim, its count of its allocations; cuda, the
+ * GPU's memory less its free memory (cudaMemGetInfo: the CUDA context,
+ * cuBLASLt's workspaces and anything else on the GPU included). */
+size_t device_memory_peak(const Device *d);
 
 /* "built in (sm_80, sm_90a; CUDA 13.0)" or "not built in": --version's line. */
 const char *device_cuda_build(void);

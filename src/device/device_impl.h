@@ -34,7 +34,6 @@ typedef struct {
     void *(*native_stream)(Device *d, DeviceStream *s);
     int (*event_done)(Device *d, DeviceEvent *e);
     int (*gpu_count)(Device *d);
-    size_t (*memory_used)(Device *d); /* bytes of device memory in use now (device_memory_peak) */
 } DeviceOps;
 
 /* Every implementation's device begins with this. */
@@ -43,7 +42,7 @@ struct Device {
     char error[256];
     uint64_t copied[3]; /* bytes queued by device_copy, per DeviceCopyKind (device_bytes_copied) */
     DeviceInfo info;    /* set when the device opens (device_info) */
-    uint64_t memory_peak; /* the most memory_used seen after an allocation (device_memory_peak) */
+    size_t memory_peak; /* the most device memory in use after an allocation (sim: its own count; cuda: cudaMemGetInfo) */
 };
 
 /* Sets d's reason (printf-style) and returns -1. */

@@ -126,6 +126,7 @@ static void *sim_alloc(Device *d, size_t n) {
     if (sd->blocks) sd->blocks->prev = b;
     sd->blocks = b;
     sd->used += n;
+    if (sd->used > d->memory_peak) d->memory_peak = sd->used;
     memset(p + HEADER, 0xff, n); /* every float NaN, every int -1 */
     return p + HEADER;
 }
@@ -235,8 +236,6 @@ static int sim_gpu_count(Device *d) {
     return 0;
 }
 
-static size_t sim_memory_used(Device *d) { return sim(d)->used; }
-
 static void sim_close(Device *d) {
     SimDevice *sd = sim(d);
     sim_drain(d);
@@ -258,7 +257,6 @@ static const DeviceOps sim_ops = {
     .close = sim_close,
     .alloc = sim_alloc,
     .free = sim_free,
-    .memory_used = sim_memory_used,
     .stream_create = sim_stream_create,
     .stream_destroy = sim_stream_destroy,
     .event_create = sim_event_create,

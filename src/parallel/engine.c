@@ -670,10 +670,9 @@ bool engine_device_traffic(const Engine *e, uint64_t *bytes_to_host) {
     return true;
 }
 
-bool engine_device_memory(const Engine *e, uint64_t *peak_bytes) {
-    if (!e->device) return false;
-    *peak_bytes = engine_device_memory_peak(e->device);
-    return true;
+bool engine_device_memory_peak(const Engine *e, size_t *bytes) {
+    *bytes = e->device ? engine_device_memory_used(e->device) : 0;
+    return *bytes > 0;
 }
 
 DPMemory engine_memory(const Engine *e) {

@@ -221,4 +221,4 @@ void engine_device_update(EngineDevice *d, const OptimizerConfig *opt, double lr
 const char *engine_device_comm_path(const EngineDevice *d) { return d->comm ? device_comm_path(d->comm) : NULL; }
 
 uint64_t engine_device_bytes_to_host(const EngineDevice *d) { return device_bytes_copied(d->dev, COPY_DEVICE_TO_HOST); }
-uint64_t engine_device_memory_peak(const EngineDevice *d) { return device_memory_peak(d->dev); }
+size_t engine_device_memory_used(const EngineDevice *d) { return device_memory_peak(d->dev); }

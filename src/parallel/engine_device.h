@@ -66,7 +66,7 @@ void engine_device_update(EngineDevice *d, const OptimizerConfig *opt, double lr
 const char *engine_device_comm_path(const EngineDevice *d);
 /* Bytes copied from the device to the host since it opened. */
 uint64_t engine_device_bytes_to_host(const EngineDevice *d);
-/* The device memory in use at its highest (device_memory_peak). */
-uint64_t engine_device_memory_peak(const EngineDevice *d);
+/* The most device memory held at once since it opened (device_memory_peak: 0 where not counted). */
+size_t engine_device_memory_used(const EngineDevice *d);
 
 #endif

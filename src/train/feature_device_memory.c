@@ -1,8 +1,8 @@
 /* feature_device_memory.c: on a device (--device cuda|sim), the device
  * memory in use at its highest so far, the largest over the ranks, as
  * "device_memory_peak_bytes" in each step's metrics line (device_memory_peak:
- * sim counts the bytes allocated through the device seam; cuda the GPU's
- * memory less its free memory, the CUDA context included). */
+ * sim counts the bytes it allocated; cuda the GPU's memory less its free
+ * memory after each allocation, the CUDA context included). */
 #include <stdlib.h>
 
 #include "core/error.h"
@@ -31,8 +31,8 @@ static void destroy(void *state, const TrainContext *cx) {
 static void after_step(void *state, const TrainContext *cx, TrainStep *s) {
     (void)s;
     DeviceMemory *m = state;
-    uint64_t bytes = 0;
-    engine_device_memory(cx->engine, &bytes);
+    size_t bytes = 0;
+    engine_device_memory_peak(cx->engine, &bytes);
     const double mine = (double)bytes;
     comm_allgather_bytes(cx->world, &mine, sizeof mine, m->peaks);
 }

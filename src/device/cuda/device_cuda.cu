@@ -47,7 +47,11 @@ static void *cuda_alloc(Device *d, size_t n) {
         device_fail(d, "out of GPU memory: %zu bytes asked for, %zu of %zu free", n, free_bytes, total);
         return NULL;
     }
-    return check(d, e, "cudaMalloc") ? NULL : p;
+    if (check(d, e, "cudaMalloc")) return NULL;
+    size_t free_bytes = 0, total = 0; /* device_memory_peak: the whole GPU's use, the context included */
+    if (cudaMemGetInfo(&free_bytes, &total) == cudaSuccess && total - free_bytes > d->memory_peak)
+        d->memory_peak = total - free_bytes;
+    return p;
 }
 
 static void cuda_free(Device *d, void *p) { check(d, cudaFree(p), "cudaFree"); }
@@ -305,11 +309,6 @@ static int cuda_gpu_count(Device *d) {
     return check(d, cudaGetDeviceCount(&count), "cudaGetDeviceCount") ? 0 : count;
 }
 
-static size_t cuda_memory_used(Device *d) {
-    size_t free_bytes = 0, total = 0;
-    return check(d, cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo") ? 0 : total - free_bytes;
-}
-
 static void cuda_close(Device *d) {
     CudaDevice *cd = cuda(d);
     cudaDeviceSynchronize();
@@ -325,7 +324,6 @@ static const DeviceOps cuda_ops = {
     cuda_stream_destroy, cuda_event_create, cuda_event_destroy, cuda_copy, cuda_zero, cuda_event_record,
     cuda_stream_wait,    cuda_launch,       cuda_stream_sync,   cuda_sync,
     cuda_host_alloc,     cuda_host_free,    cuda_native_stream, cuda_event_done, cuda_gpu_count,
-    cuda_memory_used,
 };
 
 extern "C" Device *device_cuda_open(int gpu, char *reason, size_t reason_size) {
