@@ -17,11 +17,11 @@ set -euo pipefail
 BUILD=${1:-build-gpu}
 PROGRAMS="batchscale tests/test_device_kernels tests/test_device_sim tests/test_gpt_device tests/test_device_comm
   tests/test_device_flash tests/test_device_classifier tests/bench_device_attention tests/bf16_driver
-  tests/test_device_fp8_gemm tests/test_device_acts_bf16 tests/test_gpt_device_graphs tests/test_device_moe_kernels"
+  tests/test_device_fp8_gemm tests/test_device_acts_bf16 tests/test_gpt_device_graphs tests/test_device_moe_kernels tests/test_device_adamw"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DBS_NATIVE=OFF -DBS_CUDA=ON >/dev/null
 cmake --build "$BUILD" -j"$(nproc)" --target batchscale test_device_kernels test_device_sim test_gpt_device \
   test_device_comm test_device_flash test_device_classifier bench_device_attention bf16_driver test_device_fp8_gemm \
-  test_device_acts_bf16 test_gpt_device_graphs
+  test_device_acts_bf16 test_gpt_device_graphs test_device_adamw
 STAGE=$BUILD/bundle
 rm -rf "$STAGE" && mkdir -p "$STAGE/bin" "$STAGE/lib"
 for p in $PROGRAMS; do cp "$BUILD/$p" "$STAGE/bin/"; done

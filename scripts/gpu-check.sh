@@ -11,17 +11,28 @@
 # carry=["build-gpu/gpu-bundle.tar.xz"]).
 #
 # Phases: env (GPU, driver, toolkit, torch); unpack (the bundle, --version);
+# the kernels against the CPU (test_device_kernels, a gate for what follows)
+# and the fused AdamW against per-tensor launches bit for bit (test_device_adamw);
+# the speed rows issue 45 asks for, most important first, few steps each:
+# GPT-2 124M (T 1024, micro-batch 8) bf16 for batchscale and torch.compile,
+# then the 1.3B-class model (L24 H16 C2048, T 2048, micro-batch 4: about 52
+# GB on the device by the engine's buffers, derived in docs/journal) in bf16
+# for batchscale and PyTorch eager and torch.compile, then batchscale's FP8
+# (cuBLASLt) on the 1.3B model and 124M: every row tokens/s, MFU against the
+# GPU's dense bf16 peak (FP8 rows also mfu_fp8_peak, against its dense FP8
+# peak) and the peak GPU memory (batchscale: device_memory_peak_bytes of its
+# metrics, cudaMemGetInfo's high-water mark over its allocations, the CUDA
+# context included; PyTorch: torch.cuda.max_memory_allocated);
 # tests (the gpu-labelled checks of tests/device.cmake and
 # tests/device_comm.cmake with BS_REQUIRE_GPU=1: a skip fails;
 # test_device_train.py's include the checkpoints moved bit for bit between
 # the GPU and the CPU, test_device_bf16.py the bf16 run against the CPU's
 # bf16 within 4x the floor measured beside it; test_device_fp8_gemm and
 # test_device_fp8.py FP8 through cuBLASLt against the CPU's emulation); sanitizer (compute-sanitizer
-# memcheck and racecheck on three steps of a tiny model); speed (GPT-2 124M,
-# T 1024, micro-batch 8: batchscale --device cuda in fp32 and bf16 with the
-# fused attention (flash2, the default), the PyTorch peer in fp32 and bf16,
-# eager and torch.compile: tokens/s and MFU, bench/gpu_torch_gpt.py; then,
-# as time allows, fp32 with the unfused attention (causal) and the attention
+# memcheck and racecheck on three steps of a tiny model); more speed (GPT-2
+# 124M: batchscale --device cuda in fp32 and with bf16 activations, the
+# PyTorch peer eager in fp32 and bf16, bench/gpu_torch_gpt.py; then, as time
+# allows, fp32 with the unfused attention (causal) and the attention
 # kernels alone, tests/bench_device_attention.c); the planner's prediction of
 # the engine's step from `bench --calibrate --device cuda` (tests/test_plan_reality.py).
 #
@@ -80,31 +91,65 @@ TINY=(train --device cuda --layers 2 --heads 2 --channels 64 --seq-len 64 --micr
       --sample-tokens 0 --eval-every 0 --data "$WORK/data/train_000000.bin")
 GPT2=(train --device cuda --layers 12 --heads 12 --channels 768 --seq-len 1024 --vocab-size 50257 --micro-batch 8
       --steps 12 --warmup 2 --quiet --sample-tokens 0 --eval-every 0 --data "$WORK/data/train_000000.bin")
+# The 1.3B-class model (1.32e9 parameters), micro-batch 4 (8192 tokens a step), as GPT-2 XL's width at 24 layers.
+GPT1B3=(train --device cuda --layers 24 --heads 16 --channels 2048 --seq-len 2048 --vocab-size 50257 --micro-batch 4
+        --steps 8 --warmup 2 --quiet --sample-tokens 0 --eval-every 0 --data "$WORK/data/train_000000.bin")
+TORCH1B3=(--L 24 --H 16 --C 2048 --T 2048 --B 4)
 
-# speed_line METRICS PRECISION [KERNEL]: tokens/s of a metrics file (median of the steps after the second) and
-# MFU against the GPU's dense peak in that precision (fp32 or bf16); KERNEL names a non-default attention kernel.
+# speed_line METRICS PRECISION MODEL [KERNEL]: a metrics file's tokens/s (median of the steps after the second),
+# MFU against the GPU's dense peak (bf16's; fp32 rows the fp32 one; FP8 rows also mfu_fp8_peak, against the dense
+# FP8 peak) and peak_memory_bytes (its last step's device_memory_peak_bytes); MODEL is 124m (GPT-2 124M, T 1024) or
+# 1.3b (L24 H16 C2048, T 2048); KERNEL names a non-default attention kernel or option.
 speed_line() {
-    $PY - "$1" "$2" "${3:-}" <<'PY'
+    $PY - "$1" "$2" "$3" "${4:-}" <<'PY'
 import json, statistics, sys
 sys.path.insert(0, "bench")
 import gpu_torch_gpt as g
 import torch
-rows = [json.loads(l) for l in open(sys.argv[1])]
+path, precision, model, kernel = sys.argv[1:]
+rows = [json.loads(l) for l in open(path)]
 tps = statistics.median(r["tokens_per_s"] for r in rows[2:])
-cfg = dict(L=12, H=12, C=768, V=50257, maxT=1024)
-p = g.peak(torch.cuda.get_device_name(), sys.argv[2])
-mode = "device-" + sys.argv[2] + ("-" + sys.argv[3] if sys.argv[3] else "")
-print(json.dumps(dict(peer="batchscale", mode=mode, tokens_per_s=tps,
-                      mfu=tps * g.flops_per_token(cfg) / (p * 1e12) if p else None)))
+L, H, C, T = {"124m": (12, 12, 768, 1024), "1.3b": (24, 16, 2048, 2048)}[model]
+flops = tps * g.flops_per_token(dict(L=L, H=H, C=C, V=50257, maxT=T))
+name = torch.cuda.get_device_name()
+def mfu(p): return flops / (p * 1e12) if p else None
+row = dict(peer="batchscale", model=model, mode="device-" + precision + ("-" + kernel if kernel else ""),
+           tokens_per_s=tps, mfu=mfu(g.peak(name, "fp32" if precision == "fp32" else "bf16")),
+           peak_memory_bytes=rows[-1].get("device_memory_peak_bytes"))
+if precision == "fp8":
+    row["mfu_fp8_peak"] = mfu(g.peak(name, "fp8"))
+print(json.dumps(row))
 PY
+}
+# speed NAME SECONDS PRECISION MODEL [KERNEL] -- ARGS...: a batchscale speed phase and its row in the summary.
+speed() {
+    local name=$1 limit=$2 precision=$3 model=$4 kernel=${5:-}
+    shift 5
+    phase "$name" "$limit" "$BS" "$@" --metrics "$OUT/$name.jsonl" &&
+        speed_line "$OUT/$name.jsonl" "$precision" "$model" "$kernel" | tee -a "$OUT/summary.txt"
+}
+# torch_rows NAME SECONDS ARGS...: the PyTorch peer's rows (each printed as its mode ends: kept when a later one times out)
+torch_rows() {
+    local name=$1 limit=$2
+    shift 2
+    phase "$name" "$limit" "$PY" bench/gpu_torch_gpt.py "$@"
+    grep -s '^{' "$OUT/$name.log" >>"$OUT/summary.txt"
 }
 
 export -f env_report unpack corpus
 phase env 20 env_report
 phase unpack 60 unpack || { note "no binary: stopping"; exit 1; }
 phase corpus 30 corpus
-phase test_device_seam 30 "$WORK/bin/test_device_sim" cuda
 phase test_device_kernels 40 "$WORK/bin/test_device_kernels" cuda
+phase test_device_adamw 20 "$WORK/bin/test_device_adamw" cuda # the fused optimizer against per-tensor launches
+# the speed rows, most important first: 124M bf16 against torch.compile, the 1.3B model in bf16, then FP8
+speed speed_batchscale_bf16 45 bf16 124m "" "${GPT2[@]}" --precision bf16
+torch_rows speed_pytorch_compile 90 --steps 12 --warmup 4 --modes compile-bf16
+speed speed_batchscale_1b3_bf16 90 bf16 1.3b "" "${GPT1B3[@]}" --precision bf16
+torch_rows speed_pytorch_1b3 150 "${TORCH1B3[@]}" --steps 8 --warmup 3 --modes eager-bf16,compile-bf16
+speed speed_batchscale_1b3_fp8 90 fp8 1.3b "" "${GPT1B3[@]}" --precision fp8
+speed speed_batchscale_fp8 45 fp8 124m "" "${GPT2[@]}" --precision fp8
+phase test_device_seam 30 "$WORK/bin/test_device_sim" cuda
 phase test_device_flash 30 "$WORK/bin/test_device_flash" cuda
 phase test_device_classifier 30 "$WORK/bin/test_device_classifier" cuda
 phase test_device_gpt 60 "$WORK/bin/test_gpt_device" cuda
@@ -123,23 +168,16 @@ phase test_device_fp8 90 "$PY" tests/test_device_fp8.py cuda DeviceFp8Test.test_
 phase test_device_acts_bf16 30 "$WORK/bin/test_device_acts_bf16" cuda # fused residual layernorm, bf16 activations
 phase memcheck 40 compute-sanitizer --tool memcheck --error-exitcode 3 "$BS" "${TINY[@]}"
 phase racecheck 40 compute-sanitizer --tool racecheck --error-exitcode 3 "$BS" "${TINY[@]}"
-phase speed_batchscale_fp32 60 "$BS" "${GPT2[@]}" --metrics "$OUT/gpt2_fp32.jsonl" &&
-    speed_line "$OUT/gpt2_fp32.jsonl" fp32 | tee -a "$OUT/summary.txt"
-phase speed_batchscale_bf16 60 "$BS" "${GPT2[@]}" --precision bf16 --metrics "$OUT/gpt2_bf16.jsonl" &&
-    speed_line "$OUT/gpt2_bf16.jsonl" bf16 | tee -a "$OUT/summary.txt"
-phase speed_batchscale_bf16_acts 60 "$BS" "${GPT2[@]}" --precision bf16 --activations bf16 --metrics "$OUT/gpt2_bf16_acts.jsonl" &&
-    speed_line "$OUT/gpt2_bf16_acts.jsonl" bf16 bf16-activations | tee -a "$OUT/summary.txt"
-phase speed_pytorch 100 "$PY" bench/gpu_torch_gpt.py --steps 15 --modes eager-fp32,eager-bf16,compile-bf16
-grep '^{' "$OUT/speed_pytorch.log" >>"$OUT/summary.txt"
+speed speed_batchscale_fp32 60 fp32 124m "" "${GPT2[@]}"
+speed speed_batchscale_bf16_acts 60 bf16 124m bf16-activations "${GPT2[@]}" --precision bf16 --activations bf16
+torch_rows speed_pytorch 80 --steps 15 --modes eager-fp32,eager-bf16
 # bf16 again with the step replayed from CUDA graphs (--cuda-graphs on; off is the default until this is read)
-phase speed_batchscale_bf16_graphs 60 "$BS" "${GPT2[@]}" --precision bf16 --cuda-graphs on --metrics "$OUT/gpt2_bf16_graphs.jsonl" &&
-    speed_line "$OUT/gpt2_bf16_graphs.jsonl" bf16 graphs | tee -a "$OUT/summary.txt"
+speed speed_batchscale_bf16_graphs 60 bf16 124m graphs "${GPT2[@]}" --precision bf16 --cuda-graphs on
 # the same model with the unfused attention kernel (it keeps P: 12 x 400 MB at T 1024), fewer steps
-phase speed_batchscale_fp32_causal 45 "$BS" "${GPT2[@]}" --steps 6 --attention causal --metrics "$OUT/gpt2_fp32_causal.jsonl" &&
-    speed_line "$OUT/gpt2_fp32_causal.jsonl" fp32 causal | tee -a "$OUT/summary.txt"
+speed speed_batchscale_fp32_causal 45 fp32 124m causal "${GPT2[@]}" --steps 6 --attention causal
 # the attention kernels alone at GPT-2 124M's shapes (B 8, T 1024, C 768, H 12): fused against unfused, ms per call
 phase speed_attention 45 "$WORK/bin/bench_device_attention" cuda 8 1024 768 12 10
-grep '^{' "$OUT/speed_attention.log" >>"$OUT/summary.txt"
+grep -s '^{' "$OUT/speed_attention.log" >>"$OUT/summary.txt"
 # The planner against the engine on this GPU (issue 44): bench --calibrate --device cuda, then plan's
 # prediction of a measured step, GPT-2 124M and 350M (target 15%).
 phase plan_reality_124m 60 "$PY" tests/test_plan_reality.py --device cuda --model gpt2-124m --layouts 1x1x1 \

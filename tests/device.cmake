@@ -53,6 +53,8 @@ bs_device_pair(fp8_gemm test_device_fp8_gemm)
 bs_device_pair(acts_bf16 test_device_acts_bf16)
 # The MoE kernels (device/moe_math.h) against model/moe.c's token side.
 bs_device_pair(moe_kernels test_device_moe_kernels)
+# The optimizer fused over all tensors (device/adamw_math.h) bit for bit against one launch per tensor.
+bs_device_pair(adamw test_device_adamw)
 
 # The whole GPT-2 step on the device against the CPU model (model/gpt_device.h).
 add_executable(test_gpt_device test_gpt_device.c)
@@ -105,6 +107,10 @@ add_test(NAME device_acts_bf16_floor_gpu COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DI
 set_tests_properties(device_acts_bf16_floor_gpu PROPERTIES LABELS "device;gpu" SKIP_RETURN_CODE ${BS_SKIP}
   ENVIRONMENT "${DEVICE_BF16_ENV}")
 bs_tier(unit TESTS device_acts_bf16_memory_sim device_acts_bf16_refusals_sim)
+# The device memory's high-water mark in the metrics (device_memory_peak) against sim's --sim-memory.
+add_test(NAME device_memory_peak_sim COMMAND ${PY} ${CMAKE_CURRENT_SOURCE_DIR}/test_device_memory_peak.py)
+set_tests_properties(device_memory_peak_sim PROPERTIES LABELS device ENVIRONMENT "BATCHSCALE=${BS};OMP_NUM_THREADS=1")
+bs_tier(unit TESTS device_memory_peak_sim)
 bs_tier(slow TESTS device_acts_bf16_floor_sim device_acts_bf16_floor_gpu)
 
 # --precision fp8 (delayed) on sim against the CPU's FP8 run: losses and parameters

@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """test_bench_gpu_scripts.py: the GPU measurement scripts (bench/gpu_kernels.py, bench/gpu_moe_layer.py,
-bench/gpu_dense_layer.py) keep working
+bench/gpu_dense_layer.py, and bench/gpu_torch_gpt.py, the PyTorch peer of scripts/gpu-check.sh, whose --device cpu
+runs a tiny model of the shape given: each row echoes it, and its FLOPs per token and tokens/s follow from it) keep
+working
 where no GPU is, as CI is: without a CUDA GPU each says so in one line and exits 0, writing nothing; with --smoke each
 runs its whole measurement on tiny shapes on the CPU and writes rows whose derived figures follow from its timings
 (a product's TFLOP/s from its shape and seconds; a MoE layer's experts' rate from its products' time; a block's
@@ -43,6 +45,27 @@ class GpuScriptsTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         with open(self.out) as f:
             return json.load(f)
+
+    def test_torch_gpt_shape_on_the_cpu(self):
+        r = run("gpu_torch_gpt.py", "--steps", "2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("no CUDA GPU visible to torch; nothing measured", r.stdout)
+        shape = dict(L=2, H=2, C=32, V=100, T=16, B=3)
+        args = [a for k, v in shape.items() for a in ("--" + k, str(v))]
+        r = run("gpu_torch_gpt.py", "--device", "cpu", "--steps", "3", "--warmup", "1", *args, "--modes",
+                "eager-fp32,eager-bf16,compile-bf16")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = [json.loads(line) for line in r.stdout.splitlines()]
+        self.assertEqual([row["mode"] for row in rows], ["eager-fp32", "eager-bf16", "compile-bf16"])
+        L, C, V, T = shape["L"], shape["C"], shape["V"], shape["T"]
+        n = V * C + L * (12 * C * C + 13 * C) + 2 * C  # the docstring's 6 N + 12 L C T, N without wpe
+        for row in rows[:2]:
+            self.assertEqual({k: row[k] for k in shape}, shape)
+            self.assertEqual(row["flops_per_token"], 6 * n + 12 * L * C * T)
+            self.assertAlmostEqual(row["tokens_per_s"], shape["B"] * T / row["ms_per_step"] * 1e3, delta=1e-6)
+            self.assertIsNone(row["peak_memory_bytes"])  # torch.cuda's figure: none on the CPU
+        compiled = rows[2]  # measured, or said why not (torch without torch.compile)
+        self.assertTrue("tokens_per_s" in compiled or "no torch.compile" in compiled.get("skipped", ""), compiled)
 
     def test_kernels_smoke(self):
         d = self.smoke("gpu_kernels.py", "--sweeps", "2")

@@ -309,10 +309,12 @@ static void test_adamw(Harness *h) {
     float *p = random_floats(n, 1), *g = random_floats(n, 1), *m = random_floats(n, 0.1f), *v = random_floats(n, 0.01f);
     for (size_t i = 0; i < n; i++) v[i] *= v[i]; /* a second moment is >= 0 */
     AdamWStep s = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 0.5f, .step = 3};
+    const AdamWSegment whole = {0, 0, (int64_t)n, 1}; /* one decaying tensor (test_device_adamw: many) */
     DeviceCall call = {.kernel = DK_ADAMW};
-    call.a.adamw = (AdamWArgs){up(h, p, n), up(h, m, n), up(h, v, n), harness_alloc(h, sizeof(bf16) * n), up(h, g, n), n,
-                               s.beta1, s.beta2, s.eps, s.grad_scale, s.lr / (1.0f - powf(s.beta1, (float)s.step)),
-                               1.0f - s.lr * s.weight_decay, sqrtf(1.0f - powf(s.beta2, (float)s.step)), NULL, 0};
+    const AdamWStepScalars v1 = {s.grad_scale, s.lr / (1.0f - powf(s.beta1, (float)s.step)),
+                                 sqrtf(1.0f - powf(s.beta2, (float)s.step)), 1.0f - s.lr * s.weight_decay};
+    call.a.adamw = (AdamWArgs){up(h, p, n), up(h, m, n), up(h, v, n), harness_alloc(h, sizeof(bf16) * n), up(h, g, n),
+                               harness_upload(h, &whole, sizeof whole), 1, n, 0, 0, 0, s.beta1, s.beta2, s.eps, v1, NULL};
     harness_launch(h, &call);
     adamw_update(p, g, m, v, n, &s);
     expect_close(h, "adamw params", call.a.adamw.params, p, n);

@@ -89,8 +89,10 @@ void *device_native_stream(Device *d, DeviceStream *s);
 int device_event_done(Device *d, DeviceEvent *e);
 /* GPUs this process sees (sim: 0). */
 int device_gpu_count(Device *d);
-/* The most device memory allocated at once since the device opened, in
- * bytes: sim's accounting (cuda: 0, not counted). */
+/* The most device memory in use since the device opened, in bytes, as it
+ * stood after each allocation: sim, its count of its allocations; cuda, the
+ * GPU's memory less its free memory (cudaMemGetInfo: the CUDA context,
+ * cuBLASLt's workspaces and anything else on the GPU included). */
 size_t device_memory_peak(const Device *d);
 
 /* Graphs (cuda: stream capture into a CUDA graph). Between capture_begin and

@@ -46,7 +46,7 @@ struct Device {
     char error[256];
     uint64_t copied[3]; /* bytes queued by device_copy, per DeviceCopyKind (device_bytes_copied) */
     DeviceInfo info;    /* set when the device opens (device_info) */
-    size_t memory_peak; /* the most bytes allocated at once, where the implementation counts them (sim) */
+    size_t memory_peak; /* the most device memory in use after an allocation (sim: its own count; cuda: cudaMemGetInfo) */
 };
 
 /* Sets d's reason (printf-style) and returns -1. */

@@ -21,7 +21,7 @@ typedef enum {
     DK_SOFTMAX_XENT,
     DK_MATMUL_FORWARD,
     DK_MATMUL_BACKWARD,
-    DK_ADAMW,
+    DK_ADAMW, /* fused over a table of segments (AdamWArgs; adamw_math.h) */
     DK_SUM_OF_SQUARES,
     DK_NONFINITE,
     DK_FLASH_FORWARD,  /* fused attention (flash_math.h) */
@@ -106,23 +106,41 @@ typedef struct {
     int N, IC, OC;
 } MatmulArgs;
 
-/* adamw_update on n parameters; params_bf16 (NULL: none) gets the bf16
- * rounding of each updated parameter. step_size = lr / (1 - beta1^t),
- * decay = 1 - lr wd, bias2_sqrt = sqrt(1 - beta2^t), computed by the host.
- * With step (not NULL) the step's values come from device memory instead,
- * written there before the launch (a graph replays the launch unchanged):
- * AdamWStepScalars, decay taken only where decays (else 1). */
+/* The step's values of AdamW: step_size = lr / (1 - beta1^t), decay = 1 - lr
+ * wd (taken only where a segment decays, else 1), bias2_sqrt = sqrt(1 -
+ * beta2^t), grad_scale the gradient's factor; computed by the host. */
 typedef struct {
     float grad_scale, step_size, bias2_sqrt, decay;
 } AdamWStepScalars;
+
+/* One piece of the fused AdamW's work (adamw_table.h): count parameters
+ * from offset (an index into the layout: params, m, v, grads, params_bf16
+ * less their shifts), numbered from first in the launch's element order;
+ * decays picks the step's decay. */
+typedef struct {
+    int64_t offset, first, count;
+    int32_t decays;
+} AdamWSegment;
+
+/* adamw_update on every parameter of segs (nsegs, on the device, in order
+ * of first, non-empty, numbering [0, n)) in one launch; params_bf16 (NULL:
+ * none, else the whole layout's) gets the bf16 rounding of each updated
+ * parameter. params, grads and m, v hold the layout from param_shift,
+ * grad_shift and state_shift (a part holding the update range only: the
+ * range's start; else 0). With step (not NULL) the step's values come from
+ * device memory instead of scalars, written there before the launch (a graph
+ * replays the launch unchanged). */
 typedef struct {
     float *params, *m, *v;
     uint16_t *params_bf16;
     const float *grads;
+    const AdamWSegment *segs;
+    int nsegs;
     size_t n;
-    float beta1, beta2, eps, grad_scale, step_size, decay, bias2_sqrt;
+    int64_t param_shift, grad_shift, state_shift;
+    float beta1, beta2, eps;
+    AdamWStepScalars scalars;
     const AdamWStepScalars *step;
-    int decays;
 } AdamWArgs;
 
 /* sums (tensors) = sum of x[offsets[i] .. offsets[i + 1])^2, in double;

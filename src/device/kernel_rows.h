@@ -116,17 +116,6 @@ BS_HD void km_bf16_widen_element(const Bf16WidenArgs *a, size_t i) { a->out[i] =
 /* Element i of the fused residual add. */
 BS_HD void km_residual_element(const ResidualLayernormArgs *a, size_t i) { a->residual[i] = a->a[i] + a->b[i]; }
 
-/* Parameter i's AdamW update and its bf16 copy. */
-BS_HD void km_adamw_element(const AdamWArgs *a, size_t i) {
-    const AdamWStepScalars *s = a->step;
-    float p = s ? km_adamw(a->params[i], a->grads[i], &a->m[i], &a->v[i], a->beta1, a->beta2, a->eps, s->grad_scale,
-                           s->step_size, a->decays ? s->decay : 1.0f, s->bias2_sqrt)
-                : km_adamw(a->params[i], a->grads[i], &a->m[i], &a->v[i], a->beta1, a->beta2, a->eps, a->grad_scale,
-                           a->step_size, a->decay, a->bias2_sqrt);
-    a->params[i] = p;
-    if (a->params_bf16) a->params_bf16[i] = km_bf16(p);
-}
-
 /* Row r's position: the one given, else t, or t - its document's start. */
 BS_HD size_t km_position(const EncoderArgs *a, size_t r) {
     if (a->positions) return (size_t)a->positions[r];

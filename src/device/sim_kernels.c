@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/adamw_math.h"
 #include "device/kernel_math.h"
 #include "device/kernel_rows.h"
 #include "kernels/kernels.h"
@@ -133,8 +134,13 @@ static void sim_matmul(DeviceKernel k, const MatmulArgs *a) {
         for (size_t i = 0; i < (size_t)a->N * a->OC; i++) a->out[i] = km_gelu(a->pre_gelu[i]);
 }
 
+/* As the CUDA kernel's blocks: each finds its first segment, its elements walk on from there. */
 static void sim_adamw(const AdamWArgs *a) {
-    for (size_t i = 0; i < a->n; i++) km_adamw_element(a, i);
+    enum { BLOCK = 256 };
+    for (size_t start = 0; start < a->n; start += BLOCK) {
+        int s = km_adamw_segment_of(a, start);
+        for (size_t i = start; i < a->n && i < start + BLOCK; i++) km_adamw_element(a, s = km_adamw_walk(a, s, i), i);
+    }
 }
 
 static void sim_sum_of_squares(const SumSquaresArgs *a) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "device/adamw_table.h"
 #include "device/flash_math.h"
 #include "model/acts_bf16_device.h"
 #include "model/classifier_device.h"
@@ -56,6 +57,9 @@ struct GPTDevice {
     bool grad_part;           /* gpt_device_keep_grad_part: grads holds the update range only */
     GPTDeviceParamHooks phooks; /* gpt_device_set_param_hooks (params NULL: none) */
     bool param_part;          /* gpt_device_keep_param_part: params holds the update range only */
+    AdamWSegment *adamw_tensors, *adamw_table; /* the layout's trained tensors (host); those in the range (device) */
+    int adamw_nsegs;
+    size_t adamw_n; /* the parameters AdamW updates: one launch over adamw_table */
     int32_t *flags;  /* non-finite flags: one per layer (forward), then one per block (gradients) */
     float *host_losses;
     double *host_sums;
@@ -148,14 +152,19 @@ int gpt_device_set_update_range(GPTDevice *g, size_t offset, size_t count) {
     g->range_count = count;
     int64_t *off = malloc(sizeof *off * 2 * (size_t)(g->nseg + 1));
     if (!off) return -1;
+    AdamWSegment *table = calloc((size_t)g->nseg + 1, sizeof *table);
+    if (!table) return free(off), -1;
     for (int i = 0; i <= g->nseg; i++) {
         const size_t at = i < g->nseg ? g->segs[i].offset : g->nseg ? g->segs[i - 1].offset + g->segs[i - 1].count : 0;
         off[i] = (int64_t)clamp(at, offset, offset + count);
         off[g->nseg + 1 + i] = off[i] - (int64_t)offset; /* in the gradient part (gpt_device_keep_grad_part) */
     }
+    g->adamw_n = adamw_table_clip(g->adamw_tensors, g->nseg, offset, offset + count, table, &g->adamw_nsegs);
     int rc = device_copy(g->dev, g->compute, g->offsets, off, sizeof *off * 2 * (size_t)(g->nseg + 1), COPY_HOST_TO_DEVICE);
+    rc = rc ? rc : device_copy(g->dev, g->compute, g->adamw_table, table, sizeof *table * (size_t)(g->nseg + 1), COPY_HOST_TO_DEVICE);
     rc = rc ? rc : device_stream_sync(g->dev, g->compute);
     free(off);
+    free(table);
     return rc;
 }
 
@@ -167,7 +176,12 @@ static int make_segments(GPTDevice *g) {
     g->host_sums = malloc(sizeof *g->host_sums * (size_t)g->nseg);
     g->sums = device_alloc(g->dev, sizeof *g->sums * (size_t)g->nseg);
     g->offsets = device_alloc(g->dev, sizeof *g->offsets * 2 * (size_t)(g->nseg + 1));
-    if (!g->host_sums || !g->sums || !g->offsets) return -1;
+    g->adamw_tensors = malloc(sizeof *g->adamw_tensors * (size_t)(g->nseg + 1));
+    g->adamw_table = device_alloc(g->dev, sizeof *g->adamw_table * (size_t)(g->nseg + 1));
+    if (!g->host_sums || !g->sums || !g->offsets || !g->adamw_tensors || !g->adamw_table) return -1;
+    for (int i = 0; i < g->nseg; i++) /* wte's padded rows are not trained */
+        g->adamw_tensors[i] = (AdamWSegment){(int64_t)g->segs[i].offset, 0, (int64_t)gpt_tensor_trained(&g->cfg, g->segs[i].kind),
+                                             gpt_tensor_decays(g->segs[i].kind)};
     return gpt_device_set_update_range(g, 0, g->nparams);
 }
 
@@ -240,7 +254,7 @@ void gpt_device_free(GPTDevice *g) {
     g->tokens = gpt_device_stage_own_tokens(&g->stage, g->tokens);
     gpt_device_stage_close(&g->stage);
     void *dev_buffers[] = {g->params, g->grads,    g->m,     g->v,           g->acts,     g->tokens,    g->sums,
-                           g->offsets, g->flags, g->params_bf16, g->in_bf16, g->dout_bf16, g->wte_rounded};
+                           g->offsets, g->adamw_table, g->flags, g->params_bf16, g->in_bf16, g->dout_bf16, g->wte_rounded};
     for (size_t i = 0; i < sizeof dev_buffers / sizeof dev_buffers[0]; i++) device_free(g->dev, dev_buffers[i]);
     acts_bf16_free(g->acts_bf16);
     fp8_device_free(g->fp8);
@@ -253,6 +267,7 @@ void gpt_device_free(GPTDevice *g) {
     device_stream_destroy(g->dev, g->compute);
     free(g->layer);
     free(g->segs);
+    free(g->adamw_tensors);
     device_host_free(g->dev, g->host_losses);
     device_host_free(g->dev, g->host_doc_start);
     free(g->host_sums);
@@ -897,21 +912,14 @@ int gpt_device_grad_sum_squares(GPTDevice *g, double *out) {
     return 0;
 }
 
-/* The update's launches; with scalars (device memory) the step's values are read from there. */
+/* The update: every tensor's part of the range in one launch; with scalars (device memory) the step's values are read from there. */
 static int queue_adamw(GPTDevice *g, const AdamWStep *s, const AdamWStepScalars *scalars) {
-    const AdamWStepScalars v = adamw_step_scalars(s);
-    const size_t r0 = g->range_offset, r1 = g->range_offset + g->range_count;
-    for (int i = 0; i < g->nseg; i++) {
-        const size_t trained = gpt_tensor_trained(&g->cfg, g->segs[i].kind); /* not wte's padded rows */
-        const size_t o = clamp(g->segs[i].offset, r0, r1), end = clamp(g->segs[i].offset + trained, r0, r1);
-        if (end == o) continue; /* outside this rank's range */
-        const bool decays = gpt_tensor_decays(g->segs[i].kind);
-        DeviceCall call = {.kernel = DK_ADAMW};
-        call.a.adamw = (AdamWArgs){param_at(g, o), g->m + (o - r0), g->v + (o - r0), g->bf16 ? g->params_bf16 + o : NULL, grad_at(g, o),
-                                   end - o, s->beta1, s->beta2, s->eps, v.grad_scale, v.step_size,
-                                   decays ? v.decay : 1.0f, v.bias2_sqrt, scalars, decays};
-        TRY(launch(g, &call));
-    }
+    const int64_t r0 = (int64_t)g->range_offset; /* m and v hold the range; params and grads the layout, or their part */
+    DeviceCall call = {.kernel = DK_ADAMW};
+    call.a.adamw = (AdamWArgs){g->params, g->m, g->v, g->bf16 ? g->params_bf16 : NULL, g->grads, g->adamw_table, g->adamw_nsegs,
+                               g->adamw_n, g->param_part ? r0 : 0, g->grad_part ? r0 : 0, r0, s->beta1, s->beta2, s->eps,
+                               adamw_step_scalars(s), scalars};
+    if (g->adamw_n > 0) TRY(launch(g, &call));
     return refresh_wte(g);
 }
 

@@ -205,7 +205,7 @@ int gpt_device_stage_backward_weight(GPTDevice *g);
 float *gpt_device_head_wte(const GPTDevice *g, GPTDeviceArray which);
 /* After the head's copy changed (bf16 mode): its bf16 bits again, queued on the compute stream. */
 int gpt_device_head_changed(GPTDevice *g);
-/* AdamW on every tensor's part in the update range (weight decay where gpt_tensor_decays), s->weight_decay the rate. */
+/* AdamW on every tensor's part in the update range, all in one launch (weight decay where gpt_tensor_decays), s->weight_decay the rate. */
 int gpt_device_adamw(GPTDevice *g, const AdamWStep *s);
 
 /* The MoE layers (model/moe_device.h: the step's biases, loss weight and statistics), NULL in a dense model. */

@@ -155,7 +155,7 @@ void engine_inject_nan(Engine *e, int block);
  * bytes copied from the device to the host since it opened. */
 bool engine_device_tensor_norms(Engine *e, double *grads, double *params);
 bool engine_device_traffic(const Engine *e, uint64_t *bytes_to_host);
-/* --device sim (false elsewhere): the most device memory this rank held at once, in bytes (sim's accounting). */
+/* --device cuda|sim (false on the CPU): the most device memory this rank held at once, in bytes (device_memory_peak). */
 bool engine_device_memory_peak(const Engine *e, size_t *bytes);
 /* How device buffers move between ranks ("host" or "nccl", every group alike), NULL on the CPU or one rank. */
 const char *engine_device_comm(const Engine *e);

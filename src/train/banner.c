@@ -68,7 +68,7 @@ static void print_data_parallel(const Trainer *tr) {
                (mem.param_bytes + mem.grad_bytes + opt_bytes) / 1e6, formula[c->parallel.zero] / 1e6, mem.buffer_bytes / 1e6);
         size_t peak;
         if (engine_device_memory_peak(tr->engine, &peak))
-            printf("device memory: %zu bytes per rank (sim's count of its allocations; a step allocates none)\n", peak);
+            printf("device memory: %zu bytes per rank at most (device_memory_peak: sim's allocations, a GPU's use with its context)\n", peak);
     }
 }
 

@@ -15,11 +15,13 @@
 #include "optim/grad_norm.h"
 
 extern const Feature preempt_feature, guard_feature, balance_feature, fp8_feature, moe_feature, compression_feature,
-    diloco_feature, estimators_feature, fault_feature, watch_feature, grad_norm_ranks_feature;
+    diloco_feature, estimators_feature, fault_feature, watch_feature, grad_norm_ranks_feature,
+    device_memory_feature;
 
 static const Feature *const FEATURES[] = {
     &preempt_feature, &guard_feature, &balance_feature, &fp8_feature, &moe_feature, &compression_feature, &diloco_feature,
     &estimators_feature, &fault_feature, &watch_feature, &grad_norm_ranks_feature,
+    &device_memory_feature,
 };
 
 enum { FEATURE_COUNT = sizeof FEATURES / sizeof FEATURES[0] };

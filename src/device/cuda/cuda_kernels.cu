@@ -6,6 +6,7 @@
  * first: one thread per attention row, one per column of a parameter
  * gradient. */
 #include "device/cuda/cuda_kernels.h"
+#include "device/adamw_math.h"
 #include "device/kernel_math.h"
 #include "device/kernel_rows.h"
 
@@ -134,9 +135,13 @@ __global__ static void softmax_xent_kernel(XentArgs a) {
         row[j] = j < a.V ? km_exp_shifted(row[j], m) * s - (j == target ? a.dloss : 0.0f) : 0.0f;
 }
 
+/* All the segments in one launch: a block finds its first segment once, each thread walks on from it. */
 __global__ static void adamw_kernel(AdamWArgs a) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < a.n) km_adamw_element(&a, i);
+    __shared__ int first;
+    const size_t start = (size_t)blockIdx.x * blockDim.x, i = start + threadIdx.x;
+    if (threadIdx.x == 0) first = km_adamw_segment_of(&a, start);
+    __syncthreads();
+    if (i < a.n) km_adamw_element(&a, km_adamw_walk(&a, first, i), i);
 }
 
 /* One block per tensor, double partial sums in a fixed tree. */

@@ -47,7 +47,11 @@ static void *cuda_alloc(Device *d, size_t n) {
         device_fail(d, "out of GPU memory: %zu bytes asked for, %zu of %zu free", n, free_bytes, total);
         return NULL;
     }
-    return check(d, e, "cudaMalloc") ? NULL : p;
+    if (check(d, e, "cudaMalloc")) return NULL;
+    size_t free_bytes = 0, total = 0; /* device_memory_peak: the whole GPU's use, the context included */
+    if (cudaMemGetInfo(&free_bytes, &total) == cudaSuccess && total - free_bytes > d->memory_peak)
+        d->memory_peak = total - free_bytes;
+    return p;
 }
 
 static void cuda_free(Device *d, void *p) { check(d, cudaFree(p), "cudaFree"); }
