@@ -36,6 +36,11 @@
 # kernels alone, tests/bench_device_attention.c); the planner's prediction of
 # the engine's step from `bench --calibrate --device cuda` (tests/test_plan_reality.py).
 #
+# `scripts/gpu-check.sh tests` runs only the correctness phases, `speed` only
+# the speed rows, `all` (the default) both, tests first: within one device
+# call of 470 s the speed rows after the tests are skipped as time runs out,
+# so a session with time for two calls runs `tests`, then `speed`.
+#
 # The whole check stays within GPU_CHECK_SECONDS (default 470): each phase's
 # limit is cut to the time left, and a phase with under 10 s left is skipped
 # (said in the summary), so one device call of about 8 minutes holds it.
@@ -140,15 +145,12 @@ export -f env_report unpack corpus
 phase env 20 env_report
 phase unpack 60 unpack || { note "no binary: stopping"; exit 1; }
 phase corpus 30 corpus
+PART=${1:-all}
+case $PART in tests | speed | all) ;; *) echo "usage: scripts/gpu-check.sh [tests|speed|all]" >&2; exit 2 ;; esac
+# The correctness checks first (a wrong kernel voids every speed figure), then the speed rows.
+if [[ $PART != speed ]]; then
 phase test_device_kernels 40 "$WORK/bin/test_device_kernels" cuda
 phase test_device_adamw 20 "$WORK/bin/test_device_adamw" cuda # the fused optimizer against per-tensor launches
-# the speed rows, most important first: 124M bf16 against torch.compile, the 1.3B model in bf16, then FP8
-speed speed_batchscale_bf16 45 bf16 124m "" "${GPT2[@]}" --precision bf16
-torch_rows speed_pytorch_compile 90 --steps 12 --warmup 4 --modes compile-bf16
-speed speed_batchscale_1b3_bf16 90 bf16 1.3b "" "${GPT1B3[@]}" --precision bf16
-torch_rows speed_pytorch_1b3 150 "${TORCH1B3[@]}" --steps 8 --warmup 3 --modes eager-bf16,compile-bf16
-speed speed_batchscale_1b3_fp8 90 fp8 1.3b "" "${GPT1B3[@]}" --precision fp8
-speed speed_batchscale_fp8 45 fp8 124m "" "${GPT2[@]}" --precision fp8
 phase test_device_seam 30 "$WORK/bin/test_device_sim" cuda
 phase test_device_flash 30 "$WORK/bin/test_device_flash" cuda
 phase test_device_classifier 30 "$WORK/bin/test_device_classifier" cuda
@@ -168,6 +170,15 @@ phase test_device_fp8 90 "$PY" tests/test_device_fp8.py cuda DeviceFp8Test.test_
 phase test_device_acts_bf16 30 "$WORK/bin/test_device_acts_bf16" cuda # fused residual layernorm, bf16 activations
 phase memcheck 40 compute-sanitizer --tool memcheck --error-exitcode 3 "$BS" "${TINY[@]}"
 phase racecheck 40 compute-sanitizer --tool racecheck --error-exitcode 3 "$BS" "${TINY[@]}"
+fi
+if [[ $PART != tests ]]; then
+# the speed rows, most important first: 124M bf16 against torch.compile, the 1.3B model in bf16, then FP8
+speed speed_batchscale_bf16 45 bf16 124m "" "${GPT2[@]}" --precision bf16
+torch_rows speed_pytorch_compile 90 --steps 12 --warmup 4 --modes compile-bf16
+speed speed_batchscale_1b3_bf16 90 bf16 1.3b "" "${GPT1B3[@]}" --precision bf16
+torch_rows speed_pytorch_1b3 150 "${TORCH1B3[@]}" --steps 8 --warmup 3 --modes eager-bf16,compile-bf16
+speed speed_batchscale_1b3_fp8 90 fp8 1.3b "" "${GPT1B3[@]}" --precision fp8
+speed speed_batchscale_fp8 45 fp8 124m "" "${GPT2[@]}" --precision fp8
 speed speed_batchscale_fp32 60 fp32 124m "" "${GPT2[@]}"
 speed speed_batchscale_bf16_acts 60 bf16 124m bf16-activations "${GPT2[@]}" --precision bf16 --activations bf16
 torch_rows speed_pytorch 80 --steps 15 --modes eager-fp32,eager-bf16
@@ -184,4 +195,5 @@ phase plan_reality_124m 60 "$PY" tests/test_plan_reality.py --device cuda --mode
     --micro-batch 8 --steps 10 --target 0.15
 phase plan_reality_350m 90 "$PY" tests/test_plan_reality.py --device cuda --model gpt2-350m --layouts 1x1x1 \
     --micro-batch 8 --steps 10 --target 0.15
+fi
 rm -rf "$WORK"
