@@ -37,3 +37,5 @@ mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 env OMP_NUM_THRE
 /usr/bin/python3 bench/bench_lora.py "$BS" build/bench/lora.json
 /usr/bin/python3 bench/bench_nf4.py "$BS" build/bench/nf4.json
 /usr/bin/python3 bench/bench_moe.py "$BS" build/bench/moe.json
+echo "split backward (B + W) against the fused one, bf16 widen (test_backward_split timing):"
+"$(dirname "$BS")/tests/test_backward_split" timing | tee build/bench/backward_split.txt

@@ -11,7 +11,7 @@
 # - Such a test gets BS_TEST_SLOTS, its slots capped at the machine's cores: tests/bstest.py's `concurrently`
 #   runs that many of the test's independent one-process runs at once.
 # - The tests that time something (a bound they assert, or a timing they print) run alone (RUN_SERIAL): the
-#   multi-host and SLURM tests set it in ops.cmake; bw_split_timing here.
+#   multi-host tests set it in ops.cmake (the split backward's timing, which asserts nothing, is `make bench`'s).
 # - Each test has its own OpenMPI session directories (OMPI_MCA_orte_tmpdir_base): every isolated singleton (a
 #   process started without mpirun, tests/CMakeLists.txt) uses the same one under the base, and two tests side by
 #   side could remove it under each other (tests/bstest.py's `process` does the same for one test's own runs).
@@ -80,8 +80,6 @@ bs_slots(2 TESTS bf16_train_convergence) # its fp32 and bf16 runs side by side
 # each process's own peak, which a neighbour does not move), moe_export 4.8/4.6, ops_exit 1.5/13.7,
 # ops_preempt 3.7/5.5, sft_reference 4.6/4.6, ops_config and ops_logs under 1 s.
 
-# The fused backward against B and W, timed and printed: nothing beside it.
-set_tests_properties(bw_split_timing bw_split_timing_isa_avx2 PROPERTIES RUN_SERIAL ON)
 
 # OpenMP's and OpenMPI's waits leave the core (see above) but in the tests that run alone.
 foreach(t ${every_test})
@@ -91,13 +89,13 @@ foreach(t ${every_test})
   endif()
 endforeach()
 
-# Seconds on the idle 2-core Intel Xeon (make test of a fresh clone): the long tests start first.
-foreach(cost_test ft_fuzz:89 fp8_train_convergence:36 fp8_train:50 ops_multihost:34
-                  cp_equivalence:34 lora_nf4:31 cc_train_convergence_np4:31 cc_train_convergence_np2:25 tok_gpt2:25
-                  ft_ckpt:22 pipeline_schedules:21 plan_python:20 dp_equivalence:19 ft_restart:14 ops_exit:14
-                  bw_split_timing:14 bench_gpu_scripts:13 bf16_train_isa_avx2:13 ops_slurm:12 sft_hf:12 bf16_train:11
-                  sweep_fit:11 guards:11 cc_collectives_np4:11 diloco_reference:11 hf_safetensors:10
-                  bf16_train_convergence:18)
+# Seconds on the 2-core Intel Xeon (make test, 2026-12-06, 215 tests): the long tests start first.
+foreach(cost_test ft_fuzz:91 device_fp8_sim:65 fp8_train:45 fp8_train_convergence:37 ops_multihost:32
+                  cp_equivalence:29 cc_train_convergence_np4:28 dp_equivalence:26 lora_nf4:25
+                  cc_train_convergence_np2:24 ft_ckpt:24 device_cp_sim:24 plan_python:19 ft_restart:17 ops_exit:17
+                  tok_gpt2:17 lora_peft:16 bench_gpu_scripts:16 pipeline_schedules:15 ops_slurm:15 hf_safetensors:13
+                  guards:13 sweep_fit:13 diloco_reference:11 bf16_train_isa_avx2:11 device_bf16_sim:11
+                  cc_collectives_np4:11 mp_equivalence:10 sft_hf:10)
   string(REPLACE ":" ";" cost_test ${cost_test})
   list(GET cost_test 0 name)
   list(GET cost_test 1 seconds)
