@@ -19,8 +19,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import CorpusTest, launch, layout_run, one_line_error, rel  # noqa: E402
-from harness.device_runs import checkpoint_params, device_from_argv, main_on  # noqa: E402
+from bstest import CorpusTest, launch, layout_run, rel  # noqa: E402
+from harness.device_runs import assert_refused, checkpoint_params, device_from_argv, main_on  # noqa: E402
 
 DEVICE = device_from_argv()
 SHAPE = ["--layers", "4", "--heads", "4", "--channels", "32", "--seq-len", "256"]
@@ -84,12 +84,9 @@ class DeviceContextParallelTest(CorpusTest):
         self.assertTrue(np.array_equal(params["cpu"], params["device"]), "one CPU process read other parameters")
 
     def test_bf16_refused(self):
-        p = launch(["train", "--data", os.path.join(self.data, "train_000000.bin"), *SHAPE, "--micro-batch", "2",
-                    "--steps", "1", "--quiet", "--device", DEVICE, "--cp", "2", "--precision", "bf16"], 2, check=False)
-        self.assertNotEqual(p.returncode, 0)
-        line = one_line_error(p, 2)
-        self.assertIsNotNone(line, p.stderr)
-        self.assertIn("--tp or --cp outside --precision fp32", line)
+        assert_refused(self, ["train", "--data", os.path.join(self.data, "train_000000.bin"), *SHAPE, "--micro-batch", "2",
+                              "--steps", "1", "--quiet", "--device", DEVICE, "--cp", "2", "--precision", "bf16"], 2,
+                       "--tp or --cp outside --precision fp32")
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bstest import CorpusTest, launch, layout_run, one_line_error, read_manifest, rel  # noqa: E402
-from harness.device_runs import checkpoint_params, device_from_argv, main_on  # noqa: E402
+from bstest import CorpusTest, launch, layout_run, read_manifest, rel  # noqa: E402
+from harness.device_runs import assert_refused, checkpoint_params, device_from_argv, main_on  # noqa: E402
 
 DEVICE = device_from_argv()  # sim (CI), or cuda: the GPU check's, ranks sharing the GPU through the host path
 SHAPE = ["--layers", "2", "--heads", "2", "--channels", "32", "--seq-len", "32"]
@@ -76,12 +76,9 @@ class DeviceTensorParallelTest(CorpusTest):
         self.assertEqual(self.state("dev_back"), self.state(out), "the state changed on its way through one process")
 
     def test_bf16_refused(self):
-        p = launch(["train", "--data", os.path.join(self.data, "train_000000.bin"), *SHAPE, "--micro-batch", "2",
-                    "--steps", "1", "--quiet", "--device", DEVICE, "--tp", "2", "--precision", "bf16"], 2, check=False)
-        self.assertNotEqual(p.returncode, 0)
-        line = one_line_error(p, 2)
-        self.assertIsNotNone(line, p.stderr)
-        self.assertIn("--tp or --cp outside --precision fp32", line)
+        assert_refused(self, ["train", "--data", os.path.join(self.data, "train_000000.bin"), *SHAPE, "--micro-batch", "2",
+                              "--steps", "1", "--quiet", "--device", DEVICE, "--tp", "2", "--precision", "bf16"], 2,
+                       "--tp or --cp outside --precision fp32")
 
 
 if __name__ == "__main__":

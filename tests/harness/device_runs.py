@@ -7,7 +7,7 @@ import unittest
 
 import numpy as np
 
-from bstest import TempDir, launch, make_corpus, read_model, rel, run
+from bstest import TempDir, launch, make_corpus, one_line_error, read_model, rel, run
 
 EQUIVALENCE_KEYS = ("loss", "grad_norm", "grad_norm_layers", "weight_norm_layers")
 
@@ -72,3 +72,12 @@ def checkpoint_params(test, runs, step):
         launch(["ckpt", "export", "--out", path, os.path.join(d, "ckpt", f"step_{step:08d}")], 1)
         params[name] = read_model(path)[1]
     return params
+
+
+def assert_refused(test, args, ranks, says):
+    """`batchscale` args on `ranks` ranks exits non-zero with one line of ours containing `says`."""
+    p = launch(args, ranks, check=False)
+    test.assertNotEqual(p.returncode, 0)
+    line = one_line_error(p, ranks)
+    test.assertIsNotNone(line, p.stderr)
+    test.assertIn(says, line)
