@@ -284,7 +284,7 @@ static void device_layer(Harness *h, const LinearCase *c, const LinearHost *in, 
                        in->weight_bf16 ? harness_upload(h, in->weight_bf16, sizeof(uint16_t) * OC * IC) : NULL,
                        device_operand(&in->x, &stats[0]),
                        device_operand(&in->w, &stats[1]), device_operand(&in->g, &stats[2]), N, IC, OC};
-    void *owned[8] = {0};
+    void *owned[16] = {0}; /* 2 passes x at most 2 products x 4 buffers */
     int nowned = 0;
     for (int forward = 1; forward >= 0; forward--) {
         if (!planned) {
