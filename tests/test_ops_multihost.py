@@ -140,9 +140,9 @@ class MultiHost(bstest.CorpusTest):
                 pids.append(int(pid))
         return pids
 
-    def test_killed_host_ends_the_job(self):
-        timeout_s = 10
-        proc, err = self.start_long_job("kill", timeout_s)
+    def kill_host_once(self, attempt, timeout_s):
+        """host1's ranks killed under a running job: (its exit status, seconds until it ended, its stderr)."""
+        proc, err = self.start_long_job(f"kill{attempt}", timeout_s)
         pids = self.host_rank_pids(1)
         self.assertEqual(len(pids), 2)
         t0 = time.monotonic()
@@ -155,11 +155,23 @@ class MultiHost(bstest.CorpusTest):
             err.close()
             self.hosts.reset()
         took = time.monotonic() - t0
-        with open(self.path("kill.err")) as f:
-            text = f.read()
-        print(f"host1's ranks killed: the job ended {took:.1f} s later (--comm-timeout {timeout_s})", file=sys.stderr)
-        self.assertNotEqual(proc.returncode, 0)
-        self.assertLess(took, timeout_s)
+        with open(self.path(f"kill{attempt}.err")) as f:
+            return proc.returncode, took, f.read()
+
+    def test_killed_host_ends_the_job(self):
+        """The job ends within --comm-timeout, mpirun naming the node whose ranks died. A kill that lands while a
+        survivor is writing to a killed rank ends the job through OpenMPI's own TCP error first ("writev failed:
+        Connection reset by peer ... FATAL", no node named: seen once in six runs, 2026-12-06), so that
+        case alone is retried, at most 3 times; every attempt must end in time."""
+        timeout_s = 10
+        for attempt in range(3):
+            code, took, text = self.kill_host_once(attempt, timeout_s)
+            print(f"host1's ranks killed: the job ended {took:.1f} s later (--comm-timeout {timeout_s})", file=sys.stderr)
+            self.assertNotEqual(code, 0)
+            self.assertLess(took, timeout_s)
+            if "on node host1 exited on signal 9" in text or "Connection reset by peer" not in text:
+                break
+            print(f"attempt {attempt}: OpenMPI's TCP layer failed first; again", file=sys.stderr)
         self.assertRegex(text, r"on node host1 exited on signal 9")
 
     def cut_link_once(self, attempt, timeout_s):
