@@ -8,10 +8,13 @@
 # the device call carries at most 64 MiB) holding:
 #   bin/   batchscale and the device test programs, built for any x86-64 CPU
 #          (BS_NATIVE=OFF) with the CUDA backend (BS_CUDA=ON)
+#          and OpenMPI's launcher (bin/mpirun, Debian's orterun) for the layouts
+#          whose ranks share the GPU (gpu-check.sh layouts)
 #   lib/   every shared library they load except glibc's, the GCC runtime's
 #          and CUDA's (the GPU machine has its own), and OpenMPI's and PMIx's
 #          plug-ins (lib/openmpi3, lib/pmix), which MPI_Init loads even alone,
 #          with the libraries those load
+#   share/openmpi  the launcher's help texts and parameter sets (OPAL_PKGDATADIR)
 # usage: scripts/gpu-bundle.sh [BUILD_DIR]   (default build-gpu), from the repository root
 set -euo pipefail
 BUILD=${1:-build-gpu}
@@ -23,8 +26,10 @@ cmake --build "$BUILD" -j"$(nproc)" --target batchscale test_device_kernels test
   test_device_comm test_device_flash test_device_classifier bench_device_attention bf16_driver test_device_fp8_gemm \
   test_device_acts_bf16 test_gpt_device_graphs test_device_adamw
 STAGE=$BUILD/bundle
-rm -rf "$STAGE" && mkdir -p "$STAGE/bin" "$STAGE/lib"
+rm -rf "$STAGE" && mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/share"
 for p in $PROGRAMS; do cp "$BUILD/$p" "$STAGE/bin/"; done
+cp -L "$(command -v orterun)" "$STAGE/bin/mpirun"
+cp -rL /usr/share/openmpi "$STAGE/share/openmpi"
 # The GPU machine's own: the C library and loader, the GCC runtime, CUDA's libraries.
 KEEP_OUT='/(libc|libm|libdl|librt|libpthread|ld-linux-x86-64|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt)\.so'
 # copy_needs FILE...: the shared libraries they load, but the GPU machine's own
@@ -37,5 +42,5 @@ MULTIARCH=/usr/lib/x86_64-linux-gnu
 cp -rL "$MULTIARCH/openmpi/lib/openmpi3" "$STAGE/lib/openmpi3"
 if [ -d "$MULTIARCH/pmix2/lib/pmix" ]; then cp -rL "$MULTIARCH/pmix2/lib/pmix" "$STAGE/lib/pmix"; fi
 copy_needs "$STAGE"/lib/openmpi3/*.so "$STAGE"/lib/pmix/*.so
-tar -C "$STAGE" -cJf "$BUILD/gpu-bundle.tar.xz" bin lib
+tar -C "$STAGE" -cJf "$BUILD/gpu-bundle.tar.xz" bin lib share
 echo "$BUILD/gpu-bundle.tar.xz: $(du -h "$BUILD/gpu-bundle.tar.xz" | cut -f1) ($(ls "$STAGE/lib" | wc -l) libraries and plug-in folders)"

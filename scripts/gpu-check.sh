@@ -36,10 +36,19 @@
 # kernels alone, tests/bench_device_attention.c); the planner's prediction of
 # the engine's step from `bench --calibrate --device cuda` (tests/test_plan_reality.py).
 #
-# `scripts/gpu-check.sh tests` runs only the correctness phases, `speed` only
-# the speed rows, `all` (the default) both, tests first: within one device
-# call of 470 s the speed rows after the tests are skipped as time runs out,
-# so a session with time for two calls runs `tests`, then `speed`.
+# layouts (issue 44): every parallel layout with 2-4 ranks sharing the GPU
+# through the host path (tests/test_device_{dp,tp,cp,pp,moe}.py cuda, under
+# the bundle's own mpirun), a planted timeout named within --comm-timeout,
+# NCCL missing at run time (one line), the host-staged (and, with two GPUs or
+# more, NCCL) all-reduce bandwidths beside the GPU's copy and host-link
+# bandwidths, and DP 2 sharing the GPU: exposed communication as a share of
+# the step against the same layout on the CPU.
+#
+# `scripts/gpu-check.sh tests` runs only the correctness phases, `layouts`
+# only issue 44's, `speed` only the speed rows, `all` (the default) the three
+# in that order: within one device call of 470 s the later phases are skipped
+# as time runs out, so a session with time for three calls runs `tests`,
+# `layouts`, then `speed`.
 #
 # The whole check stays within GPU_CHECK_SECONDS (default 470): each phase's
 # limit is cut to the time left, and a phase with under 10 s left is skipped
@@ -75,6 +84,7 @@ phase() {
 env_report() {
     nvidia-smi; nvcc --version; compute-sanitizer --version | head -2
     $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())'
+    echo "NCCL: $(ldconfig -p | grep -m1 'libnccl\.so\.2 ' || echo "not in the loader's cache; LD_LIBRARY_PATH=$LD_LIBRARY_PATH")"
 }
 
 unpack() {
@@ -83,9 +93,18 @@ unpack() {
 # The bundle's libraries first; OpenMPI and PMIx find their plug-ins in it, and
 # a process alone starts no server of its own.
 export LD_LIBRARY_PATH=$WORK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# mpirun is the bundle's (Debian's orterun): its help texts and parameter sets in share/openmpi.
 export OMPI_MCA_mca_base_component_path=$WORK/lib/openmpi3 PMIX_MCA_mca_base_component_path=$WORK/lib/pmix
+export OPAL_PKGDATADIR=$WORK/share/openmpi PATH=$WORK/bin:$PATH
 export OMPI_MCA_ess_singleton_isolated=1 OMP_NUM_THREADS=4 BS_REQUIRE_GPU=1 BATCHSCALE=$BS BF16_DRIVER=$WORK/bin/bf16_driver
 export PATH=$PATH:/usr/local/cuda/bin # nvcc, compute-sanitizer
+# NCCL (comm/ loads libnccl.so.2 with dlopen): the system's, else the CUDA toolkit's or PyTorch's copy.
+if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 '; then
+    for d in /usr/local/cuda/lib /usr/local/cuda/lib64 /usr/local/cuda-*/lib \
+        "$($PY -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)"; do
+        if [ -e "$d/libnccl.so.2" ]; then export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d; break; fi
+    done
+fi
 
 # A byte-level corpus (word salad, tests/bstest.py) prepared into shards.
 corpus() {
@@ -141,14 +160,72 @@ torch_rows() {
     grep -s '^{' "$OUT/$name.log" >>"$OUT/summary.txt"
 }
 
-export -f env_report unpack corpus
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+# the functions below run in a bash of their own (phase), where arrays are not exported
+mpirun_np() { mpirun --allow-run-as-root --oversubscribe --bind-to none "$@"; }
+# expect NAME SECONDS REGEX COMMAND...: a phase that must end non-zero (a planted fault, a refusal) with a line
+# matching REGEX, not by the phase's timeout.
+expect() {
+    local name=$1 limit=$2 regex=$3 rc
+    shift 3
+    phase "$name" "$limit" "$@"
+    rc=$?
+    if [ $rc -ne 0 ] && [ $rc -lt 124 ] && grep -Eq "$regex" "$OUT/$name.log"; then
+        note "$name: as expected: $(grep -Em1 "$regex" "$OUT/$name.log")"
+        return 0
+    fi
+    note "$name: FAILED: expected a non-zero exit with a line matching /$regex/"
+    return 1
+}
+# The host-staged all-reduce (two ranks sharing the GPU) and, with two GPUs or more, NCCL's (one rank each), beside
+# the GPU's copy and host-link bandwidths, from `bench --calibrate --device cuda` (GB/s; busbw as nccl-tests').
+bandwidths() {
+    mpirun_np -np 2 "$BS" bench --calibrate "$OUT/calibration_host.json" --device cuda || return 1
+    local gpus
+    gpus=$(nvidia-smi -L | grep -c '^GPU')
+    if [ "$gpus" -ge 2 ]; then
+        mpirun_np -np "$gpus" "$BS" bench --calibrate "$OUT/calibration_nccl.json" --device cuda || return 1
+    fi
+    $PY - "$OUT/calibration_host.json" "$OUT/calibration_nccl.json" <<'PY'
+import json, os, sys
+for path in sys.argv[1:]:
+    if not os.path.exists(path):
+        print(json.dumps(dict(row="bandwidth", path="nccl", note="one GPU: NCCL has no second GPU to move bytes to")))
+        continue
+    c = json.load(open(path))
+    coll, link = c.get("collectives", {}), c["host_link"]
+    print(json.dumps(dict(row="bandwidth", path=coll.get("path"), ranks=coll.get("ranks"),
+                          copy_gbps=c["memory_bandwidth"]["bytes_per_s"] / 1e9,
+                          host_to_device_gbps=link["host_to_device_bytes_per_s"] / 1e9,
+                          device_to_host_gbps=link["device_to_host_bytes_per_s"] / 1e9,
+                          allreduce_busbw_gbps={k: v["busbw_bytes_per_s"] / 1e9 for k, v in coll.items()
+                                                if isinstance(v, dict)})))
+PY
+}
+# DP 2 sharing the GPU against DP 2 on the CPU, the same model and batch: exposed communication as a share of the
+# step (the metrics' comm_exposed_ms over ms, the steps after the second).
+dp2_exposed() {
+    local shape=(train --layers 6 --heads 6 --channels 384 --seq-len 256 --micro-batch 8 --global-batch 32 --steps 8
+                 --warmup 2 --quiet --sample-tokens 0 --eval-every 0 --data "$WORK/data/train_000000.bin")
+    mpirun_np -np 2 "$BS" "${shape[@]}" --device cuda --metrics "$OUT/dp2_cuda.jsonl" || return 1
+    OMP_NUM_THREADS=$(( $(nproc) / 2 )) mpirun_np -np 2 "$BS" "${shape[@]}" --threads $(( $(nproc) / 2 )) \
+        --metrics "$OUT/dp2_cpu.jsonl" || return 1
+    $PY - "$OUT/dp2_cuda.jsonl" "$OUT/dp2_cpu.jsonl" <<'PY'
+import json, sys
+for path, device in zip(sys.argv[1:], ("cuda", "cpu")):
+    rows = [json.loads(l) for l in open(path)][2:]
+    step, exposed = sum(r["ms"] for r in rows), sum(r["comm_exposed_ms"] for r in rows)
+    print(json.dumps(dict(row="dp2_exposed", device=device, step_ms=step / len(rows), exposed_share=exposed / step)))
+PY
+}
+export -f env_report unpack corpus mpirun_np bandwidths dp2_exposed
 phase env 20 env_report
 phase unpack 60 unpack || { note "no binary: stopping"; exit 1; }
 phase corpus 30 corpus
 PART=${1:-all}
-case $PART in tests | speed | all) ;; *) echo "usage: scripts/gpu-check.sh [tests|speed|all]" >&2; exit 2 ;; esac
+case $PART in tests | layouts | speed | all) ;; *) echo "usage: scripts/gpu-check.sh [tests|layouts|speed|all]" >&2; exit 2 ;; esac
 # The correctness checks first (a wrong kernel voids every speed figure), then the speed rows.
-if [[ $PART != speed ]]; then
+if [[ $PART == tests || $PART == all ]]; then
 phase test_device_kernels 40 "$WORK/bin/test_device_kernels" cuda
 phase test_device_adamw 20 "$WORK/bin/test_device_adamw" cuda # the fused optimizer against per-tensor launches
 phase test_device_seam 30 "$WORK/bin/test_device_sim" cuda
@@ -171,7 +248,25 @@ phase test_device_acts_bf16 30 "$WORK/bin/test_device_acts_bf16" cuda # fused re
 phase memcheck 40 compute-sanitizer --tool memcheck --error-exitcode 3 "$BS" "${TINY[@]}"
 phase racecheck 40 compute-sanitizer --tool racecheck --error-exitcode 3 "$BS" "${TINY[@]}"
 fi
-if [[ $PART != tests ]]; then
+if [[ $PART == layouts || $PART == all ]]; then
+# Issue 44: every layout with its ranks sharing the GPU through the host path, each against one CPU process (the
+# bundle's mpirun first: without it no layout can start).
+phase mpirun_start 30 "${MPIRUN[@]}" -np 2 "$BS" --version
+phase layout_dp 150 "$PY" tests/test_device_dp.py cuda
+phase layout_tp 60 "$PY" tests/test_device_tp.py cuda
+phase layout_pp 120 "$PY" tests/test_device_pp.py cuda
+phase layout_cp 90 "$PY" tests/test_device_cp.py cuda
+phase layout_moe 60 "$PY" tests/test_device_moe.py cuda ranks
+# a rank that never joins: the device all-reduce names itself, the group and the rank within --comm-timeout (1 s)
+expect comm_timeout 30 'all-reduce .* on the world group timed out after 1 s waiting for rank 1' \
+    "${MPIRUN[@]}" -np 2 "$WORK/bin/test_device_comm" cuda host stall
+# NCCL missing at run time (a library file that is not there): one line naming it
+expect nccl_missing 20 'nccl path: cannot load /nonexistent/libnccl' \
+    env BATCHSCALE_NCCL=/nonexistent/libnccl.so.2 "$WORK/bin/test_device_comm" cuda nccl
+phase bandwidths 90 bandwidths && grep -s '^{' "$OUT/bandwidths.log" >>"$OUT/summary.txt"
+phase dp2_exposed 120 dp2_exposed && grep -s '^{' "$OUT/dp2_exposed.log" >>"$OUT/summary.txt"
+fi
+if [[ $PART == speed || $PART == all ]]; then
 # the speed rows, most important first: 124M bf16 against torch.compile, the 1.3B model in bf16, then FP8
 speed speed_batchscale_bf16 45 bf16 124m "" "${GPT2[@]}" --precision bf16
 torch_rows speed_pytorch_compile 90 --steps 12 --warmup 4 --modes compile-bf16

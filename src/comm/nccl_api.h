@@ -2,13 +2,16 @@
  * group creates its NCCL communicator, not linked: linking libnccl (and
  * relocating it at start-up) would cost every process, CPU runs included,
  * its memory and start-up time, as cuBLASLt's did (device/cuda/cublaslt_api.h).
- * A missing library is a reason, as a missing GPU is. Only comm/ includes
- * nccl.h (as only comm/ includes mpi.h). */
+ * A missing library is a reason, as a missing GPU is. BATCHSCALE_NCCL, when
+ * set, names the library file to load instead (another NCCL build; the GPU
+ * check names a file that is not there to see the missing library's line).
+ * Only comm/ includes nccl.h (as only comm/ includes mpi.h). */
 #ifndef BS_COMM_NCCL_API_H
 #define BS_COMM_NCCL_API_H
 
 #include <nccl.h>
 #include <stdbool.h>
+#include <stdlib.h>
 
 #include "core/dynamic_library.h"
 
@@ -31,11 +34,12 @@ typedef struct {
     __typeof__(&ncclGroupEnd) GroupEnd;
 } NcclApi;
 
-/* Opens the libnccl of the major version this was built with; false with the reason. */
+/* Opens the libnccl of the major version this was built with (or $BATCHSCALE_NCCL); false with the reason. */
 static inline bool nccl_load(NcclApi *api, char *reason, size_t reason_size) {
 #define BS_NCCL_STR2(x) #x
 #define BS_NCCL_STR(x) BS_NCCL_STR2(x)
-    const char *name = "libnccl.so." BS_NCCL_STR(NCCL_MAJOR);
+    const char *chosen = getenv("BATCHSCALE_NCCL");
+    const char *name = chosen && chosen[0] ? chosen : "libnccl.so." BS_NCCL_STR(NCCL_MAJOR);
     if (!(api->library = dynamic_library_open(name, reason, reason_size))) return false;
 #define BS_NCCL_SYMBOL(field)                                                                                 \
     if (!(*(void **)&api->field = dynamic_library_symbol(&api->library, name, "nccl" #field, reason, reason_size))) \
