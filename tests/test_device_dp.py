@@ -21,7 +21,7 @@ path; the memory test is sim's alone, and the nccl refusal is the GPU's: two ran
 - The data-parallel line names the path the device buffers take ("device buffers over host").
 - A checkpoint the 2-rank device run (ZeRO 1 and 3: each rank holds half of the moments, at 3 of the parameters
   too) writes at step 5 is read by
-  one CPU process, which saves it again at once: the same parameters bit for bit; read back from that copy by 2
+  one CPU process and by the same layout on 2 CPU ranks, each saving it again at once: the same parameters bit for bit; read back from that copy by 2
   device ranks and saved, the same state as the first, file checksums included (a file per rank's moments, so
   the copies on one process and on two ranks are compared through the round trip).
 - The guard: a NaN planted in one rank's gradient skips the step naming that rank, as on the CPU.
@@ -158,8 +158,12 @@ class DeviceDataParallelTest(CorpusTest):
             out = self.path(f"dev2_ck_z{zero}")
             self.device_run(f"dev2_ck_run_z{zero}", 2, int(zero), "--out", out, "--ckpt-every", "5")
             self.resave(f"cpu_copy_z{zero}", 1, out, zero=zero)
+            cpu2 = self.path(f"cpu2_z{zero}.bin")  # the same layout on 2 CPU ranks (no new checkpoint: its final model)
+            self.resave(f"cpu2_copy_z{zero}", 2, out, "--save-model", cpu2, zero=zero)
             params = checkpoint_params(self, {"device": out, "cpu": self.path(f"cpu_copy_z{zero}")}, 5)
+            params["cpu2"] = read_model(cpu2)[1]
             self.assertTrue(np.array_equal(params["cpu"], params["device"]), f"ZeRO {zero}: one CPU process read other parameters")
+            self.assertTrue(np.array_equal(params["cpu2"], params["device"]), f"ZeRO {zero}: 2 CPU ranks read other parameters")
             self.resave(f"dev2_back_z{zero}", 2, self.path(f"cpu_copy_z{zero}"), "--device", DEVICE, zero=zero)
             state = lambda d: {k: v for k, v in read_manifest(os.path.join(d, "ckpt"), 5).items() if k != "layout"}
             self.assertEqual(state(self.path(f"dev2_back_z{zero}")), state(out),
