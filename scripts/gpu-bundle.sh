@@ -22,9 +22,8 @@ PROGRAMS="batchscale tests/test_device_kernels tests/test_device_sim tests/test_
   tests/test_device_flash tests/test_device_classifier tests/bench_device_attention tests/bf16_driver
   tests/test_device_fp8_gemm tests/test_device_acts_bf16 tests/test_gpt_device_graphs tests/test_device_moe_kernels tests/test_device_adamw"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DBS_NATIVE=OFF -DBS_CUDA=ON >/dev/null
-cmake --build "$BUILD" -j"$(nproc)" --target batchscale test_device_kernels test_device_sim test_gpt_device \
-  test_device_comm test_device_flash test_device_classifier bench_device_attention bf16_driver test_device_fp8_gemm \
-  test_device_acts_bf16 test_gpt_device_graphs test_device_adamw
+# every program of the list, by its target's name (one list: a program added there is built too)
+cmake --build "$BUILD" -j"$(nproc)" --target $(for p in $PROGRAMS; do basename "$p"; done)
 STAGE=$BUILD/bundle
 rm -rf "$STAGE" && mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/share"
 for p in $PROGRAMS; do cp "$BUILD/$p" "$STAGE/bin/"; done
