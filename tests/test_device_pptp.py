@@ -4,8 +4,10 @@ device buffers (`train --device sim --pp 2 --tp 2`, `--pp 2 --cp 2`, under mpiru
 `test_device_pptp.py sim` (every machine) or `cuda` (the ranks sharing a GPU through the host path; skipped with
 exit 77 and the reason where none answers).
 
-- Equivalence: tp 2 x pp 2 (4 ranks, 1f1b), tp 2 x pp 2 x dp 2 at ZeRO 1 (8 ranks, the issue's matrix entry) and
-  cp 2 x pp 2 (4 ranks, ring attention), global batch 8 in micro-batches of 2, give the losses (counted once per
+- Equivalence: tp 2 x pp 2 (4 ranks; 1f1b, gpipe and zbh1, which give the same bits), tp 2 x pp 2 x dp 2 at ZeRO 1
+  (8 ranks, the issue's matrix entry), cp 2 x pp 2 with zbh1 (4 ranks, ring attention: B keeps the ring's qkv
+  gradient in its stash for W) and tp 2 x cp 2 x pp 2 (8 ranks), global batch 8 in micro-batches of 2, give the
+  losses (counted once per
   tensor group), the gradient's norm (each shard's tensors once over the tensor x pipeline group), the per-layer
   gradient and weight norms and the final parameters of one CPU process within 1e-5 relative over 10 steps
   (harness/device_runs.py). Each tensor rank sends its copy of the residual stream to the same tensor rank of the
@@ -13,8 +15,8 @@ exit 77 and the reason where none answers).
   its tensor ranks' copies of the first stage's wte rows, and sends each rank's rows of the head's gradient back.
 - A checkpoint the device tp 2 x pp 2 run writes at step 5 holds one CPU process's step-5 parameters within 1e-5;
   one CPU process and the CPU's own tp 2 x pp 2 layout read it and save it at once with the same parameters bit
-  for bit, and the device tp 2 x pp 2 layout reading one process's copy saves the first checkpoint's state
-  (manifest and checksums).
+  for bit; the device tp 2 x pp 2 layout reading one process's copy saves the first checkpoint's state (manifest
+  and checksums) and, trained on to step 10 from it, ends on the uninterrupted run's parameters bit for bit.
 """
 import os
 import sys
@@ -52,27 +54,34 @@ class DevicePipelineShardsTest(CorpusTest):
         return layout_run(self.data, self.path(name), shape, ranks, ["--device", DEVICE, *flags])
 
     def test_tensor_times_pipeline(self):
-        run = self.device("tp2pp2", 4, *TP2PP2)
-        assert_equivalent(self, run, self.oracle(), "tp 2 x pp 2", TOLERANCE, PARAMETERS)
-        self.assertIn("stage transfers as device buffers over host", run[2])
+        runs = {}
+        for schedule in ("1f1b", "gpipe", "zbh1"):
+            runs[schedule] = self.device(f"tp2pp2_{schedule}", 4, *TP2PP2, "--pp-schedule", schedule)
+            assert_equivalent(self, runs[schedule], self.oracle(), f"tp 2 x pp 2 {schedule}", TOLERANCE, PARAMETERS)
+        self.assertIn("stage transfers as device buffers over host", runs["1f1b"][2])
+        for schedule in ("gpipe", "zbh1"):
+            self.assertTrue(np.array_equal(runs["1f1b"][1], runs[schedule][1]), f"1f1b and {schedule}: other parameters")
 
     def test_tensor_times_pipeline_times_data(self):
         run = self.device("tp2pp2dp2", 8, *TP2PP2, "--zero", "1")
         assert_equivalent(self, run, self.oracle(), "tp 2 x pp 2 x dp 2, ZeRO 1", TOLERANCE, PARAMETERS)
 
     def test_context_times_pipeline(self):
-        run = self.device("cp2pp2", 4, "--cp", "2", "--pp", "2", shape=SHAPE_CP)
         oracle = layout_run(self.data, self.path("cpu1_cp"), SHAPE_CP)[:2]
         floor = layout_run(self.data, self.path("dev1_cp"), SHAPE_CP, 1, ["--device", DEVICE])[1]
         print(f"floor at T 256: one device process, parameters {rel(floor, oracle[1]):.1e} from one CPU process")
-        assert_equivalent(self, run, oracle, "cp 2 x pp 2 (ring)", TOLERANCE, PARAMETERS)
+        for name, ranks, flags in (("cp 2 x pp 2 zbh1", 4, ["--pp-schedule", "zbh1"]),
+                                   ("tp 2 x cp 2 x pp 2", 8, ["--tp", "2"])):
+            run = self.device(name.replace(" ", ""), ranks, "--cp", "2", "--pp", "2", *flags, shape=SHAPE_CP)
+            assert_equivalent(self, run, oracle, name, TOLERANCE, PARAMETERS)
 
-    def resave(self, name, ranks, source, *flags):
+    def resave(self, name, ranks, source, *flags, steps=5):
         """`name` on `ranks` processes reads checkpoint 5 of the run saved under `source` and saves it at once (a resume
-        into another layout saves; --steps 5 trains nothing); returns the parameters it saved."""
+        into another layout saves; --steps 5 trains nothing), or trains on to `steps`; returns the parameters it
+        saved."""
         model = self.path(name + ".bin")
         launch(["train", "--data", os.path.join(self.data, "train_000000.bin"), *SHAPE, "--micro-batch", "2",
-                "--global-batch", "8", "--steps", "5", "--lr", "3e-3", "--warmup", "2", "--eval-every", "0",
+                "--global-batch", "8", "--steps", str(steps), "--lr", "3e-3", "--warmup", "2", "--eval-every", "0",
                 "--sample-tokens", "0", "--threads", "1", "--quiet", "--out", self.path(name), "--save-model", model,
                 "--resume", os.path.join(source, "ckpt", "step_00000005"), *flags], ranks)
         return read_model(model)[1]
@@ -80,7 +89,7 @@ class DevicePipelineShardsTest(CorpusTest):
     def test_checkpoint_resumes_on_cpu_layouts(self):
         out = self.path("tp2pp2_ck")
         self.oracle()
-        self.device("tp2pp2_ck_run", 4, *TP2PP2, "--out", out, "--ckpt-every", "5")
+        whole = self.device("tp2pp2_ck_run", 4, *TP2PP2, "--out", out, "--ckpt-every", "5")
         params = checkpoint_params(self, {"device": out, "cpu": self.path("cpu1_out")}, 5)
         gap = rel(params["device"], params["cpu"])
         print(f"tp 2 x pp 2 checkpoint 5: parameters {gap:.1e} from one CPU process's")
@@ -92,6 +101,9 @@ class DevicePipelineShardsTest(CorpusTest):
         self.resave("tp2pp2_back", 4, self.path("cpu_copy"), "--device", DEVICE, *TP2PP2)
         state = lambda d: {k: v for k, v in read_manifest(os.path.join(d, "ckpt"), 5).items() if k != "layout"}
         self.assertEqual(state(self.path("tp2pp2_back")), state(out), "the state changed on its way through one process")
+        resumed = self.resave("tp2pp2_on", 4, self.path("cpu_copy"), "--device", DEVICE, *TP2PP2, steps=10)
+        self.assertTrue(np.array_equal(resumed, whole[1]), "resumed from one process's copy, the device trained on to "
+                        "other parameters than without the stop")
 
 
 if __name__ == "__main__":

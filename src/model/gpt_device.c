@@ -552,7 +552,7 @@ static const int32_t *positions(const GPTDevice *g) { return g->cp ? gpt_device_
 static int attention(GPTDevice *g, DeviceKernel k, const DeviceLayerActs *a, float *dqkv) {
     DeviceCall call = {.kernel = k};
     if (g->cp && k == DK_ATTENTION_FORWARD) return gpt_device_cp_forward(g->cp, a->atty, a->att, a->qkv);
-    if (g->cp) return gpt_device_cp_backward(g->cp, g->dqkv, g->datty, a->qkv, a->atty, a->att);
+    if (g->cp) return gpt_device_cp_backward(g->cp, dqkv, g->datty, a->qkv, a->atty, a->att); /* dqkv: zbh1's B, the stash */
     if (g->fused_attention) { /* att holds each row's log-sum-exp */
         call.kernel = k == DK_ATTENTION_FORWARD ? DK_FLASH_FORWARD : DK_FLASH_BACKWARD;
         call.a.flash = flash_self_attention(a->atty, a->att, dqkv, a->qkv, g->datty, doc_starts(g), g->B, g->T,
