@@ -7,10 +7,9 @@ exit 77 and the reason where none answers).
 - Equivalence: tp 2 x pp 2 (4 ranks; 1f1b, gpipe and zbh1, which give the same bits), tp 2 x pp 2 x dp 2 at ZeRO 1
   (8 ranks, the issue's matrix entry), cp 2 x pp 2 with zbh1 (4 ranks, ring attention: B keeps the ring's qkv
   gradient in its stash for W) and tp 2 x cp 2 x pp 2 (8 ranks), global batch 8 in micro-batches of 2, give the
-  losses (counted once per
-  tensor group), the gradient's norm (each shard's tensors once over the tensor x pipeline group), the per-layer
-  gradient and weight norms and the final parameters of one CPU process within 1e-5 relative over 10 steps
-  (harness/device_runs.py). Each tensor rank sends its copy of the residual stream to the same tensor rank of the
+  losses (counted once per tensor group; with tp, the validation losses at steps 5 and 10 too), the gradient's norm
+  (each shard's tensors once over the tensor x pipeline group), the per-layer gradient and weight norms and the
+  final parameters of one CPU process within 1e-5 relative over 10 steps (harness/device_runs.py). Each tensor rank sends its copy of the residual stream to the same tensor rank of the
   next stage (the pipeline group), as the CPU does; the last stage's head reads the whole vocabulary gathered from
   its tensor ranks' copies of the first stage's wte rows, and sends each rank's rows of the head's gradient back.
 - A checkpoint the device tp 2 x pp 2 run writes at step 5 holds one CPU process's step-5 parameters within 1e-5;
@@ -42,29 +41,45 @@ SHAPE_CP = ["--layers", "4", "--heads", "4", "--channels", "32", "--seq-len", "2
 class DevicePipelineShardsTest(CorpusTest):
     cpu = None
 
+    def validation(self):
+        """The flags of a validation loss at steps 5 and 10."""
+        return ["--val-data", os.path.join(self.data, "val_000000.bin"), "--eval-every", "5"]
+
     def oracle(self):
-        """One CPU process on the whole batch, checkpointing at step 5: (metrics lines, final parameters)."""
+        """One CPU process on the whole batch, checkpointing and validating at steps 5 and 10: (metrics lines, final
+        parameters)."""
         if DevicePipelineShardsTest.cpu is None:
             DevicePipelineShardsTest.cpu = layout_run(self.data, self.path("cpu1"), SHAPE, 1,
-                                                      ["--out", self.path("cpu1_out"), "--ckpt-every", "5"])[:2]
+                                                      ["--out", self.path("cpu1_out"), "--ckpt-every", "5",
+                                                       *self.validation()])[:2]
         return DevicePipelineShardsTest.cpu
 
     def device(self, name, ranks, *flags, shape=SHAPE):
         """(metrics lines, final parameters, stdout) of `ranks` devices in the layout `flags`."""
         return layout_run(self.data, self.path(name), shape, ranks, ["--device", DEVICE, *flags])
 
+    def assert_validation(self, run, what):
+        """The validation losses (counted once per tensor group) within TOLERANCE of one CPU process's."""
+        got, want = ([m["val_loss"] for m in lines if "val_loss" in m] for lines in (run[0], self.oracle()[0]))
+        self.assertEqual(len(got), 2, what)
+        gap = float(np.max(np.abs(np.subtract(got, want)) / np.abs(want)))
+        print(f"{what}: validation loss {gap:.1e} from one CPU process")
+        self.assertLessEqual(gap, TOLERANCE, f"{what}: validation loss")
+
     def test_tensor_times_pipeline(self):
         runs = {}
         for schedule in ("1f1b", "gpipe", "zbh1"):
-            runs[schedule] = self.device(f"tp2pp2_{schedule}", 4, *TP2PP2, "--pp-schedule", schedule)
+            runs[schedule] = self.device(f"tp2pp2_{schedule}", 4, *TP2PP2, "--pp-schedule", schedule, *self.validation())
             assert_equivalent(self, runs[schedule], self.oracle(), f"tp 2 x pp 2 {schedule}", TOLERANCE, PARAMETERS)
+            self.assert_validation(runs[schedule], f"tp 2 x pp 2 {schedule}")
         self.assertIn("stage transfers as device buffers over host", runs["1f1b"][2])
         for schedule in ("gpipe", "zbh1"):
             self.assertTrue(np.array_equal(runs["1f1b"][1], runs[schedule][1]), f"1f1b and {schedule}: other parameters")
 
     def test_tensor_times_pipeline_times_data(self):
-        run = self.device("tp2pp2dp2", 8, *TP2PP2, "--zero", "1")
+        run = self.device("tp2pp2dp2", 8, *TP2PP2, "--zero", "1", *self.validation())
         assert_equivalent(self, run, self.oracle(), "tp 2 x pp 2 x dp 2, ZeRO 1", TOLERANCE, PARAMETERS)
+        self.assert_validation(run, "tp 2 x pp 2 x dp 2, ZeRO 1")
 
     def test_context_times_pipeline(self):
         oracle = layout_run(self.data, self.path("cpu1_cp"), SHAPE_CP)[:2]

@@ -286,9 +286,7 @@ int engine_device_nonfinite_block(const EngineDevice *d) { return d->nonfinite_b
 void engine_device_inject_nan(EngineDevice *d, int block) { d->poison_block = block; }
 
 double engine_device_evaluate(EngineDevice *d, int m, int counted, PipeLoad load, void *ctx) {
-    if (!d->pipe) return run(d, m, counted, 0.0f, load, ctx);
-    const double loss = pipeline_device_eval(d->pipe, m, counted, load, ctx);
-    return d->counts_loss ? loss : 0; /* once per tensor group */
+    return d->pipe ? pipeline_device_eval(d->pipe, m, counted, load, ctx) : run(d, m, counted, 0.0f, load, ctx);
 }
 
 /* ZeRO >= 1: each rank's sum covers its part of the gradients; tensor
