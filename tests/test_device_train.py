@@ -186,7 +186,7 @@ class DeviceTrainTest(CorpusTest):
         return line
 
     def test_refusals(self):
-        self.assertIn("--pp together with --tp or --cp", self.refused("--device", DEVICE, "--pp", "2", "--tp", "2"))
+        self.assertIn("--optimizer other than adamw", self.refused("--device", DEVICE, "--optimizer", "sgd"))
         self.assertIn("--attention flash2 needs --device", self.refused("--attention", "flash2"))
         self.assertIn("heads of up to 128", self.refused("--device", DEVICE, "--attention", "flash2", "--heads", "1",
                                                          "--channels", "256"))

@@ -363,7 +363,8 @@ static int size_state(GPTDevice *g) {
 
 /* bf16: the encoder's wte, rounded as the products' */
 static int refresh_wte(GPTDevice *g) {
-    if (g->tp) TRY(gpt_device_tp_gather_wte(g->tp, tensor(g, g->params, TK_WTE))); /* tensor parallel: the whole wte */
+    if (g->tp && gpt_has_embeddings(&g->cfg)) /* tensor parallel: the whole wte (a last stage: gpt_device_head_changed) */
+        TRY(gpt_device_tp_gather_wte(g->tp, tensor(g, g->params, TK_WTE)));
     return g->bf16 ? round_bf16(g, g->wte_rounded, NULL, tensor(g, g->params, TK_WTE), gpt_tensor_numel(&g->cfg, TK_WTE)) : 0;
 }
 
@@ -387,6 +388,7 @@ int gpt_device_fp8_begin_step(GPTDevice *g) { return g->fp8 ? fp8_device_begin_s
 int gpt_device_fp8_end_step(GPTDevice *g) { return g->fp8 ? fp8_device_end_step(g->fp8, g->compute) : 0; }
 
 int gpt_device_head_changed(GPTDevice *g) {
+    if (g->tp && g->stage.head_wte) TRY(gpt_device_tp_gather_wte(g->tp, g->stage.head_wte)); /* its rows of the whole */
     if (!g->stage.head_wte_bf16) return 0;
     return round_bf16(g, NULL, g->stage.head_wte_bf16, g->stage.head_wte, gpt_tensor_numel(&g->cfg, TK_WTE));
 }
@@ -550,7 +552,7 @@ static const int32_t *positions(const GPTDevice *g) { return g->cp ? gpt_device_
 static int attention(GPTDevice *g, DeviceKernel k, const DeviceLayerActs *a, float *dqkv) {
     DeviceCall call = {.kernel = k};
     if (g->cp && k == DK_ATTENTION_FORWARD) return gpt_device_cp_forward(g->cp, a->atty, a->att, a->qkv);
-    if (g->cp) return gpt_device_cp_backward(g->cp, g->dqkv, g->datty, a->qkv, a->atty, a->att);
+    if (g->cp) return gpt_device_cp_backward(g->cp, dqkv, g->datty, a->qkv, a->atty, a->att); /* dqkv: zbh1's B, the stash */
     if (g->fused_attention) { /* att holds each row's log-sum-exp */
         call.kernel = k == DK_ATTENTION_FORWARD ? DK_FLASH_FORWARD : DK_FLASH_BACKWARD;
         call.a.flash = flash_self_attention(a->atty, a->att, dqkv, a->qkv, g->datty, doc_starts(g), g->B, g->T,
@@ -751,7 +753,7 @@ static int forward(GPTDevice *g, float dloss) {
         param_done(g, L + 1);
     }
     /* the loss and, training, the gradients into lnf (g->dln) and wte (the last stage's copy: head_wte; TP's whole one), a block of rows at a time */
-    const bool copy = g->stage.head_wte != NULL;
+    const bool copy = g->stage.head_wte != NULL && !g->tp; /* TP: the whole one, gathered from the copies' rows */
     float *dwte = copy ? g->stage.head_dwte : g->tp ? whole_dwte(g) : dloss != 0 ? grad_tensor(g, 0, TK_WTE) : NULL;
     const float *wte = copy ? g->stage.head_wte : g->tp ? whole_wte(g) : in_block(g, param_block(g, 0), 0, TK_WTE);
     ClassifierArgs head = {g->losses, g->dln, dwte, g->logits, g->lnf, wte,
@@ -788,6 +790,7 @@ static int backward(GPTDevice *g, int pass) {
                                                                  .weight = lnf, .mean = g->lnf_mean, .rstd = g->lnf_rstd}));
         param_done(g, L + 1);
         if (params) grad_done(g, L + 1);
+        if (params && g->tp && g->stage.head_dwte) TRY(gpt_device_tp_take_dwte(g->tp, g->stage.head_dwte)); /* its rows, for the first stage */
     }
     for (int l = last; l >= first; l--) {
         const float *inp = l > first ? g->layer[l - 1].residual3 : g->encoded;

@@ -201,9 +201,12 @@ int gpt_device_stage_backward_weight(GPTDevice *g);
 /* The last stage's copy of the tied output weights (GPT_DEVICE_PARAMS, kept
  * current by the caller) and their gradient (GPT_DEVICE_GRADS, zeroed with
  * the gradients, which the caller adds to the first stage's wte); NULL on a
- * stage that holds the embeddings. */
+ * stage that holds the embeddings. A tensor-parallel shard's copy is its
+ * rows of the vocabulary (the first stage's shard), the gradient its rows of
+ * the whole one the head computes. */
 float *gpt_device_head_wte(const GPTDevice *g, GPTDeviceArray which);
-/* After the head's copy changed (bf16 mode): its bf16 bits again, queued on the compute stream. */
+/* After the head's copy changed: its bf16 bits again (bf16 mode) and, on a tensor-parallel shard, the whole
+ * vocabulary gathered from the tensor group's copies (collective over it); queued on the compute stream. */
 int gpt_device_head_changed(GPTDevice *g);
 /* AdamW on every tensor's part in the update range, all in one launch (weight decay where gpt_tensor_decays), s->weight_decay the rate. */
 int gpt_device_adamw(GPTDevice *g, const AdamWStep *s);

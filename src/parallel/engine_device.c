@@ -61,8 +61,6 @@ static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, co
     if ((g->tp > 1 || g->cp > 1) && (cfg->bf16 || chunk->model.fp8))
         return "runs tensor and context parallelism in fp32 only for now (not bf16 or fp8)";
     if (g->cp > 1 && cfg->doc_mask) return "runs context parallelism over whole sequences only for now (not packed documents)";
-    if (g->pp > 1 && (g->tp > 1 || g->cp > 1))
-        return "runs pipeline stages without tensor or context parallelism for now";
     if (pipeline_device_refusal(cfg, g)) return pipeline_device_refusal(cfg, g);
     if (g->ep > 1) return "runs data, tensor, context and pipeline parallelism only for now (not expert parallelism)";
     if (cfg->data_parallel.zero_stage >= 2 && (g->tp > 1 || g->cp > 1 || g->pp > 1))
@@ -138,9 +136,9 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
     d->T = cfg->seq_len / grid->cp; /* context parallelism: this rank's rows of each sequence */
     d->poison_block = d->nonfinite_layer = d->nonfinite_block = -1;
     d->counts_loss = grid->tp_index == 0;
-    /* as engine_grad_sum_squares: ZeRO shards over every rank, else one tensor group holds one copy */
+    /* as engine_grad_sum_squares: ZeRO shards over every rank, else one model-parallel group (tp x pp) holds one copy */
     d->norm_group = cfg->data_parallel.zero_stage >= 1 && comm_size(grid->dp_group) > 1 ? grid->world
-                    : grid->tp > 1                                                      ? grid->tp_group
+                    : grid->tp > 1                                                      ? grid->mp_group
                                                                                         : NULL;
     d->dev = device_open(kind, &options, reason, reason_size);
     if (d->dev) d->model = gpt_device_create(d->dev, &chunk->model.cfg, d->B, d->T, 0, reason, reason_size);
@@ -266,6 +264,7 @@ double engine_device_train(EngineDevice *d, int m, float dloss, PipeLoad load, v
     }
     check(d, gpt_device_fp8_begin_step(d->model));
     double loss = d->pipe ? pipeline_device_train(d->pipe, m, dloss, load, ctx) : run(d, m, m, dloss, load, ctx);
+    if (!d->counts_loss) loss = 0; /* the stage's tensor ranks: once per tensor group, as run counts it */
     if (d->pipe) d->nonfinite_layer = pipeline_device_nonfinite_layer(d->pipe);
     check(d, gpt_device_fp8_end_step(d->model));
     if (!d->buckets) {

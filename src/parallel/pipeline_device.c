@@ -83,7 +83,7 @@ PipelineDevice *pipeline_device_create(Device *dev, GPTDevice *model, const Engi
     PipelineDevice *pd = bs_calloc(1, sizeof *pd);
     *pd = (PipelineDevice){.dev = dev, .model = model, .group = g->pp_group, .stage = g->pp_index, .stages = g->pp,
                            .debug = debug, .nonfinite_layer = -1,
-                           .stage_floats = (size_t)cfg->micro_batch * cfg->seq_len * (size_t)chunk->model.cfg.channels,
+                           .stage_floats = (size_t)cfg->micro_batch * (cfg->seq_len / g->cp) * (size_t)chunk->model.cfg.channels,
                            .wte_floats = gpt_tensor_numel(&chunk->model.cfg, TK_WTE)};
     pd->ops = (PipeChunkOps){.forward = op_forward, .backward = op_backward, .backward_split = op_backward_split,
                              .transfer = op_transfer, .ctx = pd};
@@ -100,7 +100,8 @@ PipelineDevice *pipeline_device_create(Device *dev, GPTDevice *model, const Engi
         return NULL;
     }
     PipeChunk stage = {(GPT *)&chunk->model, NULL, &pd->ops};
-    pd->pipe = pipeline_create(g->pp_group, g->pp_index, g->pp, &stage, 1, cfg->schedule, cfg->micro_batch, cfg->seq_len);
+    pd->pipe = pipeline_create(g->pp_group, g->pp_index, g->pp, &stage, 1, cfg->schedule, cfg->micro_batch,
+                              cfg->seq_len / g->cp); /* context parallelism: this rank's rows, as the CPU's */
     return pd;
 }
 

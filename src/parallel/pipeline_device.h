@@ -13,7 +13,12 @@
  * stage reads a device copy of the first stage's wte, refreshed after each
  * update, and its gradient is added to the first stage's before the
  * data-parallel reduction; in bf16 the copy's bf16 bits are rounded again
- * each time it changes, as the model's own copies after AdamW. Not yet:
+ * each time it changes, as the model's own copies after AdamW. A stage's
+ * layers may be tensor-parallel shards (each tensor rank exchanges its copy
+ * of the residual stream with the same tensor rank of the next stage, and
+ * the last stage gathers the head's whole vocabulary from its ranks' rows of
+ * the tied weights, model/gpt_device_tp.h) or take context-parallel rows
+ * (the transfers carry this rank's rows). Not yet:
  * interleaved virtual stages (one device model per rank), fp8: refused
  * with a reason. */
 #ifndef BS_PARALLEL_PIPELINE_DEVICE_H

@@ -252,7 +252,6 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
     if (c->device.kind == TRAIN_DEVICE_CPU) return true;
     const char *flag = c->optim.kind != OPTIM_ADAMW ? "--optimizer other than adamw"
                        : c->parallel.virtual_stages > 1 ? "--virtual-stages"
-                       : c->parallel.pp > 1 && (c->parallel.tp > 1 || c->parallel.cp > 1) ? "--pp together with --tp or --cp"
                        : device_pipeline_flag(c) ? device_pipeline_flag(c)
                        : (c->parallel.tp > 1 || c->parallel.cp > 1) && c->precision.mode != PRECISION_FP32 ? "--tp or --cp outside --precision fp32"
                        : c->parallel.zero >= 2 && (c->parallel.tp > 1 || c->parallel.cp > 1 || c->parallel.pp > 1) ? "--zero 2-3 together with --tp, --cp or --pp"

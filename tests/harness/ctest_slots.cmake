@@ -80,7 +80,8 @@ bs_slots(2 TESTS bf16_train_convergence) # its fp32 and bf16 runs side by side
 # shared machine (CPU seconds) against the idle machine's wall time (seconds): dp_equivalence 15/18.5,
 # diloco_reference 5.6/10.8, ft_ckpt 7.3/22, ft_restart 4.2/14, guards 7.4/11, lora_nf4 31/31 (its memory checks:
 # each process's own peak, which a neighbour does not move), moe_export 4.8/4.6, ops_exit 1.5/13.7,
-# ops_preempt 3.7/5.5, sft_reference 4.6/4.6, ops_config and ops_logs under 1 s.
+# ops_preempt 3.7/5.5, sft_reference 4.6/4.6, ops_config and ops_logs under 1 s; device_pptp_sim (two of its
+# layouts on 8 ranks) 15.2/27.7 CPU/wall seconds, OMP_NUM_THREADS=1, on the shared machine at load 9 (2026-12-06).
 
 
 # OpenMP's and OpenMPI's waits leave the core (see above) but in the tests that run alone.
