@@ -255,6 +255,7 @@ phase mpirun_start 30 "${MPIRUN[@]}" -np 2 "$BS" --version
 phase layout_dp 150 "$PY" tests/test_device_dp.py cuda
 phase layout_tp 60 "$PY" tests/test_device_tp.py cuda
 phase layout_pp 120 "$PY" tests/test_device_pp.py cuda
+phase layout_pptp 120 "$PY" tests/test_device_pptp.py cuda # tp x pp (x dp: 8 ranks), cp x pp
 phase layout_cp 90 "$PY" tests/test_device_cp.py cuda
 phase layout_moe 60 "$PY" tests/test_device_moe.py cuda ranks
 # a rank that never joins: the device all-reduce names itself, the group and the rank within --comm-timeout (1 s)
