@@ -23,7 +23,8 @@ skipped with exit 77 and the reason where none answers).
   gradients reduce-scattered and its parameters all-gathered over its own collectives); the losses and final
   parameters bit for bit those of the device's pp 2 1f1b over the same 4 layers (each layer runs the same kernels on
   the same micro-batches in the same order; only the gradient norm's double sum is grouped by chunk, so that metric
-  differs in its last bits); a missing receive wait shows on sim; its step-5 checkpoint (a file per virtual stage)
+  differs in its last bits), in bf16 too; its validation loss within 1e-5 of the oracle's; a missing receive
+  wait shows on sim; its step-5 checkpoint (a file per virtual stage)
   is read by one CPU process bit for bit, which trains on from it to within 1e-5 of the oracle's step 10.
 - The layout line names the path the stages' transfers take ("stage transfers as device buffers over host").
 - Bad input, one line each: fp8.
@@ -78,10 +79,14 @@ class DevicePipelineTest(CorpusTest):
             assert_equivalent(self, run, self.oracle(), f"pp 2 x dp 2, ZeRO {zero}", TOLERANCE, PARAMETERS)
             self.assertIn("device buffers over host", run[2])
 
+    def evaluation(self):
+        """The validation loss at steps 5 and 10 (the 4-layer oracle's and the interleaved run's)."""
+        return ["--eval-every", "5", "--val-data", os.path.join(self.data, "val_000000.bin")]
+
     def oracle4(self):
         """One CPU process on the 4-layer model: (metrics lines, final parameters)."""
         if DevicePipelineTest.cpu4 is None:
-            DevicePipelineTest.cpu4 = layout_run(self.data, self.path("cpu1_l4"), SHAPE4)[:2]
+            DevicePipelineTest.cpu4 = layout_run(self.data, self.path("cpu1_l4"), SHAPE4, 1, self.evaluation())[:2]
         return DevicePipelineTest.cpu4
 
     def test_four_layers(self):
@@ -140,15 +145,25 @@ class DevicePipelineTest(CorpusTest):
         return layout_run(self.data, self.path(name), SHAPE4, ranks, ["--device", DEVICE, *INTERLEAVED, *extra])
 
     def test_interleaved_virtual_stages(self):
-        run = self.interleaved("pp2v2", 2)
+        run = self.interleaved("pp2v2", 2, *self.evaluation())
         self.assertIn("layers [0, 1) [2, 3)", run[2])  # rank 0 holds virtual stages 0 and 2
         assert_equivalent(self, run, self.oracle4(), "pp 2 x 2 virtual stages", TOLERANCE, PARAMETERS)
+        val = lambda r: np.array([m["val_loss"] for m in r[0] if "val_loss" in m])
+        self.assertEqual(len(val(run)), 2, "the interleaved run did not evaluate at steps 5 and 10")
+        self.assertLessEqual(rel(val(run), val(self.oracle4())), TOLERANCE, "the interleaved evaluation's loss")
         one_chunk = layout_run(self.data, self.path("pp2_1f1b_l4"), SHAPE4, 2,
                                ["--device", DEVICE, "--pp", "2", "--pp-schedule", "1f1b"])
         self.assertTrue(np.array_equal(run[1], one_chunk[1]), "interleaved and 1f1b: other parameters")
         self.assertEqual([m["loss"] for m in run[0]], [m["loss"] for m in one_chunk[0]], "interleaved and 1f1b: other losses")
         with_dp = self.interleaved("pp2v2dp2_z1", 4, "--zero", "1")
         assert_equivalent(self, with_dp, self.oracle4(), "pp 2 x 2 virtual stages x dp 2, ZeRO 1", TOLERANCE, PARAMETERS)
+
+    def test_interleaved_bf16(self):
+        """bf16: the head chunk's bf16 copy of the tied weights rounded again after each update, as with one chunk."""
+        bf16 = ["--device", DEVICE, "--precision", "bf16"]
+        one_chunk = layout_run(self.data, self.path("pp2_1f1b_bf16"), SHAPE4, 2, [*bf16, "--pp", "2"])
+        run = layout_run(self.data, self.path("pp2v2_bf16"), SHAPE4, 2, [*bf16, *INTERLEAVED])
+        self.assertTrue(np.array_equal(run[1], one_chunk[1]), "bf16: interleaved and 1f1b, other parameters")
 
     def test_interleaved_sim_catches_a_missing_wait(self):
         if DEVICE != "sim":
