@@ -25,7 +25,8 @@ skipped with exit 77 and the reason where none answers).
   the same micro-batches in the same order; only the gradient norm's double sum is grouped by chunk, so that metric
   differs in its last bits), in bf16 too; its validation loss within 1e-5 of the oracle's; a missing receive
   wait shows on sim; its step-5 checkpoint (a file per virtual stage)
-  is read by one CPU process bit for bit, which trains on from it to within 1e-5 of the oracle's step 10.
+  is read by one CPU process bit for bit, which trains on from it to within 1e-5 of the oracle's step 10, and so
+  does the interleaved device run itself.
 - The layout line names the path the stages' transfers take ("stage transfers as device buffers over host").
 - Bad input, one line each: fp8.
   (bf16 runs: tests/test_device_bf16.py holds it within its floor.)
@@ -184,6 +185,11 @@ class DevicePipelineTest(CorpusTest):
         gap = rel(resumed[1], self.oracle4()[1])
         print(f"one CPU process resumed from the interleaved checkpoint at step 5: parameters {gap:.1e} at step 10")
         self.assertLessEqual(gap, PARAMETERS, "the interleaved checkpoint did not resume on one CPU process")
+        # the device reads it back into every chunk's model (parameters and moments) and trains on to step 10
+        again = self.interleaved("pp2v2_again", 2, "--resume", os.path.join(out, "ckpt", "step_00000005"))
+        gap = rel(again[1], self.oracle4()[1])
+        print(f"the interleaved device run resumed from its own checkpoint at step 5: parameters {gap:.1e} at step 10")
+        self.assertLessEqual(gap, PARAMETERS, "the interleaved checkpoint did not resume on the interleaved device run")
 
     def test_refusals(self):
         self.assertIn("--precision fp8", self.refused("--precision", "fp8"))
