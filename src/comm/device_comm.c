@@ -83,7 +83,7 @@ static void destroy(DeviceComm *dc) {
     if (dc->stream) device_stream_sync(dc->dev, dc->stream);
     if (dc->path) dc->path->destroy(dc);
     device_host_free(dc->dev, dc->stage);
-    device_host_free(dc->dev, dc->send_stage);
+    for (int i = 0; i < DEVICE_COMM_SENDS; i++) device_host_free(dc->dev, dc->sends[i].stage);
     device_free(dc->dev, dc->scratch);
     device_event_destroy(dc->dev, dc->ready);
     device_event_destroy(dc->dev, dc->done);

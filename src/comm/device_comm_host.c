@@ -62,24 +62,31 @@ static void host_broadcast(DeviceComm *dc, float *buf, size_t n, int root) {
     if (!is_root) copy(dc, buf, h, n * sizeof(float), COPY_HOST_TO_DEVICE);
 }
 
-/* The send in flight (if any) completes; its staging memory is free again. */
-static void complete_send(DeviceComm *dc) {
-    if (!dc->pending_send) return;
-    comm_wait(dc->pending_send);
-    dc->pending_send = NULL;
+/* The send in slot i (if any) completes; its staging memory is free again. */
+static void complete_send(DeviceComm *dc, int i) {
+    if (!dc->sends[i].op) return;
+    comm_wait(dc->sends[i].op);
+    dc->sends[i].op = NULL;
+}
+
+static void complete_sends(DeviceComm *dc) {
+    for (int i = 0; i < DEVICE_COMM_SENDS; i++) complete_send(dc, i);
 }
 
 /* The send leaves its data in staging memory of its own and stays in flight
- * (until the next send or finish): the receive it meets may be posted after
- * this rank's own receive. */
+ * (until its slot comes round again, DEVICE_COMM_SENDS sends later, or
+ * finish): the receive it meets may be posted after this rank's own receive,
+ * or after this rank's later sends. */
 static void host_sendrecv(DeviceComm *dc, const float *send, size_t send_n, int to, float *recv, size_t recv_n,
                           int from, int tag) {
     if (send) {
-        complete_send(dc);
-        device_comm_reserve_host(dc, &dc->send_stage, &dc->send_stage_bytes, send_n * sizeof(float));
-        copy(dc, dc->send_stage, send, send_n * sizeof(float), COPY_DEVICE_TO_HOST);
+        DeviceCommSend *s = &dc->sends[dc->next_send];
+        complete_send(dc, dc->next_send);
+        dc->next_send = (dc->next_send + 1) % DEVICE_COMM_SENDS;
+        device_comm_reserve_host(dc, &s->stage, &s->stage_bytes, send_n * sizeof(float));
+        copy(dc, s->stage, send, send_n * sizeof(float), COPY_DEVICE_TO_HOST);
         settle(dc);
-        dc->pending_send = comm_start_send(dc->group, dc->send_stage, send_n, to, tag);
+        s->op = comm_start_send(dc->group, s->stage, send_n, to, tag);
     }
     if (recv) {
         float *h = stage_floats(dc, recv_n);
@@ -105,11 +112,11 @@ static void host_alltoallv(DeviceComm *dc, const void *send, const size_t *send_
 }
 
 static void host_finish(DeviceComm *dc) {
-    complete_send(dc);
+    complete_sends(dc);
     settle(dc);
 }
 
-static void host_destroy(DeviceComm *dc) { complete_send(dc); }
+static void host_destroy(DeviceComm *dc) { complete_sends(dc); }
 
 static const DeviceCommPath host_path = {
     .name = "host",

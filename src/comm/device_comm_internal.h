@@ -24,6 +24,16 @@ typedef struct {
     void (*destroy)(DeviceComm *dc);
 } DeviceCommPath;
 
+/* Host path: sends stay in flight until their slot comes round again (a
+ * pipeline's stage may send several times, over several chunks, before its
+ * neighbour receives the first) or the group finishes. */
+#define DEVICE_COMM_SENDS 16
+typedef struct {
+    CommOp *op; /* NULL: complete */
+    void *stage;
+    size_t stage_bytes;
+} DeviceCommSend;
+
 struct DeviceComm {
     Comm *group;
     Device *dev;
@@ -34,9 +44,8 @@ struct DeviceComm {
     size_t last_bytes;
     void *stage; /* host path: staging host memory */
     size_t stage_bytes;
-    CommOp *pending_send; /* host path: a send still in flight, from send_stage */
-    void *send_stage;
-    size_t send_stage_bytes;
+    DeviceCommSend sends[DEVICE_COMM_SENDS]; /* host path: sends in flight, each from its own staging memory */
+    int next_send;                           /* the slot the next send takes (the oldest in flight) */
     float *scratch; /* nccl: the padded window */
     size_t scratch_count;
     NcclState *nccl;

@@ -151,7 +151,7 @@ int engine_first_nonfinite_block(const Engine *e);
 /* Tests: a NaN into the local gradient of a global block on this rank's next step. */
 void engine_inject_nan(Engine *e, int block);
 /* --device cuda|sim (false on the CPU): each tensor's (gpt_param_segments'
- * order) gradient and parameter sums of squares, computed on the device; the
+ * order, chunk after chunk) gradient and parameter sums of squares, computed on the device; the
  * bytes copied from the device to the host since it opened. */
 bool engine_device_tensor_norms(Engine *e, double *grads, double *params);
 bool engine_device_traffic(const Engine *e, uint64_t *bytes_to_host);

@@ -7,7 +7,9 @@
  * updating its part of the flat buffer, the parameters all-gathered after
  * (ZeRO 1-2) or block by block before each use (ZeRO 3, device_gather.h).
  * With tensor, context or pipeline parallelism (ZeRO 0-1) the gradient is
- * reduced in one collective after the step's backward.
+ * reduced in one collective after the step's backward. Interleaved virtual
+ * stages: the rank's v chunks are v device models (each chunk's flat
+ * buffers, as the CPU's EngineChunks), every per-chunk step run over each.
  * Tensor parallelism: each rank's device model is its shard, the sums inside
  * a layer over the tensor group's own DeviceComm (model/gpt_device_tp.h);
  * data parallelism then reduces each shard over its data-parallel group.
@@ -32,7 +34,10 @@ enum { STALE_PARAMS = 1, STALE_GRADS = 2, STALE_MOMENTS = 4 };
 
 struct EngineDevice {
     Device *dev;
-    GPTDevice *model;
+    GPTDevice *model; /* chunk 0's (the only one without virtual stages) */
+    int num_chunks;   /* the rank's model chunks: interleaved virtual stages, each its own device model */
+    GPTDevice *models[PIPE_MAX_CHUNKS];  /* models[0] is model */
+    DeviceComm *comms[PIPE_MAX_CHUNKS];  /* each chunk's over the data-parallel group (comms[0] is comm) */
     int B, T;
     int32_t *inputs, *targets; /* one micro-batch on the host */
     unsigned stale;            /* STALE_*: the host copy's arrays the device has moved past */
@@ -48,7 +53,6 @@ struct EngineDevice {
     DeviceGather *gather;   /* ZeRO 3 over it: the parameters' gathers */
     bool zero3;             /* ZeRO 3: the device keeps the rank's part of the parameters */
     bool sharded;     /* ZeRO >= 1 over the group: this rank updates its part */
-    size_t total;     /* the flat buffer's floats */
     Fp8State *fp8;    /* --precision fp8: the chunk's delayed scales (on the host), else NULL */
     PipelineDevice *pipe; /* --pp > 1: this rank's stage in the schedule (else NULL) */
 };
@@ -96,11 +100,11 @@ static int open_context_comm(EngineDevice *d, const EngineConfig *cfg, const Gri
 /* The tensor, context and data-parallel groups' device collectives on the model's compute stream (more than one rank). */
 static int open_comm(EngineDevice *d, const EngineConfig *cfg, const EngineChunk *chunk, const Grid *g, char *reason,
                      size_t reason_size) {
-    d->total = chunk->model.num_params;
-    check(d, gpt_device_set_update_range(d->model, chunk->update_offset, chunk->update_count));
+    for (int c = 0; c < d->num_chunks; c++)
+        check(d, gpt_device_set_update_range(d->models[c], chunk[c].update_offset, chunk[c].update_count));
     d->zero3 = cfg->data_parallel.zero_stage >= 3;
     if (d->zero3) gpt_device_keep_param_part(d->model); /* one rank: its part is all */
-    if (g->pp > 1 && !(d->pipe = pipeline_device_create(d->dev, d->model, cfg, chunk, g,
+    if (g->pp > 1 && !(d->pipe = pipeline_device_create(d->dev, d->models, d->num_chunks, cfg, chunk, g,
                                                           cfg->skip_pipe_wait ? PIPELINE_DEVICE_SKIP_RECV_WAIT : 0, reason, reason_size))) return -1;
     const bool data = comm_size(g->dp_group) > 1;
     if (!data && g->tp == 1 && g->cp == 1) return 0;
@@ -111,14 +115,37 @@ static int open_comm(EngineDevice *d, const EngineConfig *cfg, const EngineChunk
     if (!data) return 0;
     d->group = g->dp_group;
     d->sharded = cfg->data_parallel.zero_stage >= 1;
-    d->comm = device_comm_create(d->group, d->dev, gpt_device_compute_stream(d->model), path, reason, reason_size);
-    if (!d->comm) return -1;
+    for (int c = 0; c < d->num_chunks; c++) /* each on its chunk model's stream */
+        if (!(d->comms[c] = device_comm_create(d->group, d->dev, gpt_device_compute_stream(d->models[c]), path, reason,
+                                               reason_size))) return -1;
+    d->comm = d->comms[0];
     /* reduce_gradients: one collective after backward (graphs: outside the captured micro-batch) */
     if (g->tp > 1 || g->cp > 1 || g->pp > 1 || cfg->cuda_graphs) return 0;
     d->buckets = device_buckets_create(d->dev, d->model, d->comm, chunk->dp, cfg->data_parallel.zero_stage, reason,
                                        reason_size);
     if (d->buckets && d->zero3) d->gather = device_gather_create(d->dev, d->model, d->comm, reason, reason_size);
     return d->buckets && (d->gather || !d->zero3) ? 0 : -1;
+}
+
+/* chunk's device model with the run's options (precision, graphs, attention), or NULL with the reason. */
+static GPTDevice *make_model(EngineDevice *d, const EngineConfig *cfg, const EngineChunk *chunk, char *reason,
+                             size_t reason_size) {
+    GPTDevice *model = gpt_device_create(d->dev, &chunk->model.cfg, d->B, d->T, 0, reason, reason_size);
+    if (!model) return NULL;
+    const char *why = NULL;
+    if (cfg->bf16 && gpt_device_enable_bf16(model) != 0) why = device_error(d->dev);
+    else if (cfg->cuda_graphs && (chunk->model.fp8 || gpt_device_enable_graphs(model) != 0))
+        why = chunk->model.fp8 ? "graphs do not run FP8 (its scales are the host's, by value)"
+              : device_error(d->dev)[0] ? device_error(d->dev) : "out of host memory";
+    else if (chunk->model.fp8 && gpt_device_enable_fp8(model, chunk->model.fp8) != 0) why = device_error(d->dev);
+    if (why) snprintf(reason, reason_size, "%s", why);
+    if (!why && cfg->doc_mask) gpt_device_set_doc_separator(model, cfg->doc_separator);
+    if (why || (cfg->fused_attention >= 0 && gpt_device_set_fused_attention(model, cfg->fused_attention, reason, reason_size)) ||
+        (cfg->bf16_activations && gpt_device_enable_bf16_activations(model, reason, reason_size))) {
+        gpt_device_free(model);
+        return NULL;
+    }
+    return model;
 }
 
 EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, const EngineChunk *chunk, const Grid *grid,
@@ -141,32 +168,11 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
                     : grid->tp > 1                                                      ? grid->mp_group
                                                                                         : NULL;
     d->dev = device_open(kind, &options, reason, reason_size);
-    if (d->dev) d->model = gpt_device_create(d->dev, &chunk->model.cfg, d->B, d->T, 0, reason, reason_size);
-    if (d->model && cfg->bf16 && gpt_device_enable_bf16(d->model) != 0) {
-        snprintf(reason, reason_size, "%s", device_error(d->dev));
-        gpt_device_free(d->model);
-        d->model = NULL;
-    }
-    if (d->model && cfg->cuda_graphs && (chunk->model.fp8 || gpt_device_enable_graphs(d->model) != 0)) {
-        const char *why = chunk->model.fp8 ? "graphs do not run FP8 (its scales are the host's, by value)"
-                          : device_error(d->dev)[0] ? device_error(d->dev) : "out of host memory";
-        snprintf(reason, reason_size, "%s", why);
-        gpt_device_free(d->model);
-        d->model = NULL;
-    }
-    if (d->model && chunk->model.fp8 && gpt_device_enable_fp8(d->model, chunk->model.fp8) != 0) {
-        snprintf(reason, reason_size, "%s", device_error(d->dev));
-        gpt_device_free(d->model);
-        d->model = NULL;
-    }
-    if (!d->model) {
-        engine_device_free(d);
-        return NULL;
-    }
-    if (cfg->doc_mask) gpt_device_set_doc_separator(d->model, cfg->doc_separator);
-    if ((cfg->fused_attention >= 0 && gpt_device_set_fused_attention(d->model, cfg->fused_attention, reason, reason_size)) ||
-        (cfg->bf16_activations && gpt_device_enable_bf16_activations(d->model, reason, reason_size)) ||
-        open_comm(d, cfg, chunk, grid, reason, reason_size) != 0) {
+    d->num_chunks = cfg->virtual_stages > 1 ? cfg->virtual_stages : 1;
+    for (int c = 0; c < d->num_chunks && d->dev && (c == 0 || d->models[c - 1]); c++)
+        d->models[c] = make_model(d, cfg, &chunk[c], reason, reason_size);
+    d->model = d->models[0];
+    if (!d->models[d->num_chunks - 1] || open_comm(d, cfg, chunk, grid, reason, reason_size) != 0) {
         engine_device_free(d);
         return NULL;
     }
@@ -182,10 +188,10 @@ void engine_device_free(EngineDevice *d) {
     pipeline_device_free(d->pipe);
     device_gather_free(d->gather);
     device_buckets_free(d->buckets);
-    device_comm_free(d->comm);
+    for (int c = 0; c < d->num_chunks; c++) device_comm_free(d->comms[c]);
     device_comm_free(d->tensor_comm);
     device_comm_free(d->context_comm);
-    gpt_device_free(d->model);
+    for (int c = 0; c < d->num_chunks; c++) gpt_device_free(d->models[c]);
     device_close(d->dev);
     free(d->inputs);
     free(d->targets);
@@ -201,16 +207,20 @@ static float *host_params(const EngineDevice *d, const EngineChunk *chunk) {
 void engine_device_upload(EngineDevice *d, const EngineChunk *chunk) {
     if (d->stale & (STALE_PARAMS | STALE_MOMENTS))
         bs_die("internal error: the host's parameters would replace the device's newer ones (read through engine_chunk)");
-    check(d, gpt_device_set_state(d->model, host_params(d, chunk), chunk->state[0], chunk->state[1]));
-    if (d->pipe) pipeline_device_upload_head(d->pipe, &chunk->model);
+    for (int c = 0; c < d->num_chunks; c++)
+        check(d, gpt_device_set_state(d->models[c], host_params(d, &chunk[c]), chunk[c].state[0], chunk[c].state[1]));
+    if (d->pipe) pipeline_device_upload_head(d->pipe, &chunk[d->num_chunks - 1].model); /* the head's chunk */
 }
 
 void engine_device_sync_host(EngineDevice *d, EngineChunk *chunk) {
     if (!d->stale) return;
     const unsigned s = d->stale;
-    check(d, gpt_device_get_state(d->model, s & STALE_PARAMS ? host_params(d, chunk) : NULL,
-                                  s & STALE_GRADS ? dp_update_grads(chunk->dp) : NULL, s & STALE_MOMENTS ? chunk->state[0] : NULL,
-                                  s & STALE_MOMENTS ? chunk->state[1] : NULL));
+    for (int c = 0; c < d->num_chunks; c++) {
+        EngineChunk *ch = &chunk[c];
+        check(d, gpt_device_get_state(d->models[c], s & STALE_PARAMS ? host_params(d, ch) : NULL,
+                                      s & STALE_GRADS ? dp_update_grads(ch->dp) : NULL, s & STALE_MOMENTS ? ch->state[0] : NULL,
+                                      s & STALE_MOMENTS ? ch->state[1] : NULL));
+    }
     d->stale = 0;
 }
 
@@ -234,27 +244,38 @@ static double run(EngineDevice *d, int m, int counted, float dloss, PipeLoad loa
 /* One rank: the gradient's non-finite check (a planted NaN first). Over a
  * group the buckets check each block before they reduce it, as the CPU. */
 static void check_local_gradients(EngineDevice *d) {
-    if (d->poison_block >= 0) check(d, gpt_device_poison_grad(d->model, d->poison_block));
+    d->nonfinite_block = -1;
+    for (int c = 0; c < d->num_chunks; c++) { /* blocks by their logical index: the highest bad one is the origin */
+        int block;
+        if (d->poison_block >= 0) check(d, gpt_device_poison_grad(d->models[c], d->poison_block)); /* where present */
+        check(d, gpt_device_first_nonfinite_block(d->models[c], &block));
+        if (block > d->nonfinite_block) d->nonfinite_block = block;
+    }
     d->poison_block = -1;
-    check(d, gpt_device_first_nonfinite_block(d->model, &d->nonfinite_block));
 }
+
+/* Chunk c's flat buffer's floats. */
+static size_t chunk_floats(const EngineDevice *d, int c) { return gpt_num_params(gpt_device_config(d->models[c])); }
 
 /* Without buckets (tensor, context or pipeline parallelism at ZeRO 0-1):
  * the gradients summed over the data-parallel group in one collective. */
 static void reduce_gradients(EngineDevice *d) {
     if (!d->comm) return;
-    float *grads = gpt_device_array(d->model, GPT_DEVICE_GRADS);
-    if (d->sharded) device_comm_reduce_scatter(d->comm, grads, 0, d->total, d->total);
-    else device_comm_allreduce(d->comm, grads, d->total, false);
-    device_comm_wait(d->comm);
-    device_comm_finish(d->comm);
+    for (int c = 0; c < d->num_chunks; c++) {
+        float *grads = gpt_device_array(d->models[c], GPT_DEVICE_GRADS);
+        const size_t total = chunk_floats(d, c);
+        if (d->sharded) device_comm_reduce_scatter(d->comms[c], grads, 0, total, total);
+        else device_comm_allreduce(d->comms[c], grads, total, false);
+        device_comm_wait(d->comms[c]);
+        device_comm_finish(d->comms[c]);
+    }
 }
 
 /* The loss scale already divides by the global batch, as on the CPU: the
  * reductions sum the gradients over the group (whole at ZeRO 0, this rank's
  * part above). */
 double engine_device_train(EngineDevice *d, int m, float dloss, PipeLoad load, void *ctx) {
-    check(d, gpt_device_zero_grads(d->model));
+    for (int c = 0; c < d->num_chunks; c++) check(d, gpt_device_zero_grads(d->models[c]));
     d->stale |= STALE_GRADS;
     d->nonfinite_layer = -1;
     if (d->buckets) {
@@ -294,27 +315,36 @@ double engine_device_evaluate(EngineDevice *d, int m, int counted, PipeLoad load
  * their sum over the ranks, as engine_grad_sum_squares sums the CPU's shards. */
 double engine_device_grad_sum_squares(EngineDevice *d) {
     double s = 0;
-    check(d, gpt_device_grad_sum_squares(d->model, &s));
+    for (int c = 0; c < d->num_chunks; c++) {
+        double chunk = 0;
+        check(d, gpt_device_grad_sum_squares(d->models[c], &chunk));
+        s += chunk;
+    }
     if (d->norm_group) comm_allreduce_double(d->norm_group, &s, 1); /* the world's: every stage's parts too */
     else if (d->pipe) pipeline_device_sum(d->pipe, &s, 1);           /* each stage's tensors */
     return s;
 }
 
 void engine_device_tensor_sum_squares(EngineDevice *d, double *grads, double *params) {
-    check(d, gpt_device_tensor_sum_squares(d->model, GPT_DEVICE_GRADS, grads));
-    check(d, gpt_device_tensor_sum_squares(d->model, GPT_DEVICE_PARAMS, params));
+    for (int c = 0; c < d->num_chunks; c++) { /* chunk after chunk */
+        check(d, gpt_device_tensor_sum_squares(d->models[c], GPT_DEVICE_GRADS, grads));
+        check(d, gpt_device_tensor_sum_squares(d->models[c], GPT_DEVICE_PARAMS, params));
+        grads += gpt_device_num_tensors(d->models[c]);
+        params += gpt_device_num_tensors(d->models[c]);
+    }
 }
 
 void engine_device_update(EngineDevice *d, const OptimizerConfig *opt, double lr, float grad_scale, long step) {
     AdamWStep s = {(float)lr, opt->beta1, opt->beta2, opt->eps, opt->weight_decay, grad_scale, step};
-    check(d, gpt_device_adamw(d->model, &s));
+    for (int c = 0; c < d->num_chunks; c++) check(d, gpt_device_adamw(d->models[c], &s));
     d->stale |= STALE_PARAMS | STALE_MOMENTS;
     if (d->fp8) fp8_scaling_update(d->fp8, NULL, d->group); /* as engine_after_update: amaxes over dp, then the scales */
-    if (d->sharded && !d->zero3) { /* ZeRO 3 gathers each block when it is used */
-        device_comm_allgather(d->comm, gpt_device_array(d->model, GPT_DEVICE_PARAMS), 0, d->total, d->total);
-        device_comm_wait(d->comm);
-        device_comm_finish(d->comm);
-        check(d, gpt_device_params_changed(d->model));
+    for (int c = 0; d->sharded && !d->zero3 && c < d->num_chunks; c++) { /* ZeRO 3 gathers each block when it is used */
+        const size_t total = chunk_floats(d, c);
+        device_comm_allgather(d->comms[c], gpt_device_array(d->models[c], GPT_DEVICE_PARAMS), 0, total, total);
+        device_comm_wait(d->comms[c]);
+        device_comm_finish(d->comms[c]);
+        check(d, gpt_device_params_changed(d->models[c]));
     }
     if (d->pipe) pipeline_device_share_weights(d->pipe); /* the tied weights, as engine_share_output_weights */
 }

@@ -1,6 +1,7 @@
 /* engine_device.h: the engine's step on a device (--device cuda|sim): the
- * one chunk's parameters, gradients and AdamW moments live in flat device
- * buffers (model/gpt_device.h) at the CPU layout's offsets; the host keeps
+ * rank's chunks' parameters, gradients and AdamW moments live in flat device
+ * buffers (model/gpt_device.h; one device model per chunk, several with
+ * interleaved virtual stages) at the CPU layout's offsets; the host keeps
  * the loop, data, schedules and files.
  *
  * The device's buffers are the truth. The chunk's host buffers are a copy
@@ -22,7 +23,8 @@
 
 typedef struct EngineDevice EngineDevice;
 
-/* The device and the chunk's state on it, or NULL with a one-line reason
+/* The device and the chunks' state on it (chunk: the rank's cfg->virtual_stages
+ * chunks, or one), or NULL with a one-line reason
  * (no GPU, not built in, out of device memory, a layout it cannot run: data
  * parallelism at ZeRO 0-3, stage 3 in fp32; tensor and context parallelism in
  * fp32; pipeline stages, parallel/pipeline_device.h). Over several data-parallel
@@ -33,7 +35,7 @@ typedef struct EngineDevice EngineDevice;
 EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, const EngineChunk *chunk, const Grid *grid,
                                    char *reason, size_t reason_size);
 void engine_device_free(EngineDevice *d);
-/* The chunk's parameters and moments from the host into the device (the host
+/* The chunks' parameters and moments from the host into the device (the host
  * copy must be current: it is then the truth for both). */
 void engine_device_upload(EngineDevice *d, const EngineChunk *chunk);
 /* The host copy of whatever the device changed since the last sync (no-op
@@ -64,7 +66,7 @@ void engine_device_inject_nan(EngineDevice *d, int block);
 double engine_device_evaluate(EngineDevice *d, int m, int counted, PipeLoad load, void *ctx);
 /* The whole gradient's sum of squares (ZeRO >= 1: the ranks' parts summed over the group). */
 double engine_device_grad_sum_squares(EngineDevice *d);
-/* Per tensor (gpt_param_segments' order) the gradients' and the parameters'
+/* Per tensor (gpt_param_segments' order, chunk after chunk) the gradients' and the parameters'
  * sums of squares over this rank's update range, computed on the device
  * (ZeRO >= 1: its part, which the caller sums over the ranks as the CPU's
  * shards). */

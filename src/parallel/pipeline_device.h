@@ -1,12 +1,16 @@
 /* pipeline_device.h: pipeline parallelism on device buffers (--pp with
- * --device cuda|sim): this rank's stage is a device model of its layers
- * (model/gpt_device.h: the embeddings on the first stage, the head on the
- * last), run by the CPU's executor (parallel/pipeline.h) through
- * PipeChunkOps, so gpipe, 1f1b and zbh1 run their CPU action lists unchanged
- * (zbh1 through the model's split backward: B, then W from the output
- * gradients B kept in the activation set's stash).
+ * --device cuda|sim): each of this rank's chunks is a device model of its
+ * layers (model/gpt_device.h: the embeddings on virtual stage 0, the head on
+ * the last), run by the CPU's executor (parallel/pipeline.h) through
+ * PipeChunkOps, so gpipe, 1f1b, interleaved and zbh1 run their CPU action
+ * lists unchanged (zbh1 through the model's split backward: B, then W from
+ * the output gradients B kept in the activation set's stash). With
+ * interleaved virtual stages the rank holds v chunks, chunk c virtual stage
+ * c x stages + stage, each its own device model over its own flat buffers,
+ * as the CPU's chunks are (the engine's EngineChunk each); an action runs on
+ * its chunk's model and moves through that chunk's collectives.
  * Activations and their gradients move over the pipeline group's device
- * collectives (comm/device_comm.h, the host path: the executor's separate
+ * collectives (one DeviceComm per chunk, on its model's compute stream) (comm/device_comm.h, the host path: the executor's separate
  * sends and receives would block each other on one NCCL stream), each
  * receive waited for by the compute stream through the group's event. The
  * tied output weights are shared as on the CPU (model_parallel.h): the last
@@ -18,9 +22,10 @@
  * of the residual stream with the same tensor rank of the next stage, and
  * the last stage gathers the head's whole vocabulary from its ranks' rows of
  * the tied weights, model/gpt_device_tp.h) or take context-parallel rows
- * (the transfers carry this rank's rows). Not yet:
- * interleaved virtual stages (one device model per rank), fp8: refused
- * with a reason. */
+ * (the transfers carry this rank's rows). Interleaved virtual stages: one
+ * device model per chunk, each with its own pipeline collectives. Not yet:
+ * fp8, interleaved stages with tensor or context parallelism: refused with
+ * a reason. */
 #ifndef BS_PARALLEL_PIPELINE_DEVICE_H
 #define BS_PARALLEL_PIPELINE_DEVICE_H
 
@@ -35,10 +40,11 @@ enum { PIPELINE_DEVICE_SKIP_RECV_WAIT = 1 };
 
 /* Why this layout's pipeline cannot run on a device (NULL: it can). */
 const char *pipeline_device_refusal(const EngineConfig *cfg, const Grid *g);
-/* The stage over model (made from chunk's config; collective over the
- * pipeline group), or NULL with the reason. debug: the flags above. */
-PipelineDevice *pipeline_device_create(Device *dev, GPTDevice *model, const EngineConfig *cfg, const EngineChunk *chunk,
-                                       const Grid *g, int debug, char *reason, size_t reason_size);
+/* The stage over this rank's num_chunks chunk models (models[c] made from
+ * chunks[c]'s config; collective over the pipeline group), or NULL with the
+ * reason. debug: the flags above. */
+PipelineDevice *pipeline_device_create(Device *dev, GPTDevice *const *models, int num_chunks, const EngineConfig *cfg,
+                                       const EngineChunk *chunks, const Grid *g, int debug, char *reason, size_t reason_size);
 void pipeline_device_free(PipelineDevice *pd);
 /* The step's schedule over m micro-batches (the gradients zeroed by the
  * caller), then the tied weights' gradient added to the first stage's:

@@ -229,9 +229,11 @@ static bool check_device_moe(const TrainConfig *c, char *why, size_t n) {
     return !flag;
 }
 
-/* --pp on a device: one chunk per rank, fp32 or bf16 (parallel/pipeline_device.h). */
+/* --pp on a device: every schedule, interleaved virtual stages included, in fp32 or bf16 (parallel/pipeline_device.h). */
 static const char *device_pipeline_flag(const TrainConfig *c) {
     if (c->parallel.pp == 1) return NULL;
+    if (c->parallel.virtual_stages > 1 && (c->parallel.tp > 1 || c->parallel.cp > 1))
+        return "--virtual-stages together with --tp or --cp (interleaved stages run whole layers)";
     return c->precision.mode == PRECISION_FP8 ? "--pp and --precision fp8 (pipeline stages run in fp32 or bf16)" : NULL;
 }
 
@@ -251,7 +253,6 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
     if (!check_gpu_comm(c, why, n) || !check_cuda_graphs(c, why, n)) return false;
     if (c->device.kind == TRAIN_DEVICE_CPU) return true;
     const char *flag = c->optim.kind != OPTIM_ADAMW ? "--optimizer other than adamw"
-                       : c->parallel.virtual_stages > 1 ? "--virtual-stages"
                        : device_pipeline_flag(c) ? device_pipeline_flag(c)
                        : (c->parallel.tp > 1 || c->parallel.cp > 1) && c->precision.mode != PRECISION_FP32 ? "--tp or --cp outside --precision fp32"
                        : c->parallel.zero >= 2 && (c->parallel.tp > 1 || c->parallel.cp > 1 || c->parallel.pp > 1) ? "--zero 2-3 together with --tp, --cp or --pp"

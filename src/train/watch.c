@@ -61,14 +61,15 @@ static void add_chunk(Watch *w, const EngineChunk *ch) {
     free(segs);
 }
 
-/* On a device (one chunk per rank: the whole model, a pipeline stage or a TP shard): each tensor's sums computed there, added by block. */
+/* On a device (the whole model, a pipeline stage's chunks or a TP shard): each tensor's sums computed there, chunk
+ * after chunk, added by block. */
 static bool add_device(Watch *w, Engine *e) {
     uint64_t bytes;
     if (!engine_device_traffic(e, &bytes)) return false;
-    const GPTConfig *cfg = engine_chunk_config(e, 0);
-    int cap = gpt_max_segments(cfg);
+    int cap = 0, n = 0;
+    for (int c = 0; c < engine_num_chunks(e); c++) cap += gpt_max_segments(engine_chunk_config(e, c));
     ParamSegment *segs = bs_malloc(sizeof(ParamSegment) * (size_t)cap);
-    const int n = gpt_param_segments(cfg, segs, cap);
+    for (int c = 0; c < engine_num_chunks(e); c++) n += gpt_param_segments(engine_chunk_config(e, c), segs + n, cap - n);
     double *sums = bs_malloc(2 * sizeof(double) * (size_t)n);
     engine_device_tensor_norms(e, sums, sums + n);
     for (int i = 0; i < n; i++) {
