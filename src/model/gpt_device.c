@@ -363,7 +363,7 @@ static int size_state(GPTDevice *g) {
 
 /* bf16: the encoder's wte, rounded as the products' */
 static int refresh_wte(GPTDevice *g) {
-    if (g->tp) TRY(gpt_device_tp_gather_wte(g->tp, tensor(g, g->params, TK_WTE))); /* tensor parallel: the whole wte */
+    if (g->tp && !g->param_part) TRY(gpt_device_tp_gather_wte(g->tp, tensor(g, g->params, TK_WTE))); /* tensor parallel: the whole wte (ZeRO 3: in forward) */
     return g->bf16 ? round_bf16(g, g->wte_rounded, NULL, tensor(g, g->params, TK_WTE), gpt_tensor_numel(&g->cfg, TK_WTE)) : 0;
 }
 
@@ -730,6 +730,8 @@ static int forward(GPTDevice *g, float dloss) {
     const int C = cfg->channels, L = cfg->num_layers, first = gpt_first_layer(cfg), last = first + gpt_stage_layers(cfg) - 1;
     DeviceCall enc = {.kernel = DK_ENCODER_FORWARD};
     float *emb = param_block(g, 0);
+    if (g->tp && g->param_part) TRY(gpt_device_tp_gather_wte(g->tp, in_block(g, emb, 0, TK_WTE))); /* ZeRO 3: from the slot */
+    if (g->tp && g->grad_part && dloss != 0) TRY(gpt_device_tp_zero_dwte(g->tp)); /* ZeRO 2: this micro-batch's alone */
     enc.a.encoder = (EncoderArgs){.out = g->encoded, .wte = g->bf16 ? g->wte_rounded : g->tp ? whole_wte(g) : in_block(g, emb, 0, TK_WTE),
                                   .wpe = in_block(g, emb, 0, TK_WPE),
                                   .tokens = g->tokens, .doc_start = doc_starts(g), .positions = positions(g),
@@ -753,7 +755,8 @@ static int forward(GPTDevice *g, float dloss) {
     /* the loss and, training, the gradients into lnf (g->dln) and wte (the last stage's copy: head_wte; TP's whole one), a block of rows at a time */
     const bool copy = g->stage.head_wte != NULL;
     float *dwte = copy ? g->stage.head_dwte : g->tp ? whole_dwte(g) : dloss != 0 ? grad_tensor(g, 0, TK_WTE) : NULL;
-    const float *wte = copy ? g->stage.head_wte : g->tp ? whole_wte(g) : in_block(g, param_block(g, 0), 0, TK_WTE);
+    float *emb_again = copy ? NULL : param_block(g, 0); /* the classifier's use (ZeRO 3 gathers it, TP too) */
+    const float *wte = copy ? g->stage.head_wte : g->tp ? whole_wte(g) : in_block(g, emb_again, 0, TK_WTE);
     ClassifierArgs head = {g->losses, g->dln, dwte, g->logits, g->lnf, wte,
                            g->tokens + rows(g), (int)rows(g), C, cfg->vocab_size, cfg->padded_vocab_size,
                            (int)classifier_rows(g), dloss};
@@ -808,7 +811,7 @@ static int backward(GPTDevice *g, int pass) {
                                   .dout = g->dresidual, .tokens = g->tokens, .doc_start = doc_starts(g),
                                   .positions = positions(g), .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};
     TRY(launch(g, &enc));
-    if (g->tp) TRY(gpt_device_tp_take_dwte(g->tp, tensor(g, g->grads, TK_WTE)));
+    if (g->tp) TRY(gpt_device_tp_take_dwte(g->tp, grad_tensor(g, 0, TK_WTE))); /* ZeRO 2: into the bucket's buffer */
     grad_done(g, 0);
     return 0;
 }

@@ -24,6 +24,8 @@ struct PipelineDevice {
     float *tied_grad;    /* first stage: the head's gradient of wte, received */
     int nonfinite_layer;
     bool training;
+    DeviceBuckets *buckets; /* the data-parallel group's reductions (NULL: none) */
+    int m, grads_done;      /* the step's micro-batches, and how many passes wrote their gradients */
 };
 
 static void check(PipelineDevice *pd, int rc) {
@@ -49,17 +51,31 @@ static double op_forward(void *ctx, int set, const int32_t *inputs, const int32_
     return loss;
 }
 
+/* The buckets around each micro-batch's gradient pass (the fused backward, or W): reduced as it finishes them. */
+static void begin_grads(PipelineDevice *pd) {
+    if (pd->buckets) device_buckets_begin_micro(pd->buckets, pd->grads_done == pd->m - 1);
+}
+
+static void end_grads(PipelineDevice *pd) {
+    if (pd->buckets) device_buckets_end_micro(pd->buckets);
+    pd->grads_done++;
+}
+
 static void op_backward(void *ctx, int set) {
     PipelineDevice *pd = ctx;
     use(pd, set);
+    begin_grads(pd);
     check(pd, gpt_device_stage_backward(pd->model));
+    end_grads(pd);
 }
 
 /* zbh1's B or W (the model carves each set's stash: pipeline_device_create). */
 static void op_backward_split(void *ctx, int set, bool weight) {
     PipelineDevice *pd = ctx;
     use(pd, set);
+    if (weight) begin_grads(pd);
     check(pd, weight ? gpt_device_stage_backward_weight(pd->model) : gpt_device_stage_backward_input(pd->model));
+    if (weight) end_grads(pd);
 }
 
 /* A receive's buffer is read by the compute stream only after the group's event (the wait sim checks). */
@@ -112,7 +128,10 @@ void pipeline_device_free(PipelineDevice *pd) {
     free(pd);
 }
 
-/* The head's gradient of the tied weights, summed into the first stage's wte gradient. */
+void pipeline_device_set_buckets(PipelineDevice *pd, DeviceBuckets *buckets) { pd->buckets = buckets; }
+
+/* The head's gradient of the tied weights, summed into the first stage's wte gradient (with buckets: summed over
+ * the data-parallel group first, into what the rank keeps). */
 static void add_tied_grads(PipelineDevice *pd) {
     const int last = pd->stages - 1;
     if (pd->stage == last) device_comm_send(pd->comm, gpt_device_head_wte(pd->model, GPT_DEVICE_GRADS), pd->wte_floats, 0, TAG_TIED_GRADS);
@@ -121,7 +140,8 @@ static void add_tied_grads(PipelineDevice *pd) {
         device_comm_wait(pd->comm);
         float *dwte = gpt_device_array(pd->model, GPT_DEVICE_GRADS); /* wte leads the first stage's layout */
         DeviceCall add = {.kernel = DK_RESIDUAL_FORWARD, .a.elementwise = {dwte, dwte, pd->tied_grad, pd->wte_floats}};
-        check(pd, device_launch(pd->dev, gpt_device_compute_stream(pd->model), &add));
+        if (pd->buckets) device_buckets_add_reduced(pd->buckets, pd->tied_grad, 0, pd->wte_floats);
+        else check(pd, device_launch(pd->dev, gpt_device_compute_stream(pd->model), &add));
     }
     device_comm_finish(pd->comm);
 }
@@ -129,6 +149,8 @@ static void add_tied_grads(PipelineDevice *pd) {
 double pipeline_device_train(PipelineDevice *pd, int m, float dloss, PipeLoad load, void *ctx) {
     pd->nonfinite_layer = -1;
     pd->training = true;
+    pd->m = m;
+    pd->grads_done = 0;
     pd->last = pipeline_train(pd->pipe, m, dloss, load, ctx, NULL);
     add_tied_grads(pd);
     return pd->last.loss_sum;

@@ -21,6 +21,7 @@
 
 #include "device/device.h"
 #include "model/gpt_device.h"
+#include "parallel/device_buckets.h"
 #include "parallel/engine.h"
 
 typedef struct PipelineDevice PipelineDevice;
@@ -49,6 +50,10 @@ int pipeline_device_nonfinite_layer(const PipelineDevice *pd);
 void pipeline_device_upload_head(PipelineDevice *pd, const GPT *host);
 /* After an update: the first stage's wte to the last stage's copy, on the devices (collective over the group). */
 void pipeline_device_share_weights(PipelineDevice *pd);
+/* Data parallelism over each stage's group: the buckets are begun and ended
+ * around every micro-batch's gradient pass (backward, or zbh1's W) and take
+ * the tied weights' gradient (device_buckets_add_reduced); NULL: none. */
+void pipeline_device_set_buckets(PipelineDevice *pd, DeviceBuckets *buckets);
 /* x summed over the pipeline group (each stage's tensors counted once). */
 void pipeline_device_sum(PipelineDevice *pd, double *x, int n);
 
