@@ -6,9 +6,9 @@
  * them: all-reduced at ZeRO 0; at ZeRO 1-3 reduce-scattered, each rank
  * updating its part of the flat buffer, the parameters all-gathered after
  * (ZeRO 1-2) or block by block before each use (ZeRO 3, device_gather.h);
- * so do tensor shards and context ranks (ZeRO 0-3) and pipeline stages (ZeRO
- * 0-2: each micro-batch's gradient pass, the tied weights' gradient added
- * after). With graphs the gradient is reduced in one collective after the
+ * so do tensor shards, context ranks and pipeline stages (each micro-batch's
+ * gradient pass, the tied weights' gradient added after; ZeRO 3 gathers
+ * around each forward and backward pass of the schedule). With graphs the gradient is reduced in one collective after the
  * step's backward.
  * Tensor parallelism: each rank's device model is its shard, the sums inside
  * a layer over the tensor group's own DeviceComm (model/gpt_device_tp.h);
@@ -67,8 +67,6 @@ static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, co
         return "runs pipeline stages without tensor or context parallelism for now";
     if (pipeline_device_refusal(cfg, g)) return pipeline_device_refusal(cfg, g);
     if (g->ep > 1) return "runs data, tensor, context and pipeline parallelism only for now (not expert parallelism)";
-    if (cfg->data_parallel.zero_stage >= 3 && g->pp > 1)
-        return "runs ZeRO stage 3 without pipeline stages for now (each stage's schedule would order the gathers)";
     if (cfg->data_parallel.zero_stage >= 3 && (cfg->bf16 || chunk->model.fp8))
         return "runs ZeRO stage 3 in fp32 only for now (not bf16 or FP8)";
     if (cfg->measure_micro_norms) return "does not measure micro-step norms yet";
@@ -121,8 +119,8 @@ static int open_comm(EngineDevice *d, const EngineConfig *cfg, const EngineChunk
     if (cfg->cuda_graphs) return 0;
     d->buckets = device_buckets_create(d->dev, d->model, d->comm, chunk->dp, cfg->data_parallel.zero_stage, reason,
                                        reason_size);
-    if (d->pipe) pipeline_device_set_buckets(d->pipe, d->buckets);
     if (d->buckets && d->zero3) d->gather = device_gather_create(d->dev, d->model, d->comm, reason, reason_size);
+    if (d->pipe) pipeline_device_set_data_parallel(d->pipe, d->buckets, d->gather);
     return d->buckets && (d->gather || !d->zero3) ? 0 : -1;
 }
 

@@ -25,6 +25,7 @@ struct PipelineDevice {
     int nonfinite_layer;
     bool training;
     DeviceBuckets *buckets; /* the data-parallel group's reductions (NULL: none) */
+    DeviceGather *gather;   /* ZeRO 3: its parameter gathers (NULL: none) */
     int m, grads_done;      /* the step's micro-batches, and how many passes wrote their gradients */
 };
 
@@ -46,36 +47,41 @@ static double op_forward(void *ctx, int set, const int32_t *inputs, const int32_
     PipelineDevice *pd = ctx;
     double loss = 0;
     use(pd, set);
+    if (pd->gather) device_gather_begin_stage_pass(pd->gather, false);
     check(pd, gpt_device_stage_forward(pd->model, inputs, targets, dloss, &loss));
+    if (pd->gather) device_gather_end_pass(pd->gather);
     if (pd->training && pd->nonfinite_layer < 0) pd->nonfinite_layer = gpt_device_nonfinite_layer(pd->model);
     return loss;
 }
 
-/* The buckets around each micro-batch's gradient pass (the fused backward, or W): reduced as it finishes them. */
-static void begin_grads(PipelineDevice *pd) {
-    if (pd->buckets) device_buckets_begin_micro(pd->buckets, pd->grads_done == pd->m - 1);
+/* The buckets around each micro-batch's gradient pass (the fused backward, or W): reduced as it finishes them;
+ * ZeRO 3's gathers around every backward pass (B too). */
+static void begin_backward(PipelineDevice *pd, bool grads) {
+    if (pd->gather) device_gather_begin_stage_pass(pd->gather, true);
+    if (grads && pd->buckets) device_buckets_begin_micro(pd->buckets, pd->grads_done == pd->m - 1);
 }
 
-static void end_grads(PipelineDevice *pd) {
-    if (pd->buckets) device_buckets_end_micro(pd->buckets);
-    pd->grads_done++;
+static void end_backward(PipelineDevice *pd, bool grads) {
+    if (pd->gather) device_gather_end_pass(pd->gather);
+    if (grads && pd->buckets) device_buckets_end_micro(pd->buckets);
+    pd->grads_done += grads;
 }
 
 static void op_backward(void *ctx, int set) {
     PipelineDevice *pd = ctx;
     use(pd, set);
-    begin_grads(pd);
+    begin_backward(pd, true);
     check(pd, gpt_device_stage_backward(pd->model));
-    end_grads(pd);
+    end_backward(pd, true);
 }
 
 /* zbh1's B or W (the model carves each set's stash: pipeline_device_create). */
 static void op_backward_split(void *ctx, int set, bool weight) {
     PipelineDevice *pd = ctx;
     use(pd, set);
-    if (weight) begin_grads(pd);
+    begin_backward(pd, weight);
     check(pd, weight ? gpt_device_stage_backward_weight(pd->model) : gpt_device_stage_backward_input(pd->model));
-    if (weight) end_grads(pd);
+    end_backward(pd, weight);
 }
 
 /* A receive's buffer is read by the compute stream only after the group's event (the wait sim checks). */
@@ -128,7 +134,10 @@ void pipeline_device_free(PipelineDevice *pd) {
     free(pd);
 }
 
-void pipeline_device_set_buckets(PipelineDevice *pd, DeviceBuckets *buckets) { pd->buckets = buckets; }
+void pipeline_device_set_data_parallel(PipelineDevice *pd, DeviceBuckets *buckets, DeviceGather *gather) {
+    pd->buckets = buckets;
+    pd->gather = gather;
+}
 
 /* The head's gradient of the tied weights, summed into the first stage's wte gradient (with buckets: summed over
  * the data-parallel group first, into what the rank keeps). */
@@ -181,7 +190,14 @@ void pipeline_device_upload_head(PipelineDevice *pd, const GPT *host) {
 
 void pipeline_device_share_weights(PipelineDevice *pd) {
     const int last = pd->stages - 1;
-    if (pd->stage == 0) device_comm_send(pd->comm, gpt_device_array(pd->model, GPT_DEVICE_PARAMS), pd->wte_floats, last, TAG_TIED_WEIGHTS);
+    if (pd->stage == 0) {
+        const float *wte = gpt_device_array(pd->model, GPT_DEVICE_PARAMS);
+        if (pd->gather) { /* ZeRO 3: the rank keeps its part; tied_grad is free until the next step's end */
+            device_gather_window(pd->gather, pd->tied_grad, 0, pd->wte_floats);
+            wte = pd->tied_grad;
+        }
+        device_comm_send(pd->comm, wte, pd->wte_floats, last, TAG_TIED_WEIGHTS);
+    }
     if (pd->stage == last) {
         device_comm_recv(pd->comm, gpt_device_head_wte(pd->model, GPT_DEVICE_PARAMS), pd->wte_floats, 0, TAG_TIED_WEIGHTS);
         device_comm_wait(pd->comm);

@@ -22,6 +22,7 @@
 #include "device/device.h"
 #include "model/gpt_device.h"
 #include "parallel/device_buckets.h"
+#include "parallel/device_gather.h"
 #include "parallel/engine.h"
 
 typedef struct PipelineDevice PipelineDevice;
@@ -52,8 +53,10 @@ void pipeline_device_upload_head(PipelineDevice *pd, const GPT *host);
 void pipeline_device_share_weights(PipelineDevice *pd);
 /* Data parallelism over each stage's group: the buckets are begun and ended
  * around every micro-batch's gradient pass (backward, or zbh1's W) and take
- * the tied weights' gradient (device_buckets_add_reduced); NULL: none. */
-void pipeline_device_set_buckets(PipelineDevice *pd, DeviceBuckets *buckets);
+ * the tied weights' gradient (device_buckets_add_reduced); ZeRO 3's gathers
+ * around every forward and backward pass (device_gather_begin_stage_pass),
+ * and the tied weights gathered whole before they are shared. NULL: none. */
+void pipeline_device_set_data_parallel(PipelineDevice *pd, DeviceBuckets *buckets, DeviceGather *gather);
 /* x summed over the pipeline group (each stage's tensors counted once). */
 void pipeline_device_sum(PipelineDevice *pd, double *x, int n);
 

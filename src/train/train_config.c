@@ -255,7 +255,6 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
                        : c->parallel.pp > 1 && (c->parallel.tp > 1 || c->parallel.cp > 1) ? "--pp together with --tp or --cp"
                        : device_pipeline_flag(c) ? device_pipeline_flag(c)
                        : (c->parallel.tp > 1 || c->parallel.cp > 1) && c->precision.mode != PRECISION_FP32 ? "--tp or --cp outside --precision fp32"
-                       : c->parallel.zero >= 3 && c->parallel.pp > 1 ? "--zero 3 together with --pp"
                        : c->parallel.zero >= 3 && c->precision.mode != PRECISION_FP32 ? "--zero 3 in bf16 or FP8"
                        : c->parallel.zero_quant_weights || c->parallel.zero_hpz ? "--zero-quant-weights or --zero-hpz"
                        : c->parallel.zero_quant_grads ? "--zero-quant-grads"
