@@ -11,9 +11,11 @@
  * receive waited for by the compute stream through the group's event. The
  * tied output weights are shared as on the CPU (model_parallel.h): the last
  * stage reads a device copy of the first stage's wte, refreshed after each
- * update, and its gradient is added to the first stage's before the
- * data-parallel reduction; in bf16 the copy's bf16 bits are rounded again
- * each time it changes, as the model's own copies after AdamW. Not yet:
+ * update, and its gradient is added to the first stage's after its last
+ * backward (with data parallelism summed over the group apart: the
+ * buckets were reduced during backward); in bf16 the copy's bf16 bits are
+ * rounded again each time it changes, as the model's own copies after
+ * AdamW. Not yet:
  * interleaved virtual stages (one device model per rank), fp8: refused
  * with a reason. */
 #ifndef BS_PARALLEL_PIPELINE_DEVICE_H
