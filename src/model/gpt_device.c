@@ -363,7 +363,8 @@ static int size_state(GPTDevice *g) {
 
 /* bf16: the encoder's wte, rounded as the products' */
 static int refresh_wte(GPTDevice *g) {
-    if (g->tp && !g->param_part) TRY(gpt_device_tp_gather_wte(g->tp, tensor(g, g->params, TK_WTE))); /* tensor parallel: the whole wte (ZeRO 3: in forward) */
+    if (g->tp && !g->param_part) /* tensor parallel: the whole wte (ZeRO 3: gathered in forward) */
+        TRY(gpt_device_tp_gather_wte(g->tp, tensor(g, g->params, TK_WTE)));
     return g->bf16 ? round_bf16(g, g->wte_rounded, NULL, tensor(g, g->params, TK_WTE), gpt_tensor_numel(&g->cfg, TK_WTE)) : 0;
 }
 

@@ -8,8 +8,8 @@
  * (ZeRO 1-2) or block by block before each use (ZeRO 3, device_gather.h);
  * so do tensor shards, context ranks and pipeline stages (each micro-batch's
  * gradient pass, the tied weights' gradient added after; ZeRO 3 gathers
- * around each forward and backward pass of the schedule). With graphs the gradient is reduced in one collective after the
- * step's backward.
+ * around each forward and backward pass of the schedule). With graphs the
+ * gradient is reduced in one collective after the step's backward.
  * Tensor parallelism: each rank's device model is its shard, the sums inside
  * a layer over the tensor group's own DeviceComm (model/gpt_device_tp.h);
  * data parallelism then reduces each shard over its data-parallel group.
