@@ -10,7 +10,7 @@ default; cuda: the GPU check's, skipped where none answers).
   sums as ZeRO 2: ZeRO 2's bits; zbh1's W adds what the fused backward adds: 1f1b's bits.
 - A checkpoint pp 2 x dp 2 writes at ZeRO 3 at step 5 (each rank its part of its stage) is read by one CPU process
   and saved at once: the same parameters bit for bit.
-- Memory (sim's count, the banner's "device memory" line of rank 0, one step): ZeRO 2 holds 4 bytes less per
+- Memory (on sim: its count, the banner's "device memory" line of rank 0, one step): ZeRO 2 holds 4 bytes less per
   parameter of the rank's model (a TP shard, a CP rank's whole model, pipeline stage 0) it does not update, and
   three bucket buffers more (the embeddings' and two of the largest other bucket); ZeRO 3 4 bytes less again and four
   parameter slots more (the embeddings, the final LayerNorm, two layers; a block the stage lacks: one float), exactly;
@@ -29,6 +29,8 @@ DEVICE = device_from_argv()
 SHAPE = ["--layers", "2", "--heads", "2", "--channels", "32", "--seq-len", "32"]
 SHAPE_CP = ["--layers", "4", "--heads", "4", "--channels", "32", "--seq-len", "256"]  # test_device_cp.py's: T/4 >= 64
 TOLERANCE = 1e-5  # the issue's bound; measured on sim on an Intel Xeon (2 cores): losses ~1e-8, parameters ~2e-6
+# a GPU's products sum in cuBLASLt's orders: its parameters within 1e-4, as test_device_pp.py holds them
+PARAMETERS = 1e-4 if DEVICE == "cuda" else TOLERANCE
 VP, BUCKET_MB = 384, 0.01  # the corpus's padded vocabulary; buckets of a layer each at C 64 (data_parallel.c's plan)
 
 
@@ -66,7 +68,7 @@ class DeviceZeroLayoutsTest(CorpusTest):
     def equivalent(self, name, flags, shape=SHAPE):
         """`flags` on 4 device ranks within TOLERANCE of one CPU process; returns the run."""
         run = layout_run(self.data, self.path(name), shape, 4, ["--device", DEVICE, *flags])
-        assert_equivalent(self, run, self.oracle(shape), " ".join(flags), TOLERANCE)
+        assert_equivalent(self, run, self.oracle(shape), " ".join(flags), TOLERANCE, PARAMETERS)
         return run
 
     def test_tensor_parallel(self):
@@ -107,6 +109,8 @@ class DeviceZeroLayoutsTest(CorpusTest):
         self.assertLess(peak[3], peak[2], what)
 
     def test_memory(self):
+        if DEVICE != "sim":
+            self.skipTest("sim counts each allocation's bytes; a GPU's allocator rounds them and holds its context")
         C, L, T = 64, 8, 32
         shape = ["--layers", str(L), "--heads", "2", "--channels", str(C), "--seq-len", str(T)]
         self.assert_memory("tp 2 x dp 2", shape, ["--tp", "2"],
