@@ -363,7 +363,7 @@ static int size_state(GPTDevice *g) {
 
 /* bf16: the encoder's wte, rounded as the products' */
 static int refresh_wte(GPTDevice *g) {
-    if (g->tp && gpt_has_embeddings(&g->cfg)) /* tensor parallel: the whole wte (a last stage: gpt_device_head_changed) */
+    if (g->tp && gpt_has_embeddings(&g->cfg) && !g->param_part) /* tensor parallel: the whole wte (a last stage: gpt_device_head_changed; ZeRO 3: gathered in forward) */
         TRY(gpt_device_tp_gather_wte(g->tp, tensor(g, g->params, TK_WTE)));
     return g->bf16 ? round_bf16(g, g->wte_rounded, NULL, tensor(g, g->params, TK_WTE), gpt_tensor_numel(&g->cfg, TK_WTE)) : 0;
 }
@@ -732,6 +732,8 @@ static int forward(GPTDevice *g, float dloss) {
     const int C = cfg->channels, L = cfg->num_layers, first = gpt_first_layer(cfg), last = first + gpt_stage_layers(cfg) - 1;
     DeviceCall enc = {.kernel = DK_ENCODER_FORWARD};
     float *emb = param_block(g, 0);
+    if (g->tp && g->param_part) TRY(gpt_device_tp_gather_wte(g->tp, in_block(g, emb, 0, TK_WTE))); /* ZeRO 3: from the slot */
+    if (g->tp && g->grad_part && dloss != 0) TRY(gpt_device_tp_zero_dwte(g->tp)); /* ZeRO 2: this micro-batch's alone */
     enc.a.encoder = (EncoderArgs){.out = g->encoded, .wte = g->bf16 ? g->wte_rounded : g->tp ? whole_wte(g) : in_block(g, emb, 0, TK_WTE),
                                   .wpe = in_block(g, emb, 0, TK_WPE),
                                   .tokens = g->tokens, .doc_start = doc_starts(g), .positions = positions(g),
@@ -753,9 +755,11 @@ static int forward(GPTDevice *g, float dloss) {
         param_done(g, L + 1);
     }
     /* the loss and, training, the gradients into lnf (g->dln) and wte (the last stage's copy: head_wte; TP's whole one), a block of rows at a time */
-    const bool copy = g->stage.head_wte != NULL && !g->tp; /* TP: the whole one, gathered from the copies' rows */
+    const bool last_stage = g->stage.head_wte != NULL; /* a pipeline's last stage: no embeddings block of its own */
+    const bool copy = last_stage && !g->tp; /* TP: the whole one, gathered from the copies' rows */
     float *dwte = copy ? g->stage.head_dwte : g->tp ? whole_dwte(g) : dloss != 0 ? grad_tensor(g, 0, TK_WTE) : NULL;
-    const float *wte = copy ? g->stage.head_wte : g->tp ? whole_wte(g) : in_block(g, param_block(g, 0), 0, TK_WTE);
+    float *emb_again = last_stage ? NULL : param_block(g, 0); /* the classifier's use (ZeRO 3 gathers it, TP too) */
+    const float *wte = copy ? g->stage.head_wte : g->tp ? whole_wte(g) : in_block(g, emb_again, 0, TK_WTE);
     ClassifierArgs head = {g->losses, g->dln, dwte, g->logits, g->lnf, wte,
                            g->tokens + rows(g), (int)rows(g), C, cfg->vocab_size, cfg->padded_vocab_size,
                            (int)classifier_rows(g), dloss};
@@ -811,7 +815,7 @@ static int backward(GPTDevice *g, int pass) {
                                   .dout = g->dresidual, .tokens = g->tokens, .doc_start = doc_starts(g),
                                   .positions = positions(g), .B = g->B, .T = g->T, .C = C, .V = cfg->vocab_size};
     TRY(launch(g, &enc));
-    if (g->tp) TRY(gpt_device_tp_take_dwte(g->tp, tensor(g, g->grads, TK_WTE)));
+    if (g->tp) TRY(gpt_device_tp_take_dwte(g->tp, grad_tensor(g, 0, TK_WTE))); /* ZeRO 2: into the bucket's buffer */
     grad_done(g, 0);
     return 0;
 }

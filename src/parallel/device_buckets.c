@@ -179,7 +179,9 @@ DeviceBuckets *device_buckets_create(Device *dev, GPTDevice *model, DeviceComm *
     }
     b->host_flags = bs_calloc((size_t)b->num_blocks, sizeof(int32_t));
     b->flags = device_alloc(dev, sizeof(int32_t) * (size_t)b->num_blocks);
-    if (!b->flags || (zero_stage >= 2 && allocate(b) != 0)) {
+    /* a pipeline stage checks its own blocks only: the others' flags stay 0 */
+    if (!b->flags || device_zero(dev, compute(b), b->flags, sizeof(int32_t) * (size_t)b->num_blocks) != 0 ||
+        (zero_stage >= 2 && allocate(b) != 0)) {
         snprintf(reason, reason_size, "%s", device_error(dev));
         device_buckets_free(b);
         return NULL;
@@ -234,3 +236,18 @@ void device_buckets_finish(DeviceBuckets *b) {
 int device_buckets_first_nonfinite_block(const DeviceBuckets *b) { return b->first_nonfinite_block; }
 
 void device_buckets_inject_nan(DeviceBuckets *b, int block) { b->poison_block = block; }
+
+/* The summed window lands where the rank keeps the layout's gradient: all of it (ZeRO 0), its part of the
+ * whole flat buffer (ZeRO 1) or of the gradient's part (ZeRO 2). */
+void device_buckets_add_reduced(DeviceBuckets *b, float *buf, size_t offset, size_t count) {
+    const Range window = range_make(offset, count), keep = b->stage == 0 ? window : range_intersect(window, b->part);
+    if (b->stage == 0) device_comm_allreduce(b->comm, buf, count, false);
+    else device_comm_reduce_scatter(b->comm, buf, offset, count, b->total);
+    device_comm_wait(b->comm);
+    if (range_empty(keep)) return;
+    float *grads = gpt_device_array(b->model, GPT_DEVICE_GRADS);
+    float *dst = b->stage >= 2 ? grads + range_offset_in(keep, b->part) : grads + keep.offset;
+    DeviceCall add = {.kernel = DK_RESIDUAL_FORWARD,
+                      .a.elementwise = {dst, dst, buf + range_offset_in(keep, window), keep.count}};
+    check(b, device_launch(b->dev, compute(b), &add));
+}

@@ -47,6 +47,12 @@ void device_buckets_finish(DeviceBuckets *b);
 /* The first block (backward's order) whose gradient held a non-finite
  * value in the step's checks (before it was reduced), or -1. */
 int device_buckets_first_nonfinite_block(const DeviceBuckets *b);
+/* After the last micro-batch, a gradient backward did not write (a pipeline's
+ * tied head weights: buf holds the flat layout's [offset, +count) on the
+ * device): summed over the group (all-reduced at ZeRO 0, reduce-scattered
+ * above) and added to what the rank keeps of the gradient; buf is then
+ * scratch. Before device_buckets_finish. */
+void device_buckets_add_reduced(DeviceBuckets *b, float *buf, size_t offset, size_t count);
 /* The next check of block's gradient plants a NaN first (--debug-inject-fault nan). */
 void device_buckets_inject_nan(DeviceBuckets *b, int block);
 

@@ -54,15 +54,20 @@ static int find_slot(const DeviceGather *z, int block) {
     return -1;
 }
 
-/* This rank's part of block into the slot (compute stream), then the block all-gathered (communication stream). */
-static void gather(DeviceGather *z, int s, int block) {
-    Slot *slot = &z->slots[s];
-    const Range r = block_range(z, block), mine = range_intersect(r, z->shard);
+/* This rank's part of window r into buf (compute stream), then r all-gathered (communication stream). */
+static void gather_window(DeviceGather *z, float *buf, Range r) {
+    const Range mine = range_intersect(r, z->shard);
     if (!range_empty(mine))
-        check(z, device_copy(z->dev, gpt_device_compute_stream(z->model), slot->buf + range_offset_in(mine, r),
+        check(z, device_copy(z->dev, gpt_device_compute_stream(z->model), buf + range_offset_in(mine, r),
                              gpt_device_array(z->model, GPT_DEVICE_PARAMS) + range_offset_in(mine, z->shard),
                              mine.count * sizeof(float), COPY_DEVICE_TO_DEVICE));
-    device_comm_allgather(z->comm, slot->buf, r.offset, r.count, z->total);
+    if (!range_empty(r)) device_comm_allgather(z->comm, buf, r.offset, r.count, z->total);
+}
+
+/* Block into the slot; its event marks the gather's end (a pipeline stage's absent block 0: nothing to gather). */
+static void gather(DeviceGather *z, int s, int block) {
+    Slot *slot = &z->slots[s];
+    gather_window(z, slot->buf, block_range(z, block));
     device_comm_record(z->comm, slot->gathered);
     slot->block = block;
     slot->waited = false;
@@ -99,10 +104,11 @@ DeviceGather *device_gather_create(Device *dev, GPTDevice *model, DeviceComm *co
     *z = (DeviceGather){.dev = dev, .model = model, .comm = comm, .cfg = cfg, .total = gpt_num_params(cfg)};
     gpt_device_update_range(model, &z->shard.offset, &z->shard.count);
     z->order = bs_malloc(sizeof(int) * (size_t)(2 * L + 4));
-    const int blocks[NUM_SLOTS] = {0, L + 1, 1, 1};
+    const int layer = gpt_first_layer(cfg) + 1, blocks[NUM_SLOTS] = {0, L + 1, layer, layer}; /* a stage's blocks */
     for (int s = 0; s < NUM_SLOTS; s++) {
+        const size_t floats = block_range(z, blocks[s]).count;
         z->slots[s].block = -1;
-        z->slots[s].buf = device_alloc(dev, sizeof(float) * block_range(z, blocks[s]).count);
+        z->slots[s].buf = device_alloc(dev, sizeof(float) * (floats ? floats : 1));
         z->slots[s].gathered = device_event_create(dev);
         if (!z->slots[s].buf || !z->slots[s].gathered) {
             snprintf(reason, reason_size, "%s", device_error(dev));
@@ -127,16 +133,39 @@ void device_gather_free(DeviceGather *z) {
     free(z);
 }
 
-/* gpt_device.h's order: forward 0, 1..L, L + 1, 0 (the classifier); backward L + 1, L..1. */
+/* gpt_device.h's order over the model's (a stage's) blocks: forward 0 (asked on every stage), its layers, and
+ * with the head L + 1 and, where the embeddings are here too, 0 again (the classifier); backward L + 1, then the
+ * layers down. */
+static void add_forward(DeviceGather *z) {
+    const int L = z->cfg->num_layers, first = gpt_first_layer(z->cfg) + 1, last = first + gpt_stage_layers(z->cfg) - 1;
+    z->order[z->length++] = 0;
+    for (int b = first; b <= last; b++) z->order[z->length++] = b;
+    if (!gpt_has_head(z->cfg)) return;
+    z->order[z->length++] = L + 1;
+    if (gpt_has_embeddings(z->cfg)) z->order[z->length++] = 0;
+}
+
+static void add_backward(DeviceGather *z) {
+    const int first = gpt_first_layer(z->cfg) + 1, last = first + gpt_stage_layers(z->cfg) - 1;
+    if (gpt_has_head(z->cfg)) z->order[z->length++] = z->cfg->num_layers + 1;
+    for (int b = last; b >= first; b--) z->order[z->length++] = b;
+}
+
 void device_gather_begin_pass(DeviceGather *z, bool training) {
-    const int L = z->cfg->num_layers;
-    int n = 0;
-    for (int b = 0; b <= L + 1; b++) z->order[n++] = b;
-    z->order[n++] = 0;
-    if (training)
-        for (int b = L + 1; b >= 1; b--) z->order[n++] = b;
-    z->length = n;
-    z->at = 0;
+    z->length = z->at = 0;
+    add_forward(z);
+    if (training) add_backward(z);
+}
+
+void device_gather_begin_stage_pass(DeviceGather *z, bool backward) {
+    z->length = z->at = 0;
+    if (backward) add_backward(z);
+    else add_forward(z);
+}
+
+void device_gather_window(DeviceGather *z, float *buf, size_t offset, size_t count) {
+    gather_window(z, buf, range_make(offset, count));
+    device_comm_wait(z->comm);
 }
 
 void device_gather_end_pass(DeviceGather *z) {

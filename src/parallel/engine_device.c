@@ -5,11 +5,14 @@
  * backward finishes them (device_buckets.h) as the CPU's data_parallel.c sums
  * them: all-reduced at ZeRO 0; at ZeRO 1-3 reduce-scattered, each rank
  * updating its part of the flat buffer, the parameters all-gathered after
- * (ZeRO 1-2) or block by block before each use (ZeRO 3, device_gather.h).
- * With tensor, context or pipeline parallelism (ZeRO 0-1) the gradient is
- * reduced in one collective after the step's backward. Interleaved virtual
- * stages: the rank's v chunks are v device models (each chunk's flat
- * buffers, as the CPU's EngineChunks), every per-chunk step run over each.
+ * (ZeRO 1-2) or block by block before each use (ZeRO 3, device_gather.h);
+ * so do tensor shards, context ranks and pipeline stages (each micro-batch's
+ * gradient pass, the tied weights' gradient added after; ZeRO 3 gathers
+ * around each forward and backward pass of the schedule). With graphs, and
+ * with interleaved virtual stages (ZeRO 0-1), the gradient is reduced in one
+ * collective after the step's backward. Interleaved virtual stages: the
+ * rank's v chunks are v device models (each chunk's flat buffers, as the
+ * CPU's EngineChunks), every per-chunk step run over each.
  * Tensor parallelism: each rank's device model is its shard, the sums inside
  * a layer over the tensor group's own DeviceComm (model/gpt_device_tp.h);
  * data parallelism then reduces each shard over its data-parallel group.
@@ -67,8 +70,6 @@ static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, co
     if (g->cp > 1 && cfg->doc_mask) return "runs context parallelism over whole sequences only for now (not packed documents)";
     if (pipeline_device_refusal(cfg, g)) return pipeline_device_refusal(cfg, g);
     if (g->ep > 1) return "runs data, tensor, context and pipeline parallelism only for now (not expert parallelism)";
-    if (cfg->data_parallel.zero_stage >= 2 && (g->tp > 1 || g->cp > 1 || g->pp > 1))
-        return "runs ZeRO stages 2-3 with data parallelism alone for now (not with tensor, context or pipeline parallelism)";
     if (cfg->data_parallel.zero_stage >= 3 && (cfg->bf16 || chunk->model.fp8))
         return "runs ZeRO stage 3 in fp32 only for now (not bf16 or FP8)";
     if (cfg->measure_micro_norms) return "does not measure micro-step norms yet";
@@ -119,11 +120,12 @@ static int open_comm(EngineDevice *d, const EngineConfig *cfg, const EngineChunk
         if (!(d->comms[c] = device_comm_create(d->group, d->dev, gpt_device_compute_stream(d->models[c]), path, reason,
                                                reason_size))) return -1;
     d->comm = d->comms[0];
-    /* reduce_gradients: one collective after backward (graphs: outside the captured micro-batch) */
-    if (g->tp > 1 || g->cp > 1 || g->pp > 1 || cfg->cuda_graphs) return 0;
+    /* reduce_gradients: one collective after backward (graphs: outside the captured micro-batch; each chunk's) */
+    if (cfg->cuda_graphs || d->num_chunks > 1) return 0;
     d->buckets = device_buckets_create(d->dev, d->model, d->comm, chunk->dp, cfg->data_parallel.zero_stage, reason,
                                        reason_size);
     if (d->buckets && d->zero3) d->gather = device_gather_create(d->dev, d->model, d->comm, reason, reason_size);
+    if (d->pipe) pipeline_device_set_data_parallel(d->pipe, d->buckets, d->gather);
     return d->buckets && (d->gather || !d->zero3) ? 0 : -1;
 }
 

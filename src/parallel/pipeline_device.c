@@ -30,6 +30,9 @@ struct PipelineDevice {
     float *tied_grad;    /* first stage: the head's gradient of wte, received */
     int nonfinite_layer;
     bool training;
+    DeviceBuckets *buckets; /* the data-parallel group's reductions (NULL: none) */
+    DeviceGather *gather;   /* ZeRO 3: its parameter gathers (NULL: none) */
+    int m, grads_done;      /* the step's micro-batches, and how many passes wrote their gradients */
 };
 
 static void check(PipelineDevice *pd, int rc) {
@@ -41,6 +44,10 @@ const char *pipeline_device_refusal(const EngineConfig *cfg, const Grid *g) {
     if (cfg->fp8) return "runs pipeline stages in fp32 or bf16 for now (not FP8)";
     if (cfg->virtual_stages > 1 && (g->tp > 1 || g->cp > 1))
         return "runs interleaved virtual stages of whole layers for now (not with tensor or context parallelism)";
+    if (cfg->data_parallel.zero_stage >= 2 && (g->tp > 1 || g->cp > 1))
+        return "runs ZeRO 2-3 with pipeline stages of whole layers for now (not with tensor or context parallelism)";
+    if (cfg->virtual_stages > 1 && cfg->data_parallel.zero_stage >= 2)
+        return "runs interleaved virtual stages at ZeRO 0-1 for now (each chunk's gradient reduced after backward)";
     return NULL;
 }
 
@@ -55,20 +62,39 @@ static double op_forward(void *ctx, int set, const int32_t *inputs, const int32_
     StageChunk *ch = use(ctx, set);
     PipelineDevice *pd = ch->pd;
     double loss = 0;
+    if (pd->gather) device_gather_begin_stage_pass(pd->gather, false);
     check(pd, gpt_device_stage_forward(ch->model, inputs, targets, dloss, &loss));
+    if (pd->gather) device_gather_end_pass(pd->gather);
     if (pd->training && pd->nonfinite_layer < 0) pd->nonfinite_layer = gpt_device_nonfinite_layer(ch->model);
     return loss;
 }
 
+/* The buckets around each micro-batch's gradient pass (the fused backward, or W): reduced as it finishes them;
+ * ZeRO 3's gathers around every backward pass (B too). */
+static void begin_backward(PipelineDevice *pd, bool grads) {
+    if (pd->gather) device_gather_begin_stage_pass(pd->gather, true);
+    if (grads && pd->buckets) device_buckets_begin_micro(pd->buckets, pd->grads_done == pd->m - 1);
+}
+
+static void end_backward(PipelineDevice *pd, bool grads) {
+    if (pd->gather) device_gather_end_pass(pd->gather);
+    if (grads && pd->buckets) device_buckets_end_micro(pd->buckets);
+    pd->grads_done += grads;
+}
+
 static void op_backward(void *ctx, int set) {
     StageChunk *ch = use(ctx, set);
+    begin_backward(ch->pd, true);
     check(ch->pd, gpt_device_stage_backward(ch->model));
+    end_backward(ch->pd, true);
 }
 
 /* zbh1's B or W (the model carves each set's stash: pipeline_device_create). */
 static void op_backward_split(void *ctx, int set, bool weight) {
     StageChunk *ch = use(ctx, set);
+    begin_backward(ch->pd, weight);
     check(ch->pd, weight ? gpt_device_stage_backward_weight(ch->model) : gpt_device_stage_backward_input(ch->model));
+    end_backward(ch->pd, weight);
 }
 
 /* A receive's buffer is read by the compute stream only after the group's event (the wait sim checks). */
@@ -143,7 +169,13 @@ static void finish(PipelineDevice *pd) {
     for (int c = 0; c < pd->num_chunks; c++) device_comm_finish(pd->chunks[c].comm);
 }
 
-/* The head's gradient of the tied weights, summed into the first stage's wte gradient. */
+void pipeline_device_set_data_parallel(PipelineDevice *pd, DeviceBuckets *buckets, DeviceGather *gather) {
+    pd->buckets = buckets;
+    pd->gather = gather;
+}
+
+/* The head's gradient of the tied weights, summed into the first stage's wte gradient (with buckets: summed over
+ * the data-parallel group first, into what the rank keeps). */
 static void add_tied_grads(PipelineDevice *pd) {
     const int last = pd->stages - 1;
     StageChunk *from = head(pd), *to = embedding(pd);
@@ -153,7 +185,8 @@ static void add_tied_grads(PipelineDevice *pd) {
         device_comm_wait(to->comm);
         float *dwte = gpt_device_array(to->model, GPT_DEVICE_GRADS); /* wte leads the first stage's layout */
         DeviceCall add = {.kernel = DK_RESIDUAL_FORWARD, .a.elementwise = {dwte, dwte, pd->tied_grad, pd->wte_floats}};
-        check(pd, device_launch(pd->dev, gpt_device_compute_stream(to->model), &add));
+        if (pd->buckets) device_buckets_add_reduced(pd->buckets, pd->tied_grad, 0, pd->wte_floats);
+        else check(pd, device_launch(pd->dev, gpt_device_compute_stream(to->model), &add));
     }
     finish(pd);
 }
@@ -161,6 +194,8 @@ static void add_tied_grads(PipelineDevice *pd) {
 double pipeline_device_train(PipelineDevice *pd, int m, float dloss, PipeLoad load, void *ctx) {
     pd->nonfinite_layer = -1;
     pd->training = true;
+    pd->m = m;
+    pd->grads_done = 0;
     pd->last = pipeline_train(pd->pipe, m, dloss, load, ctx, NULL);
     add_tied_grads(pd);
     return pd->last.loss_sum;
@@ -193,7 +228,14 @@ void pipeline_device_upload_head(PipelineDevice *pd, const GPT *host) {
 void pipeline_device_share_weights(PipelineDevice *pd) {
     const int last = pd->stages - 1;
     StageChunk *from = embedding(pd), *to = head(pd);
-    if (pd->stage == 0) device_comm_send(from->comm, gpt_device_array(from->model, GPT_DEVICE_PARAMS), pd->wte_floats, last, TAG_TIED_WEIGHTS);
+    if (pd->stage == 0) {
+        const float *wte = gpt_device_array(from->model, GPT_DEVICE_PARAMS);
+        if (pd->gather) { /* ZeRO 3: the rank keeps its part; tied_grad is free until the next step's end */
+            device_gather_window(pd->gather, pd->tied_grad, 0, pd->wte_floats);
+            wte = pd->tied_grad;
+        }
+        device_comm_send(from->comm, wte, pd->wte_floats, last, TAG_TIED_WEIGHTS);
+    }
     if (pd->stage == last) {
         device_comm_recv(to->comm, gpt_device_head_wte(to->model, GPT_DEVICE_PARAMS), pd->wte_floats, 0, TAG_TIED_WEIGHTS);
         device_comm_wait(to->comm);

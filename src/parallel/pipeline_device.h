@@ -15,9 +15,11 @@
  * receive waited for by the compute stream through the group's event. The
  * tied output weights are shared as on the CPU (model_parallel.h): the last
  * stage reads a device copy of the first stage's wte, refreshed after each
- * update, and its gradient is added to the first stage's before the
- * data-parallel reduction; in bf16 the copy's bf16 bits are rounded again
- * each time it changes, as the model's own copies after AdamW. A stage's
+ * update, and its gradient is added to the first stage's after its last
+ * backward (with data parallelism summed over the group apart: the
+ * buckets were reduced during backward); in bf16 the copy's bf16 bits are
+ * rounded again each time it changes, as the model's own copies after
+ * AdamW. A stage's
  * layers may be tensor-parallel shards (each tensor rank exchanges its copy
  * of the residual stream with the same tensor rank of the next stage, and
  * the last stage gathers the head's whole vocabulary from its ranks' rows of
@@ -31,6 +33,8 @@
 
 #include "device/device.h"
 #include "model/gpt_device.h"
+#include "parallel/device_buckets.h"
+#include "parallel/device_gather.h"
 #include "parallel/engine.h"
 
 typedef struct PipelineDevice PipelineDevice;
@@ -60,6 +64,12 @@ int pipeline_device_nonfinite_layer(const PipelineDevice *pd);
 void pipeline_device_upload_head(PipelineDevice *pd, const GPT *host);
 /* After an update: the first stage's wte to the last stage's copy, on the devices (collective over the group). */
 void pipeline_device_share_weights(PipelineDevice *pd);
+/* Data parallelism over each stage's group: the buckets are begun and ended
+ * around every micro-batch's gradient pass (backward, or zbh1's W) and take
+ * the tied weights' gradient (device_buckets_add_reduced); ZeRO 3's gathers
+ * around every forward and backward pass (device_gather_begin_stage_pass),
+ * and the tied weights gathered whole before they are shared. NULL: none. */
+void pipeline_device_set_data_parallel(PipelineDevice *pd, DeviceBuckets *buckets, DeviceGather *gather);
 /* x summed over the pipeline group (each stage's tensors counted once). */
 void pipeline_device_sum(PipelineDevice *pd, double *x, int n);
 

@@ -234,6 +234,10 @@ static const char *device_pipeline_flag(const TrainConfig *c) {
     if (c->parallel.pp == 1) return NULL;
     if (c->parallel.virtual_stages > 1 && (c->parallel.tp > 1 || c->parallel.cp > 1))
         return "--virtual-stages together with --tp or --cp (interleaved stages run whole layers)";
+    if (c->parallel.zero >= 2 && (c->parallel.tp > 1 || c->parallel.cp > 1))
+        return "--zero 2-3 with --pp together with --tp or --cp (their stages reduce at ZeRO 0-1 for now)";
+    if (c->parallel.virtual_stages > 1 && c->parallel.zero >= 2)
+        return "--virtual-stages with --zero 2-3 (interleaved stages reduce each chunk's gradient after backward)";
     return c->precision.mode == PRECISION_FP8 ? "--pp and --precision fp8 (pipeline stages run in fp32 or bf16)" : NULL;
 }
 
@@ -255,7 +259,6 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
     const char *flag = c->optim.kind != OPTIM_ADAMW ? "--optimizer other than adamw"
                        : device_pipeline_flag(c) ? device_pipeline_flag(c)
                        : (c->parallel.tp > 1 || c->parallel.cp > 1) && c->precision.mode != PRECISION_FP32 ? "--tp or --cp outside --precision fp32"
-                       : c->parallel.zero >= 2 && (c->parallel.tp > 1 || c->parallel.cp > 1 || c->parallel.pp > 1) ? "--zero 2-3 together with --tp, --cp or --pp"
                        : c->parallel.zero >= 3 && c->precision.mode != PRECISION_FP32 ? "--zero 3 in bf16 or FP8"
                        : c->parallel.zero_quant_weights || c->parallel.zero_hpz ? "--zero-quant-weights or --zero-hpz"
                        : c->parallel.zero_quant_grads ? "--zero-quant-grads"

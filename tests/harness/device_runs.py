@@ -81,3 +81,15 @@ def assert_refused(test, args, ranks, says):
     line = one_line_error(p, ranks)
     test.assertIsNotNone(line, p.stderr)
     test.assertIn(says, line)
+
+
+def assert_resumes_on_one_process(test, shape, out, step=5):
+    """Checkpoint `step` of the run saved under `out` (model flags `shape`, the layout tests' batch) read by one CPU
+    process, which saves it at once (a resume into another layout saves): the same parameters bit for bit."""
+    copy = out + "_cpu_copy"
+    launch(["train", "--data", os.path.join(test.data, "train_000000.bin"), *shape, "--micro-batch", "2",
+            "--global-batch", "8", "--steps", str(step), "--lr", "3e-3", "--warmup", "2", "--eval-every", "0",
+            "--sample-tokens", "0", "--threads", "1", "--quiet", "--out", copy,
+            "--resume", os.path.join(out, "ckpt", f"step_{step:08d}")], 1)
+    params = checkpoint_params(test, {"device": out, "cpu": copy}, step)
+    test.assertTrue(np.array_equal(params["cpu"], params["device"]), f"{out}: one CPU process read other parameters")
