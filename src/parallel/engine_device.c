@@ -13,7 +13,11 @@
  * data parallelism then reduces each shard over its data-parallel group.
  * Context parallelism: each rank's device model takes its rows of every
  * sequence, attention over the context group's DeviceComm
- * (model/gpt_device_cp.h); the data-parallel group spans dp x cp, as on CPU. */
+ * (model/gpt_device_cp.h); the data-parallel group spans dp x cp, as on CPU.
+ * Expert parallelism (ZeRO 0): each rank's device model holds its experts,
+ * the rows moved over the EP group's DeviceComm (model/moe_device_exchange.h);
+ * after backward the expert tensors' gradients sum over the expert-data
+ * group, the rest over the data group (device_expert_grads.h), as on CPU. */
 #include "parallel/engine_device.h"
 
 #include <stdio.h>
@@ -21,6 +25,7 @@
 
 #include "comm/device_comm.h"
 #include "parallel/device_buckets.h"
+#include "parallel/device_expert_grads.h"
 #include "parallel/device_gather.h"
 #include "core/error.h"
 #include "model/gpt_device.h"
@@ -51,6 +56,8 @@ struct EngineDevice {
     size_t total;     /* the flat buffer's floats */
     Fp8State *fp8;    /* --precision fp8: the chunk's delayed scales (on the host), else NULL */
     PipelineDevice *pipe; /* --pp > 1: this rank's stage in the schedule (else NULL) */
+    DeviceComm *expert_comm, *expert_data_comm; /* --ep: the EP group's rows; the expert-data group's (> 1 rank) */
+    DeviceExpertGrads *expert_grads; /* --ep: the gradient's split reduction (instead of comm's one) */
 };
 
 static void check(EngineDevice *d, int rc) {
@@ -64,7 +71,7 @@ static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, co
     if (g->pp > 1 && (g->tp > 1 || g->cp > 1))
         return "runs pipeline stages without tensor or context parallelism for now";
     if (pipeline_device_refusal(cfg, g)) return pipeline_device_refusal(cfg, g);
-    if (g->ep > 1) return "runs data, tensor, context and pipeline parallelism only for now (not expert parallelism)";
+    if (g->ep > 1 && cfg->data_parallel.zero_stage >= 1) return "runs expert parallelism at ZeRO stage 0 only for now";
     if (cfg->data_parallel.zero_stage >= 2 && (g->tp > 1 || g->cp > 1 || g->pp > 1))
         return "runs ZeRO stages 2-3 with data parallelism alone for now (not with tensor, context or pipeline parallelism)";
     if (cfg->data_parallel.zero_stage >= 3 && (cfg->bf16 || chunk->model.fp8))
@@ -95,6 +102,20 @@ static int open_context_comm(EngineDevice *d, const EngineConfig *cfg, const Gri
                                         reason, reason_size);
 }
 
+/* Expert parallelism: the EP group's device collectives, given to the model
+ * (the rows' moves), and the gradient's reduction split by group. */
+static int open_expert_comms(EngineDevice *d, const EngineChunk *chunk, const Grid *g, GpuCommKind path, char *reason,
+                             size_t reason_size) {
+    DeviceStream *compute = gpt_device_compute_stream(d->model);
+    if (!(d->expert_comm = device_comm_create(g->ep_group, d->dev, compute, path, reason, reason_size))) return -1;
+    gpt_device_set_expert_group(d->model, g->ep_group, d->expert_comm);
+    if (comm_size(g->edp_group) > 1 &&
+        !(d->expert_data_comm = device_comm_create(g->edp_group, d->dev, compute, path, reason, reason_size)))
+        return -1;
+    d->expert_grads = device_expert_grads_create(&chunk->model.cfg, d->comm, d->expert_data_comm);
+    return 0;
+}
+
 /* The tensor, context and data-parallel groups' device collectives on the model's compute stream (more than one rank). */
 static int open_comm(EngineDevice *d, const EngineConfig *cfg, const EngineChunk *chunk, const Grid *g, char *reason,
                      size_t reason_size) {
@@ -115,6 +136,7 @@ static int open_comm(EngineDevice *d, const EngineConfig *cfg, const EngineChunk
     d->sharded = cfg->data_parallel.zero_stage >= 1;
     d->comm = device_comm_create(d->group, d->dev, gpt_device_compute_stream(d->model), path, reason, reason_size);
     if (!d->comm) return -1;
+    if (g->ep > 1) return open_expert_comms(d, chunk, g, path, reason, reason_size); /* reduce_gradients: split */
     /* reduce_gradients: one collective after backward (graphs: outside the captured micro-batch) */
     if (g->tp > 1 || g->cp > 1 || g->pp > 1 || cfg->cuda_graphs) return 0;
     d->buckets = device_buckets_create(d->dev, d->model, d->comm, chunk->dp, cfg->data_parallel.zero_stage, reason,
@@ -141,6 +163,7 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
     /* as engine_grad_sum_squares: ZeRO shards over every rank, else one tensor group holds one copy */
     d->norm_group = cfg->data_parallel.zero_stage >= 1 && comm_size(grid->dp_group) > 1 ? grid->world
                     : grid->tp > 1                                                      ? grid->tp_group
+                    : grid->ep > 1 ? grid->ep_group /* each its experts, the dense tensors on ep rank 0 */
                                                                                         : NULL;
     d->dev = device_open(kind, &options, reason, reason_size);
     if (d->dev) d->model = gpt_device_create(d->dev, &chunk->model.cfg, d->B, d->T, 0, reason, reason_size);
@@ -187,6 +210,9 @@ void engine_device_free(EngineDevice *d) {
     device_comm_free(d->comm);
     device_comm_free(d->tensor_comm);
     device_comm_free(d->context_comm);
+    device_expert_grads_free(d->expert_grads);
+    device_comm_free(d->expert_comm);
+    device_comm_free(d->expert_data_comm);
     gpt_device_free(d->model);
     device_close(d->dev);
     free(d->inputs);
@@ -246,6 +272,10 @@ static void check_local_gradients(EngineDevice *d) {
 static void reduce_gradients(EngineDevice *d) {
     if (!d->comm) return;
     float *grads = gpt_device_array(d->model, GPT_DEVICE_GRADS);
+    if (d->expert_grads) {
+        device_expert_grads_reduce(d->expert_grads, grads);
+        return;
+    }
     if (d->sharded) device_comm_reduce_scatter(d->comm, grads, 0, d->total, d->total);
     else device_comm_allreduce(d->comm, grads, d->total, false);
     device_comm_wait(d->comm);
