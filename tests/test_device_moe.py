@@ -16,10 +16,12 @@ where none answers, a failure under BS_REQUIRE_GPU=1):
    micro-step's statistics all-reduced over them) at ZeRO 0 and 2 against the CPU's 2 ranks, as 1 with case
    (a)'s flags. Expert parallelism on the device (model/moe_device_exchange.h), dropless at ZeRO 0: ep 2
    (2 ranks, micro-batch 2) and ep 2 x dp 2 (4 ranks, micro-batch 1) against 1 CPU process at micro-batch 4
-   (one micro-step of the same 4 sequences), as 1 with case (a)'s flags and --eval-every 5 (the validation
+   (one micro-step of the same 4 sequences), and ep 2 at micro-batch 1 (2 micro-steps) against 1 process at
+   micro-batch 2, as 1 with case (a)'s flags and --eval-every 5 (the validation
    forwards move rows too): losses within 1e-5, loads equal, final weights (read from the ep shards) within 1e-5,
    bias equal; the validation losses within 1e-5 of the CPU's run at the same layout (each rank validates its
-   own sequences, so 1 process's differ). The ep 2 run's step 5, resumed by 1 CPU process with nothing left to
+   own sequences, so 1 process's differ); each step's moe_a2a_bytes above 0 and at most the CPU's (the CPU
+   also moves each row's score and position). The ep 2 run's step 5, resumed by 1 CPU process with nothing left to
    train, is saved again with the same weights and bias bit for bit, and ep 2 on the device resumed from that
    copy ends steps 6-10 as the uninterrupted run, bit for bit.
 usage: test_device_moe.py sim|cuda [ranks]   (BATCHSCALE in the environment)
@@ -91,25 +93,44 @@ def resumed_on_one_cpu_process(tmp, data, label, common, device, rows, d):
              f"{label}: resumed on the device from that copy, steps 6-10 and step 10's weights and bias bit for bit")
 
 
+# (layout, ranks, flags, the 1-process oracle's micro-batch): the aux and z losses are over each micro-step's
+# data-parallel batch, so 2 micro-steps of 2 sequences (ep 2 at micro-batch 1) compare with micro-batch 2.
+EP_LAYOUTS = [("ep 2", 2, ["--micro-batch", "2"], 4), ("ep 2 x dp 2", 4, ["--micro-batch", "1"], 4),
+              ("ep 2, 2 micro-steps", 2, ["--micro-batch", "1"], 2)]
+
+
 def expert_parallel(tmp, data):
     name, flags = CASES[0]
     common = COMMON + flags + ["--eval-every", "5", "--val-data", data.replace("train_", "val_"), "--val-batches", "2"]
-    ref, ref_dir = tm.train(tmp, "cpu_ep_oracle", data, common + ["--micro-batch", "4"])
-    ref_weights = tm.read_ckpt(ref_dir, 10)
-    for layout, ranks, extra in (("ep 2", 2, ["--micro-batch", "2"]), ("ep 2 x dp 2", 4, ["--micro-batch", "1"])):
+    oracles = {}
+    for micro in (4, 2):
+        ref, ref_dir = tm.train(tmp, f"cpu_ep_oracle{micro}", data, common + ["--micro-batch", str(micro)])
+        oracles[micro] = ref, tm.read_ckpt(ref_dir, 10)
+    for layout, ranks, extra, micro in EP_LAYOUTS:
         label = f"--device {DEVICE} at {layout}, {name}"
+        tag = "".join(c for c in layout if c.isalnum())
         device = extra + ["--ep", "2", "--device", DEVICE]
-        rows, d = tm.train(tmp, f"dev_{layout.replace(' ', '')}", data, common + device + ["--ckpt-every", "5",
-                                                                                         "--keep-last", "0"], ranks=ranks)
-        tm.against_oracle(label, rows, ref, tm.read_ep_ckpt(d, 10), ref_weights,
+        rows, d = tm.train(tmp, f"dev_{tag}", data, common + device + ["--ckpt-every", "5", "--keep-last", "0"],
+                           ranks=ranks)
+        tm.against_oracle(label, rows, oracles[micro][0], tm.read_ep_ckpt(d, 10), oracles[micro][1],
                           keys=("loss", "moe_aux_loss", "moe_z_loss"))
-        cpu_rows, _ = tm.train(tmp, f"cpu_{layout.replace(' ', '')}", data, common + extra + ["--ep", "2"], ranks=ranks)
-        got, want = validation_losses(rows), validation_losses(cpu_rows)
-        err = max(abs(a - b) / b for a, b in zip(got, want)) if got and len(got) == len(want) else float("inf")
-        tm.check(len(got) == 2 and err < tm.TOL, f"{label}: validation losses within {tm.TOL} of the CPU's {layout} "
-                 f"({err:.1e}; each rank validates its own sequences)")
-        if ranks == 2:
+        cpu_rows, _ = tm.train(tmp, f"cpu_{tag}", data, common + extra + ["--ep", "2"], ranks=ranks)
+        against_cpu_layout(label, layout, rows, cpu_rows)
+        if layout == "ep 2":
             resumed_on_one_cpu_process(tmp, data, label, common, device, rows, d)
+
+
+def against_cpu_layout(label, layout, rows, cpu_rows):
+    """The validation losses within TOL of the CPU's run at the same layout, and each step's all-to-all bytes above
+    0 and at most the CPU's (which also moves each row's metadata)."""
+    got, want = validation_losses(rows), validation_losses(cpu_rows)
+    err = max(abs(a - b) / b for a, b in zip(got, want)) if got and len(got) == len(want) else float("inf")
+    tm.check(len(got) == 2 and err < tm.TOL, f"{label}: validation losses within {tm.TOL} of the CPU's {layout} "
+             f"({err:.1e}; each rank validates its own sequences)")
+    sent, cpu_sent = ([r.get("moe_a2a_bytes", 0) for r in x] for x in (rows, cpu_rows))
+    tm.check(len(sent) == len(cpu_sent) and all(0 < a <= b for a, b in zip(sent, cpu_sent)),
+             f"{label}: every step's all-to-all bytes, at most the CPU's (which also moves each row's metadata): "
+             f"{min(sent)}-{max(sent)} against {min(cpu_sent)}-{max(cpu_sent)}")
 
 
 if __name__ == "__main__":
