@@ -15,7 +15,7 @@ where none answers, a failure under BS_REQUIRE_GPU=1):
 3. `test_device_moe.py sim ranks` (the layouts tier: mpirun): 2 data-parallel ranks on the device (each
    micro-step's statistics all-reduced over them) at ZeRO 0 and 2 against the CPU's 2 ranks, as 1 with case
    (a)'s flags. Expert parallelism on the device (model/moe_device_exchange.h), dropless at ZeRO 0: ep 2
-   (2 ranks, micro-batch 2) and ep 2 x dp 2 (4 ranks, micro-batch 1) against 1 CPU process at micro-batch 4
+   (2 ranks, micro-batch 2), ep 2 x dp 2 and ep 4 (4 ranks, micro-batch 1) against 1 CPU process at micro-batch 4
    (one micro-step of the same 4 sequences), and ep 2 at micro-batch 1 (2 micro-steps) against 1 process at
    micro-batch 2, as 1 with case (a)'s flags and --eval-every 5 (the validation
    forwards move rows too): losses within 1e-5, loads equal, final weights (read from the ep shards) within 1e-5,
@@ -93,10 +93,12 @@ def resumed_on_one_cpu_process(tmp, data, label, common, device, rows, d):
              f"{label}: resumed on the device from that copy, steps 6-10 and step 10's weights and bias bit for bit")
 
 
-# (layout, ranks, flags, the 1-process oracle's micro-batch): the aux and z losses are over each micro-step's
+# (layout, ranks, flags, the 1-process oracle's micro-batch; ep 4: one expert per rank, so a rank whose expert no
+# row chose sends nothing back): the aux and z losses are over each micro-step's
 # data-parallel batch, so 2 micro-steps of 2 sequences (ep 2 at micro-batch 1) compare with micro-batch 2.
-EP_LAYOUTS = [("ep 2", 2, ["--micro-batch", "2"], 4), ("ep 2 x dp 2", 4, ["--micro-batch", "1"], 4),
-              ("ep 2, 2 micro-steps", 2, ["--micro-batch", "1"], 2)]
+EP_LAYOUTS = [("ep 2", 2, ["--micro-batch", "2", "--ep", "2"], 4), ("ep 2 x dp 2", 4, ["--micro-batch", "1", "--ep", "2"], 4),
+              ("ep 4", 4, ["--micro-batch", "1", "--ep", "4"], 4),
+              ("ep 2, 2 micro-steps", 2, ["--micro-batch", "1", "--ep", "2"], 2)]
 
 
 def expert_parallel(tmp, data):
@@ -109,12 +111,12 @@ def expert_parallel(tmp, data):
     for layout, ranks, extra, micro in EP_LAYOUTS:
         label = f"--device {DEVICE} at {layout}, {name}"
         tag = "".join(c for c in layout if c.isalnum())
-        device = extra + ["--ep", "2", "--device", DEVICE]
+        device = extra + ["--device", DEVICE]
         rows, d = tm.train(tmp, f"dev_{tag}", data, common + device + ["--ckpt-every", "5", "--keep-last", "0"],
                            ranks=ranks)
         tm.against_oracle(label, rows, oracles[micro][0], tm.read_ep_ckpt(d, 10), oracles[micro][1],
                           keys=("loss", "moe_aux_loss", "moe_z_loss"))
-        cpu_rows, _ = tm.train(tmp, f"cpu_{tag}", data, common + extra + ["--ep", "2"], ranks=ranks)
+        cpu_rows, _ = tm.train(tmp, f"cpu_{tag}", data, common + extra, ranks=ranks)
         against_cpu_layout(label, layout, rows, cpu_rows)
         if layout == "ep 2":
             resumed_on_one_cpu_process(tmp, data, label, common, device, rows, d)
