@@ -52,9 +52,8 @@ size_t moe_device_exchange_plan(MoeDeviceExchange *x, int l, const int32_t *expe
     LayerPlan *p = &x->plan[l];
     int64_t sum = 0;
     for (int e = 0; e < x->experts; e++) sum += expert_counts[e] < 0 ? INT32_MIN : expert_counts[e];
-    if (sum != (int64_t)sent) /* else the ranks' moves would not meet (non-finite logits route nowhere) */
-        bs_die("MoE layer %d: the router dispatched %lld of this rank's %zu assignments (non-finite parameters?)", l,
-               (long long)sum, sent);
+    if (sum != (int64_t)sent) /* else the ranks' moves would not meet: one line, not a wait until the timeout */
+        bs_die("internal error: MoE layer %d dispatched %lld of this rank's %zu assignments", l, (long long)sum, sent);
     for (int e = 0; e < x->experts; e++) x->counts[e] = (size_t)expert_counts[e];
     comm_alltoall_sizes(x->comm, x->counts, p->recv_block, x->local);
     size_t received = 0;
