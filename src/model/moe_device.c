@@ -207,7 +207,8 @@ int moe_device_forward(MoeDevice *m, DeviceStream *s, int l, float *out, const f
         TRY(device_copy(m->dev, s, a->stats, a->host_stats, sizeof(MoeStats), COPY_HOST_TO_DEVICE));
     }
     if (m->ep) { /* the rows to their experts' ranks, the outputs back */
-        if (moe_device_exchange_plan(m->ep, l, a->host_counts, m->N * (size_t)m->moe.top_k) > m->R) bs_die("internal error: MoE exchange over its bound");
+        const size_t received = moe_device_exchange_plan(m->ep, l, a->host_counts, m->N * (size_t)m->moe.top_k);
+        if (received > m->R) bs_die("internal error: MoE exchange over its bound");
         moe_device_exchange_dispatch(m->ep, l, a->rows, a->expert_rows, (size_t)m->moe.channels);
     }
     TRY(experts_forward(m, s, l, experts));
