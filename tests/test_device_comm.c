@@ -197,6 +197,27 @@ static void check_alltoallv(Ctx *c, size_t scale) {
     free(sc), free(rc), free(x), free(want), free(got);
 }
 
+/* Rank 0 sends nothing and receives n floats from every other rank (an expert no row chose, its outputs'
+ * return): its staging memory's send and receive parts must not start at one address, which Open MPI takes for
+ * MPI_IN_PLACE (it would then send its receive counts and, past the eager size, wait for peers that never
+ * receive them). */
+static void check_alltoallv_silent_rank(Ctx *c, size_t n) {
+    const int size = comm_size(c->world), rank = comm_rank(c->world);
+    size_t *sc = calloc((size_t)size, sizeof(size_t)), *rc = calloc((size_t)size, sizeof(size_t)), nr = 0;
+    for (int r = 1; r < size; r++) rc[r] = rank == 0 ? n : 0, nr += rc[r];
+    if (rank > 0) sc[0] = n;
+    float *x = random_floats(rank, n, 6), *want = malloc((nr + 1) * sizeof(float)), *got = malloc((nr + 1) * sizeof(float));
+    comm_wait(comm_start_alltoallv(c->world, x, sc, want, rc, sizeof(float)));
+    float *d_send = upload(c, x, rank > 0 ? n : 0), *d_recv = harness_alloc(&c->h, (nr + 1) * sizeof(float));
+    device_comm_alltoallv(c->dc, d_send, sc, d_recv, rc, sizeof(float));
+    device_comm_alltoallv(c->dc, d_send, sc, d_recv, rc, sizeof(float)); /* again: a stray send would meet it */
+    download(c, got, d_recv, nr);
+    report(c, "all-to-all-v, rank 0 sending nothing", nr, count_diff(c, got, want, NULL, nr, false));
+    device_free(c->h.dev, d_send);
+    device_free(c->h.dev, d_recv);
+    free(sc), free(rc), free(x), free(want), free(got);
+}
+
 /* The control: without device_comm_wait the compute stream's read is not
  * ordered after the copy back, and some seed of sim's order reads the input. */
 static void check_missing_wait_is_caught(Ctx *c) {
@@ -276,6 +297,7 @@ static void run_all(Ctx *c) {
     check_window(c, 3, 0, 3);        /* fewer elements than ranks */
     check_alltoallv(c, 0);
     check_alltoallv(c, 513);
+    check_alltoallv_silent_rank(c, 70001); /* past Open MPI's eager size */
 }
 
 int main(int argc, char **argv) {

@@ -103,8 +103,11 @@ static void host_alltoallv(DeviceComm *dc, const void *send, const size_t *send_
         send_bytes += send_counts[r] * elem_bytes;
         recv_bytes += recv_counts[r] * elem_bytes;
     }
-    device_comm_reserve_host(dc, &dc->stage, &dc->stage_bytes, send_bytes + recv_bytes);
-    unsigned char *h_send = dc->stage, *h_recv = h_send + send_bytes;
+    /* the receive part never starts where the send part does, even with nothing to send: Open MPI takes equal
+     * buffers for MPI_IN_PLACE and would send this rank's receive counts */
+    const size_t recv_at = (send_bytes + 16) & ~(size_t)15;
+    device_comm_reserve_host(dc, &dc->stage, &dc->stage_bytes, recv_at + recv_bytes);
+    unsigned char *h_send = dc->stage, *h_recv = h_send + recv_at;
     copy(dc, h_send, send, send_bytes, COPY_DEVICE_TO_HOST);
     settle(dc);
     comm_wait(comm_start_alltoallv(dc->group, h_send, send_counts, h_recv, recv_counts, elem_bytes));

@@ -281,6 +281,10 @@ int gpt_device_set_tensor_group(GPTDevice *g, DeviceComm *comm) {
     return g->tp ? 0 : -1;
 }
 
+void gpt_device_set_expert_group(GPTDevice *g, Comm *ep_group, DeviceComm *comm) {
+    moe_device_set_expert_group(g->moe, ep_group, comm);
+}
+
 int gpt_device_set_context_group(GPTDevice *g, DeviceComm *comm, int size, int rank, CpAlgo algo, CpSplit split,
                                  char *reason, size_t reason_size) {
     if (!g->fused_attention) {

@@ -49,6 +49,11 @@ void gpt_device_free(GPTDevice *g);
  * gpt_device_compute_stream, kept by the caller). -1 with the reason in
  * device_error when the device has no room. */
 int gpt_device_set_tensor_group(GPTDevice *g, DeviceComm *comm);
+/* Expert parallelism (an MoE shard config, gpt_ep_size > 1; before the first
+ * step): this rank's experts compute the EP group's rows, moved over comm
+ * (the group's device collectives, on gpt_device_compute_stream) with their
+ * counts over ep_group (moe_device_exchange.h); both kept by the caller. */
+void gpt_device_set_expert_group(GPTDevice *g, Comm *ep_group, DeviceComm *comm);
 /* Context parallelism (gpt_cp_size > 1; B and T of gpt_device_create are
  * the local rows): comm is the context group's (rank of size, algorithm and
  * split as the CPU's, gpt_device_cp.h), kept by the caller. -1 with the

@@ -1,5 +1,5 @@
 /* moe_device.h: the MoE layers of a GPT on a device (model/moe.h's MLP,
- * dropless, no expert parallelism): the router, dispatch and combine through the
+ * dropless; expert parallelism through moe_device_exchange.h): the router, dispatch and combine through the
  * DK_MOE_* kernels (device/moe_math.h), each expert's MLP through the
  * device's products and GELU over its rows, the losses' gradients from the
  * micro-step's statistics, which stay on the device for backward and cross
@@ -15,13 +15,13 @@
 #include <stddef.h>
 
 #include "comm/comm.h"
+#include "comm/device_comm.h"
 #include "device/device.h"
 #include "model/gpt.h"
 
 typedef struct MoeDevice MoeDevice;
 
-/* Why cfg's MoE layers do not run on a device (capacity dropping, expert
- * parallelism), NULL when they do. */
+/* Why cfg's MoE layers do not run on a device (capacity dropping), NULL when they do. */
 const char *moe_device_unsupported(const GPTConfig *cfg);
 /* The MoE layers of cfg for rows tokens per micro-batch; NULL (device_error) when the device has no room. */
 MoeDevice *moe_device_create(Device *dev, const GPTConfig *cfg, size_t rows);
@@ -37,6 +37,10 @@ int moe_device_set_bias(MoeDevice *m, DeviceStream *s, const float *bias);
  * host, as gpt.h's moe_dp), so the losses are over the micro-step's
  * data-parallel batch. */
 void moe_device_begin_step(MoeDevice *m, double loss_weight, Comm *group);
+/* Expert parallelism (gpt_ep_size(cfg) > 1, before the first forward): this
+ * rank computes its experts (cfg's shard) for the group's rows, exchanged
+ * over ep_group (the counts, on the host) and rows (the rows, on the device). */
+void moe_device_set_expert_group(MoeDevice *m, Comm *ep_group, DeviceComm *rows);
 /* Whether the next forwards train (their statistics summed and kept) or evaluate. */
 void moe_device_set_training(MoeDevice *m, bool training);
 /* out (N,C) = moe(x (N,C)) of layer l, its statistics kept for backward and copied to the host. */

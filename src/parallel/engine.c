@@ -472,6 +472,8 @@ static double bubble_simulated(Engine *e, const Pipeline *pipe, const PipeStats 
 EngineStepStats engine_forward_backward(Engine *e, int m, float dloss, PipeLoad load, void *ctx) {
     if (e->device) {
         comm_reset_stats(e->chunk_comm[0]); /* the step's data-parallel traffic, as below */
+        comm_reset_stats(e->grid->ep_group); /* the step's expert-parallel traffic, as below */
+        comm_reset_stats(e->grid->edp_group);
         void *local_ctx;
         PipeLoad local = local_loader(e, load, ctx, &local_ctx); /* context parallelism: this rank's rows */
         engine_device_moe_begin(e->device, &e->chunks[0].model, m);

@@ -18,7 +18,11 @@
  * data parallelism then reduces each shard over its data-parallel group.
  * Context parallelism: each rank's device model takes its rows of every
  * sequence, attention over the context group's DeviceComm
- * (model/gpt_device_cp.h); the data-parallel group spans dp x cp, as on CPU. */
+ * (model/gpt_device_cp.h); the data-parallel group spans dp x cp, as on CPU.
+ * Expert parallelism (ZeRO 0): each rank's device model holds its experts,
+ * the rows moved over the EP group's DeviceComm (model/moe_device_exchange.h);
+ * after backward the expert tensors' gradients sum over the expert-data
+ * group, the rest over the data group (device_expert_grads.h), as on CPU. */
 #include "parallel/engine_device.h"
 
 #include <stdio.h>
@@ -26,6 +30,7 @@
 
 #include "comm/device_comm.h"
 #include "parallel/device_buckets.h"
+#include "parallel/device_expert_grads.h"
 #include "parallel/device_gather.h"
 #include "core/error.h"
 #include "model/gpt_device.h"
@@ -58,6 +63,8 @@ struct EngineDevice {
     bool sharded;     /* ZeRO >= 1 over the group: this rank updates its part */
     Fp8State *fp8;    /* --precision fp8: the chunk's delayed scales (on the host), else NULL */
     PipelineDevice *pipe; /* --pp > 1: this rank's stage in the schedule (else NULL) */
+    DeviceComm *expert_comm, *expert_data_comm; /* --ep: the EP group's rows; the expert-data group's (> 1 rank) */
+    DeviceExpertGrads *expert_grads; /* --ep: the gradient's split reduction (instead of comm's one) */
 };
 
 static void check(EngineDevice *d, int rc) {
@@ -69,7 +76,7 @@ static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, co
         return "runs tensor and context parallelism in fp32 only for now (not bf16 or fp8)";
     if (g->cp > 1 && cfg->doc_mask) return "runs context parallelism over whole sequences only for now (not packed documents)";
     if (pipeline_device_refusal(cfg, g)) return pipeline_device_refusal(cfg, g);
-    if (g->ep > 1) return "runs data, tensor, context and pipeline parallelism only for now (not expert parallelism)";
+    if (g->ep > 1 && cfg->data_parallel.zero_stage >= 1) return "runs expert parallelism at ZeRO stage 0 only for now";
     if (cfg->data_parallel.zero_stage >= 3 && (cfg->bf16 || chunk->model.fp8))
         return "runs ZeRO stage 3 in fp32 only for now (not bf16 or FP8)";
     if (cfg->measure_micro_norms) return "does not measure micro-step norms yet";
@@ -98,6 +105,20 @@ static int open_context_comm(EngineDevice *d, const EngineConfig *cfg, const Gri
                                         reason, reason_size);
 }
 
+/* Expert parallelism: the EP group's device collectives, given to the model
+ * (the rows' moves), and the gradient's reduction split by group. */
+static int open_expert_comms(EngineDevice *d, const EngineChunk *chunk, const Grid *g, GpuCommKind path, char *reason,
+                             size_t reason_size) {
+    DeviceStream *compute = gpt_device_compute_stream(d->model);
+    if (!(d->expert_comm = device_comm_create(g->ep_group, d->dev, compute, path, reason, reason_size))) return -1;
+    gpt_device_set_expert_group(d->model, g->ep_group, d->expert_comm);
+    if (comm_size(g->edp_group) > 1 &&
+        !(d->expert_data_comm = device_comm_create(g->edp_group, d->dev, compute, path, reason, reason_size)))
+        return -1;
+    d->expert_grads = device_expert_grads_create(&chunk->model.cfg, d->comm, d->expert_data_comm);
+    return 0;
+}
+
 /* The tensor, context and data-parallel groups' device collectives on the model's compute stream (more than one rank). */
 static int open_comm(EngineDevice *d, const EngineConfig *cfg, const EngineChunk *chunk, const Grid *g, char *reason,
                      size_t reason_size) {
@@ -120,6 +141,7 @@ static int open_comm(EngineDevice *d, const EngineConfig *cfg, const EngineChunk
         if (!(d->comms[c] = device_comm_create(d->group, d->dev, gpt_device_compute_stream(d->models[c]), path, reason,
                                                reason_size))) return -1;
     d->comm = d->comms[0];
+    if (g->ep > 1) return open_expert_comms(d, chunk, g, path, reason, reason_size); /* reduce_gradients: split */
     /* reduce_gradients: one collective after backward (graphs: outside the captured micro-batch; each chunk's) */
     if (cfg->cuda_graphs || d->num_chunks > 1) return 0;
     d->buckets = device_buckets_create(d->dev, d->model, d->comm, chunk->dp, cfg->data_parallel.zero_stage, reason,
@@ -168,6 +190,7 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
     /* as engine_grad_sum_squares: ZeRO shards over every rank, else one model-parallel group (tp x pp) holds one copy */
     d->norm_group = cfg->data_parallel.zero_stage >= 1 && comm_size(grid->dp_group) > 1 ? grid->world
                     : grid->tp > 1                                                      ? grid->mp_group
+                    : grid->ep > 1 ? grid->ep_group /* each its experts, the dense tensors on ep rank 0 */
                                                                                         : NULL;
     d->dev = device_open(kind, &options, reason, reason_size);
     d->num_chunks = cfg->virtual_stages > 1 ? cfg->virtual_stages : 1;
@@ -193,6 +216,9 @@ void engine_device_free(EngineDevice *d) {
     for (int c = 0; c < d->num_chunks; c++) device_comm_free(d->comms[c]);
     device_comm_free(d->tensor_comm);
     device_comm_free(d->context_comm);
+    device_expert_grads_free(d->expert_grads);
+    device_comm_free(d->expert_comm);
+    device_comm_free(d->expert_data_comm);
     for (int c = 0; c < d->num_chunks; c++) gpt_device_free(d->models[c]);
     device_close(d->dev);
     free(d->inputs);
@@ -263,6 +289,10 @@ static size_t chunk_floats(const EngineDevice *d, int c) { return gpt_num_params
  * the gradients summed over the data-parallel group in one collective. */
 static void reduce_gradients(EngineDevice *d) {
     if (!d->comm) return;
+    if (d->expert_grads) {
+        device_expert_grads_reduce(d->expert_grads, gpt_device_array(d->model, GPT_DEVICE_GRADS));
+        return;
+    }
     for (int c = 0; c < d->num_chunks; c++) {
         float *grads = gpt_device_array(d->models[c], GPT_DEVICE_GRADS);
         const size_t total = chunk_floats(d, c);
