@@ -50,6 +50,7 @@ struct EngineDevice {
     bool sharded;     /* ZeRO >= 1 over the group: this rank updates its part */
     size_t total;     /* the flat buffer's floats */
     Fp8State *fp8;    /* --precision fp8: the chunk's delayed scales (on the host), else NULL */
+    Comm *tensor_group; /* its amaxes' max over the tensor group first, as engine_after_update's */
     PipelineDevice *pipe; /* --pp > 1: this rank's stage in the schedule (else NULL) */
 };
 
@@ -58,8 +59,6 @@ static void check(EngineDevice *d, int rc) {
 }
 
 static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, const Grid *g) {
-    if ((g->tp > 1 || g->cp > 1) && (cfg->bf16 || chunk->model.fp8))
-        return "runs tensor and context parallelism in fp32 only for now (not bf16 or fp8)";
     if (g->cp > 1 && cfg->doc_mask) return "runs context parallelism over whole sequences only for now (not packed documents)";
     if (g->pp > 1 && (g->tp > 1 || g->cp > 1))
         return "runs pipeline stages without tensor or context parallelism for now";
@@ -173,6 +172,7 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
         return NULL;
     }
     d->fp8 = chunk->model.fp8;
+    d->tensor_group = grid->tp_group;
     d->inputs = bs_malloc(sizeof(int32_t) * (size_t)d->B * d->T);
     d->targets = bs_malloc(sizeof(int32_t) * (size_t)d->B * d->T);
     engine_device_upload(d, chunk);
@@ -310,7 +310,7 @@ void engine_device_update(EngineDevice *d, const OptimizerConfig *opt, double lr
     AdamWStep s = {(float)lr, opt->beta1, opt->beta2, opt->eps, opt->weight_decay, grad_scale, step};
     check(d, gpt_device_adamw(d->model, &s));
     d->stale |= STALE_PARAMS | STALE_MOMENTS;
-    if (d->fp8) fp8_scaling_update(d->fp8, NULL, d->group); /* as engine_after_update: amaxes over dp, then the scales */
+    if (d->fp8) fp8_scaling_update(d->fp8, d->tensor_group, d->group); /* as engine_after_update: amaxes over tp, dp, then the scales */
     if (d->sharded && !d->zero3) { /* ZeRO 3 gathers each block when it is used */
         device_comm_allgather(d->comm, gpt_device_array(d->model, GPT_DEVICE_PARAMS), 0, d->total, d->total);
         device_comm_wait(d->comm);

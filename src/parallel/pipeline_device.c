@@ -33,7 +33,6 @@ static void check(PipelineDevice *pd, int rc) {
 const char *pipeline_device_refusal(const EngineConfig *cfg, const Grid *g) {
     if (g->pp == 1) return NULL;
     if (cfg->virtual_stages > 1) return "runs one pipeline chunk per rank for now (not interleaved virtual stages)";
-    if (cfg->fp8) return "runs pipeline stages in fp32 or bf16 for now (not FP8)";
     return NULL;
 }
 

@@ -13,9 +13,10 @@
  * stage reads a device copy of the first stage's wte, refreshed after each
  * update, and its gradient is added to the first stage's before the
  * data-parallel reduction; in bf16 the copy's bf16 bits are rounded again
- * each time it changes, as the model's own copies after AdamW. Not yet:
- * interleaved virtual stages (one device model per rank), fp8: refused
- * with a reason. */
+ * each time it changes, as the model's own copies after AdamW. FP8: each
+ * stage's linear layers are its own sites, as gpt.c's. Not yet:
+ * interleaved virtual stages (one device model per rank): refused with a
+ * reason. */
 #ifndef BS_PARALLEL_PIPELINE_DEVICE_H
 #define BS_PARALLEL_PIPELINE_DEVICE_H
 

@@ -229,14 +229,8 @@ static bool check_device_moe(const TrainConfig *c, char *why, size_t n) {
     return !flag;
 }
 
-/* --pp on a device: one chunk per rank, fp32 or bf16 (parallel/pipeline_device.h). */
-static const char *device_pipeline_flag(const TrainConfig *c) {
-    if (c->parallel.pp == 1) return NULL;
-    return c->precision.mode == PRECISION_FP8 ? "--pp and --precision fp8 (pipeline stages run in fp32 or bf16)" : NULL;
-}
-
 /* --device cuda|sim runs the plain step, over data-parallel ranks at ZeRO 0-3 (3 in fp32), tensor- and context-parallel
- * ones in fp32, and pipeline stages (parallel/engine_device.h). */
+ * ones, and pipeline stages (parallel/engine_device.h). */
 static bool check_device(const TrainConfig *c, char *why, size_t n) {
     if (c->device.sim_memory_mb > 0 && c->device.kind != TRAIN_DEVICE_SIM) {
         snprintf(why, n, "--sim-memory needs --device sim (got --device %s)", TRAIN_DEVICE_WORDS[c->device.kind]);
@@ -253,8 +247,6 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
     const char *flag = c->optim.kind != OPTIM_ADAMW ? "--optimizer other than adamw"
                        : c->parallel.virtual_stages > 1 ? "--virtual-stages"
                        : c->parallel.pp > 1 && (c->parallel.tp > 1 || c->parallel.cp > 1) ? "--pp together with --tp or --cp"
-                       : device_pipeline_flag(c) ? device_pipeline_flag(c)
-                       : (c->parallel.tp > 1 || c->parallel.cp > 1) && c->precision.mode != PRECISION_FP32 ? "--tp or --cp outside --precision fp32"
                        : c->parallel.zero >= 2 && (c->parallel.tp > 1 || c->parallel.cp > 1 || c->parallel.pp > 1) ? "--zero 2-3 together with --tp, --cp or --pp"
                        : c->parallel.zero >= 3 && c->precision.mode != PRECISION_FP32 ? "--zero 3 in bf16 or FP8"
                        : c->parallel.zero_quant_weights || c->parallel.zero_hpz ? "--zero-quant-weights or --zero-hpz"
@@ -265,7 +257,7 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
                            ? "--batch-schedule adaptive or goodput"
                        : strcmp(c->compression.codec, "none") != 0 ? "--grad-compression"
                        : NULL;
-    if (flag) snprintf(why, n, "--device %s does not work with %s yet (the device runs fp32 or bf16 AdamW, data parallel at ZeRO 0-3 (3 in fp32), tensor and context parallel in fp32, pipeline stages)",
+    if (flag) snprintf(why, n, "--device %s does not work with %s yet (the device runs fp32 or bf16 AdamW, data parallel at ZeRO 0-3 (3 in fp32), tensor and context parallel, pipeline stages)",
                        TRAIN_DEVICE_WORDS[c->device.kind], flag);
     return !flag && check_device_moe(c, why, n);
 }
