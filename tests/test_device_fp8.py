@@ -125,13 +125,13 @@ class DeviceFp8Test(CorpusTest):
             m, p, dev = self.run_saving(f"{name}-{DEVICE}", FP8, extra + ["--device", DEVICE], micro=2, ranks=2)
             cpu_m, cpu_p, cpu = self.run_saving(f"{name}-cpu", FP8, extra, micro=2, ranks=2)
             self.assertIn("fp8_underflow", m[-1], f"{name}: no FP8 statistics: did the device run use FP8?")
+            self.check_amaxes(f"fp8 {name}", dev, cpu, amax_floor)
             self.assertEqual(len(m), len(cpu_m))
             lg, pg = loss_gap(m, cpu_m), param_gap(p, cpu_p)
             print(f"  fp8 {name} --device {DEVICE} against the CPU's {name}: loss gap {lg:.2e} = "
                   f"{lg / floor.loss:.2f} x floor, parameters {pg:.2e} = {pg / floor.param:.2f} x floor", flush=True)
             self.assertLessEqual(lg, K * floor.loss, f"fp8 {name}: loss gap {lg:.3g} > {K} x floor {floor.loss:.3g}")
             self.assertLessEqual(pg, K * floor.param, f"fp8 {name}: parameters {pg:.3g} > {K} x floor {floor.param:.3g}")
-            self.check_amaxes(f"fp8 {name}", dev, cpu, amax_floor)
 
     def test_block_within_the_floor(self):
         floor = Floor(self, "block", BLOCK, FLOOR_SPLITS)
