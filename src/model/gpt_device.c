@@ -465,8 +465,9 @@ int gpt_device_set_fused_attention(GPTDevice *g, bool fused, char *reason, size_
 }
 
 int gpt_device_enable_bf16_activations(GPTDevice *g, char *reason, size_t reason_size) {
-    if (!g->bf16 || g->fp8 || g->cfg.recompute == GPT_RECOMPUTE_FULL) {
-        snprintf(reason, reason_size, "bf16 activations need bf16 products (not fp32 or FP8) and no full recomputation");
+    if (!g->bf16 || g->fp8 || g->cfg.recompute == GPT_RECOMPUTE_FULL || gpt_tp_size(&g->cfg) > 1) {
+        snprintf(reason, reason_size, "bf16 activations need bf16 products (not fp32 or FP8), no full recomputation and "
+                 "no tensor parallelism (the store keeps whole layers' widths)");
         return -1;
     }
     if (g->acts_bf16) return 0;

@@ -114,6 +114,8 @@ static bool check_activations(const TrainConfig *c, char *why, size_t n) {
         snprintf(why, n, "--activations bf16 does not work with --recompute full yet (full recomputation keeps only each layer's input)");
     else if (c->parallel.pp > 1)
         snprintf(why, n, "--activations bf16 does not work with --pp yet (its bf16 store keeps one micro-batch's activations, a pipeline stage several)");
+    else if (c->parallel.tp > 1)
+        snprintf(why, n, "--activations bf16 does not work with --tp yet (its bf16 store keeps whole layers' widths, a tensor-parallel shard's attention and MLP are split)");
     else
         return true;
     return false;
