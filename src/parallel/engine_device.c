@@ -59,6 +59,8 @@ static void check(EngineDevice *d, int rc) {
 }
 
 static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, const Grid *g) {
+    if ((g->tp > 1 || g->cp > 1 || g->pp > 1) && cfg->fp8 && cfg->fp8->recipe == FP8_RECIPE_BLOCK)
+        return "runs FP8's block recipe without tensor, context or pipeline parallelism for now (the delayed one runs)";
     if (g->cp > 1 && cfg->doc_mask) return "runs context parallelism over whole sequences only for now (not packed documents)";
     if (g->pp > 1 && (g->tp > 1 || g->cp > 1))
         return "runs pipeline stages without tensor or context parallelism for now";

@@ -250,6 +250,8 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
                        : c->parallel.virtual_stages > 1 ? "--virtual-stages"
                        : c->parallel.pp > 1 && (c->parallel.tp > 1 || c->parallel.cp > 1) ? "--pp together with --tp or --cp"
                        : c->parallel.zero >= 2 && (c->parallel.tp > 1 || c->parallel.cp > 1 || c->parallel.pp > 1) ? "--zero 2-3 together with --tp, --cp or --pp"
+                       : c->precision.mode == PRECISION_FP8 && c->precision.fp8_recipe == FP8_RECIPE_BLOCK &&
+                                 (c->parallel.tp > 1 || c->parallel.cp > 1 || c->parallel.pp > 1) ? "--fp8-recipe block together with --tp, --cp or --pp"
                        : c->parallel.zero >= 3 && c->precision.mode != PRECISION_FP32 ? "--zero 3 in bf16 or FP8"
                        : c->parallel.zero_quant_weights || c->parallel.zero_hpz ? "--zero-quant-weights or --zero-hpz"
                        : c->parallel.zero_quant_grads ? "--zero-quant-grads"
