@@ -258,6 +258,7 @@ phase layout_pp 120 "$PY" tests/test_device_pp.py cuda
 phase layout_pptp 120 "$PY" tests/test_device_pptp.py cuda # tp x pp (x dp: 8 ranks), cp x pp
 phase layout_cp 90 "$PY" tests/test_device_cp.py cuda
 phase layout_zero 90 "$PY" tests/test_device_zero_layouts.py cuda # ZeRO 2-3 with tp, cp, pp
+phase layout_precision_cp 90 "$PY" tests/test_device_precision_cp.py cuda # bf16 and FP8 cp 2 within the floor
 phase layout_moe 60 "$PY" tests/test_device_moe.py cuda ranks
 # a rank that never joins: the device all-reduce names itself, the group and the rank within --comm-timeout (1 s)
 expect comm_timeout 30 'all-reduce .* on the world group timed out after 1 s waiting for rank 1' \

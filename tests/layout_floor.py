@@ -74,22 +74,23 @@ def param_gap(p, reference):
     return float(np.max(np.abs(p.astype(np.float64) - reference)) / np.max(np.abs(reference)))
 
 
-def pair_shards(data, out, order=tuple(range(PAIRS))):
+def pair_shards(data, out, order=tuple(range(PAIRS)), seq_len=T):
     """The first STEPS global batches as shards of two sequences each (bstest.batch_shards: random windows of the
     corpus, so a sequence's last target is its pair's first token, the same in every run), each batch's pairs in
-    `order`."""
-    return batch_shards(data, out, order, T, STEPS, per_shard=2)
+    `order`; seq_len: the runs' --seq-len (their flags give it where it is not T)."""
+    return batch_shards(data, out, order, seq_len, STEPS, per_shard=2)
 
 
-def floor_runs(test, tag, pairs, splits):
-    """The one process's reorderings: label -> train() keywords (without the precision's flags)."""
+def floor_runs(test, tag, pairs, splits, seq_len=T, other_path=True):
+    """The one process's reorderings: label -> train() keywords (without the precision's flags); other_path False:
+    without the other bf16 matmul path (a precision with no bf16 product, where it changes nothing)."""
     batches = {f"micro {m}": dict(micro=m, extra=pairs) for m in splits}
     for order in REORDERINGS:
         label = "pairs " + "".join(map(str, order))
-        batches[label] = dict(extra=pair_shards(test.data, test.path(f"{tag}-data{label[6:]}"), order))
+        batches[label] = dict(extra=pair_shards(test.data, test.path(f"{tag}-data{label[6:]}"), order, seq_len))
     runs = dict(batches)
     here = probe(DRIVER)
-    if here["available"]:  # the other matmul path alone and with every batch reordering (see above)
+    if here["available"] and other_path:  # the other matmul path alone and with every batch reordering (see above)
         other = ["--bf16-matmul", "widen" if here["auto"] == "onednn-bf16" else "onednn"]
         runs[" ".join(other)] = dict(extra=pairs + other)
         for label, kw in batches.items():
@@ -101,12 +102,15 @@ class Floor:
     """The one process in the precision `flags` (one: its metrics, one_p: its parameters) on the pair shards
     (pairs: the flags that read them) and the floor of its reorderings (floor_runs), measured here."""
 
-    def __init__(self, test, tag, flags, splits, ran=lambda metrics: None, run_flags=lambda prefix: []):
+    def __init__(self, test, tag, flags, splits, ran=lambda metrics: None, run_flags=lambda prefix: [], seq_len=T,
+                 other_path=True):
         """run_flags(prefix): more flags for the run whose files start with prefix (e.g. a checkpoint directory
-        of its own); self.one_prefix and self.prefixes (label -> prefix) name them."""
+        of its own); self.one_prefix and self.prefixes (label -> prefix) name them. seq_len: where flags set
+        another --seq-len than T (flags also override train()'s model: the last of a repeated flag wins);
+        other_path: as floor_runs'."""
         self.test, self.tag = test, tag
-        self.pairs = pair_shards(test.data, test.path(f"{tag}-pairs"))
-        runs = floor_runs(test, tag, self.pairs, splits)
+        self.pairs = pair_shards(test.data, test.path(f"{tag}-pairs"), seq_len=seq_len)
+        runs = floor_runs(test, tag, self.pairs, splits, seq_len, other_path)
         self.one_prefix = test.path(f"{tag}-one")
         self.prefixes = {label: test.path(f"{tag}-{label.replace(' ', '')}") for label in runs}
         # the one process and its reorderings: independent one-process runs, side by side on the test's cores

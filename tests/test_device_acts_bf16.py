@@ -11,7 +11,7 @@ kept in bf16, model/acts_bf16_device.h) through the CLI.
   floats per token a layer keeps, ln1, atty, ln2 and fch_gelu (7 C) go to bf16 in every layer, and one fp32 copy of
   them (7 C) is shared: saved N C (4 (7 L) - 2 (7 L) - 4 (7)) = N C (14 L - 28) bytes.
 - refusals: one line naming why, where bf16 activations do not run (the CPU, fp32 or FP8 products, full
-  recomputation).
+  recomputation, pipeline and tensor parallelism).
 
 `test_device_acts_bf16.py sim|cuda -k floor|memory|refusals`.
 """
@@ -82,7 +82,8 @@ class DeviceActsBf16Test(CorpusTest):
                             (["--device", DEVICE], "needs --precision bf16 (got fp32)"),
                             (["--device", DEVICE, "--precision", "fp8"], "needs --precision bf16 (got fp8)"),
                             (["--device", DEVICE, "--recompute", "full"] + BF16, "--recompute full"),
-                            (["--device", DEVICE, "--pp", "2", "--layers", "2"] + BF16, "does not work with --pp")):
+                            (["--device", DEVICE, "--pp", "2", "--layers", "2"] + BF16, "does not work with --pp"),
+                            (["--device", DEVICE, "--tp", "2", "--heads", "2"] + BF16, "does not work with --tp")):
             p = run(base + extra, check=False)
             self.assertNotEqual(p.returncode, 0, says)
             self.assertIn(says, one_line_error(p) or f"not one line: {p.stderr!r}")

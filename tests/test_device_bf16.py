@@ -15,6 +15,10 @@ K x the same floor, loss gaps and parameters. The last stage multiplies by its o
 bf16 bits are rounded again each time the first stage sends it the updated wte (a stale copy, or none, is a real
 error: the head's product on other weights than the embeddings').
 
+Tensor parallelism (`--tp 2` on 2 ranks, micro-batches of 2): the same against the CPU's bf16 tp 2 run. The device
+gathers the whole wte and multiplies by it on every rank: its bf16 bits (rounded from the whole vocabulary's, not this
+rank's rows) are the classifier's weight operand and the encoder reads it rounded; the CPU rounds each rank's rows.
+
 `test_device_bf16.py sim` (every machine) or `cuda` (a GPU; skipped with exit 77 and the reason where none
 answers, a failure under BS_REQUIRE_GPU=1).
 """
@@ -55,17 +59,25 @@ class DeviceBf16Test(CorpusTest):
         self.assertGreater(bf16_effect, 100 * fp32_noise, "the device's bf16 run looks like its fp32 one")
         self.assertGreater(bf16_effect, 0, "the device's bf16 run is its fp32 one")
 
-    def test_pipeline_within_the_floor(self):
+    def check_layout(self, name, flags):
+        """The layout `flags` on 2 ranks (micro-batches of 2) on the device against the CPU's same layout: loss gaps
+        and final parameters within K x the floor."""
         floor = self.floor()
-        pp2 = ["--pp", "2"] + floor.pairs + BF16
-        m, p, _ = train(self.data, self.path("device-pp2"), ranks=2, micro=2, extra=pp2 + ["--device", DEVICE])
-        cpu_m, cpu_p, _ = train(self.data, self.path("cpu-pp2"), ranks=2, micro=2, extra=pp2)
+        extra = flags + floor.pairs + BF16
+        m, p, _ = train(self.data, self.path(f"device-{name}"), ranks=2, micro=2, extra=extra + ["--device", DEVICE])
+        cpu_m, cpu_p, _ = train(self.data, self.path(f"cpu-{name}"), ranks=2, micro=2, extra=extra)
         self.assertEqual(len(m), len(cpu_m))
         lg, pg = loss_gap(m, cpu_m), param_gap(p, cpu_p)
-        print(f"  bf16 pp 2 --device {DEVICE} against the CPU's pp 2: loss gap {lg:.2e} = {lg / floor.loss:.2f} x "
+        print(f"  bf16 {name} --device {DEVICE} against the CPU's {name}: loss gap {lg:.2e} = {lg / floor.loss:.2f} x "
               f"floor, parameters {pg:.2e} = {pg / floor.param:.2f} x floor", flush=True)
-        self.assertLessEqual(lg, K * floor.loss, f"bf16 pp 2: loss gap {lg:.3g} > {K} x floor {floor.loss:.3g}")
-        self.assertLessEqual(pg, K * floor.param, f"bf16 pp 2: parameters {pg:.3g} > {K} x floor {floor.param:.3g}")
+        self.assertLessEqual(lg, K * floor.loss, f"bf16 {name}: loss gap {lg:.3g} > {K} x floor {floor.loss:.3g}")
+        self.assertLessEqual(pg, K * floor.param, f"bf16 {name}: parameters {pg:.3g} > {K} x floor {floor.param:.3g}")
+
+    def test_pipeline_within_the_floor(self):
+        self.check_layout("pp2", ["--pp", "2"])
+
+    def test_tensor_parallel_within_the_floor(self):
+        self.check_layout("tp2", ["--tp", "2"])
 
 
 if __name__ == "__main__":

@@ -22,6 +22,12 @@ bf16's does:
 - the FP8 statistics reported (the run used FP8);
 - the block recipe (no state: each block's power-of-two scale from its own amax): losses and parameters within
   K x its own floor, measured the same way;
+- tp 2 and pp 2 in delayed FP8 (2 ranks, micro-batches of 2) against the CPU's same layout: losses and parameters
+  within K x the delayed floor above, the amax history as above (the tensor group's amaxes max-reduced first);
+- the block recipe with --tp, --cp or --pp refused in one line: its tp 2 read 6.4 x the block floor from the CPU's
+  tp 2, and on another corpus the CPU's own tp 2 read 6.4e-4 from its one process where the device's one process
+  read 4.7e-4 and micro-batches of 4 5.8e-5: block's spread is wider than its floor samples, so this bound cannot
+  hold a layout yet;
 - `--device cuda --precision fp8` passes the configuration's checks (no refusal naming FP8 where no GPU answers).
 `test_device_fp8.py cuda` runs the same checks on a GPU, whose FP8 linear layers are cuBLASLt's FP8 GEMMs
 (device/fp8_gemm.h; they also differ from the CPU's only by fp32 summation order, test_device_fp8_gemm.c): the
@@ -37,8 +43,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bstest import CorpusTest, launch, one_line_error  # noqa: E402
-from harness.device_runs import device_from_argv, main_on  # noqa: E402
-from layout_floor import STEPS, K, Floor, train  # noqa: E402
+from harness.device_runs import assert_refused, device_from_argv, main_on  # noqa: E402
+from layout_floor import STEPS, K, Floor, loss_gap, param_gap, train  # noqa: E402
 
 FP8 = ["--precision", "fp8", "--fp8-recipe", "delayed", "--fp8-high-precision", "fp32"]
 FP8_BF16 = ["--precision", "fp8", "--fp8-recipe", "delayed", "--fp8-high-precision", "bf16"]
@@ -68,10 +74,23 @@ def step_gaps(h, ref):
 
 class DeviceFp8Test(CorpusTest):
     CORPUS_BYTES = 400_000
+    floors = {}  # tag -> (Floor, the one process's amax history, the amax floor per step): measured once per class
 
-    def run_saving(self, tag, flags, extra, micro=8):
+    def delayed_floor(self, tag, flags):
+        """The floor of the one process in `flags` (its runs keep their checkpoints: the amax histories of the CPU
+        process and its reorderings), and each step's largest amax gap between them."""
+        if tag not in DeviceFp8Test.floors:
+            floor = Floor(self, tag, flags, FLOOR_SPLITS, run_flags=lambda prefix: ["--ckpt-dir", prefix + "-ckpt"])
+            cpu = amax_history(floor.one_prefix + "-ckpt")
+            amax_floor = np.zeros(STEPS)
+            for prefix in floor.prefixes.values():
+                amax_floor = np.maximum(amax_floor, step_gaps(amax_history(prefix + "-ckpt"), cpu))
+            DeviceFp8Test.floors[tag] = (floor, cpu, amax_floor)
+        return DeviceFp8Test.floors[tag]
+
+    def run_saving(self, tag, flags, extra, micro=8, ranks=1):
         ckpt = self.path(f"ckpt-{tag}")
-        m, p, _ = train(self.data, self.path(tag), micro=micro, extra=extra + flags + ["--ckpt-dir", ckpt])
+        m, p, _ = train(self.data, self.path(tag), ranks=ranks, micro=micro, extra=extra + flags + ["--ckpt-dir", ckpt])
         return m, p, amax_history(ckpt)
 
     def test_delayed_within_the_floor(self):
@@ -81,16 +100,16 @@ class DeviceFp8Test(CorpusTest):
         self.check_delayed("fp8-bf16", FP8_BF16)
 
     def check_delayed(self, tag, flags):
-        # the floor's runs keep their checkpoints: the amax histories of the CPU process and its reorderings
-        floor = Floor(self, tag, flags, FLOOR_SPLITS, run_flags=lambda prefix: ["--ckpt-dir", prefix + "-ckpt"])
+        floor, cpu, amax_floor = self.delayed_floor(tag, flags)
         m, p, dev = self.run_saving(f"{tag}-{DEVICE}", flags, floor.pairs + ["--device", DEVICE])
         self.assertIn("fp8_underflow", m[-1], "no FP8 statistics: did the device run use FP8?")
         floor.check(f"--device {DEVICE}", m, p)
-        cpu = amax_history(floor.one_prefix + "-ckpt")
+        self.check_amaxes(tag, dev, cpu, amax_floor)
+
+    def check_amaxes(self, tag, dev, cpu, amax_floor):
+        """The device's amax history `dev` against the CPU's `cpu`: step 1 within 8 ulps, every step within K x
+        the floor's largest gap."""
         self.assertTrue(np.all(cpu > 0) and np.all(dev > 0), "a tensor's amax history lacks a step")
-        amax_floor = np.zeros(STEPS)
-        for prefix in floor.prefixes.values():
-            amax_floor = np.maximum(amax_floor, step_gaps(amax_history(prefix + "-ckpt"), cpu))
         gaps = step_gaps(dev, cpu)
         for s in range(STEPS):
             print(f"  {tag} step {s + 1}: amax gap {gaps[s]:.2e}, floor {amax_floor[s]:.2e}", flush=True)
@@ -101,11 +120,39 @@ class DeviceFp8Test(CorpusTest):
         self.assertLessEqual(gaps[0], 1e-6, "step 1's amaxes differ from the CPU's beyond fp32 reordering")
         self.assertLessEqual(gaps.max(), K * amax_floor.max(), "the device's amaxes left the floor")
 
+    def test_layouts_within_the_floor(self):
+        """Tensor (tp 2) and pipeline (pp 2) parallelism in delayed FP8 on 2 ranks (micro-batches of 2) against the
+        CPU's same layout: losses and parameters within K x the one process's floor, the amax history as above
+        (under TP each shard's amax is max-reduced over the tensor group before the scales, as on the CPU: a shard's
+        own would move step 1's weight amaxes by far more than 8 ulps)."""
+        floor, _, amax_floor = self.delayed_floor("fp8", FP8)
+        tag, flags = "fp8", FP8
+        for name, layout in (("tp2", ["--tp", "2"]), ("pp2", ["--pp", "2"])):
+            extra = floor.pairs + layout
+            m, p, dev = self.run_saving(f"{tag}-{name}-{DEVICE}", flags, extra + ["--device", DEVICE], micro=2, ranks=2)
+            cpu_m, cpu_p, cpu = self.run_saving(f"{tag}-{name}-cpu", flags, extra, micro=2, ranks=2)
+            self.assertIn("fp8_underflow", m[-1], f"{name}: no FP8 statistics: did the device run use FP8?")
+            self.check_amaxes(f"{tag} {name}", dev, cpu, amax_floor)
+            self.assertEqual(len(m), len(cpu_m))
+            lg, pg = loss_gap(m, cpu_m), param_gap(p, cpu_p)
+            print(f"  {tag} {name} --device {DEVICE} against the CPU's {name}: loss gap {lg:.2e} = "
+                  f"{lg / floor.loss:.2f} x floor, parameters {pg:.2e} = {pg / floor.param:.2f} x floor", flush=True)
+            self.assertLessEqual(lg, K * floor.loss, f"{tag} {name}: loss gap {lg:.3g} > {K} x floor {floor.loss:.3g}")
+            self.assertLessEqual(pg, K * floor.param, f"{tag} {name}: parameters {pg:.3g} > {K} x floor {floor.param:.3g}")
+
     def test_block_within_the_floor(self):
         floor = Floor(self, "block", BLOCK, FLOOR_SPLITS)
         m, p, _ = train(self.data, self.path(f"block-{DEVICE}"), extra=floor.pairs + BLOCK + ["--device", DEVICE])
         self.assertIn("fp8_underflow", m[-1], "no FP8 statistics: did the device run use FP8?")
         floor.check(f"--device {DEVICE}", m, p)
+
+    def test_block_with_layouts_refused(self):
+        # the device's tp 2 in block FP8 read 6.4 x the block floor from the CPU's tp 2 (loss): see the docstring
+        for layout in (["--tp", "2"], ["--cp", "2", "--seq-len", "256"], ["--pp", "2"]):
+            assert_refused(self, ["train", "--data", os.path.join(self.data, "train_000000.bin"), "--layers", "2",
+                                  "--heads", "2", "--channels", "32", "--micro-batch", "2", "--steps", "1", "--quiet",
+                                  "--device", DEVICE] + BLOCK + layout, 2,
+                           "--fp8-recipe block together with --tp, --cp or --pp")
 
     @unittest.skipIf(DEVICE == "cuda", "the GPU runs FP8: the checks above")
     def test_cuda_not_refused(self):

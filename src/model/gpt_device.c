@@ -69,7 +69,8 @@ struct GPTDevice {
     bool split;              /* gpt_device_enable_split_backward: every set carves its layers' stash */
     uint16_t *params_bf16;   /* bf16: every parameter's bf16 copy, at the layout's offsets */
     uint16_t *in_bf16, *dout_bf16; /* bf16: a product's input and output gradient as bf16 operands */
-    float *wte_rounded;      /* bf16: wte rounded to bf16 (the encoder reads it, as gpt.c's bf16 copy) */
+    float *wte_rounded;      /* bf16: wte rounded to bf16 (the encoder reads it, as gpt.c's bf16 copy); TP: the whole vocabulary's */
+    uint16_t *wte_bits;      /* bf16 under TP: the whole wte's bf16 bits (the classifier's weight operand), else NULL */
     Fp8Device *fp8;          /* gpt_device_enable_fp8 (NULL: off) */
     ActsBf16 *acts_bf16;     /* gpt_device_enable_bf16_activations (NULL: the activations kept in fp32) */
     StepGraphs *graphs;      /* gpt_device_enable_graphs (NULL: off) */
@@ -254,7 +255,8 @@ void gpt_device_free(GPTDevice *g) {
     g->tokens = gpt_device_stage_own_tokens(&g->stage, g->tokens);
     gpt_device_stage_close(&g->stage);
     void *dev_buffers[] = {g->params, g->grads,    g->m,     g->v,           g->acts,     g->tokens,    g->sums,
-                           g->offsets, g->adamw_table, g->flags, g->params_bf16, g->in_bf16, g->dout_bf16, g->wte_rounded};
+                           g->offsets, g->adamw_table, g->flags, g->params_bf16, g->in_bf16, g->dout_bf16, g->wte_rounded,
+                           g->wte_bits};
     for (size_t i = 0; i < sizeof dev_buffers / sizeof dev_buffers[0]; i++) device_free(g->dev, dev_buffers[i]);
     acts_bf16_free(g->acts_bf16);
     fp8_device_free(g->fp8);
@@ -365,11 +367,16 @@ static int size_state(GPTDevice *g) {
     return 0;
 }
 
-/* bf16: the encoder's wte, rounded as the products' */
+/* The tied wte (the whole vocabulary's under TP) and the gradient the encoder and the classifier add to. */
+static const float *whole_wte(const GPTDevice *g) { return g->tp ? gpt_device_tp_wte(g->tp) : tensor(g, g->params, TK_WTE); }
+static float *whole_dwte(const GPTDevice *g) { return g->tp ? gpt_device_tp_dwte(g->tp) : tensor(g, g->grads, TK_WTE); }
+static size_t whole_wte_floats(const GPTDevice *g) { return gpt_tensor_numel(&g->cfg, TK_WTE) * (size_t)gpt_tp_size(&g->cfg); }
+
+/* bf16: the encoder's wte, rounded as the products' (under TP the whole one, with its bits for the classifier) */
 static int refresh_wte(GPTDevice *g) {
     if (g->tp && gpt_has_embeddings(&g->cfg) && !g->param_part) /* tensor parallel: the whole wte (a last stage: gpt_device_head_changed; ZeRO 3: gathered in forward) */
         TRY(gpt_device_tp_gather_wte(g->tp, tensor(g, g->params, TK_WTE)));
-    return g->bf16 ? round_bf16(g, g->wte_rounded, NULL, tensor(g, g->params, TK_WTE), gpt_tensor_numel(&g->cfg, TK_WTE)) : 0;
+    return g->bf16 ? round_bf16(g, g->wte_rounded, g->wte_bits, whole_wte(g), whole_wte_floats(g)) : 0;
 }
 
 int gpt_device_enable_bf16(GPTDevice *g) {
@@ -378,7 +385,8 @@ int gpt_device_enable_bf16(GPTDevice *g) {
     g->params_bf16 = device_alloc(g->dev, sizeof(uint16_t) * g->nparams);
     g->in_bf16 = device_alloc(g->dev, sizeof(uint16_t) * N * 4 * C);                  /* the largest input: fch_gelu */
     g->dout_bf16 = device_alloc(g->dev, sizeof(uint16_t) * N * (Vp > 4 * C ? Vp : 4 * C)); /* the logits' or fc's */
-    g->wte_rounded = device_alloc(g->dev, sizeof(float) * gpt_tensor_numel(&g->cfg, TK_WTE));
+    g->wte_rounded = device_alloc(g->dev, sizeof(float) * whole_wte_floats(g));
+    if (gpt_tp_size(&g->cfg) > 1 && !(g->wte_bits = device_alloc(g->dev, sizeof(uint16_t) * whole_wte_floats(g)))) return -1;
     if (!(g->params_bf16 && g->in_bf16 && g->dout_bf16 && g->wte_rounded)) return -1;
     return gpt_device_stage_open_head_bf16(&g->stage, gpt_tensor_numel(&g->cfg, TK_WTE));
 }
@@ -463,8 +471,9 @@ int gpt_device_set_fused_attention(GPTDevice *g, bool fused, char *reason, size_
 }
 
 int gpt_device_enable_bf16_activations(GPTDevice *g, char *reason, size_t reason_size) {
-    if (!g->bf16 || g->fp8 || g->cfg.recompute == GPT_RECOMPUTE_FULL) {
-        snprintf(reason, reason_size, "bf16 activations need bf16 products (not fp32 or FP8) and no full recomputation");
+    if (!g->bf16 || g->fp8 || g->cfg.recompute == GPT_RECOMPUTE_FULL || gpt_tp_size(&g->cfg) > 1) {
+        snprintf(reason, reason_size, "bf16 activations need bf16 products (not fp32 or FP8), no full recomputation and "
+                 "no tensor parallelism (the store keeps whole layers' widths)");
         return -1;
     }
     if (g->acts_bf16) return 0;
@@ -512,7 +521,8 @@ static int bf16_operands(GPTDevice *g, DeviceKernel k, MatmulArgs *a) {
         a->inp_bf16 = g->in_bf16;
     }
     const bool head_copy = a->weight == g->stage.head_wte; /* the last stage's tied weights: their own bf16 copy */
-    a->weight_bf16 = head_copy ? g->stage.head_wte_bf16 : g->params_bf16 + (a->weight - g->params);
+    const bool whole = g->tp && a->weight == whole_wte(g); /* TP's whole wte (the classifier): its bits */
+    a->weight_bf16 = head_copy ? g->stage.head_wte_bf16 : whole ? g->wte_bits : g->params_bf16 + (a->weight - g->params);
     if (k == DK_MATMUL_FORWARD) return 0;
     a->dout_bf16 = g->dout_bf16;
     return round_bf16(g, NULL, g->dout_bf16, a->dout, N * (size_t)a->OC);
@@ -537,7 +547,8 @@ static int linear(GPTDevice *g, DeviceKernel k, int l, int which, MatmulArgs a, 
     a.OC = OC;
     if (g->acts_bf16) a.inp_bf16 = acts_bf16_bits(g->acts_bf16, l, INPUT_OF[which]);
     if (g->fp8 && g->bf16) a.weight_bf16 = g->params_bf16 + (a.weight - g->params);
-    if (g->fp8) return fp8_device_linear(g->fp8, g->compute, k, FP8_LINEARS_PER_LAYER * l + which, &a);
+    const int site = FP8_LINEARS_PER_LAYER * (l - gpt_first_layer(&g->cfg)) + which; /* the stage's layers: its sites */
+    if (g->fp8) return fp8_device_linear(g->fp8, g->compute, k, site, &a);
     return product(g, k, a);
 }
 
@@ -578,10 +589,6 @@ static int tp_sum(GPTDevice *g, float *x) { return g->tp ? gpt_device_tp_sum(g->
 
 /* A row-parallel product's bias: added by tensor rank 0 alone. */
 static const float *row_bias(const GPTDevice *g, const float *bias) { return g->lead ? bias : NULL; }
-
-/* The tied wte (the whole vocabulary's under TP) and the gradient the encoder and the classifier add to. */
-static const float *whole_wte(const GPTDevice *g) { return g->tp ? gpt_device_tp_wte(g->tp) : tensor(g, g->params, TK_WTE); }
-static float *whole_dwte(const GPTDevice *g) { return g->tp ? gpt_device_tp_dwte(g->tp) : tensor(g, g->grads, TK_WTE); }
 
 /* --activations bf16: x's bf16 bits (layer's activation k) kept for its products and backward. */
 static int keep(GPTDevice *g, int layer, ActKind k, const float *x) {

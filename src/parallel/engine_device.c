@@ -62,6 +62,7 @@ struct EngineDevice {
     bool zero3;             /* ZeRO 3: the device keeps the rank's part of the parameters */
     bool sharded;     /* ZeRO >= 1 over the group: this rank updates its part */
     Fp8State *fp8;    /* --precision fp8: the chunk's delayed scales (on the host), else NULL */
+    Comm *tensor_group; /* its amaxes' max over the tensor group first, as engine_after_update's */
     PipelineDevice *pipe; /* --pp > 1: this rank's stage in the schedule (else NULL) */
     DeviceComm *expert_comm, *expert_data_comm; /* --ep: the EP group's rows; the expert-data group's (> 1 rank) */
     DeviceExpertGrads *expert_grads; /* --ep: the gradient's split reduction (instead of comm's one) */
@@ -72,8 +73,8 @@ static void check(EngineDevice *d, int rc) {
 }
 
 static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, const Grid *g) {
-    if ((g->tp > 1 || g->cp > 1) && (cfg->bf16 || chunk->model.fp8))
-        return "runs tensor and context parallelism in fp32 only for now (not bf16 or fp8)";
+    if ((g->tp > 1 || g->cp > 1 || g->pp > 1) && cfg->fp8 && cfg->fp8->recipe == FP8_RECIPE_BLOCK)
+        return "runs FP8's block recipe without tensor, context or pipeline parallelism for now (the delayed one runs)";
     if (g->cp > 1 && cfg->doc_mask) return "runs context parallelism over whole sequences only for now (not packed documents)";
     if (pipeline_device_refusal(cfg, g)) return pipeline_device_refusal(cfg, g);
     if (g->ep > 1 && cfg->data_parallel.zero_stage >= 1) return "runs expert parallelism at ZeRO stage 0 only for now";
@@ -202,6 +203,7 @@ EngineDevice *engine_device_create(DeviceKind kind, const EngineConfig *cfg, con
         return NULL;
     }
     d->fp8 = chunk->model.fp8;
+    d->tensor_group = grid->tp_group;
     d->inputs = bs_malloc(sizeof(int32_t) * (size_t)d->B * d->T);
     d->targets = bs_malloc(sizeof(int32_t) * (size_t)d->B * d->T);
     engine_device_upload(d, chunk);
@@ -370,7 +372,7 @@ void engine_device_update(EngineDevice *d, const OptimizerConfig *opt, double lr
     AdamWStep s = {(float)lr, opt->beta1, opt->beta2, opt->eps, opt->weight_decay, grad_scale, step};
     for (int c = 0; c < d->num_chunks; c++) check(d, gpt_device_adamw(d->models[c], &s));
     d->stale |= STALE_PARAMS | STALE_MOMENTS;
-    if (d->fp8) fp8_scaling_update(d->fp8, NULL, d->group); /* as engine_after_update: amaxes over dp, then the scales */
+    if (d->fp8) fp8_scaling_update(d->fp8, d->tensor_group, d->group); /* as engine_after_update: amaxes over tp, dp, then the scales */
     for (int c = 0; d->sharded && !d->zero3 && c < d->num_chunks; c++) { /* ZeRO 3 gathers each block when it is used */
         const size_t total = chunk_floats(d, c);
         device_comm_allgather(d->comms[c], gpt_device_array(d->models[c], GPT_DEVICE_PARAMS), 0, total, total);

@@ -26,8 +26,8 @@ typedef struct EngineDevice EngineDevice;
 /* The device and the chunks' state on it (chunk: the rank's cfg->virtual_stages
  * chunks, or one), or NULL with a one-line reason
  * (no GPU, not built in, out of device memory, a layout it cannot run: data
- * parallelism at ZeRO 0-3, stage 3 in fp32; tensor and context parallelism in
- * fp32; pipeline stages, parallel/pipeline_device.h). Over several data-parallel
+ * parallelism at ZeRO 0-3, stage 3 in fp32; tensor and context parallelism
+ * (FP8's amaxes reduced over the tensor group too); pipeline stages, parallel/pipeline_device.h). Over several data-parallel
  * ranks each opens the GPU of its node-local rank, and the group's gradients
  * (device_buckets.h) and (ZeRO >= 1) parameters (ZeRO 3: device_gather.h)
  * move through device collectives on the path cfg->gpu_comm asks (auto:

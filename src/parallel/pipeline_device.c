@@ -41,7 +41,10 @@ static void check(PipelineDevice *pd, int rc) {
 
 const char *pipeline_device_refusal(const EngineConfig *cfg, const Grid *g) {
     if (g->pp == 1) return NULL;
-    if (cfg->fp8) return "runs pipeline stages in fp32 or bf16 for now (not FP8)";
+    if (cfg->fp8 && cfg->virtual_stages > 1)
+        return "runs interleaved virtual stages in fp32 or bf16 for now (not FP8: one chunk's scaling state)";
+    if ((cfg->fp8 || cfg->bf16) && (g->tp > 1 || g->cp > 1))
+        return "runs pipeline stages with tensor or context parallelism in fp32 only for now";
     if (cfg->virtual_stages > 1 && (g->tp > 1 || g->cp > 1))
         return "runs interleaved virtual stages of whole layers for now (not with tensor or context parallelism)";
     if (cfg->data_parallel.zero_stage >= 2 && (g->tp > 1 || g->cp > 1))

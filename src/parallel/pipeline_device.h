@@ -19,15 +19,16 @@
  * backward (with data parallelism summed over the group apart: the
  * buckets were reduced during backward); in bf16 the copy's bf16 bits are
  * rounded again each time it changes, as the model's own copies after
- * AdamW. A stage's
- * layers may be tensor-parallel shards (each tensor rank exchanges its copy
- * of the residual stream with the same tensor rank of the next stage, and
- * the last stage gathers the head's whole vocabulary from its ranks' rows of
- * the tied weights, model/gpt_device_tp.h) or take context-parallel rows
- * (the transfers carry this rank's rows). Interleaved virtual stages: one
- * device model per chunk, each with its own pipeline collectives. Not yet:
- * fp8, interleaved stages with tensor or context parallelism: refused with
- * a reason. */
+ * AdamW. FP8: each stage's linear layers are its own sites, as gpt.c's. A
+ * stage's layers may be tensor-parallel shards (each tensor rank exchanges
+ * its copy of the residual stream with the same tensor rank of the next
+ * stage, and the last stage gathers the head's whole vocabulary from its
+ * ranks' rows of the tied weights, model/gpt_device_tp.h) or take
+ * context-parallel rows (the transfers carry this rank's rows). Interleaved
+ * virtual stages: one device model per chunk, each with its own pipeline
+ * collectives. Not yet, refused with a reason: interleaved stages in FP8 or
+ * with tensor or context parallelism; stages of TP shards or CP rows in
+ * bf16 or FP8. */
 #ifndef BS_PARALLEL_PIPELINE_DEVICE_H
 #define BS_PARALLEL_PIPELINE_DEVICE_H
 

@@ -114,6 +114,8 @@ static bool check_activations(const TrainConfig *c, char *why, size_t n) {
         snprintf(why, n, "--activations bf16 does not work with --recompute full yet (full recomputation keeps only each layer's input)");
     else if (c->parallel.pp > 1)
         snprintf(why, n, "--activations bf16 does not work with --pp yet (its bf16 store keeps one micro-batch's activations, a pipeline stage several)");
+    else if (c->parallel.tp > 1)
+        snprintf(why, n, "--activations bf16 does not work with --tp yet (its bf16 store keeps whole layers' widths, a tensor-parallel shard's attention and MLP are split)");
     else
         return true;
     return false;
@@ -229,7 +231,7 @@ static bool check_device_moe(const TrainConfig *c, char *why, size_t n) {
     return !flag;
 }
 
-/* --pp on a device: every schedule, interleaved virtual stages included, in fp32 or bf16 (parallel/pipeline_device.h). */
+/* --pp on a device: every schedule, interleaved virtual stages included (parallel/pipeline_device.h). */
 static const char *device_pipeline_flag(const TrainConfig *c) {
     if (c->parallel.pp == 1) return NULL;
     if (c->parallel.virtual_stages > 1 && (c->parallel.tp > 1 || c->parallel.cp > 1))
@@ -238,11 +240,15 @@ static const char *device_pipeline_flag(const TrainConfig *c) {
         return "--zero 2-3 with --pp together with --tp or --cp (their stages reduce at ZeRO 0-1 for now)";
     if (c->parallel.virtual_stages > 1 && c->parallel.zero >= 2)
         return "--virtual-stages with --zero 2-3 (interleaved stages reduce each chunk's gradient after backward)";
-    return c->precision.mode == PRECISION_FP8 ? "--pp and --precision fp8 (pipeline stages run in fp32 or bf16)" : NULL;
+    if (c->parallel.virtual_stages > 1 && c->precision.mode == PRECISION_FP8)
+        return "--virtual-stages with --precision fp8 (one chunk's scaling state)";
+    if ((c->parallel.tp > 1 || c->parallel.cp > 1) && c->precision.mode != PRECISION_FP32)
+        return "--pp together with --tp or --cp outside --precision fp32";
+    return NULL;
 }
 
 /* --device cuda|sim runs the plain step, over data-parallel ranks at ZeRO 0-3 (3 in fp32), tensor- and context-parallel
- * ones in fp32, and pipeline stages (parallel/engine_device.h). */
+ * ones, and pipeline stages (parallel/engine_device.h). */
 static bool check_device(const TrainConfig *c, char *why, size_t n) {
     if (c->device.sim_memory_mb > 0 && c->device.kind != TRAIN_DEVICE_SIM) {
         snprintf(why, n, "--sim-memory needs --device sim (got --device %s)", TRAIN_DEVICE_WORDS[c->device.kind]);
@@ -258,7 +264,8 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
     if (c->device.kind == TRAIN_DEVICE_CPU) return true;
     const char *flag = c->optim.kind != OPTIM_ADAMW ? "--optimizer other than adamw"
                        : device_pipeline_flag(c) ? device_pipeline_flag(c)
-                       : (c->parallel.tp > 1 || c->parallel.cp > 1) && c->precision.mode != PRECISION_FP32 ? "--tp or --cp outside --precision fp32"
+                       : c->precision.mode == PRECISION_FP8 && c->precision.fp8_recipe == FP8_RECIPE_BLOCK &&
+                                 (c->parallel.tp > 1 || c->parallel.cp > 1 || c->parallel.pp > 1) ? "--fp8-recipe block together with --tp, --cp or --pp"
                        : c->parallel.zero >= 3 && c->precision.mode != PRECISION_FP32 ? "--zero 3 in bf16 or FP8"
                        : c->parallel.zero_quant_weights || c->parallel.zero_hpz ? "--zero-quant-weights or --zero-hpz"
                        : c->parallel.zero_quant_grads ? "--zero-quant-grads"
@@ -268,7 +275,7 @@ static bool check_device(const TrainConfig *c, char *why, size_t n) {
                            ? "--batch-schedule adaptive or goodput"
                        : strcmp(c->compression.codec, "none") != 0 ? "--grad-compression"
                        : NULL;
-    if (flag) snprintf(why, n, "--device %s does not work with %s yet (the device runs fp32 or bf16 AdamW, data parallel at ZeRO 0-3 (3 in fp32), tensor and context parallel in fp32, pipeline stages)",
+    if (flag) snprintf(why, n, "--device %s does not work with %s yet (the device runs fp32 or bf16 AdamW, data parallel at ZeRO 0-3 (3 in fp32), tensor and context parallel, pipeline stages)",
                        TRAIN_DEVICE_WORDS[c->device.kind], flag);
     return !flag && check_device_moe(c, why, n);
 }

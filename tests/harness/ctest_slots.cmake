@@ -93,7 +93,7 @@ foreach(t ${every_test})
 endforeach()
 
 # Seconds on the 2-core Intel Xeon (make test, 2026-12-06, 215 tests): the long tests start first.
-foreach(cost_test ft_fuzz:91 device_fp8_sim:65 fp8_train:45 fp8_train_convergence:37 ops_multihost:32
+foreach(cost_test ft_fuzz:91 device_fp8_sim:65 fp8_train:45 device_precision_cp_sim:41 fp8_train_convergence:37 ops_multihost:32
                   cp_equivalence:29 cc_train_convergence_np4:28 dp_equivalence:26 lora_nf4:25
                   cc_train_convergence_np2:24 ft_ckpt:24 device_cp_sim:24 plan_python:19 ft_restart:17 ops_exit:17
                   tok_gpt2:17 lora_peft:16 bench_gpu_scripts:16 pipeline_schedules:15 ops_slurm:15 hf_safetensors:13
