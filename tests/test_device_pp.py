@@ -28,7 +28,8 @@ skipped with exit 77 and the reason where none answers).
   is read by one CPU process bit for bit, which trains on from it to within 1e-5 of the oracle's step 10, and so
   does the interleaved device run itself.
 - The layout line names the path the stages' transfers take ("stage transfers as device buffers over host").
-- Bad input, one line each: interleaved virtual stages with tensor parallelism, and in FP8.
+- Bad input, one line each: interleaved virtual stages with tensor parallelism, and in FP8; stages of TP shards
+  in bf16.
   (bf16 and FP8 runs: tests/test_device_bf16.py and test_device_fp8.py hold them within their floors.)
 """
 import os
@@ -196,6 +197,8 @@ class DevicePipelineTest(CorpusTest):
             "--layers", "4", "--pp-schedule", "interleaved", "--virtual-stages", "2", "--precision", "fp8"))
         self.assertIn("--virtual-stages together with --tp", self.refused(
             "--layers", "4", "--tp", "2", "--pp-schedule", "interleaved", "--virtual-stages", "2", ranks=4))
+        self.assertIn("--pp together with --tp or --cp outside --precision fp32",
+                      self.refused("--tp", "2", "--precision", "bf16", ranks=4))
 
 
 if __name__ == "__main__":
