@@ -5,8 +5,9 @@ device buffers (`train --device sim --pp 2 --tp 2`, `--pp 2 --cp 2`, under mpiru
 exit 77 and the reason where none answers).
 
 - Equivalence: tp 2 x pp 2 (4 ranks; 1f1b, gpipe and zbh1, which give the same bits), tp 2 x pp 2 x dp 2 at ZeRO 1,
-  2 and 3 (8 ranks, the issue's matrix entry), cp 2 x pp 2 with zbh1 (4 ranks, ring attention: B keeps the ring's qkv
-  gradient in its stash for W) and tp 2 x cp 2 x pp 2 (8 ranks), global batch 8 in micro-batches of 2, give the
+  2 and 3 (8 ranks, the issue's matrix entry; ZeRO 2-3 with 1f1b and zbh1, the same bits), cp 2 x pp 2 with zbh1 (4
+  ranks, ring attention: B keeps the ring's qkv gradient in its stash for W), cp 2 x pp 2 x dp 2 at ZeRO 2 (1f1b) and
+  3 (zbh1) and tp 2 x cp 2 x pp 2 (8 ranks), global batch 8 in micro-batches of 2, give the
   losses (counted once per tensor group; with tp, the validation losses at steps 5 and 10 too), the gradient's norm
   (each shard's tensors once over the tensor x pipeline group), the per-layer gradient and weight norms and the
   final parameters of one CPU process within 1e-5 relative over 10 steps (harness/device_runs.py). Each tensor rank sends its copy of the residual stream to the same tensor rank of the
@@ -83,10 +84,16 @@ class DevicePipelineShardsTest(CorpusTest):
         # ZeRO 2: the last stage's head keeps the step's sum of its rows of the wte gradient (not the last
         # micro-batch's), the first stage's starts each micro-batch's at its W (zbh1 runs later forwards first);
         # ZeRO 3: the last stage's whole wte stays the one gathered from the tied copies (it has no embeddings slot)
+        sharded = {}
         for zero, schedule in (("2", "1f1b"), ("2", "zbh1"), ("3", "1f1b"), ("3", "zbh1")):
             what = f"tp 2 x pp 2 x dp 2, ZeRO {zero}, {schedule}"
-            run = self.device(f"tp2pp2dp2_zero{zero}_{schedule}", 8, *TP2PP2, "--zero", zero, "--pp-schedule", schedule)
+            run = sharded[zero, schedule] = self.device(f"tp2pp2dp2_zero{zero}_{schedule}", 8, *TP2PP2, "--zero", zero, "--pp-schedule", schedule,
+                              *self.validation())
             assert_equivalent(self, run, self.oracle(), what, TOLERANCE, PARAMETERS)
+            self.assert_validation(run, what)
+        for zero, schedule in (("2", "zbh1"), ("3", "1f1b"), ("3", "zbh1")):  # the same sums in the same order
+            self.assertTrue(np.array_equal(sharded[zero, schedule][1], sharded["2", "1f1b"][1]),
+                            f"ZeRO {zero} {schedule}: other parameters than ZeRO 2 1f1b")
 
     def test_context_times_pipeline(self):
         oracle = layout_run(self.data, self.path("cpu1_cp"), SHAPE_CP)[:2]
