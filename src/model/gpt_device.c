@@ -735,6 +735,13 @@ static int upload_tokens(GPTDevice *g, const int32_t *inputs, const int32_t *tar
     return g->debug & GPT_DEVICE_SKIP_TOKEN_WAIT ? 0 : device_stream_wait(g->dev, g->compute, g->tokens_ready);
 }
 
+/* ZeRO 2 under TP, where the embeddings are: the whole wte gradient starts each micro-batch from zero, as the
+ * bucket's buffer that takes this rank's rows of it. A last stage's head keeps the step's sum there instead (its
+ * rows sent to the first stage after the step). */
+static int fresh_micro_dwte(GPTDevice *g) {
+    return g->tp && g->grad_part && gpt_has_embeddings(&g->cfg) ? gpt_device_tp_zero_dwte(g->tp) : 0;
+}
+
 /* A pipeline stage runs its layers [first, last]; without the encoder its
  * input is g->encoded (the previous stage's output, received there), without
  * the head its output stays in layer[last].residual3. */
@@ -743,8 +750,9 @@ static int forward(GPTDevice *g, float dloss) {
     const int C = cfg->channels, L = cfg->num_layers, first = gpt_first_layer(cfg), last = first + gpt_stage_layers(cfg) - 1;
     DeviceCall enc = {.kernel = DK_ENCODER_FORWARD};
     float *emb = param_block(g, 0);
-    if (g->tp && g->param_part) TRY(gpt_device_tp_gather_wte(g->tp, in_block(g, emb, 0, TK_WTE))); /* ZeRO 3: from the slot */
-    if (g->tp && g->grad_part && dloss != 0) TRY(gpt_device_tp_zero_dwte(g->tp)); /* ZeRO 2: this micro-batch's alone */
+    /* ZeRO 3: from the slot (a last stage has none: its whole wte is the tied copy's, gpt_device_head_changed) */
+    if (g->tp && g->param_part && gpt_has_embeddings(cfg)) TRY(gpt_device_tp_gather_wte(g->tp, in_block(g, emb, 0, TK_WTE)));
+    if (dloss != 0 && gpt_has_head(cfg)) TRY(fresh_micro_dwte(g)); /* the classifier writes first */
     enc.a.encoder = (EncoderArgs){.out = g->encoded, .wte = g->bf16 ? g->wte_rounded : g->tp ? whole_wte(g) : in_block(g, emb, 0, TK_WTE),
                                   .wpe = in_block(g, emb, 0, TK_WPE),
                                   .tokens = g->tokens, .doc_start = doc_starts(g), .positions = positions(g),
@@ -821,6 +829,7 @@ static int backward(GPTDevice *g, int pass) {
         if (params) grad_done(g, l + 1);
     }
     if (!gpt_has_encoder(cfg) || !params) return 0;
+    if (!gpt_has_head(cfg)) TRY(fresh_micro_dwte(g)); /* a first stage: the encoder writes first (zbh1: W, after later forwards) */
     DeviceCall enc = {.kernel = DK_ENCODER_BACKWARD};
     enc.a.encoder = (EncoderArgs){.dwte = g->tp ? whole_dwte(g) : grad_tensor(g, 0, TK_WTE), .dwpe = grad_tensor(g, 0, TK_WPE),
                                   .dout = g->dresidual, .tokens = g->tokens, .doc_start = doc_starts(g),

@@ -47,8 +47,6 @@ const char *pipeline_device_refusal(const EngineConfig *cfg, const Grid *g) {
         return "runs pipeline stages with tensor or context parallelism in fp32 only for now";
     if (cfg->virtual_stages > 1 && (g->tp > 1 || g->cp > 1))
         return "runs interleaved virtual stages of whole layers for now (not with tensor or context parallelism)";
-    if (cfg->data_parallel.zero_stage >= 2 && (g->tp > 1 || g->cp > 1))
-        return "runs ZeRO 2-3 with pipeline stages of whole layers for now (not with tensor or context parallelism)";
     if (cfg->virtual_stages > 1 && cfg->data_parallel.zero_stage >= 2)
         return "runs interleaved virtual stages at ZeRO 0-1 for now (each chunk's gradient reduced after backward)";
     return NULL;

@@ -236,8 +236,6 @@ static const char *device_pipeline_flag(const TrainConfig *c) {
     if (c->parallel.pp == 1) return NULL;
     if (c->parallel.virtual_stages > 1 && (c->parallel.tp > 1 || c->parallel.cp > 1))
         return "--virtual-stages together with --tp or --cp (interleaved stages run whole layers)";
-    if (c->parallel.zero >= 2 && (c->parallel.tp > 1 || c->parallel.cp > 1))
-        return "--zero 2-3 with --pp together with --tp or --cp (their stages reduce at ZeRO 0-1 for now)";
     if (c->parallel.virtual_stages > 1 && c->parallel.zero >= 2)
         return "--virtual-stages with --zero 2-3 (interleaved stages reduce each chunk's gradient after backward)";
     if (c->parallel.virtual_stages > 1 && c->precision.mode == PRECISION_FP8)
