@@ -10,20 +10,21 @@ where none answers, a failure under BS_REQUIRE_GPU=1):
    (relative) at every step, every step's loads and dropped shares equal, the final weights within 1e-5 (max
    |a-b| / max |b|, read from the checkpoints) and the balancing bias equal (harness/moe_runs.against_oracle);
    the validation losses at steps 5 and 10 within 1e-5 (the device routes them with the bias the update moved).
-2. Bad input, one line each: what the device does not run yet with --experts: --capacity-factor, --ep at
-   --zero 1-2.
+2. Bad input, one line each: what the device does not run yet with --experts: --capacity-factor, --cuda-graphs on.
 3. `test_device_moe.py sim ranks` (the layouts tier: mpirun): 2 data-parallel ranks on the device (each
    micro-step's statistics all-reduced over them) at ZeRO 0 and 2 against the CPU's 2 ranks, as 1 with case
    (a)'s flags. Expert parallelism on the device (model/moe_device_exchange.h), dropless at ZeRO 0: ep 2
    (2 ranks, micro-batch 2), ep 2 x dp 2 and ep 4 (4 ranks, micro-batch 1) against 1 CPU process at micro-batch 4
-   (one micro-step of the same 4 sequences), and ep 2 at micro-batch 1 (2 micro-steps) against 1 process at
+   (one micro-step of the same 4 sequences); at ZeRO 1 (each rank updating its pieces: its part of the dense
+   ranges over the data group, of the expert ranges over the expert-data group) ep 2 and ep 2 x dp 2, and ep 2
+   at ZeRO 2, the same; and ep 2 at micro-batch 1 (2 micro-steps) against 1 process at
    micro-batch 2, as 1 with case (a)'s flags and --eval-every 5 (the validation
    forwards move rows too): losses within 1e-5, loads equal, final weights (read from the ep shards) within 1e-5,
    bias equal; the validation losses within 1e-5 of the CPU's run at the same layout (each rank validates its
    own sequences, so 1 process's differ); each step's moe_a2a_bytes above 0 and at most the CPU's (the CPU
-   also moves each row's score and position). The ep 2 run's step 5, resumed by 1 CPU process with nothing left to
-   train, is saved again with the same weights and bias bit for bit, and ep 2 on the device resumed from that
-   copy ends steps 6-10 as the uninterrupted run, bit for bit.
+   also moves each row's score and position). The ep 2 runs' (ZeRO 0 and 1) step 5, resumed by 1 CPU process with
+   nothing left to train, is saved again with the same weights and bias bit for bit, and the same layout on the
+   device resumed from that copy ends steps 6-10 as the uninterrupted run, bit for bit.
 usage: test_device_moe.py sim|cuda [ranks]   (BATCHSCALE in the environment)
 """
 import os
@@ -59,7 +60,7 @@ def equal_to_cpu(tmp, data):
 def refusals(tmp, data):
     dev = ["--device", DEVICE]
     tm.refusals(tmp, data, [(dev + ["--capacity-factor", "1.25"], 1, "not with --capacity-factor"),
-                            (dev + ["--ep", "2", "--zero", "1"], 1, "not with --ep at --zero 1-2")])
+                            (dev + ["--cuda-graphs", "on"], 1, "not with --cuda-graphs on")])
 
 
 def data_parallel(tmp, data):
@@ -76,16 +77,16 @@ def validation_losses(rows):
     return [r["val_loss"] for r in rows if "val_loss" in r]
 
 
-def resumed_on_one_cpu_process(tmp, data, label, common, device, rows, d):
+def resumed_on_one_cpu_process(tmp, data, label, tag, common, device, rows, d):
     """Step 5 of the device ep run d, resumed by 1 CPU process with nothing left to train, is saved again with the
     same weights and bias; the device layout resumed from that copy trains on to run d's steps 6-10 and step 10 bit
     for bit."""
-    _, one = tm.train(tmp, "cpu_ep_copy", data, common + ["--micro-batch", "4", "--steps", "5", "--resume",
+    _, one = tm.train(tmp, f"cpu_copy_{tag}", data, common + ["--micro-batch", "4", "--steps", "5", "--resume",
                                                            os.path.join(d, "step_00000005")])
     (w, b), (w1, b1) = tm.read_ep_ckpt(d, 5), tm.read_ckpt(one, 5)
     tm.check(np.array_equal(w, w1) and np.array_equal(b, b1) and np.abs(b).max() > 0,
              f"{label}: its step 5 resumed by 1 CPU process saves the same weights and bias bit for bit")
-    back, d_back = tm.train(tmp, "dev_ep_back", data, common + device + ["--resume", os.path.join(one, "step_00000005")],
+    back, d_back = tm.train(tmp, f"dev_back_{tag}", data, common + device + ["--resume", os.path.join(one, "step_00000005")],
                             ranks=2)
     (w10, b10), (w10b, b10b) = tm.read_ep_ckpt(d, 10), tm.read_ep_ckpt(d_back, 10)
     same = [r["loss"] for r in rows[5:]] == [r["loss"] for r in back[-5:]]
@@ -98,6 +99,9 @@ def resumed_on_one_cpu_process(tmp, data, label, common, device, rows, d):
 # data-parallel batch, so 2 micro-steps of 2 sequences (ep 2 at micro-batch 1) compare with micro-batch 2.
 EP_LAYOUTS = [("ep 2", 2, ["--micro-batch", "2", "--ep", "2"], 4), ("ep 2 x dp 2", 4, ["--micro-batch", "1", "--ep", "2"], 4),
               ("ep 4", 4, ["--micro-batch", "1", "--ep", "4"], 4),
+              ("ep 2 at ZeRO 1", 2, ["--micro-batch", "2", "--ep", "2", "--zero", "1"], 4),
+              ("ep 2 x dp 2 at ZeRO 1", 4, ["--micro-batch", "1", "--ep", "2", "--zero", "1"], 4),
+              ("ep 2 at ZeRO 2", 2, ["--micro-batch", "2", "--ep", "2", "--zero", "2"], 4),
               ("ep 2, 2 micro-steps", 2, ["--micro-batch", "1", "--ep", "2"], 2)]
 
 
@@ -118,8 +122,8 @@ def expert_parallel(tmp, data):
                           keys=("loss", "moe_aux_loss", "moe_z_loss"))
         cpu_rows, _ = tm.train(tmp, f"cpu_{tag}", data, common + extra, ranks=ranks)
         against_cpu_layout(label, layout, rows, cpu_rows)
-        if layout == "ep 2":
-            resumed_on_one_cpu_process(tmp, data, label, common, device, rows, d)
+        if layout in ("ep 2", "ep 2 at ZeRO 1"):
+            resumed_on_one_cpu_process(tmp, data, label, tag, common, device, rows, d)
 
 
 def against_cpu_layout(label, layout, rows, cpu_rows):

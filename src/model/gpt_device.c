@@ -51,6 +51,11 @@ struct GPTDevice {
     double *sums;    /* per tensor */
     int64_t *offsets; /* where each tensor starts, then the end (nseg + 1), clipped to the update range; then the same from the range's start */
     size_t range_offset, range_count; /* gpt_device_set_update_range: what AdamW updates (default: all) */
+    GPTDevicePiece *pieces; /* gpt_device_set_update_pieces (one: the range) */
+    int npieces;
+    bool own_pieces;  /* set by gpt_device_set_update_pieces: every piece counts in the sums, the dense tensors' on every ep rank */
+    int offset_tables, adamw_cap; /* what offsets (tables of nseg + 1) and adamw_table hold on the device */
+    double *host_part_sums;   /* one piece's per-tensor sums */
     ParamSegment *segs;
     GPTDeviceGradHooks hooks; /* gpt_device_set_grad_hooks (grads NULL: none) */
     size_t state_floats[4];   /* what grads, m, v and params hold (size_state) */
@@ -148,25 +153,81 @@ static const char *unsupported(const GPTConfig *cfg) {
 
 static size_t clamp(size_t x, size_t lo, size_t hi) { return x < lo ? lo : x > hi ? hi : x; }
 
-int gpt_device_set_update_range(GPTDevice *g, size_t offset, size_t count) {
-    g->range_offset = offset;
-    g->range_count = count;
-    int64_t *off = malloc(sizeof *off * 2 * (size_t)(g->nseg + 1));
-    if (!off) return -1;
-    AdamWSegment *table = calloc((size_t)g->nseg + 1, sizeof *table);
-    if (!table) return free(off), -1;
-    for (int i = 0; i <= g->nseg; i++) {
-        const size_t at = i < g->nseg ? g->segs[i].offset : g->nseg ? g->segs[i - 1].offset + g->segs[i - 1].count : 0;
-        off[i] = (int64_t)clamp(at, offset, offset + count);
-        off[g->nseg + 1 + i] = off[i] - (int64_t)offset; /* in the gradient part (gpt_device_keep_grad_part) */
+/* The offsets tables: per tensor, clipped to piece k (k = 0 .. n-1); one
+ * piece: clipped to it, then the same from its start (gpt_device_keep_grad_part). */
+static int64_t *offset_tables(const GPTDevice *g, int tables) {
+    int64_t *off = malloc(sizeof *off * (size_t)tables * (size_t)(g->nseg + 1));
+    if (!off) return NULL;
+    for (int k = 0; k < tables; k++) {
+        const GPTDevicePiece *p = &g->pieces[g->npieces > 1 ? k : 0];
+        for (int i = 0; i <= g->nseg; i++) {
+            const size_t at = i < g->nseg ? g->segs[i].offset : g->nseg ? g->segs[i - 1].offset + g->segs[i - 1].count : 0;
+            off[k * (g->nseg + 1) + i] = (int64_t)clamp(at, p->offset, p->offset + p->count);
+            if (g->npieces == 1 && k == 1) off[g->nseg + 1 + i] = off[i] - (int64_t)p->offset; /* in the gradient part */
+        }
     }
-    g->adamw_n = adamw_table_clip(g->adamw_tensors, g->nseg, offset, offset + count, table, &g->adamw_nsegs);
-    int rc = device_copy(g->dev, g->compute, g->offsets, off, sizeof *off * 2 * (size_t)(g->nseg + 1), COPY_HOST_TO_DEVICE);
-    rc = rc ? rc : device_copy(g->dev, g->compute, g->adamw_table, table, sizeof *table * (size_t)(g->nseg + 1), COPY_HOST_TO_DEVICE);
+    return off;
+}
+
+/* The fused AdamW's table: the trained tensors clipped to each piece, numbered on across them. */
+static AdamWSegment *adamw_pieces(GPTDevice *g, int *nsegs) {
+    AdamWSegment *table = calloc((size_t)g->nseg * (size_t)g->npieces + 1, sizeof *table);
+    if (!table) return NULL;
+    *nsegs = 0;
+    g->adamw_n = 0;
+    for (int k = 0; k < g->npieces; k++) {
+        int added;
+        const size_t n = adamw_table_clip(g->adamw_tensors, g->nseg, g->pieces[k].offset,
+                                          g->pieces[k].offset + g->pieces[k].count, table + *nsegs, &added);
+        for (int i = 0; i < added; i++) table[*nsegs + i].first += (int64_t)g->adamw_n;
+        *nsegs += added;
+        g->adamw_n += n;
+    }
+    return table;
+}
+
+/* buf (device) holding at least want of size bytes each: reallocated when it holds fewer (*have). */
+static int fit(GPTDevice *g, void **buf, int *have, int want, size_t size) {
+    if (want <= *have) return 0;
+    device_free(g->dev, *buf);
+    *have = want;
+    return (*buf = device_alloc(g->dev, size * (size_t)want)) ? 0 : -1;
+}
+
+static int set_pieces(GPTDevice *g, const GPTDevicePiece *pieces, int n) {
+    GPTDevicePiece *copy = malloc(sizeof *copy * (size_t)n);
+    if (!copy) return -1;
+    memcpy(copy, pieces, sizeof *copy * (size_t)n);
+    free(g->pieces);
+    g->pieces = copy;
+    g->npieces = n;
+    g->range_offset = n == 1 ? pieces[0].offset : 0; /* several: m and v hold the whole layout, AdamW updates the pieces */
+    g->range_count = n == 1 ? pieces[0].count : g->nparams;
+    const int tables = n > 1 ? n : 2;
+    int64_t *off = offset_tables(g, tables);
+    int nsegs = 0;
+    AdamWSegment *table = off ? adamw_pieces(g, &nsegs) : NULL;
+    int rc = table ? 0 : -1;
+    rc = rc ? rc : fit(g, (void **)&g->offsets, &g->offset_tables, tables, sizeof *off * (size_t)(g->nseg + 1));
+    rc = rc ? rc : fit(g, (void **)&g->adamw_table, &g->adamw_cap, nsegs ? nsegs : 1, sizeof *table);
+    g->adamw_nsegs = nsegs;
+    rc = rc ? rc : device_copy(g->dev, g->compute, g->offsets, off, sizeof *off * (size_t)tables * (size_t)(g->nseg + 1), COPY_HOST_TO_DEVICE);
+    rc = rc ? rc : device_copy(g->dev, g->compute, g->adamw_table, table, sizeof *table * (size_t)(nsegs ? nsegs : 1), COPY_HOST_TO_DEVICE);
     rc = rc ? rc : device_stream_sync(g->dev, g->compute);
     free(off);
     free(table);
     return rc;
+}
+
+int gpt_device_set_update_pieces(GPTDevice *g, const GPTDevicePiece *pieces, int n) {
+    g->own_pieces = true;
+    return set_pieces(g, pieces, n);
+}
+
+int gpt_device_set_update_range(GPTDevice *g, size_t offset, size_t count) {
+    const GPTDevicePiece one = {offset, count, 0};
+    g->own_pieces = false;
+    return set_pieces(g, &one, 1);
 }
 
 /* The layout's tensors, on the host and (their offsets, the whole range's) on the device. */
@@ -175,11 +236,10 @@ static int make_segments(GPTDevice *g) {
     if (!g->segs) return -1;
     g->nseg = gpt_param_segments(&g->cfg, g->segs, gpt_max_segments(&g->cfg));
     g->host_sums = malloc(sizeof *g->host_sums * (size_t)g->nseg);
+    g->host_part_sums = malloc(sizeof *g->host_part_sums * (size_t)g->nseg);
     g->sums = device_alloc(g->dev, sizeof *g->sums * (size_t)g->nseg);
-    g->offsets = device_alloc(g->dev, sizeof *g->offsets * 2 * (size_t)(g->nseg + 1));
     g->adamw_tensors = malloc(sizeof *g->adamw_tensors * (size_t)(g->nseg + 1));
-    g->adamw_table = device_alloc(g->dev, sizeof *g->adamw_table * (size_t)(g->nseg + 1));
-    if (!g->host_sums || !g->sums || !g->offsets || !g->adamw_tensors || !g->adamw_table) return -1;
+    if (!g->host_sums || !g->host_part_sums || !g->sums || !g->adamw_tensors) return -1;
     for (int i = 0; i < g->nseg; i++) /* wte's padded rows are not trained */
         g->adamw_tensors[i] = (AdamWSegment){(int64_t)g->segs[i].offset, 0, (int64_t)gpt_tensor_trained(&g->cfg, g->segs[i].kind),
                                              gpt_tensor_decays(g->segs[i].kind)};
@@ -273,6 +333,8 @@ void gpt_device_free(GPTDevice *g) {
     device_host_free(g->dev, g->host_losses);
     device_host_free(g->dev, g->host_doc_start);
     free(g->host_sums);
+    free(g->host_part_sums);
+    free(g->pieces);
     device_host_free(g->dev, g->host_flags);
     free(g);
 }
@@ -411,27 +473,47 @@ static int refresh_copies(GPTDevice *g) {
     return refresh_wte(g);
 }
 
+/* m or v between the device and the host's packed copy: the range, or each piece (the device's then the whole layout's). */
+static int copy_moments(GPTDevice *g, float *dev, float *host, DeviceCopyKind kind) {
+    if (g->npieces == 1) {
+        float *dst = kind == COPY_HOST_TO_DEVICE ? dev : host;
+        return device_copy(g->dev, g->compute, dst, dst == dev ? host : dev, g->range_count * sizeof(float), kind);
+    }
+    for (int k = 0; k < g->npieces; k++) {
+        const GPTDevicePiece *p = &g->pieces[k];
+        float *on_dev = dev + p->offset, *on_host = host + p->packed;
+        TRY(kind == COPY_HOST_TO_DEVICE ? device_copy(g->dev, g->compute, on_dev, on_host, p->count * sizeof(float), kind)
+                                        : device_copy(g->dev, g->compute, on_host, on_dev, p->count * sizeof(float), kind));
+    }
+    return 0;
+}
+
 int gpt_device_set_state(GPTDevice *g, const float *params, const float *m, const float *v) {
     TRY(allocate_acts(g));
-    const size_t whole = param_floats(g) * sizeof(float), part = g->range_count * sizeof(float);
     TRY(size_state(g));
-    const float *src[] = {params, m, v};
-    float *dst[] = {g->params, g->m, g->v};
-    for (int i = 0; i < 3; i++) {
-        const size_t bytes = i ? part : whole;
-        TRY(src[i] ? device_copy(g->dev, g->compute, dst[i], src[i], bytes, COPY_HOST_TO_DEVICE)
-                   : device_zero(g->dev, g->compute, dst[i], bytes));
+    const size_t whole = param_floats(g) * sizeof(float), part = g->range_count * sizeof(float);
+    TRY(params ? device_copy(g->dev, g->compute, g->params, params, whole, COPY_HOST_TO_DEVICE)
+               : device_zero(g->dev, g->compute, g->params, whole));
+    const float *src[] = {m, v};
+    float *dst[] = {g->m, g->v};
+    for (int i = 0; i < 2; i++) {
+        if (!src[i] || g->npieces > 1) TRY(device_zero(g->dev, g->compute, dst[i], part)); /* pieces: the rest stays 0 */
+        if (src[i]) TRY(copy_moments(g, dst[i], (float *)src[i], COPY_HOST_TO_DEVICE));
     }
     TRY(refresh_copies(g));
     return device_stream_sync(g->dev, g->compute);
 }
 
 int gpt_device_get_state(GPTDevice *g, float *params, float *grads, float *m, float *v) {
-    const size_t whole = param_floats(g) * sizeof(float), part = g->range_count * sizeof(float), at = g->range_offset;
-    float *dst[] = {params, grads, m, v};
-    const float *src[] = {g->params, grad_at(g, at), g->m, g->v};
-    for (int i = 0; i < 4; i++)
-        if (dst[i]) TRY(device_copy(g->dev, g->compute, dst[i], src[i], i ? part : whole, COPY_DEVICE_TO_HOST));
+    if (params) TRY(device_copy(g->dev, g->compute, params, g->params, param_floats(g) * sizeof(float), COPY_DEVICE_TO_HOST));
+    if (grads) TRY(gpt_device_get_grads(g, g->range_offset, g->range_count, grads));
+    if (m) TRY(copy_moments(g, g->m, m, COPY_DEVICE_TO_HOST));
+    if (v) TRY(copy_moments(g, g->v, v, COPY_DEVICE_TO_HOST));
+    return device_stream_sync(g->dev, g->compute);
+}
+
+int gpt_device_get_grads(GPTDevice *g, size_t offset, size_t count, float *grads) {
+    TRY(device_copy(g->dev, g->compute, grads, grad_at(g, offset), count * sizeof(float), COPY_DEVICE_TO_HOST));
     return device_stream_sync(g->dev, g->compute);
 }
 
@@ -919,15 +1001,21 @@ int gpt_device_poison_grad(GPTDevice *g, int block) {
 
 int gpt_device_num_tensors(const GPTDevice *g) { return g->nseg; }
 
+/* Each tensor's sum over the update range, or over each piece's part of it (added). */
 int gpt_device_tensor_sum_squares(GPTDevice *g, GPTDeviceArray which, double *per_tensor) {
-    DeviceCall call = {.kernel = DK_SUM_OF_SQUARES,
-                       .a.sumsq = {g->sums, which == GPT_DEVICE_GRADS ? g->grads : g->params, g->offsets, g->nseg}};
-    if (which == GPT_DEVICE_GRADS ? g->grad_part : g->param_part) call.a.sumsq.offsets = g->offsets + g->nseg + 1;
-    TRY(launch(g, &call));
-    TRY(device_copy(g->dev, g->compute, per_tensor, g->sums, sizeof(double) * (size_t)g->nseg, COPY_DEVICE_TO_HOST));
-    TRY(device_stream_sync(g->dev, g->compute));
+    const bool part = which == GPT_DEVICE_GRADS ? g->grad_part : g->param_part;
+    memset(per_tensor, 0, sizeof *per_tensor * (size_t)g->nseg);
+    for (int k = 0; k < g->npieces; k++) {
+        DeviceCall call = {.kernel = DK_SUM_OF_SQUARES,
+                           .a.sumsq = {g->sums, which == GPT_DEVICE_GRADS ? g->grads : g->params,
+                                       g->offsets + (size_t)(part ? 1 : k) * (size_t)(g->nseg + 1), g->nseg}};
+        TRY(launch(g, &call));
+        TRY(device_copy(g->dev, g->compute, g->host_part_sums, g->sums, sizeof(double) * (size_t)g->nseg, COPY_DEVICE_TO_HOST));
+        TRY(device_stream_sync(g->dev, g->compute));
+        for (int i = 0; i < g->nseg; i++) per_tensor[i] += g->host_part_sums[i];
+    }
     for (int i = 0; i < g->nseg; i++)
-        if (!gpt_tensor_primary(&g->cfg, g->segs[i].kind)) per_tensor[i] = 0; /* another tensor rank's copy counts */
+        if (!g->own_pieces && !gpt_tensor_primary(&g->cfg, g->segs[i].kind)) per_tensor[i] = 0; /* another rank's copy counts */
     return 0;
 }
 

@@ -97,6 +97,19 @@ int gpt_device_fp8_end_step(GPTDevice *g);
  * it and the sums of squares count only it (each rank's part, as the CPU's shards).
  * The moments are kept for that range only (allocated by gpt_device_set_state). */
 int gpt_device_set_update_range(GPTDevice *g, size_t offset, size_t count);
+/* Expert parallelism at ZeRO 1-2: several such ranges (the CPU's dp_piece:
+ * from offset, count floats, packed in the host's moments from packed), in
+ * ascending order, all this rank's own. AdamW updates them only and the sums
+ * of squares count them only (every tensor's, the dense ones on every ep
+ * rank: each rank's pieces are its own, as the CPU's); the moments cross to and from the host as the packed pieces, but the
+ * device keeps them whole-layout sized (not saving their memory yet), and the
+ * gradient whole (not with gpt_device_keep_grad_part or _param_part). */
+typedef struct {
+    size_t offset, count, packed;
+} GPTDevicePiece;
+int gpt_device_set_update_pieces(GPTDevice *g, const GPTDevicePiece *pieces, int n);
+/* count floats of the gradient from flat offset to the host (grads). */
+int gpt_device_get_grads(GPTDevice *g, size_t offset, size_t count, float *grads);
 /* Data parallelism: where backward writes each block's gradient (a
  * gpt_block_range block's floats from its first; grads NULL or returning
  * NULL: the flat buffer) and the word that backward has queued a block's last

@@ -19,10 +19,12 @@
  * Context parallelism: each rank's device model takes its rows of every
  * sequence, attention over the context group's DeviceComm
  * (model/gpt_device_cp.h); the data-parallel group spans dp x cp, as on CPU.
- * Expert parallelism (ZeRO 0): each rank's device model holds its experts,
+ * Expert parallelism (ZeRO 0-2): each rank's device model holds its experts,
  * the rows moved over the EP group's DeviceComm (model/moe_device_exchange.h);
  * after backward the expert tensors' gradients sum over the expert-data
- * group, the rest over the data group (device_expert_grads.h), as on CPU. */
+ * group, the rest over the data group (device_expert_grads.h), as on CPU; at
+ * ZeRO 1-2 reduce-scattered, the rank updating its pieces (the CPU's
+ * dp_piece), the parameters all-gathered range by range after. */
 #include "parallel/engine_device.h"
 
 #include <stdio.h>
@@ -77,12 +79,11 @@ static const char *refusal(const EngineConfig *cfg, const EngineChunk *chunk, co
         return "runs FP8's block recipe without tensor, context or pipeline parallelism for now (the delayed one runs)";
     if (g->cp > 1 && cfg->doc_mask) return "runs context parallelism over whole sequences only for now (not packed documents)";
     if (pipeline_device_refusal(cfg, g)) return pipeline_device_refusal(cfg, g);
-    if (g->ep > 1 && cfg->data_parallel.zero_stage >= 1) return "runs expert parallelism at ZeRO stage 0 only for now";
+    if (g->ep > 1 && cfg->data_parallel.zero_stage >= 3) return "runs expert parallelism at ZeRO stages 0-2 only for now";
     if (cfg->data_parallel.zero_stage >= 3 && (cfg->bf16 || chunk->model.fp8))
         return "runs ZeRO stage 3 in fp32 only for now (not bf16 or FP8)";
     if (cfg->measure_micro_norms) return "does not measure micro-step norms yet";
     if (chunk->model.frozen) return "does not train adapters over a frozen base yet";
-    if (dp_num_pieces(chunk->dp) > 1) return "needs one contiguous update range per rank";
     return NULL;
 }
 
@@ -116,15 +117,31 @@ static int open_expert_comms(EngineDevice *d, const EngineChunk *chunk, const Gr
     if (comm_size(g->edp_group) > 1 &&
         !(d->expert_data_comm = device_comm_create(g->edp_group, d->dev, compute, path, reason, reason_size)))
         return -1;
-    d->expert_grads = device_expert_grads_create(&chunk->model.cfg, d->comm, d->expert_data_comm);
+    d->expert_grads = device_expert_grads_create(&chunk->model.cfg, d->comm, d->expert_data_comm, d->sharded);
     return 0;
+}
+
+/* What chunk c's device model updates: the CPU's range, or its pieces with
+ * expert parallelism at ZeRO 1-2 (gpt_device_set_update_pieces). */
+static void set_update_pieces(EngineDevice *d, int c, const EngineChunk *chunk) {
+    if (!dp_experts_sharded_apart(chunk->dp)) {
+        check(d, gpt_device_set_update_range(d->models[c], chunk->update_offset, chunk->update_count));
+        return;
+    }
+    const int n = dp_num_pieces(chunk->dp);
+    GPTDevicePiece *pieces = bs_malloc(sizeof *pieces * (size_t)n);
+    for (int k = 0; k < n; k++) {
+        const DPPiece p = dp_piece(chunk->dp, k);
+        pieces[k] = (GPTDevicePiece){p.offset, p.count, p.packed};
+    }
+    check(d, gpt_device_set_update_pieces(d->models[c], pieces, n));
+    free(pieces);
 }
 
 /* The tensor, context and data-parallel groups' device collectives on the model's compute stream (more than one rank). */
 static int open_comm(EngineDevice *d, const EngineConfig *cfg, const EngineChunk *chunk, const Grid *g, char *reason,
                      size_t reason_size) {
-    for (int c = 0; c < d->num_chunks; c++)
-        check(d, gpt_device_set_update_range(d->models[c], chunk[c].update_offset, chunk[c].update_count));
+    for (int c = 0; c < d->num_chunks; c++) set_update_pieces(d, c, &chunk[c]);
     d->zero3 = cfg->data_parallel.zero_stage >= 3;
     if (d->zero3) gpt_device_keep_param_part(d->model); /* one rank: its part is all */
     if (g->pp > 1 && !(d->pipe = pipeline_device_create(d->dev, d->models, d->num_chunks, cfg, chunk, g,
@@ -247,9 +264,14 @@ void engine_device_sync_host(EngineDevice *d, EngineChunk *chunk) {
     const unsigned s = d->stale;
     for (int c = 0; c < d->num_chunks; c++) {
         EngineChunk *ch = &chunk[c];
+        const bool pieces = dp_num_pieces(ch->dp) > 1; /* their gradients piece by piece, where the CPU keeps each */
         check(d, gpt_device_get_state(d->models[c], s & STALE_PARAMS ? host_params(d, ch) : NULL,
-                                      s & STALE_GRADS ? dp_update_grads(ch->dp) : NULL, s & STALE_MOMENTS ? ch->state[0] : NULL,
-                                      s & STALE_MOMENTS ? ch->state[1] : NULL));
+                                      s & STALE_GRADS && !pieces ? dp_update_grads(ch->dp) : NULL,
+                                      s & STALE_MOMENTS ? ch->state[0] : NULL, s & STALE_MOMENTS ? ch->state[1] : NULL));
+        for (int k = 0; s & STALE_GRADS && pieces && k < dp_num_pieces(ch->dp); k++) {
+            const DPPiece p = dp_piece(ch->dp, k);
+            check(d, gpt_device_get_grads(d->models[c], p.offset, p.count, p.grads));
+        }
     }
     d->stale = 0;
 }
@@ -373,7 +395,11 @@ void engine_device_update(EngineDevice *d, const OptimizerConfig *opt, double lr
     for (int c = 0; c < d->num_chunks; c++) check(d, gpt_device_adamw(d->models[c], &s));
     d->stale |= STALE_PARAMS | STALE_MOMENTS;
     if (d->fp8) fp8_scaling_update(d->fp8, d->tensor_group, d->group); /* as engine_after_update: amaxes over tp, dp, then the scales */
-    for (int c = 0; d->sharded && !d->zero3 && c < d->num_chunks; c++) { /* ZeRO 3 gathers each block when it is used */
+    if (d->expert_grads && d->sharded) { /* each range over its group */
+        device_expert_grads_gather(d->expert_grads, gpt_device_array(d->model, GPT_DEVICE_PARAMS));
+        check(d, gpt_device_params_changed(d->model));
+    }
+    for (int c = 0; d->sharded && !d->zero3 && !d->expert_grads && c < d->num_chunks; c++) { /* ZeRO 3 gathers each block when it is used */
         const size_t total = chunk_floats(d, c);
         device_comm_allgather(d->comms[c], gpt_device_array(d->models[c], GPT_DEVICE_PARAMS), 0, total, total);
         device_comm_wait(d->comms[c]);

@@ -217,16 +217,15 @@ static bool check_gpu_comm(const TrainConfig *c, char *why, size_t n) {
     return false;
 }
 
-/* --experts on a device: dropless, in the whole model, at ZeRO 0-2, expert parallelism at ZeRO 0 (model/moe_device.h). */
+/* --experts on a device: dropless, in the whole model, at ZeRO 0-2, expert parallelism included (model/moe_device.h). */
 static bool check_device_moe(const TrainConfig *c, char *why, size_t n) {
     if (c->moe.experts <= 1) return true;
     const char *flag = c->moe.capacity_factor && c->moe.capacity_factor[0] ? "--capacity-factor"
-                       : c->moe.ep > 1 && c->parallel.zero >= 1                        ? "--ep at --zero 1-2"
                        : c->parallel.tp > 1 || c->parallel.cp > 1 || c->parallel.pp > 1 ? "--tp, --cp or --pp"
                        : c->parallel.zero >= 3                                          ? "--zero 3"
                        : c->device.cuda_graphs == TRAIN_CUDA_GRAPHS_ON                  ? "--cuda-graphs on"
                                                                                         : NULL;
-    if (flag) snprintf(why, n, "--device %s runs MoE layers dropless, expert parallelism at ZeRO 0, for now (not with %s)",
+    if (flag) snprintf(why, n, "--device %s runs MoE layers dropless for now (not with %s)",
                        TRAIN_DEVICE_WORDS[c->device.kind], flag);
     return !flag;
 }
