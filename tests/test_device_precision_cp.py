@@ -61,10 +61,23 @@ class DevicePrecisionContextTest(CorpusTest):
             self.assertIn("fp8_underflow", m[-1], "no FP8 statistics: did the device run use FP8?")
         self.assertEqual(len(m), len(cpu_m))
         lg, pg = loss_gap(m, cpu_m), param_gap(p, cpu_p)
+        param_floor = floor.param
+        if tag == "fp8":
+            # FP8's parameters: the device's kernels sum in other fp32 orders than the CPU's, and the E5M2
+            # gradient codes that flips move the parameters by more than the CPU's own reorderings sample at this
+            # shape: the device's one process against the CPU's one process reads 6.3e-3 (Release) and 6.7e-3
+            # (the Debug/ASan build), 14-15 x the CPU's floor (4.5e-4). That order is what separates the device's
+            # cp 2 from the CPU's (0.01 x in Release, 15 x the CPU's floor in Debug: 6.7e-3), so the parameters'
+            # floor takes it, measured beside; the losses keep the CPU's floor alone (1.8 x in Debug), and they
+            # catch amaxes not reduced over dp x cp (58 x).
+            one_p = train(self.data, self.path("fp8-device-one"), extra=floor.pairs + flags + model + ["--device", DEVICE])[1]
+            device_order = param_gap(one_p, floor.one_p)
+            print(f"  fp8 floor: the device's one process against the CPU's: parameters {device_order:.2e}", flush=True)
+            param_floor = max(param_floor, device_order)
         print(f"  {tag} cp 2 --device {DEVICE} against the CPU's cp 2: loss gap {lg:.2e} = {lg / floor.loss:.2f} x "
-              f"floor, parameters {pg:.2e} = {pg / floor.param:.2f} x floor", flush=True)
+              f"floor, parameters {pg:.2e} = {pg / param_floor:.2f} x floor", flush=True)
         self.assertLessEqual(lg, K * floor.loss, f"{tag} cp 2: loss gap {lg:.3g} > {K} x floor {floor.loss:.3g}")
-        self.assertLessEqual(pg, K * floor.param, f"{tag} cp 2: parameters {pg:.3g} > {K} x floor {floor.param:.3g}")
+        self.assertLessEqual(pg, K * param_floor, f"{tag} cp 2: parameters {pg:.3g} > {K} x floor {param_floor:.3g}")
         return m, floor, cp2
 
     def cp2(self, name, extra):
